@@ -1,0 +1,103 @@
+/*
+ * Models of the llama family (llama, qwen2) loaded from GGUF, and the
+ * inference context that runs them.
+ *
+ * An engine_model is immutable after load: hyperparameters, weights pointing
+ * into the read-only file mapping, and small float copies of norms and
+ * biases.  An engine_ctx holds everything mutable for generation: the KV
+ * cache (sized from the context length when the context is created), the
+ * activation scratch (sized for the largest batch), and the compute backend.
+ * Nothing is allocated per token.
+ */
+#ifndef PRIVAI_MODEL_H
+#define PRIVAI_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "privai/compute.h"
+#include "privai/gguf.h"
+
+enum model_arch { ARCH_LLAMA, ARCH_QWEN2 };
+
+struct model_hparams {
+	enum model_arch arch;
+	char arch_name[32];
+	int n_vocab;
+	int n_ctx_train;
+	int n_embd;
+	int n_layer;
+	int n_head;
+	int n_head_kv;
+	int n_ff;
+	int head_dim;     /* n_embd / n_head unless the file says otherwise */
+	int n_rot;        /* rotated dims per head */
+	float rope_base;
+	float rope_freq_scale; /* 1 / linear scaling factor */
+	float rms_eps;
+	int rope_neox;    /* pairs (i, i + n_rot/2) rather than (2i, 2i+1) */
+};
+
+struct model_layer {
+	float *attn_norm;                 /* (n_embd) */
+	struct weight wq, wk, wv, wo;     /* (n_head*hd, n_embd) (kv*hd, n_embd) x2, (n_embd, n_head*hd) */
+	float *bq, *bk, *bv;              /* qwen2 biases, NULL for llama */
+	float *ffn_norm;                  /* (n_embd) */
+	struct weight w_gate, w_up, w_down; /* (n_ff, n_embd) x2, (n_embd, n_ff) */
+};
+
+struct engine_model {
+	struct gguf_file *file;
+	struct model_hparams hp;
+	struct weight tok_embd;           /* (n_vocab, n_embd) */
+	float *output_norm;               /* (n_embd) */
+	struct weight output;             /* (n_vocab, n_embd); tok_embd when tied */
+	float *inv_freq;                  /* (n_rot/2) rope frequencies incl. rope_freqs */
+	struct model_layer *layers;       /* (n_layer) */
+	uint64_t weight_bytes;            /* bytes of all tensors */
+};
+
+/* Load `path`.  Refuses unknown architectures and weight types by name,
+ * and any tensor whose shape disagrees with the hyperparameters. */
+int engine_model_load(const char *path, struct engine_model **ret_model, char *err);
+/* Build a model from an already opened file; takes ownership of `file`
+ * on success only. */
+int engine_model_from_gguf(struct gguf_file *file, struct engine_model **ret_model, char *err);
+void engine_model_free(struct engine_model *m);
+
+struct engine_ctx_params {
+	int n_ctx;     /* 0: the model's training context, capped at 4096 */
+	int n_batch;   /* tokens per forward pass; 0: 256 */
+	int n_threads; /* 0: all online CPUs */
+};
+
+struct engine_ctx {
+	const struct engine_model *model;
+	struct compute *compute;
+	int n_ctx, n_batch;
+	int n_past;        /* tokens already in the KV cache */
+	float *k_cache;    /* (n_layer, n_ctx, n_head_kv * head_dim) */
+	float *v_cache;    /* same */
+	/* activations for up to n_batch tokens */
+	float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
+	int32_t *pos;      /* (n_batch) */
+	float *logits;     /* (n_batch, n_vocab) */
+	size_t kv_bytes;
+};
+
+int engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p,
+		   struct engine_ctx **ret_ctx, char *err);
+void engine_ctx_free(struct engine_ctx *c);
+
+/* Forget the cache (a new conversation). */
+void engine_ctx_reset(struct engine_ctx *c);
+
+/* Run `n` tokens at positions n_past.. through the model, appending them
+ * to the cache.  Longer inputs are split into batches.  When logits_all is
+ * set, logits for every token are written to out (n x n_vocab); otherwise
+ * only the last token's (n_vocab).  PRIVAI_ERANGE when the tokens would
+ * overflow the context; PRIVAI_EINVAL for a token id outside the vocab. */
+int engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all,
+		  float *out, char *err);
+
+#endif

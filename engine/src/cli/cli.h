@@ -1,0 +1,30 @@
+/*
+ * Shared pieces of the privai-engine subcommands: option parsing helpers and
+ * the one place errors are reported to the user.
+ */
+#ifndef PRIVAI_CLI_H
+#define PRIVAI_CLI_H
+
+#include <stdint.h>
+
+#include "privai/model.h"
+#include "privai/status.h"
+
+/* Report "privai-engine CMD: MESSAGE" on stderr; returns exit status 1. */
+int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parse a decimal int in [lo, hi] from an option value. */
+int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, int *ret);
+int cli_parse_float(const char *cmd, const char *opt, const char *s, float *ret);
+/* Parse "1,2,3" into a fresh array. */
+int cli_parse_ids(const char *cmd, const char *s, int32_t **ret_ids, int *ret_n);
+
+int cmd_run(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+
+#endif

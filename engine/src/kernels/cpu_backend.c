@@ -1,0 +1,370 @@
+/*
+ * The CPU compute backend: the operations of compute.h spread over a fixed
+ * thread pool.
+ *
+ * matmul is the hot spot.  Rows of the weight are split among threads; each
+ * thread walks its rows in small blocks and, for every block, all the tokens
+ * of the batch, so a weight row is read from memory once per batch (prefill
+ * is matrix-matrix work, not n matrix-vector products).  Q8_0/Q4_0 weights
+ * are multiplied in int8 against activations quantized once per call; other
+ * types are dequantized a row at a time into a per-thread float buffer.
+ */
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "privai/compute.h"
+#include "privai/status.h"
+#include "privai/tensor_type.h"
+#include "privai/threadpool.h"
+#include "cpu_dot.h"
+
+#define ROW_BLOCK 8     /* weight rows kept hot while the tokens stream by */
+#define TOKEN_TILE 64   /* float-path tokens per pass, bounds the x working set */
+
+struct cpu_impl {
+	struct threadpool *pool;
+	const struct cpu_kernels *k;
+	float **row_buf;         /* per thread: one dequantized row */
+	size_t row_buf_len;
+	struct block_q8 *xq;     /* quantized activations */
+	size_t xq_len;
+	float *att_buf;          /* per thread: att_len attention scores */
+	size_t att_buf_len, att_len;
+};
+
+static struct cpu_impl *
+impl_of(struct compute *c)
+{
+	return c->impl;
+}
+
+/* Grow the per-call scratch; returns 0 or -1. */
+static int
+ensure(void **p, size_t *len, size_t need)
+{
+	if (*len >= need)
+		return 0;
+	void *np = realloc(*p, need);
+	if (np == NULL)
+		return -1;
+	*p = np;
+	*len = need;
+	return 0;
+}
+
+static void
+split(int64_t total, int ith, int nth, int64_t *lo, int64_t *hi)
+{
+	*lo = total * ith / nth;
+	*hi = total * (ith + 1) / nth;
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+struct mm_job {
+	struct cpu_impl *im;
+	const struct weight *w;
+	const float *x;
+	int n;
+	float *y;
+	int quantized; /* use xq and the int8 dot */
+};
+
+static void
+mm_quantize_x(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi, nb = j->w->cols / 32;
+
+	split(j->n, ith, nth, &lo, &hi);
+	for (int64_t t = lo; t < hi; t++)
+		j->im->k->quantize_q8(j->x + t * j->w->cols, j->im->xq + t * nb, (size_t)j->w->cols);
+}
+
+static void
+mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
+{
+	const struct weight *w = j->w;
+	int64_t nb = w->cols / 32;
+	float (*dot)(const void *, const struct block_q8 *, size_t) =
+		w->type == TT_Q8_0 ? j->im->k->dot_q8_0 : j->im->k->dot_q4_0;
+
+	for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
+		int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
+		for (int t = 0; t < j->n; t++) {
+			const struct block_q8 *xb = j->im->xq + (int64_t)t * nb;
+			float *yt = j->y + (int64_t)t * w->rows;
+			for (int64_t r = rb; r < re; r++)
+				yt[r] = dot((const uint8_t *)w->data + r * w->row_bytes, xb, (size_t)nb);
+		}
+	}
+}
+
+static void
+mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
+{
+	const struct weight *w = j->w;
+	const struct cpu_kernels *k = j->im->k;
+
+	for (int t0 = 0; t0 < j->n; t0 += TOKEN_TILE) {
+		int t1 = t0 + TOKEN_TILE < j->n ? t0 + TOKEN_TILE : j->n;
+		for (int64_t r = r0; r < r1; r++) {
+			const void *row = (const uint8_t *)w->data + r * w->row_bytes;
+			const float *wr = buf;
+			if (w->type == TT_F32)
+				wr = row;
+			else if (w->type == TT_F16)
+				k->f16_to_f32(row, buf, (size_t)w->cols);
+			else
+				tensor_dequantize_row(w->type, row, buf, (size_t)w->cols);
+			for (int t = t0; t < t1; t++)
+				j->y[(int64_t)t * w->rows + r] =
+					k->dot_f32(wr, j->x + (int64_t)t * w->cols, (size_t)w->cols);
+		}
+	}
+}
+
+static void
+mm_worker(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi;
+
+	split(j->w->rows, ith, nth, &lo, &hi);
+	if (j->quantized)
+		mm_rows_q8(j, lo, hi);
+	else
+		mm_rows_f32(j, lo, hi, j->im->row_buf[ith]);
+}
+
+static void
+cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, float *y)
+{
+	struct cpu_impl *im = impl_of(c);
+	struct mm_job j = { im, w, x, n, y, 0 };
+
+	/* reserve() sized every buffer; exceeding it is a caller bug */
+	assert((size_t)w->cols <= im->row_buf_len);
+	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
+	j.quantized = w->type == TT_Q8_0 || w->type == TT_Q4_0;
+	if (j.quantized)
+		threadpool_run(im->pool, mm_quantize_x, &j);
+	threadpool_run(im->pool, mm_worker, &j);
+}
+
+/* ------------------------------------------------------------- the rest */
+
+static void
+cpu_get_rows(struct compute *c, const struct weight *w, const int32_t *ids, int n, float *out)
+{
+	(void)c;
+	for (int t = 0; t < n; t++)
+		tensor_dequantize_row(w->type, (const uint8_t *)w->data + (int64_t)ids[t] * w->row_bytes,
+				      out + (int64_t)t * w->cols, (size_t)w->cols);
+}
+
+static void
+cpu_rmsnorm(struct compute *c, const float *x, const float *g, int n, int dim, float eps, float *out)
+{
+	(void)c;
+	for (int t = 0; t < n; t++) {
+		const float *xt = x + (int64_t)t * dim;
+		float *ot = out + (int64_t)t * dim;
+		double ss = 0.0;
+		for (int i = 0; i < dim; i++)
+			ss += (double)xt[i] * xt[i];
+		float scale = (float)(1.0 / sqrt(ss / dim + eps));
+		for (int i = 0; i < dim; i++)
+			ot[i] = xt[i] * scale * g[i];
+	}
+}
+
+static void
+cpu_rope(struct compute *c, float *x, int n, int n_heads, int head_dim, int n_rot,
+	 const int32_t *pos, const float *inv_freq, int neox)
+{
+	(void)c;
+	for (int t = 0; t < n; t++) {
+		for (int i = 0; i < n_rot / 2; i++) {
+			double theta = (double)pos[t] * inv_freq[i];
+			float cs = (float)cos(theta), sn = (float)sin(theta);
+			for (int h = 0; h < n_heads; h++) {
+				float *v = x + ((int64_t)t * n_heads + h) * head_dim;
+				int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+				float x0 = v[a], x1 = v[b];
+				v[a] = x0 * cs - x1 * sn;
+				v[b] = x0 * sn + x1 * cs;
+			}
+		}
+	}
+}
+
+struct att_job {
+	struct cpu_impl *im;
+	const float *q;
+	int n;
+	const int32_t *pos;
+	const float *k, *v;
+	size_t stride;
+	int n_head, n_head_kv, head_dim;
+	float *out;
+};
+
+static void
+att_worker(void *arg, int ith, int nth)
+{
+	struct att_job *j = arg;
+	const struct cpu_kernels *k = j->im->k;
+	float *score = j->im->att_buf + (size_t)ith * j->im->att_len;
+	int64_t lo, hi, total = (int64_t)j->n * j->n_head;
+	int group = j->n_head / j->n_head_kv;
+	float scale = 1.0f / sqrtf((float)j->head_dim);
+
+	split(total, ith, nth, &lo, &hi);
+	for (int64_t th = lo; th < hi; th++) {
+		int t = (int)(th / j->n_head), h = (int)(th % j->n_head), kvh = h / group;
+		const float *qh = j->q + ((int64_t)t * j->n_head + h) * j->head_dim;
+		float *oh = j->out + ((int64_t)t * j->n_head + h) * j->head_dim;
+		int len = j->pos[t] + 1;
+		float max = -INFINITY, sum = 0.0f;
+		for (int p = 0; p < len; p++) {
+			const float *kp = j->k + (size_t)p * j->stride + (size_t)kvh * j->head_dim;
+			score[p] = k->dot_f32(qh, kp, (size_t)j->head_dim) * scale;
+			max = score[p] > max ? score[p] : max;
+		}
+		for (int p = 0; p < len; p++) {
+			score[p] = expf(score[p] - max);
+			sum += score[p];
+		}
+		memset(oh, 0, sizeof(float) * (size_t)j->head_dim);
+		for (int p = 0; p < len; p++) {
+			const float *vp = j->v + (size_t)p * j->stride + (size_t)kvh * j->head_dim;
+			float wgt = score[p] / sum;
+			for (int d = 0; d < j->head_dim; d++)
+				oh[d] += wgt * vp[d];
+		}
+	}
+}
+
+static void
+cpu_attention(struct compute *c, const float *q, int n, const int32_t *pos,
+	      const float *k_cache, const float *v_cache, size_t kv_stride,
+	      int n_head, int n_head_kv, int head_dim, float *out)
+{
+	struct cpu_impl *im = impl_of(c);
+	struct att_job j = { im, q, n, pos, k_cache, v_cache, kv_stride, n_head, n_head_kv,
+			     head_dim, out };
+
+	for (int t = 0; t < n; t++)
+		assert((size_t)pos[t] < im->att_len);
+	threadpool_run(im->pool, att_worker, &j);
+}
+
+static void
+cpu_swiglu(struct compute *c, float *a, const float *b, size_t count)
+{
+	(void)c;
+	for (size_t i = 0; i < count; i++)
+		a[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+}
+
+static void
+cpu_add(struct compute *c, float *a, const float *b, size_t count)
+{
+	(void)c;
+	for (size_t i = 0; i < count; i++)
+		a[i] += b[i];
+}
+
+static int cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx);
+
+static const struct compute_ops cpu_ops = {
+	"cpu", cpu_reserve, cpu_matmul, cpu_get_rows, cpu_rmsnorm, cpu_rope, cpu_attention, cpu_swiglu, cpu_add,
+};
+
+static const struct cpu_kernels *
+choose_kernels(void)
+{
+	const char *force = getenv("PRIVAI_SIMD");
+
+	if (force != NULL && strcmp(force, "scalar") == 0)
+		return cpu_kernels_scalar();
+	return cpu_kernels_get();
+}
+
+const char *
+compute_cpu_simd_name(void)
+{
+	return choose_kernels()->name;
+}
+
+void
+compute_cpu_free(struct compute *c)
+{
+	if (c == NULL)
+		return;
+	struct cpu_impl *im = c->impl;
+	if (im != NULL) {
+		int nth = im->pool != NULL ? threadpool_size(im->pool) : 0;
+		for (int i = 0; im->row_buf != NULL && i < nth; i++)
+			free(im->row_buf[i]);
+		free(im->row_buf);
+		free(im->xq);
+		free(im->att_buf);
+		threadpool_free(im->pool);
+		free(im);
+	}
+	free(c);
+}
+
+int
+compute_cpu_new(int n_threads, struct compute **ret)
+{
+	struct compute *c = calloc(1, sizeof(*c));
+	struct cpu_impl *im = calloc(1, sizeof(*im));
+	int r;
+
+	if (c == NULL || im == NULL) {
+		free(c);
+		free(im);
+		return PRIVAI_ENOMEM;
+	}
+	c->ops = &cpu_ops;
+	c->impl = im;
+	im->k = choose_kernels();
+	if ((r = threadpool_new(n_threads, &im->pool)) < 0) {
+		compute_cpu_free(c);
+		return r;
+	}
+	*ret = c;
+	return PRIVAI_OK;
+}
+
+static int
+cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx)
+{
+	struct cpu_impl *im = c->impl;
+	int nth = threadpool_size(im->pool);
+
+	if (im->row_buf == NULL && (im->row_buf = calloc((size_t)nth, sizeof(float *))) == NULL)
+		return PRIVAI_ENOMEM;
+	if ((size_t)max_cols > im->row_buf_len) {
+		for (int i = 0; i < nth; i++) {
+			float *b = realloc(im->row_buf[i], (size_t)max_cols * sizeof(float));
+			if (b == NULL)
+				return PRIVAI_ENOMEM;
+			im->row_buf[i] = b;
+		}
+		im->row_buf_len = (size_t)max_cols;
+	}
+	if (ensure((void **)&im->xq, &im->xq_len,
+		   (size_t)max_tokens * (size_t)(max_cols / 32 + 1) * sizeof(struct block_q8)) < 0 ||
+	    ensure((void **)&im->att_buf, &im->att_buf_len,
+		   (size_t)nth * (size_t)max_ctx * sizeof(float)) < 0)
+		return PRIVAI_ENOMEM;
+	if ((size_t)max_ctx > im->att_len)
+		im->att_len = (size_t)max_ctx;
+	return PRIVAI_OK;
+}

@@ -1,0 +1,324 @@
+/*
+ * Scalar, AVX2 and AVX-512 (VNNI) versions of the dot kernels.  The SIMD
+ * versions are compiled with per-function target attributes so one binary
+ * runs everywhere; cpu_kernels_get() picks by __builtin_cpu_supports.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "privai/tensor_type.h"
+#include "cpu_dot.h"
+
+/* ---------------------------------------------------------------- scalar */
+
+static float
+dot_f32_scalar(const float *a, const float *b, size_t n)
+{
+	float s[8] = {0};
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			s[j] += a[i + j] * b[i + j];
+	for (; i < n; i++)
+		s[0] += a[i] * b[i];
+	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+static void
+f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = fp16_to_f32(src[i]);
+}
+
+static void
+quantize_q8_scalar(const float *x, struct block_q8 *out, size_t n)
+{
+	for (size_t b = 0; b < n / 32; b++, x += 32) {
+		float amax = 0.0f;
+		for (int j = 0; j < 32; j++)
+			amax = fmaxf(amax, fabsf(x[j]));
+		float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		int32_t sum = 0;
+		for (int j = 0; j < 32; j++) {
+			out[b].q[j] = (int8_t)lrintf(x[j] * id);
+			sum += out[b].q[j];
+		}
+		out[b].d = d;
+		out[b].sum = sum;
+	}
+}
+
+static float
+load_f16(const uint8_t *p)
+{
+	uint16_t h;
+
+	memcpy(&h, p, 2);
+	return fp16_to_f32(h);
+}
+
+static float
+dot_q8_0_scalar(const void *w, const struct block_q8 *x, size_t nb)
+{
+	const uint8_t *b = w;
+	float s = 0.0f;
+
+	for (size_t i = 0; i < nb; i++, b += 34) {
+		const int8_t *q = (const int8_t *)(b + 2);
+		int32_t acc = 0;
+		for (int j = 0; j < 32; j++)
+			acc += q[j] * x[i].q[j];
+		s += load_f16(b) * x[i].d * (float)acc;
+	}
+	return s;
+}
+
+static float
+dot_q4_0_scalar(const void *w, const struct block_q8 *x, size_t nb)
+{
+	const uint8_t *b = w;
+	float s = 0.0f;
+
+	for (size_t i = 0; i < nb; i++, b += 18) {
+		const uint8_t *q = b + 2;
+		int32_t acc = 0;
+		for (int j = 0; j < 16; j++)
+			acc += (q[j] & 0xf) * x[i].q[j] + (q[j] >> 4) * x[i].q[j + 16];
+		s += load_f16(b) * x[i].d * (float)(acc - 8 * x[i].sum);
+	}
+	return s;
+}
+
+static const struct cpu_kernels k_scalar = {
+	"scalar", dot_f32_scalar, f16_to_f32_scalar, quantize_q8_scalar,
+	dot_q8_0_scalar, dot_q4_0_scalar,
+};
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* ------------------------------------------------------------------ AVX2 */
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static float
+hsum256(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+AVX2 static float
+dot_f32_avx2(const float *a, const float *b, size_t n)
+{
+	__m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+		s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+	}
+	float s = hsum256(_mm256_add_ps(s0, s1));
+	for (; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+AVX2 static void
+f16_to_f32_avx2(const uint16_t *src, float *dst, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+	for (; i < n; i++)
+		dst[i] = fp16_to_f32(src[i]);
+}
+
+AVX2 static void
+quantize_q8_avx2(const float *x, struct block_q8 *out, size_t n)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+
+	for (size_t b = 0; b < n / 32; b++, x += 32) {
+		__m256 v[4], m;
+		for (int j = 0; j < 4; j++)
+			v[j] = _mm256_loadu_ps(x + 8 * j);
+		m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+				  _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+		__m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+		m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+		float amax = _mm_cvtss_f32(m4);
+		float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		__m256 mul = _mm256_set1_ps(id);
+		__m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], mul));
+		__m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], mul));
+		__m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], mul));
+		__m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], mul));
+		__m256i sum = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+		__m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+		/* pack to int8 and undo the lane interleave of the packs */
+		__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+		p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+		_mm256_storeu_si256((__m256i *)out[b].q, p);
+		out[b].d = d;
+		out[b].sum = _mm_cvtsi128_si32(s4);
+	}
+}
+
+/* Sum of products of 32 signed bytes, as 8 int32 lanes. */
+AVX2 static __m256i
+mul_sum_i8_avx2(__m256i w, __m256i x)
+{
+	__m256i aw = _mm256_sign_epi8(w, w), sx = _mm256_sign_epi8(x, w);
+	__m256i p16 = _mm256_maddubs_epi16(aw, sx);
+	return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+/* Sum of products of 32 unsigned (<=15) by 32 signed bytes. */
+AVX2 static __m256i
+mul_sum_u8i8_avx2(__m256i w, __m256i x)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+
+AVX2 static __m256i
+unpack_nibbles(const uint8_t *q)
+{
+	__m128i b = _mm_loadu_si128((const __m128i *)q);
+	__m128i lo = _mm_and_si128(b, _mm_set1_epi8(0xf));
+	__m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0xf));
+	return _mm256_set_m128i(hi, lo);
+}
+
+AVX2 static float
+dot_q8_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
+{
+	const uint8_t *b = w;
+	__m256 acc = _mm256_setzero_ps();
+
+	for (size_t i = 0; i < nb; i++, b += 34) {
+		__m256i p = mul_sum_i8_avx2(_mm256_loadu_si256((const __m256i *)(b + 2)),
+					    _mm256_loadu_si256((const __m256i *)x[i].q));
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16(b) * x[i].d), _mm256_cvtepi32_ps(p), acc);
+	}
+	return hsum256(acc);
+}
+
+AVX2 static float
+dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
+{
+	const uint8_t *b = w;
+	__m256 acc = _mm256_setzero_ps();
+	float corr = 0.0f;
+
+	for (size_t i = 0; i < nb; i++, b += 18) {
+		float dd = load_f16(b) * x[i].d;
+		__m256i p = mul_sum_u8i8_avx2(unpack_nibbles(b + 2),
+					      _mm256_loadu_si256((const __m256i *)x[i].q));
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), acc);
+		corr += dd * (float)(8 * x[i].sum);
+	}
+	return hsum256(acc) - corr;
+}
+
+static const struct cpu_kernels k_avx2 = {
+	"avx2", dot_f32_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2,
+};
+
+/* --------------------------------------------------------- AVX-512 VNNI */
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+AVX512 static float
+dot_f32_avx512(const float *a, const float *b, size_t n)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+	size_t i = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+		s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+	}
+	float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+	for (; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+AVX512 static float
+dot_q8_0_avx512(const void *w, const struct block_q8 *x, size_t nb)
+{
+	const uint8_t *b = w;
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+	size_t i = 0;
+
+	for (; i + 2 <= nb; i += 2, b += 68) {
+		__m256i w0 = _mm256_loadu_si256((const __m256i *)(b + 2));
+		__m256i w1 = _mm256_loadu_si256((const __m256i *)(b + 36));
+		__m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].q);
+		__m256i x1 = _mm256_loadu_si256((const __m256i *)x[i + 1].q);
+		__m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w0, w0),
+						 _mm256_sign_epi8(x0, w0));
+		__m256i p1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w1, w1),
+						 _mm256_sign_epi8(x1, w1));
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(load_f16(b) * x[i].d), _mm256_cvtepi32_ps(p0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(load_f16(b + 34) * x[i + 1].d),
+				       _mm256_cvtepi32_ps(p1), acc1);
+	}
+	float s = hsum256(_mm256_add_ps(acc0, acc1));
+	if (i < nb)
+		s += dot_q8_0_avx2(b, x + i, nb - i);
+	return s;
+}
+
+AVX512 static float
+dot_q4_0_avx512(const void *w, const struct block_q8 *x, size_t nb)
+{
+	const uint8_t *b = w;
+	__m256 acc = _mm256_setzero_ps();
+	float corr = 0.0f;
+
+	for (size_t i = 0; i < nb; i++, b += 18) {
+		float dd = load_f16(b) * x[i].d;
+		__m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles(b + 2),
+						_mm256_loadu_si256((const __m256i *)x[i].q));
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), acc);
+		corr += dd * (float)(8 * x[i].sum);
+	}
+	return hsum256(acc) - corr;
+}
+
+static const struct cpu_kernels k_avx512 = {
+	"avx512-vnni", dot_f32_avx512, f16_to_f32_avx2, quantize_q8_avx2,
+	dot_q8_0_avx512, dot_q4_0_avx512,
+};
+#endif
+
+const struct cpu_kernels *
+cpu_kernels_scalar(void)
+{
+	return &k_scalar;
+}
+
+const struct cpu_kernels *
+cpu_kernels_get(void)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+		return &k_avx512;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	    __builtin_cpu_supports("f16c"))
+		return &k_avx2;
+#endif
+	return &k_scalar;
+}

@@ -1,0 +1,179 @@
+/*
+ * Quantization of float32 rows into GGUF block types, for the `quantize`
+ * subcommand, the synthetic-model tool and the round-trip tests.
+ *
+ * Q8_0 and Q4_0 follow the reference rounding exactly.  Q4_K and Q6_K use a
+ * plain min/max (Q4_K) and max-abs (Q6_K) fit per sub-block rather than the
+ * reference's iterative search: the files are valid and read identically
+ * everywhere, with a slightly larger error than the search would give.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "privai/tensor_type.h"
+
+static void
+wr_f16(uint8_t *p, float f)
+{
+	uint16_t h = f32_to_fp16(f);
+
+	memcpy(p, &h, 2);
+}
+
+static void
+q_q8_0(const float *x, uint8_t *b, size_t nb)
+{
+	for (size_t i = 0; i < nb; i++, x += 32, b += 34) {
+		float amax = 0.0f;
+		for (int j = 0; j < 32; j++)
+			amax = fmaxf(amax, fabsf(x[j]));
+		float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		wr_f16(b, d);
+		for (int j = 0; j < 32; j++)
+			((int8_t *)(b + 2))[j] = (int8_t)roundf(x[j] * id);
+	}
+}
+
+static void
+q_q4_0(const float *x, uint8_t *b, size_t nb)
+{
+	for (size_t i = 0; i < nb; i++, x += 32, b += 18) {
+		float amax = 0.0f, max = 0.0f;
+		for (int j = 0; j < 32; j++) {
+			if (fabsf(x[j]) > amax) {
+				amax = fabsf(x[j]);
+				max = x[j];
+			}
+		}
+		float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		wr_f16(b, d);
+		for (int j = 0; j < 16; j++) {
+			int q0 = (int)(x[j] * id + 8.5f), q1 = (int)(x[j + 16] * id + 8.5f);
+			q0 = q0 > 15 ? 15 : q0;
+			q1 = q1 > 15 ? 15 : q1;
+			b[2 + j] = (uint8_t)(q0 | (q1 << 4));
+		}
+	}
+}
+
+static int
+clampi(int v, int lo, int hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Pack sub-block j's 6-bit scale and min the way scale_min_k4 unpacks them. */
+static void
+pack_scale_min_k4(uint8_t *q, int j, int sc, int m)
+{
+	if (j < 4) {
+		q[j] = (uint8_t)((q[j] & 0xc0) | sc);
+		q[j + 4] = (uint8_t)((q[j + 4] & 0xc0) | m);
+	} else {
+		q[j + 4] = (uint8_t)((sc & 0xf) | ((m & 0xf) << 4));
+		q[j - 4] = (uint8_t)((q[j - 4] & 0x3f) | ((sc >> 4) << 6));
+		q[j] = (uint8_t)((q[j] & 0x3f) | ((m >> 4) << 6));
+	}
+}
+
+static void
+q_q4_k(const float *x, uint8_t *b, size_t nb)
+{
+	for (size_t i = 0; i < nb; i++, x += QK_K, b += 144) {
+		float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
+		for (int s = 0; s < 8; s++) {
+			float lo = 0.0f, hi = 0.0f;
+			for (int l = 0; l < 32; l++) {
+				lo = fminf(lo, x[32 * s + l]);
+				hi = fmaxf(hi, x[32 * s + l]);
+			}
+			scale[s] = (hi - lo) / 15.0f;
+			min[s] = -lo; /* stored as a positive offset */
+			max_scale = fmaxf(max_scale, scale[s]);
+			max_min = fmaxf(max_min, min[s]);
+		}
+		float d = max_scale / 63.0f, dmin = max_min / 63.0f;
+		uint8_t *sc = b + 4, *qs = b + 16;
+		memset(b, 0, 144);
+		wr_f16(b, d);
+		wr_f16(b + 2, dmin);
+		d = fp16_to_f32(f32_to_fp16(d));
+		dmin = fp16_to_f32(f32_to_fp16(dmin));
+		for (int s = 0; s < 8; s++) {
+			int ls = d > 0 ? clampi((int)lroundf(scale[s] / d), 0, 63) : 0;
+			int lm = dmin > 0 ? clampi((int)lroundf(min[s] / dmin), 0, 63) : 0;
+			pack_scale_min_k4(sc, s, ls, lm);
+			float dl = d * ls, ml = dmin * lm;
+			for (int l = 0; l < 32; l++) {
+				int q = dl > 0 ? clampi((int)lroundf((x[32 * s + l] + ml) / dl), 0, 15) : 0;
+				/* pair (2p, 2p+1) of sub-blocks shares 32 bytes: low then high nibble */
+				uint8_t *dst = qs + 32 * (s / 2) + l;
+				*dst = (uint8_t)((s & 1) ? (*dst | (q << 4)) : (*dst | q));
+			}
+		}
+	}
+}
+
+static void
+q_q6_k(const float *x, uint8_t *b, size_t nb)
+{
+	for (size_t i = 0; i < nb; i++, x += QK_K, b += 210) {
+		float scale[16], max_abs_scale = 0.0f;
+		for (int s = 0; s < 16; s++) {
+			float amax = 0.0f;
+			for (int l = 0; l < 16; l++)
+				amax = fmaxf(amax, fabsf(x[16 * s + l]));
+			scale[s] = amax / 31.0f;
+			max_abs_scale = fmaxf(max_abs_scale, scale[s]);
+		}
+		float d = max_abs_scale / 127.0f;
+		uint8_t *ql = b, *qh = b + 128;
+		int8_t *sc = (int8_t *)(b + 192);
+		int8_t q[QK_K];
+		memset(b, 0, 210);
+		wr_f16(b + 208, d);
+		d = fp16_to_f32(f32_to_fp16(d));
+		for (int s = 0; s < 16; s++) {
+			int ls = d > 0 ? clampi((int)lroundf(scale[s] / d), -128, 127) : 0;
+			sc[s] = (int8_t)ls;
+			float dl = d * ls;
+			for (int l = 0; l < 16; l++)
+				q[16 * s + l] = (int8_t)(dl != 0 ? clampi((int)lroundf(x[16 * s + l] / dl), -32, 31) : 0);
+		}
+		/* inverse of the bit layout read by dq_q6_k */
+		for (int n = 0; n < QK_K; n += 128, ql += 64, qh += 32) {
+			for (int l = 0; l < 32; l++) {
+				int q1 = q[n + l] + 32, q2 = q[n + l + 32] + 32;
+				int q3 = q[n + l + 64] + 32, q4 = q[n + l + 96] + 32;
+				ql[l] = (uint8_t)((q1 & 0xf) | ((q3 & 0xf) << 4));
+				ql[l + 32] = (uint8_t)((q2 & 0xf) | ((q4 & 0xf) << 4));
+				qh[l] = (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+			}
+		}
+	}
+}
+
+int
+tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n)
+{
+	uint8_t *b = dst;
+
+	switch (type) {
+	case TT_F32: memcpy(dst, src, n * 4); return 0;
+	case TT_F16:
+		for (size_t i = 0; i < n; i++)
+			wr_f16(b + 2 * i, src[i]);
+		return 0;
+	case TT_BF16:
+		for (size_t i = 0; i < n; i++) {
+			uint16_t h = f32_to_bf16(src[i]);
+			memcpy(b + 2 * i, &h, 2);
+		}
+		return 0;
+	case TT_Q8_0: q_q8_0(src, b, n / 32); return 0;
+	case TT_Q4_0: q_q4_0(src, b, n / 32); return 0;
+	case TT_Q4_K: q_q4_k(src, b, n / QK_K); return 0;
+	case TT_Q6_K: q_q6_k(src, b, n / QK_K); return 0;
+	}
+	return -1;
+}

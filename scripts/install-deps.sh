@@ -1,0 +1,16 @@
+#!/bin/sh
+# Install the Debian packages the build and the tests need, only when one is
+# missing (apt-get update first, as a fresh machine has no package lists).
+set -eu
+PKGS="build-essential pkg-config libpcre2-dev clang libclang-rt-14-dev"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "install-deps: installing$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends $missing
