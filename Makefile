@@ -14,6 +14,7 @@ ifeq ($(SAN),1)
 endif
 CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(SANFLAGS) -pthread -Iengine/include -Iengine/src $(CFLAGS)
 LDLIBS_ENG = -lpcre2-8 -lm -pthread
+LDLIBS_TEST = -lcjson
 
 ENGINE_SRC = $(wildcard engine/src/*.c engine/src/kernels/*.c)
 ENGINE_OBJ = $(ENGINE_SRC:%.c=$(BUILD)/%.o)
@@ -49,7 +50,7 @@ $(ENGINE_BIN): $(CLI_OBJ) $(LIB)
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/unit $< $(LIB) -o $@ $(LDLIBS_ENG)
+	$(CC) $(CFLAGS_ALL) -Itests/unit $< $(LIB) -o $@ $(LDLIBS_ENG) $(LDLIBS_TEST)
 
 # The embedded default: a small model with random weights and a tokenizer
 # the project builds itself, so `make run` needs no download and no fixtures.

@@ -8,8 +8,10 @@
  * everywhere, with a slightly larger error than the search would give.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "privai/status.h"
 #include "privai/tensor_type.h"
 
 static void
@@ -176,4 +178,26 @@ tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n)
 	case TT_Q6_K: q_q6_k(src, b, n / QK_K); return 0;
 	}
 	return -1;
+}
+
+int
+tensor_quantize_matrix(uint32_t type, const float *src, int64_t rows, int64_t cols,
+		       void **ret_data, size_t *ret_bytes)
+{
+	size_t rb = tensor_type_row_bytes(type, (uint64_t)cols);
+	uint8_t *dst;
+
+	if (rb == 0 || rows <= 0)
+		return PRIVAI_EINVAL;
+	if ((dst = malloc(rb * (size_t)rows)) == NULL)
+		return PRIVAI_ENOMEM;
+	for (int64_t r = 0; r < rows; r++) {
+		if (tensor_quantize_row(type, src + r * cols, dst + (size_t)r * rb, (size_t)cols) < 0) {
+			free(dst);
+			return PRIVAI_EINVAL;
+		}
+	}
+	*ret_data = dst;
+	*ret_bytes = rb * (size_t)rows;
+	return PRIVAI_OK;
 }

@@ -48,7 +48,9 @@ worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct threadpool *p = w->pool;
-	unsigned seen = atomic_load_explicit(&p->generation, memory_order_acquire);
+	/* generation is 0 when workers are created; a job may be published
+	 * before this thread first runs, so do not read the counter here */
+	unsigned seen = 0;
 
 	for (;;) {
 		unsigned g;

@@ -53,6 +53,12 @@ int tensor_dequantize_row(uint32_t type, const void *src, float *dst, size_t n);
  * Returns 0, or -1 for any other target type. */
 int tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n);
 
+/* Quantize a rows x cols float matrix into a fresh buffer (*ret_data,
+ * *ret_bytes; caller frees).  PRIVAI_EINVAL when cols is not a whole
+ * number of blocks or the type has no quantizer, PRIVAI_ENOMEM. */
+int tensor_quantize_matrix(uint32_t type, const float *src, int64_t rows, int64_t cols,
+			   void **ret_data, size_t *ret_bytes);
+
 /* IEEE half and bfloat16 conversions (round to nearest even). */
 float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f);

@@ -28,3 +28,18 @@ int cmd_quantize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 
 #endif
+
+#include "privai/tokenizer.h"
+
+/* A loaded model with its tokenizer and (optionally) a context. */
+struct cli_engine {
+	struct engine_model *model;
+	struct tokenizer *tok;
+	struct engine_ctx *ctx;
+};
+
+/* Load model and tokenizer, and a context when cp is not NULL; reports
+ * errors itself.  Returns 0 or 1 (the exit status). */
+int cli_engine_open(const char *cmd, const char *path, const struct engine_ctx_params *cp,
+		    struct cli_engine *e);
+void cli_engine_close(struct cli_engine *e);

@@ -127,3 +127,37 @@ main(int argc, char **argv)
 	usage(stderr);
 	return 2;
 }
+
+int
+cli_engine_open(const char *cmd, const char *path, const struct engine_ctx_params *cp,
+		struct cli_engine *e)
+{
+	char err[PRIVAI_ERR_LEN];
+
+	memset(e, 0, sizeof(*e));
+	if (engine_model_load(path, &e->model, err) < 0)
+		return cli_error(cmd, "%s: %s", path, err);
+	if (tokenizer_load(e->model->file, &e->tok, err) < 0) {
+		cli_engine_close(e);
+		return cli_error(cmd, "%s: %s", path, err);
+	}
+	if (tokenizer_n_vocab(e->tok) != e->model->hp.n_vocab) {
+		cli_engine_close(e);
+		return cli_error(cmd, "%s: tokenizer has %d tokens but the embedding has %d rows", path,
+				 tokenizer_n_vocab(e->tok), e->model->hp.n_vocab);
+	}
+	if (cp != NULL && engine_ctx_new(e->model, cp, &e->ctx, err) < 0) {
+		cli_engine_close(e);
+		return cli_error(cmd, "%s", err);
+	}
+	return 0;
+}
+
+void
+cli_engine_close(struct cli_engine *e)
+{
+	engine_ctx_free(e->ctx);
+	tokenizer_free(e->tok);
+	engine_model_free(e->model);
+	memset(e, 0, sizeof(*e));
+}

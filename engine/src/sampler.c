@@ -1,0 +1,234 @@
+/*
+ * Sampling chain (the order llama.cpp and vLLM use): penalties over the
+ * recent tokens, top-k, softmax, top-p, min-p, temperature, then a draw.
+ * All buffers are allocated in sampler_new; sampling allocates nothing.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "privai/sampler.h"
+#include "privai/status.h"
+
+struct cand {
+	int32_t id;
+	float logit;
+	float p;
+};
+
+struct sampler {
+	struct sampler_params p;
+	int n_vocab;
+	struct cand *cand;   /* (n_vocab) */
+	int32_t *recent;     /* ring of the last repeat_last_n tokens */
+	int n_recent, recent_head;
+	int32_t *count;      /* (n_vocab) occurrences in the ring */
+	uint64_t rng;
+};
+
+void
+sampler_params_default(struct sampler_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->temperature = 0.8f;
+	p->top_k = 40;
+	p->top_p = 0.95f;
+	p->min_p = 0.05f;
+	p->repeat_penalty = 1.0f;
+	p->repeat_last_n = 64;
+}
+
+int
+sampler_params_validate(const struct sampler_params *p, char *err)
+{
+	if (!(p->temperature >= 0.0f) || p->temperature > 100.0f)
+		return privai_fail(err, PRIVAI_EINVAL, "temperature must be in [0, 100]");
+	if (p->top_k < 0)
+		return privai_fail(err, PRIVAI_EINVAL, "top_k must be >= 0");
+	if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+		return privai_fail(err, PRIVAI_EINVAL, "top_p must be in (0, 1]");
+	if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+		return privai_fail(err, PRIVAI_EINVAL, "min_p must be in [0, 1]");
+	if (!(p->repeat_penalty > 0.0f) || p->repeat_penalty > 10.0f)
+		return privai_fail(err, PRIVAI_EINVAL, "repeat_penalty must be in (0, 10]");
+	if (p->repeat_last_n < 0 || p->repeat_last_n > (1 << 20))
+		return privai_fail(err, PRIVAI_EINVAL, "repeat_last_n must be in [0, 1048576]");
+	if (!(fabsf(p->presence_penalty) <= 2.0f) || !(fabsf(p->frequency_penalty) <= 2.0f))
+		return privai_fail(err, PRIVAI_EINVAL, "presence and frequency penalties must be in [-2, 2]");
+	return PRIVAI_OK;
+}
+
+/* splitmix64: a seed of 0 is as good as any other */
+static uint64_t
+next_u64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static float
+next_unit(uint64_t *s)
+{
+	return (float)(next_u64(s) >> 40) / 16777216.0f; /* [0, 1) */
+}
+
+int
+sampler_new(const struct sampler_params *p, int n_vocab, struct sampler **ret)
+{
+	struct sampler *s = calloc(1, sizeof(*s));
+
+	if (s == NULL)
+		return PRIVAI_ENOMEM;
+	s->p = *p;
+	s->n_vocab = n_vocab;
+	s->cand = malloc((size_t)n_vocab * sizeof(*s->cand));
+	s->count = calloc((size_t)n_vocab, sizeof(int32_t));
+	s->recent = malloc((size_t)(p->repeat_last_n > 0 ? p->repeat_last_n : 1) * sizeof(int32_t));
+	if (s->cand == NULL || s->count == NULL || s->recent == NULL) {
+		sampler_free(s);
+		return PRIVAI_ENOMEM;
+	}
+	s->rng = p->seed;
+	*ret = s;
+	return PRIVAI_OK;
+}
+
+void
+sampler_free(struct sampler *s)
+{
+	if (s == NULL)
+		return;
+	free(s->cand);
+	free(s->count);
+	free(s->recent);
+	free(s);
+}
+
+void
+sampler_reset(struct sampler *s)
+{
+	memset(s->count, 0, (size_t)s->n_vocab * sizeof(int32_t));
+	s->n_recent = s->recent_head = 0;
+	s->rng = s->p.seed;
+}
+
+void
+sampler_accept(struct sampler *s, int32_t id)
+{
+	int cap = s->p.repeat_last_n;
+
+	if (cap == 0 || id < 0 || id >= s->n_vocab)
+		return;
+	if (s->n_recent == cap) {
+		s->count[s->recent[s->recent_head]]--;
+		s->recent[s->recent_head] = id;
+		s->recent_head = (s->recent_head + 1) % cap;
+	} else {
+		s->recent[(s->recent_head + s->n_recent) % cap] = id;
+		s->n_recent++;
+	}
+	s->count[id]++;
+}
+
+static int
+cmp_cand_desc(const void *a, const void *b)
+{
+	float x = ((const struct cand *)a)->logit, y = ((const struct cand *)b)->logit;
+
+	return (x < y) - (x > y);
+}
+
+/* Move the k largest candidates to the front, in order. */
+static void
+partial_sort(struct cand *c, int n, int k)
+{
+	int lo = 0, hi = n - 1;
+
+	while (lo < hi) { /* quickselect for the k-th largest */
+		float pivot = c[(lo + hi) / 2].logit;
+		int i = lo, j = hi;
+		while (i <= j) {
+			while (c[i].logit > pivot)
+				i++;
+			while (c[j].logit < pivot)
+				j--;
+			if (i <= j) {
+				struct cand t = c[i];
+				c[i++] = c[j];
+				c[j--] = t;
+			}
+		}
+		if (k - 1 <= j)
+			hi = j;
+		else if (k - 1 >= i)
+			lo = i;
+		else
+			break;
+	}
+	qsort(c, (size_t)k, sizeof(*c), cmp_cand_desc);
+}
+
+int32_t
+sampler_sample(struct sampler *s, const float *logits)
+{
+	const struct sampler_params *p = &s->p;
+	int n = s->n_vocab;
+
+	for (int i = 0; i < n; i++) {
+		float l = logits[i];
+		int32_t c = s->count[i];
+		if (c > 0) {
+			l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+			l -= (float)c * p->frequency_penalty + p->presence_penalty;
+		}
+		s->cand[i] = (struct cand){ i, l, 0.0f };
+	}
+	if (p->temperature <= 0.0f) {
+		int best = 0;
+		for (int i = 1; i < n; i++)
+			if (s->cand[i].logit > s->cand[best].logit)
+				best = i;
+		return s->cand[best].id;
+	}
+	int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+	partial_sort(s->cand, n, k);
+	n = k;
+	/* softmax at temperature 1 for the p-based filters */
+	float max = s->cand[0].logit, sum = 0.0f;
+	for (int i = 0; i < n; i++) {
+		s->cand[i].p = expf(s->cand[i].logit - max);
+		sum += s->cand[i].p;
+	}
+	float cum = 0.0f;
+	int keep = n;
+	for (int i = 0; i < n; i++) {
+		s->cand[i].p /= sum;
+		cum += s->cand[i].p;
+		if (cum >= p->top_p && i + 1 < keep) {
+			keep = i + 1;
+			break;
+		}
+	}
+	n = keep;
+	for (int i = 1; i < n; i++)
+		if (s->cand[i].p < p->min_p * s->cand[0].p) {
+			n = i;
+			break;
+		}
+	/* temperature, renormalised over what is left */
+	sum = 0.0f;
+	for (int i = 0; i < n; i++) {
+		s->cand[i].p = expf((s->cand[i].logit - max) / p->temperature);
+		sum += s->cand[i].p;
+	}
+	float r = next_unit(&s->rng) * sum;
+	for (int i = 0; i < n; i++) {
+		r -= s->cand[i].p;
+		if (r < 0.0f)
+			return s->cand[i].id;
+	}
+	return s->cand[n - 1].id;
+}
