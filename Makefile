@@ -63,11 +63,19 @@ PROMPT ?= Private AI keeps data on premises.
 run: $(ENGINE_BIN) $(DEMO_MODEL)
 	$(ENGINE_BIN) run -m $(MODEL) -i -n 64 -p "$(PROMPT)"
 
+# `make test`: the plain build and the ASan+UBSan build, every suite on
+# both, then the fuzzer.  `make test SAN=1`: the sanitizer build alone.
+ifeq ($(SAN),1)
 test: all $(DEMO_MODEL)
-	@BUILD=$(BUILD) SAN=$(SAN) tests/run-all.sh
+	@BUILDS=$(BUILD) SKIP_FUZZ=1 tests/run-all.sh
+else
+test: all $(DEMO_MODEL)
+	@$(MAKE) --no-print-directory SAN=1 all build-san/demo/privai-demo.gguf >/dev/null
+	@BUILDS="$(BUILD) build-san" tests/run-all.sh
+endif
 
-FUZZ_SECONDS ?= 60
-fuzz: | $(DEPS_STAMP)
+FUZZ_SECONDS ?= 300
+fuzz: all | $(DEPS_STAMP)
 	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh
 
 bench: $(ENGINE_BIN)

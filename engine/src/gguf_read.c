@@ -90,7 +90,7 @@ rd_str(struct cursor *c, char **ret, const char *what)
 		return r;
 	if (len > c->size - c->pos)
 		return privai_fail(c->err, PRIVAI_EFORMAT,
-				   "%s at offset %zu has length %llu beyond the end of the file",
+				   "truncated or corrupt file: %s at offset %zu has length %llu, beyond the end of the file",
 				   what, at, (unsigned long long)len);
 	char *s = malloc(len + 1);
 	if (s == NULL)
@@ -124,7 +124,7 @@ rd_array(struct cursor *c, struct gguf_kv *kv)
 	size_t min_elem = kv->arr_type == GGUF_STRING ? 8 : vtype_size[kv->arr_type];
 	if (kv->arr_n > (c->size - c->pos) / min_elem)
 		return privai_fail(c->err, PRIVAI_EFORMAT,
-				   "key '%s' at offset %zu: array of %llu %s elements exceeds the file",
+				   "truncated or corrupt file: key '%s' at offset %zu: array of %llu %s elements exceeds the file",
 				   kv->key, at, (unsigned long long)kv->arr_n,
 				   gguf_vtype_name(kv->arr_type));
 	if (kv->arr_type == GGUF_STRING) {
@@ -295,7 +295,7 @@ read_tensors(struct cursor *c, struct gguf_file *f)
 	uint64_t data = (c->pos + a - 1) / a * a;
 	if (data > c->size && f->n_tensors > 0)
 		return privai_fail(c->err, PRIVAI_EFORMAT,
-				   "truncated file: data section would start at %llu, file has %zu bytes",
+				   "truncated file: data section would start at offset %llu, file has %zu bytes",
 				   (unsigned long long)data, c->size);
 	f->data_offset = data;
 	uint64_t avail = data <= c->size ? c->size - data : 0;
@@ -341,8 +341,9 @@ parse(struct gguf_file *f, char *err)
 	if (f->n_kv > (c.size - c.pos) / 12 || f->n_tensors > MAX_TENSORS ||
 	    f->n_tensors > (c.size - c.pos) / 24)
 		return privai_fail(err, PRIVAI_EFORMAT,
-				   "header claims %llu tensors and %llu metadata keys, more than the file can hold",
-				   (unsigned long long)f->n_tensors, (unsigned long long)f->n_kv);
+				   "header at offset 8 claims %llu tensors and %llu metadata keys, more than "
+				   "the %zu bytes of the file can hold",
+				   (unsigned long long)f->n_tensors, (unsigned long long)f->n_kv, c.size);
 	f->kv = calloc(f->n_kv ? f->n_kv : 1, sizeof(*f->kv));
 	f->tensors = calloc(f->n_tensors ? f->n_tensors : 1, sizeof(*f->tensors));
 	f->tensor_order = calloc(f->n_tensors ? f->n_tensors : 1, sizeof(uint32_t));

@@ -79,6 +79,7 @@ engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p,
 	nth = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (nth < 1)
 		nth = 1;
+	c->n_threads = nth;
 	if ((r = compute_cpu_new(nth, &c->compute)) < 0) {
 		engine_ctx_free(c);
 		return privai_fail(err, r, "cannot start %d compute threads", nth);

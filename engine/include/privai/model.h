@@ -75,6 +75,7 @@ struct engine_ctx {
 	const struct engine_model *model;
 	struct compute *compute;
 	int n_ctx, n_batch;
+	int n_threads;
 	int n_past;        /* tokens already in the KV cache */
 	float *k_cache;    /* (n_layer, n_ctx, n_head_kv * head_dim) */
 	float *v_cache;    /* same */

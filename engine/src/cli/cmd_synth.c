@@ -1,2 +1,259 @@
+/*
+ * privai-engine synth: write a model with random weights and a real
+ * tokenizer, of any llama-family shape, so tests and benchmarks can use a
+ * 1B-class model without downloading one.  The tokenizer is copied from
+ * another GGUF (--vocab-from) or is the project's own demo tokenizer.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli.h"
-int cmd_synth(int argc, char **argv) { (void)argc; (void)argv; return cli_error("synth", "not built yet"); }
+#include "demo_vocab.h"
+#include "privai/tensor_type.h"
+
+struct synth {
+	const char *out, *vocab_from, *arch;
+	int dim, layers, heads, kv_heads, ff, ctx, vocab, tied, seed;
+	float rope_base;
+	char type[16];
+	uint64_t rng;
+};
+
+static double
+gauss(uint64_t *s)
+{
+	uint64_t a = (*s += 0x9e3779b97f4a7c15ULL), b;
+
+	a = (a ^ (a >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	a = (a ^ (a >> 27)) * 0x94d049bb133111ebULL;
+	a ^= a >> 31;
+	b = a * 0x2545f4914f6cdd1dULL;
+	double u1 = ((a >> 11) + 1.0) / 9007199254740993.0, u2 = (b >> 11) / 9007199254740992.0;
+	return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* Q4_K_M's mix: a few sensitive matrices get 6 bits (llama.cpp's rule). */
+static uint32_t
+type_for(const struct synth *s, const char *name, int layer)
+{
+	if (strcmp(s->type, "Q4_K_M") == 0) {
+		int n = s->layers;
+		int more = layer >= 0 && (layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2);
+		if (strcmp(name, "output.weight") == 0)
+			return TT_Q6_K;
+		if ((strstr(name, "attn_v") || strstr(name, "ffn_down")) && more)
+			return TT_Q6_K;
+		return TT_Q4_K;
+	}
+	for (uint32_t t = 0; t < TT_COUNT; t++)
+		if (tensor_type_get(t) != NULL && strcasecmp(s->type, tensor_type_name(t)) == 0)
+			return t;
+	return TT_COUNT;
+}
+
+static int
+add_matrix(struct synth *s, struct gguf_writer *w, const char *name, int layer, int64_t cols,
+	   int64_t rows, float stddev, char *err)
+{
+	uint32_t t = type_for(s, name, layer);
+	float *f = malloc((size_t)(cols * rows) * sizeof(float));
+	void *q = NULL;
+	size_t qb;
+	uint64_t ne[2] = { (uint64_t)cols, (uint64_t)rows };
+	int r;
+
+	if (f == NULL)
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for '%s'", name);
+	for (int64_t i = 0; i < cols * rows; i++)
+		f[i] = (float)(gauss(&s->rng) * stddev);
+	if (cols % tensor_type_get(t)->block_elems != 0)
+		t = TT_F16; /* a row too short for the blocks: keep it exact */
+	r = tensor_quantize_matrix(t, f, rows, cols, &q, &qb);
+	free(f);
+	if (r == 0)
+		r = gguf_writer_add_tensor(w, name, t, 2, ne, q);
+	free(q);
+	return r < 0 ? privai_fail(err, r, "cannot write tensor '%s' as %s", name, tensor_type_name(t)) : 0;
+}
+
+static int
+add_vector(struct gguf_writer *w, const char *name, int64_t n, float value, char *err)
+{
+	float *f = malloc((size_t)n * sizeof(float));
+	uint64_t ne[1] = { (uint64_t)n };
+	int r;
+
+	if (f == NULL)
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+	for (int64_t i = 0; i < n; i++)
+		f[i] = value;
+	r = gguf_writer_add_tensor(w, name, TT_F32, 1, ne, f);
+	free(f);
+	return r < 0 ? privai_fail(err, r, "cannot write tensor '%s'", name) : 0;
+}
+
+static int
+add_metadata(struct synth *s, struct gguf_writer *w, char *err)
+{
+	char key[96];
+	int r = 0;
+
+#define KEY(suffix) (snprintf(key, sizeof(key), "%s." suffix, s->arch), key)
+	r |= gguf_writer_set_str(w, "general.architecture", s->arch);
+	r |= gguf_writer_set_str(w, "general.name", "privai-synthetic");
+	r |= gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)s->ctx);
+	r |= gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)s->dim);
+	r |= gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)s->layers);
+	r |= gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)s->ff);
+	r |= gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)s->heads);
+	r |= gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->kv_heads);
+	r |= gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
+	r |= gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+	r |= gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)s->vocab);
+#undef KEY
+	return r ? privai_fail(err, PRIVAI_EINVAL, "cannot write metadata") : 0;
+}
+
+static int
+copy_vocab(struct synth *s, struct gguf_writer *w, char *err)
+{
+	struct gguf_file *f;
+	int r;
+
+	if (s->vocab_from == NULL) {
+		if (demo_vocab_write(w, s->vocab, &s->vocab) < 0)
+			return privai_fail(err, PRIVAI_ENOMEM, "cannot build the demo tokenizer");
+		return 0;
+	}
+	if ((r = gguf_open(s->vocab_from, &f, err)) < 0)
+		return r;
+	for (uint64_t i = 0; i < f->n_kv; i++) {
+		if (strncmp(f->kv[i].key, "tokenizer.", 10) != 0)
+			continue;
+		if ((r = gguf_writer_set_kv(w, &f->kv[i])) < 0)
+			break;
+		if (strcmp(f->kv[i].key, "tokenizer.ggml.tokens") == 0)
+			s->vocab = (int)f->kv[i].arr_n;
+	}
+	gguf_close(f);
+	if (r == 0 && s->vocab == 0)
+		r = privai_fail(err, PRIVAI_EFORMAT, "%s has no tokenizer.ggml.tokens", s->vocab_from);
+	return r < 0 ? privai_fail(err, r, "cannot copy the tokenizer of %s", s->vocab_from) : 0;
+}
+
+static int
+build(struct synth *s, char *err)
+{
+	struct gguf_writer *w;
+	int64_t hd = s->dim / s->heads, kvd = hd * s->kv_heads;
+	float sd = 1.0f / sqrtf((float)s->dim), sd_ff = 1.0f / sqrtf((float)s->ff);
+	char name[96];
+	int r;
+
+	if (gguf_writer_new(&w) < 0)
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+	if ((r = copy_vocab(s, w, err)) < 0 || (r = add_metadata(s, w, err)) < 0 ||
+	    (r = add_matrix(s, w, "token_embd.weight", -1, s->dim, s->vocab, 1.0f, err)) < 0 ||
+	    (r = add_vector(w, "output_norm.weight", s->dim, 1.0f, err)) < 0 ||
+	    (!s->tied && (r = add_matrix(s, w, "output.weight", -1, s->dim, s->vocab, sd, err)) < 0))
+		goto out;
+	for (int l = 0; l < s->layers; l++) {
+#define NM(x) (snprintf(name, sizeof(name), "blk.%d." x, l), name)
+		if ((r = add_vector(w, NM("attn_norm.weight"), s->dim, 1.0f, err)) < 0 ||
+		    (r = add_matrix(s, w, NM("attn_q.weight"), l, s->dim, s->dim, sd, err)) < 0 ||
+		    (r = add_matrix(s, w, NM("attn_k.weight"), l, s->dim, kvd, sd, err)) < 0 ||
+		    (r = add_matrix(s, w, NM("attn_v.weight"), l, s->dim, kvd, sd, err)) < 0 ||
+		    (r = add_matrix(s, w, NM("attn_output.weight"), l, s->dim, s->dim, sd, err)) < 0 ||
+		    (r = add_vector(w, NM("ffn_norm.weight"), s->dim, 1.0f, err)) < 0 ||
+		    (r = add_matrix(s, w, NM("ffn_gate.weight"), l, s->dim, s->ff, sd, err)) < 0 ||
+		    (r = add_matrix(s, w, NM("ffn_up.weight"), l, s->dim, s->ff, sd, err)) < 0 ||
+		    (r = add_matrix(s, w, NM("ffn_down.weight"), l, s->ff, s->dim, sd_ff, err)) < 0)
+			goto out;
+		if (strcmp(s->arch, "qwen2") == 0 &&
+		    ((r = add_vector(w, NM("attn_q.bias"), s->dim, 0.01f, err)) < 0 ||
+		     (r = add_vector(w, NM("attn_k.bias"), kvd, 0.01f, err)) < 0 ||
+		     (r = add_vector(w, NM("attn_v.bias"), kvd, 0.01f, err)) < 0))
+			goto out;
+#undef NM
+	}
+	r = gguf_writer_write(w, s->out, err);
+out:
+	gguf_writer_free(w);
+	return r;
+}
+
+static void
+usage(void)
+{
+	puts("usage: privai-engine synth -o OUT.gguf [options]\n"
+	     "  --demo               the embedded demo model (small, own tokenizer)\n"
+	     "  --arch llama|qwen2   (default llama)\n"
+	     "  --dim N --layers N --heads N --kv-heads N --ff N --ctx N\n"
+	     "  --vocab N            demo tokenizer padded to N tokens\n"
+	     "  --vocab-from GGUF    copy the tokenizer of another model\n"
+	     "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M (default Q8_0)\n"
+	     "  --rope-base F --tied --seed N\n"
+	     "Llama-3.2-1B's shape: --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 --vocab 32000");
+}
+
+int
+cmd_synth(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "demo", no_argument, NULL, 'D' }, { "arch", required_argument, NULL, 'a' },
+		{ "dim", required_argument, NULL, 1 }, { "layers", required_argument, NULL, 2 },
+		{ "heads", required_argument, NULL, 3 }, { "kv-heads", required_argument, NULL, 4 },
+		{ "ff", required_argument, NULL, 5 }, { "ctx", required_argument, NULL, 6 },
+		{ "vocab", required_argument, NULL, 7 }, { "vocab-from", required_argument, NULL, 8 },
+		{ "type", required_argument, NULL, 9 }, { "rope-base", required_argument, NULL, 10 },
+		{ "tied", no_argument, NULL, 11 }, { "seed", required_argument, NULL, 12 },
+		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+	};
+	struct synth s = { .arch = "llama", .dim = 256, .layers = 4, .heads = 8, .kv_heads = 4,
+			   .ff = 768, .ctx = 4096, .rope_base = 10000.0f, .type = "Q8_0" };
+	char err[PRIVAI_ERR_LEN];
+	int c, bad = 0;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1 && !bad) {
+		switch (c) {
+		case 'o': s.out = optarg; break;
+		case 'D': break; /* the defaults are the demo model */
+		case 'a': s.arch = optarg; break;
+		case 1: bad = cli_parse_int("synth", "--dim", optarg, 32, 65536, &s.dim); break;
+		case 2: bad = cli_parse_int("synth", "--layers", optarg, 1, 1024, &s.layers); break;
+		case 3: bad = cli_parse_int("synth", "--heads", optarg, 1, 1024, &s.heads); break;
+		case 4: bad = cli_parse_int("synth", "--kv-heads", optarg, 1, 1024, &s.kv_heads); break;
+		case 5: bad = cli_parse_int("synth", "--ff", optarg, 32, 1 << 20, &s.ff); break;
+		case 6: bad = cli_parse_int("synth", "--ctx", optarg, 16, 1 << 22, &s.ctx); break;
+		case 7: bad = cli_parse_int("synth", "--vocab", optarg, 0, 1 << 20, &s.vocab); break;
+		case 8: s.vocab_from = optarg; break;
+		case 9: snprintf(s.type, sizeof(s.type), "%s", optarg); break;
+		case 10: bad = cli_parse_float("synth", "--rope-base", optarg, &s.rope_base); break;
+		case 11: s.tied = 1; break;
+		case 12: bad = cli_parse_int("synth", "--seed", optarg, 0, 0x7fffffff, &s.seed); break;
+		case 'h': usage(); return 0;
+		default: return 2;
+		}
+	}
+	if (bad)
+		return 1;
+	if (s.out == NULL)
+		return cli_error("synth", "needs -o OUT.gguf (see --help)");
+	if (strcmp(s.arch, "llama") != 0 && strcmp(s.arch, "qwen2") != 0)
+		return cli_error("synth", "--arch must be llama or qwen2");
+	if (s.dim % s.heads != 0 || s.heads % s.kv_heads != 0 || (s.dim / s.heads) % 2 != 0)
+		return cli_error("synth", "--dim must divide into --heads of even size, and --heads by --kv-heads");
+	if (strcmp(s.type, "Q4_K_M") != 0 && (type_for(&s, "", -1) == TT_COUNT ||
+	    tensor_quantize_row(type_for(&s, "", -1), NULL, NULL, 0) < 0))
+		return cli_error("synth", "--type '%s' cannot be written (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M)", s.type);
+	s.rng = (uint64_t)s.seed * 0x9e3779b97f4a7c15ULL + 1;
+	if (build(&s, err) < 0)
+		return cli_error("synth", "%s", err);
+	fprintf(stderr, "synth: wrote %s (%s, dim %d, %d layers, %d/%d heads, ff %d, vocab %d, %s)\n",
+		s.out, s.arch, s.dim, s.layers, s.heads, s.kv_heads, s.ff, s.vocab, s.type);
+	return 0;
+}

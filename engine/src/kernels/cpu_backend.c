@@ -289,9 +289,14 @@ choose_kernels(void)
 {
 	const char *force = getenv("PRIVAI_SIMD");
 
+	const struct cpu_kernels *best = cpu_kernels_get();
+
+	/* PRIVAI_SIMD=scalar|avx2 caps the level (for tests and comparisons) */
 	if (force != NULL && strcmp(force, "scalar") == 0)
 		return cpu_kernels_scalar();
-	return cpu_kernels_get();
+	if (force != NULL && strcmp(force, "avx2") == 0 && strcmp(best->name, "avx512-vnni") == 0)
+		return cpu_kernels_avx2();
+	return best;
 }
 
 const char *

@@ -303,21 +303,56 @@ static const struct cpu_kernels k_avx512 = {
 #endif
 
 const struct cpu_kernels *
+cpu_kernels_avx2(void)
+{
+#if defined(__x86_64__)
+	return &k_avx2;
+#else
+	return &k_scalar;
+#endif
+}
+
+const struct cpu_kernels *
 cpu_kernels_scalar(void)
 {
 	return &k_scalar;
 }
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+/* CPUID and XGETBV: the instruction set and whether the OS saves its
+ * registers (a hypervisor may hide AVX-512 state even on a capable CPU). */
+static void
+detect(int *avx2, int *avx512)
+{
+	unsigned a, b, c, d, c1;
+	uint64_t xcr0 = 0;
+
+	*avx2 = *avx512 = 0;
+	if (!__get_cpuid(1, &a, &b, &c1, &d) || !(c1 & (1u << 27))) /* OSXSAVE */
+		return;
+	__asm__ volatile("xgetbv" : "=a"(a), "=d"(d) : "c"(0));
+	xcr0 = ((uint64_t)d << 32) | a;
+	if ((xcr0 & 6) != 6 || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
+		return;
+	int fma = (c1 >> 12) & 1, f16c = (c1 >> 29) & 1;
+	*avx2 = ((b >> 5) & 1) && fma && f16c;
+	*avx512 = *avx2 && (xcr0 & 0xe0) == 0xe0 && ((b >> 16) & 1) /* F */ && ((b >> 30) & 1) /* BW */ &&
+		  ((b >> 31) & 1) /* VL */ && ((c >> 11) & 1) /* VNNI */;
+}
+#endif
+
 const struct cpu_kernels *
 cpu_kernels_get(void)
 {
 #if defined(__x86_64__)
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+	int avx2, avx512;
+
+	detect(&avx2, &avx512);
+	if (avx512)
 		return &k_avx512;
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	    __builtin_cpu_supports("f16c"))
+	if (avx2)
 		return &k_avx2;
 #endif
 	return &k_scalar;

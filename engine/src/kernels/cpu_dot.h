@@ -35,5 +35,7 @@ struct cpu_kernels {
 const struct cpu_kernels *cpu_kernels_get(void);
 /* The portable kernels (for tests comparing SIMD with scalar). */
 const struct cpu_kernels *cpu_kernels_scalar(void);
+/* The AVX2 kernels; only valid where cpu_kernels_get() picked AVX2 or better. */
+const struct cpu_kernels *cpu_kernels_avx2(void);
 
 #endif

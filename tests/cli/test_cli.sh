@@ -1,0 +1,88 @@
+#!/bin/sh
+# privai-engine as a user meets it: every subcommand on the demo model and
+# on models this script writes, and the errors bad input must get (a clear
+# message and a non-zero exit, never a crash).
+set -u
+BUILD=${BUILD:-build}
+E=$BUILD/privai-engine
+DEMO=$BUILD/demo/privai-demo.gguf
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0
+fail=0
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+
+# expect_fail NAME PATTERN CMD...: non-zero exit (not a signal) and PATTERN on stderr
+expect_fail() {
+	name=$1 pat=$2
+	shift 2
+	"$@" >"$T/out" 2>"$T/err"
+	rc=$?
+	if [ $rc -eq 0 ] || [ $rc -gt 125 ]; then
+		bad "$name: exit $rc"
+	elif ! grep -q -- "$pat" "$T/err"; then
+		bad "$name: stderr lacks '$pat': $(cat "$T/err")"
+	else
+		ok
+	fi
+}
+
+# demo model: generation is deterministic per seed and differs across seeds
+a=$("$E" run -m "$DEMO" -p "Private data" -n 24 -s 7 2>/dev/null)
+b=$("$E" run -m "$DEMO" -p "Private data" -n 24 -s 7 2>/dev/null)
+c=$("$E" run -m "$DEMO" -p "Private data" -n 24 -s 8 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "same seed gave different text"
+[ "$a" != "$c" ] && ok || bad "different seeds gave the same text"
+g1=$("$E" run -m "$DEMO" -p "hello world" -n 16 --temp 0 2>/dev/null)
+g2=$("$E" run -m "$DEMO" -p "hello world" -n 16 --temp 0 -t 1 2>/dev/null)
+[ "$g1" = "$g2" ] && ok || bad "greedy output depends on the thread count"
+printf 'the model\nthe data\n' | "$E" run -m "$DEMO" -p "hello" -n 8 -i >"$T/chat" 2>/dev/null
+[ "$(wc -l <"$T/chat")" -eq 3 ] && ok || bad "interactive mode did not answer each line"
+
+ids=$("$E" tokenize -m "$DEMO" "the data keeps")
+[ -n "$ids" ] && ok || bad "tokenize printed nothing"
+"$E" info -m "$DEMO" >"$T/info" && grep -q "architecture:   llama" "$T/info" && grep -q "KV cache" "$T/info" && ok || bad "info"
+
+"$E" eval -m "$DEMO" --prompt-ids "$(echo "$ids" | tr ' ' ',')" --dump-logits "$T/l.f32" && ok || bad "eval"
+n=$(echo "$ids" | wc -w)
+vocab=$(sed -n 's/^vocabulary: *\([0-9]*\).*/\1/p' "$T/info")
+[ "$(stat -c %s "$T/l.f32")" -eq $((n * vocab * 4)) ] && ok || bad "eval wrote the wrong number of logits"
+
+"$E" bench -m "$DEMO" -p 16 -n 4 -r 1 --json --no-bandwidth >"$T/bench" && grep -q '"pp_tokens_per_s"' "$T/bench" &&
+	grep -q '"tg_tokens_per_s"' "$T/bench" && ok || bad "bench --json"
+
+# synthetic models of both architectures, quantized, actually run
+"$E" synth -o "$T/f16.gguf" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type F16 2>/dev/null && ok || bad "synth F16"
+for q in Q8_0 Q4_0 Q4_K Q6_K; do
+	"$E" quantize "$T/f16.gguf" "$T/$q.gguf" $q && "$E" run -m "$T/$q.gguf" -p "the" -n 4 >/dev/null 2>&1 &&
+		"$E" info -m "$T/$q.gguf" | grep -q "$q x" && ok || bad "quantize to $q"
+done
+"$E" synth -o "$T/qwen2.gguf" --arch qwen2 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 --type Q4_K_M 2>/dev/null &&
+	"$E" run -m "$T/qwen2.gguf" -p "the" -n 4 >/dev/null 2>&1 && ok || bad "qwen2 with Q4_K_M"
+
+# bad input
+expect_fail "missing file" "cannot open" "$E" run -m "$T/none.gguf" -p hi
+head -c 5000 "$DEMO" >"$T/trunc.gguf"
+expect_fail "truncated file" "truncated" "$E" run -m "$T/trunc.gguf" -p hi
+printf 'GGML' | dd of="$T/magic.gguf" bs=1 count=4 conv=notrunc 2>/dev/null
+cat "$DEMO" >>"$T/magic.gguf"
+expect_fail "bad magic" "not a GGUF file" "$E" info -m "$T/magic.gguf"
+: >"$T/empty.gguf"
+expect_fail "empty file" "empty" "$E" info -m "$T/empty.gguf"
+expect_fail "directory" "not a regular file" "$E" info -m "$T"
+expect_fail "prompt longer than context" "does not fit" "$E" run -m "$DEMO" -c 16 -p "$(printf 'the data %.0s' $(seq 1 40))"
+expect_fail "eval prompt longer than context" "longer than" "$E" eval -m "$DEMO" --prompt-ids "$(seq -s, 1 5000)" --dump-logits "$T/x"
+expect_fail "token id outside vocab" "outside the vocabulary" "$E" eval -m "$DEMO" --prompt-ids 1,999999 --dump-logits "$T/x"
+expect_fail "bad ids" "comma-separated" "$E" eval -m "$DEMO" --prompt-ids 1,x --dump-logits "$T/x"
+expect_fail "top-p out of range" "top_p" "$E" run -m "$DEMO" -p hi --top-p 2
+expect_fail "n not a number" "integer" "$E" run -m "$DEMO" -p hi -n lots
+expect_fail "quantize target" "cannot quantize" "$E" quantize "$DEMO" "$T/o.gguf" Q2_K
+expect_fail "unknown command" "unknown command" "$E" frobnicate
+expect_fail "synth bad shape" "divide" "$E" synth -o "$T/s.gguf" --dim 100 --heads 3
+expect_fail "invalid utf-8 prompt" "invalid UTF-8" "$E" tokenize -m "$DEMO" "$(printf 'a\377b')"
+
+echo "cli: $pass checks"
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

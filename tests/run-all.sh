@@ -1,0 +1,52 @@
+#!/bin/sh
+# Run every suite and print one closing line "N passed, N failed" summing
+# the suites' own counts.  BUILDS lists the build trees to test (the plain
+# one and the ASan+UBSan one in `make test`); the fuzzer runs once.
+# FUZZ_SECONDS bounds it (default 30).
+set -u
+BUILDS=${BUILDS:-${BUILD:-build}}
+total_pass=0
+total_fail=0
+failed_suites=""
+
+run_suite() {
+	name=$1
+	shift
+	echo "== $name"
+	out=$("$@" 2>&1)
+	rc=$?
+	echo "$out" | grep -v '^[0-9]* passed, [0-9]* failed' | sed 's/^/   /' | tail -40
+	line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
+	p=$(echo "$line" | sed -n 's/^\([0-9]*\) passed.*/\1/p')
+	f=$(echo "$line" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')
+	if [ -z "$line" ]; then
+		p=0
+		f=1
+		echo "   (no summary line; exit $rc)"
+	elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		f=1 # a crash after the summary still counts
+		echo "   (exit $rc)"
+	fi
+	echo "   $line"
+	total_pass=$((total_pass + p))
+	total_fail=$((total_fail + f))
+	[ "$f" -ne 0 ] && failed_suites="$failed_suites $name"
+	return 0
+}
+
+for BUILD in $BUILDS; do
+	export BUILD
+	for t in "$BUILD"/tests/test_*; do
+		run_suite "$BUILD/$(basename "$t")" "$t"
+	done
+	run_suite "$BUILD/cli" tests/cli/test_cli.sh
+done
+if [ "${SKIP_FUZZ:-}" != "1" ]; then
+	BUILD=$(echo $BUILDS | cut -d' ' -f1)
+	export BUILD
+	run_suite fuzz tests/fuzz/run.sh
+fi
+
+[ -n "$failed_suites" ] && echo "failed suites:$failed_suites"
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]

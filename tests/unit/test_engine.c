@@ -1,0 +1,273 @@
+/*
+ * Engine pieces that need no fixtures: the sampler, the streaming
+ * detokenizer, the thread pool, and the refusals a bad model or prompt gets
+ * (unknown architecture and weight type named, context overflow).
+ */
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "testlib.h"
+#include "privai/gguf.h"
+#include "privai/model.h"
+#include "privai/sampler.h"
+#include "privai/tensor_type.h"
+#include "privai/threadpool.h"
+#include "privai/tokenizer.h"
+
+static void
+test_sampler(void)
+{
+	enum { V = 1000 };
+	static float logits[V];
+	struct sampler_params p;
+	struct sampler *a, *b, *g;
+	char err[PRIVAI_ERR_LEN];
+
+	for (int i = 0; i < V; i++)
+		logits[i] = (float)((i * 37) % 101) / 10.0f;
+	logits[123] = 20;
+	sampler_params_default(&p);
+	p.temperature = 0;
+	sampler_new(&p, V, &g);
+	CHECK(sampler_sample(g, logits) == 123, "greedy is argmax");
+	p.repeat_penalty = 100;
+	sampler_free(g);
+	sampler_new(&p, V, &g);
+	sampler_accept(g, 123);
+	CHECK(sampler_sample(g, logits) != 123, "repeat penalty moves greedy off a repeated token");
+	sampler_free(g);
+
+	sampler_params_default(&p);
+	p.temperature = 1.5f;
+	p.top_k = 0;
+	p.top_p = 1;
+	p.min_p = 0;
+	p.seed = 99;
+	sampler_new(&p, V, &a);
+	sampler_new(&p, V, &b);
+	int same = 1, differs = 0;
+	int32_t first[64];
+	for (int i = 0; i < 64; i++) {
+		first[i] = sampler_sample(a, logits);
+		same &= first[i] == sampler_sample(b, logits);
+	}
+	CHECK(same, "same seed, same tokens");
+	sampler_free(b);
+	p.seed = 100;
+	sampler_new(&p, V, &b);
+	for (int i = 0; i < 64; i++)
+		differs |= first[i] != sampler_sample(b, logits);
+	CHECK(differs, "another seed, other tokens");
+	sampler_reset(a);
+	CHECK(sampler_sample(a, logits) == first[0], "reset restarts the stream");
+	sampler_free(a);
+	sampler_free(b);
+
+	p.top_k = 1;
+	sampler_new(&p, V, &a);
+	CHECK(sampler_sample(a, logits) == 123, "top_k 1 is greedy");
+	sampler_free(a);
+	p.top_k = 0;
+	p.min_p = 0.5f; /* 123 is e^10 more likely than anything else */
+	sampler_new(&p, V, &a);
+	int all = 1;
+	for (int i = 0; i < 50; i++)
+		all &= sampler_sample(a, logits) == 123;
+	CHECK(all, "min_p cuts the tail");
+	sampler_free(a);
+
+	sampler_params_default(&p);
+	p.top_p = 0;
+	CHECK(sampler_params_validate(&p, err) < 0 && strstr(err, "top_p"), "top_p 0 refused");
+	sampler_params_default(&p);
+	p.temperature = -1;
+	CHECK(sampler_params_validate(&p, err) < 0 && strstr(err, "temperature"), "negative temperature refused");
+}
+
+static void
+job(void *ctx, int ith, int nth)
+{
+	atomic_int *sum = ctx;
+
+	atomic_fetch_add(sum, ith + 1 + 100 * nth);
+}
+
+static void
+test_threadpool(void)
+{
+	struct threadpool *p;
+	atomic_int sum = 0;
+
+	CHECK(threadpool_new(3, &p) == 0, "pool of 3");
+	for (int i = 0; i < 2000; i++)
+		threadpool_run(p, job, &sum);
+	CHECK(atomic_load(&sum) == 2000 * (1 + 2 + 3 + 300 * 3), "every thread ran every job");
+	usleep(300000); /* let workers fall asleep, then wake them */
+	threadpool_run(p, job, &sum);
+	CHECK(atomic_load(&sum) == 2001 * (1 + 2 + 3 + 300 * 3), "sleeping workers wake");
+	threadpool_free(p);
+	CHECK(threadpool_new(0, &p) == PRIVAI_EINVAL, "zero threads refused");
+}
+
+/* A tiny model written with the writer, with one thing varied. */
+static int
+write_model(const char *path, const char *arch, uint32_t wtype)
+{
+	struct gguf_writer *w;
+	char err[PRIVAI_ERR_LEN], name[64];
+	const char *toks[260];
+	char bytes[256][8];
+	int32_t types[260];
+	float scores[260] = { 0 };
+	int r = 0, dim = 64, ff = 128, V = 260;
+
+	gguf_writer_new(&w);
+	r |= gguf_writer_set_str(w, "general.architecture", arch);
+	snprintf(name, sizeof(name), "%s.embedding_length", arch);
+	r |= gguf_writer_set_u32(w, name, (uint32_t)dim);
+	snprintf(name, sizeof(name), "%s.block_count", arch);
+	r |= gguf_writer_set_u32(w, name, 1);
+	snprintf(name, sizeof(name), "%s.attention.head_count", arch);
+	r |= gguf_writer_set_u32(w, name, 4);
+	snprintf(name, sizeof(name), "%s.feed_forward_length", arch);
+	r |= gguf_writer_set_u32(w, name, (uint32_t)ff);
+	snprintf(name, sizeof(name), "%s.context_length", arch);
+	r |= gguf_writer_set_u32(w, name, 32);
+	toks[0] = "<unk>";
+	toks[1] = "<s>";
+	toks[2] = "</s>";
+	toks[3] = "\xe2\x96\x81";
+	types[0] = 2;
+	types[1] = types[2] = 3;
+	types[3] = 1;
+	for (int i = 0; i < 256; i++) {
+		snprintf(bytes[i], 8, "<0x%02X>", i);
+		toks[4 + i] = bytes[i];
+		types[4 + i] = 6;
+	}
+	r |= gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+	r |= gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_STRING, toks, (uint64_t)V);
+	r |= gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, types, (uint64_t)V);
+	r |= gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_F32, scores, (uint64_t)V);
+	static float buf[260 * 128];
+	static uint8_t q[260 * 128 * 4];
+	for (size_t i = 0; i < sizeof(buf) / sizeof(buf[0]); i++)
+		buf[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+	struct { const char *n; int cols, rows; } mats[] = {
+		{ "token_embd.weight", dim, V }, { "blk.0.attn_q.weight", dim, dim },
+		{ "blk.0.attn_k.weight", dim, dim }, { "blk.0.attn_v.weight", dim, dim },
+		{ "blk.0.attn_output.weight", dim, dim }, { "blk.0.ffn_gate.weight", dim, ff },
+		{ "blk.0.ffn_up.weight", dim, ff }, { "blk.0.ffn_down.weight", ff, dim },
+	};
+	for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
+		uint64_t ne[2] = { (uint64_t)mats[i].cols, (uint64_t)mats[i].rows };
+		uint32_t t = i == 1 ? wtype : TT_F32;
+		if (t == TT_F32)
+			r |= gguf_writer_add_tensor(w, mats[i].n, t, 2, ne, buf);
+		else /* bytes of any (even unsupported) type: the loader must refuse by name */
+			r |= gguf_writer_add_tensor(w, mats[i].n, t, 2, ne, q);
+	}
+	uint64_t ne1[1] = { (uint64_t)dim };
+	r |= gguf_writer_add_tensor(w, "output_norm.weight", TT_F32, 1, ne1, buf);
+	r |= gguf_writer_add_tensor(w, "blk.0.attn_norm.weight", TT_F32, 1, ne1, buf);
+	r |= gguf_writer_add_tensor(w, "blk.0.ffn_norm.weight", TT_F32, 1, ne1, buf);
+	if (r == 0)
+		r = gguf_writer_write(w, path, err);
+	gguf_writer_free(w);
+	return r;
+}
+
+static void
+test_model_errors(void)
+{
+	char path[256], err[PRIVAI_ERR_LEN];
+	struct engine_model *m = NULL;
+	struct engine_ctx *c = NULL;
+
+	snprintf(path, sizeof(path), "/tmp/privai-test-model-%d.gguf", (int)getpid());
+	CHECK(write_model(path, "mamba", TT_F32) == 0, "wrote model");
+	CHECK(engine_model_load(path, &m, err) == PRIVAI_EUNSUPPORTED && strstr(err, "'mamba'"),
+	      "unknown architecture named: %s", err);
+	CHECK(write_model(path, "llama", TT_MXFP4) == 0, "wrote model");
+	CHECK(engine_model_load(path, &m, err) == PRIVAI_EUNSUPPORTED && strstr(err, "MXFP4"),
+	      "unsupported type named: %s", err);
+	CHECK(write_model(path, "llama", TT_F32) == 0, "wrote model");
+	int r = engine_model_load(path, &m, err);
+	CHECK(r == 0, "tiny model loads: %s", err);
+	if (r == 0) {
+		struct engine_ctx_params cp = { .n_ctx = 16, .n_threads = 2 };
+		int32_t toks[20] = { 1, 5, 6, 7 };
+		float logits[260];
+		CHECK(engine_ctx_new(m, &cp, &c, err) == 0, "context");
+		CHECK(engine_decode(c, toks, 20, 0, logits, err) == PRIVAI_ERANGE && strstr(err, "context"),
+		      "prompt longer than the context refused: %s", err);
+		CHECK(c->n_past == 0, "a refused prompt leaves the cache alone");
+		toks[1] = 9999;
+		CHECK(engine_decode(c, toks, 4, 0, logits, err) == PRIVAI_EINVAL && strstr(err, "9999"),
+		      "token id outside the vocabulary refused");
+		toks[1] = 5;
+		CHECK(engine_decode(c, toks, 4, 0, logits, err) == 0, "decode 4");
+		CHECK(engine_decode(c, toks, 13, 0, logits, err) == PRIVAI_ERANGE, "overflow after 4 used");
+		engine_ctx_free(c);
+		engine_model_free(m);
+	}
+	CHECK(engine_model_load("/nonexistent/model.gguf", &m, err) == PRIVAI_EIO && strstr(err, "No such file"),
+	      "missing file named: %s", err);
+	unlink(path);
+}
+
+static void
+test_stream(void)
+{
+	/* The demo-like vocab above has only byte tokens for non-ASCII text:
+	 * a multi-byte character arrives one byte per token. */
+	char path[256], err[PRIVAI_ERR_LEN], out[256], all[256] = "";
+	struct gguf_file *f = NULL;
+	struct tokenizer *t = NULL;
+	const char *text = "Привет 世界 🚀";
+	int32_t *ids = NULL;
+	int n = 0, broken = 0;
+	struct detok_stream ds = { 0 };
+
+	snprintf(path, sizeof(path), "/tmp/privai-test-stream-%d.gguf", (int)getpid());
+	write_model(path, "llama", TT_F32);
+	if (gguf_open(path, &f, err) < 0 || tokenizer_load(f, &t, err) < 0) {
+		CHECK(0, "stream vocab: %s", err);
+		goto out;
+	}
+	CHECK(tokenizer_encode(t, text, strlen(text), 0, 0, &ids, &n, err) == 0 && n > 20,
+	      "byte fallback gives one token per byte (%d)", n);
+	for (int i = 0; i < n; i++) {
+		int len = detok_stream_push(&ds, t, ids[i], out, sizeof(out));
+		for (int k = 0; k < len; k++) /* a piece never ends inside a character */
+			broken += k == len - 1 && ((unsigned char)out[k] & 0xc0) == 0xc0;
+		strncat(all, out, (size_t)len);
+	}
+	int len = detok_stream_flush(&ds, out, sizeof(out));
+	strncat(all, out, (size_t)len);
+	CHECK(broken == 0, "no piece ends in a partial UTF-8 sequence");
+	CHECK(strcmp(all + 1, text) == 0 && all[0] == ' ', "stream reassembles the text: '%s'", all);
+	/* an invalid byte sequence comes out as U+FFFD, never raw */
+	struct detok_stream bad = { 0 };
+	len = detok_stream_push(&bad, t, 4 + 0xe4, out, sizeof(out)); /* lead byte of 3 */
+	CHECK(len == 0, "lead byte held back");
+	len = detok_stream_push(&bad, t, 4 + 'A', out, sizeof(out));
+	CHECK(len == 4 && memcmp(out, "\xef\xbf\xbd" "A", 4) == 0, "broken sequence becomes U+FFFD");
+	CHECK(tokenizer_encode(t, "a\xff", 2, 0, 0, &ids, &n, err) == PRIVAI_EINVAL && strstr(err, "offset 1"),
+	      "invalid UTF-8 input refused with its offset");
+out:
+	free(ids);
+	tokenizer_free(t);
+	gguf_close(f);
+	unlink(path);
+}
+
+int
+main(void)
+{
+	test_sampler();
+	test_threadpool();
+	test_model_errors();
+	test_stream();
+	return test_summary();
+}

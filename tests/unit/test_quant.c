@@ -1,0 +1,236 @@
+/*
+ * Weight types: half/bfloat conversions, hand-built blocks of every type
+ * decoded against values worked out from the format definitions, quantize
+ * then dequantize round trips within each type's error bound, and the SIMD
+ * dot kernels against the portable ones.
+ */
+#include <math.h>
+
+#include "testlib.h"
+#include "privai/tensor_type.h"
+#include "kernels/cpu_dot.h"
+
+static void
+put16(uint8_t *p, float f)
+{
+	uint16_t h = f32_to_fp16(f);
+	memcpy(p, &h, 2);
+}
+
+static void
+test_halfs(void)
+{
+	CHECK(fp16_to_f32(0x3c00) == 1.0f && fp16_to_f32(0xc000) == -2.0f, "fp16 basics");
+	CHECK(fp16_to_f32(0x0001) == ldexpf(1, -24), "fp16 smallest subnormal");
+	CHECK(fp16_to_f32(0x7bff) == 65504.0f, "fp16 max");
+	CHECK(isinf(fp16_to_f32(0x7c00)) && isnan(fp16_to_f32(0x7e00)), "fp16 inf/nan");
+	int bad = 0;
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		float f = fp16_to_f32((uint16_t)h);
+		if (!isnan(f) && f32_to_fp16(f) != h)
+			bad++;
+	}
+	CHECK(bad == 0, "fp16 -> f32 -> fp16 is the identity (%d mismatches)", bad);
+	CHECK(f32_to_fp16(1.0f + ldexpf(1, -11)) == 0x3c00, "fp16 ties round to even");
+	CHECK(f32_to_fp16(1e6f) == 0x7c00, "fp16 overflow -> inf");
+	CHECK(bf16_to_f32(0x3f80) == 1.0f && f32_to_bf16(1.0f) == 0x3f80, "bf16 basics");
+	CHECK(f32_to_bf16(1.00390625f) == 0x3f80, "bf16 tie rounds to even");
+}
+
+/* Hand-built blocks: each expected value is computed here from the format's
+ * definition, one element at a time, independently of quant_dequant.c. */
+static void
+test_blocks(void)
+{
+	uint8_t b[256];
+	float y[256];
+
+	memset(b, 0, sizeof(b));
+	put16(b, 0.5f);
+	put16(b + 2, -1.0f);
+	for (int j = 0; j < 16; j++)
+		b[4 + j] = (uint8_t)(j | ((15 - j) << 4));
+	tensor_dequantize_row(TT_Q4_1, b, y, 32);
+	CHECK(y[3] == 0.5f * 3 - 1 && y[16 + 3] == 0.5f * 12 - 1, "Q4_1 element values");
+
+	memset(b, 0, sizeof(b));
+	put16(b, 2.0f);
+	uint32_t qh = (1u << 5) | (1u << 20); /* bit 5: element 5; bit 20: element 20 */
+	memcpy(b + 2, &qh, 4);
+	for (int j = 0; j < 16; j++)
+		b[6 + j] = 0x33;
+	tensor_dequantize_row(TT_Q5_0, b, y, 32);
+	CHECK(y[5] == 2.0f * (3 + 16 - 16) && y[4] == 2.0f * (3 - 16) && y[20] == 2.0f * (3 + 16 - 16),
+	      "Q5_0 high bits: %g %g %g", y[5], y[4], y[20]);
+
+	memset(b, 0, sizeof(b));
+	put16(b, 1.0f);
+	put16(b + 2, 0.25f);
+	memcpy(b + 4, &qh, 4);
+	for (int j = 0; j < 16; j++)
+		b[8 + j] = 0x21;
+	tensor_dequantize_row(TT_Q5_1, b, y, 32);
+	CHECK(y[5] == 1 + 16 + 0.25f && y[21] == 2 + 0.25f && y[20] == 2 + 16 + 0.25f, "Q5_1 values");
+
+	memset(b, 0, sizeof(b));
+	put16(b, 0.5f);
+	b[2] = 0x0f; /* element 0 -> kvalues[15] = 113, element 16 -> kvalues[0] = -127 */
+	tensor_dequantize_row(TT_IQ4_NL, b, y, 32);
+	CHECK(y[0] == 0.5f * 113 && y[16] == 0.5f * -127 && y[1] == 0.5f * -127, "IQ4_NL values");
+
+	/* Q2_K: scales[16], qs[64], d, dmin.  Sub-block 0 scale 3 min 1. */
+	memset(b, 0, sizeof(b));
+	b[0] = 0x13;
+	b[16] = 0x02 | (0x01 << 2); /* element 0: q=2 (shift 0); element 32: q=1 (shift 2) */
+	b[1] = 0x25;                /* sub-block 1 (elements 16..31) uses qs[16..31] */
+	b[2] = 0x04;                /* sub-block 2 = elements 32..47: scale 4, min 0 */
+	put16(b + 80, 1.0f);
+	put16(b + 82, 0.5f);
+	tensor_dequantize_row(TT_Q2_K, b, y, 256);
+	CHECK(y[0] == 3 * 2 - 0.5f * 1 && y[32] == 4 * 1 && y[16] == -0.5f * 2, "Q2_K values %g %g %g",
+	      y[0], y[32], y[16]);
+
+	/* Q4_K: d, dmin, scales[12], qs[128]; sub-block 0 scale 2 min 3,
+	 * sub-block 5 (j>=4 packing) scale 37 min 9. */
+	memset(b, 0, sizeof(b));
+	put16(b, 1.0f);
+	put16(b + 2, 0.5f);
+	b[4 + 0] = 2;
+	b[4 + 4] = 3;
+	b[4 + 9] = (uint8_t)((37 & 0xf) | ((9 & 0xf) << 4));
+	b[4 + 1] |= (uint8_t)((37 >> 4) << 6);
+	b[4 + 5] |= (uint8_t)((9 >> 4) << 6);
+	b[16 + 0] = 0x07;      /* element 0: q=7 */
+	b[16 + 64 + 1] = 0xa0; /* sub-block 5 = high nibbles of qs[64..95]: element 161 q=10 */
+	tensor_dequantize_row(TT_Q4_K, b, y, 256);
+	CHECK(y[0] == 2 * 7 - 1.5f && y[161] == 37 * 10 - 0.5f * 9, "Q4_K values %g %g", y[0], y[161]);
+
+	/* Q5_K adds qh[32]: bit (2*pair) for the low half, (2*pair+1) for the high */
+	memset(b, 0, sizeof(b));
+	put16(b, 1.0f);
+	put16(b + 2, 0.0f);
+	b[4 + 0] = 1;
+	b[4 + 1] = 1;
+	b[16 + 3] = 0x01 | 0x02; /* element 3 and element 35 get +16 */
+	b[48 + 3] = 0x21;        /* ql: element 3 low nibble 1, element 35 high nibble 2 */
+	tensor_dequantize_row(TT_Q5_K, b, y, 256);
+	CHECK(y[3] == 17 && y[35] == 18, "Q5_K values %g %g", y[3], y[35]);
+
+	/* Q6_K: ql[128], qh[64], scales[16], d.  Element 0 and element 64. */
+	memset(b, 0, sizeof(b));
+	b[0] = 0x5 | (0x9 << 4);      /* element 0 low 4 bits 5; element 64 low 4 bits 9 */
+	b[128] = 0x2 | (0x1 << 4);    /* element 0 high bits 2 (+32); element 64 high bits 1 (+16) */
+	b[192 + 0] = 3;
+	b[192 + 4] = (uint8_t)-2;
+	put16(b + 208, 0.5f);
+	tensor_dequantize_row(TT_Q6_K, b, y, 256);
+	CHECK(y[0] == 0.5f * 3 * (37 - 32) && y[64] == 0.5f * -2 * (25 - 32), "Q6_K values %g %g", y[0], y[64]);
+
+	/* Q3_K: hmask[32], qs[64], scales[12], d.  All scales 32+1 = 33 -> 1. */
+	memset(b, 0, sizeof(b));
+	for (int i = 0; i < 8; i++)
+		b[96 + i] = 0x11;          /* low 4 bits of all 16 scales = 1 */
+	for (int i = 8; i < 12; i++)
+		b[96 + i] = 0xaa;          /* high 2 bits = 2 -> 1 + 32 = 33 */
+	b[32 + 0] = 0x3;                   /* element 0: q = 3 */
+	b[0] = 0x1;                        /* hmask bit 0 of element 0 set: no -4 */
+	put16(b + 108, 2.0f);
+	tensor_dequantize_row(TT_Q3_K, b, y, 256);
+	CHECK(y[0] == 2 * 1 * 3 && y[1] == 2 * 1 * (0 - 4), "Q3_K values %g %g", y[0], y[1]);
+}
+
+static void
+test_round_trips(void)
+{
+	static const struct {
+		uint32_t type;
+		double bound; /* max relative RMS error on N(0,1) data */
+	} rt[] = {
+		{ TT_F16, 1e-3 }, { TT_BF16, 5e-3 }, { TT_Q8_0, 1e-2 }, { TT_Q6_K, 3e-2 },
+		{ TT_Q4_0, 1.2e-1 }, { TT_Q4_K, 1.2e-1 },
+	};
+	enum { N = 4096 };
+	static float x[N], y[N];
+	static uint8_t q[N * 4];
+	uint64_t s = 42;
+
+	for (int i = 0; i < N; i++) {
+		s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+		double u1 = ((s >> 11) + 1.0) / 9007199254740993.0;
+		s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+		double u2 = (s >> 11) / 9007199254740992.0;
+		x[i] = (float)(sqrt(-2 * log(u1)) * cos(6.283185307 * u2));
+	}
+	for (size_t k = 0; k < sizeof(rt) / sizeof(rt[0]); k++) {
+		CHECK(tensor_quantize_row(rt[k].type, x, q, N) == 0, "quantize %s", tensor_type_name(rt[k].type));
+		tensor_dequantize_row(rt[k].type, q, y, N);
+		double e = 0, n = 0;
+		for (int i = 0; i < N; i++) {
+			e += (x[i] - y[i]) * (x[i] - y[i]);
+			n += x[i] * x[i];
+		}
+		double rel = sqrt(e / n);
+		CHECK(rel <= rt[k].bound, "%s round trip error %.4f > %.4f", tensor_type_name(rt[k].type), rel,
+		      rt[k].bound);
+		printf("%s: round-trip relative RMS error %.4f (bound %.3f)\n", tensor_type_name(rt[k].type), rel,
+		       rt[k].bound);
+	}
+	CHECK(tensor_quantize_row(TT_Q2_K, x, q, N) < 0, "no quantizer for Q2_K is reported");
+	CHECK(tensor_type_row_bytes(TT_Q4_K, 100) == 0, "row not a whole number of blocks");
+	CHECK(tensor_type_get(31) == NULL && tensor_type_get(1000) == NULL, "unknown type ids");
+}
+
+static void
+test_kernels(void)
+{
+	const struct cpu_kernels *simd = cpu_kernels_get(), *ref = cpu_kernels_scalar();
+	enum { N = 2048 };
+	static float x[N], w[N];
+	static uint8_t wq[N * 2];
+	static struct block_q8 xs[N / 32], xr[N / 32];
+
+	for (int i = 0; i < N; i++) {
+		x[i] = sinf((float)i * 0.37f) * 3;
+		w[i] = cosf((float)i * 0.11f);
+	}
+	float a = simd->dot_f32(x, w, N), b = ref->dot_f32(x, w, N);
+	CHECK(fabsf(a - b) <= 1e-3f * fabsf(b) + 1e-3f, "%s dot_f32 %g vs %g", simd->name, a, b);
+	simd->quantize_q8(x, xs, N);
+	ref->quantize_q8(x, xr, N);
+	int same = 1;
+	for (int i = 0; i < N / 32; i++)
+		same &= xs[i].d == xr[i].d && xs[i].sum == xr[i].sum && memcmp(xs[i].q, xr[i].q, 32) == 0;
+	CHECK(same, "%s quantize_q8 equals the scalar version", simd->name);
+	tensor_quantize_row(TT_Q8_0, w, wq, N);
+	a = simd->dot_q8_0(wq, xr, N / 32);
+	b = ref->dot_q8_0(wq, xr, N / 32);
+	CHECK(fabsf(a - b) <= 1e-4f * fabsf(b) + 1e-3f, "%s dot_q8_0 %g vs %g", simd->name, a, b);
+	tensor_quantize_row(TT_Q4_0, w, wq, N);
+	a = simd->dot_q4_0(wq, xr, N / 32);
+	b = ref->dot_q4_0(wq, xr, N / 32);
+	CHECK(fabsf(a - b) <= 1e-4f * fabsf(b) + 1e-3f, "%s dot_q4_0 %g vs %g", simd->name, a, b);
+	/* and the integer dot really is the dot of the dequantized values */
+	float wf[N], xf[N];
+	tensor_dequantize_row(TT_Q4_0, wq, wf, N);
+	for (int i = 0; i < N; i++)
+		xf[i] = xr[i / 32].d * xr[i / 32].q[i % 32];
+	b = ref->dot_f32(wf, xf, N);
+	CHECK(fabsf(a - b) <= 1e-3f * fabsf(b) + 1e-2f, "dot_q4_0 %g vs float %g", a, b);
+	uint16_t h[37];
+	float f1[37], f2[37];
+	for (int i = 0; i < 37; i++)
+		h[i] = f32_to_fp16((float)i * 0.3f - 5);
+	simd->f16_to_f32(h, f1, 37);
+	ref->f16_to_f32(h, f2, 37);
+	CHECK(memcmp(f1, f2, sizeof(f1)) == 0, "%s f16_to_f32", simd->name);
+}
+
+int
+main(void)
+{
+	test_halfs();
+	test_blocks();
+	test_round_trips();
+	test_kernels();
+	return test_summary();
+}
