@@ -225,9 +225,50 @@ test_kernels(void)
 	CHECK(memcmp(f1, f2, sizeof(f1)) == 0, "%s f16_to_f32", simd->name);
 }
 
+/* The prefill GEMM against the scalar per-token dot, with a partial
+ * second group so padding lanes are exercised. */
+static void
+test_gemm(void)
+{
+	const struct cpu_kernels *k = cpu_kernels_get(), *ref = cpu_kernels_scalar();
+	enum { COLS = 256, ROWS = 5, NT = 27 };
+	static float x[NT * COLS], w[ROWS * COLS], y[4 * 32];
+	static uint8_t wq[ROWS * COLS / 32 * 34];
+	static struct block_q8 xq[NT * COLS / 32];
+	static struct q8_tile tiles[2 * COLS / 32];
+	size_t nb = COLS / 32;
+
+	if (k->gemm_q8_0 == NULL) {
+		SKIP("no GEMM kernel on this CPU (%s)", k->name);
+		return;
+	}
+	for (int i = 0; i < NT * COLS; i++)
+		x[i] = sinf((float)i * 0.013f) * 2;
+	for (int i = 0; i < ROWS * COLS; i++)
+		w[i] = cosf((float)i * 0.7f);
+	tensor_quantize_row(TT_Q8_0, w, wq, ROWS * COLS);
+	for (int t = 0; t < NT; t++)
+		ref->quantize_q8(x + t * COLS, xq + t * nb, COLS);
+	q8_tile_pack(xq, 16, nb, tiles);
+	q8_tile_pack(xq + 16 * nb, NT - 16, nb, tiles + nb);
+	int bad = 0;
+	for (int r0 = 0; r0 < ROWS; r0 += 4) {
+		int nr = ROWS - r0 < 4 ? ROWS - r0 : 4;
+		k->gemm_q8_0(wq + (size_t)r0 * nb * 34, nb * 34, nr, tiles, nb, 2, nb, y);
+		for (int r = 0; r < nr; r++)
+			for (int t = 0; t < NT; t++) {
+				float want = ref->dot_q8_0(wq + (size_t)(r0 + r) * nb * 34, xq + t * nb, nb);
+				float got = y[r * 32 + t];
+				bad += fabsf(got - want) > 1e-4f * fabsf(want) + 1e-3f;
+			}
+	}
+	CHECK(bad == 0, "%s gemm_q8_0: %d of %d products differ from the scalar dot", k->name, bad, ROWS * NT);
+}
+
 int
 main(void)
 {
+	test_gemm();
 	test_halfs();
 	test_blocks();
 	test_round_trips();

@@ -30,6 +30,8 @@ struct cpu_impl {
 	size_t row_buf_len;
 	struct block_q8 *xq;     /* quantized activations */
 	size_t xq_len;
+	struct q8_tile *tiles;   /* the same, packed 16 tokens a tile, for the GEMM */
+	size_t tiles_len;
 	float *att_buf;          /* per thread: att_len attention scores */
 	size_t att_buf_len, att_len;
 };
@@ -70,6 +72,7 @@ struct mm_job {
 	int n;
 	float *y;
 	int quantized; /* use xq and the int8 dot */
+	int gemm;      /* use tiles and the kernels' GEMM */
 };
 
 static void
@@ -81,6 +84,45 @@ mm_quantize_x(void *arg, int ith, int nth)
 	split(j->n, ith, nth, &lo, &hi);
 	for (int64_t t = lo; t < hi; t++)
 		j->im->k->quantize_q8(j->x + t * j->w->cols, j->im->xq + t * nb, (size_t)j->w->cols);
+}
+
+static void
+mm_pack_tiles(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi, nb = j->w->cols / 32, groups = (j->n + GEMM_TOKENS - 1) / GEMM_TOKENS;
+
+	split(groups, ith, nth, &lo, &hi);
+	for (int64_t g = lo; g < hi; g++) {
+		int nt = j->n - (int)g * GEMM_TOKENS < GEMM_TOKENS ? j->n - (int)g * GEMM_TOKENS : GEMM_TOKENS;
+		q8_tile_pack(j->im->xq + g * GEMM_TOKENS * nb, nt, (size_t)nb, j->im->tiles + g * nb);
+	}
+}
+
+/* Rows in blocks of GEMM_ROWS stay in L1 while every 16-token group of
+ * tiles streams past from L2. */
+#define GEMM_ROWS 4
+static void
+mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
+{
+	const struct weight *w = j->w;
+	int64_t nb = w->cols / 32, groups = (j->n + GEMM_TOKENS - 1) / GEMM_TOKENS;
+	float out[GEMM_ROWS * 2 * GEMM_TOKENS];
+
+	for (int64_t rb = r0; rb < r1; rb += GEMM_ROWS) {
+		int nr = r1 - rb < GEMM_ROWS ? (int)(r1 - rb) : GEMM_ROWS;
+		for (int64_t g = 0; g < groups; g += 2) {
+			int ng = groups - g > 1 ? 2 : 1;
+			j->im->k->gemm_q8_0((const uint8_t *)w->data + rb * w->row_bytes, w->row_bytes, nr,
+					    j->im->tiles + g * nb, (size_t)nb, ng, (size_t)nb, out);
+			int nt = j->n - (int)g * GEMM_TOKENS;
+			if (nt > ng * GEMM_TOKENS)
+				nt = ng * GEMM_TOKENS;
+			for (int r = 0; r < nr; r++)
+				for (int t = 0; t < nt; t++)
+					j->y[(g * GEMM_TOKENS + t) * w->rows + rb + r] = out[r * 2 * GEMM_TOKENS + t];
+		}
+	}
 }
 
 static void
@@ -133,7 +175,9 @@ mm_worker(void *arg, int ith, int nth)
 	int64_t lo, hi;
 
 	split(j->w->rows, ith, nth, &lo, &hi);
-	if (j->quantized)
+	if (j->gemm)
+		mm_rows_gemm(j, lo, hi);
+	else if (j->quantized)
 		mm_rows_q8(j, lo, hi);
 	else
 		mm_rows_f32(j, lo, hi, j->im->row_buf[ith]);
@@ -143,14 +187,18 @@ static void
 cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, float *y)
 {
 	struct cpu_impl *im = impl_of(c);
-	struct mm_job j = { im, w, x, n, y, 0 };
+	struct mm_job j = { im, w, x, n, y, 0, 0 };
 
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
 	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
 	j.quantized = w->type == TT_Q8_0 || w->type == TT_Q4_0;
+	/* the GEMM pays off once a tile is mostly full */
+	j.gemm = w->type == TT_Q8_0 && im->k->gemm_q8_0 != NULL && n >= GEMM_TOKENS / 2;
 	if (j.quantized)
 		threadpool_run(im->pool, mm_quantize_x, &j);
+	if (j.gemm)
+		threadpool_run(im->pool, mm_pack_tiles, &j);
 	threadpool_run(im->pool, mm_worker, &j);
 }
 
@@ -317,6 +365,7 @@ compute_cpu_free(struct compute *c)
 			free(im->row_buf[i]);
 		free(im->row_buf);
 		free(im->xq);
+		free(im->tiles);
 		free(im->att_buf);
 		threadpool_free(im->pool);
 		free(im);
@@ -366,6 +415,8 @@ cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx)
 	}
 	if (ensure((void **)&im->xq, &im->xq_len,
 		   (size_t)max_tokens * (size_t)(max_cols / 32 + 1) * sizeof(struct block_q8)) < 0 ||
+	    ensure((void **)&im->tiles, &im->tiles_len,
+		   (size_t)(max_tokens / GEMM_TOKENS + 1) * (size_t)(max_cols / 32 + 1) * sizeof(struct q8_tile)) < 0 ||
 	    ensure((void **)&im->att_buf, &im->att_buf_len,
 		   (size_t)nth * (size_t)max_ctx * sizeof(float)) < 0)
 		return PRIVAI_ENOMEM;

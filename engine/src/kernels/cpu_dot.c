@@ -93,8 +93,23 @@ dot_q4_0_scalar(const void *w, const struct block_q8 *x, size_t nb)
 
 static const struct cpu_kernels k_scalar = {
 	"scalar", dot_f32_scalar, f16_to_f32_scalar, quantize_q8_scalar,
-	dot_q8_0_scalar, dot_q4_0_scalar,
+	dot_q8_0_scalar, dot_q4_0_scalar, NULL,
 };
+
+void
+q8_tile_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile *out)
+{
+	for (size_t b = 0; b < nb; b++) {
+		struct q8_tile *t = &out[b];
+		for (int j = 0; j < GEMM_TOKENS; j++) {
+			const struct block_q8 *src = j < nt ? &x[(size_t)j * nb + b] : NULL;
+			t->d[j] = src ? src->d : 0.0f;
+			for (int s = 0; s < 8; s++)
+				for (int k = 0; k < 4; k++)
+					t->q[s][4 * j + k] = (uint8_t)((src ? src->q[4 * s + k] : 0) + 128);
+		}
+	}
+}
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -241,7 +256,7 @@ dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 }
 
 static const struct cpu_kernels k_avx2 = {
-	"avx2", dot_f32_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2,
+	"avx2", dot_f32_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2, NULL,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -307,9 +322,71 @@ dot_q4_0_avx512(const void *w, const struct block_q8 *x, size_t nb)
 	return hsum256(acc) - corr;
 }
 
+/* Sum of the 32 signed weights of a Q8_0 block. */
+AVX512 static inline int32_t
+q8_block_sum(const uint8_t *qs)
+{
+	__m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)qs), _mm256_set1_epi8((char)0x80));
+	__m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256()); /* 4 x sum of 8 (w + 128) */
+	__m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+	h = _mm_add_epi64(h, _mm_unpackhi_epi64(h, h));
+	return (int32_t)_mm_cvtsi128_si32(h) - 32 * 128;
+}
+
+/*
+ * The prefill GEMM.  Each 32-bit lane of a 512-bit register is one token;
+ * vpdpbusd multiplies that token's 4 activation bytes by 4 weight bytes
+ * broadcast to every lane, so 8 instructions give a whole 32-element block
+ * for 16 tokens, and the block's scales are applied to 16 tokens at once.
+ * Activations carry +128 (vpdpbusd wants them unsigned); 128 * sum(w) is
+ * taken off per block.
+ */
+AVX512 static void
+gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const struct q8_tile *x,
+		 size_t group_stride, int ngroups, size_t nb, float *y)
+{
+	/* two token groups share every weight-side step (broadcasts, block
+	 * sum, scale); 16 x-registers + 8 accumulators fit the 32 zmm */
+	const struct q8_tile *x1 = ngroups > 1 ? x + group_stride : x;
+
+	for (int r0 = 0; r0 < nrows; r0 += 4) {
+		int nr = nrows - r0 < 4 ? nrows - r0 : 4;
+		__m512 acc0[4], acc1[4];
+		for (int i = 0; i < 4; i++)
+			acc0[i] = acc1[i] = _mm512_setzero_ps();
+		for (size_t b = 0; b < nb; b++) {
+			__m512i xa[8], xb[8];
+			for (int s = 0; s < 8; s++) {
+				xa[s] = _mm512_loadu_si512((const void *)x[b].q[s]);
+				xb[s] = _mm512_loadu_si512((const void *)x1[b].q[s]);
+			}
+			__m512 da = _mm512_loadu_ps(x[b].d), db = _mm512_loadu_ps(x1[b].d);
+			for (int rr = 0; rr < nr; rr++) {
+				const uint8_t *blk = w + (size_t)(r0 + rr) * row_bytes + b * 34;
+				int32_t w4[8];
+				memcpy(w4, blk + 2, 32);
+				__m512i corr = _mm512_set1_epi32(-128 * q8_block_sum(blk + 2));
+				__m512i pa = corr, pb = corr;
+				for (int s = 0; s < 8; s++) {
+					__m512i wb = _mm512_set1_epi32(w4[s]);
+					pa = _mm512_dpbusd_epi32(pa, xa[s], wb);
+					pb = _mm512_dpbusd_epi32(pb, xb[s], wb);
+				}
+				__m512 dw = _mm512_set1_ps(f16c_load(blk));
+				acc0[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pa), _mm512_mul_ps(da, dw), acc0[rr]);
+				acc1[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pb), _mm512_mul_ps(db, dw), acc1[rr]);
+			}
+		}
+		for (int rr = 0; rr < nr; rr++) {
+			_mm512_storeu_ps(y + (size_t)(r0 + rr) * 2 * GEMM_TOKENS, acc0[rr]);
+			_mm512_storeu_ps(y + (size_t)(r0 + rr) * 2 * GEMM_TOKENS + GEMM_TOKENS, acc1[rr]);
+		}
+	}
+}
+
 static const struct cpu_kernels k_avx512 = {
 	"avx512-vnni", dot_f32_avx512, f16_to_f32_avx2, quantize_q8_avx2,
-	dot_q8_0_avx512, dot_q4_0_avx512,
+	dot_q8_0_avx512, dot_q4_0_avx512, gemm_q8_0_avx512,
 };
 #endif
 

@@ -19,6 +19,20 @@ struct block_q8 {
 	int8_t q[32];
 };
 
+/* Activations of 16 tokens for one 32-element block, laid out for the
+ * VNNI GEMM: q[s] holds, in 32-bit lane j, bytes 4s..4s+3 of token j's
+ * block plus 128 (so they are unsigned); d[j] is token j's scale (0 for a
+ * padding lane). */
+#define GEMM_TOKENS 16
+struct q8_tile {
+	uint8_t q[8][64];
+	float d[GEMM_TOKENS];
+};
+
+/* Pack nt (<= 16) tokens' quantized rows (nb blocks each, token t at
+ * x + t * nb) into nb tiles. */
+void q8_tile_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile *out);
+
 struct cpu_kernels {
 	const char *name;
 	float (*dot_f32)(const float *a, const float *b, size_t n);
@@ -29,6 +43,12 @@ struct cpu_kernels {
 	/* Dot of one weight row of nb blocks with nb activation blocks. */
 	float (*dot_q8_0)(const void *w, const struct block_q8 *x, size_t nb);
 	float (*dot_q4_0)(const void *w, const struct block_q8 *x, size_t nb);
+	/* Q8_0 rows x 1 or 2 groups of 16 tokens (the second group's tiles
+	 * group_stride tiles after the first): y[r * 32 + g * 16 + j] = row r .
+	 * token j of group g over nb blocks, for nrows rows row_bytes apart.
+	 * NULL where the CPU has no kernel for it (the per-token dot is used). */
+	void (*gemm_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const struct q8_tile *x,
+			  size_t group_stride, int ngroups, size_t nb, float *y);
 };
 
 /* The best kernels this CPU runs (never NULL). */
