@@ -236,6 +236,11 @@ dq_iq4_nl(const uint8_t *b, float *y, size_t nb)
 	}
 }
 
+/* One clone per instruction set, picked at load time (ifunc): the block
+ * loops above are inlined into each and vectorized for it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 int
 tensor_dequantize_row(uint32_t type, const void *src, float *dst, size_t n)
 {

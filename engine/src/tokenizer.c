@@ -274,6 +274,59 @@ tokenizer_token_text(const struct tokenizer *t, int32_t id)
 	return id >= 0 && id < t->n_vocab ? t->text[id] : "";
 }
 
+/* ------------------------------------------------------ merge queue */
+
+static int
+bigram_before(const struct bigram *a, const struct bigram *b)
+{
+	return a->priority > b->priority || (a->priority == b->priority && a->left < b->left);
+}
+
+int
+bigram_heap_push(struct bigram_heap *h, struct bigram bg)
+{
+	if (h->n == h->cap) {
+		int cap = h->cap ? 2 * h->cap : 64;
+		struct bigram *nv = realloc(h->v, (size_t)cap * sizeof(*nv));
+		if (nv == NULL)
+			return PRIVAI_ENOMEM;
+		h->v = nv;
+		h->cap = cap;
+	}
+	int i = h->n++;
+	h->v[i] = bg;
+	while (i > 0 && bigram_before(&h->v[i], &h->v[(i - 1) / 2])) {
+		struct bigram tmp = h->v[i];
+		h->v[i] = h->v[(i - 1) / 2];
+		h->v[(i - 1) / 2] = tmp;
+		i = (i - 1) / 2;
+	}
+	return PRIVAI_OK;
+}
+
+struct bigram
+bigram_heap_pop(struct bigram_heap *h)
+{
+	struct bigram top = h->v[0];
+	int i = 0;
+
+	h->v[0] = h->v[--h->n];
+	for (;;) {
+		int l = 2 * i + 1, r = l + 1, best = i;
+		if (l < h->n && bigram_before(&h->v[l], &h->v[best]))
+			best = l;
+		if (r < h->n && bigram_before(&h->v[r], &h->v[best]))
+			best = r;
+		if (best == i)
+			break;
+		struct bigram tmp = h->v[i];
+		h->v[i] = h->v[best];
+		h->v[best] = tmp;
+		i = best;
+	}
+	return top;
+}
+
 /* ---------------------------------------------------------- encoding */
 
 struct fragment {

@@ -249,74 +249,11 @@ struct sym {
 	size_t off, n; /* in the byte-encoded word */
 };
 
-struct bigram {
-	int left, right;
-	int32_t rank;
-	size_t size;
-};
-
-struct heap {
-	struct bigram *v;
-	int n, cap;
-};
-
-/* lower rank first, then lower left index */
-static int
-better(const struct bigram *a, const struct bigram *b)
-{
-	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int
-heap_push(struct heap *h, struct bigram bg)
-{
-	if (h->n == h->cap) {
-		int cap = h->cap ? 2 * h->cap : 64;
-		struct bigram *nv = realloc(h->v, (size_t)cap * sizeof(*nv));
-		if (nv == NULL)
-			return PRIVAI_ENOMEM;
-		h->v = nv;
-		h->cap = cap;
-	}
-	int i = h->n++;
-	h->v[i] = bg;
-	while (i > 0 && better(&h->v[i], &h->v[(i - 1) / 2])) {
-		struct bigram tmp = h->v[i];
-		h->v[i] = h->v[(i - 1) / 2];
-		h->v[(i - 1) / 2] = tmp;
-		i = (i - 1) / 2;
-	}
-	return PRIVAI_OK;
-}
-
-static struct bigram
-heap_pop(struct heap *h)
-{
-	struct bigram top = h->v[0];
-	int i = 0;
-
-	h->v[0] = h->v[--h->n];
-	for (;;) {
-		int l = 2 * i + 1, r = l + 1, best = i;
-		if (l < h->n && better(&h->v[l], &h->v[best]))
-			best = l;
-		if (r < h->n && better(&h->v[r], &h->v[best]))
-			best = r;
-		if (best == i)
-			break;
-		struct bigram tmp = h->v[i];
-		h->v[i] = h->v[best];
-		h->v[best] = tmp;
-		i = best;
-	}
-	return top;
-}
-
 struct word_ctx {
 	const struct tokenizer *t;
 	const char *w;   /* byte-encoded word */
 	struct sym *s;
-	struct heap h;
+	struct bigram_heap h;
 	char *key;       /* scratch for "left right" */
 };
 
@@ -332,7 +269,8 @@ try_bigram(struct word_ctx *c, int left, int right)
 	int32_t rank = strmap_get(&c->t->merges, c->key, L->n + 1 + R->n);
 	if (rank < 0)
 		return PRIVAI_OK;
-	return heap_push(&c->h, (struct bigram){ left, right, rank, L->n + R->n });
+	/* exact: ranks are far below 2^24 */
+	return bigram_heap_push(&c->h, (struct bigram){ left, right, -(float)rank, L->n + R->n });
 }
 
 static int
@@ -384,7 +322,7 @@ encode_word(const struct tokenizer *t, const char *raw, size_t len, struct id_ve
 		if (try_bigram(&c, i - 1, i) < 0)
 			goto done;
 	while (c.h.n > 0) {
-		struct bigram bg = heap_pop(&c.h);
+		struct bigram bg = bigram_heap_pop(&c.h);
 		struct sym *L = &c.s[bg.left], *R = &c.s[bg.right];
 		if (L->n == 0 || R->n == 0 || L->n + R->n != bg.size)
 			continue;

@@ -53,6 +53,23 @@ utf8_seq_len(unsigned char c)
 	return lookup[c >> 4];
 }
 
+/* A candidate merge of two adjacent symbols; both tokenizers pop the
+ * highest priority first (SPM: the token's score; BPE: minus the merge
+ * rank), ties going to the leftmost pair. */
+struct bigram {
+	int left, right;
+	float priority;
+	size_t size; /* bytes of the merged pair, to spot stale entries */
+};
+
+struct bigram_heap {
+	struct bigram *v;
+	int n, cap;
+};
+
+int bigram_heap_push(struct bigram_heap *h, struct bigram bg);
+struct bigram bigram_heap_pop(struct bigram_heap *h); /* h->n > 0 */
+
 /* Tokenize one raw-text fragment (no special tokens inside). */
 int spm_encode_fragment(const struct tokenizer *t, const char *text, size_t len, int space_prefix,
 			struct id_vec *out);

@@ -17,71 +17,8 @@ struct sym {
 	size_t n;
 };
 
-struct bigram {
-	int left, right;
-	float score;
-	size_t size;
-};
-
-struct heap {
-	struct bigram *v;
-	int n, cap;
-};
-
-/* higher score first, then lower left index */
 static int
-better(const struct bigram *a, const struct bigram *b)
-{
-	return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static int
-heap_push(struct heap *h, struct bigram bg)
-{
-	if (h->n == h->cap) {
-		int cap = h->cap ? 2 * h->cap : 64;
-		struct bigram *nv = realloc(h->v, (size_t)cap * sizeof(*nv));
-		if (nv == NULL)
-			return PRIVAI_ENOMEM;
-		h->v = nv;
-		h->cap = cap;
-	}
-	int i = h->n++;
-	h->v[i] = bg;
-	while (i > 0 && better(&h->v[i], &h->v[(i - 1) / 2])) {
-		struct bigram tmp = h->v[i];
-		h->v[i] = h->v[(i - 1) / 2];
-		h->v[(i - 1) / 2] = tmp;
-		i = (i - 1) / 2;
-	}
-	return PRIVAI_OK;
-}
-
-static struct bigram
-heap_pop(struct heap *h)
-{
-	struct bigram top = h->v[0];
-	int i = 0;
-
-	h->v[0] = h->v[--h->n];
-	for (;;) {
-		int l = 2 * i + 1, r = l + 1, best = i;
-		if (l < h->n && better(&h->v[l], &h->v[best]))
-			best = l;
-		if (r < h->n && better(&h->v[r], &h->v[best]))
-			best = r;
-		if (best == i)
-			break;
-		struct bigram tmp = h->v[i];
-		h->v[i] = h->v[best];
-		h->v[best] = tmp;
-		i = best;
-	}
-	return top;
-}
-
-static int
-try_bigram(const struct tokenizer *t, struct sym *s, int left, int right, struct heap *h)
+try_bigram(const struct tokenizer *t, struct sym *s, int left, int right, struct bigram_heap *h)
 {
 	if (left < 0 || right < 0)
 		return PRIVAI_OK;
@@ -90,7 +27,7 @@ try_bigram(const struct tokenizer *t, struct sym *s, int left, int right, struct
 	int32_t id = strmap_get(&t->vocab, s[left].text, n);
 	if (id < 0)
 		return PRIVAI_OK;
-	return heap_push(h, (struct bigram){ left, right, t->scores[id], n });
+	return bigram_heap_push(h, (struct bigram){ left, right, t->scores[id], n });
 }
 
 static int
@@ -118,7 +55,7 @@ spm_encode_fragment(const struct tokenizer *t, const char *text, size_t len, int
 	size_t cap = 3 * (len + 1) + 1, n = 0;
 	char *esc = malloc(cap);
 	struct sym *s = NULL;
-	struct heap h = { 0 };
+	struct bigram_heap h = { 0 };
 	int ns = 0, r = PRIVAI_ENOMEM;
 
 	if (esc == NULL)
@@ -150,7 +87,7 @@ spm_encode_fragment(const struct tokenizer *t, const char *text, size_t len, int
 		if (try_bigram(t, s, i - 1, i, &h) < 0)
 			goto done;
 	while (h.n > 0) {
-		struct bigram bg = heap_pop(&h);
+		struct bigram bg = bigram_heap_pop(&h);
 		struct sym *L = &s[bg.left], *R = &s[bg.right];
 		if (L->n == 0 || R->n == 0 || L->n + R->n != bg.size)
 			continue; /* stale: one side merged since */
