@@ -7,6 +7,7 @@ set -u
 BUILDS=${BUILDS:-${BUILD:-build}}
 total_pass=0
 total_fail=0
+total_skip=0
 failed_suites=""
 
 run_suite() {
@@ -19,6 +20,8 @@ run_suite() {
 	line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
 	p=$(echo "$line" | sed -n 's/^\([0-9]*\) passed.*/\1/p')
 	f=$(echo "$line" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')
+	k=$(echo "$line" | sed -n 's/.* \([0-9]*\) skipped.*/\1/p')
+	total_skip=$((total_skip + ${k:-0}))
 	if [ -z "$line" ]; then
 		p=0
 		f=1
@@ -48,5 +51,5 @@ if [ "${SKIP_FUZZ:-}" != "1" ]; then
 fi
 
 [ -n "$failed_suites" ] && echo "failed suites:$failed_suites"
-echo "$total_pass passed, $total_fail failed"
+echo "$total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]
