@@ -91,41 +91,62 @@ get_id(const struct gguf_file *f, const char *key, int32_t dflt, int n_vocab)
 	return (int32_t)v;
 }
 
-static int
-load_strings(struct tokenizer *t, const struct gguf_file *f, char *err)
+int
+load_string_table(const struct gguf_file *f, const char *key, uint64_t max_n, char **ret_arena,
+		  struct strmap *map, uint64_t *ret_n, char *err)
 {
 	const void *arr;
 	uint64_t n;
 	size_t total = 0;
 	int r;
 
-	if ((r = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_STRING, &arr, &n, err)) < 0)
-		return r == PRIVAI_ENOTFOUND
-			       ? privai_fail(err, PRIVAI_EFORMAT, "missing metadata 'tokenizer.ggml.tokens'")
-			       : r;
-	if (n == 0 || n > (1u << 24))
-		return privai_fail(err, PRIVAI_EFORMAT, "vocabulary of %llu tokens is empty or too large",
-				   (unsigned long long)n);
+	if ((r = gguf_get_arr(f, key, GGUF_STRING, &arr, &n, err)) < 0)
+		return r == PRIVAI_ENOTFOUND ? privai_fail(err, PRIVAI_EFORMAT, "missing metadata '%s'", key) : r;
+	if (n == 0 || n > max_n)
+		return privai_fail(err, PRIVAI_EFORMAT, "'%s' has %llu entries (1 to %llu allowed)", key,
+				   (unsigned long long)n, (unsigned long long)max_n);
 	const char *const *src = arr;
-	t->n_vocab = (int)n;
 	for (uint64_t i = 0; i < n; i++)
 		total += strlen(src[i]) + 1;
-	t->arena = malloc(total);
+	char *arena = malloc(total);
+	if (arena == NULL || strmap_init(map, n) < 0) {
+		free(arena);
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for %llu entries of '%s'",
+				   (unsigned long long)n, key);
+	}
+	char *p = arena;
+	for (uint64_t i = 0; i < n; i++) {
+		size_t len = strlen(src[i]);
+		memcpy(p, src[i], len + 1);
+		strmap_put(map, p, len, (int32_t)i);
+		p += len + 1;
+	}
+	*ret_arena = arena;
+	*ret_n = n;
+	return PRIVAI_OK;
+}
+
+static int
+load_strings(struct tokenizer *t, const struct gguf_file *f, char *err)
+{
+	const void *arr;
+	uint64_t n;
+	int r;
+
+	if ((r = load_string_table(f, "tokenizer.ggml.tokens", 1u << 24, &t->arena, &t->vocab, &n, err)) < 0)
+		return r;
+	t->n_vocab = (int)n;
 	t->text = calloc(n, sizeof(char *));
 	t->text_len = calloc(n, sizeof(uint32_t));
 	t->types = malloc(n * sizeof(int32_t));
 	t->scores = calloc(n, sizeof(float));
-	if (t->arena == NULL || t->text == NULL || t->text_len == NULL || t->types == NULL ||
-	    t->scores == NULL || strmap_init(&t->vocab, n) < 0)
+	if (t->text == NULL || t->text_len == NULL || t->types == NULL || t->scores == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for the vocabulary");
-	char *p = t->arena;
+	const char *p = t->arena; /* the table's strings, one after another */
 	for (uint64_t i = 0; i < n; i++) {
-		size_t len = strlen(src[i]);
-		memcpy(p, src[i], len + 1);
 		t->text[i] = p;
-		t->text_len[i] = (uint32_t)len;
-		strmap_put(&t->vocab, p, len, (int32_t)i);
-		p += len + 1;
+		t->text_len[i] = (uint32_t)strlen(p);
+		p += t->text_len[i] + 1;
 		t->types[i] = TOKT_NORMAL;
 	}
 	if (gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_I32, &arr, &n, NULL) == PRIVAI_OK &&

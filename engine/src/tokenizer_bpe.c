@@ -116,34 +116,13 @@ name_in(const char *names, const char *name)
 	return 0;
 }
 
-/* Merge ranks: "left right" -> index in tokenizer.ggml.merges.  The
- * strings are copied into one block so the map outlives the GGUF file. */
+/* Merge ranks: "left right" -> index in tokenizer.ggml.merges. */
 static int
 load_merges(struct tokenizer *t, const struct gguf_file *f, char *err)
 {
-	const void *arr;
 	uint64_t n;
-	size_t total = 0;
-	int r;
 
-	if ((r = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_STRING, &arr, &n, err)) < 0)
-		return r == PRIVAI_ENOTFOUND
-			       ? privai_fail(err, PRIVAI_EFORMAT, "missing metadata 'tokenizer.ggml.merges'")
-			       : r;
-	const char *const *src = arr;
-	for (uint64_t i = 0; i < n; i++)
-		total += strlen(src[i]) + 1;
-	if ((t->merge_arena = malloc(total ? total : 1)) == NULL || strmap_init(&t->merges, n) < 0)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for %llu merges",
-				   (unsigned long long)n);
-	char *p = t->merge_arena;
-	for (uint64_t i = 0; i < n; i++) {
-		size_t len = strlen(src[i]);
-		memcpy(p, src[i], len + 1);
-		strmap_put(&t->merges, p, len, (int32_t)i);
-		p += len + 1;
-	}
-	return PRIVAI_OK;
+	return load_string_table(f, "tokenizer.ggml.merges", 1u << 24, &t->merge_arena, &t->merges, &n, err);
 }
 
 int

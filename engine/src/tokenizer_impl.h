@@ -76,6 +76,12 @@ int spm_encode_fragment(const struct tokenizer *t, const char *text, size_t len,
 int bpe_encode_fragment(const struct tokenizer *t, const char *text, size_t len,
 			struct id_vec *out);
 
+/* Copy the string array `key` (1..max_n entries) into one fresh block
+ * (*ret_arena, NUL-separated, in order) and map each string to its index
+ * in `map`, so both outlive the GGUF file.  *ret_n gets the count. */
+int load_string_table(const struct gguf_file *f, const char *key, uint64_t max_n, char **ret_arena,
+		      struct strmap *map, uint64_t *ret_n, char *err);
+
 /* Set up the BPE pre-tokenizer for `pre` (NULL: "default"). */
 int bpe_setup(struct tokenizer *t, const struct gguf_file *f, const char *pre, char *err);
 

@@ -224,6 +224,21 @@ u64(uint8_t *b, uint64_t v)
 	return 8;
 }
 
+/* A tensor info: name, rank, dims, type, offset. */
+static size_t
+tinfo(uint8_t *b, const char *name, uint32_t nd, uint64_t ne0, uint64_t ne1, uint32_t type, uint64_t off)
+{
+	size_t n = str(b, name);
+
+	n += u32(b + n, nd);
+	n += u64(b + n, ne0);
+	if (nd > 1)
+		n += u64(b + n, ne1);
+	n += u32(b + n, type);
+	n += u64(b + n, off);
+	return n;
+}
+
 static void
 expect(const uint8_t *b, size_t n, const char *needle, const char *what)
 {
@@ -285,49 +300,19 @@ test_hostile(void)
 	n += u32(b + n, 5);
 	expect(b, n + 64, "rank 5", "rank 5");
 	n = hdr(b, 3, 1, 0);
-	n += str(b + n, "t");
-	n += u32(b + n, 1);
-	n += u64(b + n, 32);
-	n += u32(b + n, 200);
-	n += u64(b + n, 0);
+	tinfo(b + n, "t", 1, 32, 0, 200, 0);
 	expect(b, 256, "unknown tensor type 200", "bad tensor type");
-	n = hdr(b, 3, 1, 0);
-	n += str(b + n, "t");
-	n += u32(b + n, 1);
-	n += u64(b + n, 33);
-	n += u32(b + n, TT_Q4_0);
-	n += u64(b + n, 0);
+	tinfo(b + n, "t", 1, 33, 0, TT_Q4_0, 0);
 	expect(b, 256, "not a multiple", "partial block");
-	n = hdr(b, 3, 1, 0);
-	n += str(b + n, "t");
-	n += u32(b + n, 2);
-	n += u64(b + n, 1ull << 39);
-	n += u64(b + n, 1ull << 39);
-	n += u32(b + n, TT_F32);
-	n += u64(b + n, 0);
+	tinfo(b + n, "t", 2, 1ull << 39, 1ull << 39, TT_F32, 0);
 	expect(b, 256, "too large", "element count overflow");
-	n = hdr(b, 3, 1, 0);
-	n += str(b + n, "t");
-	n += u32(b + n, 1);
-	n += u64(b + n, 32);
-	n += u32(b + n, TT_F32);
-	n += u64(b + n, 8);
+	tinfo(b + n, "t", 1, 32, 0, TT_F32, 8);
 	expect(b, 512, "alignment", "misaligned offset");
-	n = hdr(b, 3, 1, 0);
-	n += str(b + n, "t");
-	n += u32(b + n, 1);
-	n += u64(b + n, 1024);
-	n += u32(b + n, TT_F32);
-	n += u64(b + n, 0);
+	tinfo(b + n, "t", 1, 1024, 0, TT_F32, 0);
 	expect(b, 512, "past the end", "data past end of file");
 	n = hdr(b, 3, 2, 0);
-	for (int i = 0; i < 2; i++) {
-		n += str(b + n, "same");
-		n += u32(b + n, 1);
-		n += u64(b + n, 8);
-		n += u32(b + n, TT_F32);
-		n += u64(b + n, 32 * (uint64_t)i);
-	}
+	n += tinfo(b + n, "same", 1, 8, 0, TT_F32, 0);
+	tinfo(b + n, "same", 1, 8, 0, TT_F32, 32);
 	expect(b, 512, "duplicate tensor name 'same'", "duplicate tensor");
 }
 
