@@ -44,6 +44,11 @@ for BUILD in $BUILDS; do
 	done
 	run_suite "$BUILD/cli" tests/cli/test_cli.sh
 done
+# the portable and AVX2 kernels must be as right as the best ones
+BUILD=$(echo $BUILDS | cut -d' ' -f1)
+for simd in scalar avx2; do
+	run_suite "$BUILD/test_golden (PRIVAI_SIMD=$simd)" env PRIVAI_SIMD=$simd "$BUILD/tests/test_golden"
+done
 if [ "${SKIP_FUZZ:-}" != "1" ]; then
 	BUILD=$(echo $BUILDS | cut -d' ' -f1)
 	export BUILD
