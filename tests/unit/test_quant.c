@@ -181,9 +181,9 @@ test_round_trips(void)
 }
 
 static void
-test_kernels(void)
+test_kernels(const struct cpu_kernels *simd)
 {
-	const struct cpu_kernels *simd = cpu_kernels_get(), *ref = cpu_kernels_scalar();
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
 	enum { N = 2048 };
 	static float x[N], w[N];
 	static uint8_t wq[N * 2];
@@ -216,6 +216,19 @@ test_kernels(void)
 		xf[i] = xr[i / 32].d * xr[i / 32].q[i % 32];
 	b = ref->dot_f32(wf, xf, N);
 	CHECK(fabsf(a - b) <= 1e-3f * fabsf(b) + 1e-2f, "dot_q4_0 %g vs float %g", a, b);
+	/* k-quants: SIMD = scalar = float dot of the dequantized operands */
+	static const struct { uint32_t type; const char *name; } kq[] = { { TT_Q4_K, "Q4_K" }, { TT_Q6_K, "Q6_K" } };
+	for (int i = 0; i < 2; i++) {
+		float (*fs)(const void *, const struct block_q8 *, size_t) =
+			i == 0 ? simd->dot_q4_k : simd->dot_q6_k;
+		float (*fr)(const void *, const struct block_q8 *, size_t) =
+			i == 0 ? ref->dot_q4_k : ref->dot_q6_k;
+		tensor_quantize_row(kq[i].type, w, wq, N);
+		tensor_dequantize_row(kq[i].type, wq, wf, N);
+		float want = ref->dot_f32(wf, xf, N), r = fr(wq, xr, N / 32), v = fs(wq, xr, N / 32);
+		CHECK(fabsf(r - want) <= 1e-3f * fabsf(want) + 1e-2f, "%s scalar dot %g vs float %g", kq[i].name, r, want);
+		CHECK(fabsf(v - want) <= 1e-3f * fabsf(want) + 1e-2f, "%s %s dot %g vs float %g", kq[i].name, simd->name, v, want);
+	}
 	uint16_t h[37];
 	float f1[37], f2[37];
 	for (int i = 0; i < 37; i++)
@@ -272,6 +285,12 @@ main(void)
 	test_halfs();
 	test_blocks();
 	test_round_trips();
-	test_kernels();
+	/* every SIMD level this CPU can run, not only the one it would pick */
+	const struct cpu_kernels *best = cpu_kernels_get();
+	test_kernels(best);
+	if (strcmp(best->name, "avx512-vnni") == 0)
+		test_kernels(cpu_kernels_avx2());
+	if (strcmp(best->name, "scalar") == 0)
+		SKIP("no SIMD kernels on this CPU: only the scalar ones were checked");
 	return test_summary();
 }

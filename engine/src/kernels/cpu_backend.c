@@ -130,8 +130,10 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 {
 	const struct weight *w = j->w;
 	int64_t nb = w->cols / 32;
+	const struct cpu_kernels *k = j->im->k;
 	float (*dot)(const void *, const struct block_q8 *, size_t) =
-		w->type == TT_Q8_0 ? j->im->k->dot_q8_0 : j->im->k->dot_q4_0;
+		w->type == TT_Q8_0 ? k->dot_q8_0 : w->type == TT_Q4_0 ? k->dot_q4_0 :
+		w->type == TT_Q4_K ? k->dot_q4_k : k->dot_q6_k;
 
 	for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
 		int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
@@ -192,7 +194,8 @@ cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, flo
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
 	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
-	j.quantized = w->type == TT_Q8_0 || w->type == TT_Q4_0;
+	j.quantized = w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K ||
+		      w->type == TT_Q6_K;
 	/* the GEMM pays off once a tile is mostly full */
 	j.gemm = w->type == TT_Q8_0 && im->k->gemm_q8_0 != NULL && n >= GEMM_TOKENS / 2;
 	if (j.quantized)

@@ -93,7 +93,7 @@ dot_q4_0_scalar(const void *w, const struct block_q8 *x, size_t nb)
 
 static const struct cpu_kernels k_scalar = {
 	"scalar", dot_f32_scalar, f16_to_f32_scalar, quantize_q8_scalar,
-	dot_q8_0_scalar, dot_q4_0_scalar, NULL,
+	dot_q8_0_scalar, dot_q4_0_scalar, dot_q4_k_scalar, dot_q6_k_scalar, NULL,
 };
 
 void
@@ -112,31 +112,9 @@ q8_tile_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile *out)
 }
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "cpu_x86.h"
 
 /* ------------------------------------------------------------------ AVX2 */
-
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-
-/* One fp16 scale with the F16C instruction (the portable converter is a
- * branchy function: calling it per 32-weight block costs more than the dot). */
-AVX2 static inline float
-f16c_load(const uint8_t *p)
-{
-	uint16_t h;
-
-	memcpy(&h, p, 2);
-	return _cvtsh_ss(h);
-}
-
-AVX2 static float
-hsum256(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
 
 AVX2 static float
 dot_f32_avx2(const float *a, const float *b, size_t n)
@@ -255,13 +233,13 @@ dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 	return hsum256(acc) - corr;
 }
 
-static const struct cpu_kernels k_avx2 = {
-	"avx2", dot_f32_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2, NULL,
+static struct cpu_kernels k_avx2 = {
+	"avx2", dot_f32_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2,
+	NULL, NULL, NULL, /* k-quant dots filled in by cpu_kernels_get */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 AVX512 static float
 dot_f32_avx512(const float *a, const float *b, size_t n)
@@ -384,9 +362,9 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const struct q8_
 	}
 }
 
-static const struct cpu_kernels k_avx512 = {
+static struct cpu_kernels k_avx512 = {
 	"avx512-vnni", dot_f32_avx512, f16_to_f32_avx2, quantize_q8_avx2,
-	dot_q8_0_avx512, dot_q4_0_avx512, gemm_q8_0_avx512,
+	dot_q8_0_avx512, dot_q4_0_avx512, NULL, NULL, gemm_q8_0_avx512,
 };
 #endif
 
@@ -394,6 +372,7 @@ const struct cpu_kernels *
 cpu_kernels_avx2(void)
 {
 #if defined(__x86_64__)
+	cpu_kernels_get(); /* fills in the k-quant entries */
 	return &k_avx2;
 #else
 	return &k_scalar;
@@ -438,6 +417,11 @@ cpu_kernels_get(void)
 	int avx2, avx512;
 
 	detect(&avx2, &avx512);
+	/* the k-quant dots live in their own file; link them in here */
+	k_avx2.dot_q4_k = dot_q4_k_simd(0);
+	k_avx2.dot_q6_k = dot_q6_k_simd(0);
+	k_avx512.dot_q4_k = dot_q4_k_simd(1);
+	k_avx512.dot_q6_k = dot_q6_k_simd(1);
 	if (avx512)
 		return &k_avx512;
 	if (avx2)

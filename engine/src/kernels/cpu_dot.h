@@ -43,6 +43,9 @@ struct cpu_kernels {
 	/* Dot of one weight row of nb blocks with nb activation blocks. */
 	float (*dot_q8_0)(const void *w, const struct block_q8 *x, size_t nb);
 	float (*dot_q4_0)(const void *w, const struct block_q8 *x, size_t nb);
+	/* K-quant rows: nb is the number of 32-element activation blocks. */
+	float (*dot_q4_k)(const void *w, const struct block_q8 *x, size_t nb);
+	float (*dot_q6_k)(const void *w, const struct block_q8 *x, size_t nb);
 	/* Q8_0 rows x 1 or 2 groups of 16 tokens (the second group's tiles
 	 * group_stride tiles after the first): y[r * 32 + g * 16 + j] = row r .
 	 * token j of group g over nb blocks, for nrows rows row_bytes apart.
@@ -50,6 +53,12 @@ struct cpu_kernels {
 	void (*gemm_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const struct q8_tile *x,
 			  size_t group_stride, int ngroups, size_t nb, float *y);
 };
+
+/* cpu_dot_kquants.c */
+float dot_q4_k_scalar(const void *w, const struct block_q8 *x, size_t nb);
+float dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb);
+float (*dot_q4_k_simd(int avx512))(const void *, const struct block_q8 *, size_t);
+float (*dot_q6_k_simd(int avx512))(const void *, const struct block_q8 *, size_t);
 
 /* The best kernels this CPU runs (never NULL). */
 const struct cpu_kernels *cpu_kernels_get(void);

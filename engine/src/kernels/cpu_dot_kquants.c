@@ -1,0 +1,186 @@
+/*
+ * Integer dot products of Q4_K and Q6_K weight rows with activations
+ * quantized to 32-element int8 blocks (struct block_q8), so the k-quants
+ * (and the Q4_K_M mix) generate at memory speed instead of dequantizing
+ * every weight to float for every token.
+ *
+ * Q4_K: w = d * sc_j * q - dmin * m_j over sub-blocks j of 32, q in 0..15:
+ *   row . x = sum_j dx_j * (d * sc_j * sum(q * xq) - dmin * m_j * sum(xq))
+ * Q6_K: w = d * sc_k * (q - 32) over sub-blocks k of 16, q in 0..63.
+ * The scalar versions are the reference the SIMD ones are tested against.
+ */
+#include <string.h>
+
+#include "privai/tensor_type.h"
+#include "cpu_dot.h"
+
+static float
+f16(const uint8_t *p)
+{
+	uint16_t h;
+
+	memcpy(&h, p, 2);
+	return fp16_to_f32(h);
+}
+
+/* Sub-block j's 6-bit scale and min (same packing as the dequantizer). */
+static inline void
+k4_scale_min(int j, const uint8_t *q, int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+		*m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+	}
+}
+
+/* Q6_K element values 0..63 of half h (128 elements) into out[128]. */
+static inline void
+q6_unpack_half(const uint8_t *ql, const uint8_t *qh, uint8_t *out)
+{
+	for (int l = 0; l < 32; l++) {
+		out[l] = (uint8_t)((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4));
+		out[l + 32] = (uint8_t)((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4));
+		out[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+		out[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+	}
+}
+
+float
+dot_q4_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
+{
+	const uint8_t *b = w;
+	float s = 0.0f;
+
+	for (size_t i = 0; i < nb / 8; i++, b += 144, x += 8) {
+		float d = f16(b), dmin = f16(b + 2);
+		const uint8_t *q = b + 16;
+		for (int j = 0; j < 8; j++) {
+			int sc, m;
+			k4_scale_min(j, b + 4, &sc, &m);
+			const uint8_t *qq = q + 32 * (j / 2);
+			int32_t acc = 0;
+			for (int l = 0; l < 32; l++)
+				acc += ((j & 1) ? (qq[l] >> 4) : (qq[l] & 0xf)) * x[j].q[l];
+			s += x[j].d * (d * sc * (float)acc - dmin * m * (float)x[j].sum);
+		}
+	}
+	return s;
+}
+
+float
+dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
+{
+	const uint8_t *b = w;
+	float s = 0.0f;
+	uint8_t q[128];
+
+	for (size_t i = 0; i < nb / 8; i++, b += 210) {
+		const int8_t *sc = (const int8_t *)(b + 192);
+		float d = f16(b + 208);
+		for (int h = 0; h < 2; h++, x += 4) {
+			q6_unpack_half(b + 64 * h, b + 128 + 32 * h, q);
+			for (int k = 0; k < 4; k++) { /* one 32-element activation block */
+				int32_t a0 = 0, a1 = 0;
+				for (int l = 0; l < 16; l++) {
+					a0 += (q[32 * k + l] - 32) * x[k].q[l];
+					a1 += (q[32 * k + 16 + l] - 32) * x[k].q[16 + l];
+				}
+				s += d * x[k].d * (float)(sc[8 * h + 2 * k] * a0 + sc[8 * h + 2 * k + 1] * a1);
+			}
+		}
+	}
+	return s;
+}
+
+#if defined(__x86_64__)
+#include "cpu_x86.h"
+
+/* Sum of products of 32 unsigned by 32 signed bytes, as 8 int32 lanes
+ * (products of 4 neighbours per lane). */
+#define U8I8_AVX2(a, b) _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+#define U8I8_VNNI(a, b) _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b)
+
+/* One template, compiled for AVX2 and for AVX-512 VNNI. */
+#define DEFINE_KQUANT_DOTS(SUFFIX, TARGET, U8I8)                                                   \
+	TARGET static float dot_q4_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)   \
+	{                                                                                           \
+		const uint8_t *b = w;                                                               \
+		__m256 acc = _mm256_setzero_ps();                                                   \
+		float mins = 0.0f;                                                                  \
+		const __m256i low = _mm256_set1_epi8(0xf);                                          \
+		for (size_t i = 0; i < nb / 8; i++, b += 144, x += 8) {                             \
+			float d = f16c_load(b), dmin = f16c_load(b + 2);                            \
+			for (int p = 0; p < 4; p++) {                                               \
+				__m256i raw = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * p)); \
+				__m256i q0 = _mm256_and_si256(raw, low);                            \
+				__m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);      \
+				int sc0, m0, sc1, m1;                                               \
+				k4_scale_min(2 * p, b + 4, &sc0, &m0);                              \
+				k4_scale_min(2 * p + 1, b + 4, &sc1, &m1);                          \
+				const struct block_q8 *x0 = &x[2 * p], *x1 = &x[2 * p + 1];          \
+				__m256i p0 = U8I8(q0, _mm256_loadu_si256((const __m256i *)x0->q));  \
+				__m256i p1 = U8I8(q1, _mm256_loadu_si256((const __m256i *)x1->q));  \
+				acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc0 * x0->d), _mm256_cvtepi32_ps(p0), acc); \
+				acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 * x1->d), _mm256_cvtepi32_ps(p1), acc); \
+				mins += dmin * (m0 * x0->d * (float)x0->sum + m1 * x1->d * (float)x1->sum); \
+			}                                                                           \
+		}                                                                                   \
+		return hsum256(acc) - mins;                                                         \
+	}                                                                                           \
+                                                                                                    \
+	TARGET static float dot_q6_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)   \
+	{                                                                                           \
+		const uint8_t *b = w;                                                               \
+		__m256 acc = _mm256_setzero_ps();                                                   \
+		const __m256i low = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);             \
+		const __m256i m32 = _mm256_set1_epi8(32);                                           \
+		for (size_t i = 0; i < nb / 8; i++, b += 210) {                                     \
+			const int8_t *sc = (const int8_t *)(b + 192);                               \
+			float d = f16c_load(b + 208);                                               \
+			for (int h = 0; h < 2; h++, x += 4) {                                       \
+				const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;             \
+				__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);               \
+				__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));        \
+				__m256i hh = _mm256_loadu_si256((const __m256i *)qh);               \
+				__m256i v[4];                                                       \
+				v[0] = _mm256_or_si256(_mm256_and_si256(l0, low),                   \
+					_mm256_slli_epi16(_mm256_and_si256(hh, three), 4));          \
+				v[1] = _mm256_or_si256(_mm256_and_si256(l1, low),                   \
+					_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), three), 4)); \
+				v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low), \
+					_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), three), 4)); \
+				v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low), \
+					_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), three), 4)); \
+				for (int k = 0; k < 4; k++) {                                       \
+					__m256i xq = _mm256_loadu_si256((const __m256i *)x[k].q);   \
+					/* (q - 32) * x = q * x - 32 * x, both from unsigned q */   \
+					__m256i pq = U8I8(v[k], xq);                                \
+					__m256i px = U8I8(m32, xq);                                 \
+					__m256i pr = _mm256_sub_epi32(pq, px);                      \
+					__m256i scv = _mm256_setr_epi32(sc[8 * h + 2 * k], sc[8 * h + 2 * k], \
+						sc[8 * h + 2 * k], sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1], \
+						sc[8 * h + 2 * k + 1], sc[8 * h + 2 * k + 1], sc[8 * h + 2 * k + 1]); \
+					acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x[k].d),           \
+						_mm256_cvtepi32_ps(_mm256_mullo_epi32(pr, scv)), acc); \
+				}                                                                   \
+			}                                                                           \
+		}                                                                                   \
+		return hsum256(acc);                                                                \
+	}
+
+DEFINE_KQUANT_DOTS(avx2, AVX2, U8I8_AVX2)
+DEFINE_KQUANT_DOTS(avx512, AVX512, U8I8_VNNI)
+
+float (*dot_q4_k_simd(int avx512))(const void *, const struct block_q8 *, size_t)
+{
+	return avx512 ? dot_q4_k_avx512 : dot_q4_k_avx2;
+}
+
+float (*dot_q6_k_simd(int avx512))(const void *, const struct block_q8 *, size_t)
+{
+	return avx512 ? dot_q6_k_avx512 : dot_q6_k_avx2;
+}
+#endif
