@@ -236,6 +236,12 @@ test_kernels(const struct cpu_kernels *simd)
 	simd->f16_to_f32(h, f1, 37);
 	ref->f16_to_f32(h, f2, 37);
 	CHECK(memcmp(f1, f2, sizeof(f1)) == 0, "%s f16_to_f32", simd->name);
+	uint16_t wh[N];
+	for (int i = 0; i < N; i++)
+		wh[i] = f32_to_fp16(w[i]);
+	a = simd->dot_f16(wh, x, N - 3); /* an odd length exercises the tail */
+	b = ref->dot_f16(wh, x, N - 3);
+	CHECK(fabsf(a - b) <= 1e-3f * fabsf(b) + 1e-3f, "%s dot_f16 %g vs %g", simd->name, a, b);
 }
 
 /* The prefill GEMM against the scalar per-token dot, with a partial

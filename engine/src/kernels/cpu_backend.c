@@ -152,6 +152,15 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 	const struct weight *w = j->w;
 	const struct cpu_kernels *k = j->im->k;
 
+	if (w->type == TT_F16 && j->n <= 2) { /* decode: convert inside the dot */
+		for (int64_t r = r0; r < r1; r++)
+			for (int t = 0; t < j->n; t++)
+				j->y[(int64_t)t * w->rows + r] = k->dot_f16(
+					(const uint16_t *)((const uint8_t *)w->data + r * w->row_bytes),
+					j->x + (int64_t)t * w->cols, (size_t)w->cols);
+		return;
+	}
+
 	for (int t0 = 0; t0 < j->n; t0 += TOKEN_TILE) {
 		int t1 = t0 + TOKEN_TILE < j->n ? t0 + TOKEN_TILE : j->n;
 		for (int64_t r = r0; r < r1; r++) {

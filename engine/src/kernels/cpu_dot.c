@@ -25,6 +25,16 @@ dot_f32_scalar(const float *a, const float *b, size_t n)
 	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
+static float
+dot_f16_scalar(const uint16_t *w, const float *x, size_t n)
+{
+	float s = 0.0f;
+
+	for (size_t i = 0; i < n; i++)
+		s += fp16_to_f32(w[i]) * x[i];
+	return s;
+}
+
 static void
 f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n)
 {
@@ -92,7 +102,7 @@ dot_q4_0_scalar(const void *w, const struct block_q8 *x, size_t nb)
 }
 
 static const struct cpu_kernels k_scalar = {
-	"scalar", dot_f32_scalar, f16_to_f32_scalar, quantize_q8_scalar,
+	"scalar", dot_f32_scalar, dot_f16_scalar, f16_to_f32_scalar, quantize_q8_scalar,
 	dot_q8_0_scalar, dot_q4_0_scalar, dot_q4_k_scalar, dot_q6_k_scalar, NULL,
 };
 
@@ -129,6 +139,24 @@ dot_f32_avx2(const float *a, const float *b, size_t n)
 	float s = hsum256(_mm256_add_ps(s0, s1));
 	for (; i < n; i++)
 		s += a[i] * b[i];
+	return s;
+}
+
+AVX2 static float
+dot_f16_avx2(const uint16_t *w, const float *x, size_t n)
+{
+	__m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))),
+				     _mm256_loadu_ps(x + i), s0);
+		s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))),
+				     _mm256_loadu_ps(x + i + 8), s1);
+	}
+	float s = hsum256(_mm256_add_ps(s0, s1));
+	for (; i < n; i++)
+		s += _cvtsh_ss(w[i]) * x[i];
 	return s;
 }
 
@@ -234,7 +262,7 @@ dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 }
 
 static struct cpu_kernels k_avx2 = {
-	"avx2", dot_f32_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2,
+	"avx2", dot_f32_avx2, dot_f16_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2,
 	NULL, NULL, NULL, /* k-quant dots filled in by cpu_kernels_get */
 };
 
@@ -254,6 +282,24 @@ dot_f32_avx512(const float *a, const float *b, size_t n)
 	float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 	for (; i < n; i++)
 		s += a[i] * b[i];
+	return s;
+}
+
+AVX512 static float
+dot_f16_avx512(const uint16_t *w, const float *x, size_t n)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+	size_t i = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		s0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))),
+				     _mm512_loadu_ps(x + i), s0);
+		s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16))),
+				     _mm512_loadu_ps(x + i + 16), s1);
+	}
+	float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+	for (; i < n; i++)
+		s += _cvtsh_ss(w[i]) * x[i];
 	return s;
 }
 
@@ -363,7 +409,7 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const struct q8_
 }
 
 static struct cpu_kernels k_avx512 = {
-	"avx512-vnni", dot_f32_avx512, f16_to_f32_avx2, quantize_q8_avx2,
+	"avx512-vnni", dot_f32_avx512, dot_f16_avx512, f16_to_f32_avx2, quantize_q8_avx2,
 	dot_q8_0_avx512, dot_q4_0_avx512, NULL, NULL, gemm_q8_0_avx512,
 };
 #endif

@@ -36,6 +36,8 @@ void q8_tile_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile *o
 struct cpu_kernels {
 	const char *name;
 	float (*dot_f32)(const float *a, const float *b, size_t n);
+	/* dot of n fp16 weights with n floats (no row conversion pass) */
+	float (*dot_f16)(const uint16_t *w, const float *x, size_t n);
 	/* dst[i] = f16 src[i] as float */
 	void (*f16_to_f32)(const uint16_t *src, float *dst, size_t n);
 	/* Quantize n floats (multiple of 32) to n/32 blocks. */
