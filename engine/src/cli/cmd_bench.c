@@ -2,19 +2,19 @@
  * privai-engine bench: prompt processing (pp: one batched prefill of -p
  * tokens) and text generation (tg: -n tokens one at a time) in tokens per
  * second, mean and standard deviation over -r repetitions after a warm-up.
- * It also measures the machine's memory read bandwidth with the same
- * threads, and reports the generation bound that implies: bandwidth /
- * bytes of weights read per generated token.
+ * It also measures read bandwidth by summing the model's own mapped
+ * weights with the same number of threads, and reports the generation
+ * bound that implies: bandwidth / bytes of weights read per token.
  */
 #include <getopt.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli.h"
+#include "privai/threadpool.h"
 
 static double
 now(void)
@@ -25,55 +25,73 @@ now(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-struct bw_arg {
-	const uint64_t *buf;
-	size_t n;
-	uint64_t sum;
+struct bw_job {
+	const uint8_t *base;
+	size_t bytes;
+	uint64_t sums[256];
 };
 
-static void *
-bw_read(void *p)
-{
-	struct bw_arg *a = p;
-	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#if defined(__x86_64__)
+#include <immintrin.h>
 
-	for (size_t i = 0; i + 4 <= a->n; i += 4) {
-		s0 += a->buf[i];
-		s1 += a->buf[i + 1];
-		s2 += a->buf[i + 2];
-		s3 += a->buf[i + 3];
+/* 256-bit loads, as the kernels use: a scalar loop cannot keep up with
+ * the memory and would measure itself. */
+__attribute__((target("avx2"))) static uint64_t
+sum_avx2(const uint8_t *p, size_t lo, size_t hi)
+{
+	__m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+
+	for (size_t i = lo; i + 128 <= hi; i += 128) {
+		a = _mm256_add_epi64(a, _mm256_loadu_si256((const __m256i *)(p + i)));
+		b = _mm256_add_epi64(b, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
+		c = _mm256_add_epi64(c, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
+		d = _mm256_add_epi64(d, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
 	}
-	a->sum = s0 + s1 + s2 + s3;
-	return NULL;
+	a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+	return (uint64_t)_mm256_extract_epi64(a, 0) + (uint64_t)_mm256_extract_epi64(a, 3);
+}
+#endif
+
+static void
+bw_worker(void *arg, int ith, int nth)
+{
+	struct bw_job *j = arg;
+	size_t lo = j->bytes * (size_t)ith / (size_t)nth, hi = j->bytes * (size_t)(ith + 1) / (size_t)nth;
+	uint64_t s[8] = { 0 };
+
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("avx2")) {
+		j->sums[ith % 256] = sum_avx2(j->base, lo, hi);
+		return;
+	}
+#endif
+	for (size_t i = lo; i + 64 <= hi; i += 64)
+		for (int k = 0; k < 8; k++) {
+			uint64_t v;
+			memcpy(&v, j->base + i + 8 * k, 8);
+			s[k] += v;
+		}
+	j->sums[ith % 256] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
-/* Read bandwidth in GB/s over a buffer far larger than the caches. */
+/* Read bandwidth in GB/s, measured on the model's own weights (the same
+ * mapping and pages generation streams) with a pool of the same size. */
 static double
-read_bandwidth(int threads)
+read_bandwidth(const struct gguf_file *f, int threads)
 {
-	size_t bytes = (size_t)1 << 30, n = bytes / 8;
-	uint64_t *buf = malloc(bytes);
+	struct threadpool *pool;
+	struct bw_job j = { f->map + f->data_offset, f->map_size - f->data_offset, { 0 } };
 	double best = 0;
 
-	if (buf == NULL)
+	if (threadpool_new(threads, &pool) < 0)
 		return 0;
-	for (size_t i = 0; i < n; i++)
-		buf[i] = i;
-	for (int rep = 0; rep < 3; rep++) {
-		pthread_t th[256];
-		struct bw_arg arg[256];
-		int nt = threads > 256 ? 256 : threads;
+	for (int rep = 0; rep < 4; rep++) {
 		double t0 = now();
-		for (int i = 0; i < nt; i++) {
-			arg[i] = (struct bw_arg){ buf + n / nt * i, n / nt, 0 };
-			pthread_create(&th[i], NULL, bw_read, &arg[i]);
-		}
-		for (int i = 0; i < nt; i++)
-			pthread_join(th[i], NULL);
-		double gbs = bytes / (now() - t0) / 1e9;
+		threadpool_run(pool, bw_worker, &j);
+		double gbs = j.bytes / (now() - t0) / 1e9;
 		best = gbs > best ? gbs : best;
 	}
-	free(buf);
+	threadpool_free(pool);
 	return best;
 }
 
@@ -167,7 +185,7 @@ cmd_bench(int argc, char **argv)
 	double bytes_tok = (double)e.model->weight_bytes;
 	if (e.model->output.data != e.model->tok_embd.data)
 		bytes_tok -= (double)e.model->tok_embd.row_bytes * e.model->tok_embd.rows;
-	double bw = measure_bw ? read_bandwidth(nth) : 0, bound = bw > 0 ? bw * 1e9 / bytes_tok : 0;
+	double bw = measure_bw ? read_bandwidth(e.model->file, nth) : 0, bound = bw > 0 ? bw * 1e9 / bytes_tok : 0;
 	if (json) {
 		printf("{\"model\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"n_prompt\":%d,\"n_gen\":%d,\"reps\":%d,"
 		       "\"pp_tokens_per_s\":%.2f,\"pp_stddev\":%.2f,\"tg_tokens_per_s\":%.2f,\"tg_stddev\":%.2f,"
