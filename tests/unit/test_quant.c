@@ -271,9 +271,12 @@ test_gemm(void)
 	q8_tile_pack(xq, 16, nb, tiles);
 	q8_tile_pack(xq + 16 * nb, NT - 16, nb, tiles + nb);
 	int bad = 0;
+	int32_t wsum[4 * COLS / 32];
+	float wd[4 * COLS / 32];
 	for (int r0 = 0; r0 < ROWS; r0 += 4) {
 		int nr = ROWS - r0 < 4 ? ROWS - r0 : 4;
-		k->gemm_q8_0(wq + (size_t)r0 * nb * 34, nb * 34, nr, tiles, nb, 2, nb, y);
+		k->gemm_q8_0_prep(wq + (size_t)r0 * nb * 34, nb * 34, nr, nb, wsum, wd);
+		k->gemm_q8_0(wq + (size_t)r0 * nb * 34, nb * 34, nr, wsum, wd, tiles, nb, 2, nb, y);
 		for (int r = 0; r < nr; r++)
 			for (int t = 0; t < NT; t++) {
 				float want = ref->dot_q8_0(wq + (size_t)(r0 + r) * nb * 34, xq + t * nb, nb);

@@ -32,6 +32,8 @@ struct cpu_impl {
 	size_t xq_len;
 	struct q8_tile *tiles;   /* the same, packed 16 tokens a tile, for the GEMM */
 	size_t tiles_len;
+	int32_t **gemm_wsum;     /* per thread: GEMM_ROWS x blocks of -128 * sum(w) */
+	float **gemm_wd;         /* per thread: GEMM_ROWS x blocks of weight scales */
 	float *att_buf;          /* per thread: att_len attention scores */
 	size_t att_buf_len, att_len;
 };
@@ -103,18 +105,22 @@ mm_pack_tiles(void *arg, int ith, int nth)
  * tiles streams past from L2. */
 #define GEMM_ROWS 4
 static void
-mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
+mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1, int ith)
 {
 	const struct weight *w = j->w;
 	int64_t nb = w->cols / 32, groups = (j->n + GEMM_TOKENS - 1) / GEMM_TOKENS;
 	float out[GEMM_ROWS * 2 * GEMM_TOKENS];
+	int32_t *wsum = j->im->gemm_wsum[ith];
+	float *wd = j->im->gemm_wd[ith];
 
 	for (int64_t rb = r0; rb < r1; rb += GEMM_ROWS) {
 		int nr = r1 - rb < GEMM_ROWS ? (int)(r1 - rb) : GEMM_ROWS;
+		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
+		j->im->k->gemm_q8_0_prep(wrows, w->row_bytes, nr, (size_t)nb, wsum, wd);
 		for (int64_t g = 0; g < groups; g += 2) {
 			int ng = groups - g > 1 ? 2 : 1;
-			j->im->k->gemm_q8_0((const uint8_t *)w->data + rb * w->row_bytes, w->row_bytes, nr,
-					    j->im->tiles + g * nb, (size_t)nb, ng, (size_t)nb, out);
+			j->im->k->gemm_q8_0(wrows, w->row_bytes, nr, wsum, wd, j->im->tiles + g * nb,
+					    (size_t)nb, ng, (size_t)nb, out);
 			int nt = j->n - (int)g * GEMM_TOKENS;
 			if (nt > ng * GEMM_TOKENS)
 				nt = ng * GEMM_TOKENS;
@@ -187,7 +193,7 @@ mm_worker(void *arg, int ith, int nth)
 
 	split(j->w->rows, ith, nth, &lo, &hi);
 	if (j->gemm)
-		mm_rows_gemm(j, lo, hi);
+		mm_rows_gemm(j, lo, hi, ith);
 	else if (j->quantized)
 		mm_rows_q8(j, lo, hi);
 	else
@@ -375,7 +381,13 @@ compute_cpu_free(struct compute *c)
 		int nth = im->pool != NULL ? threadpool_size(im->pool) : 0;
 		for (int i = 0; im->row_buf != NULL && i < nth; i++)
 			free(im->row_buf[i]);
+		for (int i = 0; im->gemm_wsum != NULL && i < nth; i++)
+			free(im->gemm_wsum[i]);
+		for (int i = 0; im->gemm_wd != NULL && i < nth; i++)
+			free(im->gemm_wd[i]);
 		free(im->row_buf);
+		free(im->gemm_wsum);
+		free(im->gemm_wd);
 		free(im->xq);
 		free(im->tiles);
 		free(im->att_buf);
@@ -414,14 +426,25 @@ cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx)
 	struct cpu_impl *im = c->impl;
 	int nth = threadpool_size(im->pool);
 
-	if (im->row_buf == NULL && (im->row_buf = calloc((size_t)nth, sizeof(float *))) == NULL)
+	if (im->row_buf == NULL && ((im->row_buf = calloc((size_t)nth, sizeof(float *))) == NULL ||
+				    (im->gemm_wsum = calloc((size_t)nth, sizeof(int32_t *))) == NULL ||
+				    (im->gemm_wd = calloc((size_t)nth, sizeof(float *))) == NULL))
 		return PRIVAI_ENOMEM;
 	if ((size_t)max_cols > im->row_buf_len) {
+		size_t per_thread = GEMM_ROWS * (size_t)(max_cols / 32 + 1);
 		for (int i = 0; i < nth; i++) {
 			float *b = realloc(im->row_buf[i], (size_t)max_cols * sizeof(float));
 			if (b == NULL)
 				return PRIVAI_ENOMEM;
 			im->row_buf[i] = b;
+			int32_t *ws = realloc(im->gemm_wsum[i], per_thread * sizeof(int32_t));
+			if (ws == NULL)
+				return PRIVAI_ENOMEM;
+			im->gemm_wsum[i] = ws;
+			float *wd = realloc(im->gemm_wd[i], per_thread * sizeof(float));
+			if (wd == NULL)
+				return PRIVAI_ENOMEM;
+			im->gemm_wd[i] = wd;
 		}
 		im->row_buf_len = (size_t)max_cols;
 	}

@@ -103,7 +103,7 @@ dot_q4_0_scalar(const void *w, const struct block_q8 *x, size_t nb)
 
 static const struct cpu_kernels k_scalar = {
 	"scalar", dot_f32_scalar, dot_f16_scalar, f16_to_f32_scalar, quantize_q8_scalar,
-	dot_q8_0_scalar, dot_q4_0_scalar, dot_q4_k_scalar, dot_q6_k_scalar, NULL,
+	dot_q8_0_scalar, dot_q4_0_scalar, dot_q4_k_scalar, dot_q6_k_scalar, NULL, NULL,
 };
 
 void
@@ -263,7 +263,8 @@ dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 
 static struct cpu_kernels k_avx2 = {
 	"avx2", dot_f32_avx2, dot_f16_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2,
-	NULL, NULL, NULL, /* k-quant dots filled in by cpu_kernels_get */
+	NULL, NULL, /* k-quant dots: filled in by cpu_kernels_get */
+	NULL, NULL, /* no GEMM */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -365,9 +366,23 @@ q8_block_sum(const uint8_t *qs)
  * Activations carry +128 (vpdpbusd wants them unsigned); 128 * sum(w) is
  * taken off per block.
  */
+/* Per-block constants of nrows weight rows, computed once per row chunk
+ * and reused by every token group: -128 * sum(w) and the fp16 scale. */
 AVX512 static void
-gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const struct q8_tile *x,
-		 size_t group_stride, int ngroups, size_t nb, float *y)
+gemm_q8_0_prep_avx512(const uint8_t *w, size_t row_bytes, int nrows, size_t nb, int32_t *wsum,
+		      float *wd)
+{
+	for (int r = 0; r < nrows; r++)
+		for (size_t b = 0; b < nb; b++) {
+			const uint8_t *blk = w + (size_t)r * row_bytes + b * 34;
+			wsum[(size_t)r * nb + b] = -128 * q8_block_sum(blk + 2);
+			wd[(size_t)r * nb + b] = f16c_load(blk);
+		}
+}
+
+AVX512 static void
+gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
+		 const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y)
 {
 	/* two token groups share every weight-side step (broadcasts, block
 	 * sum, scale); 16 x-registers + 8 accumulators fit the 32 zmm */
@@ -386,17 +401,17 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const struct q8_
 			}
 			__m512 da = _mm512_loadu_ps(x[b].d), db = _mm512_loadu_ps(x1[b].d);
 			for (int rr = 0; rr < nr; rr++) {
+				size_t at = (size_t)(r0 + rr) * nb + b;
 				const uint8_t *blk = w + (size_t)(r0 + rr) * row_bytes + b * 34;
 				int32_t w4[8];
 				memcpy(w4, blk + 2, 32);
-				__m512i corr = _mm512_set1_epi32(-128 * q8_block_sum(blk + 2));
-				__m512i pa = corr, pb = corr;
+				__m512i pa = _mm512_set1_epi32(wsum[at]), pb = pa;
 				for (int s = 0; s < 8; s++) {
 					__m512i wb = _mm512_set1_epi32(w4[s]);
 					pa = _mm512_dpbusd_epi32(pa, xa[s], wb);
 					pb = _mm512_dpbusd_epi32(pb, xb[s], wb);
 				}
-				__m512 dw = _mm512_set1_ps(f16c_load(blk));
+				__m512 dw = _mm512_set1_ps(wd[at]);
 				acc0[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pa), _mm512_mul_ps(da, dw), acc0[rr]);
 				acc1[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pb), _mm512_mul_ps(db, dw), acc1[rr]);
 			}
@@ -410,7 +425,7 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const struct q8_
 
 static struct cpu_kernels k_avx512 = {
 	"avx512-vnni", dot_f32_avx512, dot_f16_avx512, f16_to_f32_avx2, quantize_q8_avx2,
-	dot_q8_0_avx512, dot_q4_0_avx512, NULL, NULL, gemm_q8_0_avx512,
+	dot_q8_0_avx512, dot_q4_0_avx512, NULL, NULL, gemm_q8_0_prep_avx512, gemm_q8_0_avx512,
 };
 #endif
 

@@ -52,8 +52,12 @@ struct cpu_kernels {
 	 * group_stride tiles after the first): y[r * 32 + g * 16 + j] = row r .
 	 * token j of group g over nb blocks, for nrows rows row_bytes apart.
 	 * NULL where the CPU has no kernel for it (the per-token dot is used). */
-	void (*gemm_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const struct q8_tile *x,
-			  size_t group_stride, int ngroups, size_t nb, float *y);
+	void (*gemm_q8_0_prep)(const uint8_t *w, size_t row_bytes, int nrows, size_t nb,
+			       int32_t *wsum, float *wd);
+	/* wsum, wd: what gemm_q8_0_prep computed for these rows */
+	void (*gemm_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum,
+			  const float *wd, const struct q8_tile *x, size_t group_stride, int ngroups,
+			  size_t nb, float *y);
 };
 
 /* cpu_dot_kquants.c */
