@@ -231,20 +231,64 @@ cpu_get_rows(struct compute *c, const struct weight *w, const int32_t *ids, int 
 				      out + (int64_t)t * w->cols, (size_t)w->cols);
 }
 
+/* Element-wise work split across the pool: rows for rmsnorm, ranges of
+ * elements for swiglu and add (for a 128-token prefill, swiglu alone is
+ * a million expf per layer). */
+struct ew_job {
+	int op; /* 0 rmsnorm, 1 swiglu, 2 add */
+	float *a;
+	const float *b, *g;
+	const float *x;
+	size_t count;
+	int n, dim;
+	float eps;
+};
+
+static void
+ew_worker(void *arg, int ith, int nth)
+{
+	struct ew_job *j = arg;
+	int64_t lo, hi;
+
+	if (j->op == 0) {
+		split(j->n, ith, nth, &lo, &hi);
+		for (int64_t t = lo; t < hi; t++) {
+			const float *xt = j->x + t * j->dim;
+			float *ot = j->a + t * j->dim;
+			double ss = 0.0;
+			for (int i = 0; i < j->dim; i++)
+				ss += (double)xt[i] * xt[i];
+			float scale = (float)(1.0 / sqrt(ss / j->dim + j->eps));
+			for (int i = 0; i < j->dim; i++)
+				ot[i] = xt[i] * scale * j->g[i];
+		}
+		return;
+	}
+	split((int64_t)j->count, ith, nth, &lo, &hi);
+	if (j->op == 1)
+		for (int64_t i = lo; i < hi; i++)
+			j->a[i] = j->a[i] / (1.0f + expf(-j->a[i])) * j->b[i];
+	else
+		for (int64_t i = lo; i < hi; i++)
+			j->a[i] += j->b[i];
+}
+
+static void
+ew_run(struct compute *c, struct ew_job *j, size_t work)
+{
+	/* below a few thousand elements a thread hand-off costs more */
+	if (work < 4096)
+		ew_worker(j, 0, 1);
+	else
+		threadpool_run(impl_of(c)->pool, ew_worker, j);
+}
+
 static void
 cpu_rmsnorm(struct compute *c, const float *x, const float *g, int n, int dim, float eps, float *out)
 {
-	(void)c;
-	for (int t = 0; t < n; t++) {
-		const float *xt = x + (int64_t)t * dim;
-		float *ot = out + (int64_t)t * dim;
-		double ss = 0.0;
-		for (int i = 0; i < dim; i++)
-			ss += (double)xt[i] * xt[i];
-		float scale = (float)(1.0 / sqrt(ss / dim + eps));
-		for (int i = 0; i < dim; i++)
-			ot[i] = xt[i] * scale * g[i];
-	}
+	struct ew_job j = { .op = 0, .a = out, .g = g, .x = x, .n = n, .dim = dim, .eps = eps };
+
+	ew_run(c, &j, (size_t)n * (size_t)dim);
 }
 
 static void
@@ -331,17 +375,17 @@ cpu_attention(struct compute *c, const float *q, int n, const int32_t *pos,
 static void
 cpu_swiglu(struct compute *c, float *a, const float *b, size_t count)
 {
-	(void)c;
-	for (size_t i = 0; i < count; i++)
-		a[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+	struct ew_job j = { .op = 1, .a = a, .b = b, .count = count };
+
+	ew_run(c, &j, count * 8); /* expf: weigh it as several adds */
 }
 
 static void
 cpu_add(struct compute *c, float *a, const float *b, size_t count)
 {
-	(void)c;
-	for (size_t i = 0; i < count; i++)
-		a[i] += b[i];
+	struct ew_job j = { .op = 2, .a = a, .b = b, .count = count };
+
+	ew_run(c, &j, count);
 }
 
 static int cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx);
