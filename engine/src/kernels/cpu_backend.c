@@ -34,6 +34,7 @@ struct cpu_impl {
 	size_t tiles_len;
 	int32_t **gemm_wsum;     /* per thread: GEMM_ROWS x blocks of -128 * sum(w) */
 	float **gemm_wd;         /* per thread: GEMM_ROWS x blocks of weight scales */
+	uint8_t **gemm_rows;     /* per thread: GEMM_ROWS rows widened to Q8_0 */
 	float *att_buf;          /* per thread: att_len attention scores */
 	size_t att_buf_len, att_len;
 };
@@ -101,6 +102,18 @@ mm_pack_tiles(void *arg, int ith, int nth)
 	}
 }
 
+static void
+q4_0_to_q8_0(const uint8_t *src, uint8_t *dst, size_t nb)
+{
+	for (size_t b = 0; b < nb; b++, src += 18, dst += 34) {
+		memcpy(dst, src, 2); /* the same fp16 scale */
+		for (int i = 0; i < 16; i++) {
+			dst[2 + i] = (uint8_t)(int8_t)((src[2 + i] & 0xf) - 8);
+			dst[2 + 16 + i] = (uint8_t)(int8_t)((src[2 + i] >> 4) - 8);
+		}
+	}
+}
+
 /* Rows in blocks of GEMM_ROWS stay in L1 while every 16-token group of
  * tiles streams past from L2. */
 #define GEMM_ROWS 4
@@ -113,13 +126,24 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1, int ith)
 	int32_t *wsum = j->im->gemm_wsum[ith];
 	float *wd = j->im->gemm_wd[ith];
 
+	size_t row_bytes = w->row_bytes;
+
 	for (int64_t rb = r0; rb < r1; rb += GEMM_ROWS) {
 		int nr = r1 - rb < GEMM_ROWS ? (int)(r1 - rb) : GEMM_ROWS;
 		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
-		j->im->k->gemm_q8_0_prep(wrows, w->row_bytes, nr, (size_t)nb, wsum, wd);
+		if (w->type == TT_Q4_0) {
+			/* d * (q - 8) is exactly a Q8_0 block: widen the rows once
+			 * per chunk and run the same GEMM on them */
+			uint8_t *wide = j->im->gemm_rows[ith];
+			row_bytes = (size_t)nb * 34;
+			for (int r = 0; r < nr; r++)
+				q4_0_to_q8_0(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes, (size_t)nb);
+			wrows = wide;
+		}
+		j->im->k->gemm_q8_0_prep(wrows, row_bytes, nr, (size_t)nb, wsum, wd);
 		for (int64_t g = 0; g < groups; g += 2) {
 			int ng = groups - g > 1 ? 2 : 1;
-			j->im->k->gemm_q8_0(wrows, w->row_bytes, nr, wsum, wd, j->im->tiles + g * nb,
+			j->im->k->gemm_q8_0(wrows, row_bytes, nr, wsum, wd, j->im->tiles + g * nb,
 					    (size_t)nb, ng, (size_t)nb, out);
 			int nt = j->n - (int)g * GEMM_TOKENS;
 			if (nt > ng * GEMM_TOKENS)
@@ -212,7 +236,8 @@ cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, flo
 	j.quantized = w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K ||
 		      w->type == TT_Q6_K;
 	/* the GEMM pays off once a tile is mostly full */
-	j.gemm = w->type == TT_Q8_0 && im->k->gemm_q8_0 != NULL && n >= GEMM_TOKENS / 2;
+	j.gemm = (w->type == TT_Q8_0 || w->type == TT_Q4_0) && im->k->gemm_q8_0 != NULL &&
+		 n >= GEMM_TOKENS / 2;
 	if (j.quantized)
 		threadpool_run(im->pool, mm_quantize_x, &j);
 	if (j.gemm)
@@ -430,8 +455,11 @@ compute_cpu_free(struct compute *c)
 		for (int i = 0; im->gemm_wd != NULL && i < nth; i++)
 			free(im->gemm_wd[i]);
 		free(im->row_buf);
+		for (int i = 0; im->gemm_rows != NULL && i < nth; i++)
+			free(im->gemm_rows[i]);
 		free(im->gemm_wsum);
 		free(im->gemm_wd);
+		free(im->gemm_rows);
 		free(im->xq);
 		free(im->tiles);
 		free(im->att_buf);
@@ -472,7 +500,8 @@ cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx)
 
 	if (im->row_buf == NULL && ((im->row_buf = calloc((size_t)nth, sizeof(float *))) == NULL ||
 				    (im->gemm_wsum = calloc((size_t)nth, sizeof(int32_t *))) == NULL ||
-				    (im->gemm_wd = calloc((size_t)nth, sizeof(float *))) == NULL))
+				    (im->gemm_wd = calloc((size_t)nth, sizeof(float *))) == NULL ||
+				    (im->gemm_rows = calloc((size_t)nth, sizeof(uint8_t *))) == NULL))
 		return PRIVAI_ENOMEM;
 	if ((size_t)max_cols > im->row_buf_len) {
 		size_t per_thread = GEMM_ROWS * (size_t)(max_cols / 32 + 1);
@@ -489,6 +518,10 @@ cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx)
 			if (wd == NULL)
 				return PRIVAI_ENOMEM;
 			im->gemm_wd[i] = wd;
+			uint8_t *wr = realloc(im->gemm_rows[i], per_thread * 34);
+			if (wr == NULL)
+				return PRIVAI_ENOMEM;
+			im->gemm_rows[i] = wr;
 		}
 		im->row_buf_len = (size_t)max_cols;
 	}
