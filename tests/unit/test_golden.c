@@ -6,9 +6,11 @@
  */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <unistd.h>
 
 #include "testlib.h"
 #include "privai/model.h"
+#include "privai/tensor_type.h"
 #include "privai/tokenizer.h"
 
 static const char *prompts[] = {
@@ -130,6 +132,137 @@ out:
 	engine_model_free(m);
 }
 
+/*
+ * qwen2 against the same reference: a llama model whose Q and K rows are
+ * permuted within each head from (0,1,2,3,...) to (0,2,4,...,1,3,5,...)
+ * computes exactly the same attention with NEOX rope (pairs i, i+d/2) as
+ * the original does with normal rope (pairs 2i, 2i+1).  Written as a qwen2
+ * file (with zero Q/K/V biases) it must reproduce the llama golden logits.
+ */
+static int
+write_as_qwen2(const char *src, const char *dst, char *err)
+{
+	struct gguf_file *f;
+	struct gguf_writer *w;
+	int r;
+
+	if ((r = gguf_open(src, &f, err)) < 0)
+		return r;
+	gguf_writer_new(&w);
+	uint32_t head_dim = 0, n_head = 0;
+	for (uint64_t i = 0; i < f->n_kv && r == 0; i++) {
+		struct gguf_kv kv = f->kv[i];
+		char key[256];
+		if (strcmp(kv.key, "general.architecture") == 0) {
+			r = gguf_writer_set_str(w, kv.key, "qwen2");
+			continue;
+		}
+		if (strncmp(kv.key, "llama.", 6) == 0) {
+			snprintf(key, sizeof(key), "qwen2.%s", kv.key + 6);
+			kv.key = key;
+		}
+		if (strcmp(kv.key, "qwen2.attention.head_count") == 0)
+			n_head = (uint32_t)kv.v.u64;
+		r = gguf_writer_set_kv(w, &kv);
+	}
+	const struct gguf_tensor *q0 = gguf_find_tensor(f, "blk.0.attn_q.weight");
+	head_dim = (uint32_t)(q0->ne[1] / n_head);
+	for (uint64_t i = 0; i < f->n_tensors && r == 0; i++) {
+		const struct gguf_tensor *t = &f->tensors[i];
+		const char *nm = t->name;
+		size_t len = strlen(nm);
+		int is_qk = strstr(nm, "attn_q.weight") != NULL || strstr(nm, "attn_k.weight") != NULL;
+		if (!is_qk) {
+			r = gguf_writer_add_tensor(w, nm, t->type, t->n_dims, t->ne, t->data);
+			continue;
+		}
+		size_t rb = tensor_type_row_bytes(t->type, t->ne[0]);
+		uint8_t *perm = malloc(rb * t->ne[1]);
+		if (perm == NULL) {
+			r = PRIVAI_ENOMEM;
+			break;
+		}
+		for (uint64_t row = 0; row < t->ne[1]; row++) {
+			uint64_t h = row / head_dim, k = row % head_dim;
+			/* new row k of the head takes old row 2k (first half) or 2(k-d/2)+1 */
+			uint64_t old = k < head_dim / 2 ? 2 * k : 2 * (k - head_dim / 2) + 1;
+			memcpy(perm + row * rb, (const uint8_t *)t->data + (h * head_dim + old) * rb, rb);
+		}
+		r = gguf_writer_add_tensor(w, nm, t->type, t->n_dims, t->ne, perm);
+		free(perm);
+		/* zero biases qwen2 requires, sized like the projection */
+		char bname[128];
+		snprintf(bname, sizeof(bname), "%.*s.bias", (int)(len - 7), nm);
+		float *zero = calloc(t->ne[1], sizeof(float));
+		uint64_t ne[1] = { t->ne[1] };
+		if (r == 0)
+			r = gguf_writer_add_tensor(w, bname, TT_F32, 1, ne, zero);
+		if (r == 0 && strstr(nm, "attn_k.weight") != NULL) {
+			char vname[128];
+			snprintf(vname, sizeof(vname), "%.*sattn_v.bias", (int)(len - 13), nm);
+			r = gguf_writer_add_tensor(w, vname, TT_F32, 1, ne, zero);
+		}
+		free(zero);
+	}
+	if (r == 0)
+		r = gguf_writer_write(w, dst, err);
+	gguf_writer_free(w);
+	gguf_close(f);
+	return r;
+}
+
+static void
+check_qwen2(const char *dir)
+{
+	char src[1024], dst[256], err[PRIVAI_ERR_LEN] = "";
+	struct engine_model *m = NULL;
+	struct engine_ctx *ctx = NULL;
+	struct engine_ctx_params cp = { 0 };
+	size_t jlen = 0, llen = 0;
+
+	snprintf(src, sizeof(src), "%s/models/tiny-llama-spm-f16.gguf", dir);
+	snprintf(dst, sizeof(dst), "/tmp/privai-qwen2-%d.gguf", (int)getpid());
+	if (write_as_qwen2(src, dst, err) < 0 || engine_model_load(dst, &m, err) < 0 ||
+	    engine_ctx_new(m, &cp, &ctx, err) < 0) {
+		CHECK(0, "qwen2 conversion: %s", err);
+		goto out;
+	}
+	CHECK(m->hp.arch == ARCH_QWEN2 && m->hp.rope_neox && m->layers[0].bq != NULL, "loaded as qwen2");
+	snprintf(src, sizeof(src), "%s/golden/tiny-llama-spm-f16.p1.json", dir);
+	char *js = read_file(src, &jlen);
+	snprintf(src, sizeof(src), "%s/golden/tiny-llama-spm-f16.p1.logits.f32", dir);
+	float *gold = (float *)read_file(src, &llen);
+	cJSON *j = js ? cJSON_Parse(js) : NULL;
+	int32_t ids[512];
+	int n = j ? json_ints(cJSON_GetObjectItem(j, "prompt_ids"), ids, 512) : 0;
+	int V = m->hp.n_vocab;
+	float *logits = malloc((size_t)n * V * sizeof(float));
+	if (n > 0 && gold != NULL && logits != NULL && engine_decode(ctx, ids, n, 1, logits, err) == 0) {
+		double worst = 0;
+		for (int i = 0; i < n; i++) {
+			double d = 0, g = 0;
+			for (int v = 0; v < V; v++) {
+				double a = logits[(size_t)i * V + v], b = gold[(size_t)i * V + v];
+				d += (a - b) * (a - b);
+				g += b * b;
+			}
+			worst = fmax(worst, sqrt(d / g));
+		}
+		CHECK(worst <= 2e-3, "qwen2 (NEOX rope, biases) vs llama golden: %.3g", worst);
+		printf("qwen2 from tiny-llama-spm-f16 (rows permuted for NEOX rope): worst rel L2 %.2e\n", worst);
+	} else {
+		CHECK(0, "qwen2 decode: %s", err);
+	}
+	free(logits);
+	cJSON_Delete(j);
+	free(js);
+	free(gold);
+out:
+	engine_ctx_free(ctx);
+	engine_model_free(m);
+	unlink(dst);
+}
+
 int
 main(void)
 {
@@ -138,5 +271,7 @@ main(void)
 	for (size_t i = 0; dir != NULL && i < sizeof(models) / sizeof(models[0]); i++)
 		for (int p = 0; p < 2; p++)
 			check_one(dir, models[i].model, models[i].tol, p);
+	if (dir != NULL)
+		check_qwen2(dir);
 	return test_summary();
 }
