@@ -263,6 +263,97 @@ out:
 	unlink(dst);
 }
 
+/*
+ * Batched prefill (the GEMM paths) against token-by-token decode (the dot
+ * paths) on the f16 fixture re-quantized to `type`: the two must agree to
+ * within activation-rounding noise, and stay near the f16 reference.
+ */
+static void
+check_batch_vs_single(const char *dir, uint32_t type, double tol_ref)
+{
+	char src[1024], dst[256], err[PRIVAI_ERR_LEN] = "";
+	struct gguf_file *f = NULL;
+	struct gguf_writer *w = NULL;
+	struct engine_model *m = NULL;
+	struct engine_ctx *ctx = NULL;
+	struct engine_ctx_params cp = { 0 };
+	size_t llen = 0;
+	int r;
+
+	snprintf(src, sizeof(src), "%s/models/tiny-llama-spm-f16.gguf", dir);
+	snprintf(dst, sizeof(dst), "/tmp/privai-%s-%d.gguf", tensor_type_name(type), (int)getpid());
+	if ((r = gguf_open(src, &f, err)) < 0 || (r = gguf_writer_new(&w)) < 0)
+		goto out;
+	for (uint64_t i = 0; i < f->n_kv && r == 0; i++)
+		r = gguf_writer_set_kv(w, &f->kv[i]);
+	for (uint64_t i = 0; i < f->n_tensors && r == 0; i++) {
+		const struct gguf_tensor *t = &f->tensors[i];
+		if (t->n_dims != 2) {
+			r = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+			continue;
+		}
+		float *fl = malloc(t->n_elems * sizeof(float));
+		void *q = NULL;
+		size_t qb;
+		tensor_dequantize_row(t->type, t->data, fl, t->n_elems);
+		r = tensor_quantize_matrix(type, fl, (int64_t)t->ne[1], (int64_t)t->ne[0], &q, &qb);
+		if (r == 0)
+			r = gguf_writer_add_tensor(w, t->name, type, 2, t->ne, q);
+		free(q);
+		free(fl);
+	}
+	if (r == 0)
+		r = gguf_writer_write(w, dst, err);
+	if (r < 0 || engine_model_load(dst, &m, err) < 0 || engine_ctx_new(m, &cp, &ctx, err) < 0) {
+		CHECK(0, "%s model: %s", tensor_type_name(type), err);
+		goto out;
+	}
+	snprintf(src, sizeof(src), "%s/golden/tiny-llama-spm-f16.p2.logits.f32", dir);
+	float *gold = (float *)read_file(src, &llen);
+	int V = m->hp.n_vocab, n = 46; /* p2's prompt, long enough for the GEMM */
+	int32_t ids[46];
+	size_t jlen = 0;
+	snprintf(src, sizeof(src), "%s/golden/tiny-llama-spm-f16.p2.json", dir);
+	char *js = read_file(src, &jlen);
+	cJSON *j = js ? cJSON_Parse(js) : NULL;
+	n = j ? json_ints(cJSON_GetObjectItem(j, "prompt_ids"), ids, 46) : 0;
+	float *batch = malloc((size_t)V * sizeof(float)), *single = malloc((size_t)V * sizeof(float));
+	if (n == 46 && gold && batch && single && engine_decode(ctx, ids, n, 0, batch, err) == 0) {
+		engine_ctx_reset(ctx);
+		for (int i = 0; i < n; i++)
+			engine_decode(ctx, &ids[i], 1, 0, single, err);
+		double d = 0, g = 0, e = 0;
+		const float *ref = gold + (size_t)(n - 1) * V;
+		for (int v = 0; v < V; v++) {
+			d += (batch[v] - single[v]) * (double)(batch[v] - single[v]);
+			e += (batch[v] - ref[v]) * (double)(batch[v] - ref[v]);
+			g += (double)ref[v] * ref[v];
+		}
+		/* not bit-equal: a different summation order can flip the int8
+		 * rounding of a later activation; a wrong kernel is off by >1e-1 */
+		CHECK(sqrt(d / g) <= 1e-2, "%s: batched vs token-by-token logits differ by %.3g",
+		      tensor_type_name(type), sqrt(d / g));
+		CHECK(sqrt(e / g) <= tol_ref, "%s: %.3g from the f16 reference", tensor_type_name(type), sqrt(e / g));
+		printf("%s re-quantized: batched vs single %.1e, vs f16 reference %.1e\n", tensor_type_name(type),
+		       sqrt(d / g), sqrt(e / g));
+	} else {
+		CHECK(0, "%s decode: %s", tensor_type_name(type), err);
+	}
+	free(batch);
+	free(single);
+	free(gold);
+	cJSON_Delete(j);
+	free(js);
+out:
+	if (r < 0)
+		CHECK(0, "%s: %s", tensor_type_name(type), err);
+	engine_ctx_free(ctx);
+	engine_model_free(m);
+	gguf_writer_free(w);
+	gguf_close(f);
+	unlink(dst);
+}
+
 int
 main(void)
 {
@@ -271,7 +362,12 @@ main(void)
 	for (size_t i = 0; dir != NULL && i < sizeof(models) / sizeof(models[0]); i++)
 		for (int p = 0; p < 2; p++)
 			check_one(dir, models[i].model, models[i].tol, p);
-	if (dir != NULL)
+	if (dir != NULL) {
 		check_qwen2(dir);
+		check_batch_vs_single(dir, TT_Q8_0, 2e-2);
+		check_batch_vs_single(dir, TT_Q4_0, 1.5e-1);
+		check_batch_vs_single(dir, TT_Q4_K, 1.5e-1);
+		check_batch_vs_single(dir, TT_Q6_K, 5e-2);
+	}
 	return test_summary();
 }

@@ -276,7 +276,7 @@ test_gemm(void)
 	for (int r0 = 0; r0 < ROWS; r0 += 4) {
 		int nr = ROWS - r0 < 4 ? ROWS - r0 : 4;
 		k->gemm_q8_0_prep(wq + (size_t)r0 * nb * 34, nb * 34, nr, nb, wsum, wd);
-		k->gemm_q8_0(wq + (size_t)r0 * nb * 34, nb * 34, nr, wsum, wd, tiles, nb, 2, nb, y);
+		k->gemm_q8_0(wq + (size_t)r0 * nb * 34, nb * 34, nr, wsum, wd, NULL, tiles, nb, 2, nb, y);
 		for (int r = 0; r < nr; r++)
 			for (int t = 0; t < NT; t++) {
 				float want = ref->dot_q8_0(wq + (size_t)(r0 + r) * nb * 34, xq + t * nb, nb);

@@ -35,6 +35,7 @@ struct cpu_impl {
 	int32_t **gemm_wsum;     /* per thread: GEMM_ROWS x blocks of -128 * sum(w) */
 	float **gemm_wd;         /* per thread: GEMM_ROWS x blocks of weight scales */
 	uint8_t **gemm_rows;     /* per thread: GEMM_ROWS rows widened to Q8_0 */
+	float **gemm_wmin;       /* per thread: GEMM_ROWS x blocks of Q4_K offsets */
 	float *att_buf;          /* per thread: att_len attention scores */
 	size_t att_buf_len, att_len;
 };
@@ -102,6 +103,38 @@ mm_pack_tiles(void *arg, int ith, int nth)
 	}
 }
 
+/* Q4_K rows as 32-element int8 blocks (q in 0..15) with their float
+ * scales d * sc_j, offsets dmin * m_j and -128 * sum(q), for the GEMM. */
+static void
+q4_k_widen(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
+{
+	for (size_t sb = 0; sb < nb / 8; sb++, src += 144) {
+		float d = fp16_to_f32((uint16_t)(src[0] | src[1] << 8));
+		float dmin = fp16_to_f32((uint16_t)(src[2] | src[3] << 8));
+		const uint8_t *sc = src + 4, *q = src + 16;
+		for (int j = 0; j < 8; j++, dst += 34) {
+			int s, m;
+			if (j < 4) {
+				s = sc[j] & 63;
+				m = sc[j + 4] & 63;
+			} else {
+				s = (sc[j + 4] & 0xf) | ((sc[j - 4] >> 6) << 4);
+				m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+			}
+			int32_t sum = 0;
+			for (int l = 0; l < 32; l++) {
+				uint8_t v = (j & 1) ? q[32 * (j / 2) + l] >> 4 : q[32 * (j / 2) + l] & 0xf;
+				dst[2 + l] = v;
+				sum += v;
+			}
+			size_t at = sb * 8 + (size_t)j;
+			wsum[at] = -128 * sum;
+			wd[at] = d * (float)s;
+			wmin[at] = dmin * (float)m;
+		}
+	}
+}
+
 static void
 q4_0_to_q8_0(const uint8_t *src, uint8_t *dst, size_t nb)
 {
@@ -127,11 +160,20 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1, int ith)
 	float *wd = j->im->gemm_wd[ith];
 
 	size_t row_bytes = w->row_bytes;
+	float *wmin = NULL;
 
 	for (int64_t rb = r0; rb < r1; rb += GEMM_ROWS) {
 		int nr = r1 - rb < GEMM_ROWS ? (int)(r1 - rb) : GEMM_ROWS;
 		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
-		if (w->type == TT_Q4_0) {
+		if (w->type == TT_Q4_K) {
+			uint8_t *wide = j->im->gemm_rows[ith];
+			wmin = j->im->gemm_wmin[ith];
+			row_bytes = (size_t)nb * 34;
+			for (int r = 0; r < nr; r++)
+				q4_k_widen(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes, (size_t)nb,
+					   wsum + (size_t)r * nb, wd + (size_t)r * nb, wmin + (size_t)r * nb);
+			wrows = wide;
+		} else if (w->type == TT_Q4_0) {
 			/* d * (q - 8) is exactly a Q8_0 block: widen the rows once
 			 * per chunk and run the same GEMM on them */
 			uint8_t *wide = j->im->gemm_rows[ith];
@@ -140,10 +182,11 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1, int ith)
 				q4_0_to_q8_0(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes, (size_t)nb);
 			wrows = wide;
 		}
-		j->im->k->gemm_q8_0_prep(wrows, row_bytes, nr, (size_t)nb, wsum, wd);
+		if (w->type != TT_Q4_K)
+			j->im->k->gemm_q8_0_prep(wrows, row_bytes, nr, (size_t)nb, wsum, wd);
 		for (int64_t g = 0; g < groups; g += 2) {
 			int ng = groups - g > 1 ? 2 : 1;
-			j->im->k->gemm_q8_0(wrows, row_bytes, nr, wsum, wd, j->im->tiles + g * nb,
+			j->im->k->gemm_q8_0(wrows, row_bytes, nr, wsum, wd, wmin, j->im->tiles + g * nb,
 					    (size_t)nb, ng, (size_t)nb, out);
 			int nt = j->n - (int)g * GEMM_TOKENS;
 			if (nt > ng * GEMM_TOKENS)
@@ -236,7 +279,7 @@ cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, flo
 	j.quantized = w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K ||
 		      w->type == TT_Q6_K;
 	/* the GEMM pays off once a tile is mostly full */
-	j.gemm = (w->type == TT_Q8_0 || w->type == TT_Q4_0) && im->k->gemm_q8_0 != NULL &&
+	j.gemm = (w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K) && im->k->gemm_q8_0 != NULL &&
 		 n >= GEMM_TOKENS / 2;
 	if (j.quantized)
 		threadpool_run(im->pool, mm_quantize_x, &j);
@@ -457,6 +500,9 @@ compute_cpu_free(struct compute *c)
 		free(im->row_buf);
 		for (int i = 0; im->gemm_rows != NULL && i < nth; i++)
 			free(im->gemm_rows[i]);
+		for (int i = 0; im->gemm_wmin != NULL && i < nth; i++)
+			free(im->gemm_wmin[i]);
+		free(im->gemm_wmin);
 		free(im->gemm_wsum);
 		free(im->gemm_wd);
 		free(im->gemm_rows);
@@ -501,7 +547,8 @@ cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx)
 	if (im->row_buf == NULL && ((im->row_buf = calloc((size_t)nth, sizeof(float *))) == NULL ||
 				    (im->gemm_wsum = calloc((size_t)nth, sizeof(int32_t *))) == NULL ||
 				    (im->gemm_wd = calloc((size_t)nth, sizeof(float *))) == NULL ||
-				    (im->gemm_rows = calloc((size_t)nth, sizeof(uint8_t *))) == NULL))
+				    (im->gemm_rows = calloc((size_t)nth, sizeof(uint8_t *))) == NULL ||
+				    (im->gemm_wmin = calloc((size_t)nth, sizeof(float *))) == NULL))
 		return PRIVAI_ENOMEM;
 	if ((size_t)max_cols > im->row_buf_len) {
 		size_t per_thread = GEMM_ROWS * (size_t)(max_cols / 32 + 1);
@@ -522,6 +569,10 @@ cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx)
 			if (wr == NULL)
 				return PRIVAI_ENOMEM;
 			im->gemm_rows[i] = wr;
+			float *wm = realloc(im->gemm_wmin[i], per_thread * sizeof(float));
+			if (wm == NULL)
+				return PRIVAI_ENOMEM;
+			im->gemm_wmin[i] = wm;
 		}
 		im->row_buf_len = (size_t)max_cols;
 	}

@@ -114,6 +114,7 @@ q8_tile_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile *out)
 		for (int j = 0; j < GEMM_TOKENS; j++) {
 			const struct block_q8 *src = j < nt ? &x[(size_t)j * nb + b] : NULL;
 			t->d[j] = src ? src->d : 0.0f;
+			t->dsum[j] = src ? src->d * (float)src->sum : 0.0f;
 			for (int s = 0; s < 8; s++)
 				for (int k = 0; k < 4; k++)
 					t->q[s][4 * j + k] = (uint8_t)((src ? src->q[4 * s + k] : 0) + 128);
@@ -382,7 +383,7 @@ gemm_q8_0_prep_avx512(const uint8_t *w, size_t row_bytes, int nrows, size_t nb, 
 
 AVX512 static void
 gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
-		 const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y)
+		 const float *wmin, const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y)
 {
 	/* two token groups share every weight-side step (broadcasts, block
 	 * sum, scale); 16 x-registers + 8 accumulators fit the 32 zmm */
@@ -414,6 +415,11 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *w
 				__m512 dw = _mm512_set1_ps(wd[at]);
 				acc0[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pa), _mm512_mul_ps(da, dw), acc0[rr]);
 				acc1[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pb), _mm512_mul_ps(db, dw), acc1[rr]);
+				if (wmin != NULL) {
+					__m512 o = _mm512_set1_ps(wmin[at]);
+					acc0[rr] = _mm512_fnmadd_ps(o, _mm512_loadu_ps(x[b].dsum), acc0[rr]);
+					acc1[rr] = _mm512_fnmadd_ps(o, _mm512_loadu_ps(x1[b].dsum), acc1[rr]);
+				}
 			}
 		}
 		for (int rr = 0; rr < nr; rr++) {

@@ -27,6 +27,7 @@ struct block_q8 {
 struct q8_tile {
 	uint8_t q[8][64];
 	float d[GEMM_TOKENS];
+	float dsum[GEMM_TOKENS]; /* d * sum(q): what a weight offset multiplies */
 };
 
 /* Pack nt (<= 16) tokens' quantized rows (nb blocks each, token t at
@@ -54,10 +55,12 @@ struct cpu_kernels {
 	 * NULL where the CPU has no kernel for it (the per-token dot is used). */
 	void (*gemm_q8_0_prep)(const uint8_t *w, size_t row_bytes, int nrows, size_t nb,
 			       int32_t *wsum, float *wd);
-	/* wsum, wd: what gemm_q8_0_prep computed for these rows */
+	/* wsum, wd: what gemm_q8_0_prep computed for these rows; wmin (NULL
+	 * for none) is a per-block offset o such that each weight is
+	 * wd * q - o (Q4_K's min), taken off as o * dsum per token */
 	void (*gemm_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum,
-			  const float *wd, const struct q8_tile *x, size_t group_stride, int ngroups,
-			  size_t nb, float *y);
+			  const float *wd, const float *wmin, const struct q8_tile *x,
+			  size_t group_stride, int ngroups, size_t nb, float *y);
 };
 
 /* cpu_dot_kquants.c */
