@@ -42,6 +42,24 @@ json_ints(const cJSON *arr, int32_t *out, int cap)
 	return n;
 }
 
+/* The largest per-position relative L2 error of n rows of V logits. */
+static double
+worst_rel_l2(const float *mine, const float *gold, int n, int V)
+{
+	double worst = 0;
+
+	for (int i = 0; i < n; i++) {
+		double d = 0, g = 0;
+		for (int v = 0; v < V; v++) {
+			double a = mine[(size_t)i * V + v], b = gold[(size_t)i * V + v];
+			d += (a - b) * (a - b);
+			g += b * b;
+		}
+		worst = fmax(worst, sqrt(d / g));
+	}
+	return worst;
+}
+
 static void
 check_one(const char *dir, const char *model, double tol, int pi)
 {
@@ -83,16 +101,7 @@ check_one(const char *dir, const char *model, double tol, int pi)
 		CHECK(0, "%s: decode: %s", model, err);
 		goto out;
 	}
-	double worst = 0;
-	for (int i = 0; i < n_gold; i++) {
-		double d = 0, g = 0;
-		for (int v = 0; v < V; v++) {
-			double a = logits[(size_t)i * V + v], b = gold[(size_t)i * V + v];
-			d += (a - b) * (a - b);
-			g += b * b;
-		}
-		worst = fmax(worst, sqrt(d / g));
-	}
+	double worst = worst_rel_l2(logits, gold, n_gold, V);
 	CHECK(worst <= tol, "%s p%d: worst relative L2 error %.3g > %.3g", model, pi + 1, worst, tol);
 
 	/* greedy continuation, fed back token by token, until a near-tie */
@@ -238,16 +247,7 @@ check_qwen2(const char *dir)
 	int V = m->hp.n_vocab;
 	float *logits = malloc((size_t)n * V * sizeof(float));
 	if (n > 0 && gold != NULL && logits != NULL && engine_decode(ctx, ids, n, 1, logits, err) == 0) {
-		double worst = 0;
-		for (int i = 0; i < n; i++) {
-			double d = 0, g = 0;
-			for (int v = 0; v < V; v++) {
-				double a = logits[(size_t)i * V + v], b = gold[(size_t)i * V + v];
-				d += (a - b) * (a - b);
-				g += b * b;
-			}
-			worst = fmax(worst, sqrt(d / g));
-		}
+		double worst = worst_rel_l2(logits, gold, n, V);
 		CHECK(worst <= 2e-3, "qwen2 (NEOX rope, biases) vs llama golden: %.3g", worst);
 		printf("qwen2 from tiny-llama-spm-f16 (rows permuted for NEOX rope): worst rel L2 %.2e\n", worst);
 	} else {
