@@ -23,19 +23,24 @@
 #define ROW_BLOCK 8     /* weight rows kept hot while the tokens stream by */
 #define TOKEN_TILE 64   /* float-path tokens per pass, bounds the x working set */
 
+/* What one pool thread writes while multiplying: sized once by reserve(). */
+struct thread_scratch {
+	float *row;      /* one dequantized weight row */
+	int32_t *wsum;   /* GEMM_ROWS x blocks: -128 * sum(w) */
+	float *wd;       /* GEMM_ROWS x blocks: weight scales */
+	float *wmin;     /* GEMM_ROWS x blocks: Q4_K offsets */
+	uint8_t *wrows;  /* GEMM_ROWS rows widened to Q8_0 blocks */
+};
+
 struct cpu_impl {
 	struct threadpool *pool;
 	const struct cpu_kernels *k;
-	float **row_buf;         /* per thread: one dequantized row */
-	size_t row_buf_len;
+	struct thread_scratch *ts; /* one per pool thread */
+	size_t row_buf_len;        /* columns each ts[i].row holds */
 	struct block_q8 *xq;     /* quantized activations */
 	size_t xq_len;
 	struct q8_tile *tiles;   /* the same, packed 16 tokens a tile, for the GEMM */
 	size_t tiles_len;
-	int32_t **gemm_wsum;     /* per thread: GEMM_ROWS x blocks of -128 * sum(w) */
-	float **gemm_wd;         /* per thread: GEMM_ROWS x blocks of weight scales */
-	uint8_t **gemm_rows;     /* per thread: GEMM_ROWS rows widened to Q8_0 */
-	float **gemm_wmin;       /* per thread: GEMM_ROWS x blocks of Q4_K offsets */
 	float *att_buf;          /* per thread: att_len attention scores */
 	size_t att_buf_len, att_len;
 };
@@ -57,6 +62,18 @@ ensure(void **p, size_t *len, size_t need)
 		return -1;
 	*p = np;
 	*len = need;
+	return 0;
+}
+
+/* realloc that keeps *p valid on failure; returns 0 or -1. */
+static int
+resize(void **p, size_t bytes)
+{
+	void *np = realloc(*p, bytes);
+
+	if (np == NULL)
+		return -1;
+	*p = np;
 	return 0;
 }
 
@@ -156,8 +173,9 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1, int ith)
 	const struct weight *w = j->w;
 	int64_t nb = w->cols / 32, groups = (j->n + GEMM_TOKENS - 1) / GEMM_TOKENS;
 	float out[GEMM_ROWS * 2 * GEMM_TOKENS];
-	int32_t *wsum = j->im->gemm_wsum[ith];
-	float *wd = j->im->gemm_wd[ith];
+	struct thread_scratch *ts = &j->im->ts[ith];
+	int32_t *wsum = ts->wsum;
+	float *wd = ts->wd;
 
 	size_t row_bytes = w->row_bytes;
 	float *wmin = NULL;
@@ -166,8 +184,8 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1, int ith)
 		int nr = r1 - rb < GEMM_ROWS ? (int)(r1 - rb) : GEMM_ROWS;
 		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
 		if (w->type == TT_Q4_K) {
-			uint8_t *wide = j->im->gemm_rows[ith];
-			wmin = j->im->gemm_wmin[ith];
+			uint8_t *wide = ts->wrows;
+			wmin = ts->wmin;
 			row_bytes = (size_t)nb * 34;
 			for (int r = 0; r < nr; r++)
 				q4_k_widen(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes, (size_t)nb,
@@ -176,7 +194,7 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1, int ith)
 		} else if (w->type == TT_Q4_0) {
 			/* d * (q - 8) is exactly a Q8_0 block: widen the rows once
 			 * per chunk and run the same GEMM on them */
-			uint8_t *wide = j->im->gemm_rows[ith];
+			uint8_t *wide = ts->wrows;
 			row_bytes = (size_t)nb * 34;
 			for (int r = 0; r < nr; r++)
 				q4_0_to_q8_0(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes, (size_t)nb);
@@ -264,7 +282,7 @@ mm_worker(void *arg, int ith, int nth)
 	else if (j->quantized)
 		mm_rows_q8(j, lo, hi);
 	else
-		mm_rows_f32(j, lo, hi, j->im->row_buf[ith]);
+		mm_rows_f32(j, lo, hi, j->im->ts[ith].row);
 }
 
 static void
@@ -491,21 +509,14 @@ compute_cpu_free(struct compute *c)
 	struct cpu_impl *im = c->impl;
 	if (im != NULL) {
 		int nth = im->pool != NULL ? threadpool_size(im->pool) : 0;
-		for (int i = 0; im->row_buf != NULL && i < nth; i++)
-			free(im->row_buf[i]);
-		for (int i = 0; im->gemm_wsum != NULL && i < nth; i++)
-			free(im->gemm_wsum[i]);
-		for (int i = 0; im->gemm_wd != NULL && i < nth; i++)
-			free(im->gemm_wd[i]);
-		free(im->row_buf);
-		for (int i = 0; im->gemm_rows != NULL && i < nth; i++)
-			free(im->gemm_rows[i]);
-		for (int i = 0; im->gemm_wmin != NULL && i < nth; i++)
-			free(im->gemm_wmin[i]);
-		free(im->gemm_wmin);
-		free(im->gemm_wsum);
-		free(im->gemm_wd);
-		free(im->gemm_rows);
+		for (int i = 0; im->ts != NULL && i < nth; i++) {
+			free(im->ts[i].row);
+			free(im->ts[i].wsum);
+			free(im->ts[i].wd);
+			free(im->ts[i].wmin);
+			free(im->ts[i].wrows);
+		}
+		free(im->ts);
 		free(im->xq);
 		free(im->tiles);
 		free(im->att_buf);
@@ -544,35 +555,19 @@ cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx)
 	struct cpu_impl *im = c->impl;
 	int nth = threadpool_size(im->pool);
 
-	if (im->row_buf == NULL && ((im->row_buf = calloc((size_t)nth, sizeof(float *))) == NULL ||
-				    (im->gemm_wsum = calloc((size_t)nth, sizeof(int32_t *))) == NULL ||
-				    (im->gemm_wd = calloc((size_t)nth, sizeof(float *))) == NULL ||
-				    (im->gemm_rows = calloc((size_t)nth, sizeof(uint8_t *))) == NULL ||
-				    (im->gemm_wmin = calloc((size_t)nth, sizeof(float *))) == NULL))
+	if (im->ts == NULL && (im->ts = calloc((size_t)nth, sizeof(*im->ts))) == NULL)
 		return PRIVAI_ENOMEM;
 	if ((size_t)max_cols > im->row_buf_len) {
-		size_t per_thread = GEMM_ROWS * (size_t)(max_cols / 32 + 1);
+		size_t blocks = GEMM_ROWS * (size_t)(max_cols / 32 + 1);
 		for (int i = 0; i < nth; i++) {
-			float *b = realloc(im->row_buf[i], (size_t)max_cols * sizeof(float));
-			if (b == NULL)
+			struct thread_scratch *ts = &im->ts[i];
+			/* all five grow together with max_cols */
+			if (resize((void **)&ts->row, (size_t)max_cols * sizeof(float)) < 0 ||
+			    resize((void **)&ts->wsum, blocks * sizeof(int32_t)) < 0 ||
+			    resize((void **)&ts->wd, blocks * sizeof(float)) < 0 ||
+			    resize((void **)&ts->wmin, blocks * sizeof(float)) < 0 ||
+			    resize((void **)&ts->wrows, blocks * 34) < 0)
 				return PRIVAI_ENOMEM;
-			im->row_buf[i] = b;
-			int32_t *ws = realloc(im->gemm_wsum[i], per_thread * sizeof(int32_t));
-			if (ws == NULL)
-				return PRIVAI_ENOMEM;
-			im->gemm_wsum[i] = ws;
-			float *wd = realloc(im->gemm_wd[i], per_thread * sizeof(float));
-			if (wd == NULL)
-				return PRIVAI_ENOMEM;
-			im->gemm_wd[i] = wd;
-			uint8_t *wr = realloc(im->gemm_rows[i], per_thread * 34);
-			if (wr == NULL)
-				return PRIVAI_ENOMEM;
-			im->gemm_rows[i] = wr;
-			float *wm = realloc(im->gemm_wmin[i], per_thread * sizeof(float));
-			if (wm == NULL)
-				return PRIVAI_ENOMEM;
-			im->gemm_wmin[i] = wm;
 		}
 		im->row_buf_len = (size_t)max_cols;
 	}
