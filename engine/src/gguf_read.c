@@ -188,13 +188,14 @@ cmp_str_ptr(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static const struct gguf_file *sort_ctx; /* qsort has no context argument */
-
+/* qsort_r comparator: the file is the context, so two threads may load
+ * models at once. */
 static int
-cmp_tensor_idx(const void *a, const void *b)
+cmp_tensor_idx(const void *a, const void *b, void *ctx)
 {
-	return strcmp(sort_ctx->tensors[*(const uint32_t *)a].name,
-		      sort_ctx->tensors[*(const uint32_t *)b].name);
+	const struct gguf_file *f = ctx;
+
+	return strcmp(f->tensors[*(const uint32_t *)a].name, f->tensors[*(const uint32_t *)b].name);
 }
 
 static int
@@ -282,8 +283,7 @@ read_tensors(struct cursor *c, struct gguf_file *f)
 			return r;
 	for (uint64_t i = 0; i < f->n_tensors; i++)
 		f->tensor_order[i] = (uint32_t)i;
-	sort_ctx = f;
-	qsort(f->tensor_order, f->n_tensors, sizeof(uint32_t), cmp_tensor_idx);
+	qsort_r(f->tensor_order, f->n_tensors, sizeof(uint32_t), cmp_tensor_idx, f);
 	for (uint64_t i = 1; i < f->n_tensors; i++) {
 		const char *a = f->tensors[f->tensor_order[i - 1]].name;
 		if (strcmp(a, f->tensors[f->tensor_order[i]].name) == 0)

@@ -104,10 +104,11 @@ engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p,
 	    c->q == NULL || c->k == NULL || c->v == NULL || c->att == NULL || c->hb == NULL ||
 	    c->hb2 == NULL || c->pos == NULL || c->logits == NULL ||
 	    c->compute->ops->reserve(c->compute, max_cols, c->n_batch, c->n_ctx) < 0) {
+		int n_ctx = c->n_ctx;
+		size_t kv_mib = c->kv_bytes >> 20;
 		engine_ctx_free(c);
 		return privai_fail(err, PRIVAI_ENOMEM,
-				   "out of memory for a context of %d tokens (KV cache %zu MiB)",
-				   p->n_ctx, (size_t)(2 * (size_t)hp->n_layer * c->n_ctx * kvd * 4) >> 20);
+				   "out of memory for a context of %d tokens (KV cache %zu MiB)", n_ctx, kv_mib);
 	}
 	*ret_ctx = c;
 	return PRIVAI_OK;

@@ -158,12 +158,12 @@ load_strings(struct tokenizer *t, const struct gguf_file *f, char *err)
 	return PRIVAI_OK;
 }
 
-static const struct tokenizer *sort_tok; /* qsort context */
-
+/* qsort_r comparator (no global context: tokenizers may load concurrently) */
 static int
-cmp_special(const void *a, const void *b)
+cmp_special(const void *a, const void *b, void *ctx)
 {
-	uint32_t la = sort_tok->text_len[*(const int32_t *)a], lb = sort_tok->text_len[*(const int32_t *)b];
+	const struct tokenizer *t = ctx;
+	uint32_t la = t->text_len[*(const int32_t *)a], lb = t->text_len[*(const int32_t *)b];
 
 	if (la != lb)
 		return la > lb ? -1 : 1;
@@ -182,8 +182,7 @@ collect_special(struct tokenizer *t, char *err)
 		    t->text_len[i] > 0)
 			t->special[t->n_special++] = i;
 	}
-	sort_tok = t;
-	qsort(t->special, (size_t)t->n_special, sizeof(int32_t), cmp_special);
+	qsort_r(t->special, (size_t)t->n_special, sizeof(int32_t), cmp_special, t);
 	return PRIVAI_OK;
 }
 

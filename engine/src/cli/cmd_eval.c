@@ -53,7 +53,9 @@ cmd_eval(int argc, char **argv)
 		cli_error("eval", "%s: %s", model_path, err);
 		goto out;
 	}
-	cp.n_ctx = n_ids > m->hp.n_ctx_train ? n_ids : 0;
+	/* a context exactly as long as the prompt: the default cap (4096)
+	 * must not refuse a longer prompt the model was trained for */
+	cp.n_ctx = n_ids;
 	if (n_ids > m->hp.n_ctx_train) {
 		cli_error("eval", "prompt of %d tokens is longer than the model's context of %d",
 			  n_ids, m->hp.n_ctx_train);
