@@ -37,6 +37,7 @@ engine_ctx_free(struct engine_ctx *c)
 	compute_cpu_free(c->compute);
 	free(c->k_cache);
 	free(c->v_cache);
+	free(c->seq0_table);
 	free(c->x);
 	free(c->xb);
 	free(c->q);
@@ -46,6 +47,10 @@ engine_ctx_free(struct engine_ctx *c)
 	free(c->hb);
 	free(c->hb2);
 	free(c->pos);
+	free(c->table);
+	free(c->d_table);
+	free(c->d_pos);
+	free(c->d_rows);
 	free(c->logits);
 	free(c);
 }
@@ -56,53 +61,77 @@ falloc(size_t n)
 	return calloc(n ? n : 1, sizeof(float));
 }
 
+static int
+ctx_size(struct engine_ctx *c, const struct engine_ctx_params *p, char *err)
+{
+	const struct model_hparams *hp = &c->model->hp;
+	int nth;
+
+	c->n_ctx = p->n_ctx > 0 ? p->n_ctx
+				: (hp->n_ctx_train < DEFAULT_CTX_CAP ? hp->n_ctx_train : DEFAULT_CTX_CAP);
+	c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
+	if (c->n_batch > c->n_ctx && p->n_kv_blocks == 0)
+		c->n_batch = c->n_ctx;
+	if (c->n_ctx > (1 << 24) || c->n_batch > (1 << 16))
+		return privai_fail(err, PRIVAI_ERANGE, "context length %d or batch %d is too large",
+				   c->n_ctx, c->n_batch);
+	c->n_kv_blocks = p->n_kv_blocks > 0 ? p->n_kv_blocks
+					    : (c->n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
+	if (c->n_kv_blocks > (1 << 24))
+		return privai_fail(err, PRIVAI_ERANGE, "%d KV blocks is too many", c->n_kv_blocks);
+	nth = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	c->n_threads = nth < 1 ? 1 : nth;
+	return PRIVAI_OK;
+}
+
 int
 engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p,
 	       struct engine_ctx **ret_ctx, char *err)
 {
 	const struct model_hparams *hp = &m->hp;
 	struct engine_ctx *c = calloc(1, sizeof(*c));
-	int r, nth;
+	int r;
 
 	if (c == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	c->model = m;
-	c->n_ctx = p->n_ctx > 0 ? p->n_ctx
-				: (hp->n_ctx_train < DEFAULT_CTX_CAP ? hp->n_ctx_train : DEFAULT_CTX_CAP);
-	c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
-	if (c->n_batch > c->n_ctx)
-		c->n_batch = c->n_ctx;
-	if (c->n_ctx > (1 << 24)) {
+	if ((r = ctx_size(c, p, err)) < 0) {
 		engine_ctx_free(c);
-		return privai_fail(err, PRIVAI_ERANGE, "context length %d is too large", p->n_ctx);
+		return r;
 	}
-	nth = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (nth < 1)
-		nth = 1;
-	c->n_threads = nth;
-	if ((r = compute_cpu_new(nth, &c->compute)) < 0) {
+	if ((r = compute_cpu_new(c->n_threads, &c->compute)) < 0) {
+		int nth = c->n_threads;
 		engine_ctx_free(c);
 		return privai_fail(err, r, "cannot start %d compute threads", nth);
 	}
 	size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
 	size_t nb = (size_t)c->n_batch, wide = qd > (size_t)hp->n_embd ? qd : (size_t)hp->n_embd;
-	c->kv_bytes = 2 * (size_t)hp->n_layer * (size_t)c->n_ctx * kvd * sizeof(float);
-	c->k_cache = falloc((size_t)hp->n_layer * c->n_ctx * kvd);
-	c->v_cache = falloc((size_t)hp->n_layer * c->n_ctx * kvd);
+	size_t kv_rows = (size_t)hp->n_layer * c->n_kv_blocks * ENGINE_KV_BLOCK;
+	size_t seq0_blocks = ((size_t)c->n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
+	c->kv_bytes = 2 * kv_rows * kvd * sizeof(float);
+	c->k_cache = falloc(kv_rows * kvd);
+	c->v_cache = falloc(kv_rows * kvd);
+	c->seq0_table = calloc(seq0_blocks, sizeof(int32_t));
 	c->x = falloc(nb * hp->n_embd);
 	c->xb = falloc(nb * wide);
 	c->q = falloc(nb * qd);
 	c->k = falloc(nb * kvd);
 	c->v = falloc(nb * kvd);
-	c->att = falloc(nb * qd);
+	c->att = falloc(nb * wide);
 	c->hb = falloc(nb * hp->n_ff);
 	c->hb2 = falloc(nb * hp->n_ff);
 	c->pos = calloc(nb, sizeof(int32_t));
+	c->table = calloc(nb, sizeof(*c->table));
+	c->d_table = calloc(nb, sizeof(*c->d_table));
+	c->d_pos = calloc(nb, sizeof(int32_t));
+	c->d_rows = calloc(nb, sizeof(int32_t));
 	c->logits = falloc(nb * hp->n_vocab);
 	int64_t max_cols = hp->n_ff > (int)wide ? hp->n_ff : (int64_t)wide;
-	if (c->k_cache == NULL || c->v_cache == NULL || c->x == NULL || c->xb == NULL ||
-	    c->q == NULL || c->k == NULL || c->v == NULL || c->att == NULL || c->hb == NULL ||
-	    c->hb2 == NULL || c->pos == NULL || c->logits == NULL ||
+	if (c->k_cache == NULL || c->v_cache == NULL || c->seq0_table == NULL || c->x == NULL ||
+	    c->xb == NULL || c->q == NULL || c->k == NULL || c->v == NULL || c->att == NULL ||
+	    c->hb == NULL || c->hb2 == NULL || c->pos == NULL || c->table == NULL ||
+	    c->d_table == NULL || c->d_pos == NULL || c->d_rows == NULL ||
+	    c->logits == NULL ||
 	    c->compute->ops->reserve(c->compute, max_cols, c->n_batch, c->n_ctx) < 0) {
 		int n_ctx = c->n_ctx;
 		size_t kv_mib = c->kv_bytes >> 20;
@@ -110,6 +139,8 @@ engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p,
 		return privai_fail(err, PRIVAI_ENOMEM,
 				   "out of memory for a context of %d tokens (KV cache %zu MiB)", n_ctx, kv_mib);
 	}
+	for (size_t i = 0; i < seq0_blocks; i++)
+		c->seq0_table[i] = (int32_t)(i < (size_t)c->n_kv_blocks ? i : 0);
 	*ret_ctx = c;
 	return PRIVAI_OK;
 }
@@ -120,7 +151,13 @@ engine_ctx_reset(struct engine_ctx *c)
 	c->n_past = 0;
 }
 
-/* One layer for n tokens whose positions are c->pos[0..n). */
+static size_t
+kv_row(const int32_t *table, int pos)
+{
+	return (size_t)table[pos / ENGINE_KV_BLOCK] * ENGINE_KV_BLOCK + (size_t)(pos % ENGINE_KV_BLOCK);
+}
+
+/* One layer for the n tokens whose positions and tables are in c. */
 static void
 forward_layer(struct engine_ctx *c, int il, int n)
 {
@@ -130,7 +167,8 @@ forward_layer(struct engine_ctx *c, int il, int n)
 	const struct compute_ops *op = c->compute->ops;
 	struct compute *cp = c->compute;
 	int qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
-	size_t layer_off = (size_t)il * c->n_ctx * kvd;
+	size_t layer_off = (size_t)il * c->n_kv_blocks * ENGINE_KV_BLOCK * kvd;
+	float *kl = c->k_cache + layer_off, *vl = c->v_cache + layer_off;
 
 	op->rmsnorm(cp, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps, c->xb);
 	op->matmul(cp, &L->wq, c->xb, n, c->q);
@@ -142,12 +180,12 @@ forward_layer(struct engine_ctx *c, int il, int n)
 	op->rope(cp, c->q, n, hp->n_head, hp->head_dim, hp->n_rot, c->pos, m->inv_freq, hp->rope_neox);
 	op->rope(cp, c->k, n, hp->n_head_kv, hp->head_dim, hp->n_rot, c->pos, m->inv_freq, hp->rope_neox);
 	for (int t = 0; t < n; t++) {
-		size_t off = layer_off + (size_t)c->pos[t] * kvd;
-		memcpy(c->k_cache + off, c->k + (size_t)t * kvd, (size_t)kvd * sizeof(float));
-		memcpy(c->v_cache + off, c->v + (size_t)t * kvd, (size_t)kvd * sizeof(float));
+		size_t off = kv_row(c->table[t], c->pos[t]) * kvd;
+		memcpy(kl + off, c->k + (size_t)t * kvd, (size_t)kvd * sizeof(float));
+		memcpy(vl + off, c->v + (size_t)t * kvd, (size_t)kvd * sizeof(float));
 	}
-	op->attention(cp, c->q, n, c->pos, c->k_cache + layer_off, c->v_cache + layer_off,
-		      (size_t)kvd, hp->n_head, hp->n_head_kv, hp->head_dim, c->att);
+	op->attention(cp, c->q, n, c->pos, c->table, ENGINE_KV_BLOCK, kl, vl, (size_t)kvd,
+		      hp->n_head, hp->n_head_kv, hp->head_dim, c->att);
 	op->matmul(cp, &L->wo, c->att, n, c->xb);
 	op->add(cp, c->x, c->xb, (size_t)n * hp->n_embd);
 
@@ -159,25 +197,58 @@ forward_layer(struct engine_ctx *c, int il, int n)
 	op->add(cp, c->x, c->xb, (size_t)n * hp->n_embd);
 }
 
-/* Forward one batch; logits for the last `n_out` tokens land in c->logits. */
-static void
-forward_batch(struct engine_ctx *c, const int32_t *tokens, int n, int n_out)
+static int
+check_batch(const struct engine_ctx *c, const struct engine_batch *b, char *err)
+{
+	const struct model_hparams *hp = &c->model->hp;
+
+	if (b->n <= 0 || b->n > c->n_batch)
+		return privai_fail(err, PRIVAI_EINVAL, "a batch of %d tokens (1..%d allowed)", b->n, c->n_batch);
+	if (b->n_out < 0 || b->n_out > b->n)
+		return privai_fail(err, PRIVAI_EINVAL, "%d logits rows asked of %d tokens", b->n_out, b->n);
+	for (int i = 0; i < b->n_out; i++)
+		if (b->out_rows[i] < 0 || b->out_rows[i] >= b->n)
+			return privai_fail(err, PRIVAI_EINVAL, "logits row %d is outside the batch", b->out_rows[i]);
+	for (int i = 0; i < b->n; i++) {
+		if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab)
+			return privai_fail(err, PRIVAI_EINVAL, "token id %d at index %d is outside the vocabulary (0..%d)",
+					   b->tokens[i], i, hp->n_vocab - 1);
+		if (b->pos[i] < 0 || b->pos[i] >= c->n_ctx)
+			return privai_fail(err, PRIVAI_EINVAL, "position %d at index %d is outside the context of %d",
+					   b->pos[i], i, c->n_ctx);
+		for (int k = 0; k <= b->pos[i] / ENGINE_KV_BLOCK; k++)
+			if (b->table[i][k] < 0 || b->table[i][k] >= c->n_kv_blocks)
+				return privai_fail(err, PRIVAI_EINVAL, "KV block %d is outside the pool of %d",
+						   b->table[i][k], c->n_kv_blocks);
+	}
+	return PRIVAI_OK;
+}
+
+int
+engine_forward(struct engine_ctx *c, const struct engine_batch *b, float *logits, char *err)
 {
 	const struct engine_model *m = c->model;
 	const struct model_hparams *hp = &m->hp;
 	const struct compute_ops *op = c->compute->ops;
+	int r, n = b->n;
 
-	for (int t = 0; t < n; t++)
-		c->pos[t] = c->n_past + t;
-	op->get_rows(c->compute, &m->tok_embd, tokens, n, c->x);
+	if ((r = check_batch(c, b, err)) < 0)
+		return r;
+	memcpy(c->pos, b->pos, (size_t)n * sizeof(int32_t));
+	memcpy(c->table, b->table, (size_t)n * sizeof(*c->table));
+	op->get_rows(c->compute, &m->tok_embd, b->tokens, n, c->x);
 	for (int il = 0; il < hp->n_layer; il++)
 		forward_layer(c, il, n);
-	if (n_out > 0) {
-		const float *last = c->x + (size_t)(n - n_out) * hp->n_embd;
-		op->rmsnorm(c->compute, last, m->output_norm, n_out, hp->n_embd, hp->rms_eps, c->xb);
-		op->matmul(c->compute, &m->output, c->xb, n_out, c->logits);
-	}
-	c->n_past += n;
+	if (b->n_out == 0)
+		return PRIVAI_OK;
+	/* gather the rows wanted into att (n x max(qd, n_embd) floats) */
+	float *rows = c->att;
+	for (int i = 0; i < b->n_out; i++)
+		memcpy(rows + (size_t)i * hp->n_embd, c->x + (size_t)b->out_rows[i] * hp->n_embd,
+		       (size_t)hp->n_embd * sizeof(float));
+	op->rmsnorm(c->compute, rows, m->output_norm, b->n_out, hp->n_embd, hp->rms_eps, c->xb);
+	op->matmul(c->compute, &m->output, c->xb, b->n_out, logits != NULL ? logits : c->logits);
+	return PRIVAI_OK;
 }
 
 int
@@ -185,13 +256,15 @@ engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all
 	      char *err)
 {
 	const struct model_hparams *hp = &c->model->hp;
+	int cap = c->n_ctx < c->n_kv_blocks * ENGINE_KV_BLOCK ? c->n_ctx : c->n_kv_blocks * ENGINE_KV_BLOCK;
+	int r;
 
 	if (n <= 0)
 		return privai_fail(err, PRIVAI_EINVAL, "no tokens to decode");
-	if (n > c->n_ctx - c->n_past)
+	if (n > cap - c->n_past)
 		return privai_fail(err, PRIVAI_ERANGE,
 				   "%d tokens do not fit: context is %d tokens and %d are in use",
-				   n, c->n_ctx, c->n_past);
+				   n, cap, c->n_past);
 	for (int i = 0; i < n; i++)
 		if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
 			return privai_fail(err, PRIVAI_EINVAL, "token id %d at index %d is outside the vocabulary (0..%d)",
@@ -200,11 +273,20 @@ engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all
 		int nb = n - done < c->n_batch ? n - done : c->n_batch;
 		int last = done + nb == n;
 		int n_out = logits_all ? nb : (last ? 1 : 0);
-		forward_batch(c, tokens + done, nb, n_out);
+		struct engine_batch b = { .n = nb, .tokens = tokens + done, .n_out = n_out,
+					  .pos = c->d_pos, .table = c->d_table, .out_rows = c->d_rows };
+		for (int t = 0; t < nb; t++) {
+			c->d_pos[t] = c->n_past + t;
+			c->d_table[t] = c->seq0_table;
+			c->d_rows[t] = logits_all ? t : nb - 1;
+		}
+		if ((r = engine_forward(c, &b, NULL, err)) < 0)
+			return r;
 		if (n_out > 0 && out != NULL) {
 			float *dst = logits_all ? out + (size_t)done * hp->n_vocab : out;
 			memcpy(dst, c->logits, (size_t)n_out * hp->n_vocab * sizeof(float));
 		}
+		c->n_past += nb;
 		done += nb;
 	}
 	return PRIVAI_OK;

@@ -43,10 +43,13 @@ struct compute_ops {
 	 * (2i, 2i+1).  inv_freq has n_rot/2 entries. */
 	void (*rope)(struct compute *c, float *x, int n, int n_heads, int head_dim, int n_rot,
 		     const int32_t *pos, const float *inv_freq, int neox);
-	/* Causal attention for n new tokens of one sequence: q is n x (n_head *
-	 * head_dim); keys/values for positions 0..pos[t] come from the cache
-	 * rows k_cache/v_cache (kv_stride floats apart, n_head_kv heads). */
+	/* Causal attention for n tokens, each of its own sequence: q is n x
+	 * (n_head * head_dim); token t sees positions 0..pos[t] of its sequence,
+	 * whose keys/values live in the paged cache: position p is row
+	 * table[t][p / block_size] * block_size + p % block_size of k_cache and
+	 * v_cache (rows kv_stride floats apart, n_head_kv heads each). */
 	void (*attention)(struct compute *c, const float *q, int n, const int32_t *pos,
+			  const int32_t *const *table, int block_size,
 			  const float *k_cache, const float *v_cache, size_t kv_stride,
 			  int n_head, int n_head_kv, int head_dim, float *out);
 	/* a[i] = silu(a[i]) * b[i] for n*dim elements. */

@@ -65,10 +65,16 @@ int engine_model_load(const char *path, struct engine_model **ret_model, char *e
 int engine_model_from_gguf(struct gguf_file *file, struct engine_model **ret_model, char *err);
 void engine_model_free(struct engine_model *m);
 
+/* The KV cache is paged: fixed blocks of ENGINE_KV_BLOCK positions shared
+ * by every sequence through per-sequence block tables (a power of two, so
+ * the attention kernel finds a position's row with a shift and a mask). */
+#define ENGINE_KV_BLOCK 16
+
 struct engine_ctx_params {
-	int n_ctx;     /* 0: the model's training context, capped at 4096 */
-	int n_batch;   /* tokens per forward pass; 0: 256 */
-	int n_threads; /* 0: all online CPUs */
+	int n_ctx;       /* longest sequence; 0: the model's training context, capped at 4096 */
+	int n_batch;     /* tokens per forward pass; 0: 256 */
+	int n_threads;   /* 0: all online CPUs */
+	int n_kv_blocks; /* blocks in the KV pool; 0: enough for one sequence of n_ctx */
 };
 
 struct engine_ctx {
@@ -76,28 +82,55 @@ struct engine_ctx {
 	struct compute *compute;
 	int n_ctx, n_batch;
 	int n_threads;
-	int n_past;        /* tokens already in the KV cache */
-	float *k_cache;    /* (n_layer, n_ctx, n_head_kv * head_dim) */
+	int n_kv_blocks;
+	float *k_cache;    /* (n_layer, n_kv_blocks * ENGINE_KV_BLOCK, n_head_kv * head_dim) */
 	float *v_cache;    /* same */
-	/* activations for up to n_batch tokens */
-	float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
-	int32_t *pos;      /* (n_batch) */
-	float *logits;     /* (n_batch, n_vocab) */
 	size_t kv_bytes;
+	/* the single sequence engine_decode() runs: blocks 0.. in order */
+	int n_past;
+	int32_t *seq0_table;
+	int32_t *d_pos, *d_rows;
+	const int32_t **d_table;
+	/* activations and per-token bookkeeping for up to n_batch tokens */
+	float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
+	int32_t *pos;
+	const int32_t **table;
+	float *logits;     /* (n_batch, n_vocab) */
 };
 
 int engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p,
 		   struct engine_ctx **ret_ctx, char *err);
 void engine_ctx_free(struct engine_ctx *c);
 
-/* Forget the cache (a new conversation). */
+/* One forward pass over tokens of any number of sequences.  Token i is
+ * tokens[i] at position pos[i] of the sequence whose block table is
+ * table[i]; the table must hold blocks for positions 0..pos[i], and the
+ * cache must already hold that sequence's earlier positions (or they must
+ * come earlier in this batch).  Logits are written for the tokens listed in
+ * out_rows (n_out of them, in any order) to logits (n_out x n_vocab). */
+struct engine_batch {
+	int n;
+	const int32_t *tokens;
+	const int32_t *pos;
+	const int32_t *const *table;
+	int n_out;
+	const int32_t *out_rows;
+};
+
+/* PRIVAI_EINVAL for an empty or oversized batch, a token outside the
+ * vocabulary, a position outside the context or a block outside the pool;
+ * nothing is written then. */
+int engine_forward(struct engine_ctx *c, const struct engine_batch *b, float *logits, char *err);
+
+/* Forget the single sequence engine_decode() runs (a new conversation). */
 void engine_ctx_reset(struct engine_ctx *c);
 
-/* Run `n` tokens at positions n_past.. through the model, appending them
- * to the cache.  Longer inputs are split into batches.  When logits_all is
- * set, logits for every token are written to out (n x n_vocab); otherwise
- * only the last token's (n_vocab).  PRIVAI_ERANGE when the tokens would
- * overflow the context; PRIVAI_EINVAL for a token id outside the vocab. */
+/* Run `n` tokens at positions n_past.. of the single sequence through the
+ * model, appending them to the cache.  Longer inputs are split into
+ * batches.  When logits_all is set, logits for every token are written to
+ * out (n x n_vocab); otherwise only the last token's (n_vocab).
+ * PRIVAI_ERANGE when the tokens would overflow the context; PRIVAI_EINVAL
+ * for a token id outside the vocab. */
 int engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all,
 		  float *out, char *err);
 

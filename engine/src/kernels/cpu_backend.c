@@ -402,6 +402,8 @@ struct att_job {
 	const float *q;
 	int n;
 	const int32_t *pos;
+	const int32_t *const *table;
+	int block_shift;         /* log2(block size) */
 	const float *k, *v;
 	size_t stride;
 	int n_head, n_head_kv, head_dim;
@@ -423,10 +425,12 @@ att_worker(void *arg, int ith, int nth)
 		int t = (int)(th / j->n_head), h = (int)(th % j->n_head), kvh = h / group;
 		const float *qh = j->q + ((int64_t)t * j->n_head + h) * j->head_dim;
 		float *oh = j->out + ((int64_t)t * j->n_head + h) * j->head_dim;
-		int len = j->pos[t] + 1;
+		const int32_t *blocks = j->table[t];
+		int len = j->pos[t] + 1, bmask = (1 << j->block_shift) - 1;
 		float max = -INFINITY, sum = 0.0f;
+#define ROW(p) (((size_t)blocks[(p) >> j->block_shift] << j->block_shift) + (size_t)((p) & bmask))
 		for (int p = 0; p < len; p++) {
-			const float *kp = j->k + (size_t)p * j->stride + (size_t)kvh * j->head_dim;
+			const float *kp = j->k + ROW(p) * j->stride + (size_t)kvh * j->head_dim;
 			score[p] = k->dot_f32(qh, kp, (size_t)j->head_dim) * scale;
 			max = score[p] > max ? score[p] : max;
 		}
@@ -436,22 +440,29 @@ att_worker(void *arg, int ith, int nth)
 		}
 		memset(oh, 0, sizeof(float) * (size_t)j->head_dim);
 		for (int p = 0; p < len; p++) {
-			const float *vp = j->v + (size_t)p * j->stride + (size_t)kvh * j->head_dim;
+			const float *vp = j->v + ROW(p) * j->stride + (size_t)kvh * j->head_dim;
 			float wgt = score[p] / sum;
 			for (int d = 0; d < j->head_dim; d++)
 				oh[d] += wgt * vp[d];
 		}
+#undef ROW
 	}
 }
 
 static void
 cpu_attention(struct compute *c, const float *q, int n, const int32_t *pos,
+	      const int32_t *const *table, int block_size,
 	      const float *k_cache, const float *v_cache, size_t kv_stride,
 	      int n_head, int n_head_kv, int head_dim, float *out)
 {
 	struct cpu_impl *im = impl_of(c);
-	struct att_job j = { im, q, n, pos, k_cache, v_cache, kv_stride, n_head, n_head_kv,
-			     head_dim, out };
+	int shift = 0;
+
+	while ((1 << shift) < block_size)
+		shift++;
+	assert((1 << shift) == block_size);
+	struct att_job j = { im, q, n, pos, table, shift, k_cache, v_cache, kv_stride, n_head,
+			     n_head_kv, head_dim, out };
 
 	for (int t = 0; t < n; t++)
 		assert((size_t)pos[t] < im->att_len);
