@@ -16,7 +16,7 @@ CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(SANFLAGS) -pthread -Iengine/include -Iengi
 LDLIBS_ENG = -lpcre2-8 -lm -pthread
 LDLIBS_TEST = -lcjson
 
-ENGINE_SRC = $(wildcard engine/src/*.c engine/src/kernels/*.c)
+ENGINE_SRC = $(wildcard engine/src/*.c engine/src/kernels/*.c engine/src/server/*.c)
 ENGINE_OBJ = $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC    = $(wildcard engine/src/cli/*.c)
 CLI_OBJ    = $(CLI_SRC:%.c=$(BUILD)/%.o)

@@ -15,6 +15,8 @@ privai_status_str(int status)
 	case PRIVAI_EINVAL: return "invalid argument";
 	case PRIVAI_ERANGE: return "out of range";
 	case PRIVAI_ENOTFOUND: return "not found";
+	case PRIVAI_EBUSY: return "busy";
+	case PRIVAI_EUNAVAIL: return "unavailable";
 	}
 	return "unknown error";
 }

@@ -23,6 +23,8 @@ enum privai_status {
 	PRIVAI_EINVAL = -5,       /* a caller passed a bad argument */
 	PRIVAI_ERANGE = -6,       /* a size or position exceeds a limit */
 	PRIVAI_ENOTFOUND = -7,    /* a named key or tensor is absent */
+	PRIVAI_EBUSY = -8,        /* a queue or pool is full; try again later */
+	PRIVAI_EUNAVAIL = -9,     /* shutting down or not ready */
 };
 
 /* Short name of a status code ("format error"), never NULL. */

@@ -1,0 +1,126 @@
+/*
+ * The serving scheduler: continuous batching over the paged KV cache.
+ *
+ * One thread owns the engine context.  Each step it builds a batch of one
+ * token for every decoding sequence plus prompt chunks of sequences still
+ * prefilling (so a long prompt never stalls the streams), runs one forward
+ * pass, samples, and publishes the new tokens to their requests.  New
+ * requests join between steps; a full cache preempts the youngest sequence,
+ * which is recomputed later (its prefix usually from the prefix cache).
+ *
+ * Client threads fill a sched_request, submit it, wait for tokens and may
+ * cancel it; the request is reference counted between the two sides.
+ */
+#ifndef PRIVAI_SCHEDULER_H
+#define PRIVAI_SCHEDULER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "privai/model.h"
+#include "privai/sampler.h"
+#include "privai/tokenizer.h"
+
+#define SCHED_MAX_TOP_LOGPROBS 20
+
+enum finish_reason { FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR };
+
+const char *finish_reason_name(enum finish_reason f);
+
+struct token_logprob {
+	int32_t id;
+	float logprob;
+};
+
+/* Restricts sampling (JSON mode).  mask() sets the logits of tokens that
+ * may not come next to -INFINITY; accept() advances past a chosen token;
+ * done() says the output is complete and generation should stop. */
+struct token_constraint {
+	void (*mask)(void *state, float *logits, int n_vocab);
+	void (*accept)(void *state, int32_t id);
+	int (*done)(const void *state);
+	void *state;
+};
+
+struct sched_request {
+	/* set by the client before submit, read-only afterwards */
+	int32_t *prompt;
+	int n_prompt;
+	int max_tokens;            /* > 0 */
+	int min_tokens;            /* end-of-generation tokens are masked until then */
+	int ignore_eos;
+	struct sampler_params sampling;
+	int top_logprobs;          /* -1: none; else logprob of each token and the top N */
+	int prompt_logprobs;       /* also for prompt tokens 1.. (echo); no prefix cache then */
+	struct token_constraint *constraint;
+
+	/* written by the scheduler, read by the client under the lock */
+	int32_t *out;              /* (max_tokens) generated ids */
+	float *out_logprob;        /* (max_tokens) when top_logprobs >= 0 */
+	struct token_logprob *out_top;   /* (max_tokens, top_logprobs) */
+	float *prompt_logprob;     /* (n_prompt) when prompt_logprobs; [0] is NAN */
+	struct token_logprob *prompt_top; /* (n_prompt, top_logprobs) */
+	int n_out;
+	int n_cached_prompt;       /* prompt tokens served from the prefix cache */
+	enum finish_reason finish;
+	char error[256];
+	double t_arrival, t_scheduled, t_first, t_last, t_finish;
+
+	/* set by the client under the lock */
+	int cancelled;
+
+	/* scheduler internals */
+	int refs;
+	pthread_cond_t cond;
+	struct sched_request *next;
+};
+
+struct scheduler_params {
+	int max_seqs;     /* sequences running at once */
+	int max_queue;    /* requests waiting beyond those; more are refused */
+	const char *model_name; /* label on the metrics */
+};
+
+struct scheduler;
+
+/* Takes the context for its own thread; the tokenizer is read-only. */
+int scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok,
+		  const struct scheduler_params *p, struct scheduler **ret, char *err);
+/* Stops the thread (aborting what runs) and frees the scheduler. */
+void scheduler_free(struct scheduler *s);
+
+/* A request with everything zeroed, refs 1 (the client's), buffers sized
+ * for max_tokens and the logprob settings.  NULL when out of memory. */
+struct sched_request *sched_request_new(int n_prompt, int max_tokens, int top_logprobs,
+					int prompt_logprobs);
+/* Drop one reference; the last frees the request. */
+void sched_request_put(struct scheduler *s, struct sched_request *r);
+
+/* Queue a request (the scheduler takes a reference).  PRIVAI_EBUSY when the
+ * queue is full, PRIVAI_EUNAVAIL while draining, PRIVAI_EINVAL when the
+ * prompt and max_tokens do not fit the context (named in err). */
+int scheduler_submit(struct scheduler *s, struct sched_request *r, char *err);
+
+/* Wait until the request has more than `seen` tokens or has finished, or
+ * timeout_ms passes.  Returns n_out; *finish gets the finish reason. */
+int scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeout_ms,
+		   enum finish_reason *finish);
+/* The client lost interest: finish the request and free its blocks. */
+void scheduler_cancel(struct scheduler *s, struct sched_request *r);
+
+/* Lock and unlock around reading a request's outputs. */
+void scheduler_lock(struct scheduler *s);
+void scheduler_unlock(struct scheduler *s);
+
+/* Stop admitting; wait up to timeout_ms for the running and queued
+ * requests to finish, then abort the rest.  Returns how many were aborted. */
+int scheduler_drain(struct scheduler *s, int timeout_ms);
+
+int scheduler_max_context(const struct scheduler *s);
+
+/* Prometheus text of the scheduler's metrics, malloc'd. */
+char *scheduler_metrics_text(struct scheduler *s);
+
+double sched_now(void);
+
+#endif

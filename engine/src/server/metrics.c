@@ -1,0 +1,145 @@
+/* Prometheus text exposition of the serving metrics (vLLM names). */
+#include <stdio.h>
+#include <string.h>
+
+#include "privai/scheduler.h"
+#include "server/metrics.h"
+
+/* vLLM's bucket boundaries, in seconds */
+static const double ttft_bounds[] = {
+	0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+	1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+};
+static const double itl_bounds[] = {
+	0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+	0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+};
+static const double latency_bounds[] = {
+	0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+	30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+};
+
+#define NBOUNDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+void
+histogram_init(struct histogram *h, enum hist_kind kind)
+{
+	memset(h, 0, sizeof(*h));
+	switch (kind) {
+	case HIST_TTFT: h->bounds = ttft_bounds; h->n_bounds = NBOUNDS(ttft_bounds); break;
+	case HIST_ITL: h->bounds = itl_bounds; h->n_bounds = NBOUNDS(itl_bounds); break;
+	case HIST_LATENCY: h->bounds = latency_bounds; h->n_bounds = NBOUNDS(latency_bounds); break;
+	}
+}
+
+void
+histogram_observe(struct histogram *h, double v)
+{
+	int i = 0;
+
+	while (i < h->n_bounds && v > h->bounds[i])
+		i++;
+	h->counts[i]++;
+	h->count++;
+	h->sum += v;
+}
+
+void
+serving_metrics_init(struct serving_metrics *m)
+{
+	memset(m, 0, sizeof(*m));
+	histogram_init(&m->ttft, HIST_TTFT);
+	histogram_init(&m->itl, HIST_ITL);
+	histogram_init(&m->e2e, HIST_LATENCY);
+	histogram_init(&m->queue, HIST_LATENCY);
+}
+
+static void
+head(struct strbuf *b, const char *name, const char *type, const char *help)
+{
+	strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void
+counter(struct strbuf *b, const char *name, const char *help, const char *lbl, uint64_t v)
+{
+	head(b, name, "counter", help);
+	strbuf_printf(b, "%s{%s} %llu\n", name, lbl, (unsigned long long)v);
+}
+
+static void
+gauge(struct strbuf *b, const char *name, const char *help, const char *lbl, double v)
+{
+	head(b, name, "gauge", help);
+	strbuf_printf(b, "%s{%s} %.17g\n", name, lbl, v);
+}
+
+static void
+histogram(struct strbuf *b, const char *name, const char *help, const char *lbl,
+	  const struct histogram *h)
+{
+	uint64_t cum = 0;
+
+	head(b, name, "histogram", help);
+	for (int i = 0; i < h->n_bounds; i++) {
+		cum += h->counts[i];
+		strbuf_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, lbl, h->bounds[i],
+			      (unsigned long long)cum);
+	}
+	strbuf_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, lbl, (unsigned long long)h->count);
+	strbuf_printf(b, "%s_sum{%s} %.17g\n", name, lbl, h->sum);
+	strbuf_printf(b, "%s_count{%s} %llu\n", name, lbl, (unsigned long long)h->count);
+}
+
+/* Prometheus label values escape backslash, quote and newline. */
+static void
+label(char *out, size_t cap, const char *model_name)
+{
+	size_t n = 0;
+
+	n += (size_t)snprintf(out, cap, "model_name=\"");
+	for (const char *p = model_name; *p && n + 3 < cap; p++) {
+		if (*p == '\\' || *p == '"' || *p == '\n')
+			out[n++] = '\\';
+		out[n++] = *p == '\n' ? 'n' : *p;
+	}
+	if (n + 2 <= cap) {
+		out[n++] = '"';
+		out[n] = '\0';
+	}
+}
+
+void
+serving_metrics_render(struct strbuf *b, const struct serving_metrics *m,
+		       const struct serving_gauges *g, const char *model_name)
+{
+	char lbl[512], fl[600];
+
+	label(lbl, sizeof(lbl) - 8, model_name);
+	gauge(b, "vllm:num_requests_running", "Requests in the running batch.", lbl, g->running);
+	gauge(b, "vllm:num_requests_waiting", "Requests waiting to be scheduled.", lbl, g->waiting);
+	gauge(b, "vllm:kv_cache_usage_perc", "Fraction of KV cache blocks in use (0 to 1).", lbl, g->kv_usage);
+	counter(b, "vllm:prompt_tokens_total", "Prompt tokens processed.", lbl, m->prompt_tokens);
+	counter(b, "vllm:generation_tokens_total", "Tokens generated.", lbl, m->generation_tokens);
+	counter(b, "vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", lbl,
+		m->prefix_queries);
+	counter(b, "vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", lbl,
+		m->prefix_hits);
+	counter(b, "vllm:num_preemptions_total", "Sequences preempted for lack of KV blocks.", lbl,
+		m->preemptions);
+	head(b, "vllm:request_success_total", "counter", "Finished requests by finish reason.");
+	static const enum finish_reason reasons[] = { FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR };
+	for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++) {
+		snprintf(fl, sizeof(fl), "%s,finished_reason=\"%s\"", lbl, finish_reason_name(reasons[i]));
+		strbuf_printf(b, "vllm:request_success_total{%s} %llu\n", fl,
+			      (unsigned long long)m->success[reasons[i]]);
+	}
+	histogram(b, "vllm:time_to_first_token_seconds", "Time to first token.", lbl, &m->ttft);
+	histogram(b, "vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", lbl, &m->itl);
+	histogram(b, "vllm:e2e_request_latency_seconds", "Request latency from arrival to finish.", lbl, &m->e2e);
+	histogram(b, "vllm:request_queue_time_seconds", "Time from arrival to first scheduling.", lbl, &m->queue);
+	gauge(b, "privai:kv_cache_blocks", "KV cache blocks in the pool.", lbl, g->kv_blocks);
+	gauge(b, "privai:kv_cache_blocks_cached", "Unused KV blocks kept for prefix hits.", lbl, g->kv_blocks_cached);
+	counter(b, "privai:forward_passes_total", "Batched forward passes run.", lbl, m->forward_passes);
+	counter(b, "privai:batched_tokens_total", "Tokens run through forward passes.", lbl, m->batched_tokens);
+}

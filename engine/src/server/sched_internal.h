@@ -1,0 +1,63 @@
+/*
+ * The scheduler's insides, shared by scheduler.c (the client-facing API and
+ * lifecycle) and sched_step.c (one iteration of the batching loop).
+ */
+#ifndef PRIVAI_SCHED_INTERNAL_H
+#define PRIVAI_SCHED_INTERNAL_H
+
+#include "privai/kv_cache.h"
+#include "privai/scheduler.h"
+#include "server/metrics.h"
+
+/* A request the scheduler has admitted: its tokens so far (prompt, then
+ * generated), how many of them the cache holds, and its blocks. */
+struct seq {
+	struct sched_request *req;
+	struct kv_seq kv;
+	int32_t *tokens;
+	int n_tokens, cap;
+	int n_computed;
+	struct sampler *smp;
+	/* this step */
+	int chunk;      /* tokens in the batch */
+	int row0;       /* batch row of its first token */
+	int sample;     /* the chunk ends at its last token: sample after */
+};
+
+struct scheduler {
+	struct engine_ctx *ctx;
+	const struct tokenizer *tok;
+	struct scheduler_params p;
+	int n_vocab, n_ctx;
+	struct kv_pool *pool;
+	pthread_t thread;
+	int thread_started, mutex_ready;
+
+	/* under mu */
+	pthread_mutex_t mu;
+	pthread_cond_t wake;   /* work arrived or a request was cancelled */
+	pthread_cond_t idle;   /* a request finished (drain waits on it) */
+	struct sched_request *q_head, *q_tail;
+	int n_queued;
+	int n_active;          /* running + preempted */
+	int n_preempted_shared;
+	int draining, stopping, abort_all;
+	struct serving_metrics m;
+	struct serving_gauges gauges;
+
+	/* scheduler thread only */
+	struct seq **running;
+	int n_running;
+	struct seq **preempted; /* oldest first; resumed before the queue */
+	int n_preempted;
+	int32_t *eog;
+	int n_eog;
+	int32_t *b_tok, *b_pos, *b_rows;
+	const int32_t **b_table;
+};
+
+/* One iteration; returns 0 when the thread should exit. */
+int sched_step(struct scheduler *s);
+void sched_request_free(struct sched_request *r);
+
+#endif

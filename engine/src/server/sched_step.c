@@ -1,0 +1,468 @@
+/*
+ * One iteration of the batching loop: cancellations, admission, batch
+ * assembly (with preemption when blocks run out), the forward pass, then
+ * sampling and publishing.  See scheduler.c for who owns what.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "server/sched_internal.h"
+
+static void
+seq_free(struct scheduler *s, struct seq *q)
+{
+	kv_seq_release(s->pool, &q->kv);
+	sampler_free(q->smp);
+	free(q->tokens);
+	free(q);
+}
+
+/* Under the lock: publish the end of a request and drop the scheduler's
+ * reference (the request may be freed here). */
+static void
+finish_locked(struct scheduler *s, struct sched_request *r, enum finish_reason f, const char *why)
+{
+	double now = sched_now();
+
+	r->finish = f;
+	r->t_finish = now;
+	if (why != NULL)
+		snprintf(r->error, sizeof(r->error), "%s", why);
+	s->m.success[f]++;
+	histogram_observe(&s->m.e2e, now - r->t_arrival);
+	pthread_cond_broadcast(&r->cond);
+	if (--r->refs == 0)
+		sched_request_free(r);
+	pthread_cond_broadcast(&s->idle);
+}
+
+static void
+remove_at(struct seq **arr, int *n, int i)
+{
+	memmove(arr + i, arr + i + 1, (size_t)(*n - i - 1) * sizeof(*arr));
+	(*n)--;
+}
+
+static int
+index_of(struct seq **arr, int n, const struct seq *q)
+{
+	for (int i = 0; i < n; i++)
+		if (arr[i] == q)
+			return i;
+	return -1;
+}
+
+/* Under the lock: drop cancelled requests (all of them on abort_all). */
+static void
+reap_cancelled(struct scheduler *s)
+{
+	struct sched_request **link = &s->q_head, *r;
+
+	s->q_tail = NULL;
+	while ((r = *link) != NULL) {
+		if (r->cancelled || s->abort_all) {
+			*link = r->next;
+			s->n_queued--;
+			finish_locked(s, r, FINISH_ABORT, NULL);
+		} else {
+			s->q_tail = r;
+			link = &r->next;
+		}
+	}
+	for (int i = s->n_running - 1; i >= 0; i--) {
+		struct seq *q = s->running[i];
+		if (q->req->cancelled || s->abort_all) {
+			remove_at(s->running, &s->n_running, i);
+			s->n_active--;
+			finish_locked(s, q->req, FINISH_ABORT, NULL);
+			seq_free(s, q);
+		}
+	}
+	for (int i = s->n_preempted - 1; i >= 0; i--) {
+		struct seq *q = s->preempted[i];
+		if (q->req->cancelled || s->abort_all) {
+			remove_at(s->preempted, &s->n_preempted, i);
+			s->n_active--;
+			s->n_preempted_shared--;
+			finish_locked(s, q->req, FINISH_ABORT, NULL);
+			seq_free(s, q);
+		}
+	}
+}
+
+static struct seq *
+seq_new(struct scheduler *s, struct sched_request *r)
+{
+	struct seq *q = calloc(1, sizeof(*q));
+
+	if (q == NULL)
+		return NULL;
+	q->req = r;
+	q->cap = r->n_prompt + r->max_tokens;
+	q->tokens = malloc((size_t)q->cap * sizeof(int32_t));
+	if (q->tokens == NULL || sampler_new(&r->sampling, s->n_vocab, &q->smp) < 0) {
+		free(q->tokens);
+		free(q);
+		return NULL;
+	}
+	memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+	q->n_tokens = r->n_prompt;
+	kv_seq_init(&q->kv);
+	return q;
+}
+
+/* Under the lock: move preempted sequences, then queued requests, into the
+ * running set while there are slots and blocks for their whole prompt. */
+static void
+admit(struct scheduler *s)
+{
+	while (s->n_running < s->p.max_seqs) {
+		struct sched_request *r;
+		struct seq *q;
+		int resumed = s->n_preempted > 0;
+
+		if (resumed) {
+			q = s->preempted[0];
+		} else if ((r = s->q_head) != NULL) {
+			if ((q = seq_new(s, r)) == NULL) {
+				s->q_head = r->next;
+				if (s->q_head == NULL)
+					s->q_tail = NULL;
+				s->n_queued--;
+				finish_locked(s, r, FINISH_ERROR, "out of memory");
+				continue;
+			}
+		} else {
+			break;
+		}
+		r = q->req;
+		int hits = r->prompt_logprobs ? 0 : kv_seq_match_prefix(s->pool, &q->kv, q->tokens, q->n_tokens);
+		if (hits < 0 || kv_seq_reserve(s->pool, &q->kv, q->n_tokens) < 0) {
+			kv_seq_release(s->pool, &q->kv);
+			if (!resumed)
+				seq_free(s, q);
+			break;
+		}
+		q->n_computed = hits;
+		if (resumed) {
+			remove_at(s->preempted, &s->n_preempted, 0);
+			s->n_preempted_shared--;
+		} else {
+			s->q_head = r->next;
+			if (s->q_head == NULL)
+				s->q_tail = NULL;
+			s->n_queued--;
+			s->n_active++;
+			r->t_scheduled = sched_now();
+			r->n_cached_prompt = hits;
+			histogram_observe(&s->m.queue, r->t_scheduled - r->t_arrival);
+			s->m.prompt_tokens += (uint64_t)r->n_prompt;
+			if (!r->prompt_logprobs) {
+				s->m.prefix_queries += (uint64_t)r->n_prompt;
+				s->m.prefix_hits += (uint64_t)hits;
+			}
+		}
+		s->running[s->n_running++] = q;
+	}
+}
+
+/* Give up the youngest running sequence not yet in this step's batch other
+ * than `keep` (or `keep` itself when there is none); its tokens stay, its
+ * blocks go, and it will be recomputed when resumed. */
+static struct seq *
+preempt_one(struct scheduler *s, const struct seq *keep)
+{
+	struct seq *victim = NULL;
+
+	for (int i = s->n_running - 1; i >= 0 && victim == NULL; i--)
+		if (s->running[i] != keep && s->running[i]->chunk == 0)
+			victim = s->running[i];
+	if (victim == NULL)
+		victim = (struct seq *)keep;
+	remove_at(s->running, &s->n_running, index_of(s->running, s->n_running, victim));
+	kv_seq_release(s->pool, &victim->kv);
+	victim->n_computed = 0;
+	s->preempted[s->n_preempted++] = victim;
+	s->n_preempted_shared++;
+	s->m.preemptions++;
+	return victim;
+}
+
+struct step_batch {
+	int n, n_out;
+};
+
+static void
+add_chunk(struct scheduler *s, struct seq *q, int chunk, struct step_batch *b)
+{
+	const struct sched_request *r = q->req;
+	int want_all = r->prompt_logprobs && q->n_computed < r->n_prompt;
+
+	q->chunk = chunk;
+	q->row0 = b->n_out;
+	q->sample = q->n_computed + chunk == q->n_tokens;
+	for (int t = 0; t < chunk; t++) {
+		int i = b->n++;
+		s->b_tok[i] = q->tokens[q->n_computed + t];
+		s->b_pos[i] = q->n_computed + t;
+		s->b_table[i] = q->kv.blocks;
+		if (want_all || (q->sample && t == chunk - 1))
+			s->b_rows[b->n_out++] = i;
+	}
+}
+
+/* Under the lock: decoding sequences first (one token each), then prompt
+ * chunks, within the token budget of one forward pass. */
+static void
+build_batch(struct scheduler *s, struct step_batch *b)
+{
+	int budget = s->ctx->n_batch;
+
+	b->n = b->n_out = 0;
+	for (int i = 0; i < s->n_running; i++)
+		s->running[i]->chunk = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < s->n_running && budget > 0; i++) {
+			struct seq *q = s->running[i];
+			int pending = q->n_tokens - q->n_computed;
+			if (q->chunk > 0 || (pass == 0) != (pending == 1))
+				continue;
+			int chunk = pending < budget ? pending : budget;
+			int gone = 0;
+			while (!gone && kv_seq_reserve(s->pool, &q->kv, q->n_computed + chunk) < 0)
+				gone = preempt_one(s, q) == q;
+			i = index_of(s->running, s->n_running, q);
+			if (gone) {
+				i = -1; /* the array changed; rescan (chunk marks what is done) */
+				continue;
+			}
+			add_chunk(s, q, chunk, b);
+			budget -= chunk;
+		}
+	}
+}
+
+static float
+log_sum_exp(const float *L, int V)
+{
+	float max = -INFINITY;
+	double sum = 0;
+
+	for (int v = 0; v < V; v++)
+		max = L[v] > max ? L[v] : max;
+	for (int v = 0; v < V; v++)
+		sum += exp((double)(L[v] - max));
+	return max + (float)log(sum);
+}
+
+/* The n most likely entries of row L, best first (n is at most 20, so a
+ * pass per entry costs less than a sort of the vocabulary). */
+static void
+top_n(const float *L, int V, float lse, int n, struct token_logprob *top)
+{
+	for (int k = 0; k < n; k++) {
+		int32_t best = -1;
+		for (int v = 0; v < V; v++) {
+			if (best >= 0 && !(L[v] > L[best]))
+				continue;
+			int taken = 0;
+			for (int j = 0; j < k && !taken; j++)
+				taken = top[j].id == v;
+			if (!taken)
+				best = v;
+		}
+		top[k].id = best;
+		top[k].logprob = L[best] - lse;
+	}
+}
+
+static int
+is_eog(const struct scheduler *s, int32_t id)
+{
+	for (int i = 0; i < s->n_eog; i++)
+		if (s->eog[i] == id)
+			return 1;
+	return 0;
+}
+
+static void
+note_token_time(struct scheduler *s, struct sched_request *r)
+{
+	double now = sched_now();
+
+	if (r->n_out == 1) {
+		r->t_first = now;
+		histogram_observe(&s->m.ttft, now - r->t_arrival);
+	} else {
+		histogram_observe(&s->m.itl, now - r->t_last);
+	}
+	r->t_last = now;
+}
+
+/* Under the lock: sample the next token from logits row L (which the masks
+ * modify), publish it, and finish the request when it is done.  Returns 1
+ * when the request finished (q must then be freed). */
+static int
+sample_and_emit(struct scheduler *s, struct seq *q, float *L)
+{
+	struct sched_request *r = q->req;
+	int V = s->n_vocab, k = r->n_out, ntop = r->top_logprobs > 0 ? r->top_logprobs : 0;
+	float lse = 0;
+
+	/* logprobs are of the model's own distribution, before any mask */
+	if (r->top_logprobs >= 0) {
+		lse = log_sum_exp(L, V);
+		top_n(L, V, lse, ntop, r->out_top + (size_t)k * ntop);
+	}
+	if (k < r->min_tokens)
+		for (int i = 0; i < s->n_eog; i++)
+			L[s->eog[i]] = -INFINITY;
+	if (r->constraint != NULL)
+		r->constraint->mask(r->constraint->state, L, V);
+	int32_t tok = sampler_sample(q->smp, L);
+	sampler_accept(q->smp, tok);
+	if (r->constraint != NULL)
+		r->constraint->accept(r->constraint->state, tok);
+	if (r->top_logprobs >= 0)
+		r->out_logprob[k] = L[tok] - lse; /* a sampled token was not masked */
+	r->out[k] = tok;
+	r->n_out = k + 1;
+	q->tokens[q->n_tokens++] = tok;
+	s->m.generation_tokens++;
+	note_token_time(s, r);
+	pthread_cond_broadcast(&r->cond);
+
+	enum finish_reason f = FINISH_NONE;
+	if (!r->ignore_eos && is_eog(s, tok))
+		f = FINISH_STOP;
+	else if (r->constraint != NULL && r->constraint->done(r->constraint->state))
+		f = FINISH_STOP;
+	else if (r->n_out >= r->max_tokens || q->n_tokens >= s->n_ctx)
+		f = FINISH_LENGTH;
+	if (f == FINISH_NONE)
+		return 0;
+	finish_locked(s, r, f, NULL);
+	return 1;
+}
+
+/* Under the lock: logprobs of prompt tokens from the rows of this chunk. */
+static void
+record_prompt_logprobs(struct scheduler *s, struct seq *q, const float *logits)
+{
+	struct sched_request *r = q->req;
+	int V = s->n_vocab, ntop = r->top_logprobs > 0 ? r->top_logprobs : 0;
+
+	for (int t = 0; t < q->chunk; t++) {
+		int p = q->n_computed + t + 1; /* the prompt token this row predicts */
+		if (p >= r->n_prompt)
+			break;
+		const float *L = logits + (size_t)(q->row0 + t) * V;
+		float lse = log_sum_exp(L, V);
+		r->prompt_logprob[p] = L[r->prompt[p]] - lse;
+		top_n(L, V, lse, ntop, r->prompt_top + (size_t)p * ntop);
+	}
+}
+
+/* Under the lock, after the forward pass. */
+static void
+publish(struct scheduler *s, const struct step_batch *b)
+{
+	float *logits = s->ctx->logits;
+	int V = s->n_vocab;
+
+	s->m.forward_passes++;
+	s->m.batched_tokens += (uint64_t)b->n;
+	for (int i = 0; i < s->n_running; i++) {
+		struct seq *q = s->running[i];
+		if (q->chunk == 0)
+			continue;
+		int n_rows = q->req->prompt_logprobs && q->n_computed < q->req->n_prompt ? q->chunk
+											 : (q->sample ? 1 : 0);
+		if (n_rows == q->chunk && q->req->prompt_logprobs)
+			record_prompt_logprobs(s, q, logits);
+		q->n_computed += q->chunk;
+		kv_seq_commit(s->pool, &q->kv, q->tokens, q->n_computed);
+		if (!q->sample)
+			continue;
+		float *L = logits + (size_t)(q->row0 + n_rows - 1) * V;
+		if (sample_and_emit(s, q, L)) {
+			remove_at(s->running, &s->n_running, i--);
+			s->n_active--;
+			seq_free(s, q);
+		}
+	}
+}
+
+static void
+update_gauges(struct scheduler *s)
+{
+	struct kv_pool_stats st;
+
+	kv_pool_stats(s->pool, &st);
+	s->gauges.running = s->n_running;
+	s->gauges.kv_usage = (double)st.n_used / st.n_blocks;
+	s->gauges.kv_blocks = st.n_blocks;
+	s->gauges.kv_blocks_cached = st.n_cached;
+}
+
+int
+sched_step(struct scheduler *s)
+{
+	struct step_batch b;
+	char err[PRIVAI_ERR_LEN];
+
+	pthread_mutex_lock(&s->mu);
+	reap_cancelled(s);
+	if (s->abort_all && !s->stopping)
+		s->abort_all = 0;
+	if (s->stopping) {
+		update_gauges(s);
+		pthread_mutex_unlock(&s->mu);
+		return 0;
+	}
+	admit(s);
+	if (s->n_running == 0) {
+		/* with nothing running every block is free or evictable, so a
+		 * queued request that still cannot start never will */
+		if (s->q_head != NULL && s->n_preempted == 0) {
+			struct sched_request *r = s->q_head;
+			s->q_head = r->next;
+			if (s->q_head == NULL)
+				s->q_tail = NULL;
+			s->n_queued--;
+			finish_locked(s, r, FINISH_ERROR, "the KV cache cannot hold this request");
+		} else if (s->q_head == NULL) {
+			update_gauges(s);
+			pthread_cond_wait(&s->wake, &s->mu);
+		}
+		pthread_mutex_unlock(&s->mu);
+		return 1;
+	}
+	build_batch(s, &b);
+	update_gauges(s);
+	pthread_mutex_unlock(&s->mu);
+
+	struct engine_batch eb = { b.n, s->b_tok, s->b_pos, s->b_table, b.n_out, s->b_rows };
+	int rc = b.n > 0 ? engine_forward(s->ctx, &eb, NULL, err) : PRIVAI_OK;
+
+	pthread_mutex_lock(&s->mu);
+	if (rc < 0) {
+		/* an engine refusal is a scheduler bug: fail the batch, not the server */
+		for (int i = s->n_running - 1; i >= 0; i--) {
+			struct seq *q = s->running[i];
+			if (q->chunk == 0)
+				continue;
+			remove_at(s->running, &s->n_running, i);
+			s->n_active--;
+			finish_locked(s, q->req, FINISH_ERROR, err);
+			seq_free(s, q);
+		}
+	} else {
+		publish(s, &b);
+	}
+	update_gauges(s);
+	pthread_mutex_unlock(&s->mu);
+	return 1;
+}

@@ -1,0 +1,246 @@
+/*
+ * The continuous-batching scheduler on the f16 fixture model: concurrent
+ * greedy requests produce what the same requests produce one at a time,
+ * also when a small KV pool forces preemption; a repeated prompt hits the
+ * prefix cache; prompt logprobs match the golden logits' log-softmax; a
+ * cancelled request frees its blocks; bad requests are refused by name.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+
+#include "testlib.h"
+#include "privai/scheduler.h"
+
+#define MODEL "tiny-llama-spm-f16"
+#define NREQ 6
+#define GEN 10
+
+static int32_t prompts[NREQ][64];
+static int plen[NREQ];
+
+static int
+load_ids(const char *dir, int pi, int32_t *ids)
+{
+	char path[1024];
+	size_t len;
+	int n = 0;
+	const cJSON *it;
+
+	snprintf(path, sizeof(path), "%s/golden/%s.p%d.json", dir, MODEL, pi);
+	char *js = read_file(path, &len);
+	cJSON *j = js ? cJSON_Parse(js) : NULL;
+	free(js);
+	const cJSON *arr = j != NULL ? cJSON_GetObjectItem(j, "prompt_ids") : NULL;
+	cJSON_ArrayForEach(it, arr)
+		if (n < 64)
+			ids[n++] = (int32_t)it->valuedouble;
+	cJSON_Delete(j);
+	return n;
+}
+
+static struct sched_request *
+greedy_request(int i, int max_tokens)
+{
+	struct sched_request *r = sched_request_new(plen[i], max_tokens, -1, 0);
+
+	if (r == NULL)
+		return NULL;
+	memcpy(r->prompt, prompts[i], (size_t)plen[i] * sizeof(int32_t));
+	sampler_params_default(&r->sampling);
+	r->sampling.temperature = 0;
+	r->ignore_eos = 1;
+	return r;
+}
+
+static void
+wait_done(struct scheduler *s, struct sched_request *r)
+{
+	enum finish_reason f = FINISH_NONE;
+
+	/* a minute is far beyond any of these; a hang is a failure, not a stall */
+	for (int i = 0; i < 60 && f == FINISH_NONE; i++)
+		scheduler_wait(s, r, r->max_tokens, 1000, &f);
+	CHECK(f != FINISH_NONE, "request finished in time");
+}
+
+/* Run all NREQ requests at once on a scheduler; out[i] gets their tokens. */
+static int
+run_all(const struct engine_model *m, const struct tokenizer *tok, int n_blocks, int max_seqs,
+	int32_t out[NREQ][GEN], int *preemptions)
+{
+	struct engine_ctx_params cp = { .n_ctx = 128, .n_batch = 32, .n_threads = 2, .n_kv_blocks = n_blocks };
+	struct scheduler_params sp = { .max_seqs = max_seqs, .max_queue = 64, .model_name = "t" };
+	struct engine_ctx *c;
+	struct scheduler *s;
+	struct sched_request *r[NREQ];
+	char err[PRIVAI_ERR_LEN];
+	int ok = 1;
+
+	if (engine_ctx_new(m, &cp, &c, err) < 0 || scheduler_new(c, tok, &sp, &s, err) < 0) {
+		CHECK(0, "%s", err);
+		return -1;
+	}
+	for (int i = 0; i < NREQ; i++) {
+		r[i] = greedy_request(i, GEN);
+		ok &= r[i] != NULL && scheduler_submit(s, r[i], err) == 0;
+	}
+	for (int i = 0; i < NREQ && ok; i++) {
+		wait_done(s, r[i]);
+		ok &= r[i]->n_out == GEN && r[i]->finish == FINISH_LENGTH;
+		memcpy(out[i], r[i]->out, sizeof(out[i]));
+	}
+	char *metrics = scheduler_metrics_text(s);
+	const char *p = metrics ? strstr(metrics, "\nvllm:num_preemptions_total{") : NULL;
+	*preemptions = p ? atoi(strchr(p, '}') + 1) : -1;
+	free(metrics);
+	for (int i = 0; i < NREQ; i++)
+		sched_request_put(s, r[i]);
+	scheduler_free(s);
+	engine_ctx_free(c);
+	return ok ? 0 : -1;
+}
+
+static double
+metric(struct scheduler *s, const char *name)
+{
+	char *t = scheduler_metrics_text(s), key[128];
+	double v = -1;
+
+	snprintf(key, sizeof(key), "\n%s{", name);
+	const char *p = t ? strstr(t, key) : NULL;
+	if (p != NULL)
+		v = atof(strchr(p, '}') + 1);
+	free(t);
+	return v;
+}
+
+static void
+test_prefix_logprobs_cancel(const char *dir, const struct engine_model *m, const struct tokenizer *tok)
+{
+	struct engine_ctx_params cp = { .n_ctx = 128, .n_batch = 32, .n_threads = 2, .n_kv_blocks = 32 };
+	struct scheduler_params sp = { .max_seqs = 4, .max_queue = 2, .model_name = "t" };
+	struct engine_ctx *c;
+	struct scheduler *s;
+	char err[PRIVAI_ERR_LEN], path[1024];
+	int V = m->hp.n_vocab;
+
+	if (engine_ctx_new(m, &cp, &c, err) < 0 || scheduler_new(c, tok, &sp, &s, err) < 0) {
+		CHECK(0, "%s", err);
+		return;
+	}
+	/* the same prompt twice: the second run finds its first block cached */
+	struct sched_request *a = greedy_request(0, 2), *b = greedy_request(0, 2);
+	CHECK(scheduler_submit(s, a, err) == 0, "submit a");
+	wait_done(s, a);
+	CHECK(scheduler_submit(s, b, err) == 0, "submit b");
+	wait_done(s, b);
+	CHECK(a->n_cached_prompt == 0 && b->n_cached_prompt == 16, "prefix cache: %d then %d tokens cached",
+	      a->n_cached_prompt, b->n_cached_prompt);
+	CHECK(memcmp(a->out, b->out, 2 * sizeof(int32_t)) == 0, "a cached prefix gives the same tokens");
+	CHECK(metric(s, "vllm:prefix_cache_hits_total") == 16, "hits in the metrics");
+	sched_request_put(s, a);
+	sched_request_put(s, b);
+
+	/* prompt logprobs against log_softmax(golden logits) */
+	size_t llen;
+	snprintf(path, sizeof(path), "%s/golden/%s.p1.logits.f32", dir, MODEL);
+	float *gold = (float *)read_file(path, &llen);
+	struct sched_request *lp = sched_request_new(plen[0], 1, 3, 1);
+	memcpy(lp->prompt, prompts[0], (size_t)plen[0] * sizeof(int32_t));
+	sampler_params_default(&lp->sampling);
+	lp->sampling.temperature = 0;
+	double worst = INFINITY;
+	if (gold != NULL && llen == (size_t)plen[0] * V * sizeof(float) && scheduler_submit(s, lp, err) == 0) {
+		wait_done(s, lp);
+		worst = 0;
+		for (int p = 1; p < plen[0]; p++) {
+			const float *L = gold + (size_t)(p - 1) * V;
+			double mx = -INFINITY, sum = 0;
+			for (int v = 0; v < V; v++)
+				mx = fmax(mx, L[v]);
+			for (int v = 0; v < V; v++)
+				sum += exp(L[v] - mx);
+			double want = L[prompts[0][p]] - mx - log(sum);
+			worst = fmax(worst, fabs(want - lp->prompt_logprob[p]));
+		}
+		CHECK(lp->prompt_top[3].logprob >= lp->prompt_top[4].logprob, "top logprobs are sorted");
+	}
+	CHECK(worst < 0.02, "prompt logprobs match the golden log-softmax (worst %.2e nats)", worst);
+	CHECK(isnan(lp->prompt_logprob[0]), "the first prompt token has no logprob");
+	free(gold);
+	sched_request_put(s, lp);
+
+	/* cancel after the first token: blocks come back */
+	struct sched_request *x = greedy_request(1, 60);
+	enum finish_reason f;
+	CHECK(scheduler_submit(s, x, err) == 0, "submit x");
+	scheduler_wait(s, x, 0, 5000, &f);
+	scheduler_cancel(s, x);
+	wait_done(s, x);
+	CHECK(x->finish == FINISH_ABORT && x->n_out < 60, "cancelled after %d tokens", x->n_out);
+	CHECK(metric(s, "vllm:kv_cache_usage_perc") == 0, "no blocks in use after the cancel");
+	sched_request_put(s, x);
+
+	/* refusals */
+	struct sched_request *big = greedy_request(0, 128 - plen[0] + 1);
+	CHECK(scheduler_submit(s, big, err) == PRIVAI_EINVAL && strstr(err, "maximum context length is 128"),
+	      "prompt + max_tokens over the context: %s", err);
+	sched_request_put(s, big);
+	struct sched_request *badtok = greedy_request(0, 1);
+	badtok->prompt[3] = V;
+	CHECK(scheduler_submit(s, badtok, err) == PRIVAI_EINVAL && strstr(err, "outside the vocabulary"),
+	      "bad token id: %s", err);
+	sched_request_put(s, badtok);
+	CHECK(scheduler_drain(s, 1000) == 0, "drain with nothing running");
+	struct sched_request *late = greedy_request(0, 1);
+	CHECK(scheduler_submit(s, late, err) == PRIVAI_EUNAVAIL, "no admission while draining");
+	sched_request_put(s, late);
+	scheduler_free(s);
+	engine_ctx_free(c);
+}
+
+int
+main(void)
+{
+	const char *dir = fixtures_dir();
+	char path[1024], err[PRIVAI_ERR_LEN];
+	struct engine_model *m = NULL;
+	struct tokenizer *tok = NULL;
+	static int32_t seq_out[NREQ][GEN], par_out[NREQ][GEN], small_out[NREQ][GEN];
+	int pre_seq, pre_par, pre_small;
+
+	if (dir == NULL)
+		return test_summary();
+	snprintf(path, sizeof(path), "%s/models/%s.gguf", dir, MODEL);
+	if (engine_model_load(path, &m, err) < 0 || tokenizer_load(m->file, &tok, err) < 0) {
+		CHECK(0, "%s", err);
+		return test_summary();
+	}
+	/* six prompts: the two golden ones and truncations of them */
+	plen[0] = load_ids(dir, 1, prompts[0]);
+	plen[1] = load_ids(dir, 2, prompts[1]);
+	for (int i = 2; i < NREQ; i++) {
+		plen[i] = plen[i % 2] - 3 * i;
+		memcpy(prompts[i], prompts[i % 2], (size_t)plen[i] * sizeof(int32_t));
+	}
+	CHECK(plen[0] > 16 && plen[1] > 16, "golden prompts");
+
+	CHECK(run_all(m, tok, 64, 1, seq_out, &pre_seq) == 0, "one at a time");
+	CHECK(run_all(m, tok, 64, 8, par_out, &pre_par) == 0, "all at once");
+	/* 8 blocks = one 128-token context: at most 2 of these fit together */
+	CHECK(run_all(m, tok, 8, 8, small_out, &pre_small) == 0, "all at once in a small pool");
+	int same_par = 0, same_small = 0;
+	for (int i = 0; i < NREQ; i++) {
+		same_par += memcmp(seq_out[i], par_out[i], sizeof(seq_out[i])) == 0;
+		same_small += memcmp(seq_out[i], small_out[i], sizeof(seq_out[i])) == 0;
+	}
+	CHECK(same_par == NREQ, "batched greedy equals sequential for %d of %d", same_par, NREQ);
+	CHECK(same_small == NREQ, "with preemption too, %d of %d", same_small, NREQ);
+	CHECK(pre_seq == 0 && pre_small > 0, "the small pool preempted (%d times)", pre_small);
+	printf("scheduler: %d requests x %d tokens; %d preemptions in the small pool\n", NREQ, GEN, pre_small);
+
+	test_prefix_logprobs_cancel(dir, m, tok);
+	tokenizer_free(tok);
+	engine_model_free(m);
+	return test_summary();
+}
