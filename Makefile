@@ -13,7 +13,7 @@ ifeq ($(SAN),1)
   SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 endif
 CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(SANFLAGS) -pthread -Iengine/include -Iengine/src $(CFLAGS)
-LDLIBS_ENG = -lpcre2-8 -lm -pthread
+LDLIBS_ENG = -lpcre2-8 -lm -pthread -lmicrohttpd -lsodium -lsystemd -lcjson
 LDLIBS_TEST = -lcjson
 
 ENGINE_SRC = $(wildcard engine/src/*.c engine/src/kernels/*.c engine/src/server/*.c)
