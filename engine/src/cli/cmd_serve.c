@@ -1,0 +1,259 @@
+/*
+ * privai-engine serve: the OpenAI-compatible server.
+ *
+ * The HTTP listener comes up first (so /health says 503 while the model
+ * loads), then the model, the scheduler, and sd_notify READY.  The main
+ * thread then only waits for signals: SIGHUP rereads the API key file,
+ * SIGTERM/SIGINT drain (no new requests, running ones finish or are
+ * cancelled at the deadline) and exit 0.
+ */
+#include <libgen.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "privai/scheduler.h"
+#include "server/server.h"
+
+struct serve_opts {
+	const char *model, *host, *key_file, *chat_template, *name;
+	int port, n_ctx, parallel, batch, threads, queue, kv_mib, drain_s, max_body_mib, max_conn;
+};
+
+static void
+serve_usage(FILE *fp)
+{
+	fputs("usage: privai-engine serve -m MODEL [options]\n"
+	      "  --host ADDR            listen address (default 127.0.0.1)\n"
+	      "  --port N               port (default 8000; 0 picks a free one)\n"
+	      "  --api-key-file FILE    bearer keys, one per line (plain or sha256:HEX); SIGHUP rereads\n"
+	      "  --model-name NAME      the id clients send as \"model\" (default: file name)\n"
+	      "  --ctx N                longest sequence (default: model's, capped at 4096)\n"
+	      "  --parallel N           sequences decoded together (default 16)\n"
+	      "  --batch N              tokens per forward pass (default 256)\n"
+	      "  --kv-cache-mib N       KV cache size (default: room for --parallel full contexts, max 4096)\n"
+	      "  --queue N              requests waiting beyond --parallel before 429 (default 256)\n"
+	      "  --chat-template NAME   llama2, llama3, mistral, chatml, phi3, gemma, deepseek, deepseek3\n"
+	      "  --threads N            compute threads (default: all CPUs)\n"
+	      "  --max-body-mib N       largest request body (default 4)\n"
+	      "  --max-connections N    concurrent connections (default 256)\n"
+	      "  --drain-timeout S      seconds SIGTERM waits for running requests (default 30)\n", fp);
+}
+
+static int
+parse(int argc, char **argv, struct serve_opts *o)
+{
+	const char *cmd = "serve";
+
+	*o = (struct serve_opts){ .host = "127.0.0.1", .port = 8000, .parallel = 16, .batch = 256,
+				  .queue = 256, .drain_s = 30, .max_body_mib = 4, .max_conn = 256 };
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int rc = 0;
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			serve_usage(stdout);
+			exit(0);
+		} else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+			o->model = v;
+		} else if (strcmp(a, "--host") == 0) {
+			o->host = v;
+		} else if (strcmp(a, "--api-key-file") == 0) {
+			o->key_file = v;
+		} else if (strcmp(a, "--chat-template") == 0) {
+			o->chat_template = v;
+		} else if (strcmp(a, "--model-name") == 0) {
+			o->name = v;
+		} else if (strcmp(a, "--port") == 0) {
+			rc = cli_parse_int(cmd, a, v, 0, 65535, &o->port);
+		} else if (strcmp(a, "--ctx") == 0) {
+			rc = cli_parse_int(cmd, a, v, 16, 1 << 20, &o->n_ctx);
+		} else if (strcmp(a, "--parallel") == 0) {
+			rc = cli_parse_int(cmd, a, v, 1, 1024, &o->parallel);
+		} else if (strcmp(a, "--batch") == 0) {
+			rc = cli_parse_int(cmd, a, v, 1, 8192, &o->batch);
+		} else if (strcmp(a, "--kv-cache-mib") == 0) {
+			rc = cli_parse_int(cmd, a, v, 1, 1 << 20, &o->kv_mib);
+		} else if (strcmp(a, "--queue") == 0) {
+			rc = cli_parse_int(cmd, a, v, 0, 1 << 20, &o->queue);
+		} else if (strcmp(a, "--threads") == 0) {
+			rc = cli_parse_int(cmd, a, v, 1, 1024, &o->threads);
+		} else if (strcmp(a, "--max-body-mib") == 0) {
+			rc = cli_parse_int(cmd, a, v, 1, 1024, &o->max_body_mib);
+		} else if (strcmp(a, "--max-connections") == 0) {
+			rc = cli_parse_int(cmd, a, v, 1, 65536, &o->max_conn);
+		} else if (strcmp(a, "--drain-timeout") == 0) {
+			rc = cli_parse_int(cmd, a, v, 0, 3600, &o->drain_s);
+		} else {
+			serve_usage(stderr);
+			return cli_error(cmd, "unknown option '%s'", a);
+		}
+		if (rc != 0)
+			return rc;
+		if (v == NULL)
+			return cli_error(cmd, "%s needs a value", a);
+		i++;
+	}
+	if (o->model == NULL)
+		return cli_error(cmd, "-m MODEL is required");
+	if (o->chat_template != NULL && chat_family_by_name(o->chat_template) == CHAT_NONE)
+		return cli_error(cmd, "unknown chat template '%s' (known: %s)", o->chat_template, chat_family_names());
+	return 0;
+}
+
+/* The chat format: named, else recognised from the model's template. */
+static int
+pick_chat(const struct serve_opts *o, const struct gguf_file *f, enum chat_family *ret)
+{
+	const char *tmpl = NULL;
+
+	if (o->chat_template != NULL) {
+		*ret = chat_family_by_name(o->chat_template);
+		return 0;
+	}
+	if (gguf_get_str(f, "tokenizer.chat_template", &tmpl, NULL) < 0 || tmpl == NULL) {
+		*ret = CHAT_NONE;
+		return 0;
+	}
+	if ((*ret = chat_family_detect(tmpl)) == CHAT_NONE)
+		return cli_error("serve", "the model's chat template is not one this server knows; "
+			"pass --chat-template NAME (%s)", chat_family_names());
+	return 0;
+}
+
+static int
+kv_blocks(const struct serve_opts *o, const struct engine_model *m, int n_ctx)
+{
+	const struct model_hparams *hp = &m->hp;
+	double per_block = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * sizeof(float) * ENGINE_KV_BLOCK;
+	long min = (n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
+	long want = o->kv_mib > 0 ? (long)(o->kv_mib * 1048576.0 / per_block)
+				  : (long)o->parallel * min;
+	if (o->kv_mib == 0 && want * per_block > 4096.0 * 1048576.0)
+		want = (long)(4096.0 * 1048576.0 / per_block);
+	return (int)(want < min ? min : want);
+}
+
+static int
+run_until_signalled(struct server *srv, struct scheduler *sched, int drain_s)
+{
+	sigset_t set;
+	int sig;
+	char err[PRIVAI_ERR_LEN];
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	for (;;) {
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (sig == SIGHUP) {
+			if (server_reload_keys(srv, err) < 0)
+				fprintf(stderr, "privai-engine serve: keeping the old API keys: %s\n", err);
+			else
+				fprintf(stderr, "privai-engine serve: API keys reloaded\n");
+			continue;
+		}
+		break;
+	}
+	sd_notify(0, "STOPPING=1\nSTATUS=draining");
+	fprintf(stderr, "privai-engine serve: draining (up to %d s)\n", drain_s);
+	int aborted = scheduler_drain(sched, drain_s * 1000);
+	server_quiesce(srv);
+	/* let finished responses reach their clients */
+	for (int i = 0; i < 40; i++) {
+		const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+		if (di == NULL || di->num_connections == 0)
+			break;
+		usleep(50000);
+	}
+	fprintf(stderr, "privai-engine serve: stopped (%d requests cancelled at the deadline)\n", aborted);
+	return 0;
+}
+
+int
+cmd_serve(int argc, char **argv)
+{
+	struct serve_opts o;
+	struct server srv;
+	struct server_config cfg = { 0 };
+	struct cli_engine e;
+	struct scheduler *sched = NULL;
+	enum chat_family chat;
+	char err[PRIVAI_ERR_LEN], name[256];
+	sigset_t set;
+	int rc;
+
+	if ((rc = parse(argc, argv, &o)) != 0)
+		return rc;
+	/* every thread created from here on inherits the blocked signals */
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	snprintf(name, sizeof(name), "%s", o.name ? o.name : o.model);
+	cfg = (struct server_config){ o.host, o.port, o.key_file, o.name ? o.name : basename(name),
+				      (size_t)o.max_body_mib << 20, o.max_conn };
+	if (server_start(&srv, &cfg, err) < 0)
+		return cli_error("serve", "%s", err);
+	fprintf(stderr, "privai-engine serve: listening on %s:%d, loading %s\n", cfg.host, srv.port, o.model);
+	if (cli_engine_open("serve", o.model, NULL, &e) != 0 || pick_chat(&o, e.model->file, &chat) != 0) {
+		server_stop(&srv);
+		cli_engine_close(&e);
+		return 1;
+	}
+	struct engine_ctx_params cp = { .n_ctx = o.n_ctx, .n_batch = o.batch, .n_threads = o.threads };
+	int n_ctx = o.n_ctx > 0 ? o.n_ctx : (e.model->hp.n_ctx_train < 4096 ? e.model->hp.n_ctx_train : 4096);
+	cp.n_kv_blocks = kv_blocks(&o, e.model, n_ctx);
+	struct scheduler_params sp = { o.parallel, o.queue, cfg.model_id };
+	if (engine_ctx_new(e.model, &cp, &e.ctx, err) < 0 || scheduler_new(e.ctx, e.tok, &sp, &sched, err) < 0) {
+		server_stop(&srv);
+		cli_engine_close(&e);
+		return cli_error("serve", "%s", err);
+	}
+	server_set_ready(&srv, sched, e.tok, chat, e.ctx->n_ctx);
+	sd_notifyf(0, "READY=1\nSTATUS=serving %s", cfg.model_id);
+	fprintf(stderr, "privai-engine serve: ready: model %s, context %d, %d sequences, KV %d blocks (%zu MiB), "
+		"chat template %s, %s\n", cfg.model_id, e.ctx->n_ctx, o.parallel, e.ctx->n_kv_blocks,
+		e.ctx->kv_bytes >> 20, chat_family_name(chat), o.key_file ? "API keys required" : "no API keys");
+	run_until_signalled(&srv, sched, o.drain_s);
+	server_stop(&srv);
+	scheduler_free(sched);
+	cli_engine_close(&e);
+	return 0;
+}
+
+int
+cmd_hash_key(int argc, char **argv)
+{
+	char *line = NULL, out[80];
+	size_t cap = 0;
+	ssize_t n;
+
+	if (argc > 1) {
+		fputs("usage: privai-engine hash-key < KEY   (prints the sha256: line for --api-key-file)\n",
+		      argc > 1 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
+		return argc > 1 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+	}
+	if ((n = getline(&line, &cap, stdin)) <= 0) {
+		free(line);
+		return cli_error("hash-key", "no key on standard input");
+	}
+	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		line[--n] = '\0';
+	if (n < 8) {
+		free(line);
+		return cli_error("hash-key", "an API key must be at least 8 characters");
+	}
+	api_key_hash_text(line, (size_t)n, out);
+	free(line);
+	puts(out);
+	return 0;
+}

@@ -1,0 +1,46 @@
+/*
+ * The generation endpoints: parsed parameters (openai_params.c) and the
+ * run that turns them into scheduler requests and OpenAI-shaped responses,
+ * streamed or whole (openai_run.c).
+ */
+#ifndef PRIVAI_OPENAI_H
+#define PRIVAI_OPENAI_H
+
+#include <cjson/cJSON.h>
+
+#include "privai/sampler.h"
+#include "privai/tokenizer.h"
+#include "server/chat_template.h"
+
+#define GEN_MAX_PROMPTS 64
+#define GEN_MAX_STOPS 4
+#define GEN_MAX_N 16
+
+struct gen_params {
+	int chat;
+	int stream, include_usage, echo;
+	int n;
+	int max_tokens;   /* -1: the rest of the context (chat) or 16 (completions) */
+	int min_tokens, ignore_eos;
+	int logprobs;     /* -1: none; else the number of top alternatives */
+	int json_mode;
+	int has_seed;
+	struct sampler_params sp;
+	char *stops[GEN_MAX_STOPS];
+	int n_stops;
+	int32_t *prompts[GEN_MAX_PROMPTS];
+	int plen[GEN_MAX_PROMPTS];
+	int n_prompts;
+	/* on error */
+	char err[512];
+	const char *err_param;
+	int not_found;
+};
+
+void gen_params_init(struct gen_params *g, int chat);
+/* 0, or -1 with err/err_param set (not_found for an unknown model). */
+int gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *tok,
+		     enum chat_family fam, const char *model_id);
+void gen_params_free(struct gen_params *g);
+
+#endif

@@ -1,0 +1,375 @@
+/*
+ * Parameters of /v1/completions and /v1/chat/completions: every field is
+ * checked for type and range, and a bad one is named in the error, so bad
+ * input gets a 400 and never reaches the scheduler.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "privai/status.h"
+#include "server/openai.h"
+
+static int
+bad(struct gen_params *g, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int
+bad(struct gen_params *g, const char *param, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(g->err, sizeof(g->err), fmt, ap);
+	va_end(ap);
+	g->err_param = param;
+	return -1;
+}
+
+/* An optional integer field in [lo, hi]; absent or null keeps *out. */
+static int
+get_int(struct gen_params *g, const cJSON *j, const char *name, long lo, long hi, int *out)
+{
+	const cJSON *v = cJSON_GetObjectItem(j, name);
+
+	if (v == NULL || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble))
+		return bad(g, name, "%s must be an integer", name);
+	if (v->valuedouble < (double)lo || v->valuedouble > (double)hi)
+		return bad(g, name, "%s must be between %ld and %ld, got %.17g", name, lo, hi, v->valuedouble);
+	*out = (int)v->valuedouble;
+	return 0;
+}
+
+static int
+get_float(struct gen_params *g, const cJSON *j, const char *name, double lo, double hi, float *out)
+{
+	const cJSON *v = cJSON_GetObjectItem(j, name);
+
+	if (v == NULL || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+		return bad(g, name, "%s must be a number", name);
+	if (v->valuedouble < lo || v->valuedouble > hi)
+		return bad(g, name, "%s must be between %g and %g, got %.17g", name, lo, hi, v->valuedouble);
+	*out = (float)v->valuedouble;
+	return 0;
+}
+
+static int
+get_bool(struct gen_params *g, const cJSON *j, const char *name, int *out)
+{
+	const cJSON *v = cJSON_GetObjectItem(j, name);
+
+	if (v == NULL || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsBool(v))
+		return bad(g, name, "%s must be true or false", name);
+	*out = cJSON_IsTrue(v);
+	return 0;
+}
+
+static int
+add_prompt(struct gen_params *g, int32_t *ids, int n)
+{
+	if (g->n_prompts >= GEN_MAX_PROMPTS) {
+		free(ids);
+		return bad(g, "prompt", "at most %d prompts per request", GEN_MAX_PROMPTS);
+	}
+	g->prompts[g->n_prompts] = ids;
+	g->plen[g->n_prompts++] = n;
+	return 0;
+}
+
+static int
+token_array(struct gen_params *g, const cJSON *arr, int32_t **ret, int *ret_n)
+{
+	int n = cJSON_GetArraySize(arr), i = 0;
+	int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+	const cJSON *it;
+
+	if (ids == NULL)
+		return bad(g, "prompt", "out of memory");
+	cJSON_ArrayForEach(it, arr) {
+		double v = it->valuedouble;
+		if (!cJSON_IsNumber(it) || v != floor(v) || v < 0 || v > 2147483647.0) {
+			free(ids);
+			return bad(g, "prompt", "prompt token ids must be non-negative integers");
+		}
+		ids[i++] = (int32_t)v;
+	}
+	*ret = ids;
+	*ret_n = n;
+	return 0;
+}
+
+static int
+encode(struct gen_params *g, const struct tokenizer *tok, const char *text, int add_bos)
+{
+	char err[PRIVAI_ERR_LEN];
+	int32_t *ids = NULL;
+	int n = 0;
+
+	if (tokenizer_encode(tok, text, strlen(text), add_bos, 1, &ids, &n, err) < 0)
+		return bad(g, "prompt", "%s", err);
+	return add_prompt(g, ids, n);
+}
+
+/* string | [string] | [int] | [[int]] */
+static int
+parse_prompt(struct gen_params *g, const cJSON *p, const struct tokenizer *tok)
+{
+	int add_bos = tokenizer_adds_bos(tok);
+	const cJSON *it;
+
+	if (cJSON_IsString(p))
+		return encode(g, tok, p->valuestring, add_bos);
+	if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
+		return bad(g, "prompt", "prompt must be a string, an array of strings, or token ids");
+	if (cJSON_IsNumber(p->child)) {
+		int32_t *ids;
+		int n;
+		if (token_array(g, p, &ids, &n) < 0)
+			return -1;
+		return add_prompt(g, ids, n);
+	}
+	cJSON_ArrayForEach(it, p) {
+		int32_t *ids;
+		int n;
+		if (cJSON_IsString(it)) {
+			if (encode(g, tok, it->valuestring, add_bos) < 0)
+				return -1;
+		} else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) > 0) {
+			if (token_array(g, it, &ids, &n) < 0 || add_prompt(g, ids, n) < 0)
+				return -1;
+		} else {
+			return bad(g, "prompt", "each prompt must be a string or a non-empty array of token ids");
+		}
+	}
+	return 0;
+}
+
+static int
+message_text(struct gen_params *g, const cJSON *content, struct strbuf *out)
+{
+	const cJSON *part;
+
+	if (cJSON_IsString(content)) {
+		strbuf_puts(out, content->valuestring);
+		return 0;
+	}
+	if (!cJSON_IsArray(content))
+		return bad(g, "messages", "message content must be a string or an array of text parts");
+	cJSON_ArrayForEach(part, content) {
+		const cJSON *type = cJSON_GetObjectItem(part, "type"), *text = cJSON_GetObjectItem(part, "text");
+		if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text))
+			return bad(g, "messages", "only content parts of type \"text\" are supported");
+		strbuf_puts(out, text->valuestring);
+	}
+	return 0;
+}
+
+static int
+parse_messages(struct gen_params *g, const cJSON *msgs, const struct tokenizer *tok, enum chat_family fam)
+{
+	int n = cJSON_GetArraySize(msgs), i = 0, rc = 0;
+	const cJSON *m;
+
+	if (!cJSON_IsArray(msgs) || n == 0)
+		return bad(g, "messages", "messages must be a non-empty array");
+	struct chat_message *cm = calloc((size_t)n, sizeof(*cm));
+	struct strbuf *texts = calloc((size_t)n, sizeof(*texts));
+	if (cm == NULL || texts == NULL) {
+		free(cm);
+		free(texts);
+		return bad(g, "messages", "out of memory");
+	}
+	cJSON_ArrayForEach(m, msgs) {
+		const cJSON *role = cJSON_GetObjectItem(m, "role");
+		strbuf_init(&texts[i]);
+		if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
+			rc = bad(g, "messages", "messages[%d] needs a string role", i);
+			break;
+		}
+		const char *r = role->valuestring;
+		if (strcmp(r, "system") == 0 || strcmp(r, "developer") == 0)
+			cm[i].role = ROLE_SYSTEM;
+		else if (strcmp(r, "user") == 0)
+			cm[i].role = ROLE_USER;
+		else if (strcmp(r, "assistant") == 0)
+			cm[i].role = ROLE_ASSISTANT;
+		else {
+			rc = bad(g, "messages", "messages[%d] has role \"%.40s\"; use system, user or assistant", i, r);
+			break;
+		}
+		if ((rc = message_text(g, cJSON_GetObjectItem(m, "content"), &texts[i])) < 0)
+			break;
+		if (strbuf_failed(&texts[i])) {
+			rc = bad(g, "messages", "out of memory");
+			break;
+		}
+		cm[i].content = texts[i].s ? texts[i].s : "";
+		i++;
+	}
+	if (rc == 0) {
+		struct strbuf prompt;
+		char err[256];
+		strbuf_init(&prompt);
+		if (chat_render(fam, cm, n, &prompt, err, sizeof(err)) < 0)
+			rc = bad(g, "messages", "%s", err);
+		else if (strbuf_failed(&prompt))
+			rc = bad(g, "messages", "out of memory");
+		else
+			rc = encode(g, tok, prompt.s ? prompt.s : "", 0);
+		strbuf_free(&prompt);
+	}
+	for (int k = 0; k < n; k++)
+		strbuf_free(&texts[k]);
+	free(texts);
+	free(cm);
+	return rc;
+}
+
+static int
+parse_stop(struct gen_params *g, const cJSON *stop)
+{
+	const cJSON *it;
+
+	if (stop == NULL || cJSON_IsNull(stop))
+		return 0;
+	if (cJSON_IsString(stop))
+		return (g->stops[g->n_stops++] = strdup(stop->valuestring)) ? 0 : bad(g, "stop", "out of memory");
+	if (!cJSON_IsArray(stop) || cJSON_GetArraySize(stop) > GEN_MAX_STOPS)
+		return bad(g, "stop", "stop must be a string or an array of at most %d strings", GEN_MAX_STOPS);
+	cJSON_ArrayForEach(it, stop) {
+		if (!cJSON_IsString(it) || it->valuestring[0] == '\0')
+			return bad(g, "stop", "each stop sequence must be a non-empty string");
+		if ((g->stops[g->n_stops++] = strdup(it->valuestring)) == NULL)
+			return bad(g, "stop", "out of memory");
+	}
+	return 0;
+}
+
+static int
+parse_logprobs(struct gen_params *g, const cJSON *j)
+{
+	if (!g->chat)
+		return get_int(g, j, "logprobs", 0, 20, &g->logprobs);
+	int want = 0;
+	if (get_bool(g, j, "logprobs", &want) < 0)
+		return -1;
+	int top = 0;
+	if (get_int(g, j, "top_logprobs", 0, 20, &top) < 0)
+		return -1;
+	if (!want && cJSON_GetObjectItem(j, "top_logprobs") != NULL && top > 0)
+		return bad(g, "top_logprobs", "top_logprobs needs logprobs: true");
+	g->logprobs = want ? top : -1;
+	return 0;
+}
+
+static int
+parse_response_format(struct gen_params *g, const cJSON *rf)
+{
+	const cJSON *type;
+
+	if (rf == NULL || cJSON_IsNull(rf))
+		return 0;
+	type = cJSON_GetObjectItem(rf, "type");
+	if (!cJSON_IsObject(rf) || !cJSON_IsString(type))
+		return bad(g, "response_format", "response_format must be an object with a string type");
+	if (strcmp(type->valuestring, "text") == 0)
+		return 0;
+	if (strcmp(type->valuestring, "json_object") == 0) {
+		g->json_mode = 1;
+		return 0;
+	}
+	return bad(g, "response_format", "response_format type \"%.40s\" is not supported (text, json_object)",
+		   type->valuestring);
+}
+
+static int
+parse_sampling(struct gen_params *g, const cJSON *j)
+{
+	struct sampler_params *sp = &g->sp;
+
+	return get_float(g, j, "temperature", 0, 2, &sp->temperature) < 0 ||
+	       get_float(g, j, "top_p", 1e-9, 1, &sp->top_p) < 0 ||
+	       get_int(g, j, "top_k", -1, 1 << 20, &sp->top_k) < 0 ||
+	       get_float(g, j, "min_p", 0, 1, &sp->min_p) < 0 ||
+	       get_float(g, j, "presence_penalty", -2, 2, &sp->presence_penalty) < 0 ||
+	       get_float(g, j, "frequency_penalty", -2, 2, &sp->frequency_penalty) < 0 ||
+	       get_float(g, j, "repetition_penalty", 1e-3, 10, &sp->repeat_penalty) < 0 ? -1 : 0;
+}
+
+void
+gen_params_init(struct gen_params *g, int chat)
+{
+	memset(g, 0, sizeof(*g));
+	g->chat = chat;
+	g->n = 1;
+	g->max_tokens = -1;
+	g->logprobs = -1;
+	sampler_params_default(&g->sp);
+	/* OpenAI's defaults, not the CLI's */
+	g->sp.temperature = 1.0f;
+	g->sp.top_k = 0;
+	g->sp.top_p = 1.0f;
+	g->sp.min_p = 0.0f;
+}
+
+int
+gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *tok, enum chat_family fam,
+		 const char *model_id)
+{
+	const cJSON *model = cJSON_GetObjectItem(j, "model"), *so;
+	int seed = -1;
+
+	if (model != NULL && !cJSON_IsNull(model) &&
+	    (!cJSON_IsString(model) || strcmp(model->valuestring, model_id) != 0)) {
+		g->not_found = 1;
+		return bad(g, "model", "the model `%.100s` does not exist; this server serves `%s`",
+			   cJSON_IsString(model) ? model->valuestring : "?", model_id);
+	}
+	if (parse_sampling(g, j) < 0 || get_int(g, j, "n", 1, GEN_MAX_N, &g->n) < 0 ||
+	    get_int(g, j, "min_tokens", 0, 1 << 24, &g->min_tokens) < 0 ||
+	    get_bool(g, j, "ignore_eos", &g->ignore_eos) < 0 || get_bool(g, j, "stream", &g->stream) < 0 ||
+	    get_bool(g, j, "echo", &g->echo) < 0 || parse_logprobs(g, j) < 0 ||
+	    parse_stop(g, cJSON_GetObjectItem(j, "stop")) < 0)
+		return -1;
+	if (get_int(g, j, "seed", -2147483647L - 1, 2147483647L, &seed) < 0)
+		return -1;
+	g->has_seed = cJSON_GetObjectItem(j, "seed") != NULL && !cJSON_IsNull(cJSON_GetObjectItem(j, "seed"));
+	g->sp.seed = (uint64_t)(uint32_t)seed;
+	if (g->sp.top_k < 0)
+		g->sp.top_k = 0; /* -1 means off, as in vLLM */
+	const char *mt = g->chat && cJSON_GetObjectItem(j, "max_completion_tokens") ? "max_completion_tokens"
+										  : "max_tokens";
+	if (get_int(g, j, mt, 0, 1 << 24, &g->max_tokens) < 0)
+		return -1;
+	if (g->max_tokens == 0 && !g->echo)
+		return bad(g, mt, "%s must be at least 1", mt);
+	if ((so = cJSON_GetObjectItem(j, "stream_options")) != NULL && !cJSON_IsNull(so)) {
+		if (!cJSON_IsObject(so) || get_bool(g, so, "include_usage", &g->include_usage) < 0)
+			return bad(g, "stream_options", "stream_options must be an object with a boolean include_usage");
+	}
+	if (g->chat) {
+		if (parse_response_format(g, cJSON_GetObjectItem(j, "response_format")) < 0)
+			return -1;
+		return parse_messages(g, cJSON_GetObjectItem(j, "messages"), tok, fam);
+	}
+	const cJSON *p = cJSON_GetObjectItem(j, "prompt");
+	if (p == NULL)
+		return bad(g, "prompt", "prompt is required");
+	return parse_prompt(g, p, tok);
+}
+
+void
+gen_params_free(struct gen_params *g)
+{
+	for (int i = 0; i < g->n_prompts; i++)
+		free(g->prompts[i]);
+	for (int i = 0; i < g->n_stops; i++)
+		free(g->stops[i]);
+}

@@ -1,0 +1,609 @@
+/*
+ * Running a completion: one scheduler request per choice (prompts x n),
+ * tokens turned into text on UTF-8 boundaries, stop sequences found in the
+ * text (and held back until they can no longer begin a match), and the
+ * result sent whole or as Server-Sent Events the way OpenAI clients parse
+ * them.  A client that goes away cancels its requests, which frees their
+ * KV blocks.
+ */
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "privai/status.h"
+#include "server/openai.h"
+#include "server/server.h"
+
+struct choice {
+	struct sched_request *r;
+	int index, prompt_index;
+	struct detok_stream ds;
+	struct strbuf text;
+	size_t echo_len;      /* leading bytes of text that are the echoed prompt */
+	size_t *offs;         /* text offset of each generated token */
+	size_t sent;          /* bytes of text already streamed */
+	int seen, lp_sent;
+	int no_gen;           /* echo with max_tokens 0: the one token generated is dropped */
+	enum finish_reason finish;
+	int final_sent;
+};
+
+struct job {
+	struct server *srv;
+	struct gen_params g;
+	struct choice *ch;
+	int n_ch;
+	char id[64];
+	long created;
+	size_t max_stop;
+	int prompt_tokens;
+	int role_sent, tail_sent;
+	struct strbuf pending;
+	size_t pending_off;
+	struct MHD_Connection *conn;
+};
+
+/* ------------------------------------------------------------ text */
+
+/* Copy s (n bytes) into out, replacing bytes that are not valid UTF-8 with
+ * U+FFFD, so a token that is half a character still gives valid JSON. */
+static void
+utf8_clean(const char *s, size_t n, struct strbuf *out)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	for (size_t i = 0; i < n;) {
+		int len = p[i] < 0x80 ? 1 : (p[i] >> 5) == 6 ? 2 : (p[i] >> 4) == 14 ? 3 : (p[i] >> 3) == 30 ? 4 : 0;
+		int ok = len > 0 && i + (size_t)len <= n;
+		for (int k = 1; ok && k < len; k++)
+			ok = (p[i + k] & 0xC0) == 0x80;
+		if (ok) {
+			strbuf_append(out, s + i, (size_t)len);
+			i += (size_t)len;
+		} else {
+			strbuf_puts(out, "\xef\xbf\xbd");
+			i++;
+		}
+	}
+}
+
+static char *
+token_string(const struct tokenizer *tok, int32_t id)
+{
+	char piece[256];
+	struct strbuf b;
+	int n = tokenizer_piece(tok, id, 1, piece, sizeof(piece));
+
+	strbuf_init(&b);
+	utf8_clean(piece, n > 0 ? (size_t)n : 0, &b);
+	strbuf_puts(&b, "");
+	return strbuf_take(&b);
+}
+
+/* Bring the choice up to date with its request; find stop sequences. */
+static void
+advance(struct job *j, struct choice *c)
+{
+	struct scheduler *s = j->srv->sched;
+	const struct tokenizer *tok = j->srv->tok;
+	enum finish_reason f;
+	char piece[64];
+
+	if (c->finish != FINISH_NONE)
+		return;
+	scheduler_lock(s);
+	int n = c->r->n_out;
+	f = c->r->finish;
+	scheduler_unlock(s);
+	size_t scan_from = c->text.len > j->max_stop ? c->text.len - j->max_stop : c->echo_len;
+	if (scan_from < c->echo_len)
+		scan_from = c->echo_len;
+	for (; c->seen < n; c->seen++) {
+		int32_t id = c->r->out[c->seen];
+		c->offs[c->seen] = c->text.len;
+		if (c->no_gen || (!c->r->ignore_eos && tokenizer_is_eog(tok, id)))
+			continue;
+		int k = detok_stream_push(&c->ds, tok, id, piece, sizeof(piece));
+		if (k > 0)
+			strbuf_append(&c->text, piece, (size_t)k);
+	}
+	if (f != FINISH_NONE) {
+		int k = detok_stream_flush(&c->ds, piece, sizeof(piece));
+		if (k > 0)
+			strbuf_append(&c->text, piece, (size_t)k);
+	}
+	for (int i = 0; i < j->g.n_stops && c->text.s != NULL; i++) {
+		char *hit = memmem(c->text.s + scan_from, c->text.len - scan_from, j->g.stops[i],
+				   strlen(j->g.stops[i]));
+		if (hit != NULL) {
+			c->text.len = (size_t)(hit - c->text.s);
+			c->text.s[c->text.len] = '\0';
+			scan_from = c->text.len;
+			c->finish = FINISH_STOP;
+		}
+	}
+	if (c->finish == FINISH_STOP) {
+		scheduler_cancel(s, c->r);
+		return;
+	}
+	if (f != FINISH_NONE)
+		c->finish = c->no_gen ? FINISH_LENGTH : f;
+}
+
+/* Bytes of text that can be sent now: all of it once finished, else all but
+ * a tail that might still grow into a stop sequence, on a UTF-8 boundary. */
+static size_t
+sendable(const struct job *j, const struct choice *c)
+{
+	size_t end = c->text.len;
+
+	if (c->finish != FINISH_NONE)
+		return end;
+	size_t hold = j->max_stop > 0 ? j->max_stop - 1 : 0;
+	end = end > hold ? end - hold : 0;
+	while (end > c->sent && ((unsigned char)c->text.s[end] & 0xC0) == 0x80)
+		end--;
+	return end < c->sent ? c->sent : end;
+}
+
+/* ------------------------------------------------------------ JSON */
+
+static void
+add_top(cJSON *parent, const struct tokenizer *tok, const struct token_logprob *top, int n, int chat)
+{
+	if (chat) {
+		cJSON *arr = cJSON_AddArrayToObject(parent, "top_logprobs");
+		for (int k = 0; k < n; k++) {
+			cJSON *o = cJSON_CreateObject();
+			char *t = token_string(tok, top[k].id);
+			cJSON_AddStringToObject(o, "token", t ? t : "");
+			cJSON_AddNumberToObject(o, "logprob", top[k].logprob);
+			cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
+			for (const char *p = t; p && *p; p++)
+				cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)*p));
+			free(t);
+			cJSON_AddItemToArray(arr, o);
+		}
+		return;
+	}
+	cJSON *o = cJSON_CreateObject();
+	for (int k = 0; k < n; k++) {
+		char *t = token_string(tok, top[k].id);
+		if (t != NULL && cJSON_GetObjectItemCaseSensitive(o, t) == NULL)
+			cJSON_AddNumberToObject(o, t, top[k].logprob);
+		free(t);
+	}
+	cJSON_AddItemToArray(parent, o);
+}
+
+/* Logprobs of generated tokens [from, to) (and of the prompt first when
+ * echoing in a completion), in the endpoint's shape. */
+static cJSON *
+logprobs_json(const struct job *j, const struct choice *c, int from, int to, int with_prompt)
+{
+	const struct tokenizer *tok = j->srv->tok;
+	const struct sched_request *r = c->r;
+	int ntop = j->g.logprobs, chat = j->g.chat;
+	cJSON *lp = cJSON_CreateObject();
+
+	if (chat) {
+		cJSON *content = cJSON_AddArrayToObject(lp, "content");
+		for (int i = from; i < to; i++) {
+			cJSON *o = cJSON_CreateObject();
+			char *t = token_string(tok, r->out[i]);
+			cJSON_AddStringToObject(o, "token", t ? t : "");
+			cJSON_AddNumberToObject(o, "logprob", r->out_logprob[i]);
+			cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
+			for (const char *p = t; p && *p; p++)
+				cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)*p));
+			free(t);
+			add_top(o, tok, r->out_top + (size_t)i * ntop, ntop, 1);
+			cJSON_AddItemToArray(content, o);
+		}
+		return lp;
+	}
+	cJSON *tokens = cJSON_AddArrayToObject(lp, "tokens"), *tlp = cJSON_AddArrayToObject(lp, "token_logprobs");
+	cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs"), *offs = cJSON_AddArrayToObject(lp, "text_offset");
+	if (with_prompt) {
+		for (int i = 0; i < r->n_prompt; i++) {
+			char *t = token_string(tok, r->prompt[i]);
+			cJSON_AddItemToArray(tokens, cJSON_CreateString(t ? t : ""));
+			free(t);
+			if (i == 0) {
+				cJSON_AddItemToArray(tlp, cJSON_CreateNull());
+				cJSON_AddItemToArray(tops, cJSON_CreateNull());
+			} else {
+				cJSON_AddItemToArray(tlp, cJSON_CreateNumber(r->prompt_logprob[i]));
+				add_top(tops, tok, r->prompt_top + (size_t)i * ntop, ntop, 0);
+			}
+			cJSON_AddItemToArray(offs, cJSON_CreateNumber(0));
+		}
+	}
+	for (int i = from; i < to && !c->no_gen; i++) {
+		char *t = token_string(tok, r->out[i]);
+		cJSON_AddItemToArray(tokens, cJSON_CreateString(t ? t : ""));
+		free(t);
+		cJSON_AddItemToArray(tlp, cJSON_CreateNumber(r->out_logprob[i]));
+		add_top(tops, tok, r->out_top + (size_t)i * ntop, ntop, 0);
+		cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)c->offs[i]));
+	}
+	return lp;
+}
+
+static cJSON *
+envelope(const struct job *j, int chunk)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(o, "id", j->id);
+	cJSON_AddStringToObject(o, "object", j->g.chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+						     : "text_completion");
+	cJSON_AddNumberToObject(o, "created", (double)j->created);
+	cJSON_AddStringToObject(o, "model", j->srv->cfg.model_id);
+	return o;
+}
+
+static void
+add_usage(const struct job *j, cJSON *o)
+{
+	int gen = 0;
+
+	for (int i = 0; i < j->n_ch; i++)
+		gen += j->ch[i].no_gen ? 0 : j->ch[i].seen;
+	cJSON *u = cJSON_AddObjectToObject(o, "usage");
+	cJSON_AddNumberToObject(u, "prompt_tokens", j->prompt_tokens);
+	cJSON_AddNumberToObject(u, "completion_tokens", gen);
+	cJSON_AddNumberToObject(u, "total_tokens", j->prompt_tokens + gen);
+}
+
+static void
+add_finish(cJSON *o, const struct choice *c)
+{
+	const char *f = finish_reason_name(c->finish);
+
+	if (f != NULL)
+		cJSON_AddStringToObject(o, "finish_reason", f);
+	else
+		cJSON_AddNullToObject(o, "finish_reason");
+}
+
+static char *
+whole_response(struct job *j)
+{
+	cJSON *o = envelope(j, 0), *choices = cJSON_AddArrayToObject(o, "choices");
+
+	for (int i = 0; i < j->n_ch; i++) {
+		struct choice *c = &j->ch[i];
+		cJSON *ch = cJSON_CreateObject();
+		cJSON_AddNumberToObject(ch, "index", c->index);
+		const char *text = c->text.s ? c->text.s : "";
+		if (j->g.chat) {
+			cJSON *m = cJSON_AddObjectToObject(ch, "message");
+			cJSON_AddStringToObject(m, "role", "assistant");
+			cJSON_AddStringToObject(m, "content", text);
+		} else {
+			cJSON_AddStringToObject(ch, "text", text);
+		}
+		if (j->g.logprobs >= 0)
+			cJSON_AddItemToObject(ch, "logprobs", logprobs_json(j, c, 0, c->seen, j->g.echo));
+		else
+			cJSON_AddNullToObject(ch, "logprobs");
+		add_finish(ch, c);
+		cJSON_AddItemToArray(choices, ch);
+	}
+	add_usage(j, o);
+	char *js = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	return js;
+}
+
+static void
+emit_event(struct job *j, cJSON *o)
+{
+	char *js = cJSON_PrintUnformatted(o);
+
+	cJSON_Delete(o);
+	if (js == NULL) {
+		j->pending.failed = 1;
+		return;
+	}
+	strbuf_printf(&j->pending, "data: %s\n\n", js);
+	free(js);
+}
+
+/* One chunk for choice c with its new text (and logprobs), plus its
+ * finish_reason when it has finished and everything is out. */
+static void
+emit_choice_chunk(struct job *j, struct choice *c, size_t end)
+{
+	cJSON *o = envelope(j, 1), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+	const char *text = c->text.s ? c->text.s : "";
+	char *delta = strndup(text + c->sent, end - c->sent);
+	int done = c->finish != FINISH_NONE && end == c->text.len;
+
+	cJSON_AddNumberToObject(ch, "index", c->index);
+	if (j->g.chat) {
+		cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+		if (end > c->sent)
+			cJSON_AddStringToObject(d, "content", delta ? delta : "");
+	} else {
+		cJSON_AddStringToObject(ch, "text", delta ? delta : "");
+	}
+	free(delta);
+	if (j->g.logprobs >= 0 && (c->seen > c->lp_sent || (j->g.echo && c->lp_sent == 0 && c->sent == 0)))
+		cJSON_AddItemToObject(ch, "logprobs", logprobs_json(j, c, c->lp_sent, c->seen,
+								    j->g.echo && c->lp_sent == 0 && c->sent == 0));
+	else
+		cJSON_AddNullToObject(ch, "logprobs");
+	if (done)
+		add_finish(ch, c);
+	else
+		cJSON_AddNullToObject(ch, "finish_reason");
+	cJSON_AddItemToArray(choices, ch);
+	emit_event(j, o);
+	c->sent = end;
+	c->lp_sent = c->seen;
+	c->final_sent = done;
+}
+
+/* Queue whatever events are ready; returns 1 when some were queued. */
+static int
+produce(struct job *j)
+{
+	size_t before = j->pending.len;
+	int all_done = 1;
+
+	if (j->g.chat && !j->role_sent) {
+		for (int i = 0; i < j->n_ch; i++) {
+			cJSON *o = envelope(j, 1), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+			cJSON_AddNumberToObject(ch, "index", i);
+			cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+			cJSON_AddStringToObject(d, "role", "assistant");
+			cJSON_AddStringToObject(d, "content", "");
+			cJSON_AddNullToObject(ch, "logprobs");
+			cJSON_AddNullToObject(ch, "finish_reason");
+			cJSON_AddItemToArray(choices, ch);
+			emit_event(j, o);
+		}
+		j->role_sent = 1;
+	}
+	for (int i = 0; i < j->n_ch; i++) {
+		struct choice *c = &j->ch[i];
+		if (c->final_sent)
+			continue;
+		advance(j, c);
+		size_t end = sendable(j, c);
+		if (end > c->sent || c->seen > c->lp_sent || c->finish != FINISH_NONE)
+			emit_choice_chunk(j, c, end);
+		all_done &= c->final_sent;
+	}
+	if (all_done && !j->tail_sent) {
+		if (j->g.include_usage) {
+			cJSON *o = envelope(j, 1);
+			cJSON_AddArrayToObject(o, "choices");
+			add_usage(j, o);
+			emit_event(j, o);
+		}
+		strbuf_puts(&j->pending, "data: [DONE]\n\n");
+		j->tail_sent = 1;
+	}
+	return j->pending.len > before;
+}
+
+static void
+job_free(struct job *j)
+{
+	for (int i = 0; i < j->n_ch; i++) {
+		struct choice *c = &j->ch[i];
+		if (c->r != NULL) {
+			scheduler_cancel(j->srv->sched, c->r);
+			sched_request_put(j->srv->sched, c->r);
+		}
+		strbuf_free(&c->text);
+		free(c->offs);
+	}
+	free(j->ch);
+	strbuf_free(&j->pending);
+	gen_params_free(&j->g);
+	free(j);
+}
+
+/* Wait a little for any unfinished choice to move. */
+static void
+wait_some(struct job *j, int ms)
+{
+	for (int i = 0; i < j->n_ch; i++) {
+		struct choice *c = &j->ch[i];
+		enum finish_reason f;
+		if (c->finish == FINISH_NONE) {
+			scheduler_wait(j->srv->sched, c->r, c->seen, ms, &f);
+			return;
+		}
+	}
+}
+
+static ssize_t
+stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct job *j = cls;
+
+	for (;;) {
+		if (j->pending_off < j->pending.len) {
+			size_t n = j->pending.len - j->pending_off;
+			n = n < max ? n : max;
+			memcpy(buf, j->pending.s + j->pending_off, n);
+			j->pending_off += n;
+			return (ssize_t)n;
+		}
+		if (strbuf_failed(&j->pending))
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (j->tail_sent)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		j->pending.len = j->pending_off = 0;
+		if (produce(j))
+			continue;
+		if (http_client_gone(j->conn))
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		wait_some(j, 100);
+	}
+}
+
+static void
+stream_free(void *cls)
+{
+	job_free(cls);
+}
+
+/* ------------------------------------------------------------ setup */
+
+static int
+submit_error(struct MHD_Connection *conn, int rc, const char *err)
+{
+	if (rc == PRIVAI_EBUSY)
+		return http_send_error(conn, 429, "rate_limit_error", "queue_full", NULL, "%s", err);
+	if (rc == PRIVAI_EUNAVAIL)
+		return http_send_error(conn, 503, "service_unavailable", "shutting_down", NULL, "%s", err);
+	if (rc == PRIVAI_ENOMEM)
+		return http_send_error(conn, 503, "server_error", "out_of_memory", NULL, "%s", err);
+	return http_send_error(conn, 400, "invalid_request_error", NULL, NULL, "%s", err);
+}
+
+static int
+make_choices(struct job *j, char *err)
+{
+	struct server *s = j->srv;
+	static atomic_ulong seed_counter;
+
+	j->n_ch = j->g.n_prompts * j->g.n;
+	j->ch = calloc((size_t)j->n_ch, sizeof(*j->ch));
+	if (j->ch == NULL)
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+	for (int p = 0; p < j->g.n_prompts; p++) {
+		int plen = j->g.plen[p];
+		int mt = j->g.max_tokens >= 0 ? j->g.max_tokens : (j->g.chat ? s->n_ctx - plen : 16);
+		if (j->g.max_tokens < 0 && mt > s->n_ctx - plen)
+			mt = s->n_ctx - plen;
+		int no_gen = mt == 0;
+		if (no_gen)
+			mt = 1;
+		if (j->g.min_tokens > mt)
+			return privai_fail(err, PRIVAI_EINVAL, "min_tokens (%d) exceeds max_tokens (%d)", j->g.min_tokens, mt);
+		j->prompt_tokens += plen;
+		for (int k = 0; k < j->g.n; k++) {
+			struct choice *c = &j->ch[p * j->g.n + k];
+			int echo_lp = j->g.echo && j->g.logprobs >= 0;
+			c->index = p * j->g.n + k;
+			c->prompt_index = p;
+			c->no_gen = no_gen;
+			strbuf_init(&c->text);
+			c->r = sched_request_new(plen, mt > 0 ? mt : 1, j->g.logprobs, echo_lp);
+			c->offs = calloc((size_t)mt + 1, sizeof(size_t));
+			if (c->r == NULL || c->offs == NULL)
+				return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+			memcpy(c->r->prompt, j->g.prompts[p], (size_t)plen * sizeof(int32_t));
+			c->r->min_tokens = j->g.min_tokens;
+			c->r->ignore_eos = j->g.ignore_eos;
+			c->r->sampling = j->g.sp;
+			c->r->sampling.seed = j->g.has_seed ? j->g.sp.seed + (uint64_t)k
+				: (uint64_t)time(NULL) * 2654435761u + atomic_fetch_add(&seed_counter, 1);
+			if (j->g.echo) {
+				struct detok_stream ds = { 0 };
+				char piece[64];
+				for (int i = 0; i < plen; i++) {
+					int n = detok_stream_push(&ds, s->tok, j->g.prompts[p][i], piece, sizeof(piece));
+					if (n > 0)
+						strbuf_append(&c->text, piece, (size_t)n);
+				}
+				int n = detok_stream_flush(&ds, piece, sizeof(piece));
+				if (n > 0)
+					strbuf_append(&c->text, piece, (size_t)n);
+				c->echo_len = c->text.len;
+			}
+		}
+	}
+	for (int i = 0; i < j->n_ch; i++) {
+		int rc = scheduler_submit(s->sched, j->ch[i].r, err);
+		if (rc < 0)
+			return rc;
+	}
+	return PRIVAI_OK;
+}
+
+int
+api_completions(struct server *s, struct MHD_Connection *conn, const char *body, size_t len, int chat)
+{
+	struct job *j = calloc(1, sizeof(*j));
+	char err[PRIVAI_ERR_LEN];
+	int rc;
+
+	if (j == NULL)
+		return http_send_error(conn, 503, "server_error", "out_of_memory", NULL, "out of memory");
+	j->srv = s;
+	j->conn = conn;
+	j->created = (long)time(NULL);
+	strbuf_init(&j->pending);
+	snprintf(j->id, sizeof(j->id), "%s-%lx%08lx", chat ? "chatcmpl" : "cmpl", (unsigned long)j->created,
+		 (unsigned long)atomic_fetch_add(&s->next_id, 1));
+	gen_params_init(&j->g, chat);
+	cJSON *json = cJSON_ParseWithLength(body, len);
+	if (json == NULL || !cJSON_IsObject(json)) {
+		cJSON_Delete(json);
+		job_free(j);
+		return http_send_error(conn, 400, "invalid_request_error", "invalid_json", NULL,
+				       "the body is not a JSON object (%zu bytes)", len);
+	}
+	rc = gen_params_parse(&j->g, json, s->tok, s->chat, s->cfg.model_id);
+	cJSON_Delete(json);
+	if (rc < 0) {
+		int st = j->g.not_found ? 404 : 400;
+		rc = http_send_error(conn, st, st == 404 ? "not_found_error" : "invalid_request_error",
+				     st == 404 ? "model_not_found" : NULL, j->g.err_param, "%s", j->g.err);
+		job_free(j);
+		return rc;
+	}
+	if (j->g.json_mode) {
+		job_free(j);
+		return http_send_error(conn, 400, "invalid_request_error", "unsupported", "response_format",
+				       "response_format json_object is not supported by this server yet");
+	}
+	for (int i = 0; i < j->g.n_stops; i++)
+		if (strlen(j->g.stops[i]) > j->max_stop)
+			j->max_stop = strlen(j->g.stops[i]);
+	if ((rc = make_choices(j, err)) < 0) {
+		rc = submit_error(conn, rc, err);
+		job_free(j);
+		return rc;
+	}
+	if (j->g.stream) {
+		struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j,
+									    stream_free);
+		if (r == NULL) {
+			job_free(j);
+			return MHD_NO;
+		}
+		MHD_add_response_header(r, "Content-Type", "text/event-stream");
+		MHD_add_response_header(r, "Cache-Control", "no-cache");
+		rc = MHD_queue_response(conn, 200, r);
+		MHD_destroy_response(r);
+		return rc;
+	}
+	for (;;) {
+		int all = 1;
+		for (int i = 0; i < j->n_ch; i++) {
+			advance(j, &j->ch[i]);
+			all &= j->ch[i].finish != FINISH_NONE;
+		}
+		if (all)
+			break;
+		if (http_client_gone(conn)) {
+			job_free(j);
+			return MHD_NO;
+		}
+		wait_some(j, 100);
+	}
+	rc = http_send_json(conn, 200, whole_response(j));
+	job_free(j);
+	return rc;
+}

@@ -1,0 +1,68 @@
+/*
+ * The OpenAI-compatible HTTP server (libmicrohttpd, one thread per
+ * connection so a streaming response may block waiting for tokens).
+ *
+ * The server starts before the model is loaded so that /health can answer
+ * 503 while loading; server_set_ready() attaches the scheduler.
+ */
+#ifndef PRIVAI_SERVER_H
+#define PRIVAI_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "privai/scheduler.h"
+#include "privai/tokenizer.h"
+#include "server/api_keys.h"
+#include "server/chat_template.h"
+
+struct MHD_Daemon;
+struct MHD_Connection;
+
+struct server_config {
+	const char *host;          /* listen address, default 127.0.0.1 */
+	int port;                  /* 0: any free port (see server_port) */
+	const char *api_key_file;  /* NULL: no authentication */
+	const char *model_id;      /* the name clients use in "model" */
+	size_t max_body;           /* request bodies beyond this get 413 */
+	int max_connections;
+};
+
+struct server {
+	struct server_config cfg;
+	struct MHD_Daemon *daemon;
+	int port;
+	atomic_int ready;
+	/* valid once ready */
+	struct scheduler *sched;
+	const struct tokenizer *tok;
+	enum chat_family chat;
+	int n_ctx;
+	long created;
+	/* swapped on reload */
+	pthread_mutex_t keys_mu;
+	struct api_keys *keys;
+	atomic_ulong next_id;
+};
+
+int server_start(struct server *s, const struct server_config *cfg, char *err);
+void server_set_ready(struct server *s, struct scheduler *sched, const struct tokenizer *tok,
+		      enum chat_family chat, int n_ctx);
+/* Reread the API key file; the old keys stay on any error. */
+int server_reload_keys(struct server *s, char *err);
+/* Stop accepting connections (requests in flight continue). */
+void server_quiesce(struct server *s);
+void server_stop(struct server *s);
+
+/* Response helpers shared by the endpoint files. */
+int http_send_json(struct MHD_Connection *c, unsigned status, char *json);
+int http_send_error(struct MHD_Connection *c, unsigned status, const char *type, const char *code,
+		    const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* 1 when the client has closed its end of the connection. */
+int http_client_gone(struct MHD_Connection *c);
+
+/* Endpoints in openai_*.c */
+int api_completions(struct server *s, struct MHD_Connection *c, const char *body, size_t len, int chat);
+
+#endif
