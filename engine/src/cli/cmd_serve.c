@@ -204,6 +204,10 @@ cmd_serve(int argc, char **argv)
 	if (server_start(&srv, &cfg, err) < 0)
 		return cli_error("serve", "%s", err);
 	fprintf(stderr, "privai-engine serve: listening on %s:%d, loading %s\n", cfg.host, srv.port, o.model);
+	/* lets the integration test see /health answer 503 while loading */
+	const char *delay = getenv("PRIVAI_SERVE_LOAD_DELAY_MS");
+	if (delay != NULL)
+		usleep((useconds_t)atoi(delay) * 1000);
 	if (cli_engine_open("serve", o.model, NULL, &e) != 0 || pick_chat(&o, e.model->file, &chat) != 0) {
 		server_stop(&srv);
 		cli_engine_close(&e);
