@@ -22,6 +22,7 @@ CLI_SRC    = $(wildcard engine/src/cli/*.c)
 CLI_OBJ    = $(CLI_SRC:%.c=$(BUILD)/%.o)
 LIB        = $(BUILD)/libprivai-engine.a
 ENGINE_BIN = $(BUILD)/privai-engine
+BENCH_BIN  = $(BUILD)/privai-bench
 UNIT_SRC   = $(wildcard tests/unit/test_*.c)
 UNIT_BIN   = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEMO_MODEL = $(BUILD)/demo/privai-demo.gguf
@@ -30,7 +31,7 @@ DEPS_STAMP = .deps-installed
 .PHONY: all deps run test test-unit test-cli fuzz bench clean
 .DEFAULT_GOAL := all
 
-all: $(ENGINE_BIN) $(UNIT_BIN)
+all: $(ENGINE_BIN) $(BENCH_BIN) $(UNIT_BIN)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): scripts/install-deps.sh
@@ -47,6 +48,9 @@ $(LIB): $(ENGINE_OBJ)
 
 $(ENGINE_BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ENG)
+
+$(BENCH_BIN): $(BUILD)/engine/src/bench/privai_bench.o
+	$(CC) $(CFLAGS_ALL) $^ -o $@ -lcurl -lcjson -lm -pthread
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h $(LIB)
 	@mkdir -p $(dir $@)
@@ -78,8 +82,9 @@ FUZZ_SECONDS ?= 300
 fuzz: all | $(DEPS_STAMP)
 	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh
 
-bench: $(ENGINE_BIN)
+bench: $(ENGINE_BIN) $(BENCH_BIN)
 	@BUILD=$(BUILD) scripts/bench.sh
+	@BUILD=$(BUILD) scripts/bench-serve.sh
 
 clean:
 	rm -rf build build-san

@@ -298,7 +298,7 @@ cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, flo
 		      w->type == TT_Q6_K;
 	/* the GEMM pays off once a tile is mostly full */
 	j.gemm = (w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K) && im->k->gemm_q8_0 != NULL &&
-		 n >= GEMM_TOKENS / 2;
+		 n >= GEMM_TOKENS;
 	if (j.quantized)
 		threadpool_run(im->pool, mm_quantize_x, &j);
 	if (j.gemm)

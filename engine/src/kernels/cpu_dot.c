@@ -381,10 +381,49 @@ gemm_q8_0_prep_avx512(const uint8_t *w, size_t row_bytes, int nrows, size_t nb, 
 		}
 }
 
+/* One token group (up to 16 tokens, as in small decode batches): the
+ * two-group loop below would compute the group twice. */
+AVX512 static void
+gemm_q8_0_1g_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
+		    const float *wmin, const struct q8_tile *x, size_t nb, float *y)
+{
+	for (int r0 = 0; r0 < nrows; r0 += 4) {
+		int nr = nrows - r0 < 4 ? nrows - r0 : 4;
+		__m512 acc[4];
+		for (int i = 0; i < 4; i++)
+			acc[i] = _mm512_setzero_ps();
+		for (size_t b = 0; b < nb; b++) {
+			__m512i xa[8];
+			for (int s = 0; s < 8; s++)
+				xa[s] = _mm512_loadu_si512((const void *)x[b].q[s]);
+			__m512 da = _mm512_loadu_ps(x[b].d);
+			for (int rr = 0; rr < nr; rr++) {
+				size_t at = (size_t)(r0 + rr) * nb + b;
+				const uint8_t *blk = w + (size_t)(r0 + rr) * row_bytes + b * 34;
+				int32_t w4[8];
+				memcpy(w4, blk + 2, 32);
+				__m512i pa = _mm512_set1_epi32(wsum[at]);
+				for (int s = 0; s < 8; s++)
+					pa = _mm512_dpbusd_epi32(pa, xa[s], _mm512_set1_epi32(w4[s]));
+				acc[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pa), _mm512_mul_ps(da, _mm512_set1_ps(wd[at])),
+							  acc[rr]);
+				if (wmin != NULL)
+					acc[rr] = _mm512_fnmadd_ps(_mm512_set1_ps(wmin[at]), _mm512_loadu_ps(x[b].dsum), acc[rr]);
+			}
+		}
+		for (int rr = 0; rr < nr; rr++)
+			_mm512_storeu_ps(y + (size_t)(r0 + rr) * 2 * GEMM_TOKENS, acc[rr]);
+	}
+}
+
 AVX512 static void
 gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
 		 const float *wmin, const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y)
 {
+	if (ngroups == 1) {
+		gemm_q8_0_1g_avx512(w, row_bytes, nrows, wsum, wd, wmin, x, nb, y);
+		return;
+	}
 	/* two token groups share every weight-side step (broadcasts, block
 	 * sum, scale); 16 x-registers + 8 accumulators fit the 32 zmm */
 	const struct q8_tile *x1 = ngroups > 1 ? x + group_stride : x;
