@@ -196,6 +196,40 @@ def test_basic(s):
           and abs(lp[0]["logprob"] - lp[0]["top_logprobs"][0]["logprob"]) < 1e-5, "chat logprobs (greedy = top 1)")
 
 
+def json_prefix_ok(t):
+    """A complete JSON object, or text that a JSON object could still start with."""
+    t = t.lstrip()
+    return t.startswith("{")
+
+
+def test_json_mode(s):
+    body = {"messages": [{"role": "user", "content": "Give me a JSON object describing a cat."}], "max_tokens": 200,
+            "temperature": 0, "response_format": {"type": "json_object"}}
+    st, j = s.request("POST", "/v1/chat/completions", body)
+    content = j["choices"][0]["message"]["content"] if st == 200 else ""
+    fin = j["choices"][0]["finish_reason"] if st == 200 else None
+    parsed = None
+    try:
+        parsed = json.loads(content)
+    except ValueError:
+        pass
+    check(st == 200 and fin == "stop" and isinstance(parsed, dict),
+          "json_object output parses as a JSON object (finish %s): %r" % (fin, content[:80]))
+    st, ev = s.stream("/v1/chat/completions", dict(body, stream=True))
+    check(stream_text(ev, True) == content, "JSON mode streamed equals whole")
+    for seed in range(3):
+        st, j = s.request("POST", "/v1/chat/completions", dict(body, temperature=1.0, seed=seed, max_tokens=40))
+        c = j["choices"][0]["message"]["content"] if st == 200 else ""
+        f = j["choices"][0]["finish_reason"] if st == 200 else None
+        ok = json_prefix_ok(c)
+        if f == "stop":
+            try:
+                ok = isinstance(json.loads(c), dict)
+            except ValueError:
+                ok = False
+        check(st == 200 and ok, "sampled JSON mode (seed %d, %s) stays JSON: %r" % (seed, f, c[:60]))
+
+
 def test_golden_logprobs(s):
     ids, rows = golden(1)
     st, j = s.request("POST", "/v1/completions", {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1})
@@ -407,7 +441,7 @@ def main():
         return 0
     s = Server()
     check(s.wait_ready(), "server ready")
-    for t in (test_basic, test_golden_logprobs, test_concurrency, test_prefix_cache, test_disconnect, test_bad_input):
+    for t in (test_basic, test_json_mode, test_golden_logprobs, test_concurrency, test_prefix_cache, test_disconnect, test_bad_input):
         try:
             t(s)
         except Exception as e:  # a crash of one group must not hide the others

@@ -39,6 +39,7 @@ struct token_constraint {
 	void (*mask)(void *state, float *logits, int n_vocab);
 	void (*accept)(void *state, int32_t id);
 	int (*done)(const void *state);
+	void (*release)(struct token_constraint *c); /* called when the request is freed */
 	void *state;
 };
 

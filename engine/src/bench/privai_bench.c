@@ -132,7 +132,12 @@ on_event(struct stream *st, const char *data)
 	cJSON_ArrayForEach(c, ch) {
 		const cJSON *t = st->chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(c, "delta"), "content")
 					  : cJSON_GetObjectItem(c, "text");
-		if (cJSON_IsString(t) && t->valuestring[0] != '\0') {
+		/* a chunk per step of new tokens: its text may be empty (half a
+		 * UTF-8 character), so count chunks, not text */
+		const cJSON *fin = cJSON_GetObjectItem(c, "finish_reason");
+		int has_text = cJSON_IsString(t) && t->valuestring[0] != '\0';
+		int role_only = st->chat && cJSON_GetObjectItem(cJSON_GetObjectItem(c, "delta"), "role") != NULL;
+		if (!role_only && (has_text || fin == NULL || cJSON_IsNull(fin))) {
 			double dt = now() - st->t0;
 			if (st->chunks_with_text == 0)
 				st->s->ttft = dt;

@@ -222,7 +222,12 @@ cmd_serve(int argc, char **argv)
 		cli_engine_close(&e);
 		return cli_error("serve", "%s", err);
 	}
-	server_set_ready(&srv, sched, e.tok, chat, e.ctx->n_ctx);
+	if (server_set_ready(&srv, sched, e.tok, chat, e.ctx->n_ctx, err) < 0) {
+		server_stop(&srv);
+		scheduler_free(sched);
+		cli_engine_close(&e);
+		return cli_error("serve", "%s", err);
+	}
 	sd_notifyf(0, "READY=1\nSTATUS=serving %s", cfg.model_id);
 	fprintf(stderr, "privai-engine serve: ready: model %s, context %d, %d sequences, KV %d blocks (%zu MiB), "
 		"chat template %s, %s\n", cfg.model_id, e.ctx->n_ctx, o.parallel, e.ctx->n_kv_blocks,

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "privai/status.h"
+#include "server/json_constraint.h"
 #include "server/server.h"
 #include "server/strbuf.h"
 
@@ -339,15 +340,18 @@ server_start(struct server *s, const struct server_config *cfg, char *err)
 	return PRIVAI_OK;
 }
 
-void
+int
 server_set_ready(struct server *s, struct scheduler *sched, const struct tokenizer *tok,
-		 enum chat_family chat, int n_ctx)
+		 enum chat_family chat, int n_ctx, char *err)
 {
+	if ((s->json_vocab = json_vocab_new(tok)) == NULL)
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for the JSON-mode vocabulary");
 	s->sched = sched;
 	s->tok = tok;
 	s->chat = chat;
 	s->n_ctx = n_ctx;
 	atomic_store(&s->ready, 1);
+	return PRIVAI_OK;
 }
 
 int
@@ -383,5 +387,7 @@ server_stop(struct server *s)
 	s->daemon = NULL;
 	api_keys_free(s->keys);
 	s->keys = NULL;
+	json_vocab_free(s->json_vocab);
+	s->json_vocab = NULL;
 	pthread_mutex_destroy(&s->keys_mu);
 }

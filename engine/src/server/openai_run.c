@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "privai/status.h"
+#include "server/json_constraint.h"
 #include "server/openai.h"
 #include "server/server.h"
 
@@ -506,6 +507,8 @@ make_choices(struct job *j, char *err)
 			c->r->min_tokens = j->g.min_tokens;
 			c->r->ignore_eos = j->g.ignore_eos;
 			c->r->sampling = j->g.sp;
+			if (j->g.json_mode && (c->r->constraint = json_constraint_new(s->json_vocab)) == NULL)
+				return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 			c->r->sampling.seed = j->g.has_seed ? j->g.sp.seed + (uint64_t)k
 				: (uint64_t)time(NULL) * 2654435761u + atomic_fetch_add(&seed_counter, 1);
 			if (j->g.echo) {
@@ -562,11 +565,6 @@ api_completions(struct server *s, struct MHD_Connection *conn, const char *body,
 				     st == 404 ? "model_not_found" : NULL, j->g.err_param, "%s", j->g.err);
 		job_free(j);
 		return rc;
-	}
-	if (j->g.json_mode) {
-		job_free(j);
-		return http_send_error(conn, 400, "invalid_request_error", "unsupported", "response_format",
-				       "response_format json_object is not supported by this server yet");
 	}
 	for (int i = 0; i < j->g.n_stops; i++)
 		if (strlen(j->g.stops[i]) > j->max_stop)

@@ -83,6 +83,8 @@ void
 sched_request_free(struct sched_request *r)
 {
 	pthread_cond_destroy(&r->cond);
+	if (r->constraint != NULL && r->constraint->release != NULL)
+		r->constraint->release(r->constraint);
 	free(r->prompt);
 	free(r->out);
 	free(r->out_logprob);

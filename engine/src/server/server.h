@@ -38,6 +38,7 @@ struct server {
 	struct scheduler *sched;
 	const struct tokenizer *tok;
 	enum chat_family chat;
+	struct json_vocab *json_vocab;  /* token texts for JSON mode */
 	int n_ctx;
 	long created;
 	/* swapped on reload */
@@ -47,8 +48,8 @@ struct server {
 };
 
 int server_start(struct server *s, const struct server_config *cfg, char *err);
-void server_set_ready(struct server *s, struct scheduler *sched, const struct tokenizer *tok,
-		      enum chat_family chat, int n_ctx);
+int server_set_ready(struct server *s, struct scheduler *sched, const struct tokenizer *tok,
+		     enum chat_family chat, int n_ctx, char *err);
 /* Reread the API key file; the old keys stay on any error. */
 int server_reload_keys(struct server *s, char *err);
 /* Stop accepting connections (requests in flight continue). */

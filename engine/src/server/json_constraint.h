@@ -1,0 +1,27 @@
+/*
+ * JSON mode (response_format {"type": "json_object"}): a byte-level JSON
+ * recogniser that masks every token whose text would make the output stop
+ * being a prefix of a JSON object, and allows end-of-generation only once
+ * the object is complete.  The token texts are prepared once per model.
+ */
+#ifndef PRIVAI_JSON_CONSTRAINT_H
+#define PRIVAI_JSON_CONSTRAINT_H
+
+#include "privai/scheduler.h"
+#include "privai/tokenizer.h"
+
+struct json_vocab;
+
+/* NULL when out of memory. */
+struct json_vocab *json_vocab_new(const struct tokenizer *tok);
+void json_vocab_free(struct json_vocab *v);
+
+/* A fresh constraint for one request (freed through its release hook);
+ * NULL when out of memory.  The vocab must outlive it. */
+struct token_constraint *json_constraint_new(const struct json_vocab *v);
+
+/* For tests: 1 when text (len bytes) is a complete JSON object, 0 when it
+ * is a proper prefix of one, -1 when it can never become one. */
+int json_prefix_check(const char *text, size_t len);
+
+#endif
