@@ -322,6 +322,25 @@ check_batch_vs_single(const char *dir, uint32_t type, double tol_ref)
 		engine_ctx_reset(ctx);
 		for (int i = 0; i < n; i++)
 			engine_decode(ctx, &ids[i], 1, 0, single, err);
+		/* decode-sized batches (2..15 tokens: the 8-token tiles) */
+		static const int chunks[] = { 5, 13, 2, 7, 11, 8 };
+		float *small = malloc((size_t)V * sizeof(float));
+		double ds = 0, gs = 0;
+		engine_ctx_free(ctx);
+		ctx = NULL;
+		struct engine_ctx_params cps = { .n_batch = 15 };
+		if (small != NULL && engine_ctx_new(m, &cps, &ctx, err) == 0) {
+			for (int i = 0, c = 0; i < n; i += chunks[c++])
+				engine_decode(ctx, ids + i, chunks[c], 0, small, err);
+			for (int v = 0; v < V; v++) {
+				ds += (small[v] - single[v]) * (double)(small[v] - single[v]);
+				gs += (double)single[v] * single[v];
+			}
+		}
+		CHECK(small != NULL && ctx != NULL && sqrt(ds / gs) <= 1e-2,
+		      "%s: batches of 2..15 vs token-by-token logits differ by %.3g", tensor_type_name(type),
+		      sqrt(ds / gs));
+		free(small);
 		double d = 0, g = 0, e = 0;
 		const float *ref = gold + (size_t)(n - 1) * V;
 		for (int v = 0; v < V; v++) {
@@ -334,8 +353,8 @@ check_batch_vs_single(const char *dir, uint32_t type, double tol_ref)
 		CHECK(sqrt(d / g) <= 1e-2, "%s: batched vs token-by-token logits differ by %.3g",
 		      tensor_type_name(type), sqrt(d / g));
 		CHECK(sqrt(e / g) <= tol_ref, "%s: %.3g from the f16 reference", tensor_type_name(type), sqrt(e / g));
-		printf("%s re-quantized: batched vs single %.1e, vs f16 reference %.1e\n", tensor_type_name(type),
-		       sqrt(d / g), sqrt(e / g));
+		printf("%s re-quantized: batched vs single %.1e, small batches vs single %.1e, vs f16 reference %.1e\n",
+		       tensor_type_name(type), sqrt(d / g), sqrt(ds / gs), sqrt(e / g));
 	} else {
 		CHECK(0, "%s decode: %s", tensor_type_name(type), err);
 	}

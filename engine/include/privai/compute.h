@@ -19,6 +19,10 @@ struct weight {
 	int64_t rows, cols;
 	size_t row_bytes;
 	const void *data;
+	/* Q8_0 only: the sum of each block's 32 quants (rows x cols/32), so
+	 * the CPU's small-batch kernel need not derive it per call; NULL
+	 * otherwise. */
+	int16_t *bsum;
 };
 
 struct compute;

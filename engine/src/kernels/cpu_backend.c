@@ -94,6 +94,7 @@ struct mm_job {
 	float *y;
 	int quantized; /* use xq and the int8 dot */
 	int gemm;      /* use tiles and the kernels' GEMM */
+	int gemm8;     /* use 8-token tiles (small decode batches) */
 };
 
 static void
@@ -167,6 +168,7 @@ q4_0_to_q8_0(const uint8_t *src, uint8_t *dst, size_t nb)
 /* Rows in blocks of GEMM_ROWS stay in L1 while every 16-token group of
  * tiles streams past from L2. */
 #define GEMM_ROWS 4
+#define GEMM8_ROWS 8
 static void
 mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1, int ith)
 {
@@ -270,6 +272,50 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 	}
 }
 
+/* Decode batches of 2..15 tokens: one or two 8-token groups.  Q4_0 rows
+ * are widened to Q8_0 a few at a time, their block sums taken on the way. */
+static void
+mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1, int ith)
+{
+	const struct weight *w = j->w;
+	int64_t nb = w->cols / 32, groups = (j->n + GEMM8_TOKENS - 1) / GEMM8_TOKENS;
+	const struct q8_tile8 *tiles = (const struct q8_tile8 *)j->im->tiles;
+	float out[GEMM8_ROWS * GEMM8_TOKENS];
+	struct thread_scratch *ts = &j->im->ts[ith];
+	int16_t *sums = (int16_t *)ts->wsum; /* GEMM_ROWS x nb int32 of room */
+
+	/* Q4_0's widened rows fit GEMM_ROWS at a time; Q8_0 rows are read in place */
+	int step = w->type == TT_Q4_0 ? GEMM_ROWS : GEMM8_ROWS;
+
+	for (int64_t rb = r0; rb < r1; rb += step) {
+		int nr = r1 - rb < step ? (int)(r1 - rb) : step;
+		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
+		const int16_t *bsum = w->bsum != NULL ? w->bsum + rb * nb : sums;
+		size_t row_bytes = w->row_bytes;
+		if (w->type == TT_Q4_0) {
+			row_bytes = (size_t)nb * 34;
+			for (int r = 0; r < nr; r++) {
+				uint8_t *dst = ts->wrows + (size_t)r * row_bytes;
+				q4_0_to_q8_0(wrows + (size_t)r * w->row_bytes, dst, (size_t)nb);
+				for (int64_t b = 0; b < nb; b++) {
+					int s = 0;
+					for (int i = 0; i < 32; i++)
+						s += (int8_t)dst[b * 34 + 2 + i];
+					sums[r * nb + b] = (int16_t)s;
+				}
+			}
+			wrows = ts->wrows;
+		}
+		for (int64_t g = 0; g < groups; g++) {
+			j->im->k->gemm8_q8_0(wrows, row_bytes, nr, bsum, tiles + g * nb, (size_t)nb, out);
+			int nt = j->n - (int)g * GEMM8_TOKENS < GEMM8_TOKENS ? j->n - (int)g * GEMM8_TOKENS : GEMM8_TOKENS;
+			for (int r = 0; r < nr; r++)
+				for (int t = 0; t < nt; t++)
+					j->y[(g * GEMM8_TOKENS + t) * w->rows + rb + r] = out[r * GEMM8_TOKENS + t];
+		}
+	}
+}
+
 static void
 mm_worker(void *arg, int ith, int nth)
 {
@@ -279,6 +325,8 @@ mm_worker(void *arg, int ith, int nth)
 	split(j->w->rows, ith, nth, &lo, &hi);
 	if (j->gemm)
 		mm_rows_gemm(j, lo, hi, ith);
+	else if (j->gemm8)
+		mm_rows_gemm8(j, lo, hi, ith);
 	else if (j->quantized)
 		mm_rows_q8(j, lo, hi);
 	else
@@ -289,7 +337,7 @@ static void
 cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, float *y)
 {
 	struct cpu_impl *im = impl_of(c);
-	struct mm_job j = { im, w, x, n, y, 0, 0 };
+	struct mm_job j = { im, w, x, n, y, 0, 0, 0 };
 
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
@@ -299,10 +347,20 @@ cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, flo
 	/* the GEMM pays off once a tile is mostly full */
 	j.gemm = (w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K) && im->k->gemm_q8_0 != NULL &&
 		 n >= GEMM_TOKENS;
+	/* a decode batch: 8-token tiles (one token is memory-bound on the dot) */
+	j.gemm8 = !j.gemm && ((w->type == TT_Q8_0 && w->bsum != NULL) || w->type == TT_Q4_0) &&
+		  im->k->gemm8_q8_0 != NULL && n >= 2 && n < GEMM_TOKENS;
 	if (j.quantized)
 		threadpool_run(im->pool, mm_quantize_x, &j);
 	if (j.gemm)
 		threadpool_run(im->pool, mm_pack_tiles, &j);
+	if (j.gemm8) {
+		int64_t nb = w->cols / 32;
+		for (int g = 0; g * GEMM8_TOKENS < n; g++)
+			q8_tile8_pack(im->xq + (int64_t)g * GEMM8_TOKENS * nb,
+				      n - g * GEMM8_TOKENS < GEMM8_TOKENS ? n - g * GEMM8_TOKENS : GEMM8_TOKENS,
+				      (size_t)nb, (struct q8_tile8 *)im->tiles + (int64_t)g * nb);
+	}
 	threadpool_run(im->pool, mm_worker, &j);
 }
 

@@ -34,6 +34,19 @@ struct q8_tile {
  * x + t * nb) into nb tiles. */
 void q8_tile_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile *out);
 
+/* Activations of up to 8 tokens for one block, for decode batches too
+ * small to fill a 16-token tile: q[s] holds, in 32-bit lane j, bytes
+ * 4s..4s+3 of token j's block plus 128 (unsigned), as in struct q8_tile;
+ * the weights' block sums come from the model (struct weight.bsum), so
+ * nothing is derived from the weights per call. */
+#define GEMM8_TOKENS 8
+struct q8_tile8 {
+	uint8_t q[8][32];
+	float d[GEMM8_TOKENS];
+};
+
+void q8_tile8_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile8 *out);
+
 struct cpu_kernels {
 	const char *name;
 	float (*dot_f32)(const float *a, const float *b, size_t n);
@@ -61,6 +74,10 @@ struct cpu_kernels {
 	void (*gemm_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum,
 			  const float *wd, const float *wmin, const struct q8_tile *x,
 			  size_t group_stride, int ngroups, size_t nb, float *y);
+	/* Q8_0 rows x one tile8 group: y[r * 8 + j] = row r . token j;
+	 * bsum: each row's block sums (nb per row). */
+	void (*gemm8_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const int16_t *bsum,
+			   const struct q8_tile8 *x, size_t nb, float *y);
 };
 
 /* cpu_dot_kquants.c */
