@@ -1,16 +1,16 @@
 #!/bin/sh
 # make bench, serving part: privai-engine serve on the 1B-class Q8_0
 # synthetic model (the one scripts/bench.sh generates), loaded by
-# privai-bench at concurrency 1 and 8 (CONCURRENCY overrides), 128 tokens
-# in and 64 out.  Prints the table; appends JSON to $BUILD/bench/serve.jsonl
-# and writes $BUILD/bench/serve.csv.
+# privai-bench at concurrency 1 and 8 (CONCURRENCY overrides) with two
+# workloads: WORKLOADS="in/out ..." (default "128/64 16/128": prefill-heavy
+# and decode-heavy).  Prints the tables; appends JSON to
+# $BUILD/bench/serve.jsonl and writes $BUILD/bench/serve-IN-OUT.csv.
 set -eu
 BUILD=${BUILD:-build}
 E=$BUILD/privai-engine
 THREADS=${THREADS:-2}
 CONCURRENCY=${CONCURRENCY:-1,8}
-IN=${IN:-128}
-OUT=${OUT:-64}
+WORKLOADS=${WORKLOADS:-"128/64 16/128"}
 dir=$BUILD/bench
 mkdir -p "$dir"
 m=${MODEL:-$dir/llama1b-q8_0.gguf}
@@ -26,9 +26,13 @@ for _ in $(seq 1 600); do
 	sleep 0.1
 done
 [ -n "$port" ] || { echo "bench-serve: the server did not become ready"; cat "$log"; exit 1; }
-echo "== serving: $(basename "$m"), $IN in / $OUT out, concurrency $CONCURRENCY, $THREADS threads"
-"$BUILD/privai-bench" --url "http://127.0.0.1:$port" --concurrency "$CONCURRENCY" --input-tokens "$IN" \
-	--output-tokens "$OUT" --json "$dir/serve.jsonl" --csv "$dir/serve.csv"
+for wl in $WORKLOADS; do
+	IN=${wl%/*}
+	OUT=${wl#*/}
+	echo "== serving: $(basename "$m"), $IN in / $OUT out, concurrency $CONCURRENCY, $THREADS threads"
+	"$BUILD/privai-bench" --url "http://127.0.0.1:$port" --concurrency "$CONCURRENCY" --input-tokens "$IN" \
+		--output-tokens "$OUT" --json "$dir/serve.jsonl" --csv "$dir/serve-$IN-$OUT.csv"
+done
 kill -TERM $pid
 wait $pid
 trap - EXIT
