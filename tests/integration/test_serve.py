@@ -434,6 +434,37 @@ def test_keys_and_drain():
     check(rc == 0, "SIGTERM drain exits 0 (%s)" % rc)
 
 
+def test_startup_errors_and_notify():
+    r = subprocess.run([ENGINE, "serve", "-m", MODEL, "--port", "0", "--chat-template", "bogus"],
+                       capture_output=True, text=True, timeout=60 * SLOW)
+    check(r.returncode != 0 and "unknown chat template 'bogus'" in r.stderr, "an unknown template stops start-up: %r"
+          % r.stderr.strip())
+    r = subprocess.run([ENGINE, "serve", "-m", "/nonexistent.gguf", "--port", "0"], capture_output=True, text=True,
+                       timeout=60 * SLOW)
+    check(r.returncode != 0 and "nonexistent.gguf" in r.stderr, "a missing model is named: %r" % r.stderr.strip())
+    # sd_notify: READY once loaded, STOPPING on SIGTERM
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(30 * SLOW)
+    s = Server(env={"NOTIFY_SOCKET": path})
+    msgs = []
+    try:
+        msgs.append(sock.recv(4096).decode())
+    except OSError:
+        pass
+    check(s.wait_ready() and any("READY=1" in m for m in msgs), "sd_notify READY=1: %s" % msgs)
+    s.p.send_signal(signal.SIGTERM)
+    try:
+        msgs.append(sock.recv(4096).decode())
+    except OSError:
+        pass
+    check(any("STOPPING=1" in m for m in msgs), "sd_notify STOPPING=1 on SIGTERM: %s" % msgs)
+    check(s.p.wait(60 * SLOW) == 0, "exit 0")
+    sock.close()
+
+
 def main():
     if not os.path.exists(MODEL):
         print("SKIP: fixtures not found at", FIX)
@@ -449,7 +480,7 @@ def main():
     alive = s.p.poll() is None
     check(alive, "the server survived everything above")
     check(s.stop() == 0, "exit 0 after SIGTERM")
-    for t in (test_queue_full, test_keys_and_drain):
+    for t in (test_queue_full, test_keys_and_drain, test_startup_errors_and_notify):
         try:
             t()
         except Exception as e:
