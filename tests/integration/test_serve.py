@@ -311,6 +311,7 @@ def test_bad_input(s):
         ('{"prompt": "x", "stop": [1]}', 400, "stop", "stop of the wrong type"),
         ('{"prompt": "x", "max_tokens": 100000}', 400, None, "max_tokens beyond the context"),
         ('{"prompt": "x", "model": "gpt-4"}', 404, "model", "unknown model"),
+        (json.dumps({"prompt": list(range(5, 521))}), 400, None, "a prompt longer than the context"),
         ('{"messages": []}', 400, "messages", "empty messages"),
         ('{"messages": [{"role": "wizard", "content": "x"}]}', 400, "messages", "unknown role"),
         ('{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}', 400,

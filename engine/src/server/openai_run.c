@@ -486,6 +486,9 @@ make_choices(struct job *j, char *err)
 		int mt = j->g.max_tokens >= 0 ? j->g.max_tokens : (j->g.chat ? s->n_ctx - plen : 16);
 		if (j->g.max_tokens < 0 && mt > s->n_ctx - plen)
 			mt = s->n_ctx - plen;
+		if (plen >= s->n_ctx || (mt < 1 && !(j->g.echo && j->g.max_tokens == 0)))
+			return privai_fail(err, PRIVAI_EINVAL,
+					   "this model's maximum context length is %d tokens; the prompt has %d", s->n_ctx, plen);
 		int no_gen = mt == 0;
 		if (no_gen)
 			mt = 1;
