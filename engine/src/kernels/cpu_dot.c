@@ -405,19 +405,23 @@ gemm_q8_0_1g_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t
 	for (int r0 = 0; r0 < nrows; r0 += 4) {
 		int nr = nrows - r0 < 4 ? nrows - r0 : 4;
 		__m512 acc[4];
+		#pragma GCC unroll 8
 		for (int i = 0; i < 4; i++)
 			acc[i] = _mm512_setzero_ps();
 		for (size_t b = 0; b < nb; b++) {
 			__m512i xa[8];
+			#pragma GCC unroll 8
 			for (int s = 0; s < 8; s++)
 				xa[s] = _mm512_loadu_si512((const void *)x[b].q[s]);
 			__m512 da = _mm512_loadu_ps(x[b].d);
+			#pragma GCC unroll 8
 			for (int rr = 0; rr < nr; rr++) {
 				size_t at = (size_t)(r0 + rr) * nb + b;
 				const uint8_t *blk = w + (size_t)(r0 + rr) * row_bytes + b * 34;
 				int32_t w4[8];
 				memcpy(w4, blk + 2, 32);
 				__m512i pa = _mm512_set1_epi32(wsum[at]);
+				#pragma GCC unroll 8
 				for (int s = 0; s < 8; s++)
 					pa = _mm512_dpbusd_epi32(pa, xa[s], _mm512_set1_epi32(w4[s]));
 				acc[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pa), _mm512_mul_ps(da, _mm512_set1_ps(wd[at])),
@@ -426,6 +430,7 @@ gemm_q8_0_1g_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t
 					acc[rr] = _mm512_fnmadd_ps(_mm512_set1_ps(wmin[at]), _mm512_loadu_ps(x[b].dsum), acc[rr]);
 			}
 		}
+		#pragma GCC unroll 8
 		for (int rr = 0; rr < nr; rr++)
 			_mm512_storeu_ps(y + (size_t)(r0 + rr) * 2 * GEMM_TOKENS, acc[rr]);
 	}
@@ -446,21 +451,25 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *w
 	for (int r0 = 0; r0 < nrows; r0 += 4) {
 		int nr = nrows - r0 < 4 ? nrows - r0 : 4;
 		__m512 acc0[4], acc1[4];
+		#pragma GCC unroll 8
 		for (int i = 0; i < 4; i++)
 			acc0[i] = acc1[i] = _mm512_setzero_ps();
 		for (size_t b = 0; b < nb; b++) {
 			__m512i xa[8], xb[8];
+			#pragma GCC unroll 8
 			for (int s = 0; s < 8; s++) {
 				xa[s] = _mm512_loadu_si512((const void *)x[b].q[s]);
 				xb[s] = _mm512_loadu_si512((const void *)x1[b].q[s]);
 			}
 			__m512 da = _mm512_loadu_ps(x[b].d), db = _mm512_loadu_ps(x1[b].d);
+			#pragma GCC unroll 8
 			for (int rr = 0; rr < nr; rr++) {
 				size_t at = (size_t)(r0 + rr) * nb + b;
 				const uint8_t *blk = w + (size_t)(r0 + rr) * row_bytes + b * 34;
 				int32_t w4[8];
 				memcpy(w4, blk + 2, 32);
 				__m512i pa = _mm512_set1_epi32(wsum[at]), pb = pa;
+				#pragma GCC unroll 8
 				for (int s = 0; s < 8; s++) {
 					__m512i wb = _mm512_set1_epi32(w4[s]);
 					pa = _mm512_dpbusd_epi32(pa, xa[s], wb);
@@ -476,6 +485,7 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *w
 				}
 			}
 		}
+		#pragma GCC unroll 8
 		for (int rr = 0; rr < nr; rr++) {
 			_mm512_storeu_ps(y + (size_t)(r0 + rr) * 2 * GEMM_TOKENS, acc0[rr]);
 			_mm512_storeu_ps(y + (size_t)(r0 + rr) * 2 * GEMM_TOKENS + GEMM_TOKENS, acc1[rr]);
@@ -487,41 +497,61 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *w
  * two halves this costs no more per product than the 16-token kernel, and
  * a decode batch of 8 wastes no lanes.  Each weight dword is broadcast
  * straight from memory; the +128 on the activations is taken off with the
- * block sums the model keeps. */
+ * block sums the model keeps.  NR rows a step, NR a constant where it can
+ * be, so the accumulators stay in registers. */
+AVX512 static inline __attribute__((always_inline)) void
+gemm8_rows(const uint8_t *w, size_t row_bytes, int nr, const int16_t *bsum, const struct q8_tile8 *x,
+	   size_t nb, float *y)
+{
+	__m256 acc[8];
+
+	/* -O2 does not unroll: without the pragmas xq and acc live on the stack */
+#pragma GCC unroll 8
+	for (int i = 0; i < 8; i++)
+		acc[i] = _mm256_setzero_ps();
+	for (size_t b = 0; b < nb; b++) {
+		__m256i xq[8];
+#pragma GCC unroll 8
+		for (int s = 0; s < 8; s++)
+			xq[s] = _mm256_loadu_si256((const __m256i *)x[b].q[s]);
+		__m256 dx = _mm256_loadu_ps(x[b].d);
+#pragma GCC unroll 8
+		for (int rr = 0; rr < nr; rr++) {
+			const uint8_t *blk = w + (size_t)rr * row_bytes + b * 34;
+			/* two chains: vpdpbusd's latency, not its throughput, bounds one */
+			__m256i p = _mm256_set1_epi32(-128 * (int32_t)bsum[(size_t)rr * nb + b]);
+			__m256i p1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+			for (int k = 0; k < 8; k += 2) {
+				int32_t w0, w1;
+				memcpy(&w0, blk + 2 + 4 * k, 4);
+				memcpy(&w1, blk + 6 + 4 * k, 4);
+				p = _mm256_dpbusd_epi32(p, xq[k], _mm256_set1_epi32(w0));
+				p1 = _mm256_dpbusd_epi32(p1, xq[k + 1], _mm256_set1_epi32(w1));
+			}
+			p = _mm256_add_epi32(p, p1);
+			__m256 dw = _mm256_set1_ps(f16c_load(blk));
+			acc[rr] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dx, dw), acc[rr]);
+		}
+	}
+#pragma GCC unroll 8
+	for (int rr = 0; rr < nr; rr++)
+		_mm256_storeu_ps(y + (size_t)rr * GEMM8_TOKENS, acc[rr]);
+}
+
 AVX512 static void
 gemm8_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int16_t *bsum,
 		  const struct q8_tile8 *x, size_t nb, float *y)
 {
-	/* 8 rows at a time: 8 accumulators, and each activation load serves 8 rows */
-	for (int r0 = 0; r0 < nrows; r0 += 8) {
-		int nr = nrows - r0 < 8 ? nrows - r0 : 8;
-		__m256 acc[8];
-		for (int i = 0; i < 8; i++)
-			acc[i] = _mm256_setzero_ps();
-		for (size_t b = 0; b < nb; b++) {
-			__m256i xq[8];
-			for (int s = 0; s < 8; s++)
-				xq[s] = _mm256_loadu_si256((const __m256i *)x[b].q[s]);
-			__m256 dx = _mm256_loadu_ps(x[b].d);
-			for (int rr = 0; rr < nr; rr++) {
-				const uint8_t *blk = w + (size_t)(r0 + rr) * row_bytes + b * 34;
-				/* two chains: vpdpbusd's latency, not its throughput, bounds one */
-				__m256i p = _mm256_set1_epi32(-128 * (int32_t)bsum[(size_t)(r0 + rr) * nb + b]);
-				__m256i p1 = _mm256_setzero_si256();
-				for (int k = 0; k < 8; k += 2) {
-					int32_t w0, w1;
-					memcpy(&w0, blk + 2 + 4 * k, 4);
-					memcpy(&w1, blk + 6 + 4 * k, 4);
-					p = _mm256_dpbusd_epi32(p, xq[k], _mm256_set1_epi32(w0));
-					p1 = _mm256_dpbusd_epi32(p1, xq[k + 1], _mm256_set1_epi32(w1));
-				}
-				p = _mm256_add_epi32(p, p1);
-				__m256 dw = _mm256_set1_ps(f16c_load(blk));
-				acc[rr] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dx, dw), acc[rr]);
-			}
-		}
-		for (int rr = 0; rr < nr; rr++)
-			_mm256_storeu_ps(y + (size_t)(r0 + rr) * GEMM8_TOKENS, acc[rr]);
+	int r0 = 0;
+
+	for (; r0 + 8 <= nrows; r0 += 8)
+		gemm8_rows(w + (size_t)r0 * row_bytes, row_bytes, 8, bsum + (size_t)r0 * nb, x, nb,
+			   y + (size_t)r0 * GEMM8_TOKENS);
+	for (; r0 < nrows; r0 += 4) {
+		int nr = nrows - r0 < 4 ? nrows - r0 : 4;
+		gemm8_rows(w + (size_t)r0 * row_bytes, row_bytes, nr, bsum + (size_t)r0 * nb, x, nb,
+			   y + (size_t)r0 * GEMM8_TOKENS);
 	}
 }
 
