@@ -171,6 +171,33 @@ partial_sort(struct cand *c, int n, int k)
 	qsort(c, (size_t)k, sizeof(*c), cmp_cand_desc);
 }
 
+/* No filter needs the order (the OpenAI defaults: no top-k, top-p 1,
+ * min-p 0): draw from the tempered softmax of all candidates as they are,
+ * which spares sorting the whole vocabulary for every token. */
+static int32_t
+sample_unsorted(struct sampler *s, int n)
+{
+	const struct sampler_params *p = &s->p;
+	float max = -INFINITY, sum = 0.0f;
+
+	for (int i = 0; i < n; i++)
+		max = s->cand[i].logit > max ? s->cand[i].logit : max;
+	for (int i = 0; i < n; i++) {
+		s->cand[i].p = expf((s->cand[i].logit - max) / p->temperature);
+		sum += s->cand[i].p;
+	}
+	float r = next_unit(&s->rng) * sum;
+	int last = 0;
+	for (int i = 0; i < n; i++) {
+		if (s->cand[i].p > 0.0f)
+			last = i;
+		r -= s->cand[i].p;
+		if (r < 0.0f)
+			return s->cand[i].id;
+	}
+	return s->cand[last].id; /* rounding left r >= 0: the last possible token */
+}
+
 int32_t
 sampler_sample(struct sampler *s, const float *logits)
 {
@@ -194,6 +221,8 @@ sampler_sample(struct sampler *s, const float *logits)
 		return s->cand[best].id;
 	}
 	int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+	if (k == n && p->top_p >= 1.0f && p->min_p <= 0.0f)
+		return sample_unsorted(s, n);
 	partial_sort(s->cand, n, k);
 	n = k;
 	/* softmax at temperature 1 for the p-based filters */

@@ -3,6 +3,7 @@
  * detokenizer, the thread pool, and the refusals a bad model or prompt gets
  * (unknown architecture and weight type named, context overflow).
  */
+#include <math.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -75,6 +76,32 @@ test_sampler(void)
 		all &= sampler_sample(a, logits) == 123;
 	CHECK(all, "min_p cuts the tail");
 	sampler_free(a);
+
+	/* unfiltered sampling draws from the tempered softmax: frequencies of
+	 * a 4-token distribution over 40000 draws, masked tokens never */
+	{
+		static const float l4[6] = { 0.0f, 1.0f, 2.0f, -INFINITY, 0.5f, -INFINITY };
+		int cnt[6] = { 0 };
+		sampler_params_default(&p);
+		p.temperature = 0.7f;
+		p.top_k = 0;
+		p.top_p = 1;
+		p.min_p = 0;
+		p.seed = 5;
+		sampler_new(&p, 6, &a);
+		for (int i = 0; i < 40000; i++)
+			cnt[sampler_sample(a, l4)]++;
+		sampler_free(a);
+		double z = 0, worst = 0;
+		for (int i = 0; i < 6; i++)
+			z += isinf(l4[i]) ? 0 : exp(l4[i] / 0.7);
+		for (int i = 0; i < 6; i++) {
+			double want = isinf(l4[i]) ? 0 : exp(l4[i] / 0.7) / z;
+			worst = fmax(worst, fabs(cnt[i] / 40000.0 - want));
+		}
+		CHECK(cnt[3] == 0 && cnt[5] == 0 && worst < 0.01,
+		      "unfiltered sampling follows softmax(l / T) (worst %.4f), never a masked token", worst);
+	}
 
 	sampler_params_default(&p);
 	p.top_p = 0;
