@@ -335,7 +335,7 @@ gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *t
 	if (parse_sampling(g, j) < 0 || get_int(g, j, "n", 1, GEN_MAX_N, &g->n) < 0 ||
 	    get_int(g, j, "min_tokens", 0, 1 << 24, &g->min_tokens) < 0 ||
 	    get_bool(g, j, "ignore_eos", &g->ignore_eos) < 0 || get_bool(g, j, "stream", &g->stream) < 0 ||
-	    get_bool(g, j, "echo", &g->echo) < 0 || parse_logprobs(g, j) < 0 ||
+	    (!g->chat && get_bool(g, j, "echo", &g->echo) < 0) || parse_logprobs(g, j) < 0 ||
 	    parse_stop(g, cJSON_GetObjectItem(j, "stop")) < 0)
 		return -1;
 	if (get_int(g, j, "seed", -2147483647L - 1, 2147483647L, &seed) < 0)
