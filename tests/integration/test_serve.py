@@ -297,6 +297,31 @@ def test_disconnect(s):
     check(s.metric("vllm:request_success_total") is not None, "metrics still served")
 
 
+def test_bench_tool(s):
+    """privai-bench against the real server: every request counted, the JSON and CSV well formed."""
+    d = tempfile.mkdtemp()
+    js, csv = os.path.join(d, "b.jsonl"), os.path.join(d, "b.csv")
+    bench = os.path.join(BUILD, "privai-bench")
+    r = subprocess.run([bench, "--url", "http://127.0.0.1:%d" % s.port, "--concurrency", "1,3", "--requests", "3",
+                        "--input-tokens", "12", "--input-stddev", "3", "--output-tokens", "5", "--json", js,
+                        "--csv", csv], capture_output=True, text=True, timeout=120 * SLOW)
+    rows = [json.loads(l) for l in open(js)] if os.path.exists(js) else []
+    ok = r.returncode == 0 and len(rows) == 2 and [x["concurrency"] for x in rows] == [1, 3]
+    for x in rows:
+        ok = ok and x["requests"] == 3 and x["failed"] == 0 and x["output_tokens_avg"] == 5
+        ok = ok and 0 < x["ttft_ms"]["min"] <= x["ttft_ms"]["p50"] <= x["ttft_ms"]["max"]
+        ok = ok and x["inter_token_latency_ms"]["avg"] > 0 and x["output_tokens_per_s"] > 0
+    check(ok, "privai-bench: 2 levels x 3 requests, 5 tokens each (rc %d): %s %s" % (r.returncode, rows, r.stderr[-300:]))
+    lines = open(csv).read().splitlines() if os.path.exists(csv) else []
+    check(len(lines) == 3 and lines[0].startswith("concurrency,requests,failed") and
+          len(lines[1].split(",")) == len(lines[0].split(",")), "privai-bench CSV: header and 2 rows")
+    r = subprocess.run([bench, "--url", "http://127.0.0.1:1", "--requests", "2", "--warmup", "0"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "failed" in r.stderr, "privai-bench reports an unreachable server: %r" % r.stderr[-200:])
+    r = subprocess.run([bench, "--concurrency", "0"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--concurrency" in r.stderr, "privai-bench refuses a bad option")
+
+
 def test_bad_input(s):
     cases = [
         ('{"prompt": "x", "max_tokens": 4', 400, None, "truncated JSON"),
@@ -473,7 +498,7 @@ def main():
         return 0
     s = Server()
     check(s.wait_ready(), "server ready")
-    for t in (test_basic, test_json_mode, test_golden_logprobs, test_concurrency, test_prefix_cache, test_disconnect, test_bad_input):
+    for t in (test_basic, test_json_mode, test_golden_logprobs, test_concurrency, test_prefix_cache, test_disconnect, test_bench_tool, test_bad_input):
         try:
             t(s)
         except Exception as e:  # a crash of one group must not hide the others

@@ -199,6 +199,58 @@ test_prefix_logprobs_cancel(const char *dir, const struct engine_model *m, const
 	engine_ctx_free(c);
 }
 
+/* Chunked prefill: a 100-token prompt arriving while another request
+ * decodes is spread over several passes, and the decoding request gets a
+ * token in every one of them. */
+static void
+test_chunked_prefill(const struct engine_model *m, const struct tokenizer *tok)
+{
+	struct engine_ctx_params cp = { .n_ctx = 256, .n_batch = 32, .n_threads = 2, .n_kv_blocks = 64 };
+	struct scheduler_params sp = { .max_seqs = 4, .max_queue = 4, .model_name = "t" };
+	struct engine_ctx *c;
+	struct scheduler *s;
+	char err[PRIVAI_ERR_LEN];
+	enum finish_reason f;
+
+	if (engine_ctx_new(m, &cp, &c, err) < 0 || scheduler_new(c, tok, &sp, &s, err) < 0) {
+		CHECK(0, "%s", err);
+		return;
+	}
+	struct sched_request *a = greedy_request(0, 200);
+	struct sched_request *b = sched_request_new(100, 1, -1, 0);
+	for (int i = 0; i < 100; i++)
+		b->prompt[i] = prompts[1][i % plen[1]];
+	sampler_params_default(&b->sampling);
+	b->sampling.temperature = 0;
+	CHECK(scheduler_submit(s, a, err) == 0, "submit the decoding request");
+	int n = 0;
+	for (int i = 0; i < 100 && n < 2; i++)
+		n = scheduler_wait(s, a, 1, 1000, &f);
+	double passes0 = metric(s, "privai:forward_passes_total");
+	scheduler_lock(s);
+	int a_before = a->n_out;
+	scheduler_unlock(s);
+	CHECK(scheduler_submit(s, b, err) == 0, "submit the long prompt");
+	wait_done(s, b);
+	scheduler_lock(s);
+	int a_after = a->n_out, a_running = a->finish == FINISH_NONE;
+	scheduler_unlock(s);
+	CHECK(a_running, "the decoding request was still running when the prompt finished");
+	double passes = metric(s, "privai:forward_passes_total") - passes0;
+	/* 100 prompt tokens in a 32-token budget shared with one decode token:
+	 * at least 4 passes, each also advancing A by one */
+	CHECK(passes >= 4 && a_after - a_before >= 4, "prefill in %.0f passes; the decoding request gained %d tokens meanwhile",
+	      passes, a_after - a_before);
+	printf("chunked prefill: 100 prompt tokens over %.0f passes, %d decode tokens for the other request meanwhile\n",
+	       passes, a_after - a_before);
+	scheduler_cancel(s, a);
+	wait_done(s, a);
+	sched_request_put(s, a);
+	sched_request_put(s, b);
+	scheduler_free(s);
+	engine_ctx_free(c);
+}
+
 int
 main(void)
 {
@@ -240,6 +292,7 @@ main(void)
 	printf("scheduler: %d requests x %d tokens; %d preemptions in the small pool\n", NREQ, GEN, pre_small);
 
 	test_prefix_logprobs_cancel(dir, m, tok);
+	test_chunked_prefill(m, tok);
 	tokenizer_free(tok);
 	engine_model_free(m);
 	return test_summary();
