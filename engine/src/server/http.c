@@ -17,6 +17,7 @@
 
 #include "privai/status.h"
 #include "server/json_constraint.h"
+#include "server/openai.h"
 #include "server/server.h"
 #include "server/strbuf.h"
 
@@ -176,36 +177,35 @@ handle_detokenize(struct server *s, struct MHD_Connection *c, const char *body, 
 {
 	cJSON *j = cJSON_ParseWithLength(body, len);
 	const cJSON *t = j ? cJSON_GetObjectItem(j, "tokens") : NULL, *it;
-	struct strbuf out;
-	char piece[256];
-	int V = tokenizer_n_vocab(s->tok), i = 0;
+	int V = tokenizer_n_vocab(s->tok), n = 0;
 
 	if (!cJSON_IsArray(t)) {
 		cJSON_Delete(j);
 		return http_send_error(c, 400, "invalid_request_error", NULL, "tokens",
 				       "tokens must be an array of token ids");
 	}
-	strbuf_init(&out);
-	struct detok_stream ds = { 0 };
+	int32_t *ids = malloc(((size_t)cJSON_GetArraySize(t) + 1) * sizeof(int32_t));
+	if (ids == NULL) {
+		cJSON_Delete(j);
+		return http_send_error(c, 503, "server_error", "out_of_memory", NULL, "out of memory");
+	}
 	cJSON_ArrayForEach(it, t) {
 		double v = it->valuedouble;
 		if (!cJSON_IsNumber(it) || v != (double)(int32_t)v || v < 0 || v >= V) {
-			strbuf_free(&out);
+			free(ids);
 			cJSON_Delete(j);
 			return http_send_error(c, 400, "invalid_request_error", NULL, "tokens",
-					       "tokens[%d] is not a token id in 0..%d", i, V - 1);
+					       "tokens[%d] is not a token id in 0..%d", n, V - 1);
 		}
-		int n = detok_stream_push(&ds, s->tok, (int32_t)v, piece, sizeof(piece));
-		if (n > 0)
-			strbuf_append(&out, piece, (size_t)n);
-		i++;
+		ids[n++] = (int32_t)v;
 	}
-	int n = detok_stream_flush(&ds, piece, sizeof(piece));
-	if (n > 0)
-		strbuf_append(&out, piece, (size_t)n);
 	cJSON_Delete(j);
-	cJSON *root = cJSON_CreateObject();
+	struct strbuf out;
+	strbuf_init(&out);
+	detok_append(s->tok, ids, n, &out);
+	free(ids);
 	char *text = strbuf_take(&out);
+	cJSON *root = cJSON_CreateObject();
 	cJSON_AddStringToObject(root, "prompt", text ? text : "");
 	free(text);
 	char *js = cJSON_PrintUnformatted(root);

@@ -11,6 +11,7 @@
 #include "privai/sampler.h"
 #include "privai/tokenizer.h"
 #include "server/chat_template.h"
+#include "server/strbuf.h"
 
 #define GEN_MAX_PROMPTS 64
 #define GEN_MAX_STOPS 4
@@ -42,5 +43,8 @@ void gen_params_init(struct gen_params *g, int chat);
 int gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *tok,
 		     enum chat_family fam, const char *model_id);
 void gen_params_free(struct gen_params *g);
+
+/* Append the text of ids (valid token ids) to out, whole characters only. */
+void detok_append(const struct tokenizer *tok, const int32_t *ids, int n, struct strbuf *out);
 
 #endif

@@ -48,6 +48,20 @@ struct job {
 
 /* ------------------------------------------------------------ text */
 
+void
+detok_append(const struct tokenizer *tok, const int32_t *ids, int n, struct strbuf *out)
+{
+	struct detok_stream ds = { 0 };
+	char piece[64];
+	int k;
+
+	for (int i = 0; i < n; i++)
+		if ((k = detok_stream_push(&ds, tok, ids[i], piece, sizeof(piece))) > 0)
+			strbuf_append(out, piece, (size_t)k);
+	if ((k = detok_stream_flush(&ds, piece, sizeof(piece))) > 0)
+		strbuf_append(out, piece, (size_t)k);
+}
+
 /* Copy s (n bytes) into out, replacing bytes that are not valid UTF-8 with
  * U+FFFD, so a token that is half a character still gives valid JSON. */
 static void
@@ -515,16 +529,7 @@ make_choices(struct job *j, char *err)
 			c->r->sampling.seed = j->g.has_seed ? j->g.sp.seed + (uint64_t)k
 				: (uint64_t)time(NULL) * 2654435761u + atomic_fetch_add(&seed_counter, 1);
 			if (j->g.echo) {
-				struct detok_stream ds = { 0 };
-				char piece[64];
-				for (int i = 0; i < plen; i++) {
-					int n = detok_stream_push(&ds, s->tok, j->g.prompts[p][i], piece, sizeof(piece));
-					if (n > 0)
-						strbuf_append(&c->text, piece, (size_t)n);
-				}
-				int n = detok_stream_flush(&ds, piece, sizeof(piece));
-				if (n > 0)
-					strbuf_append(&c->text, piece, (size_t)n);
+				detok_append(s->tok, j->g.prompts[p], plen, &c->text);
 				c->echo_len = c->text.len;
 			}
 		}

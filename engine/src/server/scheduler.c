@@ -163,6 +163,19 @@ scheduler_submit(struct scheduler *s, struct sched_request *r, char *err)
 	return rc;
 }
 
+/* The CLOCK_REALTIME instant ms from now, for pthread_cond_timedwait. */
+static void
+deadline_in(int ms, struct timespec *ts)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
 int
 scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeout_ms,
 	       enum finish_reason *finish)
@@ -170,13 +183,7 @@ scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeo
 	struct timespec ts;
 	int n;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	deadline_in(timeout_ms, &ts);
 	pthread_mutex_lock(&s->mu);
 	while (r->n_out <= seen && r->finish == FINISH_NONE)
 		if (pthread_cond_timedwait(&r->cond, &s->mu, &ts) == ETIMEDOUT)
@@ -208,12 +215,7 @@ scheduler_drain(struct scheduler *s, int timeout_ms)
 	s->draining = 1;
 	while (s->n_queued + s->n_active > 0 && sched_now() < deadline) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 50 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		deadline_in(50, &ts);
 		pthread_cond_timedwait(&s->idle, &s->mu, &ts);
 	}
 	if (s->n_queued + s->n_active > 0) {
