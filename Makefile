@@ -14,13 +14,17 @@ ifeq ($(SAN),1)
 endif
 CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(SANFLAGS) -pthread -Iengine/include -Iengine/src $(CFLAGS)
 LDLIBS_ENG = -lpcre2-8 -lm -pthread -lmicrohttpd -lsodium -lsystemd -lcjson
-LDLIBS_TEST = -lcjson
+LDLIBS_TEST = -lcjson -lsqlite3
 
 ENGINE_SRC = $(wildcard engine/src/*.c engine/src/kernels/*.c engine/src/server/*.c)
 ENGINE_OBJ = $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC    = $(wildcard engine/src/cli/*.c)
 CLI_OBJ    = $(CLI_SRC:%.c=$(BUILD)/%.o)
 LIB        = $(BUILD)/libprivai-engine.a
+ADMIN_SRC  = $(wildcard appliance/admin/*.c)
+ADMIN_SQL  = $(sort $(wildcard appliance/admin/schema/*.sql))
+ADMIN_OBJ  = $(ADMIN_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/admin_schema.o
+ADMIN_LIB  = $(BUILD)/libprivai-admin.a
 ENGINE_BIN = $(BUILD)/privai-engine
 BENCH_BIN  = $(BUILD)/privai-bench
 UNIT_SRC   = $(wildcard tests/unit/test_*.c)
@@ -52,9 +56,21 @@ $(ENGINE_BIN): $(CLI_OBJ) $(LIB)
 $(BENCH_BIN): $(BUILD)/engine/src/bench/privai_bench.o
 	$(CC) $(CFLAGS_ALL) $^ -o $@ -lcurl -lcjson -lm -pthread
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h $(LIB)
+# the admin store's migrations, carried in the binary as strings
+$(BUILD)/gen/admin_schema.c: $(ADMIN_SQL) scripts/embed-sql.sh
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/unit $< $(LIB) -o $@ $(LDLIBS_ENG) $(LDLIBS_TEST)
+	scripts/embed-sql.sh $@ $(ADMIN_SQL)
+
+$(BUILD)/gen/admin_schema.o: $(BUILD)/gen/admin_schema.c
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(ADMIN_LIB): $(ADMIN_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h $(LIB) $(ADMIN_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests/unit -Iappliance/admin $< $(ADMIN_LIB) $(LIB) -o $@ $(LDLIBS_ENG) $(LDLIBS_TEST)
 
 # The embedded default: a small model with random weights and a tokenizer
 # the project builds itself, so `make run` needs no download and no fixtures.
