@@ -1,0 +1,397 @@
+/* Users, passwords, sessions and API tokens on the admin store. */
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "privai/status.h"
+#include "auth.h"
+
+#define MIN_PASSWORD 10
+#define RAW_SECRET 32
+
+const char *
+role_name(enum role r)
+{
+	switch (r) {
+	case ROLE_VIEWER: return "viewer";
+	case ROLE_OPERATOR: return "operator";
+	case ROLE_ADMIN: return "admin";
+	}
+	return "?";
+}
+
+enum role
+role_parse(const char *name)
+{
+	if (name == NULL)
+		return 0;
+	if (strcmp(name, "viewer") == 0)
+		return ROLE_VIEWER;
+	if (strcmp(name, "operator") == 0)
+		return ROLE_OPERATOR;
+	if (strcmp(name, "admin") == 0)
+		return ROLE_ADMIN;
+	return 0;
+}
+
+static int
+sql_fail(sqlite3 *db, char *err)
+{
+	return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+}
+
+/* prefix + 43 url-safe base64 characters of 32 random bytes */
+static void
+new_secret(const char *prefix, char *out)
+{
+	unsigned char raw[RAW_SECRET];
+	size_t n = strlen(prefix);
+
+	randombytes_buf(raw, sizeof(raw));
+	memcpy(out, prefix, n);
+	sodium_bin2base64(out + n, AUTH_SECRET_LEN - n, raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+}
+
+static void
+secret_hash(const char *secret, unsigned char *out)
+{
+	crypto_hash_sha256(out, (const unsigned char *)secret, strlen(secret));
+}
+
+static int
+valid_name(const char *s)
+{
+	size_t n = s != NULL ? strlen(s) : 0;
+
+	if (n < 1 || n > 64)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+		      c == '_' || c == '-' || c == '@'))
+			return 0;
+	}
+	return 1;
+}
+
+static int
+hash_password(const char *password, char *out, char *err)
+{
+	if (password == NULL || strlen(password) < MIN_PASSWORD)
+		return privai_fail(err, PRIVAI_EINVAL, "a password needs at least %d characters", MIN_PASSWORD);
+	if (strlen(password) > 1024)
+		return privai_fail(err, PRIVAI_EINVAL, "a password may have at most 1024 characters");
+	if (crypto_pwhash_str_alg(out, password, strlen(password), crypto_pwhash_OPSLIMIT_INTERACTIVE,
+				  crypto_pwhash_MEMLIMIT_INTERACTIVE, crypto_pwhash_ALG_ARGON2ID13) != 0)
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory hashing a password");
+	return PRIVAI_OK;
+}
+
+int
+auth_user_create(sqlite3 *db, const char *name, const char *password, enum role role, int64_t now,
+		 int64_t *ret_id, char *err)
+{
+	char hash[crypto_pwhash_STRBYTES];
+	sqlite3_stmt *st;
+	int r;
+
+	if (sodium_init() < 0)
+		return privai_fail(err, PRIVAI_EIO, "libsodium failed to initialise");
+	if (!valid_name(name))
+		return privai_fail(err, PRIVAI_EINVAL, "a user name is 1-64 letters, digits, '.', '_', '-' or '@'");
+	if (role_parse(role_name(role)) != role)
+		return privai_fail(err, PRIVAI_EINVAL, "unknown role");
+	if ((r = hash_password(password, hash, err)) < 0)
+		return r;
+	if (sqlite3_prepare_v2(db, "INSERT INTO users (name, password_hash, role, created_at) VALUES (?, ?, ?, ?)",
+			       -1, &st, NULL) != SQLITE_OK)
+		return sql_fail(db, err);
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 2, hash, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 3, role_name(role), -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, now);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc == SQLITE_CONSTRAINT)
+		return privai_fail(err, PRIVAI_EBUSY, "a user named '%s' exists", name);
+	if (rc != SQLITE_DONE)
+		return sql_fail(db, err);
+	if (ret_id != NULL)
+		*ret_id = sqlite3_last_insert_rowid(db);
+	return PRIVAI_OK;
+}
+
+int
+auth_user_set_password(sqlite3 *db, int64_t user_id, const char *password, char *err)
+{
+	char hash[crypto_pwhash_STRBYTES];
+	sqlite3_stmt *st;
+	int r;
+
+	if ((r = hash_password(password, hash, err)) < 0)
+		return r;
+	if (sqlite3_prepare_v2(db, "UPDATE users SET password_hash = ?, must_change_password = 0 WHERE id = ?", -1,
+			       &st, NULL) != SQLITE_OK)
+		return sql_fail(db, err);
+	sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 2, user_id);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return sql_fail(db, err);
+	return sqlite3_changes(db) == 1 ? PRIVAI_OK : privai_fail(err, PRIVAI_ENOTFOUND, "no user %lld",
+								  (long long)user_id);
+}
+
+/* Spend the same effort for an unknown name as for a wrong password, so
+ * the time taken does not say which names exist. */
+static char dummy_hash[crypto_pwhash_STRBYTES];
+static pthread_once_t dummy_once = PTHREAD_ONCE_INIT;
+
+static void
+make_dummy(void)
+{
+	if (crypto_pwhash_str_alg(dummy_hash, "not a password", 14, crypto_pwhash_OPSLIMIT_INTERACTIVE,
+				  crypto_pwhash_MEMLIMIT_INTERACTIVE, crypto_pwhash_ALG_ARGON2ID13) != 0)
+		dummy_hash[0] = '\0';
+}
+
+static void
+verify_dummy(const char *password)
+{
+	pthread_once(&dummy_once, make_dummy);
+	if (dummy_hash[0] != '\0' && crypto_pwhash_str_verify(dummy_hash, password, strlen(password)) == 0)
+		return; /* "not a password" was tried: still a failure to the caller */
+}
+
+static int
+note_failure(sqlite3 *db, int64_t id, int failed, int64_t now)
+{
+	sqlite3_stmt *st;
+	int lock = failed + 1 >= AUTH_MAX_FAILURES;
+
+	if (sqlite3_prepare_v2(db, "UPDATE users SET failed_logins = ?, locked_until = ? WHERE id = ?", -1, &st,
+			       NULL) != SQLITE_OK)
+		return -1;
+	sqlite3_bind_int(st, 1, lock ? 0 : failed + 1);
+	sqlite3_bind_int64(st, 2, lock ? now + AUTH_LOCKOUT_SECONDS : 0);
+	sqlite3_bind_int64(st, 3, id);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static int
+new_session(sqlite3 *db, struct principal *p, const char *remote_addr, int64_t now, char *cookie, char *err)
+{
+	unsigned char h[crypto_hash_sha256_BYTES];
+	sqlite3_stmt *st;
+
+	new_secret("s_", cookie);
+	new_secret("", p->csrf);
+	secret_hash(cookie, h);
+	if (sqlite3_prepare_v2(db,
+			       "INSERT INTO sessions (token_hash, csrf_token, user_id, created_at, expires_at, remote_addr) "
+			       "VALUES (?, ?, ?, ?, ?, ?)", -1, &st, NULL) != SQLITE_OK)
+		return sql_fail(db, err);
+	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 2, p->csrf, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 3, p->user_id);
+	sqlite3_bind_int64(st, 4, now);
+	sqlite3_bind_int64(st, 5, now + AUTH_SESSION_SECONDS);
+	sqlite3_bind_text(st, 6, remote_addr ? remote_addr : "", -1, SQLITE_TRANSIENT);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? PRIVAI_OK : sql_fail(db, err);
+}
+
+int
+auth_login(sqlite3 *db, const char *name, const char *password, const char *remote_addr, int64_t now,
+	   char *ret_cookie, struct principal *ret, char *err)
+{
+	sqlite3_stmt *st;
+
+	if (sodium_init() < 0)
+		return privai_fail(err, PRIVAI_EIO, "libsodium failed to initialise");
+	if (name == NULL || password == NULL || strlen(password) > 1024)
+		return privai_fail(err, PRIVAI_EINVAL, "wrong user name or password");
+	if (sqlite3_prepare_v2(db, "SELECT id, name, password_hash, role, failed_logins, locked_until FROM users "
+				   "WHERE name = ?", -1, &st, NULL) != SQLITE_OK)
+		return sql_fail(db, err);
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(st) != SQLITE_ROW) {
+		sqlite3_finalize(st);
+		verify_dummy(password);
+		return privai_fail(err, PRIVAI_EINVAL, "wrong user name or password");
+	}
+	memset(ret, 0, sizeof(*ret));
+	ret->user_id = sqlite3_column_int64(st, 0);
+	snprintf(ret->name, sizeof(ret->name), "%s", (const char *)sqlite3_column_text(st, 1));
+	char hash[crypto_pwhash_STRBYTES];
+	snprintf(hash, sizeof(hash), "%s", (const char *)sqlite3_column_text(st, 2));
+	ret->role = role_parse((const char *)sqlite3_column_text(st, 3));
+	int failed = sqlite3_column_int(st, 4);
+	int64_t locked_until = sqlite3_column_int64(st, 5);
+	sqlite3_finalize(st);
+	if (locked_until > now) {
+		verify_dummy(password);
+		return privai_fail(err, PRIVAI_EBUSY, "the account is locked for %lld more seconds after %d failed logins",
+				   (long long)(locked_until - now), AUTH_MAX_FAILURES);
+	}
+	if (crypto_pwhash_str_verify(hash, password, strlen(password)) != 0) {
+		if (note_failure(db, ret->user_id, failed, now) < 0)
+			return sql_fail(db, err);
+		return privai_fail(err, PRIVAI_EINVAL, "wrong user name or password");
+	}
+	if (failed > 0 && note_failure(db, ret->user_id, -1, now) < 0) /* back to 0 */
+		return sql_fail(db, err);
+	return new_session(db, ret, remote_addr, now, ret_cookie, err);
+}
+
+int
+auth_session(sqlite3 *db, const char *cookie, int64_t now, struct principal *ret)
+{
+	unsigned char h[crypto_hash_sha256_BYTES];
+	sqlite3_stmt *st;
+	int r = PRIVAI_ENOTFOUND;
+
+	if (cookie == NULL || strlen(cookie) >= AUTH_SECRET_LEN)
+		return PRIVAI_ENOTFOUND;
+	secret_hash(cookie, h);
+	if (sqlite3_prepare_v2(db, "SELECT u.id, u.name, u.role, s.csrf_token FROM sessions s JOIN users u "
+				   "ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?", -1, &st,
+			       NULL) != SQLITE_OK)
+		return PRIVAI_EIO;
+	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 2, now);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		memset(ret, 0, sizeof(*ret));
+		ret->user_id = sqlite3_column_int64(st, 0);
+		snprintf(ret->name, sizeof(ret->name), "%s", (const char *)sqlite3_column_text(st, 1));
+		ret->role = role_parse((const char *)sqlite3_column_text(st, 2));
+		snprintf(ret->csrf, sizeof(ret->csrf), "%s", (const char *)sqlite3_column_text(st, 3));
+		r = PRIVAI_OK;
+	}
+	sqlite3_finalize(st);
+	return r;
+}
+
+int
+auth_logout(sqlite3 *db, const char *cookie)
+{
+	unsigned char h[crypto_hash_sha256_BYTES];
+	sqlite3_stmt *st;
+
+	if (cookie == NULL)
+		return PRIVAI_ENOTFOUND;
+	secret_hash(cookie, h);
+	if (sqlite3_prepare_v2(db, "DELETE FROM sessions WHERE token_hash = ?", -1, &st, NULL) != SQLITE_OK)
+		return PRIVAI_EIO;
+	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE && sqlite3_changes(db) == 1 ? PRIVAI_OK : PRIVAI_ENOTFOUND;
+}
+
+int
+auth_token_create(sqlite3 *db, int64_t user_id, const char *name, const char *scopes, int64_t expires_at,
+		  int64_t now, char *ret_token, int64_t *ret_id, char *err)
+{
+	unsigned char h[crypto_hash_sha256_BYTES];
+	sqlite3_stmt *st;
+
+	if (sodium_init() < 0)
+		return privai_fail(err, PRIVAI_EIO, "libsodium failed to initialise");
+	if (!valid_name(name))
+		return privai_fail(err, PRIVAI_EINVAL, "a token name is 1-64 letters, digits, '.', '_', '-' or '@'");
+	if (expires_at != 0 && expires_at <= now)
+		return privai_fail(err, PRIVAI_EINVAL, "the expiry is in the past");
+	new_secret("pat_", ret_token);
+	secret_hash(ret_token, h);
+	if (sqlite3_prepare_v2(db, "INSERT INTO api_tokens (name, token_hash, user_id, scopes, created_at, expires_at) "
+				   "VALUES (?, ?, ?, ?, ?, ?)", -1, &st, NULL) != SQLITE_OK)
+		return sql_fail(db, err);
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_blob(st, 2, h, sizeof(h), SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 3, user_id);
+	sqlite3_bind_text(st, 4, scopes ? scopes : "", -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 5, now);
+	if (expires_at != 0)
+		sqlite3_bind_int64(st, 6, expires_at);
+	else
+		sqlite3_bind_null(st, 6);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc == SQLITE_CONSTRAINT)
+		return privai_fail(err, PRIVAI_ENOTFOUND, "no user %lld", (long long)user_id);
+	if (rc != SQLITE_DONE)
+		return sql_fail(db, err);
+	if (ret_id != NULL)
+		*ret_id = sqlite3_last_insert_rowid(db);
+	return PRIVAI_OK;
+}
+
+int
+auth_token_revoke(sqlite3 *db, int64_t token_id, int64_t now, char *err)
+{
+	sqlite3_stmt *st;
+
+	if (sqlite3_prepare_v2(db, "UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", -1,
+			       &st, NULL) != SQLITE_OK)
+		return sql_fail(db, err);
+	sqlite3_bind_int64(st, 1, now);
+	sqlite3_bind_int64(st, 2, token_id);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return sql_fail(db, err);
+	return sqlite3_changes(db) == 1 ? PRIVAI_OK
+					: privai_fail(err, PRIVAI_ENOTFOUND, "no active token %lld", (long long)token_id);
+}
+
+int
+auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *ret, char *err)
+{
+	unsigned char h[crypto_hash_sha256_BYTES];
+	sqlite3_stmt *st;
+	int r;
+
+	if (token == NULL || strlen(token) >= AUTH_SECRET_LEN)
+		return privai_fail(err, PRIVAI_ENOTFOUND, "unknown token");
+	secret_hash(token, h);
+	if (sqlite3_prepare_v2(db, "SELECT t.id, u.id, u.name, u.role, t.expires_at, t.revoked_at FROM api_tokens t "
+				   "JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?", -1, &st, NULL) != SQLITE_OK)
+		return sql_fail(db, err);
+	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
+	if (sqlite3_step(st) != SQLITE_ROW) {
+		r = privai_fail(err, PRIVAI_ENOTFOUND, "unknown token");
+	} else if (sqlite3_column_type(st, 5) != SQLITE_NULL) {
+		r = privai_fail(err, PRIVAI_ENOTFOUND, "token %lld was revoked", (long long)sqlite3_column_int64(st, 0));
+	} else if (sqlite3_column_type(st, 4) != SQLITE_NULL && sqlite3_column_int64(st, 4) <= now) {
+		r = privai_fail(err, PRIVAI_ENOTFOUND, "token %lld expired", (long long)sqlite3_column_int64(st, 0));
+	} else {
+		memset(ret, 0, sizeof(*ret));
+		ret->token_id = sqlite3_column_int64(st, 0);
+		ret->user_id = sqlite3_column_int64(st, 1);
+		snprintf(ret->name, sizeof(ret->name), "%s", (const char *)sqlite3_column_text(st, 2));
+		ret->role = role_parse((const char *)sqlite3_column_text(st, 3));
+		r = PRIVAI_OK;
+	}
+	sqlite3_finalize(st);
+	if (r == PRIVAI_OK) {
+		char q[96];
+		snprintf(q, sizeof(q), "UPDATE api_tokens SET last_used_at = %lld WHERE id = %lld", (long long)now,
+			 (long long)ret->token_id);
+		sqlite3_exec(db, q, NULL, NULL, NULL);
+	}
+	return r;
+}
+
+int
+auth_csrf_ok(const struct principal *p, const char *presented)
+{
+	size_t n = strlen(p->csrf);
+
+	return presented != NULL && n > 0 && strlen(presented) == n && sodium_memcmp(p->csrf, presented, n) == 0;
+}

@@ -1,0 +1,61 @@
+/*
+ * Who may do what: local users with Argon2id password hashes, login with
+ * rate limiting and lockout, browser sessions (cookie + CSRF token), and
+ * bearer API tokens (shown once, stored hashed, scoped, expiring,
+ * revocable).  Secrets are random from libsodium and only their SHA-256
+ * is stored, so a copy of the database logs nobody in.
+ */
+#ifndef PRIVAI_ADMIN_AUTH_H
+#define PRIVAI_ADMIN_AUTH_H
+
+#include <sqlite3.h>
+#include <stdint.h>
+
+enum role { ROLE_VIEWER = 1, ROLE_OPERATOR = 2, ROLE_ADMIN = 3 };
+
+const char *role_name(enum role r);
+/* 0 when the name is not a role. */
+enum role role_parse(const char *name);
+
+#define AUTH_MAX_FAILURES 5          /* failed logins before a lockout */
+#define AUTH_LOCKOUT_SECONDS 300
+#define AUTH_SESSION_SECONDS (12 * 3600)
+#define AUTH_SECRET_LEN 64           /* room for any token text + NUL */
+
+struct principal {
+	int64_t user_id;
+	char name[65];
+	enum role role;
+	int64_t token_id;                /* 0 for a session */
+	char csrf[AUTH_SECRET_LEN];      /* sessions only */
+};
+
+/* Create a user; PRIVAI_EINVAL names a bad name, role or short password,
+ * PRIVAI_EBUSY a name already taken. */
+int auth_user_create(sqlite3 *db, const char *name, const char *password, enum role role, int64_t now,
+		     int64_t *ret_id, char *err);
+int auth_user_set_password(sqlite3 *db, int64_t user_id, const char *password, char *err);
+
+/* Check name and password; on success a new session: the cookie value
+ * (returned once) and its CSRF token.  A wrong password counts towards a
+ * lockout; a locked account is refused even with the right password.
+ * PRIVAI_EINVAL (bad credentials, one message for unknown name and wrong
+ * password) or PRIVAI_EBUSY (locked, with the seconds left). */
+int auth_login(sqlite3 *db, const char *name, const char *password, const char *remote_addr, int64_t now,
+	       char *ret_cookie, struct principal *ret, char *err);
+/* The session behind a cookie value; PRIVAI_ENOTFOUND if none or expired. */
+int auth_session(sqlite3 *db, const char *cookie, int64_t now, struct principal *ret);
+int auth_logout(sqlite3 *db, const char *cookie);
+
+/* A new API token for user_id: the text (returned once) and its row id. */
+int auth_token_create(sqlite3 *db, int64_t user_id, const char *name, const char *scopes, int64_t expires_at,
+		      int64_t now, char *ret_token, int64_t *ret_id, char *err);
+int auth_token_revoke(sqlite3 *db, int64_t token_id, int64_t now, char *err);
+/* The user behind a bearer token; PRIVAI_ENOTFOUND if unknown, revoked or
+ * expired (then err says which, for the audit log). */
+int auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *ret, char *err);
+
+/* Constant-time comparison of a presented CSRF token with the session's. */
+int auth_csrf_ok(const struct principal *p, const char *presented);
+
+#endif

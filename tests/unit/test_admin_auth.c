@@ -1,0 +1,98 @@
+/*
+ * Users, logins, lockout, sessions with CSRF tokens, and API tokens on a
+ * real store: right and wrong passwords, the same answer for an unknown
+ * name, a lockout that holds even for the right password and lifts after
+ * its time, secrets stored only as hashes, revoked and expired tokens.
+ */
+#include <unistd.h>
+
+#include "testlib.h"
+#include "privai/status.h"
+#include "auth.h"
+#include "db.h"
+
+static long
+count(sqlite3 *db, const char *sql)
+{
+	sqlite3_stmt *st;
+	long n = -1;
+
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+		n = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return n;
+}
+
+int
+main(void)
+{
+	char dir[] = "/tmp/privai-admin-auth-XXXXXX", path[128], err[PRIVAI_ERR_LEN], err2[PRIVAI_ERR_LEN];
+	char cookie[AUTH_SECRET_LEN], token[AUTH_SECRET_LEN];
+	struct principal p, q;
+	sqlite3 *db;
+	int64_t uid, tid, now = 1800000000;
+
+	if (mkdtemp(dir) == NULL)
+		return test_summary();
+	snprintf(path, sizeof(path), "%s/admin.db", dir);
+	if (db_open(path, &db, err) < 0) {
+		CHECK(0, "%s", err);
+		return test_summary();
+	}
+	CHECK(auth_user_create(db, "alice", "correct horse battery", ROLE_OPERATOR, now, &uid, err) == 0, "create: %s", err);
+	CHECK(auth_user_create(db, "alice", "another password", ROLE_VIEWER, now, NULL, err) == PRIVAI_EBUSY &&
+	      strstr(err, "exists"), "a taken name: %s", err);
+	CHECK(auth_user_create(db, "bob", "short", ROLE_VIEWER, now, NULL, err) == PRIVAI_EINVAL && strstr(err, "10"),
+	      "a short password: %s", err);
+	CHECK(auth_user_create(db, "x'; DROP TABLE users; --", "long enough pw", ROLE_VIEWER, now, NULL, err) ==
+	      PRIVAI_EINVAL, "SQL in a name is refused as a name: %s", err);
+	CHECK(auth_user_create(db, "carol", "long enough pw", (enum role)7, now, NULL, err) == PRIVAI_EINVAL, "bad role");
+	CHECK(count(db, "SELECT count(*) FROM users WHERE password_hash LIKE '$argon2id$%'") == 1, "Argon2id hash stored");
+
+	/* login, session, CSRF, logout */
+	CHECK(auth_login(db, "alice", "correct horse battery", "127.0.0.1", now, cookie, &p, err) == 0, "login: %s", err);
+	CHECK(p.role == ROLE_OPERATOR && strcmp(p.name, "alice") == 0 && strlen(cookie) > 40, "principal");
+	char sql[256];
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM sessions WHERE token_hash = CAST('%s' AS BLOB) OR csrf_token = '%s'",
+		 cookie, cookie);
+	CHECK(count(db, sql) == 0 && count(db, "SELECT length(token_hash) FROM sessions") == 32,
+	      "the cookie itself is not stored, only its hash");
+	CHECK(auth_session(db, cookie, now + 60, &q) == 0 && q.user_id == uid && q.role == ROLE_OPERATOR, "session");
+	CHECK(auth_csrf_ok(&q, p.csrf) && !auth_csrf_ok(&q, "nope") && !auth_csrf_ok(&q, NULL), "CSRF check");
+	CHECK(auth_session(db, cookie, now + AUTH_SESSION_SECONDS + 1, &q) == PRIVAI_ENOTFOUND, "sessions expire");
+	CHECK(auth_session(db, "s_forged", now, &q) == PRIVAI_ENOTFOUND, "a forged cookie");
+	CHECK(auth_logout(db, cookie) == 0 && auth_session(db, cookie, now, &q) == PRIVAI_ENOTFOUND, "logout");
+
+	/* wrong password vs unknown user: one message */
+	CHECK(auth_login(db, "alice", "wrong password!", "127.0.0.1", now, cookie, &p, err) == PRIVAI_EINVAL,
+	      "wrong password");
+	CHECK(auth_login(db, "mallory", "wrong password!", "127.0.0.1", now, cookie, &p, err2) == PRIVAI_EINVAL &&
+	      strcmp(err, err2) == 0, "an unknown name gets the same answer: %s / %s", err, err2);
+	/* lockout after AUTH_MAX_FAILURES, holding for the right password */
+	for (int i = 1; i < AUTH_MAX_FAILURES; i++)
+		auth_login(db, "alice", "wrong password!", "127.0.0.1", now, cookie, &p, err);
+	CHECK(auth_login(db, "alice", "correct horse battery", "127.0.0.1", now + 1, cookie, &p, err) == PRIVAI_EBUSY &&
+	      strstr(err, "locked"), "locked after %d failures: %s", AUTH_MAX_FAILURES, err);
+	CHECK(auth_login(db, "alice", "correct horse battery", "127.0.0.1", now + AUTH_LOCKOUT_SECONDS + 1, cookie, &p,
+			 err) == 0, "the lockout lifts: %s", err);
+	CHECK(count(db, "SELECT failed_logins FROM users WHERE name = 'alice'") == 0, "a good login clears the count");
+
+	/* API tokens */
+	CHECK(auth_token_create(db, uid, "ci", "models:read", now + 3600, now, token, &tid, err) == 0, "token: %s", err);
+	CHECK(strncmp(token, "pat_", 4) == 0 && count(db, "SELECT count(*) FROM api_tokens WHERE length(token_hash) = 32") == 1,
+	      "token shown once, stored hashed");
+	CHECK(auth_token(db, token, now + 10, &q, err) == 0 && q.user_id == uid && q.token_id == tid, "token works");
+	CHECK(auth_token(db, token, now + 3600, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "expired"), "expired: %s", err);
+	CHECK(auth_token(db, "pat_forged", now, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "unknown"), "forged");
+	CHECK(auth_token_revoke(db, tid, now + 20, err) == 0, "revoke");
+	CHECK(auth_token(db, token, now + 30, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "revoked"), "revoked: %s", err);
+	CHECK(auth_token_revoke(db, tid, now + 40, err) == PRIVAI_ENOTFOUND, "revoking twice");
+	CHECK(auth_token_create(db, uid, "old", "", now - 1, now, token, &tid, err) == PRIVAI_EINVAL, "expiry in the past");
+	CHECK(auth_token_create(db, 999, "ghost", "", 0, now, token, &tid, err) == PRIVAI_ENOTFOUND, "no such user: %s", err);
+
+	db_close(db);
+	snprintf(sql, sizeof(sql), "rm -rf %s", dir);
+	if (system(sql) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+	return test_summary();
+}
