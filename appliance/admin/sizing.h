@@ -1,0 +1,59 @@
+/*
+ * How many GPUs a model needs: weights + KV cache for context x
+ * concurrency + runtime buffers must fit in each GPU's memory less a
+ * headroom, and the tensor-parallel size must divide the number of
+ * attention heads (and, beyond one node, use whole nodes).
+ */
+#ifndef PRIVAI_ADMIN_SIZING_H
+#define PRIVAI_ADMIN_SIZING_H
+
+#include <stdint.h>
+
+struct model_shape {
+	const char *name;
+	double weight_bytes;      /* all weights as stored */
+	int layers, heads, kv_heads, head_dim;
+	int kv_latent;            /* MLA models: cached values per token and layer
+				   * (kv_lora_rank + rope dims); 0 for MHA/GQA */
+	int max_context;
+};
+
+struct gpu_type {
+	const char *name;
+	double memory_bytes;
+};
+
+struct sizing_request {
+	struct model_shape model;
+	struct gpu_type gpu;
+	int context;              /* tokens per sequence; 0: the model's maximum */
+	int concurrency;          /* sequences held at once; 0: 1 */
+	int kv_bytes;             /* per cached value: 2 (f16/bf16), 1 (fp8) */
+	double headroom_bytes;    /* left free per GPU (driver, CUDA context, fragmentation) */
+	double runtime_bytes;     /* per GPU: activations and buffers of the engine */
+	int gpus_per_node;
+	int max_gpus;             /* give up beyond this */
+};
+
+struct sizing_result {
+	double kv_bytes_per_token;
+	double kv_bytes_total;
+	double per_gpu_usable;    /* memory - headroom - runtime */
+	double total_bytes;       /* weights + KV */
+	int gpus;                 /* 0: does not fit within max_gpus */
+	int nodes;
+	double per_gpu_used;      /* (weights + KV) / gpus + runtime */
+	char why[256];            /* one line: what decided the count */
+};
+
+/* Fill sensible defaults (6 GiB headroom, 2 GiB runtime, f16 KV, 8 GPUs a
+ * node, up to 1024 GPUs) into the fields left zero. */
+void sizing_defaults(struct sizing_request *r);
+
+/* 0, or -1 with res->why naming a bad input. */
+int sizing_compute(const struct sizing_request *r, struct sizing_result *res);
+
+/* A GPU type by name ("H100-80GB", "H200-141GB", "A100-80GB", "A100-40GB"). */
+const struct gpu_type *sizing_gpu(const char *name);
+
+#endif

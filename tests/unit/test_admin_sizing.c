@@ -1,0 +1,80 @@
+/*
+ * Sizing against the reference minimums in ../shared/MISSION.md (8 x
+ * H100-80GB servers, full context, one sequence, f16 KV cache, 6 GiB
+ * headroom and 2 GiB runtime per GPU), plus the rules on their own:
+ * head divisibility, whole nodes beyond one, bad input refused.
+ */
+#include "testlib.h"
+#include "sizing.h"
+
+static const struct model_shape reference[] = {
+	/* name, weight bytes, layers, heads, kv heads, head dim, MLA latent, max context */
+	{ "Llama-3.1-405B (BF16)", 405e9 * 2, 126, 128, 8, 128, 0, 131072 },
+	{ "DeepSeek-R1 (FP8)", 671e9, 61, 128, 128, 128, 576, 163840 },
+	{ "Kimi-K2 (FP8)", 1.04e12, 61, 64, 64, 128, 576, 131072 },
+	{ "Kimi-K2 (BF16)", 2.08e12, 61, 64, 64, 128, 576, 131072 },
+	{ "Mixtral-8x22B (BF16)", 141e9 * 2, 56, 48, 8, 128, 0, 65536 },
+	{ "Llama-4-Scout (BF16)", 109e9 * 2, 48, 40, 8, 128, 0, 10485760 },
+};
+
+static struct sizing_result
+size(const struct model_shape *m, const char *gpu, int context, int concurrency)
+{
+	struct sizing_request r = { .model = *m, .gpu = *sizing_gpu(gpu), .context = context, .concurrency = concurrency };
+	struct sizing_result res;
+
+	sizing_defaults(&r);
+	CHECK(sizing_compute(&r, &res) == 0, "%s: %s", m->name, res.why);
+	return res;
+}
+
+int
+main(void)
+{
+	static const struct {
+		int gpus, nodes;
+	} want[] = { { 16, 2 }, { 16, 2 }, { 16, 2 }, { 32, 4 }, { 4, 1 }, { 40, 5 } };
+
+	for (size_t i = 0; i < sizeof(reference) / sizeof(reference[0]); i++) {
+		struct sizing_result r = size(&reference[i], "H100-80GB", 0, 1);
+		CHECK(r.gpus == want[i].gpus && r.nodes == want[i].nodes, "%s: %d GPUs on %d nodes (want %d on %d): %s",
+		      reference[i].name, r.gpus, r.nodes, want[i].gpus, want[i].nodes, r.why);
+		CHECK(r.per_gpu_used <= 80.0 * 1073741824.0 - 6.0 * 1073741824.0, "%s fits with the headroom",
+		      reference[i].name);
+	}
+	/* the KV formula: 2 x layers x kv_heads x head_dim x bytes; MLA caches one latent a layer */
+	struct sizing_result r = size(&reference[0], "H100-80GB", 1, 1);
+	CHECK(r.kv_bytes_per_token == 2.0 * 126 * 8 * 128 * 2, "405B KV bytes per token %.0f", r.kv_bytes_per_token);
+	r = size(&reference[1], "H100-80GB", 1, 1);
+	CHECK(r.kv_bytes_per_token == 61.0 * 576 * 2, "R1 (MLA) KV bytes per token %.0f", r.kv_bytes_per_token);
+	/* Scout at 128k fits 4 GPUs (4 divides 40); concurrency scales the KV */
+	r = size(&reference[5], "H100-80GB", 131072, 1);
+	CHECK(r.gpus == 4 && r.nodes == 1, "Scout at 128k: %d GPUs (%s)", r.gpus, r.why);
+	struct sizing_result c8 = size(&reference[5], "H100-80GB", 131072, 8);
+	CHECK(c8.kv_bytes_total == 8 * r.kv_bytes_total && c8.gpus > r.gpus, "8 sequences need more: %d GPUs", c8.gpus);
+	/* within a node any divisor of the heads: Mixtral's 3.8 GPUs of memory -> 4; on H200 -> 3 (divides 48) */
+	r = size(&reference[4], "H200-141GB", 0, 1);
+	CHECK(r.gpus == 3 && r.nodes == 1, "Mixtral on H200: %d GPUs (%s)", r.gpus, r.why);
+
+	/* bad input */
+	struct sizing_request bad = { .model = { "x", 1e9, 0, 8, 8, 64, 0, 4096 }, .gpu = *sizing_gpu("H100-80GB") };
+	struct sizing_result br;
+	sizing_defaults(&bad);
+	CHECK(sizing_compute(&bad, &br) == -1 && strstr(br.why, "layers"), "no layers: %s", br.why);
+	bad.model.layers = 2;
+	bad.model.kv_heads = 16;
+	CHECK(sizing_compute(&bad, &br) == -1, "more KV heads than heads refused");
+	bad.model.kv_heads = 8;
+	bad.context = 8192;
+	CHECK(sizing_compute(&bad, &br) == -1 && strstr(br.why, "longer"), "context beyond the model: %s", br.why);
+	bad.context = 4096;
+	bad.headroom_bytes = 100.0 * 1073741824.0;
+	CHECK(sizing_compute(&bad, &br) == -1 && strstr(br.why, "no memory"), "headroom over the card: %s", br.why);
+	CHECK(sizing_gpu("RTX-9090") == NULL, "unknown GPU type");
+	/* a model too big for the limit */
+	struct sizing_request huge = { .model = { "huge", 1e15, 10, 7, 7, 64, 0, 4096 }, .gpu = *sizing_gpu("A100-40GB"),
+				       .max_gpus = 64 };
+	sizing_defaults(&huge);
+	CHECK(sizing_compute(&huge, &br) == 0 && br.gpus == 0 && strstr(br.why, "does not fit"), "too big: %s", br.why);
+	return test_summary();
+}
