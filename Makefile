@@ -68,7 +68,7 @@ $(ADMIN_LIB): $(ADMIN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h $(LIB) $(ADMIN_LIB)
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h tests/unit/dbtestlib.h $(LIB) $(ADMIN_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests/unit -Iappliance/admin $< $(ADMIN_LIB) $(LIB) -o $@ $(LDLIBS_ENG) $(LDLIBS_TEST)
 

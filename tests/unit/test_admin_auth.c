@@ -10,18 +10,7 @@
 #include "privai/status.h"
 #include "auth.h"
 #include "db.h"
-
-static long
-count(sqlite3 *db, const char *sql)
-{
-	sqlite3_stmt *st;
-	long n = -1;
-
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-		n = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	return n;
-}
+#include "dbtestlib.h"
 
 int
 main(void)
@@ -47,7 +36,7 @@ main(void)
 	CHECK(auth_user_create(db, "x'; DROP TABLE users; --", "long enough pw", ROLE_VIEWER, now, NULL, err) ==
 	      PRIVAI_EINVAL, "SQL in a name is refused as a name: %s", err);
 	CHECK(auth_user_create(db, "carol", "long enough pw", (enum role)7, now, NULL, err) == PRIVAI_EINVAL, "bad role");
-	CHECK(count(db, "SELECT count(*) FROM users WHERE password_hash LIKE '$argon2id$%'") == 1, "Argon2id hash stored");
+	CHECK(sql_count(db, "SELECT count(*) FROM users WHERE password_hash LIKE '$argon2id$%'") == 1, "Argon2id hash stored");
 
 	/* login, session, CSRF, logout */
 	CHECK(auth_login(db, "alice", "correct horse battery", "127.0.0.1", now, cookie, &p, err) == 0, "login: %s", err);
@@ -55,7 +44,7 @@ main(void)
 	char sql[256];
 	snprintf(sql, sizeof(sql), "SELECT count(*) FROM sessions WHERE token_hash = CAST('%s' AS BLOB) OR csrf_token = '%s'",
 		 cookie, cookie);
-	CHECK(count(db, sql) == 0 && count(db, "SELECT length(token_hash) FROM sessions") == 32,
+	CHECK(sql_count(db, sql) == 0 && sql_count(db, "SELECT length(token_hash) FROM sessions") == 32,
 	      "the cookie itself is not stored, only its hash");
 	CHECK(auth_session(db, cookie, now + 60, &q) == 0 && q.user_id == uid && q.role == ROLE_OPERATOR, "session");
 	CHECK(auth_csrf_ok(&q, p.csrf) && !auth_csrf_ok(&q, "nope") && !auth_csrf_ok(&q, NULL), "CSRF check");
@@ -75,11 +64,11 @@ main(void)
 	      strstr(err, "locked"), "locked after %d failures: %s", AUTH_MAX_FAILURES, err);
 	CHECK(auth_login(db, "alice", "correct horse battery", "127.0.0.1", now + AUTH_LOCKOUT_SECONDS + 1, cookie, &p,
 			 err) == 0, "the lockout lifts: %s", err);
-	CHECK(count(db, "SELECT failed_logins FROM users WHERE name = 'alice'") == 0, "a good login clears the count");
+	CHECK(sql_count(db, "SELECT failed_logins FROM users WHERE name = 'alice'") == 0, "a good login clears the count");
 
 	/* API tokens */
 	CHECK(auth_token_create(db, uid, "ci", "models:read", now + 3600, now, token, &tid, err) == 0, "token: %s", err);
-	CHECK(strncmp(token, "pat_", 4) == 0 && count(db, "SELECT count(*) FROM api_tokens WHERE length(token_hash) = 32") == 1,
+	CHECK(strncmp(token, "pat_", 4) == 0 && sql_count(db, "SELECT count(*) FROM api_tokens WHERE length(token_hash) = 32") == 1,
 	      "token shown once, stored hashed");
 	CHECK(auth_token(db, token, now + 10, &q, err) == 0 && q.user_id == uid && q.token_id == tid, "token works");
 	CHECK(auth_token(db, token, now + 3600, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "expired"), "expired: %s", err);

@@ -11,6 +11,7 @@
 #include "testlib.h"
 #include "privai/status.h"
 #include "db.h"
+#include "dbtestlib.h"
 
 static char dir[256];
 
@@ -23,18 +24,6 @@ tmp(const char *name)
 	k = (k + 1) % 4;
 	snprintf(buf[k], sizeof(buf[k]), "%s/%s", dir, name);
 	return buf[k];
-}
-
-static long
-count(sqlite3 *db, const char *sql)
-{
-	sqlite3_stmt *st;
-	long n = -1;
-
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-		n = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	return n;
 }
 
 static void
@@ -51,9 +40,9 @@ test_open_and_migrate(void)
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
 		char sql[128];
 		snprintf(sql, sizeof(sql), "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'", tables[i]);
-		CHECK(count(db, sql) == 1, "table %s exists", tables[i]);
+		CHECK(sql_count(db, sql) == 1, "table %s exists", tables[i]);
 	}
-	CHECK(count(db, "PRAGMA foreign_keys") == 1, "foreign keys on");
+	CHECK(sql_count(db, "PRAGMA foreign_keys") == 1, "foreign keys on");
 	sqlite3_stmt *st;
 	sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL);
 	CHECK(sqlite3_step(st) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0, "WAL mode");
@@ -65,7 +54,7 @@ test_open_and_migrate(void)
 	CHECK(db_exec(db, "INSERT INTO settings VALUES ('k', 'v')", err) == 0, "a write");
 	db_close(db);
 
-	CHECK(db_open(tmp("a.db"), &db, err) == 0 && count(db, "SELECT count(*) FROM settings") == 1,
+	CHECK(db_open(tmp("a.db"), &db, err) == 0 && sql_count(db, "SELECT count(*) FROM settings") == 1,
 	      "reopening keeps the data and migrates nothing twice");
 	/* a database from a newer privai-admin */
 	char sql[64];
@@ -89,7 +78,7 @@ test_backup_restore(void)
 	db_exec(db, "INSERT INTO settings VALUES ('mode', 'first')", err);
 	CHECK(db_backup(db, tmp("b.bak"), err) == 0, "backup: %s", err);
 	db_exec(db, "UPDATE settings SET value = 'second'; INSERT INTO settings VALUES ('x', 'y')", err);
-	CHECK(count(db, "SELECT count(*) FROM settings") == 2, "changed after the backup");
+	CHECK(sql_count(db, "SELECT count(*) FROM settings") == 2, "changed after the backup");
 
 	/* bad backups: garbage, a truncated copy, a non-privai database */
 	f = fopen(tmp("junk.bak"), "w");
@@ -103,11 +92,11 @@ test_backup_restore(void)
 	CHECK(db_restore(db, tmp("other.db"), err) < 0 && strstr(err, "schema version 0"),
 	      "a database that is not privai-admin's is refused: %s", err);
 	CHECK(db_restore(db, tmp("missing.bak"), err) < 0, "a missing file is refused: %s", err);
-	CHECK(count(db, "SELECT count(*) FROM settings") == 2, "refused restores changed nothing");
+	CHECK(sql_count(db, "SELECT count(*) FROM settings") == 2, "refused restores changed nothing");
 
 	CHECK(db_restore(db, tmp("b.bak"), err) == 0, "restore: %s", err);
-	CHECK(count(db, "SELECT count(*) FROM settings WHERE key = 'mode' AND value = 'first'") == 1 &&
-	      count(db, "SELECT count(*) FROM settings") == 1, "restore brings back the backed-up rows");
+	CHECK(sql_count(db, "SELECT count(*) FROM settings WHERE key = 'mode' AND value = 'first'") == 1 &&
+	      sql_count(db, "SELECT count(*) FROM settings") == 1, "restore brings back the backed-up rows");
 	CHECK(db_integrity_ok(db, err), "integrity after restore");
 	db_close(db);
 }
@@ -153,7 +142,7 @@ test_kill_mid_write(void)
 	waitpid(pid, NULL, 0);
 	CHECK(db_open(tmp("k.db"), &db, err) == 0, "reopen after SIGKILL: %s", err);
 	CHECK(db_integrity_ok(db, err), "integrity_check ok after SIGKILL: %s", err);
-	long have = count(db, "SELECT count(*) FROM audit_log"), max = count(db, "SELECT max(at) FROM audit_log");
+	long have = sql_count(db, "SELECT count(*) FROM audit_log"), max = sql_count(db, "SELECT max(at) FROM audit_log");
 	CHECK(last >= 200 && have >= last && max == have, "all %ld committed rows survived (found %ld)", last, have);
 	db_close(db);
 }
