@@ -25,6 +25,8 @@ ADMIN_SRC  = $(wildcard appliance/admin/*.c)
 ADMIN_SQL  = $(sort $(wildcard appliance/admin/schema/*.sql))
 ADMIN_OBJ  = $(ADMIN_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/admin_schema.o
 ADMIN_LIB  = $(BUILD)/libprivai-admin.a
+ADMIN_BIN  = $(BUILD)/privai-admin
+LDLIBS_ADMIN = -lsqlite3 -lcurl -lgnutls
 ENGINE_BIN = $(BUILD)/privai-engine
 BENCH_BIN  = $(BUILD)/privai-bench
 UNIT_SRC   = $(wildcard tests/unit/test_*.c)
@@ -35,7 +37,7 @@ DEPS_STAMP = .deps-installed
 .PHONY: all deps run test test-unit test-cli fuzz bench clean
 .DEFAULT_GOAL := all
 
-all: $(ENGINE_BIN) $(BENCH_BIN) $(UNIT_BIN)
+all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(UNIT_BIN)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): scripts/install-deps.sh
@@ -68,9 +70,16 @@ $(ADMIN_LIB): $(ADMIN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+$(ADMIN_BIN): $(BUILD)/appliance/admin/main/privai_admin.o $(ADMIN_LIB) $(LIB)
+	$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ENG) $(LDLIBS_ADMIN)
+
+# messages and paths are cut to their buffers on purpose (snprintf), so
+# GCC's guesses about truncation are noise here
+$(BUILD)/appliance/admin/%.o: CFLAGS_ALL += -Iappliance/admin -Wno-format-truncation
+
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h tests/unit/dbtestlib.h $(LIB) $(ADMIN_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/unit -Iappliance/admin $< $(ADMIN_LIB) $(LIB) -o $@ $(LDLIBS_ENG) $(LDLIBS_TEST)
+	$(CC) $(CFLAGS_ALL) -Itests/unit -Iappliance/admin $< $(ADMIN_LIB) $(LIB) -o $@ $(LDLIBS_ENG) $(LDLIBS_TEST) $(LDLIBS_ADMIN)
 
 # The embedded default: a small model with random weights and a tokenizer
 # the project builds itself, so `make run` needs no download and no fixtures.
@@ -108,4 +117,4 @@ clean:
 # dequantization feeds the float path a row at a time; -O3 vectorizes its loops
 $(BUILD)/engine/src/quant_dequant.o: OPT += -O3
 
--include $(ENGINE_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(ENGINE_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ADMIN_OBJ:.o=.d) $(BUILD)/appliance/admin/main/privai_admin.d

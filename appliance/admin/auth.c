@@ -35,6 +35,31 @@ role_parse(const char *name)
 	return 0;
 }
 
+enum role
+scope_role(const char *scopes)
+{
+	enum role best = 0;
+	const char *p = scopes;
+
+	if (p == NULL)
+		return 0;
+	while (*p != '\0') {
+		size_t n = strcspn(p, " ");
+		enum role r = n == 4 && strncmp(p, "read", 4) == 0    ? ROLE_VIEWER
+			      : n == 5 && strncmp(p, "write", 5) == 0 ? ROLE_OPERATOR
+			      : n == 5 && strncmp(p, "admin", 5) == 0 ? ROLE_ADMIN
+			      : (enum role)-1;
+		if (r == (enum role)-1)
+			return 0;
+		if (r > best)
+			best = r;
+		p += n;
+		while (*p == ' ')
+			p++;
+	}
+	return best;
+}
+
 static int
 sql_fail(sqlite3 *db, char *err)
 {
@@ -307,6 +332,8 @@ auth_token_create(sqlite3 *db, int64_t user_id, const char *name, const char *sc
 		return privai_fail(err, PRIVAI_EINVAL, "a token name is 1-64 letters, digits, '.', '_', '-' or '@'");
 	if (expires_at != 0 && expires_at <= now)
 		return privai_fail(err, PRIVAI_EINVAL, "the expiry is in the past");
+	if (scope_role(scopes) == 0)
+		return privai_fail(err, PRIVAI_EINVAL, "scopes are one or more of read, write, admin (space separated)");
 	new_secret("pat_", ret_token);
 	secret_hash(ret_token, h);
 	if (sqlite3_prepare_v2(db, "INSERT INTO api_tokens (name, token_hash, user_id, scopes, created_at, expires_at) "
@@ -315,7 +342,7 @@ auth_token_create(sqlite3 *db, int64_t user_id, const char *name, const char *sc
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_blob(st, 2, h, sizeof(h), SQLITE_TRANSIENT);
 	sqlite3_bind_int64(st, 3, user_id);
-	sqlite3_bind_text(st, 4, scopes ? scopes : "", -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 4, scopes, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(st, 5, now);
 	if (expires_at != 0)
 		sqlite3_bind_int64(st, 6, expires_at);
@@ -360,7 +387,7 @@ auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *ret, c
 	if (token == NULL || strlen(token) >= AUTH_SECRET_LEN)
 		return privai_fail(err, PRIVAI_ENOTFOUND, "unknown token");
 	secret_hash(token, h);
-	if (sqlite3_prepare_v2(db, "SELECT t.id, u.id, u.name, u.role, t.expires_at, t.revoked_at FROM api_tokens t "
+	if (sqlite3_prepare_v2(db, "SELECT t.id, u.id, u.name, u.role, t.expires_at, t.revoked_at, t.scopes FROM api_tokens t "
 				   "JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?", -1, &st, NULL) != SQLITE_OK)
 		return sql_fail(db, err);
 	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
@@ -376,9 +403,14 @@ auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *ret, c
 		ret->user_id = sqlite3_column_int64(st, 1);
 		snprintf(ret->name, sizeof(ret->name), "%s", (const char *)sqlite3_column_text(st, 2));
 		ret->role = role_parse((const char *)sqlite3_column_text(st, 3));
+		enum role cap = scope_role((const char *)sqlite3_column_text(st, 6));
+		if (cap < ret->role) /* a token never does more than its scopes say */
+			ret->role = cap;
 		r = PRIVAI_OK;
 	}
 	sqlite3_finalize(st);
+	if (r == PRIVAI_OK && ret->role == 0)
+		r = privai_fail(err, PRIVAI_ENOTFOUND, "token %lld has no valid scope", (long long)ret->token_id);
 	if (r == PRIVAI_OK) {
 		char q[96];
 		snprintf(q, sizeof(q), "UPDATE api_tokens SET last_used_at = %lld WHERE id = %lld", (long long)now,

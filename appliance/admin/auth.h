@@ -47,6 +47,10 @@ int auth_login(sqlite3 *db, const char *name, const char *password, const char *
 int auth_session(sqlite3 *db, const char *cookie, int64_t now, struct principal *ret);
 int auth_logout(sqlite3 *db, const char *cookie);
 
+/* The highest role a token's scopes allow: "read" viewer, "write"
+ * operator, "admin" admin; 0 when empty or any word is not a scope. */
+enum role scope_role(const char *scopes);
+
 /* A new API token for user_id: the text (returned once) and its row id. */
 int auth_token_create(sqlite3 *db, int64_t user_id, const char *name, const char *scopes, int64_t expires_at,
 		      int64_t now, char *ret_token, int64_t *ret_id, char *err);

@@ -192,3 +192,22 @@ db_restore(sqlite3 *db, const char *path, char *err)
 		r = migrate(db, path, err);
 	return r;
 }
+
+int
+db_begin(sqlite3 *db)
+{
+	return sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
+
+int
+db_commit(sqlite3 *db)
+{
+	return sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
+
+void
+db_rollback(sqlite3 *db)
+{
+	if (!sqlite3_get_autocommit(db))
+		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+}

@@ -33,6 +33,13 @@ int db_backup(sqlite3 *db, const char *path, char *err);
  * binary.  On any error the live database is unchanged. */
 int db_restore(sqlite3 *db, const char *path, char *err);
 
+/* Transactions for changes that take more than one statement:
+ * BEGIN IMMEDIATE (the write lock at once, so no upgrade deadlock),
+ * COMMIT, ROLLBACK.  0 or -1 (sqlite3_errmsg says why). */
+int db_begin(sqlite3 *db);
+int db_commit(sqlite3 *db);
+void db_rollback(sqlite3 *db);
+
 /* Run sql (no results) or fail with sqlite's message. */
 int db_exec(sqlite3 *db, const char *sql, char *err);
 

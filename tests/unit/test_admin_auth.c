@@ -20,6 +20,7 @@ main(void)
 	struct principal p, q;
 	sqlite3 *db;
 	int64_t uid, tid, now = 1800000000;
+	char token2[AUTH_SECRET_LEN];
 
 	if (mkdtemp(dir) == NULL)
 		return test_summary();
@@ -67,17 +68,25 @@ main(void)
 	CHECK(sql_count(db, "SELECT failed_logins FROM users WHERE name = 'alice'") == 0, "a good login clears the count");
 
 	/* API tokens */
-	CHECK(auth_token_create(db, uid, "ci", "models:read", now + 3600, now, token, &tid, err) == 0, "token: %s", err);
+	CHECK(auth_token_create(db, uid, "ci", "write", now + 3600, now, token, &tid, err) == 0, "token: %s", err);
 	CHECK(strncmp(token, "pat_", 4) == 0 && sql_count(db, "SELECT count(*) FROM api_tokens WHERE length(token_hash) = 32") == 1,
 	      "token shown once, stored hashed");
 	CHECK(auth_token(db, token, now + 10, &q, err) == 0 && q.user_id == uid && q.token_id == tid, "token works");
+	CHECK(q.role == ROLE_OPERATOR, "an operator's write-scoped token acts as operator (role %d)", q.role);
+	CHECK(auth_token_create(db, uid, "ro", "read", 0, now, token2, NULL, err) == 0 &&
+	      auth_token(db, token2, now, &q, err) == 0 && q.role == ROLE_VIEWER, "a read-scoped token is capped at viewer");
 	CHECK(auth_token(db, token, now + 3600, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "expired"), "expired: %s", err);
 	CHECK(auth_token(db, "pat_forged", now, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "unknown"), "forged");
 	CHECK(auth_token_revoke(db, tid, now + 20, err) == 0, "revoke");
 	CHECK(auth_token(db, token, now + 30, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "revoked"), "revoked: %s", err);
 	CHECK(auth_token_revoke(db, tid, now + 40, err) == PRIVAI_ENOTFOUND, "revoking twice");
-	CHECK(auth_token_create(db, uid, "old", "", now - 1, now, token, &tid, err) == PRIVAI_EINVAL, "expiry in the past");
-	CHECK(auth_token_create(db, 999, "ghost", "", 0, now, token, &tid, err) == PRIVAI_ENOTFOUND, "no such user: %s", err);
+	CHECK(auth_token_create(db, uid, "badscope", "models:read", 0, now, token, &tid, err) == PRIVAI_EINVAL,
+	      "unknown scope refused: %s", err);
+	CHECK(auth_token_create(db, uid, "noscope", "", 0, now, token, &tid, err) == PRIVAI_EINVAL, "empty scopes refused");
+	CHECK(scope_role("read  admin") == ROLE_ADMIN && scope_role("read") == ROLE_VIEWER && scope_role("read x") == 0,
+	      "scope words");
+	CHECK(auth_token_create(db, uid, "old", "read", now - 1, now, token, &tid, err) == PRIVAI_EINVAL, "expiry in the past");
+	CHECK(auth_token_create(db, 999, "ghost", "read", 0, now, token, &tid, err) == PRIVAI_ENOTFOUND, "no such user: %s", err);
 
 	db_close(db);
 	snprintf(sql, sizeof(sql), "rm -rf %s", dir);

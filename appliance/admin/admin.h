@@ -1,0 +1,58 @@
+/*
+ * The privai-admin daemon's shared state: configuration, the store and
+ * its mutex, the HTTP daemon, the deployment supervisor, counters for
+ * /metrics.
+ */
+#ifndef PRIVAI_ADMIN_ADMIN_H
+#define PRIVAI_ADMIN_ADMIN_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "ratelimit.h"
+
+#define ADMIN_MAX_MODEL_ROOTS 8
+
+struct admin_config {
+	const char *state_dir;       /* database, model files, deployment logs */
+	const char *host;            /* IPv4 address to listen on */
+	int port;
+	int dev;                     /* plain HTTP allowed (loopback only) */
+	const char *tls_cert, *tls_key; /* PEM files; NULL in dev mode */
+	const char *engine_bin;      /* privai-engine used for deployments */
+	const char *model_roots[ADMIN_MAX_MODEL_ROOTS]; /* directories models may be registered from */
+	int n_model_roots;
+	int64_t max_upload_bytes;
+	int login_per_minute;        /* login attempts per client address */
+	int engine_port_lo, engine_port_hi; /* loopback ports for engines */
+};
+
+struct supervisor;
+struct fetch;
+struct MHD_Daemon;
+
+struct admin {
+	struct admin_config cfg;
+	sqlite3 *db;
+	pthread_mutex_t db_mu;
+	char db_path[4096 + 16];
+	char models_dir[4096 + 16];  /* where uploads and downloads land */
+	struct MHD_Daemon *daemon;
+	char *tls_cert_pem, *tls_key_pem;
+	int port;
+	int tls;
+	struct ratelimit login_limit;
+	struct supervisor *sup;
+	pthread_mutex_t fetch_mu;
+	struct fetch *fetches;       /* model downloads (model_fetch.c) */
+	int64_t started_at;
+	atomic_long http_requests[6]; /* by status class: 1xx..5xx, index 0 unused */
+	atomic_long logins_ok, logins_failed;
+};
+
+/* Now, in Unix seconds (UTC). */
+int64_t admin_now(void);
+
+#endif

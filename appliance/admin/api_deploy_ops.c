@@ -1,0 +1,305 @@
+/*
+ * What an operator does with a running deployment: its API keys, its
+ * engine log, its metrics, and requests to its OpenAI endpoint through
+ * privai-admin (the engines listen on loopback only; the console's chat
+ * panel and the dashboard's charts come this way).
+ */
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "privai/status.h"
+#include "admin.h"
+#include "deployments.h"
+#include "httpd.h"
+#include "server/strbuf.h"
+#include "supervisor.h"
+
+#define PROXY_MAX_REPLY (16 << 20)
+
+int
+deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int64_t now, char *ret_key,
+		  int64_t *ret_id, char *err)
+{
+	unsigned char raw[32], h[crypto_hash_sha256_BYTES];
+	char hex[65];
+	sqlite3_stmt *st;
+
+	if (sodium_init() < 0)
+		return privai_fail(err, PRIVAI_EIO, "libsodium failed to initialise");
+	randombytes_buf(raw, sizeof(raw));
+	memcpy(ret_key, "sk-", 3);
+	sodium_bin2base64(ret_key + 3, DEPLOY_KEY_LEN - 3, raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	crypto_hash_sha256(h, (const unsigned char *)ret_key, strlen(ret_key));
+	sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
+	if (sqlite3_prepare_v2(db, "INSERT INTO deployment_keys (deployment_id, name, key_sha256, created_at) "
+				   "VALUES (?, ?, ?, ?)", -1, &st, NULL) != SQLITE_OK)
+		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+	sqlite3_bind_int64(st, 1, deployment_id);
+	sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 3, hex, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 4, now);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return privai_fail(err, rc == SQLITE_CONSTRAINT ? PRIVAI_ENOTFOUND : PRIVAI_EIO, "database: %s",
+				   sqlite3_errmsg(db));
+	*ret_id = sqlite3_last_insert_rowid(db);
+	return PRIVAI_OK;
+}
+
+static int
+deployment_exists(struct req *r, int64_t id)
+{
+	sqlite3_stmt *st;
+	int found = 0;
+
+	if (sqlite3_prepare_v2(r->a->db, "SELECT 1 FROM deployments WHERE id = ?", -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, id);
+		found = sqlite3_step(st) == SQLITE_ROW;
+		sqlite3_finalize(st);
+	}
+	if (!found)
+		reply_error(r, 404, "not_found", NULL, "no deployment %lld", (long long)id);
+	return found;
+}
+
+static void
+h_keys(struct req *r)
+{
+	int64_t id = arg_id(r, 0, "deployment");
+
+	if (id > 0 && deployment_exists(r, id))
+		reply_query(r, 200, "SELECT id, name, created_at, revoked_at FROM deployment_keys "
+				    "WHERE deployment_id = ?1 ORDER BY id", 1, &id, NULL);
+}
+
+static void
+h_key_create(struct req *r)
+{
+	static const char *const known[] = { "name", NULL };
+	char key[DEPLOY_KEY_LEN], err[PRIVAI_ERR_LEN], target[80];
+	int64_t id = arg_id(r, 0, "deployment"), key_id;
+	const char *name;
+	cJSON *j;
+
+	if (id < 0 || !deployment_exists(r, id) || (j = body_object(r)) == NULL)
+		return;
+	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 64, NULL)) == NULL) {
+		cJSON_Delete(j);
+		return;
+	}
+	if (deploy_key_create(r->a->db, id, name, r->now, key, &key_id, err) != PRIVAI_OK) {
+		cJSON_Delete(j);
+		reply_error(r, 500, "internal", NULL, "%s", err);
+		return;
+	}
+	if (supervisor_keys_changed(r->a->sup, id) != 0) {
+		char sql[64];
+		snprintf(sql, sizeof(sql), "DELETE FROM deployment_keys WHERE id = %lld", (long long)key_id);
+		sqlite3_exec(r->a->db, sql, NULL, NULL, NULL);
+		cJSON_Delete(j);
+		reply_error(r, 500, "internal", NULL, "could not rewrite the engine's key file");
+		return;
+	}
+	snprintf(target, sizeof(target), "deployment/%lld/key/%lld", (long long)id, (long long)key_id);
+	cJSON *d = cJSON_CreateObject();
+	cJSON_AddStringToObject(d, "name", name);
+	req_audit(r, "deployment.key_create", target, "ok", d);
+	cJSON *root = cJSON_CreateObject();
+	cJSON_AddNumberToObject(root, "id", (double)key_id);
+	cJSON_AddStringToObject(root, "name", name);
+	cJSON_AddStringToObject(root, "api_key", key);
+	reply_json(r, 201, root);
+	sodium_memzero(key, sizeof(key));
+	cJSON_Delete(j);
+}
+
+static void
+h_key_revoke(struct req *r)
+{
+	char target[80];
+	sqlite3_stmt *st;
+	int64_t id = arg_id(r, 0, "deployment"), key_id;
+
+	if (id < 0 || (key_id = arg_id(r, 1, "key")) < 0)
+		return;
+	if (sqlite3_prepare_v2(r->a->db, "UPDATE deployment_keys SET revoked_at = ?1 WHERE id = ?2 AND "
+					 "deployment_id = ?3 AND revoked_at IS NULL", -1, &st, NULL) != SQLITE_OK) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return;
+	}
+	sqlite3_bind_int64(st, 1, r->now);
+	sqlite3_bind_int64(st, 2, key_id);
+	sqlite3_bind_int64(st, 3, id);
+	sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (sqlite3_changes(r->a->db) == 0) {
+		reply_error(r, 404, "not_found", NULL, "no active key %lld on deployment %lld", (long long)key_id,
+			    (long long)id);
+		return;
+	}
+	if (supervisor_keys_changed(r->a->sup, id) != 0) {
+		reply_error(r, 500, "internal", NULL, "the key is revoked in the store but the engine's key file "
+			    "could not be rewritten; it is rewritten when the engine restarts");
+		return;
+	}
+	snprintf(target, sizeof(target), "deployment/%lld/key/%lld", (long long)id, (long long)key_id);
+	req_audit(r, "deployment.key_revoke", target, "ok", NULL);
+	reply_empty(r, 204);
+}
+
+static void
+h_logs(struct req *r)
+{
+	const char *q = query_arg(r, "lines");
+	char dir[4096], path[4200], *end;
+	long lines = q != NULL ? strtol(q, &end, 10) : 200;
+	int64_t id = arg_id(r, 0, "deployment");
+
+	if (id < 0 || !deployment_exists(r, id))
+		return;
+	if (q != NULL && (*end != '\0' || lines < 1 || lines > 10000)) {
+		reply_error(r, 422, "invalid_field", "lines", "lines must be an integer in 1..10000");
+		return;
+	}
+	deployment_dir(r->a, id, dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/engine.log", dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		reply_text(r, 200, "text/plain; charset=utf-8", strdup(""));
+		return;
+	}
+	/* read at most 1 MiB from the end, then keep the last `lines` lines */
+	off_t size = lseek(fd, 0, SEEK_END), from = size > (1 << 20) ? size - (1 << 20) : 0;
+	char *buf = malloc((size_t)(size - from) + 1);
+	ssize_t n = buf != NULL ? pread(fd, buf, (size_t)(size - from), from) : -1;
+	close(fd);
+	if (n < 0) {
+		free(buf);
+		reply_error(r, 500, "internal", NULL, "cannot read the engine log");
+		return;
+	}
+	buf[n] = '\0';
+	char *p = buf + n;
+	long seen = 0;
+	if (p > buf && p[-1] == '\n')
+		p--;
+	while (p > buf && seen < lines)
+		if (*--p == '\n' && ++seen == lines)
+			p++;
+	char *out = strdup(p);
+	free(buf);
+	reply_text(r, 200, "text/plain; charset=utf-8", out);
+}
+
+static size_t
+collect(char *data, size_t size, size_t n, void *arg)
+{
+	struct strbuf *b = arg;
+
+	if (b->len + size * n > PROXY_MAX_REPLY)
+		return 0;
+	strbuf_append(b, data, size * n);
+	return strbuf_failed(b) ? 0 : size * n;
+}
+
+/* Forward the request to the engine with the admin's own key. */
+static void
+proxy(struct req *r, const char *engine_path, int post)
+{
+	char url[128], key[80], auth[128];
+	int64_t id = arg_id(r, 0, "deployment");
+	int port;
+
+	if (id < 0)
+		return;
+	if (supervisor_endpoint(r->a->sup, id, &port, key, sizeof(key)) != 0) {
+		reply_error(r, 409, "not_ready", NULL, "deployment %lld is not ready (see its state and reason)",
+			    (long long)id);
+		return;
+	}
+	if (post && strstr(r->body, "\"stream\"") != NULL) {
+		cJSON *j = cJSON_ParseWithLength(r->body, r->len);
+		int streaming = cJSON_IsTrue(cJSON_GetObjectItem(j, "stream"));
+		cJSON_Delete(j);
+		if (streaming) {
+			reply_error(r, 422, "invalid_field", "stream", "the admin proxy returns whole responses; stream "
+				    "from the deployment's endpoint with one of its API keys");
+			return;
+		}
+	}
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, engine_path);
+	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", key);
+	struct strbuf out;
+	struct curl_slist *h = curl_slist_append(NULL, auth);
+	h = curl_slist_append(h, "Content-Type: application/json");
+	CURL *c = curl_easy_init();
+	long code = 0;
+	char *ctype = NULL;
+	strbuf_init(&out);
+	if (c == NULL || h == NULL) {
+		curl_slist_free_all(h);
+		curl_easy_cleanup(c);
+		reply_error(r, 500, "internal", NULL, "out of memory");
+		return;
+	}
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 600L);
+	if (post) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, r->body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)r->len);
+	}
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
+	CURLcode rc = curl_easy_perform(c);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ctype);
+	char ct[96];
+	snprintf(ct, sizeof(ct), "%s", ctype != NULL ? ctype : "application/json");
+	curl_easy_cleanup(c);
+	curl_slist_free_all(h);
+	if (rc != CURLE_OK || code < 100) {
+		strbuf_free(&out);
+		reply_error(r, 502, "bad_gateway", NULL, "deployment %lld's engine did not answer: %s", (long long)id,
+			    curl_easy_strerror(rc));
+		return;
+	}
+	char *text = strbuf_take(&out);
+	reply_text(r, (unsigned)code, ct, text != NULL ? text : strdup(""));
+}
+
+static void
+h_chat(struct req *r)
+{
+	proxy(r, "/v1/chat/completions", 1);
+}
+
+static void
+h_completions(struct req *r)
+{
+	proxy(r, "/v1/completions", 1);
+}
+
+static void
+h_metrics(struct req *r)
+{
+	proxy(r, "/metrics", 0);
+}
+
+const struct route api_deploy_ops_routes[] = {
+	{ "GET", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_keys, NULL },
+	{ "POST", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_key_create, NULL },
+	{ "DELETE", "/api/v1/deployments/{id}/keys/{key}", ROLE_OPERATOR, 0, h_key_revoke, NULL },
+	{ "GET", "/api/v1/deployments/{id}/logs", ROLE_OPERATOR, 0, h_logs, NULL },
+	{ "GET", "/api/v1/deployments/{id}/metrics", ROLE_VIEWER, ROUTE_UNLOCKED, h_metrics, NULL },
+	{ "POST", "/api/v1/deployments/{id}/v1/chat/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_chat, NULL },
+	{ "POST", "/api/v1/deployments/{id}/v1/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_completions, NULL },
+	{ NULL, NULL, 0, 0, NULL, NULL },
+};

@@ -1,0 +1,380 @@
+/*
+ * /api/v1/deployments: a model served by privai-engine with a placement
+ * and serving options.  Rows say what should run; the supervisor makes it
+ * so and writes back the state (pending, loading, ready, failed with the
+ * reason, stopping, stopped).  Creating one also creates its first API
+ * key, shown once.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "privai/status.h"
+#include "admin.h"
+#include "db.h"
+#include "deployments.h"
+#include "httpd.h"
+#include "models.h"
+#include "rows.h"
+#include "supervisor.h"
+
+#define DEPLOY_FIELDS                                                                                        \
+	"SELECT d.id, d.name, d.model_id, m.name AS model, d.placement, d.options, d.port, d.desired, "     \
+	"d.state, d.reason, d.pid, d.restarts, d.started_at, d.created_at, d.updated_at, "                  \
+	"'http://127.0.0.1:' || d.port || '/v1' AS endpoint FROM deployments d JOIN models m ON m.id = d.model_id"
+
+static const char *const chat_templates[] = { "llama2", "llama3", "mistral", "chatml", "phi3", "gemma",
+					      "deepseek", "deepseek3", NULL };
+
+static void
+h_list(struct req *r)
+{
+	reply_query(r, 200, DEPLOY_FIELDS " ORDER BY d.id", 0, NULL, NULL);
+}
+
+static void
+h_get(struct req *r)
+{
+	int64_t id = arg_id(r, 0, "deployment");
+
+	if (id > 0)
+		reply_query(r, 200, DEPLOY_FIELDS " WHERE d.id = ?1", 1, &id, "deployment");
+}
+
+/* placement: {"kind": "cpu", "threads": N}; GPU placements are refused
+ * until the engine has a CUDA backend. */
+static char *
+placement_field(struct req *r, const cJSON *j)
+{
+	static const char *const known[] = { "kind", "threads", "gpus", "node", "tensor_parallel", NULL };
+	const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "placement");
+	const char *kind;
+	int64_t threads;
+
+	if (p == NULL)
+		return strdup("{\"kind\":\"cpu\",\"threads\":0}");
+	if (!cJSON_IsObject(p)) {
+		reply_error(r, 422, "invalid_field", "placement", "placement must be an object");
+		return NULL;
+	}
+	if (fields_known(r, p, known) < 0 || (kind = field_str(r, p, "kind", 1, 8, NULL)) == NULL)
+		return NULL;
+	if (strcmp(kind, "gpu") == 0) {
+		reply_error(r, 422, "unsupported", "placement.kind", "GPU placements need the engine's CUDA backend, "
+			    "which this build does not have yet; use kind cpu");
+		return NULL;
+	}
+	if (strcmp(kind, "cpu") != 0) {
+		reply_error(r, 422, "invalid_field", "placement.kind", "placement.kind must be cpu or gpu");
+		return NULL;
+	}
+	if (field_int(r, p, "threads", 0, 0, 1024, 0, &threads) < 0)
+		return NULL;
+	if (threads > sysconf(_SC_NPROCESSORS_ONLN)) {
+		reply_error(r, 422, "invalid_field", "placement.threads", "this node has %ld CPUs, not %lld",
+			    sysconf(_SC_NPROCESSORS_ONLN), (long long)threads);
+		return NULL;
+	}
+	char buf[64];
+	snprintf(buf, sizeof(buf), "{\"kind\":\"cpu\",\"threads\":%lld}", (long long)threads);
+	return strdup(buf);
+}
+
+static char *
+options_field(struct req *r, const cJSON *j)
+{
+	static const char *const known[] = { "ctx", "parallel", "batch", "kv_cache_mib", "chat_template", NULL };
+	const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "options");
+	int64_t ctx, parallel, batch, kv;
+	const char *tmpl;
+
+	if (o == NULL)
+		return strdup("{}");
+	if (!cJSON_IsObject(o)) {
+		reply_error(r, 422, "invalid_field", "options", "options must be an object");
+		return NULL;
+	}
+	if (fields_known(r, o, known) < 0 || field_int(r, o, "ctx", 0, 16, 1 << 20, 0, &ctx) < 0 ||
+	    field_int(r, o, "parallel", 0, 1, 256, 0, &parallel) < 0 ||
+	    field_int(r, o, "batch", 0, 1, 8192, 0, &batch) < 0 ||
+	    field_int(r, o, "kv_cache_mib", 0, 1, 1 << 20, 0, &kv) < 0 ||
+	    (tmpl = field_str(r, o, "chat_template", 0, 16, NULL), r->status))
+		return NULL;
+	int known_tmpl = tmpl == NULL;
+	for (int i = 0; chat_templates[i] != NULL && !known_tmpl; i++)
+		known_tmpl = strcmp(tmpl, chat_templates[i]) == 0;
+	if (!known_tmpl) {
+		reply_error(r, 422, "invalid_field", "options.chat_template", "chat_template must be one of llama2, "
+			    "llama3, mistral, chatml, phi3, gemma, deepseek, deepseek3");
+		return NULL;
+	}
+	cJSON *out = cJSON_CreateObject();
+	if (ctx)
+		cJSON_AddNumberToObject(out, "ctx", (double)ctx);
+	if (parallel)
+		cJSON_AddNumberToObject(out, "parallel", (double)parallel);
+	if (batch)
+		cJSON_AddNumberToObject(out, "batch", (double)batch);
+	if (kv)
+		cJSON_AddNumberToObject(out, "kv_cache_mib", (double)kv);
+	if (tmpl != NULL)
+		cJSON_AddStringToObject(out, "chat_template", tmpl);
+	char *s = cJSON_PrintUnformatted(out);
+	cJSON_Delete(out);
+	return s;
+}
+
+static int
+port_free(int port)
+{
+	struct sockaddr_in sa;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+
+	if (fd < 0)
+		return 0;
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+int
+deployment_pick_port(struct admin *a)
+{
+	sqlite3_stmt *st;
+
+	if (sqlite3_prepare_v2(a->db, "SELECT 1 FROM deployments WHERE port = ?", -1, &st, NULL) != SQLITE_OK)
+		return -1;
+	for (int port = a->cfg.engine_port_lo; port <= a->cfg.engine_port_hi; port++) {
+		sqlite3_reset(st);
+		sqlite3_bind_int(st, 1, port);
+		if (sqlite3_step(st) != SQLITE_ROW && port_free(port)) {
+			sqlite3_finalize(st);
+			return port;
+		}
+	}
+	sqlite3_finalize(st);
+	return -1;
+}
+
+/* A model by id (number) or name; its id, or -1 after a 422. */
+static int64_t
+model_field(struct req *r, const cJSON *j)
+{
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model");
+	sqlite3_stmt *st;
+	int64_t id = -1;
+
+	if (!cJSON_IsString(m) && !cJSON_IsNumber(m)) {
+		reply_error(r, 422, "missing_field", "model", "model (a model's id or name) is required");
+		return -1;
+	}
+	if (sqlite3_prepare_v2(r->a->db, "SELECT id FROM models WHERE id = ?1 OR name = ?2", -1, &st, NULL) != SQLITE_OK) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return -1;
+	}
+	if (cJSON_IsNumber(m))
+		sqlite3_bind_int64(st, 1, (int64_t)m->valuedouble);
+	else
+		sqlite3_bind_text(st, 2, m->valuestring, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		id = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	if (id < 0)
+		reply_error(r, 422, "invalid_field", "model", "no such model");
+	return id;
+}
+
+static void
+h_create(struct req *r)
+{
+	static const char *const known[] = { "name", "model", "placement", "options", NULL };
+	char *placement = NULL, *options = NULL, key[DEPLOY_KEY_LEN], err[PRIVAI_ERR_LEN];
+	const char *name;
+	int64_t model_id, id;
+	sqlite3_stmt *st;
+	cJSON *j;
+
+	if ((j = body_object(r)) == NULL)
+		return;
+	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 64, NULL)) == NULL)
+		goto out;
+	if (!model_name_ok(name)) {
+		reply_error(r, 422, "invalid_field", "name", "a deployment name is 1-64 letters, digits, '.', '_', ':' "
+			    "or '-', not starting with '.' or '-'");
+		goto out;
+	}
+	if ((model_id = model_field(r, j)) < 0 || (placement = placement_field(r, j)) == NULL ||
+	    (options = options_field(r, j)) == NULL)
+		goto out;
+	if (db_begin(r->a->db) != 0) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		goto out;
+	}
+	int port = deployment_pick_port(r->a);
+	if (port < 0) {
+		db_rollback(r->a->db);
+		reply_error(r, 409, "no_port", NULL, "every engine port %d-%d is taken", r->a->cfg.engine_port_lo,
+			    r->a->cfg.engine_port_hi);
+		goto out;
+	}
+	int rc = SQLITE_ERROR;
+	if (sqlite3_prepare_v2(r->a->db, "INSERT INTO deployments (name, model_id, placement, options, port, state, "
+					 "desired, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', "
+					 "'running', ?6, ?6)", -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int64(st, 2, model_id);
+		sqlite3_bind_text(st, 3, placement, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(st, 4, options, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int(st, 5, port);
+		sqlite3_bind_int64(st, 6, r->now);
+		rc = sqlite3_step(st);
+		sqlite3_finalize(st);
+	}
+	if (rc != SQLITE_DONE) {
+		db_rollback(r->a->db);
+		if (rc == SQLITE_CONSTRAINT)
+			reply_error(r, 409, "conflict", "name", "a deployment named '%s' exists", name);
+		else
+			reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		goto out;
+	}
+	id = sqlite3_last_insert_rowid(r->a->db);
+	int64_t key_id;
+	if (deploy_key_create(r->a->db, id, "default", r->now, key, &key_id, err) != PRIVAI_OK ||
+	    db_commit(r->a->db) != 0) {
+		db_rollback(r->a->db);
+		reply_error(r, 500, "internal", NULL, "%s", err);
+		goto out;
+	}
+	cJSON *d = cJSON_CreateObject();
+	cJSON_AddNumberToObject(d, "model_id", (double)model_id);
+	cJSON_AddRawToObject(d, "placement", placement);
+	cJSON_AddRawToObject(d, "options", options);
+	req_audit(r, "deployment.create", name, "ok", d);
+	supervisor_kick(r->a->sup);
+	reply_deployment_with_key(r, 201, id, key);
+out:
+	free(placement);
+	free(options);
+	cJSON_Delete(j);
+}
+
+static void
+h_update(struct req *r)
+{
+	static const char *const known[] = { "desired", "placement", "options", NULL };
+	char *placement = NULL, *options = NULL, target[32];
+	const char *desired;
+	int64_t id = arg_id(r, 0, "deployment");
+	sqlite3_stmt *st;
+	cJSON *j;
+
+	if (id < 0 || (j = body_object(r)) == NULL)
+		return;
+	if (fields_known(r, j, known) < 0 || (desired = field_str(r, j, "desired", 0, 16, NULL), r->status))
+		goto out;
+	if (desired != NULL && strcmp(desired, "running") != 0 && strcmp(desired, "stopped") != 0) {
+		reply_error(r, 422, "invalid_field", "desired", "desired must be running or stopped");
+		goto out;
+	}
+	if (cJSON_GetObjectItemCaseSensitive(j, "placement") != NULL && (placement = placement_field(r, j)) == NULL)
+		goto out;
+	if (cJSON_GetObjectItemCaseSensitive(j, "options") != NULL && (options = options_field(r, j)) == NULL)
+		goto out;
+	if (sqlite3_prepare_v2(r->a->db, "UPDATE deployments SET desired = coalesce(?1, desired), "
+					 "placement = coalesce(?2, placement), options = coalesce(?3, options), "
+					 "updated_at = ?4 WHERE id = ?5", -1, &st, NULL) != SQLITE_OK) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		goto out;
+	}
+	sqlite3_bind_text(st, 1, desired, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 2, placement, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 3, options, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 4, r->now);
+	sqlite3_bind_int64(st, 5, id);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		goto out;
+	}
+	if (sqlite3_changes(r->a->db) == 0) {
+		reply_error(r, 404, "not_found", NULL, "no deployment %lld", (long long)id);
+		goto out;
+	}
+	cJSON *d = cJSON_CreateObject();
+	if (desired != NULL)
+		cJSON_AddStringToObject(d, "desired", desired);
+	if (placement != NULL)
+		cJSON_AddRawToObject(d, "placement", placement);
+	if (options != NULL)
+		cJSON_AddRawToObject(d, "options", options);
+	snprintf(target, sizeof(target), "deployment/%lld", (long long)id);
+	req_audit(r, "deployment.update", target, "ok", d);
+	if (placement != NULL || options != NULL)
+		supervisor_restart(r->a->sup, id);
+	supervisor_kick(r->a->sup);
+	reply_query(r, 200, DEPLOY_FIELDS " WHERE d.id = ?1", 1, &id, "deployment");
+out:
+	free(placement);
+	free(options);
+	cJSON_Delete(j);
+}
+
+static void
+h_delete(struct req *r)
+{
+	char sql[64], target[32];
+	int64_t id = arg_id(r, 0, "deployment");
+
+	if (id < 0)
+		return;
+	snprintf(sql, sizeof(sql), "DELETE FROM deployments WHERE id = %lld", (long long)id);
+	if (sqlite3_exec(r->a->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return;
+	}
+	if (sqlite3_changes(r->a->db) == 0) {
+		reply_error(r, 404, "not_found", NULL, "no deployment %lld", (long long)id);
+		return;
+	}
+	snprintf(target, sizeof(target), "deployment/%lld", (long long)id);
+	req_audit(r, "deployment.delete", target, "ok", NULL);
+	supervisor_kick(r->a->sup); /* its engine, now without a row, is stopped */
+	reply_empty(r, 204);
+}
+
+void
+reply_deployment_with_key(struct req *r, unsigned status, int64_t id, const char *key)
+{
+	sqlite3_stmt *st = NULL;
+	int found;
+
+	if (sqlite3_prepare_v2(r->a->db, DEPLOY_FIELDS " WHERE d.id = ?1", -1, &st, NULL) == SQLITE_OK)
+		sqlite3_bind_int64(st, 1, id);
+	cJSON *o = row_json(st, &found);
+	if (o == NULL || !found) {
+		cJSON_Delete(o);
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return;
+	}
+	cJSON_AddStringToObject(o, "api_key", key);
+	reply_json(r, status, o);
+}
+
+const struct route api_deployments_routes[] = {
+	{ "GET", "/api/v1/deployments", ROLE_VIEWER, 0, h_list, NULL },
+	{ "POST", "/api/v1/deployments", ROLE_OPERATOR, 0, h_create, NULL },
+	{ "GET", "/api/v1/deployments/{id}", ROLE_VIEWER, 0, h_get, NULL },
+	{ "PATCH", "/api/v1/deployments/{id}", ROLE_OPERATOR, 0, h_update, NULL },
+	{ "DELETE", "/api/v1/deployments/{id}", ROLE_OPERATOR, 0, h_delete, NULL },
+	{ NULL, NULL, 0, 0, NULL, NULL },
+};

@@ -1,0 +1,190 @@
+/*
+ * Reading request input: the JSON body, typed fields with limits, path
+ * ids and query arguments.  Each reader replies 400/404/422 naming the
+ * problem and returns a failure value, so a handler's checks read as one
+ * line each.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "admin.h"
+#include "httpd.h"
+#include "rows.h"
+
+cJSON *
+body_object(struct req *r)
+{
+	cJSON *j;
+
+	if (r->len == 0) {
+		reply_error(r, 400, "bad_json", NULL, "a JSON object body is required");
+		return NULL;
+	}
+	if (memchr(r->body, '\0', r->len) != NULL) {
+		reply_error(r, 400, "bad_json", NULL, "the body contains a NUL byte");
+		return NULL;
+	}
+	j = cJSON_ParseWithLength(r->body, r->len);
+	if (j == NULL) {
+		reply_error(r, 400, "bad_json", NULL, "the body is not valid JSON");
+		return NULL;
+	}
+	if (!cJSON_IsObject(j)) {
+		cJSON_Delete(j);
+		reply_error(r, 422, "bad_json", NULL, "the body must be a JSON object");
+		return NULL;
+	}
+	return j;
+}
+
+int
+fields_known(struct req *r, const cJSON *o, const char *const *names)
+{
+	const cJSON *it;
+
+	cJSON_ArrayForEach(it, o) {
+		int ok = 0;
+		for (const char *const *n = names; *n != NULL && !ok; n++)
+			ok = it->string != NULL && strcmp(it->string, *n) == 0;
+		if (!ok) {
+			reply_error(r, 422, "unknown_field", it->string, "unknown field '%.64s'",
+				    it->string ? it->string : "");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Printable text without control characters: names, paths and URLs are
+ * shown in the console and written to logs. */
+static int
+plain_text(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			return 0;
+	return 1;
+}
+
+const char *
+field_str(struct req *r, const cJSON *o, const char *name, int required, size_t max_len, const char *def)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	if (v == NULL || cJSON_IsNull(v)) {
+		if (required)
+			reply_error(r, 422, "missing_field", name, "%s is required", name);
+		return required ? NULL : def;
+	}
+	if (!cJSON_IsString(v)) {
+		reply_error(r, 422, "invalid_field", name, "%s must be a string", name);
+		return NULL;
+	}
+	size_t n = strlen(v->valuestring);
+	if (n == 0 || n > max_len) {
+		reply_error(r, 422, "invalid_field", name, "%s must have 1-%zu characters (got %zu)", name, max_len, n);
+		return NULL;
+	}
+	if (!plain_text(v->valuestring)) {
+		reply_error(r, 422, "invalid_field", name, "%s contains control characters", name);
+		return NULL;
+	}
+	return v->valuestring;
+}
+
+int
+field_int(struct req *r, const cJSON *o, const char *name, int required, int64_t lo, int64_t hi, int64_t def,
+	  int64_t *out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	if (v == NULL || cJSON_IsNull(v)) {
+		if (required) {
+			reply_error(r, 422, "missing_field", name, "%s is required", name);
+			return -1;
+		}
+		*out = def;
+		return 0;
+	}
+	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble) {
+		reply_error(r, 422, "invalid_field", name, "%s must be an integer", name);
+		return -1;
+	}
+	int64_t x = (int64_t)v->valuedouble;
+	if (x < lo || x > hi) {
+		reply_error(r, 422, "invalid_field", name, "%s must be in %lld..%lld (got %lld)", name, (long long)lo,
+			    (long long)hi, (long long)x);
+		return -1;
+	}
+	*out = x;
+	return 0;
+}
+
+int
+field_bool(struct req *r, const cJSON *o, const char *name, int def, int *out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	if (v == NULL || cJSON_IsNull(v)) {
+		*out = def;
+		return 0;
+	}
+	if (!cJSON_IsBool(v)) {
+		reply_error(r, 422, "invalid_field", name, "%s must be true or false", name);
+		return -1;
+	}
+	*out = cJSON_IsTrue(v);
+	return 0;
+}
+
+int64_t
+arg_id(struct req *r, int i, const char *what)
+{
+	char *end;
+
+	errno = 0;
+	long long v = strtoll(r->arg[i], &end, 10);
+	if (errno != 0 || *end != '\0' || v <= 0 || r->arg[i][0] == '+' || r->arg[i][0] == '0') {
+		reply_error(r, 404, "not_found", NULL, "no %s '%.64s' (ids are positive integers)", what, r->arg[i]);
+		return -1;
+	}
+	return v;
+}
+
+const char *
+query_arg(struct req *r, const char *name)
+{
+	return MHD_lookup_connection_value(r->c, MHD_GET_ARGUMENT_KIND, name);
+}
+
+void
+reply_query(struct req *r, unsigned status, const char *sql, int n, const int64_t *args, const char *single)
+{
+	sqlite3_stmt *st = rows_prepare(r->a->db, sql, n, args);
+	int found;
+
+	if (st == NULL) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return;
+	}
+	if (single == NULL) {
+		cJSON *rows = rows_json(st), *root = cJSON_CreateObject();
+		if (rows == NULL) {
+			cJSON_Delete(root);
+			reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+			return;
+		}
+		cJSON_AddItemToObject(root, "data", rows);
+		reply_json(r, status, root);
+		return;
+	}
+	cJSON *o = row_json(st, &found);
+	if (o == NULL)
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+	else if (!found) {
+		cJSON_Delete(o);
+		reply_error(r, 404, "not_found", NULL, "no %s %lld", single, n > 0 ? (long long)args[0] : 0LL);
+	} else
+		reply_json(r, status, o);
+}

@@ -1,0 +1,385 @@
+/*
+ * privai-admin: the appliance's control plane.  Options come from the
+ * command line, else PRIVAI_* environment variables, else a KEY=VALUE
+ * config file (--config, PRIVAI_CONFIG), else defaults.
+ */
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "privai/status.h"
+#include "admin.h"
+#include "auth.h"
+#include "db.h"
+#include "httpd.h"
+#include "models.h"
+#include "seed.h"
+#include "supervisor.h"
+#include "tls.h"
+
+static void
+usage(FILE *fp)
+{
+	fputs("usage: privai-admin [options]\n"
+	      "  --state-dir DIR      database, models, logs (PRIVAI_STATE_DIR; default /var/lib/privai)\n"
+	      "  --host ADDR          IPv4 address to listen on (PRIVAI_ADMIN_HOST; default 127.0.0.1)\n"
+	      "  --port N             port (PRIVAI_ADMIN_PORT; default 8443, 8080 with --dev; 0: any)\n"
+	      "  --dev                plain HTTP, allowed on a loopback address only (PRIVAI_DEV=1)\n"
+	      "  --tls-cert FILE      PEM certificate (PRIVAI_TLS_CERT; default: generated self-signed\n"
+	      "  --tls-key FILE       and key (PRIVAI_TLS_KEY)       under STATE/tls on first start)\n"
+	      "  --engine PATH        privai-engine for deployments (PRIVAI_ENGINE; default: beside this binary)\n"
+	      "  --model-root DIR     a directory models may be registered from; repeatable\n"
+	      "                       (PRIVAI_MODEL_ROOTS, colon-separated; STATE/models always)\n"
+	      "  --engine-ports LO-HI loopback ports for engines (PRIVAI_ENGINE_PORTS; default 18100-18999)\n"
+	      "  --max-upload-gib N   largest model upload or download (PRIVAI_MAX_UPLOAD_GIB; default 512)\n"
+	      "  --login-rate N       login attempts per minute per client address (PRIVAI_LOGIN_RATE; 10)\n"
+	      "  --demo-model PATH    on first start, register PATH as 'demo' and deploy it on CPU\n"
+	      "                       (PRIVAI_DEMO_MODEL)\n"
+	      "  --config FILE        KEY=VALUE lines with the PRIVAI_* names above (PRIVAI_CONFIG)\n"
+	      "  --list-routes        print every REST route with its minimum role, and exit\n",
+	      fp);
+}
+
+/* Settings not given in the environment are taken from the config file. */
+static int
+load_config(const char *path)
+{
+	char line[4096];
+	int n = 0;
+	FILE *fp = fopen(path, "r");
+
+	if (fp == NULL) {
+		fprintf(stderr, "privai-admin: --config %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	while (fgets(line, sizeof(line), fp) != NULL) {
+		n++;
+		line[strcspn(line, "\r\n")] = '\0';
+		char *p = line + strspn(line, " \t");
+		if (*p == '#' || *p == '\0')
+			continue;
+		char *eq = strchr(p, '=');
+		if (eq == NULL || strncmp(p, "PRIVAI_", 7) != 0) {
+			fprintf(stderr, "privai-admin: %s:%d: expected PRIVAI_NAME=VALUE\n", path, n);
+			fclose(fp);
+			return -1;
+		}
+		*eq = '\0';
+		setenv(p, eq + 1, 0); /* the environment wins */
+	}
+	fclose(fp);
+	return 0;
+}
+
+static const char *
+env(const char *name, const char *def)
+{
+	const char *v = getenv(name);
+
+	return v != NULL && *v != '\0' ? v : def;
+}
+
+static int
+parse_int(const char *opt, const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+
+	if (*end != '\0' || end == s || v < lo || v > hi) {
+		fprintf(stderr, "privai-admin: %s must be an integer in %ld..%ld, not '%s'\n", opt, lo, hi, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+struct options {
+	struct admin_config cfg;
+	const char *ports, *port, *max_gib, *demo_model, *roots, *login_rate;
+	int list_routes;
+	char engine_default[PATH_MAX + 16];
+};
+
+static int
+parse_args(int argc, char **argv, struct options *o)
+{
+	const char *config = getenv("PRIVAI_CONFIG");
+
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+			config = argv[i + 1];
+	if (config != NULL && load_config(config) < 0)
+		return -1;
+	memset(o, 0, sizeof(*o));
+	struct admin_config *c = &o->cfg;
+	c->state_dir = env("PRIVAI_STATE_DIR", "/var/lib/privai");
+	c->host = env("PRIVAI_ADMIN_HOST", "127.0.0.1");
+	c->dev = strcmp(env("PRIVAI_DEV", "0"), "1") == 0;
+	c->tls_cert = env("PRIVAI_TLS_CERT", NULL);
+	c->tls_key = env("PRIVAI_TLS_KEY", NULL);
+	c->engine_bin = env("PRIVAI_ENGINE", NULL);
+	o->roots = env("PRIVAI_MODEL_ROOTS", NULL);
+	o->port = env("PRIVAI_ADMIN_PORT", NULL);
+	o->ports = env("PRIVAI_ENGINE_PORTS", "18100-18999");
+	o->max_gib = env("PRIVAI_MAX_UPLOAD_GIB", "512");
+	o->demo_model = env("PRIVAI_DEMO_MODEL", NULL);
+	o->login_rate = env("PRIVAI_LOGIN_RATE", "10");
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int takes = 1;
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			exit(0);
+		} else if (strcmp(a, "--dev") == 0) {
+			c->dev = 1;
+			takes = 0;
+		} else if (strcmp(a, "--list-routes") == 0) {
+			o->list_routes = 1;
+			takes = 0;
+		} else if (v == NULL) {
+			fprintf(stderr, "privai-admin: unknown option or missing value: %s\n", a);
+			return -1;
+		} else if (strcmp(a, "--state-dir") == 0) c->state_dir = v;
+		else if (strcmp(a, "--host") == 0) c->host = v;
+		else if (strcmp(a, "--port") == 0) o->port = v;
+		else if (strcmp(a, "--tls-cert") == 0) c->tls_cert = v;
+		else if (strcmp(a, "--tls-key") == 0) c->tls_key = v;
+		else if (strcmp(a, "--engine") == 0) c->engine_bin = v;
+		else if (strcmp(a, "--engine-ports") == 0) o->ports = v;
+		else if (strcmp(a, "--max-upload-gib") == 0) o->max_gib = v;
+		else if (strcmp(a, "--demo-model") == 0) o->demo_model = v;
+		else if (strcmp(a, "--login-rate") == 0) o->login_rate = v;
+		else if (strcmp(a, "--config") == 0) ;
+		else if (strcmp(a, "--model-root") == 0) {
+			if (c->n_model_roots == ADMIN_MAX_MODEL_ROOTS - 1) {
+				fprintf(stderr, "privai-admin: at most %d --model-root\n", ADMIN_MAX_MODEL_ROOTS - 1);
+				return -1;
+			}
+			c->model_roots[c->n_model_roots++] = v;
+		} else {
+			fprintf(stderr, "privai-admin: unknown option '%s' (see --help)\n", a);
+			return -1;
+		}
+		i += takes;
+	}
+	if (o->roots != NULL && c->n_model_roots == 0) {
+		static char buf[4096];
+		snprintf(buf, sizeof(buf), "%s", o->roots);
+		for (char *save = NULL, *d = strtok_r(buf, ":", &save); d && c->n_model_roots < ADMIN_MAX_MODEL_ROOTS - 1;
+		     d = strtok_r(NULL, ":", &save))
+			c->model_roots[c->n_model_roots++] = d;
+	}
+	long port, gib, lo, hi, rate;
+	if (parse_int("--port", o->port ? o->port : c->dev ? "8080" : "8443", 0, 65535, &port) < 0 ||
+	    parse_int("--login-rate", o->login_rate, 1, 10000, &rate) < 0 ||
+	    parse_int("--max-upload-gib", o->max_gib, 1, 1 << 20, &gib) < 0)
+		return -1;
+	if (sscanf(o->ports, "%ld-%ld", &lo, &hi) != 2 || lo < 1024 || hi > 65535 || lo > hi) {
+		fprintf(stderr, "privai-admin: --engine-ports must be LO-HI within 1024-65535, not '%s'\n", o->ports);
+		return -1;
+	}
+	c->port = (int)port;
+	c->max_upload_bytes = (int64_t)gib << 30;
+	c->engine_port_lo = (int)lo;
+	c->engine_port_hi = (int)hi;
+	c->login_per_minute = (int)rate;
+	if (c->dev && strncmp(c->host, "127.", 4) != 0) {
+		fprintf(stderr, "privai-admin: --dev serves plain HTTP, so it listens on loopback only, not %s\n",
+			c->host);
+		return -1;
+	}
+	if ((c->tls_cert == NULL) != (c->tls_key == NULL)) {
+		fprintf(stderr, "privai-admin: --tls-cert and --tls-key go together\n");
+		return -1;
+	}
+	if (c->engine_bin == NULL) {
+		char self[PATH_MAX];
+		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		self[n > 0 ? n : 0] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash != NULL)
+			*slash = '\0';
+		snprintf(o->engine_default, sizeof(o->engine_default), "%s/privai-engine", self);
+		c->engine_bin = o->engine_default;
+	}
+	return 0;
+}
+
+static void
+print_route(const struct route *rt, void *arg)
+{
+	printf("%s %s %s\n", rt->method, rt->pattern, (rt->flags & ROUTE_PUBLIC) ? "public" : role_name(rt->min_role));
+}
+
+static char *
+read_file(const char *path, char *err)
+{
+	FILE *fp = fopen(path, "r");
+	char *buf = NULL;
+	long n;
+
+	if (fp == NULL) {
+		privai_fail(err, PRIVAI_EIO, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	if (fseek(fp, 0, SEEK_END) == 0 && (n = ftell(fp)) >= 0 && n < (1 << 20) && fseek(fp, 0, SEEK_SET) == 0 &&
+	    (buf = malloc((size_t)n + 1)) != NULL) {
+		if (fread(buf, 1, (size_t)n, fp) != (size_t)n) {
+			free(buf);
+			buf = NULL;
+		} else {
+			buf[n] = '\0';
+		}
+	}
+	fclose(fp);
+	if (buf == NULL)
+		privai_fail(err, PRIVAI_EIO, "%s: cannot read (or larger than 1 MiB)", path);
+	return buf;
+}
+
+/* Load the certificate, generating a self-signed one on first start. */
+static int
+setup_tls(struct admin *a, char *err)
+{
+	static char cert[PATH_MAX], key[PATH_MAX];
+	char host[256] = "privai";
+	int rc;
+
+	if (a->cfg.dev)
+		return PRIVAI_OK;
+	if (a->cfg.tls_cert == NULL) {
+		snprintf(cert, sizeof(cert), "%s/tls", a->cfg.state_dir);
+		mkdir(cert, 0700);
+		snprintf(cert, sizeof(cert), "%s/tls/cert.pem", a->cfg.state_dir);
+		snprintf(key, sizeof(key), "%s/tls/key.pem", a->cfg.state_dir);
+		if (access(cert, R_OK) != 0) {
+			gethostname(host, sizeof(host) - 1);
+			if ((rc = tls_selfsigned(cert, key, host, err)) != PRIVAI_OK)
+				return rc;
+			fprintf(stderr, "privai-admin: generated a self-signed certificate %s\n", cert);
+		}
+		a->cfg.tls_cert = cert;
+		a->cfg.tls_key = key;
+	}
+	if ((a->tls_cert_pem = read_file(a->cfg.tls_cert, err)) == NULL ||
+	    (a->tls_key_pem = read_file(a->cfg.tls_key, err)) == NULL)
+		return PRIVAI_EIO;
+	if ((rc = tls_check_pair(a->tls_cert_pem, a->tls_key_pem, err)) != PRIVAI_OK)
+		return rc;
+	a->tls = 1;
+	return PRIVAI_OK;
+}
+
+/* Imports cut short by a restart are marked failed, their partial files removed. */
+static void
+clean_interrupted(struct admin *a)
+{
+	DIR *d = opendir(a->models_dir);
+	struct dirent *e;
+	char path[PATH_MAX + 300];
+
+	sqlite3_exec(a->db, "UPDATE models SET state = 'failed', error = 'interrupted by a restart of privai-admin' "
+			    "WHERE state = 'importing'", NULL, NULL, NULL);
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL)
+		if (strncmp(e->d_name, ".upload-", 8) == 0 || strncmp(e->d_name, ".download-", 10) == 0) {
+			snprintf(path, sizeof(path), "%s/%s", a->models_dir, e->d_name);
+			unlink(path);
+		}
+	closedir(d);
+}
+
+static int
+setup_state(struct admin *a, char *err)
+{
+	char path[PATH_MAX];
+	int rc;
+
+	if (mkdir(a->cfg.state_dir, 0700) != 0 && errno != EEXIST)
+		return privai_fail(err, PRIVAI_EIO, "cannot create %s: %s", a->cfg.state_dir, strerror(errno));
+	if (realpath(a->cfg.state_dir, path) == NULL)
+		return privai_fail(err, PRIVAI_EIO, "%s: %s", a->cfg.state_dir, strerror(errno));
+	snprintf(a->models_dir, sizeof(a->models_dir), "%s/models", path);
+	if (mkdir(a->models_dir, 0700) != 0 && errno != EEXIST)
+		return privai_fail(err, PRIVAI_EIO, "cannot create %s: %s", a->models_dir, strerror(errno));
+	a->cfg.model_roots[a->cfg.n_model_roots++] = a->models_dir;
+	snprintf(a->db_path, sizeof(a->db_path), "%s/privai.db", path);
+	if ((rc = db_open(a->db_path, &a->db, err)) != PRIVAI_OK)
+		return rc;
+	clean_interrupted(a);
+	return PRIVAI_OK;
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct admin a;
+	struct options o;
+	char err[PRIVAI_ERR_LEN];
+	sigset_t sigs;
+	int sig, rc;
+
+	if (parse_args(argc, argv, &o) < 0)
+		return 2;
+	if (o.list_routes) {
+		routes_each(print_route, NULL);
+		return 0;
+	}
+	if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+		fprintf(stderr, "privai-admin: libsodium or libcurl failed to initialise\n");
+		return 1;
+	}
+	/* signals are taken by sigwait below; every thread inherits the mask */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	a.cfg = o.cfg;
+	a.started_at = admin_now();
+	pthread_mutex_init(&a.db_mu, NULL);
+	pthread_mutex_init(&a.fetch_mu, NULL);
+	ratelimit_init(&a.login_limit, a.cfg.login_per_minute, a.cfg.login_per_minute);
+	if ((rc = setup_state(&a, err)) != PRIVAI_OK || (rc = seed_first_start(&a, o.demo_model, err)) != PRIVAI_OK ||
+	    (rc = setup_tls(&a, err)) != PRIVAI_OK || (rc = supervisor_start(&a, &a.sup, err)) != PRIVAI_OK ||
+	    (rc = httpd_start(&a, err)) != PRIVAI_OK) {
+		fprintf(stderr, "privai-admin: %s\n", err);
+		supervisor_stop(a.sup);
+		if (a.db != NULL)
+			db_close(a.db);
+		return 1;
+	}
+	fprintf(stderr, "privai-admin: console on %s://%s:%d/ (state in %s)\n", a.tls ? "https" : "http", a.cfg.host,
+		a.port, a.cfg.state_dir);
+	sd_notify(0, "READY=1");
+	for (;;) {
+		if (sigwait(&sigs, &sig) != 0)
+			continue;
+		if (sig == SIGHUP)
+			continue; /* nothing to reread yet: settings live in the store */
+		break;
+	}
+	sd_notify(0, "STOPPING=1");
+	fprintf(stderr, "privai-admin: stopping\n");
+	httpd_stop(&a);
+	model_fetch_shutdown(&a);
+	supervisor_stop(a.sup);
+	db_close(a.db);
+	ratelimit_destroy(&a.login_limit);
+	free(a.tls_cert_pem);
+	free(a.tls_key_pem);
+	curl_global_cleanup();
+	return 0;
+}

@@ -1,0 +1,40 @@
+/*
+ * Model rows shared by the three ways a model arrives: a path on the
+ * appliance (api_models.c), an upload (api_upload.c) and a download from a
+ * server the admin allows (model_fetch.c).
+ */
+#ifndef PRIVAI_ADMIN_MODELS_H
+#define PRIVAI_ADMIN_MODELS_H
+
+#include <cjson/cJSON.h>
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "model_meta.h"
+
+struct admin;
+struct req;
+
+/* 1-128 of letters, digits, '.', '_', ':', '-', not starting with '.' or
+ * '-': safe as a file name and in a URL. */
+int model_name_ok(const char *name);
+
+/* Insert a ready model; PRIVAI_EBUSY when the name is taken. */
+int model_insert(sqlite3 *db, const char *name, const char *path, const char *source, int64_t size,
+		 const char *sha256, const struct model_meta *m, int64_t now, int64_t *ret_id, char *err);
+
+/* 64 lowercase hex digits of a SHA-256, or 0. */
+int sha256_hex_ok(const char *s);
+
+/* The upload route's body handler. */
+extern const struct stream_ops model_upload_ops;
+
+/* POST /api/v1/models with a "url": check it against the allowed hosts,
+ * insert an 'importing' row and download in the background; replies. */
+void model_fetch_start(struct req *r, const cJSON *body, const char *name);
+/* Ask a running download of model id to stop; 1 if one was running. */
+int model_fetch_cancel(struct admin *a, int64_t id);
+/* Stop every download and wait for them (shutdown). */
+void model_fetch_shutdown(struct admin *a);
+
+#endif

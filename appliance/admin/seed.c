@@ -1,0 +1,130 @@
+/* First-start contents of the store. */
+#include <errno.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "privai/status.h"
+#include "admin.h"
+#include "audit.h"
+#include "auth.h"
+#include "db.h"
+#include "deployments.h"
+#include "models.h"
+
+static int
+count(sqlite3 *db, const char *sql)
+{
+	sqlite3_stmt *st;
+	int n = -1;
+
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+		return -1;
+	if (sqlite3_step(st) == SQLITE_ROW)
+		n = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	return n;
+}
+
+static int
+first_admin(struct admin *a, char *err)
+{
+	const char *file = getenv("PRIVAI_ADMIN_PASSWORD_FILE");
+	char password[256];
+	unsigned char raw[12];
+	int64_t id;
+	int rc, generated = 0;
+
+	if (file != NULL) {
+		FILE *fp = fopen(file, "r");
+		if (fp == NULL || fgets(password, sizeof(password), fp) == NULL) {
+			if (fp != NULL)
+				fclose(fp);
+			return privai_fail(err, PRIVAI_EIO, "PRIVAI_ADMIN_PASSWORD_FILE %s: cannot read a line", file);
+		}
+		fclose(fp);
+		password[strcspn(password, "\r\n")] = '\0';
+	} else {
+		randombytes_buf(raw, sizeof(raw));
+		sodium_bin2base64(password, sizeof(password), raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+		generated = 1;
+	}
+	if ((rc = auth_user_create(a->db, "admin", password, ROLE_ADMIN, admin_now(), &id, err)) != PRIVAI_OK)
+		return rc;
+	if (generated) {
+		sqlite3_exec(a->db, "UPDATE users SET must_change_password = 1 WHERE name = 'admin'", NULL, NULL, NULL);
+		fprintf(stderr, "privai-admin: first start: user 'admin', one-time password %s (change it after "
+			"logging in)\n", password);
+	}
+	audit_write(a->db, admin_now(), "system", "user.create", "admin", "", "ok", "{\"first_start\":true}");
+	sodium_memzero(password, sizeof(password));
+	return PRIVAI_OK;
+}
+
+static int
+demo(struct admin *a, const char *path, char *err)
+{
+	char real[PATH_MAX], key[DEPLOY_KEY_LEN];
+	struct model_meta m;
+	struct stat sb;
+	sqlite3_stmt *st;
+	int64_t model_id, dep_id, key_id;
+	int rc;
+
+	if (realpath(path, real) == NULL || stat(real, &sb) != 0)
+		return privai_fail(err, PRIVAI_EIO, "--demo-model %s: %s", path, strerror(errno));
+	if ((rc = model_meta_read(real, &m, err)) != PRIVAI_OK)
+		return rc;
+	if (db_begin(a->db) != 0) {
+		model_meta_free(&m);
+		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+	}
+	rc = model_insert(a->db, "demo", real, "path", (int64_t)sb.st_size, NULL, &m, admin_now(), &model_id, err);
+	/* a model without a template of its own chats in ChatML */
+	const char *options = m.chat_template == NULL ? "{\"chat_template\":\"chatml\"}" : "{}";
+	int port = rc == PRIVAI_OK ? deployment_pick_port(a) : -1;
+	if (rc == PRIVAI_OK && port < 0)
+		rc = privai_fail(err, PRIVAI_EBUSY, "no free engine port for the demo deployment");
+	if (rc == PRIVAI_OK) {
+		rc = privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+		if (sqlite3_prepare_v2(a->db, "INSERT INTO deployments (name, model_id, placement, options, port, state, "
+					      "created_at, updated_at) VALUES ('demo', ?1, '{\"kind\":\"cpu\",\"threads\":0}', "
+					      "?4, ?2, 'pending', ?3, ?3)", -1, &st, NULL) == SQLITE_OK) {
+			sqlite3_bind_int64(st, 1, model_id);
+			sqlite3_bind_text(st, 4, options, -1, SQLITE_STATIC);
+			sqlite3_bind_int(st, 2, port);
+			sqlite3_bind_int64(st, 3, admin_now());
+			if (sqlite3_step(st) == SQLITE_DONE)
+				rc = PRIVAI_OK;
+			sqlite3_finalize(st);
+		}
+	}
+	model_meta_free(&m);
+	dep_id = sqlite3_last_insert_rowid(a->db);
+	if (rc == PRIVAI_OK)
+		rc = deploy_key_create(a->db, dep_id, "demo", admin_now(), key, &key_id, err);
+	if (rc != PRIVAI_OK || db_commit(a->db) != 0) {
+		db_rollback(a->db);
+		return rc != PRIVAI_OK ? rc : privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+	}
+	audit_write(a->db, admin_now(), "system", "deployment.create", "demo", "", "ok", "{\"first_start\":true}");
+	fprintf(stderr, "privai-admin: first start: model 'demo' deployed on CPU; OpenAI endpoint "
+		"http://127.0.0.1:%d/v1 with API key %s\n", port, key);
+	return PRIVAI_OK;
+}
+
+int
+seed_first_start(struct admin *a, const char *demo_model, char *err)
+{
+	int rc;
+
+	if (count(a->db, "SELECT count(*) FROM users") == 0 && (rc = first_admin(a, err)) != PRIVAI_OK)
+		return rc;
+	if (demo_model != NULL && count(a->db, "SELECT count(*) FROM models") == 0 &&
+	    (rc = demo(a, demo_model, err)) != PRIVAI_OK)
+		return rc;
+	return PRIVAI_OK;
+}

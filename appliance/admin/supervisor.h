@@ -1,0 +1,38 @@
+/*
+ * The deployment supervisor: one thread that makes the running engines
+ * match the deployments table.  A deployment that should run gets a
+ * `privai-engine serve` child (loading until its /health answers 200,
+ * then ready); one that exits is marked failed with its exit status and
+ * the last line it logged, and started again after a backoff that
+ * doubles from 1 s to 60 s; one that should stop, or whose row is gone,
+ * gets SIGTERM and, 30 s later, SIGKILL.  Children die with privai-admin
+ * (PR_SET_PDEATHSIG), so a restarted admin never finds strays on its ports.
+ */
+#ifndef PRIVAI_ADMIN_SUPERVISOR_H
+#define PRIVAI_ADMIN_SUPERVISOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct admin;
+struct supervisor;
+
+int supervisor_start(struct admin *a, struct supervisor **ret, char *err);
+/* Stop every engine (SIGTERM, then SIGKILL after 10 s) and the thread. */
+void supervisor_stop(struct supervisor *s);
+int supervisor_alive(struct supervisor *s);
+/* Reconcile now rather than at the next tick (after a change). */
+void supervisor_kick(struct supervisor *s);
+/* Restart deployment id's engine (new placement or options). */
+void supervisor_restart(struct supervisor *s, int64_t id);
+/* For the proxy: the port of deployment id's engine when it is ready,
+ * and the key the admin itself uses on it.  0, or -1 when not ready. */
+int supervisor_endpoint(struct supervisor *s, int64_t id, int *port, char *key, size_t key_size);
+/* Rewrite deployment id's key file and tell its engine to reread it.
+ * The caller holds the store's mutex. */
+int supervisor_keys_changed(struct supervisor *s, int64_t id);
+
+/* STATE/deployments/ID, where a deployment's key file and log live. */
+void deployment_dir(struct admin *a, int64_t id, char *out, size_t size);
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * A self-signed certificate for first boot (GnuTLS): ECDSA P-256, valid
+ * ten years, for the host name and 127.0.0.1, so the console is HTTPS
+ * from the start; an admin replaces it with the site's own.
+ */
+#include <gnutls/gnutls.h>
+#include <gnutls/crypto.h>
+#include <gnutls/x509.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "privai/status.h"
+#include "tls.h"
+
+static int
+write_file(const char *path, const gnutls_datum_t *d, mode_t mode, char *err)
+{
+	char tmp[4200];
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0)
+		return privai_fail(err, PRIVAI_EIO, "cannot write %s", tmp);
+	int ok = write(fd, d->data, d->size) == (ssize_t)d->size && fsync(fd) == 0;
+	ok &= close(fd) == 0;
+	if (!ok || rename(tmp, path) != 0) {
+		unlink(tmp);
+		return privai_fail(err, PRIVAI_EIO, "cannot write %s", path);
+	}
+	return PRIVAI_OK;
+}
+
+int
+tls_selfsigned(const char *cert_path, const char *key_path, const char *hostname, char *err)
+{
+	gnutls_x509_privkey_t key = NULL;
+	gnutls_x509_crt_t crt = NULL;
+	gnutls_datum_t kpem = { NULL, 0 }, cpem = { NULL, 0 };
+	unsigned char serial[16];
+	static const unsigned char loopback[4] = { 127, 0, 0, 1 };
+	int rc = PRIVAI_EIO, g;
+	time_t now = time(NULL);
+
+	if ((g = gnutls_x509_privkey_init(&key)) < 0 ||
+	    (g = gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA, GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1), 0)) < 0 ||
+	    (g = gnutls_x509_crt_init(&crt)) < 0 || (g = gnutls_x509_crt_set_version(crt, 3)) < 0 ||
+	    (g = gnutls_rnd(GNUTLS_RND_NONCE, serial, sizeof(serial))) < 0)
+		goto out;
+	serial[0] &= 0x7f; /* a positive serial number */
+	if ((g = gnutls_x509_crt_set_serial(crt, serial, sizeof(serial))) < 0 ||
+	    (g = gnutls_x509_crt_set_activation_time(crt, now - 3600)) < 0 ||
+	    (g = gnutls_x509_crt_set_expiration_time(crt, now + 10L * 365 * 86400)) < 0 ||
+	    (g = gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, hostname,
+					       (unsigned)strlen(hostname))) < 0 ||
+	    (g = gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_ORGANIZATION_NAME, 0, "privai appliance", 16)) < 0 ||
+	    (g = gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_DNSNAME, hostname, (unsigned)strlen(hostname),
+						      GNUTLS_FSAN_SET)) < 0 ||
+	    (g = gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, loopback, 4, GNUTLS_FSAN_APPEND)) < 0 ||
+	    (g = gnutls_x509_crt_set_key(crt, key)) < 0 || (g = gnutls_x509_crt_set_basic_constraints(crt, 0, -1)) < 0 ||
+	    (g = gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE)) < 0 ||
+	    (g = gnutls_x509_crt_set_key_purpose_oid(crt, GNUTLS_KP_TLS_WWW_SERVER, 0)) < 0 ||
+	    (g = gnutls_x509_crt_sign2(crt, crt, key, GNUTLS_DIG_SHA256, 0)) < 0 ||
+	    (g = gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &kpem)) < 0 ||
+	    (g = gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &cpem)) < 0)
+		goto out;
+	if ((rc = write_file(key_path, &kpem, 0600, err)) == PRIVAI_OK)
+		rc = write_file(cert_path, &cpem, 0644, err);
+	g = 0;
+out:
+	if (g < 0)
+		rc = privai_fail(err, PRIVAI_EIO, "generating a certificate: %s", gnutls_strerror(g));
+	gnutls_free(kpem.data);
+	gnutls_free(cpem.data);
+	if (crt != NULL)
+		gnutls_x509_crt_deinit(crt);
+	if (key != NULL)
+		gnutls_x509_privkey_deinit(key);
+	return rc;
+}
+
+int
+tls_check_pair(const char *cert_pem, const char *key_pem, char *err)
+{
+	gnutls_certificate_credentials_t cred;
+	gnutls_datum_t c = { (unsigned char *)(uintptr_t)cert_pem, (unsigned)strlen(cert_pem) };
+	gnutls_datum_t k = { (unsigned char *)(uintptr_t)key_pem, (unsigned)strlen(key_pem) };
+	int g;
+
+	if ((g = gnutls_certificate_allocate_credentials(&cred)) < 0)
+		return privai_fail(err, PRIVAI_ENOMEM, "%s", gnutls_strerror(g));
+	g = gnutls_certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
+	gnutls_certificate_free_credentials(cred);
+	if (g < 0)
+		return privai_fail(err, PRIVAI_EINVAL, "the certificate and key do not form a usable pair: %s",
+				   gnutls_strerror(g));
+	return PRIVAI_OK;
+}
