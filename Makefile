@@ -34,7 +34,7 @@ UNIT_BIN   = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEMO_MODEL = $(BUILD)/demo/privai-demo.gguf
 DEPS_STAMP = .deps-installed
 
-.PHONY: all deps run test test-unit test-cli fuzz bench clean
+.PHONY: all deps run run-engine test test-unit test-cli fuzz bench clean
 .DEFAULT_GOAL := all
 
 all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(UNIT_BIN)
@@ -89,7 +89,15 @@ $(DEMO_MODEL): $(ENGINE_BIN)
 
 MODEL ?= $(DEMO_MODEL)
 PROMPT ?= Private AI keeps data on premises.
-run: $(ENGINE_BIN) $(DEMO_MODEL)
+# `make run`: the control plane on http://127.0.0.1:8080 (dev mode: plain
+# HTTP, loopback only) with its state under build/state, the demo model
+# registered and deployed on CPU.  The first start prints the admin's
+# one-time password.  `make run-engine`: the engine alone, interactive.
+STATE ?= $(BUILD)/state
+run: $(ADMIN_BIN) $(ENGINE_BIN) $(DEMO_MODEL)
+	$(ADMIN_BIN) --dev --port 8080 --state-dir $(STATE) --demo-model $(DEMO_MODEL)
+
+run-engine: $(ENGINE_BIN) $(DEMO_MODEL)
 	$(ENGINE_BIN) run -m $(MODEL) -i -n 64 -p "$(PROMPT)"
 
 # `make test`: the plain build and the ASan+UBSan build, every suite on

@@ -162,8 +162,8 @@ upload_end(struct req *r)
 		return;
 	}
 	if (u->want_sha[0] != '\0' && strcmp(u->want_sha, hex) != 0) {
-		discard(r);
 		reply_error(r, 422, "checksum_mismatch", "sha256", "the upload's SHA-256 is %s, not %s", hex, u->want_sha);
+		discard(r);
 		return;
 	}
 	if (fsync(u->fd) != 0) {
@@ -179,8 +179,8 @@ upload_end(struct req *r)
 	snprintf(final, sizeof(final), "%s/%s.gguf", r->a->models_dir, u->name);
 	if (access(final, F_OK) == 0) {
 		model_meta_free(&m);
-		discard(r);
 		reply_error(r, 409, "conflict", "name", "a file %s.gguf is already in the model directory", u->name);
+		discard(r);
 		return;
 	}
 	rc = model_insert(r->a->db, u->name, final, "upload", u->bytes, hex, &m, r->now, &id, err);

@@ -1,0 +1,146 @@
+"""Helpers for the privai-admin integration tests: start the daemon on a
+loopback port with its own state directory, talk JSON over HTTP as a
+session (cookie + CSRF) or with a bearer token, and count checks."""
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+PASSED = 0
+FAILED = 0
+
+
+def check(cond, what, detail=""):
+    global PASSED, FAILED
+    if cond:
+        PASSED += 1
+    else:
+        FAILED += 1
+        print(f"FAIL: {what} {detail}", flush=True)
+    return cond
+
+
+def summary():
+    print(f"{PASSED} passed, {FAILED} failed, 0 skipped")
+    return 1 if FAILED else 0
+
+
+class Admin:
+    """A privai-admin process: state in `state`, port read from its log."""
+
+    def __init__(self, build, state, password, extra=(), env_extra=None, ports="19100-19149"):
+        self.build, self.state = build, state
+        os.makedirs(state, exist_ok=True)
+        self.pwfile = os.path.join(state, "..", os.path.basename(state) + ".pw")
+        with open(self.pwfile, "w") as f:
+            f.write(password + "\n")
+        env = dict(os.environ, PRIVAI_ADMIN_PASSWORD_FILE=self.pwfile)
+        env.update(env_extra or {})
+        self.log_path = state + ".log"
+        self.log = open(self.log_path, "ab")
+        self.args = [os.path.join(build, "privai-admin"), "--dev", "--port", "0", "--state-dir", state,
+                     "--engine-ports", ports, *extra]
+        self.env = env
+        self.start()
+
+    def start(self):
+        start_size = os.path.getsize(self.log_path)
+        self.proc = subprocess.Popen(self.args, env=self.env, stdout=self.log, stderr=self.log)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            with open(self.log_path, "rb") as f:
+                f.seek(start_size)
+                text = f.read().decode(errors="replace")
+            m = re.search(r"console on http://127\.0\.0\.1:(\d+)/", text)
+            if m:
+                self.port = int(m.group(1))
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError("privai-admin exited: " + text)
+            time.sleep(0.05)
+        raise RuntimeError("privai-admin did not start")
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def client(self):
+        return Client(self.port)
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+        try:
+            self.json = json.loads(body) if body else None
+        except ValueError:
+            self.json = None
+
+    def error_code(self):
+        return (self.json or {}).get("error", {}).get("code")
+
+    def __repr__(self):
+        return f"<{self.status} {self.body[:300]!r}>"
+
+
+class Client:
+    """One user agent: keeps the session cookie and CSRF token, or a token."""
+
+    def __init__(self, port):
+        self.port = port
+        self.cookie = None
+        self.csrf = None
+        self.token = None
+
+    def request(self, method, path, body=None, raw=None, headers=None, csrf=True, timeout=60):
+        h = dict(headers or {})
+        if self.cookie:
+            h["Cookie"] = "privai_session=" + self.cookie
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        if csrf and self.csrf and method not in ("GET", "HEAD"):
+            h["X-CSRF-Token"] = self.csrf
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn.request(method, path, body=data, headers=h)
+        r = conn.getresponse()
+        resp = Response(r.status, r.headers, r.read())
+        conn.close()
+        return resp
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body=None, **kw):
+        return self.request("POST", path, body=body, **kw)
+
+    def login(self, name, password):
+        r = self.post("/api/v1/auth/login", {"name": name, "password": password})
+        if r.status == 200:
+            m = re.search(r"privai_session=([^;]*)", r.headers.get("Set-Cookie", ""))
+            self.cookie = m.group(1) if m else None
+            self.csrf = r.json["csrf_token"]
+        return r
+
+
+def wait_for(fn, timeout=60, interval=0.2):
+    """Poll fn until it returns a true value (returned) or time runs out (None)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(interval)
+    return None
