@@ -121,25 +121,16 @@ h_audit(struct req *r)
 	}
 	if (sqlite3_prepare_v2(r->a->db, "SELECT id, at, actor, action, target, remote_addr, result, detail "
 					 "FROM audit_log WHERE id < ?1 AND (?2 IS NULL OR actor = ?2) AND "
-					 "(?3 IS NULL OR action LIKE ?3 || '%' ESCAPE '\\') AND "
+					 "(?3 IS NULL OR substr(action, 1, length(?3)) = ?3) AND "
 					 "(?4 IS NULL OR result = ?4) ORDER BY id DESC LIMIT ?5",
-			       -1, &st, NULL) != SQLITE_OK) {
-		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
-		return;
-	}
+			       -1, &st, NULL) != SQLITE_OK)
+		st = NULL;
 	sqlite3_bind_int64(st, 1, before);
 	sqlite3_bind_text(st, 2, actor, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, 3, action, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, 4, result, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(st, 5, limit);
-	cJSON *rows = rows_json(st), *root = cJSON_CreateObject();
-	if (rows == NULL) {
-		cJSON_Delete(root);
-		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
-		return;
-	}
-	cJSON_AddItemToObject(root, "data", rows);
-	reply_json(r, 200, root);
+	reply_stmt(r, 200, st, NULL, 0);
 }
 
 static void

@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
+#include <sqlite3.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -121,6 +122,10 @@ int64_t arg_id(struct req *r, int i, const char *what);
  * {"data": [...]}, or, when single names the thing, with the one row (or
  * a 404). */
 void reply_query(struct req *r, unsigned status, const char *sql, int n, const int64_t *args, const char *single);
+
+/* The same for a statement prepared and bound by the caller (finalized
+ * here; NULL replies 500); id names the row in a 404. */
+void reply_stmt(struct req *r, unsigned status, sqlite3_stmt *st, const char *single, int64_t id);
 
 /* A query-string value, or NULL. */
 const char *query_arg(struct req *r, const char *name);

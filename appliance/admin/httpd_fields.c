@@ -159,9 +159,8 @@ query_arg(struct req *r, const char *name)
 }
 
 void
-reply_query(struct req *r, unsigned status, const char *sql, int n, const int64_t *args, const char *single)
+reply_stmt(struct req *r, unsigned status, sqlite3_stmt *st, const char *single, int64_t id)
 {
-	sqlite3_stmt *st = rows_prepare(r->a->db, sql, n, args);
 	int found;
 
 	if (st == NULL) {
@@ -184,7 +183,13 @@ reply_query(struct req *r, unsigned status, const char *sql, int n, const int64_
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 	else if (!found) {
 		cJSON_Delete(o);
-		reply_error(r, 404, "not_found", NULL, "no %s %lld", single, n > 0 ? (long long)args[0] : 0LL);
+		reply_error(r, 404, "not_found", NULL, "no %s %lld", single, (long long)id);
 	} else
 		reply_json(r, status, o);
+}
+
+void
+reply_query(struct req *r, unsigned status, const char *sql, int n, const int64_t *args, const char *single)
+{
+	reply_stmt(r, status, rows_prepare(r->a->db, sql, n, args), single, n > 0 ? args[0] : 0);
 }

@@ -74,6 +74,20 @@ host_allowed(sqlite3 *db, const char *host)
 	return 0;
 }
 
+/* The download's end in the audit log (the caller holds the store's mutex). */
+static void
+audit_download(struct fetch *f, const char *result, const char *key, const char *value)
+{
+	cJSON *d = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(d, "url", f->url);
+	cJSON_AddStringToObject(d, key, value);
+	char *js = cJSON_PrintUnformatted(d);
+	audit_write(f->a->db, admin_now(), "system", "model.download", f->name, "", result, js);
+	free(js);
+	cJSON_Delete(d);
+}
+
 static void
 set_state(struct fetch *f, const char *state, const char *error)
 {
@@ -89,15 +103,8 @@ set_state(struct fetch *f, const char *state, const char *error)
 		sqlite3_step(st);
 		sqlite3_finalize(st);
 	}
-	if (error != NULL) {
-		cJSON *d = cJSON_CreateObject();
-		cJSON_AddStringToObject(d, "url", f->url);
-		cJSON_AddStringToObject(d, "error", error);
-		char *js = cJSON_PrintUnformatted(d);
-		audit_write(f->a->db, admin_now(), "system", "model.download", f->name, "", "refused", js);
-		free(js);
-		cJSON_Delete(d);
-	}
+	if (error != NULL)
+		audit_download(f, "refused", "error", error);
 	pthread_mutex_unlock(&f->a->db_mu);
 }
 
@@ -223,15 +230,8 @@ finish(struct fetch *f, char *err)
 		ok = sqlite3_step(st) == SQLITE_DONE;
 		sqlite3_finalize(st);
 	}
-	if (ok) {
-		cJSON *d = cJSON_CreateObject();
-		cJSON_AddStringToObject(d, "url", f->url);
-		cJSON_AddStringToObject(d, "sha256", hex);
-		char *js = cJSON_PrintUnformatted(d);
-		audit_write(f->a->db, admin_now(), "system", "model.download", f->name, "", "ok", js);
-		free(js);
-		cJSON_Delete(d);
-	}
+	if (ok)
+		audit_download(f, "ok", "sha256", hex);
 	pthread_mutex_unlock(&f->a->db_mu);
 	model_meta_free(&m);
 	if (!ok) {

@@ -6,6 +6,7 @@ usage: python3 tests/integration/test_admin.py BUILD_DIR"""
 import hashlib
 import http.client
 import http.server
+import json
 import os
 import shutil
 import signal
@@ -488,6 +489,46 @@ def test_openapi(routes):
     check(documented - served == set(), "every documented route is live", sorted(documented - served))
 
 
+def test_tls(tmp):
+    """Outside dev mode: a generated self-signed certificate (valid for
+    127.0.0.1), HTTPS only, Secure cookies; dev mode refuses a public address."""
+    import ssl
+    state = os.path.join(tmp, "tls")
+    pw = os.path.join(tmp, "tls.pw")
+    with open(pw, "w") as f:
+        f.write(PW + "\n")
+    log = open(state + ".log", "wb")
+    p = subprocess.Popen([os.path.join(BUILD, "privai-admin"), "--port", "0", "--state-dir", state,
+                          "--engine-ports", "19170-19179"], stdout=log, stderr=log,
+                         env=dict(os.environ, PRIVAI_ADMIN_PASSWORD_FILE=pw))
+    try:
+        port = wait_for(lambda: (lambda m: int(m.group(1)) if m else None)(
+            __import__("re").search(r"console on https://127\.0\.0\.1:(\d+)/", open(state + ".log").read())), 20)
+        check(port is not None, "starts with HTTPS")
+        ctx = ssl.create_default_context(cafile=os.path.join(state, "tls", "cert.pem"))
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+        conn.request("POST", "/api/v1/auth/login", body=json.dumps({"name": "admin", "password": PW}),
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        r.read()
+        sc = r.getheader("Set-Cookie") or ""
+        check(r.status == 200 and "Secure" in sc and "HttpOnly" in sc, "HTTPS login, Secure cookie", sc)
+        check(oct(os.stat(os.path.join(state, "tls", "key.pem")).st_mode & 0o777) == "0o600", "key is 0600")
+        try:
+            c2 = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c2.request("GET", "/api/v1/health")
+            plain = c2.getresponse().status
+        except (OSError, http.client.HTTPException):
+            plain = None
+        check(plain != 200, "no plain HTTP outside dev mode", plain)
+    finally:
+        p.terminate()
+        p.wait()
+    r = subprocess.run([os.path.join(BUILD, "privai-admin"), "--dev", "--host", "0.0.0.0", "--state-dir", state],
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "loopback" in r.stderr, "dev mode refuses a public address", r.stderr)
+
+
 def test_kill9(tmp):
     """kill -9 while users are being created: every acknowledged user is
     there after a restart, and the database is intact."""
@@ -548,6 +589,7 @@ def main():
         codes = [lim.client().post("/api/v1/auth/login", {"name": "x", "password": "y" * 10}).status for _ in range(12)]
         check(codes[:10] == [401] * 10 and codes[10] == 429, "11th login in a minute from one address 429", codes)
         lim.stop()
+        test_tls(tmp)
         test_kill9(tmp)
     except Exception:
         check(False, "the suite ran to the end")
