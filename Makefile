@@ -26,7 +26,7 @@ ADMIN_SQL  = $(sort $(wildcard appliance/admin/schema/*.sql))
 ADMIN_OBJ  = $(ADMIN_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/admin_schema.o
 ADMIN_LIB  = $(BUILD)/libprivai-admin.a
 ADMIN_BIN  = $(BUILD)/privai-admin
-LDLIBS_ADMIN = -lsqlite3 -lcurl -lgnutls
+LDLIBS_ADMIN = -lsqlite3 -lcurl -lgnutls -ldl
 ENGINE_BIN = $(BUILD)/privai-engine
 BENCH_BIN  = $(BUILD)/privai-bench
 UNIT_SRC   = $(wildcard tests/unit/test_*.c)
@@ -37,7 +37,8 @@ DEPS_STAMP = .deps-installed
 .PHONY: all deps run run-engine test test-unit test-cli fuzz bench clean
 .DEFAULT_GOAL := all
 
-all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(UNIT_BIN)
+NVML_DOUBLE = $(BUILD)/libnvml-double.so
+all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(NVML_DOUBLE) $(UNIT_BIN)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): scripts/install-deps.sh
@@ -76,6 +77,11 @@ $(ADMIN_BIN): $(BUILD)/appliance/admin/main/privai_admin.o $(ADMIN_LIB) $(LIB)
 # messages and paths are cut to their buffers on purpose (snprintf), so
 # GCC's guesses about truncation are noise here
 $(BUILD)/appliance/admin/%.o: CFLAGS_ALL += -Iappliance/admin -Wno-format-truncation
+
+# the recorded NVML of an HGX H100 node, for tests (PRIVAI_NVML_LIB)
+$(NVML_DOUBLE): tests/nvml_double/nvml_double.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fPIC -shared $< -o $@
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h tests/unit/dbtestlib.h $(LIB) $(ADMIN_LIB)
 	@mkdir -p $(dir $@)

@@ -1,0 +1,299 @@
+/*
+ * A recorded NVML double: a shared library answering the NVML calls
+ * privai-admin makes for a simulated HGX H100 node (8 x "NVIDIA H100 80GB
+ * HBM3" with the bus ids, memory and MIG profile table such a node
+ * reports).  Loaded with PRIVAI_NVML_LIB=.../libnvml-double.so.
+ *   PRIVAI_NVML_DOUBLE_MIG=0|1    MIG mode of every GPU (default 1)
+ *   PRIVAI_NVML_DOUBLE_STATE=FILE GPU instances kept across processes
+ *                                 ("gpu profile_id start size" lines);
+ *                                 removing it is a reboot, which loses them
+ * Placements are checked the way the driver checks them: a start the
+ * profile does not allow is NVML_ERROR_INVALID_ARGUMENT, an overlap
+ * NVML_ERROR_INSUFFICIENT_RESOURCES.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_GPUS 8
+#define MAX_GI 7
+
+enum { OK = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2, NOT_SUPPORTED = 3, INSUFFICIENT_SIZE = 7,
+       INSUFFICIENT_RESOURCES = 23, NOT_FOUND = 6 };
+
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct {
+	char busIdLegacy[16];
+	unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+	char busId[32];
+} nvmlPciInfo_t;
+typedef struct { unsigned int start, size; } nvmlGpuInstancePlacement_t;
+typedef struct {
+	unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount,
+		decoderCount, encoderCount, jpegCount, ofaCount;
+	unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+struct gi;
+struct dev;
+typedef struct {
+	struct dev *device;
+	unsigned int id, profileId;
+	nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+typedef struct {
+	unsigned int id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
+		sharedEncoderCount, sharedJpegCount, sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+struct gi {
+	int used;
+	unsigned id, profile_id, start, size;
+	struct dev *dev;
+};
+
+struct dev {
+	int index;
+	struct gi gis[MAX_GI];
+};
+
+/* an H100 80GB HBM3's GPU instance profiles, by NVML profile index */
+static const struct {
+	int index, id, slices, size, max;
+	unsigned starts_mask;
+	unsigned long long mb;
+} profiles[] = {
+	{ 0, 19, 1, 1, 7, 0x7f, 9856 }, { 1, 14, 2, 2, 3, 0x15, 19968 }, { 2, 9, 3, 4, 2, 0x11, 40192 },
+	{ 3, 5, 4, 4, 1, 0x01, 40192 }, { 4, 0, 7, 8, 1, 0x01, 80768 }, { 7, 20, 1, 1, 1, 0x7f, 9856 },
+	{ 9, 15, 1, 2, 4, 0x55, 19968 },
+};
+static const unsigned bus[N_GPUS] = { 0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb };
+
+static struct dev devs[N_GPUS];
+static int inited;
+
+static int
+mig_on(void)
+{
+	const char *m = getenv("PRIVAI_NVML_DOUBLE_MIG");
+	return m == NULL || strcmp(m, "0") != 0;
+}
+
+static int
+profile_by_id(unsigned id)
+{
+	for (size_t i = 0; i < sizeof(profiles) / sizeof(profiles[0]); i++)
+		if ((unsigned)profiles[i].id == id)
+			return (int)i;
+	return -1;
+}
+
+static void
+save(void)
+{
+	const char *path = getenv("PRIVAI_NVML_DOUBLE_STATE");
+	if (path == NULL)
+		return;
+	FILE *fp = fopen(path, "w");
+	if (fp == NULL)
+		return;
+	for (int d = 0; d < N_GPUS; d++)
+		for (int g = 0; g < MAX_GI; g++)
+			if (devs[d].gis[g].used)
+				fprintf(fp, "%d %u %u %u\n", d, devs[d].gis[g].profile_id, devs[d].gis[g].start,
+					devs[d].gis[g].size);
+	fclose(fp);
+}
+
+static void
+load(void)
+{
+	const char *path = getenv("PRIVAI_NVML_DOUBLE_STATE");
+	unsigned d, p, s, z;
+	FILE *fp = path != NULL ? fopen(path, "r") : NULL;
+
+	memset(devs, 0, sizeof(devs));
+	for (int i = 0; i < N_GPUS; i++)
+		devs[i].index = i;
+	if (fp == NULL)
+		return;
+	while (fscanf(fp, "%u %u %u %u", &d, &p, &s, &z) == 4)
+		for (int g = 0; d < N_GPUS && g < MAX_GI; g++)
+			if (!devs[d].gis[g].used) {
+				devs[d].gis[g] = (struct gi){ 1, (unsigned)g + 1, p, s, z, &devs[d] };
+				break;
+			}
+	fclose(fp);
+}
+
+int nvmlInit_v2(void) { load(); inited = 1; return OK; }
+int nvmlShutdown(void) { inited = 0; return OK; }
+
+const char *
+nvmlErrorString(int r)
+{
+	switch (r) {
+	case OK: return "Success";
+	case INVALID_ARGUMENT: return "Invalid Argument";
+	case NOT_SUPPORTED: return "Not Supported";
+	case INSUFFICIENT_RESOURCES: return "Insufficient Resources";
+	case NOT_FOUND: return "Not Found";
+	default: return "Unknown Error";
+	}
+}
+
+int nvmlDeviceGetCount_v2(unsigned int *n) { if (!inited) return UNINITIALIZED; *n = N_GPUS; return OK; }
+
+int
+nvmlDeviceGetHandleByIndex_v2(unsigned int i, struct dev **d)
+{
+	if (!inited) return UNINITIALIZED;
+	if (i >= N_GPUS) return INVALID_ARGUMENT;
+	*d = &devs[i];
+	return OK;
+}
+
+static void
+uuid_of(int i, char *out, unsigned int n)
+{
+	snprintf(out, n, "GPU-5e1a0c3d-7b2f-4c11-9a0e-00000000000%d", i);
+}
+
+int
+nvmlDeviceGetHandleByUUID(const char *uuid, struct dev **d)
+{
+	char u[96];
+	for (int i = 0; i < N_GPUS; i++) {
+		uuid_of(i, u, sizeof(u));
+		if (strcmp(u, uuid) == 0) {
+			*d = &devs[i];
+			return OK;
+		}
+	}
+	return NOT_FOUND;
+}
+
+int nvmlDeviceGetName(struct dev *d, char *s, unsigned int n) { snprintf(s, n, "NVIDIA H100 80GB HBM3"); return OK; }
+int nvmlDeviceGetUUID(struct dev *d, char *s, unsigned int n) { uuid_of(d->index, s, n); return OK; }
+
+int
+nvmlDeviceGetMemoryInfo(struct dev *d, nvmlMemory_t *m)
+{
+	m->total = 85520809984ull; /* 81559 MiB, as an H100 80GB HBM3 reports */
+	m->used = 609222656ull;
+	m->free = m->total - m->used;
+	return OK;
+}
+
+int
+nvmlDeviceGetPciInfo_v3(struct dev *d, nvmlPciInfo_t *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->bus = bus[d->index];
+	p->pciDeviceId = 0x233010de;
+	snprintf(p->busId, sizeof(p->busId), "00000000:%02X:00.0", bus[d->index]);
+	snprintf(p->busIdLegacy, sizeof(p->busIdLegacy), "0000:%02X:00.0", bus[d->index]);
+	return OK;
+}
+
+int
+nvmlDeviceGetMigMode(struct dev *d, unsigned int *cur, unsigned int *pend)
+{
+	*cur = *pend = (unsigned)mig_on();
+	return OK;
+}
+
+int
+nvmlDeviceGetGpuInstanceProfileInfo(struct dev *d, unsigned int index, nvmlGpuInstanceProfileInfo_t *info)
+{
+	for (size_t i = 0; i < sizeof(profiles) / sizeof(profiles[0]); i++)
+		if ((unsigned)profiles[i].index == index) {
+			memset(info, 0, sizeof(*info));
+			info->id = (unsigned)profiles[i].id;
+			info->sliceCount = (unsigned)profiles[i].slices;
+			info->instanceCount = (unsigned)profiles[i].max;
+			info->multiprocessorCount = 16u * (unsigned)profiles[i].slices;
+			info->memorySizeMB = profiles[i].mb;
+			return OK;
+		}
+	return index < 10 ? NOT_SUPPORTED : INVALID_ARGUMENT;
+}
+
+int
+nvmlDeviceGetGpuInstances(struct dev *d, unsigned int profile_id, struct gi **out, unsigned int *count)
+{
+	unsigned n = 0;
+	if (!mig_on()) return NOT_SUPPORTED;
+	for (int g = 0; g < MAX_GI; g++)
+		if (d->gis[g].used && d->gis[g].profile_id == profile_id) {
+			if (n >= *count) return INSUFFICIENT_SIZE;
+			out[n++] = &d->gis[g];
+		}
+	*count = n;
+	return OK;
+}
+
+int
+nvmlGpuInstanceGetInfo(struct gi *g, nvmlGpuInstanceInfo_t *info)
+{
+	if (!g->used) return INVALID_ARGUMENT;
+	info->device = g->dev;
+	info->id = g->id;
+	info->profileId = g->profile_id;
+	info->placement.start = g->start;
+	info->placement.size = g->size;
+	return OK;
+}
+
+int
+nvmlDeviceCreateGpuInstanceWithPlacement(struct dev *d, unsigned int profile_id, const nvmlGpuInstancePlacement_t *pl,
+					 struct gi **out)
+{
+	int p = profile_by_id(profile_id), count = 0, free_slot = -1;
+	if (!mig_on()) return NOT_SUPPORTED;
+	if (p < 0 || pl->start > 7 || !(profiles[p].starts_mask & (1u << pl->start)) ||
+	    pl->size != (unsigned)profiles[p].size)
+		return INVALID_ARGUMENT;
+	for (int g = 0; g < MAX_GI; g++) {
+		struct gi *x = &d->gis[g];
+		if (!x->used) {
+			if (free_slot < 0) free_slot = g;
+			continue;
+		}
+		if (x->profile_id == profile_id) count++;
+		if (pl->start < x->start + x->size && x->start < pl->start + pl->size)
+			return INSUFFICIENT_RESOURCES;
+	}
+	if (free_slot < 0 || count >= profiles[p].max)
+		return INSUFFICIENT_RESOURCES;
+	d->gis[free_slot] = (struct gi){ 1, (unsigned)free_slot + 1, profile_id, pl->start, pl->size, d };
+	*out = &d->gis[free_slot];
+	save();
+	return OK;
+}
+
+int
+nvmlGpuInstanceDestroy(struct gi *g)
+{
+	if (!g->used) return INVALID_ARGUMENT;
+	g->used = 0;
+	save();
+	return OK;
+}
+
+int
+nvmlGpuInstanceGetComputeInstanceProfileInfo(struct gi *g, unsigned int profile, unsigned int eng,
+					     nvmlComputeInstanceProfileInfo_t *info)
+{
+	memset(info, 0, sizeof(*info));
+	info->id = profile;
+	info->sliceCount = profile + 1;
+	info->instanceCount = 1;
+	return g->used ? OK : INVALID_ARGUMENT;
+}
+
+int
+nvmlGpuInstanceCreateComputeInstance(struct gi *g, unsigned int profile_id, void **ci)
+{
+	*ci = g;
+	return g->used ? OK : INVALID_ARGUMENT;
+}
