@@ -79,9 +79,9 @@ $(ADMIN_BIN): $(BUILD)/appliance/admin/main/privai_admin.o $(ADMIN_LIB) $(LIB)
 $(BUILD)/appliance/admin/%.o: CFLAGS_ALL += -Iappliance/admin -Wno-format-truncation
 
 # the recorded NVML of an HGX H100 node, for tests (PRIVAI_NVML_LIB)
-$(NVML_DOUBLE): tests/nvml_double/nvml_double.c
+$(NVML_DOUBLE): tests/nvml_double/nvml_double.c appliance/admin/nvml_abi.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -fPIC -shared $< -o $@
+	$(CC) $(CFLAGS_ALL) -Iappliance/admin -fPIC -shared $< -o $@
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h tests/unit/dbtestlib.h $(LIB) $(ADMIN_LIB)
 	@mkdir -p $(dir $@)

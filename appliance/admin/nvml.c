@@ -6,33 +6,7 @@
 
 #include "privai/status.h"
 #include "nvml.h"
-
-/* NVML's types, as its header declares them */
-typedef int nvmlReturn_t;
-typedef struct nvmlDevice_st *nvmlDevice_t;
-typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
-typedef struct nvmlComputeInstance_st *nvmlComputeInstance_t;
-typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
-typedef struct {
-	char busIdLegacy[16];
-	unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
-	char busId[32];
-} nvmlPciInfo_t;
-typedef struct { unsigned int start, size; } nvmlGpuInstancePlacement_t;
-typedef struct {
-	unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount,
-		decoderCount, encoderCount, jpegCount, ofaCount;
-	unsigned long long memorySizeMB;
-} nvmlGpuInstanceProfileInfo_t;
-typedef struct {
-	nvmlDevice_t device;
-	unsigned int id, profileId;
-	nvmlGpuInstancePlacement_t placement;
-} nvmlGpuInstanceInfo_t;
-typedef struct {
-	unsigned int id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
-		sharedEncoderCount, sharedJpegCount, sharedOfaCount;
-} nvmlComputeInstanceProfileInfo_t;
+#include "nvml_abi.h"
 
 #define NVML_SUCCESS 0
 #define GI_PROFILE_INDEXES 10 /* NVML_GPU_INSTANCE_PROFILE_1_SLICE .. _1_SLICE_REV2 */

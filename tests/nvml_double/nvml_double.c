@@ -15,45 +15,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nvml_abi.h"
+
 #define N_GPUS 8
 #define MAX_GI 7
 
 enum { OK = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2, NOT_SUPPORTED = 3, INSUFFICIENT_SIZE = 7,
        INSUFFICIENT_RESOURCES = 23, NOT_FOUND = 6 };
 
-typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
-typedef struct {
-	char busIdLegacy[16];
-	unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
-	char busId[32];
-} nvmlPciInfo_t;
-typedef struct { unsigned int start, size; } nvmlGpuInstancePlacement_t;
-typedef struct {
-	unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount,
-		decoderCount, encoderCount, jpegCount, ofaCount;
-	unsigned long long memorySizeMB;
-} nvmlGpuInstanceProfileInfo_t;
-struct gi;
-struct dev;
-typedef struct {
-	struct dev *device;
-	unsigned int id, profileId;
-	nvmlGpuInstancePlacement_t placement;
-} nvmlGpuInstanceInfo_t;
-typedef struct {
-	unsigned int id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
-		sharedEncoderCount, sharedJpegCount, sharedOfaCount;
-} nvmlComputeInstanceProfileInfo_t;
-
-struct gi {
+struct nvmlGpuInstance_st {
 	int used;
 	unsigned id, profile_id, start, size;
-	struct dev *dev;
+	struct nvmlDevice_st *dev;
 };
 
-struct dev {
+struct nvmlDevice_st {
 	int index;
-	struct gi gis[MAX_GI];
+	struct nvmlGpuInstance_st gis[MAX_GI];
 };
 
 /* an H100 80GB HBM3's GPU instance profiles, by NVML profile index */
@@ -68,7 +46,7 @@ static const struct {
 };
 static const unsigned bus[N_GPUS] = { 0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb };
 
-static struct dev devs[N_GPUS];
+static struct nvmlDevice_st devs[N_GPUS];
 static int inited;
 
 static int
@@ -119,7 +97,7 @@ load(void)
 	while (fscanf(fp, "%u %u %u %u", &d, &p, &s, &z) == 4)
 		for (int g = 0; d < N_GPUS && g < MAX_GI; g++)
 			if (!devs[d].gis[g].used) {
-				devs[d].gis[g] = (struct gi){ 1, (unsigned)g + 1, p, s, z, &devs[d] };
+				devs[d].gis[g] = (struct nvmlGpuInstance_st){ 1, (unsigned)g + 1, p, s, z, &devs[d] };
 				break;
 			}
 	fclose(fp);
@@ -144,7 +122,7 @@ nvmlErrorString(int r)
 int nvmlDeviceGetCount_v2(unsigned int *n) { if (!inited) return UNINITIALIZED; *n = N_GPUS; return OK; }
 
 int
-nvmlDeviceGetHandleByIndex_v2(unsigned int i, struct dev **d)
+nvmlDeviceGetHandleByIndex_v2(unsigned int i, struct nvmlDevice_st **d)
 {
 	if (!inited) return UNINITIALIZED;
 	if (i >= N_GPUS) return INVALID_ARGUMENT;
@@ -159,7 +137,7 @@ uuid_of(int i, char *out, unsigned int n)
 }
 
 int
-nvmlDeviceGetHandleByUUID(const char *uuid, struct dev **d)
+nvmlDeviceGetHandleByUUID(const char *uuid, struct nvmlDevice_st **d)
 {
 	char u[96];
 	for (int i = 0; i < N_GPUS; i++) {
@@ -172,11 +150,11 @@ nvmlDeviceGetHandleByUUID(const char *uuid, struct dev **d)
 	return NOT_FOUND;
 }
 
-int nvmlDeviceGetName(struct dev *d, char *s, unsigned int n) { snprintf(s, n, "NVIDIA H100 80GB HBM3"); return OK; }
-int nvmlDeviceGetUUID(struct dev *d, char *s, unsigned int n) { uuid_of(d->index, s, n); return OK; }
+int nvmlDeviceGetName(struct nvmlDevice_st *d, char *s, unsigned int n) { snprintf(s, n, "NVIDIA H100 80GB HBM3"); return OK; }
+int nvmlDeviceGetUUID(struct nvmlDevice_st *d, char *s, unsigned int n) { uuid_of(d->index, s, n); return OK; }
 
 int
-nvmlDeviceGetMemoryInfo(struct dev *d, nvmlMemory_t *m)
+nvmlDeviceGetMemoryInfo(struct nvmlDevice_st *d, nvmlMemory_t *m)
 {
 	m->total = 85520809984ull; /* 81559 MiB, as an H100 80GB HBM3 reports */
 	m->used = 609222656ull;
@@ -185,7 +163,7 @@ nvmlDeviceGetMemoryInfo(struct dev *d, nvmlMemory_t *m)
 }
 
 int
-nvmlDeviceGetPciInfo_v3(struct dev *d, nvmlPciInfo_t *p)
+nvmlDeviceGetPciInfo_v3(struct nvmlDevice_st *d, nvmlPciInfo_t *p)
 {
 	memset(p, 0, sizeof(*p));
 	p->bus = bus[d->index];
@@ -196,14 +174,14 @@ nvmlDeviceGetPciInfo_v3(struct dev *d, nvmlPciInfo_t *p)
 }
 
 int
-nvmlDeviceGetMigMode(struct dev *d, unsigned int *cur, unsigned int *pend)
+nvmlDeviceGetMigMode(struct nvmlDevice_st *d, unsigned int *cur, unsigned int *pend)
 {
 	*cur = *pend = (unsigned)mig_on();
 	return OK;
 }
 
 int
-nvmlDeviceGetGpuInstanceProfileInfo(struct dev *d, unsigned int index, nvmlGpuInstanceProfileInfo_t *info)
+nvmlDeviceGetGpuInstanceProfileInfo(struct nvmlDevice_st *d, unsigned int index, nvmlGpuInstanceProfileInfo_t *info)
 {
 	for (size_t i = 0; i < sizeof(profiles) / sizeof(profiles[0]); i++)
 		if ((unsigned)profiles[i].index == index) {
@@ -219,7 +197,7 @@ nvmlDeviceGetGpuInstanceProfileInfo(struct dev *d, unsigned int index, nvmlGpuIn
 }
 
 int
-nvmlDeviceGetGpuInstances(struct dev *d, unsigned int profile_id, struct gi **out, unsigned int *count)
+nvmlDeviceGetGpuInstances(struct nvmlDevice_st *d, unsigned int profile_id, struct nvmlGpuInstance_st **out, unsigned int *count)
 {
 	unsigned n = 0;
 	if (!mig_on()) return NOT_SUPPORTED;
@@ -233,7 +211,7 @@ nvmlDeviceGetGpuInstances(struct dev *d, unsigned int profile_id, struct gi **ou
 }
 
 int
-nvmlGpuInstanceGetInfo(struct gi *g, nvmlGpuInstanceInfo_t *info)
+nvmlGpuInstanceGetInfo(struct nvmlGpuInstance_st *g, nvmlGpuInstanceInfo_t *info)
 {
 	if (!g->used) return INVALID_ARGUMENT;
 	info->device = g->dev;
@@ -245,8 +223,8 @@ nvmlGpuInstanceGetInfo(struct gi *g, nvmlGpuInstanceInfo_t *info)
 }
 
 int
-nvmlDeviceCreateGpuInstanceWithPlacement(struct dev *d, unsigned int profile_id, const nvmlGpuInstancePlacement_t *pl,
-					 struct gi **out)
+nvmlDeviceCreateGpuInstanceWithPlacement(struct nvmlDevice_st *d, unsigned int profile_id, const nvmlGpuInstancePlacement_t *pl,
+					 struct nvmlGpuInstance_st **out)
 {
 	int p = profile_by_id(profile_id), count = 0, free_slot = -1;
 	if (!mig_on()) return NOT_SUPPORTED;
@@ -254,7 +232,7 @@ nvmlDeviceCreateGpuInstanceWithPlacement(struct dev *d, unsigned int profile_id,
 	    pl->size != (unsigned)profiles[p].size)
 		return INVALID_ARGUMENT;
 	for (int g = 0; g < MAX_GI; g++) {
-		struct gi *x = &d->gis[g];
+		struct nvmlGpuInstance_st *x = &d->gis[g];
 		if (!x->used) {
 			if (free_slot < 0) free_slot = g;
 			continue;
@@ -265,14 +243,14 @@ nvmlDeviceCreateGpuInstanceWithPlacement(struct dev *d, unsigned int profile_id,
 	}
 	if (free_slot < 0 || count >= profiles[p].max)
 		return INSUFFICIENT_RESOURCES;
-	d->gis[free_slot] = (struct gi){ 1, (unsigned)free_slot + 1, profile_id, pl->start, pl->size, d };
+	d->gis[free_slot] = (struct nvmlGpuInstance_st){ 1, (unsigned)free_slot + 1, profile_id, pl->start, pl->size, d };
 	*out = &d->gis[free_slot];
 	save();
 	return OK;
 }
 
 int
-nvmlGpuInstanceDestroy(struct gi *g)
+nvmlGpuInstanceDestroy(struct nvmlGpuInstance_st *g)
 {
 	if (!g->used) return INVALID_ARGUMENT;
 	g->used = 0;
@@ -281,7 +259,7 @@ nvmlGpuInstanceDestroy(struct gi *g)
 }
 
 int
-nvmlGpuInstanceGetComputeInstanceProfileInfo(struct gi *g, unsigned int profile, unsigned int eng,
+nvmlGpuInstanceGetComputeInstanceProfileInfo(struct nvmlGpuInstance_st *g, unsigned int profile, unsigned int eng,
 					     nvmlComputeInstanceProfileInfo_t *info)
 {
 	memset(info, 0, sizeof(*info));
@@ -292,7 +270,7 @@ nvmlGpuInstanceGetComputeInstanceProfileInfo(struct gi *g, unsigned int profile,
 }
 
 int
-nvmlGpuInstanceCreateComputeInstance(struct gi *g, unsigned int profile_id, void **ci)
+nvmlGpuInstanceCreateComputeInstance(struct nvmlGpuInstance_st *g, unsigned int profile_id, void **ci)
 {
 	*ci = g;
 	return g->used ? OK : INVALID_ARGUMENT;
