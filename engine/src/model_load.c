@@ -89,6 +89,11 @@ read_hparams(const struct gguf_file *f, struct model_hparams *hp, const struct a
 	    (r = get_u32_req(f, arch, "attention.head_count", &hp->n_head, err)) < 0 ||
 	    (r = get_u32_req(f, arch, "feed_forward_length", &hp->n_ff, err)) < 0)
 		return r;
+	/* every block has tensors of its own, so a file cannot describe more
+	 * blocks than it holds tensors (checked before anything is sized by it) */
+	if ((uint64_t)hp->n_layer > f->n_tensors)
+		return privai_fail(err, PRIVAI_EFORMAT, "%s.block_count %d exceeds the %llu tensors in the file", arch,
+				   hp->n_layer, (unsigned long long)f->n_tensors);
 	hp->n_head_kv = hp->n_head;
 	hp->n_ctx_train = 2048;
 	if ((r = get_opt_u32(f, arch, "attention.head_count_kv", &hp->n_head_kv, err)) < 0 ||

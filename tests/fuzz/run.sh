@@ -23,6 +23,13 @@ if [ -x "$engine" ]; then
 	"$engine" synth -o "$out/corpus/seed-qwen2.gguf" --arch qwen2 --dim 32 --layers 1 --heads 2 --kv-heads 1 --ff 32 --type Q8_0 2>/dev/null || true
 fi
 ulimit -v unlimited 2>/dev/null || true
+# inputs that once crashed or exhausted memory must stay harmless
+if ! "$out/fuzz_gguf" -rss_limit_mb=4096 tests/fuzz/regressions/* >"$out/regressions.log" 2>&1; then
+	tail -40 "$out/regressions.log" >&2
+	echo "fuzz: a saved regression input fails again (tests/fuzz/regressions)"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
 if "$out/fuzz_gguf" "$out/corpus" -max_total_time="$FUZZ_SECONDS" -max_len=262144 -rss_limit_mb=4096 \
 	-artifact_prefix="$out/artifacts/" -print_final_stats=1 >"$out/fuzz.log" 2>&1; then
 	runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/fuzz.log" | grep -o '[0-9]*$' || echo "?")
