@@ -266,6 +266,19 @@ def test_models(adm, a, o, v, roots):
     for p in bad_paths:
         r = o.post("/api/v1/models", {"name": "bad", "path": p})
         check(r.status == 422 and r.json["error"]["field"] in ("path",), f"path refused: {p!r}", r)
+    # a valid GGUF outside every model root, reached directly, by "..", and by a symlink inside a root:
+    # only the root check stands in the way, so these fail if it is broken
+    outside = os.path.join(os.path.dirname(root), "outside")
+    os.makedirs(outside, exist_ok=True)
+    shutil.copy(DEMO, os.path.join(outside, "real.gguf"))
+    os.symlink(os.path.join(outside, "real.gguf"), os.path.join(root, "link-out.gguf"))
+    os.makedirs(root + "-sibling", exist_ok=True)
+    shutil.copy(DEMO, os.path.join(root + "-sibling", "real.gguf"))
+    for p in (os.path.join(outside, "real.gguf"), os.path.join(root, "..", "outside", "real.gguf"),
+              os.path.join(root, "link-out.gguf"), os.path.join(root + "-sibling", "real.gguf")):
+        r = o.post("/api/v1/models", {"name": "outside", "path": p})
+        check(r.status == 422 and "outside the model directories" in r.json["error"]["message"],
+              f"valid GGUF outside the roots refused: {p!r}", r)
     r = o.post("/api/v1/models", {"name": "demo", "path": os.path.join(root, "demo.gguf")})
     check(r.status == 409, "duplicate model name 409", r)
     r = o.post("/api/v1/models", {"name": "../evil", "path": os.path.join(root, "demo.gguf")})
