@@ -14,6 +14,7 @@
 
 #include "privai/status.h"
 #include "admin.h"
+#include "db.h"
 #include "deployments.h"
 #include "httpd.h"
 #include "server/strbuf.h"
@@ -99,9 +100,7 @@ h_key_create(struct req *r)
 		return;
 	}
 	if (supervisor_keys_changed(r->a->sup, id) != 0) {
-		char sql[64];
-		snprintf(sql, sizeof(sql), "DELETE FROM deployment_keys WHERE id = %lld", (long long)key_id);
-		sqlite3_exec(r->a->db, sql, NULL, NULL, NULL);
+		db_delete_id(r->a->db, "deployment_keys", key_id);
 		cJSON_Delete(j);
 		reply_error(r, 500, "internal", NULL, "could not rewrite the engine's key file");
 		return;

@@ -332,17 +332,17 @@ out:
 static void
 h_delete(struct req *r)
 {
-	char sql[64], target[32];
+	char target[32];
 	int64_t id = arg_id(r, 0, "deployment");
 
 	if (id < 0)
 		return;
-	snprintf(sql, sizeof(sql), "DELETE FROM deployments WHERE id = %lld", (long long)id);
-	if (sqlite3_exec(r->a->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+	int deleted = db_delete_id(r->a->db, "deployments", id);
+	if (deleted < 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		return;
 	}
-	if (sqlite3_changes(r->a->db) == 0) {
+	if (deleted == 0) {
 		reply_error(r, 404, "not_found", NULL, "no deployment %lld", (long long)id);
 		return;
 	}

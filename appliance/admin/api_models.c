@@ -14,6 +14,7 @@
 
 #include "privai/status.h"
 #include "admin.h"
+#include "db.h"
 #include "httpd.h"
 #include "models.h"
 #include "rows.h"
@@ -204,9 +205,7 @@ h_delete(struct req *r)
 			    "delete it again once it has failed", (long long)id);
 		return;
 	}
-	char sql[64];
-	snprintf(sql, sizeof(sql), "DELETE FROM models WHERE id = %lld", (long long)id);
-	if (sqlite3_exec(r->a->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+	if (db_delete_id(r->a->db, "models", id) < 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		return;
 	}

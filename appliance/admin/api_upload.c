@@ -17,6 +17,7 @@
 
 #include "privai/status.h"
 #include "admin.h"
+#include "db.h"
 #include "httpd.h"
 #include "models.h"
 
@@ -191,9 +192,7 @@ upload_end(struct req *r)
 		return;
 	}
 	if (rename(u->tmp, final) != 0) {
-		char sql[64];
-		snprintf(sql, sizeof(sql), "DELETE FROM models WHERE id = %lld", (long long)id);
-		sqlite3_exec(r->a->db, sql, NULL, NULL, NULL);
+		db_delete_id(r->a->db, "models", id);
 		discard(r);
 		reply_error(r, 500, "internal", NULL, "cannot move the upload into place: %s", strerror(errno));
 		return;

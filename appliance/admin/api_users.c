@@ -207,9 +207,7 @@ h_delete(struct req *r)
 		reply_error(r, 409, "last_admin", NULL, "user %lld is the last admin", (long long)id);
 		return;
 	}
-	char sql[64];
-	snprintf(sql, sizeof(sql), "DELETE FROM users WHERE id = %lld", (long long)id);
-	if (sqlite3_exec(r->a->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+	if (db_delete_id(r->a->db, "users", id) < 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		return;
 	}

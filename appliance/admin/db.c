@@ -211,3 +211,14 @@ db_rollback(sqlite3 *db)
 	if (!sqlite3_get_autocommit(db))
 		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 }
+
+int
+db_delete_id(sqlite3 *db, const char *table, int64_t id)
+{
+	char sql[96];
+
+	snprintf(sql, sizeof(sql), "DELETE FROM %s WHERE id = %lld", table, (long long)id);
+	if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+		return -1;
+	return sqlite3_changes(db);
+}

@@ -8,6 +8,7 @@
 #define PRIVAI_ADMIN_DB_H
 
 #include <sqlite3.h>
+#include <stdint.h>
 
 /* The schema version this binary writes (the number of migrations). */
 int db_schema_version(void);
@@ -39,6 +40,11 @@ int db_restore(sqlite3 *db, const char *path, char *err);
 int db_begin(sqlite3 *db);
 int db_commit(sqlite3 *db);
 void db_rollback(sqlite3 *db);
+
+/* Delete the row of table with this id: the number of rows deleted (0
+ * or 1), or -1 (sqlite3_errmsg says why).  table is one of ours, never
+ * input. */
+int db_delete_id(sqlite3 *db, const char *table, int64_t id);
 
 /* Run sql (no results) or fail with sqlite's message. */
 int db_exec(sqlite3 *db, const char *sql, char *err);

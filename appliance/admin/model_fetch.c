@@ -19,6 +19,7 @@
 
 #include "privai/status.h"
 #include "admin.h"
+#include "db.h"
 #include "audit.h"
 #include "httpd.h"
 #include "models.h"
@@ -329,9 +330,7 @@ model_fetch_start(struct req *r, const cJSON *body, const char *name)
 			close(f->fd);
 			unlink(f->tmp);
 		}
-		char sql[64];
-		snprintf(sql, sizeof(sql), "DELETE FROM models WHERE id = %lld", (long long)f->id);
-		sqlite3_exec(r->a->db, sql, NULL, NULL, NULL);
+		db_delete_id(r->a->db, "models", f->id);
 		free(f);
 		reply_error(r, 500, "internal", NULL, "%s", err);
 		return;
