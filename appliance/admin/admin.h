@@ -27,10 +27,19 @@ struct admin_config {
 	int64_t max_upload_bytes;
 	int login_per_minute;        /* login attempts per client address */
 	int engine_port_lo, engine_port_hi; /* loopback ports for engines */
+	const char *sys_root;        /* where /proc and /sys are read ("/"; a fixture tree in tests) */
+	const char *node_name;       /* this node's name in the cluster (default: host name) */
+	const char *advertise_url;   /* how other nodes reach this console (default: from host and port) */
+	const char *join_url;        /* the console to join at first start, or NULL */
+	const char *join_token;      /* the one-time join token for it */
+	const char *join_pin;        /* sha256//BASE64 of its TLS public key, or NULL */
+	int heartbeat_s;             /* seconds between heartbeats; a node silent for 3 is unreachable */
+	const char *webui_dir;       /* the console's static files */
 };
 
 struct supervisor;
 struct fetch;
+struct cluster;
 struct MHD_Daemon;
 
 struct admin {
@@ -50,6 +59,9 @@ struct admin {
 	int64_t started_at;
 	atomic_long http_requests[6]; /* by status class: 1xx..5xx, index 0 unused */
 	atomic_long logins_ok, logins_failed;
+	int64_t self_node_id;        /* this node's row in nodes */
+	char tls_pin[128];           /* sha256//BASE64 of our TLS public key; "" in dev mode */
+	struct cluster *cluster;     /* heartbeats and the unreachable watch (cluster.c) */
 };
 
 /* Now, in Unix seconds (UTC). */

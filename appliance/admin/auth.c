@@ -66,9 +66,8 @@ sql_fail(sqlite3 *db, char *err)
 	return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
 }
 
-/* prefix + 43 url-safe base64 characters of 32 random bytes */
-static void
-new_secret(const char *prefix, char *out)
+void
+auth_new_secret(const char *prefix, char *out)
 {
 	unsigned char raw[RAW_SECRET];
 	size_t n = strlen(prefix);
@@ -82,6 +81,15 @@ static void
 secret_hash(const char *secret, unsigned char *out)
 {
 	crypto_hash_sha256(out, (const unsigned char *)secret, strlen(secret));
+}
+
+void
+auth_secret_hex(const char *secret, char *hex)
+{
+	unsigned char h[crypto_hash_sha256_BYTES];
+
+	secret_hash(secret, h);
+	sodium_bin2hex(hex, 65, h, sizeof(h));
 }
 
 static int
@@ -213,8 +221,8 @@ new_session(sqlite3 *db, struct principal *p, const char *remote_addr, int64_t n
 	unsigned char h[crypto_hash_sha256_BYTES];
 	sqlite3_stmt *st;
 
-	new_secret("s_", cookie);
-	new_secret("", p->csrf);
+	auth_new_secret("s_", cookie);
+	auth_new_secret("", p->csrf);
 	secret_hash(cookie, h);
 	if (sqlite3_prepare_v2(db,
 			       "INSERT INTO sessions (token_hash, csrf_token, user_id, created_at, expires_at, remote_addr) "
@@ -334,7 +342,7 @@ auth_token_create(sqlite3 *db, int64_t user_id, const char *name, const char *sc
 		return privai_fail(err, PRIVAI_EINVAL, "the expiry is in the past");
 	if (scope_role(scopes) == 0)
 		return privai_fail(err, PRIVAI_EINVAL, "scopes are one or more of read, write, admin (space separated)");
-	new_secret("pat_", ret_token);
+	auth_new_secret("pat_", ret_token);
 	secret_hash(ret_token, h);
 	if (sqlite3_prepare_v2(db, "INSERT INTO api_tokens (name, token_hash, user_id, scopes, created_at, expires_at) "
 				   "VALUES (?, ?, ?, ?, ?, ?)", -1, &st, NULL) != SQLITE_OK)

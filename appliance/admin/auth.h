@@ -59,6 +59,11 @@ int auth_token_revoke(sqlite3 *db, int64_t token_id, int64_t now, char *err);
  * expired (then err says which, for the audit log). */
 int auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *ret, char *err);
 
+/* A new secret: prefix + 43 url-safe base64 characters of 32 random
+ * bytes (out holds AUTH_SECRET_LEN); and its SHA-256 in hex (65 bytes). */
+void auth_new_secret(const char *prefix, char *out);
+void auth_secret_hex(const char *secret, char *hex);
+
 /* Constant-time comparison of a presented CSRF token with the session's. */
 int auth_csrf_ok(const struct principal *p, const char *presented);
 

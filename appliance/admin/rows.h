@@ -2,7 +2,7 @@
  * Query results as JSON: each row an object keyed by column name
  * (INTEGER and REAL as numbers, TEXT as strings, NULL as null; BLOBs,
  * which hold only hashes, are never shown; columns named placement,
- * options and detail hold JSON text and are returned as JSON).  Handlers select exactly the
+ * options, detail, inventory and instances hold JSON text and are returned as JSON).  Handlers select exactly the
  * columns a client may see, with `AS` names from the OpenAPI document.
  */
 #ifndef PRIVAI_ADMIN_ROWS_H

@@ -4,9 +4,11 @@
  * from the start; an admin replaces it with the site's own.
  */
 #include <gnutls/gnutls.h>
+#include <gnutls/abstract.h>
 #include <gnutls/crypto.h>
 #include <gnutls/x509.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,4 +102,37 @@ tls_check_pair(const char *cert_pem, const char *key_pem, char *err)
 		return privai_fail(err, PRIVAI_EINVAL, "the certificate and key do not form a usable pair: %s",
 				   gnutls_strerror(g));
 	return PRIVAI_OK;
+}
+
+int
+tls_public_key_pin(const char *cert_pem, char *out, size_t size, char *err)
+{
+	gnutls_x509_crt_t crt = NULL;
+	gnutls_pubkey_t key = NULL;
+	gnutls_datum_t in = { (unsigned char *)cert_pem, (unsigned)strlen(cert_pem) }, der = { NULL, 0 };
+	unsigned char h[32];
+	int rc = PRIVAI_EFORMAT;
+
+	if (gnutls_x509_crt_init(&crt) < 0)
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+	if (gnutls_pubkey_init(&key) < 0) {
+		gnutls_x509_crt_deinit(crt);
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+	}
+	if (gnutls_x509_crt_import(crt, &in, GNUTLS_X509_FMT_PEM) < 0 || gnutls_pubkey_import_x509(key, crt, 0) < 0 ||
+	    gnutls_pubkey_export2(key, GNUTLS_X509_FMT_DER, &der) < 0 ||
+	    gnutls_hash_fast(GNUTLS_DIG_SHA256, der.data, der.size, h) < 0) {
+		privai_fail(err, PRIVAI_EFORMAT, "cannot read the certificate's public key");
+		goto out;
+	}
+	/* "sha256//" + base64: the form libcurl's CURLOPT_PINNEDPUBLICKEY takes */
+	char enc[48];
+	sodium_bin2base64(enc, sizeof(enc), h, sizeof(h), sodium_base64_VARIANT_ORIGINAL);
+	snprintf(out, size, "sha256//%s", enc);
+	rc = PRIVAI_OK;
+out:
+	gnutls_free(der.data);
+	gnutls_pubkey_deinit(key);
+	gnutls_x509_crt_deinit(crt);
+	return rc;
 }

@@ -4,6 +4,8 @@
  * HBM3" with the bus ids, memory and MIG profile table such a node
  * reports).  Loaded with PRIVAI_NVML_LIB=.../libnvml-double.so.
  *   PRIVAI_NVML_DOUBLE_MIG=0|1    MIG mode of every GPU (default 1)
+ *   PRIVAI_NVML_DOUBLE_NODE=N     which simulated node (0-9; default 0): the
+ *                                 digit in every GPU UUID, so two nodes differ
  *   PRIVAI_NVML_DOUBLE_STATE=FILE GPU instances kept across processes
  *                                 ("gpu profile_id start size" lines);
  *                                 removing it is a reboot, which loses them
@@ -133,7 +135,9 @@ nvmlDeviceGetHandleByIndex_v2(unsigned int i, struct nvmlDevice_st **d)
 static void
 uuid_of(int i, char *out, unsigned int n)
 {
-	snprintf(out, n, "GPU-5e1a0c3d-7b2f-4c11-9a0e-00000000000%d", i);
+	const char *node = getenv("PRIVAI_NVML_DOUBLE_NODE");
+	int k = node != NULL && node[0] >= '0' && node[0] <= '9' ? node[0] - '0' : 0;
+	snprintf(out, n, "GPU-5e1a0c3d-7b2f-4c11-9a0e-0000000%d000%d", k, i);
 }
 
 int

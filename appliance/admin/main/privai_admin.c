@@ -19,6 +19,9 @@
 #include "privai/status.h"
 #include "admin.h"
 #include "auth.h"
+#include "cluster.h"
+#include "mig_apply.h"
+#include "nodes.h"
 #include "db.h"
 #include "httpd.h"
 #include "models.h"
@@ -44,6 +47,17 @@ usage(FILE *fp)
 	      "  --login-rate N       login attempts per minute per client address (PRIVAI_LOGIN_RATE; 10)\n"
 	      "  --demo-model PATH    on first start, register PATH as 'demo' and deploy it on CPU\n"
 	      "                       (PRIVAI_DEMO_MODEL)\n"
+	      "  --node-name NAME     this node's name in the cluster (PRIVAI_NODE_NAME; default: host name)\n"
+	      "  --advertise-url URL  how other nodes reach this console (PRIVAI_ADVERTISE_URL;\n"
+	      "                       default: from --host and the port)\n"
+	      "  --join URL           at first start, join the console at URL (PRIVAI_JOIN_URL) with the\n"
+	      "                       one-time token in PRIVAI_JOIN_TOKEN or the file --join-token-file names\n"
+	      "  --join-pin PIN       sha256//BASE64 of that console's TLS key, as its join token showed\n"
+	      "                       (PRIVAI_JOIN_PIN); without it the certificate must verify\n"
+	      "  --heartbeat-s N      seconds between heartbeats (PRIVAI_HEARTBEAT_S; default 10)\n"
+	      "  --sys-root DIR       read /proc and /sys under DIR (PRIVAI_SYS_ROOT; default /)\n"
+	      "  --webui DIR          the console's files (PRIVAI_WEBUI; default: webui/ beside the binary's\n"
+	      "                       directory, then /usr/share/privai/webui)\n"
 	      "  --config FILE        KEY=VALUE lines with the PRIVAI_* names above (PRIVAI_CONFIG)\n"
 	      "  --list-routes        print every REST route with its minimum role, and exit\n",
 	      fp);
@@ -104,10 +118,53 @@ parse_int(const char *opt, const char *s, long lo, long hi, long *out)
 
 struct options {
 	struct admin_config cfg;
-	const char *ports, *port, *max_gib, *demo_model, *roots, *login_rate;
+	const char *ports, *port, *max_gib, *demo_model, *roots, *login_rate, *heartbeat, *join_token_file;
 	int list_routes;
 	char engine_default[PATH_MAX + 16];
+	char webui_default[PATH_MAX + 16];
+	char join_token[128];
 };
+
+/* The join options go together; the token may come from a file. */
+static int
+check_cluster_options(struct options *o)
+{
+	struct admin_config *c = &o->cfg;
+
+	if (o->join_token_file != NULL) {
+		FILE *fp = fopen(o->join_token_file, "r");
+		if (fp == NULL || fgets(o->join_token, sizeof(o->join_token), fp) == NULL) {
+			fprintf(stderr, "privai-admin: --join-token-file %s: cannot read it\n", o->join_token_file);
+			if (fp != NULL)
+				fclose(fp);
+			return -1;
+		}
+		fclose(fp);
+		o->join_token[strcspn(o->join_token, "\r\n")] = '\0';
+		c->join_token = o->join_token;
+	}
+	if (c->join_url != NULL && (c->join_token == NULL || strncmp(c->join_token, "join_", 5) != 0)) {
+		fprintf(stderr, "privai-admin: --join needs the one-time join token (join_...) in PRIVAI_JOIN_TOKEN or "
+			"--join-token-file\n");
+		return -1;
+	}
+	if (c->join_url != NULL && strncmp(c->join_url, "http://", 7) != 0 && strncmp(c->join_url, "https://", 8) != 0) {
+		fprintf(stderr, "privai-admin: --join takes the console's URL, http:// or https://, not '%s'\n",
+			c->join_url);
+		return -1;
+	}
+	if (c->join_pin != NULL && strncmp(c->join_pin, "sha256//", 8) != 0) {
+		fprintf(stderr, "privai-admin: --join-pin is sha256//BASE64, as the join token showed it\n");
+		return -1;
+	}
+	if (c->node_name == NULL) {
+		static char host[256];
+		if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
+			snprintf(host, sizeof(host), "privai");
+		c->node_name = host;
+	}
+	return 0;
+}
 
 static int
 parse_args(int argc, char **argv, struct options *o)
@@ -133,6 +190,15 @@ parse_args(int argc, char **argv, struct options *o)
 	o->max_gib = env("PRIVAI_MAX_UPLOAD_GIB", "512");
 	o->demo_model = env("PRIVAI_DEMO_MODEL", NULL);
 	o->login_rate = env("PRIVAI_LOGIN_RATE", "10");
+	o->heartbeat = env("PRIVAI_HEARTBEAT_S", "10");
+	o->join_token_file = env("PRIVAI_JOIN_TOKEN_FILE", NULL);
+	c->sys_root = env("PRIVAI_SYS_ROOT", "/");
+	c->node_name = env("PRIVAI_NODE_NAME", NULL);
+	c->advertise_url = env("PRIVAI_ADVERTISE_URL", NULL);
+	c->join_url = env("PRIVAI_JOIN_URL", NULL);
+	c->join_token = env("PRIVAI_JOIN_TOKEN", NULL);
+	c->join_pin = env("PRIVAI_JOIN_PIN", NULL);
+	c->webui_dir = env("PRIVAI_WEBUI", NULL);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int takes = 1;
@@ -159,6 +225,14 @@ parse_args(int argc, char **argv, struct options *o)
 		else if (strcmp(a, "--demo-model") == 0) o->demo_model = v;
 		else if (strcmp(a, "--login-rate") == 0) o->login_rate = v;
 		else if (strcmp(a, "--config") == 0) ;
+		else if (strcmp(a, "--node-name") == 0) c->node_name = v;
+		else if (strcmp(a, "--advertise-url") == 0) c->advertise_url = v;
+		else if (strcmp(a, "--join") == 0) c->join_url = v;
+		else if (strcmp(a, "--join-token-file") == 0) o->join_token_file = v;
+		else if (strcmp(a, "--join-pin") == 0) c->join_pin = v;
+		else if (strcmp(a, "--heartbeat-s") == 0) o->heartbeat = v;
+		else if (strcmp(a, "--sys-root") == 0) c->sys_root = v;
+		else if (strcmp(a, "--webui") == 0) c->webui_dir = v;
 		else if (strcmp(a, "--model-root") == 0) {
 			if (c->n_model_roots == ADMIN_MAX_MODEL_ROOTS - 1) {
 				fprintf(stderr, "privai-admin: at most %d --model-root\n", ADMIN_MAX_MODEL_ROOTS - 1);
@@ -178,8 +252,9 @@ parse_args(int argc, char **argv, struct options *o)
 		     d = strtok_r(NULL, ":", &save))
 			c->model_roots[c->n_model_roots++] = d;
 	}
-	long port, gib, lo, hi, rate;
+	long port, gib, lo, hi, rate, hb;
 	if (parse_int("--port", o->port ? o->port : c->dev ? "8080" : "8443", 0, 65535, &port) < 0 ||
+	    parse_int("--heartbeat-s", o->heartbeat, 1, 3600, &hb) < 0 ||
 	    parse_int("--login-rate", o->login_rate, 1, 10000, &rate) < 0 ||
 	    parse_int("--max-upload-gib", o->max_gib, 1, 1 << 20, &gib) < 0)
 		return -1;
@@ -192,6 +267,9 @@ parse_args(int argc, char **argv, struct options *o)
 	c->engine_port_lo = (int)lo;
 	c->engine_port_hi = (int)hi;
 	c->login_per_minute = (int)rate;
+	c->heartbeat_s = (int)hb;
+	if (check_cluster_options(o) < 0)
+		return -1;
 	if (c->dev && strncmp(c->host, "127.", 4) != 0) {
 		fprintf(stderr, "privai-admin: --dev serves plain HTTP, so it listens on loopback only, not %s\n",
 			c->host);
@@ -210,6 +288,18 @@ parse_args(int argc, char **argv, struct options *o)
 			*slash = '\0';
 		snprintf(o->engine_default, sizeof(o->engine_default), "%s/privai-engine", self);
 		c->engine_bin = o->engine_default;
+	}
+	if (c->webui_dir == NULL) {
+		char self[PATH_MAX];
+		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		self[n > 0 ? n : 0] = '\0';
+		for (int up = 0; up < 2; up++) { /* build/privai-admin -> webui/ beside build/ */
+			char *slash = strrchr(self, '/');
+			if (slash != NULL)
+				*slash = '\0';
+		}
+		snprintf(o->webui_default, sizeof(o->webui_default), "%s/webui", self);
+		c->webui_dir = access(o->webui_default, R_OK) == 0 ? o->webui_default : "/usr/share/privai/webui";
 	}
 	return 0;
 }
@@ -273,7 +363,8 @@ setup_tls(struct admin *a, char *err)
 	if ((a->tls_cert_pem = read_file(a->cfg.tls_cert, err)) == NULL ||
 	    (a->tls_key_pem = read_file(a->cfg.tls_key, err)) == NULL)
 		return PRIVAI_EIO;
-	if ((rc = tls_check_pair(a->tls_cert_pem, a->tls_key_pem, err)) != PRIVAI_OK)
+	if ((rc = tls_check_pair(a->tls_cert_pem, a->tls_key_pem, err)) != PRIVAI_OK ||
+	    (rc = tls_public_key_pin(a->tls_cert_pem, a->tls_pin, sizeof(a->tls_pin), err)) != PRIVAI_OK)
 		return rc;
 	a->tls = 1;
 	return PRIVAI_OK;
@@ -320,6 +411,27 @@ setup_state(struct admin *a, char *err)
 	return PRIVAI_OK;
 }
 
+/* This node in the store (its URL needs the port bound), and the MIG
+ * layouts a reboot lost. */
+static int
+setup_node(struct admin *a, char *err)
+{
+	static char url[300];
+	int applied, failed, rc;
+
+	if (a->cfg.advertise_url == NULL) {
+		snprintf(url, sizeof(url), "%s://%s:%d", a->tls ? "https" : "http", a->cfg.host, a->port);
+		a->cfg.advertise_url = url;
+	}
+	if ((rc = node_self_register(a, err)) != PRIVAI_OK)
+		return rc;
+	mig_reapply(a, &applied, &failed);
+	if (applied + failed > 0)
+		fprintf(stderr, "privai-admin: MIG layouts applied again at start: %d, failed: %d (see GET /api/v1/gpus)\n",
+			applied, failed);
+	return PRIVAI_OK;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -354,8 +466,10 @@ main(int argc, char **argv)
 	ratelimit_init(&a.login_limit, a.cfg.login_per_minute, a.cfg.login_per_minute);
 	if ((rc = setup_state(&a, err)) != PRIVAI_OK || (rc = seed_first_start(&a, o.demo_model, err)) != PRIVAI_OK ||
 	    (rc = setup_tls(&a, err)) != PRIVAI_OK || (rc = supervisor_start(&a, &a.sup, err)) != PRIVAI_OK ||
-	    (rc = httpd_start(&a, err)) != PRIVAI_OK) {
+	    (rc = httpd_start(&a, err)) != PRIVAI_OK || (rc = setup_node(&a, err)) != PRIVAI_OK ||
+	    (rc = cluster_start(&a, err)) != PRIVAI_OK) {
 		fprintf(stderr, "privai-admin: %s\n", err);
+		httpd_stop(&a);
 		supervisor_stop(a.sup);
 		if (a.db != NULL)
 			db_close(a.db);
@@ -374,6 +488,7 @@ main(int argc, char **argv)
 	sd_notify(0, "STOPPING=1");
 	fprintf(stderr, "privai-admin: stopping\n");
 	httpd_stop(&a);
+	cluster_stop(&a);
 	model_fetch_shutdown(&a);
 	supervisor_stop(a.sup);
 	db_close(a.db);
