@@ -45,6 +45,7 @@ for BUILD in $BUILDS; do
 	run_suite "$BUILD/cli" tests/cli/test_cli.sh
 	run_suite "$BUILD/serve (HTTP)" python3 tests/integration/test_serve.py
 	run_suite "$BUILD/admin (HTTP)" python3 tests/integration/test_admin.py "$BUILD"
+	run_suite "$BUILD/admin cluster (HTTP)" python3 tests/integration/test_admin_cluster.py "$BUILD"
 done
 # the portable and AVX2 kernels must be as right as the best ones
 BUILD=$(echo $BUILDS | cut -d' ' -f1)

@@ -192,6 +192,24 @@ model_field(struct req *r, const cJSON *j)
 	return id;
 }
 
+/* Nothing new starts on a draining node: 1 after replying 409. */
+static int
+refuse_if_draining(struct req *r)
+{
+	sqlite3_stmt *st;
+	int draining = 0;
+
+	if (sqlite3_prepare_v2(r->a->db, "SELECT 1 FROM nodes WHERE is_self = 1 AND state = 'draining'", -1, &st,
+			       NULL) == SQLITE_OK) {
+		draining = sqlite3_step(st) == SQLITE_ROW;
+		sqlite3_finalize(st);
+	}
+	if (draining)
+		reply_error(r, 409, "node_draining", NULL, "this node is draining; resume it (POST "
+			    "/api/v1/nodes/%lld/resume) before starting deployments", (long long)r->a->self_node_id);
+	return draining;
+}
+
 static void
 h_create(struct req *r)
 {
@@ -212,7 +230,7 @@ h_create(struct req *r)
 		goto out;
 	}
 	if ((model_id = model_field(r, j)) < 0 || (placement = placement_field(r, j)) == NULL ||
-	    (options = options_field(r, j)) == NULL)
+	    (options = options_field(r, j)) == NULL || refuse_if_draining(r))
 		goto out;
 	if (db_begin(r->a->db) != 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
@@ -286,6 +304,8 @@ h_update(struct req *r)
 		goto out;
 	}
 	if (cJSON_GetObjectItemCaseSensitive(j, "placement") != NULL && (placement = placement_field(r, j)) == NULL)
+		goto out;
+	if (desired != NULL && strcmp(desired, "running") == 0 && refuse_if_draining(r))
 		goto out;
 	if (cJSON_GetObjectItemCaseSensitive(j, "options") != NULL && (options = options_field(r, j)) == NULL)
 		goto out;

@@ -479,10 +479,10 @@ h_remove(struct req *r)
 		reply_error(r, 409, "node_removed", NULL, "node '%s' was removed already", name);
 		return;
 	}
-	/* the row stays for the record; its GPUs and secret go */
+	/* the row stays for the record (and its secret, so the node's next
+	 * heartbeat learns it was removed); its GPUs go */
 	if (db_begin(r->a->db) < 0 ||
-	    exec_id(r, "UPDATE nodes SET state = 'removed', state_reason = 'removed by an admin', "
-		       "secret_sha256 = NULL WHERE id = ?1", id) < 0 ||
+	    exec_id(r, "UPDATE nodes SET state = 'removed', state_reason = 'removed by an admin' WHERE id = ?1", id) < 0 ||
 	    exec_id(r, "DELETE FROM gpus WHERE node_id = ?1", id) < 0 || db_commit(r->a->db) < 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		db_rollback(r->a->db);

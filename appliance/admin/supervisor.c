@@ -84,7 +84,9 @@ set_row(struct admin *a, int64_t id, const char *state, const char *reason, pid_
 	sqlite3_stmt *st;
 
 	pthread_mutex_lock(&a->db_mu);
-	if (sqlite3_prepare_v2(a->db, "UPDATE deployments SET state = ?1, reason = ?2, pid = ?3, "
+	if (sqlite3_prepare_v2(a->db, "UPDATE deployments SET state = ?1, pid = ?3, "
+				      /* a drain's reason stays while the drain does */
+				      "reason = CASE WHEN ?2 IS NULL AND drained = 1 THEN reason ELSE ?2 END, "
 				      "restarts = restarts + ?4, updated_at = ?5, "
 				      "started_at = CASE WHEN ?1 = 'loading' THEN ?5 ELSE started_at END WHERE id = ?6",
 			       -1, &st, NULL) == SQLITE_OK) {
