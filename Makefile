@@ -106,13 +106,20 @@ run: $(ADMIN_BIN) $(ENGINE_BIN) $(DEMO_MODEL)
 run-engine: $(ENGINE_BIN) $(DEMO_MODEL)
 	$(ENGINE_BIN) run -m $(MODEL) -i -n 64 -p "$(PROMPT)"
 
+# The browser tests' one npm package (playwright-core; it drives Debian's
+# chromium and downloads no browser), pinned by package-lock.json.
+BROWSER_DEPS = tests/browser/node_modules/.package-lock.json
+$(BROWSER_DEPS): tests/browser/package.json tests/browser/package-lock.json | $(DEPS_STAMP)
+	cd tests/browser && npm ci --no-audit --no-fund --loglevel=error
+
 # `make test`: the plain build and the ASan+UBSan build, every suite on
-# both, then the fuzzer.  `make test SAN=1`: the sanitizer build alone.
+# both, then the console in Chromium and the fuzzer.  `make test SAN=1`:
+# the sanitizer build alone.
 ifeq ($(SAN),1)
-test: all $(DEMO_MODEL)
+test: all $(DEMO_MODEL) $(BROWSER_DEPS)
 	@BUILDS=$(BUILD) SKIP_FUZZ=1 tests/run-all.sh
 else
-test: all $(DEMO_MODEL)
+test: all $(DEMO_MODEL) $(BROWSER_DEPS)
 	@$(MAKE) --no-print-directory SAN=1 all build-san/demo/privai-demo.gguf >/dev/null
 	@BUILDS="$(BUILD) build-san" tests/run-all.sh
 endif

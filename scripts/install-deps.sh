@@ -2,11 +2,14 @@
 # Install the Debian packages the build and the tests need, only when one is
 # missing (apt-get update first, as a fresh machine has no package lists).
 set -eu
-PKGS="build-essential pkg-config libpcre2-dev libcjson-dev clang libclang-rt-14-dev libmicrohttpd-dev libsodium-dev libsystemd-dev libcurl4-openssl-dev libsqlite3-dev libgnutls28-dev python3 python3-yaml"
+PKGS="build-essential pkg-config libpcre2-dev libcjson-dev clang libclang-rt-14-dev libmicrohttpd-dev libsodium-dev libsystemd-dev libcurl4-openssl-dev libsqlite3-dev libgnutls28-dev python3 python3-yaml chromium"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
+# the browser tests' npm package needs node and npm, from whichever source
+# the machine has them; Debian's when it has none
+command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
 [ -z "$missing" ] && exit 0
 echo "install-deps: installing$missing"
 SUDO=""

@@ -52,6 +52,8 @@ BUILD=$(echo $BUILDS | cut -d' ' -f1)
 for simd in scalar avx2; do
 	run_suite "$BUILD/test_golden (PRIVAI_SIMD=$simd)" env PRIVAI_SIMD=$simd "$BUILD/tests/test_golden"
 done
+# the console in headless Chromium, once, against the first build
+run_suite "$BUILD/console (Chromium)" node tests/browser/console.test.mjs "$BUILD" "$BUILD/screenshots"
 if [ "${SKIP_FUZZ:-}" != "1" ]; then
 	BUILD=$(echo $BUILDS | cut -d' ' -f1)
 	export BUILD

@@ -321,6 +321,10 @@ first_call(struct admin *a, struct MHD_Connection *c, const char *url, const cha
 	r->now = admin_now();
 	client_addr(c, r->addr, sizeof(r->addr));
 	cn->rt = route_find(method, url, r->arg, &path_known);
+	if (cn->rt == NULL && !path_known && webui_serve(r)) {
+		cn->early = 1;
+		return (enum MHD_Result)r->queued;
+	}
 	if (cn->rt == NULL) {
 		if (path_known)
 			reply_error(r, 405, "method_not_allowed", NULL, "%s does not accept %s", url, method);

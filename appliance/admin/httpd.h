@@ -128,6 +128,10 @@ void reply_query(struct req *r, unsigned status, const char *sql, int n, const i
  * here; NULL replies 500); id names the row in a 404. */
 void reply_stmt(struct req *r, unsigned status, sqlite3_stmt *st, const char *single, int64_t id);
 
+/* Serve the console's static file for a GET outside /api/ (webui_serve.c):
+ * 1 when it replied, 0 when the path is not one of its files. */
+int webui_serve(struct req *r);
+
 /* A query-string value, or NULL. */
 const char *query_arg(struct req *r, const char *name);
 

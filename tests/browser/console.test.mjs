@@ -1,0 +1,243 @@
+// The web console in Debian's headless Chromium (playwright-core, no
+// browser download): sign in, upload the fixture model with its progress
+// bar, deploy it on CPU, chat with it, build a MIG layout on the simulated
+// H100 node, join a second privai-admin, and take a screenshot of every
+// page.  Each page is also checked for a heading, labelled controls, and
+// no console errors or CSP violations.
+//
+// usage: node tests/browser/console.test.mjs BUILD_DIR SCREENSHOT_DIR
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..', '..');
+const BUILD = path.resolve(ROOT, process.argv[2] || 'build');
+const SHOTS = path.resolve(ROOT, process.argv[3] || path.join(BUILD, 'screenshots'));
+const FIXTURE = path.resolve(ROOT, '..', 'shared', 'fixtures', 'models', 'tiny-llama-spm-q4_0.gguf');
+const PW = 'correct horse battery staple';
+let passed = 0, failed = 0;
+const children = [];
+
+function check(cond, what, detail = '') {
+  if (cond) passed++;
+  else { failed++; console.log(`FAIL: ${what} ${detail}`); }
+}
+
+function startAdmin(tmp, name, extraArgs, extraEnv) {
+  const state = path.join(tmp, name);
+  fs.mkdirSync(state, { recursive: true });
+  fs.writeFileSync(`${state}.pw`, `${PW}\n`);
+  const log = fs.openSync(`${state}.log`, 'a');
+  const env = { ...process.env, PRIVAI_ADMIN_PASSWORD_FILE: `${state}.pw`, PRIVAI_NVML_LIB: path.join(BUILD, 'libnvml-double.so'),
+    PRIVAI_NVML_DOUBLE_STATE: `${state}.nvml`, ...extraEnv };
+  const p = spawn(path.join(BUILD, 'privai-admin'), ['--dev', '--port', '0', '--state-dir', state, '--node-name', name,
+    '--webui', path.join(ROOT, 'webui'), '--heartbeat-s', '1', ...extraArgs], { env, stdio: ['ignore', log, log] });
+  children.push(p);
+  return new Promise((resolve, reject) => {
+    const t0 = Date.now();
+    const poll = setInterval(() => {
+      const m = fs.readFileSync(`${state}.log`, 'utf8').match(/console on (http:\/\/127\.0\.0\.1:\d+)\//);
+      if (m) { clearInterval(poll); resolve({ url: m[1], proc: p, log: `${state}.log` }); }
+      else if (p.exitCode !== null || Date.now() - t0 > 20000) { clearInterval(poll); reject(new Error(`${name} did not start`)); }
+    }, 50);
+  });
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+// Structure a screen reader needs: one h1, every control labelled, a main landmark.
+async function accessible(page, name) {
+  const r = await page.evaluate(() => {
+    const unlabelled = [...document.querySelectorAll('main input, main select, main textarea')].filter((el) =>
+      !el.closest('label') && !el.getAttribute('aria-label') && !(el.id && document.querySelector(`label[for="${el.id}"]`)));
+    const unnamed = [...document.querySelectorAll('button')].filter((b) => !(b.textContent.trim() || b.getAttribute('aria-label')));
+    return { h1: document.querySelectorAll('main h1').length, unlabelled: unlabelled.map((e) => e.name), unnamed: unnamed.length,
+      lang: document.documentElement.lang };
+  });
+  check(r.h1 === 1 && r.unlabelled.length === 0 && r.unnamed === 0 && r.lang === 'en', `${name}: heading, labels, names`,
+    JSON.stringify(r));
+}
+
+async function visit(page, hash, heading) {
+  await page.goto(`${page.baseUrl}/#/${hash}`);
+  await page.getByRole('heading', { level: 1, name: heading }).waitFor();
+  await page.waitForLoadState('networkidle');
+}
+
+async function main() {
+  fs.mkdirSync(SHOTS, { recursive: true });
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'privai-browser-'));
+  const leader = await startAdmin(tmp, 'leader', ['--engine-ports', '19100-19109'], {});
+  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-dev-shm-usage'] });
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page.baseUrl = leader.url;
+  page.setDefaultTimeout(30000);
+  const errors = [];
+  page.on('console', (m) => { if (m.type() === 'error' && !/status of 4\d\d/.test(m.text())) errors.push(m.text()); });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  try {
+    // sign in: a wrong password is refused in words, then the right one
+    await page.goto(leader.url);
+    await page.getByLabel('User name').fill('admin');
+    await page.getByLabel('Password').fill('wrong password here');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('alert').filter({ hasText: /password/i }).waitFor();
+    check(true, 'a wrong password is refused in words');
+    await shot(page, '01-login');
+    await accessible(page, 'login');
+    await page.getByLabel('Password').fill(PW);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { level: 1, name: 'Dashboard' }).waitFor();
+    check(await page.locator('nav a[aria-current="page"]').textContent() === 'Dashboard', 'signed in: dashboard current');
+    const cookie = (await page.context().cookies()).find((c) => c.name === 'privai_session');
+    check(cookie && cookie.httpOnly && cookie.sameSite === 'Strict', 'session cookie HttpOnly, SameSite=Strict');
+
+    // import the fixture model by upload, with the progress bar
+    await visit(page, 'models', 'Models');
+    const up = page.getByRole('form', { name: 'Upload a GGUF file' });
+    await up.getByLabel('Name').fill('tiny-q4');
+    await up.getByLabel('GGUF file').setInputFiles(FIXTURE);
+    await up.getByRole('button', { name: 'Upload' }).click();
+    await page.getByText('Uploaded and checked').waitFor({ timeout: 60000 });
+    check(await page.getByRole('progressbar', { name: 'Upload progress' }).getAttribute('value') === '100', 'progress bar reached 100');
+    const row = page.locator('tr', { hasText: 'tiny-q4' });
+    await row.getByText('ready').waitFor();
+    check(await row.getByText('llama').count() > 0, 'uploaded model listed with its architecture');
+    await row.getByRole('button', { name: 'tiny-q4', exact: true }).click();
+    await page.getByRole('heading', { name: 'tiny-q4', level: 2 }).waitFor();
+    await page.getByRole('button', { name: 'Size it' }).click();
+    await page.locator('pre', { hasText: 'kv_bytes_per_token' }).waitFor();
+    check(true, 'model details and sizing shown');
+    await shot(page, '02-models');
+    await accessible(page, 'models');
+
+    // deploy it on CPU and chat through the admin's proxy
+    await visit(page, 'deployments', 'Deployments');
+    const f = page.getByRole('form', { name: 'New deployment' });
+    await f.getByLabel('Name').fill('tiny-chat');
+    await f.getByLabel('Model').selectOption({ label: 'tiny-q4' });
+    await f.getByLabel('CPU threads (0: all)').fill('2');
+    await f.getByLabel('Context').fill('512');
+    await f.getByLabel('Chat template').selectOption('llama2');
+    await f.getByRole('button', { name: 'Deploy' }).click();
+    const key = await page.locator('.secret').first().textContent();
+    check(key.startsWith('sk-'), 'the API key is shown once', key);
+    const drow = page.locator('tr', { hasText: 'tiny-chat' });
+    await drow.getByText('ready', { exact: true }).waitFor({ timeout: 90000 });
+    await drow.getByRole('button', { name: 'tiny-chat', exact: true }).click();
+    const chat = page.getByRole('form', { name: 'Chat with tiny-chat' });
+    await chat.getByLabel('Message').fill('Hello there');
+    await chat.getByRole('button', { name: 'Send' }).click();
+    await page.locator('.msg.assistant').waitFor({ timeout: 60000 });
+    const usage = await page.locator('.chat .muted').first().textContent();
+    check(/\d+ tokens, finish: (length|stop)/.test(usage), 'a chat completion came back through the proxy', usage);
+    await page.getByRole('button', { name: 'Show the last 200 lines' }).click();
+    await page.locator('pre[aria-label="Engine log"]', { hasText: /\S/ }).waitFor();
+    check(true, 'engine log shown');
+    await shot(page, '03-deployments');
+    await accessible(page, 'deployments');
+
+    // a MIG layout on the simulated H100 node, built in the editor
+    await visit(page, 'gpus', 'GPUs & partitions');
+    check(await page.locator('tbody tr').count() === 8, '8 GPUs listed');
+    await page.getByRole('button', { name: 'MIG layout of GPU 0 on leader' }).click();
+    const add = page.getByRole('form', { name: 'Add a GPU instance' });
+    await add.getByLabel('Profile').waitFor();
+    await add.getByLabel('Profile').selectOption('3g.40gb');
+    const starts = await add.getByLabel('Start').locator('option').allTextContents();
+    check(JSON.stringify(starts) === '["slot 0","slot 4"]', 'the editor offers only valid starts for 3g.40gb', starts);
+    await add.getByLabel('Start').selectOption('4');
+    await add.getByRole('button', { name: 'Add to the draft' }).click();
+    await page.getByText('1 instance(s) in the draft.').waitFor();
+    await add.getByLabel('Profile').selectOption('3g.40gb');
+    const left = await add.getByLabel('Start').locator('option').allTextContents();
+    check(JSON.stringify(left) === '["slot 0"]', 'after 3g@4 only slot 0 is left for 3g', left);
+    await add.getByRole('button', { name: 'Add to the draft' }).click();
+    await page.getByText('2 instance(s) in the draft.').waitFor();
+    const offered = await add.getByLabel('Profile').locator('option').count();
+    check(offered === 0 && await add.getByRole('button', { name: 'Add to the draft' }).isDisabled(),
+      'a full GPU offers nothing more', String(offered));
+    await page.getByRole('button', { name: 'Apply the layout' }).click();
+    await page.locator('table', { hasText: 'Stored layout' }).getByText('applied').first().waitFor();
+    check(await page.locator('table', { hasText: 'Stored layout' }).getByText('applied').count() === 2, 'two instances applied');
+    await shot(page, '04-gpus');
+    await accessible(page, 'gpus');
+
+    // join a second privai-admin with a token made on the Nodes page
+    await visit(page, 'nodes', 'Nodes');
+    await page.getByRole('button', { name: 'Create a join token' }).click();
+    const token = (await page.locator('#join-token').textContent()).trim();
+    check(token.startsWith('join_') && (await page.locator('#join-command').textContent()).includes('--join'), 'join token and command shown');
+    await startAdmin(tmp, 'node-b', ['--join', leader.url, '--engine-ports', '19110-19119'],
+      { PRIVAI_JOIN_TOKEN: token, PRIVAI_NVML_DOUBLE_NODE: '1' });
+    const brow = page.locator('tr', { hasText: 'node-b' });
+    await brow.waitFor({ timeout: 20000 });
+    await brow.getByText('ready').waitFor();
+    check(await brow.locator('td').nth(4).textContent() === '8', 'node-b joined with 8 GPUs');
+    page.once('dialog', (d) => d.accept());
+    await brow.getByRole('button', { name: 'Drain node-b' }).click();
+    await brow.getByText('draining', { exact: true }).waitFor();
+    check(true, 'node-b drained from the console');
+    await shot(page, '05-nodes');
+    await accessible(page, 'nodes');
+
+    for (const [hash, title, n] of [['users', 'Users & tokens', '06-users'], ['audit', 'Audit log', '07-audit'],
+      ['settings', 'Settings', '08-settings'], ['dashboard', 'Dashboard', '09-dashboard']]) {
+      await visit(page, hash, title);
+      if (hash === 'dashboard') await page.locator('.spark path').first().waitFor({ timeout: 15000 }).catch(() => {});
+      await shot(page, n);
+      await accessible(page, hash);
+    }
+    check(await page.locator('[data-deployment="tiny-chat"] svg.spark').count() === 2, 'dashboard charts for the engine');
+    await visit(page, 'audit', 'Audit log');
+    check(await page.locator('td', { hasText: 'deployment.create' }).count() > 0 && await page.locator('td', { hasText: 'gpu.mig' }).count() > 0,
+      'the audit log shows the deployment and the MIG layout');
+    await visit(page, 'users', 'Users & tokens');
+    const uf = page.getByRole('form', { name: 'New user' });
+    await uf.getByLabel('Name').fill('vic');
+    await uf.getByLabel('Password (12+ characters)').fill(PW);
+    await uf.getByRole('button', { name: 'Add user' }).click();
+    await page.locator('tr', { hasText: 'vic' }).waitFor();
+    // a viewer sees no buttons that would only be refused
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel('User name').fill('vic');
+    await page.getByLabel('Password').fill(PW);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    // an account an admin made has a one-time password
+    await page.getByRole('heading', { level: 1, name: 'Change your password' }).waitFor();
+    await accessible(page, 'change password');
+    await page.getByLabel('Current password').fill(PW);
+    await page.getByLabel('New password (12 characters or more)').fill(`${PW} two`);
+    await page.getByRole('button', { name: 'Change password' }).click();
+    await page.getByText('Password changed. Sign in with the new password.').waitFor();
+    await page.getByLabel('User name').fill('vic');
+    await page.getByLabel('Password').fill(`${PW} two`);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.locator('#who', { hasText: 'vic (viewer)' }).waitFor();
+    check(true, 'a one-time password is changed before anything else');
+    await visit(page, 'deployments', 'Deployments');
+    check(await page.getByRole('form', { name: 'New deployment' }).count() === 0 &&
+      await page.getByRole('button', { name: /^Delete/ }).count() === 0, 'viewer: no deploy form, no delete buttons');
+    check(await page.locator('#nav a[href="#/audit"]').isHidden(), 'viewer: no audit log link');
+    await shot(page, '10-viewer');
+    check(errors.length === 0, 'no console errors or CSP violations', errors.join(' | '));
+  } catch (e) {
+    check(false, 'the browser suite ran to the end', e.stack);
+    await shot(page, 'failure').catch(() => {});
+  } finally {
+    await browser.close();
+    for (const c of children) c.kill('SIGTERM');
+    if (failed) for (const f of fs.readdirSync(tmp).filter((x) => x.endsWith('.log')))
+      console.log(`--- ${f}\n${fs.readFileSync(path.join(tmp, f), 'utf8').split('\n').slice(-30).join('\n')}`);
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+  console.log(`${passed} passed, ${failed} failed, 0 skipped`);
+  process.exit(failed ? 1 : 0);
+}
+
+main();

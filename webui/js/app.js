@@ -1,0 +1,109 @@
+// The console's shell: sign-in, the navigation, and one page at a time
+// (#/name in the URL, so the back button and bookmarks work).
+import { api, setCsrf } from './api.js';
+import { h, say, act, field } from './ui.js';
+import dashboard from './pages/dashboard.js';
+import models from './pages/models.js';
+import deployments from './pages/deployments.js';
+import gpus from './pages/gpus.js';
+import nodes from './pages/nodes.js';
+import users from './pages/users.js';
+import audit from './pages/audit.js';
+import settings from './pages/settings.js';
+
+const pages = { dashboard, models, deployments, gpus, nodes, users, audit, settings };
+const titles = { dashboard: 'Dashboard', models: 'Models', deployments: 'Deployments', gpus: 'GPUs & partitions',
+  nodes: 'Nodes', users: 'Users & tokens', audit: 'Audit log', settings: 'Settings' };
+const ctx = { me: null };
+let cleanup = null;
+
+function main() { return document.getElementById('main'); }
+
+function showLogin(message) {
+  if (cleanup) { cleanup(); cleanup = null; }
+  ctx.me = null;
+  document.querySelector('.top').hidden = true;
+  document.title = 'Sign in · privai console';
+  const err = h('p', { class: 'error-text', role: 'alert', id: 'login-error' }, message || '');
+  const form = h('form', { class: 'card', 'aria-describedby': 'login-error' },
+    field('User name', h('input', { name: 'name', autocomplete: 'username', required: true })),
+    field('Password', h('input', { name: 'password', type: 'password', autocomplete: 'current-password', required: true })),
+    err,
+    h('button', { type: 'submit' }, 'Sign in'));
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const btn = form.querySelector('button');
+    btn.disabled = true;
+    try {
+      const r = await api('POST', '/api/v1/auth/login', { name: form.name.value, password: form.password.value }, { quiet: true });
+      setCsrf(r.csrf_token);
+      await start();
+    } catch (x) {
+      err.textContent = x.message;
+      form.password.focus();
+    } finally { btn.disabled = false; }
+  });
+  main().replaceChildren(h('div', { class: 'login' }, h('h1', {}, 'privai console'), form));
+  form.name.focus();
+}
+
+function changePassword() {
+  const err = h('p', { class: 'error-text', role: 'alert' });
+  const form = h('form', { class: 'card' },
+    h('p', {}, 'This account has a one-time password. Choose your own to go on.'),
+    field('Current password', h('input', { name: 'current_password', type: 'password', autocomplete: 'current-password', required: true })),
+    field('New password (12 characters or more)', h('input', { name: 'new_password', type: 'password', autocomplete: 'new-password', minlength: 12, required: true })),
+    err, h('button', { type: 'submit' }, 'Change password'));
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    try {
+      await api('POST', '/api/v1/auth/password', { current_password: form.current_password.value, new_password: form.new_password.value });
+      // a new password ends every session of the account, this one too
+      showLogin('Password changed. Sign in with the new password.');
+    } catch (x) { err.textContent = x.message; }
+  });
+  main().replaceChildren(h('div', { class: 'login' }, h('h1', {}, 'Change your password'), form));
+}
+
+async function start() {
+  try {
+    ctx.me = await api('GET', '/api/v1/auth/me', undefined, { quiet: true });
+  } catch { showLogin(); return; }
+  if (ctx.me.csrf_token) setCsrf(ctx.me.csrf_token);
+  document.querySelector('.top').hidden = false;
+  document.getElementById('who').textContent = `${ctx.me.user.name} (${ctx.me.user.role})`;
+  for (const a of document.querySelectorAll('#nav a[data-role="admin"]'))
+    a.parentElement.hidden = ctx.me.user.role !== 'admin';
+  if (ctx.me.must_change_password) { changePassword(); return; }
+  route();
+}
+
+export function can(role) {
+  const rank = { viewer: 1, operator: 2, admin: 3 };
+  return ctx.me && rank[ctx.me.user.role] >= rank[role];
+}
+
+async function route() {
+  if (!ctx.me) return;
+  if (ctx.me.must_change_password) { changePassword(); return; }
+  const name = (location.hash.match(/^#\/([a-z]+)/) || [])[1] || 'dashboard';
+  const page = pages[name] || dashboard;
+  if (cleanup) { cleanup(); cleanup = null; }
+  for (const a of document.querySelectorAll('#nav a'))
+    if (a.getAttribute('href') === `#/${name}`) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+  document.title = `${titles[name] || 'Dashboard'} · privai console`;
+  const m = main();
+  m.replaceChildren(h('h1', {}, titles[name] || 'Dashboard'));
+  try {
+    cleanup = (await page(m, ctx)) || null;
+  } catch (e) {
+    m.append(h('p', { class: 'error-text', role: 'alert' }, e.message));
+  }
+  m.focus();
+}
+
+window.addEventListener('hashchange', route);
+window.addEventListener('privai:signed-out', () => showLogin('Your session ended; sign in again.'));
+document.getElementById('logout').addEventListener('click', (e) =>
+  act(e.target, async () => { await api('POST', '/api/v1/auth/logout'); showLogin('Signed out.'); }));
+start();

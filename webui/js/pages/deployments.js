@@ -1,0 +1,126 @@
+// Deployments: create (model, CPU threads, serving options), stop and
+// start, logs, the endpoint and its keys, and a chat to try it.
+import { api } from '../api.js';
+import { h, badge, table, act, say, formValues, when, field } from '../ui.js';
+import { can } from '../app.js';
+
+function createForm(modelsList, refresh) {
+  const form = h('form', { class: 'inline', 'aria-label': 'New deployment' },
+    field('Name', h('input', { name: 'name', required: true, maxlength: 64 })),
+    field('Model', h('select', { name: 'model', required: true },
+      modelsList.filter((m) => m.state === 'ready').map((m) => h('option', { value: m.id }, m.name)))),
+    field('CPU threads (0: all)', h('input', { name: 'threads', type: 'number', min: 0, value: 0 })),
+    field('Context', h('input', { name: 'ctx', type: 'number', min: 16, placeholder: 'model default' })),
+    field('Parallel sequences', h('input', { name: 'parallel', type: 'number', min: 1, placeholder: 'default' })),
+    field('Chat template', h('select', { name: 'chat_template' }, h('option', { value: '' }, 'from the model'),
+      ['llama2', 'llama3', 'mistral', 'chatml', 'phi3', 'gemma', 'deepseek', 'deepseek3'].map((t) => h('option', {}, t)))),
+    h('button', { type: 'submit' }, 'Deploy'));
+  const secret = h('div', { 'aria-live': 'polite' });
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const v = formValues(form);
+    const options = {};
+    for (const k of ['ctx', 'parallel', 'chat_template']) if (v[k] !== undefined) options[k] = v[k];
+    act(form.querySelector('button'), async () => {
+      const d = await api('POST', '/api/v1/deployments', { name: v.name, model: Number(v.model),
+        placement: { kind: 'cpu', threads: v.threads || 0 }, options });
+      secret.replaceChildren(h('p', {}, `API key for ${d.name} (shown once):`), h('div', { class: 'secret' }, d.api_key));
+      form.reset();
+      refresh();
+    }, 'Deployment created');
+  });
+  return h('section', { class: 'card', 'aria-label': 'Deploy a model' }, h('h2', {}, 'Deploy a model on CPU'), form, secret);
+}
+
+function chatBox(d) {
+  const log = h('div', { class: 'chat', 'aria-live': 'polite' });
+  const history = [];
+  const form = h('form', { class: 'inline', 'aria-label': `Chat with ${d.name}` },
+    field('Message', h('input', { name: 'content', required: true })),
+    field('Max tokens', h('input', { name: 'max_tokens', type: 'number', min: 1, max: 4096, value: 32 })),
+    h('button', { type: 'submit' }, 'Send'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const content = form.content.value;
+    history.push({ role: 'user', content });
+    log.append(h('div', { class: 'msg user' }, content));
+    form.content.value = '';
+    act(form.querySelector('button'), async () => {
+      const r = await api('POST', `/api/v1/deployments/${d.id}/v1/chat/completions`,
+        { model: d.name, messages: history, max_tokens: Number(form.max_tokens.value) });
+      const msg = r.choices[0].message;
+      history.push(msg);
+      log.append(h('div', { class: 'msg assistant' }, msg.content),
+        h('div', { class: 'muted' }, `${r.usage.completion_tokens} tokens, finish: ${r.choices[0].finish_reason}`));
+    });
+  });
+  return h('div', {}, h('h3', {}, 'Chat'), log, form);
+}
+
+async function keysBox(d) {
+  const box = h('div', {});
+  async function refresh() {
+    const r = await api('GET', `/api/v1/deployments/${d.id}/keys`);
+    box.replaceChildren(table('API keys', [
+      { label: 'Name', value: (k) => k.name }, { label: 'Created', value: (k) => when(k.created_at) },
+      { label: 'Revoked', value: (k) => when(k.revoked_at) },
+      { label: 'Actions', value: (k) => k.revoked_at ? '' : h('button', { class: 'danger', type: 'button', 'aria-label': `Revoke key ${k.name}`,
+        onclick: (e) => act(e.target, async () => { await api('DELETE', `/api/v1/deployments/${d.id}/keys/${k.id}`); refresh(); }, 'Key revoked') }, 'Revoke') },
+    ], r.data), form, secret);
+  }
+  const secret = h('div', { 'aria-live': 'polite' });
+  const form = h('form', { class: 'inline', 'aria-label': 'New API key' },
+    field('Key name', h('input', { name: 'name', required: true, maxlength: 64 })), h('button', { type: 'submit' }, 'Add key'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    act(form.querySelector('button'), async () => {
+      const k = await api('POST', `/api/v1/deployments/${d.id}/keys`, { name: form.name.value });
+      await refresh();
+      secret.replaceChildren(h('p', {}, 'New key (shown once):'), h("div", { class: "secret" }, k.api_key));
+    });
+  });
+  await refresh();
+  return h('div', {}, h('h3', {}, 'Keys'), box);
+}
+
+async function detail(d, pane) {
+  const parts = [h('h2', {}, d.name, ' ', badge(d.state)),
+    h('p', {}, 'OpenAI endpoint: ', h('code', {}, d.endpoint), ` · model ${d.model} · restarts ${d.restarts}`),
+    d.reason ? h('p', { class: 'error-text' }, d.reason) : ''];
+  if (can('operator')) {
+    parts.push(await keysBox(d));
+    const logs = h('pre', { tabindex: 0, 'aria-label': 'Engine log' });
+    parts.push(h('h3', {}, 'Log'), h('button', { type: 'button', class: 'secondary', onclick: (e) => act(e.target, async () => {
+      logs.textContent = await api('GET', `/api/v1/deployments/${d.id}/logs?lines=200`, undefined, { text: true });
+    }) }, 'Show the last 200 lines'), logs);
+    if (d.state === 'ready') parts.push(chatBox(d));
+  }
+  pane.replaceChildren(h('div', { class: 'card' }, parts));
+}
+
+export default async function deployments(main) {
+  const list = h('div', {});
+  const pane = h('section', {});
+  const models = (await api('GET', '/api/v1/models')).data;
+  async function refresh() {
+    const r = await api('GET', '/api/v1/deployments');
+    list.replaceChildren(table('Deployments', [
+      { label: 'Name', value: (d) => h('button', { class: 'link', type: 'button', onclick: () => detail(d, pane) }, d.name) },
+      { label: 'Model', value: (d) => d.model },
+      { label: 'State', value: (d) => [badge(d.state), d.reason ? h('div', { class: 'muted' }, d.reason) : ''] },
+      { label: 'Placement', value: (d) => d.placement.kind === 'cpu' ? `CPU, ${d.placement.threads || 'all'} threads` : JSON.stringify(d.placement) },
+      { label: 'Endpoint', value: (d) => h('code', {}, d.endpoint) },
+      { label: 'Actions', value: (d) => can('operator') ? h('div', { class: 'actions' },
+        h('button', { type: 'button', class: 'secondary', 'aria-label': `${d.desired === 'running' ? 'Stop' : 'Start'} ${d.name}`,
+          onclick: (e) => act(e.target, async () => { await api('PATCH', `/api/v1/deployments/${d.id}`, { desired: d.desired === 'running' ? 'stopped' : 'running' }); refresh(); }) },
+          d.desired === 'running' ? 'Stop' : 'Start'),
+        h('button', { type: 'button', class: 'danger', 'aria-label': `Delete ${d.name}`,
+          onclick: (e) => confirm(`Delete deployment ${d.name}?`) && act(e.target, async () => { await api('DELETE', `/api/v1/deployments/${d.id}`); pane.replaceChildren(); refresh(); }, 'Deployment deleted') }, 'Delete')) : '' },
+    ], r.data, 'No deployments yet.'));
+  }
+  if (can('operator')) main.append(createForm(models, refresh));
+  main.append(h('h2', {}, 'Deployments'), list, pane);
+  await refresh();
+  const timer = setInterval(refresh, 3000);
+  return () => clearInterval(timer);
+}

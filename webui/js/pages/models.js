@@ -1,0 +1,103 @@
+// Models: the list, import (path on the appliance, upload with a progress
+// bar, or URL), details with the GGUF's metadata, sizing, delete.
+import { api, upload } from '../api.js';
+import { h, badge, bytes, table, act, say, formValues, field } from '../ui.js';
+import { can } from '../app.js';
+
+async function sha256(file) {
+  if (!crypto.subtle) return null; // only on https or localhost
+  return [...new Uint8Array(await crypto.subtle.digest('SHA-256', await file.arrayBuffer()))]
+    .map((b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+function importForms(refresh) {
+  const byPath = h('form', { class: 'inline', 'aria-label': 'Register a model from a path' },
+    field('Name', h('input', { name: 'name', required: true, maxlength: 128 })),
+    field('Path on the appliance', h('input', { name: 'path', required: true, size: 40 })),
+    h('button', { type: 'submit' }, 'Register'));
+  byPath.addEventListener('submit', (e) => {
+    e.preventDefault();
+    act(byPath.querySelector('button'), async () => { await api('POST', '/api/v1/models', formValues(byPath)); byPath.reset(); refresh(); }, 'Model registered');
+  });
+  const bar = h('progress', { max: 100, value: 0, hidden: true, 'aria-label': 'Upload progress' });
+  const pct = h('span', { 'aria-live': 'polite' });
+  const up = h('form', { class: 'inline', 'aria-label': 'Upload a GGUF file' },
+    field('Name', h('input', { name: 'name', required: true, maxlength: 128 })),
+    field('GGUF file', h('input', { name: 'file', type: 'file', accept: '.gguf', required: true })),
+    h('button', { type: 'submit' }, 'Upload'));
+  up.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const file = up.file.files[0];
+    act(up.querySelector('button'), async () => {
+      bar.hidden = false;
+      pct.textContent = 'Checksumming…';
+      const sum = await sha256(file);
+      const q = new URLSearchParams({ name: up.name.value });
+      if (sum) q.set('sha256', sum);
+      await upload(`/api/v1/models/upload?${q}`, file, (done, total) => {
+        bar.value = Math.round((100 * done) / total);
+        pct.textContent = `${bar.value}% of ${bytes(total)}`;
+      });
+      pct.textContent = 'Uploaded and checked';
+      up.reset();
+      refresh();
+    }, 'Model uploaded');
+  });
+  const byUrl = h('form', { class: 'inline', 'aria-label': 'Download a model from a URL' },
+    field('Name', h('input', { name: 'name', required: true, maxlength: 128 })),
+    field('URL (a host allowed in Settings)', h('input', { name: 'url', type: 'url', required: true, size: 40 })),
+    field('SHA-256 (optional)', h('input', { name: 'sha256', size: 20 })),
+    h('button', { type: 'submit' }, 'Download'));
+  byUrl.addEventListener('submit', (e) => {
+    e.preventDefault();
+    act(byUrl.querySelector('button'), async () => { await api('POST', '/api/v1/models', formValues(byUrl)); byUrl.reset(); refresh(); }, 'Download started');
+  });
+  return h('section', { class: 'card', 'aria-label': 'Import a model' }, h('h2', {}, 'Import'),
+    h('h3', {}, 'From a path'), byPath, h('h3', {}, 'Upload'), up, bar, pct, h('h3', {}, 'From a URL'), byUrl);
+}
+
+function details(m) {
+  const out = h('div', {});
+  const rows = [['Architecture', m.architecture], ['Parameters', m.parameters?.toLocaleString()], ['Quantization', m.quantization],
+    ['Context', m.context_length], ['Layers', m.n_layer], ['Heads', m.n_head], ['KV heads', m.n_head_kv], ['Head dim', m.head_dim],
+    ['Tokenizer', m.tokenizer], ['Size', bytes(m.size_bytes)], ['SHA-256', m.sha256], ['Source', m.source], ['Path', m.path]];
+  out.append(h('dl', {}, rows.filter((r) => r[1] !== undefined && r[1] !== null).map(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))])));
+  const sizing = h('div', {});
+  const form = h('form', { class: 'inline', 'aria-label': 'Sizing' },
+    field('GPU', h('select', { name: 'gpu' }, ['H100-80GB', 'H200-141GB', 'A100-80GB', 'A100-40GB'].map((g) => h('option', {}, g)))),
+    field('Context', h('input', { name: 'context', type: 'number', min: 1, value: Math.min(m.context_length || 4096, 8192) })),
+    field('Concurrency', h('input', { name: 'concurrency', type: 'number', min: 1, value: 16 })),
+    h('button', { type: 'submit' }, 'Size it'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    act(form.querySelector('button'), async () => {
+      const s = await api('GET', `/api/v1/models/${m.id}/sizing?${new URLSearchParams(formValues(form))}`);
+      sizing.replaceChildren(h('pre', {}, JSON.stringify(s, null, 2)));
+    });
+  });
+  out.append(h('h3', {}, 'Sizing'), form, sizing);
+  return out;
+}
+
+export default async function models(main) {
+  const list = h('div', {});
+  const detail = h('section', { 'aria-live': 'polite' });
+  async function refresh() {
+    const r = await api('GET', '/api/v1/models');
+    list.replaceChildren(table('Registered models', [
+      { label: 'Name', value: (m) => h('button', { class: 'link', type: 'button', onclick: () => detail.replaceChildren(h('div', { class: 'card' }, h('h2', {}, m.name), details(m))) }, m.name) },
+      { label: 'State', value: (m) => [badge(m.state), m.state === 'importing' ? ` ${bytes(m.bytes_done)}` : '', m.error ? ` ${m.error}` : ''] },
+      { label: 'Architecture', value: (m) => m.architecture || '—' },
+      { label: 'Quantization', value: (m) => m.quantization || '—' },
+      { label: 'Size', value: (m) => bytes(m.size_bytes) },
+      { label: 'Actions', value: (m) => can('operator') ? h('button', { class: 'danger', type: 'button', 'aria-label': `Delete ${m.name}`,
+        onclick: (e) => confirm(`Delete model ${m.name}?`) && act(e.target, async () => { await api('DELETE', `/api/v1/models/${m.id}`); refresh(); }, 'Model deleted') }, 'Delete') : '' },
+    ], r.data, 'No models yet.'));
+    return r.data.some((m) => m.state === 'importing');
+  }
+  if (can('operator')) main.append(importForms(refresh));
+  main.append(h('h2', {}, 'Models'), list, detail);
+  await refresh();
+  const timer = setInterval(refresh, 3000);
+  return () => clearInterval(timer);
+}

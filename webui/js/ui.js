@@ -1,0 +1,101 @@
+// DOM helpers.  Text always goes in as text (never as HTML), so nothing a
+// model name or a log line holds can run in the console.
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else if (k === 'style') el.style.cssText = v; // CSSOM: allowed by the CSP, unlike a style attribute
+    else if (v === true) el.setAttribute(k, '');
+    else el.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+export function svg(tag, attrs = {}) {
+  const el = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  return el;
+}
+
+export function say(message, isError = false) {
+  const box = document.getElementById('status');
+  const d = h('div', { class: isError ? 'error' : '' }, message);
+  box.append(d);
+  setTimeout(() => d.remove(), isError ? 12000 : 5000);
+}
+
+export function badge(state) {
+  return h('span', { class: `badge ${state}` }, state);
+}
+
+export function bytes(n) {
+  if (n === null || n === undefined) return '—';
+  const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${u[i]}`;
+}
+
+export function when(t) {
+  return t ? new Date(t * 1000).toLocaleString() : '—';
+}
+
+// A table: columns [{label, value(row) -> node|string}].
+export function table(caption, columns, rows, empty = 'None yet.') {
+  if (!rows.length) return h('p', { class: 'muted' }, empty);
+  return h('table', {},
+    h('caption', { class: 'muted', style: 'text-align:left' }, caption),
+    h('thead', {}, h('tr', {}, columns.map((c) => h('th', { scope: 'col' }, c.label)))),
+    h('tbody', {}, rows.map((r) => h('tr', {}, columns.map((c) => h('td', {}, c.value(r)))))));
+}
+
+// A small line chart of the last values, drawn as SVG.
+export function sparkline(label, values) {
+  const w = 300, ht = 60;
+  const s = svg('svg', { class: 'spark', viewBox: `0 0 ${w} ${ht}`, preserveAspectRatio: 'none', role: 'img', 'aria-label': label });
+  if (values.length > 1) {
+    const max = Math.max(...values, 1e-9);
+    const d = values.map((v, i) => `${i ? 'L' : 'M'}${(i * w) / (values.length - 1)},${ht - 4 - (v / max) * (ht - 8)}`).join('');
+    s.append(svg('path', { d }));
+  }
+  return s;
+}
+
+// A form's fields by name; numbers as numbers, empty fields left out.
+export function formValues(form) {
+  const out = {};
+  for (const el of form.elements) {
+    if (!el.name || el.value === '') continue;
+    out[el.name] = el.type === 'number' ? Number(el.value) : el.type === 'checkbox' ? el.checked : el.value;
+  }
+  return out;
+}
+
+// Run an action from a button: disabled while it runs, errors said aloud.
+export async function act(button, fn, done) {
+  if (button) button.disabled = true;
+  try {
+    const r = await fn();
+    if (done) say(done);
+    return r;
+  } catch (e) {
+    say(e.field ? `${e.message} (${e.field})` : e.message, true);
+    return undefined;
+  } finally {
+    if (button) button.disabled = false;
+  }
+}
+
+// A labelled control: the label names only the control (a label wrapped
+// around a select would also read out its options).
+let fieldSeq = 0;
+export function field(text, control, attrs = {}) {
+  if (!control.id) control.id = `f${++fieldSeq}`;
+  return h('div', { class: 'field', ...attrs }, h('label', { for: control.id }, text), control);
+}
