@@ -303,6 +303,49 @@ def test_drain_self(a, o):
     check(d and d[0]["desired"] == "running", "the drained deployment runs again", d)
 
 
+def raw_get(port, path, method="GET"):
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.putrequest(method, path, skip_accept_encoding=True)  # sent as written, not normalised
+    conn.endheaders()
+    r = conn.getresponse()
+    body = r.read()
+    conn.close()
+    return r.status, r.headers, body
+
+
+def test_webui_static(tmp):
+    """The console's files: served with a self-only CSP; nothing outside
+    the directory, hidden, or of an unknown type."""
+    web = os.path.join(tmp, "web")
+    os.makedirs(os.path.join(web, "js"))
+    with open(os.path.join(web, "index.html"), "w") as f:
+        f.write("<!doctype html><title>t</title>")
+    with open(os.path.join(web, "js", "app.js"), "w") as f:
+        f.write("export default 1;")
+    with open(os.path.join(web, ".hidden.js"), "w") as f:
+        f.write("secret")
+    with open(os.path.join(tmp, "outside.txt"), "w") as f:
+        f.write("OUTSIDE-7f3a")
+    os.symlink(os.path.join(tmp, "outside.txt"), os.path.join(web, "leak.txt"))
+    w = Admin(BUILD, os.path.join(tmp, "web-state"), PW, ports="19110-19119", extra=["--webui", web])
+    try:
+        st, hd, body = raw_get(w.port, "/")
+        csp = hd.get("Content-Security-Policy", "")
+        check(st == 200 and b"<title>t</title>" in body and hd.get("Content-Type", "").startswith("text/html") and
+              "default-src 'self'" in csp and "unsafe-inline" not in csp, "index served with a self-only CSP", hd)
+        st, hd, _ = raw_get(w.port, "/js/app.js")
+        check(st == 200 and hd.get("Content-Type", "").startswith("text/javascript"), "a module served as JavaScript")
+        for path in ("/leak.txt", "/.hidden.js", "/js/../../outside.txt", "/../outside.txt", "/%2e%2e/outside.txt",
+                     "/js/%2e%2e/%2e%2e/outside.txt", "/privai.db", "/js/"):
+            st, _, body = raw_get(w.port, path)
+            check(st == 404 and b"OUTSIDE-7f3a" not in body and b"secret" not in body, f"static {path} refused", st)
+        st, _, _ = raw_get(w.port, "/index.html", method="POST")
+        check(st == 404, "POST to a static file is not served", st)
+    finally:
+        w.stop()
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="privai-cluster-test-")
     adm = Admin(BUILD, os.path.join(tmp, "leader"), PW, ports="19100-19109", env_extra=nvml_env(tmp, 0),
@@ -320,6 +363,7 @@ def main():
         test_drain_self(a, o)
         check(adm.stop() == 0, "SIGTERM: clean exit")
         test_mig_off_and_cpu_only(tmp)
+        test_webui_static(tmp)
     except Exception:
         check(False, "the suite ran to the end")
         raise
