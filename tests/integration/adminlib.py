@@ -23,6 +23,16 @@ def check(cond, what, detail=""):
     return cond
 
 
+def clean_up(tmp, lines=80):
+    """After a suite: show the daemons' logs if anything failed, then remove tmp."""
+    import shutil
+    if FAILED:
+        for log in sorted(f for f in os.listdir(tmp) if f.endswith(".log")):
+            print(f"--- {log} (last {lines} lines)")
+            print("\n".join(open(os.path.join(tmp, log), errors="replace").read().splitlines()[-lines:]))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def summary():
     print(f"{PASSED} passed, {FAILED} failed, 0 skipped")
     return 1 if FAILED else 0

@@ -19,7 +19,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from adminlib import Admin, Client, check, summary, wait_for  # noqa: E402
+from adminlib import Admin, Client, check, clean_up, summary, wait_for  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -609,12 +609,7 @@ def main():
         raise
     finally:
         adm.stop(signal.SIGKILL)
-        import adminlib
-        if adminlib.FAILED:
-            for log in sorted(f for f in os.listdir(tmp) if f.endswith(".log")):
-                print(f"--- {log} (last 80 lines)")
-                print("\n".join(open(os.path.join(tmp, log), errors="replace").read().splitlines()[-80:]))
-        shutil.rmtree(tmp, ignore_errors=True)
+        clean_up(tmp, 80)
     return summary()
 
 

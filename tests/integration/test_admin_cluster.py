@@ -6,7 +6,6 @@ heartbeats, unreachable and back, drain and resume on both sides, remove.
 
 usage: python3 tests/integration/test_admin_cluster.py BUILD_DIR"""
 import os
-import shutil
 import signal
 import sqlite3
 import sys
@@ -14,7 +13,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from adminlib import Admin, Client, check, summary, wait_for  # noqa: E402
+from adminlib import Admin, check, clean_up, summary, wait_for  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -369,12 +368,7 @@ def main():
         raise
     finally:
         adm.stop(signal.SIGKILL)
-        import adminlib
-        if adminlib.FAILED:
-            for log in sorted(f for f in os.listdir(tmp) if f.endswith(".log")):
-                print(f"--- {log} (last 60 lines)")
-                print("\n".join(open(os.path.join(tmp, log), errors="replace").read().splitlines()[-60:]))
-        shutil.rmtree(tmp, ignore_errors=True)
+        clean_up(tmp, 60)
     return summary()
 
 
