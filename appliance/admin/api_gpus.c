@@ -206,21 +206,18 @@ reply_view(struct req *r, unsigned status, const struct gpu *g)
 	cJSON_AddStringToObject(o, "node", g->node);
 	cJSON_AddStringToObject(o, "table", g->table->name);
 	cJSON_AddBoolToObject(o, "mig_enabled", g->mig_enabled);
-	cJSON *layout = cJSON_AddArrayToObject(o, "layout");
+	cJSON *rows = NULL, *e;
 	if (sqlite3_prepare_v2(r->a->db, "SELECT profile, start_slice AS start, state, error FROM gpu_partitions "
 					 "WHERE gpu_id = ?1 ORDER BY start_slice", -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, g->id);
-		cJSON *rows = rows_json(st), *e;
-		cJSON_ArrayForEach(e, rows) {
-			const struct mig_profile *p = mig_profile_find(g->table, cJSON_GetStringValue(
-				cJSON_GetObjectItem(e, "profile")));
-			cJSON_AddNumberToObject(e, "size", p ? p->size : 0);
-			cJSON_AddNumberToObject(e, "compute", p ? p->compute : 0);
-		}
-		if (rows != NULL)
-			cJSON_ReplaceItemInObject(o, "layout", rows);
-		(void)layout;
+		rows = rows_json(st);
 	}
+	cJSON_ArrayForEach(e, rows) {
+		const struct mig_profile *p = mig_profile_find(g->table, cJSON_GetStringValue(cJSON_GetObjectItem(e, "profile")));
+		cJSON_AddNumberToObject(e, "size", p ? p->size : 0);
+		cJSON_AddNumberToObject(e, "compute", p ? p->compute : 0);
+	}
+	cJSON_AddItemToObject(o, "layout", rows != NULL ? rows : cJSON_CreateArray());
 	if (sqlite3_prepare_v2(r->a->db, "SELECT instances FROM gpus WHERE id = ?1", -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, g->id);
 		if (sqlite3_step(st) == SQLITE_ROW)
