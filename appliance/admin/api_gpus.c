@@ -85,26 +85,6 @@ load_gpu(struct req *r, struct gpu *g)
 	return 0;
 }
 
-/* The layout stored for a GPU; its count. */
-static int
-stored(struct req *r, const struct gpu *g, struct mig_instance *in)
-{
-	sqlite3_stmt *st;
-	int n = 0;
-
-	if (sqlite3_prepare_v2(r->a->db, "SELECT profile, start_slice FROM gpu_partitions WHERE gpu_id = ?1 "
-					 "ORDER BY start_slice", -1, &st, NULL) != SQLITE_OK)
-		return 0;
-	sqlite3_bind_int64(st, 1, g->id);
-	while (sqlite3_step(st) == SQLITE_ROW && n < MIG_MAX_INSTANCES) {
-		in[n].profile = mig_profile_find(g->table, (const char *)sqlite3_column_text(st, 0));
-		in[n].start = sqlite3_column_int(st, 1);
-		n += in[n].profile != NULL;
-	}
-	sqlite3_finalize(st);
-	return n;
-}
-
 static cJSON *
 int_array(const int *v, int n)
 {
@@ -197,7 +177,7 @@ static void
 reply_view(struct req *r, unsigned status, const struct gpu *g)
 {
 	struct mig_instance in[MIG_MAX_INSTANCES];
-	int n = stored(r, g, in);
+	int n = mig_layout_load(r->a->db, g->id, g->table, in);
 	cJSON *o = cJSON_CreateObject();
 	sqlite3_stmt *st;
 
@@ -262,38 +242,6 @@ h_mig_plan(struct req *r)
 	cJSON_Delete(j);
 }
 
-static int
-store_layout(struct req *r, const struct gpu *g, const struct mig_instance *in, int n)
-{
-	sqlite3_stmt *st = NULL;
-
-	if (db_begin(r->a->db) < 0)
-		return -1;
-	if (sqlite3_prepare_v2(r->a->db, "DELETE FROM gpu_partitions WHERE gpu_id = ?1", -1, &st, NULL) != SQLITE_OK)
-		goto fail;
-	sqlite3_bind_int64(st, 1, g->id);
-	if (sqlite3_step(st) != SQLITE_DONE)
-		goto fail;
-	sqlite3_finalize(st);
-	if (sqlite3_prepare_v2(r->a->db, "INSERT INTO gpu_partitions (gpu_id, profile, start_slice, state) "
-					 "VALUES (?1, ?2, ?3, 'planned')", -1, &st, NULL) != SQLITE_OK)
-		goto fail;
-	for (int i = 0; i < n; i++) {
-		sqlite3_reset(st);
-		sqlite3_bind_int64(st, 1, g->id);
-		sqlite3_bind_text(st, 2, in[i].profile->name, -1, SQLITE_STATIC);
-		sqlite3_bind_int(st, 3, in[i].start);
-		if (sqlite3_step(st) != SQLITE_DONE)
-			goto fail;
-	}
-	sqlite3_finalize(st);
-	return db_commit(r->a->db);
-fail:
-	sqlite3_finalize(st);
-	db_rollback(r->a->db);
-	return -1;
-}
-
 static void
 h_mig_put(struct req *r)
 {
@@ -316,7 +264,7 @@ h_mig_put(struct req *r)
 		reply_error(r, 422, "invalid_layout", "instances", "%s", why);
 		goto out;
 	}
-	if (store_layout(r, &g, in, n) < 0) {
+	if (mig_layout_store(r->a->db, g.id, in, n) < 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		goto out;
 	}

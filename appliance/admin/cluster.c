@@ -247,29 +247,10 @@ apply_planned(struct cluster *c, const cJSON *item)
 		}
 	}
 	if (err[0] == '\0' && mig_layout_check(t, in, n, err, sizeof(err)) == 0) {
-		int ok = db_begin(a->db) == 0 && sqlite3_prepare_v2(a->db, "DELETE FROM gpu_partitions WHERE gpu_id = ?1",
-								   -1, &st, NULL) == SQLITE_OK;
-		if (ok) {
-			sqlite3_bind_int64(st, 1, gpu_id);
-			ok = sqlite3_step(st) == SQLITE_DONE;
-			sqlite3_finalize(st);
-		}
-		for (int i = 0; ok && i < n; i++) {
-			ok = sqlite3_prepare_v2(a->db, "INSERT INTO gpu_partitions (gpu_id, profile, start_slice, state) "
-						       "VALUES (?1, ?2, ?3, 'planned')", -1, &st, NULL) == SQLITE_OK;
-			if (ok) {
-				sqlite3_bind_int64(st, 1, gpu_id);
-				sqlite3_bind_text(st, 2, in[i].profile->name, -1, SQLITE_STATIC);
-				sqlite3_bind_int(st, 3, in[i].start);
-				ok = sqlite3_step(st) == SQLITE_DONE;
-				sqlite3_finalize(st);
-			}
-		}
-		if (ok && db_commit(a->db) == 0) {
+		if (mig_layout_store(a->db, gpu_id, in, n) == 0) {
 			if (mig_apply_gpu(a, gpu_id, err) == PRIVAI_OK)
 				err[0] = '\0';
 		} else {
-			db_rollback(a->db);
 			snprintf(err, sizeof(err), "store: %s", sqlite3_errmsg(a->db));
 		}
 	}

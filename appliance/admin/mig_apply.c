@@ -41,30 +41,55 @@ load_gpu(sqlite3 *db, int64_t gpu_id, struct gpu_row *g)
 	return found && g->instances != NULL ? 0 : -1;
 }
 
-/* The stored layout as NVML instances; its count, or -1. */
-static int
-stored_layout(sqlite3 *db, int64_t gpu_id, const struct mig_gpu *t, struct nvml_instance *out)
+int
+mig_layout_load(sqlite3 *db, int64_t gpu_id, const struct mig_gpu *t, struct mig_instance *in)
 {
 	sqlite3_stmt *st;
 	int n = 0;
 
 	if (sqlite3_prepare_v2(db, "SELECT profile, start_slice FROM gpu_partitions WHERE gpu_id = ?1 "
 				   "ORDER BY start_slice", -1, &st, NULL) != SQLITE_OK)
-		return -1;
+		return 0;
 	sqlite3_bind_int64(st, 1, gpu_id);
-	while (sqlite3_step(st) == SQLITE_ROW && n < NVML_MAX_INSTANCES) {
-		const struct mig_profile *p = mig_profile_find(t, (const char *)sqlite3_column_text(st, 0));
-		if (p == NULL) {
-			n = -1;
-			break;
-		}
-		out[n].profile_id = p->nvml_id;
-		out[n].start = sqlite3_column_int(st, 1);
-		out[n].size = p->size;
-		n++;
+	while (sqlite3_step(st) == SQLITE_ROW && n < MIG_MAX_INSTANCES) {
+		in[n].profile = mig_profile_find(t, (const char *)sqlite3_column_text(st, 0));
+		in[n].start = sqlite3_column_int(st, 1);
+		n += in[n].profile != NULL;
 	}
 	sqlite3_finalize(st);
 	return n;
+}
+
+int
+mig_layout_store(sqlite3 *db, int64_t gpu_id, const struct mig_instance *in, int n)
+{
+	sqlite3_stmt *st = NULL;
+
+	if (db_begin(db) < 0)
+		return -1;
+	if (sqlite3_prepare_v2(db, "DELETE FROM gpu_partitions WHERE gpu_id = ?1", -1, &st, NULL) != SQLITE_OK)
+		goto fail;
+	sqlite3_bind_int64(st, 1, gpu_id);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		goto fail;
+	sqlite3_finalize(st);
+	if (sqlite3_prepare_v2(db, "INSERT INTO gpu_partitions (gpu_id, profile, start_slice, state) "
+				   "VALUES (?1, ?2, ?3, 'planned')", -1, &st, NULL) != SQLITE_OK)
+		goto fail;
+	for (int i = 0; i < n; i++) {
+		sqlite3_reset(st);
+		sqlite3_bind_int64(st, 1, gpu_id);
+		sqlite3_bind_text(st, 2, in[i].profile->name, -1, SQLITE_STATIC);
+		sqlite3_bind_int(st, 3, in[i].start);
+		if (sqlite3_step(st) != SQLITE_DONE)
+			goto fail;
+	}
+	sqlite3_finalize(st);
+	return db_commit(db);
+fail:
+	sqlite3_finalize(st);
+	db_rollback(db);
+	return -1;
 }
 
 /* Does NVML's reported list (JSON) hold exactly these instances? */
@@ -123,6 +148,7 @@ static int
 apply(struct admin *a, int64_t gpu_id, int only_if_different, char *err)
 {
 	struct nvml_instance want[NVML_MAX_INSTANCES];
+	struct mig_instance in[MIG_MAX_INSTANCES];
 	struct gpu_row g;
 	const struct mig_gpu *t;
 	int n, rc;
@@ -131,10 +157,13 @@ apply(struct admin *a, int64_t gpu_id, int only_if_different, char *err)
 		free(g.instances);
 		return privai_fail(err, PRIVAI_ENOTFOUND, "GPU %lld not found", (long long)gpu_id);
 	}
-	if ((t = mig_gpu_find(g.table)) == NULL || (n = stored_layout(a->db, gpu_id, t, want)) < 0) {
+	if ((t = mig_gpu_find(g.table)) == NULL) {
 		free(g.instances);
 		return privai_fail(err, PRIVAI_EUNSUPPORTED, "GPU %s has no MIG table", g.uuid);
 	}
+	n = mig_layout_load(a->db, gpu_id, t, in);
+	for (int i = 0; i < n; i++)
+		want[i] = (struct nvml_instance){ in[i].profile->nvml_id, in[i].start, in[i].profile->size };
 	if (only_if_different && same_layout(g.instances, want, n)) {
 		free(g.instances);
 		record(a->db, gpu_id, "applied", NULL);

@@ -7,9 +7,20 @@
 #ifndef PRIVAI_ADMIN_MIG_APPLY_H
 #define PRIVAI_ADMIN_MIG_APPLY_H
 
+#include <sqlite3.h>
 #include <stdint.h>
 
+#include "mig.h"
+
 struct admin;
+
+/* The layout stored for gpu_id, read with table t: its count (at most
+ * MIG_MAX_INSTANCES; rows naming a profile t lacks are skipped). */
+int mig_layout_load(sqlite3 *db, int64_t gpu_id, const struct mig_gpu *t, struct mig_instance *in);
+
+/* Replace gpu_id's stored layout by in (checked already), as planned, in
+ * one transaction; 0, or -1 (sqlite3_errmsg says why). */
+int mig_layout_store(sqlite3 *db, int64_t gpu_id, const struct mig_instance *in, int n);
 
 /* Apply gpu_id's stored layout on this node and record the result on its
  * partitions (applied, or failed with the reason) and the GPU's
