@@ -35,6 +35,7 @@ struct admin_config {
 	const char *join_pin;        /* sha256//BASE64 of its TLS public key, or NULL */
 	int heartbeat_s;             /* seconds between heartbeats; a node silent for 3 is unreachable */
 	const char *webui_dir;       /* the console's static files */
+	int engine_runner;           /* enum runner_mode: how engines run (runner.h) */
 };
 
 struct supervisor;
@@ -62,6 +63,8 @@ struct admin {
 	int64_t self_node_id;        /* this node's row in nodes */
 	char tls_pin[128];           /* sha256//BASE64 of our TLS public key; "" in dev mode */
 	struct cluster *cluster;     /* heartbeats and the unreachable watch (cluster.c) */
+	char runner_how[80];         /* how engines run: "child processes", "transient units of ..." */
+	char runner_note[600];       /* why auto mode fell back to child processes, or "" */
 };
 
 /* Now, in Unix seconds (UTC). */

@@ -24,7 +24,7 @@
 
 #define DEPLOY_FIELDS                                                                                        \
 	"SELECT d.id, d.name, d.model_id, m.name AS model, d.placement, d.options, d.port, d.desired, "     \
-	"d.state, d.reason, d.pid, d.restarts, d.started_at, d.created_at, d.updated_at, "                  \
+	"d.state, d.reason, d.pid, d.unit, d.restarts, d.started_at, d.created_at, d.updated_at, "                  \
 	"'http://127.0.0.1:' || d.port || '/v1' AS endpoint FROM deployments d JOIN models m ON m.id = d.model_id"
 
 static const char *const chat_templates[] = { "llama2", "llama3", "mistral", "chatml", "phi3", "gemma",

@@ -3,13 +3,13 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,6 +17,7 @@
 
 #include "privai/status.h"
 #include "admin.h"
+#include "runner.h"
 #include "supervisor.h"
 
 #define TICK_MS 500
@@ -48,6 +49,7 @@ struct supervisor {
 	pthread_cond_t cv;
 	int stop, kicked;
 	atomic_int alive;
+	struct runner *runner;       /* used by the supervisor thread only, and by stop after it ends */
 	struct proc *procs;
 };
 
@@ -79,12 +81,16 @@ deployment_dir(struct admin *a, int64_t id, char *out, size_t size)
 }
 
 static void
-set_row(struct admin *a, int64_t id, const char *state, const char *reason, pid_t pid, int restarted)
+set_row(struct supervisor *s, int64_t id, const char *state, const char *reason, pid_t pid, int restarted)
 {
+	struct admin *a = s->a;
 	sqlite3_stmt *st;
+	char unit[96] = "";
 
+	if (pid > 0)
+		runner_unit_name(s->runner, id, unit, sizeof(unit));
 	pthread_mutex_lock(&a->db_mu);
-	if (sqlite3_prepare_v2(a->db, "UPDATE deployments SET state = ?1, pid = ?3, "
+	if (sqlite3_prepare_v2(a->db, "UPDATE deployments SET state = ?1, pid = ?3, unit = ?7, "
 				      /* a drain's reason stays while the drain does */
 				      "reason = CASE WHEN ?2 IS NULL AND drained = 1 THEN reason ELSE ?2 END, "
 				      "restarts = restarts + ?4, updated_at = ?5, "
@@ -99,6 +105,10 @@ set_row(struct admin *a, int64_t id, const char *state, const char *reason, pid_
 		sqlite3_bind_int(st, 4, restarted);
 		sqlite3_bind_int64(st, 5, admin_now());
 		sqlite3_bind_int64(st, 6, id);
+		if (unit[0] != '\0')
+			sqlite3_bind_text(st, 7, unit, -1, SQLITE_STATIC);
+		else
+			sqlite3_bind_null(st, 7);
 		sqlite3_step(st);
 		sqlite3_finalize(st);
 	}
@@ -201,6 +211,8 @@ open_log(struct admin *a, int64_t id)
 	return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 }
 
+static void last_log_line(struct admin *a, int64_t id, char *out, size_t size);
+
 static int
 spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, size_t why_size)
 {
@@ -232,29 +244,24 @@ spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, siz
 		return -1;
 	}
 	build_argv(s, w, p, argv, buf);
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0) {
-		close(log);
-		snprintf(why, why_size, "fork: %s", strerror(errno));
+	char path[4200], desc[200], err[PRIVAI_ERR_LEN];
+	pid_t pid;
+	snprintf(path, sizeof(path), "%s/engine.log", dir);
+	snprintf(desc, sizeof(desc), "privai engine for deployment %s", w->name);
+	struct stat before;
+	if (fstat(log, &before) != 0)
+		before.st_size = 0;
+	int rc = runner_start(s->runner, w->id, desc, argv, path, log, &pid, err);
+	close(log);
+	if (rc != PRIVAI_OK) {
+		/* an engine that ran and died at once says why in its log */
+		char line[300] = "";
+		struct stat after;
+		if (stat(path, &after) == 0 && after.st_size > before.st_size)
+			last_log_line(s->a, w->id, line, sizeof(line));
+		snprintf(why, why_size, "%s%s%s", err, line[0] ? ": " : "", line);
 		return -1;
 	}
-	if (pid == 0) {
-		/* only async-signal-safe calls from here to exec */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		if (getppid() != parent)
-			_exit(127);
-		int devnull = open("/dev/null", O_RDONLY);
-		dup2(devnull, 0);
-		dup2(log, 1);
-		dup2(log, 2);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(log);
 	pthread_mutex_lock(&s->mu);
 	memcpy(p->key, key, sizeof(key));
 	p->pid = pid;
@@ -387,9 +394,9 @@ want_of(const struct want *w, int n, int64_t id)
 
 /* A child has exited: record why, and plan the restart. */
 static void
-reaped(struct supervisor *s, struct proc *p, int status, const struct want *w, int64_t now)
+reaped(struct supervisor *s, struct proc *p, int status, const char *how, const struct want *w, int64_t now)
 {
-	char line[300], reason[512];
+	char line[300], reason[700], more[200];
 
 	int stopping = p->stop_sent_ms != 0 || w == NULL || !w->run;
 	pthread_mutex_lock(&s->mu);
@@ -400,7 +407,7 @@ reaped(struct supervisor *s, struct proc *p, int status, const struct want *w, i
 	if (w == NULL)
 		return;
 	if (stopping) {
-		set_row(s->a, p->id, "stopped", NULL, 0, 0);
+		set_row(s, p->id, "stopped", NULL, 0, 0);
 		return;
 	}
 	last_log_line(s->a, p->id, line, sizeof(line));
@@ -409,13 +416,14 @@ reaped(struct supervisor *s, struct proc *p, int status, const struct want *w, i
 	if (delay > BACKOFF_MAX_MS)
 		delay = BACKOFF_MAX_MS;
 	p->backoff_until_ms = now + delay;
+	snprintf(more, sizeof(more), "%s%s%s", how[0] ? " (" : "", how, how[0] ? ")" : "");
 	if (WIFEXITED(status))
-		snprintf(reason, sizeof(reason), "the engine exited with status %d%s%s; restarting in %lld s",
-			 WEXITSTATUS(status), line[0] ? ": " : "", line, (long long)(delay / 1000));
+		snprintf(reason, sizeof(reason), "the engine exited with status %d%s%s%s; restarting in %lld s",
+			 WEXITSTATUS(status), more, line[0] ? ": " : "", line, (long long)(delay / 1000));
 	else
-		snprintf(reason, sizeof(reason), "the engine was killed by signal %d%s%s; restarting in %lld s",
-			 WTERMSIG(status), line[0] ? ": " : "", line, (long long)(delay / 1000));
-	set_row(s->a, p->id, "failed", reason, 0, 1);
+		snprintf(reason, sizeof(reason), "the engine was killed by signal %d%s%s%s; restarting in %lld s",
+			 WTERMSIG(status), more, line[0] ? ": " : "", line, (long long)(delay / 1000));
+	set_row(s, p->id, "failed", reason, 0, 1);
 }
 
 static void
@@ -424,7 +432,7 @@ reconcile(struct supervisor *s)
 	struct want *w;
 	int n = load_wants(s->a, &w), status;
 	int64_t now = mono_ms();
-	char why[600];
+	char why[600], how[200], err[PRIVAI_ERR_LEN];
 
 	if (n < 0)
 		return;
@@ -432,20 +440,21 @@ reconcile(struct supervisor *s)
 	for (struct proc **pp = &s->procs; *pp != NULL;) {
 		struct proc *p = *pp;
 		const struct want *x = want_of(w, n, p->id);
-		if (p->pid > 0 && waitpid(p->pid, &status, WNOHANG) == p->pid)
-			reaped(s, p, status, x, now);
+		if (p->pid > 0 && runner_wait(s->runner, p->id, p->pid, &status, how, sizeof(how), err) == 0)
+			reaped(s, p, status, how, x, now);
 		if (p->pid > 0 && p->stop_sent_ms == 0 && atomic_exchange(&p->restart, 0)) {
-			kill(p->pid, SIGTERM); /* reaped as stopped, started again next tick */
+			/* reaped as stopped, started again next tick */
+			runner_signal(s->runner, p->id, p->pid, SIGTERM, err);
 			p->stop_sent_ms = now;
 		}
 		if (p->pid > 0 && (x == NULL || !x->run)) {
 			if (p->stop_sent_ms == 0) {
-				kill(p->pid, SIGTERM);
+				runner_signal(s->runner, p->id, p->pid, SIGTERM, err);
 				p->stop_sent_ms = now;
 				if (x != NULL)
-					set_row(s->a, p->id, "stopping", NULL, p->pid, 0);
+					set_row(s, p->id, "stopping", NULL, p->pid, 0);
 			} else if (now - p->stop_sent_ms > STOP_GRACE_MS) {
-				kill(p->pid, SIGKILL);
+				runner_signal(s->runner, p->id, p->pid, SIGKILL, err);
 			}
 		}
 		if (p->pid == 0 && x == NULL) { /* the row is gone and so is the engine */
@@ -462,7 +471,7 @@ reconcile(struct supervisor *s)
 		struct proc *p = proc_of(s, w[i].id);
 		if (!w[i].run) {
 			if ((p == NULL || p->pid == 0) && strcmp(w[i].state, "stopped") != 0)
-				set_row(s->a, w[i].id, "stopped", NULL, 0, 0);
+				set_row(s, w[i].id, "stopped", NULL, 0, 0);
 			continue;
 		}
 		if (p == NULL) {
@@ -478,20 +487,20 @@ reconcile(struct supervisor *s)
 		if (p->pid == 0 && now >= p->backoff_until_ms) {
 			if (!w[i].model_ready) {
 				if (strcmp(w[i].state, "pending") != 0)
-					set_row(s->a, w[i].id, "pending", "waiting for the model to finish importing", 0, 0);
+					set_row(s, w[i].id, "pending", "waiting for the model to finish importing", 0, 0);
 			} else if (spawn(s, &w[i], p, why, sizeof(why)) == 0) {
-				set_row(s->a, w[i].id, "loading", NULL, p->pid, 0);
+				set_row(s, w[i].id, "loading", NULL, p->pid, 0);
 			} else {
 				p->fails++;
 				p->backoff_until_ms = now + BACKOFF_MAX_MS;
-				set_row(s->a, w[i].id, "failed", why, 0, 0);
+				set_row(s, w[i].id, "failed", why, 0, 0);
 			}
 		} else if (p->pid > 0 && !p->ready && healthy(p->port)) {
 			pthread_mutex_lock(&s->mu);
 			p->ready = 1;
 			pthread_mutex_unlock(&s->mu);
 			p->fails = 0;
-			set_row(s->a, w[i].id, "ready", NULL, p->pid, 0);
+			set_row(s, w[i].id, "ready", NULL, p->pid, 0);
 		}
 	}
 	free_wants(w, n);
@@ -523,11 +532,31 @@ supervisor_main(void *arg)
 	return NULL;
 }
 
+/* Units are named after this admin's state directory, so two admins on
+ * one host (a test, a migration) never stop each other's engines. */
+static int
+open_runner(struct admin *a, struct supervisor *s, char *err)
+{
+	unsigned char h[crypto_hash_sha256_BYTES];
+	char real[PATH_MAX], tag[9];
+
+	if (realpath(a->cfg.state_dir, real) == NULL)
+		snprintf(real, sizeof(real), "%s", a->cfg.state_dir);
+	crypto_hash_sha256(h, (const unsigned char *)real, strlen(real));
+	sodium_bin2hex(tag, sizeof(tag), h, 4);
+	int rc = runner_open((enum runner_mode)a->cfg.engine_runner, tag, &s->runner, a->runner_note,
+			     sizeof(a->runner_note), err);
+	if (rc == PRIVAI_OK)
+		snprintf(a->runner_how, sizeof(a->runner_how), "%s", runner_describe(s->runner));
+	return rc;
+}
+
 int
 supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 {
 	struct supervisor *s = calloc(1, sizeof(*s));
 	char dir[4096];
+	int rc;
 
 	if (s == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
@@ -536,16 +565,21 @@ supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 		free(s);
 		return privai_fail(err, PRIVAI_EIO, "cannot create %s: %s", dir, strerror(errno));
 	}
+	if ((rc = open_runner(a, s, err)) != PRIVAI_OK) {
+		free(s);
+		return rc;
+	}
 	s->a = a;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	/* whatever a previous run recorded, nothing runs yet */
 	pthread_mutex_lock(&a->db_mu);
 	sqlite3_exec(a->db, "UPDATE deployments SET state = CASE desired WHEN 'running' THEN 'pending' ELSE 'stopped' "
-			    "END, pid = NULL, reason = NULL", NULL, NULL, NULL);
+			    "END, pid = NULL, unit = NULL, reason = NULL", NULL, NULL, NULL);
 	pthread_mutex_unlock(&a->db_mu);
 	atomic_store(&s->alive, 1);
 	if (pthread_create(&s->thread, NULL, supervisor_main, s) != 0) {
+		runner_close(s->runner);
 		free(s);
 		return privai_fail(err, PRIVAI_EIO, "cannot start the supervisor thread");
 	}
@@ -556,6 +590,7 @@ supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 void
 supervisor_stop(struct supervisor *s)
 {
+	char how[200], err[PRIVAI_ERR_LEN];
 	int status;
 
 	if (s == NULL)
@@ -568,15 +603,16 @@ supervisor_stop(struct supervisor *s)
 	atomic_store(&s->alive, 0);
 	for (struct proc *p = s->procs; p != NULL; p = p->next)
 		if (p->pid > 0)
-			kill(p->pid, SIGTERM);
+			runner_signal(s->runner, p->id, p->pid, SIGTERM, err);
 	int64_t deadline = mono_ms() + 10000;
 	for (struct proc *p = s->procs; p != NULL; p = p->next) {
-		while (p->pid > 0 && waitpid(p->pid, &status, WNOHANG) == 0) {
+		while (p->pid > 0 && runner_wait(s->runner, p->id, p->pid, &status, how, sizeof(how), err) == 1) {
 			if (mono_ms() > deadline)
-				kill(p->pid, SIGKILL);
+				runner_signal(s->runner, p->id, p->pid, SIGKILL, err);
 			usleep(20000);
 		}
 	}
+	runner_close(s->runner);
 	while (s->procs != NULL) {
 		struct proc *next = s->procs->next;
 		free(s->procs);

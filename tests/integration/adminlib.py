@@ -47,7 +47,8 @@ class Admin:
         self.pwfile = os.path.join(state, "..", os.path.basename(state) + ".pw")
         with open(self.pwfile, "w") as f:
             f.write(password + "\n")
-        env = dict(os.environ, PRIVAI_ADMIN_PASSWORD_FILE=self.pwfile)
+        # children unless a suite asks for systemd units, whatever the host booted with
+        env = dict(os.environ, PRIVAI_ADMIN_PASSWORD_FILE=self.pwfile, PRIVAI_ENGINE_RUNNER="child")
         env.update(env_extra or {})
         self.log_path = state + ".log"
         self.log = open(self.log_path, "ab")

@@ -27,6 +27,7 @@
 #include "models.h"
 #include "seed.h"
 #include "supervisor.h"
+#include "runner.h"
 #include "tls.h"
 
 static void
@@ -42,6 +43,9 @@ usage(FILE *fp)
 	      "  --engine PATH        privai-engine for deployments (PRIVAI_ENGINE; default: beside this binary)\n"
 	      "  --model-root DIR     a directory models may be registered from; repeatable\n"
 	      "                       (PRIVAI_MODEL_ROOTS, colon-separated; STATE/models always)\n"
+	      "  --engine-runner MODE how engines run (PRIVAI_ENGINE_RUNNER): auto (default: transient\n"
+	      "                       systemd units when booted with systemd, else child processes),\n"
+	      "                       systemd, systemd-user or child\n"
 	      "  --engine-ports LO-HI loopback ports for engines (PRIVAI_ENGINE_PORTS; default 18100-18999)\n"
 	      "  --max-upload-gib N   largest model upload or download (PRIVAI_MAX_UPLOAD_GIB; default 512)\n"
 	      "  --login-rate N       login attempts per minute per client address (PRIVAI_LOGIN_RATE; 10)\n"
@@ -118,7 +122,7 @@ parse_int(const char *opt, const char *s, long lo, long hi, long *out)
 
 struct options {
 	struct admin_config cfg;
-	const char *ports, *port, *max_gib, *demo_model, *roots, *login_rate, *heartbeat, *join_token_file;
+	const char *ports, *runner, *port, *max_gib, *demo_model, *roots, *login_rate, *heartbeat, *join_token_file;
 	int list_routes;
 	char engine_default[PATH_MAX + 16];
 	char webui_default[PATH_MAX + 16];
@@ -187,6 +191,7 @@ parse_args(int argc, char **argv, struct options *o)
 	o->roots = env("PRIVAI_MODEL_ROOTS", NULL);
 	o->port = env("PRIVAI_ADMIN_PORT", NULL);
 	o->ports = env("PRIVAI_ENGINE_PORTS", "18100-18999");
+	o->runner = env("PRIVAI_ENGINE_RUNNER", "auto");
 	o->max_gib = env("PRIVAI_MAX_UPLOAD_GIB", "512");
 	o->demo_model = env("PRIVAI_DEMO_MODEL", NULL);
 	o->login_rate = env("PRIVAI_LOGIN_RATE", "10");
@@ -221,6 +226,7 @@ parse_args(int argc, char **argv, struct options *o)
 		else if (strcmp(a, "--tls-key") == 0) c->tls_key = v;
 		else if (strcmp(a, "--engine") == 0) c->engine_bin = v;
 		else if (strcmp(a, "--engine-ports") == 0) o->ports = v;
+		else if (strcmp(a, "--engine-runner") == 0) o->runner = v;
 		else if (strcmp(a, "--max-upload-gib") == 0) o->max_gib = v;
 		else if (strcmp(a, "--demo-model") == 0) o->demo_model = v;
 		else if (strcmp(a, "--login-rate") == 0) o->login_rate = v;
@@ -262,6 +268,13 @@ parse_args(int argc, char **argv, struct options *o)
 		fprintf(stderr, "privai-admin: --engine-ports must be LO-HI within 1024-65535, not '%s'\n", o->ports);
 		return -1;
 	}
+	enum runner_mode mode;
+	if (runner_parse_mode(o->runner, &mode) < 0) {
+		fprintf(stderr, "privai-admin: --engine-runner is auto, systemd, systemd-user or child, not '%s'\n",
+			o->runner);
+		return -1;
+	}
+	c->engine_runner = (int)mode;
 	c->port = (int)port;
 	c->max_upload_bytes = (int64_t)gib << 30;
 	c->engine_port_lo = (int)lo;
@@ -475,6 +488,9 @@ main(int argc, char **argv)
 			db_close(a.db);
 		return 1;
 	}
+	if (a.runner_note[0] != '\0')
+		fprintf(stderr, "privai-admin: %s\n", a.runner_note);
+	fprintf(stderr, "privai-admin: engines run as %s\n", a.runner_how);
 	fprintf(stderr, "privai-admin: console on %s://%s:%d/ (state in %s)\n", a.tls ? "https" : "http", a.cfg.host,
 		a.port, a.cfg.state_dir);
 	sd_notify(0, "READY=1");
