@@ -61,6 +61,7 @@ struct admin {
 	atomic_long http_requests[6]; /* by status class: 1xx..5xx, index 0 unused */
 	atomic_long logins_ok, logins_failed;
 	int64_t self_node_id;        /* this node's row in nodes */
+	char tls_dir[4096];          /* STATE/tls when the admin manages the pair (no --tls-cert), else "" */
 	char tls_pin[128];           /* sha256//BASE64 of our TLS public key; "" in dev mode */
 	struct cluster *cluster;     /* heartbeats and the unreachable watch (cluster.c) */
 	char runner_how[80];         /* how engines run: "child processes", "transient units of ..." */

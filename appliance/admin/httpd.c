@@ -17,6 +17,7 @@
 #include "admin.h"
 #include "audit.h"
 #include "httpd.h"
+#include "tls_live.h"
 
 #define MAX_JSON_BODY (1 << 20)
 #define MAX_REPLY_HEADERS 4
@@ -36,6 +37,7 @@ struct conn {
 static const struct route *const route_tables[] = {
 	api_auth_routes, api_users_routes, api_tokens_routes, api_system_routes, api_models_routes,
 	api_sizing_routes, api_deployments_routes, api_deploy_ops_routes, api_gpus_routes, api_nodes_routes,
+	api_tls_routes,
 };
 
 void
@@ -453,8 +455,8 @@ httpd_start(struct admin *a, char *err)
 				     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
 				     MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 << 10),
 				     MHD_OPTION_NOTIFY_COMPLETED, completed, a,
-				     a->tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, a->tls_key_pem,
-				     MHD_OPTION_HTTPS_MEM_CERT, a->tls_cert_pem,
+				     /* asked at each handshake, so an uploaded certificate needs no restart */
+				     a->tls ? MHD_OPTION_HTTPS_CERT_CALLBACK : MHD_OPTION_END, tls_live_retrieve,
 				     MHD_OPTION_END);
 	if (a->daemon == NULL)
 		return privai_fail(err, PRIVAI_EIO, "cannot listen on %s:%d (in use, not allowed, or a bad TLS "

@@ -77,7 +77,7 @@ struct route {
 /* Every route table, each ending with an entry whose method is NULL. */
 extern const struct route api_auth_routes[], api_users_routes[], api_tokens_routes[], api_system_routes[],
 	api_models_routes[], api_sizing_routes[], api_deployments_routes[], api_deploy_ops_routes[],
-	api_gpus_routes[], api_nodes_routes[];
+	api_gpus_routes[], api_nodes_routes[], api_tls_routes[];
 
 /* Calls fn for every route (for --list-routes and the OpenAPI check). */
 void routes_each(void (*fn)(const struct route *rt, void *arg), void *arg);
@@ -111,6 +111,9 @@ cJSON *body_object(struct req *r);
  * optional field yields def. */
 const char *field_str(struct req *r, const cJSON *o, const char *name, int required, size_t max_len,
 		      const char *def);
+/* field_str that also allows line breaks and tabs (PEM text). */
+const char *field_text(struct req *r, const cJSON *o, const char *name, int required, size_t max_len,
+		       const char *def);
 int field_int(struct req *r, const cJSON *o, const char *name, int required, int64_t lo, int64_t hi, int64_t def,
 	      int64_t *out);
 int field_bool(struct req *r, const cJSON *o, const char *name, int def, int *out);

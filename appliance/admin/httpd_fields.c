@@ -57,18 +57,20 @@ fields_known(struct req *r, const cJSON *o, const char *const *names)
 }
 
 /* Printable text without control characters: names, paths and URLs are
- * shown in the console and written to logs. */
+ * shown in the console and written to logs.  Multi-line text (PEM) may
+ * also hold line breaks and tabs. */
 static int
-plain_text(const char *s)
+plain_text(const char *s, int lines)
 {
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-		if (*p < 0x20 || *p == 0x7f)
+		if ((*p < 0x20 || *p == 0x7f) && !(lines && (*p == '\n' || *p == '\r' || *p == '\t')))
 			return 0;
 	return 1;
 }
 
-const char *
-field_str(struct req *r, const cJSON *o, const char *name, int required, size_t max_len, const char *def)
+static const char *
+field_string(struct req *r, const cJSON *o, const char *name, int required, size_t max_len, const char *def,
+	     int lines)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
 
@@ -86,11 +88,23 @@ field_str(struct req *r, const cJSON *o, const char *name, int required, size_t 
 		reply_error(r, 422, "invalid_field", name, "%s must have 1-%zu characters (got %zu)", name, max_len, n);
 		return NULL;
 	}
-	if (!plain_text(v->valuestring)) {
+	if (!plain_text(v->valuestring, lines)) {
 		reply_error(r, 422, "invalid_field", name, "%s contains control characters", name);
 		return NULL;
 	}
 	return v->valuestring;
+}
+
+const char *
+field_str(struct req *r, const cJSON *o, const char *name, int required, size_t max_len, const char *def)
+{
+	return field_string(r, o, name, required, max_len, def, 0);
+}
+
+const char *
+field_text(struct req *r, const cJSON *o, const char *name, int required, size_t max_len, const char *def)
+{
+	return field_string(r, o, name, required, max_len, def, 1);
 }
 
 int

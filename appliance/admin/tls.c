@@ -136,3 +136,135 @@ out:
 	gnutls_x509_crt_deinit(crt);
 	return rc;
 }
+
+static void
+crt_dn(gnutls_x509_crt_t crt, int issuer, char *out, size_t size)
+{
+	gnutls_datum_t dn = { NULL, 0 };
+	int g = issuer ? gnutls_x509_crt_get_issuer_dn3(crt, &dn, 0) : gnutls_x509_crt_get_dn3(crt, &dn, 0);
+
+	snprintf(out, size, "%.*s", g < 0 ? 0 : (int)dn.size, g < 0 ? "" : (const char *)dn.data);
+	gnutls_free(dn.data);
+}
+
+static int
+import_chain(const char *cert_pem, gnutls_x509_crt_t **list, unsigned *n, char *err)
+{
+	gnutls_datum_t in = { (unsigned char *)(uintptr_t)cert_pem, (unsigned)strlen(cert_pem) };
+	int g;
+
+	if (strstr(cert_pem, "-----BEGIN CERTIFICATE-----") == NULL)
+		return privai_fail(err, PRIVAI_EFORMAT, "the certificate is not PEM (no BEGIN CERTIFICATE line)");
+	/* the server's certificate first, then each one's issuer: what a client needs, in the order it needs it */
+	g = gnutls_x509_crt_list_import2(list, n, &in, GNUTLS_X509_FMT_PEM,
+					 GNUTLS_X509_CRT_LIST_FAIL_IF_UNSORTED | GNUTLS_X509_CRT_LIST_IMPORT_FAIL_IF_EXCEED);
+	if (g == GNUTLS_E_CERTIFICATE_LIST_UNSORTED)
+		return privai_fail(err, PRIVAI_EFORMAT, "the certificates are out of order: put the server's "
+				   "certificate first, then each certificate's issuer");
+	if (g < 0)
+		return privai_fail(err, PRIVAI_EFORMAT, "the certificate cannot be read: %s", gnutls_strerror(g));
+	if (*n > TLS_MAX_CHAIN) {
+		for (unsigned i = 0; i < *n; i++)
+			gnutls_x509_crt_deinit((*list)[i]);
+		gnutls_free(*list);
+		return privai_fail(err, PRIVAI_ERANGE, "the chain has %u certificates; at most %d", *n, TLS_MAX_CHAIN);
+	}
+	return PRIVAI_OK;
+}
+
+static void
+free_chain(gnutls_x509_crt_t *list, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		gnutls_x509_crt_deinit(list[i]);
+	gnutls_free(list);
+}
+
+static void
+describe(gnutls_x509_crt_t *list, unsigned n, struct tls_cert_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	crt_dn(list[0], 0, info->subject, sizeof(info->subject));
+	crt_dn(list[0], 1, info->issuer, sizeof(info->issuer));
+	info->not_before = (int64_t)gnutls_x509_crt_get_activation_time(list[0]);
+	info->not_after = (int64_t)gnutls_x509_crt_get_expiration_time(list[0]);
+	info->chain_length = (int)n;
+	info->self_signed = gnutls_x509_crt_check_issuer(list[0], list[0]) != 0;
+}
+
+int
+tls_describe(const char *cert_pem, struct tls_cert_info *info, char *err)
+{
+	gnutls_x509_crt_t *list = NULL;
+	unsigned n = 0;
+	int rc = import_chain(cert_pem, &list, &n, err);
+
+	if (rc != PRIVAI_OK)
+		return rc;
+	describe(list, n, info);
+	free_chain(list, n);
+	return tls_public_key_pin(cert_pem, info->pin, sizeof(info->pin), err);
+}
+
+/* The key's ID (a hash of its public part) against the certificate's. */
+static int
+key_matches(gnutls_x509_crt_t crt, gnutls_x509_privkey_t key)
+{
+	unsigned char a[64], b[64];
+	size_t na = sizeof(a), nb = sizeof(b);
+
+	return gnutls_x509_crt_get_key_id(crt, 0, a, &na) >= 0 && gnutls_x509_privkey_get_key_id(key, 0, b, &nb) >= 0 &&
+	       na == nb && memcmp(a, b, na) == 0;
+}
+
+int
+tls_check_upload(const char *cert_pem, const char *key_pem, int64_t now, struct tls_cert_info *info,
+		 const char **field, char *err)
+{
+	gnutls_x509_crt_t *list = NULL;
+	gnutls_x509_privkey_t key = NULL;
+	gnutls_datum_t kin = { (unsigned char *)(uintptr_t)key_pem, (unsigned)strlen(key_pem) };
+	unsigned n = 0;
+	int g, rc;
+
+	*field = "certificate";
+	if ((rc = import_chain(cert_pem, &list, &n, err)) != PRIVAI_OK)
+		return rc;
+	describe(list, n, info);
+	if (now < info->not_before) {
+		rc = privai_fail(err, PRIVAI_EINVAL, "the certificate is not valid before %lld (Unix time); now is %lld",
+				 (long long)info->not_before, (long long)now);
+		goto out;
+	}
+	if (now >= info->not_after) {
+		rc = privai_fail(err, PRIVAI_EINVAL, "the certificate expired at %lld (Unix time)",
+				 (long long)info->not_after);
+		goto out;
+	}
+	*field = "key";
+	if (strstr(key_pem, "ENCRYPTED") != NULL) {
+		rc = privai_fail(err, PRIVAI_EINVAL, "the key is encrypted; upload it without a passphrase "
+				 "(it is stored readable by privai-admin only)");
+		goto out;
+	}
+	if ((g = gnutls_x509_privkey_init(&key)) < 0 ||
+	    (g = gnutls_x509_privkey_import2(key, &kin, GNUTLS_X509_FMT_PEM, NULL, GNUTLS_PKCS_PLAIN)) < 0) {
+		rc = privai_fail(err, PRIVAI_EFORMAT, "the key cannot be read: %s", gnutls_strerror(g));
+		goto out;
+	}
+	if (!key_matches(list[0], key)) {
+		rc = privai_fail(err, PRIVAI_EINVAL, "the key does not belong to the first certificate (%s)",
+				 info->subject);
+		goto out;
+	}
+	*field = "certificate";
+	if ((rc = tls_check_pair(cert_pem, key_pem, err)) != PRIVAI_OK ||
+	    (rc = tls_public_key_pin(cert_pem, info->pin, sizeof(info->pin), err)) != PRIVAI_OK)
+		goto out;
+	rc = PRIVAI_OK;
+out:
+	if (key != NULL)
+		gnutls_x509_privkey_deinit(key);
+	free_chain(list, n);
+	return rc;
+}

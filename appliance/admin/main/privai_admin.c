@@ -29,6 +29,7 @@
 #include "supervisor.h"
 #include "runner.h"
 #include "tls.h"
+#include "tls_live.h"
 
 static void
 usage(FILE *fp)
@@ -364,6 +365,8 @@ setup_tls(struct admin *a, char *err)
 		mkdir(cert, 0700);
 		snprintf(cert, sizeof(cert), "%s/tls/cert.pem", a->cfg.state_dir);
 		snprintf(key, sizeof(key), "%s/tls/key.pem", a->cfg.state_dir);
+		snprintf(a->tls_dir, sizeof(a->tls_dir), "%s/tls", a->cfg.state_dir);
+		tls_store_recover(a->tls_dir);
 		if (access(cert, R_OK) != 0) {
 			gethostname(host, sizeof(host) - 1);
 			if ((rc = tls_selfsigned(cert, key, host, err)) != PRIVAI_OK)
@@ -377,7 +380,8 @@ setup_tls(struct admin *a, char *err)
 	    (a->tls_key_pem = read_file(a->cfg.tls_key, err)) == NULL)
 		return PRIVAI_EIO;
 	if ((rc = tls_check_pair(a->tls_cert_pem, a->tls_key_pem, err)) != PRIVAI_OK ||
-	    (rc = tls_public_key_pin(a->tls_cert_pem, a->tls_pin, sizeof(a->tls_pin), err)) != PRIVAI_OK)
+	    (rc = tls_public_key_pin(a->tls_cert_pem, a->tls_pin, sizeof(a->tls_pin), err)) != PRIVAI_OK ||
+	    (rc = tls_live_init(a->tls_cert_pem, a->tls_key_pem, err)) != PRIVAI_OK)
 		return rc;
 	a->tls = 1;
 	return PRIVAI_OK;
@@ -511,6 +515,7 @@ main(int argc, char **argv)
 	ratelimit_destroy(&a.login_limit);
 	free(a.tls_cert_pem);
 	free(a.tls_key_pem);
+	tls_live_free();
 	curl_global_cleanup();
 	return 0;
 }

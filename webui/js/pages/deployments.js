@@ -85,7 +85,8 @@ async function keysBox(d) {
 
 async function detail(d, pane) {
   const parts = [h('h2', {}, d.name, ' ', badge(d.state)),
-    h('p', {}, 'OpenAI endpoint: ', h('code', {}, d.endpoint), ` · model ${d.model} · restarts ${d.restarts}`),
+    h('p', {}, 'OpenAI endpoint: ', h('code', {}, d.endpoint), ` · model ${d.model} · restarts ${d.restarts}`,
+      d.unit ? h('span', {}, ' · systemd unit ', h('code', {}, d.unit)) : ''),
     d.reason ? h('p', { class: 'error-text' }, d.reason) : ''];
   if (can('operator')) {
     parts.push(await keysBox(d));
