@@ -41,8 +41,9 @@ def summary():
 class Admin:
     """A privai-admin process: state in `state`, port read from its log."""
 
-    def __init__(self, build, state, password, extra=(), env_extra=None, ports="19100-19149"):
+    def __init__(self, build, state, password, extra=(), env_extra=None, ports="19100-19149", dev=True):
         self.build, self.state = build, state
+        self.scheme = "http" if dev else "https"
         os.makedirs(state, exist_ok=True)
         self.pwfile = os.path.join(state, "..", os.path.basename(state) + ".pw")
         with open(self.pwfile, "w") as f:
@@ -52,8 +53,8 @@ class Admin:
         env.update(env_extra or {})
         self.log_path = state + ".log"
         self.log = open(self.log_path, "ab")
-        self.args = [os.path.join(build, "privai-admin"), "--dev", "--port", "0", "--state-dir", state,
-                     "--engine-ports", ports, *extra]
+        self.args = [os.path.join(build, "privai-admin"), *(["--dev"] if dev else []), "--port", "0",
+                     "--state-dir", state, "--engine-ports", ports, *extra]
         self.env = env
         self.start()
 
@@ -65,7 +66,7 @@ class Admin:
             with open(self.log_path, "rb") as f:
                 f.seek(start_size)
                 text = f.read().decode(errors="replace")
-            m = re.search(r"console on http://127\.0\.0\.1:(\d+)/", text)
+            m = re.search(r"console on " + self.scheme + r"://127\.0\.0\.1:(\d+)/", text)
             if m:
                 self.port = int(m.group(1))
                 return
@@ -85,7 +86,13 @@ class Admin:
         return self.proc.returncode
 
     def client(self):
+        if self.scheme == "https":
+            import ssl
+            return Client(self.port, ssl._create_unverified_context())
         return Client(self.port)
+
+    def url(self):
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
 
 class Response:
@@ -106,8 +113,9 @@ class Response:
 class Client:
     """One user agent: keeps the session cookie and CSRF token, or a token."""
 
-    def __init__(self, port):
+    def __init__(self, port, tls_context=None):
         self.port = port
+        self.tls_context = tls_context  # HTTPS with this context, else plain HTTP
         self.cookie = None
         self.csrf = None
         self.token = None
@@ -124,7 +132,10 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode()
             h.setdefault("Content-Type", "application/json")
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        if self.tls_context is not None:
+            conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=self.tls_context)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         conn.request(method, path, body=data, headers=h)
         r = conn.getresponse()
         resp = Response(r.status, r.headers, r.read())
