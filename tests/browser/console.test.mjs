@@ -6,7 +6,7 @@
 // no console errors or CSP violations.
 //
 // usage: node tests/browser/console.test.mjs BUILD_DIR SCREENSHOT_DIR
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -25,20 +25,20 @@ function check(cond, what, detail = '') {
   else { failed++; console.log(`FAIL: ${what} ${detail}`); }
 }
 
-function startAdmin(tmp, name, extraArgs, extraEnv) {
+function startAdmin(tmp, name, extraArgs, extraEnv, tls = false) {
   const state = path.join(tmp, name);
   fs.mkdirSync(state, { recursive: true });
   fs.writeFileSync(`${state}.pw`, `${PW}\n`);
   const log = fs.openSync(`${state}.log`, 'a');
   const env = { ...process.env, PRIVAI_ADMIN_PASSWORD_FILE: `${state}.pw`, PRIVAI_NVML_LIB: path.join(BUILD, 'libnvml-double.so'),
     PRIVAI_NVML_DOUBLE_STATE: `${state}.nvml`, ...extraEnv };
-  const p = spawn(path.join(BUILD, 'privai-admin'), ['--dev', '--port', '0', '--state-dir', state, '--node-name', name,
+  const p = spawn(path.join(BUILD, 'privai-admin'), [...(tls ? [] : ['--dev']), '--port', '0', '--state-dir', state, '--node-name', name,
     '--webui', path.join(ROOT, 'webui'), '--heartbeat-s', '1', ...extraArgs], { env, stdio: ['ignore', log, log] });
   children.push(p);
   return new Promise((resolve, reject) => {
     const t0 = Date.now();
     const poll = setInterval(() => {
-      const m = fs.readFileSync(`${state}.log`, 'utf8').match(/console on (http:\/\/127\.0\.0\.1:\d+)\//);
+      const m = fs.readFileSync(`${state}.log`, 'utf8').match(/console on (https?:\/\/127\.0\.0\.1:\d+)\//);
       if (m) { clearInterval(poll); resolve({ url: m[1], proc: p, log: `${state}.log` }); }
       else if (p.exitCode !== null || Date.now() - t0 > 20000) { clearInterval(poll); reject(new Error(`${name} did not start`)); }
     }, 50);
@@ -55,17 +55,71 @@ async function accessible(page, name) {
     const unlabelled = [...document.querySelectorAll('main input, main select, main textarea')].filter((el) =>
       !el.closest('label') && !el.getAttribute('aria-label') && !(el.id && document.querySelector(`label[for="${el.id}"]`)));
     const unnamed = [...document.querySelectorAll('button')].filter((b) => !(b.textContent.trim() || b.getAttribute('aria-label')));
+    // text drawn in the colour of what is behind it (a white link on a white card) cannot be read
+    const behind = (el) => {
+      for (let e = el; e; e = e.parentElement) {
+        const c = getComputedStyle(e).backgroundColor;
+        if (c !== 'rgba(0, 0, 0, 0)' && c !== 'transparent') return c;
+      }
+      return 'rgb(255, 255, 255)';
+    };
+    const invisible = [...document.querySelectorAll('main button, main a, main td, main dd, main label')].filter((el) =>
+      el.textContent.trim() && getComputedStyle(el).color === behind(el)).map((el) => el.textContent.trim().slice(0, 30));
     return { h1: document.querySelectorAll('main h1').length, unlabelled: unlabelled.map((e) => e.name), unnamed: unnamed.length,
-      lang: document.documentElement.lang };
+      lang: document.documentElement.lang, invisible };
   });
   check(r.h1 === 1 && r.unlabelled.length === 0 && r.unnamed === 0 && r.lang === 'en', `${name}: heading, labels, names`,
     JSON.stringify(r));
+  check(r.invisible.length === 0, `${name}: no text in its background's colour`, JSON.stringify(r.invisible));
 }
 
 async function visit(page, hash, heading) {
   await page.goto(`${page.baseUrl}/#/${hash}`);
   await page.getByRole('heading', { level: 1, name: heading }).waitFor();
   await page.waitForLoadState('networkidle');
+}
+
+// An HTTPS console: replace its self-signed certificate with one a test
+// CA signed (files made here with openssl), from the Settings page.
+async function replaceCertificate(browser, tmp, errors) {
+  const pki = path.join(tmp, 'pki');
+  fs.mkdirSync(pki);
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
+  const ossl = (...a) => execFileSync('openssl', a, { cwd: pki, stdio: 'ignore' });
+  ossl('req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-subj', '/CN=privai test CA', '-days', '30');
+  ossl('req', ...ec, '-keyout', 'leaf.key', '-out', 'leaf.csr', '-subj', '/CN=127.0.0.1');
+  fs.writeFileSync(path.join(pki, 'ext'), 'subjectAltName=IP:127.0.0.1\n');
+  ossl('x509', '-req', '-in', 'leaf.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'leaf.pem',
+    '-days', '20', '-extfile', 'ext');
+  fs.writeFileSync(path.join(pki, 'chain.pem'), fs.readFileSync(path.join(pki, 'leaf.pem'), 'utf8') +
+    fs.readFileSync(path.join(pki, 'ca.pem'), 'utf8'));
+  const secure = await startAdmin(tmp, 'secure', ['--engine-ports', '19120-19129'], {}, true);
+  const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
+  const page = await ctx.newPage();
+  page.baseUrl = secure.url;
+  page.setDefaultTimeout(30000);
+  page.on('console', (m) => { if (m.type() === 'error' && !/status of 4\d\d/.test(m.text())) errors.push(m.text()); });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(secure.url);
+  await page.getByLabel('User name').fill('admin');
+  await page.getByLabel('Password').fill(PW);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { level: 1, name: 'Dashboard' }).waitFor();
+  await visit(page, 'settings', 'Settings');
+  check(await page.getByText('(self-signed)').count() === 1, 'HTTPS console: the generated certificate is self-signed');
+  await page.getByLabel(/^Certificate chain/).setInputFiles(path.join(pki, 'ca.pem'));
+  await page.getByLabel(/^Private key/).setInputFiles(path.join(pki, 'leaf.key'));
+  await page.getByRole('button', { name: 'Replace certificate' }).click();
+  await page.getByRole('alert').filter({ hasText: /does not belong/ }).waitFor();
+  check(true, 'a key that is not the certificate\'s is refused in words');
+  await page.getByLabel(/^Certificate chain/).setInputFiles(path.join(pki, 'chain.pem'));
+  await page.getByRole('button', { name: 'Replace certificate' }).click();
+  await page.getByText(/Certificate replaced/).waitFor();
+  await page.getByText('CN=privai test CA', { exact: true }).waitFor();
+  check(await page.getByText('2 certificates').count() === 1, 'replaced from the console: issuer and chain shown');
+  await shot(page, '11-settings-tls');
+  await accessible(page, 'settings (TLS)');
+  await ctx.close();
 }
 
 async function main() {
@@ -225,6 +279,7 @@ async function main() {
       await page.getByRole('button', { name: /^Delete/ }).count() === 0, 'viewer: no deploy form, no delete buttons');
     check(await page.locator('#nav a[href="#/audit"]').isHidden(), 'viewer: no audit log link');
     await shot(page, '10-viewer');
+    await replaceCertificate(browser, tmp, errors);
     check(errors.length === 0, 'no console errors or CSP violations', errors.join(' | '));
   } catch (e) {
     check(false, 'the browser suite ran to the end', e.stack);

@@ -25,7 +25,8 @@ export function svg(tag, attrs = {}) {
 
 export function say(message, isError = false) {
   const box = document.getElementById('status');
-  const d = h('div', { class: isError ? 'error' : '' }, message);
+  // errors interrupt a screen reader (alert); other news waits its turn (the box is polite)
+  const d = h('div', { class: isError ? 'error' : '', role: isError ? 'alert' : undefined }, message);
   box.append(d);
   setTimeout(() => d.remove(), isError ? 12000 : 5000);
 }

@@ -25,9 +25,7 @@ export default async function settings(main, ctx) {
     box.append(form);
   }
   main.append(h('h2', {}, 'Settings'), box);
-  main.append(h('h2', {}, 'TLS certificate'), h('p', { class: 'card' },
-    'The console uses the certificate and key named by --tls-cert and --tls-key (PRIVAI_TLS_CERT, PRIVAI_TLS_KEY), or a self-signed pair generated at first start under the state directory. ',
-    'Replacing it from the console is not built yet: put the files in place and restart privai-admin.'));
+  main.append(h('h2', {}, 'TLS certificate'), await tlsCard());
   if (ctx.me.user.role !== 'admin') return;
   const list = h('div', {});
   async function refresh() {
@@ -45,4 +43,47 @@ export default async function settings(main, ctx) {
   main.append(h('h2', {}, 'Backups'), h('p', {}, h('button', { type: 'button', onclick: (e) => act(e.target, async () => {
     await api('POST', '/api/v1/system/backups'); refresh(); }, 'Backup made') }, 'Back up now')), list);
   await refresh();
+}
+
+// The console's certificate, and (admins, when privai-admin manages the
+// pair) replacing it with the site's own PEM files.
+async function tlsCard() {
+  const t = await api('GET', '/api/v1/system/tls');
+  const card = h('div', { class: 'card' });
+  if (!t.tls) {
+    card.append(h('p', {}, 'This console serves plain HTTP on loopback (development mode): there is no certificate.'));
+    return card;
+  }
+  const until = new Date(t.not_after * 1000);
+  card.append(h('dl', { class: 'facts' },
+    h('dt', {}, 'Subject'), h('dd', {}, t.subject),
+    h('dt', {}, 'Issuer'), h('dd', {}, t.self_signed ? `${t.issuer} (self-signed)` : t.issuer),
+    h('dt', {}, 'Valid until'), h('dd', {}, until.toISOString().slice(0, 10)),
+    h('dt', {}, 'Chain'), h('dd', {}, `${t.chain_length} certificate${t.chain_length === 1 ? '' : 's'}`),
+    h('dt', {}, 'Key pin'), h('dd', {}, h('code', {}, t.pin))));
+  if (!can('admin')) return card;
+  if (!t.managed) {
+    card.append(h('p', { class: 'muted' }, 'The certificate comes from --tls-cert and --tls-key: replace those files and restart privai-admin.'));
+    return card;
+  }
+  const cert = h('input', { type: 'file', accept: '.pem,.crt,.cer', required: true });
+  const key = h('input', { type: 'file', accept: '.pem,.key', required: true });
+  const force = h('input', { type: 'checkbox' });
+  const form = h('form', {},
+    field('Certificate chain (PEM: the server certificate first, then its issuers)', cert),
+    field('Private key (PEM, without a passphrase)', key),
+    field('Replace the key even though joined nodes pinned the current one (they must join again)', force, { class: 'field check' }),
+    h('button', { type: 'submit' }, 'Replace certificate'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    act(form.querySelector('button'), async () => {
+      const body = { certificate: await cert.files[0].text(), key: await key.files[0].text() };
+      if (force.checked) body.force = true;
+      const r = await api('PUT', '/api/v1/system/tls', body);
+      card.replaceWith(await tlsCard());
+      return r;
+    }, 'Certificate replaced: new connections use it; reload the page to check it in your browser');
+  });
+  card.append(h('h3', {}, 'Replace'), form);
+  return card;
 }
