@@ -1,7 +1,6 @@
 /*
  * The appliance itself: liveness and readiness, Prometheus metrics, the
- * audit log, settings, and backups of the store (online, with the sqlite
- * backup API) with restore from one.
+ * audit log and settings.  Backups are in api_backups.c.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -165,172 +164,6 @@ h_setting_put(struct req *r)
 	cJSON_Delete(j);
 }
 
-/* Backups live in STATE/backups under names this code chose or checked:
- * letters, digits, '.', '_', '-', ending in .db, never starting with '.'. */
-static int
-backup_name_ok(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n < 4 || n > 100 || s[0] == '.' || strcmp(s + n - 3, ".db") != 0)
-		return 0;
-	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
-}
-
-static void
-backups_dir(struct admin *a, char *out, size_t size)
-{
-	snprintf(out, size, "%s/backups", a->cfg.state_dir);
-}
-
-static void
-h_backup_create(struct req *r)
-{
-	char dir[4096], path[4300], name[64], err[PRIVAI_ERR_LEN];
-	struct tm tm;
-	time_t t = (time_t)r->now;
-	struct stat sb;
-
-	backups_dir(r->a, dir, sizeof(dir));
-	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-		reply_error(r, 500, "internal", NULL, "cannot create %s: %s", dir, strerror(errno));
-		return;
-	}
-	gmtime_r(&t, &tm);
-	strftime(name, sizeof(name), "privai-%Y%m%d-%H%M%S.db", &tm);
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	for (int i = 1; stat(path, &sb) == 0 && i < 100; i++) { /* two in one second */
-		strftime(name, sizeof(name), "privai-%Y%m%d-%H%M%S", &tm);
-		snprintf(name + strlen(name), sizeof(name) - strlen(name), "-%d.db", i);
-		snprintf(path, sizeof(path), "%s/%s", dir, name);
-	}
-	int rc = db_backup(r->a->db, path, err);
-	if (rc != PRIVAI_OK) {
-		reply_status(r, rc, NULL, err);
-		return;
-	}
-	req_audit(r, "backup.create", name, "ok", NULL);
-	stat(path, &sb);
-	cJSON *root = cJSON_CreateObject();
-	cJSON_AddStringToObject(root, "name", name);
-	cJSON_AddNumberToObject(root, "size_bytes", (double)sb.st_size);
-	cJSON_AddNumberToObject(root, "created_at", (double)r->now);
-	reply_json(r, 201, root);
-}
-
-static void
-h_backup_list(struct req *r)
-{
-	char dir[4096], path[4400];
-	cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "data");
-	DIR *d;
-	struct dirent *e;
-	struct stat sb;
-
-	backups_dir(r->a, dir, sizeof(dir));
-	if ((d = opendir(dir)) != NULL) {
-		while ((e = readdir(d)) != NULL) {
-			snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-			if (!backup_name_ok(e->d_name) || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
-				continue;
-			cJSON *o = cJSON_CreateObject();
-			cJSON_AddStringToObject(o, "name", e->d_name);
-			cJSON_AddNumberToObject(o, "size_bytes", (double)sb.st_size);
-			cJSON_AddNumberToObject(o, "created_at", (double)sb.st_mtime);
-			cJSON_AddItemToArray(arr, o);
-		}
-		closedir(d);
-	}
-	reply_json(r, 200, root);
-}
-
-/* The backup named in the path, or -1 after a 404. */
-static int
-backup_path(struct req *r, const char *name, char *path, size_t size)
-{
-	char dir[4096];
-	struct stat sb;
-
-	backups_dir(r->a, dir, sizeof(dir));
-	snprintf(path, size, "%s/%s", dir, name);
-	if (!backup_name_ok(name) || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		reply_error(r, 404, "not_found", "name", "no backup named '%.100s'", name);
-		return -1;
-	}
-	return 0;
-}
-
-static void
-h_backup_download(struct req *r)
-{
-	char path[4300], disp[200];
-	struct stat sb;
-
-	if (backup_path(r, r->arg[0], path, sizeof(path)) < 0)
-		return;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &sb) != 0) {
-		if (fd >= 0)
-			close(fd);
-		reply_error(r, 500, "internal", NULL, "cannot read %s", r->arg[0]);
-		return;
-	}
-	struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)sb.st_size, fd);
-	if (resp == NULL) {
-		close(fd);
-		reply_error(r, 500, "internal", NULL, "out of memory");
-		return;
-	}
-	snprintf(disp, sizeof(disp), "attachment; filename=\"%s\"", r->arg[0]);
-	MHD_add_response_header(resp, "Content-Disposition", disp);
-	req_audit(r, "backup.download", r->arg[0], "ok", NULL);
-	reply_response(r, 200, resp, "application/vnd.sqlite3");
-}
-
-static void
-h_backup_delete(struct req *r)
-{
-	char path[4300];
-
-	if (backup_path(r, r->arg[0], path, sizeof(path)) < 0)
-		return;
-	if (unlink(path) != 0) {
-		reply_error(r, 500, "internal", NULL, "cannot remove %s: %s", r->arg[0], strerror(errno));
-		return;
-	}
-	req_audit(r, "backup.delete", r->arg[0], "ok", NULL);
-	reply_empty(r, 204);
-}
-
-static void
-h_restore(struct req *r)
-{
-	static const char *const known[] = { "name", NULL };
-	char path[4300], err[PRIVAI_ERR_LEN];
-	const char *name;
-	cJSON *j;
-
-	if ((j = body_object(r)) == NULL)
-		return;
-	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 100, NULL)) == NULL ||
-	    backup_path(r, name, path, sizeof(path)) < 0) {
-		cJSON_Delete(j);
-		return;
-	}
-	int rc = db_restore(r->a->db, path, err);
-	if (rc != PRIVAI_OK) {
-		reply_status(r, rc, "name", err);
-	} else {
-		/* the audit row goes into the restored database, so the log
-		 * says when it was replaced and by whom */
-		req_audit(r, "backup.restore", name, "ok", NULL);
-		if (r->a->sup != NULL)
-			supervisor_kick(r->a->sup);
-		reply_empty(r, 204);
-	}
-	cJSON_Delete(j);
-}
-
 const struct route api_system_routes[] = {
 	{ "GET", "/api/v1/health", 0, ROUTE_PUBLIC, h_health, NULL },
 	{ "GET", "/readyz", 0, ROUTE_PUBLIC, h_readyz, NULL },
@@ -338,10 +171,5 @@ const struct route api_system_routes[] = {
 	{ "GET", "/api/v1/audit", ROLE_ADMIN, 0, h_audit, NULL },
 	{ "GET", "/api/v1/settings", ROLE_VIEWER, 0, h_settings, NULL },
 	{ "PUT", "/api/v1/settings/{key}", ROLE_ADMIN, 0, h_setting_put, NULL },
-	{ "GET", "/api/v1/system/backups", ROLE_ADMIN, 0, h_backup_list, NULL },
-	{ "POST", "/api/v1/system/backups", ROLE_ADMIN, 0, h_backup_create, NULL },
-	{ "GET", "/api/v1/system/backups/{name}", ROLE_ADMIN, 0, h_backup_download, NULL },
-	{ "DELETE", "/api/v1/system/backups/{name}", ROLE_ADMIN, 0, h_backup_delete, NULL },
-	{ "POST", "/api/v1/system/restore", ROLE_ADMIN, 0, h_restore, NULL },
 	{ NULL, NULL, 0, 0, NULL, NULL },
 };

@@ -20,14 +20,12 @@
 #include "db.h"
 #include "httpd.h"
 #include "models.h"
+#include "spool.h"
 
 struct upload {
-	int fd;
-	char tmp[PATH_MAX + 64];
+	struct spool sp;
 	char name[160];
 	char want_sha[65];
-	crypto_hash_sha256_state h;
-	int64_t bytes;
 };
 
 int
@@ -43,10 +41,7 @@ discard(struct req *r)
 
 	if (u == NULL)
 		return;
-	if (u->fd >= 0)
-		close(u->fd);
-	if (u->tmp[0] != '\0')
-		unlink(u->tmp);
+	spool_discard(&u->sp);
 	free(u);
 	r->stream = NULL;
 }
@@ -98,16 +93,13 @@ upload_begin(struct req *r)
 	}
 	snprintf(u->name, sizeof(u->name), "%s", name);
 	snprintf(u->want_sha, sizeof(u->want_sha), "%s", sha != NULL ? sha : "");
-	crypto_hash_sha256_init(&u->h);
-	snprintf(u->tmp, sizeof(u->tmp), "%s/.upload-XXXXXX", r->a->models_dir);
-	if ((u->fd = mkstemp(u->tmp)) < 0) {
-		u->tmp[0] = '\0';
-		r->stream = u;
-		discard(r);
-		reply_error(r, 500, "internal", NULL, "cannot create a file in %s: %s", r->a->models_dir, strerror(errno));
-		return;
-	}
 	r->stream = u;
+	char err[PRIVAI_ERR_LEN];
+	int status = spool_open(&u->sp, r->a->models_dir, r->a->cfg.max_upload_bytes, err);
+	if (status != 0) {
+		discard(r);
+		reply_error(r, (unsigned)status, "internal", NULL, "%s", err);
+	}
 }
 
 static int
@@ -115,29 +107,17 @@ upload_data(struct req *r, const char *buf, size_t n)
 {
 	struct upload *u = r->stream;
 
+	char err[PRIVAI_ERR_LEN];
+
 	if (u == NULL)
 		return 1;
-	if (u->bytes + (int64_t)n > r->a->cfg.max_upload_bytes) {
+	int status = spool_write(&u->sp, buf, n, err);
+	if (status != 0) {
 		discard(r);
-		reply_error(r, 413, "too_large", NULL, "uploads are limited to %lld bytes",
-			    (long long)r->a->cfg.max_upload_bytes);
+		reply_error(r, (unsigned)status, status == 413 ? "too_large" : status == 507 ? "disk_full" : "internal",
+			    NULL, "%s", err);
 		return 1;
 	}
-	crypto_hash_sha256_update(&u->h, (const unsigned char *)buf, n);
-	for (size_t off = 0; off < n;) {
-		ssize_t w = write(u->fd, buf + off, n - off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			int e = errno;
-			discard(r);
-			reply_error(r, e == ENOSPC ? 507 : 500, e == ENOSPC ? "disk_full" : "internal", NULL,
-				    "writing the upload: %s", strerror(e));
-			return 1;
-		}
-		off += (size_t)w;
-	}
-	u->bytes += (int64_t)n;
 	return 0;
 }
 
@@ -145,7 +125,6 @@ static void
 upload_end(struct req *r)
 {
 	struct upload *u = r->stream;
-	unsigned char digest[crypto_hash_sha256_BYTES];
 	char hex[65], final[PATH_MAX + 200], err[PRIVAI_ERR_LEN];
 	struct model_meta m;
 	int64_t id;
@@ -155,9 +134,12 @@ upload_end(struct req *r)
 		reply_error(r, 500, "internal", NULL, "the upload was already discarded");
 		return;
 	}
-	crypto_hash_sha256_final(&u->h, digest);
-	sodium_bin2hex(hex, sizeof(hex), digest, sizeof(digest));
-	if (u->bytes == 0) {
+	if (spool_finish(&u->sp, hex, err) != 0) {
+		discard(r);
+		reply_error(r, 500, "internal", NULL, "%s", err);
+		return;
+	}
+	if (u->sp.bytes == 0) {
 		discard(r);
 		reply_error(r, 422, "empty", NULL, "the upload is empty");
 		return;
@@ -167,12 +149,7 @@ upload_end(struct req *r)
 		discard(r);
 		return;
 	}
-	if (fsync(u->fd) != 0) {
-		discard(r);
-		reply_error(r, 500, "internal", NULL, "fsync: %s", strerror(errno));
-		return;
-	}
-	if ((rc = model_meta_read(u->tmp, &m, err)) != PRIVAI_OK) {
+	if ((rc = model_meta_read(u->sp.tmp, &m, err)) != PRIVAI_OK) {
 		discard(r);
 		reply_error(r, 422, "bad_file", NULL, "not a usable GGUF file: %s", strchr(err, ':') ? strchr(err, ':') + 2 : err);
 		return;
@@ -184,27 +161,21 @@ upload_end(struct req *r)
 		discard(r);
 		return;
 	}
-	rc = model_insert(r->a->db, u->name, final, "upload", u->bytes, hex, &m, r->now, &id, err);
+	rc = model_insert(r->a->db, u->name, final, "upload", u->sp.bytes, hex, &m, r->now, &id, err);
 	model_meta_free(&m);
 	if (rc != PRIVAI_OK) {
 		discard(r);
 		reply_status(r, rc, "name", err);
 		return;
 	}
-	if (rename(u->tmp, final) != 0) {
+	if (spool_commit(&u->sp, final, err) != 0) {
 		db_delete_id(r->a->db, "models", id);
 		discard(r);
-		reply_error(r, 500, "internal", NULL, "cannot move the upload into place: %s", strerror(errno));
+		reply_error(r, 500, "internal", NULL, "%s", err);
 		return;
 	}
-	u->tmp[0] = '\0'; /* it is the model now */
-	int dfd = open(r->a->models_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		fsync(dfd); /* the rename itself survives a power cut */
-		close(dfd);
-	}
 	cJSON *d = cJSON_CreateObject();
-	cJSON_AddNumberToObject(d, "bytes", (double)u->bytes);
+	cJSON_AddNumberToObject(d, "bytes", (double)u->sp.bytes);
 	cJSON_AddStringToObject(d, "sha256", hex);
 	req_audit(r, "model.upload", u->name, "ok", d);
 	discard(r);

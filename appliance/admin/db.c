@@ -164,8 +164,9 @@ db_backup(sqlite3 *db, const char *path, char *err)
 	return r;
 }
 
-int
-db_restore(sqlite3 *db, const char *path, char *err)
+/* Open path read-only and check it is a privai store this binary reads. */
+static int
+open_checked(const char *path, sqlite3 **ret, char *err)
 {
 	sqlite3 *in = NULL;
 	char msg[PRIVAI_ERR_LEN];
@@ -184,8 +185,37 @@ db_restore(sqlite3 *db, const char *path, char *err)
 	else if (v < 1 || v > admin_n_migrations)
 		r = privai_fail(err, PRIVAI_EFORMAT, "%s has schema version %d; this privai-admin reads 1..%d", path, v,
 				admin_n_migrations);
+	else if (sqlite3_exec(in, "SELECT id, name, role FROM users LIMIT 1", NULL, NULL, NULL) != SQLITE_OK)
+		r = privai_fail(err, PRIVAI_EFORMAT, "%s is a sqlite database but not a privai store (no users table)",
+				path);
+	if (r != PRIVAI_OK) {
+		sqlite3_close(in);
+		return r;
+	}
+	*ret = in;
+	return PRIVAI_OK;
+}
+
+int
+db_check_file(const char *path, char *err)
+{
+	sqlite3 *in;
+	int r = open_checked(path, &in, err);
+
 	if (r == PRIVAI_OK)
-		r = copy_db(db, in, err);
+		sqlite3_close(in);
+	return r;
+}
+
+int
+db_restore(sqlite3 *db, const char *path, char *err)
+{
+	sqlite3 *in = NULL;
+	int r = open_checked(path, &in, err);
+
+	if (r != PRIVAI_OK)
+		return r;
+	r = copy_db(db, in, err);
 	sqlite3_close(in);
 	/* an older backup is brought up to date like any database */
 	if (r == PRIVAI_OK)

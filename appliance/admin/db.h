@@ -33,6 +33,10 @@ int db_backup(sqlite3 *db, const char *path, char *err);
  * checking that it is an intact privai-admin database no newer than this
  * binary.  On any error the live database is unchanged. */
 int db_restore(sqlite3 *db, const char *path, char *err);
+/* The checks db_restore makes, alone: a sqlite file that passes
+ * integrity_check, with a schema version this binary reads and our
+ * tables.  PRIVAI_OK, or PRIVAI_EFORMAT/EIO with err. */
+int db_check_file(const char *path, char *err);
 
 /* Transactions for changes that take more than one statement:
  * BEGIN IMMEDIATE (the write lock at once, so no upgrade deadlock),

@@ -117,8 +117,22 @@ async function replaceCertificate(browser, tmp, errors) {
   await page.getByText(/Certificate replaced/).waitFor();
   await page.getByText('CN=privai test CA', { exact: true }).waitFor();
   check(await page.getByText('2 certificates').count() === 1, 'replaced from the console: issuer and chain shown');
+  // a backup made here, then uploaded as if it came from elsewhere
+  await page.getByRole('button', { name: 'Back up now' }).click();
+  await page.locator('td a', { hasText: /^privai-\d/ }).waitFor();
+  const made = fs.readdirSync(path.join(tmp, 'secure', 'backups')).find((f) => f.endsWith('.db'));
+  fs.copyFileSync(path.join(tmp, 'secure', 'backups', made), path.join(pki, 'archived.db'));
+  fs.copyFileSync(path.join(pki, 'ca.pem'), path.join(pki, 'not-a-backup.db'));
+  const upForm = page.getByRole('form', { name: 'Upload a backup' });
+  await upForm.getByLabel(/^A backup file/).setInputFiles(path.join(pki, 'not-a-backup.db'));
+  await upForm.getByRole('button', { name: 'Upload backup' }).click();
+  await page.getByRole('alert').filter({ hasText: /not a privai backup/ }).waitFor();
+  await upForm.getByLabel(/^A backup file/).setInputFiles(path.join(pki, 'archived.db'));
+  await upForm.getByRole('button', { name: 'Upload backup' }).click();
+  await page.locator('td a', { hasText: /^privai-upload-/ }).waitFor();
+  check(true, 'a backup uploaded from the console is checked and listed (a PEM file is refused)');
   await shot(page, '11-settings-tls');
-  await accessible(page, 'settings (TLS)');
+  await accessible(page, 'settings (TLS, backups)');
   await ctx.close();
 }
 

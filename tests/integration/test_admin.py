@@ -202,6 +202,7 @@ def test_settings_backups(adm, a, o, v):
     check(r.status == 200 and any(b["name"] == name for b in r.json["data"]), "backup listed", r)
     r = a.get(f"/api/v1/system/backups/{name}")
     check(r.status == 200 and r.body[:16] == b"SQLite format 3\0", "backup downloads as sqlite", r.status)
+    blob = r.body
     a.post("/api/v1/users", {"name": "afterbackup", "password": PW, "role": "viewer"})
     for bad in ("../privai.db", "privai.db/../../x.db", ".hidden.db", "x"):
         r = a.post("/api/v1/system/restore", {"name": bad})
@@ -215,6 +216,63 @@ def test_settings_backups(adm, a, o, v):
     check(r.status == 200 and len(r.json["data"]) == 1, "restore is in the restored audit log", r)
     r = a.request("DELETE", f"/api/v1/system/backups/{name}")
     check(r.status == 204, "backup deleted", r)
+    test_backup_upload(adm, a, o, blob)
+
+
+def test_backup_upload(adm, a, o, blob):
+    """A backup from elsewhere: streamed in, checked as a restore checks, kept, then restorable."""
+    import hashlib
+    import sqlite3
+    bdir = os.path.join(adm.state, "backups")
+    before = sorted(os.listdir(bdir))
+    up = "/api/v1/system/backups/upload"
+    octet = {"Content-Type": "application/octet-stream"}
+    tmp = os.path.join(adm.state, "..", "not-privai.db")
+    con = sqlite3.connect(tmp)
+    con.execute("CREATE TABLE foo (x)")
+    con.execute("PRAGMA user_version = 1")
+    con.commit()
+    con.close()
+    future = os.path.join(adm.state, "..", "future.db")
+    with open(future, "wb") as f:
+        f.write(blob)
+    con = sqlite3.connect(future)
+    con.execute("PRAGMA user_version = 99")
+    con.commit()
+    con.close()
+    for body, query, code, words in (
+            (b"", "", "empty", "empty"),
+            (b"SQLite format 3\0" + b"\xff" * 4096, "", "bad_file", "not a privai backup: the upload"),
+            (b"'; DROP TABLE users; --" * 100, "", "bad_file", "not a privai backup"),
+            (open(tmp, "rb").read(), "", "bad_file", "not a privai store"),
+            (open(future, "rb").read(), "", "bad_file", "schema version 99"),
+            (blob, "?sha256=" + "0" * 64, "checksum_mismatch", "SHA-256"),
+            (blob, "?sha256=../../x", "invalid_field", "64 lowercase hex")):
+        r = a.request("POST", up + query, raw=body, headers=octet)
+        check(r.status == 422 and r.error_code() == code and words in r.json["error"]["message"],
+              f"backup upload refused: {code} ({words})", r)
+    r = o.request("POST", up, raw=blob, headers=octet)
+    check(r.status == 403, "an operator may not upload a backup", r)
+    r = a.request("POST", up, raw=blob, headers=octet, csrf=False)
+    check(r.status == 403, "no CSRF token: refused", r)
+    check(sorted(os.listdir(bdir)) == before, "after the refusals: no file added, nothing partial left",
+          sorted(os.listdir(bdir)))
+    sha = hashlib.sha256(blob).hexdigest()
+    r = a.request("POST", up + "?sha256=" + sha, raw=blob, headers=octet)
+    check(r.status == 201 and r.json["name"].startswith("privai-upload-") and r.json["sha256"] == sha and
+          r.json["size_bytes"] == len(blob), "a downloaded backup uploads back", r)
+    name = r.json.get("name")
+    check(sorted(os.listdir(bdir)) == sorted(before + [name]), "only the backup itself was added",
+          sorted(os.listdir(bdir)))
+    a.post("/api/v1/users", {"name": "afterupload", "password": PW, "role": "viewer"})
+    r = a.post("/api/v1/system/restore", {"name": name})
+    check(r.status == 204, "restore from the uploaded backup", r)
+    a.login("admin", PW)
+    names = [u["name"] for u in a.get("/api/v1/users").json["data"]]
+    check("afterupload" not in names and "olga" in names, "the uploaded backup's users are back", names)
+    r = a.get("/api/v1/audit?action=backup.upload")
+    check(r.status == 200, "the audit log is readable after the restore", r)
+    a.request("DELETE", f"/api/v1/system/backups/{name}")
 
 
 class FileServer:

@@ -1,5 +1,5 @@
 // Settings, backups and restore.
-import { api } from '../api.js';
+import { api, upload } from '../api.js';
 import { h, table, act, bytes, when, field } from '../ui.js';
 import { can } from '../app.js';
 
@@ -40,8 +40,21 @@ export default async function settings(main, ctx) {
           await api('DELETE', `/api/v1/system/backups/${encodeURIComponent(b.name)}`); refresh(); }, 'Backup deleted') }, 'Delete')) },
     ], r.data, 'No backups yet.'));
   }
+  const file = h('input', { type: 'file', accept: '.db', required: true });
+  const progress = h('progress', { max: 100, value: 0, 'aria-label': 'Backup upload progress' });
+  const up = h('form', { 'aria-label': 'Upload a backup', class: 'inline' },
+    field('A backup file from another appliance or an archive (.db)', file),
+    h('button', { type: 'submit', class: 'secondary' }, 'Upload backup'), progress);
+  up.addEventListener('submit', (e) => {
+    e.preventDefault();
+    act(up.querySelector('button'), async () => {
+      await upload('/api/v1/system/backups/upload', file.files[0], (done, total) => { progress.value = (100 * done) / total; });
+      up.reset();
+      refresh();
+    }, 'Backup uploaded and checked; restore it from the list');
+  });
   main.append(h('h2', {}, 'Backups'), h('p', {}, h('button', { type: 'button', onclick: (e) => act(e.target, async () => {
-    await api('POST', '/api/v1/system/backups'); refresh(); }, 'Backup made') }, 'Back up now')), list);
+    await api('POST', '/api/v1/system/backups'); refresh(); }, 'Backup made') }, 'Back up now')), up, list);
   await refresh();
 }
 
