@@ -206,92 +206,28 @@ h_restore(struct req *r)
  * elsewhere (another appliance, an archive) streamed in, checked as a
  * restore would check it, and kept as privai-upload-*.db beside the
  * others; restoring it is a separate, deliberate step. */
-struct backup_upload {
-	struct spool sp;
-	char want_sha[65];
-};
-
 static void
-upload_discard(struct req *r)
+backup_upload_begin(struct req *r)
 {
-	struct backup_upload *u = r->stream;
+	char dir[4096];
 
-	if (u == NULL)
-		return;
-	spool_discard(&u->sp);
-	free(u);
-	r->stream = NULL;
-}
-
-static void
-upload_begin(struct req *r)
-{
-	const char *sha = query_arg(r, "sha256");
-	const char *cl = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Content-Length");
-	char dir[4096], err[PRIVAI_ERR_LEN];
-	struct backup_upload *u;
-
-	if (sha != NULL && !sha256_hex_ok(sha)) {
-		reply_error(r, 422, "invalid_field", "sha256", "?sha256= must be 64 lowercase hex digits");
-		return;
-	}
-	if (cl != NULL && strtoll(cl, NULL, 10) > BACKUP_MAX_BYTES) {
-		reply_error(r, 413, "too_large", NULL, "backups are limited to %lld bytes", (long long)BACKUP_MAX_BYTES);
-		return;
-	}
 	backups_dir(r->a, dir, sizeof(dir));
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 		reply_error(r, 500, "internal", NULL, "cannot create %s: %s", dir, strerror(errno));
 		return;
 	}
-	if ((u = calloc(1, sizeof(*u))) == NULL) {
-		reply_error(r, 500, "internal", NULL, "out of memory");
-		return;
-	}
-	snprintf(u->want_sha, sizeof(u->want_sha), "%s", sha != NULL ? sha : "");
-	r->stream = u;
-	int status = spool_open(&u->sp, dir, BACKUP_MAX_BYTES, err);
-	if (status != 0) {
-		upload_discard(r);
-		reply_error(r, (unsigned)status, "internal", NULL, "%s", err);
-	}
-}
-
-static int
-upload_data(struct req *r, const char *buf, size_t n)
-{
-	struct backup_upload *u = r->stream;
-	char err[PRIVAI_ERR_LEN];
-
-	if (u == NULL)
-		return 1;
-	int status = spool_write(&u->sp, buf, n, err);
-	if (status != 0) {
-		upload_discard(r);
-		reply_error(r, (unsigned)status, status == 413 ? "too_large" : status == 507 ? "disk_full" : "internal",
-			    NULL, "%s", err);
-		return 1;
-	}
-	return 0;
+	upload_begin_in(r, dir, BACKUP_MAX_BYTES);
 }
 
 static void
-upload_end(struct req *r)
+backup_upload_end(struct req *r)
 {
-	struct backup_upload *u = r->stream;
+	struct upload *u;
 	char hex[65], dir[4096], name[64], path[4300], err[PRIVAI_ERR_LEN];
 
-	if (u == NULL) {
-		reply_error(r, 500, "internal", NULL, "the upload was already discarded");
+	if ((u = upload_finish(r, hex)) == NULL)
 		return;
-	}
-	if (spool_finish(&u->sp, hex, err) != 0) {
-		reply_error(r, 500, "internal", NULL, "%s", err);
-	} else if (u->sp.bytes == 0) {
-		reply_error(r, 422, "empty", NULL, "the upload is empty");
-	} else if (u->want_sha[0] != '\0' && strcmp(u->want_sha, hex) != 0) {
-		reply_error(r, 422, "checksum_mismatch", "sha256", "the upload's SHA-256 is %s, not %s", hex, u->want_sha);
-	} else if (db_check_file(u->sp.tmp, err) != PRIVAI_OK) {
+	if (db_check_file(u->sp.tmp, err) != PRIVAI_OK) {
 		/* the message names our temporary file; the client knows it as "the upload" */
 		size_t n = strlen(u->sp.tmp);
 		const char *rest = strncmp(err, u->sp.tmp, n) == 0 ? err + n : NULL;
@@ -319,9 +255,9 @@ upload_end(struct req *r)
 }
 
 static const struct stream_ops backup_upload_ops = {
-	.begin = upload_begin,
+	.begin = backup_upload_begin,
 	.data = upload_data,
-	.end = upload_end,
+	.end = backup_upload_end,
 	.abort = upload_discard,
 };
 

@@ -2,19 +2,12 @@
  * The appliance itself: liveness and readiness, Prometheus metrics, the
  * audit log and settings.  Backups are in api_backups.c.
  */
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "privai/status.h"
 #include "admin.h"
-#include "db.h"
 #include "httpd.h"
 #include "rows.h"
 #include "settings.h"

@@ -22,28 +22,10 @@
 #include "models.h"
 #include "spool.h"
 
-struct upload {
-	struct spool sp;
-	char name[160];
-	char want_sha[65];
-};
-
 int
 sha256_hex_ok(const char *s)
 {
 	return strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
-}
-
-static void
-discard(struct req *r)
-{
-	struct upload *u = r->stream;
-
-	if (u == NULL)
-		return;
-	spool_discard(&u->sp);
-	free(u);
-	r->stream = NULL;
 }
 
 static int
@@ -63,10 +45,9 @@ name_taken(struct admin *a, const char *name)
 }
 
 static void
-upload_begin(struct req *r)
+model_upload_begin(struct req *r)
 {
-	const char *name = query_arg(r, "name"), *sha = query_arg(r, "sha256");
-	const char *cl = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Content-Length");
+	const char *name = query_arg(r, "name");
 	struct upload *u;
 
 	if (name == NULL || !model_name_ok(name)) {
@@ -74,83 +55,27 @@ upload_begin(struct req *r)
 			    "not starting with '.' or '-'");
 		return;
 	}
-	if (sha != NULL && !sha256_hex_ok(sha)) {
-		reply_error(r, 422, "invalid_field", "sha256", "?sha256= must be 64 lowercase hex digits");
-		return;
-	}
-	if (cl != NULL && strtoll(cl, NULL, 10) > r->a->cfg.max_upload_bytes) {
-		reply_error(r, 413, "too_large", NULL, "uploads are limited to %lld bytes",
-			    (long long)r->a->cfg.max_upload_bytes);
-		return;
-	}
 	if (name_taken(r->a, name)) {
 		reply_error(r, 409, "conflict", "name", "a model named '%s' exists", name);
 		return;
 	}
-	if ((u = calloc(1, sizeof(*u))) == NULL) {
-		reply_error(r, 500, "internal", NULL, "out of memory");
-		return;
-	}
-	snprintf(u->name, sizeof(u->name), "%s", name);
-	snprintf(u->want_sha, sizeof(u->want_sha), "%s", sha != NULL ? sha : "");
-	r->stream = u;
-	char err[PRIVAI_ERR_LEN];
-	int status = spool_open(&u->sp, r->a->models_dir, r->a->cfg.max_upload_bytes, err);
-	if (status != 0) {
-		discard(r);
-		reply_error(r, (unsigned)status, "internal", NULL, "%s", err);
-	}
-}
-
-static int
-upload_data(struct req *r, const char *buf, size_t n)
-{
-	struct upload *u = r->stream;
-
-	char err[PRIVAI_ERR_LEN];
-
-	if (u == NULL)
-		return 1;
-	int status = spool_write(&u->sp, buf, n, err);
-	if (status != 0) {
-		discard(r);
-		reply_error(r, (unsigned)status, status == 413 ? "too_large" : status == 507 ? "disk_full" : "internal",
-			    NULL, "%s", err);
-		return 1;
-	}
-	return 0;
+	if ((u = upload_begin_in(r, r->a->models_dir, r->a->cfg.max_upload_bytes)) != NULL)
+		snprintf(u->name, sizeof(u->name), "%s", name);
 }
 
 static void
-upload_end(struct req *r)
+model_upload_end(struct req *r)
 {
-	struct upload *u = r->stream;
+	struct upload *u;
 	char hex[65], final[PATH_MAX + 200], err[PRIVAI_ERR_LEN];
 	struct model_meta m;
 	int64_t id;
 	int rc;
 
-	if (u == NULL) {
-		reply_error(r, 500, "internal", NULL, "the upload was already discarded");
+	if ((u = upload_finish(r, hex)) == NULL)
 		return;
-	}
-	if (spool_finish(&u->sp, hex, err) != 0) {
-		discard(r);
-		reply_error(r, 500, "internal", NULL, "%s", err);
-		return;
-	}
-	if (u->sp.bytes == 0) {
-		discard(r);
-		reply_error(r, 422, "empty", NULL, "the upload is empty");
-		return;
-	}
-	if (u->want_sha[0] != '\0' && strcmp(u->want_sha, hex) != 0) {
-		reply_error(r, 422, "checksum_mismatch", "sha256", "the upload's SHA-256 is %s, not %s", hex, u->want_sha);
-		discard(r);
-		return;
-	}
 	if ((rc = model_meta_read(u->sp.tmp, &m, err)) != PRIVAI_OK) {
-		discard(r);
+		upload_discard(r);
 		reply_error(r, 422, "bad_file", NULL, "not a usable GGUF file: %s", strchr(err, ':') ? strchr(err, ':') + 2 : err);
 		return;
 	}
@@ -158,19 +83,19 @@ upload_end(struct req *r)
 	if (access(final, F_OK) == 0) {
 		model_meta_free(&m);
 		reply_error(r, 409, "conflict", "name", "a file %s.gguf is already in the model directory", u->name);
-		discard(r);
+		upload_discard(r);
 		return;
 	}
 	rc = model_insert(r->a->db, u->name, final, "upload", u->sp.bytes, hex, &m, r->now, &id, err);
 	model_meta_free(&m);
 	if (rc != PRIVAI_OK) {
-		discard(r);
+		upload_discard(r);
 		reply_status(r, rc, "name", err);
 		return;
 	}
 	if (spool_commit(&u->sp, final, err) != 0) {
 		db_delete_id(r->a->db, "models", id);
-		discard(r);
+		upload_discard(r);
 		reply_error(r, 500, "internal", NULL, "%s", err);
 		return;
 	}
@@ -178,14 +103,14 @@ upload_end(struct req *r)
 	cJSON_AddNumberToObject(d, "bytes", (double)u->sp.bytes);
 	cJSON_AddStringToObject(d, "sha256", hex);
 	req_audit(r, "model.upload", u->name, "ok", d);
-	discard(r);
+	upload_discard(r);
 	reply_query(r, 201, "SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, "
 			    "quantization, context_length FROM models WHERE id = ?1", 1, &id, "model");
 }
 
 const struct stream_ops model_upload_ops = {
-	.begin = upload_begin,
+	.begin = model_upload_begin,
 	.data = upload_data,
-	.end = upload_end,
-	.abort = discard,
+	.end = model_upload_end,
+	.abort = upload_discard,
 };

@@ -21,7 +21,7 @@
 #define SD_UNIT "org.freedesktop.systemd1.Unit"
 #define SD_SERVICE "org.freedesktop.systemd1.Service"
 #define STOP_TIMEOUT_US (30ULL * 1000000)
-#define START_WAIT_MS 5000
+#define START_WAIT_MS 15000
 
 struct runner {
 	enum runner_mode mode;       /* RUNNER_CHILD, RUNNER_SYSTEMD or RUNNER_SYSTEMD_USER once open */
@@ -37,6 +37,7 @@ struct unit_state {
 	char result[32];             /* the service's Result: success, exit-code, signal, oom-kill, ... */
 	uint32_t main_pid;
 	int32_t code, status;        /* ExecMainCode (CLD_EXITED, CLD_KILLED, CLD_DUMPED), ExecMainStatus */
+	uint32_t job;                /* a queued or running job's id, 0 for none */
 };
 
 int
@@ -110,6 +111,15 @@ unit_state(struct runner *r, const char *unit, struct unit_state *st, char *err)
 	snprintf(st->active, sizeof(st->active), "%s", s);
 	free(s);
 	s = NULL;
+	/* a unit whose start job has not run yet is "inactive" too: the job tells them apart */
+	sd_bus_message *job = NULL;
+	const char *job_path;
+	if ((rc = sd_bus_get_property(r->bus, SD_DEST, path, SD_UNIT, "Job", &e, &job, "(uo)")) < 0 ||
+	    (rc = sd_bus_message_read(job, "(uo)", &st->job, &job_path)) < 0) {
+		sd_bus_message_unref(job);
+		goto out;
+	}
+	sd_bus_message_unref(job);
 	if ((rc = sd_bus_get_property_string(r->bus, SD_DEST, path, SD_SERVICE, "Result", &e, &s)) < 0 ||
 	    (rc = sd_bus_get_property_trivial(r->bus, SD_DEST, path, SD_SERVICE, "MainPID", &e, 'u', &st->main_pid)) <
 		    0 ||
@@ -121,6 +131,11 @@ unit_state(struct runner *r, const char *unit, struct unit_state *st, char *err)
 	snprintf(st->result, sizeof(st->result), "%s", s);
 	rc = 0;
 out:
+	if (rc < 0 && (sd_bus_error_has_name(&e, "org.freedesktop.DBus.Error.UnknownObject") ||
+		       sd_bus_error_has_name(&e, "org.freedesktop.systemd1.NoSuchUnit"))) {
+		st->found = 0; /* unloaded between GetUnit and the reads: gone */
+		rc = 0;
+	}
 	if (rc < 0)
 		rc = bus_fail(err, unit, &e, rc);
 	free(s);
@@ -210,9 +225,11 @@ stop_leftovers(struct runner *r, char *err)
 	for (int i = 0; i < n; i++) {
 		struct unit_state st;
 		for (int waited = 0; waited < (int)(STOP_TIMEOUT_US / 1000) + 5000; waited += 50) {
-			if (unit_state(r, names[i], &st, err) < 0 || !st.found || strcmp(st.active, "inactive") == 0 ||
-			    strcmp(st.active, "failed") == 0)
+			/* until it is unloaded, not merely inactive: its name must be free to start again */
+			if (unit_state(r, names[i], &st, err) < 0 || !st.found)
 				break;
+			if (strcmp(st.active, "failed") == 0)
+				call_unit(r, "ResetFailedUnit", names[i]);
 			sleep_ms(50);
 		}
 		call_unit(r, "ResetFailedUnit", names[i]);
@@ -368,61 +385,85 @@ append_properties(struct runner *r, sd_bus_message *m, const char *description, 
 	return sd_bus_message_append(m, "(sv)", "User", "s", uid);
 }
 
+/* One StartTransientUnit call: <0 with e set when the manager refuses. */
 static int
-start_unit(struct runner *r, int64_t id, const char *description, char *const argv[], const char *log_path,
-	   pid_t *pid, char *err)
+call_start(struct runner *r, const char *unit, const char *description, char *const argv[], const char *log_path,
+	   sd_bus_error *e)
 {
-	sd_bus_error e = SD_BUS_ERROR_NULL;
 	sd_bus_message *m = NULL;
-	char unit[96], why[160];
 	int rc;
 
-	runner_unit_name(r, id, unit, sizeof(unit));
-	call_unit(r, "ResetFailedUnit", unit); /* a failed unit of that name would block the start */
-	if ((rc = sd_bus_message_new_method_call(r->bus, &m, SD_DEST, SD_PATH, SD_MANAGER, "StartTransientUnit")) <
-		    0 ||
-	    (rc = sd_bus_message_append(m, "ss", unit, "fail")) < 0 ||
-	    (rc = sd_bus_message_open_container(m, 'a', "(sv)")) < 0 ||
-	    (rc = append_properties(r, m, description, log_path)) < 0 || (rc = append_exec_start(m, argv)) < 0 ||
-	    (rc = sd_bus_message_close_container(m)) < 0 || (rc = sd_bus_message_append(m, "a(sa(sv))", 0)) < 0)
-		goto out;
-	if ((rc = sd_bus_call(r->bus, m, 0, &e, NULL)) < 0)
-		goto out;
-	/* Type=exec: the start job ends once the binary is executing, or the unit fails */
-	for (int waited = 0;; waited += 20) {
-		struct unit_state st;
-		if ((rc = unit_state(r, unit, &st, err)) < 0) {
-			sd_bus_message_unref(m);
-			return rc;
-		}
+	if ((rc = sd_bus_message_new_method_call(r->bus, &m, SD_DEST, SD_PATH, SD_MANAGER, "StartTransientUnit")) >=
+		    0 &&
+	    (rc = sd_bus_message_append(m, "ss", unit, "fail")) >= 0 &&
+	    (rc = sd_bus_message_open_container(m, 'a', "(sv)")) >= 0 &&
+	    (rc = append_properties(r, m, description, log_path)) >= 0 && (rc = append_exec_start(m, argv)) >= 0 &&
+	    (rc = sd_bus_message_close_container(m)) >= 0 && (rc = sd_bus_message_append(m, "a(sa(sv))", 0)) >= 0)
+		rc = sd_bus_call(r->bus, m, 0, e, NULL);
+	sd_bus_message_unref(m);
+	return rc;
+}
+
+/* Type=exec: the start job ends once the binary is executing, or the
+ * unit fails.  On failure the unit is stopped: none is left running that
+ * the supervisor does not track. */
+static int
+await_start(struct runner *r, const char *unit, pid_t *pid, char *err)
+{
+	struct unit_state st;
+	char why[160];
+
+	for (int waited = 0; waited < START_WAIT_MS; waited += 20, sleep_ms(20)) {
+		if (unit_state(r, unit, &st, err) < 0)
+			continue; /* the manager is busy; ask again */
 		if (st.found && strcmp(st.active, "active") == 0 && st.main_pid > 0) {
 			*pid = (pid_t)st.main_pid;
-			break;
+			return PRIVAI_OK;
 		}
-		if (!st.found || strcmp(st.active, "failed") == 0 || strcmp(st.active, "inactive") == 0) {
+		int ended = strcmp(st.active, "failed") == 0 || strcmp(st.active, "inactive") == 0;
+		if (!st.found || (ended && st.job == 0)) {
 			int status = unit_wait_status(&st, why, sizeof(why));
 			call_unit(r, "ResetFailedUnit", unit);
-			sd_bus_message_unref(m);
 			if (why[0] == '\0')
 				snprintf(why, sizeof(why), "it ended as it started (%s %d)",
 					 WIFEXITED(status) ? "exit status" : "signal",
 					 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 			return privai_fail(err, PRIVAI_EIO, "%s did not start: %s", unit, why);
 		}
-		if (waited >= START_WAIT_MS) {
-			sd_bus_message_unref(m);
-			return privai_fail(err, PRIVAI_EIO, "%s is still %s after %d s", unit, st.active,
-					   START_WAIT_MS / 1000);
-		}
-		sleep_ms(20);
 	}
-	rc = 0;
-out:
-	if (rc < 0)
+	call_unit(r, "StopUnit", unit);
+	return privai_fail(err, PRIVAI_EIO, "%s did not start within %d s; stopped it", unit, START_WAIT_MS / 1000);
+}
+
+static int
+start_unit(struct runner *r, int64_t id, const char *description, char *const argv[], const char *log_path,
+	   pid_t *pid, char *err)
+{
+	sd_bus_error e = SD_BUS_ERROR_NULL;
+	char unit[96];
+	int rc;
+
+	runner_unit_name(r, id, unit, sizeof(unit));
+	call_unit(r, "ResetFailedUnit", unit); /* a failed unit of that name would block the start */
+	/* A stopped unit of that name may not be unloaded yet (the manager
+	 * collects it a moment later): wait for that, not for a running one. */
+	for (int tries = 0; (rc = call_start(r, unit, description, argv, log_path, &e)) < 0 && tries < 50; tries++) {
+		struct unit_state st;
+		char ignored[PRIVAI_ERR_LEN];
+		if (!sd_bus_error_has_name(&e, "org.freedesktop.systemd1.UnitExists") ||
+		    unit_state(r, unit, &st, ignored) < 0 ||
+		    (st.found && strcmp(st.active, "inactive") != 0 && strcmp(st.active, "failed") != 0))
+			break;
+		call_unit(r, "ResetFailedUnit", unit);
+		sd_bus_error_free(&e);
+		sleep_ms(100);
+	}
+	if (rc < 0) {
 		rc = bus_fail(err, unit, &e, rc);
-	sd_bus_message_unref(m);
-	sd_bus_error_free(&e);
-	return rc;
+		sd_bus_error_free(&e);
+		return rc;
+	}
+	return await_start(r, unit, pid, err);
 }
 
 int
@@ -457,7 +498,7 @@ runner_wait(struct runner *r, int64_t id, pid_t pid, int *status, char *why, siz
 		snprintf(why, why_size, "its unit %s is gone", unit);
 		return 0;
 	}
-	if (strcmp(st.active, "failed") != 0 && strcmp(st.active, "inactive") != 0)
+	if ((strcmp(st.active, "failed") != 0 && strcmp(st.active, "inactive") != 0) || st.job != 0)
 		return 1;
 	*status = unit_wait_status(&st, why, why_size);
 	call_unit(r, "ResetFailedUnit", unit);

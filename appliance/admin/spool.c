@@ -2,10 +2,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "privai/status.h"
+#include "httpd.h"
+#include "models.h"
 #include "spool.h"
 
 int
@@ -91,4 +94,93 @@ spool_discard(struct spool *s)
 	if (s->tmp[0] != '\0')
 		unlink(s->tmp);
 	s->tmp[0] = '\0';
+}
+
+static const char *
+error_code(int status)
+{
+	return status == 413 ? "too_large" : status == 507 ? "disk_full" : "internal";
+}
+
+void
+upload_discard(struct req *r)
+{
+	struct upload *u = r->stream;
+
+	if (u == NULL)
+		return;
+	spool_discard(&u->sp);
+	free(u);
+	r->stream = NULL;
+}
+
+struct upload *
+upload_begin_in(struct req *r, const char *dir, int64_t limit)
+{
+	const char *sha = query_arg(r, "sha256");
+	const char *cl = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Content-Length");
+	char err[PRIVAI_ERR_LEN];
+	struct upload *u;
+
+	if (sha != NULL && !sha256_hex_ok(sha)) {
+		reply_error(r, 422, "invalid_field", "sha256", "?sha256= must be 64 lowercase hex digits");
+		return NULL;
+	}
+	if (cl != NULL && strtoll(cl, NULL, 10) > limit) {
+		reply_error(r, 413, "too_large", NULL, "uploads here are limited to %lld bytes", (long long)limit);
+		return NULL;
+	}
+	if ((u = calloc(1, sizeof(*u))) == NULL) {
+		reply_error(r, 500, "internal", NULL, "out of memory");
+		return NULL;
+	}
+	snprintf(u->want_sha, sizeof(u->want_sha), "%s", sha != NULL ? sha : "");
+	r->stream = u;
+	int status = spool_open(&u->sp, dir, limit, err);
+	if (status != 0) {
+		upload_discard(r);
+		reply_error(r, (unsigned)status, error_code(status), NULL, "%s", err);
+		return NULL;
+	}
+	return u;
+}
+
+int
+upload_data(struct req *r, const char *buf, size_t n)
+{
+	struct upload *u = r->stream;
+	char err[PRIVAI_ERR_LEN];
+
+	if (u == NULL)
+		return 1;
+	int status = spool_write(&u->sp, buf, n, err);
+	if (status != 0) {
+		upload_discard(r);
+		reply_error(r, (unsigned)status, error_code(status), NULL, "%s", err);
+		return 1;
+	}
+	return 0;
+}
+
+struct upload *
+upload_finish(struct req *r, char hex[65])
+{
+	struct upload *u = r->stream;
+	char err[PRIVAI_ERR_LEN];
+
+	if (u == NULL) {
+		reply_error(r, 500, "internal", NULL, "the upload was already discarded");
+		return NULL;
+	}
+	if (spool_finish(&u->sp, hex, err) != 0)
+		reply_error(r, 500, "internal", NULL, "%s", err);
+	else if (u->sp.bytes == 0)
+		reply_error(r, 422, "empty", NULL, "the upload is empty");
+	else if (u->want_sha[0] != '\0' && strcmp(u->want_sha, hex) != 0)
+		reply_error(r, 422, "checksum_mismatch", "sha256", "the upload's SHA-256 is %s, not %s", hex,
+			    u->want_sha);
+	else
+		return u;
+	upload_discard(r);
+	return NULL;
 }

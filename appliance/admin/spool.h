@@ -31,4 +31,25 @@ int spool_commit(struct spool *s, const char *path, char *err);
 /* Close and remove whatever is left. */
 void spool_discard(struct spool *s);
 
+/* The same for a streamed request (stream_ops in httpd.h), kept in
+ * r->stream.  `name` is the caller's. */
+struct req;
+struct upload {
+	struct spool sp;
+	char name[160];
+	char want_sha[65];           /* from ?sha256=, or "" */
+};
+
+/* For a stream's begin: check ?sha256= and the Content-Length against
+ * limit, then spool into dir.  The upload (also r->stream), or NULL after
+ * replying. */
+struct upload *upload_begin_in(struct req *r, const char *dir, int64_t limit);
+/* stream_ops.data and .abort of such an upload. */
+int upload_data(struct req *r, const char *buf, size_t n);
+void upload_discard(struct req *r);
+/* For a stream's end: sync, and check it is not empty and matches
+ * ?sha256=.  The upload, its SHA-256 in hex; NULL after replying (the
+ * upload is discarded). */
+struct upload *upload_finish(struct req *r, char hex[65]);
+
 #endif

@@ -157,6 +157,18 @@ class Client:
         return r
 
 
+def users(adm, password):
+    """An admin session, and an operator (olga) and a viewer (vic) made by it and signed in."""
+    a = adm.client()
+    a.login("admin", password)
+    for name, role in (("olga", "operator"), ("vic", "viewer")):
+        a.post("/api/v1/users", {"name": name, "password": password, "role": role})
+    o, v = adm.client(), adm.client()
+    o.login("olga", password)
+    v.login("vic", password)
+    return a, o, v
+
+
 def wait_for(fn, timeout=60, interval=0.2):
     """Poll fn until it returns a true value (returned) or time runs out (None)."""
     deadline = time.time() + timeout

@@ -13,7 +13,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from adminlib import Admin, check, clean_up, summary, wait_for  # noqa: E402
+from adminlib import Admin, check, clean_up, summary, users, wait_for  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,15 +28,6 @@ def nvml_env(tmp, node, mig="1"):
             "PRIVAI_NVML_DOUBLE_STATE": os.path.join(tmp, f"nvml-{node}.state")}
 
 
-def users(adm):
-    a = adm.client()
-    a.login("admin", PW)
-    for name, role in (("olga", "operator"), ("vic", "viewer")):
-        a.post("/api/v1/users", {"name": name, "password": PW, "role": role})
-    o, v = adm.client(), adm.client()
-    o.login("olga", PW)
-    v.login("vic", PW)
-    return a, o, v
 
 
 def test_self_node(a):
@@ -351,7 +342,7 @@ def main():
                 extra=["--node-name", "leader", "--sys-root", XEON, "--heartbeat-s", "1", "--demo-model", DEMO,
                        "--login-rate", "1000"])
     try:
-        a, o, v = users(adm)
+        a, o, v = users(adm, PW)
         test_self_node(a)
         gid = test_gpus(a, o, v)
         test_reboot(adm, a, tmp, gid)

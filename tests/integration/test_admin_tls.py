@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from adminlib import Admin, check, clean_up, summary, wait_for  # noqa: E402
+from adminlib import Admin, check, clean_up, summary, users, wait_for  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 PW = "correct horse battery staple"
@@ -70,15 +70,6 @@ def files(adm):
             for n in ("cert.pem", "key.pem")}
 
 
-def users(adm):
-    a = adm.client()
-    a.login("admin", PW)
-    for name, role in (("olga", "operator"), ("vic", "viewer")):
-        a.post("/api/v1/users", {"name": name, "password": PW, "role": role})
-    o, v = adm.client(), adm.client()
-    o.login("olga", PW)
-    v.login("vic", PW)
-    return a, o, v
 
 
 def test_refusals(adm, a, o, v, d):
@@ -156,7 +147,7 @@ def main():
     adm = Admin(BUILD, os.path.join(tmp, "leader"), PW, dev=False, extra=["--heartbeat-s", "1"])
     member = None
     try:
-        a, o, v = users(adm)
+        a, o, v = users(adm, PW)
         r = v.get("/api/v1/system/tls")
         check(r.status == 200 and r.json["tls"] is True and r.json["managed"] is True and r.json["self_signed"] is True
               and r.json["chain_length"] == 1, "a viewer sees the generated self-signed certificate", r)

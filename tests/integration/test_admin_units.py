@@ -160,7 +160,7 @@ def test_stop_start(a, xdg, d):
     check(r.status == 200, "stop asked", r)
     s = wait_for(lambda: (lambda j: j if j["state"] == "stopped" else None)(deployment(a, 1)), timeout=40)
     check(s is not None and s["pid"] is None and s["unit"] is None, "stopped: no pid, no unit", s)
-    check(engine_units(xdg) == [], "the unit is gone from the manager", engine_units(xdg))
+    check(wait_for(lambda: engine_units(xdg) == [], 10), "the unit is gone from the manager", engine_units(xdg))
     check(proc_status(d["pid"], "State") is None, "the engine process is gone")
     a.request("PATCH", "/api/v1/deployments/1", {"desired": "running"})
     n = ready(a, 1, old_pid=d["pid"])
@@ -179,7 +179,7 @@ def test_admin_restart(adm, a, xdg, d):
     a2.login("admin", PW)
     n = ready(a2, 1, old_pid=d["pid"])
     check(n is not None and n["unit"] == d["unit"] and proc_status(d["pid"], "State") is None,
-          "the restarted admin stopped the old engine and runs a new one", n)
+          "the restarted admin stopped the old engine and runs a new one", n or deployment(a2, 1))
     return a2, n
 
 
@@ -192,8 +192,8 @@ def test_two_admins(tmp, xdg, d):
     check(e is not None and e["unit"] != d["unit"], "a second admin's engine has a unit of its own", e)
     check(proc_status(d["pid"], "State") is not None, "starting the second admin left the first's engine alone")
     b.stop()
-    check(engine_units(xdg) == [d["unit"]], "stopping the second admin stopped only its own unit",
-          engine_units(xdg))
+    check(wait_for(lambda: engine_units(xdg) == [d["unit"]], 10), "stopping the second admin stopped only its own "
+          "unit", engine_units(xdg))
     check(proc_status(d["pid"], "State") is not None, "the first admin's engine still runs")
 
 
@@ -256,7 +256,8 @@ def main():
                 test_two_admins(tmp, xdg, d2)
         test_bad_binary(tmp, xdg)
         adm.stop()
-        check(engine_units(xdg) == [], "a stopped admin leaves no engine units", engine_units(xdg))
+        check(wait_for(lambda: engine_units(xdg) == [], 10), "a stopped admin leaves no engine units",
+              engine_units(xdg))
     finally:
         stop_manager(proc)
         clean_up(tmp)
