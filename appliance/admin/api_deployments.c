@@ -45,8 +45,36 @@ h_get(struct req *r)
 		reply_query(r, 200, DEPLOY_FIELDS " WHERE d.id = ?1", 1, &id, "deployment");
 }
 
-/* placement: {"kind": "cpu", "threads": N}; GPU placements are refused
- * until the engine has a CUDA backend. */
+/* placement.node, when given, must be this node: a deployment runs on
+ * the node whose console holds it (placing one on another node from here
+ * is not built yet, and is refused rather than ignored).  0, or -1 after
+ * replying. */
+static int
+node_field(struct req *r, const cJSON *p)
+{
+	const char *node = field_str(r, p, "node", 0, 64, NULL);
+	sqlite3_stmt *st;
+	int is_self = -1;
+
+	if (node == NULL)
+		return cJSON_GetObjectItemCaseSensitive(p, "node") != NULL ? -1 : 0;
+	if (sqlite3_prepare_v2(r->a->db, "SELECT is_self FROM nodes WHERE name = ?1 AND state != 'removed'", -1, &st,
+			       NULL) == SQLITE_OK) {
+		sqlite3_bind_text(st, 1, node, -1, SQLITE_TRANSIENT);
+		if (sqlite3_step(st) == SQLITE_ROW)
+			is_self = sqlite3_column_int(st, 0);
+		sqlite3_finalize(st);
+	}
+	if (is_self < 0)
+		reply_error(r, 422, "invalid_field", "placement.node", "no node named '%s' (see GET /api/v1/nodes)", node);
+	else if (!is_self)
+		reply_error(r, 422, "unsupported", "placement.node", "deployments run on the node whose console creates "
+			    "them; create this one on %s's console (placing it from here is not built yet)", node);
+	return is_self == 1 ? 0 : -1;
+}
+
+/* placement: {"kind": "cpu", "threads": N[, "node": this node]}; GPU
+ * placements are refused until the engine has a CUDA backend. */
 static char *
 placement_field(struct req *r, const cJSON *j)
 {
@@ -72,7 +100,12 @@ placement_field(struct req *r, const cJSON *j)
 		reply_error(r, 422, "invalid_field", "placement.kind", "placement.kind must be cpu or gpu");
 		return NULL;
 	}
-	if (field_int(r, p, "threads", 0, 0, 1024, 0, &threads) < 0)
+	for (const char *const *g = (const char *const[]){ "gpus", "tensor_parallel", NULL }; *g != NULL; g++)
+		if (cJSON_GetObjectItemCaseSensitive(p, *g) != NULL) {
+			reply_error(r, 422, "invalid_field", *g, "placement.%s is for kind gpu, not cpu", *g);
+			return NULL;
+		}
+	if (node_field(r, p) < 0 || field_int(r, p, "threads", 0, 0, 1024, 0, &threads) < 0)
 		return NULL;
 	if (threads > sysconf(_SC_NPROCESSORS_ONLN)) {
 		reply_error(r, 422, "invalid_field", "placement.threads", "this node has %ld CPUs, not %lld",

@@ -434,7 +434,12 @@ def test_deployments(adm, a, o, v, demo_id, up_id):
                         ({"name": "d/x", "model": demo_id}, "name")):
         r = o.post("/api/v1/deployments", body)
         check(r.status == 422 and r.json["error"]["field"] == field, f"bad deployment refused on {field}", r)
-    r = o.post("/api/v1/deployments", {"name": "chat", "model": "up1", "placement": {"kind": "cpu", "threads": 1},
+    r = o.post("/api/v1/deployments", {"name": "chat", "model": "up1",
+                                       "placement": {"kind": "cpu", "threads": 1, "gpus": [0]}})
+    check(r.status == 422 and r.json["error"]["field"] == "gpus", "GPUs in a CPU placement are refused", r)
+    self_name = [n["name"] for n in o.get("/api/v1/nodes").json["data"] if n["is_self"]][0]
+    r = o.post("/api/v1/deployments", {"name": "chat", "model": "up1",
+                                       "placement": {"kind": "cpu", "threads": 1, "node": self_name},
                                        "options": {"chat_template": "chatml", "ctx": 512, "parallel": 2}})
     check(r.status == 201 and r.json["api_key"].startswith("sk-") and r.json["state"] == "pending", "deployment created", r)
     dep, key, port = r.json["id"], r.json["api_key"], r.json["port"]
