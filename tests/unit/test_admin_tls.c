@@ -94,6 +94,29 @@ slurp(const char *path)
 	return buf;
 }
 
+/* dir/name's contents, or write text as them */
+static char *
+slurp_in(const char *dir, const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return slurp(path);
+}
+
+static void
+put(const char *dir, const char *name, const char *text)
+{
+	char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if ((f = fopen(path, "w")) != NULL) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
 static void
 test_checks(void)
 {
@@ -188,35 +211,20 @@ test_store(void)
 	CHECK(access(path, F_OK) != 0, "no .new file left");
 
 	/* a crash after both .new files were written, before any rename: the old pair stands */
-	FILE *f;
-	snprintf(path, sizeof(path), "%s/cert.pem.new", dir);
-	f = fopen(path, "w");
-	fputs("CERT-3\n", f);
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/key.pem.new", dir);
-	f = fopen(path, "w");
-	fputs("KEY-3\n", f);
-	fclose(f);
+	put(dir, "cert.pem.new", "CERT-3\n");
+	put(dir, "key.pem.new", "KEY-3\n");
 	tls_store_recover(dir);
-	snprintf(path, sizeof(path), "%s/cert.pem", dir);
-	CHECK(strcmp(slurp(path), "CERT-2\n") == 0, "crash before the renames: the old certificate stays");
-	snprintf(path, sizeof(path), "%s/key.pem", dir);
-	CHECK(strcmp(slurp(path), "KEY-2\n") == 0, "and the old key");
+	CHECK(strcmp(slurp_in(dir, "cert.pem"), "CERT-2\n") == 0, "crash before the renames: the old certificate stays");
+	CHECK(strcmp(slurp_in(dir, "key.pem"), "KEY-2\n") == 0, "and the old key");
 	snprintf(path, sizeof(path), "%s/cert.pem.new", dir);
 	CHECK(access(path, F_OK) != 0, "the unused new certificate is removed");
 
 	/* a crash between the renames: the key is new, its certificate follows */
-	snprintf(path, sizeof(path), "%s/key.pem", dir);
-	f = fopen(path, "w");
-	fputs("KEY-4\n", f);
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/cert.pem.new", dir);
-	f = fopen(path, "w");
-	fputs("CERT-4\n", f);
-	fclose(f);
+	put(dir, "key.pem", "KEY-4\n");
+	put(dir, "cert.pem.new", "CERT-4\n");
 	tls_store_recover(dir);
-	snprintf(path, sizeof(path), "%s/cert.pem", dir);
-	CHECK(strcmp(slurp(path), "CERT-4\n") == 0, "crash between the renames: the new certificate joins its key");
+	CHECK(strcmp(slurp_in(dir, "cert.pem"), "CERT-4\n") == 0,
+	      "crash between the renames: the new certificate joins its key");
 
 	CHECK(tls_store_replace("/nonexistent/dir", "C", "K", err) != PRIVAI_OK && strstr(err, "/nonexistent/dir"),
 	      "a directory that is not there: %s", err);
