@@ -21,6 +21,12 @@ ENGINE_OBJ = $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC    = $(wildcard engine/src/cli/*.c)
 CLI_OBJ    = $(CLI_SRC:%.c=$(BUILD)/%.o)
 LIB        = $(BUILD)/libprivai-engine.a
+HOST_SRC   = $(wildcard appliance/lib/*.c)
+HOST_OBJ   = $(HOST_SRC:%.c=$(BUILD)/%.o)
+HOST_LIB   = $(BUILD)/libprivai-host.a
+TUNE_SRC   = $(wildcard appliance/tune/*.c)
+TUNE_OBJ   = $(TUNE_SRC:%.c=$(BUILD)/%.o)
+TUNE_BIN   = $(BUILD)/privai-tune
 ADMIN_SRC  = $(wildcard appliance/admin/*.c)
 ADMIN_SQL  = $(sort $(wildcard appliance/admin/schema/*.sql))
 ADMIN_OBJ  = $(ADMIN_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/admin_schema.o
@@ -38,7 +44,7 @@ DEPS_STAMP = .deps-installed
 .DEFAULT_GOAL := all
 
 NVML_DOUBLE = $(BUILD)/libnvml-double.so
-all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(NVML_DOUBLE) $(UNIT_BIN)
+all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(NVML_DOUBLE) $(UNIT_BIN)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): scripts/install-deps.sh
@@ -71,21 +77,32 @@ $(ADMIN_LIB): $(ADMIN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(ADMIN_BIN): $(BUILD)/appliance/admin/main/privai_admin.o $(ADMIN_LIB) $(LIB)
+$(ADMIN_BIN): $(BUILD)/appliance/admin/main/privai_admin.o $(ADMIN_LIB) $(HOST_LIB) $(LIB)
 	$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ENG) $(LDLIBS_ADMIN)
+
+# what admin, tune and fabric share: host files under a root prefix, PCI
+# topology, node inventory
+$(HOST_LIB): $(HOST_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(TUNE_BIN): $(BUILD)/appliance/tune/main/privai_tune.o $(TUNE_OBJ) $(HOST_LIB)
+	$(CC) $(CFLAGS_ALL) $^ -o $@ -lcjson -lsystemd
 
 # messages and paths are cut to their buffers on purpose (snprintf), so
 # GCC's guesses about truncation are noise here
-$(BUILD)/appliance/admin/%.o: CFLAGS_ALL += -Iappliance/admin -Wno-format-truncation
+$(BUILD)/appliance/%.o: CFLAGS_ALL += -Iappliance/lib -Wno-format-truncation
+$(BUILD)/appliance/admin/%.o: CFLAGS_ALL += -Iappliance/admin
+$(BUILD)/appliance/tune/%.o: CFLAGS_ALL += -Iappliance/tune
 
 # the recorded NVML of an HGX H100 node, for tests (PRIVAI_NVML_LIB)
 $(NVML_DOUBLE): tests/nvml_double/nvml_double.c appliance/admin/nvml_abi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Iappliance/admin -fPIC -shared $< -o $@
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h tests/unit/dbtestlib.h $(LIB) $(ADMIN_LIB)
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h tests/unit/dbtestlib.h $(LIB) $(ADMIN_LIB) $(HOST_LIB) $(TUNE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/unit -Iappliance/admin $< $(ADMIN_LIB) $(LIB) -o $@ $(LDLIBS_ENG) $(LDLIBS_TEST) $(LDLIBS_ADMIN)
+	$(CC) $(CFLAGS_ALL) -Itests/unit -Iappliance/admin -Iappliance/lib -Iappliance/tune $< $(ADMIN_LIB) $(TUNE_OBJ) $(HOST_LIB) $(LIB) -o $@ $(LDLIBS_ENG) $(LDLIBS_TEST) $(LDLIBS_ADMIN)
 
 # The embedded default: a small model with random weights and a tokenizer
 # the project builds itself, so `make run` needs no download and no fixtures.
@@ -138,4 +155,4 @@ clean:
 # dequantization feeds the float path a row at a time; -O3 vectorizes its loops
 $(BUILD)/engine/src/quant_dequant.o: OPT += -O3
 
--include $(ENGINE_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ADMIN_OBJ:.o=.d) $(BUILD)/appliance/admin/main/privai_admin.d
+-include $(ENGINE_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ADMIN_OBJ:.o=.d) $(HOST_OBJ:.o=.d) $(TUNE_OBJ:.o=.d) $(BUILD)/appliance/admin/main/privai_admin.d $(BUILD)/appliance/tune/main/privai_tune.d

@@ -6,8 +6,8 @@
  * that is missing or holds garbage leaves its fields unknown (0 or "")
  * and is named in `missing`; reading never fails.
  */
-#ifndef PRIVAI_ADMIN_NODE_INFO_H
-#define PRIVAI_ADMIN_NODE_INFO_H
+#ifndef PRIVAI_NODE_INFO_H
+#define PRIVAI_NODE_INFO_H
 
 #include <cjson/cJSON.h>
 #include <stdint.h>

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "hostfs.h"
 #include "node_info.h"
 
 #define MAX_CPUS 4096
@@ -29,37 +30,22 @@ open_under(const char *root, const char *path)
 {
 	char full[PATH_MAX];
 
-	snprintf(full, sizeof(full), "%s%s", strcmp(root, "/") == 0 ? "" : root, path);
-	return fopen(full, "r");
+	return hostfs_path(root, path, full, sizeof(full)) < 0 ? NULL : fopen(full, "r");
 }
 
-/* The first line of a small file, without its newline; 0 or -1. */
 static int
 read_line(const char *root, const char *path, char *out, size_t size)
 {
-	FILE *fp = open_under(root, path);
-	int ok;
-
-	out[0] = '\0';
-	if (fp == NULL)
-		return -1;
-	ok = fgets(out, (int)size, fp) != NULL;
-	fclose(fp);
-	out[strcspn(out, "\n")] = '\0';
-	return ok ? 0 : -1;
+	return hostfs_read_line(root, path, out, size);
 }
 
 /* A decimal integer file; def when missing or not a number. */
 static long long
 read_int(const char *root, const char *path, long long def)
 {
-	char buf[64], *end;
 	long long v;
 
-	if (read_line(root, path, buf, sizeof(buf)) < 0)
-		return def;
-	v = strtoll(buf, &end, 10);
-	return end == buf || (*end != '\0' && *end != ' ') ? def : v;
+	return hostfs_read_long(root, path, 10, &v) == 0 ? v : def;
 }
 
 static void
@@ -185,7 +171,7 @@ read_numa(const char *root, struct node_info *ni)
 	struct dirent *e;
 	DIR *d;
 
-	snprintf(dir, sizeof(dir), "%s/sys/devices/system/node", strcmp(root, "/") == 0 ? "" : root);
+	hostfs_path(root, "/sys/devices/system/node", dir, sizeof(dir));
 	if ((d = opendir(dir)) == NULL) {
 		missing(ni, "/sys/devices/system/node");
 		return;
@@ -223,7 +209,7 @@ read_nics(const char *root, struct node_info *ni)
 	struct stat st;
 	DIR *d;
 
-	snprintf(dir, sizeof(dir), "%s/sys/class/net", strcmp(root, "/") == 0 ? "" : root);
+	hostfs_path(root, "/sys/class/net", dir, sizeof(dir));
 	if ((d = opendir(dir)) == NULL) {
 		missing(ni, "/sys/class/net");
 		return;
