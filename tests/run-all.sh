@@ -48,12 +48,15 @@ for BUILD in $BUILDS; do
 	run_suite "$BUILD/admin cluster (HTTP)" python3 tests/integration/test_admin_cluster.py "$BUILD"
 	run_suite "$BUILD/admin TLS (HTTPS)" python3 tests/integration/test_admin_tls.py "$BUILD"
 	run_suite "$BUILD/admin engine units (systemd)" python3 tests/integration/test_admin_units.py "$BUILD"
+	run_suite "$BUILD/tune (fixture hosts)" python3 tests/integration/test_tune.py "$BUILD"
 done
 # the portable and AVX2 kernels must be as right as the best ones
 BUILD=$(echo $BUILDS | cut -d' ' -f1)
 for simd in scalar avx2; do
 	run_suite "$BUILD/test_golden (PRIVAI_SIMD=$simd)" env PRIVAI_SIMD=$simd "$BUILD/tests/test_golden"
 done
+# the units as systemd reads them, once
+run_suite "systemd units (systemd-analyze)" python3 tests/integration/test_systemd_units.py "$BUILD"
 # the console in headless Chromium, once, against the first build
 run_suite "$BUILD/console (Chromium)" node tests/browser/console.test.mjs "$BUILD" "$BUILD/screenshots"
 if [ "${SKIP_FUZZ:-}" != "1" ]; then

@@ -172,6 +172,18 @@ hostfs_link_name(const char *root, const char *path, char *out, size_t size)
 }
 
 int
+hostfs_link_target(const char *root, const char *path, char *out, size_t size)
+{
+	char full[PATH_MAX];
+	ssize_t n;
+
+	if (hostfs_path(root, path, full, sizeof(full)) < 0 || (n = readlink(full, out, size - 1)) <= 0)
+		return -1;
+	out[n] = '\0';
+	return 0;
+}
+
+int
 hostfs_resolve(const char *root, const char *path, char *out, size_t size)
 {
 	char full[PATH_MAX], real[PATH_MAX], rootreal[PATH_MAX];

@@ -35,6 +35,10 @@ int hostfs_read_long(const char *root, const char *path, int base, long long *v)
  * when it is not a link. */
 int hostfs_link_name(const char *root, const char *path, char *out, size_t size);
 
+/* A symlink's target as written ("/lib/systemd/system/x.service"); -1
+ * when path is not a link. */
+int hostfs_link_target(const char *root, const char *path, char *out, size_t size);
+
 /* The path, inside root, a path resolves to (sysfs links are relative,
  * so a fixture's links resolve inside the fixture); -1 when it does not
  * resolve or leaves root. */

@@ -124,6 +124,9 @@ check_nic_ats(const struct tune_host *h, int n, struct report *r)
 		c = report_add(r, id, "NIC ATS", d->has_config ? CHECK_WARN : CHECK_SKIP);
 		report_found(c, "%s %s: %s", topo_nic_name(t, n), d->bdf,
 			     d->has_config ? "no ATS capability" : "config space not readable (run as root)");
+		report_expected(c, "an ATS capability, enabled wherever ACS redirects peer-to-peer requests");
+		if (d->has_config)
+			report_fix(c, "lspci -vvv -s %s should list 'Address Translation Service'; update the NIC firmware", d->bdf);
 		return;
 	}
 	if (d->ats_ctrl == 0 && (ctrl & (PCI_ACS_RR | PCI_ACS_CR))) {
