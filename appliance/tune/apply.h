@@ -55,6 +55,9 @@ int apply_revert(const char *root, FILE *out, char *err, size_t errsize);
 /* The plan as text, grouped ("CPU governor on 224 CPUs: powersave -> performance"). */
 void plan_print(const struct plan *p, FILE *out, const char *verb);
 
+/* A new zeroed change at the end of p; NULL when memory ran out. */
+struct change *plan_add(struct plan *p);
+
 void plan_free(struct plan *p);
 
 #endif

@@ -10,8 +10,8 @@
 #define PEERMEM_CONF "/etc/modules-load.d/privai-peermem.conf"
 #define PERSISTENCED_WANTS "/etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service"
 
-static struct change *
-add(struct plan *p, enum change_kind kind, const char *what, const char *path)
+struct change *
+plan_add(struct plan *p)
 {
 	struct change *c;
 
@@ -25,6 +25,16 @@ add(struct plan *p, enum change_kind kind, const char *what, const char *path)
 	}
 	c = &p->c[p->n++];
 	memset(c, 0, sizeof(*c));
+	return c;
+}
+
+static struct change *
+add(struct plan *p, enum change_kind kind, const char *what, const char *path)
+{
+	struct change *c = plan_add(p);
+
+	if (c == NULL)
+		return NULL;
 	c->kind = kind;
 	snprintf(c->what, sizeof(c->what), "%s", what);
 	snprintf(c->path, sizeof(c->path), "%s", path);

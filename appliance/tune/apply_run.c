@@ -78,20 +78,12 @@ state_load(const char *root, struct state *s, char *err, size_t errsize)
 			plan_free(&s->recorded);
 			return -1;
 		}
-		if (s->recorded.n == s->recorded.cap) {
-			int cap = s->recorded.cap ? s->recorded.cap * 2 : 64;
-			struct change *g = realloc(s->recorded.c, (size_t)cap * sizeof(*g));
-			if (g == NULL) {
-				snprintf(err, errsize, "out of memory reading %s", TUNE_STATE_FILE);
-				cJSON_Delete(o);
-				plan_free(&s->recorded);
-				return -1;
-			}
-			s->recorded.c = g;
-			s->recorded.cap = cap;
+		if ((c = plan_add(&s->recorded)) == NULL) {
+			snprintf(err, errsize, "out of memory reading %s", TUNE_STATE_FILE);
+			cJSON_Delete(o);
+			plan_free(&s->recorded);
+			return -1;
 		}
-		c = &s->recorded.c[s->recorded.n++];
-		memset(c, 0, sizeof(*c));
 		c->kind = (enum change_kind)k;
 		snprintf(c->path, sizeof(c->path), "%s", path->valuestring);
 		snprintf(c->old, sizeof(c->old), "%s", old->valuestring);
@@ -262,18 +254,13 @@ apply_run(const struct tune_host *h, struct plan *p, FILE *out, char *err, size_
 		for (int j = 0; j < s.recorded.n && !known; j++)
 			known = strcmp(s.recorded.c[j].path, c->path) == 0;
 		if (!known) {
-			if (s.recorded.n == s.recorded.cap) {
-				int cap = s.recorded.cap ? s.recorded.cap * 2 : 64;
-				struct change *g = realloc(s.recorded.c, (size_t)cap * sizeof(*g));
-				if (g == NULL) {
-					snprintf(err, errsize, "out of memory recording the old values");
-					plan_free(&s.recorded);
-					return -1;
-				}
-				s.recorded.c = g;
-				s.recorded.cap = cap;
+			struct change *rec = plan_add(&s.recorded);
+			if (rec == NULL) {
+				snprintf(err, errsize, "out of memory recording the old values");
+				plan_free(&s.recorded);
+				return -1;
 			}
-			s.recorded.c[s.recorded.n++] = *c;
+			*rec = *c;
 		}
 		if ((c->kind == CHANGE_FILE || c->kind == CHANGE_LINK) && note_missing_dirs(h->root, c->path, &s) < 0)
 			goto too_deep;

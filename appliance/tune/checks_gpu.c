@@ -166,6 +166,7 @@ check_reset(const struct tune_host *h, int g, struct report *r)
 static void
 check_persistence(const struct tune_host *h, struct report *r)
 {
+	char target[256];
 	struct check *c;
 
 	if (h->topo.n_gpus == 0)
@@ -173,6 +174,11 @@ check_persistence(const struct tune_host *h, struct report *r)
 	if (tune_process_running(h, "nvidia-persiste")) {
 		c = report_add(r, "gpu.persistence", "GPU persistence", CHECK_PASS);
 		report_found(c, "nvidia-persistenced is running");
+	} else if (hostfs_link_target(h->root, "/etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service",
+				      target, sizeof(target)) == 0) {
+		c = report_add(r, "gpu.persistence", "GPU persistence", CHECK_WARN);
+		report_found(c, "nvidia-persistenced is enabled but not running");
+		report_fix(c, "systemctl start nvidia-persistenced; if it stops again, journalctl -u nvidia-persistenced");
 	} else {
 		c = report_add(r, "gpu.persistence", "GPU persistence", CHECK_WARN);
 		report_found(c, "nvidia-persistenced is not running: the driver tears the GPUs down when the last "
