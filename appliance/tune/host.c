@@ -7,13 +7,17 @@
 #include "hostfs.h"
 #include "tune.h"
 
-/* "cpu family\t: 6" and "model\t\t: 143" from the first processor. */
+/* From the first processor of /proc/cpuinfo (read once, it can be MiBs):
+ * "cpu family\t: 6", "model\t\t: 143", and whether its flags carry
+ * "hypervisor", which every guest sees. */
 static void
-read_cpu_ids(struct tune_host *h)
+read_cpuinfo(struct tune_host *h, int *guest)
 {
 	char *text = hostfs_read_text(h->root, "/proc/cpuinfo", HOSTFS_TEXT_MAX, NULL), *line, *save = NULL;
+	int flags_seen = 0;
 
 	h->cpu_family = h->cpu_model = -1;
+	*guest = 0;
 	if (text == NULL)
 		return;
 	for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
@@ -22,10 +26,16 @@ read_cpu_ids(struct tune_host *h)
 		long v;
 		if (colon == NULL)
 			continue;
-		if (line[0] == '\0' || (h->cpu_family >= 0 && h->cpu_model >= 0))
+		if (h->cpu_family >= 0 && h->cpu_model >= 0 && flags_seen)
 			break;
 		for (k = (size_t)(colon - line); k > 0 && isspace((unsigned char)line[k - 1]); k--)
 			;
+		if (k == 5 && strncmp(line, "flags", 5) == 0 && !flags_seen) {
+			const char *p = strstr(colon, " hypervisor");
+			flags_seen = 1;
+			*guest = p != NULL && (p[11] == ' ' || p[11] == '\0');
+			continue;
+		}
 		v = strtol(colon + 1, &end, 10);
 		if (end == colon + 1 || v < 0 || v > 4096)
 			continue;
@@ -49,20 +59,12 @@ read_kernel(struct tune_host *h)
 	}
 }
 
-/* A guest sees the "hypervisor" CPU flag; DMI names whose. */
+/* DMI names a guest's hypervisor. */
 static void
-read_hypervisor(struct tune_host *h)
+read_hypervisor(struct tune_host *h, int guest)
 {
-	char *text = hostfs_read_text(h->root, "/proc/cpuinfo", HOSTFS_TEXT_MAX, NULL);
 	char vendor[64] = "", product[64] = "";
-	const char *flags;
-	int guest = 0;
 
-	if (text != NULL && (flags = strstr(text, "\nflags")) != NULL) {
-		const char *eol = strchr(flags + 1, '\n'), *p = strstr(flags, " hypervisor");
-		guest = p != NULL && (eol == NULL || p < eol) && (p[11] == ' ' || p[11] == '\n' || p[11] == '\0');
-	}
-	free(text);
 	if (!guest)
 		return;
 	hostfs_read_line(h->root, "/sys/class/dmi/id/sys_vendor", vendor, sizeof(vendor));
@@ -74,14 +76,16 @@ read_hypervisor(struct tune_host *h)
 int
 tune_host_read(const char *root, const char *profile, struct tune_host *h, char *err, size_t errsize)
 {
+	int guest;
+
 	memset(h, 0, sizeof(*h));
 	h->root = root;
 	node_info_read(root, &h->ni);
 	if (topo_read(root, &h->topo, err, errsize) < 0)
 		return -1;
-	read_cpu_ids(h);
+	read_cpuinfo(h, &guest);
 	read_kernel(h);
-	read_hypervisor(h);
+	read_hypervisor(h, guest);
 	if (hostfs_read_line(root, "/sys/module/nvidia/version", h->driver_version, sizeof(h->driver_version)) < 0)
 		h->driver_version[0] = '\0';
 	if (profile == NULL)
