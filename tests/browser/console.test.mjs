@@ -263,6 +263,9 @@ async function main() {
     }
     check(await page.locator('[data-deployment="tiny-chat"] svg.spark').count() === 2, 'dashboard charts for the engine');
     await visit(page, 'audit', 'Audit log');
+    // a hash-only navigation is "network idle" at once: wait for the table the page fetches
+    for (const action of ['deployment.create', 'gpu.mig'])
+      await page.locator('td', { hasText: action }).first().waitFor({ timeout: 15000 }).catch(() => {});
     check(await page.locator('td', { hasText: 'deployment.create' }).count() > 0 && await page.locator('td', { hasText: 'gpu.mig' }).count() > 0,
       'the audit log shows the deployment and the MIG layout');
     await visit(page, 'users', 'Users & tokens');
