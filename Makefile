@@ -27,6 +27,9 @@ HOST_LIB   = $(BUILD)/libprivai-host.a
 TUNE_SRC   = $(wildcard appliance/tune/*.c)
 TUNE_OBJ   = $(TUNE_SRC:%.c=$(BUILD)/%.o)
 TUNE_BIN   = $(BUILD)/privai-tune
+FABRIC_SRC = $(wildcard appliance/fabric/*.c appliance/fabric/main/*.c)
+FABRIC_OBJ = $(FABRIC_SRC:%.c=$(BUILD)/%.o)
+FABRIC_BIN = $(BUILD)/privai-fabric
 ADMIN_SRC  = $(wildcard appliance/admin/*.c)
 ADMIN_SQL  = $(sort $(wildcard appliance/admin/schema/*.sql))
 ADMIN_OBJ  = $(ADMIN_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/admin_schema.o
@@ -44,7 +47,7 @@ DEPS_STAMP = .deps-installed
 .DEFAULT_GOAL := all
 
 NVML_DOUBLE = $(BUILD)/libnvml-double.so
-all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(NVML_DOUBLE) $(UNIT_BIN)
+all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(FABRIC_BIN) $(NVML_DOUBLE) $(UNIT_BIN)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): scripts/install-deps.sh
@@ -89,11 +92,15 @@ $(HOST_LIB): $(HOST_OBJ)
 $(TUNE_BIN): $(BUILD)/appliance/tune/main/privai_tune.o $(TUNE_OBJ) $(HOST_LIB)
 	$(CC) $(CFLAGS_ALL) $^ -o $@ -lcjson -lsystemd
 
+$(FABRIC_BIN): $(FABRIC_OBJ) $(HOST_LIB)
+	$(CC) $(CFLAGS_ALL) $^ -o $@ -lcjson -lsystemd -libverbs -lmicrohttpd
+
 # messages and paths are cut to their buffers on purpose (snprintf), so
 # GCC's guesses about truncation are noise here
 $(BUILD)/appliance/%.o: CFLAGS_ALL += -Iappliance/lib -Wno-format-truncation
 $(BUILD)/appliance/admin/%.o: CFLAGS_ALL += -Iappliance/admin
 $(BUILD)/appliance/tune/%.o: CFLAGS_ALL += -Iappliance/tune
+$(BUILD)/appliance/fabric/%.o: CFLAGS_ALL += -Iappliance/fabric -Iappliance/fabric/main
 
 # the recorded NVML of an HGX H100 node, for tests (PRIVAI_NVML_LIB)
 $(NVML_DOUBLE): tests/nvml_double/nvml_double.c appliance/admin/nvml_abi.h
@@ -155,4 +162,4 @@ clean:
 # dequantization feeds the float path a row at a time; -O3 vectorizes its loops
 $(BUILD)/engine/src/quant_dequant.o: OPT += -O3
 
--include $(ENGINE_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ADMIN_OBJ:.o=.d) $(HOST_OBJ:.o=.d) $(TUNE_OBJ:.o=.d) $(BUILD)/appliance/admin/main/privai_admin.d $(BUILD)/appliance/tune/main/privai_tune.d
+-include $(ENGINE_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ADMIN_OBJ:.o=.d) $(HOST_OBJ:.o=.d) $(TUNE_OBJ:.o=.d) $(FABRIC_OBJ:.o=.d) $(BUILD)/appliance/admin/main/privai_admin.d $(BUILD)/appliance/tune/main/privai_tune.d

@@ -4,36 +4,17 @@
 #include <string.h>
 
 #include "hostfs.h"
+#include "nvidia.h"
 #include "tune.h"
-
-static const struct {
-	unsigned device;
-	const char *name;
-	int sxm;        /* NVLink through NVSwitches on an HGX board */
-} gpu_names[] = {
-	{ 0x2330, "H100 SXM5 80GB", 1 },
-	{ 0x2331, "H100 PCIe 80GB", 0 },
-	{ 0x2335, "H200 SXM 141GB", 1 },
-	{ 0x2339, "H100 SXM5 94GB", 1 },
-	{ 0x20b0, "A100 SXM4 40GB", 1 },
-	{ 0x20b2, "A100 SXM4 80GB", 1 },
-	{ 0x20b5, "A100 PCIe 80GB", 0 },
-	{ 0x20f1, "A100 PCIe 40GB", 0 },
-	{ 0x26b5, "L40S", 0 },
-};
 
 static const char *
 gpu_name(unsigned device, int *sxm)
 {
-	for (size_t i = 0; i < sizeof(gpu_names) / sizeof(gpu_names[0]); i++)
-		if (gpu_names[i].device == device) {
-			if (sxm != NULL)
-				*sxm = gpu_names[i].sxm;
-			return gpu_names[i].name;
-		}
+	const struct nvidia_gpu_model *m = nvidia_gpu_model(device);
+
 	if (sxm != NULL)
-		*sxm = 0;
-	return "NVIDIA GPU";
+		*sxm = m != NULL && m->sxm;
+	return m != NULL ? m->name : "NVIDIA GPU";
 }
 
 static const struct pci_dev *
@@ -212,34 +193,6 @@ check_peermem(const struct tune_host *h, struct report *r)
 	report_expected(c, "nvidia_peermem loaded");
 }
 
-/* "550.54.15-1" of the installed nvidia-fabricmanager[-NNN] package, from dpkg's status. */
-static int
-fabricmanager_version(const struct tune_host *h, char *out, size_t size)
-{
-	char *text = hostfs_read_text(h->root, "/var/lib/dpkg/status", 64 << 20, NULL), *stanza, *next;
-	int found = -1;
-
-	out[0] = '\0';
-	if (text == NULL)
-		return -1;
-	for (stanza = text; stanza != NULL && found < 0; stanza = next) {
-		char *v, *installed;
-		stanza += strspn(stanza, "\n");
-		if ((next = strstr(stanza, "\n\n")) != NULL)
-			*next++ = '\0';
-		if (strncmp(stanza, "Package: nvidia-fabricmanager", 29) != 0 || (stanza[29] != '-' && stanza[29] != '\n'))
-			continue;
-		installed = strstr(stanza, "\nStatus: install ok installed");
-		if (installed != NULL && (v = strstr(stanza, "\nVersion: ")) != NULL) {
-			v += 10;
-			snprintf(out, size, "%.*s", (int)strcspn(v, "-\n"), v);
-			found = out[0] ? 0 : -1;
-		}
-	}
-	free(text);
-	return found;
-}
-
 static void
 check_fabricmanager(const struct tune_host *h, struct report *r)
 {
@@ -260,7 +213,7 @@ check_fabricmanager(const struct tune_host *h, struct report *r)
 		return;
 	}
 	running = tune_process_running(h, "nv-fabricmanage");
-	if (fabricmanager_version(h, version, sizeof(version)) < 0) {
+	if (nvidia_fm_package_version(h->root, version, sizeof(version)) < 0) {
 		c = report_add(r, "fabric.manager", "Fabric Manager", CHECK_FAIL);
 		report_found(c, "%d NVSwitches but no nvidia-fabricmanager package installed%s", t->n_nvswitches,
 			     running ? " (a process runs: installed outside the package manager?)" : "");

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "hostfs.h"
+#include "nvidia.h"
 #include "tune.h"
 
 #define GIB (1ULL << 30)
@@ -276,7 +277,7 @@ mmio64_bytes(const struct tune_host *h, uint64_t *total)
 static void
 check_mmio(const struct tune_host *h, struct report *r)
 {
-	uint64_t have, need = (uint64_t)h->topo.n_gpus * 128 * GIB + 32 * GIB, pow2 = 1;
+	uint64_t have, need = nvidia_mmio64_need_gib(h->topo.n_gpus) * GIB;
 	struct check *c;
 	int windows;
 
@@ -290,8 +291,6 @@ check_mmio(const struct tune_host *h, struct report *r)
 		report_found(c, "/proc/iomem cannot be read");
 		return;
 	}
-	while (pow2 < need / GIB)
-		pow2 <<= 1;
 	c = report_add(r, "pcie.mmio64", "64-bit MMIO window", have >= need ? CHECK_PASS : CHECK_FAIL);
 	if (windows == 0)
 		report_found(c, "no PCI bus window above 4 GiB in /proc/iomem");
@@ -302,7 +301,7 @@ check_mmio(const struct tune_host *h, struct report *r)
 			h->topo.n_gpus);
 	if (have < need && h->hypervisor[0])
 		report_fix(c, "power the VM off and set pciPassthru.use64bitMMIO = TRUE and pciPassthru.64bitMMIOSizeGB = %llu "
-			   "(the power of two above %llu)", (unsigned long long)pow2, (unsigned long long)(need / GIB));
+			   "(the power of two above %llu)", (unsigned long long)nvidia_mmio64_vm_size_gib(h->topo.n_gpus), (unsigned long long)(need / GIB));
 	else if (have < need)
 		report_fix(c, "enable Above 4G Decoding and size MMIO High to at least %llu GiB in the firmware",
 			   (unsigned long long)(need / GIB));

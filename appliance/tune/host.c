@@ -4,48 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpuid.h"
 #include "hostfs.h"
+#include "nvidia.h"
 #include "tune.h"
-
-/* From the first processor of /proc/cpuinfo (read once, it can be MiBs):
- * "cpu family\t: 6", "model\t\t: 143", and whether its flags carry
- * "hypervisor", which every guest sees. */
-static void
-read_cpuinfo(struct tune_host *h, int *guest)
-{
-	char *text = hostfs_read_text(h->root, "/proc/cpuinfo", HOSTFS_TEXT_MAX, NULL), *line, *save = NULL;
-	int flags_seen = 0;
-
-	h->cpu_family = h->cpu_model = -1;
-	*guest = 0;
-	if (text == NULL)
-		return;
-	for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
-		char *colon = strchr(line, ':'), *end;
-		size_t k;
-		long v;
-		if (colon == NULL)
-			continue;
-		if (h->cpu_family >= 0 && h->cpu_model >= 0 && flags_seen)
-			break;
-		for (k = (size_t)(colon - line); k > 0 && isspace((unsigned char)line[k - 1]); k--)
-			;
-		if (k == 5 && strncmp(line, "flags", 5) == 0 && !flags_seen) {
-			const char *p = strstr(colon, " hypervisor");
-			flags_seen = 1;
-			*guest = p != NULL && (p[11] == ' ' || p[11] == '\0');
-			continue;
-		}
-		v = strtol(colon + 1, &end, 10);
-		if (end == colon + 1 || v < 0 || v > 4096)
-			continue;
-		if (k == 10 && strncmp(line, "cpu family", 10) == 0 && h->cpu_family < 0)
-			h->cpu_family = (int)v;
-		else if (k == 5 && strncmp(line, "model", 5) == 0 && h->cpu_model < 0)
-			h->cpu_model = (int)v;
-	}
-	free(text);
-}
 
 static void
 read_kernel(struct tune_host *h)
@@ -76,6 +38,7 @@ read_hypervisor(struct tune_host *h, int guest)
 int
 tune_host_read(const char *root, const char *profile, struct tune_host *h, char *err, size_t errsize)
 {
+	struct cpu_id id;
 	int guest;
 
 	memset(h, 0, sizeof(*h));
@@ -83,11 +46,13 @@ tune_host_read(const char *root, const char *profile, struct tune_host *h, char 
 	node_info_read(root, &h->ni);
 	if (topo_read(root, &h->topo, err, errsize) < 0)
 		return -1;
-	read_cpuinfo(h, &guest);
+	cpu_id_read(root, &id);
+	h->cpu_family = id.family;
+	h->cpu_model = id.model;
+	guest = id.guest;
 	read_kernel(h);
 	read_hypervisor(h, guest);
-	if (hostfs_read_line(root, "/sys/module/nvidia/version", h->driver_version, sizeof(h->driver_version)) < 0)
-		h->driver_version[0] = '\0';
+	nvidia_driver_version(root, h->driver_version, sizeof(h->driver_version));
 	if (profile == NULL)
 		h->profile = profile_default(h->topo.n_gpus);
 	else if ((h->profile = profile_get(profile)) == NULL) {

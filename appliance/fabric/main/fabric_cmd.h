@@ -1,0 +1,30 @@
+/* privai-fabric's commands and what they share. */
+#ifndef PRIVAI_FABRIC_CMD_H
+#define PRIVAI_FABRIC_CMD_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#include "settings.h"
+
+struct fabric_opts {
+	const char *root;
+	struct fabric_settings s;
+};
+
+/* Take --root and --config out of argv (anywhere after the command), read
+ * the config file and the settings.  0, or -1 with err. */
+int fabric_opts_parse(struct fabric_opts *o, int *argc, char **argv, char *err, size_t errsize);
+
+/* Whether we look at the live host, where libibverbs and systemd apply. */
+int fabric_live(const struct fabric_opts *o);
+
+int fabric_usage_error(const char *cmd, const char *arg);   /* prints, returns 2 */
+int fabric_fail(const char *what, const char *err);         /* prints, returns 2 */
+void fabric_print_json(const cJSON *j);
+
+int cmd_fm_config(struct fabric_opts *o, int argc, char **argv);
+int cmd_fm(struct fabric_opts *o, int argc, char **argv);
+int cmd_serve(struct fabric_opts *o, int argc, char **argv);
+
+#endif
