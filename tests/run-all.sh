@@ -49,6 +49,8 @@ for BUILD in $BUILDS; do
 	run_suite "$BUILD/admin TLS (HTTPS)" python3 tests/integration/test_admin_tls.py "$BUILD"
 	run_suite "$BUILD/admin engine units (systemd)" python3 tests/integration/test_admin_units.py "$BUILD"
 	run_suite "$BUILD/tune (fixture hosts)" python3 tests/integration/test_tune.py "$BUILD"
+	run_suite "$BUILD/fabric (fixture hosts)" python3 tests/integration/test_fabric.py "$BUILD"
+	run_suite "$BUILD/fabric units (systemd)" python3 tests/integration/test_fabric_units.py "$BUILD"
 done
 # the portable and AVX2 kernels must be as right as the best ones
 BUILD=$(echo $BUILDS | cut -d' ' -f1)

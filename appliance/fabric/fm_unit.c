@@ -62,19 +62,25 @@ fm_unit_read(sd_bus *bus, const char *unit, struct fm_unit_state *st, char *err,
 	if (rc < 0 || (rc = sd_bus_message_read(reply, "o", &p)) < 0)
 		goto out;
 	snprintf(path, sizeof(path), "%s", p);
-	if ((rc = get_string(bus, path, SD_UNIT, "LoadState", st->load, sizeof(st->load), &e)) < 0 ||
-	    (rc = get_string(bus, path, SD_UNIT, "ActiveState", st->active, sizeof(st->active), &e)) < 0 ||
+	if ((rc = get_string(bus, path, SD_UNIT, "LoadState", st->load, sizeof(st->load), &e)) < 0)
+		goto out;
+	/* A unit whose start job has not run yet is still "inactive": the job
+	 * tells them apart.  The properties are read one call at a time, so
+	 * the job is read first: once it is gone, the state read after it is
+	 * the job's outcome, not the gap between a restart's stop and start. */
+	sd_bus_message *job = NULL;
+	const char *job_path;
+	if (strcmp(st->load, "loaded") == 0) {
+		if ((rc = sd_bus_get_property(bus, SD_DEST, path, SD_UNIT, "Job", &e, &job, "(uo)")) >= 0)
+			rc = sd_bus_message_read(job, "(uo)", &st->job, &job_path);
+		sd_bus_message_unref(job);
+		if (rc < 0)
+			goto out;
+	}
+	if ((rc = get_string(bus, path, SD_UNIT, "ActiveState", st->active, sizeof(st->active), &e)) < 0 ||
 	    (rc = get_string(bus, path, SD_UNIT, "SubState", st->sub, sizeof(st->sub), &e)) < 0)
 		goto out;
 	if (strcmp(st->load, "loaded") != 0)
-		goto out;
-	/* a unit whose start job has not run yet is still "inactive": the job tells them apart */
-	sd_bus_message *job = NULL;
-	const char *job_path;
-	if ((rc = sd_bus_get_property(bus, SD_DEST, path, SD_UNIT, "Job", &e, &job, "(uo)")) >= 0)
-		rc = sd_bus_message_read(job, "(uo)", &st->job, &job_path);
-	sd_bus_message_unref(job);
-	if (rc < 0)
 		goto out;
 	if ((rc = get_string(bus, path, SD_SERVICE, "Result", st->result, sizeof(st->result), &e)) < 0 ||
 	    (rc = sd_bus_get_property_trivial(bus, SD_DEST, path, SD_SERVICE, "NRestarts", &e, 'u', &st->n_restarts)) < 0 ||

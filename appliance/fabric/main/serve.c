@@ -214,8 +214,10 @@ cmd_serve(struct fabric_opts *o, int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (fm_bus_open(o->s.user_bus, &bus, err, sizeof(err)) < 0)
 		fprintf(stderr, "privai-fabric serve: %s; Fabric Manager is reported, not managed\n", err);
-	if ((fd = listen_unix(o->s.status_socket, err, sizeof(err))) < 0)
+	if ((fd = listen_unix(o->s.status_socket, err, sizeof(err))) < 0) {
+		sd_bus_flush_close_unref(bus);
 		return fabric_fail("serve", err);
+	}
 	bring_up(o, bus);
 	refresh(o, &srv, bus);
 	d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, answer, &srv, MHD_OPTION_LISTEN_SOCKET, fd,
@@ -223,6 +225,8 @@ cmd_serve(struct fabric_opts *o, int argc, char **argv)
 	if (d == NULL) {
 		close(fd);
 		unlink(o->s.status_socket);
+		sd_bus_flush_close_unref(bus);
+		free(srv.status);
 		return fabric_fail("serve", "the HTTP server did not start on the status socket");
 	}
 	fprintf(stderr, "privai-fabric serve: status on %s, checking every %d s\n", o->s.status_socket, o->s.interval_s);

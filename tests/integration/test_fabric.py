@@ -1,0 +1,386 @@
+"""privai-fabric over the host fixture trees (tests/fixtures/sysfs):
+discovery with RDMA ports and pairing, NCCL's topology file for the HGX
+node and the VM guest (parsed as XML, every GPU under one switch with
+its NIC, NVLinks, NIC speed/GUID) and its checker (files NCCL's reader
+stops on, stale hardware, a broken pairing), the vSphere VM class report,
+Fabric Manager's config merge (other lines kept, idempotent, bad values
+and a foreign file refused with nothing written), and broken input (0 or
+17 GPUs, a garbage tree) answered clearly.  The systemd part (Fabric
+Manager's lifecycle and the status socket) is test_fabric_units.py.
+
+usage: python3 tests/integration/test_fabric.py BUILD_DIR"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+sys.path.insert(0, os.path.dirname(__file__))
+from adminlib import check, summary  # noqa: E402
+
+BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FABRIC = os.path.join(ROOT, BUILD, "privai-fabric")
+MAKE_TREES = os.path.join(ROOT, "tests", "fixtures", "sysfs", "make-trees.py")
+FM_CFG = "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("PRIVAI_FABRIC_")}
+
+
+def fabric(*args, env=None, timeout=30):
+    e = dict(CLEAN_ENV, PRIVAI_FABRIC_CONFIG="/dev/null")
+    e.update(env or {})
+    try:
+        return subprocess.run([FABRIC, *args], capture_output=True, text=True, timeout=timeout, env=e)
+    except subprocess.TimeoutExpired:
+        check(False, f"privai-fabric {' '.join(args)} finished within {timeout} s")
+        return subprocess.CompletedProcess(args, 124, "", "timeout")
+
+
+def no_crash(r, what):
+    check(r.returncode in (0, 1, 2), f"{what}: exits 0, 1 or 2, no crash", f"rc={r.returncode} {r.stderr[-300:]}")
+    check("Sanitizer" not in r.stderr and "runtime error" not in r.stderr, f"{what}: no sanitizer report",
+          r.stderr[-500:])
+
+
+def discover(tree):
+    r = fabric("discover", "--json", "--root", tree)
+    no_crash(r, f"discover {os.path.basename(tree)}")
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        check(False, f"discover --json on {os.path.basename(tree)} prints JSON", r.stdout[:200] + r.stderr[:200])
+        return {"gpus": [], "nics": [], "nvswitches": []}
+
+
+def test_discover(trees):
+    d = discover(trees["hgx-h100"])
+    check(len(d["gpus"]) == 8 and len(d["nvswitches"]) == 4 and len(d["nics"]) == 8,
+          "HGX: 8 GPUs, 4 NVSwitches, 8 RDMA NICs", (len(d["gpus"]), len(d["nvswitches"]), len(d["nics"])))
+    check([g["nic"] for g in d["gpus"]] == [f"mlx5_{k}" for k in range(8)] and
+          all(g["pairing"] == "switch" for g in d["gpus"]), "HGX: GPUk paired with mlx5_k under its switch",
+          [(g["nic"], g["pairing"]) for g in d["gpus"]])
+    switches = [g["switch"] for g in d["gpus"]]
+    check(switches == ["0000:16:00.0"] * 2 + ["0000:38:00.0"] * 2 + ["0000:9b:00.0"] * 2 + ["0000:bc:00.0"] * 2,
+          "HGX: the GPUs sit two to a switch", switches)
+    nic = d["nics"][0]
+    port = nic.get("rdma", {}).get("ports", [{}])[0]
+    check(port.get("state") == "ACTIVE" and port.get("rate_mbps") == 400000 and port.get("link_layer") == "InfiniBand",
+          "HGX: mlx5_0 port 1 ACTIVE at 400000 Mb/s InfiniBand", port)
+    check(nic.get("rdma", {}).get("sys_image_guid") == "0xb83fd20300aa0000", "HGX: mlx5_0's GUID read",
+          nic.get("rdma"))
+    check(d["rdma_source"] == "sysfs" and "not the live host" in d.get("rdma_note", ""),
+          "under --root the RDMA ports come from sysfs, and it says so", (d["rdma_source"], d.get("rdma_note")))
+    check(d["driver_version"] == "550.54.15" and d["fabricmanager_version"] == "550.54.15",
+          "HGX: driver and Fabric Manager versions", (d["driver_version"], d["fabricmanager_version"]))
+
+    bad = discover(trees["hgx-h100-bad"])
+    check([g["nic"] for g in bad["gpus"][:2]] == [None, None] and bad["gpus"][2]["nic"] == "mlx5_0",
+          "bad HGX: GPU0 and GPU1 have no NIC under their switch; GPU2 takes mlx5_0 under its own",
+          [g["nic"] for g in bad["gpus"]])
+    check(bad["fabricmanager_version"] == "550.54.14", "bad HGX: the mismatched Fabric Manager version read")
+
+    vm = discover(trees["vm-guest"])
+    check(vm["guest"] and vm["virtual_pcie"] and [g["nic"] for g in vm["gpus"]] == ["mlx5_0", "mlx5_1"] and
+          all(g["pairing"] == "numa" for g in vm["gpus"]),
+          "VM: a guest on a flat bus, GPUk paired with the k-th NIC", vm)
+
+    for name, gpus in (("gpus-0", 0), ("gpus-17", 16), ("xeon-amx", 0)):
+        d = discover(trees[name])
+        check(len(d["gpus"]) == gpus, f"{name}: {gpus} GPUs listed", len(d["gpus"]))
+    check(discover(trees["gpus-17"])["gpus_seen"] == 17, "gpus-17: the 17th GPU is counted, not dropped silently")
+
+    r = fabric("discover", "--root", trees["garbage"])
+    no_crash(r, "discover garbage")
+    check(r.returncode == 0 and "GPU" in r.stdout, "garbage tree: discover still reports what it could read",
+          r.stdout[:300] + r.stderr[:300])
+    d = discover(trees["garbage"])
+    probs = [x for x in d["gpus"] + d["nics"] if x.get("problem")]
+    check(len(probs) >= 2, "garbage tree: unreadable attributes named per device", [x.get("problem") for x in probs])
+
+    r = fabric("discover", "--root", "/nonexistent-root")
+    no_crash(r, "discover on a missing root")
+    check(r.returncode == 0 and "0 GPUs" in r.stdout, "a missing root is an empty node, clearly", r.stdout + r.stderr)
+    r = fabric("discover", "--bogus")
+    check(r.returncode == 2 and "--bogus" in r.stderr, "an unknown option: exit 2 naming it", r.stderr)
+
+
+def parse_xml(text, what):
+    try:
+        return ET.fromstring(text)
+    except ET.ParseError as e:
+        check(False, f"{what} parses as XML", str(e))
+        return ET.Element("system")
+
+
+def nccl_dialect(text, what):
+    """What NCCL's own reader (src/graph/xml.cc) stops on."""
+    check(not text.lstrip().startswith("<?xml"), f"{what}: no XML declaration (NCCL's reader stops on it)")
+    check("\t" not in text, f"{what}: no tabs (NCCL's reader takes spaces and newlines only)")
+    for tag in re.findall(r"<[^>]*>", text):
+        check("  " not in tag.strip("<>/ ").strip() and "\n" not in tag, f"{what}: one space between attributes",
+              tag)
+        attrs = re.findall(r'\s([a-z_]+)="([^"]*)"', tag)
+        if len(attrs) > 16 or any(len(v) > 254 for _, v in attrs):
+            check(False, f"{what}: at most 16 attributes of under 255 characters", tag)
+
+
+def test_topology_hgx(trees, tmp):
+    r = fabric("topology", "--root", trees["hgx-h100"])
+    no_crash(r, "topology HGX")
+    text = r.stdout
+    nccl_dialect(text, "HGX topology")
+    doc = parse_xml(text, "HGX topology")
+    check(doc.tag == "system" and doc.get("version") == "1", "HGX topology: <system version=\"1\">")
+    cpus = doc.findall("cpu")
+    check([c.get("numaid") for c in cpus] == ["0", "1"] and all(c.get("arch") == "x86_64" and
+          c.get("vendor") == "GenuineIntel" and c.get("familyid") == "6" and c.get("modelid") == "143" for c in cpus),
+          "HGX topology: one <cpu> per NUMA node with arch, vendor, family and model", [c.attrib for c in cpus])
+    check(cpus[0].get("affinity") == "000000ff,ffffffff,ffff0000,00000000,00ffffff,ffffffff",
+          "HGX topology: NUMA 0's affinity is its CPUs 0-55,112-167 as a cpumap", cpus[0].get("affinity"))
+    d = discover(trees["hgx-h100"])
+    for g in d["gpus"]:
+        gpu_pci = doc.find(f".//pci[@busid='{g['bdf']}']")
+        nic = next(n for n in d["nics"] if n["name"] == g["nic"])
+        net = doc.find(f".//net[@name='{g['nic']}']")
+        switch = [p for p in doc.iter("pci") if gpu_pci in list(p)]
+        nic_switch = [p for p in doc.iter("pci") if doc.find(f".//pci[@busid='{nic['bdf']}']") in list(p)]
+        ok = (gpu_pci is not None and net is not None and switch and nic_switch and switch[0] is nic_switch[0] and
+              switch[0].get("busid") == g["switch"] and switch[0].get("class") == "0x060400")
+        check(ok, f"HGX topology: GPU{g['index']} {g['bdf']} and {g['nic']} under switch {g['switch']}",
+              switch[0].attrib if switch else None)
+        gpu = gpu_pci.find("gpu") if gpu_pci is not None else None
+        links = [int(n.get("count")) for n in gpu.findall("nvlink")] if gpu is not None else []
+        check(gpu is not None and gpu.get("dev") == str(g["index"]) and gpu.get("sm") == "90" and
+              links == [5, 4, 4, 5] and all(n.get("tclass") == "0x068000" for n in gpu.findall("nvlink")),
+              f"HGX topology: GPU{g['index']} dev, sm 90 and 18 NVLinks to the 4 NVSwitches (5 4 4 5)",
+              gpu.attrib if gpu is not None else None)
+    net = doc.find(".//net[@name='mlx5_3']")
+    check(net is not None and net.get("speed") == "400000" and net.get("port") == "1" and
+          net.get("guid") == "0xb83fd20300aa0300" and net.get("gdr") == "1",
+          "HGX topology: mlx5_3's speed, port, GUID, and gdr (nvidia_peermem loaded)",
+          net.attrib if net is not None else None)
+    check(len(doc.findall(".//gpu")) == 8 and len(doc.findall(".//net")) == 8, "HGX topology: 8 GPUs and 8 NICs")
+    path = os.path.join(tmp, "hgx.xml")
+    r = fabric("topology", "--root", trees["hgx-h100"], "--write", path)
+    check(r.returncode == 0 and open(path).read() == text, "topology --write writes what stdout shows",
+          r.stderr)
+    r = fabric("topology", "--root", trees["hgx-h100"], "--check", path)
+    check(r.returncode == 0 and "matches this node" in r.stdout, "the written file checks clean against the node",
+          r.stdout + r.stderr)
+    r = fabric("topology", "--root", trees["hgx-h100-bad"], "--check", path)
+    check(r.returncode == 1 and "not under one PCIe switch" not in r.stdout and "does not have" in r.stdout,
+          "the good node's file checked on the bad node: the NICs it names elsewhere are stale", r.stdout)
+    return text
+
+
+def test_topology_vm(trees):
+    r = fabric("topology", "--root", trees["vm-guest"])
+    no_crash(r, "topology VM")
+    nccl_dialect(r.stdout, "VM topology")
+    doc = parse_xml(r.stdout, "VM topology")
+    switches = [p for p in doc.find("cpu").findall("pci")]
+    check([s.get("busid") for s in switches] == ["ffff:ff:01.0", "ffff:ff:02.0"] and
+          all(s.get("class") == "0x060400" for s in switches),
+          "VM topology: a virtual switch per GPU-NIC pair", [s.attrib for s in switches])
+    pairs = [([p.get("busid") for p in s.findall("pci")], [n.get("name") for n in s.iter("net")]) for s in switches]
+    check(pairs == [(["0000:03:00.0", "0000:13:00.0"], ["mlx5_0"]), (["0000:0b:00.0", "0000:1b:00.0"], ["mlx5_1"])],
+          "VM topology: GPU0 with mlx5_0, GPU1 with mlx5_1", pairs)
+    check(doc.find(".//gpu").get("gdr") is None, "VM topology: gdr left to NCCL where nvidia_peermem is not loaded")
+    check(doc.find(".//nvlink") is None, "VM topology: no NVLinks written where no NVSwitch is visible")
+
+
+def check_file(tree, tmp, text, name):
+    path = os.path.join(tmp, name + ".xml")
+    with open(path, "w") as f:
+        f.write(text)
+    r = fabric("topology", "--root", tree, "--check", path)
+    no_crash(r, f"check {name}")
+    return r
+
+
+def test_topology_check(trees, tmp, good):
+    hgx = trees["hgx-h100"]
+    cases = [
+        ("declaration", '<?xml version="1.0"?>\n' + good, "XML declaration"),
+        ("tabs", good.replace("  <cpu", "\t<cpu", 1), "no tabs"),
+        ("two-spaces", good.replace('<cpu numaid="0" ', '<cpu numaid="0"  ', 1), "expected"),
+        ("unquoted", good.replace('version="1"', "version=1", 1), "quoted"),
+        ("unclosed", good.replace("</system>\n", ""), "not closed"),
+        ("mismatched", good.replace("</cpu>", "</cpus>", 1), "does not close"),
+        ("entity", good.replace('vendor="GenuineIntel"', 'vendor="Genuine&amp;Intel"', 1), "&"),
+        ("version", good.replace('version="1"', 'version="2"', 1), "version 1 only"),
+        ("no-width", good.replace(' link_width="16"', "", 1), "no link_width"),
+        ("unknown", good.replace("<nic>", "<nic>\n<bogus/>", 1), "no element of NCCL's topology"),
+        ("misplaced", good.replace("<nic>", '<net name="mlx5_0"/><nic>', 1), "<net> inside <pci>: NCCL ignores it there"),
+        ("attrs", good.replace('<gpu dev="0"', '<gpu ' + " ".join(f'a{i}="1"' for i in range(17)) + ' dev="0"', 1),
+         "more than NCCL's 16 attributes"),
+        ("long", good.replace('vendor="GenuineIntel"', 'vendor="' + "x" * 300 + '"', 1), "longer than NCCL's"),
+        ("text", good.replace("<nic>", "<nic>hello", 1), "NCCL takes no text"),
+        ("gpu-missing", re.sub(r'      <pci busid="0000:18:00.0".*?\n      </pci>\n', "", good, count=1, flags=re.S),
+         "GPU0 0000:18:00.0 is not in the file"),
+        ("stale-nic", good.replace('name="mlx5_7"', 'name="mlx5_9"'), "RDMA device mlx5_9, which this node does not have"),
+        ("stale-gpu", good.replace('busid="0000:bf:00.0"', 'busid="0000:ee:00.0"'), "GPU 0000:ee:00.0, which this node"),
+        ("wrong-numa", good.replace('<cpu numaid="1"', '<cpu numaid="3"'), "sits on NUMA node 1"),
+        ("empty", "", "no element"),
+        ("binary", "<system version=\"1\">\x00</system>", "NUL"),
+    ]
+    # move mlx5_0's whole <pci> from switch 16 to switch 38: GPU0 loses its NIC's switch
+    m = re.search(r'      <pci busid="0000:1a:00.0".*?\n      </pci>\n', good, flags=re.S)
+    moved = good.replace(m.group(0), "", 1)
+    anchor = '    <pci busid="0000:38:00.0"'
+    i = moved.index(anchor)
+    j = moved.index("\n", i) + 1
+    cases.append(("moved-nic", moved[:j] + m.group(0) + moved[j:],
+                  "GPU0 0000:18:00.0 and its NIC mlx5_0 0000:1a:00.0 are not under one PCIe switch"))
+    for name, text, want in cases:
+        r = check_file(hgx, tmp, text, name)
+        check(r.returncode == 1 and want in r.stdout, f"topology --check: {name} is reported ('{want}')",
+              r.stdout[-400:] + r.stderr[-200:])
+    r = fabric("topology", "--root", hgx, "--check", os.path.join(tmp, "no-such.xml"))
+    check(r.returncode == 2 and "no-such.xml" in r.stderr, "topology --check of a missing file: exit 2 naming it",
+          r.stderr)
+    r = check_file(hgx, tmp, good.replace("\n", "\r\n"), "crlf")
+    check(r.returncode == 0, "topology --check: CRLF line ends are taken, as NCCL takes them", r.stdout)
+    r = check_file(hgx, tmp, "<!-- written by hand -->\n" + good.replace("<nic>", "<nic><!-- a\ncomment -->", 1),
+                   "comments")
+    check(r.returncode == 0, "topology --check: comments are taken, as NCCL takes them", r.stdout)
+
+
+def test_topology_refusals(trees, tmp):
+    for name, want in (("xeon-amx", "no GPU"), ("gpus-0", "no GPU"), ("gpus-17", "17 GPUs"),
+                       ("garbage", "CPU vendor cannot be read")):
+        path = os.path.join(tmp, f"refused-{name}.xml")
+        r = fabric("topology", "--root", trees[name], "--write", path)
+        no_crash(r, f"topology {name}")
+        check(r.returncode == 2 and want in r.stderr and not os.path.exists(path),
+              f"topology on {name}: refused ('{want}'), nothing written", r.stderr)
+    r = fabric("topology", "--root", trees["pcie-4gpu"])
+    doc = parse_xml(r.stdout, "PCIe server topology")
+    check(r.returncode == 0 and not any(p.get("busid", "").startswith("ffff") for p in doc.iter("pci")),
+          "PCIe server: no virtual switch invented on bare metal (its GPU and NIC really cross the CPU)")
+
+
+def vmclass(tree, *extra):
+    r = fabric("vmclass", "--json", "--root", tree, *extra)
+    no_crash(r, f"vmclass {os.path.basename(tree)}")
+    try:
+        return r, json.loads(r.stdout)
+    except ValueError:
+        return r, {"devices": [], "settings": [], "warnings": []}
+
+
+def test_vmclass(trees):
+    r, v = vmclass(trees["hgx-h100"])
+    names = [d["name"].split()[0] for d in v["devices"]]
+    want = [x for k in range(8) for x in (f"GPU{k}", f"NIC{k}")] + [f"NVSwitch{k}" for k in range(4)]
+    check(names == want, "VM class: GPU0, NIC0, ..., GPU7, NIC7, then the 4 NVSwitches", names)
+    settings = {s["key"]: s["value"] for s in v["settings"]}
+    check(settings == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "2048",
+                       "pciPassthru.allowP2P": "TRUE", "pciPassthru.RelaxACSforP2P": "TRUE"},
+          "VM class: 64-bit MMIO 2048 GB (8 x 128 + 32, to a power of two), allowP2P, RelaxACSforP2P", settings)
+    check(v["warnings"] == [], "VM class: no warning on the good board", v["warnings"])
+    r, v = vmclass(trees["hgx-h100"], "--shared-nvswitch")
+    check(not any(d["role"] == "nvswitch" for d in v["devices"]) and "shared NVSwitch" in v["mode"],
+          "VM class, shared NVSwitch mode: the switches stay with the host", v["mode"])
+    r, v = vmclass(trees["hgx-h100-bad"])
+    w = " ".join(v["warnings"])
+    check("0000:18:00.0 has no NIC of its own" in w and "ATS off" in w,
+          "VM class on the bad board: the unpaired GPUs and the NICs with ATS off are warned about", v["warnings"])
+    r, v = vmclass(trees["vm-guest"])
+    check({s["key"]: s["value"] for s in v["settings"]}.get("pciPassthru.64bitMMIOSizeGB") == "512",
+          "VM class for 2 GPUs: 512 GB (2 x 128 + 32, to a power of two)")
+    r = fabric("vmclass", "--root", trees["hgx-h100"])
+    check(r.returncode == 0 and "pciPassthru.RelaxACSforP2P = TRUE" in r.stdout and " 0  GPU0 H100" in r.stdout,
+          "vmclass prints the order and the settings for an operator", r.stdout[:400])
+    r = fabric("vmclass", "--root", trees["xeon-amx"])
+    check(r.returncode == 2 and "no GPU" in r.stderr, "vmclass on a CPU-only host: refused clearly", r.stderr)
+
+
+def test_fm_config(trees, tmp):
+    tree = os.path.join(tmp, "fmcfg")
+    shutil.copytree(trees["hgx-h100"], tree, symlinks=True)
+    cfg = os.path.join(tree, FM_CFG)
+    orig = open(cfg).read()
+    r = fabric("fm-config", "--root", tree)
+    check(r.returncode == 0 and "0 values to change" in r.stdout and open(cfg).read() == orig and
+          not os.path.exists(cfg + ".privai-orig"), "fm-config with the package's defaults changes nothing",
+          r.stdout + r.stderr)
+    env = {"PRIVAI_FABRIC_MODE": "shared-nvswitch", "PRIVAI_FABRIC_LOG_LEVEL": "warning",
+           "PRIVAI_FABRIC_BIND_ADDRESS": "10.0.0.5", "PRIVAI_FABRIC_STAY_RESIDENT_ON_FAILURES": "yes",
+           "PRIVAI_FABRIC_ACCESS_LINK_FAILURE_MODE": "1"}
+    r = fabric("fm-config", "--root", tree, "--dry-run", env=env)
+    check(r.returncode == 0 and "5 values would change" in r.stdout and open(cfg).read() == orig,
+          "fm-config --dry-run: says what would change, writes nothing", r.stdout + r.stderr)
+    r = fabric("fm-config", "--root", tree, env=env)
+    new = open(cfg).read()
+    changed = {a: b for a, b in zip(orig.splitlines(), new.splitlines()) if a != b}
+    check(r.returncode == 0 and len(orig.splitlines()) == len(new.splitlines()) and changed == {
+        "LOG_LEVEL=4": "LOG_LEVEL=3", "BIND_INTERFACE_IP=127.0.0.1": "BIND_INTERFACE_IP=10.0.0.5",
+        "FABRIC_MODE=0": "FABRIC_MODE=1", "FM_STAY_RESIDENT_ON_FAILURES=0": "FM_STAY_RESIDENT_ON_FAILURES=1",
+        "ACCESS_LINK_FAILURE_MODE=0": "ACCESS_LINK_FAILURE_MODE=1"},
+        "fm-config: the five values set where they stand, every other line as shipped", changed)
+    check(open(cfg + ".privai-orig").read() == orig, "fm-config keeps the shipped file as .privai-orig")
+    r = fabric("fm-config", "--root", tree, env=env)
+    check(r.returncode == 0 and "0 values" in r.stdout and open(cfg).read() == new, "fm-config again: idempotent")
+    r = fabric("fm-config", "--root", tree, env={"PRIVAI_FABRIC_MODE": "vgpu"})
+    check(open(cfg + ".privai-orig").read() == orig and "FABRIC_MODE=2" in open(cfg).read(),
+          "a later change keeps the first original", r.stdout)
+    before = open(cfg).read()
+    for key, value, want in (("PRIVAI_FABRIC_MODE", "cloud", "bare-metal, shared-nvswitch, vgpu"),
+                             ("PRIVAI_FABRIC_BIND_ADDRESS", "fe80::1", "IPv4"),
+                             ("PRIVAI_FABRIC_LOG_LEVEL", "loud", "none, critical"),
+                             ("PRIVAI_FABRIC_TRUNK_LINK_FAILURE_MODE", "7", "from 0 to 1"),
+                             ("PRIVAI_FABRIC_LOG_FILE", "/var/log/fm log", "absolute path"),
+                             ("PRIVAI_FABRIC_FM_UNIT", "fm;rm -rf", "ending in .service")):
+        r = fabric("fm-config", "--root", tree, env={key: value})
+        check(r.returncode == 2 and key in r.stderr and want in r.stderr and open(cfg).read() == before,
+              f"{key}={value!r}: refused naming it ('{want}'), config untouched", r.stderr)
+    with open(cfg, "a") as f:
+        f.write("this is not a config line\n")
+    foreign = open(cfg).read()
+    r = fabric("fm-config", "--root", tree, env={"PRIVAI_FABRIC_MODE": "bare-metal"})
+    check(r.returncode == 2 and "line 24" in r.stderr and open(cfg).read() == foreign,
+          "a config with a foreign line: refused naming the line, left as it is", r.stderr)
+    r = fabric("fm-config", "--root", trees["vm-guest"])
+    check(r.returncode == 2 and "is nvidia-fabricmanager installed" in r.stderr,
+          "fm-config without Fabric Manager: says so", r.stderr)
+
+    conf = os.path.join(tmp, "fabric.conf")
+    with open(conf, "w") as f:
+        f.write("# written by cloud-init\nPRIVAI_FABRIC_MODE=vgpu\nPRIVAI_FABRIC_LOG_LEVEL=error\n")
+    shutil.copy(cfg + ".privai-orig", cfg)
+    r = fabric("fm-config", "--root", tree, "--config", conf, env={"PRIVAI_FABRIC_CONFIG": ""})
+    check(r.returncode == 0 and "FABRIC_MODE=2" in open(cfg).read() and "LOG_LEVEL=2" in open(cfg).read(),
+          "settings from --config FILE", r.stdout + r.stderr)
+    r = fabric("fm-config", "--root", tree, "--config", conf, env={"PRIVAI_FABRIC_MODE": "bare-metal"})
+    check(r.returncode == 0 and "FABRIC_MODE=0" in open(cfg).read() and "LOG_LEVEL=2" in open(cfg).read(),
+          "the environment wins over the config file", r.stdout + r.stderr)
+    with open(conf, "a") as f:
+        f.write("MODE=vgpu\n")
+    r = fabric("fm-config", "--root", tree, "--config", conf)
+    check(r.returncode == 2 and "fabric.conf:4" in r.stderr, "a bad config file line: named", r.stderr)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="privai-fabric-")
+    try:
+        out = os.path.join(tmp, "trees")
+        subprocess.run([sys.executable, MAKE_TREES, out], check=True, capture_output=True)
+        trees = {n: os.path.join(out, n) for n in os.listdir(out)}
+        test_discover(trees)
+        good = test_topology_hgx(trees, tmp)
+        test_topology_vm(trees)
+        test_topology_check(trees, tmp, good)
+        test_topology_refusals(trees, tmp)
+        test_vmclass(trees)
+        test_fm_config(trees, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    summary()
+
+
+if __name__ == "__main__":
+    main()
