@@ -29,11 +29,11 @@ FM_CFG = "usr/share/nvidia/nvswitch/fabricmanager.cfg"
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("PRIVAI_FABRIC_")}
 
 
-def fabric(*args, env=None, timeout=30):
+def fabric(*args, env=None, timeout=30, cwd=None):
     e = dict(CLEAN_ENV, PRIVAI_FABRIC_CONFIG="/dev/null")
     e.update(env or {})
     try:
-        return subprocess.run([FABRIC, *args], capture_output=True, text=True, timeout=timeout, env=e)
+        return subprocess.run([FABRIC, *args], capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
     except subprocess.TimeoutExpired:
         check(False, f"privai-fabric {' '.join(args)} finished within {timeout} s")
         return subprocess.CompletedProcess(args, 124, "", "timeout")
@@ -170,6 +170,10 @@ def test_topology_hgx(trees, tmp):
     r = fabric("topology", "--root", trees["hgx-h100"], "--check", path)
     check(r.returncode == 0 and "matches this node" in r.stdout, "the written file checks clean against the node",
           r.stdout + r.stderr)
+    r = fabric("topology", "--root", trees["hgx-h100"], "--write", "rel.xml", cwd=tmp)
+    r2 = fabric("topology", "--root", trees["hgx-h100"], "--check", "rel.xml", cwd=tmp)
+    check(r.returncode == 0 and os.path.exists(os.path.join(tmp, "rel.xml")) and r2.returncode == 0,
+          "topology --write and --check take a path relative to the working directory", r.stderr + r2.stdout)
     r = fabric("topology", "--root", trees["hgx-h100-bad"], "--check", path)
     check(r.returncode == 1 and "not under one PCIe switch" not in r.stdout and "does not have" in r.stdout,
           "the good node's file checked on the bad node: the NICs it names elsewhere are stale", r.stdout)

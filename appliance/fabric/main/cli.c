@@ -49,6 +49,18 @@ fabric_live(const struct fabric_opts *o)
 }
 
 int
+fabric_abs_path(const char *path, char *out, size_t size)
+{
+	char cwd[4096];
+
+	if (path[0] == '/')
+		return snprintf(out, size, "%s", path) < (int)size ? 0 : -1;
+	if (getcwd(cwd, sizeof(cwd)) == NULL)
+		return -1;
+	return snprintf(out, size, "%s/%s", cwd, path) < (int)size ? 0 : -1;
+}
+
+int
 fabric_usage_error(const char *cmd, const char *arg)
 {
 	fprintf(stderr, "privai-fabric %s: unexpected '%s' (see --help)\n", cmd, arg);

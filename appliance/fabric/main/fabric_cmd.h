@@ -19,6 +19,10 @@ int fabric_opts_parse(struct fabric_opts *o, int *argc, char **argv, char *err, 
 /* Whether we look at the live host, where libibverbs and systemd apply. */
 int fabric_live(const struct fabric_opts *o);
 
+/* A file the user named, made absolute against the working directory
+ * (hostfs takes paths from a root).  0, or -1 when it does not fit. */
+int fabric_abs_path(const char *path, char *out, size_t size);
+
 int fabric_usage_error(const char *cmd, const char *arg);   /* prints, returns 2 */
 int fabric_fail(const char *what, const char *err);         /* prints, returns 2 */
 void fabric_print_json(const cJSON *j);

@@ -109,11 +109,12 @@ static int
 check_file(struct fabric *f, const char *path)
 {
 	size_t len;
-	char *text;
+	char *text = NULL, full[4096];
 	cJSON *problems = cJSON_CreateArray(), *p;
 	int bad;
 
-	if ((text = hostfs_read_text("/", path, 4 << 20, &len)) == NULL) {
+	errno = 0;
+	if (fabric_abs_path(path, full, sizeof(full)) < 0 || (text = hostfs_read_text("/", full, 4 << 20, &len)) == NULL) {
 		fprintf(stderr, "privai-fabric: topology --check %s: %s\n", path, strerror(errno ? errno : EIO));
 		cJSON_Delete(problems);
 		return 2;
@@ -152,9 +153,10 @@ cmd_topology(struct fabric_opts *o, int argc, char **argv)
 	} else if ((text = nccl_topo_render(&f, err, sizeof(err))) == NULL) {
 		rc = fabric_fail("topology", err);
 	} else {
+		char full[4096];
 		if (write == NULL)
 			fputs(text, stdout);
-		else if (hostfs_write("/", write, text, strlen(text), 1) < 0)
+		else if (fabric_abs_path(write, full, sizeof(full)) < 0 || hostfs_write("/", full, text, strlen(text), 1) < 0)
 			rc = fabric_fail("topology --write", strerror(errno ? errno : EIO));
 		else
 			fprintf(stderr, "privai-fabric: wrote %s (%d GPUs, %d NICs); point NCCL_TOPO_FILE at it\n", write,
