@@ -50,8 +50,8 @@ fabric_numa_of(const struct fabric *f, int dev)
 	return f->ni.numa_nodes > 0 ? f->ni.numa[0].id : 0;
 }
 
-static cJSON *
-dev_json(const struct fabric *f, int i)
+cJSON *
+fabric_dev_json(const struct fabric *f, int i)
 {
 	const struct pci_dev *d = &f->topo.bus.dev[i];
 	int sw = topo_switch_of(&f->topo.bus, i);
@@ -118,7 +118,7 @@ fabric_json(const struct fabric *f)
 	cJSON_AddNumberToObject(o, "gpus_seen", t->gpus_seen);
 	a = cJSON_AddArrayToObject(o, "gpus");
 	for (int g = 0; g < t->n_gpus; g++) {
-		cJSON *j = dev_json(f, t->gpu[g]);
+		cJSON *j = fabric_dev_json(f, t->gpu[g]);
 		const struct nvidia_gpu_model *m = nvidia_gpu_model(t->bus.dev[t->gpu[g]].device);
 		cJSON_AddNumberToObject(j, "index", g);
 		cJSON_AddStringToObject(j, "model", m ? m->name : "unknown");
@@ -131,10 +131,10 @@ fabric_json(const struct fabric *f)
 	}
 	a = cJSON_AddArrayToObject(o, "nvswitches");
 	for (int s = 0; s < t->n_nvswitches; s++)
-		cJSON_AddItemToArray(a, dev_json(f, t->nvswitch[s]));
+		cJSON_AddItemToArray(a, fabric_dev_json(f, t->nvswitch[s]));
 	a = cJSON_AddArrayToObject(o, "nics");
 	for (int n = 0; n < t->n_nics; n++) {
-		cJSON *j = dev_json(f, t->nic[n]);
+		cJSON *j = fabric_dev_json(f, t->nic[n]);
 		cJSON_AddStringToObject(j, "name", topo_nic_name(t, n));
 		if (f->nic_rdma[n].name[0])
 			cJSON_AddItemToObject(j, "rdma", rdma_json(&f->nic_rdma[n]));

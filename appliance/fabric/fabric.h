@@ -38,6 +38,9 @@ void fabric_free(struct fabric *f);
  * else 0. */
 int fabric_numa_of(const struct fabric *f, int dev);
 
+/* One PCI device as JSON: bdf, vendor:device id, NUMA node, the switch above it. */
+cJSON *fabric_dev_json(const struct fabric *f, int dev);
+
 /* The node as JSON: GPUs, NVSwitches, NICs with their RDMA ports, PCIe
  * switches, the pairing. */
 cJSON *fabric_json(const struct fabric *f);

@@ -9,22 +9,11 @@
 static void
 add_device(cJSON *list, const struct fabric *f, int dev, const char *role, const char *name)
 {
-	const struct pci_dev *d = &f->topo.bus.dev[dev];
-	int sw = topo_switch_of(&f->topo.bus, dev);
-	cJSON *o = cJSON_CreateObject();
-	char id[16];
+	cJSON *o = fabric_dev_json(f, dev);
 
 	cJSON_AddNumberToObject(o, "order", cJSON_GetArraySize(list));
 	cJSON_AddStringToObject(o, "role", role);
 	cJSON_AddStringToObject(o, "name", name);
-	cJSON_AddStringToObject(o, "bdf", d->bdf);
-	snprintf(id, sizeof(id), "%04x:%04x", d->vendor, d->device);
-	cJSON_AddStringToObject(o, "id", id);
-	cJSON_AddNumberToObject(o, "numa_node", d->numa_node);
-	if (sw >= 0)
-		cJSON_AddStringToObject(o, "switch", f->topo.bus.dev[sw].bdf);
-	else
-		cJSON_AddNullToObject(o, "switch");
 	cJSON_AddItemToArray(list, o);
 }
 
