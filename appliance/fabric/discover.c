@@ -1,5 +1,6 @@
 /* Reading the node: topology, RDMA devices, CPUs, NVIDIA versions. */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -48,6 +49,19 @@ fabric_numa_of(const struct fabric *f, int dev)
 	if (numa >= 0)
 		return numa;
 	return f->ni.numa_nodes > 0 ? f->ni.numa[0].id : 0;
+}
+
+int
+fabric_json_addf(cJSON *array, const char *fmt, ...)
+{
+	char msg[320];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	cJSON_AddItemToArray(array, cJSON_CreateString(msg));
+	return 1;
 }
 
 cJSON *

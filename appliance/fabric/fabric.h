@@ -38,6 +38,10 @@ void fabric_free(struct fabric *f);
  * else 0. */
 int fabric_numa_of(const struct fabric *f, int dev);
 
+/* Append a formatted message to a JSON array of strings; returns 1, so
+ * callers can count what they append. */
+int fabric_json_addf(cJSON *array, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* One PCI device as JSON: bdf, vendor:device id, NUMA node, the switch above it. */
 cJSON *fabric_dev_json(const struct fabric *f, int dev);
 

@@ -8,26 +8,12 @@
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nccl_topo.h"
 #include "nccl_xml.h"
-
-static int
-problem(cJSON *problems, const char *fmt, ...)
-{
-	char msg[320];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	cJSON_AddItemToArray(problems, cJSON_CreateString(msg));
-	return 1;
-}
 
 /* "0000:1b:00.0" (or NCCL's virtual "ffff:ff:01.0"): hex domain, bus, device, function. */
 static int
@@ -69,21 +55,21 @@ check_required(struct nccl_node *n, cJSON *problems)
 			continue;
 		for (int a = 0; a < 4 && need[i].attrs[a]; a++)
 			if (nccl_xml_attr(n, need[i].attrs[a]) == NULL)
-				bad += problem(problems, "line %d: <%s> has no %s, which NCCL requires", n->line, n->name,
+				bad += fabric_json_addf(problems, "line %d: <%s> has no %s, which NCCL requires", n->line, n->name,
 					       need[i].attrs[a]);
 	}
 	if (strcmp(n->name, "cpu") == 0 && !is_number(nccl_xml_attr(n, "numaid"), 0) && nccl_xml_attr(n, "numaid"))
-		bad += problem(problems, "line %d: <cpu numaid> is not a number", n->line);
+		bad += fabric_json_addf(problems, "line %d: <cpu numaid> is not a number", n->line);
 	if (strcmp(n->name, "cpu") == 0 && nccl_xml_attr(n, "arch") && strcmp(nccl_xml_attr(n, "arch"), "x86_64") == 0 &&
 	    nccl_xml_attr(n, "vendor") == NULL)
-		bad += problem(problems, "line %d: an x86_64 <cpu> has no vendor, which NCCL requires", n->line);
+		bad += fabric_json_addf(problems, "line %d: an x86_64 <cpu> has no vendor, which NCCL requires", n->line);
 	if (strcmp(n->name, "pci") == 0 && nccl_xml_attr(n, "busid") && !valid_busid(nccl_xml_attr(n, "busid")))
-		bad += problem(problems, "line %d: busid '%s' is not a PCI address", n->line, nccl_xml_attr(n, "busid"));
+		bad += fabric_json_addf(problems, "line %d: busid '%s' is not a PCI address", n->line, nccl_xml_attr(n, "busid"));
 	if (strcmp(n->name, "pci") == 0 && nccl_xml_attr(n, "link_width") && !is_number(nccl_xml_attr(n, "link_width"), 0))
-		bad += problem(problems, "line %d: link_width '%s' is not a number", n->line, nccl_xml_attr(n, "link_width"));
+		bad += fabric_json_addf(problems, "line %d: link_width '%s' is not a number", n->line, nccl_xml_attr(n, "link_width"));
 	if (strcmp(n->name, "nvlink") == 0 && nccl_xml_attr(n, "tclass") &&
 	    strcmp(nccl_xml_attr(n, "tclass"), "0x068000") != 0 && nccl_xml_attr(n, "target") == NULL)
-		bad += problem(problems, "line %d: an NVLink to a GPU has no target", n->line);
+		bad += fabric_json_addf(problems, "line %d: an NVLink to a GPU has no target", n->line);
 	return bad;
 }
 
@@ -112,10 +98,10 @@ check_place(struct nccl_node *n, cJSON *problems)
 				return 0;
 			p += k + (p[k] == ' ');
 		}
-		return problem(problems, "line %d: <%s> inside <%s>: NCCL ignores it there", n->line, n->name,
+		return fabric_json_addf(problems, "line %d: <%s> inside <%s>: NCCL ignores it there", n->line, n->name,
 			       parent[0] ? parent : "nothing");
 	}
-	return problem(problems, "line %d: <%s> is no element of NCCL's topology", n->line, n->name);
+	return fabric_json_addf(problems, "line %d: <%s> is no element of NCCL's topology", n->line, n->name);
 }
 
 static struct nccl_node *
@@ -145,7 +131,7 @@ check_numa(const struct fabric *f, int dev, struct nccl_node *pci, const char *w
 
 	if (numa < 0 || id == NULL || atoi(id) == numa)
 		return 0;
-	return problem(problems, "%s %s is under <cpu numaid=\"%s\"> but sits on NUMA node %d", what,
+	return fabric_json_addf(problems, "%s %s is under <cpu numaid=\"%s\"> but sits on NUMA node %d", what,
 		       f->topo.bus.dev[dev].bdf, id, numa);
 }
 
@@ -160,7 +146,7 @@ check_hardware(const struct fabric *f, struct nccl_node *root, cJSON *problems)
 		struct nccl_node *pci = find_pci(root, bdf), *nic_pci;
 		int n = t->gpu_nic[g];
 		if (pci == NULL) {
-			bad += problem(problems, "GPU%d %s is not in the file", g, bdf);
+			bad += fabric_json_addf(problems, "GPU%d %s is not in the file", g, bdf);
 			continue;
 		}
 		bad += check_numa(f, t->gpu[g], pci, "GPU", problems);
@@ -173,7 +159,7 @@ check_hardware(const struct fabric *f, struct nccl_node *root, cJSON *problems)
 		if (nic_pci == NULL)
 			continue; /* reported with the NICs */
 		if (pci->parent != nic_pci->parent || strcmp(pci->parent->name, "pci") != 0)
-			bad += problem(problems, "GPU%d %s and its NIC %s %s are not under one PCIe switch in the file: "
+			bad += fabric_json_addf(problems, "GPU%d %s and its NIC %s %s are not under one PCIe switch in the file: "
 				       "NCCL will not use that NIC for GPU%d's traffic", g, bdf, f->nic_rdma[n].name,
 				       t->bus.dev[t->nic[n]].bdf, g);
 	}
@@ -183,13 +169,13 @@ check_hardware(const struct fabric *f, struct nccl_node *root, cJSON *problems)
 		if (name[0] == '\0')
 			continue;
 		if (pci == NULL) {
-			bad += problem(problems, "NIC %s %s is not in the file", name, bdf);
+			bad += fabric_json_addf(problems, "NIC %s %s is not in the file", name, bdf);
 			continue;
 		}
 		bad += check_numa(f, t->nic[n], pci, "NIC", problems);
 		net = find_net(root, name);
 		if (net != NULL && nccl_xml_ancestor(net, "pci") != pci)
-			bad += problem(problems, "net %s is under another device than its NIC %s", name, bdf);
+			bad += fabric_json_addf(problems, "net %s is under another device than its NIC %s", name, bdf);
 	}
 	for (struct nccl_node *n = root; n != NULL; n = nccl_xml_walk(n)) {
 		const char *busid = strcmp(n->name, "pci") == 0 ? nccl_xml_attr(n, "busid") : NULL;
@@ -197,7 +183,7 @@ check_hardware(const struct fabric *f, struct nccl_node *root, cJSON *problems)
 		if (busid == NULL || !valid_busid(busid) || strncasecmp(busid, "ffff:", 5) == 0)
 			continue;
 		if (pci_find(&t->bus, busid) < 0 && cls != NULL && (strncmp(cls, "0x03", 4) == 0 || strncmp(cls, "0x02", 4) == 0))
-			bad += problem(problems, "line %d: the file names %s %s, which this node does not have", n->line,
+			bad += fabric_json_addf(problems, "line %d: the file names %s %s, which this node does not have", n->line,
 				       strncmp(cls, "0x03", 4) == 0 ? "GPU" : "NIC", busid);
 	}
 	for (struct nccl_node *n = root; n != NULL; n = nccl_xml_walk(n)) {
@@ -206,7 +192,7 @@ check_hardware(const struct fabric *f, struct nccl_node *root, cJSON *problems)
 		for (int k = 0; name != NULL && k < t->n_nics && !known; k++)
 			known = strcmp(f->nic_rdma[k].name, name) == 0;
 		if (name != NULL && !known)
-			bad += problem(problems, "line %d: the file names RDMA device %s, which this node does not have",
+			bad += fabric_json_addf(problems, "line %d: the file names RDMA device %s, which this node does not have",
 				       n->line, name);
 	}
 	return bad;
@@ -221,15 +207,15 @@ nccl_topo_check(const struct fabric *f, const char *text, size_t len, cJSON *pro
 	int bad = 0;
 
 	if (root == NULL)
-		return problem(problems, "NCCL cannot read it: %s", err);
+		return fabric_json_addf(problems, "NCCL cannot read it: %s", err);
 	if (strcmp(root->name, "system") != 0) {
-		bad = problem(problems, "line %d: the top element is <%s>, not <system>", root->line, root->name);
+		bad = fabric_json_addf(problems, "line %d: the top element is <%s>, not <system>", root->line, root->name);
 		nccl_xml_free(root);
 		return bad;
 	}
 	version = nccl_xml_attr(root, "version");
 	if (version == NULL || strcmp(version, "1") != 0)
-		bad += problem(problems, "line %d: <system version> is %s%s%s, NCCL reads version 1 only", root->line,
+		bad += fabric_json_addf(problems, "line %d: <system version> is %s%s%s, NCCL reads version 1 only", root->line,
 			       version ? "'" : "", version ? version : "missing", version ? "'" : "");
 	for (n = root; n != NULL; n = nccl_xml_walk(n)) {
 		bad += check_place(n, problems);

@@ -1,5 +1,4 @@
 /* The vSphere VM class report. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,18 +27,6 @@ setting(cJSON *list, const char *key, const char *value, const char *why)
 	cJSON_AddItemToArray(list, o);
 }
 
-static void __attribute__((format(printf, 2, 3)))
-warn(cJSON *list, const char *fmt, ...)
-{
-	char msg[320];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	cJSON_AddItemToArray(list, cJSON_CreateString(msg));
-}
-
 cJSON *
 vmclass_json(const struct fabric *f, int shared_nvswitch)
 {
@@ -64,14 +51,14 @@ vmclass_json(const struct fabric *f, int shared_nvswitch)
 			add_device(devices, f, t->nic[n], "nic", name);
 			nic_listed[n] = 1;
 			if (t->gpu_pairing[g] != TOPO_PAIR_SWITCH && !t->virtual_pcie)
-				warn(warnings, "%s shares no PCIe switch with its NIC %s: GPUDirect RDMA between them crosses "
+				fabric_json_addf(warnings, "%s shares no PCIe switch with its NIC %s: GPUDirect RDMA between them crosses "
 				     "the CPU", t->bus.dev[t->gpu[g]].bdf, t->bus.dev[t->nic[n]].bdf);
 			if (t->bus.dev[t->nic[n]].ats_ctrl == 0)
-				warn(warnings, "NIC %s has ATS off: with RelaxACSforP2P its peer-to-peer traffic still goes "
+				fabric_json_addf(warnings, "NIC %s has ATS off: with RelaxACSforP2P its peer-to-peer traffic still goes "
 				     "through the root complex; enable ATS in the NIC's firmware (mlxconfig ATS_ENABLED=1)",
 				     t->bus.dev[t->nic[n]].bdf);
 		} else if (t->n_nics > 0) {
-			warn(warnings, "GPU %s has no NIC of its own: it reaches other nodes through another GPU's NIC",
+			fabric_json_addf(warnings, "GPU %s has no NIC of its own: it reaches other nodes through another GPU's NIC",
 			     t->bus.dev[t->gpu[g]].bdf);
 		}
 	}
@@ -101,7 +88,7 @@ vmclass_json(const struct fabric *f, int shared_nvswitch)
 					"in the guest, run privai-fabric topology --write /etc/privai/nccl-topo.xml: the guest "
 					"sees the devices in this order on a flat bus");
 	if (t->gpus_seen > TOPO_MAX_GPUS)
-		warn(warnings, "%d GPUs on the bus, more than one node carries; only the first %d are listed", t->gpus_seen,
+		fabric_json_addf(warnings, "%d GPUs on the bus, more than one node carries; only the first %d are listed", t->gpus_seen,
 		     TOPO_MAX_GPUS);
 	return o;
 }
