@@ -76,7 +76,9 @@ async function accessible(page, name) {
 async function visit(page, hash, heading) {
   await page.goto(`${page.baseUrl}/#/${hash}`);
   await page.getByRole('heading', { level: 1, name: heading }).waitFor();
-  await page.waitForLoadState('networkidle');
+  // a hash change is a same-document navigation: no load state to wait
+  // for, so wait for the console to say the page's data is drawn
+  await page.locator('#main:not([aria-busy])').waitFor();
 }
 
 // An HTTPS console: replace its self-signed certificate with one a test

@@ -94,11 +94,15 @@ async function route() {
   document.title = `${titles[name] || 'Dashboard'} · privai console`;
   const m = main();
   m.replaceChildren(h('h1', {}, titles[name] || 'Dashboard'));
+  // busy until the page's first data is drawn: screen readers wait for it,
+  // and so do the browser tests (a hash change fires no load event)
+  m.setAttribute('aria-busy', 'true');
   try {
     cleanup = (await page(m, ctx)) || null;
   } catch (e) {
     m.append(h('p', { class: 'error-text', role: 'alert' }, e.message));
   }
+  m.removeAttribute('aria-busy');
   m.focus();
 }
 
