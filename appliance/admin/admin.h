@@ -28,6 +28,8 @@ struct admin_config {
 	int login_per_minute;        /* login attempts per client address */
 	int engine_port_lo, engine_port_hi; /* loopback ports for engines */
 	const char *sys_root;        /* where /proc and /sys are read ("/"; a fixture tree in tests) */
+	const char *preflight_file;  /* privai-tune's last report (/run/privai/preflight.json) */
+	const char *fabric_socket;   /* privai-fabric's status socket (/run/privai/fabric.sock) */
 	const char *node_name;       /* this node's name in the cluster (default: host name) */
 	const char *advertise_url;   /* how other nodes reach this console (default: from host and port) */
 	const char *join_url;        /* the console to join at first start, or NULL */

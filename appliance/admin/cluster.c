@@ -166,7 +166,7 @@ join(struct cluster *c)
 	cJSON_AddStringToObject(body, "token", a->cfg.join_token);
 	cJSON_AddStringToObject(body, "name", a->cfg.node_name);
 	cJSON_AddStringToObject(body, "url", a->cfg.advertise_url);
-	cJSON_AddItemToObject(body, "report", node_report_json(a->cfg.sys_root));
+	cJSON_AddItemToObject(body, "report", node_report_json(a));
 	int rc = post_json(url, a->cfg.join_pin, NULL, body, &status, &reply, err);
 	cJSON_Delete(body);
 	const char *secret = cJSON_GetStringValue(cJSON_GetObjectItem(reply, "secret"));
@@ -273,7 +273,7 @@ heartbeat(struct cluster *c, const struct membership *m)
 	long status;
 
 	snprintf(url, sizeof(url), "%s/api/v1/nodes/%lld/heartbeat", m->leader, (long long)m->node_id);
-	cJSON_AddItemToObject(body, "report", node_report_json(a->cfg.sys_root));
+	cJSON_AddItemToObject(body, "report", node_report_json(a));
 	cJSON_AddItemToObject(body, "mig_results", c->mig_results);
 	c->mig_results = cJSON_CreateArray();
 	int rc = post_json(url, m->pin, m->secret, body, &status, &reply, err);
@@ -331,7 +331,7 @@ static void
 report_self(struct admin *a)
 {
 	char err[PRIVAI_ERR_LEN];
-	cJSON *r = node_report_json(a->cfg.sys_root);
+	cJSON *r = node_report_json(a);
 
 	pthread_mutex_lock(&a->db_mu);
 	if (r != NULL && db_begin(a->db) == 0) {

@@ -6,24 +6,31 @@
 #include "admin.h"
 #include "db.h"
 #include "gpu_store.h"
+#include "host_health.h"
 #include "node_info.h"
 #include "nodes.h"
 
-#define MAX_REPORT_BYTES (64 * 1024)
+#define MAX_REPORT_BYTES (256 * 1024) /* host_health.c keeps its part under 200 KB */
 
 cJSON *
-node_report_json(const char *sys_root)
+node_report_json(const struct admin *a)
 {
 	static struct node_info ni;
 	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 	char note[PRIVAI_ERR_LEN];
-	cJSON *r, *gpus;
+	cJSON *r, *gpus, *host;
 
 	pthread_mutex_lock(&mu);
-	node_info_read(sys_root, &ni);
+	node_info_read(a->cfg.sys_root, &ni);
 	r = node_info_json(&ni);
 	pthread_mutex_unlock(&mu);
-	if (r == NULL || (gpus = gpu_inventory_json(note)) == NULL) {
+	host = host_health_read(a->cfg.preflight_file, a->cfg.fabric_socket);
+	if (r == NULL || host == NULL || !cJSON_AddItemToObject(r, "host", host)) {
+		cJSON_Delete(r);
+		cJSON_Delete(host);
+		return NULL;
+	}
+	if ((gpus = gpu_inventory_json(note)) == NULL) {
 		cJSON_Delete(r);
 		return NULL;
 	}
@@ -75,6 +82,17 @@ node_store_report(sqlite3 *db, int64_t node_id, const cJSON *report, int64_t now
 	if (copy == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	cJSON_DeleteItemFromObjectCaseSensitive(copy, "gpus");
+	/* the host part is checked and rebuilt: it came from another node,
+	 * and a bad one is shown as such rather than refusing the heartbeat */
+	const cJSON *host = cJSON_GetObjectItemCaseSensitive(report, "host");
+	if (host != NULL) {
+		cJSON *clean = host_health_clean(host);
+		if (clean == NULL || !cJSON_ReplaceItemInObjectCaseSensitive(copy, "host", clean)) {
+			cJSON_Delete(clean);
+			cJSON_Delete(copy);
+			return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		}
+	}
 	text = cJSON_PrintUnformatted(copy);
 	cJSON_Delete(copy);
 	if (text == NULL)
@@ -111,7 +129,7 @@ out:
 int
 node_self_register(struct admin *a, char *err)
 {
-	cJSON *report = node_report_json(a->cfg.sys_root);
+	cJSON *report = node_report_json(a);
 	sqlite3_stmt *st = NULL;
 	int64_t now = admin_now();
 	int rc = PRIVAI_OK;

@@ -1,7 +1,8 @@
 /*
  * Nodes in the store.  Each node reports itself as one JSON object, this
  * node from /proc, /sys and NVML, another in its join and heartbeats:
- * node_info_json()'s fields plus "gpus" (gpu_store.h) when NVML answered.
+ * node_info_json()'s fields plus "gpus" (gpu_store.h) when NVML answered
+ * and "host" (host_health.h).
  */
 #ifndef PRIVAI_ADMIN_NODES_H
 #define PRIVAI_ADMIN_NODES_H
@@ -12,8 +13,9 @@
 
 struct admin;
 
-/* This node's report (NULL when out of memory). */
-cJSON *node_report_json(const char *sys_root);
+/* This node's report (NULL when out of memory): its inventory and, in
+ * "host", its preflight and fabric status (host_health.h). */
+cJSON *node_report_json(const struct admin *a);
 
 /* Check a report and store it on node_id: the CPU, memory and NUMA
  * columns, the inventory, and the GPUs when it has them.  The caller

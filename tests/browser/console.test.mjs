@@ -243,12 +243,23 @@ async function main() {
     await page.getByRole('button', { name: 'Create a join token' }).click();
     const token = (await page.locator('#join-token').textContent()).trim();
     check(token.startsWith('join_') && (await page.locator('#join-command').textContent()).includes('--join'), 'join token and command shown');
-    await startAdmin(tmp, 'node-b', ['--join', leader.url, '--engine-ports', '19110-19119'],
-      { PRIVAI_JOIN_TOKEN: token, PRIVAI_NVML_DOUBLE_NODE: '1' });
-    const brow = page.locator('tr', { hasText: 'node-b' });
+    // node-b's preflight report: privai-tune over the fixture node with a bad pairing
+    execFileSync('python3', [path.join(ROOT, 'tests', 'fixtures', 'sysfs', 'make-trees.py'), path.join(tmp, 'trees')]);
+    const preflight = path.join(tmp, 'node-b-preflight.json');
+    try {
+      execFileSync(path.join(BUILD, 'privai-tune'), ['check', '--root', path.join(tmp, 'trees', 'hgx-h100-bad'), '--output', preflight], { stdio: 'ignore' });
+    } catch { /* exit 1: checks failed, as they should on this tree */ }
+    await startAdmin(tmp, 'node-b', ['--join', leader.url, '--engine-ports', '19110-19119', '--preflight-file', preflight,
+      '--fabric-socket', path.join(tmp, 'no-fabric.sock')], { PRIVAI_JOIN_TOKEN: token, PRIVAI_NVML_DOUBLE_NODE: '1' });
+    const brow = page.getByRole('table', { name: 'Nodes', exact: true }).locator('tr', { hasText: 'node-b' });
     await brow.waitFor({ timeout: 20000 });
     await brow.getByText('ready').waitFor();
     check(await brow.locator('td').nth(4).textContent() === '8', 'node-b joined with 8 GPUs');
+    await brow.getByText('14 failed, 5 warned, 36 passed, 0 skipped', { exact: false }).waitFor({ timeout: 10000 });
+    check(await brow.getByText('privai-fabric is not serving').count() === 1, "node-b's host column: preflight counts, fabric missing");
+    const pairing = page.locator('table', { hasText: 'Host checks that failed or warned' }).locator('tr', { hasText: 'GPU-to-NIC pairing' });
+    check(await pairing.count() === 1 && (await pairing.textContent()).includes('node-b') &&
+      (await pairing.textContent()).includes('move the NIC 0000:3e:00.0'), 'the bad pairing is listed with its fix');
     page.once('dialog', (d) => d.accept());
     await brow.getByRole('button', { name: 'Drain node-b' }).click();
     await brow.getByText('draining', { exact: true }).waitFor();

@@ -61,6 +61,10 @@ usage(FILE *fp)
 	      "                       (PRIVAI_JOIN_PIN); without it the certificate must verify\n"
 	      "  --heartbeat-s N      seconds between heartbeats (PRIVAI_HEARTBEAT_S; default 10)\n"
 	      "  --sys-root DIR       read /proc and /sys under DIR (PRIVAI_SYS_ROOT; default /)\n"
+	      "  --preflight-file F   privai-tune's last preflight report, shown in the console\n"
+	      "                       (PRIVAI_PREFLIGHT_FILE; default /run/privai/preflight.json)\n"
+	      "  --fabric-socket S    privai-fabric's status socket (PRIVAI_FABRIC_SOCKET;\n"
+	      "                       default /run/privai/fabric.sock)\n"
 	      "  --webui DIR          the console's files (PRIVAI_WEBUI; default: webui/ beside the binary's\n"
 	      "                       directory, then /usr/share/privai/webui)\n"
 	      "  --config FILE        KEY=VALUE lines with the PRIVAI_* names above (PRIVAI_CONFIG)\n"
@@ -199,6 +203,8 @@ parse_args(int argc, char **argv, struct options *o)
 	o->heartbeat = env("PRIVAI_HEARTBEAT_S", "10");
 	o->join_token_file = env("PRIVAI_JOIN_TOKEN_FILE", NULL);
 	c->sys_root = env("PRIVAI_SYS_ROOT", "/");
+	c->preflight_file = env("PRIVAI_PREFLIGHT_FILE", "/run/privai/preflight.json");
+	c->fabric_socket = env("PRIVAI_FABRIC_SOCKET", "/run/privai/fabric.sock");
 	c->node_name = env("PRIVAI_NODE_NAME", NULL);
 	c->advertise_url = env("PRIVAI_ADVERTISE_URL", NULL);
 	c->join_url = env("PRIVAI_JOIN_URL", NULL);
@@ -239,6 +245,8 @@ parse_args(int argc, char **argv, struct options *o)
 		else if (strcmp(a, "--join-pin") == 0) c->join_pin = v;
 		else if (strcmp(a, "--heartbeat-s") == 0) o->heartbeat = v;
 		else if (strcmp(a, "--sys-root") == 0) c->sys_root = v;
+		else if (strcmp(a, "--preflight-file") == 0) c->preflight_file = v;
+		else if (strcmp(a, "--fabric-socket") == 0) c->fabric_socket = v;
 		else if (strcmp(a, "--webui") == 0) c->webui_dir = v;
 		else if (strcmp(a, "--model-root") == 0) {
 			if (c->n_model_roots == ADMIN_MAX_MODEL_ROOTS - 1) {

@@ -35,6 +35,7 @@ static volatile sig_atomic_t stopping;
 struct server {
 	pthread_mutex_t lock;
 	char *status;                /* the last report, JSON */
+	char bus_err[320];           /* why systemd's bus could not be opened, or "" */
 	time_t window_start;
 	uint32_t window_restarts;
 };
@@ -158,6 +159,8 @@ refresh(struct fabric_opts *o, struct server *srv, sd_bus *bus)
 		fprintf(stderr, "privai-fabric serve: %s\n", err);
 		return;
 	}
+	if (bus == NULL)
+		snprintf(err, sizeof(err), "%s", srv->bus_err);
 	have = bus != NULL && fm_unit_read(bus, o->s.fm_unit, &unit, err, sizeof(err)) == 0;
 	fm_status_judge(&f, &o->s, have ? &unit : NULL, err, have && restart_loop(srv, &unit), &st);
 	j = cJSON_CreateObject();
@@ -212,8 +215,10 @@ cmd_serve(struct fabric_opts *o, int argc, char **argv)
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
 	signal(SIGPIPE, SIG_IGN);
-	if (fm_bus_open(o->s.user_bus, &bus, err, sizeof(err)) < 0)
+	if (fm_bus_open(o->s.user_bus, &bus, err, sizeof(err)) < 0) {
+		snprintf(srv.bus_err, sizeof(srv.bus_err), "%s", err);
 		fprintf(stderr, "privai-fabric serve: %s; Fabric Manager is reported, not managed\n", err);
+	}
 	if ((fd = listen_unix(o->s.status_socket, err, sizeof(err))) < 0) {
 		sd_bus_flush_close_unref(bus);
 		return fabric_fail("serve", err);

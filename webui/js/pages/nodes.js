@@ -2,9 +2,11 @@
 import { api } from '../api.js';
 import { h, badge, bytes, table, act, when, field } from '../ui.js';
 import { can } from '../app.js';
+import { hostSummary, hostProblems } from './host.js';
 
 export default async function nodes(main) {
   const list = h('div', {});
+  const problems = h('section', { class: 'card', 'aria-label': 'Host checks' });
   const info = h('div', {});
   const tokenOut = h('div', { 'aria-live': 'polite' });
   async function refresh() {
@@ -19,6 +21,7 @@ export default async function nodes(main) {
       { label: 'Memory', value: (n) => bytes(n.memory_bytes) },
       { label: 'GPUs', value: (n) => String(n.gpu_count) },
       { label: 'NICs', value: (n) => (n.inventory?.nics || []).filter((x) => x.physical).map((x) => `${x.name} ${x.speed_mbps > 0 ? x.speed_mbps / 1000 + ' Gb/s' : x.state}`).join(', ') || '—' },
+      { label: 'Host', value: hostSummary },
       { label: 'Last heartbeat', value: (n) => when(n.last_heartbeat) },
       { label: 'Actions', value: (n) => n.state === 'removed' || !can('operator') ? '' : h('div', { class: 'actions' },
         n.state === 'draining'
@@ -26,6 +29,7 @@ export default async function nodes(main) {
           : h('button', { type: 'button', class: 'secondary', 'aria-label': `Drain ${n.name}`, onclick: (e) => confirm(`Drain ${n.name}? Its deployments stop.`) && act(e.target, async () => { await api('POST', `/api/v1/nodes/${n.id}/drain`); refresh(); }, 'Node draining') }, 'Drain'),
         !n.is_self && can('admin') ? h('button', { type: 'button', class: 'danger', 'aria-label': `Remove ${n.name}`, onclick: (e) => confirm(`Remove ${n.name} from the cluster?`) && act(e.target, async () => { await api('DELETE', `/api/v1/nodes/${n.id}`); refresh(); }, 'Node removed') }, 'Remove') : '') },
     ], r.data));
+    problems.replaceChildren(h('h2', {}, 'Host checks'), hostProblems(r.data.filter((n) => n.state !== 'removed')));
   }
   main.append(info);
   if (can('admin')) {
@@ -42,7 +46,7 @@ export default async function nodes(main) {
     });
     main.append(h('section', { class: 'card', 'aria-label': 'Join a node' }, h('h2', {}, 'Join a node'), form, tokenOut));
   }
-  main.append(list);
+  main.append(list, problems);
   await refresh();
   const timer = setInterval(refresh, 3000);
   return () => clearInterval(timer);

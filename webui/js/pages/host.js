@@ -1,0 +1,54 @@
+// A node's host health, as its heartbeats carry it: the last preflight
+// report (privai-tune check) and privai-fabric's status.  The report keeps
+// only the checks that warn or fail, with their fixes.
+import { h, badge, when, table } from '../ui.js';
+
+function preflightSummary(p) {
+  if (!p) return badge('missing');
+  if (p.state !== 'ok') return [badge(p.state), h('div', { class: 'muted' }, p.error)];
+  const s = p.summary;
+  const worst = s.fail ? 'fail' : s.warn ? 'warn' : 'pass';
+  return [badge(worst), h('div', { class: 'muted' },
+    `${s.fail} failed, ${s.warn} warned, ${s.pass} passed, ${s.skip} skipped; checked ${when(p.checked_at)}`)];
+}
+
+function fabricSummary(f) {
+  if (!f) return badge('missing');
+  if (f.state !== 'ok') return [badge(f.state), h('div', { class: 'muted' }, f.error)];
+  const fm = f.fabric_manager, t = f.nccl_topology;
+  const topo = !t.needed && !t.present ? '' : !t.present ? 'NCCL topology file missing'
+    : t.valid === false ? `NCCL topology file: ${t.problems.length} problem(s)` : 'NCCL topology file valid';
+  return [badge(fm.verdict), h('div', { class: 'muted' },
+    [fm.needed ? `Fabric Manager ${fm.version || ''}, ${fm.nvswitches} NVSwitch(es)` : 'no NVSwitches', topo].filter(Boolean).join('; '))];
+}
+
+// The Host column of the Nodes table.
+export function hostSummary(n) {
+  const host = n.inventory?.host;
+  return h('div', {}, h('div', {}, 'Preflight: ', preflightSummary(host?.preflight)),
+    h('div', {}, 'Fabric: ', fabricSummary(host?.fabric)));
+}
+
+// Every node's failing and warning checks, with their fixes.
+export function hostProblems(nodes) {
+  const rows = [];
+  for (const n of nodes) {
+    const host = n.inventory?.host;
+    for (const c of (host?.preflight?.state === 'ok' ? host.preflight.checks : []))
+      rows.push({ node: n.name, status: c.status, what: c.title || c.id, id: c.id, found: c.found, expected: c.expected, fix: c.fix });
+    const f = host?.fabric;
+    if (f?.state === 'ok' && f.fabric_manager.problem && f.fabric_manager.verdict !== 'ready' && f.fabric_manager.verdict !== 'not-needed')
+      rows.push({ node: n.name, status: 'fail', what: 'Fabric Manager', id: 'fabric.manager', found: f.fabric_manager.verdict, expected: 'ready', fix: f.fabric_manager.problem });
+    for (const p of (f?.state === 'ok' && f.nccl_topology.valid === false ? f.nccl_topology.problems : []))
+      rows.push({ node: n.name, status: 'fail', what: 'NCCL topology file', id: 'fabric.nccl_topology', found: p, expected: `a file that matches the node (${f.nccl_topology.path})`, fix: 'privai-fabric topology --write it again' });
+  }
+  rows.sort((a, b) => (a.status === b.status ? 0 : a.status === 'fail' ? -1 : 1));
+  return table('Host checks that failed or warned', [
+    { label: 'Node', value: (r) => r.node },
+    { label: 'Status', value: (r) => badge(r.status) },
+    { label: 'Check', value: (r) => [r.what, h('div', { class: 'muted' }, r.id)] },
+    { label: 'Found', value: (r) => r.found },
+    { label: 'Expected', value: (r) => r.expected },
+    { label: 'Fix', value: (r) => r.fix },
+  ], rows, 'No host check failed or warned.');
+}
