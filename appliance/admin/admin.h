@@ -68,6 +68,7 @@ struct admin {
 	struct cluster *cluster;     /* heartbeats and the unreachable watch (cluster.c) */
 	char runner_how[80];         /* how engines run: "child processes", "transient units of ..." */
 	char runner_note[600];       /* why auto mode fell back to child processes, or "" */
+	char adopt_note[600];        /* engines kept or replaced from a previous run, or "" */
 };
 
 /* Now, in Unix seconds (UTC). */

@@ -1,6 +1,7 @@
 /* Engine processes as children, or as transient systemd units over sd-bus. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,12 +23,15 @@
 #define SD_SERVICE "org.freedesktop.systemd1.Service"
 #define STOP_TIMEOUT_US (30ULL * 1000000)
 #define START_WAIT_MS 15000
+#define MAX_LEFTOVERS 256
 
 struct runner {
 	enum runner_mode mode;       /* RUNNER_CHILD, RUNNER_SYSTEMD or RUNNER_SYSTEMD_USER once open */
 	sd_bus *bus;
 	char tag[40];
 	int root;                    /* the manager runs as root, so namespaces and raised limits work */
+	char *left[MAX_LEFTOVERS];   /* units a previous run left, not (yet) adopted */
+	int n_left;
 };
 
 /* What the manager says about a unit. */
@@ -61,6 +65,12 @@ runner_describe(const struct runner *r)
 	case RUNNER_SYSTEMD_USER: return "transient units of the systemd user manager";
 	default: return "child processes";
 	}
+}
+
+int
+runner_outlives(const struct runner *r)
+{
+	return r->bus != NULL;
 }
 
 void
@@ -195,16 +205,17 @@ unit_wait_status(const struct unit_state *st, char *why, size_t why_size)
 	return (st->status & 0xff) << 8;
 }
 
-/* Stop and forget the units a previous run of this admin left running
- * (under systemd they outlive it), so their names and ports are free. */
+/* The units a previous run of this admin left (under systemd they
+ * outlive it), into r->left: the supervisor adopts those that still run
+ * what it would start, and runner_stop_leftovers() stops the rest. */
 static int
-stop_leftovers(struct runner *r, char *err)
+list_leftovers(struct runner *r, char *err)
 {
 	sd_bus_error e = SD_BUS_ERROR_NULL;
 	sd_bus_message *m = NULL, *reply = NULL;
-	char pattern[80], *names[64];
+	char pattern[80];
 	const char *name;
-	int rc, n = 0;
+	int rc;
 
 	snprintf(pattern, sizeof(pattern), "privai-engine-%s-*.service", r->tag);
 	if ((rc = sd_bus_message_new_method_call(r->bus, &m, SD_DEST, SD_PATH, SD_MANAGER, "ListUnitsByPatterns")) <
@@ -214,36 +225,112 @@ stop_leftovers(struct runner *r, char *err)
 	    (rc = sd_bus_call(r->bus, m, 0, &e, &reply)) < 0 ||
 	    (rc = sd_bus_message_enter_container(reply, 'a', "(ssssssouso)")) < 0)
 		goto out;
-	while (n < 64 && (rc = sd_bus_message_read(reply, "(ssssssouso)", &name, NULL, NULL, NULL, NULL, NULL, NULL,
-						   NULL, NULL, NULL)) > 0)
-		if ((names[n] = strdup(name)) != NULL)
-			n++;
-	if (rc < 0)
-		goto out;
-	for (int i = 0; i < n; i++)
-		call_unit(r, "StopUnit", names[i]);
-	for (int i = 0; i < n; i++) {
-		struct unit_state st;
-		for (int waited = 0; waited < (int)(STOP_TIMEOUT_US / 1000) + 5000; waited += 50) {
-			/* until it is unloaded, not merely inactive: its name must be free to start again */
-			if (unit_state(r, names[i], &st, err) < 0 || !st.found)
-				break;
-			if (strcmp(st.active, "failed") == 0)
-				call_unit(r, "ResetFailedUnit", names[i]);
-			sleep_ms(50);
-		}
-		call_unit(r, "ResetFailedUnit", names[i]);
-	}
-	rc = 0;
+	while (r->n_left < MAX_LEFTOVERS &&
+	       (rc = sd_bus_message_read(reply, "(ssssssouso)", &name, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+					 NULL)) > 0)
+		if ((r->left[r->n_left] = strdup(name)) != NULL)
+			r->n_left++;
+	if (rc > 0)
+		rc = 0;
 out:
 	if (rc < 0)
 		rc = bus_fail(err, "listing this admin's engine units", &e, rc);
-	for (int i = 0; i < n; i++)
-		free(names[i]);
 	sd_bus_message_unref(m);
 	sd_bus_message_unref(reply);
 	sd_bus_error_free(&e);
 	return rc;
+}
+
+void
+runner_stop_leftovers(struct runner *r)
+{
+	char err[PRIVAI_ERR_LEN];
+
+	for (int i = 0; i < r->n_left; i++)
+		call_unit(r, "StopUnit", r->left[i]);
+	for (int i = 0; i < r->n_left; i++) {
+		struct unit_state st;
+		for (int waited = 0; waited < (int)(STOP_TIMEOUT_US / 1000) + 5000; waited += 50) {
+			/* until it is unloaded, not merely inactive: its name must be free to start again */
+			if (unit_state(r, r->left[i], &st, err) < 0 || !st.found)
+				break;
+			if (strcmp(st.active, "failed") == 0)
+				call_unit(r, "ResetFailedUnit", r->left[i]);
+			sleep_ms(50);
+		}
+		call_unit(r, "ResetFailedUnit", r->left[i]);
+		free(r->left[i]);
+	}
+	r->n_left = 0;
+}
+
+/* The command line the manager runs for unit (its first ExecStart), or NULL. */
+static char **
+unit_argv(struct runner *r, const char *unit)
+{
+	sd_bus_error e = SD_BUS_ERROR_NULL;
+	sd_bus_message *reply = NULL, *exec = NULL;
+	const char *path, *binary;
+	char **argv = NULL;
+
+	if (sd_bus_call_method(r->bus, SD_DEST, SD_PATH, SD_MANAGER, "GetUnit", &e, &reply, "s", unit) < 0 ||
+	    sd_bus_message_read(reply, "o", &path) < 0 ||
+	    sd_bus_get_property(r->bus, SD_DEST, path, SD_SERVICE, "ExecStart", &e, &exec, "a(sasbttttuii)") < 0 ||
+	    sd_bus_message_enter_container(exec, 'a', "(sasbttttuii)") <= 0 ||
+	    sd_bus_message_enter_container(exec, 'r', "sasbttttuii") <= 0 ||
+	    sd_bus_message_read(exec, "s", &binary) < 0 || sd_bus_message_read_strv(exec, &argv) < 0)
+		argv = NULL;
+	sd_bus_message_unref(exec);
+	sd_bus_message_unref(reply);
+	sd_bus_error_free(&e);
+	return argv;
+}
+
+static void
+strv_free(char **v)
+{
+	for (char **p = v; p != NULL && *p != NULL; p++)
+		free(*p);
+	free(v);
+}
+
+int
+runner_adopt(struct runner *r, int64_t id, char *const argv[], pid_t *pid, char *why, size_t why_size)
+{
+	char unit[96], exe[64], target[4200], want[PATH_MAX], err[PRIVAI_ERR_LEN];
+	struct unit_state st;
+	int k = -1, same = 1;
+	char **running;
+
+	why[0] = '\0';
+	runner_unit_name(r, id, unit, sizeof(unit));
+	for (int i = 0; i < r->n_left && k < 0; i++)
+		if (strcmp(r->left[i], unit) == 0)
+			k = i;
+	if (k < 0)
+		return 0;
+	if (unit_state(r, unit, &st, err) < 0 || !st.found || strcmp(st.active, "active") != 0 || st.main_pid == 0)
+		return snprintf(why, why_size, "its unit %s is not running", unit), 0;
+	if ((running = unit_argv(r, unit)) == NULL)
+		return snprintf(why, why_size, "its unit's command line cannot be read"), 0;
+	for (int i = 0; same && (argv[i] != NULL || running[i] != NULL); i++)
+		same = argv[i] != NULL && running[i] != NULL && strcmp(argv[i], running[i]) == 0;
+	strv_free(running);
+	if (!same)
+		return snprintf(why, why_size, "its engine runs with other settings; replacing it"), 0;
+	/* an upgraded engine binary: the running one is the old code */
+	snprintf(exe, sizeof(exe), "/proc/%u/exe", st.main_pid);
+	ssize_t n = readlink(exe, target, sizeof(target) - 1);
+	target[n > 0 ? n : 0] = '\0';
+	if (realpath(argv[0], want) == NULL)
+		snprintf(want, sizeof(want), "%s", argv[0]);
+	if (n <= 0 || strcmp(target, want) != 0)
+		return snprintf(why, why_size, "its engine runs %s, not %s; replacing it", n > 0 ? target : "an unreadable binary",
+				argv[0]), 0;
+	free(r->left[k]);
+	r->left[k] = r->left[--r->n_left];
+	*pid = (pid_t)st.main_pid;
+	return 1;
 }
 
 static int
@@ -289,7 +376,7 @@ runner_open(enum runner_mode mode, const char *tag, struct runner **ret, char *n
 		rc = open_bus(r, mode, err);
 	}
 	if (rc == PRIVAI_OK && r->bus != NULL)
-		rc = stop_leftovers(r, err);
+		rc = list_leftovers(r, err);
 	if (rc != PRIVAI_OK) {
 		runner_close(r);
 		return rc;
@@ -303,6 +390,8 @@ runner_close(struct runner *r)
 {
 	if (r == NULL)
 		return;
+	for (int i = 0; i < r->n_left; i++)
+		free(r->left[i]);
 	sd_bus_flush_close_unref(r->bus);
 	free(r);
 }

@@ -30,11 +30,22 @@ int runner_parse_mode(const char *s, enum runner_mode *mode);
 /* Connect to the manager the mode names.  `tag` keeps this admin's units
  * apart from another's on the same host (unit names are
  * privai-engine-TAG-ID.service).  Units a previous run of this admin left
- * behind are stopped.  In auto mode a manager that does not answer means
- * children, and *note says why. */
+ * behind are listed, for runner_adopt() and runner_stop_leftovers().  In
+ * auto mode a manager that does not answer means children, and *note
+ * says why. */
 int runner_open(enum runner_mode mode, const char *tag, struct runner **ret, char *note, size_t note_size,
 		char *err);
 void runner_close(struct runner *r);
+/* 1: the unit a previous run left for deployment id is active and runs
+ * exactly argv, from the binary argv[0] names now (not one replaced
+ * since); its main process is *pid and it is the caller's from now on.
+ * 0: not adopted, and `why` says why when there was such a unit. */
+int runner_adopt(struct runner *r, int64_t id, char *const argv[], pid_t *pid, char *why, size_t why_size);
+/* Stop the units a previous run left that were not adopted, and wait
+ * until they are gone (their names and ports are then free). */
+void runner_stop_leftovers(struct runner *r);
+/* 1 when engines outlive privai-admin (systemd units), 0 for children. */
+int runner_outlives(const struct runner *r);
 /* "child processes", "transient units of the system manager", ... */
 const char *runner_describe(const struct runner *r);
 /* The unit name of deployment id, or "" for children. */

@@ -213,11 +213,21 @@ open_log(struct admin *a, int64_t id)
 
 static void last_log_line(struct admin *a, int64_t id, char *out, size_t size);
 
+/* A fresh key for the admin's own calls to an engine: "adm_" + 32 characters. */
+static void
+new_key(char *key, size_t size)
+{
+	unsigned char raw[24];
+
+	randombytes_buf(raw, sizeof(raw));
+	memcpy(key, "adm_", 4);
+	sodium_bin2base64(key + 4, size - 4, raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+}
+
 static int
 spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, size_t why_size)
 {
 	char *argv[40], buf[40][4200], dir[4096], key[sizeof(p->key)];
-	unsigned char raw[24];
 
 	deployment_dir(s->a, w->id, dir, sizeof(dir));
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
@@ -228,9 +238,7 @@ spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, siz
 		snprintf(why, why_size, "the model file %s cannot be read: %s", w->model_path, strerror(errno));
 		return -1;
 	}
-	randombytes_buf(raw, sizeof(raw));
-	memcpy(key, "adm_", 4);
-	sodium_bin2base64(key + 4, sizeof(key) - 4, raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	new_key(key, sizeof(key));
 	pthread_mutex_lock(&s->a->db_mu);
 	int kerr = write_keys(s->a, w->id, key);
 	pthread_mutex_unlock(&s->a->db_mu);
@@ -551,6 +559,52 @@ open_runner(struct admin *a, struct supervisor *s, char *err)
 	return rc;
 }
 
+/* Engines a previous run left running under systemd that still run what
+ * this run would start are kept, with a fresh admin key; the others are
+ * stopped before anything starts.  A note for the log in a->adopt_note. */
+static void
+adopt(struct supervisor *s)
+{
+	char *argv[40], buf[40][4200], why[300], names[400] = "";
+	struct want *w;
+	int n = load_wants(s->a, &w), kept = 0, replaced = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct proc *p;
+		pid_t pid;
+		if (!w[i].run || !w[i].model_ready)
+			continue;
+		struct proc probe = { .port = w[i].port };
+		build_argv(s, &w[i], &probe, argv, buf);
+		if (runner_adopt(s->runner, w[i].id, argv, &pid, why, sizeof(why)) != 1) {
+			replaced += why[0] != '\0';
+			continue;
+		}
+		if ((p = calloc(1, sizeof(*p))) == NULL)
+			break;
+		p->id = w[i].id;
+		p->port = w[i].port;
+		p->pid = pid;
+		new_key(p->key, sizeof(p->key));
+		pthread_mutex_lock(&s->a->db_mu);
+		int kerr = write_keys(s->a, p->id, p->key);
+		pthread_mutex_unlock(&s->a->db_mu);
+		if (kerr == 0)
+			kill(pid, SIGHUP); /* it rereads its key file: the old admin key is gone */
+		p->next = s->procs;
+		s->procs = p;
+		set_row(s, p->id, "loading", NULL, pid, 0);
+		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", kept ? ", " : "", w[i].name);
+		kept++;
+	}
+	free_wants(w, n);
+	if (kept > 0 || replaced > 0)
+		snprintf(s->a->adopt_note, sizeof(s->a->adopt_note),
+			 "kept %d engine(s) a previous run left serving%s%s%s; replaced %d that ran other settings or binaries",
+			 kept, kept ? " (" : "", names, kept ? ")" : "", replaced);
+	runner_stop_leftovers(s->runner);
+}
+
 int
 supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 {
@@ -577,6 +631,7 @@ supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 	sqlite3_exec(a->db, "UPDATE deployments SET state = CASE desired WHEN 'running' THEN 'pending' ELSE 'stopped' "
 			    "END, pid = NULL, unit = NULL, reason = NULL", NULL, NULL, NULL);
 	pthread_mutex_unlock(&a->db_mu);
+	adopt(s);
 	atomic_store(&s->alive, 1);
 	if (pthread_create(&s->thread, NULL, supervisor_main, s) != 0) {
 		runner_close(s->runner);
@@ -601,11 +656,12 @@ supervisor_stop(struct supervisor *s)
 	pthread_mutex_unlock(&s->mu);
 	pthread_join(s->thread, NULL);
 	atomic_store(&s->alive, 0);
-	for (struct proc *p = s->procs; p != NULL; p = p->next)
+	/* units go on serving; the next run adopts them */
+	for (struct proc *p = s->procs; p != NULL && !runner_outlives(s->runner); p = p->next)
 		if (p->pid > 0)
 			runner_signal(s->runner, p->id, p->pid, SIGTERM, err);
 	int64_t deadline = mono_ms() + 10000;
-	for (struct proc *p = s->procs; p != NULL; p = p->next) {
+	for (struct proc *p = s->procs; p != NULL && !runner_outlives(s->runner); p = p->next) {
 		while (p->pid > 0 && runner_wait(s->runner, p->id, p->pid, &status, how, sizeof(how), err) == 1) {
 			if (mono_ms() > deadline)
 				runner_signal(s->runner, p->id, p->pid, SIGKILL, err);

@@ -6,7 +6,9 @@
  * the last line it logged, and started again after a backoff that
  * doubles from 1 s to 60 s; one that should stop, or whose row is gone,
  * gets SIGTERM and, 30 s later, SIGKILL.  Children die with privai-admin
- * (PR_SET_PDEATHSIG), so a restarted admin never finds strays on its ports.
+ * (PR_SET_PDEATHSIG); systemd units outlive it, and the next start keeps
+ * those that still run what it would start (runner_adopt) and stops the
+ * others before it starts anything, so it never finds strays on its ports.
  */
 #ifndef PRIVAI_ADMIN_SUPERVISOR_H
 #define PRIVAI_ADMIN_SUPERVISOR_H
@@ -18,7 +20,8 @@ struct admin;
 struct supervisor;
 
 int supervisor_start(struct admin *a, struct supervisor **ret, char *err);
-/* Stop every engine (SIGTERM, then SIGKILL after 10 s) and the thread. */
+/* Stop the thread, and every engine that is a child process (SIGTERM,
+ * then SIGKILL after 10 s); systemd units go on serving. */
 void supervisor_stop(struct supervisor *s);
 int supervisor_alive(struct supervisor *s);
 /* Reconcile now rather than at the next tick (after a change). */

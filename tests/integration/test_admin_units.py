@@ -4,14 +4,16 @@ namespace so it believes the host was booted with systemd): the unit and
 its properties as the manager reports them, the engine's process outside
 privai-admin's tree with no_new_privs set, a chat through it, a killed
 engine restarted by the supervisor in a new unit, stop, an admin killed
-with -9 leaving its engine serving and the next admin replacing it, two
-admins on one manager keeping apart, and a binary the manager cannot run.
+with -9 or stopped leaving its engine serving and the next admin keeping
+it (or replacing it when its settings changed), two admins on one manager
+keeping apart, and a binary the manager cannot run.
 
 usage: python3 tests/integration/test_admin_units.py BUILD_DIR"""
 import http.client
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -168,33 +170,92 @@ def test_stop_start(a, xdg, d):
     return n
 
 
+def chat(c):
+    r = c.post("/api/v1/deployments/1/v1/chat/completions",
+               {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4})
+    return r.status == 200 and r.json["choices"][0]["message"]["role"] == "assistant"
+
+
+def new_log(adm, since):
+    with open(adm.log_path, errors="replace") as f:
+        f.seek(since)
+        return f.read()
+
+
 def test_admin_restart(adm, a, xdg, d):
-    """Under systemd an engine outlives its admin; the next admin replaces it."""
+    """Under systemd an engine outlives its admin; the next admin keeps it
+    when it runs what it would start, and replaces it otherwise."""
     adm.stop(signal.SIGKILL)
     time.sleep(0.5)
     check(unit_props(xdg, d["unit"], "ActiveState") == {"ActiveState": "active"} and health(d["port"]) == 200,
           "privai-admin killed with -9: its engine still serves", health(d["port"]))
+    mark = os.path.getsize(adm.log_path)
+    adm.start()
+    a2 = adm.client()
+    a2.login("admin", PW)
+    n = ready(a2, 1)
+    check(n is not None and n["pid"] == d["pid"] and n["unit"] == d["unit"],
+          "the restarted admin kept the running engine: same process, same unit", n or deployment(a2, 1))
+    check("kept 1 engine(s) a previous run left serving (demo); replaced 0" in new_log(adm, mark),
+          "and says so in its log", new_log(adm, mark)[-300:])
+    check(chat(a2), "a chat through the kept engine with the new admin's key (it reread its key file)")
+    check(engine_units(xdg) == [d["unit"]], "no second unit", engine_units(xdg))
+
+    # SIGTERM leaves it serving too
+    check(adm.stop() == 0 and health(d["port"]) == 200 and proc_status(d["pid"], "State") is not None,
+          "privai-admin stopped with SIGTERM: its engine goes on serving")
+    # settings changed behind its back: the next admin must not keep the old engine
+    db = sqlite3.connect(os.path.join(adm.state, "privai.db"), timeout=10)
+    db.execute("UPDATE deployments SET options = json_set(options, '$.ctx', 256) WHERE id = 1")
+    db.commit()
+    db.close()
+    mark = os.path.getsize(adm.log_path)
     adm.start()
     a2 = adm.client()
     a2.login("admin", PW)
     n = ready(a2, 1, old_pid=d["pid"])
     check(n is not None and n["unit"] == d["unit"] and proc_status(d["pid"], "State") is None,
-          "the restarted admin stopped the old engine and runs a new one", n or deployment(a2, 1))
+          "an engine that runs other settings is replaced in the same unit", n or deployment(a2, 1))
+    check("kept 0 engine(s) a previous run left serving; replaced 1" in new_log(adm, mark),
+          "and the log says it was replaced", new_log(adm, mark)[-300:])
+    check(n is not None and "--ctx" in unit_props(xdg, n["unit"], "ExecStart").get("ExecStart", "") and chat(a2),
+          "the new engine runs the new settings and answers")
     return a2, n
 
 
 def test_two_admins(tmp, xdg, d):
+    """A second admin on the same manager keeps to its own units; its engine
+    binary is upgraded while it is stopped, so its next start replaces the
+    engine rather than keep the old code running."""
     env = {"XDG_RUNTIME_DIR": xdg, "PRIVAI_ENGINE_RUNNER": "systemd-user"}
-    b = Admin(BUILD, os.path.join(tmp, "b"), PW, extra=("--demo-model", DEMO), env_extra=env, ports="19190-19199")
+    engine = os.path.join(tmp, "engine-copy")
+    shutil.copy2(os.path.join(BUILD, "privai-engine"), engine)
+    b = Admin(BUILD, os.path.join(tmp, "b"), PW, extra=("--demo-model", DEMO, "--engine", engine), env_extra=env,
+              ports="19190-19199")
     bc = b.client()
     bc.login("admin", PW)
     e = ready(bc, 1)
     check(e is not None and e["unit"] != d["unit"], "a second admin's engine has a unit of its own", e)
     check(proc_status(d["pid"], "State") is not None, "starting the second admin left the first's engine alone")
+    if e is None:
+        b.stop()
+        return
     b.stop()
-    check(wait_for(lambda: engine_units(xdg) == [d["unit"]], 10), "stopping the second admin stopped only its own "
-          "unit", engine_units(xdg))
+    shutil.copy2(os.path.join(BUILD, "privai-engine"), engine + ".new")
+    os.rename(engine + ".new", engine)  # as a package upgrade does
+    mark = os.path.getsize(b.log_path)
+    b.start()
+    bc = b.client()
+    bc.login("admin", PW)
+    n = ready(bc, 1, old_pid=e["pid"])
+    check(n is not None and proc_status(e["pid"], "State") is None and "replaced 1" in new_log(b, mark),
+          "an engine whose binary was upgraded is replaced, not kept", new_log(b, mark)[-300:])
+    r = bc.request("DELETE", "/api/v1/deployments/1")
+    check(r.status == 204, "the second admin's deployment deleted", r)
+    check(wait_for(lambda: engine_units(xdg) == [d["unit"]], 20), "deleting it stopped only its own unit",
+          engine_units(xdg))
     check(proc_status(d["pid"], "State") is not None, "the first admin's engine still runs")
+    b.stop()
 
 
 def test_bad_binary(tmp, xdg):
@@ -247,7 +308,7 @@ def main():
                     ports="19180-19189")
         a = adm.client()
         a.login("admin", PW)
-        d = test_unit(adm, a, xdg)
+        d, d2 = test_unit(adm, a, xdg), None
         if d is not None:
             d = test_killed_engine(a, xdg, d) or d
             d = test_stop_start(a, xdg, d) or d
@@ -256,7 +317,10 @@ def main():
                 test_two_admins(tmp, xdg, d2)
         test_bad_binary(tmp, xdg)
         adm.stop()
-        check(wait_for(lambda: engine_units(xdg) == [], 10), "a stopped admin leaves no engine units",
+        check(engine_units(xdg) == [d2["unit"]] if d2 else False, "a stopped admin leaves its engine serving",
+              engine_units(xdg))
+        systemctl(xdg, "stop", "privai.slice")
+        check(wait_for(lambda: engine_units(xdg) == [], 30), "systemctl stop privai.slice stops every engine",
               engine_units(xdg))
     finally:
         stop_manager(proc)

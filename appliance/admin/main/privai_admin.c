@@ -503,6 +503,8 @@ main(int argc, char **argv)
 	if (a.runner_note[0] != '\0')
 		fprintf(stderr, "privai-admin: %s\n", a.runner_note);
 	fprintf(stderr, "privai-admin: engines run as %s\n", a.runner_how);
+	if (a.adopt_note[0] != '\0')
+		fprintf(stderr, "privai-admin: %s\n", a.adopt_note);
 	fprintf(stderr, "privai-admin: console on %s://%s:%d/ (state in %s)\n", a.tls ? "https" : "http", a.cfg.host,
 		a.port, a.cfg.state_dir);
 	sd_notify(0, "READY=1");
