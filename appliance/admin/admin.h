@@ -73,5 +73,7 @@ struct admin {
 
 /* Now, in Unix seconds (UTC). */
 int64_t admin_now(void);
+/* A monotonic clock in milliseconds, for deadlines and intervals. */
+int64_t admin_mono_ms(void);
 
 #endif

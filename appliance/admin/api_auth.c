@@ -23,15 +23,6 @@ user_json(const struct principal *p)
 	return u;
 }
 
-static int64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int
 must_change_password(sqlite3 *db, int64_t user_id)
 {
@@ -56,7 +47,7 @@ h_login(struct req *r)
 	cJSON *j;
 	const char *name, *password;
 
-	int wait = ratelimit_take(&r->a->login_limit, r->addr, now_ms());
+	int wait = ratelimit_take(&r->a->login_limit, r->addr, admin_mono_ms());
 	if (wait > 0) {
 		snprintf(wait_s, sizeof(wait_s), "%d", wait);
 		reply_header(r, "Retry-After", wait_s);

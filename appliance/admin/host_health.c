@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "host_health.h"
 
 #define MAX_FILE_BYTES (1 << 20)     /* a preflight report is some 20 KB */
@@ -298,21 +299,12 @@ nomem:
 	return NULL;
 }
 
-static int64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Wait for fd to be ready for events before the deadline; 1, 0 on timeout, -1. */
 static int
 wait_fd(int fd, short events, int64_t deadline)
 {
 	struct pollfd p = { .fd = fd, .events = events };
-	int64_t left = deadline - now_ms();
+	int64_t left = deadline - admin_mono_ms();
 
 	if (left <= 0)
 		return 0;
@@ -324,7 +316,7 @@ host_fabric_read(const char *path, int timeout_ms)
 {
 	static const char request[] = "GET /status HTTP/1.0\r\n\r\n";
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = admin_mono_ms() + timeout_ms;
 	size_t got = 0, sent = 0;
 	char *buf = NULL, *body;
 	cJSON *in, *out = NULL;

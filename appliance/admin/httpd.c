@@ -479,3 +479,12 @@ admin_now(void)
 {
 	return (int64_t)time(NULL);
 }
+
+int64_t
+admin_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

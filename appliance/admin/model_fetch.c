@@ -134,10 +134,7 @@ static int
 on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
 	struct fetch *f = arg;
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	int64_t ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	int64_t ms = admin_mono_ms();
 	if (ms - f->last_report_ms >= 1000) {
 		f->last_report_ms = ms;
 		set_state(f, "importing", NULL);

@@ -65,15 +65,6 @@ struct want {
 	char *placement, *options;
 };
 
-static int64_t
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void
 deployment_dir(struct admin *a, int64_t id, char *out, size_t size)
 {
@@ -439,7 +430,7 @@ reconcile(struct supervisor *s)
 {
 	struct want *w;
 	int n = load_wants(s->a, &w), status;
-	int64_t now = mono_ms();
+	int64_t now = admin_mono_ms();
 	char why[600], how[200], err[PRIVAI_ERR_LEN];
 
 	if (n < 0)
@@ -660,10 +651,10 @@ supervisor_stop(struct supervisor *s)
 	for (struct proc *p = s->procs; p != NULL && !runner_outlives(s->runner); p = p->next)
 		if (p->pid > 0)
 			runner_signal(s->runner, p->id, p->pid, SIGTERM, err);
-	int64_t deadline = mono_ms() + 10000;
+	int64_t deadline = admin_mono_ms() + 10000;
 	for (struct proc *p = s->procs; p != NULL && !runner_outlives(s->runner); p = p->next) {
 		while (p->pid > 0 && runner_wait(s->runner, p->id, p->pid, &status, how, sizeof(how), err) == 1) {
-			if (mono_ms() > deadline)
+			if (admin_mono_ms() > deadline)
 				runner_signal(s->runner, p->id, p->pid, SIGKILL, err);
 			usleep(20000);
 		}
