@@ -626,6 +626,11 @@ supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 	atomic_store(&s->alive, 1);
 	if (pthread_create(&s->thread, NULL, supervisor_main, s) != 0) {
 		runner_close(s->runner);
+		while (s->procs != NULL) { /* adopted units go on serving */
+			struct proc *next = s->procs->next;
+			free(s->procs);
+			s->procs = next;
+		}
 		free(s);
 		return privai_fail(err, PRIVAI_EIO, "cannot start the supervisor thread");
 	}
