@@ -69,6 +69,9 @@ struct admin {
 	char runner_how[80];         /* how engines run: "child processes", "transient units of ..." */
 	char runner_note[600];       /* why auto mode fell back to child processes, or "" */
 	char adopt_note[600];        /* engines kept or replaced from a previous run, or "" */
+	char relay_key[64];          /* what this node relays to other nodes' engines with (remote.h) */
+	char relay_key_sha256[65];   /* hex; sent to the nodes in heartbeat answers */
+	struct cJSON *member_errors; /* leader specs this member could not take, for its next heartbeat */
 };
 
 /* Now, in Unix seconds (UTC). */

@@ -18,6 +18,7 @@
 #include "deployments.h"
 #include "httpd.h"
 #include "server/strbuf.h"
+#include "remote.h"
 #include "supervisor.h"
 
 #define PROXY_MAX_REPLY (16 << 20)
@@ -88,7 +89,7 @@ h_key_create(struct req *r)
 	const char *name;
 	cJSON *j;
 
-	if (id < 0 || !deployment_exists(r, id) || (j = body_object(r)) == NULL)
+	if (id < 0 || !deployment_exists(r, id) || deploy_refuse_if_leader_owned(r, id) || (j = body_object(r)) == NULL)
 		return;
 	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 64, NULL)) == NULL) {
 		cJSON_Delete(j);
@@ -125,7 +126,7 @@ h_key_revoke(struct req *r)
 	sqlite3_stmt *st;
 	int64_t id = arg_id(r, 0, "deployment"), key_id;
 
-	if (id < 0 || (key_id = arg_id(r, 1, "key")) < 0)
+	if (id < 0 || (key_id = arg_id(r, 1, "key")) < 0 || deploy_refuse_if_leader_owned(r, id))
 		return;
 	if (sqlite3_prepare_v2(r->a->db, "UPDATE deployment_keys SET revoked_at = ?1 WHERE id = ?2 AND "
 					 "deployment_id = ?3 AND revoked_at IS NULL", -1, &st, NULL) != SQLITE_OK) {
@@ -152,16 +153,15 @@ h_key_revoke(struct req *r)
 	reply_empty(r, 204);
 }
 
-static void
-h_logs(struct req *r)
+/* The last `lines` lines (query, default 200) of deployment id's engine
+ * log on this node. */
+void
+deploy_reply_log(struct req *r, int64_t id)
 {
 	const char *q = query_arg(r, "lines");
 	char dir[4096], path[4200], *end;
 	long lines = q != NULL ? strtol(q, &end, 10) : 200;
-	int64_t id = arg_id(r, 0, "deployment");
 
-	if (id < 0 || !deployment_exists(r, id))
-		return;
 	if (q != NULL && (*end != '\0' || lines < 1 || lines > 10000)) {
 		reply_error(r, 422, "invalid_field", "lines", "lines must be an integer in 1..10000");
 		return;
@@ -196,6 +196,34 @@ h_logs(struct req *r)
 	reply_text(r, 200, "text/plain; charset=utf-8", out);
 }
 
+/* The log of a deployment here, or, through its node, of one elsewhere. */
+static void
+h_logs(struct req *r)
+{
+	const char *q = query_arg(r, "lines");
+	char base[700], pin[128], why[400], url[800], auth[128], *end;
+	int64_t id = arg_id(r, 0, "deployment");
+
+	if (id < 0)
+		return;
+	if (q != NULL && (strtol(q, &end, 10) < 1 || *end != '\0' || strtol(q, NULL, 10) > 10000)) {
+		reply_error(r, 422, "invalid_field", "lines", "lines must be an integer in 1..10000");
+		return;
+	}
+	int where = remote_target(r->a, id, 0, base, sizeof(base), pin, sizeof(pin), why, sizeof(why));
+	if (where == -2)
+		reply_error(r, 404, "not_found", NULL, "%s", why);
+	else if (where == -1)
+		reply_error(r, 409, "not_ready", NULL, "%s", why);
+	else if (where == 0)
+		deploy_reply_log(r, id);
+	else {
+		snprintf(url, sizeof(url), "%s/logs?lines=%s", base, q != NULL ? q : "200");
+		snprintf(auth, sizeof(auth), "Bearer %s", r->a->relay_key);
+		deploy_forward(r, url, auth, pin, 0, "the node running this deployment");
+	}
+}
+
 static size_t
 collect(char *data, size_t size, size_t n, void *arg)
 {
@@ -207,39 +235,20 @@ collect(char *data, size_t size, size_t n, void *arg)
 	return strbuf_failed(b) ? 0 : size * n;
 }
 
-/* Forward the request to the engine with the admin's own key. */
-static void
-proxy(struct req *r, const char *engine_path, int post)
+void
+deploy_forward(struct req *r, const char *url, const char *auth, const char *pin, int post, const char *who)
 {
-	char url[128], key[80], auth[128];
-	int64_t id = arg_id(r, 0, "deployment");
-	int port;
-
-	if (id < 0)
-		return;
-	if (supervisor_endpoint(r->a->sup, id, &port, key, sizeof(key)) != 0) {
-		reply_error(r, 409, "not_ready", NULL, "deployment %lld is not ready (see its state and reason)",
-			    (long long)id);
-		return;
-	}
-	if (post && strstr(r->body, "\"stream\"") != NULL) {
-		cJSON *j = cJSON_ParseWithLength(r->body, r->len);
-		int streaming = cJSON_IsTrue(cJSON_GetObjectItem(j, "stream"));
-		cJSON_Delete(j);
-		if (streaming) {
-			reply_error(r, 422, "invalid_field", "stream", "the admin proxy returns whole responses; stream "
-				    "from the deployment's endpoint with one of its API keys");
-			return;
-		}
-	}
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, engine_path);
-	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", key);
 	struct strbuf out;
-	struct curl_slist *h = curl_slist_append(NULL, auth);
-	h = curl_slist_append(h, "Content-Type: application/json");
+	struct curl_slist *h = NULL;
 	CURL *c = curl_easy_init();
 	long code = 0;
-	char *ctype = NULL;
+	char *ctype = NULL, hdr[300];
+
+	if (auth != NULL) {
+		snprintf(hdr, sizeof(hdr), "Authorization: %s", auth);
+		h = curl_slist_append(h, hdr);
+	}
+	h = curl_slist_append(h, "Content-Type: application/json");
 	strbuf_init(&out);
 	if (c == NULL || h == NULL) {
 		curl_slist_free_all(h);
@@ -248,9 +257,17 @@ proxy(struct req *r, const char *engine_path, int post)
 		return;
 	}
 	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 600L);
+	if (pin != NULL && pin[0] != '\0') {
+		/* a node's console is self-signed: the pin its heartbeats sent is the trust */
+		curl_easy_setopt(c, CURLOPT_PINNEDPUBLICKEY, pin);
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
 	if (post) {
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, r->body);
 		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)r->len);
@@ -266,12 +283,55 @@ proxy(struct req *r, const char *engine_path, int post)
 	curl_slist_free_all(h);
 	if (rc != CURLE_OK || code < 100) {
 		strbuf_free(&out);
-		reply_error(r, 502, "bad_gateway", NULL, "deployment %lld's engine did not answer: %s", (long long)id,
-			    curl_easy_strerror(rc));
+		reply_error(r, 502, "bad_gateway", NULL, "%s did not answer: %s", who, curl_easy_strerror(rc));
 		return;
 	}
 	char *text = strbuf_take(&out);
 	reply_text(r, (unsigned)code, ct, text != NULL ? text : strdup(""));
+}
+
+/* Forward the request to the deployment's engine: here with the admin's
+ * own key, or through the node that runs it with the relay key. */
+static void
+proxy(struct req *r, const char *engine_path, int post)
+{
+	char url[900], key[80], auth[128], base[700], pin[128], why[400], who[160];
+	int64_t id = arg_id(r, 0, "deployment");
+	int port;
+
+	if (id < 0)
+		return;
+	if (post && strstr(r->body, "\"stream\"") != NULL) {
+		cJSON *j = cJSON_ParseWithLength(r->body, r->len);
+		int streaming = cJSON_IsTrue(cJSON_GetObjectItem(j, "stream"));
+		cJSON_Delete(j);
+		if (streaming) {
+			reply_error(r, 422, "invalid_field", "stream", "the admin proxy returns whole responses; stream "
+				    "from the deployment's endpoint with one of its API keys");
+			return;
+		}
+	}
+	int where = remote_target(r->a, id, 1, base, sizeof(base), pin, sizeof(pin), why, sizeof(why));
+	if (where < 0) {
+		reply_error(r, where == -2 ? 404 : 409, where == -2 ? "not_found" : "not_ready", NULL, "%s", why);
+		return;
+	}
+	if (where == 1) {
+		snprintf(url, sizeof(url), "%s%s", base, engine_path);
+		snprintf(auth, sizeof(auth), "Bearer %s", r->a->relay_key);
+		snprintf(who, sizeof(who), "the node running deployment %lld", (long long)id);
+		deploy_forward(r, url, auth, pin, post, who);
+		return;
+	}
+	if (supervisor_endpoint(r->a->sup, id, &port, key, sizeof(key)) != 0) {
+		reply_error(r, 409, "not_ready", NULL, "deployment %lld is not ready (see its state and reason)",
+			    (long long)id);
+		return;
+	}
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, engine_path);
+	snprintf(auth, sizeof(auth), "Bearer %s", key);
+	snprintf(who, sizeof(who), "deployment %lld's engine", (long long)id);
+	deploy_forward(r, url, auth, NULL, post, who);
 }
 
 static void
@@ -296,7 +356,7 @@ const struct route api_deploy_ops_routes[] = {
 	{ "GET", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_keys, NULL },
 	{ "POST", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_key_create, NULL },
 	{ "DELETE", "/api/v1/deployments/{id}/keys/{key}", ROLE_OPERATOR, 0, h_key_revoke, NULL },
-	{ "GET", "/api/v1/deployments/{id}/logs", ROLE_OPERATOR, 0, h_logs, NULL },
+	{ "GET", "/api/v1/deployments/{id}/logs", ROLE_OPERATOR, ROUTE_UNLOCKED, h_logs, NULL },
 	{ "GET", "/api/v1/deployments/{id}/metrics", ROLE_VIEWER, ROUTE_UNLOCKED, h_metrics, NULL },
 	{ "POST", "/api/v1/deployments/{id}/v1/chat/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_chat, NULL },
 	{ "POST", "/api/v1/deployments/{id}/v1/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_completions, NULL },

@@ -22,10 +22,15 @@
 #include "rows.h"
 #include "supervisor.h"
 
+/* endpoint: where a client with one of its keys reaches the engine: on
+ * this node's loopback, or through the console of the node that runs it */
 #define DEPLOY_FIELDS                                                                                        \
 	"SELECT d.id, d.name, d.model_id, m.name AS model, d.placement, d.options, d.port, d.desired, "     \
 	"d.state, d.reason, d.pid, d.unit, d.restarts, d.started_at, d.created_at, d.updated_at, "                  \
-	"'http://127.0.0.1:' || d.port || '/v1' AS endpoint FROM deployments d JOIN models m ON m.id = d.model_id"
+	"coalesce(n.name, (SELECT name FROM nodes WHERE is_self = 1)) AS node, d.leader_id, "                        \
+	"CASE WHEN d.node_id IS NULL THEN 'http://127.0.0.1:' || d.port || '/v1' "                                  \
+	"ELSE n.url || '/api/v1/cluster/deployments/' || d.id || '/v1' END AS endpoint "                            \
+	"FROM deployments d JOIN models m ON m.id = d.model_id LEFT JOIN nodes n ON n.id = d.node_id"
 
 static const char *const chat_templates[] = { "llama2", "llama3", "mistral", "chatml", "phi3", "gemma",
 					      "deepseek", "deepseek3", NULL };
@@ -45,44 +50,60 @@ h_get(struct req *r)
 		reply_query(r, 200, DEPLOY_FIELDS " WHERE d.id = ?1", 1, &id, "deployment");
 }
 
-/* placement.node, when given, must be this node: a deployment runs on
- * the node whose console holds it (placing one on another node from here
- * is not built yet, and is refused rather than ignored).  0, or -1 after
+/* placement.node: absent or this node (0), or another node that can
+ * take deployments (its id); *cpus is that node's CPU count.  -1 after
  * replying. */
-static int
-node_field(struct req *r, const cJSON *p)
+static int64_t
+node_field(struct req *r, const cJSON *p, long *cpus)
 {
 	const char *node = field_str(r, p, "node", 0, 64, NULL);
+	char state[16] = "";
 	sqlite3_stmt *st;
-	int is_self = -1;
+	int64_t id = -1;
+	int is_self = 0;
 
+	*cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	if (node == NULL)
 		return cJSON_GetObjectItemCaseSensitive(p, "node") != NULL ? -1 : 0;
-	if (sqlite3_prepare_v2(r->a->db, "SELECT is_self FROM nodes WHERE name = ?1 AND state != 'removed'", -1, &st,
-			       NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db, "SELECT id, is_self, state, coalesce(cpu_cores, 0) FROM nodes WHERE name = ?1 "
+					 "AND state != 'removed'", -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, node, -1, SQLITE_TRANSIENT);
-		if (sqlite3_step(st) == SQLITE_ROW)
-			is_self = sqlite3_column_int(st, 0);
+		if (sqlite3_step(st) == SQLITE_ROW) {
+			id = sqlite3_column_int64(st, 0);
+			is_self = sqlite3_column_int(st, 1);
+			snprintf(state, sizeof(state), "%s", (const char *)sqlite3_column_text(st, 2));
+			if (!is_self && sqlite3_column_int(st, 3) > 0)
+				*cpus = sqlite3_column_int(st, 3);
+		}
 		sqlite3_finalize(st);
 	}
-	if (is_self < 0)
+	if (id < 0) {
 		reply_error(r, 422, "invalid_field", "placement.node", "no node named '%s' (see GET /api/v1/nodes)", node);
-	else if (!is_self)
-		reply_error(r, 422, "unsupported", "placement.node", "deployments run on the node whose console creates "
-			    "them; create this one on %s's console (placing it from here is not built yet)", node);
-	return is_self == 1 ? 0 : -1;
+		return -1;
+	}
+	if (is_self)
+		return 0;
+	if (strcmp(state, "draining") == 0) {
+		reply_error(r, 409, "node_draining", "placement.node", "node %s is draining; resume it before placing "
+			    "deployments on it", node);
+		return -1;
+	}
+	return id;
 }
 
-/* placement: {"kind": "cpu", "threads": N[, "node": this node]}; GPU
- * placements are refused until the engine has a CUDA backend. */
+/* placement: {"kind": "cpu", "threads": N[, "node": NAME]}, stored with
+ * the node's name when it is another node; GPU placements are refused
+ * until the engine has a CUDA backend. */
 static char *
-placement_field(struct req *r, const cJSON *j)
+placement_field(struct req *r, const cJSON *j, int64_t *node_id)
 {
 	static const char *const known[] = { "kind", "threads", "gpus", "node", "tensor_parallel", NULL };
 	const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "placement");
 	const char *kind;
 	int64_t threads;
+	long cpus;
 
+	*node_id = 0;
 	if (p == NULL)
 		return strdup("{\"kind\":\"cpu\",\"threads\":0}");
 	if (!cJSON_IsObject(p)) {
@@ -105,60 +126,122 @@ placement_field(struct req *r, const cJSON *j)
 			reply_error(r, 422, "invalid_field", *g, "placement.%s is for kind gpu, not cpu", *g);
 			return NULL;
 		}
-	if (node_field(r, p) < 0 || field_int(r, p, "threads", 0, 0, 1024, 0, &threads) < 0)
+	if ((*node_id = node_field(r, p, &cpus)) < 0 || field_int(r, p, "threads", 0, 0, 1024, 0, &threads) < 0)
 		return NULL;
-	if (threads > sysconf(_SC_NPROCESSORS_ONLN)) {
-		reply_error(r, 422, "invalid_field", "placement.threads", "this node has %ld CPUs, not %lld",
-			    sysconf(_SC_NPROCESSORS_ONLN), (long long)threads);
+	if (threads > cpus) {
+		reply_error(r, 422, "invalid_field", "placement.threads", "node %s has %ld CPUs, not %lld",
+			    *node_id ? cJSON_GetStringValue(cJSON_GetObjectItem(p, "node")) : "this", cpus,
+			    (long long)threads);
 		return NULL;
 	}
-	char buf[64];
-	snprintf(buf, sizeof(buf), "{\"kind\":\"cpu\",\"threads\":%lld}", (long long)threads);
-	return strdup(buf);
+	cJSON *out = cJSON_CreateObject();
+	cJSON_AddStringToObject(out, "kind", "cpu");
+	cJSON_AddNumberToObject(out, "threads", (double)threads);
+	if (*node_id > 0)
+		cJSON_AddStringToObject(out, "node", cJSON_GetStringValue(cJSON_GetObjectItem(p, "node")));
+	char *text = cJSON_PrintUnformatted(out);
+	cJSON_Delete(out);
+	if (text == NULL)
+		reply_error(r, 500, "internal", NULL, "out of memory");
+	return text;
+}
+
+/* int option name in lo..hi, or 0 when absent; -1 naming it in err. */
+static int
+option_int(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t *out, char *err, size_t size)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	*out = 0;
+	if (v == NULL)
+		return 0;
+	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < (double)lo ||
+	    v->valuedouble > (double)hi) {
+		snprintf(err, size, "options.%s must be an integer in %lld..%lld", name, (long long)lo, (long long)hi);
+		return -1;
+	}
+	*out = (int64_t)v->valuedouble;
+	return 0;
+}
+
+int
+deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size, char *err, size_t size)
+{
+	static const char *const known[] = { "ctx", "parallel", "batch", "kv_cache_mib", "chat_template", NULL };
+	static const struct {
+		const char *name;
+		int64_t lo, hi;
+	} ints[] = { { "ctx", 16, 1 << 20 }, { "parallel", 1, 256 }, { "batch", 1, 8192 }, { "kv_cache_mib", 1, 1 << 20 } };
+	const cJSON *e;
+	int64_t v;
+
+	*ret = NULL;
+	snprintf(field, field_size, "options");
+	if (!cJSON_IsObject(o)) {
+		snprintf(err, size, "options must be an object");
+		return -1;
+	}
+	cJSON_ArrayForEach(e, o) {
+		int ok = 0;
+		for (int i = 0; known[i] != NULL && !ok; i++)
+			ok = strcmp(e->string, known[i]) == 0;
+		if (!ok) {
+			snprintf(field, field_size, "%.40s", e->string);
+			snprintf(err, size, "unknown field '%.40s' in options", e->string);
+			return -2;
+		}
+	}
+	cJSON *out = cJSON_CreateObject();
+	if (out == NULL) {
+		snprintf(err, size, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+		if (option_int(o, ints[i].name, ints[i].lo, ints[i].hi, &v, err, size) < 0) {
+			snprintf(field, field_size, "options.%s", ints[i].name);
+			cJSON_Delete(out);
+			return -1;
+		}
+		if (v != 0)
+			cJSON_AddNumberToObject(out, ints[i].name, (double)v);
+	}
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "chat_template");
+	if (t != NULL) {
+		int known_tmpl = 0;
+		for (int i = 0; cJSON_IsString(t) && chat_templates[i] != NULL && !known_tmpl; i++)
+			known_tmpl = strcmp(t->valuestring, chat_templates[i]) == 0;
+		if (!known_tmpl) {
+			snprintf(field, field_size, "options.chat_template");
+			snprintf(err, size, "chat_template must be one of llama2, llama3, mistral, chatml, phi3, gemma, "
+				 "deepseek, deepseek3");
+			cJSON_Delete(out);
+			return -1;
+		}
+		cJSON_AddStringToObject(out, "chat_template", t->valuestring);
+	}
+	*ret = cJSON_PrintUnformatted(out);
+	cJSON_Delete(out);
+	if (*ret == NULL) {
+		snprintf(err, size, "out of memory");
+		return -1;
+	}
+	return 0;
 }
 
 static char *
 options_field(struct req *r, const cJSON *j)
 {
-	static const char *const known[] = { "ctx", "parallel", "batch", "kv_cache_mib", "chat_template", NULL };
 	const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "options");
-	int64_t ctx, parallel, batch, kv;
-	const char *tmpl;
+	char field[64], err[160], *out;
 
 	if (o == NULL)
 		return strdup("{}");
-	if (!cJSON_IsObject(o)) {
-		reply_error(r, 422, "invalid_field", "options", "options must be an object");
+	int rc = deploy_options_parse(o, &out, field, sizeof(field), err, sizeof(err));
+	if (rc < 0) {
+		reply_error(r, 422, rc == -2 ? "unknown_field" : "invalid_field", field, "%s", err);
 		return NULL;
 	}
-	if (fields_known(r, o, known) < 0 || field_int(r, o, "ctx", 0, 16, 1 << 20, 0, &ctx) < 0 ||
-	    field_int(r, o, "parallel", 0, 1, 256, 0, &parallel) < 0 ||
-	    field_int(r, o, "batch", 0, 1, 8192, 0, &batch) < 0 ||
-	    field_int(r, o, "kv_cache_mib", 0, 1, 1 << 20, 0, &kv) < 0 ||
-	    (tmpl = field_str(r, o, "chat_template", 0, 16, NULL), r->status))
-		return NULL;
-	int known_tmpl = tmpl == NULL;
-	for (int i = 0; chat_templates[i] != NULL && !known_tmpl; i++)
-		known_tmpl = strcmp(tmpl, chat_templates[i]) == 0;
-	if (!known_tmpl) {
-		reply_error(r, 422, "invalid_field", "options.chat_template", "chat_template must be one of llama2, "
-			    "llama3, mistral, chatml, phi3, gemma, deepseek, deepseek3");
-		return NULL;
-	}
-	cJSON *out = cJSON_CreateObject();
-	if (ctx)
-		cJSON_AddNumberToObject(out, "ctx", (double)ctx);
-	if (parallel)
-		cJSON_AddNumberToObject(out, "parallel", (double)parallel);
-	if (batch)
-		cJSON_AddNumberToObject(out, "batch", (double)batch);
-	if (kv)
-		cJSON_AddNumberToObject(out, "kv_cache_mib", (double)kv);
-	if (tmpl != NULL)
-		cJSON_AddStringToObject(out, "chat_template", tmpl);
-	char *s = cJSON_PrintUnformatted(out);
-	cJSON_Delete(out);
-	return s;
+	return out;
 }
 
 static int
@@ -225,22 +308,64 @@ model_field(struct req *r, const cJSON *j)
 	return id;
 }
 
-/* Nothing new starts on a draining node: 1 after replying 409. */
+/* Nothing new starts on a draining node (node_id, 0: this one): 1 after
+ * replying 409. */
 static int
-refuse_if_draining(struct req *r)
+refuse_if_draining(struct req *r, int64_t node_id)
 {
 	sqlite3_stmt *st;
 	int draining = 0;
 
-	if (sqlite3_prepare_v2(r->a->db, "SELECT 1 FROM nodes WHERE is_self = 1 AND state = 'draining'", -1, &st,
-			       NULL) == SQLITE_OK) {
+	if (node_id == 0)
+		node_id = r->a->self_node_id;
+	if (sqlite3_prepare_v2(r->a->db, "SELECT 1 FROM nodes WHERE id = ?1 AND state = 'draining'", -1, &st, NULL) ==
+	    SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, node_id);
 		draining = sqlite3_step(st) == SQLITE_ROW;
 		sqlite3_finalize(st);
 	}
 	if (draining)
-		reply_error(r, 409, "node_draining", NULL, "this node is draining; resume it (POST "
-			    "/api/v1/nodes/%lld/resume) before starting deployments", (long long)r->a->self_node_id);
+		reply_error(r, 409, "node_draining", NULL, "node %lld is draining; resume it (POST "
+			    "/api/v1/nodes/%lld/resume) before starting deployments", (long long)node_id,
+			    (long long)node_id);
 	return draining;
+}
+
+int
+deploy_refuse_if_leader_owned(struct req *r, int64_t id)
+{
+	sqlite3_stmt *st;
+	int owned = 0;
+
+	if (sqlite3_prepare_v2(r->a->db, "SELECT 1 FROM deployments WHERE id = ?1 AND leader_id IS NOT NULL", -1, &st,
+			       NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, id);
+		owned = sqlite3_step(st) == SQLITE_ROW;
+		sqlite3_finalize(st);
+	}
+	if (owned)
+		reply_error(r, 409, "leader_owned", NULL, "deployment %lld was placed here by the cluster's leader; "
+			    "change it on the leader's console", (long long)id);
+	return owned;
+}
+
+/* The node a deployment runs on (0: this one), or -1 after a 404. */
+static int64_t
+node_of(struct req *r, int64_t id)
+{
+	sqlite3_stmt *st;
+	int64_t node = -1;
+
+	if (sqlite3_prepare_v2(r->a->db, "SELECT coalesce(node_id, 0) FROM deployments WHERE id = ?1", -1, &st, NULL) ==
+	    SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, id);
+		if (sqlite3_step(st) == SQLITE_ROW)
+			node = sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+	}
+	if (node < 0)
+		reply_error(r, 404, "not_found", NULL, "no deployment %lld", (long long)id);
+	return node;
 }
 
 static void
@@ -249,7 +374,7 @@ h_create(struct req *r)
 	static const char *const known[] = { "name", "model", "placement", "options", NULL };
 	char *placement = NULL, *options = NULL, key[DEPLOY_KEY_LEN], err[PRIVAI_ERR_LEN];
 	const char *name;
-	int64_t model_id, id;
+	int64_t model_id, id, node_id = 0;
 	sqlite3_stmt *st;
 	cJSON *j;
 
@@ -262,14 +387,14 @@ h_create(struct req *r)
 			    "or '-', not starting with '.' or '-'");
 		goto out;
 	}
-	if ((model_id = model_field(r, j)) < 0 || (placement = placement_field(r, j)) == NULL ||
-	    (options = options_field(r, j)) == NULL || refuse_if_draining(r))
+	if ((model_id = model_field(r, j)) < 0 || (placement = placement_field(r, j, &node_id)) == NULL ||
+	    (options = options_field(r, j)) == NULL || refuse_if_draining(r, node_id))
 		goto out;
 	if (db_begin(r->a->db) != 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		goto out;
 	}
-	int port = deployment_pick_port(r->a);
+	int port = node_id > 0 ? 0 : deployment_pick_port(r->a); /* another node picks its own */
 	if (port < 0) {
 		db_rollback(r->a->db);
 		reply_error(r, 409, "no_port", NULL, "every engine port %d-%d is taken", r->a->cfg.engine_port_lo,
@@ -278,14 +403,17 @@ h_create(struct req *r)
 	}
 	int rc = SQLITE_ERROR;
 	if (sqlite3_prepare_v2(r->a->db, "INSERT INTO deployments (name, model_id, placement, options, port, state, "
-					 "desired, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', "
-					 "'running', ?6, ?6)", -1, &st, NULL) == SQLITE_OK) {
+					 "desired, created_at, updated_at, node_id, reason) VALUES (?1, ?2, ?3, ?4, "
+					 "nullif(?5, 0), 'pending', 'running', ?6, ?6, nullif(?7, 0), CASE WHEN ?7 > 0 "
+					 "THEN 'placed on node ' || (SELECT name FROM nodes WHERE id = ?7) || '; waiting "
+					 "for its next heartbeat' END)", -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 2, model_id);
 		sqlite3_bind_text(st, 3, placement, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_text(st, 4, options, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int(st, 5, port);
 		sqlite3_bind_int64(st, 6, r->now);
+		sqlite3_bind_int64(st, 7, node_id);
 		rc = sqlite3_step(st);
 		sqlite3_finalize(st);
 	}
@@ -324,11 +452,12 @@ h_update(struct req *r)
 	static const char *const known[] = { "desired", "placement", "options", NULL };
 	char *placement = NULL, *options = NULL, target[32];
 	const char *desired;
-	int64_t id = arg_id(r, 0, "deployment");
+	int64_t id = arg_id(r, 0, "deployment"), node_id, new_node;
 	sqlite3_stmt *st;
 	cJSON *j;
 
-	if (id < 0 || (j = body_object(r)) == NULL)
+	if (id < 0 || (node_id = node_of(r, id)) < 0 || deploy_refuse_if_leader_owned(r, id) ||
+	    (j = body_object(r)) == NULL)
 		return;
 	if (fields_known(r, j, known) < 0 || (desired = field_str(r, j, "desired", 0, 16, NULL), r->status))
 		goto out;
@@ -336,9 +465,16 @@ h_update(struct req *r)
 		reply_error(r, 422, "invalid_field", "desired", "desired must be running or stopped");
 		goto out;
 	}
-	if (cJSON_GetObjectItemCaseSensitive(j, "placement") != NULL && (placement = placement_field(r, j)) == NULL)
-		goto out;
-	if (desired != NULL && strcmp(desired, "running") == 0 && refuse_if_draining(r))
+	if (cJSON_GetObjectItemCaseSensitive(j, "placement") != NULL) {
+		if ((placement = placement_field(r, j, &new_node)) == NULL)
+			goto out;
+		if (new_node != node_id) {
+			reply_error(r, 422, "unsupported", "placement.node", "a deployment stays on its node; create "
+				    "another on the new node, then delete this one");
+			goto out;
+		}
+	}
+	if (desired != NULL && strcmp(desired, "running") == 0 && refuse_if_draining(r, node_id))
 		goto out;
 	if (cJSON_GetObjectItemCaseSensitive(j, "options") != NULL && (options = options_field(r, j)) == NULL)
 		goto out;
@@ -388,7 +524,7 @@ h_delete(struct req *r)
 	char target[32];
 	int64_t id = arg_id(r, 0, "deployment");
 
-	if (id < 0)
+	if (id < 0 || deploy_refuse_if_leader_owned(r, id))
 		return;
 	int deleted = db_delete_id(r->a->db, "deployments", id);
 	if (deleted < 0) {

@@ -19,6 +19,7 @@
 #include "db.h"
 #include "httpd.h"
 #include "nodes.h"
+#include "remote.h"
 #include "rows.h"
 #include "supervisor.h"
 
@@ -294,41 +295,69 @@ record_mig_results(struct req *r, int64_t node_id, const cJSON *results)
 	sqlite3_finalize(st);
 }
 
-static void
-h_heartbeat(struct req *r)
+int
+node_secret_check(struct req *r, int64_t id, char *state, size_t size)
 {
-	static const char *const known[] = { "report", "mig_results", NULL };
 	const char *secret = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "X-Privai-Node-Secret");
-	char hex[65], want[65] = "", state[16] = "", err[PRIVAI_ERR_LEN];
+	char hex[65], want[65] = "";
 	sqlite3_stmt *st;
-	int64_t id = arg_id(r, 0, "node");
-	cJSON *j;
 
-	if (id < 0)
-		return;
 	if (sqlite3_prepare_v2(r->a->db, "SELECT secret_sha256, state FROM nodes WHERE id = ?1 AND is_self = 0", -1,
 			       &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, id);
 		if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != NULL) {
 			snprintf(want, sizeof(want), "%s", (const char *)sqlite3_column_text(st, 0));
-			snprintf(state, sizeof(state), "%s", (const char *)sqlite3_column_text(st, 1));
+			snprintf(state, size, "%s", (const char *)sqlite3_column_text(st, 1));
 		}
 		sqlite3_finalize(st);
 	}
 	auth_secret_hex(secret != NULL && strlen(secret) < 128 ? secret : "", hex);
 	if (want[0] == '\0' || sodium_memcmp(hex, want, 64) != 0) {
 		reply_error(r, 401, "unauthenticated", NULL, "unknown node or wrong X-Privai-Node-Secret");
-		return;
+		return -1;
 	}
 	if (strcmp(state, "removed") == 0) {
 		reply_error(r, 410, "node_removed", NULL, "node %lld was removed from this cluster; join again with a "
 			    "new token", (long long)id);
-		return;
+		return -1;
 	}
+	return 0;
+}
+
+/* A key pin as curl takes it: "sha256//" and 44 base64 characters. */
+static int
+pin_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n != 52 || strncmp(s, "sha256//", 8) != 0)
+		return 0;
+	for (size_t i = 8; i < n; i++)
+		if (!(s[i] >= 'A' && s[i] <= 'Z') && !(s[i] >= 'a' && s[i] <= 'z') && !(s[i] >= '0' && s[i] <= '9') &&
+		    s[i] != '+' && s[i] != '/' && !(s[i] == '=' && i == n - 1))
+			return 0;
+	return 1;
+}
+
+static void
+h_heartbeat(struct req *r)
+{
+	static const char *const known[] = { "report", "mig_results", "deployments", "tls_pin", NULL };
+	char state[16] = "", err[PRIVAI_ERR_LEN];
+	const char *pin;
+	int64_t id = arg_id(r, 0, "node");
+	cJSON *j;
+
+	if (id < 0 || node_secret_check(r, id, state, sizeof(state)) < 0)
+		return;
 	if ((j = body_object(r)) == NULL)
 		return;
-	if (fields_known(r, j, known) < 0)
+	if (fields_known(r, j, known) < 0 || (pin = field_str(r, j, "tls_pin", 0, 64, ""), r->status))
 		goto out;
+	if (pin[0] != '\0' && !pin_ok(pin)) {
+		reply_error(r, 422, "invalid_field", "tls_pin", "tls_pin must be sha256// and 44 base64 characters");
+		goto out;
+	}
 	if (db_begin(r->a->db) < 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		goto out;
@@ -337,6 +366,12 @@ h_heartbeat(struct req *r)
 	if (report != NULL && node_store_report(r->a->db, id, report, r->now, err) != PRIVAI_OK) {
 		db_rollback(r->a->db);
 		reply_error(r, 422, "invalid_field", "report", "%s", err);
+		goto out;
+	}
+	if (remote_record(r->a->db, id, cJSON_GetObjectItemCaseSensitive(j, "deployments"), r->now, err) !=
+	    PRIVAI_OK) {
+		db_rollback(r->a->db);
+		reply_error(r, 422, "invalid_field", "deployments", "%s", err);
 		goto out;
 	}
 	record_mig_results(r, id, cJSON_GetObjectItemCaseSensitive(j, "mig_results"));
@@ -352,10 +387,11 @@ h_heartbeat(struct req *r)
 		snprintf(state, sizeof(state), "ready");
 	}
 	sqlite3_stmt *hb;
-	if (sqlite3_prepare_v2(r->a->db, "UPDATE nodes SET last_heartbeat = ?2 WHERE id = ?1", -1, &hb, NULL) ==
-	    SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db, "UPDATE nodes SET last_heartbeat = ?2, tls_pin = nullif(?3, '') WHERE id = ?1",
+			       -1, &hb, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(hb, 1, id);
 		sqlite3_bind_int64(hb, 2, r->now);
+		sqlite3_bind_text(hb, 3, pin, -1, SQLITE_TRANSIENT);
 		sqlite3_step(hb);
 		sqlite3_finalize(hb);
 	}
@@ -367,6 +403,8 @@ h_heartbeat(struct req *r)
 	cJSON_AddStringToObject(o, "state", state);
 	cJSON_AddNumberToObject(o, "heartbeat_s", r->a->cfg.heartbeat_s);
 	cJSON_AddItemToObject(o, "mig", planned_mig(r, id));
+	cJSON_AddItemToObject(o, "deployments", remote_specs(r->a, id));
+	cJSON_AddStringToObject(o, "relay_key_sha256", r->a->relay_key_sha256);
 	r->audited = 1; /* a heartbeat is not a change anyone made */
 	reply_json(r, 200, o);
 out:
@@ -483,7 +521,10 @@ h_remove(struct req *r)
 	 * heartbeat learns it was removed); its GPUs go */
 	if (db_begin(r->a->db) < 0 ||
 	    exec_id(r, "UPDATE nodes SET state = 'removed', state_reason = 'removed by an admin' WHERE id = ?1", id) < 0 ||
-	    exec_id(r, "DELETE FROM gpus WHERE node_id = ?1", id) < 0 || db_commit(r->a->db) < 0) {
+	    exec_id(r, "DELETE FROM gpus WHERE node_id = ?1", id) < 0 ||
+	    exec_id(r, "UPDATE deployments SET desired = 'stopped', state = 'stopped', reason = 'its node was removed; "
+		       "delete it, or create it again on another node' WHERE node_id = ?1", id) < 0 ||
+	    db_commit(r->a->db) < 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		db_rollback(r->a->db);
 		return;

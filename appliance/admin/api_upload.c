@@ -25,7 +25,7 @@
 int
 sha256_hex_ok(const char *s)
 {
-	return strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
+	return s != NULL && strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
 }
 
 static int

@@ -1,5 +1,6 @@
 /* Joining, heartbeats, and the unreachable watch. */
 #include <curl/curl.h>
+#include <sodium.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "mig.h"
 #include "mig_apply.h"
 #include "nodes.h"
+#include "remote.h"
 #include "supervisor.h"
 
 #define MAX_REPLY (1 << 20)
@@ -29,11 +31,6 @@ struct cluster {
 	int64_t next_beat;
 	int interval;                /* the joined console's heartbeat_s once it said */
 	cJSON *mig_results;          /* to send with the next heartbeat */
-};
-
-struct membership {
-	char leader[256], pin[128], secret[80], state[16];
-	int64_t node_id;
 };
 
 struct buf {
@@ -112,28 +109,6 @@ post_json(const char *url, const char *pin, const char *secret, cJSON *body, lon
 	}
 	free(b.p);
 	return PRIVAI_OK;
-}
-
-static int
-load_membership(struct admin *a, struct membership *m)
-{
-	sqlite3_stmt *st;
-	int found = 0;
-
-	memset(m, 0, sizeof(*m));
-	if (sqlite3_prepare_v2(a->db, "SELECT leader_url, coalesce(leader_pin, ''), node_id, secret, "
-				      "coalesce(state, '') FROM membership", -1, &st, NULL) != SQLITE_OK)
-		return 0;
-	if (sqlite3_step(st) == SQLITE_ROW) {
-		found = 1;
-		snprintf(m->leader, sizeof(m->leader), "%s", (const char *)sqlite3_column_text(st, 0));
-		snprintf(m->pin, sizeof(m->pin), "%s", (const char *)sqlite3_column_text(st, 1));
-		m->node_id = sqlite3_column_int64(st, 2);
-		snprintf(m->secret, sizeof(m->secret), "%s", (const char *)sqlite3_column_text(st, 3));
-		snprintf(m->state, sizeof(m->state), "%s", (const char *)sqlite3_column_text(st, 4));
-	}
-	sqlite3_finalize(st);
-	return found;
 }
 
 static void
@@ -276,6 +251,11 @@ heartbeat(struct cluster *c, const struct membership *m)
 	cJSON_AddItemToObject(body, "report", node_report_json(a));
 	cJSON_AddItemToObject(body, "mig_results", c->mig_results);
 	c->mig_results = cJSON_CreateArray();
+	if (a->tls_pin[0] != '\0')
+		cJSON_AddStringToObject(body, "tls_pin", a->tls_pin);
+	pthread_mutex_lock(&a->db_mu);
+	cJSON_AddItemToObject(body, "deployments", member_reports(a));
+	pthread_mutex_unlock(&a->db_mu);
 	int rc = post_json(url, m->pin, m->secret, body, &status, &reply, err);
 	cJSON_Delete(body);
 	const char *state = cJSON_GetStringValue(cJSON_GetObjectItem(reply, "state"));
@@ -300,6 +280,7 @@ heartbeat(struct cluster *c, const struct membership *m)
 		const cJSON *item;
 		cJSON_ArrayForEach(item, cJSON_GetObjectItem(reply, "mig"))
 			apply_planned(c, item);
+		member_sync(a, m, reply);
 	}
 	pthread_mutex_unlock(&a->db_mu);
 	cJSON_Delete(reply);
@@ -313,15 +294,26 @@ watch(struct admin *a)
 	int64_t now = admin_now();
 
 	pthread_mutex_lock(&a->db_mu);
+	int64_t lost[64];
+	char why[160];
+	int n = 0;
 	if (sqlite3_prepare_v2(a->db, "UPDATE nodes SET state = 'unreachable', state_reason = 'no heartbeat for ' || "
-				      "(?1 - last_heartbeat) || ' s' WHERE is_self = 0 AND state = 'ready' AND "
-				      "last_heartbeat < ?1 - ?2 RETURNING name", -1, &st, NULL) == SQLITE_OK) {
+				      "(?1 - last_heartbeat) || ' s' WHERE is_self = 0 AND state = 'ready' "
+				      "AND last_heartbeat < ?1 - ?2 RETURNING name, id", -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, now);
 		sqlite3_bind_int64(st, 2, 3 * (int64_t)a->cfg.heartbeat_s);
-		while (sqlite3_step(st) == SQLITE_ROW)
+		while (sqlite3_step(st) == SQLITE_ROW) {
 			audit_write(a->db, now, "system", "node.unreachable", (const char *)sqlite3_column_text(st, 0),
 				    NULL, "ok", NULL);
+			if (n < 64)
+				lost[n++] = sqlite3_column_int64(st, 1);
+		}
 		sqlite3_finalize(st);
+	}
+	for (int i = 0; i < n; i++) {
+		snprintf(why, sizeof(why), "node %lld is unreachable; what its engine does is not known",
+			 (long long)lost[i]);
+		remote_node_lost(a->db, lost[i], why);
 	}
 	pthread_mutex_unlock(&a->db_mu);
 }
@@ -388,6 +380,20 @@ cluster_start(struct admin *a, char *err)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	}
 	c->a = a;
+	/* the key this node relays to other nodes' engines with; a new one
+	 * each start, its hash sent in every heartbeat answer */
+	unsigned char raw[32], h[crypto_hash_sha256_BYTES];
+	if (sodium_init() < 0) {
+		cJSON_Delete(c->mig_results);
+		free(c);
+		return privai_fail(err, PRIVAI_EIO, "libsodium failed to initialise");
+	}
+	randombytes_buf(raw, sizeof(raw));
+	memcpy(a->relay_key, "rk-", 3);
+	sodium_bin2base64(a->relay_key + 3, sizeof(a->relay_key) - 3, raw, sizeof(raw),
+			  sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	crypto_hash_sha256(h, (const unsigned char *)a->relay_key, strlen(a->relay_key));
+	sodium_bin2hex(a->relay_key_sha256, sizeof(a->relay_key_sha256), h, sizeof(h));
 	c->next_beat = admin_now() + a->cfg.heartbeat_s; /* registration just reported */
 	if (a->cfg.join_url != NULL)
 		c->next_beat = 0;
@@ -415,6 +421,8 @@ cluster_stop(struct admin *a)
 	pthread_mutex_unlock(&c->mu);
 	pthread_join(c->thread, NULL);
 	cJSON_Delete(c->mig_results);
+	cJSON_Delete(a->member_errors);
+	a->member_errors = NULL;
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
 	free(c);

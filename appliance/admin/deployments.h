@@ -6,7 +6,9 @@
 #ifndef PRIVAI_ADMIN_DEPLOYMENTS_H
 #define PRIVAI_ADMIN_DEPLOYMENTS_H
 
+#include <cjson/cJSON.h>
 #include <sqlite3.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct req;
@@ -22,6 +24,25 @@ int deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int6
 /* The first port of the engine range that no deployment holds and
  * nothing else has bound; -1 when none. */
 int deployment_pick_port(struct admin *a);
+
+/* Check serving options (ctx, parallel, batch, kv_cache_mib,
+ * chat_template) from an operator or a leader and rebuild them as JSON
+ * in *ret (malloc'd).  -1 with the field and reason, -2 for an unknown
+ * field. */
+int deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size, char *err, size_t size);
+
+/* Send the request (its body when post) to url with Authorization:
+ * auth (NULL: none), checking the far end's key pin when one is given,
+ * and reply with its answer; who names the far end in a 502. */
+void deploy_forward(struct req *r, const char *url, const char *auth, const char *pin, int post, const char *who);
+
+/* A deployment the cluster's leader placed on this node is changed on
+ * the leader only: 1 after replying 409. */
+int deploy_refuse_if_leader_owned(struct req *r, int64_t id);
+
+/* Reply with the tail of deployment id's engine log on this node
+ * (the "lines" query, 1..10000, default 200). */
+void deploy_reply_log(struct req *r, int64_t id);
 
 /* The deployment's row with "api_key" added. */
 void reply_deployment_with_key(struct req *r, unsigned status, int64_t id, const char *key);

@@ -29,6 +29,8 @@ struct fetch {
 	struct admin *a;
 	int64_t id;
 	char name[160], url[2100], want_sha[65], tmp[PATH_MAX + 64], final[PATH_MAX + 200];
+	char pin[128], secret_hdr[128]; /* a fetch from the leader: its key pin and our node secret */
+	int64_t want_size;              /* -1: unknown */
 	int fd;
 	crypto_hash_sha256_state h;
 	int64_t bytes, last_report_ms;
@@ -166,7 +168,19 @@ download(struct fetch *f, char *err)
 	curl_easy_setopt(c, CURLOPT_XFERINFODATA, f);
 	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_err);
+	struct curl_slist *h = NULL;
+	if (f->secret_hdr[0] != '\0') {
+		h = curl_slist_append(NULL, f->secret_hdr);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	}
+	if (f->pin[0] != '\0') {
+		/* the leader's certificate is self-signed: its key pin is the trust */
+		curl_easy_setopt(c, CURLOPT_PINNEDPUBLICKEY, f->pin);
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
 	CURLcode rc = curl_easy_perform(c);
+	curl_slist_free_all(h);
 	long code = 0;
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
 	curl_easy_cleanup(c);
@@ -189,6 +203,9 @@ finish(struct fetch *f, char *err)
 
 	crypto_hash_sha256_final(&f->h, digest);
 	sodium_bin2hex(hex, sizeof(hex), digest, sizeof(digest));
+	if (f->want_size >= 0 && f->bytes != f->want_size)
+		return privai_fail(err, PRIVAI_EIO, "the download has %lld bytes, not %lld", (long long)f->bytes,
+				   (long long)f->want_size);
 	if (f->want_sha[0] != '\0' && strcmp(hex, f->want_sha) != 0)
 		return privai_fail(err, PRIVAI_EIO, "the download's SHA-256 is %s, not %s", hex, f->want_sha);
 	if (fsync(f->fd) != 0)
@@ -260,8 +277,6 @@ model_fetch_start(struct req *r, const cJSON *body, const char *name)
 {
 	char host[300], err[PRIVAI_ERR_LEN];
 	const char *url, *sha;
-	struct fetch *f;
-	sqlite3_stmt *st;
 
 	if ((url = field_str(r, body, "url", 1, 2048, NULL)) == NULL ||
 	    (sha = field_str(r, body, "sha256", 0, 64, ""), r->status))
@@ -283,65 +298,95 @@ model_fetch_start(struct req *r, const cJSON *body, const char *name)
 			    "names the servers models may come from", host);
 		return;
 	}
-	if ((f = calloc(1, sizeof(*f))) == NULL) {
-		reply_error(r, 500, "internal", NULL, "out of memory");
+	int64_t id;
+	int rc = model_fetch_begin(r->a, name, url, sha, -1, NULL, NULL, r->now, 0, &id, err);
+	if (rc != PRIVAI_OK) {
+		reply_status(r, rc, "name", err);
 		return;
 	}
-	f->a = r->a;
+	cJSON *d = cJSON_CreateObject();
+	cJSON_AddStringToObject(d, "url", url);
+	req_audit(r, "model.download_start", name, "ok", d);
+	reply_query(r, 202, "SELECT id, name, state, source, url, bytes_done, created_at FROM models WHERE id = ?1", 1,
+		    &id, "model");
+}
+
+int
+model_fetch_begin(struct admin *a, const char *name, const char *url, const char *sha, int64_t size,
+		  const char *pin, const char *secret, int64_t now, int64_t reuse_id, int64_t *ret_id, char *err)
+{
+	struct fetch *f;
+	sqlite3_stmt *st;
+
+	if ((f = calloc(1, sizeof(*f))) == NULL)
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+	f->a = a;
+	f->fd = -1;
+	f->want_size = size;
 	snprintf(f->name, sizeof(f->name), "%s", name);
 	snprintf(f->url, sizeof(f->url), "%s", url);
-	snprintf(f->want_sha, sizeof(f->want_sha), "%s", sha);
-	snprintf(f->final, sizeof(f->final), "%s/%s.gguf", r->a->models_dir, name);
-	snprintf(f->tmp, sizeof(f->tmp), "%s/.download-XXXXXX", r->a->models_dir);
+	snprintf(f->want_sha, sizeof(f->want_sha), "%s", sha != NULL ? sha : "");
+	snprintf(f->pin, sizeof(f->pin), "%s", pin != NULL ? pin : "");
+	if (secret != NULL)
+		snprintf(f->secret_hdr, sizeof(f->secret_hdr), "X-Privai-Node-Secret: %s", secret);
+	snprintf(f->final, sizeof(f->final), "%s/%s.gguf", a->models_dir, name);
+	snprintf(f->tmp, sizeof(f->tmp), "%s/.download-XXXXXX", a->models_dir);
 	crypto_hash_sha256_init(&f->h);
 	if (access(f->final, F_OK) == 0) {
 		free(f);
-		reply_error(r, 409, "conflict", "name", "a file %s.gguf is already in the model directory", name);
-		return;
+		return privai_fail(err, PRIVAI_EBUSY, "a file %s.gguf is already in the model directory", name);
 	}
-	if (sqlite3_prepare_v2(r->a->db, "INSERT INTO models (name, path, size_bytes, architecture, source, url, state, "
-					 "created_at) VALUES (?1, ?2, 0, '', 'url', ?3, 'importing', ?4)", -1, &st,
-			       NULL) != SQLITE_OK) {
+	if (reuse_id > 0) {
+		/* a failed fetch tried again: the row, and the deployments on it, stay */
+		unlink(f->final);
+		if (sqlite3_prepare_v2(a->db, "UPDATE models SET state = 'importing', error = NULL, bytes_done = 0, "
+					      "created_at = ?2 WHERE id = ?1 AND state = 'failed'", -1, &st, NULL) != SQLITE_OK) {
+			free(f);
+			return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+		}
+		sqlite3_bind_int64(st, 1, reuse_id);
+		sqlite3_bind_int64(st, 2, now);
+	} else if (access(f->final, F_OK) == 0) {
 		free(f);
-		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
-		return;
+		return privai_fail(err, PRIVAI_EBUSY, "a file %s.gguf is already in the model directory", name);
+	} else if (sqlite3_prepare_v2(a->db, "INSERT INTO models (name, path, size_bytes, architecture, source, url, "
+					     "state, created_at) VALUES (?1, ?2, ?3, '', 'url', ?4, 'importing', ?5)", -1,
+				      &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(st, 2, f->final, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int64(st, 3, size > 0 ? size : 0);
+		sqlite3_bind_text(st, 4, url, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int64(st, 5, now);
+	} else {
+		free(f);
+		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
 	}
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(st, 2, f->final, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(st, 3, url, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_int64(st, 4, r->now);
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE) {
+	if (rc != SQLITE_DONE || sqlite3_changes(a->db) != 1) {
 		free(f);
 		if (rc == SQLITE_CONSTRAINT)
-			reply_error(r, 409, "conflict", "name", "a model named '%s' exists", name);
-		else
-			reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
-		return;
+			return privai_fail(err, PRIVAI_EBUSY, "a model named '%s' exists", name);
+		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
 	}
-	f->id = sqlite3_last_insert_rowid(r->a->db);
+	f->id = reuse_id > 0 ? reuse_id : sqlite3_last_insert_rowid(a->db);
 	if ((f->fd = mkstemp(f->tmp)) < 0 || pthread_create(&f->thread, NULL, fetch_main, f) != 0) {
-		snprintf(err, sizeof(err), "cannot start the download: %s", strerror(errno));
+		privai_fail(err, PRIVAI_EIO, "cannot start the download: %s", strerror(errno));
 		if (f->fd >= 0) {
 			close(f->fd);
 			unlink(f->tmp);
 		}
-		db_delete_id(r->a->db, "models", f->id);
+		if (reuse_id == 0)
+			db_delete_id(a->db, "models", f->id);
 		free(f);
-		reply_error(r, 500, "internal", NULL, "%s", err);
-		return;
+		return PRIVAI_EIO;
 	}
-	pthread_mutex_lock(&r->a->fetch_mu);
-	f->next = r->a->fetches;
-	r->a->fetches = f;
-	pthread_mutex_unlock(&r->a->fetch_mu);
-	cJSON *d = cJSON_CreateObject();
-	cJSON_AddStringToObject(d, "url", url);
-	req_audit(r, "model.download_start", name, "ok", d);
-	int64_t id = f->id;
-	reply_query(r, 202, "SELECT id, name, state, source, url, bytes_done, created_at FROM models WHERE id = ?1", 1,
-		    &id, "model");
+	pthread_mutex_lock(&a->fetch_mu);
+	f->next = a->fetches;
+	a->fetches = f;
+	pthread_mutex_unlock(&a->fetch_mu);
+	*ret_id = f->id;
+	return PRIVAI_OK;
 }
 
 int

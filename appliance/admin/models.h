@@ -32,6 +32,15 @@ extern const struct stream_ops model_upload_ops;
 /* POST /api/v1/models with a "url": check it against the allowed hosts,
  * insert an 'importing' row and download in the background; replies. */
 void model_fetch_start(struct req *r, const cJSON *body, const char *name);
+/* Insert an 'importing' row for name and download url into the model
+ * directory in the background, checking size (when >= 0) and sha (when
+ * not NULL or "") before the row is made ready.  pin and secret are for
+ * a fetch from the leader (remote.h); reuse_id > 0 fetches again into
+ * that failed row.  The caller holds the store's mutex; PRIVAI_EBUSY
+ * when the name or its file is taken. */
+int model_fetch_begin(struct admin *a, const char *name, const char *url, const char *sha, int64_t size,
+		      const char *pin, const char *secret, int64_t now, int64_t reuse_id, int64_t *ret_id,
+		      char *err);
 /* Ask a running download of model id to stop; 1 if one was running. */
 int model_fetch_cancel(struct admin *a, int64_t id);
 /* Stop every download and wait for them (shutdown). */

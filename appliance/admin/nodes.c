@@ -188,9 +188,10 @@ node_self_drain(sqlite3 *db, int draining)
 {
 	const char *sql = draining ? "UPDATE nodes SET state = 'draining', state_reason = 'drained' WHERE is_self = 1;"
 				     "UPDATE deployments SET desired = 'stopped', drained = 1, reason = "
-				     "'stopped: node drained' WHERE desired = 'running'"
+				     "'stopped: node drained' WHERE desired = 'running' AND node_id IS NULL"
 				   : "UPDATE nodes SET state = 'ready', state_reason = NULL WHERE is_self = 1;"
-				     "UPDATE deployments SET desired = 'running', drained = 0, reason = NULL WHERE drained = 1";
+				     "UPDATE deployments SET desired = 'running', drained = 0, reason = NULL WHERE drained = 1 AND "
+				     "node_id IS NULL";
 
 	return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }

@@ -9,9 +9,11 @@
 
 #include <cjson/cJSON.h>
 #include <sqlite3.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct admin;
+struct req;
 
 /* This node's report (NULL when out of memory): its inventory and, in
  * "host", its preflight and fabric status (host_health.h). */
@@ -31,5 +33,10 @@ int node_self_register(struct admin *a, char *err);
  * (deployments run on the node whose privai-admin holds them).  The
  * caller holds the store's mutex; 0 or -1. */
 int node_self_drain(sqlite3 *db, int draining);
+
+/* Check the X-Privai-Node-Secret of a request from node id (not this
+ * one) and copy its state; 0, or -1 after replying 401, or 410 when it
+ * was removed. */
+int node_secret_check(struct req *r, int64_t id, char *state, size_t size);
 
 #endif

@@ -132,6 +132,15 @@ write_keys(struct admin *a, int64_t id, const char *own_key)
 			fprintf(fp, "sha256:%s\n", (const char *)sqlite3_column_text(st, 0));
 		sqlite3_finalize(st);
 	}
+	/* one the leader placed here also answers the leader's relay key */
+	if (sqlite3_prepare_v2(a->db, "SELECT leader_key_sha256 FROM membership WHERE leader_key_sha256 IS NOT NULL "
+				      "AND EXISTS (SELECT 1 FROM deployments WHERE id = ?1 AND leader_id IS NOT NULL)",
+			       -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, id);
+		if (sqlite3_step(st) == SQLITE_ROW)
+			fprintf(fp, "sha256:%s\n", (const char *)sqlite3_column_text(st, 0));
+		sqlite3_finalize(st);
+	}
 	int bad = fflush(fp) != 0 || fsync(fileno(fp)) != 0;
 	bad |= fclose(fp) != 0;
 	if (bad || rename(tmp, path) != 0) {
@@ -333,7 +342,8 @@ load_wants(struct admin *a, struct want **ret)
 	*ret = NULL;
 	pthread_mutex_lock(&a->db_mu);
 	if (sqlite3_prepare_v2(a->db, "SELECT d.id, d.name, d.desired = 'running', d.state, m.path, m.state = 'ready', "
-				      "d.port, d.placement, d.options FROM deployments d JOIN models m ON m.id = d.model_id",
+				      "d.port, d.placement, d.options FROM deployments d JOIN models m ON m.id = d.model_id "
+				      "WHERE d.node_id IS NULL",
 			       -1, &st, NULL) != SQLITE_OK) {
 		pthread_mutex_unlock(&a->db_mu);
 		return -1;
@@ -620,7 +630,7 @@ supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 	/* whatever a previous run recorded, nothing runs yet */
 	pthread_mutex_lock(&a->db_mu);
 	sqlite3_exec(a->db, "UPDATE deployments SET state = CASE desired WHEN 'running' THEN 'pending' ELSE 'stopped' "
-			    "END, pid = NULL, unit = NULL, reason = NULL", NULL, NULL, NULL);
+			    "END, pid = NULL, unit = NULL, reason = NULL WHERE node_id IS NULL", NULL, NULL, NULL);
 	pthread_mutex_unlock(&a->db_mu);
 	adopt(s);
 	atomic_store(&s->alive, 1);

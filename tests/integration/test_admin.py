@@ -430,7 +430,7 @@ def test_deployments(adm, a, o, v, demo_id, up_id):
                         ({"name": "d", "model": demo_id, "placement": {"kind": "cpu", "threads": 100000}}, "threads"),
                         ({"name": "d", "model": 999}, "model"),
                         ({"name": "d", "model": demo_id, "options": {"chat_template": "nope"}}, "options.chat_template"),
-                        ({"name": "d", "model": demo_id, "options": {"ctx": -1}}, "ctx"),
+                        ({"name": "d", "model": demo_id, "options": {"ctx": -1}}, "options.ctx"),
                         ({"name": "d/x", "model": demo_id}, "name")):
         r = o.post("/api/v1/deployments", body)
         check(r.status == 422 and r.json["error"]["field"] == field, f"bad deployment refused on {field}", r)

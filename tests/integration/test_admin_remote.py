@@ -1,0 +1,245 @@
+"""Deployments placed on another node, against two live privai-admins on
+loopback: the leader stores the row, node-b learns it from the heartbeat
+answer, fetches the model from the leader with its node secret (size and
+GGUF checked), runs the engine with its own supervisor and reports the
+state back; chat, metrics and logs go through the leader's proxy and
+node-b's relay; keys, stop, options, drain, kill -9, delete and remove
+follow; bad reports and wrong secrets are refused.
+
+usage: python3 tests/integration/test_admin_remote.py BUILD_DIR"""
+import http.client
+import json
+import os
+import signal
+import sqlite3
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from adminlib import Admin, check, clean_up, summary, users, wait_for  # noqa: E402
+
+BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEMO = os.path.join(ROOT, BUILD, "demo", "privai-demo.gguf")
+PW = "correct horse battery staple"
+
+
+def raw(port, method, path, body=None, headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    h = dict(headers or {})
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        h["Content-Type"] = "application/json"
+    conn.request(method, path, body=data, headers=h)
+    r = conn.getresponse()
+    out = r.status, r.read()
+    conn.close()
+    return out
+
+
+def chat_via_node(port, dep, key):
+    h = {"Authorization": "Bearer " + key} if key else {}
+    st, body = raw(port, "POST", f"/api/v1/cluster/deployments/{dep}/v1/chat/completions",
+                   {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}, h)
+    return st
+
+
+def dep_of(c, dep):
+    r = c.get(f"/api/v1/deployments/{dep}")
+    return r.json if r.status == 200 else None
+
+
+def state_is(c, dep, *states):
+    d = dep_of(c, dep)
+    return d if d and d["state"] in states else None
+
+
+def member_row(bc, dep):
+    rows = [d for d in bc.get("/api/v1/deployments").json["data"] if d["leader_id"] == dep]
+    return rows[0] if rows else None
+
+
+def test_placed(adm, b, o, v, bc, nid):
+    demo = [m for m in o.get("/api/v1/models").json["data"] if m["name"] == "demo"][0]
+    r = o.post("/api/v1/deployments", {"name": "far", "model": "demo",
+                                       "placement": {"kind": "cpu", "threads": 1, "node": "node-b"},
+                                       "options": {"ctx": 256, "chat_template": "chatml"}})
+    check(r.status == 201 and r.json["node"] == "node-b" and r.json["port"] is None and
+          r.json["api_key"].startswith("sk-") and "waiting for its next heartbeat" in (r.json["reason"] or "") and
+          r.json["endpoint"] == f"http://127.0.0.1:{b.port}/api/v1/cluster/deployments/{r.json['id']}/v1",
+          "deployment placed on node-b: no port here, node-b's endpoint", r)
+    dep, key = r.json["id"], r.json["api_key"]
+    d = wait_for(lambda: state_is(o, dep, "ready", "failed"), 90)
+    check(d and d["state"] == "ready" and d["started_at"], "node-b reports it ready", d)
+    mine = member_row(bc, dep)
+    check(mine and mine["name"] == "far" and mine["state"] == "ready" and mine["pid"] > 0 and
+          mine["options"] == {"ctx": 256, "chat_template": "chatml"} and mine["placement"] == {"kind": "cpu", "threads": 1},
+          "node-b runs it with its own supervisor", mine)
+    m = [x for x in bc.get("/api/v1/models").json["data"] if x["name"] == "demo"]
+    check(m and m[0]["state"] == "ready" and m[0]["source"] == "url" and m[0]["size_bytes"] == demo["size_bytes"] and
+          f"/api/v1/nodes/{nid}/models/{demo['id']}/file" in m[0]["url"] and len(m[0]["sha256"]) == 64,
+          "node-b fetched the model from the leader", m)
+    with open(DEMO, "rb") as f:
+        same = f.read() == open(m[0]["path"], "rb").read()
+    check(same, "node-b's copy is byte for byte the leader's file")
+    acts = [(e["actor"], e["action"]) for e in bc.get("/api/v1/audit?limit=100").json["data"]]
+    check(("leader", "deployment.create") in acts and ("system", "model.download") in acts,
+          "node-b's audit log says the leader placed it", acts[:6])
+
+    r = o.post(f"/api/v1/deployments/{dep}/v1/chat/completions",
+               {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5})
+    check(r.status == 200 and r.json["choices"][0]["message"]["role"] == "assistant" and r.json["model"] == "far",
+          "chat through the leader's proxy and node-b's relay", r)
+    check(chat_via_node(b.port, dep, key) == 200, "the endpoint on node-b takes the deployment's key")
+    check(chat_via_node(b.port, dep, None) == 401 and chat_via_node(b.port, dep, "sk-wrong") == 401,
+          "node-b's endpoint refuses no key and a wrong key")
+    check(chat_via_node(b.port, dep + 1000, key) == 404, "node-b: no such deployment 404")
+    r = v.get(f"/api/v1/deployments/{dep}/metrics")
+    check(r.status == 200 and b"vllm:num_requests_running" in r.body, "metrics through the leader", r.status)
+    st, _ = raw(b.port, "GET", f"/api/v1/cluster/deployments/{dep}/metrics", headers={"Authorization": "Bearer " + key})
+    check(st == 401, "node-b's metrics are for the leader's relay key only, not a deployment key", st)
+    r = o.get(f"/api/v1/deployments/{dep}/logs?lines=5")
+    check(r.status == 200 and b"ready" in r.body, "node-b's engine log through the leader", r)
+    check(o.get(f"/api/v1/deployments/{dep}/logs?lines=0").status == 422, "log lines checked before relaying")
+    st, _ = raw(b.port, "GET", f"/api/v1/cluster/deployments/{dep}/logs")
+    check(st == 401, "node-b's log without the relay key 401", st)
+
+    r = o.post(f"/api/v1/deployments/{dep}/keys", {"name": "app2"})
+    k2, k2id = r.json["api_key"], r.json["id"]
+    check(wait_for(lambda: chat_via_node(b.port, dep, k2) == 200, 15), "a key made on the leader works on node-b")
+    check(o.request("DELETE", f"/api/v1/deployments/{dep}/keys/{k2id}").status == 204, "revoke it on the leader")
+    check(wait_for(lambda: chat_via_node(b.port, dep, k2) == 401, 15), "and node-b refuses it")
+
+    local = mine["id"]
+    for method, path, body in (("PATCH", f"/api/v1/deployments/{local}", {"desired": "stopped"}),
+                               ("DELETE", f"/api/v1/deployments/{local}", None),
+                               ("POST", f"/api/v1/deployments/{local}/keys", {"name": "x"})):
+        r = bc.request(method, path, body)
+        check(r.status == 409 and r.error_code() == "leader_owned", f"node-b's own console: {method} refused", r)
+    return dep, demo
+
+
+def test_lifecycle(adm, b, o, bc, nid, dep, secret):
+    r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"placement": {"kind": "cpu", "threads": 1}})
+    check(r.status == 422 and r.error_code() == "unsupported", "a deployment cannot move to another node", r)
+    r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"desired": "stopped"})
+    check(r.status == 200, "stop it on the leader", r)
+    d = wait_for(lambda: state_is(o, dep, "stopped"), 30)
+    check(d and member_row(bc, dep)["state"] == "stopped", "node-b stopped it and said so", d)
+    r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"desired": "running", "options": {"ctx": 512, "chat_template": "chatml"}})
+    d = wait_for(lambda: state_is(o, dep, "ready", "failed"), 60)
+    mine = member_row(bc, dep)
+    check(d and d["state"] == "ready" and mine["options"]["ctx"] == 512, "started again with new options", mine)
+    argv = open(f"/proc/{mine['pid']}/cmdline", "rb").read().split(b"\0")
+    check(argv[argv.index(b"--ctx") + 1] == b"512", "node-b's engine runs with --ctx 512", argv)
+
+    # a heartbeat with a bad report is refused whole
+    for bad in ([{"id": dep, "state": "exploded"}], [{"id": "x", "state": "ready"}], {"id": dep},
+                [{"id": dep, "state": "ready", "reason": "r" * 800}]):
+        st, body = raw(adm.port, "POST", f"/api/v1/nodes/{nid}/heartbeat", {"deployments": bad},
+                       {"X-Privai-Node-Secret": secret})
+        check(st == 422 and b"deployments" in body, f"bad report refused: {str(bad)[:40]}", (st, body[:120]))
+    st, _ = raw(adm.port, "POST", f"/api/v1/nodes/{nid}/heartbeat", {"tls_pin": "sha256//short"},
+                {"X-Privai-Node-Secret": secret})
+    check(st == 422, "a malformed key pin refused", st)
+    check(state_is(o, dep, "ready"), "the refused reports changed nothing")
+
+    # the model file: that node's secret, and models placed on it only
+    mid = o.get(f"/api/v1/deployments/{dep}").json["model_id"]
+    st, _ = raw(adm.port, "GET", f"/api/v1/nodes/{nid}/models/{mid}/file")
+    check(st == 401, "model file without the node secret 401", st)
+    st, _ = raw(adm.port, "GET", f"/api/v1/nodes/{nid}/models/{mid}/file", headers={"X-Privai-Node-Secret": "node_x"})
+    check(st == 401, "model file with a wrong secret 401", st)
+    st, body = raw(adm.port, "GET", f"/api/v1/nodes/{nid}/models/{mid}/file", headers={"X-Privai-Node-Secret": secret})
+    check(st == 200 and body == open(DEMO, "rb").read(), "model file with node-b's secret: the file", st)
+    st, _ = raw(adm.port, "GET", f"/api/v1/nodes/{nid}/models/{mid + 50}/file", headers={"X-Privai-Node-Secret": secret})
+    check(st == 404, "a model not placed on node-b 404", st)
+    st, _ = raw(adm.port, "GET", f"/api/v1/nodes/1/models/{mid}/file", headers={"X-Privai-Node-Secret": secret})
+    check(st == 401, "node-b's secret is not the leader's node", st)
+
+    # drain node-b from the leader
+    check(o.post(f"/api/v1/nodes/{nid}/drain").status == 200, "drain node-b")
+    d = wait_for(lambda: state_is(o, dep, "stopped"), 30)
+    check(d and "drained" in (d["reason"] or ""), "its deployment stopped there, reason drained", d)
+    r = o.post("/api/v1/deployments", {"name": "more", "model": "demo", "placement": {"kind": "cpu", "node": "node-b"}})
+    check(r.status == 409 and r.error_code() == "node_draining", "nothing new is placed on a draining node", r)
+    check(o.post(f"/api/v1/nodes/{nid}/resume").status == 200, "resume node-b")
+    check(wait_for(lambda: state_is(o, dep, "ready"), 60), "and it runs again")
+
+    # node-b killed: its deployment's state is not known; back when it is
+    b.stop(signal.SIGKILL)
+    d = wait_for(lambda: state_is(o, dep, "pending"), 20)
+    check(d and "unreachable" in (d["reason"] or ""), "node-b unreachable: pending, reason says so", d)
+    r = o.post(f"/api/v1/deployments/{dep}/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
+    check(r.status == 409 and r.error_code() == "not_ready" and "unreachable" in r.json["error"]["message"],
+          "the proxy says the node is unreachable", r)
+    b.start()
+    check(wait_for(lambda: state_is(o, dep, "ready"), 60), "node-b back: ready again")
+
+
+def test_gone(adm, b, a, o, bc, nid, dep):
+    port = member_row(bc, dep)["port"]
+    check(o.request("DELETE", f"/api/v1/deployments/{dep}").status == 204, "delete it on the leader")
+    check(wait_for(lambda: member_row(bc, dep) is None, 15), "node-b drops its row")
+    check(wait_for(lambda: raw_refused(port), 30), "and its engine stops")
+    acts = [(e["actor"], e["action"]) for e in bc.get("/api/v1/audit?limit=100").json["data"]]
+    check(("leader", "deployment.delete") in acts, "node-b's audit log has the delete", acts[:5])
+    r = o.post("/api/v1/deployments", {"name": "last", "model": "demo", "placement": {"kind": "cpu", "node": "node-b"}})
+    last = r.json["id"]
+    check(r.status == 201 and wait_for(lambda: state_is(o, last, "ready"), 60), "another placed and ready", r)
+    check(a.request("DELETE", f"/api/v1/nodes/{nid}").status == 204, "remove node-b")
+    d = dep_of(o, last)
+    check(d["state"] == "stopped" and d["desired"] == "stopped" and "removed" in d["reason"],
+          "its deployment is stopped, the reason says the node was removed", d)
+
+
+def raw_refused(port):
+    try:
+        raw(port, "GET", "/health")
+        return False
+    except OSError:
+        return True
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="privai-remote-test-")
+    adm = Admin(BUILD, os.path.join(tmp, "leader"), PW, ports="19140-19144",
+                extra=["--node-name", "leader", "--heartbeat-s", "1", "--demo-model", DEMO, "--login-rate", "1000"])
+    b = None
+    try:
+        a, o, v = users(adm, PW)
+        tok = a.post("/api/v1/nodes/join-tokens", {}).json["token"]
+        b = Admin(BUILD, os.path.join(tmp, "b"), PW, ports="19145-19149", env_extra={"PRIVAI_JOIN_TOKEN": tok},
+                  extra=["--node-name", "node-b", "--join", f"http://127.0.0.1:{adm.port}", "--heartbeat-s", "1"])
+        node = wait_for(lambda: [n for n in a.get("/api/v1/nodes").json["data"] if n["name"] == "node-b"], 15)
+        check(node and node[0]["state"] == "ready", "node-b joined", node)
+        nid = node[0]["id"]
+        bc = b.client()
+        bc.login("admin", PW)
+        db = sqlite3.connect(os.path.join(tmp, "b", "privai.db"))
+        secret = db.execute("SELECT secret FROM membership").fetchone()[0]
+        db.close()
+        r = o.post("/api/v1/deployments", {"name": "x", "model": "demo",
+                                           "placement": {"kind": "cpu", "threads": 1000, "node": "node-b"}})
+        check(r.status == 422 and r.json["error"]["field"] == "placement.threads" and "node-b" in
+              r.json["error"]["message"], "threads checked against node-b's CPUs", r)
+        dep, demo = test_placed(adm, b, o, v, bc, nid)
+        test_lifecycle(adm, b, o, bc, nid, dep, secret)
+        bc = b.client()
+        bc.login("admin", PW)
+        test_gone(adm, b, a, o, bc, nid, dep)
+        check(adm.stop() == 0 and b.stop() == 0, "SIGTERM: both exit cleanly")
+    except Exception:
+        check(False, "the suite ran to the end")
+        raise
+    finally:
+        adm.stop(signal.SIGKILL)
+        if b is not None:
+            b.stop(signal.SIGKILL)
+        clean_up(tmp, 60)
+    return summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
