@@ -178,10 +178,13 @@ remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_t ba
 	sqlite3_stmt *st;
 	int rc = -2;
 
+	/* one being stopped (by a stop or a drain) is not ready, even before
+	 * the node's next report says so */
 	snprintf(why, why_size, "no deployment %lld", (long long)id);
 	pin[0] = '\0';
 	pthread_mutex_lock(&a->db_mu);
-	if (sqlite3_prepare_v2(a->db, "SELECT d.node_id IS NULL, d.state, n.name, n.state, coalesce(n.url, ''), "
+	if (sqlite3_prepare_v2(a->db, "SELECT d.node_id IS NULL, CASE WHEN d.desired = 'running' AND n.state = 'ready' "
+				      "THEN d.state ELSE 'stopping' END, n.name, n.state, coalesce(n.url, ''), "
 				      "coalesce(n.tls_pin, '') FROM deployments d LEFT JOIN nodes n ON n.id = d.node_id "
 				      "WHERE d.id = ?1", -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, id);

@@ -260,12 +260,39 @@ async function main() {
     const pairing = page.locator('table', { hasText: 'Host checks that failed or warned' }).locator('tr', { hasText: 'GPU-to-NIC pairing' });
     check(await pairing.count() === 1 && (await pairing.textContent()).includes('node-b') &&
       (await pairing.textContent()).includes('move the NIC 0000:3e:00.0'), 'the bad pairing is listed with its fix');
+    await shot(page, '05-nodes');
+    await accessible(page, 'nodes');
+
+    // a deployment placed on node-b: it fetches the model from the leader,
+    // runs the engine, reports ready, and the chat goes through it
+    await visit(page, 'deployments', 'Deployments');
+    const ff = page.getByRole('form', { name: 'New deployment' });
+    await ff.getByLabel('Name').fill('tiny-far');
+    await ff.getByLabel('Model').selectOption({ label: 'tiny-q4' });
+    await ff.getByLabel('Node').selectOption('node-b');
+    await ff.getByLabel('CPU threads (0: all)').fill('1');
+    await ff.getByLabel('Context').fill('256');
+    await ff.getByLabel('Chat template').selectOption('llama2');
+    await ff.getByRole('button', { name: 'Deploy' }).click();
+    const frow = page.locator('tr', { hasText: 'tiny-far' });
+    await frow.getByText('ready', { exact: true }).waitFor({ timeout: 90000 });
+    check(await frow.locator('td').nth(3).textContent() === 'node-b' &&
+      (await frow.locator('code').textContent()).includes('/api/v1/cluster/deployments/'), 'tiny-far runs on node-b, its endpoint there');
+    await frow.getByRole('button', { name: 'tiny-far', exact: true }).click();
+    const fchat = page.getByRole('form', { name: 'Chat with tiny-far' });
+    await fchat.getByLabel('Message').fill('Hello node b');
+    await fchat.getByRole('button', { name: 'Send' }).click();
+    await page.locator('.msg.assistant').waitFor({ timeout: 60000 });
+    check(/\d+ tokens, finish: (length|stop)/.test(await page.locator('.chat .muted').first().textContent()),
+      'a chat completion came back from node-b through the leader');
+    await shot(page, '05b-deployment-on-node-b');
+
+    await visit(page, 'nodes', 'Nodes');
+    await brow.getByText('ready').waitFor();
     page.once('dialog', (d) => d.accept());
     await brow.getByRole('button', { name: 'Drain node-b' }).click();
     await brow.getByText('draining', { exact: true }).waitFor();
     check(true, 'node-b drained from the console');
-    await shot(page, '05-nodes');
-    await accessible(page, 'nodes');
 
     for (const [hash, title, n] of [['users', 'Users & tokens', '06-users'], ['audit', 'Audit log', '07-audit'],
       ['settings', 'Settings', '08-settings'], ['dashboard', 'Dashboard', '09-dashboard']]) {

@@ -135,11 +135,15 @@ def test_lifecycle(adm, b, o, bc, nid, dep, secret):
     check(argv[argv.index(b"--ctx") + 1] == b"512", "node-b's engine runs with --ctx 512", argv)
 
     # a heartbeat with a bad report is refused whole
-    for bad in ([{"id": dep, "state": "exploded"}], [{"id": "x", "state": "ready"}], {"id": dep},
-                [{"id": dep, "state": "ready", "reason": "r" * 800}]):
+    for bad, why in (([{"id": dep, "state": "exploded"}], b"deployments[0].state is not"),
+                     ([{"id": "x", "state": "ready"}], b"deployments[0].id must be"),
+                     ({"id": dep}, b"must be an array"),
+                     ([{"id": dep, "state": "ready"}, {"id": dep, "state": "ready", "reason": "r" * 800}],
+                      b"deployments[1].reason must be"),
+                     ([{"id": dep, "state": "ready", "restarts": -1}], b"deployments[0]: restarts")):
         st, body = raw(adm.port, "POST", f"/api/v1/nodes/{nid}/heartbeat", {"deployments": bad},
                        {"X-Privai-Node-Secret": secret})
-        check(st == 422 and b"deployments" in body, f"bad report refused: {str(bad)[:40]}", (st, body[:120]))
+        check(st == 422 and why in body, f"bad report refused: {why.decode()}", (st, body[:160]))
     st, _ = raw(adm.port, "POST", f"/api/v1/nodes/{nid}/heartbeat", {"tls_pin": "sha256//short"},
                 {"X-Privai-Node-Secret": secret})
     check(st == 422, "a malformed key pin refused", st)
@@ -194,6 +198,114 @@ def test_gone(adm, b, a, o, bc, nid, dep):
           "its deployment is stopped, the reason says the node was removed", d)
 
 
+class FakeLeader:
+    """A leader that says what the test wants: node-c's checks of the specs
+    in a heartbeat answer and of the model file it fetches."""
+
+    def __init__(self):
+        import hashlib
+        import http.server
+        import threading
+        self.specs, self.beats, self.file = [], [], open(DEMO, "rb").read()
+        self.sha = hashlib.sha256(self.file).hexdigest()
+        fake = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def reply(self, status, obj=None, data=None):
+                data = data if data is not None else json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                if self.path == "/api/v1/nodes/join":
+                    return self.reply(201, {"node_id": 7, "secret": "node_fake-secret", "heartbeat_s": 1})
+                fake.beats.append((self.headers.get("X-Privai-Node-Secret"), body))
+                self.reply(200, {"state": "ready", "heartbeat_s": 1, "mig": [], "deployments": fake.specs,
+                                 "relay_key_sha256": "ab" * 32})
+
+            def do_GET(self):
+                if self.headers.get("X-Privai-Node-Secret") != "node_fake-secret":
+                    return self.reply(401, {})
+                self.reply(200, data=fake.file)
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def spec(self, id, name="d", model_id=1, model_name="m", sha=None, size=None, **kw):
+        d = {"id": id, "name": name, "desired": "running", "placement": {"kind": "cpu", "threads": 1},
+             "options": {"chat_template": "chatml"}, "keys": [],
+             "model": {"id": model_id, "name": model_name, "sha256": sha,
+                       "size_bytes": len(self.file) if size is None else size}}
+        d.update(kw)
+        return d
+
+    def reports(self):
+        """The deployments reports of node-c's last heartbeat, by id."""
+        return {r["id"]: r for r in self.beats[-1][1].get("deployments", [])} if self.beats else {}
+
+
+def test_member_checks(tmp):
+    """node-c joined a leader that sends bad specs: each is refused with the
+    reason in node-c's next heartbeat, nothing of it stored; a file that is
+    not what the spec says is not used."""
+    fake = FakeLeader()
+    c = Admin(BUILD, os.path.join(tmp, "c"), PW, ports="19140-19144", env_extra={"PRIVAI_JOIN_TOKEN": "join_fake"},
+              extra=["--node-name", "node-c", "--join", f"http://127.0.0.1:{fake.port}", "--heartbeat-s", "1"])
+    try:
+        bad = {
+            11: (fake.spec(11, name="../evil"), "not a deployment name"),
+            12: (fake.spec(12, model_name="../../etc/x"), "model must have"),
+            13: (fake.spec(13, placement={"kind": "gpu"}), "CPU placements only"),
+            14: (fake.spec(14, placement={"kind": "cpu", "threads": 100000}), "placement.threads"),
+            15: (fake.spec(15, options={"ctx": 8}), "options.ctx"),
+            16: (fake.spec(16, options={"rm": 1}), "unknown field"),
+            17: (fake.spec(17, keys=["not-a-hash"]), "keys must be"),
+            18: (fake.spec(18, desired="maybe"), "desired"),
+            19: (fake.spec(19, model_id=0), "model must have"),
+            20: (fake.spec(20, placement={"kind": "cpu", "threads": 1, "shell": "x"}), "unknown placement field"),
+        }
+        fake.specs = [b for b, _ in bad.values()] + [
+            fake.spec(21, name="wrong-sha", model_id=2, model_name="m2", sha="0" * 64),
+            fake.spec(22, name="wrong-size", model_id=3, model_name="m3", size=len(fake.file) + 1),
+            fake.spec(23, name="good", model_id=4, model_name="m4", sha=fake.sha, keys=["cd" * 32])]
+        ok = wait_for(lambda: all(i in fake.reports() for i in list(bad) + [21, 22]) and
+                      fake.reports()[21]["state"] == "failed" and fake.reports()[22]["state"] == "failed", 30)
+        rep = fake.reports()
+        check(ok, "node-c reported every spec it could not take", sorted(rep))
+        for i, (_, why) in bad.items():
+            r = rep.get(i, {})
+            check(r.get("state") == "failed" and why in r.get("reason", ""), f"spec {i} refused: {why}", r)
+        check("SHA-256" in rep[21]["reason"], "a file with another SHA-256 is not used", rep[21])
+        check("bytes, not" in rep[22]["reason"], "a file of another size is not used", rep[22])
+        check(fake.beats[-1][0] == "node_fake-secret", "heartbeats carry node-c's secret")
+        cc = c.client()
+        cc.login("admin", PW)
+        good = wait_for(lambda: (lambda r: r if r and r["state"] == "ready" else None)(fake.reports().get(23)), 60)
+        check(good and good["started_at"], "the good spec runs and is reported ready", fake.reports().get(23))
+        deps = {d["name"]: d for d in cc.get("/api/v1/deployments").json["data"]}
+        check(set(deps) == {"wrong-sha", "wrong-size", "good"} and deps["good"]["leader_id"] == 23,
+              "node-c stored only the well-formed specs", sorted(deps))
+        models = {m["name"]: m for m in cc.get("/api/v1/models").json["data"]}
+        check(models["m2"]["state"] == "failed" and models["m4"]["sha256"] == fake.sha and
+              not os.path.exists(os.path.join(tmp, "etc")), "failed fetches are marked, nothing outside", models)
+        keys = open(os.path.join(tmp, "c", "deployments", str(deps["good"]["id"]), "api-keys")).read()
+        check("sha256:" + "cd" * 32 in keys and "sha256:" + "ab" * 32 in keys,
+              "the engine's key file has the leader's key hash and its relay key hash", keys)
+        fake.specs = []
+        check(wait_for(lambda: not cc.get("/api/v1/deployments").json["data"], 15),
+              "a spec the leader drops is dropped here")
+    finally:
+        c.stop(signal.SIGKILL)
+        fake.srv.shutdown()
+
+
 def raw_refused(port):
     try:
         raw(port, "GET", "/health")
@@ -230,6 +342,7 @@ def main():
         bc.login("admin", PW)
         test_gone(adm, b, a, o, bc, nid, dep)
         check(adm.stop() == 0 and b.stop() == 0, "SIGTERM: both exit cleanly")
+        test_member_checks(tmp)
     except Exception:
         check(False, "the suite ran to the end")
         raise

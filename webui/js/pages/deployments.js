@@ -1,14 +1,19 @@
-// Deployments: create (model, CPU threads, serving options), stop and
-// start, logs, the endpoint and its keys, and a chat to try it.
+// Deployments: create (model, node, CPU threads, serving options), stop
+// and start, logs, the endpoint and its keys, and a chat to try it.  A
+// deployment on another node is run by that node's privai-admin; this
+// console holds the row and reaches its engine through that node.
 import { api } from '../api.js';
 import { h, badge, table, act, say, formValues, when, field } from '../ui.js';
 import { can } from '../app.js';
 
-function createForm(modelsList, refresh) {
+function createForm(modelsList, nodesList, refresh) {
+  const usable = nodesList.filter((n) => n.state === 'ready');
   const form = h('form', { class: 'inline', 'aria-label': 'New deployment' },
     field('Name', h('input', { name: 'name', required: true, maxlength: 64 })),
     field('Model', h('select', { name: 'model', required: true },
       modelsList.filter((m) => m.state === 'ready').map((m) => h('option', { value: m.id }, m.name)))),
+    field('Node', h('select', { name: 'node' },
+      usable.map((n) => h('option', { value: n.name }, n.is_self ? `${n.name} (this node)` : `${n.name} (${n.cpu_cores || '?'} CPUs)`)))),
     field('CPU threads (0: all)', h('input', { name: 'threads', type: 'number', min: 0, value: 0 })),
     field('Context', h('input', { name: 'ctx', type: 'number', min: 16, placeholder: 'model default' })),
     field('Parallel sequences', h('input', { name: 'parallel', type: 'number', min: 1, placeholder: 'default' })),
@@ -23,7 +28,7 @@ function createForm(modelsList, refresh) {
     for (const k of ['ctx', 'parallel', 'chat_template']) if (v[k] !== undefined) options[k] = v[k];
     act(form.querySelector('button'), async () => {
       const d = await api('POST', '/api/v1/deployments', { name: v.name, model: Number(v.model),
-        placement: { kind: 'cpu', threads: v.threads || 0 }, options });
+        placement: { kind: 'cpu', threads: v.threads || 0, ...(v.node ? { node: v.node } : {}) }, options });
       secret.replaceChildren(h('p', {}, `API key for ${d.name} (shown once):`), h('div', { class: 'secret' }, d.api_key));
       form.reset();
       refresh();
@@ -85,10 +90,11 @@ async function keysBox(d) {
 
 async function detail(d, pane) {
   const parts = [h('h2', {}, d.name, ' ', badge(d.state)),
-    h('p', {}, 'OpenAI endpoint: ', h('code', {}, d.endpoint), ` · model ${d.model} · restarts ${d.restarts}`,
+    h('p', {}, 'OpenAI endpoint: ', h('code', {}, d.endpoint), ` · model ${d.model} · node ${d.node} · restarts ${d.restarts}`,
       d.unit ? h('span', {}, ' · systemd unit ', h('code', {}, d.unit)) : ''),
-    d.reason ? h('p', { class: 'error-text' }, d.reason) : ''];
-  if (can('operator')) {
+    d.reason ? h('p', { class: 'error-text' }, d.reason) : '',
+    d.leader_id ? h('p', { class: 'muted' }, 'The cluster\'s leader placed this deployment here; change it on the leader\'s console.') : ''];
+  if (can('operator') && !d.leader_id) {
     parts.push(await keysBox(d));
     const logs = h('pre', { tabindex: 0, 'aria-label': 'Engine log' });
     parts.push(h('h3', {}, 'Log'), h('button', { type: 'button', class: 'secondary', onclick: (e) => act(e.target, async () => {
@@ -103,15 +109,17 @@ export default async function deployments(main) {
   const list = h('div', {});
   const pane = h('section', {});
   const models = (await api('GET', '/api/v1/models')).data;
+  const nodes = (await api('GET', '/api/v1/nodes')).data;
   async function refresh() {
     const r = await api('GET', '/api/v1/deployments');
     list.replaceChildren(table('Deployments', [
       { label: 'Name', value: (d) => h('button', { class: 'link', type: 'button', onclick: () => detail(d, pane) }, d.name) },
       { label: 'Model', value: (d) => d.model },
       { label: 'State', value: (d) => [badge(d.state), d.reason ? h('div', { class: 'muted' }, d.reason) : ''] },
+      { label: 'Node', value: (d) => d.node },
       { label: 'Placement', value: (d) => d.placement.kind === 'cpu' ? `CPU, ${d.placement.threads || 'all'} threads` : JSON.stringify(d.placement) },
       { label: 'Endpoint', value: (d) => h('code', {}, d.endpoint) },
-      { label: 'Actions', value: (d) => can('operator') ? h('div', { class: 'actions' },
+      { label: 'Actions', value: (d) => can('operator') && !d.leader_id ? h('div', { class: 'actions' },
         h('button', { type: 'button', class: 'secondary', 'aria-label': `${d.desired === 'running' ? 'Stop' : 'Start'} ${d.name}`,
           onclick: (e) => act(e.target, async () => { await api('PATCH', `/api/v1/deployments/${d.id}`, { desired: d.desired === 'running' ? 'stopped' : 'running' }); refresh(); }) },
           d.desired === 'running' ? 'Stop' : 'Start'),
@@ -119,7 +127,7 @@ export default async function deployments(main) {
           onclick: (e) => confirm(`Delete deployment ${d.name}?`) && act(e.target, async () => { await api('DELETE', `/api/v1/deployments/${d.id}`); pane.replaceChildren(); refresh(); }, 'Deployment deleted') }, 'Delete')) : '' },
     ], r.data, 'No deployments yet.'));
   }
-  if (can('operator')) main.append(createForm(models, refresh));
+  if (can('operator')) main.append(createForm(models, nodes, refresh));
   main.append(h('h2', {}, 'Deployments'), list, pane);
   await refresh();
   const timer = setInterval(refresh, 3000);
