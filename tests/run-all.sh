@@ -48,6 +48,7 @@ for BUILD in $BUILDS; do
 	run_suite "$BUILD/admin cluster (HTTP)" python3 tests/integration/test_admin_cluster.py "$BUILD"
 	run_suite "$BUILD/admin host health (HTTP)" python3 tests/integration/test_admin_host.py "$BUILD"
 	run_suite "$BUILD/admin remote deployments (HTTP)" python3 tests/integration/test_admin_remote.py "$BUILD"
+	run_suite "$BUILD/admin streaming proxy (HTTP)" python3 tests/integration/test_admin_stream.py "$BUILD"
 	run_suite "$BUILD/admin TLS (HTTPS)" python3 tests/integration/test_admin_tls.py "$BUILD"
 	run_suite "$BUILD/admin engine units (systemd)" python3 tests/integration/test_admin_units.py "$BUILD"
 	run_suite "$BUILD/tune (fixture hosts)" python3 tests/integration/test_tune.py "$BUILD"

@@ -4,7 +4,6 @@
  * privai-admin (the engines listen on loopback only; the console's chat
  * panel and the dashboard's charts come this way).
  */
-#include <curl/curl.h>
 #include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -17,11 +16,8 @@
 #include "db.h"
 #include "deployments.h"
 #include "httpd.h"
-#include "server/strbuf.h"
 #include "remote.h"
 #include "supervisor.h"
-
-#define PROXY_MAX_REPLY (16 << 20)
 
 int
 deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int64_t now, char *ret_key,
@@ -224,72 +220,6 @@ h_logs(struct req *r)
 	}
 }
 
-static size_t
-collect(char *data, size_t size, size_t n, void *arg)
-{
-	struct strbuf *b = arg;
-
-	if (b->len + size * n > PROXY_MAX_REPLY)
-		return 0;
-	strbuf_append(b, data, size * n);
-	return strbuf_failed(b) ? 0 : size * n;
-}
-
-void
-deploy_forward(struct req *r, const char *url, const char *auth, const char *pin, int post, const char *who)
-{
-	struct strbuf out;
-	struct curl_slist *h = NULL;
-	CURL *c = curl_easy_init();
-	long code = 0;
-	char *ctype = NULL, hdr[300];
-
-	if (auth != NULL) {
-		snprintf(hdr, sizeof(hdr), "Authorization: %s", auth);
-		h = curl_slist_append(h, hdr);
-	}
-	h = curl_slist_append(h, "Content-Type: application/json");
-	strbuf_init(&out);
-	if (c == NULL || h == NULL) {
-		curl_slist_free_all(h);
-		curl_easy_cleanup(c);
-		reply_error(r, 500, "internal", NULL, "out of memory");
-		return;
-	}
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 600L);
-	if (pin != NULL && pin[0] != '\0') {
-		/* a node's console is self-signed: the pin its heartbeats sent is the trust */
-		curl_easy_setopt(c, CURLOPT_PINNEDPUBLICKEY, pin);
-		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
-		curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
-	}
-	if (post) {
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, r->body);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)r->len);
-	}
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
-	CURLcode rc = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ctype);
-	char ct[96];
-	snprintf(ct, sizeof(ct), "%s", ctype != NULL ? ctype : "application/json");
-	curl_easy_cleanup(c);
-	curl_slist_free_all(h);
-	if (rc != CURLE_OK || code < 100) {
-		strbuf_free(&out);
-		reply_error(r, 502, "bad_gateway", NULL, "%s did not answer: %s", who, curl_easy_strerror(rc));
-		return;
-	}
-	char *text = strbuf_take(&out);
-	reply_text(r, (unsigned)code, ct, text != NULL ? text : strdup(""));
-}
-
 /* Forward the request to the deployment's engine: here with the admin's
  * own key, or through the node that runs it with the relay key. */
 static void
@@ -301,16 +231,6 @@ proxy(struct req *r, const char *engine_path, int post)
 
 	if (id < 0)
 		return;
-	if (post && strstr(r->body, "\"stream\"") != NULL) {
-		cJSON *j = cJSON_ParseWithLength(r->body, r->len);
-		int streaming = cJSON_IsTrue(cJSON_GetObjectItem(j, "stream"));
-		cJSON_Delete(j);
-		if (streaming) {
-			reply_error(r, 422, "invalid_field", "stream", "the admin proxy returns whole responses; stream "
-				    "from the deployment's endpoint with one of its API keys");
-			return;
-		}
-	}
 	int where = remote_target(r->a, id, 1, base, sizeof(base), pin, sizeof(pin), why, sizeof(why));
 	if (where < 0) {
 		reply_error(r, where == -2 ? 404 : 409, where == -2 ? "not_found" : "not_ready", NULL, "%s", why);

@@ -33,7 +33,9 @@ int deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_s
 
 /* Send the request (its body when post) to url with Authorization:
  * auth (NULL: none), checking the far end's key pin when one is given,
- * and reply with its answer; who names the far end in a 502. */
+ * and reply with its answer as it arrives (proxy_stream.c: a streamed
+ * completion's events are passed on one by one); who names the far end
+ * in a 502. */
 void deploy_forward(struct req *r, const char *url, const char *auth, const char *pin, int post, const char *who);
 
 /* A deployment the cluster's leader placed on this node is changed on

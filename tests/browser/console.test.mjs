@@ -202,10 +202,17 @@ async function main() {
     await drow.getByRole('button', { name: 'tiny-chat', exact: true }).click();
     const chat = page.getByRole('form', { name: 'Chat with tiny-chat' });
     await chat.getByLabel('Message').fill('Hello there');
+    const streamed = page.waitForResponse((r) => r.url().endsWith('/v1/chat/completions'));
     await chat.getByRole('button', { name: 'Send' }).click();
-    await page.locator('.msg.assistant').waitFor({ timeout: 60000 });
+    const sresp = await streamed;
+    check(sresp.status() === 200 && sresp.headers()['content-type'] === 'text/event-stream',
+      'the console asks for the chat as a stream and gets one', sresp.headers()['content-type']);
+    await page.locator('.chat .muted').waitFor({ timeout: 60000 });
     const usage = await page.locator('.chat .muted').first().textContent();
     check(/\d+ tokens, finish: (length|stop)/.test(usage), 'a chat completion came back through the proxy', usage);
+    const answer = page.locator('.msg.assistant').first();
+    check((await answer.textContent()).length > 0 && await answer.getAttribute('aria-busy') === null,
+      'the streamed answer is shown whole once it ends');
     await page.getByRole('button', { name: 'Show the last 200 lines' }).click();
     await page.locator('pre[aria-label="Engine log"]', { hasText: /\S/ }).waitFor();
     check(true, 'engine log shown');
@@ -282,7 +289,7 @@ async function main() {
     const fchat = page.getByRole('form', { name: 'Chat with tiny-far' });
     await fchat.getByLabel('Message').fill('Hello node b');
     await fchat.getByRole('button', { name: 'Send' }).click();
-    await page.locator('.msg.assistant').waitFor({ timeout: 60000 });
+    await page.locator('.chat .muted').waitFor({ timeout: 60000 });
     check(/\d+ tokens, finish: (length|stop)/.test(await page.locator('.chat .muted').first().textContent()),
       'a chat completion came back from node-b through the leader');
     await shot(page, '05b-deployment-on-node-b');

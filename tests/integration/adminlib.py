@@ -142,6 +142,21 @@ class Client:
         conn.close()
         return resp
 
+    def open_stream(self, path, body, timeout=60):
+        """POST body and return the response unread, for reading events as they come."""
+        h = {"Content-Type": "application/json"}
+        if self.cookie:
+            h["Cookie"] = "privai_session=" + self.cookie
+            h["X-CSRF-Token"] = self.csrf
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        if self.tls_context is not None:
+            conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=self.tls_context)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn.request("POST", path, body=json.dumps(body).encode(), headers=h)
+        return conn.getresponse()
+
     def get(self, path, **kw):
         return self.request("GET", path, **kw)
 
@@ -178,3 +193,35 @@ def wait_for(fn, timeout=60, interval=0.2):
             return v
         time.sleep(interval)
     return None
+
+
+def next_event(resp):
+    """The next server-sent event's data (str), or None at the end of the stream."""
+    data = []
+    while True:
+        line = resp.readline()
+        if not line:
+            return "\n".join(data) if data else None
+        line = line.decode().rstrip("\r\n")
+        if line == "":
+            if data:
+                return "\n".join(data)
+            continue
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+
+
+def stream_text(resp):
+    """Read a chat or completion stream to its end: (text, events, usage, done)."""
+    text, n, usage, done = "", 0, None, False
+    while (e := next_event(resp)) is not None:
+        if e == "[DONE]":
+            done = True
+            continue
+        n += 1
+        j = json.loads(e)
+        usage = j.get("usage") or usage
+        for ch in j.get("choices") or []:
+            text += (ch.get("delta") or {}).get("content") or ch.get("text") or ""
+    return text, n, usage, done
+

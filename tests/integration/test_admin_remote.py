@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from adminlib import Admin, check, clean_up, summary, users, wait_for  # noqa: E402
+from adminlib import Admin, Client, check, clean_up, stream_text, summary, users, wait_for  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,6 +60,23 @@ def member_row(bc, dep):
     return rows[0] if rows else None
 
 
+def test_stream(o, b, dep, key):
+    """Streams pass through the leader's proxy and node-b's relay, event by event."""
+    ask = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 16, "temperature": 0}
+    whole = o.post(f"/api/v1/deployments/{dep}/v1/chat/completions", ask)
+    want = whole.json["choices"][0]["message"]["content"] if whole.status == 200 else None
+    r = o.open_stream(f"/api/v1/deployments/{dep}/v1/chat/completions", dict(ask, stream=True))
+    ctype = r.getheader("Content-Type")
+    text, n, _, done = stream_text(r)
+    check(r.status == 200 and ctype == "text/event-stream" and done and n > 2 and text == want,
+          "a chat streamed through the leader and node-b says what the whole one says", (r.status, n, text, want))
+    app = Client(b.port)
+    app.token = key
+    r = app.open_stream(f"/api/v1/cluster/deployments/{dep}/v1/chat/completions", dict(ask, stream=True))
+    text, n, _, done = stream_text(r)
+    check(r.status == 200 and done and text == want, "and straight from node-b's endpoint with the key", (r.status, text))
+
+
 def test_placed(adm, b, o, v, bc, nid):
     demo = [m for m in o.get("/api/v1/models").json["data"] if m["name"] == "demo"][0]
     r = o.post("/api/v1/deployments", {"name": "far", "model": "demo",
@@ -91,6 +108,7 @@ def test_placed(adm, b, o, v, bc, nid):
                {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5})
     check(r.status == 200 and r.json["choices"][0]["message"]["role"] == "assistant" and r.json["model"] == "far",
           "chat through the leader's proxy and node-b's relay", r)
+    test_stream(o, b, dep, key)
     check(chat_via_node(b.port, dep, key) == 200, "the endpoint on node-b takes the deployment's key")
     check(chat_via_node(b.port, dep, None) == 401 and chat_via_node(b.port, dep, "sk-wrong") == 401,
           "node-b's endpoint refuses no key and a wrong key")

@@ -36,6 +36,34 @@ export async function api(method, path, body, opts = {}) {
   return data;
 }
 
+// A streamed completion (server-sent events): onEvent gets each event's
+// JSON as it arrives; resolves when the stream says [DONE].  A refusal
+// before the stream starts is an ApiError like any other.
+export async function apiStream(path, body, onEvent) {
+  const headers = { 'Content-Type': 'application/json' };
+  if (csrf) headers['X-CSRF-Token'] = csrf;
+  const r = await fetch(path, { method: 'POST', headers, credentials: 'same-origin', body: JSON.stringify(body) });
+  if (!r.ok) {
+    if (r.status === 401) window.dispatchEvent(new CustomEvent('privai:signed-out'));
+    throw new ApiError(r.status, safeJson(await r.text()));
+  }
+  const reader = r.body.getReader(), dec = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let cut;
+    while ((cut = buf.indexOf('\n\n')) >= 0) {
+      const data = buf.slice(0, cut).split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trim()).join('\n');
+      buf = buf.slice(cut + 2);
+      if (data === '[DONE]') return;
+      if (data) onEvent(JSON.parse(data));
+    }
+  }
+  throw new ApiError(502, { error: { message: 'the stream ended before the answer was complete' } });
+}
+
 function safeJson(t) {
   try { return t ? JSON.parse(t) : null; } catch { return null; }
 }

@@ -2,7 +2,7 @@
 // and start, logs, the endpoint and its keys, and a chat to try it.  A
 // deployment on another node is run by that node's privai-admin; this
 // console holds the row and reaches its engine through that node.
-import { api } from '../api.js';
+import { api, apiStream } from '../api.js';
 import { h, badge, table, act, say, formValues, when, field } from '../ui.js';
 import { can } from '../app.js';
 
@@ -50,13 +50,31 @@ function chatBox(d) {
     history.push({ role: 'user', content });
     log.append(h('div', { class: 'msg user' }, content));
     form.content.value = '';
+    // streamed: the answer grows as the engine writes it; the live
+    // region reads the finished line (the growing text is aria-busy)
+    const answer = h('div', { class: 'msg assistant', 'aria-busy': 'true' });
+    log.append(answer);
     act(form.querySelector('button'), async () => {
-      const r = await api('POST', `/api/v1/deployments/${d.id}/v1/chat/completions`,
-        { model: d.name, messages: history, max_tokens: Number(form.max_tokens.value) });
-      const msg = r.choices[0].message;
-      history.push(msg);
-      log.append(h('div', { class: 'msg assistant' }, msg.content),
-        h('div', { class: 'muted' }, `${r.usage.completion_tokens} tokens, finish: ${r.choices[0].finish_reason}`));
+      let usage = null, finish = null;
+      try {
+        await apiStream(`/api/v1/deployments/${d.id}/v1/chat/completions`,
+          { model: d.name, messages: history, max_tokens: Number(form.max_tokens.value), stream: true,
+            stream_options: { include_usage: true } },
+          (ev) => {
+            const c = ev.choices && ev.choices[0];
+            if (c && c.delta && c.delta.content) answer.textContent += c.delta.content;
+            if (c && c.finish_reason) finish = c.finish_reason;
+            if (ev.usage) usage = ev.usage;
+          });
+      } catch (e) {
+        if (!answer.textContent) answer.remove();
+        history.pop();
+        throw e;
+      } finally {
+        answer.removeAttribute('aria-busy');
+      }
+      history.push({ role: 'assistant', content: answer.textContent });
+      log.append(h('div', { class: 'muted' }, `${usage ? usage.completion_tokens : '?'} tokens, finish: ${finish}`));
     });
   });
   return h('div', {}, h('h3', {}, 'Chat'), log, form);

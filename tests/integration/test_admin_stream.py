@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""The admin's proxy passes an engine's answer on as it arrives.
+
+A real engine on the demo model answers in milliseconds, so whether an
+event was passed on before the next one existed is left to timing there.
+Here the deployment's engine is fake_engine.py, which holds an event back
+until the client has the one before (a proxy that gathers the answer
+first would see the gate time out, and say so in the text), breaks off
+mid-stream, notices a client that went away, and sends a body larger
+than the proxy keeps in memory.  Usage: test_admin_stream.py BUILD"""
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from adminlib import Admin, check, clean_up, next_event, stream_text, summary, wait_for  # noqa: E402
+from fake_engine import big_body  # noqa: E402
+
+BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
+PW = "stream-test-password-1"
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHAT = "/api/v1/deployments/1/v1/chat/completions"
+
+
+def ask(what):
+    return {"messages": [{"role": "user", "content": what}], "stream": True}
+
+
+def test_gated(c, fdir):
+    r = c.open_stream(CHAT, ask("gated"))
+    check(r.status == 200 and r.getheader("Content-Type") == "text/event-stream", "a stream is relayed as one",
+          (r.status, r.getheaders()))
+    check(r.getheader("Transfer-Encoding") == "chunked" and r.getheader("Content-Length") is None,
+          "chunked, with no length: it is not gathered first", r.getheaders())
+    first = next_event(r)
+    check(first is not None and '"first"' in first, "the first event arrives while the engine holds the next", first)
+    open(os.path.join(fdir, "gate"), "w").close()
+    text, n, _, done = stream_text(r)
+    check(text == "after-gate" and n == 1 and done, "the rest follows once the client had the first", (text, n, done))
+    with open(os.path.join(fdir, "auth")) as f:
+        check(f.read().startswith("Bearer "), "the proxy sent the engine the admin's key")
+    os.unlink(os.path.join(fdir, "gate"))
+
+
+def test_broken(c):
+    r = c.open_stream(CHAT, ask("broken"))
+    first = next_event(r)
+    check(r.status == 200 and first is not None and '"first"' in first, "a stream that will break starts", first)
+    try:
+        rest = r.read()
+        cut = False
+    except Exception as e:  # http.client.IncompleteRead, or the connection reset
+        rest, cut = repr(e), True
+    check(cut, "an upstream cut off mid-stream is cut off for the client too (no last chunk)", rest)
+
+
+def test_gone(c, fdir):
+    r = c.open_stream(CHAT, ask("gone"))
+    first = next_event(r)
+    check(first is not None and '"first"' in first, "a long stream starts", first)
+    r.close()
+    check(wait_for(lambda: os.path.exists(os.path.join(fdir, "gone")), timeout=30),
+          "a client that goes away closes the upstream too (the engine can stop generating)")
+
+
+def test_big(c):
+    n = 8 << 20
+    r = c.post(CHAT, {"messages": [{"role": "user", "content": f"big {n}"}]}, timeout=120)
+    check(r.status == 200 and len(r.body) == n and
+          hashlib.sha256(r.body).digest() == hashlib.sha256(big_body(n)).digest(),
+          "an 8 MiB answer (8 times what the proxy holds) arrives byte for byte", (r.status, len(r.body)))
+
+
+def test_status(c):
+    r = c.post(CHAT, {"messages": [{"role": "user", "content": "full"}], "stream": True})
+    check(r.status == 429 and r.json and r.json["error"]["type"] == "rate_limit_error",
+          "the engine's own refusal is passed on with its status and body", r)
+    r = c.get("/api/v1/deployments/1/metrics")
+    check(r.status == 200 and r.body == b"fake_engine_up 1\n", "metrics through the same relay", r)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="privai-stream-")
+    fdir = os.path.join(tmp, "fake")
+    os.makedirs(fdir)
+    engine = os.path.join(tmp, "fake_engine.py")
+    shutil.copy2(os.path.join(HERE, "fake_engine.py"), engine)
+    os.chmod(engine, 0o755)
+    demo = os.path.join(BUILD, "demo", "privai-demo.gguf")
+    adm = Admin(BUILD, os.path.join(tmp, "state"), PW, extra=("--demo-model", demo, "--engine", engine),
+                env_extra={"FAKE_ENGINE_DIR": fdir}, ports="19170-19179")
+    try:
+        c = adm.client()
+        c.login("admin", PW)
+        d = wait_for(lambda: (lambda j: j if j and j["state"] == "ready" else None)(
+            c.get("/api/v1/deployments/1").json), timeout=60)
+        check(d is not None, "the fake engine's deployment is ready", d)
+        if d is not None:
+            test_gated(c, fdir)
+            test_broken(c)
+            test_gone(c, fdir)
+            test_big(c)
+            test_status(c)
+            check(c.get("/api/v1/health").status == 200, "the admin still answers")
+        check(adm.stop() == 0, "the admin exits cleanly (no sanitizer report)", open(adm.log_path).read()[-2000:])
+    finally:
+        adm.stop()
+        clean_up(tmp)
+    return summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
