@@ -7,7 +7,7 @@ Here the deployment's engine is fake_engine.py, which holds an event back
 until the client has the one before (a proxy that gathers the answer
 first would see the gate time out, and say so in the text), breaks off
 mid-stream, notices a client that went away, and sends a body larger
-than the proxy keeps in memory.  Usage: test_admin_stream.py BUILD"""
+than the proxy keeps in memory; on plain HTTP and on TLS.  Usage: test_admin_stream.py BUILD"""
 import hashlib
 import os
 import shutil
@@ -81,32 +81,42 @@ def test_status(c):
     check(r.status == 200 and r.body == b"fake_engine_up 1\n", "metrics through the same relay", r)
 
 
-def main():
-    tmp = tempfile.mkdtemp(prefix="privai-stream-")
-    fdir = os.path.join(tmp, "fake")
+def run(tmp, engine, tls):
+    """One admin, on plain HTTP or (as deployed) on TLS."""
+    fdir = os.path.join(tmp, "fake-tls" if tls else "fake")
     os.makedirs(fdir)
-    engine = os.path.join(tmp, "fake_engine.py")
-    shutil.copy2(os.path.join(HERE, "fake_engine.py"), engine)
-    os.chmod(engine, 0o755)
     demo = os.path.join(BUILD, "demo", "privai-demo.gguf")
-    adm = Admin(BUILD, os.path.join(tmp, "state"), PW, extra=("--demo-model", demo, "--engine", engine),
-                env_extra={"FAKE_ENGINE_DIR": fdir}, ports="19170-19179")
+    adm = Admin(BUILD, os.path.join(tmp, "tls" if tls else "plain"), PW, dev=not tls,
+                extra=("--demo-model", demo, "--engine", engine), env_extra={"FAKE_ENGINE_DIR": fdir},
+                ports="19175-19179" if tls else "19170-19174")
     try:
         c = adm.client()
         c.login("admin", PW)
         d = wait_for(lambda: (lambda j: j if j and j["state"] == "ready" else None)(
             c.get("/api/v1/deployments/1").json), timeout=60)
-        check(d is not None, "the fake engine's deployment is ready", d)
+        check(d is not None, f"[{adm.scheme}] the fake engine's deployment is ready", d)
         if d is not None:
             test_gated(c, fdir)
             test_broken(c)
             test_gone(c, fdir)
             test_big(c)
             test_status(c)
-            check(c.get("/api/v1/health").status == 200, "the admin still answers")
-        check(adm.stop() == 0, "the admin exits cleanly (no sanitizer report)", open(adm.log_path).read()[-2000:])
+            check(c.get("/api/v1/health").status == 200, f"[{adm.scheme}] the admin still answers")
+        check(adm.stop() == 0, f"[{adm.scheme}] the admin exits cleanly (no sanitizer report)",
+              open(adm.log_path).read()[-2000:])
     finally:
         adm.stop()
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="privai-stream-")
+    engine = os.path.join(tmp, "fake_engine.py")
+    shutil.copy2(os.path.join(HERE, "fake_engine.py"), engine)
+    os.chmod(engine, 0o755)
+    try:
+        run(tmp, engine, tls=False)
+        run(tmp, engine, tls=True)
+    finally:
         clean_up(tmp)
     return summary()
 
