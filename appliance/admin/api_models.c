@@ -36,6 +36,15 @@ model_name_ok(const char *s)
 }
 
 int
+model_name_clash(sqlite3 *db, const char *name, char *err)
+{
+	/* the reservation trigger's message (schema 6), or a second model */
+	if (strstr(sqlite3_errmsg(db), "reserved by an upload") != NULL)
+		return privai_fail(err, PRIVAI_EBUSY, "the name '%s' is reserved by an upload under way", name);
+	return privai_fail(err, PRIVAI_EBUSY, "a model named '%s' exists", name);
+}
+
+int
 model_insert(sqlite3 *db, const char *name, const char *path, const char *source, int64_t size, const char *sha256,
 	     const struct model_meta *m, int64_t now, int64_t *ret_id, char *err)
 {
@@ -70,7 +79,7 @@ model_insert(sqlite3 *db, const char *name, const char *path, const char *source
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
 	if (rc == SQLITE_CONSTRAINT)
-		return privai_fail(err, PRIVAI_EBUSY, "a model named '%s' exists", name);
+		return model_name_clash(db, name, err);
 	if (rc != SQLITE_DONE)
 		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
 	*ret_id = sqlite3_last_insert_rowid(db);

@@ -366,7 +366,7 @@ model_fetch_begin(struct admin *a, const char *name, const char *url, const char
 	if (rc != SQLITE_DONE || sqlite3_changes(a->db) != 1) {
 		free(f);
 		if (rc == SQLITE_CONSTRAINT)
-			return privai_fail(err, PRIVAI_EBUSY, "a model named '%s' exists", name);
+			return model_name_clash(a->db, name, err);
 		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
 	}
 	f->id = reuse_id > 0 ? reuse_id : sqlite3_last_insert_rowid(a->db);

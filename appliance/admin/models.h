@@ -23,6 +23,18 @@ int model_name_ok(const char *name);
 int model_insert(sqlite3 *db, const char *name, const char *path, const char *source, int64_t size,
 		 const char *sha256, const struct model_meta *m, int64_t now, int64_t *ret_id, char *err);
 
+/* PRIVAI_EBUSY with err saying why an insert of name hit a constraint:
+ * a model of that name, or an upload that reserves it. */
+int model_name_clash(sqlite3 *db, const char *name, char *err);
+
+/* At most this many uploads are under way at once (api_uploads.c). */
+#define UPLOADS_MAX 16
+
+/* Remove resumable uploads idle past their time and their files, and
+ * .part- files with no row (at start, from a crash); the caller holds
+ * the store's mutex. */
+void uploads_sweep(struct admin *a, int64_t now, int at_start);
+
 /* 64 lowercase hex digits of a SHA-256, or 0. */
 int sha256_hex_ok(const char *s);
 

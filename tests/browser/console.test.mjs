@@ -172,8 +172,17 @@ async function main() {
     const up = page.getByRole('form', { name: 'Upload a GGUF file' });
     await up.getByLabel('Name').fill('tiny-q4');
     await up.getByLabel('GGUF file').setInputFiles(FIXTURE);
+    // the first part's connection drops: the console asks what was kept and goes on
+    let puts = 0;
+    const dropFirst = (route) => (route.request().method() === 'PUT' && puts++ === 0 ? route.abort('connectionreset') : route.continue());
+    await page.route('**/api/v1/uploads/*', dropFirst);
+    const before = errors.length;
     await up.getByRole('button', { name: 'Upload' }).click();
     await page.getByText('Uploaded and checked').waitFor({ timeout: 60000 });
+    await page.unroute('**/api/v1/uploads/*', dropFirst);
+    check(puts === 2, 'a part whose connection dropped is sent again from what the admin kept', puts);
+    // the dropped request is the one error the browser logs for it
+    if (errors.length === before + 1 && /ERR_CONNECTION_RESET|ERR_FAILED/.test(errors[before])) errors.pop();
     check(await page.getByRole('progressbar', { name: 'Upload progress' }).getAttribute('value') === '100', 'progress bar reached 100');
     const row = page.locator('tr', { hasText: 'tiny-q4' });
     await row.getByText('ready').waitFor();
@@ -183,6 +192,23 @@ async function main() {
     await page.getByRole('button', { name: 'Size it' }).click();
     await page.locator('pre', { hasText: 'kv_bytes_per_token' }).waitFor();
     check(true, 'model details and sizing shown');
+    const dl = page.locator('dl', { hasText: 'Architecture' });
+    check(await dl.locator('dt').first().textContent() === 'Architecture' && await dl.locator('dd').first().textContent() === 'llama' &&
+      !(await dl.textContent()).includes('[object'), 'the GGUF metadata is drawn as terms and values', await dl.textContent());
+    // an upload left half-way is listed, and can be discarded
+    await page.evaluate(async () => {
+      const { api } = await import('/js/api.js');
+      await api('POST', '/api/v1/uploads', { name: 'half-sent', size: 1000 });
+    });
+    const urow = page.locator('tr', { hasText: 'half-sent' });
+    await urow.waitFor({ timeout: 10000 });
+    check((await urow.textContent()).includes('0 B of 1000 B'),
+      'an unfinished upload is listed with what was received', await urow.textContent());
+    await shot(page, '02b-unfinished-upload');
+    page.once('dialog', (d) => d.accept());
+    await urow.getByRole('button', { name: 'Discard upload half-sent' }).click();
+    await urow.waitFor({ state: 'detached' });
+    check(true, 'and discarded');
     await shot(page, '02-models');
     await accessible(page, 'models');
 

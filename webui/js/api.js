@@ -68,11 +68,12 @@ function safeJson(t) {
   try { return t ? JSON.parse(t) : null; } catch { return null; }
 }
 
-// An upload with progress (fetch has none): resolves with the JSON reply.
-export function upload(path, file, onProgress) {
+// An upload with progress (fetch has none): resolves with the JSON reply;
+// a dropped connection rejects with status 0.
+export function upload(path, file, onProgress, method = 'POST') {
   return new Promise((resolve, reject) => {
     const x = new XMLHttpRequest();
-    x.open('POST', path);
+    x.open(method, path);
     if (csrf) x.setRequestHeader('X-CSRF-Token', csrf);
     x.upload.onprogress = (e) => { if (e.lengthComputable) onProgress(e.loaded, e.total); };
     x.onload = () => {

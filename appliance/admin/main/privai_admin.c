@@ -405,6 +405,7 @@ clean_interrupted(struct admin *a)
 
 	sqlite3_exec(a->db, "UPDATE models SET state = 'failed', error = 'interrupted by a restart of privai-admin' "
 			    "WHERE state = 'importing'", NULL, NULL, NULL);
+	uploads_sweep(a, admin_now(), 1);
 	if (d == NULL)
 		return;
 	while ((e = readdir(d)) != NULL)

@@ -1,5 +1,5 @@
-// Models: the list, import (path on the appliance, upload with a progress
-// bar, or URL), details with the GGUF's metadata, sizing, delete.
+// Models: the list, import (path on the appliance, a resumable upload with
+// a progress bar, or URL), details with the GGUF's metadata, sizing, delete.
 import { api, upload } from '../api.js';
 import { h, badge, bytes, table, act, say, formValues, field } from '../ui.js';
 import { can } from '../app.js';
@@ -10,6 +10,32 @@ async function sha256(file) {
   if (!crypto.subtle || file.size > 2 ** 31) return null;
   return [...new Uint8Array(await crypto.subtle.digest('SHA-256', await file.arrayBuffer()))]
     .map((b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+// Resumable uploads (/api/v1/uploads): the file goes in parts; a part
+// that fails because the link dropped or the admin restarted is sent
+// again from what the admin kept, up to 5 times in a row, waiting longer
+// each time.  Resolves with the model once the last part is in.
+const PART = 64 * 2 ** 20;
+
+async function sendParts(u, file, onProgress) {
+  let received = u.received, tries = 0;
+  for (;;) {
+    const end = Math.min(received + PART, file.size);
+    try {
+      const r = await upload(`/api/v1/uploads/${u.id}?offset=${received}`, file.slice(received, end),
+        (done) => onProgress(received + done, file.size), 'PUT');
+      if (!('received' in r)) return r;
+      received = r.received;
+      tries = 0;
+    } catch (e) {
+      const transient = e.status === 0 || e.status >= 500 && e.status !== 507 || e.code === 'offset_mismatch' || e.code === 'busy';
+      if (!transient || ++tries > 5) throw e;
+      say(`The upload was interrupted; going on (try ${tries} of 5)`);
+      await new Promise((ok) => setTimeout(ok, 500 * 2 ** tries));
+      received = (await api('GET', `/api/v1/uploads/${u.id}`)).received;
+    }
+  }
 }
 
 function importForms(refresh) {
@@ -34,17 +60,51 @@ function importForms(refresh) {
       bar.hidden = false;
       pct.textContent = 'Checksumming…';
       const sum = await sha256(file);
-      const q = new URLSearchParams({ name: up.name.value });
-      if (sum) q.set('sha256', sum);
-      await upload(`/api/v1/models/upload?${q}`, file, (done, total) => {
-        bar.value = Math.round((100 * done) / total);
-        pct.textContent = `${bar.value}% of ${bytes(total)}`;
-      });
+      const u = await api('POST', '/api/v1/uploads', { name: up.name.value, size: file.size, ...(sum ? { sha256: sum } : {}) });
+      await sendParts(u, file, progress);
       pct.textContent = 'Uploaded and checked';
       up.reset();
       refresh();
     }, 'Model uploaded');
   });
+  function progress(done, total) {
+    bar.hidden = false;
+    bar.value = Math.round((100 * done) / total);
+    pct.textContent = `${bar.value}% of ${bytes(total)}`;
+  }
+  // an upload a closed tab or a lost link left: pick the same file to go on
+  const pick = h('input', { type: 'file', accept: '.gguf', hidden: true, 'aria-label': 'The file to go on with' });
+  let resuming = null;
+  pick.addEventListener('change', () => {
+    const u = resuming, file = pick.files[0];
+    pick.value = '';
+    if (!u || !file) return;
+    if (file.size !== u.size_bytes) {
+      say(`${file.name} is ${bytes(file.size)}; upload ${u.name} is ${bytes(u.size_bytes)}. Pick the same file.`, true);
+      return;
+    }
+    act(null, async () => {
+      await sendParts(u, file, progress);
+      pct.textContent = 'Uploaded and checked';
+      refresh();
+    }, 'Model uploaded');
+  });
+  const unfinished = h('div', {});
+  async function refreshUploads() {
+    const r = await api('GET', '/api/v1/uploads');
+    unfinished.replaceChildren(r.data.length === 0 ? '' : table('Unfinished uploads', [
+      { label: 'Name', value: (u) => u.name },
+      { label: 'Received', value: (u) => `${bytes(u.received)} of ${bytes(u.size_bytes)}` },
+      { label: 'Removed if idle until', value: (u) => new Date(u.expires_at * 1000).toLocaleString() },
+      { label: 'Actions', value: (u) => [
+        h('button', { type: 'button', 'aria-label': `Resume upload ${u.name}`, onclick: () => { resuming = u; pick.click(); } }, 'Resume'),
+        ' ',
+        h('button', { class: 'danger', type: 'button', 'aria-label': `Discard upload ${u.name}`,
+          onclick: (e) => confirm(`Discard the upload of ${u.name}?`) && act(e.target, async () => {
+            await api('DELETE', `/api/v1/uploads/${u.id}`); refreshUploads();
+          }, 'Upload discarded') }, 'Discard')] },
+    ], r.data));
+  }
   const byUrl = h('form', { class: 'inline', 'aria-label': 'Download a model from a URL' },
     field('Name', h('input', { name: 'name', required: true, maxlength: 128 })),
     field('URL (a host allowed in Settings)', h('input', { name: 'url', type: 'url', required: true, size: 40 })),
@@ -54,8 +114,9 @@ function importForms(refresh) {
     e.preventDefault();
     act(byUrl.querySelector('button'), async () => { await api('POST', '/api/v1/models', formValues(byUrl)); byUrl.reset(); refresh(); }, 'Download started');
   });
-  return h('section', { class: 'card', 'aria-label': 'Import a model' }, h('h2', {}, 'Import'),
-    h('h3', {}, 'From a path'), byPath, h('h3', {}, 'Upload'), up, bar, pct, h('h3', {}, 'From a URL'), byUrl);
+  const section = h('section', { class: 'card', 'aria-label': 'Import a model' }, h('h2', {}, 'Import'),
+    h('h3', {}, 'From a path'), byPath, h('h3', {}, 'Upload'), up, bar, pct, pick, unfinished, h('h3', {}, 'From a URL'), byUrl);
+  return { section, refreshUploads };
 }
 
 function details(m) {
@@ -95,9 +156,11 @@ export default async function models(main) {
       { label: 'Actions', value: (m) => can('operator') ? h('button', { class: 'danger', type: 'button', 'aria-label': `Delete ${m.name}`,
         onclick: (e) => confirm(`Delete model ${m.name}?`) && act(e.target, async () => { await api('DELETE', `/api/v1/models/${m.id}`); refresh(); }, 'Model deleted') }, 'Delete') : '' },
     ], r.data, 'No models yet.'));
+    if (imports) await imports.refreshUploads();
     return r.data.some((m) => m.state === 'importing');
   }
-  if (can('operator')) main.append(importForms(refresh));
+  const imports = can('operator') ? importForms(refresh) : null;
+  if (imports) main.append(imports.section);
   main.append(h('h2', {}, 'Models'), list, detail);
   await refresh();
   const timer = setInterval(refresh, 3000);
