@@ -6,7 +6,6 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,23 +134,12 @@ static void
 h_backup_download(struct req *r)
 {
 	char path[4300], disp[200];
-	struct stat sb;
 
 	if (backup_path(r, r->arg[0], path, sizeof(path)) < 0)
 		return;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &sb) != 0) {
-		if (fd >= 0)
-			close(fd);
-		reply_error(r, 500, "internal", NULL, "cannot read %s", r->arg[0]);
+	struct MHD_Response *resp = file_response(r, path, r->arg[0]);
+	if (resp == NULL)
 		return;
-	}
-	struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)sb.st_size, fd);
-	if (resp == NULL) {
-		close(fd);
-		reply_error(r, 500, "internal", NULL, "out of memory");
-		return;
-	}
 	snprintf(disp, sizeof(disp), "attachment; filename=\"%s\"", r->arg[0]);
 	MHD_add_response_header(resp, "Content-Disposition", disp);
 	req_audit(r, "backup.download", r->arg[0], "ok", NULL);

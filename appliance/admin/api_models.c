@@ -170,6 +170,7 @@ h_register(struct req *r)
 		reply_status(r, rc, "name", err);
 		goto out;
 	}
+	model_hash_kick(r->a); /* its SHA-256 follows in the background */
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "path", real);
 	req_audit(r, "model.create", name, "ok", d);

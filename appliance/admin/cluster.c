@@ -295,7 +295,7 @@ watch(struct admin *a)
 
 	pthread_mutex_lock(&a->db_mu);
 	int64_t lost[64];
-	char why[160];
+	char why[300], names[64][130];
 	int n = 0;
 	if (sqlite3_prepare_v2(a->db, "UPDATE nodes SET state = 'unreachable', state_reason = 'no heartbeat for ' || "
 				      "(?1 - last_heartbeat) || ' s' WHERE is_self = 0 AND state = 'ready' "
@@ -305,14 +305,15 @@ watch(struct admin *a)
 		while (sqlite3_step(st) == SQLITE_ROW) {
 			audit_write(a->db, now, "system", "node.unreachable", (const char *)sqlite3_column_text(st, 0),
 				    NULL, "ok", NULL);
-			if (n < 64)
+			if (n < 64) {
+				snprintf(names[n], sizeof(names[n]), "%s", (const char *)sqlite3_column_text(st, 0));
 				lost[n++] = sqlite3_column_int64(st, 1);
+			}
 		}
 		sqlite3_finalize(st);
 	}
 	for (int i = 0; i < n; i++) {
-		snprintf(why, sizeof(why), "node %lld is unreachable; what its engine does is not known",
-			 (long long)lost[i]);
+		snprintf(why, sizeof(why), "node %s is unreachable; what its engine does is not known", names[i]);
 		remote_node_lost(a->db, lost[i], why);
 	}
 	pthread_mutex_unlock(&a->db_mu);

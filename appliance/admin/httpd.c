@@ -5,13 +5,16 @@
  * refused change to the audit log.
  */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "privai/status.h"
 #include "admin.h"
@@ -158,6 +161,26 @@ reply_text(struct req *r, unsigned status, const char *ctype, char *text)
 			free(text);
 	}
 	reply_response(r, status, resp, ctype);
+}
+
+struct MHD_Response *
+file_response(struct req *r, const char *path, const char *what)
+{
+	struct MHD_Response *resp;
+	struct stat sb;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		if (fd >= 0)
+			close(fd);
+		reply_error(r, 500, "internal", NULL, "%s cannot be read", what);
+		return NULL;
+	}
+	if ((resp = MHD_create_response_from_fd((uint64_t)sb.st_size, fd)) == NULL) {
+		close(fd);
+		reply_error(r, 500, "internal", NULL, "out of memory");
+	}
+	return resp;
 }
 
 void

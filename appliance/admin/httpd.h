@@ -94,6 +94,9 @@ void reply_text(struct req *r, unsigned status, const char *ctype, char *text_ow
 void reply_empty(struct req *r, unsigned status);
 /* Any libmicrohttpd response (a file, say); takes ownership. */
 void reply_response(struct req *r, unsigned status, struct MHD_Response *resp, const char *ctype);
+/* A response sending the regular file at path (the response owns its
+ * descriptor), or NULL after replying 500 naming `what`. */
+struct MHD_Response *file_response(struct req *r, const char *path, const char *what);
 void reply_error(struct req *r, unsigned status, const char *code, const char *field, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 /* A PRIVAI_E* code from the store mapped onto an HTTP status. */

@@ -35,6 +35,12 @@ int model_name_clash(sqlite3 *db, const char *name, char *err);
  * the store's mutex. */
 void uploads_sweep(struct admin *a, int64_t now, int at_start);
 
+/* The background hasher of models registered by path (model_hash.c):
+ * start it, tell it a model was registered, stop it (waits). */
+int model_hash_start(struct admin *a, char *err);
+void model_hash_kick(struct admin *a);
+void model_hash_stop(struct admin *a);
+
 /* 64 lowercase hex digits of a SHA-256, or 0. */
 int sha256_hex_ok(const char *s);
 

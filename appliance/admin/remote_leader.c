@@ -3,12 +3,9 @@
  * a node's heartbeat answer carries, the states its heartbeats report,
  * where the proxy finds the engine, and the model file a node fetches.
  */
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "privai/status.h"
 #include "admin.h"
@@ -220,11 +217,9 @@ remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_t ba
 static void
 h_model_file(struct req *r)
 {
-	char path[4200] = "", state[16];
+	char path[4200] = "", state[16], what[4300];
 	int64_t node = arg_id(r, 0, "node"), model = node > 0 ? arg_id(r, 1, "model") : -1;
 	sqlite3_stmt *st;
-	struct stat sb;
-	int fd;
 
 	if (model < 0 || node_secret_check(r, node, state, sizeof(state)) < 0)
 		return;
@@ -242,18 +237,10 @@ h_model_file(struct req *r)
 			    (long long)node);
 		return;
 	}
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		if (fd >= 0)
-			close(fd);
-		reply_error(r, 500, "internal", NULL, "model %lld's file %s cannot be read", (long long)model, path);
+	snprintf(what, sizeof(what), "model %lld's file %s", (long long)model, path);
+	struct MHD_Response *resp = file_response(r, path, what);
+	if (resp == NULL)
 		return;
-	}
-	struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)sb.st_size, fd);
-	if (resp == NULL) {
-		close(fd);
-		reply_error(r, 500, "internal", NULL, "out of memory");
-		return;
-	}
 	r->audited = 1; /* a node fetching what it was told to run is not a change */
 	reply_response(r, 200, resp, "application/octet-stream");
 }

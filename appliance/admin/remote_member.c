@@ -197,6 +197,17 @@ sync_keys(struct admin *a, const struct spec *s, int64_t now)
 	return 1;
 }
 
+/* ?1-?5 of both statements below */
+static void
+bind_spec(sqlite3_stmt *st, const struct spec *s, int64_t model_id, const char *desired)
+{
+	sqlite3_bind_int64(st, 1, s->id);
+	sqlite3_bind_int64(st, 2, model_id);
+	sqlite3_bind_text(st, 3, s->placement, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 4, s->options, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 5, desired, -1, SQLITE_STATIC);
+}
+
 /* Insert or update the local row; 1 when its engine must restart (model,
  * placement or options changed), 0, or -1 with the reason. */
 static int
@@ -211,11 +222,7 @@ upsert(struct admin *a, const struct membership *ms, struct spec *s, int64_t mod
 	if (sqlite3_prepare_v2(a->db, "SELECT id, model_id = ?2 AND placement = ?3 AND options = ?4, desired = ?5 "
 				      "FROM deployments WHERE leader_id = ?1", -1, &st, NULL) != SQLITE_OK)
 		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
-	sqlite3_bind_int64(st, 1, s->id);
-	sqlite3_bind_int64(st, 2, model_id);
-	sqlite3_bind_text(st, 3, s->placement, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(st, 4, s->options, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(st, 5, desired, -1, SQLITE_STATIC);
+	bind_spec(st, s, model_id, desired);
 	if (sqlite3_step(st) == SQLITE_ROW) {
 		found = 1;
 		s->local_id = sqlite3_column_int64(st, 0);
@@ -238,11 +245,7 @@ upsert(struct admin *a, const struct membership *ms, struct spec *s, int64_t mod
 				  "?7, ?8, ?9, 'pending', CASE WHEN ?6 THEN 'stopped: node drained' END)";
 	if (sqlite3_prepare_v2(a->db, sql, -1, &st, NULL) != SQLITE_OK)
 		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
-	sqlite3_bind_int64(st, 1, s->id);
-	sqlite3_bind_int64(st, 2, model_id);
-	sqlite3_bind_text(st, 3, s->placement, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(st, 4, s->options, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(st, 5, desired, -1, SQLITE_STATIC);
+	bind_spec(st, s, model_id, desired);
 	sqlite3_bind_int(st, 6, drained);
 	sqlite3_bind_int64(st, 7, now);
 	if (!found) {

@@ -616,3 +616,32 @@ runner_signal(struct runner *r, int64_t id, pid_t pid, int sig, char *err)
 	sd_bus_error_free(&e);
 	return rc;
 }
+
+int64_t
+runner_started_at(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	long long btime = -1, ticks = -1;
+	FILE *f;
+
+	/* /proc/PID/stat field 22 is the start in clock ticks after boot;
+	 * the command name (field 2) may hold spaces, so count after ')' */
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return -1;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	if ((p = strrchr(buf, ')')) == NULL ||
+	    sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %lld", &ticks) != 1)
+		return -1;
+	if ((f = fopen("/proc/stat", "re")) == NULL)
+		return -1;
+	while (fgets(buf, sizeof(buf), f) != NULL)
+		if (sscanf(buf, "btime %lld", &btime) == 1)
+			break;
+	fclose(f);
+	long hz = sysconf(_SC_CLK_TCK);
+	return btime < 0 || ticks < 0 || hz <= 0 ? -1 : (int64_t)(btime + ticks / hz);
+}
+

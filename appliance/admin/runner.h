@@ -41,6 +41,8 @@ void runner_close(struct runner *r);
  * since); its main process is *pid and it is the caller's from now on.
  * 0: not adopted, and `why` says why when there was such a unit. */
 int runner_adopt(struct runner *r, int64_t id, char *const argv[], pid_t *pid, char *why, size_t why_size);
+/* When process pid started, in Unix seconds (from /proc), or -1. */
+int64_t runner_started_at(pid_t pid);
 /* Stop the units a previous run left that were not adopted, and wait
  * until they are gone (their names and ports are then free). */
 void runner_stop_leftovers(struct runner *r);

@@ -560,6 +560,24 @@ open_runner(struct admin *a, struct supervisor *s, char *err)
 	return rc;
 }
 
+/* An adopted engine started when its process did, not now. */
+static void
+keep_started_at(struct admin *a, int64_t id, int64_t at)
+{
+	sqlite3_stmt *st;
+
+	if (at <= 0)
+		return;
+	pthread_mutex_lock(&a->db_mu);
+	if (sqlite3_prepare_v2(a->db, "UPDATE deployments SET started_at = ?1 WHERE id = ?2", -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, at);
+		sqlite3_bind_int64(st, 2, id);
+		sqlite3_step(st);
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&a->db_mu);
+}
+
 /* Engines a previous run left running under systemd that still run what
  * this run would start are kept, with a fresh admin key; the others are
  * stopped before anything starts.  A note for the log in a->adopt_note. */
@@ -595,6 +613,7 @@ adopt(struct supervisor *s)
 		p->next = s->procs;
 		s->procs = p;
 		set_row(s, p->id, "loading", NULL, pid, 0);
+		keep_started_at(s->a, p->id, runner_started_at(pid));
 		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", kept ? ", " : "", w[i].name);
 		kept++;
 	}

@@ -243,6 +243,22 @@ async function main() {
     await page.locator('pre[aria-label="Engine log"]', { hasText: /\S/ }).waitFor();
     check(true, 'engine log shown');
     await shot(page, '03-deployments');
+    // scale it: fewer threads, fewer sequences; the engine restarts with them
+    const depNow = async () => (await (await page.request.get(`${page.baseUrl}/api/v1/deployments`)).json()).data.find((x) => x.name === 'tiny-chat');
+    const pid0 = (await depNow()).pid;
+    const scale = page.getByRole('form', { name: 'Scale tiny-chat' });
+    await scale.getByLabel('CPU threads (0: all)').fill('1');
+    await scale.getByLabel('Parallel sequences').fill('4');
+    await scale.getByRole('button', { name: 'Apply and restart' }).click();
+    let scaled = null;
+    for (let i = 0; i < 180 && !scaled; i++) {
+      const x = await depNow();
+      if (x.state === 'ready' && x.pid !== pid0) scaled = x;
+      else await new Promise((ok) => setTimeout(ok, 500));
+    }
+    check(scaled && scaled.placement.threads === 1 && scaled.options.parallel === 4 && scaled.options.ctx === 512,
+      'scaled from the console: 1 thread, 4 sequences, the context kept, a new engine ready', JSON.stringify(scaled));
+    await drow.getByText('CPU, 1 threads').waitFor();
     await accessible(page, 'deployments');
 
     // a MIG layout on the simulated H100 node, built in the editor

@@ -318,6 +318,9 @@ def test_models(adm, a, o, v, roots):
     check(r.status == 201 and r.json["architecture"] == "llama" and r.json["n_layer"] == 4 and
           r.json["quantization"] == "Q8_0" and r.json["source"] == "path", "register by path with metadata", r)
     demo_id = r.json["id"]
+    want = hashlib.sha256(open(DEMO, "rb").read()).hexdigest()
+    m = wait_for(lambda: (lambda j: j if j["sha256"] else None)(o.get(f"/api/v1/models/{demo_id}").json), timeout=30)
+    check(m and m["sha256"] == want, "a model registered by path gets its SHA-256 in the background", m)
     bad_paths = [os.path.join(root, "..", "..", "etc", "passwd"), os.path.join(root, "../../../etc/x.gguf"),
                  "/etc/passwd", os.path.join(root, "escape.gguf"), os.path.join(root, "junk.gguf"),
                  os.path.join(root, "missing.gguf"), "relative/demo.gguf", os.path.join(root, "demo.gguf\n")]

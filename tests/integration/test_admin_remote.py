@@ -192,7 +192,7 @@ def test_lifecycle(adm, b, o, bc, nid, dep, secret):
     # node-b killed: its deployment's state is not known; back when it is
     b.stop(signal.SIGKILL)
     d = wait_for(lambda: state_is(o, dep, "pending"), 20)
-    check(d and "unreachable" in (d["reason"] or ""), "node-b unreachable: pending, reason says so", d)
+    check(d and "node node-b is unreachable" in (d["reason"] or ""), "node-b unreachable: pending, the reason names it", d)
     r = o.post(f"/api/v1/deployments/{dep}/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
     check(r.status == 409 and r.error_code() == "not_ready" and "unreachable" in r.json["error"]["message"],
           "the proxy says the node is unreachable", r)

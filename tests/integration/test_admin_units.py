@@ -190,12 +190,18 @@ def test_admin_restart(adm, a, xdg, d):
     check(unit_props(xdg, d["unit"], "ActiveState") == {"ActiveState": "active"} and health(d["port"]) == 200,
           "privai-admin killed with -9: its engine still serves", health(d["port"]))
     mark = os.path.getsize(adm.log_path)
+    while time.time() < d["started_at"] + 3:  # an adoption time would then differ from the start
+        time.sleep(0.2)
+    restarted_at = int(time.time())
     adm.start()
     a2 = adm.client()
     a2.login("admin", PW)
     n = ready(a2, 1)
     check(n is not None and n["pid"] == d["pid"] and n["unit"] == d["unit"],
           "the restarted admin kept the running engine: same process, same unit", n or deployment(a2, 1))
+    check(n is not None and abs(n["started_at"] - d["started_at"]) <= 1 and n["started_at"] < restarted_at - 1,
+          "its started_at is when the engine started, not when it was adopted",
+          ((n or {}).get("started_at"), d["started_at"], restarted_at))
     check("kept 1 engine(s) a previous run left serving (demo); replaced 0" in new_log(adm, mark),
           "and says so in its log", new_log(adm, mark)[-300:])
     check(chat(a2), "a chat through the kept engine with the new admin's key (it reread its key file)")

@@ -4,7 +4,7 @@ a GGUF sent in parts, one of them cut off mid-body, the admin killed with
 SIGKILL between parts and its hash state thrown away, then finished and
 registered byte for byte; every refusal with its status and field; the
 name reserved meanwhile; bad files removed; idle and orphaned uploads
-swept at start.  Usage: test_admin_uploads.py BUILD"""
+swept at start; models registered by path hashed in the background.  Usage: test_admin_uploads.py BUILD"""
 import hashlib
 import os
 import re
@@ -108,8 +108,10 @@ def test_resume(adm, o):
                f"Cookie: privai_session={o.cookie}\r\nX-CSRF-Token: {o.csrf}\r\n"
                f"Content-Type: application/octet-stream\r\nContent-Length: {n - kept}\r\n\r\n").encode() +
               data[kept:kept + 100])
-    busy = wait_for(lambda: (lambda r: r if r.status == 409 else None)(put(o, uid, kept, b"y")), timeout=10)
-    check(busy is not None and busy.error_code() == "busy", "a second sender meanwhile is refused", busy)
+    # probe with a wrong offset (refused either way, nothing written) until the first sender holds it
+    held = wait_for(lambda: put(o, uid, n, b"").error_code() == "busy", timeout=20)
+    busy = put(o, uid, kept, b"y")
+    check(held and busy.status == 409 and busy.error_code() == "busy", "a second sender meanwhile is refused", busy)
     r = o.request("DELETE", f"/api/v1/uploads/{uid}")
     check(r.status == 409 and r.error_code() == "busy", "and the upload cannot be deleted meanwhile", r)
     s.sendall(data[kept + 100:])
@@ -200,6 +202,39 @@ def test_sweep(adm, o):
     o.request("DELETE", f"/api/v1/uploads/{keep}")
 
 
+def test_path_hash(adm, o):
+    """Models registered by path are hashed in the background; a file whose
+    size is no longer the one registered is not."""
+    want = hashlib.sha256(open(DEMO, "rb").read()).hexdigest()
+    demo = wait_for(lambda: (lambda m: m if m and m[0]["sha256"] else None)(
+        [m for m in o.get("/api/v1/models").json["data"] if m["name"] == "demo"]), timeout=30)
+    check(demo and demo[0]["sha256"] == want, "the demo model (registered by path at first start) is hashed", demo)
+    grow = os.path.join(adm.state, "models", "grow.gguf")
+    with open(grow, "wb") as f:
+        f.write(open(DEMO, "rb").read())
+    r = o.post("/api/v1/models", {"name": "grow", "path": grow})
+    check(r.status == 201 and r.json["sha256"] is None, "registered by path: no SHA-256 yet in the reply", r)
+    mid = r.json["id"]
+    m = wait_for(lambda: (lambda j: j if j["sha256"] else None)(o.get(f"/api/v1/models/{mid}").json), timeout=30)
+    check(m and m["sha256"] == want, "and it follows", m)
+    adm.stop()
+    db = sqlite3.connect(os.path.join(adm.state, "privai.db"))
+    db.execute("UPDATE models SET sha256 = NULL WHERE id = ?", (mid,))
+    db.commit()
+    db.close()
+    with open(grow, "ab") as f:
+        f.write(b"appended after registration")
+    mark = os.path.getsize(adm.log_path)
+    adm.start()
+    o.port = adm.port
+    o.login("olga", PW)
+    said = wait_for(lambda: "not the %d registered" % len(open(DEMO, "rb").read()) in
+                    open(adm.log_path, errors="replace").read()[mark:], timeout=30)
+    check(said and o.get(f"/api/v1/models/{mid}").json["sha256"] is None,
+          "a file that grew since it was registered is not hashed, and the log says why")
+    o.request("DELETE", f"/api/v1/models/{mid}")
+
+
 def test_audit(adm):
     a = adm.client()
     a.login("admin", PW)
@@ -218,6 +253,7 @@ def main():
         test_resume(adm, o)
         test_reserved_and_bad(adm, o, tmp)
         test_sweep(adm, o)
+        test_path_hash(adm, o)
         test_audit(adm)
         check(adm.stop() == 0, "the admin exits cleanly (no sanitizer report)", open(adm.log_path).read()[-2000:])
     finally:

@@ -1,4 +1,4 @@
-// Deployments: create (model, node, CPU threads, serving options), stop
+// Deployments: create (model, node, CPU threads, serving options), scale, stop
 // and start, logs, the endpoint and its keys, and a chat to try it.  A
 // deployment on another node is run by that node's privai-admin; this
 // console holds the row and reaches its engine through that node.
@@ -106,13 +106,37 @@ async function keysBox(d) {
   return h('div', {}, h('h3', {}, 'Keys'), box);
 }
 
-async function detail(d, pane) {
+// Scale: the CPU threads and the serving options of a running deployment;
+// the engine restarts with them (the row goes loading, then ready).
+function scaleBox(d, onDone) {
+  const o = d.options || {};
+  const form = h('form', { class: 'inline', 'aria-label': `Scale ${d.name}` },
+    field('CPU threads (0: all)', h('input', { name: 'threads', type: 'number', min: 0, value: d.placement.threads || 0 })),
+    field('Parallel sequences', h('input', { name: 'parallel', type: 'number', min: 1, max: 256, value: o.parallel ?? '', placeholder: 'default' })),
+    field('Context', h('input', { name: 'ctx', type: 'number', min: 16, value: o.ctx ?? '', placeholder: 'model default' })),
+    h('button', { type: 'submit' }, 'Apply and restart'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const v = formValues(form);
+    const options = { ...o };
+    for (const k of ['parallel', 'ctx']) { if (v[k] === undefined) delete options[k]; else options[k] = v[k]; }
+    const placement = { kind: 'cpu', threads: v.threads || 0, node: d.node };
+    act(form.querySelector('button'), async () => {
+      await api('PATCH', `/api/v1/deployments/${d.id}`, { placement, options });
+      onDone();
+    }, `${d.name} restarts with the new settings`);
+  });
+  return h('div', {}, h('h3', {}, 'Scale'), form);
+}
+
+async function detail(d, pane, onChange) {
   const parts = [h('h2', {}, d.name, ' ', badge(d.state)),
     h('p', {}, 'OpenAI endpoint: ', h('code', {}, d.endpoint), ` · model ${d.model} · node ${d.node} · restarts ${d.restarts}`,
       d.unit ? h('span', {}, ' · systemd unit ', h('code', {}, d.unit)) : ''),
     d.reason ? h('p', { class: 'error-text' }, d.reason) : '',
     d.leader_id ? h('p', { class: 'muted' }, 'The cluster\'s leader placed this deployment here; change it on the leader\'s console.') : ''];
   if (can('operator') && !d.leader_id) {
+    if (d.placement.kind === 'cpu') parts.push(scaleBox(d, onChange));
     parts.push(await keysBox(d));
     const logs = h('pre', { tabindex: 0, 'aria-label': 'Engine log' });
     parts.push(h('h3', {}, 'Log'), h('button', { type: 'button', class: 'secondary', onclick: (e) => act(e.target, async () => {
@@ -131,7 +155,7 @@ export default async function deployments(main) {
   async function refresh() {
     const r = await api('GET', '/api/v1/deployments');
     list.replaceChildren(table('Deployments', [
-      { label: 'Name', value: (d) => h('button', { class: 'link', type: 'button', onclick: () => detail(d, pane) }, d.name) },
+      { label: 'Name', value: (d) => h('button', { class: 'link', type: 'button', onclick: () => detail(d, pane, refresh) }, d.name) },
       { label: 'Model', value: (d) => d.model },
       { label: 'State', value: (d) => [badge(d.state), d.reason ? h('div', { class: 'muted' }, d.reason) : ''] },
       { label: 'Node', value: (d) => d.node },
