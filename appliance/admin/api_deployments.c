@@ -468,20 +468,17 @@ h_update(struct req *r)
 	if (cJSON_GetObjectItemCaseSensitive(j, "placement") != NULL) {
 		if ((placement = placement_field(r, j, &new_node)) == NULL)
 			goto out;
-		if (new_node != node_id) {
-			reply_error(r, 422, "unsupported", "placement.node", "a deployment stays on its node; create "
-				    "another on the new node, then delete this one");
-			goto out;
-		}
 	}
 	if (desired != NULL && strcmp(desired, "running") == 0 && refuse_if_draining(r, node_id))
 		goto out;
 	if (cJSON_GetObjectItemCaseSensitive(j, "options") != NULL && (options = options_field(r, j)) == NULL)
 		goto out;
-	if (sqlite3_prepare_v2(r->a->db, "UPDATE deployments SET desired = coalesce(?1, desired), "
+	if (db_begin(r->a->db) != SQLITE_OK ||
+	    sqlite3_prepare_v2(r->a->db, "UPDATE deployments SET desired = coalesce(?1, desired), "
 					 "placement = coalesce(?2, placement), options = coalesce(?3, options), "
 					 "updated_at = ?4 WHERE id = ?5", -1, &st, NULL) != SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		db_rollback(r->a->db);
 		goto out;
 	}
 	sqlite3_bind_text(st, 1, desired, -1, SQLITE_TRANSIENT);
@@ -491,14 +488,28 @@ h_update(struct req *r)
 	sqlite3_bind_int64(st, 5, id);
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
+	cJSON *moved = NULL;
+	char err[PRIVAI_ERR_LEN];
 	if (rc != SQLITE_DONE) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		db_rollback(r->a->db);
+		goto out;
+	}
+	if (placement != NULL && new_node != node_id &&
+	    (rc = deploy_move(r->a, id, new_node, NULL, &moved, err)) != PRIVAI_OK) {
+		db_rollback(r->a->db);
+		reply_status(r, rc, "placement.node", err);
+		goto out;
+	}
+	if (db_commit(r->a->db) != SQLITE_OK) {
+		db_rollback(r->a->db);
+		cJSON_Delete(moved);
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		goto out;
 	}
-	if (sqlite3_changes(r->a->db) == 0) {
-		reply_error(r, 404, "not_found", NULL, "no deployment %lld", (long long)id);
-		goto out;
-	}
+	snprintf(target, sizeof(target), "deployment/%lld", (long long)id);
+	if (moved != NULL)
+		req_audit(r, "deployment.move", target, "ok", moved);
 	cJSON *d = cJSON_CreateObject();
 	if (desired != NULL)
 		cJSON_AddStringToObject(d, "desired", desired);
@@ -506,7 +517,6 @@ h_update(struct req *r)
 		cJSON_AddRawToObject(d, "placement", placement);
 	if (options != NULL)
 		cJSON_AddRawToObject(d, "options", options);
-	snprintf(target, sizeof(target), "deployment/%lld", (long long)id);
 	req_audit(r, "deployment.update", target, "ok", d);
 	if (placement != NULL || options != NULL)
 		supervisor_restart(r->a->sup, id);

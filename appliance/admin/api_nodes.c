@@ -17,6 +17,7 @@
 #include "admin.h"
 #include "auth.h"
 #include "db.h"
+#include "deployments.h"
 #include "httpd.h"
 #include "nodes.h"
 #include "remote.h"
@@ -451,14 +452,43 @@ exec_id(struct req *r, const char *sql, int64_t id)
 	return ok ? 0 : -1;
 }
 
+/* A drain's body: none, or {"deployments": "stop" | "move"}.  1 to
+ * move them, 0 to stop them, -1 after replying. */
+static int
+drain_mode(struct req *r)
+{
+	static const char *const known[] = { "deployments", NULL };
+	struct membership m;
+	const char *what;
+	int move = -1;
+	cJSON *j;
+
+	if (r->len == 0)
+		return 0;
+	if ((j = body_object(r)) == NULL)
+		return -1;
+	if (fields_known(r, j, known) == 0 && (what = field_str(r, j, "deployments", 0, 8, "stop")) != NULL) {
+		if (strcmp(what, "stop") != 0 && strcmp(what, "move") != 0)
+			reply_error(r, 422, "invalid_field", "deployments", "deployments must be stop or move");
+		else if (strcmp(what, "move") == 0 && load_membership(r->a, &m))
+			reply_error(r, 409, "not_leader", "deployments", "this node is a member of %s's cluster: "
+				    "drain it there to move its deployments", m.leader);
+		else
+			move = strcmp(what, "move") == 0;
+	}
+	cJSON_Delete(j);
+	return move;
+}
+
 static void
 set_state(struct req *r, const char *action, int to_draining)
 {
-	char name[80], state[16];
+	char name[80], state[16], err[PRIVAI_ERR_LEN] = "";
 	int64_t id;
-	int is_self, rc = 0;
+	int is_self, rc = 0, move = 0;
+	cJSON *moved = NULL;
 
-	if (load_node(r, &id, name, state, &is_self) < 0)
+	if (load_node(r, &id, name, state, &is_self) < 0 || (to_draining && (move = drain_mode(r)) < 0))
 		return;
 	if (strcmp(state, "removed") == 0) {
 		reply_error(r, 409, "node_removed", NULL, "node '%s' was removed", name);
@@ -471,6 +501,10 @@ set_state(struct req *r, const char *action, int to_draining)
 	if (to_draining) {
 		rc = exec_id(r, "UPDATE nodes SET state = 'draining', state_reason = 'drained by an operator' "
 				"WHERE id = ?1", id);
+		/* moved first: what has nowhere to go is stopped by the drain */
+		if (rc == 0 && move && ((moved = cJSON_CreateArray()) == NULL ||
+					deploy_move_all(r->a, id, is_self, "node drained", moved, err) != PRIVAI_OK))
+			rc = -1;
 		if (rc == 0 && is_self)
 			rc = node_self_drain(r->a->db, 1);
 	} else {
@@ -479,13 +513,33 @@ set_state(struct req *r, const char *action, int to_draining)
 			rc = node_self_drain(r->a->db, 0);
 	}
 	if (rc < 0 || db_commit(r->a->db) < 0) {
-		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		reply_error(r, 500, "internal", NULL, "%s", err[0] ? err : sqlite3_errmsg(r->a->db));
 		db_rollback(r->a->db);
+		cJSON_Delete(moved);
 		return;
 	}
 	req_audit(r, action, name, "ok", NULL);
+	for (cJSON *m = moved != NULL ? moved->child : NULL; m != NULL; m = m->next) {
+		char target[32];
+		snprintf(target, sizeof(target), "deployment/%lld",
+			 (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "id")));
+		req_audit(r, "deployment.move", target, "ok", cJSON_Duplicate(m, 1));
+	}
 	supervisor_kick(r->a->sup);
-	reply_query(r, 200, NODE_COLUMNS " WHERE n.id = ?1", 1, &id, "node");
+	if (moved == NULL) {
+		reply_query(r, 200, NODE_COLUMNS " WHERE n.id = ?1", 1, &id, "node");
+		return;
+	}
+	int found;
+	cJSON *node = row_json(rows_prepare(r->a->db, NODE_COLUMNS " WHERE n.id = ?1", 1, &id), &found);
+	if (node == NULL || !found) {
+		cJSON_Delete(node);
+		cJSON_Delete(moved);
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return;
+	}
+	cJSON_AddItemToObject(node, "moved", moved);
+	reply_json(r, 200, node);
 }
 
 static void

@@ -46,6 +46,22 @@ int deploy_refuse_if_leader_owned(struct req *r, int64_t id);
  * (the "lines" query, 1..10000, default 200). */
 void deploy_reply_log(struct req *r, int64_t id);
 
+/* Move deployment id to node `to` (0: this node), stopping it where it
+ * ran (deploy_move.c); why (or NULL) goes into its reason after "moved
+ * from NODE".  *ret_detail gets {"from", "to"} for the audit log.  The
+ * caller holds the store's mutex and checked the target. */
+int deploy_move(struct admin *a, int64_t id, int64_t to, const char *why, cJSON **ret_detail, char *err);
+/* The ready node other than `from` with `threads` CPUs or more (0: any)
+ * and the fewest running deployments: its id, 0 for this node, -1 for
+ * none. */
+int64_t deploy_pick_node(struct admin *a, int64_t from, long threads);
+
+/* Move every running deployment off node (is_self: this one) to the
+ * other ready nodes with the CPUs, the least loaded first; one with
+ * nowhere to go stays (a drain stops it).  Adds {id, name, from, to} to
+ * the array moved for each.  The caller holds the store's mutex. */
+int deploy_move_all(struct admin *a, int64_t node, int is_self, const char *why, cJSON *moved, char *err);
+
 /* The deployment's row with "api_key" added. */
 void reply_deployment_with_key(struct req *r, unsigned status, int64_t id, const char *key);
 

@@ -85,7 +85,8 @@ set_row(struct supervisor *s, int64_t id, const char *state, const char *reason,
 				      /* a drain's reason stays while the drain does */
 				      "reason = CASE WHEN ?2 IS NULL AND drained = 1 THEN reason ELSE ?2 END, "
 				      "restarts = restarts + ?4, updated_at = ?5, "
-				      "started_at = CASE WHEN ?1 = 'loading' THEN ?5 ELSE started_at END WHERE id = ?6",
+				      "started_at = CASE WHEN ?1 = 'loading' THEN ?5 ELSE started_at END WHERE id = ?6 "
+				      "AND node_id IS NULL", /* a row moved away is its new node's */
 			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, state, -1, SQLITE_STATIC);
 		sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);

@@ -339,9 +339,31 @@ async function main() {
     await visit(page, 'nodes', 'Nodes');
     await brow.getByText('ready').waitFor();
     page.once('dialog', (d) => d.accept());
-    await brow.getByRole('button', { name: 'Drain node-b' }).click();
+    await brow.getByRole('button', { name: 'Drain node-b and move its deployments' }).click();
     await brow.getByText('draining', { exact: true }).waitFor();
-    check(true, 'node-b drained from the console');
+    await page.getByText('Moved tiny-far to leader').waitFor();
+    check(true, 'node-b drained from the console, tiny-far moved to the leader');
+    await visit(page, 'deployments', 'Deployments');
+    await frow.getByText('ready', { exact: true }).waitFor({ timeout: 90000 });
+    check(await frow.locator('td').nth(3).textContent() === 'leader', 'tiny-far runs on the leader now',
+      await frow.locator('td').nth(3).textContent());
+    // node-b resumed: tiny-far moved back from its Scale form
+    await page.evaluate(async () => {
+      const { api } = await import('/js/api.js');
+      const b = (await api('GET', '/api/v1/nodes')).data.find((n) => n.name === 'node-b');
+      await api('POST', `/api/v1/nodes/${b.id}/resume`);
+    });
+    await visit(page, 'nodes', 'Nodes');
+    await brow.getByText('ready', { exact: true }).waitFor();
+    await visit(page, 'deployments', 'Deployments');
+    await frow.getByRole('button', { name: 'tiny-far', exact: true }).click();
+    const fscale = page.getByRole('form', { name: 'Scale tiny-far' });
+    await fscale.getByLabel('Node').selectOption('node-b');
+    await fscale.getByRole('button', { name: 'Apply and restart' }).click();
+    await page.getByText('tiny-far moves to node-b').waitFor();
+    await frow.locator('td').nth(3).getByText('node-b').waitFor({ timeout: 30000 });
+    await frow.getByText('ready', { exact: true }).waitFor({ timeout: 90000 });
+    check(true, 'tiny-far moved back to node-b from the console and is ready there');
 
     for (const [hash, title, n] of [['users', 'Users & tokens', '06-users'], ['audit', 'Audit log', '07-audit'],
       ['settings', 'Settings', '08-settings'], ['dashboard', 'Dashboard', '09-dashboard']]) {

@@ -135,12 +135,10 @@ def test_placed(adm, b, o, v, bc, nid):
                                ("POST", f"/api/v1/deployments/{local}/keys", {"name": "x"})):
         r = bc.request(method, path, body)
         check(r.status == 409 and r.error_code() == "leader_owned", f"node-b's own console: {method} refused", r)
-    return dep, demo
+    return dep, demo, key
 
 
 def test_lifecycle(adm, b, o, bc, nid, dep, secret):
-    r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"placement": {"kind": "cpu", "threads": 1}})
-    check(r.status == 422 and r.error_code() == "unsupported", "a deployment cannot move to another node", r)
     r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"desired": "stopped"})
     check(r.status == 200, "stop it on the leader", r)
     d = wait_for(lambda: state_is(o, dep, "stopped"), 30)
@@ -198,6 +196,72 @@ def test_lifecycle(adm, b, o, bc, nid, dep, secret):
           "the proxy says the node is unreachable", r)
     b.start()
     check(wait_for(lambda: state_is(o, dep, "ready"), 60), "node-b back: ready again")
+
+
+def on_leader(o, dep):
+    d = dep_of(o, dep)
+    return d if d and d["node"] == "leader" and d["state"] == "ready" and d["pid"] else None
+
+
+def on_node_b(o, bc, dep):
+    d = dep_of(o, dep)
+    mine = member_row(bc, dep)
+    return d if d and d["node"] == "node-b" and d["state"] == "ready" and mine and mine["state"] == "ready" else None
+
+
+def test_move(a, b, o, bc, nid, dep, key):
+    """A deployment moves between nodes keeping its id, name and keys: by
+    an operator, and off a node being drained."""
+    old_port = member_row(bc, dep)["port"]
+    r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"placement": {"kind": "cpu", "threads": 1, "node": "leader"}})
+    check(r.status == 200 and r.json["node"] == "leader" and r.json["port"] and "moved from node-b" in (r.json["reason"] or ""),
+          "moved to the leader: a port here, the reason says from where", r)
+    d = wait_for(lambda: on_leader(o, dep), 60)
+    check(d is not None and d["name"] == "far" and d["placement"] == {"kind": "cpu", "threads": 1}, "ready on the leader", d)
+    check(wait_for(lambda: member_row(bc, dep) is None, 15) and wait_for(lambda: raw_refused(old_port), 30),
+          "node-b dropped it and its engine there stopped")
+    r = o.post(f"/api/v1/deployments/{dep}/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+    check(r.status == 200, "chat through the same proxy endpoint", r)
+    check(engine_key_works(d["port"], key), "the deployment's key works on the leader's engine")
+    local_port = d["port"]
+
+    r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"placement": {"kind": "cpu", "threads": 1, "node": "node-b"}})
+    check(r.status == 200 and r.json["node"] == "node-b" and r.json["port"] is None, "moved back to node-b", r)
+    check(wait_for(lambda: on_node_b(o, bc, dep), 60), "ready on node-b again")
+    check(wait_for(lambda: raw_refused(local_port), 30), "the leader's engine for it stopped")
+    check(chat_via_node(b.port, dep, key) == 200, "the key works on node-b's endpoint")
+
+    for body, field in (({"deployments": "teleport"}, "deployments"), ({"deployments": "move", "x": 1}, "x")):
+        r = o.post(f"/api/v1/nodes/{nid}/drain", body)
+        check(r.status == 422 and r.json["error"]["field"] == field, f"drain refused: {body}", r)
+    check(dep_of(o, dep)["node"] == "node-b" and o.get(f"/api/v1/nodes/{nid}").json["state"] == "ready",
+          "a refused drain changed nothing")
+    b_self = [n for n in bc.get("/api/v1/nodes").json["data"] if n["is_self"]][0]["id"]
+    r = bc.post(f"/api/v1/nodes/{b_self}/drain", {"deployments": "move"})
+    check(r.status == 409 and r.error_code() == "not_leader", "a member cannot move deployments itself", r)
+
+    r = o.post(f"/api/v1/nodes/{nid}/drain", {"deployments": "move"})
+    check(r.status == 200 and r.json["state"] == "draining" and
+          r.json["moved"] == [{"id": dep, "name": "far", "from": "node-b", "to": "leader"}],
+          "drain node-b moving its deployments: the reply says what went where", r)
+    d = wait_for(lambda: on_leader(o, dep), 60)
+    check(d is not None and "drained" not in (d["reason"] or ""), "it runs on the leader, not stopped", d)
+    check(wait_for(lambda: member_row(bc, dep) is None, 15), "and node-b dropped it")
+    acts = [e for e in a.get("/api/v1/audit?limit=100").json["data"] if e["action"] == "deployment.move"]
+    check(len(acts) == 3 and acts[0]["actor"] == "olga" and acts[0]["detail"] == {"from": "node-b", "to": "leader",
+          "id": dep, "name": "far"}, "each move is in the audit log, from and to", acts[:1])
+    check(o.post(f"/api/v1/nodes/{nid}/resume").status == 200, "resume node-b")
+    r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"placement": {"kind": "cpu", "threads": 1, "node": "node-b"}})
+    check(r.status == 200 and wait_for(lambda: on_node_b(o, bc, dep), 60), "and back on node-b", r)
+
+
+def engine_key_works(port, key):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "x", "max_tokens": 2}),
+                 headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    st = conn.getresponse().status
+    conn.close()
+    return st == 200
 
 
 def test_gone(adm, b, a, o, bc, nid, dep):
@@ -354,8 +418,11 @@ def main():
                                            "placement": {"kind": "cpu", "threads": 1000, "node": "node-b"}})
         check(r.status == 422 and r.json["error"]["field"] == "placement.threads" and "node-b" in
               r.json["error"]["message"], "threads checked against node-b's CPUs", r)
-        dep, demo = test_placed(adm, b, o, v, bc, nid)
+        dep, demo, key = test_placed(adm, b, o, v, bc, nid)
         test_lifecycle(adm, b, o, bc, nid, dep, secret)
+        bc = b.client()
+        bc.login("admin", PW)
+        test_move(a, b, o, bc, nid, dep, key)
         bc = b.client()
         bc.login("admin", PW)
         test_gone(adm, b, a, o, bc, nid, dep)

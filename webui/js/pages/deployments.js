@@ -106,11 +106,15 @@ async function keysBox(d) {
   return h('div', {}, h('h3', {}, 'Keys'), box);
 }
 
-// Scale: the CPU threads and the serving options of a running deployment;
-// the engine restarts with them (the row goes loading, then ready).
-function scaleBox(d, onDone) {
+// Scale: the node, the CPU threads and the serving options of a
+// deployment; the engine restarts with them (the row goes loading, then
+// ready), on the new node when it moves.
+function scaleBox(d, nodesList, onDone) {
   const o = d.options || {};
+  const usable = nodesList.filter((n) => n.state === 'ready' || n.name === d.node);
   const form = h('form', { class: 'inline', 'aria-label': `Scale ${d.name}` },
+    field('Node', h('select', { name: 'node' }, usable.map((n) => h('option', { value: n.name, selected: n.name === d.node },
+      n.is_self ? `${n.name} (this node)` : n.name)))),
     field('CPU threads (0: all)', h('input', { name: 'threads', type: 'number', min: 0, value: d.placement.threads || 0 })),
     field('Parallel sequences', h('input', { name: 'parallel', type: 'number', min: 1, max: 256, value: o.parallel ?? '', placeholder: 'default' })),
     field('Context', h('input', { name: 'ctx', type: 'number', min: 16, value: o.ctx ?? '', placeholder: 'model default' })),
@@ -120,23 +124,23 @@ function scaleBox(d, onDone) {
     const v = formValues(form);
     const options = { ...o };
     for (const k of ['parallel', 'ctx']) { if (v[k] === undefined) delete options[k]; else options[k] = v[k]; }
-    const placement = { kind: 'cpu', threads: v.threads || 0, node: d.node };
+    const placement = { kind: 'cpu', threads: v.threads || 0, node: v.node || d.node };
     act(form.querySelector('button'), async () => {
       await api('PATCH', `/api/v1/deployments/${d.id}`, { placement, options });
       onDone();
-    }, `${d.name} restarts with the new settings`);
+    }, v.node && v.node !== d.node ? `${d.name} moves to ${v.node}` : `${d.name} restarts with the new settings`);
   });
   return h('div', {}, h('h3', {}, 'Scale'), form);
 }
 
-async function detail(d, pane, onChange) {
+async function detail(d, pane, nodes, onChange) {
   const parts = [h('h2', {}, d.name, ' ', badge(d.state)),
     h('p', {}, 'OpenAI endpoint: ', h('code', {}, d.endpoint), ` · model ${d.model} · node ${d.node} · restarts ${d.restarts}`,
       d.unit ? h('span', {}, ' · systemd unit ', h('code', {}, d.unit)) : ''),
     d.reason ? h('p', { class: 'error-text' }, d.reason) : '',
     d.leader_id ? h('p', { class: 'muted' }, 'The cluster\'s leader placed this deployment here; change it on the leader\'s console.') : ''];
   if (can('operator') && !d.leader_id) {
-    if (d.placement.kind === 'cpu') parts.push(scaleBox(d, onChange));
+    if (d.placement.kind === 'cpu') parts.push(scaleBox(d, nodes, onChange));
     parts.push(await keysBox(d));
     const logs = h('pre', { tabindex: 0, 'aria-label': 'Engine log' });
     parts.push(h('h3', {}, 'Log'), h('button', { type: 'button', class: 'secondary', onclick: (e) => act(e.target, async () => {
@@ -155,7 +159,7 @@ export default async function deployments(main) {
   async function refresh() {
     const r = await api('GET', '/api/v1/deployments');
     list.replaceChildren(table('Deployments', [
-      { label: 'Name', value: (d) => h('button', { class: 'link', type: 'button', onclick: () => detail(d, pane, refresh) }, d.name) },
+      { label: 'Name', value: (d) => h('button', { class: 'link', type: 'button', onclick: () => detail(d, pane, nodes, refresh) }, d.name) },
       { label: 'Model', value: (d) => d.model },
       { label: 'State', value: (d) => [badge(d.state), d.reason ? h('div', { class: 'muted' }, d.reason) : ''] },
       { label: 'Node', value: (d) => d.node },

@@ -1,6 +1,7 @@
-// Nodes: this one and those that joined; join tokens, drain, resume, remove.
+// Nodes: this one and those that joined; join tokens, drain (stopping or
+// moving the deployments), resume, remove.
 import { api } from '../api.js';
-import { h, badge, bytes, table, act, when, field } from '../ui.js';
+import { h, badge, bytes, table, act, say, when, field } from '../ui.js';
 import { can } from '../app.js';
 import { hostSummary, hostProblems } from './host.js';
 
@@ -26,7 +27,14 @@ export default async function nodes(main) {
       { label: 'Actions', value: (n) => n.state === 'removed' || !can('operator') ? '' : h('div', { class: 'actions' },
         n.state === 'draining'
           ? h('button', { type: 'button', class: 'secondary', 'aria-label': `Resume ${n.name}`, onclick: (e) => act(e.target, async () => { await api('POST', `/api/v1/nodes/${n.id}/resume`); refresh(); }, 'Node resumed') }, 'Resume')
-          : h('button', { type: 'button', class: 'secondary', 'aria-label': `Drain ${n.name}`, onclick: (e) => confirm(`Drain ${n.name}? Its deployments stop.`) && act(e.target, async () => { await api('POST', `/api/v1/nodes/${n.id}/drain`); refresh(); }, 'Node draining') }, 'Drain'),
+          : [h('button', { type: 'button', class: 'secondary', 'aria-label': `Drain ${n.name}`, onclick: (e) => confirm(`Drain ${n.name}? Its deployments stop.`) && act(e.target, async () => { await api('POST', `/api/v1/nodes/${n.id}/drain`); refresh(); }, 'Node draining') }, 'Drain'),
+            // only the leader places deployments on other nodes
+            c.role === 'member' ? '' : h('button', { type: 'button', class: 'secondary', 'aria-label': `Drain ${n.name} and move its deployments`,
+              onclick: (e) => confirm(`Drain ${n.name} and move its deployments to other nodes? Those with nowhere to go stop.`) && act(e.target, async () => {
+                const r = await api('POST', `/api/v1/nodes/${n.id}/drain`, { deployments: 'move' });
+                refresh();
+                return r;
+              }).then((r) => r && say(r.moved.length ? `Moved ${r.moved.map((m) => `${m.name} to ${m.to}`).join(', ')}` : 'Nothing could move; the node is draining')) }, 'Drain and move')],
         !n.is_self && can('admin') ? h('button', { type: 'button', class: 'danger', 'aria-label': `Remove ${n.name}`, onclick: (e) => confirm(`Remove ${n.name} from the cluster?`) && act(e.target, async () => { await api('DELETE', `/api/v1/nodes/${n.id}`); refresh(); }, 'Node removed') }, 'Remove') : '') },
     ], r.data));
     problems.replaceChildren(h('h2', {}, 'Host checks'), hostProblems(r.data.filter((n) => n.state !== 'removed')));
