@@ -152,9 +152,10 @@ FUZZ_SECONDS ?= 300
 fuzz: all | $(DEPS_STAMP)
 	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh
 
-bench: $(ENGINE_BIN) $(BENCH_BIN)
+bench: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN)
 	@BUILD=$(BUILD) scripts/bench.sh
 	@BUILD=$(BUILD) scripts/bench-serve.sh
+	@BUILD=$(BUILD) scripts/bench-proxy.sh
 
 clean:
 	rm -rf build build-san
