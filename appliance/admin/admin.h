@@ -62,6 +62,8 @@ struct admin {
 	int64_t started_at;
 	atomic_long http_requests[6]; /* by status class: 1xx..5xx, index 0 unused */
 	atomic_long logins_ok, logins_failed;
+	atomic_long proxy_ok, proxy_failed; /* requests passed to an engine: answered, or 502 */
+	atomic_long proxy_streams;   /* answers being relayed now (proxy_stream.c) */
 	int64_t self_node_id;        /* this node's row in nodes */
 	char tls_dir[4096];          /* STATE/tls when the admin manages the pair (no --tls-cert), else "" */
 	char tls_pin[128];           /* sha256//BASE64 of our TLS public key; "" in dev mode */

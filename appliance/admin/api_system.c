@@ -74,6 +74,22 @@ h_metrics(struct req *r)
 			  "# TYPE privai_admin_logins_total counter\n"
 			  "privai_admin_logins_total{result=\"ok\"} %ld\nprivai_admin_logins_total{result=\"failed\"} %ld\n",
 		      atomic_load(&a->logins_ok), atomic_load(&a->logins_failed));
+	strbuf_printf(&b, "# HELP privai_admin_proxy_requests_total Requests passed to engines, by result "
+			  "(bad_gateway: no answer).\n# TYPE privai_admin_proxy_requests_total counter\n"
+			  "privai_admin_proxy_requests_total{result=\"answered\"} %ld\n"
+			  "privai_admin_proxy_requests_total{result=\"bad_gateway\"} %ld\n"
+			  "# HELP privai_admin_proxy_streams Answers being relayed from engines now.\n"
+			  "# TYPE privai_admin_proxy_streams gauge\nprivai_admin_proxy_streams %ld\n",
+		      atomic_load(&a->proxy_ok), atomic_load(&a->proxy_failed), atomic_load(&a->proxy_streams));
+	strbuf_puts(&b, "# HELP privai_admin_uploads Resumable uploads under way, by state.\n"
+			"# TYPE privai_admin_uploads gauge\n");
+	metric_rows(&b, a->db, "privai_admin_uploads", "state",
+		    "SELECT 'unfinished', count(*) FROM uploads");
+	strbuf_puts(&b, "# HELP privai_admin_upload_bytes Bytes of the uploads under way: kept so far, and whole.\n"
+			"# TYPE privai_admin_upload_bytes gauge\n");
+	metric_rows(&b, a->db, "privai_admin_upload_bytes", "of",
+		    "SELECT 'received', coalesce(sum(received), 0) FROM uploads UNION ALL "
+		    "SELECT 'size', coalesce(sum(size_bytes), 0) FROM uploads");
 	strbuf_puts(&b, "# HELP privai_admin_deployments Deployments, by state.\n# TYPE privai_admin_deployments gauge\n");
 	metric_rows(&b, a->db, "privai_admin_deployments", "state",
 		    "SELECT state, count(*) FROM deployments GROUP BY state ORDER BY state");

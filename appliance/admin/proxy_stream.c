@@ -14,6 +14,7 @@
  * upstream connection, and the engine cancels the sequence.
  */
 #include <curl/curl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 #define RELAY_SILENCE_S 600L
 
 struct relay {
+	atomic_long *streams;        /* the admin's gauge, while this answer is relayed */
 	CURLM *m;
 	CURL *c;
 	struct curl_slist *h;
@@ -74,6 +76,8 @@ relay_free(void *arg)
 
 	if (u == NULL)
 		return;
+	if (u->streams != NULL)
+		atomic_fetch_sub(u->streams, 1);
 	if (u->m != NULL && u->c != NULL)
 		curl_multi_remove_handle(u->m, u->c);
 	curl_easy_cleanup(u->c);
@@ -196,8 +200,10 @@ deploy_forward(struct req *r, const char *url, const char *auth, const char *pin
 		reply_error(r, 502, "bad_gateway", NULL, "%s did not answer: %s", who,
 			    curl_easy_strerror(u->done ? u->rc : CURLE_GOT_NOTHING));
 		relay_free(u);
+		atomic_fetch_add(&r->a->proxy_failed, 1);
 		return;
 	}
+	atomic_fetch_add(&r->a->proxy_ok, 1);
 	curl_easy_getinfo(u->c, CURLINFO_CONTENT_TYPE, &ctype);
 	snprintf(ct, sizeof(ct), "%s", ctype != NULL ? ctype : "application/json");
 	if (u->done && u->rc == CURLE_OK) {
@@ -222,6 +228,8 @@ deploy_forward(struct req *r, const char *url, const char *auth, const char *pin
 		reply_error(r, 500, "internal", NULL, "out of memory");
 		return;
 	}
+	u->streams = &r->a->proxy_streams;
+	atomic_fetch_add(u->streams, 1);
 	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
 	reply_response(r, (unsigned)code, resp, ct);
 }

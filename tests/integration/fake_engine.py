@@ -73,6 +73,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_chunk(event("first"))
             self.close_connection = True
             self.connection.shutdown(2)  # no last chunk: the answer is cut off
+        elif what == "hangup":
+            self.close_connection = True
+            self.connection.shutdown(2)  # no answer at all
         elif what == "gone":
             self.start_stream()
             self.send_chunk(event("first"))

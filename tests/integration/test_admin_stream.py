@@ -36,6 +36,7 @@ def test_gated(c, fdir):
           "chunked, with no length: it is not gathered first", r.getheaders())
     first = next_event(r)
     check(first is not None and '"first"' in first, "the first event arrives while the engine holds the next", first)
+    check(metric(c, "privai_admin_proxy_streams") == 1, "the admin's metrics count one answer being relayed")
     open(os.path.join(fdir, "gate"), "w").close()
     text, n, _, done = stream_text(r)
     check(text == "after-gate" and n == 1 and done, "the rest follows once the client had the first", (text, n, done))
@@ -73,6 +74,24 @@ def test_big(c):
           "an 8 MiB answer (8 times what the proxy holds) arrives byte for byte", (r.status, len(r.body)))
 
 
+def metric(c, name):
+    for line in c.get("/metrics").body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def test_counts(c):
+    r = c.post(CHAT, {"messages": [{"role": "user", "content": "hangup"}]})
+    check(r.status == 502 and r.error_code() == "bad_gateway", "an engine that hangs up unanswered: 502", r)
+    check(wait_for(lambda: metric(c, "privai_admin_proxy_streams") == 0, timeout=20),
+          "no relay left once every answer ended or its client went", metric(c, "privai_admin_proxy_streams"))
+    check(metric(c, 'privai_admin_proxy_requests_total{result="answered"}') == 6 and
+          metric(c, 'privai_admin_proxy_requests_total{result="bad_gateway"}') == 1,
+          "the proxy's counts: 6 answered, 1 not", (metric(c, 'privai_admin_proxy_requests_total{result="answered"}'),
+                                                   metric(c, 'privai_admin_proxy_requests_total{result="bad_gateway"}')))
+
+
 def test_status(c):
     r = c.post(CHAT, {"messages": [{"role": "user", "content": "full"}], "stream": True})
     check(r.status == 429 and r.json and r.json["error"]["type"] == "rate_limit_error",
@@ -101,6 +120,7 @@ def run(tmp, engine, tls):
             test_gone(c, fdir)
             test_big(c)
             test_status(c)
+            test_counts(c)
             check(c.get("/api/v1/health").status == 200, f"[{adm.scheme}] the admin still answers")
         check(adm.stop() == 0, f"[{adm.scheme}] the admin exits cleanly (no sanitizer report)",
               open(adm.log_path).read()[-2000:])

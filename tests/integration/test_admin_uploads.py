@@ -72,6 +72,10 @@ def test_resume(adm, o):
     uid = r.json["id"]
     r = put(o, uid, 0, data[:third])
     check(r.status == 200 and r.json["received"] == third, "first part kept", r)
+    m = o.get("/metrics").body.decode()
+    check('privai_admin_uploads{state="unfinished"} 1\n' in m and f'privai_admin_upload_bytes{{of="received"}} {third}\n' in m
+          and f'privai_admin_upload_bytes{{of="size"}} {n}\n' in m, "the admin's metrics show the upload and its bytes",
+          [x for x in m.splitlines() if "upload" in x])
     r = put(o, uid, 0, data[:third])
     check(r.status == 409 and r.error_code() == "offset_mismatch" and f"kept {third} bytes" in r.json["error"]["message"],
           "a part from the wrong offset is refused, naming where to go on", r)
