@@ -74,6 +74,7 @@ struct admin {
 	char relay_key[64];          /* what this node relays to other nodes' engines with (remote.h) */
 	char relay_key_sha256[65];   /* hex; sent to the nodes in heartbeat answers */
 	struct cJSON *member_errors; /* leader specs this member could not take, for its next heartbeat */
+	struct backup_sched *backup_sched; /* scheduled backups (backup_sched.c) */
 	struct hasher *hasher;       /* SHA-256 of models registered by path (model_hash.c) */
 	int64_t uploads_busy[16];    /* resumable uploads a request is writing now (api_uploads.c), 0: free */
 };

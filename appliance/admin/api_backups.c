@@ -17,6 +17,7 @@
 #include "admin.h"
 #include "db.h"
 #include "httpd.h"
+#include "backups.h"
 #include "models.h"
 #include "spool.h"
 #include "supervisor.h"
@@ -35,16 +36,14 @@ backup_name_ok(const char *s)
 	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
 }
 
-static void
+void
 backups_dir(struct admin *a, char *out, size_t size)
 {
 	snprintf(out, size, "%s/backups", a->cfg.state_dir);
 }
 
-/* PREFIX-YYYYmmdd-HHMMSS.db in dir, with -N when that is taken (two in
- * one second). */
-static void
-new_name(const char *dir, const char *prefix, int64_t now, char *name, size_t name_size, char *path,
+void
+backup_new_name(const char *dir, const char *prefix, int64_t now, char *name, size_t name_size, char *path,
 	 size_t path_size)
 {
 	struct tm tm;
@@ -73,7 +72,7 @@ h_backup_create(struct req *r)
 		reply_error(r, 500, "internal", NULL, "cannot create %s: %s", dir, strerror(errno));
 		return;
 	}
-	new_name(dir, "privai", r->now, name, sizeof(name), path, sizeof(path));
+	backup_new_name(dir, "privai", r->now, name, sizeof(name), path, sizeof(path));
 	int rc = db_backup(r->a->db, path, err);
 	if (rc != PRIVAI_OK) {
 		reply_status(r, rc, NULL, err);
@@ -223,7 +222,7 @@ backup_upload_end(struct req *r)
 			    rest != NULL ? rest : err);
 	} else {
 		backups_dir(r->a, dir, sizeof(dir));
-		new_name(dir, "privai-upload", r->now, name, sizeof(name), path, sizeof(path));
+		backup_new_name(dir, "privai-upload", r->now, name, sizeof(name), path, sizeof(path));
 		if (spool_commit(&u->sp, path, err) != 0) {
 			reply_error(r, 500, "internal", NULL, "%s", err);
 		} else {

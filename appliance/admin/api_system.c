@@ -10,6 +10,7 @@
 #include "admin.h"
 #include "httpd.h"
 #include "rows.h"
+#include "backups.h"
 #include "settings.h"
 #include "server/strbuf.h"
 #include "supervisor.h"
@@ -168,6 +169,8 @@ h_setting_put(struct req *r)
 		cJSON *d = cJSON_CreateObject();
 		cJSON_AddStringToObject(d, "value", value);
 		req_audit(r, "settings.set", r->arg[0], "ok", d);
+		if (strncmp(r->arg[0], "backup_", 7) == 0)
+			backup_sched_kick(r->a); /* a new schedule or count takes effect now */
 		reply_json(r, 200, settings_json(r->a->db));
 	}
 	cJSON_Delete(j);

@@ -34,11 +34,34 @@ is_threads(const char *v)
 	return *end == '\0' && end != v && n >= 0 && n <= 1024;
 }
 
+static int
+int_in(const char *v, long lo, long hi)
+{
+	char *end;
+	long n = strtol(v, &end, 10);
+
+	return *end == '\0' && end != v && n >= lo && n <= hi;
+}
+
+static int
+is_backup_hours(const char *v)
+{
+	return int_in(v, 0, 8760);
+}
+
+static int
+is_backup_keep(const char *v)
+{
+	return int_in(v, 1, 1000);
+}
+
 static const struct setting known[] = {
 	{ "cluster_name", "privai", "1-64 letters, digits, spaces, '.', '_' or '-'", is_label },
 	{ "model_url_hosts", "none",
 	  "space-separated host names (host or host:port) models may be downloaded from, or none", is_host_list },
 	{ "default_cpu_threads", "0", "an integer 0..1024 (0: every core)", is_threads },
+	{ "backup_every_hours", "24", "an integer 0..8760: hours between scheduled backups (0: none)", is_backup_hours },
+	{ "backup_keep", "7", "an integer 1..1000: scheduled backups kept (the oldest go)", is_backup_keep },
 };
 
 static const struct setting *

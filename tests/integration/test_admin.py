@@ -217,6 +217,40 @@ def test_settings_backups(adm, a, o, v):
     r = a.request("DELETE", f"/api/v1/system/backups/{name}")
     check(r.status == 204, "backup deleted", r)
     test_backup_upload(adm, a, o, blob)
+    test_backup_schedule(adm, a)
+
+
+def test_backup_schedule(adm, a):
+    """Scheduled backups: due backup_every_hours after the newest scheduled
+    one (three from 2020 make one due now); the newest backup_keep stay."""
+    for key, bad in (("backup_every_hours", "-1"), ("backup_every_hours", "9000"), ("backup_every_hours", "x"),
+                     ("backup_keep", "0")):
+        r = a.request("PUT", f"/api/v1/settings/{key}", {"value": bad})
+        check(r.status == 422, f"{key} = {bad!r} refused", r)
+    check(a.get("/api/v1/settings").json["backup_every_hours"] == "24", "backups every 24 h by default")
+    bdir = os.path.join(adm.state, "backups")
+    old = [f"privai-auto-2020010{d}-000000.db" for d in (1, 2, 3)]
+    for n in old:
+        with open(os.path.join(bdir, n), "wb") as f:
+            f.write(b"an old scheduled backup")
+    manual = a.post("/api/v1/system/backups").json["name"]
+    r = a.request("PUT", "/api/v1/settings/backup_keep", {"value": "2"})
+    check(r.status == 200 and r.json["backup_keep"] == "2", "keep 2 scheduled backups", r)
+
+    def autos():
+        return sorted(b["name"] for b in a.get("/api/v1/system/backups").json["data"] if b["name"].startswith("privai-auto-"))
+    got = wait_for(lambda: (lambda x: x if len(x) == 2 and x[0] == old[2] else None)(autos()), timeout=20)
+    check(got is not None and got[1] > old[2], "one made now (due a day after 2020-01-03), the two oldest removed", autos())
+    if got:
+        r = a.get(f"/api/v1/system/backups/{got[1]}")
+        check(r.status == 200 and r.body[:16] == b"SQLite format 3\0", "the scheduled backup is the store", r.status)
+    check(any(b["name"] == manual for b in a.get("/api/v1/system/backups").json["data"]),
+          "a backup made by hand is never removed by the schedule")
+    ev = a.get("/api/v1/audit?actor=system&limit=50").json["data"]
+    check(any(e["action"] == "backup.create" and e["detail"] == {"scheduled": True} for e in ev) and
+          sum(e["action"] == "backup.delete" for e in ev) == 2, "both are in the audit log, by system",
+          [(e["action"], e["target"]) for e in ev[:5]])
+    a.request("DELETE", f"/api/v1/system/backups/{manual}")
 
 
 def test_backup_upload(adm, a, o, blob):

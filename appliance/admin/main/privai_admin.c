@@ -24,6 +24,7 @@
 #include "nodes.h"
 #include "db.h"
 #include "httpd.h"
+#include "backups.h"
 #include "models.h"
 #include "seed.h"
 #include "supervisor.h"
@@ -493,10 +494,12 @@ main(int argc, char **argv)
 	if ((rc = setup_state(&a, err)) != PRIVAI_OK || (rc = seed_first_start(&a, o.demo_model, err)) != PRIVAI_OK ||
 	    (rc = setup_tls(&a, err)) != PRIVAI_OK || (rc = supervisor_start(&a, &a.sup, err)) != PRIVAI_OK ||
 	    (rc = httpd_start(&a, err)) != PRIVAI_OK || (rc = setup_node(&a, err)) != PRIVAI_OK ||
-	    (rc = cluster_start(&a, err)) != PRIVAI_OK || (rc = model_hash_start(&a, err)) != PRIVAI_OK) {
+	    (rc = cluster_start(&a, err)) != PRIVAI_OK || (rc = model_hash_start(&a, err)) != PRIVAI_OK ||
+	    (rc = backup_sched_start(&a, err)) != PRIVAI_OK) {
 		fprintf(stderr, "privai-admin: %s\n", err);
 		httpd_stop(&a);
 		cluster_stop(&a);
+		model_hash_stop(&a);
 		supervisor_stop(a.sup);
 		if (a.db != NULL)
 			db_close(a.db);
@@ -523,6 +526,7 @@ main(int argc, char **argv)
 	cluster_stop(&a);
 	model_fetch_shutdown(&a);
 	model_hash_stop(&a);
+	backup_sched_stop(&a);
 	supervisor_stop(a.sup);
 	db_close(a.db);
 	ratelimit_destroy(&a.login_limit);

@@ -7,6 +7,8 @@ const help = {
   cluster_name: 'Shown in the console and the metrics.',
   model_url_hosts: 'Hosts models may be downloaded from, space separated (nothing else is fetched).',
   default_cpu_threads: 'CPU threads for a deployment that names none (0: all).',
+  backup_every_hours: 'Hours between scheduled backups of the database (privai-auto-*, listed below; 0: none).',
+  backup_keep: 'Scheduled backups kept; older ones are removed. Backups made by hand or uploaded stay.',
 };
 
 export default async function settings(main, ctx) {
