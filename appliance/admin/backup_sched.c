@@ -9,7 +9,6 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@
 #include "backups.h"
 #include "db.h"
 #include "settings.h"
+#include "worker.h"
 
 #define AUTO_PREFIX "privai-auto-"
 #define SCHED_MAX_WAIT_S 300         /* settings are read again at least this often */
@@ -31,10 +31,7 @@
 
 struct backup_sched {
 	struct admin *a;
-	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int stop, kick;
+	struct worker w;
 	int64_t retry_at;            /* after a failure: not before then */
 };
 
@@ -177,23 +174,8 @@ sched_main(void *arg)
 {
 	struct backup_sched *s = arg;
 
-	for (;;) {
-		pthread_mutex_lock(&s->mu);
-		int stop = s->stop;
-		s->kick = 0;
-		pthread_mutex_unlock(&s->mu);
-		if (stop)
-			break;
-		int64_t wait = tick(s);
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += wait;
-		pthread_mutex_lock(&s->mu);
-		while (!s->stop && !s->kick)
-			if (pthread_cond_timedwait(&s->cv, &s->mu, &until) == ETIMEDOUT)
-				break;
-		pthread_mutex_unlock(&s->mu);
-	}
+	while (worker_wait(&s->w, tick(s)))
+		;
 	return NULL;
 }
 
@@ -205,11 +187,7 @@ backup_sched_start(struct admin *a, char *err)
 	if (s == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	s->a = a;
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
-	if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
-		pthread_cond_destroy(&s->cv);
-		pthread_mutex_destroy(&s->mu);
+	if (worker_start(&s->w, sched_main, s) != 0) {
 		free(s);
 		return privai_fail(err, PRIVAI_EIO, "cannot start the backup scheduler thread");
 	}
@@ -220,30 +198,16 @@ backup_sched_start(struct admin *a, char *err)
 void
 backup_sched_kick(struct admin *a)
 {
-	struct backup_sched *s = a->backup_sched;
-
-	if (s == NULL)
-		return;
-	pthread_mutex_lock(&s->mu);
-	s->kick = 1;
-	pthread_cond_signal(&s->cv);
-	pthread_mutex_unlock(&s->mu);
+	if (a->backup_sched != NULL)
+		worker_kick(&a->backup_sched->w);
 }
 
 void
 backup_sched_stop(struct admin *a)
 {
-	struct backup_sched *s = a->backup_sched;
-
-	if (s == NULL)
+	if (a->backup_sched == NULL)
 		return;
-	pthread_mutex_lock(&s->mu);
-	s->stop = 1;
-	pthread_cond_signal(&s->cv);
-	pthread_mutex_unlock(&s->mu);
-	pthread_join(s->thread, NULL);
-	pthread_cond_destroy(&s->cv);
-	pthread_mutex_destroy(&s->mu);
-	free(s);
+	worker_stop(&a->backup_sched->w);
+	free(a->backup_sched);
 	a->backup_sched = NULL;
 }

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +23,7 @@
 #include "privai/status.h"
 #include "admin.h"
 #include "models.h"
+#include "worker.h"
 
 #define HASH_BLOCK (4 << 20)
 #define HASH_IDLE_S 60               /* a look for work even unasked (a file mended meanwhile) */
@@ -31,10 +31,7 @@
 
 struct hasher {
 	struct admin *a;
-	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int stop, kick;
+	struct worker w;
 	/* models whose file could not be hashed: not tried again until
 	 * the file changes (size or time) or the admin restarts */
 	struct { int64_t id, size, mtime_ns; } skipped[HASH_MAX_SKIPPED];
@@ -103,15 +100,6 @@ next_model(struct hasher *h, int64_t *id, int64_t *size, char *path, size_t path
 	return found;
 }
 
-static int
-stopping(struct hasher *h)
-{
-	pthread_mutex_lock(&h->mu);
-	int s = h->stop;
-	pthread_mutex_unlock(&h->mu);
-	return s;
-}
-
 static void
 store(struct hasher *h, int64_t id, const char *path, int64_t size, const char *hex)
 {
@@ -168,7 +156,7 @@ hash_one(struct hasher *h, int64_t id, int64_t size, const char *path)
 		/* read once: leave the page cache to the engines */
 		posix_fadvise(fd, off, n, POSIX_FADV_DONTNEED);
 		off += n;
-		if (stopping(h))
+		if (worker_stopping(&h->w))
 			goto out; /* done again from the start next time */
 	}
 	int same = fstat(fd, &after) == 0 && stat(path, &now) == 0;
@@ -195,21 +183,10 @@ hasher_main(void *arg)
 	int64_t id, size;
 
 	setpriority(PRIO_PROCESS, 0, 19); /* this thread only, on Linux */
-	while (!stopping(h)) {
-		if (next_model(h, &id, &size, path, sizeof(path))) {
+	do {
+		while (!worker_stopping(&h->w) && next_model(h, &id, &size, path, sizeof(path)))
 			hash_one(h, id, size, path);
-			continue;
-		}
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += HASH_IDLE_S;
-		pthread_mutex_lock(&h->mu);
-		while (!h->stop && !h->kick)
-			if (pthread_cond_timedwait(&h->cv, &h->mu, &until) == ETIMEDOUT)
-				break;
-		h->kick = 0;
-		pthread_mutex_unlock(&h->mu);
-	}
+	} while (worker_wait(&h->w, HASH_IDLE_S));
 	return NULL;
 }
 
@@ -221,11 +198,7 @@ model_hash_start(struct admin *a, char *err)
 	if (h == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	h->a = a;
-	pthread_mutex_init(&h->mu, NULL);
-	pthread_cond_init(&h->cv, NULL);
-	if (pthread_create(&h->thread, NULL, hasher_main, h) != 0) {
-		pthread_cond_destroy(&h->cv);
-		pthread_mutex_destroy(&h->mu);
+	if (worker_start(&h->w, hasher_main, h) != 0) {
 		free(h);
 		return privai_fail(err, PRIVAI_EIO, "cannot start the model hasher thread");
 	}
@@ -236,30 +209,16 @@ model_hash_start(struct admin *a, char *err)
 void
 model_hash_kick(struct admin *a)
 {
-	struct hasher *h = a->hasher;
-
-	if (h == NULL)
-		return;
-	pthread_mutex_lock(&h->mu);
-	h->kick = 1;
-	pthread_cond_signal(&h->cv);
-	pthread_mutex_unlock(&h->mu);
+	if (a->hasher != NULL)
+		worker_kick(&a->hasher->w);
 }
 
 void
 model_hash_stop(struct admin *a)
 {
-	struct hasher *h = a->hasher;
-
-	if (h == NULL)
+	if (a->hasher == NULL)
 		return;
-	pthread_mutex_lock(&h->mu);
-	h->stop = 1;
-	pthread_cond_signal(&h->cv);
-	pthread_mutex_unlock(&h->mu);
-	pthread_join(h->thread, NULL);
-	pthread_cond_destroy(&h->cv);
-	pthread_mutex_destroy(&h->mu);
-	free(h);
+	worker_stop(&a->hasher->w);
+	free(a->hasher);
 	a->hasher = NULL;
 }
