@@ -644,4 +644,3 @@ runner_started_at(pid_t pid)
 	long hz = sysconf(_SC_CLK_TCK);
 	return btime < 0 || ticks < 0 || hz <= 0 ? -1 : (int64_t)(btime + ticks / hz);
 }
-
