@@ -155,6 +155,8 @@ def test_tokens(adm, a, o, v):
     b = Client(adm.port)
     b.token = tok
     check(b.get("/api/v1/models").status == 200, "read token reads")
+    used = [t for t in a.get("/api/v1/tokens").json["data"] if t["id"] == tid][0]["last_used_at"]
+    check(used is not None and abs(used - time.time()) < 120, "its first use is recorded", used)
     r = b.post("/api/v1/models", {"name": "x", "path": "/x.gguf"})
     check(r.status == 403, "read token cannot write (scope caps an admin)", r)
     r = o.post("/api/v1/tokens", {"name": "esc", "scopes": ["admin"]})
