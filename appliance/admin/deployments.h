@@ -37,6 +37,8 @@ int deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_s
  * completion's events are passed on one by one); who names the far end
  * in a 502. */
 void deploy_forward(struct req *r, const char *url, const char *auth, const char *pin, int post, const char *who);
+/* Close the connections deploy_forward keeps open between requests. */
+void deploy_forward_shutdown(void);
 
 /* A deployment the cluster's leader placed on this node is changed on
  * the leader only: 1 after replying 409. */

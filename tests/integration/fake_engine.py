@@ -57,6 +57,8 @@ class Handler(BaseHTTPRequestHandler):
         req = json.loads(self.rfile.read(n) or b"{}")
         with open(os.path.join(DIR, "auth"), "w") as f:
             f.write(self.headers.get("Authorization", ""))
+        with open(os.path.join(DIR, "peers"), "a") as f:
+            f.write(f"{self.client_address[1]}\n")
         what = (req.get("messages") or [{}])[0].get("content", "")
         if what == "gated":
             self.start_stream()

@@ -86,16 +86,19 @@ def test_counts(c):
     check(r.status == 502 and r.error_code() == "bad_gateway", "an engine that hangs up unanswered: 502", r)
     check(wait_for(lambda: metric(c, "privai_admin_proxy_streams") == 0, timeout=20),
           "no relay left once every answer ended or its client went", metric(c, "privai_admin_proxy_streams"))
-    check(metric(c, 'privai_admin_proxy_requests_total{result="answered"}') == 6 and
+    check(metric(c, 'privai_admin_proxy_requests_total{result="answered"}') == 7 and
           metric(c, 'privai_admin_proxy_requests_total{result="bad_gateway"}') == 1,
-          "the proxy's counts: 6 answered, 1 not", (metric(c, 'privai_admin_proxy_requests_total{result="answered"}'),
+          "the proxy's counts: 7 answered, 1 not", (metric(c, 'privai_admin_proxy_requests_total{result="answered"}'),
                                                    metric(c, 'privai_admin_proxy_requests_total{result="bad_gateway"}')))
 
 
-def test_status(c):
+def test_status(c, fdir):
     r = c.post(CHAT, {"messages": [{"role": "user", "content": "full"}], "stream": True})
     check(r.status == 429 and r.json and r.json["error"]["type"] == "rate_limit_error",
           "the engine's own refusal is passed on with its status and body", r)
+    c.post(CHAT, {"messages": [{"role": "user", "content": "full"}]})
+    peers = open(os.path.join(fdir, "peers")).read().split()
+    check(len(peers) >= 2 and peers[-1] == peers[-2], "the next request to the engine reuses the connection", peers[-3:])
     r = c.get("/api/v1/deployments/1/metrics")
     check(r.status == 200 and r.body == b"fake_engine_up 1\n", "metrics through the same relay", r)
 
@@ -119,7 +122,7 @@ def run(tmp, engine, tls):
             test_broken(c)
             test_gone(c, fdir)
             test_big(c)
-            test_status(c)
+            test_status(c, fdir)
             test_counts(c)
             check(c.get("/api/v1/health").status == 200, f"[{adm.scheme}] the admin still answers")
         check(adm.stop() == 0, f"[{adm.scheme}] the admin exits cleanly (no sanitizer report)",

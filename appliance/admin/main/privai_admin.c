@@ -23,6 +23,7 @@
 #include "mig_apply.h"
 #include "nodes.h"
 #include "db.h"
+#include "deployments.h"
 #include "httpd.h"
 #include "backups.h"
 #include "models.h"
@@ -523,6 +524,7 @@ main(int argc, char **argv)
 	sd_notify(0, "STOPPING=1");
 	fprintf(stderr, "privai-admin: stopping\n");
 	httpd_stop(&a);
+	deploy_forward_shutdown();
 	cluster_stop(&a);
 	model_fetch_shutdown(&a);
 	model_hash_stop(&a);
