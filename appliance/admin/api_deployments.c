@@ -248,10 +248,14 @@ static int
 port_free(int port)
 {
 	struct sockaddr_in sa;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok, on = 1;
 
 	if (fd < 0)
 		return 0;
+	/* as the engine binds (libmicrohttpd sets it): a port whose last
+	 * connections linger in TIME_WAIT, as kept proxy connections do after
+	 * an engine stops, is free; one something listens on is not */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
 	memset(&sa, 0, sizeof(sa));
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)port);

@@ -255,6 +255,33 @@ def test_move(a, b, o, bc, nid, dep, key):
     check(r.status == 200 and wait_for(lambda: on_node_b(o, bc, dep), 60), "and back on node-b", r)
 
 
+def test_model_clash(adm, o, bc):
+    """A model of node-b's own has the name of the leader's: the copy takes
+    another name there, and the deployment runs."""
+    tiny = os.path.join(ROOT, "..", "shared", "fixtures", "models", "tiny-llama-spm-q4_0.gguf")
+    mine = open(DEMO, "rb").read()
+    r = bc.request("POST", "/api/v1/models/upload?name=clash", raw=mine,
+                   headers={"Content-Type": "application/octet-stream"})
+    check(r.status == 201, "node-b has a model 'clash' of its own", r)
+    src = os.path.join(adm.state, "models", "clash-src.gguf")
+    with open(src, "wb") as f:
+        f.write(open(tiny, "rb").read())
+    r = o.post("/api/v1/models", {"name": "clash", "path": src})
+    check(r.status == 201, "and the leader another", r)
+    lid = r.json["id"]
+    r = o.post("/api/v1/deployments", {"name": "clashing", "model": "clash", "options": {"ctx": 256},
+                                       "placement": {"kind": "cpu", "threads": 1, "node": "node-b"}})
+    dep = r.json["id"]
+    d = wait_for(lambda: state_is(o, dep, "ready", "failed"), 90)
+    check(d and d["state"] == "ready", "the leader's 'clash' deployed on node-b is ready", d)
+    models = {m["name"]: m for m in bc.get("/api/v1/models").json["data"]}
+    alt = models.get(f"clash.from-leader-{lid}")
+    check(models["clash"]["size_bytes"] == len(mine) and alt is not None and
+          alt["size_bytes"] == os.path.getsize(tiny) and member_row(bc, dep)["model_id"] == alt["id"],
+          "node-b's own 'clash' is untouched; the copy is 'clash.from-leader-N' and runs", sorted(models))
+    check(o.request("DELETE", f"/api/v1/deployments/{dep}").status == 204, "the clashing deployment deleted")
+
+
 def engine_key_works(port, key):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "x", "max_tokens": 2}),
@@ -423,6 +450,7 @@ def main():
         bc = b.client()
         bc.login("admin", PW)
         test_move(a, b, o, bc, nid, dep, key)
+        test_model_clash(adm, o, bc)
         bc = b.client()
         bc.login("admin", PW)
         test_gone(adm, b, a, o, bc, nid, dep)

@@ -74,6 +74,21 @@ def test_big(c):
           "an 8 MiB answer (8 times what the proxy holds) arrives byte for byte", (r.status, len(r.body)))
 
 
+def test_port_taken(c, lo):
+    """A port something else listens on is not given to an engine."""
+    import socket
+    held = socket.socket()
+    held.bind(("127.0.0.1", lo + 1))
+    held.listen(1)
+    try:
+        r = c.post("/api/v1/deployments", {"name": "second", "model": "demo"})
+        check(r.status == 201 and r.json["port"] == lo + 2, "a port in use by another program is skipped", r)
+        if r.status == 201:
+            c.request("DELETE", f"/api/v1/deployments/{r.json['id']}")
+    finally:
+        held.close()
+
+
 def metric(c, name):
     for line in c.get("/metrics").body.decode().splitlines():
         if line.startswith(name + " "):
@@ -124,6 +139,7 @@ def run(tmp, engine, tls):
             test_big(c)
             test_status(c, fdir)
             test_counts(c)
+            test_port_taken(c, 19175 if tls else 19170)
             check(c.get("/api/v1/health").status == 200, f"[{adm.scheme}] the admin still answers")
         check(adm.stop() == 0, f"[{adm.scheme}] the admin exits cleanly (no sanitizer report)",
               open(adm.log_path).read()[-2000:])
