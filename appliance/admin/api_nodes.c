@@ -452,6 +452,17 @@ exec_id(struct req *r, const char *sql, int64_t id)
 	return ok ? 0 : -1;
 }
 
+static void
+audit_moves(struct req *r, const cJSON *moved)
+{
+	for (const cJSON *m = moved != NULL ? moved->child : NULL; m != NULL; m = m->next) {
+		char target[32];
+		snprintf(target, sizeof(target), "deployment/%lld",
+			 (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "id")));
+		req_audit(r, "deployment.move", target, "ok", cJSON_Duplicate(m, 1));
+	}
+}
+
 /* A drain's body: none, or {"deployments": "stop" | "move"}.  1 to
  * move them, 0 to stop them, -1 after replying. */
 static int
@@ -519,12 +530,7 @@ set_state(struct req *r, const char *action, int to_draining)
 		return;
 	}
 	req_audit(r, action, name, "ok", NULL);
-	for (cJSON *m = moved != NULL ? moved->child : NULL; m != NULL; m = m->next) {
-		char target[32];
-		snprintf(target, sizeof(target), "deployment/%lld",
-			 (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "id")));
-		req_audit(r, "deployment.move", target, "ok", cJSON_Duplicate(m, 1));
-	}
+	audit_moves(r, moved);
 	supervisor_kick(r->a->sup);
 	if (moved == NULL) {
 		reply_query(r, 200, NODE_COLUMNS " WHERE n.id = ?1", 1, &id, "node");
@@ -557,10 +563,16 @@ h_resume(struct req *r)
 static void
 h_remove(struct req *r)
 {
-	char name[80], state[16];
+	const char *q = query_arg(r, "deployments");
+	char name[80], state[16], err[PRIVAI_ERR_LEN] = "";
+	cJSON *moved = NULL;
 	int64_t id;
 	int is_self;
 
+	if (q != NULL && strcmp(q, "move") != 0 && strcmp(q, "stop") != 0) {
+		reply_error(r, 422, "invalid_field", "deployments", "?deployments= must be stop or move");
+		return;
+	}
 	if (load_node(r, &id, name, state, &is_self) < 0)
 		return;
 	if (is_self) {
@@ -576,15 +588,28 @@ h_remove(struct req *r)
 	if (db_begin(r->a->db) < 0 ||
 	    exec_id(r, "UPDATE nodes SET state = 'removed', state_reason = 'removed by an admin' WHERE id = ?1", id) < 0 ||
 	    exec_id(r, "DELETE FROM gpus WHERE node_id = ?1", id) < 0 ||
+	    /* moved first (a dead node's work goes on elsewhere); the rest stop */
+	    (q != NULL && strcmp(q, "move") == 0 &&
+	     ((moved = cJSON_CreateArray()) == NULL ||
+	      deploy_move_all(r->a, id, 0, "node removed", moved, err) != PRIVAI_OK)) ||
 	    exec_id(r, "UPDATE deployments SET desired = 'stopped', state = 'stopped', reason = 'its node was removed; "
-		       "delete it, or create it again on another node' WHERE node_id = ?1", id) < 0 ||
+		       "move it to another node (placement.node) or delete it' WHERE node_id = ?1", id) < 0 ||
 	    db_commit(r->a->db) < 0) {
-		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		reply_error(r, 500, "internal", NULL, "%s", err[0] ? err : sqlite3_errmsg(r->a->db));
 		db_rollback(r->a->db);
+		cJSON_Delete(moved);
 		return;
 	}
 	req_audit(r, "node.remove", name, "ok", NULL);
-	reply_empty(r, 204);
+	audit_moves(r, moved);
+	supervisor_kick(r->a->sup);
+	if (moved == NULL) {
+		reply_empty(r, 204);
+		return;
+	}
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddItemToObject(o, "moved", moved);
+	reply_json(r, 200, o);
 }
 
 static void

@@ -364,6 +364,15 @@ async function main() {
     await frow.locator('td').nth(3).getByText('node-b').waitFor({ timeout: 30000 });
     await frow.getByText('ready', { exact: true }).waitFor({ timeout: 90000 });
     check(true, 'tiny-far moved back to node-b from the console and is ready there');
+    // node-b removed for good, its deployments moved
+    await visit(page, 'nodes', 'Nodes');
+    page.once('dialog', (d) => d.accept());
+    await brow.getByRole('button', { name: 'Remove node-b and move its deployments' }).click();
+    await page.getByText('Moved tiny-far to leader').waitFor();
+    await brow.getByText('removed', { exact: true }).waitFor();
+    await visit(page, 'deployments', 'Deployments');
+    await frow.getByText('ready', { exact: true }).waitFor({ timeout: 90000 });
+    check(await frow.locator('td').nth(3).textContent() === 'leader', 'node-b removed from the console: tiny-far moved to the leader');
 
     for (const [hash, title, n] of [['users', 'Users & tokens', '06-users'], ['audit', 'Audit log', '07-audit'],
       ['settings', 'Settings', '08-settings'], ['dashboard', 'Dashboard', '09-dashboard']]) {

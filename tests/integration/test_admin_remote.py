@@ -301,10 +301,19 @@ def test_gone(adm, b, a, o, bc, nid, dep):
     r = o.post("/api/v1/deployments", {"name": "last", "model": "demo", "placement": {"kind": "cpu", "node": "node-b"}})
     last = r.json["id"]
     check(r.status == 201 and wait_for(lambda: state_is(o, last, "ready"), 60), "another placed and ready", r)
-    check(a.request("DELETE", f"/api/v1/nodes/{nid}").status == 204, "remove node-b")
-    d = dep_of(o, last)
-    check(d["state"] == "stopped" and d["desired"] == "stopped" and "removed" in d["reason"],
-          "its deployment is stopped, the reason says the node was removed", d)
+    r = o.post("/api/v1/deployments", {"name": "parked", "model": "demo", "placement": {"kind": "cpu", "node": "node-b"}})
+    parked = r.json["id"]
+    check(o.request("PATCH", f"/api/v1/deployments/{parked}", {"desired": "stopped"}).status == 200,
+          "a third placed there, stopped")
+    check(a.request("DELETE", f"/api/v1/nodes/{nid}?deployments=sideways").status == 422, "a bad ?deployments= 422")
+    r = a.request("DELETE", f"/api/v1/nodes/{nid}?deployments=move")
+    check(r.status == 200 and r.json["moved"] == [{"id": last, "name": "last", "from": "node-b", "to": "leader"}],
+          "remove node-b moving its running deployments: the reply says where", r)
+    d = wait_for(lambda: on_leader(o, last), 60)
+    check(d is not None, "the running one runs on the leader now", dep_of(o, last))
+    d = dep_of(o, parked)
+    check(d["state"] == "stopped" and d["desired"] == "stopped" and d["node"] == "node-b" and "removed" in d["reason"],
+          "the stopped one stays, stopped, the reason says the node was removed", d)
 
 
 class FakeLeader:

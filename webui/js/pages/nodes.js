@@ -1,5 +1,5 @@
-// Nodes: this one and those that joined; join tokens, drain (stopping or
-// moving the deployments), resume, remove.
+// Nodes: this one and those that joined; join tokens, drain and remove
+// (stopping or moving the deployments), resume.
 import { api } from '../api.js';
 import { h, badge, bytes, table, act, say, when, field } from '../ui.js';
 import { can } from '../app.js';
@@ -35,7 +35,13 @@ export default async function nodes(main) {
                 refresh();
                 return r;
               }).then((r) => r && say(r.moved.length ? `Moved ${r.moved.map((m) => `${m.name} to ${m.to}`).join(', ')}` : 'Nothing could move; the node is draining')) }, 'Drain and move')],
-        !n.is_self && can('admin') ? h('button', { type: 'button', class: 'danger', 'aria-label': `Remove ${n.name}`, onclick: (e) => confirm(`Remove ${n.name} from the cluster?`) && act(e.target, async () => { await api('DELETE', `/api/v1/nodes/${n.id}`); refresh(); }, 'Node removed') }, 'Remove') : '') },
+        !n.is_self && can('admin') ? h('button', { type: 'button', class: 'danger', 'aria-label': `Remove ${n.name}`, onclick: (e) => confirm(`Remove ${n.name} from the cluster? Its deployments stop.`) && act(e.target, async () => { await api('DELETE', `/api/v1/nodes/${n.id}`); refresh(); }, 'Node removed') }, 'Remove') : '',
+        !n.is_self && can('admin') && c.role !== 'member' ? h('button', { type: 'button', class: 'danger', 'aria-label': `Remove ${n.name} and move its deployments`,
+          onclick: (e) => confirm(`Remove ${n.name} from the cluster and move its running deployments to other nodes?`) && act(e.target, async () => {
+            const r = await api('DELETE', `/api/v1/nodes/${n.id}?deployments=move`);
+            refresh();
+            return r;
+          }).then((r) => r && say(r.moved.length ? `Moved ${r.moved.map((m) => `${m.name} to ${m.to}`).join(', ')}` : 'Node removed; nothing could move')) }, 'Remove and move') : '') },
     ], r.data));
     problems.replaceChildren(h('h2', {}, 'Host checks'), hostProblems(r.data.filter((n) => n.state !== 'removed')));
   }
