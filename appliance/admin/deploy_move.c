@@ -1,6 +1,7 @@
 /*
  * Moving a deployment to another node: by an operator (PATCH with another
- * placement.node) or by a drain that asks for it ({"deployments": "move"}).
+ * placement.node), or by a drain or a remove that asks for it
+ * ({"deployments": "move"}, ?deployments=move).
  * The row keeps its id, name, keys, options and the leader's proxy
  * endpoint; only its node changes.  Where it ran, it stops: this node's
  * supervisor runs only rows without a node, and a member drops a
