@@ -76,6 +76,7 @@ struct admin {
 	struct cJSON *member_errors; /* leader specs this member could not take, for its next heartbeat */
 	struct backup_sched *backup_sched; /* scheduled backups (backup_sched.c) */
 	struct hasher *hasher;       /* SHA-256 of models registered by path (model_hash.c) */
+	struct cJSON *engine;        /* the engine's features, probed at start (engine_probe.h) */
 	int64_t uploads_busy[16];    /* resumable uploads a request is writing now (api_uploads.c), 0: free */
 };
 

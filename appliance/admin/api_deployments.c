@@ -17,6 +17,7 @@
 #include "admin.h"
 #include "db.h"
 #include "deployments.h"
+#include "gpu_place.h"
 #include "httpd.h"
 #include "models.h"
 #include "rows.h"
@@ -31,6 +32,13 @@
 	"CASE WHEN d.node_id IS NULL THEN 'http://127.0.0.1:' || d.port || '/v1' "                                  \
 	"ELSE n.url || '/api/v1/cluster/deployments/' || d.id || '/v1' END AS endpoint "                            \
 	"FROM deployments d JOIN models m ON m.id = d.model_id LEFT JOIN nodes n ON n.id = d.node_id"
+
+/* What a placement is checked with besides itself. */
+struct placing {
+	int64_t model_id;
+	const char *options;      /* the deployment's options once this request is applied */
+	int64_t self_id;          /* the deployment changed, 0 for a new one */
+};
 
 static const char *const chat_templates[] = { "llama2", "llama3", "mistral", "chatml", "phi3", "gemma",
 					      "deepseek", "deepseek3", NULL };
@@ -91,13 +99,52 @@ node_field(struct req *r, const cJSON *p, long *cpus)
 	return id;
 }
 
-/* placement: {"kind": "cpu", "threads": N[, "node": NAME]}, stored with
- * the node's name when it is another node; GPU placements are refused
- * until the engine has a CUDA backend. */
+/* kind gpu: placement.gpus or placement.count, checked by gpu_place.c. */
 static char *
-placement_field(struct req *r, const cJSON *j, int64_t *node_id)
+gpu_placement(struct req *r, const cJSON *p, const struct placing *pl, int64_t node_id)
 {
-	static const char *const known[] = { "kind", "threads", "gpus", "node", "tensor_parallel", NULL };
+	const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(p, "gpus");
+	const char *node = cJSON_GetStringValue(cJSON_GetObjectItem(p, "node"));
+	struct place_error e;
+	int64_t count, tp;
+	char *text = NULL;
+
+	if (cJSON_GetObjectItemCaseSensitive(p, "threads") != NULL) {
+		reply_error(r, 422, "invalid_field", "placement.threads", "placement.threads is for kind cpu, not gpu");
+		return NULL;
+	}
+	if (field_int(r, p, "count", 0, 1, 16, 0, &count) < 0 || field_int(r, p, "tensor_parallel", 0, 1, 64, 0, &tp) < 0)
+		return NULL;
+	if ((gpus == NULL) == (count == 0)) {
+		reply_error(r, 422, "invalid_field", "placement.gpus", "a GPU placement names its GPUs (placement.gpus) "
+			    "or how many to pick (placement.count): one of the two");
+		return NULL;
+	}
+	struct gpu_ask q = { node_id > 0 ? node_id : r->a->self_node_id, node != NULL ? node : r->a->cfg.node_name,
+			     gpus, (int)count, (int)tp, pl->model_id, pl->options, pl->self_id };
+	cJSON *out = cJSON_CreateObject();
+	if (out == NULL || cJSON_AddStringToObject(out, "kind", "gpu") == NULL) {
+		reply_error(r, 500, "internal", NULL, "out of memory");
+	} else if (gpu_place(r->a->db, &q, out, &e) < 0) {
+		reply_error(r, (unsigned)e.status, e.code, e.field, "%s", e.msg);
+	} else {
+		if (node_id > 0)
+			cJSON_AddStringToObject(out, "node", node);
+		if ((text = cJSON_PrintUnformatted(out)) == NULL)
+			reply_error(r, 500, "internal", NULL, "out of memory");
+	}
+	cJSON_Delete(out);
+	return text;
+}
+
+/* placement: {"kind": "cpu", "threads": N[, "node": NAME]} or
+ * {"kind": "gpu", "gpus": [...] | "count": N[, "tensor_parallel": N]
+ * [, "node": NAME]}, stored with the node's name when it is another
+ * node. */
+static char *
+placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t *node_id)
+{
+	static const char *const known[] = { "kind", "threads", "gpus", "count", "node", "tensor_parallel", NULL };
 	const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "placement");
 	const char *kind;
 	int64_t threads;
@@ -112,21 +159,20 @@ placement_field(struct req *r, const cJSON *j, int64_t *node_id)
 	}
 	if (fields_known(r, p, known) < 0 || (kind = field_str(r, p, "kind", 1, 8, NULL)) == NULL)
 		return NULL;
-	if (strcmp(kind, "gpu") == 0) {
-		reply_error(r, 422, "unsupported", "placement.kind", "GPU placements need the engine's CUDA backend, "
-			    "which this build does not have yet; use kind cpu");
-		return NULL;
-	}
-	if (strcmp(kind, "cpu") != 0) {
+	if (strcmp(kind, "cpu") != 0 && strcmp(kind, "gpu") != 0) {
 		reply_error(r, 422, "invalid_field", "placement.kind", "placement.kind must be cpu or gpu");
 		return NULL;
 	}
-	for (const char *const *g = (const char *const[]){ "gpus", "tensor_parallel", NULL }; *g != NULL; g++)
+	if ((*node_id = node_field(r, p, &cpus)) < 0)
+		return NULL;
+	if (strcmp(kind, "gpu") == 0)
+		return gpu_placement(r, p, pl, *node_id);
+	for (const char *const *g = (const char *const[]){ "gpus", "count", "tensor_parallel", NULL }; *g != NULL; g++)
 		if (cJSON_GetObjectItemCaseSensitive(p, *g) != NULL) {
 			reply_error(r, 422, "invalid_field", *g, "placement.%s is for kind gpu, not cpu", *g);
 			return NULL;
 		}
-	if ((*node_id = node_field(r, p, &cpus)) < 0 || field_int(r, p, "threads", 0, 0, 1024, 0, &threads) < 0)
+	if (field_int(r, p, "threads", 0, 0, 1024, 0, &threads) < 0)
 		return NULL;
 	if (threads > cpus) {
 		reply_error(r, 422, "invalid_field", "placement.threads", "node %s has %ld CPUs, not %lld",
@@ -391,8 +437,9 @@ h_create(struct req *r)
 			    "or '-', not starting with '.' or '-'");
 		goto out;
 	}
-	if ((model_id = model_field(r, j)) < 0 || (placement = placement_field(r, j, &node_id)) == NULL ||
-	    (options = options_field(r, j)) == NULL || refuse_if_draining(r, node_id))
+	if ((model_id = model_field(r, j)) < 0 || (options = options_field(r, j)) == NULL ||
+	    (placement = placement_field(r, j, &(struct placing){ model_id, options, 0 }, &node_id)) == NULL ||
+	    refuse_if_draining(r, node_id))
 		goto out;
 	if (db_begin(r->a->db) != 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
@@ -450,6 +497,38 @@ out:
 	cJSON_Delete(j);
 }
 
+/* A deployment as stored, for checking a change against. */
+struct current {
+	int64_t model_id;
+	char *options, *placement;
+	char desired[16], node[80];
+};
+
+static int
+load_current(struct req *r, int64_t id, struct current *c)
+{
+	sqlite3_stmt *st;
+
+	if (sqlite3_prepare_v2(r->a->db, "SELECT d.model_id, d.options, d.placement, d.desired, coalesce(n.name, "
+					 "(SELECT name FROM nodes WHERE is_self = 1)) FROM deployments d LEFT JOIN nodes n "
+					 "ON n.id = d.node_id WHERE d.id = ?1", -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, id);
+		if (sqlite3_step(st) == SQLITE_ROW) {
+			c->model_id = sqlite3_column_int64(st, 0);
+			c->options = strdup((const char *)sqlite3_column_text(st, 1));
+			c->placement = strdup((const char *)sqlite3_column_text(st, 2));
+			snprintf(c->desired, sizeof(c->desired), "%s", (const char *)sqlite3_column_text(st, 3));
+			snprintf(c->node, sizeof(c->node), "%s", (const char *)sqlite3_column_text(st, 4));
+		}
+		sqlite3_finalize(st);
+	}
+	if (c->options == NULL || c->placement == NULL) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return -1;
+	}
+	return 0;
+}
+
 static void
 h_update(struct req *r)
 {
@@ -457,6 +536,7 @@ h_update(struct req *r)
 	char *placement = NULL, *options = NULL, target[32];
 	const char *desired;
 	int64_t id = arg_id(r, 0, "deployment"), node_id, new_node;
+	struct current cur = { 0 };
 	sqlite3_stmt *st;
 	cJSON *j;
 
@@ -469,14 +549,27 @@ h_update(struct req *r)
 		reply_error(r, 422, "invalid_field", "desired", "desired must be running or stopped");
 		goto out;
 	}
-	if (cJSON_GetObjectItemCaseSensitive(j, "placement") != NULL) {
-		if ((placement = placement_field(r, j, &new_node)) == NULL)
-			goto out;
-	}
 	if (desired != NULL && strcmp(desired, "running") == 0 && refuse_if_draining(r, node_id))
 		goto out;
 	if (cJSON_GetObjectItemCaseSensitive(j, "options") != NULL && (options = options_field(r, j)) == NULL)
 		goto out;
+	if (load_current(r, id, &cur) < 0)
+		goto out;
+	struct placing pl = { cur.model_id, options != NULL ? options : cur.options, id };
+	if (cJSON_GetObjectItemCaseSensitive(j, "placement") != NULL) {
+		if ((placement = placement_field(r, j, &pl, &new_node)) == NULL)
+			goto out;
+	} else if ((options != NULL || desired != NULL) &&
+		   strcmp(desired != NULL ? desired : cur.desired, "running") == 0) {
+		/* its GPUs may have gone to another deployment while it was
+		 * stopped, or the new options may not fit them */
+		struct place_error e;
+		if (gpu_place_recheck(r->a->db, node_id > 0 ? node_id : r->a->self_node_id, cur.node, cur.placement,
+				      cur.model_id, pl.options, id, &e) < 0) {
+			reply_error(r, (unsigned)e.status, e.code, e.field, "%s", e.msg);
+			goto out;
+		}
+	}
 	if (db_begin(r->a->db) != SQLITE_OK ||
 	    sqlite3_prepare_v2(r->a->db, "UPDATE deployments SET desired = coalesce(?1, desired), "
 					 "placement = coalesce(?2, placement), options = coalesce(?3, options), "
@@ -500,7 +593,7 @@ h_update(struct req *r)
 		goto out;
 	}
 	if (placement != NULL && new_node != node_id &&
-	    (rc = deploy_move(r->a, id, new_node, NULL, &moved, err)) != PRIVAI_OK) {
+	    (rc = deploy_move(r->a, id, new_node, placement, NULL, &moved, err)) != PRIVAI_OK) {
 		db_rollback(r->a->db);
 		reply_status(r, rc, "placement.node", err);
 		goto out;
@@ -529,6 +622,8 @@ h_update(struct req *r)
 out:
 	free(placement);
 	free(options);
+	free(cur.options);
+	free(cur.placement);
 	cJSON_Delete(j);
 }
 

@@ -14,6 +14,7 @@
 #include "privai/status.h"
 #include "admin.h"
 #include "db.h"
+#include "gpu_place.h"
 #include "httpd.h"
 #include "mig.h"
 #include "mig_apply.h"
@@ -22,7 +23,9 @@
 #define GPU_COLUMNS                                                                                          \
 	"SELECT g.id, g.node_id, n.name AS node, g.idx AS \"index\", g.uuid, g.name, g.memory_bytes, "      \
 	"g.pci_bus_id, g.mig_supported, g.mig_enabled, g.mig_table, g.instances, g.seen_at, "               \
-	"(SELECT count(*) FROM gpu_partitions p WHERE p.gpu_id = g.id) AS partitions "                      \
+	"(SELECT count(*) FROM gpu_partitions p WHERE p.gpu_id = g.id) AS partitions, "                    \
+	"(SELECT d.name FROM deployments d, json_each(d.placement, '$.gpus') x WHERE d.desired = 'running' "   \
+	"AND x.value = g.uuid) AS deployment "                                                               \
 	"FROM gpus g JOIN nodes n ON n.id = g.node_id"
 
 struct gpu {
@@ -258,6 +261,13 @@ h_mig_put(struct req *r)
 	if (!g.mig_enabled) {
 		reply_error(r, 409, "mig_disabled", NULL, "MIG mode is off on GPU %s; enabling it needs a GPU reset "
 			    "(nvidia-smi -i %s -mig 1), which privai never does on its own", g.uuid, g.uuid);
+		goto out;
+	}
+	/* a new layout destroys the instances a running engine may be on */
+	char holder[80];
+	if (gpu_holder(r->a->db, g.uuid, 0, holder, sizeof(holder))) {
+		reply_error(r, 409, "gpu_busy", NULL, "deployment '%s' runs on GPU %s or one of its MIG instances; stop "
+			    "it before changing the layout", holder, g.uuid);
 		goto out;
 	}
 	if (mig_layout_place(g.table, in, n, why, sizeof(why)) < 0) {

@@ -8,7 +8,10 @@
  * deployment its heartbeat answer no longer lists.  Where it goes, it
  * starts like a new one (a member fetches the model first).  A member's
  * late report of a deployment that left it is ignored (reports are
- * stored only for the reporting node's rows).
+ * stored only for the reporting node's rows).  A drain or a remove moves
+ * a GPU deployment to the least loaded ready node with as many free
+ * whole GPUs (one for a MIG instance) that fit it, as gpu_place.c
+ * checks; with none it stops.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 #include "privai/status.h"
 #include "admin.h"
 #include "deployments.h"
+#include "gpu_place.h"
 
 int64_t
 deploy_pick_node(struct admin *a, int64_t from, long threads)
@@ -42,6 +46,53 @@ deploy_pick_node(struct admin *a, int64_t from, long threads)
 	return pick;
 }
 
+/* Where a GPU deployment can go: the least loaded ready node (not from)
+ * with as many free whole GPUs as it has (one for a MIG instance) that
+ * fit it; that node (0: this one) with *placement its new one, or -1. */
+static int64_t
+pick_gpu_node(struct admin *a, int64_t from, int64_t id, char **placement)
+{
+	sqlite3_stmt *st;
+	int64_t model_id = 0, pick = -1;
+	char *options = NULL;
+	int count = 0;
+
+	if (sqlite3_prepare_v2(a->db, "SELECT model_id, options, json_array_length(placement, '$.gpus') FROM "
+				      "deployments WHERE id = ?1", -1, &st, NULL) != SQLITE_OK)
+		return -1;
+	sqlite3_bind_int64(st, 1, id);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		model_id = sqlite3_column_int64(st, 0);
+		options = strdup((const char *)sqlite3_column_text(st, 1));
+		count = sqlite3_column_int(st, 2);
+	}
+	sqlite3_finalize(st);
+	if (options == NULL || count < 1 ||
+	    sqlite3_prepare_v2(a->db, "SELECT n.id, n.is_self, n.name FROM nodes n WHERE n.state = 'ready' AND "
+				      "n.id != ?1 ORDER BY (SELECT count(*) FROM deployments d WHERE d.desired = "
+				      "'running' AND (d.node_id = n.id OR (n.is_self AND d.node_id IS NULL))), n.id",
+			       -1, &st, NULL) != SQLITE_OK) {
+		free(options);
+		return -1;
+	}
+	sqlite3_bind_int64(st, 1, from);
+	while (pick < 0 && sqlite3_step(st) == SQLITE_ROW) {
+		const char *name = (const char *)sqlite3_column_text(st, 2);
+		int is_self = sqlite3_column_int(st, 1);
+		struct gpu_ask q = { sqlite3_column_int64(st, 0), name, NULL, count, 0, model_id, options, id };
+		struct place_error e;
+		cJSON *out = cJSON_CreateObject();
+		if (out != NULL && cJSON_AddStringToObject(out, "kind", "gpu") != NULL &&
+		    gpu_place(a->db, &q, out, &e) == 0 && (is_self || cJSON_AddStringToObject(out, "node", name) != NULL) &&
+		    (*placement = cJSON_PrintUnformatted(out)) != NULL)
+			pick = is_self ? 0 : q.node_id;
+		cJSON_Delete(out);
+	}
+	sqlite3_finalize(st);
+	free(options);
+	return pick;
+}
+
 /* The stored placement with "node" set to name, or taken out (NULL). */
 static char *
 placement_on(const char *placement, const char *name)
@@ -59,7 +110,8 @@ placement_on(const char *placement, const char *name)
 }
 
 int
-deploy_move(struct admin *a, int64_t id, int64_t to, const char *why, cJSON **ret_detail, char *err)
+deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, const char *why, cJSON **ret_detail,
+	    char *err)
 {
 	char placement[512] = "", from_name[130] = "", to_name[130] = "";
 	sqlite3_stmt *st;
@@ -84,7 +136,7 @@ deploy_move(struct admin *a, int64_t id, int64_t to, const char *why, cJSON **re
 	if (to == 0 && (port = deployment_pick_port(a)) < 0)
 		return privai_fail(err, PRIVAI_EBUSY, "every engine port %d-%d of this node is taken",
 				   a->cfg.engine_port_lo, a->cfg.engine_port_hi);
-	char *moved = placement_on(placement, to == 0 ? NULL : to_name);
+	char *moved = to_placement != NULL ? strdup(to_placement) : placement_on(placement, to == 0 ? NULL : to_name);
 	if (moved == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	if (sqlite3_prepare_v2(a->db, "UPDATE deployments SET node_id = nullif(?2, 0), port = nullif(?3, 0), "
@@ -121,7 +173,8 @@ deploy_move_all(struct admin *a, int64_t node, int is_self, const char *why, cJS
 	sqlite3_stmt *st;
 	int n = 0;
 
-	if (sqlite3_prepare_v2(a->db, "SELECT id, name, coalesce(json_extract(placement, '$.threads'), 0) FROM "
+	if (sqlite3_prepare_v2(a->db, "SELECT id, name, CASE WHEN json_extract(placement, '$.kind') = 'gpu' THEN -1 "
+				      "ELSE coalesce(json_extract(placement, '$.threads'), 0) END FROM "
 				      "deployments WHERE desired = 'running' AND leader_id IS NULL AND CASE WHEN ?2 THEN "
 				      "node_id IS NULL ELSE node_id = ?1 END ORDER BY id", -1, &st, NULL) != SQLITE_OK)
 		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
@@ -135,11 +188,14 @@ deploy_move_all(struct admin *a, int64_t node, int is_self, const char *why, cJS
 	sqlite3_finalize(st);
 	for (int i = 0; i < n; i++) {
 		/* picked one at a time, so each move counts in the next pick */
-		int64_t to = deploy_pick_node(a, node, (long)threads[i]);
+		char *gpu_placement = NULL;
+		int64_t to = threads[i] < 0 ? pick_gpu_node(a, node, ids[i], &gpu_placement)
+					    : deploy_pick_node(a, node, (long)threads[i]);
 		cJSON *d = NULL;
 		if (to < 0)
 			continue;
-		int rc = deploy_move(a, ids[i], to, why, &d, err);
+		int rc = deploy_move(a, ids[i], to, gpu_placement, why, &d, err);
+		free(gpu_placement);
 		if (rc != PRIVAI_OK)
 			return rc;
 		cJSON_AddNumberToObject(d, "id", (double)ids[i]);

@@ -50,9 +50,11 @@ void deploy_reply_log(struct req *r, int64_t id);
 
 /* Move deployment id to node `to` (0: this node), stopping it where it
  * ran (deploy_move.c); why (or NULL) goes into its reason after "moved
- * from NODE".  *ret_detail gets {"from", "to"} for the audit log.  The
- * caller holds the store's mutex and checked the target. */
-int deploy_move(struct admin *a, int64_t id, int64_t to, const char *why, cJSON **ret_detail, char *err);
+ * from NODE".  Its placement becomes to_placement, or (NULL) the stored
+ * one with its node changed.  *ret_detail gets {"from", "to"} for the
+ * audit log.  The caller holds the store's mutex and checked the target. */
+int deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, const char *why,
+		cJSON **ret_detail, char *err);
 /* The ready node other than `from` with `threads` CPUs or more (0: any)
  * and the fewest running deployments: its id, 0 for this node, -1 for
  * none. */

@@ -24,6 +24,8 @@ gpu_instances_json(const char *mig_table, const struct nvml_instance *in, int n)
 			cJSON_AddStringToObject(o, "profile", p->name);
 		cJSON_AddNumberToObject(o, "start", in[i].start);
 		cJSON_AddNumberToObject(o, "size", in[i].size);
+		if (in[i].uuid[0] != '\0')
+			cJSON_AddStringToObject(o, "uuid", in[i].uuid);
 		cJSON_AddItemToArray(a, o);
 	}
 	return a;
@@ -102,10 +104,15 @@ instances_ok(const cJSON *inst, const char *table, int gi, char *err)
 				   NVML_MAX_INSTANCES);
 	cJSON_ArrayForEach(e, inst) {
 		double id, start, size;
+		const cJSON *uuid = cJSON_GetObjectItemCaseSensitive(e, "uuid");
 		if (num_member(e, "profile_id", 0, 64, &id) < 0 || num_member(e, "start", 0, 7, &start) < 0 ||
 		    num_member(e, "size", 1, 8, &size) < 0 || (t != NULL && mig_profile_by_id(t, (int)id) == NULL))
 			return privai_fail(err, PRIVAI_EINVAL, "gpus[%d].instances[%d] needs a known profile_id, start "
 					   "0..7 and size 1..8", gi, i);
+		/* what a placement names and CUDA_VISIBLE_DEVICES takes */
+		if (uuid != NULL && (str_member(e, "uuid", 96) == NULL || strncmp(uuid->valuestring, "MIG-", 4) != 0))
+			return privai_fail(err, PRIVAI_EINVAL, "gpus[%d].instances[%d].uuid must be a MIG-... UUID under "
+					   "96 characters", gi, i);
 		i++;
 	}
 	return 0;

@@ -163,7 +163,8 @@ apply(struct admin *a, int64_t gpu_id, int only_if_different, char *err)
 	}
 	n = mig_layout_load(a->db, gpu_id, t, in);
 	for (int i = 0; i < n; i++)
-		want[i] = (struct nvml_instance){ in[i].profile->nvml_id, in[i].start, in[i].profile->size };
+		want[i] = (struct nvml_instance){ .profile_id = in[i].profile->nvml_id, .start = in[i].start,
+						  .size = in[i].profile->size };
 	if (only_if_different && same_layout(g.instances, want, n)) {
 		free(g.instances);
 		record(a->db, gpu_id, "applied", NULL);

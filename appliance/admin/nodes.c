@@ -5,6 +5,7 @@
 #include "privai/status.h"
 #include "admin.h"
 #include "db.h"
+#include "engine_probe.h"
 #include "gpu_store.h"
 #include "host_health.h"
 #include "node_info.h"
@@ -28,6 +29,13 @@ node_report_json(const struct admin *a)
 	if (r == NULL || host == NULL || !cJSON_AddItemToObject(r, "host", host)) {
 		cJSON_Delete(r);
 		cJSON_Delete(host);
+		return NULL;
+	}
+	cJSON *engine = a->engine != NULL ? cJSON_Duplicate(a->engine, 1)
+					  : cJSON_Parse("{\"backends\":[],\"error\":\"the engine was not asked yet\"}");
+	if (engine == NULL || !cJSON_AddItemToObject(r, "engine", engine)) {
+		cJSON_Delete(engine);
+		cJSON_Delete(r);
 		return NULL;
 	}
 	if ((gpus = gpu_inventory_json(note)) == NULL) {
@@ -92,6 +100,15 @@ node_store_report(sqlite3 *db, int64_t node_id, const cJSON *report, int64_t now
 			cJSON_Delete(copy);
 			return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 		}
+	}
+	/* so is the engine's: without it (an older node) the node has no
+	 * backends a placement could ask for */
+	cJSON *engine = engine_report_clean(cJSON_GetObjectItemCaseSensitive(report, "engine"));
+	if (engine == NULL || (cJSON_DeleteItemFromObjectCaseSensitive(copy, "engine"), 0) ||
+	    !cJSON_AddItemToObject(copy, "engine", engine)) {
+		cJSON_Delete(engine);
+		cJSON_Delete(copy);
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	}
 	text = cJSON_PrintUnformatted(copy);
 	cJSON_Delete(copy);

@@ -31,6 +31,9 @@ struct nvml_api {
 	nvmlReturn_t (*gi_destroy)(nvmlGpuInstance_t);
 	nvmlReturn_t (*ci_profile)(nvmlGpuInstance_t, unsigned int, unsigned int, nvmlComputeInstanceProfileInfo_t *);
 	nvmlReturn_t (*ci_create)(nvmlGpuInstance_t, unsigned int, nvmlComputeInstance_t *);
+	nvmlReturn_t (*mig_max)(nvmlDevice_t, unsigned int *);
+	nvmlReturn_t (*mig_by_index)(nvmlDevice_t, unsigned int, nvmlDevice_t *);
+	nvmlReturn_t (*gi_id)(nvmlDevice_t, unsigned int *);
 };
 
 static int
@@ -56,6 +59,9 @@ load(struct nvml_api *api, char *err)
 		{ (void **)&api->gi_destroy, "nvmlGpuInstanceDestroy" },
 		{ (void **)&api->ci_profile, "nvmlGpuInstanceGetComputeInstanceProfileInfo" },
 		{ (void **)&api->ci_create, "nvmlGpuInstanceCreateComputeInstance" },
+		{ (void **)&api->mig_max, "nvmlDeviceGetMaxMigDeviceCount" },
+		{ (void **)&api->mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex" },
+		{ (void **)&api->gi_id, "nvmlDeviceGetGpuInstanceId" },
 	};
 	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
 		if ((*syms[i].slot = dlsym(api->lib, syms[i].sym)) == NULL) {
@@ -94,6 +100,8 @@ instances(struct nvml_api *api, nvmlDevice_t dev, struct nvml_instance *out, nvm
 			nvmlGpuInstanceInfo_t gi;
 			if (api->gi_info(list[i], &gi) != NVML_SUCCESS)
 				continue;
+			memset(&out[n], 0, sizeof(out[n]));
+			out[n].gi_id = gi.id;
 			out[n].profile_id = (int)gi.profileId;
 			out[n].start = (int)gi.placement.start;
 			out[n].size = (int)gi.placement.size;
@@ -103,6 +111,27 @@ instances(struct nvml_api *api, nvmlDevice_t dev, struct nvml_instance *out, nvm
 		}
 	}
 	return n;
+}
+
+/* Each instance's MIG device UUID: a GPU instance with a compute
+ * instance is a MIG device, found by index and matched by its GPU
+ * instance id.  One without a compute instance keeps "". */
+static void
+instance_uuids(struct nvml_api *api, nvmlDevice_t dev, struct nvml_instance *in, int n)
+{
+	unsigned int max = 0;
+
+	if (api->mig_max(dev, &max) != NVML_SUCCESS)
+		return;
+	for (unsigned k = 0; k < max; k++) {
+		nvmlDevice_t mig;
+		unsigned int gi;
+		if (api->mig_by_index(dev, k, &mig) != NVML_SUCCESS || api->gi_id(mig, &gi) != NVML_SUCCESS)
+			continue;
+		for (int i = 0; i < n; i++)
+			if (in[i].gi_id == gi && api->uuid(mig, in[i].uuid, sizeof(in[i].uuid)) != NVML_SUCCESS)
+				in[i].uuid[0] = '\0';
+	}
 }
 
 int
@@ -141,8 +170,10 @@ nvml_inventory(struct nvml_gpu *gpus, int max, int *n, char *err)
 			g->mig_supported = 1;
 			g->mig_current = cur == 1;
 			g->mig_pending = pend == 1;
-			if (g->mig_current)
+			if (g->mig_current) {
 				g->n_instances = instances(&api, dev, g->inst, NULL);
+				instance_uuids(&api, dev, g->inst, g->n_instances);
+			}
 		}
 		(*n)++;
 	}

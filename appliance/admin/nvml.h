@@ -15,6 +15,8 @@
 struct nvml_instance {
 	int profile_id;          /* NVML profile id: 19 = 1g, 15, 14, 9, 5, 0, 20 */
 	int start, size;         /* placement in memory slots */
+	unsigned gi_id;          /* the GPU instance's id, as read */
+	char uuid[96];           /* its MIG device's "MIG-..." UUID (what CUDA_VISIBLE_DEVICES takes), or "" */
 };
 
 struct nvml_gpu {

@@ -26,7 +26,7 @@
 struct spec {
 	int64_t id, model_id, size;
 	const char *name, *desired, *model_name, *sha; /* sha NULL: the leader has none */
-	char placement[64], *options;
+	char placement[2048], *options;
 	const cJSON *keys;
 	int64_t local_id;
 };
@@ -67,6 +67,74 @@ int_in(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t *out)
 	return 0;
 }
 
+/* A GPU placement from the leader, which checked it against what this
+ * node reported: each GPU or MIG instance must still be this node's, not
+ * held by a deployment of this node's own console, and the engine must
+ * have the CUDA backend.  Whether the model fits was the leader's check
+ * (the model may not be here yet). */
+static int
+gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err, size_t size)
+{
+	static const char *const known[] = { "kind", "gpus", "tensor_parallel", "node", NULL };
+	const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(p, "gpus"), *v;
+	const cJSON *backends = cJSON_GetObjectItem(a->engine, "backends");
+	int64_t tp;
+	sqlite3_stmt *st;
+
+	cJSON_ArrayForEach(v, p) {
+		int ok = 0;
+		for (int i = 0; known[i] != NULL && !ok; i++)
+			ok = strcmp(v->string, known[i]) == 0;
+		if (!ok)
+			return snprintf(err, size, "unknown placement field '%.40s'", v->string), -1;
+	}
+	int n = cJSON_GetArraySize(gpus);
+	if (!cJSON_IsArray(gpus) || n < 1 || n > 16 || int_in(p, "tensor_parallel", 1, 16, &tp) < 0 || tp != n)
+		return snprintf(err, size, "placement.gpus must list 1 to 16 GPUs and tensor_parallel their number"), -1;
+	int cuda = 0;
+	cJSON_ArrayForEach(v, backends)
+		cuda |= cJSON_IsString(v) && strcmp(v->valuestring, "cuda") == 0;
+	if (!cuda)
+		return snprintf(err, size, "this node's privai-engine has no CUDA backend"), -1;
+	if (sqlite3_prepare_v2(a->db, "SELECT (SELECT count(*) FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE "
+				      "n.is_self = 1 AND ((g.uuid = ?1 AND g.mig_enabled = 0) OR (g.mig_enabled = 1 AND "
+				      "EXISTS (SELECT 1 FROM json_each(g.instances) i WHERE json_extract(i.value, '$.uuid') "
+				      "= ?1)))), (SELECT d.name FROM deployments d, json_each(d.placement, '$.gpus') x "
+				      "WHERE d.leader_id IS NULL AND d.desired = 'running' AND x.value = ?1)",
+			       -1, &st, NULL) != SQLITE_OK)
+		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
+	int bad = 0;
+	cJSON_ArrayForEach(v, gpus) {
+		const char *u = cJSON_GetStringValue(v);
+		sqlite3_reset(st);
+		sqlite3_bind_text(st, 1, u != NULL ? u : "", -1, SQLITE_TRANSIENT);
+		if (u == NULL || strlen(u) > 95 || sqlite3_step(st) != SQLITE_ROW || sqlite3_column_int(st, 0) != 1)
+			bad = snprintf(err, size, "this node has no GPU or MIG instance %.96s to run it on", u ? u : "?");
+		else if (sqlite3_column_type(st, 1) == SQLITE_TEXT)
+			bad = snprintf(err, size, "GPU %s is held by this node's own deployment '%s'", u,
+				       (const char *)sqlite3_column_text(st, 1));
+		if (bad)
+			break;
+	}
+	sqlite3_finalize(st);
+	if (bad)
+		return -1;
+	cJSON *out = cJSON_CreateObject();
+	char *text = NULL;
+	if (out != NULL && cJSON_AddStringToObject(out, "kind", "gpu") != NULL &&
+	    cJSON_AddItemToObject(out, "gpus", cJSON_Duplicate(gpus, 1)) && cJSON_AddNumberToObject(out, "tensor_parallel",
+												(double)tp) != NULL)
+		text = cJSON_PrintUnformatted(out);
+	cJSON_Delete(out);
+	if (text == NULL || strlen(text) >= sizeof(s->placement)) {
+		cJSON_free(text);
+		return snprintf(err, size, "out of memory"), -1;
+	}
+	snprintf(s->placement, sizeof(s->placement), "%s", text);
+	cJSON_free(text);
+	return 0;
+}
+
 /* Check one spec; 0, or -1 with the reason. */
 static int
 spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err, size_t size)
@@ -84,17 +152,23 @@ spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err, size_t si
 	if (s->desired == NULL || (strcmp(s->desired, "running") != 0 && strcmp(s->desired, "stopped") != 0))
 		return snprintf(err, size, "desired must be running or stopped"), -1;
 	const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "kind"));
-	if (!cJSON_IsObject(p) || kind == NULL || strcmp(kind, "cpu") != 0)
-		return snprintf(err, size, "this node runs CPU placements only"), -1;
-	cJSON_ArrayForEach(v, p)
-		if (strcmp(v->string, "kind") != 0 && strcmp(v->string, "threads") != 0 && strcmp(v->string, "node") != 0)
-			return snprintf(err, size, "unknown placement field '%.40s'", v->string), -1;
-	if (cJSON_GetObjectItemCaseSensitive(p, "threads") != NULL && int_in(p, "threads", 0, 1024, &threads) < 0)
-		return snprintf(err, size, "placement.threads must be an integer in 0..1024"), -1;
-	if (threads > sysconf(_SC_NPROCESSORS_ONLN))
-		return snprintf(err, size, "placement.threads is %lld; this node has %ld CPUs", (long long)threads,
-				sysconf(_SC_NPROCESSORS_ONLN)), -1;
-	snprintf(s->placement, sizeof(s->placement), "{\"kind\":\"cpu\",\"threads\":%lld}", (long long)threads);
+	if (!cJSON_IsObject(p) || kind == NULL || (strcmp(kind, "cpu") != 0 && strcmp(kind, "gpu") != 0))
+		return snprintf(err, size, "placement.kind must be cpu or gpu"), -1;
+	if (strcmp(kind, "gpu") == 0) {
+		if (gpu_spec(a, p, s, err, size) < 0)
+			return -1;
+	} else {
+		cJSON_ArrayForEach(v, p)
+			if (strcmp(v->string, "kind") != 0 && strcmp(v->string, "threads") != 0 &&
+			    strcmp(v->string, "node") != 0)
+				return snprintf(err, size, "unknown placement field '%.40s'", v->string), -1;
+		if (cJSON_GetObjectItemCaseSensitive(p, "threads") != NULL && int_in(p, "threads", 0, 1024, &threads) < 0)
+			return snprintf(err, size, "placement.threads must be an integer in 0..1024"), -1;
+		if (threads > sysconf(_SC_NPROCESSORS_ONLN))
+			return snprintf(err, size, "placement.threads is %lld; this node has %ld CPUs", (long long)threads,
+					sysconf(_SC_NPROCESSORS_ONLN)), -1;
+		snprintf(s->placement, sizeof(s->placement), "{\"kind\":\"cpu\",\"threads\":%lld}", (long long)threads);
+	}
 	if (deploy_options_parse(cJSON_GetObjectItemCaseSensitive(e, "options"), &s->options, field, sizeof(field), err,
 				 size) < 0)
 		return -1;

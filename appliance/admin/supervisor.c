@@ -179,6 +179,23 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 		ARG("--threads");
 		ARG("%d", v->valueint);
 	}
+	if ((v = cJSON_GetObjectItem(pl, "gpus")) != NULL && cJSON_IsArray(v)) {
+		/* the GPUs by UUID, which stay the same across reboots and
+		 * driver reloads where indexes may not (gpu_place.h) */
+		const cJSON *g;
+		size_t len = 0;
+		ARG("--device");
+		ARG("cuda");
+		ARG("--gpus");
+		buf[k][0] = '\0';
+		cJSON_ArrayForEach(g, v)
+			if (cJSON_IsString(g))
+				len += (size_t)snprintf(buf[k] + len, len < sizeof(buf[k]) ? sizeof(buf[k]) - len : 0, "%s%s",
+							len ? "," : "", g->valuestring);
+		argv[n++] = buf[k++];
+		ARG("--tensor-parallel");
+		ARG("%d", cJSON_GetArraySize(v));
+	}
 	static const char *const opt[][2] = { { "ctx", "--ctx" }, { "parallel", "--parallel" },
 					      { "batch", "--batch" }, { "kv_cache_mib", "--kv-cache-mib" } };
 	for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)

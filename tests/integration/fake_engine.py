@@ -6,7 +6,13 @@ upstream that breaks off mid-stream, a client that goes away.
 
 It takes the engine's command line (only --port matters), answers /health,
 and picks a behaviour from the first message's content.  FAKE_ENGINE_DIR
-is where it reads the gate file and writes what it saw."""
+is where it reads the gate file and writes what it saw, the command line
+included (argv-PORT).
+
+`features --json` answers FAKE_ENGINE_FEATURES (default: the CPU and CUDA
+backends), so the admin's GPU placements can be driven to the engine's
+command line on a machine without a GPU; the real engine's CUDA path is
+not what this checks."""
 import hashlib
 import json
 import os
@@ -108,7 +114,12 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
+    if sys.argv[1:2] == ["features"]:
+        print(os.environ.get("FAKE_ENGINE_FEATURES", '{"backends":["cpu","cuda"],"cpu_simd":"scalar"}'))
+        return
     port = int(sys.argv[sys.argv.index("--port") + 1])
+    with open(os.path.join(DIR, f"argv-{port}"), "w") as f:
+        f.write("\n".join(sys.argv[1:]) + "\n")
     ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 
 

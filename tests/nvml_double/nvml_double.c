@@ -34,6 +34,8 @@ struct nvmlGpuInstance_st {
 struct nvmlDevice_st {
 	int index;
 	struct nvmlGpuInstance_st gis[MAX_GI];
+	struct nvmlDevice_st *parent; /* a MIG device: its GPU, and the GPU instance it is */
+	unsigned gi_id, gi_start;
 };
 
 /* an H100 80GB HBM3's GPU instance profiles, by NVML profile index */
@@ -49,6 +51,7 @@ static const struct {
 static const unsigned bus[N_GPUS] = { 0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb };
 
 static struct nvmlDevice_st devs[N_GPUS];
+static struct nvmlDevice_st mig_devs[N_GPUS][MAX_GI];
 static int inited;
 
 static int
@@ -155,7 +158,56 @@ nvmlDeviceGetHandleByUUID(const char *uuid, struct nvmlDevice_st **d)
 }
 
 int nvmlDeviceGetName(struct nvmlDevice_st *d, char *s, unsigned int n) { snprintf(s, n, "NVIDIA H100 80GB HBM3"); return OK; }
-int nvmlDeviceGetUUID(struct nvmlDevice_st *d, char *s, unsigned int n) { uuid_of(d->index, s, n); return OK; }
+/* A MIG device's UUID is fixed by its GPU and where its instance starts,
+ * so it stays the same while the instance lives, as the driver's do. */
+int
+nvmlDeviceGetUUID(struct nvmlDevice_st *d, char *s, unsigned int n)
+{
+	if (d->parent == NULL) {
+		uuid_of(d->index, s, n);
+		return OK;
+	}
+	const char *node = getenv("PRIVAI_NVML_DOUBLE_NODE");
+	int k = node != NULL && node[0] >= '0' && node[0] <= '9' ? node[0] - '0' : 0;
+	snprintf(s, n, "MIG-a41c6e2b-93d0-5f7e-8c1b-00%d0%d0000%d0%u", k, d->parent->index, d->parent->index, d->gi_start);
+	return OK;
+}
+
+int
+nvmlDeviceGetMaxMigDeviceCount(struct nvmlDevice_st *d, unsigned int *count)
+{
+	*count = mig_on() && d->parent == NULL ? MAX_GI : 0;
+	return mig_on() ? OK : NOT_SUPPORTED;
+}
+
+/* The index-th GPU instance in use is MIG device index (each has its
+ * one compute instance here). */
+int
+nvmlDeviceGetMigDeviceHandleByIndex(struct nvmlDevice_st *d, unsigned int index, struct nvmlDevice_st **out)
+{
+	unsigned k = 0;
+	if (!mig_on() || d->parent != NULL) return NOT_SUPPORTED;
+	for (int g = 0; g < MAX_GI; g++)
+		if (d->gis[g].used && k++ == index) {
+			struct nvmlDevice_st *m = &mig_devs[d->index][g];
+			memset(m, 0, sizeof(*m));
+			m->index = d->index;
+			m->parent = d;
+			m->gi_id = d->gis[g].id;
+			m->gi_start = d->gis[g].start;
+			*out = m;
+			return OK;
+		}
+	return NOT_FOUND;
+}
+
+int
+nvmlDeviceGetGpuInstanceId(struct nvmlDevice_st *d, unsigned int *id)
+{
+	if (d->parent == NULL) return INVALID_ARGUMENT;
+	*id = d->gi_id;
+	return OK;
+}
 
 int
 nvmlDeviceGetMemoryInfo(struct nvmlDevice_st *d, nvmlMemory_t *m)

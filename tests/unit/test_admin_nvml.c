@@ -34,7 +34,8 @@ main(void)
 	CHECK(g[3].mig_supported && g[3].mig_current && g[3].n_instances == 0, "MIG on, no instances yet");
 	CHECK(mig_gpu_for_device(g[0].name, g[0].memory_bytes) == mig_gpu_find("H100-80GB"), "the H100 table");
 
-	struct nvml_instance want[3] = { { 9, 0, 4 }, { 14, 4, 2 }, { 19, 6, 1 } };
+	struct nvml_instance want[3] = { { .profile_id = 9, .start = 0, .size = 4 }, { .profile_id = 14, .start = 4, .size = 2 },
+					 { .profile_id = 19, .start = 6, .size = 1 } };
 	CHECK(nvml_apply_layout(g[2].uuid, want, 3, err) == 0, "apply 3g@0 2g@4 1g@6: %s", err);
 	CHECK(nvml_inventory(g, NVML_MAX_GPUS, &n, err) == 0 && g[2].n_instances == 3 && g[1].n_instances == 0,
 	      "read back (%d instances)", g[2].n_instances);
@@ -44,10 +45,17 @@ main(void)
 			seen += g[2].inst[i].profile_id == want[k].profile_id && g[2].inst[i].start == want[k].start &&
 				g[2].inst[i].size == want[k].size;
 	CHECK(seen == 3, "the same placements");
-	struct nvml_instance again[2] = { { 0, 0, 8 } };
+	/* each instance is a MIG device with its own UUID, the one a placement names */
+	int uuids = 0;
+	for (int i = 0; i < g[2].n_instances; i++)
+		for (int k = 0; k < i; k++)
+			uuids += strcmp(g[2].inst[i].uuid, g[2].inst[k].uuid) == 0;
+	CHECK(uuids == 0 && strncmp(g[2].inst[0].uuid, "MIG-", 4) == 0 && strncmp(g[2].inst[2].uuid, "MIG-", 4) == 0,
+	      "three MIG UUIDs, all different (%s)", g[2].inst[0].uuid);
+	struct nvml_instance again[2] = { { .profile_id = 0, .start = 0, .size = 8 } };
 	CHECK(nvml_apply_layout(g[2].uuid, again, 1, err) == 0 && nvml_inventory(g, NVML_MAX_GPUS, &n, err) == 0 &&
 	      g[2].n_instances == 1 && g[2].inst[0].profile_id == 0, "re-apply replaces: one 7g");
-	struct nvml_instance clash[2] = { { 5, 0, 4 }, { 9, 0, 4 } };
+	struct nvml_instance clash[2] = { { .profile_id = 5, .start = 0, .size = 4 }, { .profile_id = 9, .start = 0, .size = 4 } };
 	CHECK(nvml_apply_layout(g[4].uuid, clash, 2, err) != 0 && strstr(err, "slot 0"), "the driver refuses an overlap: %s",
 	      err);
 	CHECK(nvml_apply_layout("GPU-nope", want, 1, err) == PRIVAI_ENOTFOUND, "unknown GPU: %s", err);

@@ -23,6 +23,7 @@
 #include "mig_apply.h"
 #include "nodes.h"
 #include "db.h"
+#include "engine_probe.h"
 #include "deployments.h"
 #include "httpd.h"
 #include "backups.h"
@@ -460,6 +461,27 @@ setup_node(struct admin *a, char *err)
 	return PRIVAI_OK;
 }
 
+/* What the engine runs on, asked before any placement can need it. */
+static void
+report_engine(struct admin *a)
+{
+	const cJSON *b, *why;
+
+	if ((a->engine = engine_probe(a->cfg.engine_bin)) == NULL) {
+		fprintf(stderr, "privai-admin: out of memory asking the engine for its features\n");
+		return;
+	}
+	b = cJSON_GetObjectItem(a->engine, "backends");
+	why = cJSON_GetObjectItem(a->engine, "error");
+	if (why != NULL) {
+		fprintf(stderr, "privai-admin: engine: %s; deployments will fail until it runs\n", why->valuestring);
+		return;
+	}
+	char *list = cJSON_PrintUnformatted(b);
+	fprintf(stderr, "privai-admin: engine %s runs on %s\n", a->cfg.engine_bin, list != NULL ? list : "?");
+	cJSON_free(list);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -492,6 +514,7 @@ main(int argc, char **argv)
 	pthread_mutex_init(&a.db_mu, NULL);
 	pthread_mutex_init(&a.fetch_mu, NULL);
 	ratelimit_init(&a.login_limit, a.cfg.login_per_minute, a.cfg.login_per_minute);
+	report_engine(&a);
 	if ((rc = setup_state(&a, err)) != PRIVAI_OK || (rc = seed_first_start(&a, o.demo_model, err)) != PRIVAI_OK ||
 	    (rc = setup_tls(&a, err)) != PRIVAI_OK || (rc = supervisor_start(&a, &a.sup, err)) != PRIVAI_OK ||
 	    (rc = httpd_start(&a, err)) != PRIVAI_OK || (rc = setup_node(&a, err)) != PRIVAI_OK ||
@@ -535,6 +558,7 @@ main(int argc, char **argv)
 	free(a.tls_cert_pem);
 	free(a.tls_key_pem);
 	tls_live_free();
+	cJSON_Delete(a.engine);
 	curl_global_cleanup();
 	return 0;
 }

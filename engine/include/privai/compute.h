@@ -75,4 +75,9 @@ void compute_cpu_free(struct compute *c);
 /* Which SIMD level the CPU backend picked ("avx512-vnni", "avx2", "scalar"). */
 const char *compute_cpu_simd_name(void);
 
+/* The backends this build has, NULL-terminated ("cpu" always; "cuda"
+ * only in a build with the CUDA backend), and whether it has one. */
+const char *const *compute_backends(void);
+int compute_has_backend(const char *name);
+
 #endif

@@ -28,6 +28,7 @@ int cmd_quantize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_hash_key(int argc, char **argv);
+int cmd_features(int argc, char **argv);
 
 #endif
 

@@ -17,11 +17,13 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "privai/compute.h"
 #include "privai/scheduler.h"
 #include "server/server.h"
 
 struct serve_opts {
-	const char *model, *host, *key_file, *chat_template, *name;
+	const char *model, *host, *key_file, *chat_template, *name, *device, *gpus;
+	int tensor_parallel;
 	int port, n_ctx, parallel, batch, threads, queue, kv_mib, drain_s, max_body_mib, max_conn;
 };
 
@@ -40,6 +42,9 @@ serve_usage(FILE *fp)
 	      "  --queue N              requests waiting beyond --parallel before 429 (default 256)\n"
 	      "  --chat-template NAME   llama2, llama3, mistral, chatml, phi3, gemma, deepseek, deepseek3\n"
 	      "  --threads N            compute threads (default: all CPUs)\n"
+	      "  --device NAME          backend: cpu (default) or cuda where the build has it\n"
+	      "  --gpus UUID[,UUID...]  with --device cuda: the GPUs or the one MIG instance to use\n"
+	      "  --tensor-parallel N    with --device cuda: GPUs the model is split over (default: all of --gpus)\n"
 	      "  --max-body-mib N       largest request body (default 4)\n"
 	      "  --max-connections N    concurrent connections (default 256)\n"
 	      "  --drain-timeout S      seconds SIGTERM waits for running requests (default 30)\n", fp);
@@ -51,7 +56,8 @@ parse(int argc, char **argv, struct serve_opts *o)
 	const char *cmd = "serve";
 
 	*o = (struct serve_opts){ .host = "127.0.0.1", .port = 8000, .parallel = 16, .batch = 256,
-				  .queue = 256, .drain_s = 30, .max_body_mib = 4, .max_conn = 256 };
+				  .queue = 256, .drain_s = 30, .max_body_mib = 4, .max_conn = 256,
+				  .device = "cpu" };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int rc = 0;
@@ -68,6 +74,12 @@ parse(int argc, char **argv, struct serve_opts *o)
 			o->chat_template = v;
 		} else if (strcmp(a, "--model-name") == 0) {
 			o->name = v;
+		} else if (strcmp(a, "--device") == 0) {
+			o->device = v;
+		} else if (strcmp(a, "--gpus") == 0) {
+			o->gpus = v;
+		} else if (strcmp(a, "--tensor-parallel") == 0) {
+			rc = cli_parse_int(cmd, a, v, 1, 64, &o->tensor_parallel);
 		} else if (strcmp(a, "--port") == 0) {
 			rc = cli_parse_int(cmd, a, v, 0, 65535, &o->port);
 		} else if (strcmp(a, "--ctx") == 0) {
@@ -100,6 +112,15 @@ parse(int argc, char **argv, struct serve_opts *o)
 	}
 	if (o->model == NULL)
 		return cli_error(cmd, "-m MODEL is required");
+	if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0)
+		return cli_error(cmd, "unknown --device '%s' (cpu or cuda)", o->device);
+	if (strcmp(o->device, "cpu") == 0 && (o->gpus != NULL || o->tensor_parallel > 0))
+		return cli_error(cmd, "--gpus and --tensor-parallel are for --device cuda");
+	/* the admin checks 'features' before it asks for a GPU; this is for
+	 * a hand-written command line or a binary swapped underneath it */
+	if (!compute_has_backend(o->device))
+		return cli_error(cmd, "this privai-engine has no %s backend (see 'privai-engine features'); "
+				 "run with --device cpu", o->device);
 	if (o->chat_template != NULL && chat_family_by_name(o->chat_template) == CHAT_NONE)
 		return cli_error(cmd, "unknown chat template '%s' (known: %s)", o->chat_template, chat_family_names());
 	return 0;

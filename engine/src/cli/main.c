@@ -102,6 +102,7 @@ usage(FILE *fp)
 	      "  synth     -o OUT.gguf [shape options] | --demo            synthetic model\n"
 	      "  serve     -m MODEL [--host --port --api-key-file ...]    OpenAI-compatible server\n"
 	      "  hash-key                                                 hash an API key read from stdin\n"
+	      "  features  [--json]                                       backends this build has\n"
 	      "\n"
 	      "Run 'privai-engine COMMAND --help' for a command's options.\n", fp);
 }
@@ -116,6 +117,7 @@ main(int argc, char **argv)
 		{ "run", cmd_run }, { "eval", cmd_eval }, { "tokenize", cmd_tokenize },
 		{ "info", cmd_info }, { "bench", cmd_bench }, { "quantize", cmd_quantize },
 		{ "synth", cmd_synth }, { "serve", cmd_serve }, { "hash-key", cmd_hash_key },
+		{ "features", cmd_features },
 	};
 
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {

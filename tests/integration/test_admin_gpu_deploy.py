@@ -1,0 +1,219 @@
+"""GPU placements of deployments against live daemons and the recorded NVML
+double (8 x H100).
+
+The engine here is fake_engine.py answering `features --json` with the
+CUDA backend: this checks what the admin decides and the command line it
+gives the engine (--device cuda --gpus UUID,... --tensor-parallel N), not a
+GPU's work, which needs the engine's CUDA backend.  The last part runs the
+real engine, which has no CUDA backend, and checks that GPU placements are
+refused up front with the reason.
+
+usage: python3 tests/integration/test_admin_gpu_deploy.py BUILD_DIR"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from adminlib import Admin, check, clean_up, summary, wait_for  # noqa: E402
+
+BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
+HERE = os.path.dirname(os.path.abspath(__file__))
+DOUBLE = os.path.join(BUILD, "libnvml-double.so")
+DEMO = os.path.join(BUILD, "demo", "privai-demo.gguf")
+PW = "gpu-deploy-password-1"
+
+
+def start(tmp, name, engine, mig, fdir):
+    env = {"PRIVAI_NVML_LIB": DOUBLE, "PRIVAI_NVML_DOUBLE_MIG": mig,
+           "PRIVAI_NVML_DOUBLE_STATE": os.path.join(tmp, name + ".nvml"), "FAKE_ENGINE_DIR": fdir}
+    adm = Admin(BUILD, os.path.join(tmp, name), PW, extra=("--demo-model", DEMO, "--engine", engine,
+                                                          "--node-name", name), env_extra=env, ports="19190-19199")
+    c = adm.client()
+    c.login("admin", PW)
+    return adm, c
+
+
+def deploy(c, name, placement, options=None):
+    body = {"name": name, "model": "demo", "placement": placement}
+    if options is not None:
+        body["options"] = options
+    return c.post("/api/v1/deployments", body)
+
+
+def ready(c, did):
+    return wait_for(lambda: (lambda j: j if j and j["state"] == "ready" else None)(
+        c.get(f"/api/v1/deployments/{did}").json), timeout=60)
+
+
+def engine_argv(fdir, port):
+    path = os.path.join(fdir, f"argv-{port}")
+    return open(path).read().split("\n") if os.path.exists(path) else []
+
+
+def refused(r, status, code, field, words, what):
+    body = r.json or {}
+    err = body.get("error", {}) if isinstance(body.get("error"), dict) else body
+    msg = err.get("message", "")
+    check(r.status == status and err.get("code") == code and err.get("field") == field and words in msg, what,
+          (r.status, body))
+
+
+def test_whole_gpus(c, fdir):
+    self_node = c.get("/api/v1/nodes").json["data"][0]
+    check(self_node["inventory"]["engine"]["backends"] == ["cpu", "cuda"],
+          "the node reports its engine's backends", self_node["inventory"].get("engine"))
+    gpus = c.get("/api/v1/gpus").json["data"]
+    uuid = [g["uuid"] for g in gpus]
+    r = deploy(c, "tp2", {"kind": "gpu", "gpus": [0, 1]})
+    check(r.status == 201 and r.json["placement"] == {"kind": "gpu", "gpus": uuid[0:2], "tensor_parallel": 2},
+          "two GPUs by index, stored by UUID with tensor_parallel 2", r)
+    tp2 = r.json["id"]
+    d = ready(c, tp2)
+    check(d is not None, "the deployment on two GPUs is ready", d)
+    argv = engine_argv(fdir, d["port"]) if d else []
+    check("--device" in argv and argv[argv.index("--device") + 1] == "cuda" and
+          argv[argv.index("--gpus") + 1] == ",".join(uuid[0:2]) and argv[argv.index("--tensor-parallel") + 1] == "2"
+          and "--threads" not in argv, "the engine gets --device cuda --gpus UUID,UUID --tensor-parallel 2", argv)
+    held = {g["index"]: g["deployment"] for g in c.get("/api/v1/gpus").json["data"]}
+    check(held[0] == "tp2" and held[1] == "tp2" and held[2] is None, "GET /gpus says which deployment holds each",
+          held)
+
+    refused(deploy(c, "clash", {"kind": "gpu", "gpus": [uuid[1]]}), 409, "gpu_busy", "placement.gpus",
+            "held by deployment 'tp2'", "a GPU another deployment holds is refused, naming it")
+    refused(deploy(c, "many", {"kind": "gpu", "count": 7}), 409, "insufficient_gpus", "placement.count",
+            "6 free whole GPUs", "count beyond the free GPUs is refused with how many are free")
+    r = deploy(c, "picked", {"kind": "gpu", "count": 2})
+    check(r.status == 201 and r.json["placement"]["gpus"] == uuid[2:4], "count 2 picks the free GPUs 2 and 3", r)
+    picked = r.json["id"] if r.status == 201 else None
+
+    bad = [({"kind": "gpu", "gpus": [9]}, 422, "invalid_field", "placement.gpus", "no GPU 9"),
+           ({"kind": "gpu", "gpus": ["GPU-nope"]}, 422, "invalid_field", "placement.gpus", "no GPU GPU-nope"),
+           ({"kind": "gpu", "gpus": ["MIG-nope"]}, 422, "invalid_field", "placement.gpus", "no MIG instance"),
+           ({"kind": "gpu", "gpus": [4, 4]}, 422, "invalid_field", "placement.gpus", "named twice"),
+           ({"kind": "gpu", "gpus": [4.5]}, 422, "invalid_field", "placement.gpus", "must be a GPU index"),
+           ({"kind": "gpu", "gpus": "4"}, 422, "invalid_field", "placement.gpus", "must be an array"),
+           ({"kind": "gpu", "gpus": []}, 422, "invalid_field", "placement.gpus", "must be an array"),
+           ({"kind": "gpu"}, 422, "invalid_field", "placement.gpus", "one of the two"),
+           ({"kind": "gpu", "gpus": [4], "count": 1}, 422, "invalid_field", "placement.gpus", "one of the two"),
+           ({"kind": "gpu", "gpus": [4], "threads": 2}, 422, "invalid_field", "placement.threads", "for kind cpu"),
+           ({"kind": "cpu", "count": 2}, 422, "invalid_field", "count", "for kind gpu"),
+           ({"kind": "gpu", "gpus": [4, 5], "tensor_parallel": 1}, 422, "invalid_field",
+            "placement.tensor_parallel", "one engine splits the model over all its GPUs"),
+           ({"kind": "gpu", "gpus": [4, 5, 6]}, 422, "invalid_field", "placement.tensor_parallel",
+            "8 attention heads; 3 GPUs do not divide them"),
+           ({"kind": "gpu", "gpus": [4], "node": "nowhere"}, 422, "invalid_field", "placement.node", "no node")]
+    for placement, status, code, field, words in bad:
+        refused(deploy(c, "bad", placement), status, code, field, words, f"refused: {placement}")
+    refused(deploy(c, "huge", {"kind": "gpu", "gpus": [4]}, {"kv_cache_mib": 200000}), 422, "does_not_fit",
+            "placement.gpus", "KV cache 195.3 GiB", "a KV cache beyond one GPU is refused with the figures")
+    r = deploy(c, "huge8", {"kind": "gpu", "gpus": [4, 5]}, {"kv_cache_mib": 100000})
+    check(r.status == 201 and r.json["placement"]["tensor_parallel"] == 2,
+          "the same model with half the KV cache over two GPUs fits (8 heads, 4 KV heads: tp 2)", r)
+    check(c.get("/api/v1/deployments").json["data"][-1]["name"] == "huge8" and
+          not any(d["name"] in ("bad", "huge", "clash", "many") for d in c.get("/api/v1/deployments").json["data"]),
+          "nothing refused was stored")
+
+    # a stopped deployment lets its GPUs go; starting it again checks them
+    r = c.request("PATCH", f"/api/v1/deployments/{tp2}", {"desired": "stopped"})
+    check(r.status == 200, "stop the deployment on GPUs 0 and 1", r)
+    held = {g["index"]: g["deployment"] for g in c.get("/api/v1/gpus").json["data"]}
+    check(held[0] is None, "its GPUs are free once it is stopped", held)
+    r = deploy(c, "took0", {"kind": "gpu", "gpus": [0]})
+    check(r.status == 201, "another deployment takes GPU 0", r)
+    refused(c.request("PATCH", f"/api/v1/deployments/{tp2}", {"desired": "running"}), 409, "gpu_busy",
+            "placement.gpus", "held by deployment 'took0'", "starting it again while its GPU is taken is refused")
+    refused(c.request("PATCH", f"/api/v1/deployments/{picked}", {"options": {"kv_cache_mib": 200000}}), 422,
+            "does_not_fit", "placement.gpus", "does_not_fit" and "GiB",
+            "new options that do not fit its GPUs are refused")
+    r = c.request("PATCH", f"/api/v1/deployments/{tp2}", {"placement": {"kind": "gpu", "gpus": [6, 7]}})
+    check(r.status == 200 and r.json["placement"]["gpus"] == uuid[6:8], "a stopped one moves to free GPUs", r)
+    r = c.request("PATCH", f"/api/v1/deployments/{tp2}", {"desired": "running"})
+    check(r.status == 200, "and starts there", r)
+    d = ready(c, tp2)
+    argv = engine_argv(fdir, d["port"]) if d else []
+    check(d is not None and "--gpus" in argv and argv[argv.index("--gpus") + 1] == ",".join(uuid[6:8]),
+          "its engine runs on GPUs 6 and 7", argv)
+    r = c.request("PATCH", f"/api/v1/deployments/{tp2}", {"placement": {"kind": "gpu", "gpus": [7, 6]}})
+    check(r.status == 200, "a deployment's own GPUs are free to it (re-placed on the same two)", r)
+    audit = c.get("/api/v1/audit?limit=200").json["data"]
+    check(any(e["action"] == "POST /api/v1/deployments" and e["result"] == "refused" and
+              "gpu_busy" in str(e.get("detail")) for e in audit), "a refused placement is in the audit log",
+          [e for e in audit if e["result"] == "refused"][:3])
+
+
+def test_mig(c, fdir):
+    gpus = c.get("/api/v1/gpus").json["data"]
+    g2 = [g for g in gpus if g["index"] == 2][0]
+    r = c.request("PUT", f"/api/v1/gpus/{g2['id']}/mig", {"instances": [{"profile": "3g.40gb", "start": 0},
+                                                                         {"profile": "3g.40gb", "start": 4}]})
+    check(r.status == 200, "two 3g.40gb instances on GPU 2", r)
+    inst = c.get(f"/api/v1/gpus/{g2['id']}").json["instances"]
+    migs = [i.get("uuid", "") for i in inst]
+    check(len(migs) == 2 and all(u.startswith("MIG-") for u in migs) and migs[0] != migs[1],
+          "each instance has its MIG UUID from NVML", inst)
+    r = deploy(c, "slice", {"kind": "gpu", "gpus": [migs[0]]})
+    check(r.status == 201 and r.json["placement"]["gpus"] == [migs[0]] and r.json["placement"]["tensor_parallel"] == 1,
+          "a deployment on one MIG instance", r)
+    d = ready(c, r.json["id"]) if r.status == 201 else None
+    argv = engine_argv(fdir, d["port"]) if d else []
+    check(d is not None and argv[argv.index("--gpus") + 1] == migs[0], "its engine gets the MIG UUID", argv)
+    refused(deploy(c, "whole", {"kind": "gpu", "gpus": [2]}), 422, "invalid_field", "placement.gpus",
+            "is in MIG mode", "a GPU in MIG mode is not used whole")
+    refused(deploy(c, "two", {"kind": "gpu", "gpus": migs}), 422, "invalid_field", "placement.gpus",
+            "exactly one MIG instance", "two MIG instances in one placement are refused (CUDA's rule)")
+    refused(deploy(c, "again", {"kind": "gpu", "gpus": [migs[0]]}), 409, "gpu_busy", "placement.gpus",
+            "held by deployment 'slice'", "a MIG instance another deployment holds is refused")
+    refused(deploy(c, "big", {"kind": "gpu", "gpus": [migs[1]]}, {"kv_cache_mib": 40000}), 422, "does_not_fit",
+            "placement.gpus", "MIG 3g.40gb on GPU 2", "a MIG instance has its share of the memory only")
+    refused(deploy(c, "pick", {"kind": "gpu", "count": 1}), 409, "insufficient_gpus", "placement.count",
+            "0 free whole GPUs (0 not in MIG mode, of 8)", "count picks whole GPUs only")
+    r = c.request("PUT", f"/api/v1/gpus/{g2['id']}/mig", {"instances": []})
+    check(r.status == 409 and r.error_code() == "gpu_busy" and "slice" in r.json["error"]["message"],
+          "the layout under a running deployment cannot be changed", r)
+
+
+def test_no_cuda(c):
+    node = c.get("/api/v1/nodes").json["data"][0]
+    check(node["inventory"]["engine"]["backends"] == ["cpu"], "the real engine reports the CPU backend only",
+          node["inventory"].get("engine"))
+    refused(deploy(c, "gpu", {"kind": "gpu", "gpus": [0]}), 422, "unsupported", "placement.kind",
+            "has no CUDA backend", "without the CUDA backend a GPU placement is refused up front")
+    refused(deploy(c, "gpu", {"kind": "gpu", "gpus": [9]}), 422, "invalid_field", "placement.gpus", "no GPU 9",
+            "a bad GPU is still named as such first")
+    engine = os.path.join(BUILD, "privai-engine")
+    out = subprocess.run([engine, "features", "--json"], capture_output=True, text=True)
+    check(out.returncode == 0 and '"backends":["cpu"]' in out.stdout, "privai-engine features --json", out.stdout)
+    out = subprocess.run([engine, "serve", "-m", DEMO, "--device", "cuda", "--gpus", "GPU-1"], capture_output=True,
+                         text=True)
+    check(out.returncode == 1 and "no cuda backend" in out.stderr, "serve --device cuda says the build lacks it",
+          out.stderr)
+    out = subprocess.run([engine, "serve", "-m", DEMO, "--gpus", "GPU-1"], capture_output=True, text=True)
+    check(out.returncode == 1 and "are for --device cuda" in out.stderr, "--gpus without --device cuda", out.stderr)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="privai-gpu-")
+    engine = os.path.join(tmp, "fake_engine.py")
+    shutil.copy2(os.path.join(HERE, "fake_engine.py"), engine)
+    os.chmod(engine, 0o755)
+    fdir = os.path.join(tmp, "fake")
+    os.makedirs(fdir)
+    try:
+        for name, eng, mig, test in (("whole", engine, "0", lambda c: test_whole_gpus(c, fdir)),
+                                     ("mig", engine, "1", lambda c: test_mig(c, fdir)),
+                                     ("cpuonly", os.path.join(BUILD, "privai-engine"), "0", test_no_cuda)):
+            adm, c = start(tmp, name, eng, mig, fdir)
+            try:
+                test(c)
+                check(adm.stop() == 0, f"[{name}] the admin exits cleanly", open(adm.log_path).read()[-2000:])
+            finally:
+                adm.stop()
+    finally:
+        clean_up(tmp)
+    return summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
