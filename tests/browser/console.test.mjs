@@ -215,6 +215,14 @@ async function main() {
     // deploy it on CPU and chat through the admin's proxy
     await visit(page, 'deployments', 'Deployments');
     const f = page.getByRole('form', { name: 'New deployment' });
+    // GPUs named on this node: every GPU of the simulated node is in MIG mode
+    await f.getByLabel('Name').fill('tiny-gpu');
+    await f.getByLabel('Model').selectOption({ label: 'tiny-q4' });
+    await f.getByLabel(/^GPUs/).fill('0');
+    await f.getByRole('button', { name: 'Deploy' }).click();
+    await page.getByText(/GPU 0 \(NVIDIA H100 80GB HBM3\) is in MIG mode/).first().waitFor({ timeout: 10000 });
+    check(true, 'a GPU placement the node cannot take is refused in the console with the reason');
+    await f.getByLabel(/^GPUs/).fill('');
     await f.getByLabel('Name').fill('tiny-chat');
     await f.getByLabel('Model').selectOption({ label: 'tiny-q4' });
     await f.getByLabel('CPU threads (0: all)').fill('2');

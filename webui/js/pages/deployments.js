@@ -1,10 +1,17 @@
-// Deployments: create (model, node, CPU threads, serving options), scale, stop
+// Deployments: create (model, node, CPU threads or GPUs, serving options), scale, stop
 // and start, logs, the endpoint and its keys, and a chat to try it.  A
 // deployment on another node is run by that node's privai-admin; this
 // console holds the row and reaches its engine through that node.
 import { api, apiStream } from '../api.js';
 import { h, badge, table, act, say, formValues, when, field } from '../ui.js';
 import { can } from '../app.js';
+
+// The form's placement: GPUs by index or UUID when some are named, else CPU.
+function placementOf(v) {
+  const gpus = String(v.gpus || '').split(',').map((x) => x.trim()).filter((x) => x)
+    .map((x) => (/^[0-9]+$/.test(x) ? Number(x) : x));
+  return gpus.length ? { kind: 'gpu', gpus } : { kind: 'cpu', threads: v.threads || 0 };
+}
 
 function createForm(modelsList, nodesList, refresh) {
   const usable = nodesList.filter((n) => n.state === 'ready');
@@ -15,6 +22,8 @@ function createForm(modelsList, nodesList, refresh) {
     field('Node', h('select', { name: 'node' },
       usable.map((n) => h('option', { value: n.name }, n.is_self ? `${n.name} (this node)` : `${n.name} (${n.cpu_cores || '?'} CPUs)`)))),
     field('CPU threads (0: all)', h('input', { name: 'threads', type: 'number', min: 0, value: 0 })),
+    field('GPUs (indexes or GPU-/MIG- UUIDs, comma-separated; empty: CPU)',
+      h('input', { name: 'gpus', placeholder: 'e.g. 0,1 or MIG-…' })),
     field('Context', h('input', { name: 'ctx', type: 'number', min: 16, placeholder: 'model default' })),
     field('Parallel sequences', h('input', { name: 'parallel', type: 'number', min: 1, placeholder: 'default' })),
     field('Chat template', h('select', { name: 'chat_template' }, h('option', { value: '' }, 'from the model'),
@@ -26,15 +35,16 @@ function createForm(modelsList, nodesList, refresh) {
     const v = formValues(form);
     const options = {};
     for (const k of ['ctx', 'parallel', 'chat_template']) if (v[k] !== undefined) options[k] = v[k];
+    const placement = placementOf(v);
+    if (v.node) placement.node = v.node;
     act(form.querySelector('button'), async () => {
-      const d = await api('POST', '/api/v1/deployments', { name: v.name, model: Number(v.model),
-        placement: { kind: 'cpu', threads: v.threads || 0, ...(v.node ? { node: v.node } : {}) }, options });
+      const d = await api('POST', '/api/v1/deployments', { name: v.name, model: Number(v.model), placement, options });
       secret.replaceChildren(h('p', {}, `API key for ${d.name} (shown once):`), h('div', { class: 'secret' }, d.api_key));
       form.reset();
       refresh();
     }, 'Deployment created');
   });
-  return h('section', { class: 'card', 'aria-label': 'Deploy a model' }, h('h2', {}, 'Deploy a model on CPU'), form, secret);
+  return h('section', { class: 'card', 'aria-label': 'Deploy a model' }, h('h2', {}, 'Deploy a model'), form, secret);
 }
 
 function chatBox(d) {
@@ -116,6 +126,7 @@ function scaleBox(d, nodesList, onDone) {
     field('Node', h('select', { name: 'node' }, usable.map((n) => h('option', { value: n.name, selected: n.name === d.node },
       n.is_self ? `${n.name} (this node)` : n.name)))),
     field('CPU threads (0: all)', h('input', { name: 'threads', type: 'number', min: 0, value: d.placement.threads || 0 })),
+    field('GPUs (indexes or UUIDs; empty: CPU)', h('input', { name: 'gpus', value: (d.placement.gpus || []).join(',') })),
     field('Parallel sequences', h('input', { name: 'parallel', type: 'number', min: 1, max: 256, value: o.parallel ?? '', placeholder: 'default' })),
     field('Context', h('input', { name: 'ctx', type: 'number', min: 16, value: o.ctx ?? '', placeholder: 'model default' })),
     h('button', { type: 'submit' }, 'Apply and restart'));
@@ -124,7 +135,8 @@ function scaleBox(d, nodesList, onDone) {
     const v = formValues(form);
     const options = { ...o };
     for (const k of ['parallel', 'ctx']) { if (v[k] === undefined) delete options[k]; else options[k] = v[k]; }
-    const placement = { kind: 'cpu', threads: v.threads || 0, node: v.node || d.node };
+    const placement = placementOf(v);
+    placement.node = v.node || d.node;
     act(form.querySelector('button'), async () => {
       await api('PATCH', `/api/v1/deployments/${d.id}`, { placement, options });
       onDone();
@@ -163,7 +175,8 @@ export default async function deployments(main) {
       { label: 'Model', value: (d) => d.model },
       { label: 'State', value: (d) => [badge(d.state), d.reason ? h('div', { class: 'muted' }, d.reason) : ''] },
       { label: 'Node', value: (d) => d.node },
-      { label: 'Placement', value: (d) => d.placement.kind === 'cpu' ? `CPU, ${d.placement.threads || 'all'} threads` : JSON.stringify(d.placement) },
+      { label: 'Placement', value: (d) => d.placement.kind === 'cpu' ? `CPU, ${d.placement.threads || 'all'} threads`
+        : `${d.placement.gpus.length === 1 && d.placement.gpus[0].startsWith('MIG-') ? 'MIG instance' : `${d.placement.gpus.length} GPU${d.placement.gpus.length > 1 ? 's' : ''}`} (tensor parallel ${d.placement.tensor_parallel})` },
       { label: 'Endpoint', value: (d) => h('code', {}, d.endpoint) },
       { label: 'Actions', value: (d) => can('operator') && !d.leader_id ? h('div', { class: 'actions' },
         h('button', { type: 'button', class: 'secondary', 'aria-label': `${d.desired === 'running' ? 'Stop' : 'Start'} ${d.name}`,
