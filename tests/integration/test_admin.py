@@ -465,7 +465,8 @@ def engine_chat(port, key, content="hello"):
 
 
 def test_deployments(adm, a, o, v, demo_id, up_id):
-    for body, field in (({"name": "d", "model": demo_id, "placement": {"kind": "gpu"}}, "placement.kind"),
+    for body, field in (({"name": "d", "model": demo_id, "placement": {"kind": "tpu"}}, "placement.kind"),
+                        ({"name": "d", "model": demo_id, "placement": {"kind": "gpu"}}, "placement.gpus"),
                         ({"name": "d", "model": demo_id, "placement": {"kind": "cpu", "threads": 100000}}, "threads"),
                         ({"name": "d", "model": 999}, "model"),
                         ({"name": "d", "model": demo_id, "options": {"chat_template": "nope"}}, "options.chat_template"),

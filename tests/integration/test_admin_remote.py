@@ -380,7 +380,9 @@ def test_member_checks(tmp):
         bad = {
             11: (fake.spec(11, name="../evil"), "not a deployment name"),
             12: (fake.spec(12, model_name="../../etc/x"), "model must have"),
-            13: (fake.spec(13, placement={"kind": "gpu"}), "CPU placements only"),
+            13: (fake.spec(13, placement={"kind": "gpu"}), "placement.gpus must list"),
+            24: (fake.spec(24, placement={"kind": "gpu", "gpus": ["GPU-x"], "tensor_parallel": 1}),
+                 "has no CUDA backend"),
             14: (fake.spec(14, placement={"kind": "cpu", "threads": 100000}), "placement.threads"),
             15: (fake.spec(15, options={"ctx": 8}), "options.ctx"),
             16: (fake.spec(16, options={"rm": 1}), "unknown field"),
