@@ -52,7 +52,8 @@ struct admin {
 	char db_path[4096 + 16];
 	char models_dir[4096 + 16];  /* where uploads and downloads land */
 	struct MHD_Daemon *daemon;
-	char *tls_cert_pem, *tls_key_pem;
+	int listen_fd;               /* claimed at start (httpd_listen), the daemon's once it runs; -1 */
+	char *tls_cert_pem;          /* the key's PEM is wiped as soon as GnuTLS holds it */
 	int port;
 	int tls;
 	struct ratelimit login_limit;

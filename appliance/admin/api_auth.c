@@ -3,14 +3,18 @@
  * Secure under TLS, plus a CSRF token the console sends back in
  * X-CSRF-Token), log out, who am I, change my password.
  */
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "privai/status.h"
 #include "admin.h"
+#include "db.h"
 #include "httpd.h"
+#include "seed.h"
 
 static cJSON *
 user_json(const struct principal *p)
@@ -59,7 +63,7 @@ h_login(struct req *r)
 		return;
 	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 64, NULL)) == NULL ||
 	    (password = field_str(r, j, "password", 1, 1024, NULL)) == NULL) {
-		cJSON_Delete(j);
+		body_wipe(j);
 		return;
 	}
 	int rc = auth_login(r->a->db, name, password, r->addr, r->now, cookie, &p, err);
@@ -69,7 +73,7 @@ h_login(struct req *r)
 		atomic_fetch_add(&r->a->logins_failed, 1);
 		cJSON_AddStringToObject(d, "error", err);
 		req_audit(r, "auth.login", name, "refused", d);
-		cJSON_Delete(j);
+		body_wipe(j);
 		if (rc == PRIVAI_EBUSY)
 			reply_error(r, 429, "account_locked", NULL, "%s", err);
 		else if (rc == PRIVAI_EINVAL)
@@ -78,7 +82,7 @@ h_login(struct req *r)
 			reply_status(r, rc, NULL, err);
 		return;
 	}
-	cJSON_Delete(j);
+	body_wipe(j);
 	atomic_fetch_add(&r->a->logins_ok, 1);
 	r->authed = 1;
 	r->who = p;
@@ -89,6 +93,7 @@ h_login(struct req *r)
 	cJSON *root = cJSON_CreateObject();
 	cJSON_AddItemToObject(root, "user", user_json(&p));
 	cJSON_AddStringToObject(root, "csrf_token", p.csrf);
+	sodium_memzero(cookie, sizeof(cookie));
 	cJSON_AddNumberToObject(root, "expires_at", (double)(r->now + AUTH_SESSION_SECONDS));
 	cJSON_AddBoolToObject(root, "must_change_password", must_change_password(r->a->db, p.user_id));
 	reply_json(r, 200, root);
@@ -103,7 +108,7 @@ h_logout(struct req *r)
 		reply_error(r, 422, "not_a_session", NULL, "logout ends a browser session; revoke a token instead");
 		return;
 	}
-	auth_logout(r->a->db, MHD_lookup_connection_value(r->c, MHD_COOKIE_KIND, "privai_session"));
+	auth_logout(r->a->db, session_cookie(r));
 	req_audit(r, "auth.logout", r->who.name, "ok", NULL);
 	snprintf(hdr, sizeof(hdr), "privai_session=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict%s",
 		 r->a->tls ? "; Secure" : "");
@@ -126,45 +131,88 @@ h_me(struct req *r)
 	reply_json(r, 200, root);
 }
 
+/* The first admin's one-time password, when it went to a file rather
+ * than a terminal (seed.c), is gone once the admin has chosen their own. */
+static void
+forget_first_password(struct req *r)
+{
+	char path[4096 + 64];
+
+	if (strcmp(r->who.name, "admin") != 0)
+		return;
+	snprintf(path, sizeof(path), "%s/%s", r->a->cfg.state_dir, SEED_PASSWORD_FILE);
+	unlink(path);
+}
+
+/*
+ * Change one's own password, in a session (a token cannot: whoever holds
+ * one should not be able to lock the account's owner out).  Every other
+ * session of the account ends; every API token of the account is revoked
+ * unless "revoke_tokens": false, and the reply says which were.
+ */
 static void
 h_password(struct req *r)
 {
-	static const char *const known[] = { "current_password", "new_password", NULL };
+	static const char *const known[] = { "current_password", "new_password", "revoke_tokens", NULL };
 	char err[PRIVAI_ERR_LEN], cookie[AUTH_SECRET_LEN];
 	struct principal check;
 	const char *cur, *next;
-	cJSON *j;
+	int revoke_tokens, ended;
+	cJSON *j, *revoked = NULL;
 
+	if (r->authed != 1) {
+		reply_error(r, 422, "not_a_session", NULL, "a password is changed in a signed-in session, not with a "
+			    "token");
+		return;
+	}
 	if ((j = body_object(r)) == NULL)
 		return;
 	if (fields_known(r, j, known) < 0 || (cur = field_str(r, j, "current_password", 1, 1024, NULL)) == NULL ||
-	    (next = field_str(r, j, "new_password", 1, 1024, NULL)) == NULL) {
-		cJSON_Delete(j);
-		return;
-	}
+	    (next = field_str(r, j, "new_password", 1, 1024, NULL)) == NULL ||
+	    field_bool(r, j, "revoke_tokens", 1, &revoke_tokens) < 0)
+		goto out;
 	/* the current password is checked the way a login is: it counts
 	 * towards the lockout, so a stolen session cannot guess it */
 	int rc = auth_login(r->a->db, r->who.name, cur, r->addr, r->now, cookie, &check, err);
 	if (rc != PRIVAI_OK) {
-		cJSON_Delete(j);
 		reply_error(r, rc == PRIVAI_EBUSY ? 429 : 403, "bad_credentials", "current_password", "%s", err);
-		return;
+		goto out;
 	}
 	auth_logout(r->a->db, cookie);
-	rc = auth_user_set_password(r->a->db, r->who.user_id, next, err);
-	cJSON_Delete(j);
-	if (rc != PRIVAI_OK) {
-		reply_status(r, rc, "new_password", err);
-		return;
+	sodium_memzero(cookie, sizeof(cookie));
+	if (strcmp(cur, next) == 0) {
+		reply_error(r, 422, "invalid_field", "new_password", "the new password is the current one");
+		goto out;
 	}
-	req_audit(r, "user.password", r->who.name, "ok", NULL);
-	reply_empty(r, 204);
+	if (db_begin(r->a->db) != 0) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		goto out;
+	}
+	if ((rc = auth_user_set_password(r->a->db, r->who.user_id, next, 0, err)) != PRIVAI_OK ||
+	    (rc = auth_end_access(r->a->db, r->who.user_id, session_cookie(r), revoke_tokens, r->now,
+				  "the owner's password changed", &ended, &revoked, err)) != PRIVAI_OK ||
+	    (rc = db_commit(r->a->db) == 0 ? PRIVAI_OK : privai_fail(err, PRIVAI_EIO, "database: %s",
+								     sqlite3_errmsg(r->a->db))) != PRIVAI_OK) {
+		db_rollback(r->a->db);
+		reply_status(r, rc, "new_password", err);
+		goto out;
+	}
+	forget_first_password(r);
+	cJSON *d = cJSON_CreateObject(), *root = cJSON_CreateObject();
+	cJSON_AddNumberToObject(d, "sessions_ended", ended);
+	cJSON_AddItemToObject(d, "tokens_revoked", cJSON_Duplicate(revoked, 1));
+	req_audit(r, "user.password", r->who.name, "ok", d);
+	cJSON_AddNumberToObject(root, "sessions_ended", ended);
+	cJSON_AddItemToObject(root, "tokens_revoked", revoked);
+	reply_json(r, 200, root);
+out:
+	body_wipe(j);
 }
 
 const struct route api_auth_routes[] = {
-	{ "POST", "/api/v1/auth/login", 0, ROUTE_PUBLIC, h_login, NULL },
-	{ "POST", "/api/v1/auth/logout", ROLE_VIEWER, 0, h_logout, NULL },
-	{ "GET", "/api/v1/auth/me", ROLE_VIEWER, 0, h_me, NULL },
-	{ "POST", "/api/v1/auth/password", ROLE_VIEWER, 0, h_password, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "POST", "/api/v1/auth/login", 0, ROUTE_PUBLIC, h_login, NULL, "auth.login" },
+	{ "POST", "/api/v1/auth/logout", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_logout, NULL, "auth.logout" },
+	{ "GET", "/api/v1/auth/me", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_me, NULL, NULL },
+	{ "POST", "/api/v1/auth/password", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_password, NULL, "user.password" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

@@ -249,11 +249,11 @@ static const struct stream_ops backup_upload_ops = {
 };
 
 const struct route api_backups_routes[] = {
-	{ "POST", "/api/v1/system/backups/upload", ROLE_ADMIN, ROUTE_STREAM, NULL, &backup_upload_ops },
-	{ "GET", "/api/v1/system/backups", ROLE_ADMIN, 0, h_backup_list, NULL },
-	{ "POST", "/api/v1/system/backups", ROLE_ADMIN, 0, h_backup_create, NULL },
-	{ "GET", "/api/v1/system/backups/{name}", ROLE_ADMIN, 0, h_backup_download, NULL },
-	{ "DELETE", "/api/v1/system/backups/{name}", ROLE_ADMIN, 0, h_backup_delete, NULL },
-	{ "POST", "/api/v1/system/restore", ROLE_ADMIN, 0, h_restore, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "POST", "/api/v1/system/backups/upload", ROLE_ADMIN, ROUTE_STREAM, NULL, &backup_upload_ops, "backup.upload" },
+	{ "GET", "/api/v1/system/backups", ROLE_ADMIN, 0, h_backup_list, NULL, NULL },
+	{ "POST", "/api/v1/system/backups", ROLE_ADMIN, 0, h_backup_create, NULL, "backup.create" },
+	{ "GET", "/api/v1/system/backups/{name}", ROLE_ADMIN, 0, h_backup_download, NULL, "backup.download" },
+	{ "DELETE", "/api/v1/system/backups/{name}", ROLE_ADMIN, 0, h_backup_delete, NULL, "backup.delete" },
+	{ "POST", "/api/v1/system/restore", ROLE_ADMIN, 0, h_restore, NULL, "backup.restore" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

@@ -273,12 +273,12 @@ h_metrics(struct req *r)
 }
 
 const struct route api_deploy_ops_routes[] = {
-	{ "GET", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_keys, NULL },
-	{ "POST", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_key_create, NULL },
-	{ "DELETE", "/api/v1/deployments/{id}/keys/{key}", ROLE_OPERATOR, 0, h_key_revoke, NULL },
-	{ "GET", "/api/v1/deployments/{id}/logs", ROLE_OPERATOR, ROUTE_UNLOCKED, h_logs, NULL },
-	{ "GET", "/api/v1/deployments/{id}/metrics", ROLE_VIEWER, ROUTE_UNLOCKED, h_metrics, NULL },
-	{ "POST", "/api/v1/deployments/{id}/v1/chat/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_chat, NULL },
-	{ "POST", "/api/v1/deployments/{id}/v1/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_completions, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_keys, NULL, NULL },
+	{ "POST", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_key_create, NULL, "deployment.key_create" },
+	{ "DELETE", "/api/v1/deployments/{id}/keys/{key}", ROLE_OPERATOR, 0, h_key_revoke, NULL, "deployment.key_revoke" },
+	{ "GET", "/api/v1/deployments/{id}/logs", ROLE_OPERATOR, ROUTE_UNLOCKED, h_logs, NULL, NULL },
+	{ "GET", "/api/v1/deployments/{id}/metrics", ROLE_VIEWER, ROUTE_UNLOCKED, h_metrics, NULL, NULL },
+	{ "POST", "/api/v1/deployments/{id}/v1/chat/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_chat, NULL, NULL },
+	{ "POST", "/api/v1/deployments/{id}/v1/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_completions, NULL, NULL },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

@@ -669,10 +669,10 @@ reply_deployment_with_key(struct req *r, unsigned status, int64_t id, const char
 }
 
 const struct route api_deployments_routes[] = {
-	{ "GET", "/api/v1/deployments", ROLE_VIEWER, 0, h_list, NULL },
-	{ "POST", "/api/v1/deployments", ROLE_OPERATOR, 0, h_create, NULL },
-	{ "GET", "/api/v1/deployments/{id}", ROLE_VIEWER, 0, h_get, NULL },
-	{ "PATCH", "/api/v1/deployments/{id}", ROLE_OPERATOR, 0, h_update, NULL },
-	{ "DELETE", "/api/v1/deployments/{id}", ROLE_OPERATOR, 0, h_delete, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/deployments", ROLE_VIEWER, 0, h_list, NULL, NULL },
+	{ "POST", "/api/v1/deployments", ROLE_OPERATOR, 0, h_create, NULL, "deployment.create" },
+	{ "GET", "/api/v1/deployments/{id}", ROLE_VIEWER, 0, h_get, NULL, NULL },
+	{ "PATCH", "/api/v1/deployments/{id}", ROLE_OPERATOR, 0, h_update, NULL, "deployment.update" },
+	{ "DELETE", "/api/v1/deployments/{id}", ROLE_OPERATOR, 0, h_delete, NULL, "deployment.delete" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

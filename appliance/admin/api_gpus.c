@@ -294,10 +294,10 @@ out:
 }
 
 const struct route api_gpus_routes[] = {
-	{ "GET", "/api/v1/gpus", ROLE_VIEWER, 0, h_list, NULL },
-	{ "GET", "/api/v1/gpus/{id}", ROLE_VIEWER, 0, h_get, NULL },
-	{ "GET", "/api/v1/gpus/{id}/mig", ROLE_VIEWER, 0, h_mig_get, NULL },
-	{ "PUT", "/api/v1/gpus/{id}/mig", ROLE_ADMIN, 0, h_mig_put, NULL },
-	{ "POST", "/api/v1/gpus/{id}/mig/plan", ROLE_VIEWER, ROUTE_READ_ONLY, h_mig_plan, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/gpus", ROLE_VIEWER, 0, h_list, NULL, NULL },
+	{ "GET", "/api/v1/gpus/{id}", ROLE_VIEWER, 0, h_get, NULL, NULL },
+	{ "GET", "/api/v1/gpus/{id}/mig", ROLE_VIEWER, 0, h_mig_get, NULL, NULL },
+	{ "PUT", "/api/v1/gpus/{id}/mig", ROLE_ADMIN, 0, h_mig_put, NULL, "gpu.mig" },
+	{ "POST", "/api/v1/gpus/{id}/mig/plan", ROLE_VIEWER, ROUTE_READ_ONLY, h_mig_plan, NULL, NULL },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

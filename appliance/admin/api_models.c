@@ -228,10 +228,10 @@ h_delete(struct req *r)
 }
 
 const struct route api_models_routes[] = {
-	{ "GET", "/api/v1/models", ROLE_VIEWER, 0, h_list, NULL },
-	{ "POST", "/api/v1/models", ROLE_OPERATOR, 0, h_register, NULL },
-	{ "POST", "/api/v1/models/upload", ROLE_OPERATOR, ROUTE_STREAM, NULL, &model_upload_ops },
-	{ "GET", "/api/v1/models/{id}", ROLE_VIEWER, 0, h_get, NULL },
-	{ "DELETE", "/api/v1/models/{id}", ROLE_OPERATOR, 0, h_delete, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/models", ROLE_VIEWER, 0, h_list, NULL, NULL },
+	{ "POST", "/api/v1/models", ROLE_OPERATOR, 0, h_register, NULL, "model.create" },
+	{ "POST", "/api/v1/models/upload", ROLE_OPERATOR, ROUTE_STREAM, NULL, &model_upload_ops, "model.upload" },
+	{ "GET", "/api/v1/models/{id}", ROLE_VIEWER, 0, h_get, NULL, NULL },
+	{ "DELETE", "/api/v1/models/{id}", ROLE_OPERATOR, 0, h_delete, NULL, "model.delete" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

@@ -638,16 +638,16 @@ h_cluster(struct req *r)
 }
 
 const struct route api_nodes_routes[] = {
-	{ "GET", "/api/v1/cluster", ROLE_VIEWER, 0, h_cluster, NULL },
-	{ "GET", "/api/v1/nodes", ROLE_VIEWER, 0, h_list, NULL },
-	{ "GET", "/api/v1/nodes/join-tokens", ROLE_ADMIN, 0, h_token_list, NULL },
-	{ "POST", "/api/v1/nodes/join-tokens", ROLE_ADMIN, 0, h_token_create, NULL },
-	{ "DELETE", "/api/v1/nodes/join-tokens/{id}", ROLE_ADMIN, 0, h_token_delete, NULL },
-	{ "POST", "/api/v1/nodes/join", ROLE_VIEWER, ROUTE_PUBLIC, h_join, NULL },
-	{ "GET", "/api/v1/nodes/{id}", ROLE_VIEWER, 0, h_get, NULL },
-	{ "POST", "/api/v1/nodes/{id}/heartbeat", ROLE_VIEWER, ROUTE_PUBLIC, h_heartbeat, NULL },
-	{ "POST", "/api/v1/nodes/{id}/drain", ROLE_OPERATOR, 0, h_drain, NULL },
-	{ "POST", "/api/v1/nodes/{id}/resume", ROLE_OPERATOR, 0, h_resume, NULL },
-	{ "DELETE", "/api/v1/nodes/{id}", ROLE_ADMIN, 0, h_remove, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/cluster", ROLE_VIEWER, 0, h_cluster, NULL, NULL },
+	{ "GET", "/api/v1/nodes", ROLE_VIEWER, 0, h_list, NULL, NULL },
+	{ "GET", "/api/v1/nodes/join-tokens", ROLE_ADMIN, 0, h_token_list, NULL, NULL },
+	{ "POST", "/api/v1/nodes/join-tokens", ROLE_ADMIN, 0, h_token_create, NULL, "node.join_token" },
+	{ "DELETE", "/api/v1/nodes/join-tokens/{id}", ROLE_ADMIN, 0, h_token_delete, NULL, "node.join_token_delete" },
+	{ "POST", "/api/v1/nodes/join", ROLE_VIEWER, ROUTE_PUBLIC, h_join, NULL, "node.join" },
+	{ "GET", "/api/v1/nodes/{id}", ROLE_VIEWER, 0, h_get, NULL, NULL },
+	{ "POST", "/api/v1/nodes/{id}/heartbeat", ROLE_VIEWER, ROUTE_PUBLIC, h_heartbeat, NULL, "node.heartbeat" },
+	{ "POST", "/api/v1/nodes/{id}/drain", ROLE_OPERATOR, 0, h_drain, NULL, "node.drain" },
+	{ "POST", "/api/v1/nodes/{id}/resume", ROLE_OPERATOR, 0, h_resume, NULL, "node.resume" },
+	{ "DELETE", "/api/v1/nodes/{id}", ROLE_ADMIN, 0, h_remove, NULL, "node.remove" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

@@ -73,6 +73,12 @@ relay(struct req *r, const char *engine_path, int post)
 	int64_t id;
 	int port;
 
+	/* the engine checks the key; without one the answer is 401 here,
+	 * so an anonymous caller learns nothing, not even which ids exist */
+	if (post && (caller == NULL || strncmp(caller, "Bearer ", 7) != 0)) {
+		reply_error(r, 401, "unauthenticated", NULL, "send the deployment's API key (Authorization: Bearer ...)");
+		return;
+	}
 	if ((id = local_id(r)) < 0)
 		return;
 	if (supervisor_endpoint(r->a->sup, id, &port, key, sizeof(key)) != 0) {
@@ -121,10 +127,10 @@ h_logs(struct req *r)
 
 const struct route api_relay_routes[] = {
 	{ "POST", "/api/v1/cluster/deployments/{id}/v1/chat/completions", ROLE_VIEWER,
-	  ROUTE_PUBLIC | ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_chat, NULL },
+	  ROUTE_PUBLIC | ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_chat, NULL, NULL },
 	{ "POST", "/api/v1/cluster/deployments/{id}/v1/completions", ROLE_VIEWER,
-	  ROUTE_PUBLIC | ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_completions, NULL },
-	{ "GET", "/api/v1/cluster/deployments/{id}/metrics", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_metrics, NULL },
-	{ "GET", "/api/v1/cluster/deployments/{id}/logs", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_logs, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	  ROUTE_PUBLIC | ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_completions, NULL, NULL },
+	{ "GET", "/api/v1/cluster/deployments/{id}/metrics", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_metrics, NULL, NULL },
+	{ "GET", "/api/v1/cluster/deployments/{id}/logs", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_logs, NULL, NULL },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

@@ -179,7 +179,7 @@ out:
 }
 
 const struct route api_sizing_routes[] = {
-	{ "GET", "/api/v1/models/{id}/sizing", ROLE_VIEWER, 0, h_sizing, NULL },
-	{ "POST", "/api/v1/sizing", ROLE_VIEWER, ROUTE_READ_ONLY, h_sizing_form, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/models/{id}/sizing", ROLE_VIEWER, 0, h_sizing, NULL, NULL },
+	{ "POST", "/api/v1/sizing", ROLE_VIEWER, ROUTE_READ_ONLY, h_sizing_form, NULL, NULL },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

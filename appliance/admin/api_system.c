@@ -177,11 +177,11 @@ h_setting_put(struct req *r)
 }
 
 const struct route api_system_routes[] = {
-	{ "GET", "/api/v1/health", 0, ROUTE_PUBLIC, h_health, NULL },
-	{ "GET", "/readyz", 0, ROUTE_PUBLIC, h_readyz, NULL },
-	{ "GET", "/metrics", ROLE_VIEWER, 0, h_metrics, NULL },
-	{ "GET", "/api/v1/audit", ROLE_ADMIN, 0, h_audit, NULL },
-	{ "GET", "/api/v1/settings", ROLE_VIEWER, 0, h_settings, NULL },
-	{ "PUT", "/api/v1/settings/{key}", ROLE_ADMIN, 0, h_setting_put, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/health", 0, ROUTE_PUBLIC, h_health, NULL, NULL },
+	{ "GET", "/readyz", 0, ROUTE_PUBLIC, h_readyz, NULL, NULL },
+	{ "GET", "/metrics", ROLE_VIEWER, 0, h_metrics, NULL, NULL },
+	{ "GET", "/api/v1/audit", ROLE_ADMIN, 0, h_audit, NULL, NULL },
+	{ "GET", "/api/v1/settings", ROLE_VIEWER, 0, h_settings, NULL, NULL },
+	{ "PUT", "/api/v1/settings/{key}", ROLE_ADMIN, 0, h_setting_put, NULL, "settings.set" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

@@ -88,23 +88,18 @@ replace(struct req *r, const char *cert, const char *key, int force)
 			    (long long)joined);
 		return;
 	}
-	char *cert_copy = strdup(cert), *key_copy = strdup(key);
-	if (cert_copy == NULL || key_copy == NULL) {
-		free(cert_copy);
-		free(key_copy);
+	char *cert_copy = strdup(cert);
+	if (cert_copy == NULL) {
 		reply_error(r, 500, "internal", NULL, "out of memory");
 		return;
 	}
 	if (tls_store_replace(a->tls_dir, cert, key, err) != PRIVAI_OK || tls_live_replace(cert, key, err) != PRIVAI_OK) {
 		free(cert_copy);
-		free(key_copy);
 		reply_error(r, 500, "internal", NULL, "%s", err);
 		return;
 	}
 	free(a->tls_cert_pem);
-	free(a->tls_key_pem);
 	a->tls_cert_pem = cert_copy;
-	a->tls_key_pem = key_copy;
 	snprintf(a->tls_pin, sizeof(a->tls_pin), "%s", info.pin);
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "subject", info.subject);
@@ -139,11 +134,11 @@ h_tls_put(struct req *r)
 	    (cert = field_text(r, j, "certificate", 1, TLS_MAX_CERT_PEM, NULL)) != NULL &&
 	    (key = field_text(r, j, "key", 1, TLS_MAX_KEY_PEM, NULL)) != NULL && field_bool(r, j, "force", 0, &force) == 0)
 		replace(r, cert, key, force);
-	cJSON_Delete(j);
+	body_wipe(j); /* the private key */
 }
 
 const struct route api_tls_routes[] = {
-	{ "GET", "/api/v1/system/tls", ROLE_VIEWER, 0, h_tls_get, NULL },
-	{ "PUT", "/api/v1/system/tls", ROLE_ADMIN, 0, h_tls_put, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/system/tls", ROLE_VIEWER, 0, h_tls_get, NULL, NULL },
+	{ "PUT", "/api/v1/system/tls", ROLE_ADMIN, 0, h_tls_put, NULL, "tls.replace" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

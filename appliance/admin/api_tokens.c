@@ -1,7 +1,11 @@
 /*
  * /api/v1/tokens: bearer tokens for automation.  The token text is in the
  * creation reply only; scopes (read, write, admin) cap what it may do and
- * can never exceed its creator's role; every token expires.
+ * can never exceed its creator's power: the user's role in a session, the
+ * token's own scopes when a token makes a token.  A token made with a
+ * token never outlives it and is revoked with it; a read-scoped token
+ * changes nothing, so it makes no tokens (httpd.c refuses it).  Every
+ * token expires.
  */
 #include <sodium.h>
 #include <stdio.h>
@@ -13,7 +17,7 @@
 
 #define TOKEN_COLUMNS                                                                                         \
 	"SELECT t.id, t.name, u.name AS user, t.scopes, t.created_at, t.expires_at, t.revoked_at, "         \
-	"t.last_used_at FROM api_tokens t JOIN users u ON u.id = t.user_id"
+	"t.revoked_reason, t.last_used_at, t.parent_token_id FROM api_tokens t JOIN users u ON u.id = t.user_id"
 #define DEFAULT_DAYS 90
 
 static void
@@ -75,12 +79,24 @@ h_create(struct req *r)
 	    field_int(r, j, "expires_in_days", 0, 1, 3650, DEFAULT_DAYS, &days) < 0)
 		goto out;
 	if (scope_role(scopes) > r->who.role) {
-		reply_error(r, 403, "forbidden", "scopes", "scopes '%s' exceed your role (%s)", scopes,
-			    role_name(r->who.role));
+		reply_error(r, 403, "forbidden", "scopes", "scopes '%s' exceed %s (%s)", scopes,
+			    r->authed == 2 ? "the token this request was made with" : "your role", role_name(r->who.role));
 		goto out;
 	}
 	int64_t expires = r->now + days * 86400;
-	int rc = auth_token_create(r->a->db, r->who.user_id, name, scopes, expires, r->now, token, &id, err);
+	if (r->authed == 2 && r->who.token_expires != 0 && expires > r->who.token_expires) {
+		/* not past the token it was made with: by default it ends
+		 * with it, asked for longer it is refused */
+		if (cJSON_GetObjectItemCaseSensitive(j, "expires_in_days") != NULL) {
+			reply_error(r, 422, "invalid_field", "expires_in_days", "a token made with token %lld cannot "
+				    "outlive it (it expires in %lld s)", (long long)r->who.token_id,
+				    (long long)(r->who.token_expires - r->now));
+			goto out;
+		}
+		expires = r->who.token_expires;
+	}
+	int rc = auth_token_create(r->a->db, r->who.user_id, r->authed == 2 ? r->who.token_id : 0, name, scopes,
+				   expires, r->now, token, &id, err);
 	if (rc != PRIVAI_OK) {
 		reply_status(r, rc, "name", err);
 		goto out;
@@ -88,6 +104,8 @@ h_create(struct req *r)
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "scopes", scopes);
 	cJSON_AddNumberToObject(d, "expires_at", (double)expires);
+	if (r->authed == 2)
+		cJSON_AddNumberToObject(d, "made_with_token", (double)r->who.token_id);
 	char target[32];
 	snprintf(target, sizeof(target), "token/%lld", (long long)id);
 	req_audit(r, "token.create", target, "ok", d);
@@ -97,6 +115,10 @@ h_create(struct req *r)
 	cJSON_AddStringToObject(root, "token", token);
 	cJSON_AddStringToObject(root, "scopes", scopes);
 	cJSON_AddNumberToObject(root, "expires_at", (double)expires);
+	if (r->authed == 2)
+		cJSON_AddNumberToObject(root, "parent_token_id", (double)r->who.token_id);
+	else
+		cJSON_AddNullToObject(root, "parent_token_id");
 	reply_json(r, 201, root);
 	sodium_memzero(token, sizeof(token));
 out:
@@ -123,7 +145,7 @@ h_revoke(struct req *r)
 		reply_error(r, 404, "not_found", NULL, "no token %lld", (long long)id);
 		return;
 	}
-	int rc = auth_token_revoke(r->a->db, id, r->now, err);
+	int rc = auth_token_revoke(r->a->db, id, r->now, "revoked by hand", err);
 	if (rc != PRIVAI_OK) {
 		reply_error(r, 409, "already_revoked", NULL, "token %lld is already revoked", (long long)id);
 		return;
@@ -134,8 +156,8 @@ h_revoke(struct req *r)
 }
 
 const struct route api_tokens_routes[] = {
-	{ "GET", "/api/v1/tokens", ROLE_VIEWER, 0, h_list, NULL },
-	{ "POST", "/api/v1/tokens", ROLE_VIEWER, 0, h_create, NULL },
-	{ "DELETE", "/api/v1/tokens/{id}", ROLE_VIEWER, 0, h_revoke, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/tokens", ROLE_VIEWER, 0, h_list, NULL, NULL },
+	{ "POST", "/api/v1/tokens", ROLE_VIEWER, 0, h_create, NULL, "token.create" },
+	{ "DELETE", "/api/v1/tokens/{id}", ROLE_VIEWER, 0, h_revoke, NULL, "token.revoke" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

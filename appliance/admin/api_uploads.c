@@ -574,10 +574,10 @@ static const struct stream_ops put_ops = {
 };
 
 const struct route api_uploads_routes[] = {
-	{ "GET", "/api/v1/uploads", ROLE_OPERATOR, 0, h_list, NULL },
-	{ "POST", "/api/v1/uploads", ROLE_OPERATOR, 0, h_create, NULL },
-	{ "GET", "/api/v1/uploads/{id}", ROLE_OPERATOR, 0, h_get, NULL },
-	{ "PUT", "/api/v1/uploads/{id}", ROLE_OPERATOR, ROUTE_STREAM | ROUTE_UNLOCKED, NULL, &put_ops },
-	{ "DELETE", "/api/v1/uploads/{id}", ROLE_OPERATOR, 0, h_delete, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/uploads", ROLE_OPERATOR, 0, h_list, NULL, NULL },
+	{ "POST", "/api/v1/uploads", ROLE_OPERATOR, 0, h_create, NULL, "model.upload_begin" },
+	{ "GET", "/api/v1/uploads/{id}", ROLE_OPERATOR, 0, h_get, NULL, NULL },
+	{ "PUT", "/api/v1/uploads/{id}", ROLE_OPERATOR, ROUTE_STREAM | ROUTE_UNLOCKED, NULL, &put_ops, "model.upload" },
+	{ "DELETE", "/api/v1/uploads/{id}", ROLE_OPERATOR, 0, h_delete, NULL, "model.upload_abort" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

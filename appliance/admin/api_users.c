@@ -1,7 +1,9 @@
 /*
  * /api/v1/users: local accounts (admin only).  The last admin can be
  * neither removed nor demoted, and nobody removes their own account, so
- * the appliance always has someone who can manage it.
+ * the appliance always has someone who can manage it.  A password an
+ * admin sets for someone else is one-time unless said otherwise, and it
+ * ends that account's sessions and API tokens.
  */
 #include <stdio.h>
 #include <string.h>
@@ -74,7 +76,7 @@ h_create(struct req *r)
 	req_audit(r, "user.create", name, "ok", d);
 	reply_query(r, 201, USER_COLUMNS " WHERE id = ?1", 1, &id, "user");
 out:
-	cJSON_Delete(j);
+	body_wipe(j);
 }
 
 static int
@@ -113,19 +115,28 @@ user_role(sqlite3 *db, int64_t id, char *buf, size_t size)
 static void
 h_update(struct req *r)
 {
-	static const char *const known[] = { "role", "password", "unlock", NULL };
+	static const char *const known[] = { "role", "password", "unlock", "must_change_password", "revoke_tokens",
+					     NULL };
 	char err[PRIVAI_ERR_LEN], cur[16];
 	const char *role, *password;
-	int unlock;
+	int unlock, must_change, revoke_tokens, ended = 0;
 	int64_t id = arg_id(r, 0, "user");
-	cJSON *j;
+	cJSON *j, *revoked = NULL;
 
 	if (id < 0 || (j = body_object(r)) == NULL)
 		return;
 	if (fields_known(r, j, known) < 0 || (role = field_str(r, j, "role", 0, 16, NULL), r->status) ||
 	    (password = field_str(r, j, "password", 0, 1024, NULL), r->status) ||
-	    field_bool(r, j, "unlock", 0, &unlock) < 0)
+	    field_bool(r, j, "unlock", 0, &unlock) < 0 ||
+	    field_bool(r, j, "must_change_password", id != r->who.user_id, &must_change) < 0 ||
+	    field_bool(r, j, "revoke_tokens", 1, &revoke_tokens) < 0)
 		goto out;
+	if (password == NULL && (cJSON_GetObjectItemCaseSensitive(j, "must_change_password") != NULL ||
+				 cJSON_GetObjectItemCaseSensitive(j, "revoke_tokens") != NULL)) {
+		reply_error(r, 422, "invalid_field", "password", "must_change_password and revoke_tokens go with a "
+			    "new password");
+		goto out;
+	}
 	if (user_role(r->a->db, id, cur, sizeof(cur)) == NULL) {
 		reply_error(r, 404, "not_found", NULL, "no user %lld", (long long)id);
 		goto out;
@@ -144,7 +155,10 @@ h_update(struct req *r)
 		goto out;
 	}
 	int rc = PRIVAI_OK;
-	if (password != NULL && (rc = auth_user_set_password(r->a->db, id, password, err)) != PRIVAI_OK) {
+	if (password != NULL &&
+	    ((rc = auth_user_set_password(r->a->db, id, password, must_change, err)) != PRIVAI_OK ||
+	     (rc = auth_end_access(r->a->db, id, id == r->who.user_id ? session_cookie(r) : NULL, revoke_tokens,
+				   r->now, "an admin set a new password", &ended, &revoked, err)) != PRIVAI_OK)) {
 		db_rollback(r->a->db);
 		reply_status(r, rc, "password", err);
 		goto out;
@@ -163,12 +177,10 @@ h_update(struct req *r)
 	} else {
 		rc = PRIVAI_EIO;
 	}
-	/* a new password or role ends the user's sessions */
-	if (rc == PRIVAI_OK && (password != NULL || role != NULL)) {
-		char sql[96];
-		snprintf(sql, sizeof(sql), "DELETE FROM sessions WHERE user_id = %lld", (long long)id);
-		rc = sqlite3_exec(r->a->db, sql, NULL, NULL, NULL) == SQLITE_OK ? PRIVAI_OK : PRIVAI_EIO;
-	}
+	/* a new role ends the user's sessions (a token's power follows the
+	 * role at each request) */
+	if (rc == PRIVAI_OK && role != NULL && password == NULL)
+		rc = auth_end_access(r->a->db, id, NULL, 0, r->now, NULL, &ended, NULL, err);
 	if (rc != PRIVAI_OK || db_commit(r->a->db) != 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		db_rollback(r->a->db);
@@ -178,13 +190,20 @@ h_update(struct req *r)
 	if (role != NULL)
 		cJSON_AddStringToObject(d, "role", role);
 	cJSON_AddBoolToObject(d, "password_changed", password != NULL);
+	if (password != NULL) {
+		cJSON_AddBoolToObject(d, "must_change_password", must_change);
+		cJSON_AddItemToObject(d, "tokens_revoked", revoked);
+		revoked = NULL;
+	}
+	cJSON_AddNumberToObject(d, "sessions_ended", ended);
 	cJSON_AddBoolToObject(d, "unlocked", unlock);
 	char target[32];
 	snprintf(target, sizeof(target), "user/%lld", (long long)id);
 	req_audit(r, "user.update", target, "ok", d);
 	reply_query(r, 200, USER_COLUMNS " WHERE id = ?1", 1, &id, "user");
 out:
-	cJSON_Delete(j);
+	cJSON_Delete(revoked);
+	body_wipe(j);
 }
 
 static void
@@ -217,10 +236,10 @@ h_delete(struct req *r)
 }
 
 const struct route api_users_routes[] = {
-	{ "GET", "/api/v1/users", ROLE_ADMIN, 0, h_list, NULL },
-	{ "POST", "/api/v1/users", ROLE_ADMIN, 0, h_create, NULL },
-	{ "GET", "/api/v1/users/{id}", ROLE_ADMIN, 0, h_get, NULL },
-	{ "PATCH", "/api/v1/users/{id}", ROLE_ADMIN, 0, h_update, NULL },
-	{ "DELETE", "/api/v1/users/{id}", ROLE_ADMIN, 0, h_delete, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/users", ROLE_ADMIN, 0, h_list, NULL, NULL },
+	{ "POST", "/api/v1/users", ROLE_ADMIN, 0, h_create, NULL, "user.create" },
+	{ "GET", "/api/v1/users/{id}", ROLE_ADMIN, 0, h_get, NULL, NULL },
+	{ "PATCH", "/api/v1/users/{id}", ROLE_ADMIN, 0, h_update, NULL, "user.update" },
+	{ "DELETE", "/api/v1/users/{id}", ROLE_ADMIN, 0, h_delete, NULL, "user.delete" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

@@ -8,6 +8,7 @@
 #ifndef PRIVAI_ADMIN_AUTH_H
 #define PRIVAI_ADMIN_AUTH_H
 
+#include <cjson/cJSON.h>
 #include <sqlite3.h>
 #include <stdint.h>
 
@@ -21,20 +22,39 @@ enum role role_parse(const char *name);
 #define AUTH_LOCKOUT_SECONDS 300
 #define AUTH_SESSION_SECONDS (12 * 3600)
 #define AUTH_SECRET_LEN 64           /* room for any token text + NUL */
+#define AUTH_MIN_PASSWORD 12         /* characters (code points), the one rule: API, OpenAPI, console */
+#define AUTH_MAX_PASSWORD 1024       /* bytes */
 
 struct principal {
 	int64_t user_id;
 	char name[65];
 	enum role role;
 	int64_t token_id;                /* 0 for a session */
+	int64_t token_expires;           /* tokens: when it stops working (0: never) */
+	int must_change;                 /* the account still has a one-time password */
 	char csrf[AUTH_SECRET_LEN];      /* sessions only */
 };
+
+/* The password rule: at least AUTH_MIN_PASSWORD characters, at most
+ * AUTH_MAX_PASSWORD bytes of UTF-8, not the user's name.  PRIVAI_EINVAL
+ * with the reason. */
+int auth_password_check(const char *name, const char *password, char *err);
 
 /* Create a user; PRIVAI_EINVAL names a bad name, role or short password,
  * PRIVAI_EBUSY a name already taken. */
 int auth_user_create(sqlite3 *db, const char *name, const char *password, enum role role, int64_t now,
 		     int64_t *ret_id, char *err);
-int auth_user_set_password(sqlite3 *db, int64_t user_id, const char *password, char *err);
+/* A new password; must_change marks it one-time (the user must choose
+ * another before anything else).  Sessions and tokens are left alone:
+ * auth_end_access() ends them. */
+int auth_user_set_password(sqlite3 *db, int64_t user_id, const char *password, int must_change, char *err);
+/* After a password change: end every session of user_id except the one
+ * whose cookie is keep_cookie (NULL: all), and when revoke_tokens, revoke
+ * every live API token of the account with `reason`.  *ret_sessions is
+ * the number of sessions ended; *ret_tokens (may be NULL) receives a new
+ * array of the revoked tokens' ids, the caller frees it. */
+int auth_end_access(sqlite3 *db, int64_t user_id, const char *keep_cookie, int revoke_tokens, int64_t now,
+		    const char *reason, int *ret_sessions, cJSON **ret_tokens, char *err);
 
 /* Check name and password; on success a new session: the cookie value
  * (returned once) and its CSRF token.  A wrong password counts towards a
@@ -51,12 +71,16 @@ int auth_logout(sqlite3 *db, const char *cookie);
  * operator, "admin" admin; 0 when empty or any word is not a scope. */
 enum role scope_role(const char *scopes);
 
-/* A new API token for user_id: the text (returned once) and its row id. */
-int auth_token_create(sqlite3 *db, int64_t user_id, const char *name, const char *scopes, int64_t expires_at,
-		      int64_t now, char *ret_token, int64_t *ret_id, char *err);
-int auth_token_revoke(sqlite3 *db, int64_t token_id, int64_t now, char *err);
+/* A new API token for user_id: the text (returned once) and its row id.
+ * parent_token_id is the token it was made with (0: made in a session);
+ * such a token stops working when its parent does. */
+int auth_token_create(sqlite3 *db, int64_t user_id, int64_t parent_token_id, const char *name, const char *scopes,
+		      int64_t expires_at, int64_t now, char *ret_token, int64_t *ret_id, char *err);
+/* Revoke a token and every token made with it, with the reason stored. */
+int auth_token_revoke(sqlite3 *db, int64_t token_id, int64_t now, const char *reason, char *err);
 /* The user behind a bearer token; PRIVAI_ENOTFOUND if unknown, revoked or
- * expired (then err says which, for the audit log). */
+ * expired, or if a token it was made with is (then err says which, for
+ * the audit log). */
 int auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *ret, char *err);
 
 /* A new secret: prefix + 43 url-safe base64 characters of 32 random

@@ -5,8 +5,10 @@
  * refused change to the audit log.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,12 +256,27 @@ client_addr(struct MHD_Connection *c, char *out, size_t size)
 		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)size);
 }
 
-/* Authenticate and authorize before the body is read; 0 or replied. */
+/* A request that changes something: a token limited to reading may not
+ * send it, whatever route it is. */
+static int
+changes_state(const struct req *r, const struct route *rt)
+{
+	return strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0 && !(rt->flags & ROUTE_READ_ONLY);
+}
+
+/*
+ * Authenticate and authorize before the body is read; 0 or replied.  The
+ * order is the documented one (docs/api/openapi.yaml, "Authentication"):
+ * 401 no or dead credentials; 403 password_change_required while the
+ * account's password is one-time; 403 forbidden below the route's role;
+ * 403 read_only_token for a change sent with a token that may only read;
+ * 403 csrf for a session's change without its CSRF token.
+ */
 static int
 check_access(struct req *r, const struct route *rt)
 {
 	const char *h = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Authorization");
-	const char *cookie = MHD_lookup_connection_value(r->c, MHD_COOKIE_KIND, SESSION_COOKIE);
+	const char *cookie = session_cookie(r);
 	char err[PRIVAI_ERR_LEN] = "no credentials";
 
 	if (rt->flags & ROUTE_PUBLIC)
@@ -280,9 +297,19 @@ check_access(struct req *r, const struct route *rt)
 			    "log in or send a valid API token (Authorization: Bearer pat_...): %s", err);
 		return -1;
 	}
+	if (r->who.must_change && !(rt->flags & ROUTE_ONE_TIME_OK)) {
+		reply_error(r, 403, "password_change_required", NULL, "%s has a one-time password: change it "
+			    "(POST /api/v1/auth/password) before anything else", r->who.name);
+		return -1;
+	}
 	if (r->who.role < rt->min_role) {
 		reply_error(r, 403, "forbidden", NULL, "%s needs the %s role; %s has %s", rt->pattern,
 			    role_name(rt->min_role), r->who.name, role_name(r->who.role));
+		return -1;
+	}
+	if (r->authed == 2 && r->who.role < ROLE_OPERATOR && changes_state(r, rt)) {
+		reply_error(r, 403, "read_only_token", NULL, "token %lld may only read; %s %s changes something",
+			    (long long)r->who.token_id, r->method, rt->pattern);
 		return -1;
 	}
 	if (r->authed == 1 && strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0 &&
@@ -292,6 +319,12 @@ check_access(struct req *r, const struct route *rt)
 		return -1;
 	}
 	return 0;
+}
+
+const char *
+session_cookie(struct req *r)
+{
+	return MHD_lookup_connection_value(r->c, MHD_COOKIE_KIND, SESSION_COOKIE);
 }
 
 void
@@ -310,7 +343,9 @@ req_audit(struct req *r, const char *action, const char *target, const char *res
 	cJSON_Delete(detail);
 }
 
-/* A refused change goes to the audit log with who asked and why. */
+/* A refused change goes to the audit log with who asked and why, under
+ * the action's own name ("token.create"), so a search for an action finds
+ * its refusals too. */
 static void
 audit_refusal(struct req *r, const struct route *rt)
 {
@@ -319,8 +354,13 @@ audit_refusal(struct req *r, const struct route *rt)
 	if (r->status < 400 || r->audited || strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0 ||
 	    (rt != NULL && (rt->flags & ROUTE_READ_ONLY)))
 		return;
-	snprintf(action, sizeof(action), "%s %s", r->method, rt != NULL ? rt->pattern : r->path);
+	if (rt != NULL && rt->action != NULL)
+		snprintf(action, sizeof(action), "%s", rt->action);
+	else
+		snprintf(action, sizeof(action), "%s %s", r->method, rt != NULL ? rt->pattern : r->path);
 	cJSON *d = cJSON_CreateObject();
+	cJSON_AddStringToObject(d, "request", rt != NULL ? rt->pattern : r->path);
+	cJSON_AddStringToObject(d, "method", r->method);
 	cJSON_AddNumberToObject(d, "status", r->status);
 	cJSON_AddStringToObject(d, "error", r->error);
 	pthread_mutex_lock(&r->a->db_mu);
@@ -383,10 +423,16 @@ body_append(struct conn *cn, const char *data, size_t n)
 		size_t cap = cn->cap ? cn->cap * 2 : 4096;
 		while (cap < cn->len + n + 1)
 			cap *= 2;
-		char *nb = realloc(cn->body, cap);
+		/* not realloc: the old buffer may hold secrets to wipe */
+		char *nb = malloc(cap);
 		if (nb == NULL) {
 			cn->too_big = 1;
 			return;
+		}
+		if (cn->body != NULL) {
+			memcpy(nb, cn->body, cn->len);
+			sodium_memzero(cn->body, cn->cap);
+			free(cn->body);
 		}
 		cn->body = nb;
 		cn->cap = cap;
@@ -450,29 +496,57 @@ completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestT
 	if (cn->rt != NULL && (cn->rt->flags & ROUTE_STREAM) && cn->r.stream != NULL)
 		cn->rt->stream->abort(&cn->r); /* end() clears stream when it finishes */
 	for (int i = 0; i < cn->n_hdr; i++) {
+		/* Set-Cookie carries a session secret */
+		sodium_memzero(cn->hdr_value[i], strlen(cn->hdr_value[i]));
 		free(cn->hdr_name[i]);
 		free(cn->hdr_value[i]);
 	}
+	if (cn->body != NULL) /* passwords, TLS keys, tokens in JSON bodies */
+		sodium_memzero(cn->body, cn->cap);
 	free(cn->body);
 	free(cn);
 	*con_cls = NULL;
 }
 
 int
-httpd_start(struct admin *a, char *err)
+httpd_listen(struct admin *a, char *err)
 {
 	struct sockaddr_in sa;
-	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
+	socklen_t len = sizeof(sa);
+	int fd, one = 1;
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)a->cfg.port);
 	if (inet_pton(AF_INET, a->cfg.host, &sa.sin_addr) != 1)
 		return privai_fail(err, PRIVAI_EINVAL, "--host %s is not an IPv4 address", a->cfg.host);
+	if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+		return privai_fail(err, PRIVAI_EIO, "socket: %s", strerror(errno));
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 128) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+		int e = errno;
+		close(fd);
+		return privai_fail(err, PRIVAI_EIO, "cannot listen on %s:%d: %s%s", a->cfg.host, a->cfg.port,
+				   strerror(e), e == EADDRINUSE ? " (another program holds the port; nothing was "
+				   "created or changed)" : "");
+	}
+	a->listen_fd = fd;
+	a->port = ntohs(sa.sin_port);
+	return PRIVAI_OK;
+}
+
+int
+httpd_start(struct admin *a, char *err)
+{
+	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
+
+	if (a->listen_fd < 0)
+		return privai_fail(err, PRIVAI_EINVAL, "httpd_start before httpd_listen");
 	if (a->tls)
 		flags |= MHD_USE_TLS;
 	a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, a,
-				     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+				     MHD_OPTION_LISTEN_SOCKET, (MHD_socket)a->listen_fd,
 				     MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
 				     MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)64,
 				     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
@@ -482,10 +556,9 @@ httpd_start(struct admin *a, char *err)
 				     a->tls ? MHD_OPTION_HTTPS_CERT_CALLBACK : MHD_OPTION_END, tls_live_retrieve,
 				     MHD_OPTION_END);
 	if (a->daemon == NULL)
-		return privai_fail(err, PRIVAI_EIO, "cannot listen on %s:%d (in use, not allowed, or a bad TLS "
-				   "key/certificate)", a->cfg.host, a->cfg.port);
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(a->daemon, MHD_DAEMON_INFO_BIND_PORT);
-	a->port = di != NULL ? di->port : a->cfg.port;
+		return privai_fail(err, PRIVAI_EIO, "cannot serve on %s:%d (a bad TLS key/certificate?)", a->cfg.host,
+				   a->port);
+	a->listen_fd = -1; /* the daemon's now: MHD_stop_daemon closes it */
 	return PRIVAI_OK;
 }
 
@@ -495,6 +568,9 @@ httpd_stop(struct admin *a)
 	if (a->daemon != NULL)
 		MHD_stop_daemon(a->daemon);
 	a->daemon = NULL;
+	if (a->listen_fd >= 0)
+		close(a->listen_fd);
+	a->listen_fd = -1;
 }
 
 int64_t

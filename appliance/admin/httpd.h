@@ -63,6 +63,7 @@ enum route_flags {
 	ROUTE_UNLOCKED = 2,          /* the handler takes the store's mutex itself */
 	ROUTE_STREAM = 4,            /* body handed over in chunks (stream_ops) */
 	ROUTE_READ_ONLY = 8,         /* a POST that changes nothing (proxy, sizing): not audited */
+	ROUTE_ONE_TIME_OK = 16,      /* open to an account whose password is one-time (me, password, logout) */
 };
 
 struct route {
@@ -72,6 +73,7 @@ struct route {
 	unsigned flags;
 	handler_fn fn;
 	const struct stream_ops *stream;
+	const char *action;          /* the audit log's name for it ("token.create"); NULL for reads */
 };
 
 /* Every route table, each ending with an entry whose method is NULL. */
@@ -80,11 +82,14 @@ extern const struct route api_auth_routes[], api_users_routes[], api_tokens_rout
 	api_gpus_routes[], api_nodes_routes[], api_tls_routes[], api_backups_routes[], api_remote_routes[],
 	api_relay_routes[], api_uploads_routes[];
 
-/* Calls fn for every route (for --list-routes and the OpenAPI check). */
+/* Calls fn for every route (for --list-routes, the OpenAPI check and the
+ * attacker suite, which takes its route list from here). */
 void routes_each(void (*fn)(const struct route *rt, void *arg), void *arg);
 
-/* Start and stop the daemon on a->cfg.host:port (port 0: any; the port
- * bound is stored in a->port). */
+/* Claim a->cfg.host:port (port 0: any; the port bound is stored in
+ * a->port) before anything else is created, so a port that is taken
+ * fails the start with nothing made; then start and stop the daemon on it. */
+int httpd_listen(struct admin *a, char *err);
 int httpd_start(struct admin *a, char *err);
 void httpd_stop(struct admin *a);
 
@@ -109,8 +114,15 @@ void req_audit(struct req *r, const char *action, const char *target, const char
 /* Set-Cookie etc. on the next reply. */
 void reply_header(struct req *r, const char *name, const char *value);
 
-/* The body as a JSON object, or NULL after replying 400/422. */
+/* The body as a JSON object, or NULL after replying 400/422.  A string
+ * (or key) holding NUL (\u0000) is refused with 422 naming the field: C
+ * would cut it there and store less than was sent. */
 cJSON *body_object(struct req *r);
+/* Wipe every string in a parsed body (passwords, keys) and free it; NULL
+ * is allowed. */
+void body_wipe(cJSON *j);
+/* The session cookie's value as sent, or NULL. */
+const char *session_cookie(struct req *r);
 /* Field readers: NULL/-1 after replying 422 naming the field.  A missing
  * optional field yields def. */
 const char *field_str(struct req *r, const cJSON *o, const char *name, int required, size_t max_len,

@@ -5,6 +5,8 @@
  * line each.
  */
 #include <errno.h>
+#include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,9 +14,69 @@
 #include "httpd.h"
 #include "rows.h"
 
+/*
+ * The first string of a JSON text that holds an escaped NUL, or NULL:
+ * *ret_key is the key it is (or whose value it is in), cut to size.
+ * cJSON keeps strings NUL-terminated, so without this "ab\u0000cd" would
+ * be read as "ab".  The text is known to be free of raw NULs.
+ */
+static int
+json_find_nul(const char *js, size_t len, char *ret_key, size_t size)
+{
+	char key[2][96] = { "", "" }; /* the last key read, and the string being read */
+	size_t n = 0, i = 0;
+	int in_str = 0, has_nul = 0;
+
+	while (i < len) {
+		char c = js[i];
+		if (!in_str) {
+			if (c == '"') {
+				in_str = 1;
+				has_nul = 0;
+				n = 0;
+			}
+			i++;
+			continue;
+		}
+		if (c == '"') {
+			key[1][n] = '\0';
+			/* a key when the next non-blank is ':' */
+			size_t k = i + 1;
+			while (k < len && (js[k] == ' ' || js[k] == '\t' || js[k] == '\n' || js[k] == '\r'))
+				k++;
+			int is_key = k < len && js[k] == ':';
+			if (is_key)
+				memcpy(key[0], key[1], sizeof(key[0]));
+			if (has_nul) {
+				snprintf(ret_key, size, "%s", is_key ? key[1] : key[0]);
+				return 1;
+			}
+			in_str = 0;
+			i++;
+			continue;
+		}
+		if (c == '\\' && i + 1 < len) {
+			if (js[i + 1] == 'u' && i + 5 < len && strncmp(js + i + 2, "0000", 4) == 0)
+				has_nul = 1;
+			/* shown as sent: "name\u0000x" */
+			size_t esc = js[i + 1] == 'u' ? 6 : 2;
+			for (size_t e = js[i + 1] == 'u' ? 0 : 1; e < esc && i + e < len; e++)
+				if (n + 1 < sizeof(key[1]))
+					key[1][n++] = js[i + e];
+			i += esc;
+			continue;
+		}
+		if (n + 1 < sizeof(key[1]))
+			key[1][n++] = c;
+		i++;
+	}
+	return 0;
+}
+
 cJSON *
 body_object(struct req *r)
 {
+	char field[96];
 	cJSON *j;
 
 	if (r->len == 0) {
@@ -35,7 +97,34 @@ body_object(struct req *r)
 		reply_error(r, 422, "bad_json", NULL, "the body must be a JSON object");
 		return NULL;
 	}
+	if (json_find_nul(r->body, r->len, field, sizeof(field))) {
+		body_wipe(j);
+		reply_error(r, 422, "invalid_field", field, "%s contains a NUL character (\\u0000)", field);
+		return NULL;
+	}
 	return j;
+}
+
+static void
+wipe_strings(cJSON *j)
+{
+	cJSON *it;
+
+	cJSON_ArrayForEach(it, j) {
+		if (cJSON_IsString(it) && it->valuestring != NULL)
+			sodium_memzero(it->valuestring, strlen(it->valuestring));
+		else if (cJSON_IsObject(it) || cJSON_IsArray(it))
+			wipe_strings(it);
+	}
+}
+
+void
+body_wipe(cJSON *j)
+{
+	if (j == NULL)
+		return;
+	wipe_strings(j);
+	cJSON_Delete(j);
 }
 
 int

@@ -246,6 +246,6 @@ h_model_file(struct req *r)
 }
 
 const struct route api_remote_routes[] = {
-	{ "GET", "/api/v1/nodes/{id}/models/{model}/file", ROLE_VIEWER, ROUTE_PUBLIC, h_model_file, NULL },
-	{ NULL, NULL, 0, 0, NULL, NULL },
+	{ "GET", "/api/v1/nodes/{id}/models/{model}/file", ROLE_VIEWER, ROUTE_PUBLIC, h_model_file, NULL, NULL },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

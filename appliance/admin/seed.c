@@ -1,11 +1,13 @@
 /* First-start contents of the store. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "privai/status.h"
 #include "admin.h"
@@ -14,6 +16,7 @@
 #include "db.h"
 #include "deployments.h"
 #include "models.h"
+#include "seed.h"
 
 static int
 count(sqlite3 *db, const char *sql)
@@ -29,17 +32,45 @@ count(sqlite3 *db, const char *sql)
 	return n;
 }
 
+/* Hand a generated password to whoever started us, never to a log. */
+static int
+tell_password(struct admin *a, const char *password, char *err)
+{
+	char path[4096 + 64];
+	int fd;
+
+	if (isatty(STDERR_FILENO)) {
+		fprintf(stderr, "privai-admin: first start: user 'admin', one-time password %s (change it after "
+			"logging in)\n", password);
+		return PRIVAI_OK;
+	}
+	snprintf(path, sizeof(path), "%s/%s", a->cfg.state_dir, SEED_PASSWORD_FILE);
+	unlink(path); /* a stale one from a store that was thrown away */
+	if ((fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+		return privai_fail(err, PRIVAI_EIO, "cannot create %s: %s", path, strerror(errno));
+	size_t n = strlen(password);
+	int ok = write(fd, password, n) == (ssize_t)n && write(fd, "\n", 1) == 1 && fsync(fd) == 0;
+	close(fd);
+	if (!ok) {
+		unlink(path);
+		return privai_fail(err, PRIVAI_EIO, "cannot write %s: %s", path, strerror(errno));
+	}
+	fprintf(stderr, "privai-admin: first start: user 'admin' has a one-time password in %s (readable by this "
+		"account only; it is removed when the password is changed)\n", path);
+	return PRIVAI_OK;
+}
+
 static int
 first_admin(struct admin *a, char *err)
 {
 	const char *file = getenv("PRIVAI_ADMIN_PASSWORD_FILE");
-	char password[256];
-	unsigned char raw[12];
+	char password[AUTH_MAX_PASSWORD + 2], msg[PRIVAI_ERR_LEN];
+	unsigned char raw[15];
 	int64_t id;
 	int rc, generated = 0;
 
 	if (file != NULL) {
-		FILE *fp = fopen(file, "r");
+		FILE *fp = fopen(file, "re");
 		if (fp == NULL || fgets(password, sizeof(password), fp) == NULL) {
 			if (fp != NULL)
 				fclose(fp);
@@ -48,20 +79,35 @@ first_admin(struct admin *a, char *err)
 		fclose(fp);
 		password[strcspn(password, "\r\n")] = '\0';
 	} else {
+		/* 120 random bits, 20 characters: above the password rule's minimum */
 		randombytes_buf(raw, sizeof(raw));
 		sodium_bin2base64(password, sizeof(password), raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+		sodium_memzero(raw, sizeof(raw));
 		generated = 1;
 	}
-	if ((rc = auth_user_create(a->db, "admin", password, ROLE_ADMIN, admin_now(), &id, err)) != PRIVAI_OK)
-		return rc;
-	if (generated) {
-		sqlite3_exec(a->db, "UPDATE users SET must_change_password = 1 WHERE name = 'admin'", NULL, NULL, NULL);
-		fprintf(stderr, "privai-admin: first start: user 'admin', one-time password %s (change it after "
-			"logging in)\n", password);
+	/* one transaction: a start that fails to hand the password over
+	 * leaves no account behind that nobody can sign in to */
+	if (db_begin(a->db) != 0) {
+		sodium_memzero(password, sizeof(password));
+		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
 	}
-	audit_write(a->db, admin_now(), "system", "user.create", "admin", "", "ok", "{\"first_start\":true}");
+	rc = auth_user_create(a->db, "admin", password, ROLE_ADMIN, admin_now(), &id, msg);
+	if (rc != PRIVAI_OK && file != NULL)
+		privai_fail(err, rc, "PRIVAI_ADMIN_PASSWORD_FILE %s: %s", file, msg);
+	else if (rc != PRIVAI_OK)
+		privai_fail(err, rc, "%s", msg);
+	if (rc == PRIVAI_OK && generated)
+		rc = db_exec(a->db, "UPDATE users SET must_change_password = 1 WHERE name = 'admin'", err);
+	if (rc == PRIVAI_OK)
+		audit_write(a->db, admin_now(), "system", "user.create", "admin", "", "ok", "{\"first_start\":true}");
+	if (rc == PRIVAI_OK && generated)
+		rc = tell_password(a, password, err);
 	sodium_memzero(password, sizeof(password));
-	return PRIVAI_OK;
+	if (rc == PRIVAI_OK && db_commit(a->db) != 0)
+		rc = privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+	if (rc != PRIVAI_OK)
+		db_rollback(a->db);
+	return rc;
 }
 
 static int

@@ -177,7 +177,7 @@ def users(adm, password):
     a = adm.client()
     a.login("admin", password)
     for name, role in (("olga", "operator"), ("vic", "viewer")):
-        a.post("/api/v1/users", {"name": name, "password": password, "role": role})
+        a.post("/api/v1/users", {"name": name, "password": password, "role": role, "must_change_password": False})
     o, v = adm.client(), adm.client()
     o.login("olga", password)
     v.login("vic", password)

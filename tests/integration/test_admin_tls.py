@@ -102,7 +102,7 @@ def test_refusals(adm, a, o, v, d):
     check(r.status == 403 and r.error_code() == "csrf", "no CSRF token: refused", r)
     check(files(adm) == before_files and served_der(adm.port) == before_served,
           "after every refusal: the same files, the same certificate served")
-    r = a.get("/api/v1/audit?action=PUT%20/api/v1/system/tls")
+    r = a.get("/api/v1/audit?action=tls.replace&result=refused")
     refused = [e for e in r.json["data"] if e["result"] == "refused"] if r.status == 200 else []
     check(len(refused) == len(cases) + 3 and {e["detail"]["status"] for e in refused} == {400, 403, 422},
           "every refusal is in the audit log with its status", r)

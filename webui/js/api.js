@@ -31,6 +31,9 @@ export async function api(method, path, body, opts = {}) {
   const data = r.status === 204 ? null : safeJson(await r.text());
   if (!r.ok) {
     if (r.status === 401 && !opts.quiet) window.dispatchEvent(new CustomEvent('privai:signed-out'));
+    // the server refuses everything else while the password is one-time
+    if (r.status === 403 && data && data.error && data.error.code === 'password_change_required')
+      window.dispatchEvent(new CustomEvent('privai:password-change-required'));
     throw new ApiError(r.status, data);
   }
   return data;

@@ -48,6 +48,7 @@ function showLogin(message) {
 }
 
 function changePassword() {
+  if (cleanup) { cleanup(); cleanup = null; }
   const err = h('p', { class: 'error-text', role: 'alert' });
   const form = h('form', { class: 'card' },
     h('p', {}, 'This account has a one-time password. Choose your own to go on.'),
@@ -57,9 +58,12 @@ function changePassword() {
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     try {
-      await api('POST', '/api/v1/auth/password', { current_password: form.current_password.value, new_password: form.new_password.value });
-      // a new password ends every session of the account, this one too
-      showLogin('Password changed. Sign in with the new password.');
+      const r = await api('POST', '/api/v1/auth/password', { current_password: form.current_password.value, new_password: form.new_password.value });
+      // the server ended the account's other sessions and revoked its
+      // API tokens; this session goes on
+      ctx.me.must_change_password = false;
+      say(`Password changed. Other sessions ended: ${r.sessions_ended}; API tokens revoked: ${r.tokens_revoked.length}.`);
+      route();
     } catch (x) { err.textContent = x.message; }
   });
   main().replaceChildren(h('div', { class: 'login' }, h('h1', {}, 'Change your password'), form));
@@ -108,6 +112,9 @@ async function route() {
 
 window.addEventListener('hashchange', route);
 window.addEventListener('privai:signed-out', () => showLogin('Your session ended; sign in again.'));
+window.addEventListener('privai:password-change-required', () => {
+  if (ctx.me) { ctx.me.must_change_password = true; changePassword(); }
+});
 document.getElementById('logout').addEventListener('click', (e) =>
   act(e.target, async () => { await api('POST', '/api/v1/auth/logout'); showLogin('Signed out.'); }));
 start();

@@ -71,7 +71,8 @@ usage(FILE *fp)
 	      "  --webui DIR          the console's files (PRIVAI_WEBUI; default: webui/ beside the binary's\n"
 	      "                       directory, then /usr/share/privai/webui)\n"
 	      "  --config FILE        KEY=VALUE lines with the PRIVAI_* names above (PRIVAI_CONFIG)\n"
-	      "  --list-routes        print every REST route with its minimum role, and exit\n",
+	      "  --list-routes        print every REST route with its minimum role, and exit; with\n"
+	      "                       --json, one JSON object a line with its flags and audit action\n",
 	      fp);
 }
 
@@ -224,7 +225,10 @@ parse_args(int argc, char **argv, struct options *o)
 			c->dev = 1;
 			takes = 0;
 		} else if (strcmp(a, "--list-routes") == 0) {
-			o->list_routes = 1;
+			o->list_routes = o->list_routes ? o->list_routes : 1;
+			takes = 0;
+		} else if (strcmp(a, "--json") == 0) {
+			o->list_routes = 2;
 			takes = 0;
 		} else if (v == NULL) {
 			fprintf(stderr, "privai-admin: unknown option or missing value: %s\n", a);
@@ -332,7 +336,18 @@ parse_args(int argc, char **argv, struct options *o)
 static void
 print_route(const struct route *rt, void *arg)
 {
-	printf("%s %s %s\n", rt->method, rt->pattern, (rt->flags & ROUTE_PUBLIC) ? "public" : role_name(rt->min_role));
+	if (arg == NULL) {
+		printf("%s %s %s\n", rt->method, rt->pattern,
+		       (rt->flags & ROUTE_PUBLIC) ? "public" : role_name(rt->min_role));
+		return;
+	}
+	/* what the attacker suite derives every expected answer from */
+	printf("{\"method\":\"%s\",\"pattern\":\"%s\",\"role\":\"%s\",\"public\":%s,\"read_only\":%s,"
+	       "\"one_time_ok\":%s,\"stream\":%s,\"action\":%s%s%s}\n", rt->method, rt->pattern,
+	       role_name(rt->min_role), (rt->flags & ROUTE_PUBLIC) ? "true" : "false",
+	       (rt->flags & ROUTE_READ_ONLY) ? "true" : "false", (rt->flags & ROUTE_ONE_TIME_OK) ? "true" : "false",
+	       (rt->flags & ROUTE_STREAM) ? "true" : "false", rt->action ? "\"" : "",
+	       rt->action ? rt->action : "null", rt->action ? "\"" : "");
 }
 
 static char *
@@ -366,7 +381,7 @@ static int
 setup_tls(struct admin *a, char *err)
 {
 	static char cert[PATH_MAX], key[PATH_MAX];
-	char host[256] = "privai";
+	char host[256] = "privai", *key_pem;
 	int rc;
 
 	if (a->cfg.dev)
@@ -387,12 +402,15 @@ setup_tls(struct admin *a, char *err)
 		a->cfg.tls_cert = cert;
 		a->cfg.tls_key = key;
 	}
-	if ((a->tls_cert_pem = read_file(a->cfg.tls_cert, err)) == NULL ||
-	    (a->tls_key_pem = read_file(a->cfg.tls_key, err)) == NULL)
+	if ((a->tls_cert_pem = read_file(a->cfg.tls_cert, err)) == NULL || (key_pem = read_file(a->cfg.tls_key, err)) == NULL)
 		return PRIVAI_EIO;
-	if ((rc = tls_check_pair(a->tls_cert_pem, a->tls_key_pem, err)) != PRIVAI_OK ||
-	    (rc = tls_public_key_pin(a->tls_cert_pem, a->tls_pin, sizeof(a->tls_pin), err)) != PRIVAI_OK ||
-	    (rc = tls_live_init(a->tls_cert_pem, a->tls_key_pem, err)) != PRIVAI_OK)
+	if ((rc = tls_check_pair(a->tls_cert_pem, key_pem, err)) == PRIVAI_OK &&
+	    (rc = tls_public_key_pin(a->tls_cert_pem, a->tls_pin, sizeof(a->tls_pin), err)) == PRIVAI_OK)
+		rc = tls_live_init(a->tls_cert_pem, key_pem, err);
+	/* GnuTLS holds the key now; no copy of its text stays behind */
+	sodium_memzero(key_pem, strlen(key_pem));
+	free(key_pem);
+	if (rc != PRIVAI_OK)
 		return rc;
 	a->tls = 1;
 	return PRIVAI_OK;
@@ -419,6 +437,27 @@ clean_interrupted(struct admin *a)
 	closedir(d);
 }
 
+/* A state directory from an older privai-admin, or made by hand, may be
+ * open to others: tighten it, and the store's files, before they are used. */
+static int
+private_modes(const char *dir, char *err)
+{
+	static const char *const names[] = { "", "/privai.db", "/privai.db-wal", "/privai.db-shm", "/backups",
+					     "/tls", "/tls/key.pem", "/models", "/deployments" };
+	char path[PATH_MAX + 32];
+	struct stat sb;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", dir, names[i]);
+		if (lstat(path, &sb) != 0 || S_ISLNK(sb.st_mode))
+			continue;
+		mode_t want = S_ISDIR(sb.st_mode) ? 0700 : 0600;
+		if ((sb.st_mode & 0777 & ~want) != 0 && chmod(path, sb.st_mode & want) != 0)
+			return privai_fail(err, PRIVAI_EIO, "cannot make %s private (chmod): %s", path, strerror(errno));
+	}
+	return PRIVAI_OK;
+}
+
 static int
 setup_state(struct admin *a, char *err)
 {
@@ -429,6 +468,8 @@ setup_state(struct admin *a, char *err)
 		return privai_fail(err, PRIVAI_EIO, "cannot create %s: %s", a->cfg.state_dir, strerror(errno));
 	if (realpath(a->cfg.state_dir, path) == NULL)
 		return privai_fail(err, PRIVAI_EIO, "%s: %s", a->cfg.state_dir, strerror(errno));
+	if ((rc = private_modes(path, err)) != PRIVAI_OK)
+		return rc;
 	snprintf(a->models_dir, sizeof(a->models_dir), "%s/models", path);
 	if (mkdir(a->models_dir, 0700) != 0 && errno != EEXIST)
 		return privai_fail(err, PRIVAI_EIO, "cannot create %s: %s", a->models_dir, strerror(errno));
@@ -494,9 +535,12 @@ main(int argc, char **argv)
 	if (parse_args(argc, argv, &o) < 0)
 		return 2;
 	if (o.list_routes) {
-		routes_each(print_route, NULL);
+		routes_each(print_route, o.list_routes == 2 ? (void *)1 : NULL);
 		return 0;
 	}
+	/* the store, backups, TLS keys, logs and model files are this
+	 * account's alone (0600 files, 0700 directories) */
+	umask(077);
 	if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
 		fprintf(stderr, "privai-admin: libsodium or libcurl failed to initialise\n");
 		return 1;
@@ -510,10 +554,17 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	a.cfg = o.cfg;
+	a.listen_fd = -1;
 	a.started_at = admin_now();
 	pthread_mutex_init(&a.db_mu, NULL);
 	pthread_mutex_init(&a.fetch_mu, NULL);
 	ratelimit_init(&a.login_limit, a.cfg.login_per_minute, a.cfg.login_per_minute);
+	/* the port first: a taken one must fail the start before a store or
+	 * a password exists */
+	if ((rc = httpd_listen(&a, err)) != PRIVAI_OK) {
+		fprintf(stderr, "privai-admin: %s\n", err);
+		return 1;
+	}
 	report_engine(&a);
 	if ((rc = setup_state(&a, err)) != PRIVAI_OK || (rc = seed_first_start(&a, o.demo_model, err)) != PRIVAI_OK ||
 	    (rc = setup_tls(&a, err)) != PRIVAI_OK || (rc = supervisor_start(&a, &a.sup, err)) != PRIVAI_OK ||
@@ -556,7 +607,7 @@ main(int argc, char **argv)
 	db_close(a.db);
 	ratelimit_destroy(&a.login_limit);
 	free(a.tls_cert_pem);
-	free(a.tls_key_pem);
+	sodium_memzero(a.relay_key, sizeof(a.relay_key));
 	tls_live_free();
 	cJSON_Delete(a.engine);
 	curl_global_cleanup();
