@@ -90,6 +90,7 @@ h_login(struct req *r)
 	snprintf(hdr, sizeof(hdr), "privai_session=%s; Path=/; Max-Age=%d; HttpOnly; SameSite=Strict%s", cookie,
 		 AUTH_SESSION_SECONDS, r->a->tls ? "; Secure" : "");
 	reply_header(r, "Set-Cookie", hdr);
+	sodium_memzero(hdr, sizeof(hdr));
 	cJSON *root = cJSON_CreateObject();
 	cJSON_AddItemToObject(root, "user", user_json(&p));
 	cJSON_AddStringToObject(root, "csrf_token", p.csrf);

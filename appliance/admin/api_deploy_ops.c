@@ -32,6 +32,7 @@ deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int64_t 
 	randombytes_buf(raw, sizeof(raw));
 	memcpy(ret_key, "sk-", 3);
 	sodium_bin2base64(ret_key + 3, DEPLOY_KEY_LEN - 3, raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	sodium_memzero(raw, sizeof(raw));
 	crypto_hash_sha256(h, (const unsigned char *)ret_key, strlen(ret_key));
 	sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
 	if (sqlite3_prepare_v2(db, "INSERT INTO deployment_keys (deployment_id, name, key_sha256, created_at) "
@@ -98,6 +99,7 @@ h_key_create(struct req *r)
 	}
 	if (supervisor_keys_changed(r->a->sup, id) != 0) {
 		db_delete_id(r->a->db, "deployment_keys", key_id);
+		sodium_memzero(key, sizeof(key));
 		cJSON_Delete(j);
 		reply_error(r, 500, "internal", NULL, "could not rewrite the engine's key file");
 		return;
@@ -241,6 +243,7 @@ proxy(struct req *r, const char *engine_path, int post)
 		snprintf(auth, sizeof(auth), "Bearer %s", r->a->relay_key);
 		snprintf(who, sizeof(who), "the node running deployment %lld", (long long)id);
 		deploy_forward(r, url, auth, pin, post, who);
+		sodium_memzero(auth, sizeof(auth)); /* libcurl has its own copy */
 		return;
 	}
 	if (supervisor_endpoint(r->a->sup, id, &port, key, sizeof(key)) != 0) {
@@ -252,6 +255,8 @@ proxy(struct req *r, const char *engine_path, int post)
 	snprintf(auth, sizeof(auth), "Bearer %s", key);
 	snprintf(who, sizeof(who), "deployment %lld's engine", (long long)id);
 	deploy_forward(r, url, auth, NULL, post, who);
+	sodium_memzero(key, sizeof(key));
+	sodium_memzero(auth, sizeof(auth));
 }
 
 static void

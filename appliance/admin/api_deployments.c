@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -492,6 +493,7 @@ h_create(struct req *r)
 	supervisor_kick(r->a->sup);
 	reply_deployment_with_key(r, 201, id, key);
 out:
+	sodium_memzero(key, sizeof(key));
 	free(placement);
 	free(options);
 	cJSON_Delete(j);

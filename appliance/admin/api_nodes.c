@@ -92,6 +92,7 @@ h_token_create(struct req *r)
 	cJSON_AddStringToObject(o, "command", cmd);
 	reply_json(r, 201, o);
 out:
+	sodium_memzero(token, sizeof(token));
 	cJSON_Delete(j);
 }
 
@@ -230,8 +231,9 @@ fail:
 	reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 	db_rollback(r->a->db);
 out:
+	sodium_memzero(secret, sizeof(secret));
 	sqlite3_finalize(st);
-	cJSON_Delete(j);
+	body_wipe(j); /* the join token */
 }
 
 /* Layouts planned on the leader for this node's GPUs: what the node

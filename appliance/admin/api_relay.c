@@ -91,10 +91,12 @@ relay(struct req *r, const char *engine_path, int post)
 		if (caller != NULL && strlen(caller) >= sizeof(auth))
 			caller = NULL;
 		deploy_forward(r, url, caller, NULL, 1, who);
-		return;
+	} else {
+		snprintf(auth, sizeof(auth), "Bearer %s", key);
+		deploy_forward(r, url, auth, NULL, 0, who);
 	}
-	snprintf(auth, sizeof(auth), "Bearer %s", key);
-	deploy_forward(r, url, auth, NULL, 0, who);
+	sodium_memzero(key, sizeof(key)); /* libcurl has its own copy */
+	sodium_memzero(auth, sizeof(auth));
 }
 
 static void

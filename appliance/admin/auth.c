@@ -76,6 +76,7 @@ auth_new_secret(const char *prefix, char *out)
 	randombytes_buf(raw, sizeof(raw));
 	memcpy(out, prefix, n);
 	sodium_bin2base64(out + n, AUTH_SECRET_LEN - n, raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	sodium_memzero(raw, sizeof(raw));
 }
 
 static void

@@ -152,15 +152,24 @@ reply_header(struct req *r, const char *name, const char *value)
 	cn->n_hdr++;
 }
 
+/* Replies carry one-time secrets (a new token, an API key, a CSRF
+ * token): wiped when libmicrohttpd is done with them. */
+static void
+wipe_free(void *text)
+{
+	sodium_memzero(text, strlen(text));
+	free(text);
+}
+
 void
 reply_text(struct req *r, unsigned status, const char *ctype, char *text)
 {
 	struct MHD_Response *resp = NULL;
 
 	if (text != NULL) {
-		resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+		resp = MHD_create_response_from_buffer_with_free_callback(strlen(text), text, wipe_free);
 		if (resp == NULL)
-			free(text);
+			wipe_free(text);
 	}
 	reply_response(r, status, resp, ctype);
 }

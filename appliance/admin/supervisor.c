@@ -240,6 +240,15 @@ new_key(char *key, size_t size)
 	randombytes_buf(raw, sizeof(raw));
 	memcpy(key, "adm_", 4);
 	sodium_bin2base64(key + 4, size - 4, raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	sodium_memzero(raw, sizeof(raw));
+}
+
+/* A process record holds the admin's key on its engine: wiped, then freed. */
+static void
+proc_free(struct proc *p)
+{
+	sodium_memzero(p->key, sizeof(p->key));
+	free(p);
 }
 
 static int
@@ -262,11 +271,13 @@ spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, siz
 	pthread_mutex_unlock(&s->a->db_mu);
 	if (kerr != 0) {
 		snprintf(why, why_size, "cannot write %s/api-keys: %s", dir, strerror(errno));
+		sodium_memzero(key, sizeof(key));
 		return -1;
 	}
 	int log = open_log(s->a, w->id);
 	if (log < 0) {
 		snprintf(why, why_size, "cannot open %s/engine.log: %s", dir, strerror(errno));
+		sodium_memzero(key, sizeof(key));
 		return -1;
 	}
 	build_argv(s, w, p, argv, buf);
@@ -286,10 +297,12 @@ spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, siz
 		if (stat(path, &after) == 0 && after.st_size > before.st_size)
 			last_log_line(s->a, w->id, line, sizeof(line));
 		snprintf(why, why_size, "%s%s%s", err, line[0] ? ": " : "", line);
+		sodium_memzero(key, sizeof(key));
 		return -1;
 	}
 	pthread_mutex_lock(&s->mu);
 	memcpy(p->key, key, sizeof(key));
+	sodium_memzero(key, sizeof(key));
 	p->pid = pid;
 	p->ready = 0;
 	pthread_mutex_unlock(&s->mu);
@@ -488,7 +501,7 @@ reconcile(struct supervisor *s)
 			pthread_mutex_lock(&s->mu);
 			*pp = p->next;
 			pthread_mutex_unlock(&s->mu);
-			free(p);
+			proc_free(p);
 			continue;
 		}
 		pp = &p->next;
@@ -675,7 +688,7 @@ supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 		runner_close(s->runner);
 		while (s->procs != NULL) { /* adopted units go on serving */
 			struct proc *next = s->procs->next;
-			free(s->procs);
+			proc_free(s->procs);
 			s->procs = next;
 		}
 		free(s);
@@ -714,7 +727,7 @@ supervisor_stop(struct supervisor *s)
 	runner_close(s->runner);
 	while (s->procs != NULL) {
 		struct proc *next = s->procs->next;
-		free(s->procs);
+		proc_free(s->procs);
 		s->procs = next;
 	}
 	pthread_mutex_destroy(&s->mu);
@@ -780,7 +793,9 @@ supervisor_keys_changed(struct supervisor *s, int64_t id)
 	pthread_mutex_unlock(&s->mu);
 	if (pid == 0) /* written afresh when it starts */
 		return 0;
-	if (write_keys(s->a, id, key) != 0)
+	int rc = write_keys(s->a, id, key);
+	sodium_memzero(key, sizeof(key));
+	if (rc != 0)
 		return -1;
 	kill(pid, SIGHUP);
 	return 0;
