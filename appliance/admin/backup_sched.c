@@ -67,7 +67,8 @@ list_auto(const char *dir, char ***ret)
 		n++;
 	}
 	closedir(d);
-	qsort(names, (size_t)n, sizeof(*names), by_name);
+	if (n > 1) /* names is NULL when there are none, which qsort may not take */
+		qsort(names, (size_t)n, sizeof(*names), by_name);
 	*ret = names;
 	return n;
 }

@@ -15,10 +15,10 @@
 #include "rows.h"
 
 /*
- * The first string of a JSON text that holds an escaped NUL, or NULL:
- * *ret_key is the key it is (or whose value it is in), cut to size.
- * cJSON keeps strings NUL-terminated, so without this "ab\u0000cd" would
- * be read as "ab".  The text is known to be free of raw NULs.
+ * 1 when a string of the JSON text holds an escaped NUL, with *ret_key
+ * the key it is (or whose value it is in), as sent and cut to size; else
+ * 0.  cJSON keeps strings NUL-terminated, so without this "ab\u0000cd"
+ * would be read as "ab".  The text is known to be free of raw NULs.
  */
 static int
 json_find_nul(const char *js, size_t len, char *ret_key, size_t size)

@@ -138,7 +138,7 @@ def test_whole_gpus(c, fdir):
     r = c.request("PATCH", f"/api/v1/deployments/{tp2}", {"placement": {"kind": "gpu", "gpus": [7, 6]}})
     check(r.status == 200, "a deployment's own GPUs are free to it (re-placed on the same two)", r)
     audit = c.get("/api/v1/audit?limit=200").json["data"]
-    check(any(e["action"] == "POST /api/v1/deployments" and e["result"] == "refused" and
+    check(any(e["action"] == "deployment.create" and e["result"] == "refused" and
               "gpu_busy" in str(e.get("detail")) for e in audit), "a refused placement is in the audit log",
           [e for e in audit if e["result"] == "refused"][:3])
 

@@ -132,7 +132,7 @@ parse_int(const char *opt, const char *s, long lo, long hi, long *out)
 struct options {
 	struct admin_config cfg;
 	const char *ports, *runner, *port, *max_gib, *demo_model, *roots, *login_rate, *heartbeat, *join_token_file;
-	int list_routes;
+	int list_routes, json;
 	char engine_default[PATH_MAX + 16];
 	char webui_default[PATH_MAX + 16];
 	char join_token[128];
@@ -225,10 +225,10 @@ parse_args(int argc, char **argv, struct options *o)
 			c->dev = 1;
 			takes = 0;
 		} else if (strcmp(a, "--list-routes") == 0) {
-			o->list_routes = o->list_routes ? o->list_routes : 1;
+			o->list_routes = 1;
 			takes = 0;
 		} else if (strcmp(a, "--json") == 0) {
-			o->list_routes = 2;
+			o->json = 1; /* only with --list-routes */
 			takes = 0;
 		} else if (v == NULL) {
 			fprintf(stderr, "privai-admin: unknown option or missing value: %s\n", a);
@@ -534,8 +534,12 @@ main(int argc, char **argv)
 
 	if (parse_args(argc, argv, &o) < 0)
 		return 2;
+	if (o.json && !o.list_routes) {
+		fprintf(stderr, "privai-admin: --json goes with --list-routes\n");
+		return 2;
+	}
 	if (o.list_routes) {
-		routes_each(print_route, o.list_routes == 2 ? (void *)1 : NULL);
+		routes_each(print_route, o.json ? (void *)1 : NULL);
 		return 0;
 	}
 	/* the store, backups, TLS keys, logs and model files are this
