@@ -68,7 +68,11 @@ def test_stream(o, b, dep, key):
     r = o.open_stream(f"/api/v1/deployments/{dep}/v1/chat/completions", dict(ask, stream=True))
     ctype = r.getheader("Content-Type")
     text, n, _, done = stream_text(r)
-    check(r.status == 200 and ctype == "text/event-stream" and done and n > 2 and text == want,
+    # the engine sends what text is ready when its writer asks, so on a
+    # loaded machine the content may arrive as one event after the role's
+    # (seen in CI's clean run); relaying event by event is proven with the
+    # steerable fake engine in test_admin_stream.py
+    check(r.status == 200 and ctype == "text/event-stream" and done and n >= 2 and text == want,
           "a chat streamed through the leader and node-b says what the whole one says", (r.status, n, text, want))
     app = Client(b.port)
     app.token = key
