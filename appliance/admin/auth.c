@@ -79,6 +79,16 @@ auth_new_secret(const char *prefix, char *out)
 	sodium_memzero(raw, sizeof(raw));
 }
 
+void
+auth_new_password(char *out, size_t size)
+{
+	unsigned char raw[15];
+
+	randombytes_buf(raw, sizeof(raw));
+	sodium_bin2base64(out, size, raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	sodium_memzero(raw, sizeof(raw));
+}
+
 static void
 secret_hash(const char *secret, unsigned char *out)
 {

@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 #include <sqlite3.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum role { ROLE_VIEWER = 1, ROLE_OPERATOR = 2, ROLE_ADMIN = 3 };
@@ -87,6 +88,11 @@ int auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *re
  * bytes (out holds AUTH_SECRET_LEN); and its SHA-256 in hex (65 bytes). */
 void auth_new_secret(const char *prefix, char *out);
 void auth_secret_hex(const char *secret, char *hex);
+
+/* A generated password: 20 url-safe characters of 120 random bits (out
+ * holds at least AUTH_NEW_PASSWORD_LEN + 1). */
+#define AUTH_NEW_PASSWORD_LEN 20
+void auth_new_password(char *out, size_t size);
 
 /* Constant-time comparison of a presented CSRF token with the session's. */
 int auth_csrf_ok(const struct principal *p, const char *presented);

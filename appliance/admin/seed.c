@@ -65,7 +65,6 @@ first_admin(struct admin *a, char *err)
 {
 	const char *file = getenv("PRIVAI_ADMIN_PASSWORD_FILE");
 	char password[AUTH_MAX_PASSWORD + 2], msg[PRIVAI_ERR_LEN];
-	unsigned char raw[15];
 	int64_t id;
 	int rc, generated = 0;
 
@@ -79,10 +78,7 @@ first_admin(struct admin *a, char *err)
 		fclose(fp);
 		password[strcspn(password, "\r\n")] = '\0';
 	} else {
-		/* 120 random bits, 20 characters: above the password rule's minimum */
-		randombytes_buf(raw, sizeof(raw));
-		sodium_bin2base64(password, sizeof(password), raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
-		sodium_memzero(raw, sizeof(raw));
+		auth_new_password(password, sizeof(password));
 		generated = 1;
 	}
 	/* one transaction: a start that fails to hand the password over

@@ -447,6 +447,40 @@ def test_audit_names(a, rts):
     check(r.status == 200 and not bad, "no refusal is named by its URL", bad[:5])
 
 
+def test_reset_password(adm):
+    """privai-admin reset-password: root only, beside the running admin; the
+    account's sessions and tokens die, the new password is one-time."""
+    a = adm.client()
+    a.login("admin", PW)
+    a.post("/api/v1/users", {"name": "lost", "password": PW, "role": "operator", "must_change_password": False})
+    c = adm.client()
+    c.login("lost", PW)
+    tok, _ = make_token(c, "lost-ci", ["write"])
+    for _ in range(5):  # locked out as well
+        adm.client().login("lost", "not the password at all")
+    cmd = [os.path.join(BUILD, "privai-admin"), "reset-password", "lost", "--state-dir", adm.state]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    m = re.search(r"one-time password (\S+)", p.stdout)
+    check(p.returncode == 0 and m and "sessions ended: 1, API tokens revoked: 1" in p.stdout,
+          "reset-password prints a new one-time password", (p.returncode, p.stdout, p.stderr))
+    check(c.get("/api/v1/auth/me").status == 401 and token_client(adm, tok).get("/api/v1/models").status == 401,
+          "the account's session and token are dead")
+    n = adm.client()
+    r = n.login("lost", m.group(1) if m else "")
+    check(r.status == 200 and r.json["must_change_password"] is True, "the new password signs in, one-time, unlocked", r)
+    check(n.get("/api/v1/models").error_code() == "password_change_required", "and must be changed first")
+    r = a.get("/api/v1/audit?action=user.password_reset")
+    check(r.status == 200 and r.json["data"] and r.json["data"][0]["actor"].startswith("root") and
+          r.json["data"][0]["target"] == "lost", "the reset is audited", r)
+    p = subprocess.run(cmd[:2] + ["nobody-here"] + cmd[3:], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 1 and "no user" in p.stderr, "an unknown user is refused", p.stderr)
+    if os.geteuid() == 0 and os.path.exists("/usr/bin/setpriv"):
+        p = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + cmd,
+                           capture_output=True, text=True, timeout=60)
+        check(p.returncode == 1 and "root" in p.stderr and "one-time password" not in p.stdout,
+              "anyone but root is refused", (p.returncode, p.stderr))
+
+
 def test_memory(adm):
     """What a memory dump of the admin would give an attacker after a
     login, a password change and a new token: none of their secrets (the
@@ -508,6 +542,7 @@ def main():
         test_password_rule(adm, a)
         test_modes(adm, a)
         test_first_start(tmp)
+        test_reset_password(adm)
         test_memory(adm)
         check(adm.stop() == 0, "the admin exits cleanly (no sanitizer report)", open(adm.log_path).read()[-2000:])
     finally:

@@ -28,6 +28,7 @@
 #include "httpd.h"
 #include "backups.h"
 #include "models.h"
+#include "reset_password.h"
 #include "seed.h"
 #include "supervisor.h"
 #include "runner.h"
@@ -71,6 +72,9 @@ usage(FILE *fp)
 	      "  --webui DIR          the console's files (PRIVAI_WEBUI; default: webui/ beside the binary's\n"
 	      "                       directory, then /usr/share/privai/webui)\n"
 	      "  --config FILE        KEY=VALUE lines with the PRIVAI_* names above (PRIVAI_CONFIG)\n"
+	      "  reset-password USER [--state-dir DIR]\n"
+	      "                       root only, on the appliance: a new one-time password for USER,\n"
+	      "                       printed here; its sessions end, its tokens are revoked, audited\n"
 	      "  --list-routes        print every REST route with its minimum role, and exit; with\n"
 	      "                       --json, one JSON object a line with its flags and audit action\n",
 	      fp);
@@ -523,6 +527,52 @@ report_engine(struct admin *a)
 	cJSON_free(list);
 }
 
+/* privai-admin reset-password USER [options]: see reset_password.h. */
+static int
+reset_password_main(int argc, char **argv)
+{
+	struct options o;
+	struct reset_result res;
+	struct stat sb;
+	char password[AUTH_NEW_PASSWORD_LEN + 8], path[PATH_MAX + 16], actor[64], err[PRIVAI_ERR_LEN];
+
+	if (argc < 2 || argv[1][0] == '-') {
+		fprintf(stderr, "usage: privai-admin reset-password USER [--state-dir DIR]\n");
+		return 2;
+	}
+	/* argv[1] is USER: parse_args skips it as its argv[0] */
+	if (parse_args(argc - 1, argv + 1, &o) < 0)
+		return 2;
+	if (geteuid() != 0) {
+		fprintf(stderr, "privai-admin: reset-password is for root, on the appliance's own console\n");
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%s/privai.db", o.cfg.state_dir);
+	if (stat(path, &sb) != 0) {
+		fprintf(stderr, "privai-admin: %s: %s (is --state-dir right?)\n", path, strerror(errno));
+		return 1;
+	}
+	if (sodium_init() < 0) {
+		fprintf(stderr, "privai-admin: libsodium failed to initialise\n");
+		return 1;
+	}
+	umask(077);
+	snprintf(actor, sizeof(actor), "root (%s)", isatty(STDIN_FILENO) && ttyname(STDIN_FILENO) ?
+		 ttyname(STDIN_FILENO) : "local");
+	if (admin_reset_password(path, argv[1], admin_now(), actor, password, sizeof(password), &res, err) != PRIVAI_OK) {
+		fprintf(stderr, "privai-admin: reset-password %s: %s\n", argv[1], err);
+		return 1;
+	}
+	if (strcmp(argv[1], "admin") == 0) { /* the first password's file, if still there, is stale now */
+		snprintf(path, sizeof(path), "%s/%s", o.cfg.state_dir, SEED_PASSWORD_FILE);
+		unlink(path);
+	}
+	printf("user '%s': one-time password %s\n(sessions ended: %d, API tokens revoked: %d; it must be changed "
+	       "at the next sign-in)\n", argv[1], password, res.sessions_ended, res.tokens_revoked);
+	sodium_memzero(password, sizeof(password));
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -532,6 +582,8 @@ main(int argc, char **argv)
 	sigset_t sigs;
 	int sig, rc;
 
+	if (argc >= 2 && strcmp(argv[1], "reset-password") == 0)
+		return reset_password_main(argc - 1, argv + 1);
 	if (parse_args(argc, argv, &o) < 0)
 		return 2;
 	if (o.json && !o.list_routes) {
