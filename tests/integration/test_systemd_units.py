@@ -36,6 +36,50 @@ def verify(*paths):
     return subprocess.run(["systemd-analyze", "verify", *paths], capture_output=True, text=True, timeout=60)
 
 
+def test_packaging(tmp):
+    """The preset enables units that exist; the sysusers file makes the
+    privai account; the polkit rule lets that account manage engine units
+    and nothing else (run in node with polkit's two objects stubbed)."""
+    units = {os.path.basename(u) for u in UNITS}
+    preset = open(os.path.join(ROOT, "appliance", "systemd", "preset", "90-privai.preset")).read()
+    named = re.findall(r"^enable (\S+)$", preset, re.M)
+    check(named and all(n in units for n in named), "the preset enables only units the project has", named)
+    check("privai-admin.service" in named, "the preset enables privai-admin")
+    if shutil.which("systemd-sysusers"):
+        root = os.path.join(tmp, "sysroot")
+        os.makedirs(os.path.join(root, "etc"))
+        r = subprocess.run(["systemd-sysusers", f"--root={root}",
+                            os.path.join(ROOT, "appliance", "systemd", "sysusers", "privai.conf")],
+                           capture_output=True, text=True, timeout=60)
+        passwd = open(os.path.join(root, "etc", "passwd")).read() if os.path.exists(os.path.join(root, "etc", "passwd")) else ""
+        check(r.returncode == 0 and re.search(r"^privai:x:\d+:\d+:.*:/var/lib/privai:/usr/sbin/nologin$", passwd, re.M),
+              "systemd-sysusers makes the privai account", r.stderr + passwd)
+    if shutil.which("node"):
+        rules = os.path.join(ROOT, "appliance", "polkit", "50-privai.rules")
+        js = """
+const YES = 'yes', NOT_HANDLED = 'not_handled';
+let rule = null;
+globalThis.polkit = { Result: { YES, NOT_HANDLED }, addRule: (f) => { rule = f; } };
+require(process.argv[1]);
+const ask = (id, user, unit) => rule({ id, lookup: (k) => (k === 'unit' ? unit : undefined) }, { user });
+const out = [
+  ask('org.freedesktop.systemd1.manage-units', 'privai', 'privai-engine-1a2b3c4d-7.service'),
+  ask('org.freedesktop.systemd1.manage-units', 'privai', 'sshd.service'),
+  ask('org.freedesktop.systemd1.manage-units', 'privai', 'privai-engine-x.socket'),
+  ask('org.freedesktop.systemd1.manage-units', 'mallory', 'privai-engine-1a2b3c4d-7.service'),
+  ask('org.freedesktop.systemd1.manage-unit-files', 'privai', 'privai-engine-1a2b3c4d-7.service'),
+  ask('org.freedesktop.systemd1.manage-units', 'privai', undefined),
+];
+console.log(JSON.stringify(out));
+"""
+        copy = os.path.join(tmp, "rules.js")
+        open(copy, "w").write(open(rules).read())
+        r = subprocess.run(["node", "-e", js, copy], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and r.stdout.strip() ==
+              '["yes","not_handled","not_handled","not_handled","not_handled","not_handled"]',
+              "polkit: privai manages privai-engine-*.service and nothing else", r.stdout + r.stderr)
+
+
 def main():
     if shutil.which("systemd-analyze") is None:
         print("skip: systemd-analyze is not installed")
@@ -74,8 +118,13 @@ def main():
             if check(m is not None, f"{name}: systemd-analyze security rates it", (r.stdout + r.stderr)[-300:]):
                 check(float(m.group(1)) <= MAX_EXPOSURE, f"{name}: exposure {m.group(1)} <= {MAX_EXPOSURE}")
             text = open(path).read()
-            for option in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateNetwork=yes"):
+            # the control plane serves the network; the rest never touch it
+            net = ("RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK", "User=privai",
+                   "CapabilityBoundingSet=CAP_NET_BIND_SERVICE") if name == "privai-admin.service" \
+                else ("PrivateNetwork=yes",)
+            for option in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", *net):
                 check(option in text, f"{name}: {option}")
+        test_packaging(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return summary()
