@@ -36,6 +36,9 @@ ADMIN_OBJ  = $(ADMIN_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/admin_schema.o
 ADMIN_LIB  = $(BUILD)/libprivai-admin.a
 ADMIN_BIN  = $(BUILD)/privai-admin
 LDLIBS_ADMIN = -lsqlite3 -lcurl -lgnutls -ldl
+FIRSTBOOT_SRC = $(wildcard provisioning/firstboot/*.c)
+FIRSTBOOT_OBJ = $(FIRSTBOOT_SRC:%.c=$(BUILD)/%.o)
+FIRSTBOOT_BIN = $(BUILD)/privai-firstboot
 ENGINE_BIN = $(BUILD)/privai-engine
 BENCH_BIN  = $(BUILD)/privai-bench
 UNIT_SRC   = $(wildcard tests/unit/test_*.c)
@@ -47,7 +50,7 @@ DEPS_STAMP = .deps-installed
 .DEFAULT_GOAL := all
 
 NVML_DOUBLE = $(BUILD)/libnvml-double.so
-all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(FABRIC_BIN) $(NVML_DOUBLE) $(UNIT_BIN)
+all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(FABRIC_BIN) $(FIRSTBOOT_BIN) $(NVML_DOUBLE) $(UNIT_BIN)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): scripts/install-deps.sh
@@ -94,6 +97,13 @@ $(TUNE_BIN): $(BUILD)/appliance/tune/main/privai_tune.o $(TUNE_OBJ) $(HOST_LIB)
 
 $(FABRIC_BIN): $(FABRIC_OBJ) $(HOST_LIB)
 	$(CC) $(CFLAGS_ALL) $^ -o $@ -lcjson -lsystemd -libverbs -lmicrohttpd
+
+# day-0 configuration: the password rule and the TLS pair check are the
+# admin's own (auth.o, tls.o from its library)
+$(FIRSTBOOT_BIN): $(BUILD)/provisioning/firstboot/main/privai_firstboot.o $(FIRSTBOOT_OBJ) $(ADMIN_LIB) $(HOST_LIB) $(LIB)
+	$(CC) $(CFLAGS_ALL) $^ -o $@ -lyaml -lxml2 -lsodium -lcjson -lsystemd -lgnutls -lsqlite3 -lm -pthread
+
+$(BUILD)/provisioning/%.o: CFLAGS_ALL += -Iappliance/lib -Iappliance/admin -Iprovisioning/firstboot $(shell pkg-config --cflags libxml-2.0 2>/dev/null || echo -I/usr/include/libxml2)
 
 # messages and paths are cut to their buffers on purpose (snprintf), so
 # GCC's guesses about truncation are noise here
@@ -163,4 +173,4 @@ clean:
 # dequantization feeds the float path a row at a time; -O3 vectorizes its loops
 $(BUILD)/engine/src/quant_dequant.o: OPT += -O3
 
--include $(ENGINE_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ADMIN_OBJ:.o=.d) $(HOST_OBJ:.o=.d) $(TUNE_OBJ:.o=.d) $(FABRIC_OBJ:.o=.d) $(BUILD)/appliance/admin/main/privai_admin.d $(BUILD)/appliance/tune/main/privai_tune.d
+-include $(FIRSTBOOT_OBJ:.o=.d) $(BUILD)/provisioning/firstboot/main/privai_firstboot.d $(ENGINE_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ADMIN_OBJ:.o=.d) $(HOST_OBJ:.o=.d) $(TUNE_OBJ:.o=.d) $(FABRIC_OBJ:.o=.d) $(BUILD)/appliance/admin/main/privai_admin.d $(BUILD)/appliance/tune/main/privai_tune.d

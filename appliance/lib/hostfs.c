@@ -317,3 +317,62 @@ hostfs_write(const char *root, const char *path, const char *data, size_t len, i
 	}
 	return 0;
 }
+
+/* mkdir -p of path's parent directories, mode 0755. */
+static int
+make_parents(char *full)
+{
+	for (char *p = full + 1; (p = strchr(p, '/')) != NULL; p++) {
+		*p = '\0';
+		int rc = mkdir(full, 0755);
+		*p = '/';
+		if (rc != 0 && errno != EEXIST)
+			return -1;
+	}
+	return 0;
+}
+
+int
+hostfs_install(const char *root, const char *path, const char *data, size_t len, mode_t mode, int *ret_changed)
+{
+	char full[PATH_MAX], tmp[PATH_MAX + 16];
+	struct stat sb;
+	size_t have_len;
+	int fd, saved;
+
+	if (ret_changed != NULL)
+		*ret_changed = 0;
+	if (hostfs_path(root, path, full, sizeof(full)) < 0) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 07777) == mode && (size_t)sb.st_size == len) {
+		char *have = hostfs_read_text(root, path, len + 1, &have_len);
+		int same = have != NULL && have_len == len && memcmp(have, data, len) == 0;
+		free(have);
+		if (same)
+			return 0;
+	}
+	if (make_parents(full) < 0)
+		return -1;
+	snprintf(tmp, sizeof(tmp), "%s.privai-new", full);
+	unlink(tmp);
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode)) < 0)
+		return -1;
+	if (fchmod(fd, mode) < 0 || write_all(fd, data, len) < 0 || fsync(fd) < 0) {
+		saved = errno;
+		close(fd);
+		unlink(tmp);
+		errno = saved;
+		return -1;
+	}
+	if (close(fd) < 0 || rename(tmp, full) < 0) {
+		saved = errno;
+		unlink(tmp);
+		errno = saved;
+		return -1;
+	}
+	if (ret_changed != NULL)
+		*ret_changed = 1;
+	return 0;
+}

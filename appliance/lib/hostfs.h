@@ -58,4 +58,10 @@ void hostfs_free_names(char **names, int n);
  * so a crash leaves the old or the new file).  0 or -1 with errno. */
 int hostfs_write(const char *root, const char *path, const char *data, size_t len, int atomic);
 
+/* Install a config file: its parent directories made (0755) as needed,
+ * then written whole (temporary file, fsync, rename) with `mode`, unless
+ * it already holds exactly `data` with that mode.  *ret_changed (may be
+ * NULL) says whether it was written.  0, or -1 with errno. */
+int hostfs_install(const char *root, const char *path, const char *data, size_t len, mode_t mode, int *ret_changed);
+
 #endif

@@ -122,7 +122,9 @@ def main():
             net = ("RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK", "User=privai",
                    "CapabilityBoundingSet=CAP_NET_BIND_SERVICE") if name == "privai-admin.service" \
                 else ("PrivateNetwork=yes",)
-            for option in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", *net):
+            # privai-firstboot writes root's authorized_keys: home read-only but for /root
+            home = "ProtectHome=read-only" if name == "privai-firstboot.service" else "ProtectHome=yes"
+            for option in ("NoNewPrivileges=yes", "ProtectSystem=strict", home, *net):
                 check(option in text, f"{name}: {option}")
         test_packaging(tmp)
     finally:
