@@ -54,6 +54,7 @@ for BUILD in $BUILDS; do
 	run_suite "$BUILD/admin GPU placements (HTTP)" python3 tests/integration/test_admin_gpu_deploy.py "$BUILD"
 	run_suite "$BUILD/admin TLS (HTTPS)" python3 tests/integration/test_admin_tls.py "$BUILD"
 	run_suite "$BUILD/admin engine units (systemd)" python3 tests/integration/test_admin_units.py "$BUILD"
+	run_suite "$BUILD/firstboot (scratch roots)" python3 tests/integration/test_firstboot.py "$BUILD"
 	run_suite "$BUILD/tune (fixture hosts)" python3 tests/integration/test_tune.py "$BUILD"
 	run_suite "$BUILD/fabric (fixture hosts)" python3 tests/integration/test_fabric.py "$BUILD"
 	run_suite "$BUILD/fabric units (systemd)" python3 tests/integration/test_fabric_units.py "$BUILD"
