@@ -14,6 +14,7 @@
 #include "settings.h"
 #include "server/strbuf.h"
 #include "supervisor.h"
+#include "hostfs.h"
 
 #define PRIVAI_VERSION "0.4.0"
 
@@ -176,7 +177,36 @@ h_setting_put(struct req *r)
 	cJSON_Delete(j);
 }
 
+/* What day-0 configuration did (privai-firstboot's record, STATE/firstboot.json):
+ * {"firstboot": record or null, "note": why there is none}. */
+static void
+h_appliance(struct req *r)
+{
+	char path[4096 + 32];
+	cJSON *root = cJSON_CreateObject(), *rec = NULL;
+	size_t len = 0;
+
+	snprintf(path, sizeof(path), "%s/firstboot.json", r->a->cfg.state_dir);
+	cJSON_AddStringToObject(root, "version", PRIVAI_VERSION);
+	char *text = hostfs_read_text("/", path, 1 << 20, &len);
+	int present = text != NULL;
+	if (text != NULL)
+		rec = cJSON_ParseWithLength(text, len);
+	free(text);
+	if (rec != NULL && cJSON_IsObject(rec) && cJSON_IsArray(cJSON_GetObjectItem(rec, "steps"))) {
+		cJSON_AddItemToObject(root, "firstboot", rec);
+	} else {
+		cJSON_Delete(rec);
+		cJSON_AddNullToObject(root, "firstboot");
+		cJSON_AddStringToObject(root, "note", !present ? "no day-0 record: this privai-admin was not "
+					"started on a privai image (privai-firstboot writes firstboot.json)"
+					: "firstboot.json is not a day-0 record (unreadable or not JSON)");
+	}
+	reply_json(r, 200, root);
+}
+
 const struct route api_system_routes[] = {
+	{ "GET", "/api/v1/system/appliance", ROLE_VIEWER, 0, h_appliance, NULL, NULL },
 	{ "GET", "/api/v1/health", 0, ROUTE_PUBLIC, h_health, NULL, NULL },
 	{ "GET", "/readyz", 0, ROUTE_PUBLIC, h_readyz, NULL, NULL },
 	{ "GET", "/metrics", ROLE_VIEWER, 0, h_metrics, NULL, NULL },

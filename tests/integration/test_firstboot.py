@@ -286,6 +286,36 @@ def test_broken_sources(tmp):
     check(p.returncode == 2 and "unknown option" in p.stderr, "an unknown option: exit 2", p.stderr)
 
 
+def test_admin_shows_it(tmp):
+    """privai-admin's GET /api/v1/system/appliance serves the record of the
+    state directory it runs on, and says so when there is none."""
+    from adminlib import Admin
+    r = Root(tmp, "shown", cloud=yaml_config({"hostname": "shown-node", "ip": "10.0.0.300/24",
+                                              "admin_password": PW}))
+    r.run()
+    state = r.path + "/var/lib/privai"
+    adm = Admin(BUILD, state, "correct horse battery staple", ports="19400-19409")
+    try:
+        c = adm.client()
+        c.login("admin", "correct horse battery staple")
+        a = c.get("/api/v1/system/appliance")
+        fb = (a.json or {}).get("firstboot") or {}
+        steps = {s["step"]: s["state"] for s in fb.get("steps", [])}
+        check(a.status == 200 and steps.get("hostname") == "applied" and steps.get("network") == "fallback" and
+              fb["keys"]["admin_password"]["value"] == "(given)", "the console's API shows the day-0 record", a)
+        check(adm.client().get("/api/v1/system/appliance").status == 401, "to signed-in users only")
+        os.unlink(state + "/firstboot.json")
+        a = c.get("/api/v1/system/appliance")
+        check(a.status == 200 and a.json["firstboot"] is None and "not started on a privai image" in a.json["note"],
+              "without a record: null and why", a)
+        open(state + "/firstboot.json", "w").write("{not json")
+        a = c.get("/api/v1/system/appliance")
+        check(a.status == 200 and a.json["firstboot"] is None and "not a day-0 record" in a.json["note"],
+              "a damaged record: null and why", a)
+    finally:
+        adm.stop()
+
+
 def main():
     if not os.path.exists(BIN):
         print(f"{BIN} is not built")
@@ -297,6 +327,7 @@ def main():
         test_bad_values(tmp)
         test_fallbacks(tmp)
         test_broken_sources(tmp)
+        test_admin_shows_it(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return summary()

@@ -27,6 +27,7 @@ export default async function settings(main, ctx) {
     box.append(form);
   }
   main.append(h('h2', {}, 'Settings'), box);
+  main.append(h('h2', {}, 'Appliance'), await applianceCard());
   main.append(h('h2', {}, 'TLS certificate'), await tlsCard());
   if (ctx.me.user.role !== 'admin') return;
   const list = h('div', {});
@@ -100,5 +101,31 @@ async function tlsCard() {
     }, 'Certificate replaced: new connections use it; reload the page to check it in your browser');
   });
   card.append(h('h3', {}, 'Replace'), form);
+  return card;
+}
+
+// What day-0 configuration (cloud-init, the OVF properties) did at the
+// last boot: each step's state and message, and the sources' warnings.
+async function applianceCard() {
+  const a = await api('GET', '/api/v1/system/appliance');
+  const card = h('div', { class: 'card' });
+  if (!a.firstboot) {
+    card.append(h('p', { class: 'muted' }, a.note || 'No day-0 record.'));
+    return card;
+  }
+  const fb = a.firstboot;
+  card.append(h('p', {}, `Day-0 configuration ran ${when(fb.at)}.`));
+  card.append(table('Day-0 steps', [
+    { label: 'Step', value: (s) => s.step },
+    { label: 'State', value: (s) => h('span', { class: ['refused', 'fallback', 'failed'].includes(s.state) ? 'error-text' : '' }, s.state) },
+    { label: 'What', value: (s) => s.message },
+  ], fb.steps, 'No steps.'));
+  const keys = Object.entries(fb.keys || {});
+  if (keys.length)
+    card.append(table('Day-0 keys', [
+      { label: 'Key', value: ([k]) => k }, { label: 'Value', value: ([, v]) => v.value },
+      { label: 'From', value: ([, v]) => v.source }, { label: 'Problem', value: ([, v]) => v.problem || '' },
+    ], keys, ''));
+  for (const w of fb.warnings || []) card.append(h('p', { class: 'muted' }, `Warning: ${w}`));
   return card;
 }
