@@ -46,7 +46,7 @@ UNIT_BIN   = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEMO_MODEL = $(BUILD)/demo/privai-demo.gguf
 DEPS_STAMP = .deps-installed
 
-.PHONY: all deps run run-engine test test-unit test-cli fuzz bench clean
+.PHONY: all deps run run-engine test test-unit test-cli fuzz bench clean deb
 .DEFAULT_GOAL := all
 
 NVML_DOUBLE = $(BUILD)/libnvml-double.so
@@ -157,6 +157,11 @@ test: all $(DEMO_MODEL) $(BROWSER_DEPS)
 	@$(MAKE) --no-print-directory SAN=1 all build-san/demo/privai-demo.gguf >/dev/null
 	@BUILDS="$(BUILD) build-san" tests/run-all.sh
 endif
+
+# `make deb`: privai as a Debian package (build/deb/), what the image installs
+VERSION ?= 0.7.0
+deb: all $(DEMO_MODEL)
+	@scripts/build-deb.sh $(BUILD) $(BUILD)/deb $(VERSION)
 
 FUZZ_SECONDS ?= 300
 fuzz: all | $(DEPS_STAMP)

@@ -66,6 +66,8 @@ for simd in scalar avx2; do
 done
 # the units as systemd reads them, once
 run_suite "systemd units (systemd-analyze)" python3 tests/integration/test_systemd_units.py "$BUILD"
+# the Debian package the image installs, once
+run_suite "$BUILD/package (dpkg-deb)" python3 tests/integration/test_deb.py "$BUILD"
 # the console in headless Chromium, once, against the first build
 run_suite "$BUILD/console (Chromium)" node tests/browser/console.test.mjs "$BUILD" "$BUILD/screenshots"
 if [ "${SKIP_FUZZ:-}" != "1" ]; then

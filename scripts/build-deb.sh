@@ -1,0 +1,56 @@
+#!/bin/sh
+# Build privai's Debian package from a finished build tree:
+#   scripts/build-deb.sh BUILD OUT_DIR VERSION
+# Binaries (stripped), units, preset, sysusers, polkit rule, the console,
+# the demo model, default config and docs; Depends from dpkg-shlibdeps;
+# timestamps clamped to SOURCE_DATE_EPOCH (the last commit's time when
+# unset) so the same tree gives the same package.
+set -eu
+BUILD=$1
+OUT=$2
+VERSION=$3
+TOP=$(cd "$(dirname "$0")/.." && pwd)
+: "${SOURCE_DATE_EPOCH:=$(git -C "$TOP" log -1 --format=%ct 2>/dev/null || echo 0)}"
+export SOURCE_DATE_EPOCH
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+R=$STAGE/root
+
+install -d "$R/DEBIAN" "$R/usr/bin" "$R/usr/lib/systemd/system" "$R/usr/lib/systemd/system-preset" \
+	"$R/usr/lib/sysusers.d" "$R/usr/share/polkit-1/rules.d" "$R/usr/share/privai/demo" "$R/usr/share/doc/privai" \
+	"$R/etc/privai"
+for b in privai-admin privai-engine privai-tune privai-fabric privai-firstboot privai-bench; do
+	install -m 0755 "$BUILD/$b" "$R/usr/bin/$b"
+	strip --strip-unneeded "$R/usr/bin/$b"
+done
+install -m 0644 "$TOP"/appliance/systemd/*.service "$TOP"/appliance/systemd/*.timer "$R/usr/lib/systemd/system/"
+install -m 0644 "$TOP/appliance/systemd/preset/90-privai.preset" "$R/usr/lib/systemd/system-preset/"
+install -m 0644 "$TOP/appliance/systemd/sysusers/privai.conf" "$R/usr/lib/sysusers.d/"
+install -m 0644 "$TOP/appliance/polkit/50-privai.rules" "$R/usr/share/polkit-1/rules.d/"
+cp -r "$TOP/webui" "$R/usr/share/privai/webui"
+rm -f "$R/usr/share/privai/webui/README.md"
+install -m 0644 "$BUILD/demo/privai-demo.gguf" "$R/usr/share/privai/demo/"
+install -m 0644 "$TOP/packaging/appliance.conf" "$R/etc/privai/appliance.conf"
+for d in README.md docs/operations.md docs/architecture.md docs/api/openapi.yaml; do
+	install -m 0644 "$TOP/$d" "$R/usr/share/doc/privai/"
+done
+for s in postinst prerm postrm; do
+	install -m 0755 "$TOP/packaging/debian/$s" "$R/DEBIAN/$s"
+done
+echo /etc/privai/appliance.conf > "$R/DEBIAN/conffiles"
+
+# Depends: what the binaries link, as Debian's own tool says
+mkdir -p "$STAGE/shl/debian"
+printf 'Source: privai\n\nPackage: privai\nArchitecture: amd64\n' > "$STAGE/shl/debian/control"
+DEPENDS=$(cd "$STAGE/shl" && dpkg-shlibdeps -O $(for b in "$R"/usr/bin/*; do printf -- '-e%s ' "$b"; done) 2>/dev/null |
+	sed -n 's/^shlibs:Depends=//p')
+DEPENDS="$DEPENDS, systemd (>= 252)"
+SIZE_KB=$(du -sk --exclude=DEBIAN "$R" | cut -f1)
+sed -e "s/@VERSION@/$VERSION/" -e "s/@SIZE_KB@/$SIZE_KB/" -e "s/@DEPENDS@/$DEPENDS/" \
+	"$TOP/packaging/debian/control.in" > "$R/DEBIAN/control"
+(cd "$R" && find . -type f ! -path './DEBIAN/*' -print0 | sort -z | xargs -0 md5sum | sed 's# \./# #') \
+	> "$R/DEBIAN/md5sums"
+find "$R" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+mkdir -p "$OUT"
+dpkg-deb --root-owner-group -Zxz --build "$R" "$OUT/privai_${VERSION}_amd64.deb" >/dev/null
+echo "$OUT/privai_${VERSION}_amd64.deb: $(du -h "$OUT/privai_${VERSION}_amd64.deb" | cut -f1), installed $SIZE_KB KiB"
