@@ -288,8 +288,8 @@ const struct fb_key_info fb_keys[FB_NKEYS] = {
 	[FB_JOIN_URL] = { "join_url", 0, 0, 512, check_url, "Leader URL", "A member's leader: https://HOST" },
 	[FB_JOIN_TOKEN] = { "join_token", 1, 0, 64, check_join_token, "Join token", "The leader's one-time join token" },
 	[FB_JOIN_PIN] = { "join_pin", 0, 0, 64, check_pin, "Leader key pin", "sha256//... as the join token showed" },
-	[FB_TLS_CERT] = { "tls_cert", 0, 1, 65536, check_cert, "TLS certificate", "PEM (base64 of it in OVF)" },
-	[FB_TLS_KEY] = { "tls_key", 1, 1, 65536, check_key, "TLS private key", "PEM (base64 of it in OVF)" },
+	[FB_TLS_CERT] = { "tls_cert", 0, 1, 65536, check_cert, "TLS certificate", "The console's certificate chain, PEM" },
+	[FB_TLS_KEY] = { "tls_key", 1, 1, 65536, check_key, "TLS private key", "Its private key, PEM, unencrypted" },
 	[FB_MODELS] = { "models", 0, 0, 4096, check_models, "Models", "Comma-separated .gguf paths on an attached disk" },
 };
 

@@ -316,6 +316,14 @@ def test_admin_shows_it(tmp):
         adm.stop()
 
 
+def test_docs():
+    """docs/cloud-init.md holds the key table the binary prints."""
+    out = subprocess.run([BIN, "--keys"], capture_output=True, text=True).stdout
+    doc = open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
+                            "cloud-init.md")).read()
+    check(out.count("\n") == 16 and out in doc, "docs/cloud-init.md lists every key as privai-firstboot --keys does")
+
+
 def main():
     if not os.path.exists(BIN):
         print(f"{BIN} is not built")
@@ -328,6 +336,7 @@ def main():
         test_fallbacks(tmp)
         test_broken_sources(tmp)
         test_admin_shows_it(tmp)
+        test_docs()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return summary()

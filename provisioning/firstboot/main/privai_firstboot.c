@@ -22,6 +22,7 @@ usage(FILE *fp)
 	      "                      (default /var/lib/cloud/instance/cloud-config.txt)\n"
 	      "  --ovf-env FILE      an OVF environment to read (default: vSphere's guestinfo.ovfEnv\n"
 	      "                      through vmware-rpctool, else ovf-env.xml on a CD, when --root is /)\n"
+	      "  --keys              print the keys as a Markdown table (docs/cloud-init.md) and exit\n"
 	      "  --check             read and check the sources, print what would apply, change nothing\n"
 	      "  --strict            exit 3 when a value was refused or a step failed (default: 0, so\n"
 	      "                      the boot goes on; the problems are reported either way)\n"
@@ -43,6 +44,13 @@ main(int argc, char **argv)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			usage(stdout);
+			return 0;
+		} else if (strcmp(a, "--keys") == 0) {
+			printf("| key | OVF property | what | secret |\n| --- | --- | --- | --- |\n");
+			for (int k = 0; k < FB_NKEYS; k++)
+				printf("| `%s` | `privai.%s` | %s%s | %s |\n", fb_keys[k].name, fb_keys[k].name,
+				       fb_keys[k].description, fb_keys[k].ovf_base64 ? " (base64 in OVF)" : "",
+				       fb_keys[k].secret ? "yes" : "");
 			return 0;
 		} else if (strcmp(a, "--check") == 0) {
 			check = 1;
