@@ -278,6 +278,16 @@ def test_broken_sources(tmp):
     r.run()
     check("mapping" in r.record["keys"]["hostname"]["problem"] and "plain values" in r.record["keys"]["dns"]["problem"],
           "a mapping or a nested list is refused for its key", r.record.get("keys"))
+    # cloud-init's local stage leaves the raw user-data: read first when it is a cloud-config
+    r = Root(tmp, "rawdata", cloud=yaml_config({"hostname": "from-merged"}))
+    r.write("/var/lib/cloud/instance/user-data.txt", yaml_config({"hostname": "from-raw"}))
+    r.run()
+    check(r.read("/etc/hostname") == "from-raw\n" and "user-data.txt" in r.record["keys"]["hostname"]["source"],
+          "the local stage's user-data.txt before last boot's merged cloud-config", r.record["keys"].get("hostname"))
+    r.write("/var/lib/cloud/instance/user-data.txt", "Content-Type: multipart/mixed; boundary=x\n")
+    r.run()
+    check(r.read("/etc/hostname") == "from-merged\n", "a multipart user-data: the merged cloud-config",
+          r.read("/etc/hostname"))
     r = Root(tmp, "noprivai", cloud="#cloud-config\nhostname: cloud-init-does-this\n")
     p = r.run("--strict")
     check(p.returncode == 0 and r.steps["hostname"]["state"] == "not given",

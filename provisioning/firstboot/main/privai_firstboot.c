@@ -18,8 +18,9 @@ usage(FILE *fp)
 	fputs("usage: privai-firstboot [options]\n"
 	      "  --root DIR          the system to configure (default /; a scratch tree in tests)\n"
 	      "  --conf FILE         the image's defaults (default /etc/privai/appliance.conf)\n"
-	      "  --cloud-config FILE cloud-init's merged cloud-config\n"
-	      "                      (default /var/lib/cloud/instance/cloud-config.txt)\n"
+	      "  --cloud-config FILE cloud-init's config (default: the user-data cloud-init's local stage\n"
+	      "                      stored, /var/lib/cloud/instance/user-data.txt, when it is a\n"
+	      "                      #cloud-config document, else the merged cloud-config.txt)\n"
 	      "  --ovf-env FILE      an OVF environment to read (default: vSphere's guestinfo.ovfEnv\n"
 	      "                      through vmware-rpctool, else ovf-env.xml on a CD, when --root is /)\n"
 	      "  --keys              print the keys as a Markdown table (docs/cloud-init.md) and exit\n"
@@ -30,11 +31,30 @@ usage(FILE *fp)
 	      fp);
 }
 
+/*
+ * Where cloud-init's config is when we run, before the network: its local
+ * stage has stored the user-data it read (user-data.txt); the merged
+ * cloud-config.txt is written only later, by its network stage, so it is
+ * there at this point only from an earlier boot.  A user-data that is one
+ * cloud-config document is read as it is; a multipart one through the
+ * merged file, which then lags one boot behind.
+ */
+static const char *
+cloud_config_path(const char *root)
+{
+	static const char *const raw = "/var/lib/cloud/instance/user-data.txt",
+			  *const merged = "/var/lib/cloud/instance/cloud-config.txt";
+	char head[16] = "";
+
+	if (hostfs_read_line(root, raw, head, sizeof(head)) == 0 && strncmp(head, "#cloud-config", 13) == 0)
+		return raw;
+	return merged;
+}
+
 int
 main(int argc, char **argv)
 {
-	const char *root = "/", *conf = "/etc/privai/appliance.conf",
-		   *cloud = "/var/lib/cloud/instance/cloud-config.txt", *ovf = NULL;
+	const char *root = "/", *conf = "/etc/privai/appliance.conf", *cloud = NULL, *ovf = NULL;
 	int check = 0, strict = 0;
 	struct fb_config c;
 	struct fb_step steps[FB_NSTEPS];
@@ -76,7 +96,7 @@ main(int argc, char **argv)
 		return 1;
 	}
 	fb_read_conf(&c, root, conf);
-	fb_read_cloud_config(&c, root, cloud);
+	fb_read_cloud_config(&c, root, cloud != NULL ? cloud : cloud_config_path(root));
 	char *xml = NULL;
 	if (ovf != NULL) {
 		if ((xml = hostfs_read_text(root, ovf, 1 << 20, NULL)) == NULL)

@@ -1,0 +1,95 @@
+#!/bin/sh
+# Build the appliance's disk: scripts/build-image.sh DEB OUT_DIR
+#
+# A Debian 12 root file system from Debian's packages (mmdebstrap, with the
+# apt sources this machine uses), privai installed from its own package
+# (make deb) and enabled by its preset; then a GPT disk assembled from
+# file-system images without loop devices or mounts:
+#   1  BIOS boot  1 MiB  (reserved for BIOS GRUB; not written yet: UEFI only)
+#   2  EFI system 127 MiB FAT: GRUB as one standalone EFI binary
+#   3  root       ext4 made with mkfs.ext4 -d from the tree
+# Outputs privai.raw and privai.qcow2, with each one's size and the time
+# the build took.  Needs root (mmdebstrap's root mode) and the network to
+# Debian's archive, nothing else.
+set -eu
+DEB=$(realpath "$1")
+OUT=$(realpath -m "$2")
+TOP=$(cd "$(dirname "$0")/.." && pwd)
+: "${SOURCE_DATE_EPOCH:=$(git -C "$TOP" log -1 --format=%ct 2>/dev/null || date +%s)}"
+export SOURCE_DATE_EPOCH
+ROOT_SIZE_MIB=${ROOT_SIZE_MIB:-4096}
+START=$(date +%s)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/privai-image.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+TREE=$WORK/tree
+mkdir -p "$OUT"
+
+# the apt sources this machine uses: no archive is named here
+SOURCES=""
+for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list; do
+	[ -f "$f" ] && SOURCES="$SOURCES $f"
+done
+[ -n "$SOURCES" ] || { echo "build-image: no apt sources on this machine" >&2; exit 1; }
+
+# deterministic ids, so two builds of one commit describe the same disk
+ROOT_UUID=$(python3 -c 'import sys, uuid; print(uuid.uuid5(uuid.NAMESPACE_URL, sys.argv[1]))' \
+	"privai-root-$SOURCE_DATE_EPOCH")
+ESP_ID=$(printf '%s' "$SOURCE_DATE_EPOCH" | sha256sum | cut -c1-8 | tr a-f A-F)
+
+echo "build-image: root file system (mmdebstrap)"
+mmdebstrap --quiet --variant=minbase --mode=root \
+	--include=systemd-sysv,udev,dbus,polkitd,systemd-timesyncd,systemd-resolved,linux-image-amd64,initramfs-tools,cloud-init,open-vm-tools,openssh-server,ca-certificates,iproute2,netbase,less,sudo \
+	--essential-hook='mkdir -p "$1/etc/initramfs-tools/conf.d"; echo MODULES=dep > "$1/etc/initramfs-tools/conf.d/privai"' \
+	--customize-hook="copy-in $DEB /tmp" \
+	--customize-hook='chroot "$1" sh -c "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends /tmp/privai_*.deb && rm /tmp/privai_*.deb"' \
+	--customize-hook="upload $TOP/images/cloud.cfg /etc/cloud/cloud.cfg.d/90-privai.cfg" \
+	--customize-hook='chroot "$1" systemctl enable systemd-networkd.service systemd-resolved.service systemd-timesyncd.service' \
+	--customize-hook='rm -f "$1/etc/hostname" "$1/etc/machine-id" "$1/var/lib/dbus/machine-id"; touch "$1/etc/machine-id"' \
+	--customize-hook='chroot "$1" apt-get clean; rm -rf "$1"/var/lib/apt/lists/* "$1"/var/log/*.log "$1"/var/cache/debconf/*-old' \
+	bookworm "$TREE" $SOURCES
+
+KVER=$(ls "$TREE/boot" | sed -n 's/^vmlinuz-//p' | sort -V | tail -1)
+[ -n "$KVER" ] || { echo "build-image: no kernel in the tree" >&2; exit 1; }
+cat > "$TREE/etc/fstab" <<FSTAB
+UUID=$ROOT_UUID / ext4 errors=remount-ro 0 1
+FSTAB
+
+echo "build-image: boot loader (GRUB, EFI)"
+cat > "$WORK/grub.cfg" <<GRUB
+set timeout=1
+search --no-floppy --fs-uuid --set=root $ROOT_UUID
+menuentry "privai" {
+	linux /boot/vmlinuz-$KVER root=UUID=$ROOT_UUID ro console=tty0 console=ttyS0,115200n8
+	initrd /boot/initrd.img-$KVER
+}
+GRUB
+grub-mkstandalone -O x86_64-efi --modules="part_gpt ext2 search_fs_uuid linux normal echo" \
+	--locales= --themes= --fonts= -o "$WORK/BOOTX64.EFI" "boot/grub/grub.cfg=$WORK/grub.cfg"
+mkfs.vfat -C -n PRIVAI-ESP -i "$ESP_ID" "$WORK/esp.img" $((127 * 1024)) >/dev/null
+mmd -i "$WORK/esp.img" ::/EFI ::/EFI/BOOT
+mcopy -i "$WORK/esp.img" "$WORK/BOOTX64.EFI" ::/EFI/BOOT/BOOTX64.EFI
+
+echo "build-image: root file system image (ext4)"
+E2FSPROGS_FAKE_TIME=$SOURCE_DATE_EPOCH mkfs.ext4 -q -L privai-root -U "$ROOT_UUID" -E hash_seed="$ROOT_UUID" \
+	-d "$TREE" "$WORK/root.img" "${ROOT_SIZE_MIB}M"
+
+echo "build-image: disk"
+RAW=$OUT/privai.raw
+rm -f "$RAW"
+truncate -s $((1 + 1 + 127 + ROOT_SIZE_MIB + 1))M "$RAW"
+sfdisk --quiet "$RAW" <<PART
+label: gpt
+unit: sectors
+first-lba: 2048
+start=2048, size=2048, type=21686148-6449-6E6F-744E-656564454649, name="bios"
+start=4096, size=$((127 * 2048)), type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name="esp"
+start=$((4096 + 127 * 2048)), size=$((ROOT_SIZE_MIB * 2048)), type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name="root"
+PART
+dd if="$WORK/esp.img" of="$RAW" bs=1M seek=2 conv=notrunc,sparse status=none
+dd if="$WORK/root.img" of="$RAW" bs=1M seek=129 conv=notrunc,sparse status=none
+qemu-img convert -q -c -O qcow2 "$RAW" "$OUT/privai.qcow2"
+END=$(date +%s)
+for f in "$RAW" "$OUT/privai.qcow2"; do
+	echo "build-image: $f: $(du -h --apparent-size "$f" | cut -f1) ($(du -h "$f" | cut -f1) on disk)"
+done
+echo "build-image: kernel $KVER, root $ROOT_UUID, $((END - START)) s"
