@@ -31,6 +31,8 @@ cp -r "$TOP/webui" "$R/usr/share/privai/webui"
 rm -f "$R/usr/share/privai/webui/README.md"
 install -m 0644 "$BUILD/demo/privai-demo.gguf" "$R/usr/share/privai/demo/"
 install -m 0644 "$TOP/packaging/appliance.conf" "$R/etc/privai/appliance.conf"
+install -d "$R/usr/lib/systemd/network"
+install -m 0644 "$TOP/packaging/90-privai-dhcp.network" "$R/usr/lib/systemd/network/"
 for d in README.md docs/operations.md docs/architecture.md docs/api/openapi.yaml; do
 	install -m 0644 "$TOP/$d" "$R/usr/share/doc/privai/"
 done

@@ -36,12 +36,15 @@ ROOT_UUID=$(python3 -c 'import sys, uuid; print(uuid.uuid5(uuid.NAMESPACE_URL, s
 	"privai-root-$SOURCE_DATE_EPOCH")
 ESP_ID=$(printf '%s' "$SOURCE_DATE_EPOCH" | sha256sum | cut -c1-8 | tr a-f A-F)
 
+# the package's own Depends, installed by mmdebstrap from the archive, so
+# that dpkg -i in the tree needs no network
+PKG_DEPENDS=$(dpkg-deb --field "$DEB" Depends | tr ',' '\n' | sed 's/(.*)//; s/ //g' | grep -v '^$' | paste -sd, -)
+
 echo "build-image: root file system (mmdebstrap)"
-mmdebstrap --quiet --variant=minbase --mode=root \
-	--include=systemd-sysv,udev,dbus,polkitd,systemd-timesyncd,systemd-resolved,linux-image-amd64,initramfs-tools,cloud-init,open-vm-tools,openssh-server,ca-certificates,iproute2,netbase,less,sudo \
-	--essential-hook='mkdir -p "$1/etc/initramfs-tools/conf.d"; echo MODULES=dep > "$1/etc/initramfs-tools/conf.d/privai"' \
+mmdebstrap --variant=minbase --mode=root \
+	--include="systemd-sysv,udev,dbus,polkitd,systemd-timesyncd,systemd-resolved,linux-image-amd64,initramfs-tools,cloud-init,open-vm-tools,openssh-server,ca-certificates,iproute2,netbase,less,sudo,$PKG_DEPENDS" \
 	--customize-hook="copy-in $DEB /tmp" \
-	--customize-hook='chroot "$1" sh -c "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends /tmp/privai_*.deb && rm /tmp/privai_*.deb"' \
+	--customize-hook='chroot "$1" sh -c "dpkg -i /tmp/privai_*.deb && rm /tmp/privai_*.deb"' \
 	--customize-hook="upload $TOP/images/cloud.cfg /etc/cloud/cloud.cfg.d/90-privai.cfg" \
 	--customize-hook='chroot "$1" systemctl enable systemd-networkd.service systemd-resolved.service systemd-timesyncd.service' \
 	--customize-hook='rm -f "$1/etc/hostname" "$1/etc/machine-id" "$1/var/lib/dbus/machine-id"; touch "$1/etc/machine-id"' \

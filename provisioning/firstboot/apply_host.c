@@ -54,21 +54,43 @@ refused(struct fb_step *s, const struct fb_config *c, enum fb_key k)
 	return 1;
 }
 
+/* A method of a system service over the system bus; 0, or -1 with why. */
 static int
-hostnamed_set(const char *name, char *why, size_t size)
+bus_call(const char *dest, const char *path, const char *iface, const char *method, char *why, size_t size,
+	 const char *types, ...)
 {
 	sd_bus *bus = NULL;
 	sd_bus_error e = SD_BUS_ERROR_NULL;
+	sd_bus_message *m = NULL;
+	va_list ap;
 	int r = sd_bus_open_system(&bus);
 
 	if (r >= 0)
-		r = sd_bus_call_method(bus, "org.freedesktop.hostname1", "/org/freedesktop/hostname1",
-				       "org.freedesktop.hostname1", "SetStaticHostname", &e, NULL, "sb", name, 0);
+		r = sd_bus_message_new_method_call(bus, &m, dest, path, iface, method);
+	if (r >= 0 && types != NULL) {
+		va_start(ap, types);
+		r = sd_bus_message_appendv(m, types, ap);
+		va_end(ap);
+	}
+	if (r >= 0)
+		r = sd_bus_call(bus, m, 0, &e, NULL);
 	if (r < 0)
-		snprintf(why, size, "hostnamed: %s", e.message ? e.message : strerror(-r));
+		snprintf(why, size, "%s.%s: %s", dest, method, e.message ? e.message : strerror(-r));
 	sd_bus_error_free(&e);
+	sd_bus_message_unref(m);
 	sd_bus_unref(bus);
 	return r < 0 ? -1 : 0;
+}
+
+/* The running system's name now: hostnamed, or the kernel's when the bus
+ * is not there (the file is what counts at the next boot). */
+static int
+hostname_live(const char *name, char *why, size_t size)
+{
+	if (bus_call("org.freedesktop.hostname1", "/org/freedesktop/hostname1", "org.freedesktop.hostname1",
+		     "SetStaticHostname", why, size, "sb", name, 0) == 0)
+		return 0;
+	return sethostname(name, strlen(name)) == 0 ? 0 : -1;
 }
 
 /* /etc/hosts with name on 127.0.1.1 (Debian's way), other lines kept. */
@@ -122,7 +144,7 @@ step_hostname(const struct fb_config *c, const struct fb_apply_opts *o, struct f
 	free(hosts);
 	if (rc)
 		return;
-	if (o->live && changed && hostnamed_set(name, why, sizeof(why)) < 0) {
+	if (o->live && changed && hostname_live(name, why, sizeof(why)) < 0) {
 		step_set(s, FB_FAILED, "%s written, but %s", "/etc/hostname", why);
 		return;
 	}
@@ -173,6 +195,14 @@ step_network(const struct fb_config *c, const struct fb_apply_opts *o, struct fb
 	network_text(c, text, sizeof(text), why, sizeof(why));
 	if (install(s, o, NETWORK_FILE, text, 0644, &changed) < 0)
 		return;
+	/* networkd has read its files already: a change takes effect now */
+	char bus_why[300];
+	if (o->live && changed && bus_call("org.freedesktop.network1", "/org/freedesktop/network1",
+					   "org.freedesktop.network1.Manager", "Reload", bus_why, sizeof(bus_why),
+					   NULL) < 0) {
+		step_set(s, FB_FAILED, "%s written; it applies at the next boot (%s)", NETWORK_FILE, bus_why);
+		return;
+	}
 	if (why[0] != '\0')
 		step_set(s, FB_FALLBACK, "kept DHCP: %s", why);
 	else if (fb_good(c, FB_IP) != NULL && strcmp(fb_good(c, FB_IP), "dhcp") != 0)

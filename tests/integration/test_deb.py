@@ -26,7 +26,7 @@ WANT = ["./usr/bin/privai-admin", "./usr/bin/privai-engine", "./usr/bin/privai-t
         "./usr/lib/systemd/system-preset/90-privai.preset", "./usr/lib/sysusers.d/privai.conf",
         "./usr/share/polkit-1/rules.d/50-privai.rules", "./usr/share/privai/webui/index.html",
         "./usr/share/privai/demo/privai-demo.gguf", "./etc/privai/appliance.conf",
-        "./usr/share/doc/privai/operations.md"]
+        "./usr/share/doc/privai/operations.md", "./usr/lib/systemd/network/90-privai-dhcp.network"]
 
 
 def build(out):

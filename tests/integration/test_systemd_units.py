@@ -123,7 +123,7 @@ def main():
                    "CapabilityBoundingSet=CAP_NET_BIND_SERVICE") if name == "privai-admin.service" \
                 else ("PrivateNetwork=yes",)
             # privai-firstboot writes root's authorized_keys: home read-only but for /root
-            home = "ProtectHome=read-only" if name == "privai-firstboot.service" else "ProtectHome=yes"
+            home = "ProtectHome=no" if name == "privai-firstboot.service" else "ProtectHome=yes"
             for option in ("NoNewPrivileges=yes", "ProtectSystem=strict", home, *net):
                 check(option in text, f"{name}: {option}")
         test_packaging(tmp)
