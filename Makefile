@@ -46,7 +46,7 @@ UNIT_BIN   = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEMO_MODEL = $(BUILD)/demo/privai-demo.gguf
 DEPS_STAMP = .deps-installed
 
-.PHONY: all deps run run-engine test test-unit test-cli fuzz bench clean deb
+.PHONY: all deps run run-engine test test-unit test-cli fuzz bench clean deb image image-test
 .DEFAULT_GOAL := all
 
 NVML_DOUBLE = $(BUILD)/libnvml-double.so
@@ -162,6 +162,15 @@ endif
 VERSION ?= 0.7.0
 deb: all $(DEMO_MODEL)
 	@scripts/build-deb.sh $(BUILD) $(BUILD)/deb $(VERSION)
+
+# `make image`: the appliance's disk (build/image/: privai.raw, privai.qcow2)
+# from Debian's packages and the package above; `make image-test` boots it
+# in qemu and checks it through its REST API (tests/image/).
+image: deb
+	@scripts/build-image.sh $(BUILD)/deb/privai_$(VERSION)_amd64.deb $(BUILD)/image
+
+image-test: image
+	@python3 tests/image/boot_test.py $(BUILD)/image
 
 FUZZ_SECONDS ?= 300
 fuzz: all | $(DEPS_STAMP)

@@ -17,7 +17,7 @@ trap 'rm -rf "$STAGE"' EXIT
 R=$STAGE/root
 
 install -d "$R/DEBIAN" "$R/usr/bin" "$R/usr/lib/systemd/system" "$R/usr/lib/systemd/system-preset" \
-	"$R/usr/lib/sysusers.d" "$R/usr/share/polkit-1/rules.d" "$R/usr/share/privai/demo" "$R/usr/share/doc/privai" \
+	"$R/usr/lib/sysusers.d" "$R/usr/share/privai/demo" "$R/usr/share/doc/privai" \
 	"$R/etc/privai"
 for b in privai-admin privai-engine privai-tune privai-fabric privai-firstboot privai-bench; do
 	install -m 0755 "$BUILD/$b" "$R/usr/bin/$b"
@@ -26,7 +26,6 @@ done
 install -m 0644 "$TOP"/appliance/systemd/*.service "$TOP"/appliance/systemd/*.timer "$R/usr/lib/systemd/system/"
 install -m 0644 "$TOP/appliance/systemd/preset/90-privai.preset" "$R/usr/lib/systemd/system-preset/"
 install -m 0644 "$TOP/appliance/systemd/sysusers/privai.conf" "$R/usr/lib/sysusers.d/"
-install -m 0644 "$TOP/appliance/polkit/50-privai.rules" "$R/usr/share/polkit-1/rules.d/"
 cp -r "$TOP/webui" "$R/usr/share/privai/webui"
 rm -f "$R/usr/share/privai/webui/README.md"
 install -m 0644 "$BUILD/demo/privai-demo.gguf" "$R/usr/share/privai/demo/"

@@ -333,12 +333,31 @@ runner_adopt(struct runner *r, int64_t id, char *const argv[], pid_t *pid, char 
 	return 1;
 }
 
+#define USER_BUS_WAIT_S 60          /* a lingering user's manager starting at boot */
+
 static int
-open_bus(struct runner *r, enum runner_mode mode, char *err)
+open_bus(struct runner *r, enum runner_mode mode, int patient, char *err)
 {
 	sd_bus_error e = SD_BUS_ERROR_NULL;
-	char *version = NULL;
-	int rc = mode == RUNNER_SYSTEMD ? sd_bus_open_system(&r->bus) : sd_bus_open_user(&r->bus);
+	char *version = NULL, dir[64];
+	int rc;
+
+	/* A system service (the appliance's privai-admin, user privai with
+	 * lingering) has no session: its user manager is at the standard
+	 * place, and at boot it may come up a little after us. */
+	snprintf(dir, sizeof(dir), "/run/user/%u", (unsigned)getuid());
+	if (mode == RUNNER_SYSTEMD_USER && getenv("XDG_RUNTIME_DIR") == NULL &&
+	    getenv("DBUS_SESSION_BUS_ADDRESS") == NULL)
+		setenv("XDG_RUNTIME_DIR", dir, 0);
+	else
+		patient = 0; /* a session's manager is there or not: no waiting */
+	for (int waited = 0;; waited++) {
+		rc = mode == RUNNER_SYSTEMD ? sd_bus_open_system(&r->bus) : sd_bus_open_user(&r->bus);
+		if (rc >= 0 || mode != RUNNER_SYSTEMD_USER || !patient || waited >= USER_BUS_WAIT_S ||
+		    (rc != -ENOENT && rc != -ECONNREFUSED))
+			break;
+		sleep(1);
+	}
 
 	if (rc < 0)
 		return privai_fail(err, PRIVAI_EUNAVAIL, "cannot connect to the systemd %s bus: %s",
@@ -370,10 +389,10 @@ runner_open(enum runner_mode mode, const char *tag, struct runner **ret, char *n
 	note[0] = '\0';
 	if (mode == RUNNER_AUTO && sd_booted() > 0) {
 		char why[PRIVAI_ERR_LEN];
-		if (open_bus(r, r->root ? RUNNER_SYSTEMD : RUNNER_SYSTEMD_USER, why) != PRIVAI_OK)
+		if (open_bus(r, r->root ? RUNNER_SYSTEMD : RUNNER_SYSTEMD_USER, 0, why) != PRIVAI_OK)
 			snprintf(note, note_size, "engines run as child processes: %s", why);
 	} else if (mode == RUNNER_SYSTEMD || mode == RUNNER_SYSTEMD_USER) {
-		rc = open_bus(r, mode, err);
+		rc = open_bus(r, mode, 1, err);
 	}
 	if (rc == PRIVAI_OK && r->bus != NULL)
 		rc = list_leftovers(r, err);

@@ -176,7 +176,7 @@ def scenario(vm, label, first):
     check(demo, f"{label}: the demo deployment exists", deps)
     if demo:
         deadline = time.time() + 300
-        while time.time() < deadline and demo[0].get("state") != "running":
+        while time.time() < deadline and demo[0].get("state") not in ("running", "failed"):
             time.sleep(3)
             st, d, _ = vm.request("GET", f"/api/v1/deployments/{demo[0]['id']}", headers=auth)
             demo = [d] if st == 200 else demo
@@ -184,7 +184,7 @@ def scenario(vm, label, first):
                                 {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8},
                                 headers=auth, timeout=120)
         check(st == 200 and out and out.get("choices"), f"{label}: the demo deployment answers a chat completion",
-              (st, out))
+              (st, out, {k: demo[0].get(k) for k in ("state", "reason", "unit")}))
     return t
 
 

@@ -24,7 +24,7 @@ WANT = ["./usr/bin/privai-admin", "./usr/bin/privai-engine", "./usr/bin/privai-t
         "./usr/bin/privai-firstboot", "./usr/lib/systemd/system/privai-admin.service",
         "./usr/lib/systemd/system/privai-firstboot.service", "./usr/lib/systemd/system/privai-preflight.timer",
         "./usr/lib/systemd/system-preset/90-privai.preset", "./usr/lib/sysusers.d/privai.conf",
-        "./usr/share/polkit-1/rules.d/50-privai.rules", "./usr/share/privai/webui/index.html",
+"./usr/share/privai/webui/index.html",
         "./usr/share/privai/demo/privai-demo.gguf", "./etc/privai/appliance.conf",
         "./usr/share/doc/privai/operations.md", "./usr/lib/systemd/network/90-privai-dhcp.network"]
 
@@ -69,6 +69,8 @@ def main():
             check(re.search(rf"(^|, ){re.escape(lib)}( |,|$)", deps), f"Depends names {lib}", deps)
         x = os.path.join(tmp, "x")
         subprocess.run(["dpkg-deb", "-R", deb, x], check=True)
+        check("/var/lib/systemd/linger/privai" in open(os.path.join(x, "DEBIAN", "postinst")).read(),
+              "postinst lets privai's own systemd manager run from boot (lingering)")
         for s in ("postinst", "prerm", "postrm"):
             r = subprocess.run(["sh", "-n", os.path.join(x, "DEBIAN", s)], capture_output=True, text=True)
             check(r.returncode == 0, f"{s} parses", r.stderr)
