@@ -45,7 +45,8 @@ mkdir -p "$STAGE/shl/debian"
 printf 'Source: privai\n\nPackage: privai\nArchitecture: amd64\n' > "$STAGE/shl/debian/control"
 DEPENDS=$(cd "$STAGE/shl" && dpkg-shlibdeps -O $(for b in "$R"/usr/bin/*; do printf -- '-e%s ' "$b"; done) 2>/dev/null |
 	sed -n 's/^shlibs:Depends=//p')
-DEPENDS="$DEPENDS, systemd (>= 252)"
+# the engines are units of user privai's manager, reached on its session bus
+DEPENDS="$DEPENDS, systemd (>= 252), dbus-user-session"
 SIZE_KB=$(du -sk --exclude=DEBIAN "$R" | cut -f1)
 sed -e "s/@VERSION@/$VERSION/" -e "s/@SIZE_KB@/$SIZE_KB/" -e "s/@DEPENDS@/$DEPENDS/" \
 	"$TOP/packaging/debian/control.in" > "$R/DEBIAN/control"

@@ -65,7 +65,7 @@ def main():
                               text=True).stdout
         deps = re.search(r"Depends: (.*)", info).group(1) if "Depends:" in info else ""
         for lib in ("libc6", "libcjson1", "libmicrohttpd12", "libsodium23", "libsqlite3-0", "libsystemd0",
-                    "libyaml-0-2", "libxml2", "libgnutls30", "libcurl4", "systemd"):
+                    "libyaml-0-2", "libxml2", "libgnutls30", "libcurl4", "systemd", "dbus-user-session"):
             check(re.search(rf"(^|, ){re.escape(lib)}( |,|$)", deps), f"Depends names {lib}", deps)
         x = os.path.join(tmp, "x")
         subprocess.run(["dpkg-deb", "-R", deb, x], check=True)
