@@ -278,10 +278,37 @@ write_all(int fd, const char *data, size_t len)
 	return 0;
 }
 
+/* full replaced whole by data (temporary file, fsync, rename), with mode. */
+static int
+replace_file(const char *full, const char *data, size_t len, mode_t mode)
+{
+	char tmp[PATH_MAX + 16];
+	int fd, saved;
+
+	snprintf(tmp, sizeof(tmp), "%s.privai-new", full);
+	unlink(tmp);
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode)) < 0)
+		return -1;
+	if (fchmod(fd, mode) < 0 || write_all(fd, data, len) < 0 || fsync(fd) < 0) {
+		saved = errno;
+		close(fd);
+		unlink(tmp);
+		errno = saved;
+		return -1;
+	}
+	if (close(fd) < 0 || rename(tmp, full) < 0) {
+		saved = errno;
+		unlink(tmp);
+		errno = saved;
+		return -1;
+	}
+	return 0;
+}
+
 int
 hostfs_write(const char *root, const char *path, const char *data, size_t len, int atomic)
 {
-	char full[PATH_MAX], tmp[PATH_MAX + 16];
+	char full[PATH_MAX];
 	int fd, saved;
 
 	if (hostfs_path(root, path, full, sizeof(full)) < 0) {
@@ -299,23 +326,7 @@ hostfs_write(const char *root, const char *path, const char *data, size_t len, i
 		}
 		return close(fd);
 	}
-	snprintf(tmp, sizeof(tmp), "%s.privai-new", full);
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-		return -1;
-	if (write_all(fd, data, len) < 0 || fsync(fd) < 0) {
-		saved = errno;
-		close(fd);
-		unlink(tmp);
-		errno = saved;
-		return -1;
-	}
-	if (close(fd) < 0 || rename(tmp, full) < 0) {
-		saved = errno;
-		unlink(tmp);
-		errno = saved;
-		return -1;
-	}
-	return 0;
+	return replace_file(full, data, len, 0644);
 }
 
 /* mkdir -p of path's parent directories, mode 0755. */
@@ -335,10 +346,9 @@ make_parents(char *full)
 int
 hostfs_install(const char *root, const char *path, const char *data, size_t len, mode_t mode, int *ret_changed)
 {
-	char full[PATH_MAX], tmp[PATH_MAX + 16];
+	char full[PATH_MAX];
 	struct stat sb;
 	size_t have_len;
-	int fd, saved;
 
 	if (ret_changed != NULL)
 		*ret_changed = 0;
@@ -355,23 +365,8 @@ hostfs_install(const char *root, const char *path, const char *data, size_t len,
 	}
 	if (make_parents(full) < 0)
 		return -1;
-	snprintf(tmp, sizeof(tmp), "%s.privai-new", full);
-	unlink(tmp);
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode)) < 0)
+	if (replace_file(full, data, len, mode) < 0)
 		return -1;
-	if (fchmod(fd, mode) < 0 || write_all(fd, data, len) < 0 || fsync(fd) < 0) {
-		saved = errno;
-		close(fd);
-		unlink(tmp);
-		errno = saved;
-		return -1;
-	}
-	if (close(fd) < 0 || rename(tmp, full) < 0) {
-		saved = errno;
-		unlink(tmp);
-		errno = saved;
-		return -1;
-	}
 	if (ret_changed != NULL)
 		*ret_changed = 1;
 	return 0;
