@@ -163,14 +163,18 @@ VERSION ?= 0.7.0
 deb: all $(DEMO_MODEL)
 	@scripts/build-deb.sh $(BUILD) $(BUILD)/deb $(VERSION)
 
-# `make image`: the appliance's disk (build/image/: privai.raw, privai.qcow2)
-# from Debian's packages and the package above; `make image-test` boots it
-# in qemu and checks it through its REST API (tests/image/).
+# `make image`: the appliance's disk (build/image/: privai.raw, privai.qcow2,
+# privai.vmdk, privai.ova) from Debian's packages and the package above;
+# `make image-test` checks the OVA's descriptor and manifest, then boots the
+# image in qemu (five scenarios) and checks it through its REST API
+# (tests/image/).  IMAGE_SCENARIOS=1,2 runs only those.
+IMAGE_SCENARIOS ?= 1,2,3,4,5
 image: deb
 	@scripts/build-image.sh $(BUILD)/deb/privai_$(VERSION)_amd64.deb $(BUILD)/image
 
 image-test: image
-	@python3 tests/image/boot_test.py $(BUILD)/image
+	@python3 tests/image/test_ova.py $(BUILD)/image/privai.ova $(BUILD)/privai-firstboot
+	@python3 tests/image/boot_test.py $(BUILD)/image $(IMAGE_SCENARIOS)
 
 FUZZ_SECONDS ?= 300
 fuzz: all | $(DEPS_STAMP)

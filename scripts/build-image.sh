@@ -5,11 +5,13 @@
 # apt sources this machine uses), privai installed from its own package
 # (make deb) and enabled by its preset; then a GPT disk assembled from
 # file-system images without loop devices or mounts:
-#   1  BIOS boot  1 MiB  (reserved for BIOS GRUB; not written yet: UEFI only)
+#   1  BIOS boot  1 MiB  GRUB's core.img for PC BIOS (boot.img in the MBR)
 #   2  EFI system 127 MiB FAT: GRUB as one standalone EFI binary
 #   3  root       ext4 made with mkfs.ext4 -d from the tree
-# Outputs privai.raw and privai.qcow2, with each one's size and the time
-# the build took.  Needs root (mmdebstrap's root mode) and the network to
+# Both GRUBs find the root by its UUID and read one menu, /boot/grub/grub.cfg.
+# Outputs privai.raw, privai.qcow2, privai.vmdk (streamOptimized) and
+# privai.ova (scripts/build-ova.py), with each one's size and the time the
+# build took.  Needs root (mmdebstrap's root mode) and the network to
 # Debian's archive, nothing else.
 set -eu
 DEB=$(realpath "$1")
@@ -57,17 +59,26 @@ cat > "$TREE/etc/fstab" <<FSTAB
 UUID=$ROOT_UUID / ext4 errors=remount-ro 0 1
 FSTAB
 
-echo "build-image: boot loader (GRUB, EFI)"
-cat > "$WORK/grub.cfg" <<GRUB
+echo "build-image: boot loaders (GRUB for UEFI and for BIOS)"
+mkdir -p "$TREE/boot/grub"
+cat > "$TREE/boot/grub/grub.cfg" <<GRUB
 set timeout=1
-search --no-floppy --fs-uuid --set=root $ROOT_UUID
 menuentry "privai" {
 	linux /boot/vmlinuz-$KVER root=UUID=$ROOT_UUID ro console=tty0 console=ttyS0,115200n8
 	initrd /boot/initrd.img-$KVER
 }
 GRUB
-grub-mkstandalone -O x86_64-efi --modules="part_gpt ext2 search_fs_uuid linux normal echo" \
-	--locales= --themes= --fonts= -o "$WORK/BOOTX64.EFI" "boot/grub/grub.cfg=$WORK/grub.cfg"
+cat > "$WORK/find-root.cfg" <<GRUB
+search --no-floppy --fs-uuid --set=root $ROOT_UUID
+set prefix=(\$root)/boot/grub
+GRUB
+cat "$WORK/find-root.cfg" > "$WORK/efi.cfg"
+echo 'configfile $prefix/grub.cfg' >> "$WORK/efi.cfg"
+grub-mkstandalone -O x86_64-efi --modules="part_gpt ext2 search_fs_uuid linux normal echo configfile" \
+	--locales= --themes= --fonts= -o "$WORK/BOOTX64.EFI" "boot/grub/grub.cfg=$WORK/efi.cfg"
+# BIOS: normal reads $prefix/grub.cfg itself once the early config set it
+grub-mkimage -O i386-pc -o "$WORK/core.img" -c "$WORK/find-root.cfg" -p /boot/grub \
+	biosdisk part_gpt ext2 search_fs_uuid linux normal echo configfile
 mkfs.vfat -C -n PRIVAI-ESP -i "$ESP_ID" "$WORK/esp.img" $((127 * 1024)) >/dev/null
 mmd -i "$WORK/esp.img" ::/EFI ::/EFI/BOOT
 mcopy -i "$WORK/esp.img" "$WORK/BOOTX64.EFI" ::/EFI/BOOT/BOOTX64.EFI
@@ -90,9 +101,18 @@ start=$((4096 + 127 * 2048)), size=$((ROOT_SIZE_MIB * 2048)), type=0FC63DAF-8483
 PART
 dd if="$WORK/esp.img" of="$RAW" bs=1M seek=2 conv=notrunc,sparse status=none
 dd if="$WORK/root.img" of="$RAW" bs=1M seek=129 conv=notrunc,sparse status=none
+python3 "$TOP/scripts/install-bios-boot.py" "$RAW" "$WORK/core.img" /usr/lib/grub/i386-pc/boot.img 2048
+
+echo "build-image: qcow2, VMDK, OVA"
 qemu-img convert -q -c -O qcow2 "$RAW" "$OUT/privai.qcow2"
+rm -f "$OUT/privai.vmdk"
+qemu-img convert -q -O vmdk -o subformat=streamOptimized "$RAW" "$OUT/privai.vmdk"
+# the keys the wizard asks for are the ones the installed privai-firstboot reads
+chroot "$TREE" /usr/bin/privai-firstboot --keys-json > "$WORK/keys.json"
+python3 "$TOP/scripts/build-ova.py" "$OUT/privai.vmdk" "$WORK/keys.json" "$TREE/etc/privai/appliance.conf" \
+	"$(dpkg-deb --field "$DEB" Version)" "$OUT"
 END=$(date +%s)
-for f in "$RAW" "$OUT/privai.qcow2"; do
+for f in "$RAW" "$OUT/privai.qcow2" "$OUT/privai.vmdk" "$OUT/privai.ova"; do
 	echo "build-image: $f: $(du -h --apparent-size "$f" | cut -f1) ($(du -h "$f" | cut -f1) on disk)"
 done
 echo "build-image: kernel $KVER, root $ROOT_UUID, $((END - START)) s"

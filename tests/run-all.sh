@@ -68,6 +68,7 @@ done
 run_suite "systemd units (systemd-analyze)" python3 tests/integration/test_systemd_units.py "$BUILD"
 # the Debian package the image installs, once
 run_suite "$BUILD/package (dpkg-deb)" python3 tests/integration/test_deb.py "$BUILD"
+run_suite "$BUILD/OVA descriptor and manifest (small disk)" python3 tests/image/test_ova.py --small "$BUILD"
 # the console in headless Chromium, once, against the first build
 run_suite "$BUILD/console (Chromium)" node tests/browser/console.test.mjs "$BUILD" "$BUILD/screenshots"
 if [ "${SKIP_FUZZ:-}" != "1" ]; then

@@ -159,7 +159,7 @@ demo(struct admin *a, const char *path, char *err)
 }
 
 int
-seed_first_start(struct admin *a, const char *demo_model, char *err)
+seed_first_start(struct admin *a, const char *demo_model, const char *day0_models, char *err)
 {
 	int rc;
 
@@ -168,5 +168,96 @@ seed_first_start(struct admin *a, const char *demo_model, char *err)
 	if (demo_model != NULL && count(a->db, "SELECT count(*) FROM models") == 0 &&
 	    (rc = demo(a, demo_model, err)) != PRIVAI_OK)
 		return rc;
+	seed_day0_models(a, day0_models);
 	return PRIVAI_OK;
+}
+
+/* A model name from a file name: what model_name_ok allows, else '-'. */
+static void
+name_from_path(const char *real, char *out, size_t size)
+{
+	const char *base = strrchr(real, '/') ? strrchr(real, '/') + 1 : real;
+	size_t n = strlen(base) - 5; /* ".gguf" */
+
+	if (n >= size)
+		n = size - 1;
+	for (size_t i = 0; i < n; i++) {
+		char c = base[i];
+		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+			 c == '_' || c == ':' || c == '-';
+		out[i] = ok && !(i == 0 && (c == '.' || c == '-')) ? c : '_';
+	}
+	out[n] = '\0';
+	if (n == 0)
+		snprintf(out, size, "model");
+}
+
+static int
+day0_one(struct admin *a, const char *path, char *name, size_t nsize, char *err)
+{
+	char real[PATH_MAX], base[100];
+	struct model_meta m;
+	struct stat sb;
+	sqlite3_stmt *st;
+	int64_t id;
+	size_t len = strlen(path);
+	int rc, known = 0;
+
+	if (path[0] != '/' || len < 6 || strcmp(path + len - 5, ".gguf") != 0)
+		return privai_fail(err, PRIVAI_EINVAL, "not an absolute path to a .gguf file");
+	if (realpath(path, real) == NULL || stat(real, &sb) != 0)
+		return privai_fail(err, PRIVAI_EINVAL, "%s", strerror(errno));
+	if (!S_ISREG(sb.st_mode))
+		return privai_fail(err, PRIVAI_EINVAL, "not a regular file");
+	if (sqlite3_prepare_v2(a->db, "SELECT count(*) FROM models WHERE path = ?1", -1, &st, NULL) != SQLITE_OK)
+		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+	sqlite3_bind_text(st, 1, real, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		known = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	if (known)
+		return 0;
+	if ((rc = model_meta_read(real, &m, err)) != PRIVAI_OK)
+		return rc;
+	name_from_path(real, base, sizeof(base));
+	snprintf(name, nsize, "%s", base);
+	/* a name taken (by a model or an upload's reservation): the next one */
+	for (int i = 2; (rc = model_insert(a->db, name, real, "path", (int64_t)sb.st_size, NULL, &m, admin_now(),
+					   &id, err)) == PRIVAI_EBUSY && i < 100; i++)
+		snprintf(name, nsize, "%s-%d", base, i);
+	model_meta_free(&m);
+	return rc == PRIVAI_OK ? 1 : rc;
+}
+
+int
+seed_day0_models(struct admin *a, const char *list)
+{
+	char buf[4096], name[128], err[PRIVAI_ERR_LEN], detail[PATH_MAX + PRIVAI_ERR_LEN + 64];
+	int n = 0;
+
+	if (list == NULL || snprintf(buf, sizeof(buf), "%s", list) >= (int)sizeof(buf))
+		return 0;
+	for (char *save = NULL, *p = strtok_r(buf, ",", &save); p != NULL; p = strtok_r(NULL, ",", &save)) {
+		while (*p == ' ')
+			p++;
+		cJSON *d = cJSON_CreateObject();
+		cJSON_AddStringToObject(d, "path", p);
+		cJSON_AddBoolToObject(d, "day0", 1);
+		int rc = day0_one(a, p, name, sizeof(name), err);
+		if (rc < 0)
+			cJSON_AddStringToObject(d, "error", err);
+		char *dt = cJSON_PrintUnformatted(d);
+		snprintf(detail, sizeof(detail), "%s", dt != NULL ? dt : "{}");
+		free(dt);
+		cJSON_Delete(d);
+		if (rc < 0) {
+			fprintf(stderr, "privai-admin: day-0 model %s: not registered: %s\n", p, err);
+			audit_write(a->db, admin_now(), "system", "model.create", p, "", "refused", detail);
+		} else if (rc == 1) {
+			fprintf(stderr, "privai-admin: day-0 model %s registered as '%s'\n", p, name);
+			audit_write(a->db, admin_now(), "system", "model.create", name, "", "ok", detail);
+			n++;
+		}
+	}
+	return n;
 }

@@ -16,6 +16,11 @@ int install(struct fb_step *s, const struct fb_apply_opts *o, const char *path, 
  * given with a bad value; else 0. */
 int refused(struct fb_step *s, const struct fb_config *c, enum fb_key k);
 
+/* The static address the network step gives the first link (without its
+ * prefix) in out, and 1; 0 when the machine uses DHCP, with *why saying
+ * why when a value given was refused (why may be NULL). */
+int static_address(const struct fb_config *c, char *out, size_t size, char *why, size_t wsize);
+
 /* steps[0..2]: hostname, network, ntp */
 void apply_host(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_step *steps);
 /* steps[0..4]: admin_password, ssh_key, cluster, tls, models; then admin.env */

@@ -202,8 +202,23 @@ step_tls(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_ste
 	step_set(s, changed ? FB_APPLIED : FB_UNCHANGED, "the given certificate (from %s)", c->v[FB_TLS_CERT].source);
 }
 
+/* Whether the admin.env in place has this line already (a step whose only
+ * effect is a line there applied nothing new). */
+static int
+env_had(const struct fb_apply_opts *o, const char *name, const char *value)
+{
+	char line[4200];
+	char *text = hostfs_read_text(o->root, ENV_FILE, 1 << 16, NULL);
+	int had;
+
+	snprintf(line, sizeof(line), "\n%s=%s\n", name, value);
+	had = text != NULL && strstr(text, line) != NULL;
+	free(text);
+	return had;
+}
+
 static void
-step_models(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_step *s)
+step_models(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_step *s, struct env *e)
 {
 	if (refused(s, c, FB_MODELS))
 		return;
@@ -211,9 +226,11 @@ step_models(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_
 		step_set(s, FB_ABSENT, "no models named");
 		return;
 	}
-	/* not done yet: privai-admin registers models only through its API */
-	step_set(s, FB_PENDING, "%s: not registered: privai-admin does not take models at day 0 yet; register them "
-		 "in the console (Models) or with POST /api/v1/models", fb_good(c, FB_MODELS));
+	/* privai-admin registers them at its start, each path only once; what
+	 * became of each is in its Models list and audit log */
+	env_add(e, "PRIVAI_DAY0_MODELS", fb_good(c, FB_MODELS));
+	step_set(s, env_had(o, "PRIVAI_DAY0_MODELS", fb_good(c, FB_MODELS)) ? FB_UNCHANGED : FB_APPLIED, "%s: handed to privai-admin, which registers each at its start (from %s)",
+		 fb_good(c, FB_MODELS), c->v[FB_MODELS].source);
 }
 
 void
@@ -227,6 +244,13 @@ apply_admin(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_
 				 "configuration (see /var/lib/privai/firstboot.json)\n");
 	if (fb_good(c, FB_HOSTNAME) != NULL)
 		env_add(&e, "PRIVAI_NODE_NAME", fb_good(c, FB_HOSTNAME));
+	/* how the other nodes reach this console: its static address (listening
+	 * on every address, privai-admin cannot tell which one that is) */
+	char addr[64], url[80];
+	if (static_address(c, addr, sizeof(addr), NULL, 0)) {
+		snprintf(url, sizeof(url), strchr(addr, ':') != NULL ? "https://[%s]" : "https://%s", addr);
+		env_add(&e, "PRIVAI_ADVERTISE_URL", url);
+	}
 	steps[0].name = "admin_password";
 	step_password(c, o, &steps[0], &e);
 	steps[1].name = "ssh_key";
@@ -236,7 +260,7 @@ apply_admin(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_
 	steps[3].name = "tls";
 	step_tls(c, o, &steps[3], &e);
 	steps[4].name = "models";
-	step_models(c, o, &steps[4]);
+	step_models(c, o, &steps[4], &e);
 	/* every step above adds its lines; one write, only when it differs */
 	if (install(&env_step, o, ENV_FILE, e.text, 0600, &changed) < 0) {
 		for (int i = 0; i < 4; i++)

@@ -151,13 +151,47 @@ step_hostname(const struct fb_config *c, const struct fb_apply_opts *o, struct f
 	step_set(s, changed ? FB_APPLIED : FB_UNCHANGED, "%s (from %s)", name, c->v[FB_HOSTNAME].source);
 }
 
-/* The networkd file for the decided values; *why says what fell back. */
+/*
+ * The link a static address goes to: the physical Ethernet link with the
+ * lowest index (the VM's first NIC).  Given to every link, one address
+ * would be claimed on each network; the other links keep DHCP from the
+ * image's 90-privai-dhcp.network.  "" when /sys shows none (a scratch
+ * root): then the file matches every Ethernet link, as DHCP does.
+ */
 static void
-network_text(const struct fb_config *c, char *out, size_t size, char *why, size_t wsize)
+first_ethernet(const char *root, char *out, size_t size)
 {
-	const char *ip = fb_good(c, FB_IP), *gw = fb_good(c, FB_GATEWAY), *dns = fb_good(c, FB_DNS);
+	long long best = -1, index, type;
+	char path[300];
 	int n;
+	char **names = hostfs_list(root, "/sys/class/net", 256, &n);
 
+	out[0] = '\0';
+	for (int i = 0; names != NULL && i < n; i++) {
+		snprintf(path, sizeof(path), "/sys/class/net/%s/device", names[i]);
+		if (!hostfs_exists(root, path))
+			continue; /* lo, bridges, bonds, tunnels */
+		snprintf(path, sizeof(path), "/sys/class/net/%s/type", names[i]);
+		if (hostfs_read_long(root, path, 10, &type) != 0 || type != 1 /* ARPHRD_ETHER */)
+			continue;
+		snprintf(path, sizeof(path), "/sys/class/net/%s/ifindex", names[i]);
+		if (hostfs_read_long(root, path, 10, &index) != 0 || (best >= 0 && index >= best))
+			continue;
+		best = index;
+		snprintf(out, size, "%s", names[i]);
+	}
+	if (names != NULL)
+		hostfs_free_names(names, n);
+}
+
+int
+static_address(const struct fb_config *c, char *out, size_t size, char *why, size_t wsize)
+{
+	const char *ip = fb_good(c, FB_IP), *gw = fb_good(c, FB_GATEWAY);
+	char scratch[400];
+
+	if (why == NULL)
+		why = scratch, wsize = sizeof(scratch);
 	why[0] = '\0';
 	for (int k = FB_IP; k <= FB_DNS && why[0] == '\0'; k++)
 		if (c->v[k].value != NULL && c->v[k].problem[0] != '\0')
@@ -166,10 +200,23 @@ network_text(const struct fb_config *c, char *out, size_t size, char *why, size_
 		snprintf(why, wsize, "a gateway goes with a static ip, not DHCP");
 	if (why[0] == '\0' && ip != NULL && strcmp(ip, "dhcp") != 0 && gw == NULL)
 		snprintf(why, wsize, "a static ip needs a gateway");
-	int dhcp = why[0] != '\0' || ip == NULL || strcmp(ip, "dhcp") == 0;
-	n = snprintf(out, size, "# privai-firstboot: %s\n[Match]\nName=en* eth*\n\n[Network]\n",
+	if (why[0] != '\0' || ip == NULL || strcmp(ip, "dhcp") == 0)
+		return 0;
+	snprintf(out, size, "%.*s", (int)strcspn(ip, "/"), ip);
+	return 1;
+}
+
+/* The networkd file for the decided values; *why says what fell back. */
+static void
+network_text(const struct fb_config *c, const char *link, char *out, size_t size, char *why, size_t wsize)
+{
+	const char *ip = fb_good(c, FB_IP), *gw = fb_good(c, FB_GATEWAY), *dns = fb_good(c, FB_DNS);
+	char addr[64];
+	int dhcp = !static_address(c, addr, sizeof(addr), why, wsize);
+	int n = snprintf(out, size, "# privai-firstboot: %s\n[Match]\nName=%s\n\n[Network]\n",
 		     why[0] ? "DHCP, because a given value was refused (see /var/lib/privai/firstboot.json)"
-			    : dhcp ? "DHCP" : "the static address given");
+			    : dhcp ? "DHCP" : "the static address given",
+		     dhcp || link[0] == '\0' ? "en* eth*" : link);
 	if (dhcp)
 		n += snprintf(out + n, size - (size_t)n, "DHCP=yes\n");
 	else
@@ -189,10 +236,11 @@ network_text(const struct fb_config *c, char *out, size_t size, char *why, size_
 static void
 step_network(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_step *s)
 {
-	char text[2048], why[400];
+	char text[2048], why[400], link[64];
 	int changed = 0;
 
-	network_text(c, text, sizeof(text), why, sizeof(why));
+	first_ethernet(o->root, link, sizeof(link));
+	network_text(c, link, text, sizeof(text), why, sizeof(why));
 	if (install(s, o, NETWORK_FILE, text, 0644, &changed) < 0)
 		return;
 	/* networkd has read its files already: a change takes effect now */
@@ -206,8 +254,8 @@ step_network(const struct fb_config *c, const struct fb_apply_opts *o, struct fb
 	if (why[0] != '\0')
 		step_set(s, FB_FALLBACK, "kept DHCP: %s", why);
 	else if (fb_good(c, FB_IP) != NULL && strcmp(fb_good(c, FB_IP), "dhcp") != 0)
-		step_set(s, changed ? FB_APPLIED : FB_UNCHANGED, "%s via %s (from %s)", fb_good(c, FB_IP),
-			 fb_good(c, FB_GATEWAY), c->v[FB_IP].source);
+		step_set(s, changed ? FB_APPLIED : FB_UNCHANGED, "%s via %s on %s (from %s)", fb_good(c, FB_IP),
+			 fb_good(c, FB_GATEWAY), link[0] ? link : "every Ethernet link", c->v[FB_IP].source);
 	else
 		step_set(s, changed ? FB_APPLIED : FB_UNCHANGED, "DHCP");
 }

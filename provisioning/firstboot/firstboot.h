@@ -32,6 +32,8 @@ struct fb_key_info {
 	size_t max_len;
 	int (*check)(const char *v, char *why, size_t size); /* 0, or -1 with why */
 	const char *label, *description; /* for the OVF descriptor and the docs */
+	const char *group;           /* the OVF deploy wizard's category */
+	const char *choices;         /* the only values, comma-separated; NULL: free text */
 };
 
 extern const struct fb_key_info fb_keys[FB_NKEYS];

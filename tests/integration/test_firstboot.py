@@ -108,6 +108,16 @@ class Root:
         return out
 
 
+def fake_links(r):
+    """/sys/class/net as a VM with two NICs shows it, and links that are no NIC."""
+    for name, index, kind, device in (("lo", 1, 772, False), ("ens224", 3, 1, True), ("ens192", 2, 1, True),
+                                      ("br0", 0, 1, False), ("ib0", 5, 32, True)):
+        r.write(f"/sys/class/net/{name}/ifindex", f"{index}\n")
+        r.write(f"/sys/class/net/{name}/type", f"{kind}\n")
+        if device:
+            r.write(f"/sys/class/net/{name}/device/vendor", "0x15ad\n")
+
+
 def test_precedence(tmp):
     cert, key = tls_pair(tmp)
     r = Root(tmp, "prec",
@@ -119,6 +129,7 @@ def test_precedence(tmp):
                           "join_token": TOKEN, "join_pin": PIN,
                           "tls_cert": base64.b64encode(cert.encode()).decode(),
                           "tls_key": base64.b64encode(key.encode()).decode(), "dns": ""}))
+    fake_links(r)
     p = r.run("--strict")
     check(p.returncode == 0, "a good configuration: exit 0 under --strict", p.stderr)
     keys = r.record.get("keys", {})
@@ -133,13 +144,15 @@ def test_precedence(tmp):
     net = r.read("/etc/systemd/network/10-privai.network") or ""
     check("Address=10.1.2.3/24" in net and "Gateway=10.1.2.1" in net and "DNS=10.1.2.53\nDNS=1.1.1.1" in net and
           "DHCP" not in net.split("[Network]")[1], "a static networkd file", net)
+    check("[Match]\nName=ens192\n" in net and "on ens192" in r.steps.get("network", {}).get("message", ""),
+          "the static address goes to the first NIC only (the others keep DHCP)", net)
     check("NTP=ntp.example.org 10.0.0.123" in (r.read("/etc/systemd/timesyncd.conf.d/50-privai.conf") or ""),
           "the timesyncd drop-in")
     env = r.read("/etc/privai/admin.env") or ""
     for line in ("PRIVAI_NODE_NAME=from-ovf", "PRIVAI_ADMIN_PASSWORD_FILE=/etc/privai/admin-password",
                  "PRIVAI_JOIN_URL=https://10.1.2.9", "PRIVAI_JOIN_TOKEN_FILE=/etc/privai/join-token",
                  f"PRIVAI_JOIN_PIN={PIN}", "PRIVAI_TLS_CERT=/etc/privai/tls/cert.pem",
-                 "PRIVAI_TLS_KEY=/etc/privai/tls/key.pem"):
+                 "PRIVAI_TLS_KEY=/etc/privai/tls/key.pem", "PRIVAI_ADVERTISE_URL=https://10.1.2.3"):
         check(line in env.splitlines(), f"admin.env: {line.split('=')[0]}", env)
     check(r.read("/etc/privai/admin-password") == PW + "\n" and r.mode("/etc/privai/admin-password") == 0o600 and
           r.read("/etc/privai/join-token") == TOKEN + "\n" and r.mode("/etc/privai/tls/key.pem") == 0o600 and
@@ -238,6 +251,8 @@ def test_fallbacks(tmp):
           "one-time" in r.steps["admin_password"]["message"], "a bad password keeps the one-time password",
           r.steps.get("admin_password"))
     check("PRIVAI_ADMIN_PASSWORD_FILE" not in (r.read("/etc/privai/admin.env") or ""), "and admin.env has none")
+    check("PRIVAI_ADVERTISE_URL" not in (r.read("/etc/privai/admin.env") or ""),
+          "nor an advertised address from the refused one")
     check(r.steps["tls"]["state"] == "refused" and r.read("/etc/privai/tls/cert.pem") is None,
           "a bad certificate keeps the self-signed one", r.steps.get("tls"))
     check(r.read("/etc/hostname") == "ok-name\n", "the other steps went on")
@@ -296,24 +311,63 @@ def test_broken_sources(tmp):
     check(p.returncode == 2 and "unknown option" in p.stderr, "an unknown option: exit 2", p.stderr)
 
 
+def day0_models(adm, c, disk):
+    """privai-admin registers the day-0 models it is handed, once each."""
+    def listed():
+        return {m["name"]: m for m in c.get("/api/v1/models").json["data"]}
+    got = listed()
+    check(set(got) == {"small-chat"} and got["small-chat"]["path"] == os.path.join(disk, "small-chat.gguf"),
+          "the good day-0 model is registered under its file name, once though named twice", sorted(got))
+    audit = c.get("/api/v1/audit?action=model.create").json.get("data", [])
+    refused = {(e.get("detail") or {}).get("path", ""): e for e in audit if e.get("result") == "refused"}
+    check(any(p.endswith("broken.gguf") for p in refused) and any(p.endswith("missing.gguf") for p in refused),
+          "the bad ones are audited as refused, with their paths", [e.get("detail") for e in audit])
+    adm.stop()
+    adm.start()
+    c.port = adm.port
+    c.login("admin", "correct horse battery staple")
+    check(set(listed()) == {"small-chat"}, "a restart registers nothing twice", sorted(listed()))
+
+
 def test_admin_shows_it(tmp):
     """privai-admin's GET /api/v1/system/appliance serves the record of the
     state directory it runs on, and says so when there is none."""
     from adminlib import Admin
+    disk = os.path.join(tmp, "models-disk")
+    os.makedirs(disk)
+    shutil.copy(os.path.join(BUILD, "demo", "privai-demo.gguf"), os.path.join(disk, "small chat.gguf"))
+    open(os.path.join(disk, "broken.gguf"), "wb").write(b"GGUF\x03\x00\x00\x00 cut short")
+    models = ",".join(os.path.join(disk, f) for f in ("small chat.gguf", "broken.gguf", "missing.gguf"))
     r = Root(tmp, "shown", cloud=yaml_config({"hostname": "shown-node", "ip": "10.0.0.300/24",
-                                              "admin_password": PW}))
+                                              "admin_password": PW, "models": models}))
     r.run()
+    check(r.steps.get("models", {}).get("state") == "refused", "a path with a space is refused at day 0",
+          r.steps.get("models"))
+    r = Root(tmp, "shown2", cloud=yaml_config({"hostname": "shown-node", "ip": "10.0.0.300/24",
+                                               "admin_password": PW, "models": models.replace("small chat",
+                                                                                              "small-chat")}))
+    os.rename(os.path.join(disk, "small chat.gguf"), os.path.join(disk, "small-chat.gguf"))
+    models = models.replace("small chat", "small-chat")
+    r.run()
+    env = r.read("/etc/privai/admin.env") or ""
+    check(r.steps.get("models", {}).get("state") == "applied" and f"PRIVAI_DAY0_MODELS={models}\n" in env,
+          "day-0 models are handed to privai-admin", (r.steps.get("models"), env))
+    r.run()
+    check(r.steps.get("models", {}).get("state") == "unchanged", "and not again at the next boot",
+          r.steps.get("models"))
     state = r.path + "/var/lib/privai"
-    adm = Admin(BUILD, state, "correct horse battery staple", ports="19400-19409")
+    day0 = {"PRIVAI_DAY0_MODELS": models + "," + os.path.join(disk, "small-chat.gguf")}
+    adm = Admin(BUILD, state, "correct horse battery staple", ports="19400-19409", env_extra=day0)
     try:
         c = adm.client()
         c.login("admin", "correct horse battery staple")
         a = c.get("/api/v1/system/appliance")
         fb = (a.json or {}).get("firstboot") or {}
         steps = {s["step"]: s["state"] for s in fb.get("steps", [])}
-        check(a.status == 200 and steps.get("hostname") == "applied" and steps.get("network") == "fallback" and
+        check(a.status == 200 and steps.get("hostname") == "unchanged" and steps.get("network") == "fallback" and
               fb["keys"]["admin_password"]["value"] == "(given)", "the console's API shows the day-0 record", a)
         check(adm.client().get("/api/v1/system/appliance").status == 401, "to signed-in users only")
+        day0_models(adm, c, disk)
         os.unlink(state + "/firstboot.json")
         a = c.get("/api/v1/system/appliance")
         check(a.status == 200 and a.json["firstboot"] is None and "not started on a privai image" in a.json["note"],

@@ -3,10 +3,14 @@
  * command line, else PRIVAI_* environment variables, else a KEY=VALUE
  * config file (--config, PRIVAI_CONFIG), else defaults.
  */
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <limits.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -55,6 +59,8 @@ usage(FILE *fp)
 	      "  --max-upload-gib N   largest model upload or download (PRIVAI_MAX_UPLOAD_GIB; default 512)\n"
 	      "  --login-rate N       login attempts per minute per client address (PRIVAI_LOGIN_RATE; 10)\n"
 	      "  --demo-model PATH    on first start, register PATH as 'demo' and deploy it on CPU\n"
+	      "  --day0-models LIST   at each start, register each .gguf path of the comma-separated LIST\n"
+	      "                       that no model has yet (PRIVAI_DAY0_MODELS; privai-firstboot sets it)\n"
 	      "                       (PRIVAI_DEMO_MODEL)\n"
 	      "  --node-name NAME     this node's name in the cluster (PRIVAI_NODE_NAME; default: host name)\n"
 	      "  --advertise-url URL  how other nodes reach this console (PRIVAI_ADVERTISE_URL;\n"
@@ -136,6 +142,7 @@ parse_int(const char *opt, const char *s, long lo, long hi, long *out)
 struct options {
 	struct admin_config cfg;
 	const char *ports, *runner, *port, *max_gib, *demo_model, *roots, *login_rate, *heartbeat, *join_token_file;
+	const char *day0_models;
 	int list_routes, json;
 	char engine_default[PATH_MAX + 16];
 	char webui_default[PATH_MAX + 16];
@@ -207,6 +214,7 @@ parse_args(int argc, char **argv, struct options *o)
 	o->runner = env("PRIVAI_ENGINE_RUNNER", "auto");
 	o->max_gib = env("PRIVAI_MAX_UPLOAD_GIB", "512");
 	o->demo_model = env("PRIVAI_DEMO_MODEL", NULL);
+	o->day0_models = env("PRIVAI_DAY0_MODELS", NULL);
 	o->login_rate = env("PRIVAI_LOGIN_RATE", "10");
 	o->heartbeat = env("PRIVAI_HEARTBEAT_S", "10");
 	o->join_token_file = env("PRIVAI_JOIN_TOKEN_FILE", NULL);
@@ -247,6 +255,7 @@ parse_args(int argc, char **argv, struct options *o)
 		else if (strcmp(a, "--engine-runner") == 0) o->runner = v;
 		else if (strcmp(a, "--max-upload-gib") == 0) o->max_gib = v;
 		else if (strcmp(a, "--demo-model") == 0) o->demo_model = v;
+		else if (strcmp(a, "--day0-models") == 0) o->day0_models = v;
 		else if (strcmp(a, "--login-rate") == 0) o->login_rate = v;
 		else if (strcmp(a, "--config") == 0) ;
 		else if (strcmp(a, "--node-name") == 0) c->node_name = v;
@@ -485,6 +494,47 @@ setup_state(struct admin *a, char *err)
 	return PRIVAI_OK;
 }
 
+/*
+ * The host part of this console's URL for other nodes.  Listening on every
+ * address (0.0.0.0, the appliance), the bind address says nothing: take
+ * the first up, non-loopback IPv4 address, then a global IPv6 one, then
+ * the host name.  PRIVAI_ADVERTISE_URL overrides it (privai-firstboot sets
+ * it to a static address).
+ */
+static void
+advertise_host(const char *bound, char *out, size_t size)
+{
+	struct ifaddrs *list, *i;
+	char v6[INET6_ADDRSTRLEN + 2] = "";
+
+	if (strcmp(bound, "0.0.0.0") != 0 && strcmp(bound, "::") != 0) {
+		snprintf(out, size, "%s", bound);
+		return;
+	}
+	if (gethostname(out, size) != 0)
+		snprintf(out, size, "localhost");
+	if (getifaddrs(&list) != 0)
+		return;
+	for (i = list; i != NULL; i = i->ifa_next) {
+		char a[INET6_ADDRSTRLEN];
+		if (i->ifa_addr == NULL || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+			continue;
+		if (i->ifa_addr->sa_family == AF_INET &&
+		    inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, a, sizeof(a)) != NULL) {
+			snprintf(out, size, "%s", a);
+			v6[0] = '\0';
+			break;
+		}
+		const struct in6_addr *x = &((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr;
+		if (i->ifa_addr->sa_family == AF_INET6 && v6[0] == '\0' && !IN6_IS_ADDR_LINKLOCAL(x) &&
+		    inet_ntop(AF_INET6, x, a, sizeof(a)) != NULL)
+			snprintf(v6, sizeof(v6), "[%s]", a);
+	}
+	if (v6[0] != '\0')
+		snprintf(out, size, "%s", v6);
+	freeifaddrs(list);
+}
+
 /* This node in the store (its URL needs the port bound), and the MIG
  * layouts a reboot lost. */
 static int
@@ -494,7 +544,9 @@ setup_node(struct admin *a, char *err)
 	int applied, failed, rc;
 
 	if (a->cfg.advertise_url == NULL) {
-		snprintf(url, sizeof(url), "%s://%s:%d", a->tls ? "https" : "http", a->cfg.host, a->port);
+		char host[256];
+		advertise_host(a->cfg.host, host, sizeof(host));
+		snprintf(url, sizeof(url), "%s://%s:%d", a->tls ? "https" : "http", host, a->port);
 		a->cfg.advertise_url = url;
 	}
 	if ((rc = node_self_register(a, err)) != PRIVAI_OK)
@@ -622,7 +674,8 @@ main(int argc, char **argv)
 		return 1;
 	}
 	report_engine(&a);
-	if ((rc = setup_state(&a, err)) != PRIVAI_OK || (rc = seed_first_start(&a, o.demo_model, err)) != PRIVAI_OK ||
+	if ((rc = setup_state(&a, err)) != PRIVAI_OK ||
+	    (rc = seed_first_start(&a, o.demo_model, o.day0_models, err)) != PRIVAI_OK ||
 	    (rc = setup_tls(&a, err)) != PRIVAI_OK || (rc = supervisor_start(&a, &a.sup, err)) != PRIVAI_OK ||
 	    (rc = httpd_start(&a, err)) != PRIVAI_OK || (rc = setup_node(&a, err)) != PRIVAI_OK ||
 	    (rc = cluster_start(&a, err)) != PRIVAI_OK || (rc = model_hash_start(&a, err)) != PRIVAI_OK ||

@@ -24,6 +24,7 @@ usage(FILE *fp)
 	      "  --ovf-env FILE      an OVF environment to read (default: vSphere's guestinfo.ovfEnv\n"
 	      "                      through vmware-rpctool, else ovf-env.xml on a CD, when --root is /)\n"
 	      "  --keys              print the keys as a Markdown table (docs/cloud-init.md) and exit\n"
+	      "  --keys-json         print the keys as JSON (the OVA's ProductSection is made from it)\n"
 	      "  --check             read and check the sources, print what would apply, change nothing\n"
 	      "  --strict            exit 3 when a value was refused or a step failed (default: 0, so\n"
 	      "                      the boot goes on; the problems are reported either way)\n"
@@ -51,6 +52,46 @@ cloud_config_path(const char *root)
 	return merged;
 }
 
+/* Each key with what an OVF ProductSection needs to describe it. */
+static int
+print_keys_json(void)
+{
+	cJSON *list = cJSON_CreateArray();
+	char *text;
+
+	for (int k = 0; list != NULL && k < FB_NKEYS; k++) {
+		const struct fb_key_info *i = &fb_keys[k];
+		cJSON *o = cJSON_CreateObject();
+		if (o == NULL || !cJSON_AddItemToArray(list, o)) {
+			cJSON_Delete(o);
+			cJSON_Delete(list);
+			list = NULL;
+			break;
+		}
+		cJSON_AddStringToObject(o, "name", i->name);
+		char ovf_key[64];
+		snprintf(ovf_key, sizeof(ovf_key), "privai.%s", i->name);
+		cJSON_AddStringToObject(o, "ovf_key", ovf_key);
+		cJSON_AddStringToObject(o, "label", i->label);
+		cJSON_AddStringToObject(o, "description", i->description);
+		cJSON_AddStringToObject(o, "group", i->group);
+		cJSON_AddBoolToObject(o, "secret", i->secret);
+		cJSON_AddBoolToObject(o, "base64_in_ovf", i->ovf_base64);
+		cJSON_AddNumberToObject(o, "max_length", (double)i->max_len);
+		if (i->choices != NULL)
+			cJSON_AddStringToObject(o, "choices", i->choices);
+	}
+	if (list == NULL || (text = cJSON_Print(list)) == NULL) {
+		cJSON_Delete(list);
+		fputs("privai-firstboot: out of memory\n", stderr);
+		return 1;
+	}
+	puts(text);
+	free(text);
+	cJSON_Delete(list);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -72,6 +113,8 @@ main(int argc, char **argv)
 				       fb_keys[k].description, fb_keys[k].ovf_base64 ? " (base64 in OVF)" : "",
 				       fb_keys[k].secret ? "yes" : "");
 			return 0;
+		} else if (strcmp(a, "--keys-json") == 0) {
+			return print_keys_json();
 		} else if (strcmp(a, "--check") == 0) {
 			check = 1;
 		} else if (strcmp(a, "--strict") == 0) {
