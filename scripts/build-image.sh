@@ -48,10 +48,25 @@ mmdebstrap --variant=minbase --mode=root \
 	--customize-hook="copy-in $DEB /tmp" \
 	--customize-hook='chroot "$1" sh -c "dpkg -i /tmp/privai_*.deb && rm /tmp/privai_*.deb"' \
 	--customize-hook="upload $TOP/images/cloud.cfg /etc/cloud/cloud.cfg.d/90-privai.cfg" \
+	--customize-hook='mkdir -p "$1/etc/systemd/system/systemd-networkd-wait-online.service.d"' \
+	--customize-hook="upload $TOP/images/wait-online.conf /etc/systemd/system/systemd-networkd-wait-online.service.d/50-privai.conf" \
 	--customize-hook='chroot "$1" systemctl enable systemd-networkd.service systemd-resolved.service systemd-timesyncd.service' \
 	--customize-hook='rm -f "$1/etc/hostname" "$1/etc/machine-id" "$1/var/lib/dbus/machine-id"; touch "$1/etc/machine-id"' \
 	--customize-hook='chroot "$1" apt-get clean; rm -rf "$1"/var/lib/apt/lists/* "$1"/var/log/*.log "$1"/var/cache/debconf/*-old' \
 	bookworm "$TREE" $SOURCES
+
+# what takes the room: installed size by package group (docs/performance.md)
+chroot "$TREE" dpkg-query -W -f='${Installed-Size}\t${Package}\n' | awk -F'\t' '
+	$2 ~ /^(linux-image|firmware)/ { g = "kernel" }
+	$2 ~ /^(cloud-init|python3|libpython|open-vm-tools|cloud-)/ { g = "cloud-init, python, open-vm-tools" }
+	$2 ~ /^(systemd|udev|dbus|libsystemd|libudev|polkit|libpolkit)/ { g = "systemd, udev, dbus, polkit" }
+	$2 == "privai" { g = "privai (binaries, console, demo model)" }
+	$2 ~ /^(openssh|libssl|ca-certificates|libgnutls|libcurl|libnghttp|librtmp|libssh|libk5|libkrb|libgssapi)/ { g = "ssh, TLS, HTTP client" }
+	$2 ~ /^(initramfs-tools|klibc|libklibc|busybox|kmod|libkmod|linux-base|zstd)/ { g = "initramfs tools" }
+	{ if (g == "") g = "base system and other libraries"; kib[g] += $1; total += $1; g = "" }
+	END { for (k in kib) printf "%8.1f MiB  %s\n", kib[k] / 1024, k; printf "%8.1f MiB  total\n", total / 1024 }' |
+	sort -rn > "$OUT/installed-size.txt"
+cat "$OUT/installed-size.txt"
 
 KVER=$(ls "$TREE/boot" | sed -n 's/^vmlinuz-//p' | sort -V | tail -1)
 [ -n "$KVER" ] || { echo "build-image: no kernel in the tree" >&2; exit 1; }
@@ -62,6 +77,9 @@ FSTAB
 echo "build-image: boot loaders (GRUB for UEFI and for BIOS)"
 mkdir -p "$TREE/boot/grub"
 cat > "$TREE/boot/grub/grub.cfg" <<GRUB
+serial --unit=0 --speed=115200
+terminal_input console serial
+terminal_output console serial
 set timeout=1
 menuentry "privai" {
 	linux /boot/vmlinuz-$KVER root=UUID=$ROOT_UUID ro console=tty0 console=ttyS0,115200n8
@@ -74,11 +92,11 @@ set prefix=(\$root)/boot/grub
 GRUB
 cat "$WORK/find-root.cfg" > "$WORK/efi.cfg"
 echo 'configfile $prefix/grub.cfg' >> "$WORK/efi.cfg"
-grub-mkstandalone -O x86_64-efi --modules="part_gpt ext2 search_fs_uuid linux normal echo configfile" \
+grub-mkstandalone -O x86_64-efi --modules="part_gpt ext2 search search_fs_uuid linux normal echo configfile" \
 	--locales= --themes= --fonts= -o "$WORK/BOOTX64.EFI" "boot/grub/grub.cfg=$WORK/efi.cfg"
 # BIOS: normal reads $prefix/grub.cfg itself once the early config set it
 grub-mkimage -O i386-pc -o "$WORK/core.img" -c "$WORK/find-root.cfg" -p /boot/grub \
-	biosdisk part_gpt ext2 search_fs_uuid linux normal echo configfile
+	biosdisk part_gpt ext2 search search_fs_uuid linux normal echo configfile serial terminal
 mkfs.vfat -C -n PRIVAI-ESP -i "$ESP_ID" "$WORK/esp.img" $((127 * 1024)) >/dev/null
 mmd -i "$WORK/esp.img" ::/EFI ::/EFI/BOOT
 mcopy -i "$WORK/esp.img" "$WORK/BOOTX64.EFI" ::/EFI/BOOT/BOOTX64.EFI
