@@ -71,6 +71,10 @@ run_suite "$BUILD/package (dpkg-deb)" python3 tests/integration/test_deb.py "$BU
 run_suite "$BUILD/OVA descriptor and manifest (small disk)" python3 tests/image/test_ova.py --small "$BUILD"
 # the console in headless Chromium, once, against the first build
 run_suite "$BUILD/console (Chromium)" node tests/browser/console.test.mjs "$BUILD" "$BUILD/screenshots"
+# the appliance booted in qemu (make test IMAGE_TEST=1 builds the image first)
+if [ "${IMAGE_TEST:-}" = "1" ]; then
+	run_suite "image boot: seed, reboot by BIOS (qemu)" python3 tests/image/boot_test.py build/image 1,2
+fi
 if [ "${SKIP_FUZZ:-}" != "1" ]; then
 	BUILD=$(echo $BUILDS | cut -d' ' -f1)
 	export BUILD
