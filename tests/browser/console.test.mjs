@@ -107,7 +107,15 @@ async function replaceCertificate(browser, tmp, errors) {
   await page.getByLabel('Password').fill(PW);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('heading', { level: 1, name: 'Dashboard' }).waitFor();
+  // a page still loading when the next one is chosen (its GPUs answer
+  // 2 s late here) must neither draw into the next page nor end its busy state
+  await page.route('**/api/v1/gpus', async (r) => { await new Promise((ok) => setTimeout(ok, 2000)); await r.continue(); });
+  await page.evaluate(() => { location.hash = '#/overview'; });
   await visit(page, 'settings', 'Settings');
+  await page.waitForTimeout(2500);
+  check(await page.getByRole('heading', { level: 2, name: 'Engines' }).count() === 0,
+    'a page left while loading does not draw into the next one');
+  await page.unroute('**/api/v1/gpus');
   check(await page.getByText('(self-signed)').count() === 1, 'HTTPS console: the generated certificate is self-signed');
   await page.getByLabel(/^Certificate chain/).setInputFiles(path.join(pki, 'ca.pem'));
   await page.getByLabel(/^Private key/).setInputFiles(path.join(pki, 'leaf.key'));

@@ -87,6 +87,7 @@ export function can(role) {
   return ctx.me && rank[ctx.me.user.role] >= rank[role];
 }
 
+let routeSeq = 0;
 async function route() {
   if (!ctx.me) return;
   if (ctx.me.must_change_password) { changePassword(); return; }
@@ -97,15 +98,25 @@ async function route() {
     if (a.getAttribute('href') === `#/${name}`) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
   document.title = `${titles[name] || 'Dashboard'} · privai console`;
   const m = main();
-  m.replaceChildren(h('h1', {}, titles[name] || 'Dashboard'));
+  // each visit draws into a view of its own: a page still loading when the
+  // next one is chosen draws into its detached view, not into the new page
+  const seq = ++routeSeq;
+  const view = h('div', {});
+  m.replaceChildren(h('h1', {}, titles[name] || 'Dashboard'), view);
   // busy until the page's first data is drawn: screen readers wait for it,
   // and so do the browser tests (a hash change fires no load event)
   m.setAttribute('aria-busy', 'true');
+  let done = null;
   try {
-    cleanup = (await page(m, ctx)) || null;
+    done = (await page(view, ctx)) || null;
   } catch (e) {
-    m.append(h('p', { class: 'error-text', role: 'alert' }, e.message));
+    view.append(h('p', { class: 'error-text', role: 'alert' }, e.message));
   }
+  if (seq !== routeSeq) { // superseded: only the newest visit may say it is drawn
+    if (done) done();
+    return;
+  }
+  cleanup = done;
   m.removeAttribute('aria-busy');
   m.focus();
 }
