@@ -172,7 +172,8 @@ seed_first_start(struct admin *a, const char *demo_model, const char *day0_model
 	return PRIVAI_OK;
 }
 
-/* A model name from a file name: what model_name_ok allows, else '-'. */
+/* A model name from a file name ending in .gguf: what model_name_ok
+ * allows, anything else '_'. */
 static void
 name_from_path(const char *real, char *out, size_t size)
 {
@@ -219,7 +220,7 @@ day0_one(struct admin *a, const char *path, char *name, size_t nsize, char *err)
 		return 0;
 	if ((rc = model_meta_read(real, &m, err)) != PRIVAI_OK)
 		return rc;
-	name_from_path(real, base, sizeof(base));
+	name_from_path(path, base, sizeof(base)); /* the name given: real may be a link's target */
 	snprintf(name, nsize, "%s", base);
 	/* a name taken (by a model or an upload's reservation): the next one */
 	for (int i = 2; (rc = model_insert(a->db, name, real, "path", (int64_t)sb.st_size, NULL, &m, admin_now(),
