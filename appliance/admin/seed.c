@@ -175,18 +175,18 @@ seed_first_start(struct admin *a, const char *demo_model, const char *day0_model
 /* A model name from a file name ending in .gguf: what model_name_ok
  * allows, anything else '_'. */
 static void
-name_from_path(const char *real, char *out, size_t size)
+name_from_path(const char *path, char *out, size_t size)
 {
-	const char *base = strrchr(real, '/') ? strrchr(real, '/') + 1 : real;
+	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	size_t n = strlen(base) - 5; /* ".gguf" */
 
 	if (n >= size)
 		n = size - 1;
 	for (size_t i = 0; i < n; i++) {
-		char c = base[i];
-		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-			 c == '_' || c == ':' || c == '-';
-		out[i] = ok && !(i == 0 && (c == '.' || c == '-')) ? c : '_';
+		/* model_name_ok's rule, one character at a time ('.' and '-' are
+		 * refused only in first place) */
+		char one[2] = { base[i], '\0' };
+		out[i] = model_name_ok(one) || (i > 0 && (base[i] == '.' || base[i] == '-')) ? base[i] : '_';
 	}
 	out[n] = '\0';
 	if (n == 0)

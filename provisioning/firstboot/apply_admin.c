@@ -228,9 +228,11 @@ step_models(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_
 	}
 	/* privai-admin registers them at its start, each path only once; what
 	 * became of each is in its Models list and audit log */
-	env_add(e, "PRIVAI_DAY0_MODELS", fb_good(c, FB_MODELS));
-	step_set(s, env_had(o, "PRIVAI_DAY0_MODELS", fb_good(c, FB_MODELS)) ? FB_UNCHANGED : FB_APPLIED, "%s: handed to privai-admin, which registers each at its start (from %s)",
-		 fb_good(c, FB_MODELS), c->v[FB_MODELS].source);
+	const char *models = fb_good(c, FB_MODELS);
+	env_add(e, "PRIVAI_DAY0_MODELS", models);
+	step_set(s, env_had(o, "PRIVAI_DAY0_MODELS", models) ? FB_UNCHANGED : FB_APPLIED,
+		 "%s: handed to privai-admin, which registers each at its start (from %s)", models,
+		 c->v[FB_MODELS].source);
 }
 
 void

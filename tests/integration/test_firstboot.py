@@ -316,8 +316,10 @@ def day0_models(adm, c, disk):
     def listed():
         return {m["name"]: m for m in c.get("/api/v1/models").json["data"]}
     got = listed()
-    check(set(got) == {"small-chat"} and got["small-chat"]["path"] == os.path.join(disk, "small-chat.gguf"),
-          "the good day-0 model is registered under its file name, once though named twice", sorted(got))
+    check(set(got) == {"small-chat", "_odd_name"} and
+          got["small-chat"]["path"] == os.path.join(disk, "small-chat.gguf"),
+          "good day-0 models are registered under their file names (what a name may not hold made '_'), "
+          "once though named twice", sorted(got))
     audit = c.get("/api/v1/audit?action=model.create").json.get("data", [])
     refused = {(e.get("detail") or {}).get("path", ""): e for e in audit if e.get("result") == "refused"}
     check(any(p.endswith("broken.gguf") for p in refused) and any(p.endswith("missing.gguf") for p in refused),
@@ -326,7 +328,7 @@ def day0_models(adm, c, disk):
     adm.start()
     c.port = adm.port
     c.login("admin", "correct horse battery staple")
-    check(set(listed()) == {"small-chat"}, "a restart registers nothing twice", sorted(listed()))
+    check(set(listed()) == {"small-chat", "_odd_name"}, "a restart registers nothing twice", sorted(listed()))
 
 
 def test_admin_shows_it(tmp):
@@ -356,7 +358,9 @@ def test_admin_shows_it(tmp):
     check(r.steps.get("models", {}).get("state") == "unchanged", "and not again at the next boot",
           r.steps.get("models"))
     state = r.path + "/var/lib/privai"
-    day0 = {"PRIVAI_DAY0_MODELS": models + "," + os.path.join(disk, "small-chat.gguf")}
+    shutil.copy(os.path.join(disk, "small-chat.gguf"), os.path.join(disk, "-odd&name.gguf"))
+    day0 = {"PRIVAI_DAY0_MODELS": models + "," + os.path.join(disk, "small-chat.gguf") + "," +
+            os.path.join(disk, "-odd&name.gguf")}
     adm = Admin(BUILD, state, "correct horse battery staple", ports="19400-19409", env_extra=day0)
     try:
         c = adm.client()
