@@ -30,8 +30,9 @@ TUNE_BIN   = $(BUILD)/privai-tune
 FABRIC_SRC = $(wildcard appliance/fabric/*.c appliance/fabric/main/*.c)
 FABRIC_OBJ = $(FABRIC_SRC:%.c=$(BUILD)/%.o)
 FABRIC_BIN = $(BUILD)/privai-fabric
-ADMIN_SRC  = $(wildcard appliance/admin/*.c)
-ADMIN_SQL  = $(sort $(wildcard appliance/admin/schema/*.sql))
+ADMIN_SRC  = $(wildcard appliance/admin/*.c appliance/admin/*/*.c)
+ADMIN_SRC := $(filter-out appliance/admin/main/%,$(ADMIN_SRC))
+ADMIN_SQL  = $(sort $(wildcard appliance/admin/store/schema/*.sql))
 ADMIN_OBJ  = $(ADMIN_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/admin_schema.o
 ADMIN_LIB  = $(BUILD)/libprivai-admin.a
 ADMIN_BIN  = $(BUILD)/privai-admin
@@ -113,7 +114,7 @@ $(BUILD)/appliance/tune/%.o: CFLAGS_ALL += -Iappliance/tune
 $(BUILD)/appliance/fabric/%.o: CFLAGS_ALL += -Iappliance/fabric -Iappliance/fabric/main
 
 # the recorded NVML of an HGX H100 node, for tests (PRIVAI_NVML_LIB)
-$(NVML_DOUBLE): tests/nvml_double/nvml_double.c appliance/admin/nvml_abi.h
+$(NVML_DOUBLE): tests/nvml_double/nvml_double.c appliance/admin/gpu/nvml_abi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Iappliance/admin -fPIC -shared $< -o $@
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Turn the numbered migrations (appliance/admin/schema/NNN_*.sql, in order)
+# Turn the numbered migrations (appliance/admin/store/schema/NNN_*.sql, in order)
 # into a C file holding them as strings, so privai-admin carries its schema.
 # usage: embed-sql.sh OUT.c SQL...
 set -eu

@@ -11,11 +11,11 @@
 
 #include "privai/status.h"
 #include "admin.h"
-#include "audit.h"
-#include "auth.h"
-#include "db.h"
-#include "deployments.h"
-#include "models.h"
+#include "log.h"
+#include "auth/auth.h"
+#include "store/db.h"
+#include "deploy/deployments.h"
+#include "models/models.h"
 #include "seed.h"
 
 static int
@@ -40,8 +40,7 @@ tell_password(struct admin *a, const char *password, char *err)
 	int fd;
 
 	if (isatty(STDERR_FILENO)) {
-		fprintf(stderr, "privai-admin: first start: user 'admin', one-time password %s (change it after "
-			"logging in)\n", password);
+		log_info("first start: user 'admin', one-time password %s (change it after logging in)", password);
 		return PRIVAI_OK;
 	}
 	snprintf(path, sizeof(path), "%s/%s", a->cfg.state_dir, SEED_PASSWORD_FILE);
@@ -55,8 +54,8 @@ tell_password(struct admin *a, const char *password, char *err)
 		unlink(path);
 		return privai_fail(err, PRIVAI_EIO, "cannot write %s: %s", path, strerror(errno));
 	}
-	fprintf(stderr, "privai-admin: first start: user 'admin' has a one-time password in %s (readable by this "
-		"account only; it is removed when the password is changed)\n", path);
+	log_info("first start: user 'admin' has a one-time password in %s (readable by this "
+		 "account only; it is removed when the password is changed)", path);
 	return PRIVAI_OK;
 }
 
@@ -95,7 +94,7 @@ first_admin(struct admin *a, char *err)
 	if (rc == PRIVAI_OK && generated)
 		rc = db_exec(a->db, "UPDATE users SET must_change_password = 1 WHERE name = 'admin'", err);
 	if (rc == PRIVAI_OK)
-		audit_write(a->db, admin_now(), "system", "user.create", "admin", "", "ok", "{\"first_start\":true}");
+		admin_audit(a->db, admin_now(), "system", "user.create", "admin", "", "ok", "{\"first_start\":true}");
 	if (rc == PRIVAI_OK && generated)
 		rc = tell_password(a, password, err);
 	sodium_memzero(password, sizeof(password));
@@ -152,9 +151,9 @@ demo(struct admin *a, const char *path, char *err)
 		db_rollback(a->db);
 		return rc != PRIVAI_OK ? rc : privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
 	}
-	audit_write(a->db, admin_now(), "system", "deployment.create", "demo", "", "ok", "{\"first_start\":true}");
-	fprintf(stderr, "privai-admin: first start: model 'demo' deployed on CPU; OpenAI endpoint "
-		"http://127.0.0.1:%d/v1 with API key %s\n", port, key);
+	admin_audit(a->db, admin_now(), "system", "deployment.create", "demo", "", "ok", "{\"first_start\":true}");
+	log_info("first start: model 'demo' deployed on CPU; OpenAI endpoint "
+		 "http://127.0.0.1:%d/v1 with API key %s", port, key);
 	return PRIVAI_OK;
 }
 
@@ -252,11 +251,11 @@ seed_day0_models(struct admin *a, const char *list)
 		free(dt);
 		cJSON_Delete(d);
 		if (rc < 0) {
-			fprintf(stderr, "privai-admin: day-0 model %s: not registered: %s\n", p, err);
-			audit_write(a->db, admin_now(), "system", "model.create", p, "", "refused", detail);
+			log_warn("day-0 model %s: not registered: %s", p, err);
+			admin_audit(a->db, admin_now(), "system", "model.create", p, "", "refused", detail);
 		} else if (rc == 1) {
-			fprintf(stderr, "privai-admin: day-0 model %s registered as '%s'\n", p, name);
-			audit_write(a->db, admin_now(), "system", "model.create", name, "", "ok", detail);
+			log_info("day-0 model %s registered as '%s'", p, name);
+			admin_audit(a->db, admin_now(), "system", "model.create", name, "", "ok", detail);
 			n++;
 		}
 	}

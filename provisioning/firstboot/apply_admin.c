@@ -16,7 +16,7 @@
 #include "apply.h"
 #include "firstboot.h"
 #include "hostfs.h"
-#include "tls.h"
+#include "http/tls.h"
 
 #define ENV_FILE "/etc/privai/admin.env"
 #define PASSWORD_FILE "/etc/privai/admin-password"

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "auth.h"
+#include "auth/auth.h"
 #include "firstboot.h"
 
 static int

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nvml_abi.h"
+#include "gpu/nvml_abi.h"
 
 #define N_GPUS 8
 #define MAX_GI 7

@@ -8,8 +8,8 @@
 
 #include "testlib.h"
 #include "privai/status.h"
-#include "auth.h"
-#include "db.h"
+#include "auth/auth.h"
+#include "store/db.h"
 #include "dbtestlib.h"
 
 int
@@ -110,7 +110,7 @@ main(void)
 	      auth_token(db, t_grand, now + 3, &q, err) == PRIVAI_ENOTFOUND, "children and grandchildren die with it");
 	CHECK(sql_count(db, "SELECT count(*) FROM api_tokens WHERE revoked_reason LIKE '%it was made with was revoked'") == 2,
 	      "each says why");
-	db_exec(db, "UPDATE api_tokens SET revoked_at = NULL WHERE name IN ('child', 'grand')", err);
+	sql_must(db, "UPDATE api_tokens SET revoked_at = NULL WHERE name IN ('child', 'grand')");
 	CHECK(auth_token(db, t_grand, now + 4, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "was made with token"),
 	      "a live child of a revoked parent is refused: %s", err);
 

@@ -10,7 +10,7 @@
 
 #include "testlib.h"
 #include "privai/status.h"
-#include "db.h"
+#include "store/db.h"
 #include "dbtestlib.h"
 
 static char dir[256];
@@ -59,7 +59,7 @@ test_open_and_migrate(void)
 	/* a database from a newer privai-admin */
 	char sql[64];
 	snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", db_schema_version() + 1);
-	db_exec(db, sql, err);
+	sql_must(db, sql);
 	db_close(db);
 	CHECK(db_open(tmp("a.db"), &db, err) == PRIVAI_EUNSUPPORTED && strstr(err, "newer than this privai-admin"),
 	      "a newer schema is refused: %s", err);
@@ -75,9 +75,9 @@ test_backup_restore(void)
 	FILE *f;
 
 	CHECK(db_open(tmp("b.db"), &db, err) == 0, "open: %s", err);
-	db_exec(db, "INSERT INTO settings VALUES ('mode', 'first')", err);
+	sql_must(db, "INSERT INTO settings VALUES ('mode', 'first')");
 	CHECK(db_backup(db, tmp("b.bak"), err) == 0, "backup: %s", err);
-	db_exec(db, "UPDATE settings SET value = 'second'; INSERT INTO settings VALUES ('x', 'y')", err);
+	sql_must(db, "UPDATE settings SET value = 'second'; INSERT INTO settings VALUES ('x', 'y')");
 	CHECK(sql_count(db, "SELECT count(*) FROM settings") == 2, "changed after the backup");
 
 	/* bad backups: garbage, a truncated copy, a non-privai database */

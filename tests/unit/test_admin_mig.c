@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "testlib.h"
-#include "mig.h"
+#include "gpu/mig.h"
 
 /* "3g.40gb@0 4g.40gb@-1 ..." -> instances */
 static int

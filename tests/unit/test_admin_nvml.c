@@ -7,8 +7,8 @@
 
 #include "testlib.h"
 #include "privai/status.h"
-#include "mig.h"
-#include "nvml.h"
+#include "gpu/mig.h"
+#include "gpu/nvml.h"
 
 int
 main(void)

@@ -5,7 +5,7 @@
  * head divisibility, whole nodes beyond one, bad input refused.
  */
 #include "testlib.h"
-#include "sizing.h"
+#include "gpu/sizing.h"
 
 static const struct model_shape reference[] = {
 	/* name, weight bytes, layers, heads, kv heads, head dim, MLA latent, max context */

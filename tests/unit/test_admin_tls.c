@@ -14,8 +14,8 @@
 
 #include "testlib.h"
 #include "privai/status.h"
-#include "tls.h"
-#include "tls_live.h"
+#include "http/tls.h"
+#include "http/tls_live.h"
 
 struct made {
 	gnutls_x509_crt_t crt;

@@ -22,22 +22,25 @@
 
 #include "privai/status.h"
 #include "admin.h"
-#include "auth.h"
-#include "cluster.h"
-#include "mig_apply.h"
-#include "nodes.h"
-#include "db.h"
-#include "engine_probe.h"
-#include "deployments.h"
-#include "httpd.h"
-#include "backups.h"
-#include "models.h"
-#include "reset_password.h"
+#include "log.h"
+#include "auth/auth.h"
+#include "cluster/cluster.h"
+#include "gpu/mig_apply.h"
+#include "cluster/nodes.h"
+#include "store/db.h"
+#include "deploy/engine_probe.h"
+#include "api/deployments.h"
+#include "api/routes.h"
+#include "http/httpd.h"
+#include "backup/backups.h"
+#include "models/models.h"
+#include "api/uploads.h"
+#include "auth/reset_password.h"
 #include "seed.h"
-#include "supervisor.h"
-#include "runner.h"
-#include "tls.h"
-#include "tls_live.h"
+#include "deploy/supervisor.h"
+#include "deploy/runner.h"
+#include "http/tls.h"
+#include "http/tls_live.h"
 
 static void
 usage(FILE *fp)
@@ -410,7 +413,7 @@ setup_tls(struct admin *a, char *err)
 			gethostname(host, sizeof(host) - 1);
 			if ((rc = tls_selfsigned(cert, key, host, err)) != PRIVAI_OK)
 				return rc;
-			fprintf(stderr, "privai-admin: generated a self-signed certificate %s\n", cert);
+			log_info("generated a self-signed certificate %s", cert);
 		}
 		a->cfg.tls_cert = cert;
 		a->cfg.tls_key = key;
@@ -437,8 +440,11 @@ clean_interrupted(struct admin *a)
 	struct dirent *e;
 	char path[PATH_MAX + 300];
 
-	sqlite3_exec(a->db, "UPDATE models SET state = 'failed', error = 'interrupted by a restart of privai-admin' "
-			    "WHERE state = 'importing'", NULL, NULL, NULL);
+	char err[PRIVAI_ERR_LEN];
+
+	if (db_exec(a->db, "UPDATE models SET state = 'failed', error = 'interrupted by a restart of privai-admin' "
+			   "WHERE state = 'importing'", err) != PRIVAI_OK)
+		log_warn("imports cut short by the restart stay 'importing': %s", err);
 	uploads_sweep(a, admin_now(), 1);
 	if (d == NULL)
 		return;
@@ -553,8 +559,8 @@ setup_node(struct admin *a, char *err)
 		return rc;
 	mig_reapply(a, &applied, &failed);
 	if (applied + failed > 0)
-		fprintf(stderr, "privai-admin: MIG layouts applied again at start: %d, failed: %d (see GET /api/v1/gpus)\n",
-			applied, failed);
+		log_write(failed > 0 ? LOG_LEVEL_WARN : LOG_LEVEL_INFO, __func__,
+			  "MIG layouts applied again at start: %d, failed: %d (see GET /api/v1/gpus)", applied, failed);
 	return PRIVAI_OK;
 }
 
@@ -565,21 +571,21 @@ report_engine(struct admin *a)
 	const cJSON *b, *why;
 
 	if ((a->engine = engine_probe(a->cfg.engine_bin)) == NULL) {
-		fprintf(stderr, "privai-admin: out of memory asking the engine for its features\n");
+		log_error("out of memory asking the engine for its features");
 		return;
 	}
 	b = cJSON_GetObjectItem(a->engine, "backends");
 	why = cJSON_GetObjectItem(a->engine, "error");
 	if (why != NULL) {
-		fprintf(stderr, "privai-admin: engine: %s; deployments will fail until it runs\n", why->valuestring);
+		log_error("engine: %s; deployments will fail until it runs", why->valuestring);
 		return;
 	}
 	char *list = cJSON_PrintUnformatted(b);
-	fprintf(stderr, "privai-admin: engine %s runs on %s\n", a->cfg.engine_bin, list != NULL ? list : "?");
+	log_info("engine %s runs on %s", a->cfg.engine_bin, list != NULL ? list : "?");
 	cJSON_free(list);
 }
 
-/* privai-admin reset-password USER [options]: see reset_password.h. */
+/* privai-admin reset-password USER [options]: see auth/reset_password.h. */
 static int
 reset_password_main(int argc, char **argv)
 {
@@ -646,11 +652,12 @@ main(int argc, char **argv)
 		routes_each(print_route, o.json ? (void *)1 : NULL);
 		return 0;
 	}
+	log_init("privai-admin", LOG_LEVEL_INFO);
 	/* the store, backups, TLS keys, logs and model files are this
 	 * account's alone (0600 files, 0700 directories) */
 	umask(077);
 	if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
-		fprintf(stderr, "privai-admin: libsodium or libcurl failed to initialise\n");
+		log_error("libsodium or libcurl failed to initialise");
 		return 1;
 	}
 	/* signals are taken by sigwait below; every thread inherits the mask */
@@ -663,6 +670,8 @@ main(int argc, char **argv)
 
 	a.cfg = o.cfg;
 	a.listen_fd = -1;
+	a.routes = api_route_tables;
+	a.fallback = webui_serve;
 	a.started_at = admin_now();
 	pthread_mutex_init(&a.db_mu, NULL);
 	pthread_mutex_init(&a.fetch_mu, NULL);
@@ -670,7 +679,7 @@ main(int argc, char **argv)
 	/* the port first: a taken one must fail the start before a store or
 	 * a password exists */
 	if ((rc = httpd_listen(&a, err)) != PRIVAI_OK) {
-		fprintf(stderr, "privai-admin: %s\n", err);
+		log_error("%s", err);
 		return 1;
 	}
 	report_engine(&a);
@@ -680,7 +689,7 @@ main(int argc, char **argv)
 	    (rc = httpd_start(&a, err)) != PRIVAI_OK || (rc = setup_node(&a, err)) != PRIVAI_OK ||
 	    (rc = cluster_start(&a, err)) != PRIVAI_OK || (rc = model_hash_start(&a, err)) != PRIVAI_OK ||
 	    (rc = backup_sched_start(&a, err)) != PRIVAI_OK) {
-		fprintf(stderr, "privai-admin: %s\n", err);
+		log_error("%s", err);
 		httpd_stop(&a);
 		cluster_stop(&a);
 		model_hash_stop(&a);
@@ -690,12 +699,12 @@ main(int argc, char **argv)
 		return 1;
 	}
 	if (a.runner_note[0] != '\0')
-		fprintf(stderr, "privai-admin: %s\n", a.runner_note);
-	fprintf(stderr, "privai-admin: engines run as %s\n", a.runner_how);
+		log_info("%s", a.runner_note);
+	log_info("engines run as %s", a.runner_how);
 	if (a.adopt_note[0] != '\0')
-		fprintf(stderr, "privai-admin: %s\n", a.adopt_note);
-	fprintf(stderr, "privai-admin: console on %s://%s:%d/ (state in %s)\n", a.tls ? "https" : "http", a.cfg.host,
-		a.port, a.cfg.state_dir);
+		log_info("%s", a.adopt_note);
+	log_info("console on %s://%s:%d/ (state in %s)", a.tls ? "https" : "http", a.cfg.host,
+		 a.port, a.cfg.state_dir);
 	sd_notify(0, "READY=1");
 	for (;;) {
 		if (sigwait(&sigs, &sig) != 0)
@@ -705,7 +714,7 @@ main(int argc, char **argv)
 		break;
 	}
 	sd_notify(0, "STOPPING=1");
-	fprintf(stderr, "privai-admin: stopping\n");
+	log_info("stopping");
 	httpd_stop(&a);
 	deploy_forward_shutdown();
 	cluster_stop(&a);

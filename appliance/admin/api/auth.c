@@ -1,0 +1,219 @@
+/*
+ * /api/v1/auth: log in (a session cookie, HttpOnly and SameSite=Strict,
+ * Secure under TLS, plus a CSRF token the console sends back in
+ * X-CSRF-Token), log out, who am I, change my password.
+ */
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "privai/status.h"
+#include "admin.h"
+#include "store/db.h"
+#include "http/httpd.h"
+#include "seed.h"
+
+static cJSON *
+user_json(const struct principal *p)
+{
+	cJSON *u = cJSON_CreateObject();
+
+	cJSON_AddNumberToObject(u, "id", (double)p->user_id);
+	cJSON_AddStringToObject(u, "name", p->name);
+	cJSON_AddStringToObject(u, "role", role_name(p->role));
+	return u;
+}
+
+static int
+must_change_password(sqlite3 *db, int64_t user_id)
+{
+	sqlite3_stmt *st;
+	int v = 0;
+
+	if (sqlite3_prepare_v2(db, "SELECT must_change_password FROM users WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
+		return 0;
+	sqlite3_bind_int64(st, 1, user_id);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	return v;
+}
+
+static void
+h_login(struct req *r)
+{
+	static const char *const known[] = { "name", "password", NULL };
+	char cookie[AUTH_SECRET_LEN], hdr[256], err[PRIVAI_ERR_LEN], wait_s[16];
+	struct principal p;
+	cJSON *j;
+	const char *name, *password;
+
+	int wait = ratelimit_take(&r->a->login_limit, r->addr, admin_mono_ms());
+	if (wait > 0) {
+		snprintf(wait_s, sizeof(wait_s), "%d", wait);
+		reply_header(r, "Retry-After", wait_s);
+		reply_error(r, 429, "rate_limited", NULL, "too many login attempts from %s; try again in %d s", r->addr,
+			    wait);
+		return;
+	}
+	if ((j = body_object(r)) == NULL)
+		return;
+	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 64, NULL)) == NULL ||
+	    (password = field_str(r, j, "password", 1, 1024, NULL)) == NULL) {
+		body_wipe(j);
+		return;
+	}
+	int rc = auth_login(r->a->db, name, password, r->addr, r->now, cookie, &p, err);
+	cJSON *d = cJSON_CreateObject();
+	cJSON_AddStringToObject(d, "name", name);
+	if (rc != PRIVAI_OK) {
+		atomic_fetch_add(&r->a->logins_failed, 1);
+		cJSON_AddStringToObject(d, "error", err);
+		req_audit(r, "auth.login", name, "refused", d);
+		body_wipe(j);
+		if (rc == PRIVAI_EBUSY)
+			reply_error(r, 429, "account_locked", NULL, "%s", err);
+		else if (rc == PRIVAI_EINVAL)
+			reply_error(r, 401, "bad_credentials", NULL, "%s", err);
+		else
+			reply_status(r, rc, NULL, err);
+		return;
+	}
+	body_wipe(j);
+	atomic_fetch_add(&r->a->logins_ok, 1);
+	r->authed = 1;
+	r->who = p;
+	req_audit(r, "auth.login", p.name, "ok", d);
+	snprintf(hdr, sizeof(hdr), "privai_session=%s; Path=/; Max-Age=%d; HttpOnly; SameSite=Strict%s", cookie,
+		 AUTH_SESSION_SECONDS, r->a->tls ? "; Secure" : "");
+	reply_header(r, "Set-Cookie", hdr);
+	sodium_memzero(hdr, sizeof(hdr));
+	cJSON *root = cJSON_CreateObject();
+	cJSON_AddItemToObject(root, "user", user_json(&p));
+	cJSON_AddStringToObject(root, "csrf_token", p.csrf);
+	sodium_memzero(cookie, sizeof(cookie));
+	cJSON_AddNumberToObject(root, "expires_at", (double)(r->now + AUTH_SESSION_SECONDS));
+	cJSON_AddBoolToObject(root, "must_change_password", must_change_password(r->a->db, p.user_id));
+	reply_json(r, 200, root);
+}
+
+static void
+h_logout(struct req *r)
+{
+	char hdr[160];
+
+	if (r->authed != 1) {
+		reply_error(r, 422, "not_a_session", NULL, "logout ends a browser session; revoke a token instead");
+		return;
+	}
+	auth_logout(r->a->db, session_cookie(r));
+	req_audit(r, "auth.logout", r->who.name, "ok", NULL);
+	snprintf(hdr, sizeof(hdr), "privai_session=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict%s",
+		 r->a->tls ? "; Secure" : "");
+	reply_header(r, "Set-Cookie", hdr);
+	reply_empty(r, 204);
+}
+
+static void
+h_me(struct req *r)
+{
+	cJSON *root = cJSON_CreateObject();
+
+	cJSON_AddItemToObject(root, "user", user_json(&r->who));
+	cJSON_AddStringToObject(root, "via", r->authed == 1 ? "session" : "token");
+	if (r->authed == 1)
+		cJSON_AddStringToObject(root, "csrf_token", r->who.csrf);
+	else
+		cJSON_AddNumberToObject(root, "token_id", (double)r->who.token_id);
+	cJSON_AddBoolToObject(root, "must_change_password", must_change_password(r->a->db, r->who.user_id));
+	reply_json(r, 200, root);
+}
+
+/* The first admin's one-time password, when it went to a file rather
+ * than a terminal (seed.c), is gone once the admin has chosen their own. */
+static void
+forget_first_password(struct req *r)
+{
+	char path[4096 + 64];
+
+	if (strcmp(r->who.name, "admin") != 0)
+		return;
+	snprintf(path, sizeof(path), "%s/%s", r->a->cfg.state_dir, SEED_PASSWORD_FILE);
+	unlink(path);
+}
+
+/*
+ * Change one's own password, in a session (a token cannot: whoever holds
+ * one should not be able to lock the account's owner out).  Every other
+ * session of the account ends; every API token of the account is revoked
+ * unless "revoke_tokens": false, and the reply says which were.
+ */
+static void
+h_password(struct req *r)
+{
+	static const char *const known[] = { "current_password", "new_password", "revoke_tokens", NULL };
+	char err[PRIVAI_ERR_LEN], cookie[AUTH_SECRET_LEN];
+	struct principal check;
+	const char *cur, *next;
+	int revoke_tokens, ended;
+	cJSON *j, *revoked = NULL;
+
+	if (r->authed != 1) {
+		reply_error(r, 422, "not_a_session", NULL, "a password is changed in a signed-in session, not with a "
+			    "token");
+		return;
+	}
+	if ((j = body_object(r)) == NULL)
+		return;
+	if (fields_known(r, j, known) < 0 || (cur = field_str(r, j, "current_password", 1, 1024, NULL)) == NULL ||
+	    (next = field_str(r, j, "new_password", 1, 1024, NULL)) == NULL ||
+	    field_bool(r, j, "revoke_tokens", 1, &revoke_tokens) < 0)
+		goto out;
+	/* the current password is checked the way a login is: it counts
+	 * towards the lockout, so a stolen session cannot guess it */
+	int rc = auth_login(r->a->db, r->who.name, cur, r->addr, r->now, cookie, &check, err);
+	if (rc != PRIVAI_OK) {
+		reply_error(r, rc == PRIVAI_EBUSY ? 429 : 403, "bad_credentials", "current_password", "%s", err);
+		goto out;
+	}
+	auth_logout(r->a->db, cookie);
+	sodium_memzero(cookie, sizeof(cookie));
+	if (strcmp(cur, next) == 0) {
+		reply_error(r, 422, "invalid_field", "new_password", "the new password is the current one");
+		goto out;
+	}
+	if (db_begin(r->a->db) != 0) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		goto out;
+	}
+	if ((rc = auth_user_set_password(r->a->db, r->who.user_id, next, 0, err)) != PRIVAI_OK ||
+	    (rc = auth_end_access(r->a->db, r->who.user_id, session_cookie(r), revoke_tokens, r->now,
+				  "the owner's password changed", &ended, &revoked, err)) != PRIVAI_OK ||
+	    (rc = db_commit(r->a->db) == 0 ? PRIVAI_OK : privai_fail(err, PRIVAI_EIO, "database: %s",
+								     sqlite3_errmsg(r->a->db))) != PRIVAI_OK) {
+		db_rollback(r->a->db);
+		reply_status(r, rc, "new_password", err);
+		goto out;
+	}
+	forget_first_password(r);
+	cJSON *d = cJSON_CreateObject(), *root = cJSON_CreateObject();
+	cJSON_AddNumberToObject(d, "sessions_ended", ended);
+	cJSON_AddItemToObject(d, "tokens_revoked", cJSON_Duplicate(revoked, 1));
+	req_audit(r, "user.password", r->who.name, "ok", d);
+	cJSON_AddNumberToObject(root, "sessions_ended", ended);
+	cJSON_AddItemToObject(root, "tokens_revoked", revoked);
+	reply_json(r, 200, root);
+out:
+	body_wipe(j);
+}
+
+const struct route api_auth_routes[] = {
+	{ "POST", "/api/v1/auth/login", 0, ROUTE_PUBLIC, h_login, NULL, "auth.login" },
+	{ "POST", "/api/v1/auth/logout", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_logout, NULL, "auth.logout" },
+	{ "GET", "/api/v1/auth/me", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_me, NULL, NULL },
+	{ "POST", "/api/v1/auth/password", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_password, NULL, "user.password" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
+};

@@ -1,0 +1,35 @@
+/*
+ * What the deployment resources (api/deployments.c, api/deployment_ops.c,
+ * api/relay.c) share: replies, and requests passed on to an engine
+ * (api/forward.c).
+ */
+#ifndef PRIVAI_ADMIN_API_DEPLOYMENTS_H
+#define PRIVAI_ADMIN_API_DEPLOYMENTS_H
+
+#include <stdint.h>
+
+#include "deploy/deployments.h"
+
+struct req;
+
+/* Send the request (its body when post) to url with Authorization:
+ * auth (NULL: none), checking the far end's key pin when one is given,
+ * and reply with its answer as it arrives (api/forward.c: a streamed
+ * completion's events are passed on one by one); who names the far end
+ * in a 502. */
+void deploy_forward(struct req *r, const char *url, const char *auth, const char *pin, int post, const char *who);
+/* Close the connections deploy_forward keeps open between requests. */
+void deploy_forward_shutdown(void);
+
+/* A deployment the cluster's leader placed on this node is changed on
+ * the leader only: 1 after replying 409. */
+int deploy_refuse_if_leader_owned(struct req *r, int64_t id);
+
+/* Reply with the tail of deployment id's engine log on this node
+ * (the "lines" query, 1..10000, default 200). */
+void deploy_reply_log(struct req *r, int64_t id);
+
+/* The deployment's row with "api_key" added. */
+void reply_deployment_with_key(struct req *r, unsigned status, int64_t id, const char *key);
+
+#endif

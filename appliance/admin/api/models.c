@@ -1,0 +1,320 @@
+/*
+ * /api/v1/models: register a GGUF from a directory the appliance allows
+ * (--model-root), by upload or by URL (models/download.c); list, describe, delete;
+ * size a model for a GPU type (gpu/sizing.c).  Every file is read with the
+ * engine's validating GGUF reader before a row is written.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "privai/status.h"
+#include "admin.h"
+#include "log.h"
+#include "store/db.h"
+#include "http/httpd.h"
+#include "models/models.h"
+#include "store/rows.h"
+#include "http/spool.h"
+
+#define MODEL_FIELDS                                                                                         \
+	"SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, quantization, "  \
+	"context_length, n_layer, n_head, n_head_kv, head_dim, n_embd, n_vocab, kv_latent, tokenizer, "      \
+	"chat_template IS NOT NULL AS has_chat_template, error, bytes_done, url, created_at, "               \
+	"(SELECT count(*) FROM deployments d WHERE d.model_id = models.id) AS deployments"
+#define MODEL_COLUMNS MODEL_FIELDS " FROM models"
+
+/* The real path of a model file inside an allowed root: no traversal,
+ * no symlink out, a regular file named *.gguf. */
+static int
+allowed_path(struct admin *a, const char *path, char *real, int64_t *size, char *err)
+{
+	char root[PATH_MAX];
+	struct stat sb;
+	size_t n = strlen(path);
+
+	if (path[0] != '/')
+		return privai_fail(err, PRIVAI_EINVAL, "path must be absolute");
+	if (n < 6 || strcmp(path + n - 5, ".gguf") != 0)
+		return privai_fail(err, PRIVAI_EINVAL, "path must name a .gguf file");
+	if (realpath(path, real) == NULL)
+		return privai_fail(err, PRIVAI_EINVAL, "%s: %s", path, strerror(errno));
+	for (int i = 0; i < a->cfg.n_model_roots; i++) {
+		if (realpath(a->cfg.model_roots[i], root) == NULL)
+			continue;
+		size_t rn = strlen(root);
+		if (strncmp(real, root, rn) == 0 && (real[rn] == '/' || root[rn - 1] == '/')) {
+			if (stat(real, &sb) != 0 || !S_ISREG(sb.st_mode))
+				return privai_fail(err, PRIVAI_EINVAL, "%s is not a regular file", path);
+			*size = (int64_t)sb.st_size;
+			return PRIVAI_OK;
+		}
+	}
+	return privai_fail(err, PRIVAI_EINVAL, "%s is outside the model directories this appliance allows", path);
+}
+
+static void
+h_list(struct req *r)
+{
+	reply_query(r, 200, MODEL_COLUMNS " ORDER BY id", 0, NULL, NULL);
+}
+
+static void
+h_get(struct req *r)
+{
+	int64_t id = arg_id(r, 0, "model");
+
+	if (id > 0)
+		reply_query(r, 200, MODEL_FIELDS ", chat_template FROM models WHERE id = ?1", 1, &id, "model");
+}
+
+/* POST /api/v1/models with a "url": check it against the allowed hosts,
+ * insert an 'importing' row and download in the background; replies. */
+static void
+model_fetch_start(struct req *r, const cJSON *body, const char *name)
+{
+	char host[300], err[PRIVAI_ERR_LEN];
+	const char *url, *sha;
+
+	if ((url = field_str(r, body, "url", 1, 2048, NULL)) == NULL ||
+	    (sha = field_str(r, body, "sha256", 0, 64, ""), r->status))
+		return;
+	if (cJSON_GetObjectItemCaseSensitive(body, "path") != NULL) {
+		reply_error(r, 422, "invalid_field", "path", "give a path or a url, not both");
+		return;
+	}
+	if (sha[0] != '\0' && !sha256_hex_ok(sha)) {
+		reply_error(r, 422, "invalid_field", "sha256", "sha256 must be 64 lowercase hex digits");
+		return;
+	}
+	if (model_url_host(url, host, sizeof(host)) < 0) {
+		reply_error(r, 422, "invalid_field", "url", "url must be an http:// or https:// URL");
+		return;
+	}
+	if (!model_url_host_allowed(r->a->db, host)) {
+		reply_error(r, 403, "host_not_allowed", "url", "%s is not in the model_url_hosts setting; an admin "
+			    "names the servers models may come from", host);
+		return;
+	}
+	int64_t id;
+	int rc = model_fetch_begin(r->a, name, url, sha, -1, NULL, NULL, r->now, 0, &id, err);
+	if (rc != PRIVAI_OK) {
+		reply_status(r, rc, "name", err);
+		return;
+	}
+	cJSON *d = cJSON_CreateObject();
+	cJSON_AddStringToObject(d, "url", url);
+	req_audit(r, "model.download_start", name, "ok", d);
+	reply_query(r, 202, "SELECT id, name, state, source, url, bytes_done, created_at FROM models WHERE id = ?1", 1,
+		    &id, "model");
+}
+
+static void
+h_register(struct req *r)
+{
+	static const char *const known[] = { "name", "path", "url", "sha256", NULL };
+	char real[PATH_MAX], err[PRIVAI_ERR_LEN];
+	struct model_meta m;
+	const char *name, *path;
+	int64_t size = 0, id;
+	cJSON *j;
+
+	if ((j = body_object(r)) == NULL)
+		return;
+	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 128, NULL)) == NULL)
+		goto out;
+	if (!model_name_ok(name)) {
+		reply_error(r, 422, "invalid_field", "name", "a model name is 1-128 letters, digits, '.', '_', ':' or "
+			    "'-', not starting with '.' or '-'");
+		goto out;
+	}
+	if (cJSON_GetObjectItemCaseSensitive(j, "url") != NULL) {
+		model_fetch_start(r, j, name);
+		goto out;
+	}
+	if ((path = field_str(r, j, "path", 1, PATH_MAX - 1, NULL)) == NULL)
+		goto out;
+	int rc = allowed_path(r->a, path, real, &size, err);
+	if (rc != PRIVAI_OK) {
+		reply_status(r, rc, "path", err);
+		goto out;
+	}
+	if ((rc = model_meta_read(real, &m, err)) != PRIVAI_OK) {
+		reply_status(r, rc == PRIVAI_EIO ? PRIVAI_EINVAL : rc, "path", err);
+		goto out;
+	}
+	rc = model_insert(r->a->db, name, real, "path", size, NULL, &m, r->now, &id, err);
+	model_meta_free(&m);
+	if (rc != PRIVAI_OK) {
+		reply_status(r, rc, "name", err);
+		goto out;
+	}
+	model_hash_kick(r->a); /* its SHA-256 follows in the background */
+	cJSON *d = cJSON_CreateObject();
+	cJSON_AddStringToObject(d, "path", real);
+	req_audit(r, "model.create", name, "ok", d);
+	reply_query(r, 201, MODEL_COLUMNS " WHERE id = ?1", 1, &id, "model");
+out:
+	cJSON_Delete(j);
+}
+
+static void
+h_delete(struct req *r)
+{
+	char path[PATH_MAX], source[16], name[160];
+	sqlite3_stmt *st;
+	int64_t id = arg_id(r, 0, "model");
+	int found = 0, deployments = 0;
+
+	if (id < 0)
+		return;
+	if (sqlite3_prepare_v2(r->a->db, "SELECT path, source, name, (SELECT count(*) FROM deployments d WHERE "
+					 "d.model_id = m.id) FROM models m WHERE id = ?", -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, id);
+		if (sqlite3_step(st) == SQLITE_ROW) {
+			found = 1;
+			snprintf(path, sizeof(path), "%s", (const char *)sqlite3_column_text(st, 0));
+			snprintf(source, sizeof(source), "%s", (const char *)sqlite3_column_text(st, 1));
+			snprintf(name, sizeof(name), "%s", (const char *)sqlite3_column_text(st, 2));
+			deployments = sqlite3_column_int(st, 3);
+		}
+		sqlite3_finalize(st);
+	}
+	if (!found) {
+		reply_error(r, 404, "not_found", NULL, "no model %lld", (long long)id);
+		return;
+	}
+	if (deployments > 0) {
+		reply_error(r, 409, "in_use", NULL, "model %lld has %d deployment(s); delete them first", (long long)id,
+			    deployments);
+		return;
+	}
+	if (model_fetch_cancel(r->a, id)) {
+		reply_error(r, 409, "importing", NULL, "model %lld is still downloading; it was asked to stop, "
+			    "delete it again once it has failed", (long long)id);
+		return;
+	}
+	if (db_delete_id(r->a->db, "models", id) < 0) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return;
+	}
+	/* files the appliance wrote itself go with the row; a registered
+	 * path belongs to whoever put it there */
+	if (strcmp(source, "path") != 0)
+		unlink(path);
+	req_audit(r, "model.delete", name, "ok", NULL);
+	reply_empty(r, 204);
+}
+
+/*
+ * POST /api/v1/models/upload?name=N[&sha256=HEX]: a GGUF streamed in the
+ * request body to a temporary file beside the model directory, hashed as
+ * it arrives, checked (size limit, checksum, GGUF reader), then synced and
+ * renamed into place and registered.  A client that goes away, or any
+ * failed check, leaves nothing behind: no file, no row.
+ */
+static int
+name_taken(struct admin *a, const char *name)
+{
+	sqlite3_stmt *st;
+	int taken = 0;
+
+	pthread_mutex_lock(&a->db_mu);
+	if (sqlite3_prepare_v2(a->db, "SELECT 1 FROM models WHERE name = ?", -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+		taken = sqlite3_step(st) == SQLITE_ROW;
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&a->db_mu);
+	return taken;
+}
+
+static void
+model_upload_begin(struct req *r)
+{
+	const char *name = query_arg(r, "name");
+	struct upload *u;
+
+	if (name == NULL || !model_name_ok(name)) {
+		reply_error(r, 422, "invalid_field", "name", "?name= must be 1-128 letters, digits, '.', '_', ':' or '-', "
+			    "not starting with '.' or '-'");
+		return;
+	}
+	if (name_taken(r->a, name)) {
+		reply_error(r, 409, "conflict", "name", "a model named '%s' exists", name);
+		return;
+	}
+	if ((u = upload_begin_in(r, r->a->models_dir, r->a->cfg.max_upload_bytes)) != NULL)
+		snprintf(u->name, sizeof(u->name), "%s", name);
+}
+
+static void
+model_upload_end(struct req *r)
+{
+	struct upload *u;
+	char hex[65], final[PATH_MAX + 200], err[PRIVAI_ERR_LEN];
+	struct model_meta m;
+	int64_t id;
+	int rc;
+
+	if ((u = upload_finish(r, hex)) == NULL)
+		return;
+	if ((rc = model_meta_read(u->sp.tmp, &m, err)) != PRIVAI_OK) {
+		upload_discard(r);
+		reply_error(r, 422, "bad_file", NULL, "not a usable GGUF file: %s", strchr(err, ':') ? strchr(err, ':') + 2 : err);
+		return;
+	}
+	snprintf(final, sizeof(final), "%s/%s.gguf", r->a->models_dir, u->name);
+	if (access(final, F_OK) == 0) {
+		model_meta_free(&m);
+		reply_error(r, 409, "conflict", "name", "a file %s.gguf is already in the model directory", u->name);
+		upload_discard(r);
+		return;
+	}
+	rc = model_insert(r->a->db, u->name, final, "upload", u->sp.bytes, hex, &m, r->now, &id, err);
+	model_meta_free(&m);
+	if (rc != PRIVAI_OK) {
+		upload_discard(r);
+		reply_status(r, rc, "name", err);
+		return;
+	}
+	if (spool_commit(&u->sp, final, err) != 0) {
+		/* a row for a file that is not there would be served as ready */
+		if (db_delete_id(r->a->db, "models", id) != 1)
+			log_error("model %lld (%s): registered, but its file failed and its row stays: %s", (long long)id,
+				  final, sqlite3_errmsg(r->a->db));
+		upload_discard(r);
+		reply_error(r, 500, "internal", NULL, "%s", err);
+		return;
+	}
+	cJSON *d = cJSON_CreateObject();
+	cJSON_AddNumberToObject(d, "bytes", (double)u->sp.bytes);
+	cJSON_AddStringToObject(d, "sha256", hex);
+	req_audit(r, "model.upload", u->name, "ok", d);
+	upload_discard(r);
+	reply_query(r, 201, "SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, "
+			    "quantization, context_length FROM models WHERE id = ?1", 1, &id, "model");
+}
+
+static const struct stream_ops model_upload_ops = {
+	.begin = model_upload_begin,
+	.data = upload_data,
+	.end = model_upload_end,
+	.abort = upload_discard,
+};
+
+const struct route api_models_routes[] = {
+	{ "GET", "/api/v1/models", ROLE_VIEWER, 0, h_list, NULL, NULL },
+	{ "POST", "/api/v1/models", ROLE_OPERATOR, 0, h_register, NULL, "model.create" },
+	{ "POST", "/api/v1/models/upload", ROLE_OPERATOR, ROUTE_STREAM, NULL, &model_upload_ops, "model.upload" },
+	{ "GET", "/api/v1/models/{id}", ROLE_VIEWER, 0, h_get, NULL, NULL },
+	{ "DELETE", "/api/v1/models/{id}", ROLE_OPERATOR, 0, h_delete, NULL, "model.delete" },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
+};
+

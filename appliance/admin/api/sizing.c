@@ -1,0 +1,185 @@
+/*
+ * Sizing over HTTP: for a registered model (its GGUF shape) or for a
+ * model described in a form, on a GPU type: weights, KV per token, KV for
+ * context x concurrency, headroom, and the GPU and node count (gpu/sizing.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "admin.h"
+#include "http/httpd.h"
+#include "store/rows.h"
+#include "gpu/sizing.h"
+
+static const struct gpu_type *
+gpu_field(struct req *r, const char *gpu)
+{
+	const struct gpu_type *g = sizing_gpu(gpu);
+
+	if (g == NULL)
+		reply_error(r, 422, "invalid_field", "gpu", "unknown GPU type '%.40s' (H100-80GB, H200-141GB, "
+			    "A100-80GB, A100-40GB)", gpu);
+	return g;
+}
+
+/* sizing query: gpu, context, concurrency, kv_bytes */
+static int
+sizing_args(struct req *r, struct sizing_request *q)
+{
+	const char *gpu = query_arg(r, "gpu"), *v;
+	const struct gpu_type *g = gpu_field(r, gpu != NULL ? gpu : "H100-80GB");
+	static const char *const names[] = { "context", "concurrency", "kv_bytes" };
+	int *dst[] = { &q->context, &q->concurrency, &q->kv_bytes };
+	static const int hi[] = { 1 << 24, 1 << 16, 2 };
+	char *end;
+
+	if (g == NULL)
+		return -1;
+	q->gpu = *g;
+	for (int i = 0; i < 3; i++) {
+		if ((v = query_arg(r, names[i])) == NULL)
+			continue;
+		long x = strtol(v, &end, 10);
+		if (*end != '\0' || end == v || x < 1 || x > hi[i]) {
+			reply_error(r, 422, "invalid_field", names[i], "%s must be an integer in 1..%d", names[i], hi[i]);
+			return -1;
+		}
+		*dst[i] = (int)x;
+	}
+	return 0;
+}
+
+static cJSON *
+sizing_json(const struct sizing_request *q, const struct sizing_result *s)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(o, "gpu", q->gpu.name);
+	cJSON_AddNumberToObject(o, "context", q->context);
+	cJSON_AddNumberToObject(o, "concurrency", q->concurrency);
+	cJSON_AddNumberToObject(o, "kv_bytes_per_value", q->kv_bytes);
+	cJSON_AddNumberToObject(o, "weights_bytes", q->model.weight_bytes);
+	cJSON_AddNumberToObject(o, "kv_bytes_per_token", s->kv_bytes_per_token);
+	cJSON_AddNumberToObject(o, "kv_bytes_total", s->kv_bytes_total);
+	cJSON_AddNumberToObject(o, "headroom_bytes_per_gpu", q->headroom_bytes);
+	cJSON_AddNumberToObject(o, "runtime_bytes_per_gpu", q->runtime_bytes);
+	cJSON_AddNumberToObject(o, "total_bytes", s->total_bytes);
+	cJSON_AddNumberToObject(o, "gpus", s->gpus);
+	cJSON_AddNumberToObject(o, "nodes", s->nodes);
+	cJSON_AddNumberToObject(o, "per_gpu_used_bytes", s->per_gpu_used);
+	cJSON_AddStringToObject(o, "why", s->why);
+	return o;
+}
+
+static void
+h_sizing(struct req *r)
+{
+	struct sizing_request q;
+	struct sizing_result s;
+	sqlite3_stmt *st;
+	char name[160] = "";
+	int64_t id = arg_id(r, 0, "model");
+
+	if (id < 0)
+		return;
+	memset(&q, 0, sizeof(q));
+	if (sqlite3_prepare_v2(r->a->db, "SELECT name, coalesce(weight_bytes, size_bytes), n_layer, n_head, n_head_kv, "
+					 "head_dim, kv_latent, context_length FROM models WHERE id = ? AND state = "
+					 "'ready'", -1, &st, NULL) != SQLITE_OK) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return;
+	}
+	sqlite3_bind_int64(st, 1, id);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		snprintf(name, sizeof(name), "%s", (const char *)sqlite3_column_text(st, 0));
+		q.model.weight_bytes = (double)sqlite3_column_int64(st, 1);
+		q.model.layers = sqlite3_column_int(st, 2);
+		q.model.heads = sqlite3_column_int(st, 3);
+		q.model.kv_heads = sqlite3_column_int(st, 4);
+		q.model.head_dim = sqlite3_column_int(st, 5);
+		q.model.kv_latent = sqlite3_column_int(st, 6);
+		q.model.max_context = sqlite3_column_int(st, 7);
+	}
+	sqlite3_finalize(st);
+	if (name[0] == '\0') {
+		reply_error(r, 404, "not_found", NULL, "no ready model %lld", (long long)id);
+		return;
+	}
+	q.model.name = name;
+	if (sizing_args(r, &q) < 0)
+		return;
+	if (q.context == 0)
+		q.context = q.model.max_context > 0 ? q.model.max_context : 4096;
+	sizing_defaults(&q);
+	if (sizing_compute(&q, &s) < 0) {
+		reply_error(r, 422, "invalid_field", NULL, "%s", s.why);
+		return;
+	}
+	reply_json(r, 200, sizing_json(&q, &s));
+}
+
+/* A model described by hand: parameters (with bits per weight) or
+ * weight_bytes, and the attention shape. */
+static void
+h_sizing_form(struct req *r)
+{
+	static const char *const known[] = { "gpu", "parameters", "bits_per_weight", "weight_bytes", "layers",
+					     "heads", "kv_heads", "head_dim", "kv_latent", "max_context", "context",
+					     "concurrency", "kv_bytes", "gpus_per_node", NULL };
+	struct sizing_request q;
+	struct sizing_result s;
+	const struct gpu_type *g;
+	const char *gpu;
+	int64_t params, bits, wbytes, layers, heads, kvh, hd, lat, maxc, ctx, conc, kvb, per_node;
+	cJSON *j;
+
+	if ((j = body_object(r)) == NULL)
+		return;
+	if (fields_known(r, j, known) < 0 || (gpu = field_str(r, j, "gpu", 1, 40, NULL)) == NULL ||
+	    (g = gpu_field(r, gpu)) == NULL ||
+	    field_int(r, j, "parameters", 0, 1, INT64_C(1) << 50, 0, &params) < 0 ||
+	    field_int(r, j, "bits_per_weight", 0, 1, 32, 16, &bits) < 0 ||
+	    field_int(r, j, "weight_bytes", 0, 1, INT64_C(1) << 53, 0, &wbytes) < 0 ||
+	    field_int(r, j, "layers", 1, 1, 4096, 0, &layers) < 0 || field_int(r, j, "heads", 1, 1, 4096, 0, &heads) < 0 ||
+	    field_int(r, j, "kv_heads", 0, 1, 4096, heads, &kvh) < 0 ||
+	    field_int(r, j, "head_dim", 1, 1, 4096, 0, &hd) < 0 ||
+	    field_int(r, j, "kv_latent", 0, 0, 65536, 0, &lat) < 0 ||
+	    field_int(r, j, "max_context", 0, 0, 1 << 24, 0, &maxc) < 0 ||
+	    field_int(r, j, "context", 0, 1, 1 << 24, maxc > 0 ? maxc : 4096, &ctx) < 0 ||
+	    field_int(r, j, "concurrency", 0, 1, 1 << 16, 1, &conc) < 0 ||
+	    field_int(r, j, "kv_bytes", 0, 1, 2, 2, &kvb) < 0 ||
+	    field_int(r, j, "gpus_per_node", 0, 1, 64, 8, &per_node) < 0)
+		goto out;
+	if ((params == 0) == (wbytes == 0)) {
+		reply_error(r, 422, "invalid_field", "parameters", "give either parameters or weight_bytes");
+		goto out;
+	}
+	memset(&q, 0, sizeof(q));
+	q.model.name = "form";
+	q.model.weight_bytes = wbytes > 0 ? (double)wbytes : (double)params * (double)bits / 8.0;
+	q.model.layers = (int)layers;
+	q.model.heads = (int)heads;
+	q.model.kv_heads = (int)kvh;
+	q.model.head_dim = (int)hd;
+	q.model.kv_latent = (int)lat;
+	q.model.max_context = (int)maxc;
+	q.gpu = *g;
+	q.context = (int)ctx;
+	q.concurrency = (int)conc;
+	q.kv_bytes = (int)kvb;
+	q.gpus_per_node = (int)per_node;
+	sizing_defaults(&q);
+	if (sizing_compute(&q, &s) < 0)
+		reply_error(r, 422, "invalid_field", NULL, "%s", s.why);
+	else
+		reply_json(r, 200, sizing_json(&q, &s));
+out:
+	cJSON_Delete(j);
+}
+
+const struct route api_sizing_routes[] = {
+	{ "GET", "/api/v1/models/{id}/sizing", ROLE_VIEWER, 0, h_sizing, NULL, NULL },
+	{ "POST", "/api/v1/sizing", ROLE_VIEWER, ROUTE_READ_ONLY, h_sizing_form, NULL, NULL },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
+};

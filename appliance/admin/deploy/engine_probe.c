@@ -1,0 +1,131 @@
+/* `privai-engine features --json`, run once at start and checked. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "admin.h"
+#include "deploy/engine_probe.h"
+
+#define PROBE_TIMEOUT_MS 10000
+#define PROBE_MAX_BYTES 4096
+#define MAX_BACKENDS 8
+
+static cJSON *
+failed(const char *fmt, const char *a, const char *b)
+{
+	char why[300];
+	cJSON *o = cJSON_CreateObject();
+
+	snprintf(why, sizeof(why), fmt, a, b);
+	if (o == NULL || cJSON_AddArrayToObject(o, "backends") == NULL || cJSON_AddStringToObject(o, "error", why) == NULL) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* A backend or SIMD name: 1-31 of [a-z0-9_-]. */
+static int
+name_ok(const cJSON *v)
+{
+	if (!cJSON_IsString(v) || v->valuestring[0] == '\0' || strlen(v->valuestring) > 31)
+		return 0;
+	for (const char *p = v->valuestring; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
+			return 0;
+	return 1;
+}
+
+cJSON *
+engine_report_clean(const cJSON *e)
+{
+	const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "backends"), *v;
+	const cJSON *simd = cJSON_GetObjectItemCaseSensitive(e, "cpu_simd");
+	const cJSON *error = cJSON_GetObjectItemCaseSensitive(e, "error");
+
+	if (!cJSON_IsObject(e))
+		return failed("engine features must be an object%s%s", "", "");
+	if (!cJSON_IsArray(b) || cJSON_GetArraySize(b) > MAX_BACKENDS)
+		return failed("engine features: backends must be an array of at most 8 names%s%s", "", "");
+	cJSON *o = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(o, "backends");
+	if (list == NULL) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	cJSON_ArrayForEach(v, b) {
+		if (!name_ok(v)) {
+			cJSON_Delete(o);
+			return failed("engine features: a backend is not a name of 1-31 of a-z, 0-9, '_', '-'%s%s", "", "");
+		}
+		cJSON_AddItemToArray(list, cJSON_CreateString(v->valuestring));
+	}
+	if (name_ok(simd))
+		cJSON_AddStringToObject(o, "cpu_simd", simd->valuestring);
+	/* why a node has no backends, as its admin saw it, at most 300 bytes */
+	if (cJSON_IsString(error) && cJSON_GetArraySize(b) == 0) {
+		char why[301];
+		snprintf(why, sizeof(why), "%s", error->valuestring);
+		cJSON_AddStringToObject(o, "error", why);
+	}
+	return o;
+}
+
+cJSON *
+engine_probe(const char *engine_bin)
+{
+	char out[PROBE_MAX_BYTES + 1];
+	size_t len = 0;
+	int fds[2], status = 0;
+
+	if (access(engine_bin, X_OK) != 0)
+		return failed("cannot run %s: %s", engine_bin, strerror(errno));
+	if (pipe2(fds, O_CLOEXEC) != 0)
+		return failed("asking %s for its features: %s", engine_bin, strerror(errno));
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		return failed("asking %s for its features: %s", engine_bin, strerror(errno));
+	}
+	if (pid == 0) {
+		dup2(fds[1], STDOUT_FILENO);
+		int null = open("/dev/null", O_WRONLY);
+		if (null >= 0)
+			dup2(null, STDERR_FILENO);
+		execl(engine_bin, engine_bin, "features", "--json", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	int64_t deadline = admin_mono_ms() + PROBE_TIMEOUT_MS;
+	for (;;) {
+		struct pollfd p = { fds[0], POLLIN, 0 };
+		int64_t left = deadline - admin_mono_ms();
+		if (left <= 0 || poll(&p, 1, (int)left) == 0) {
+			kill(pid, SIGKILL);
+			break;
+		}
+		ssize_t n = read(fds[0], out + len, PROBE_MAX_BYTES - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0 || (len += (size_t)n) == PROBE_MAX_BYTES)
+			break;
+	}
+	close(fds[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	out[len] = '\0';
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		return failed("%s features --json failed (an engine older than the features command?)%s", engine_bin,
+			      "");
+	cJSON *j = cJSON_Parse(out);
+	if (j == NULL)
+		return failed("%s features --json did not print JSON%s", engine_bin, "");
+	cJSON *o = engine_report_clean(j);
+	cJSON_Delete(j);
+	return o;
+}

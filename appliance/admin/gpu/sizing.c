@@ -1,0 +1,99 @@
+/* GPU count for a model: memory fit and head divisibility. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpu/sizing.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static const struct gpu_type gpus[] = {
+	{ "A100-40GB", 40.0 * GIB },
+	{ "A100-80GB", 80.0 * GIB },
+	{ "H100-80GB", 80.0 * GIB },
+	{ "H200-141GB", 141.0 * GIB },
+};
+
+const struct gpu_type *
+sizing_gpu(const char *name)
+{
+	for (size_t i = 0; name != NULL && i < sizeof(gpus) / sizeof(gpus[0]); i++)
+		if (strcmp(gpus[i].name, name) == 0)
+			return &gpus[i];
+	return NULL;
+}
+
+void
+sizing_defaults(struct sizing_request *r)
+{
+	if (r->context <= 0)
+		r->context = r->model.max_context;
+	if (r->concurrency <= 0)
+		r->concurrency = 1;
+	if (r->kv_bytes <= 0)
+		r->kv_bytes = 2;
+	if (r->headroom_bytes <= 0)
+		r->headroom_bytes = 6.0 * GIB;
+	if (r->runtime_bytes <= 0)
+		r->runtime_bytes = 2.0 * GIB;
+	if (r->gpus_per_node <= 0)
+		r->gpus_per_node = 8;
+	if (r->max_gpus <= 0)
+		r->max_gpus = 1024;
+}
+
+static int
+bad(struct sizing_result *res, const char *why)
+{
+	snprintf(res->why, sizeof(res->why), "%s", why);
+	return -1;
+}
+
+/* A tensor-parallel size: divides the heads; within a node any such
+ * count, beyond it whole nodes only. */
+static int
+valid_tp(int g, int heads, int per_node)
+{
+	return heads % g == 0 && (g <= per_node || g % per_node == 0);
+}
+
+int
+sizing_compute(const struct sizing_request *r, struct sizing_result *res)
+{
+	const struct model_shape *m = &r->model;
+
+	memset(res, 0, sizeof(*res));
+	if (!(m->weight_bytes > 0) || m->layers <= 0 || m->heads <= 0 || m->head_dim <= 0 ||
+	    (m->kv_latent <= 0 && (m->kv_heads <= 0 || m->kv_heads > m->heads)))
+		return bad(res, "the model needs weights, layers, heads, KV heads (or an MLA latent) and a head size");
+	if (r->context <= 0 || r->concurrency <= 0 || r->kv_bytes <= 0 || !(r->gpu.memory_bytes > 0))
+		return bad(res, "context, concurrency, KV bytes and GPU memory must be positive");
+	if (m->max_context > 0 && r->context > m->max_context)
+		return bad(res, "the context is longer than the model's maximum");
+	/* K and V per layer per KV head, or one latent vector per layer (MLA) */
+	res->kv_bytes_per_token = m->kv_latent > 0 ? (double)m->layers * m->kv_latent * r->kv_bytes
+						   : 2.0 * m->layers * m->kv_heads * m->head_dim * r->kv_bytes;
+	res->kv_bytes_total = res->kv_bytes_per_token * r->context * (double)r->concurrency;
+	res->per_gpu_usable = r->gpu.memory_bytes - r->headroom_bytes - r->runtime_bytes;
+	res->total_bytes = m->weight_bytes + res->kv_bytes_total;
+	if (!(res->per_gpu_usable > 0))
+		return bad(res, "headroom and runtime leave no memory on this GPU");
+	int need = (int)ceil(res->total_bytes / res->per_gpu_usable);
+	for (int g = need < 1 ? 1 : need; g <= r->max_gpus; g++) {
+		if (!valid_tp(g, m->heads, r->gpus_per_node))
+			continue;
+		res->gpus = g;
+		res->nodes = (g + r->gpus_per_node - 1) / r->gpus_per_node;
+		res->per_gpu_used = res->total_bytes / g + r->runtime_bytes;
+		if (g == need)
+			snprintf(res->why, sizeof(res->why), "memory: %.1f GiB over %.1f GiB usable per GPU needs %d",
+				 res->total_bytes / GIB, res->per_gpu_usable / GIB, need);
+		else
+			snprintf(res->why, sizeof(res->why),
+				 "memory needs %d GPUs; %d is the next count that divides %d heads%s", need, g, m->heads,
+				 g > r->gpus_per_node ? " in whole nodes" : "");
+		return 0;
+	}
+	snprintf(res->why, sizeof(res->why), "does not fit in %d GPUs", r->max_gpus);
+	return 0;
+}

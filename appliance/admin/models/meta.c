@@ -1,0 +1,130 @@
+/* Reading a model's description out of its GGUF metadata. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "privai/gguf.h"
+#include "privai/tensor_type.h"
+#include "models/meta.h"
+
+/* llama.cpp's general.file_type numbering, which GGUF writers share */
+static const char *
+file_type_name(uint32_t t)
+{
+	static const char *const names[] = {
+		[0] = "F32", [1] = "F16", [2] = "Q4_0", [3] = "Q4_1", [7] = "Q8_0", [8] = "Q5_0", [9] = "Q5_1",
+		[10] = "Q2_K", [11] = "Q3_K_S", [12] = "Q3_K_M", [13] = "Q3_K_L", [14] = "Q4_K_S", [15] = "Q4_K_M",
+		[16] = "Q5_K_S", [17] = "Q5_K_M", [18] = "Q6_K", [19] = "IQ2_XXS", [20] = "IQ2_XS", [21] = "Q2_K_S",
+		[22] = "IQ3_XS", [23] = "IQ3_XXS", [24] = "IQ1_S", [25] = "IQ4_NL", [26] = "IQ3_S", [27] = "IQ3_M",
+		[28] = "IQ2_S", [29] = "IQ2_M", [30] = "IQ4_XS", [31] = "IQ1_M", [32] = "BF16",
+	};
+	return t < sizeof(names) / sizeof(names[0]) ? names[t] : NULL;
+}
+
+/* arch.key as an integer; arrays (per-layer values) give their largest */
+static int
+arch_int(const struct gguf_file *f, const char *arch, const char *key, int *out)
+{
+	char full[128];
+	const struct gguf_kv *kv;
+	uint32_t v;
+
+	snprintf(full, sizeof(full), "%s.%s", arch, key);
+	if (gguf_get_u32(f, full, &v, NULL) == 0) {
+		*out = (int)v;
+		return 0;
+	}
+	kv = gguf_find_kv(f, full);
+	if (kv == NULL || kv->type != GGUF_ARRAY || (kv->arr_type != GGUF_U32 && kv->arr_type != GGUF_I32))
+		return -1;
+	int best = 0;
+	for (uint64_t i = 0; i < kv->arr_n; i++) {
+		int x = ((const int32_t *)kv->v.arr)[i];
+		if (x > best)
+			best = x;
+	}
+	*out = best;
+	return 0;
+}
+
+static void
+copy_str(const struct gguf_file *f, const char *key, char *out, size_t size)
+{
+	const char *s;
+
+	out[0] = '\0';
+	if (gguf_get_str(f, key, &s, NULL) == 0)
+		snprintf(out, size, "%s", s);
+}
+
+int
+model_meta_read(const char *path, struct model_meta *m, char *err)
+{
+	struct gguf_file *f;
+	const char *tmpl;
+	const void *arr;
+	uint64_t n;
+	uint32_t ft;
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	if ((rc = gguf_open(path, &f, err)) != PRIVAI_OK)
+		return rc;
+	copy_str(f, "general.architecture", m->architecture, sizeof(m->architecture));
+	if (m->architecture[0] == '\0') {
+		gguf_close(f);
+		return privai_fail(err, PRIVAI_EFORMAT, "%s: no general.architecture key", path);
+	}
+	copy_str(f, "general.name", m->name, sizeof(m->name));
+	const char *a = m->architecture;
+	if (arch_int(f, a, "block_count", &m->n_layer) < 0 || arch_int(f, a, "attention.head_count", &m->n_head) < 0 ||
+	    arch_int(f, a, "embedding_length", &m->n_embd) < 0 || m->n_layer <= 0 || m->n_head <= 0 ||
+	    m->n_embd <= 0) {
+		gguf_close(f);
+		return privai_fail(err, PRIVAI_EFORMAT, "%s: %s.block_count, .attention.head_count and "
+				   ".embedding_length must be positive integers", path, a);
+	}
+	if (arch_int(f, a, "attention.head_count_kv", &m->n_head_kv) < 0 || m->n_head_kv <= 0)
+		m->n_head_kv = m->n_head;
+	if (arch_int(f, a, "attention.key_length", &m->head_dim) < 0 || m->head_dim <= 0)
+		m->head_dim = m->n_embd / m->n_head;
+	if (arch_int(f, a, "context_length", &m->context_length) < 0)
+		m->context_length = 0;
+	int lora = 0, rope = 0;
+	if (arch_int(f, a, "attention.kv_lora_rank", &lora) == 0 && lora > 0) {
+		arch_int(f, a, "rope.dimension_count", &rope);
+		m->kv_latent = lora + rope;
+	}
+	copy_str(f, "tokenizer.ggml.model", m->tokenizer, sizeof(m->tokenizer));
+	if (gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_STRING, &arr, &n, NULL) == 0)
+		m->n_vocab = (int)n;
+	if (gguf_get_str(f, "tokenizer.chat_template", &tmpl, NULL) == 0 && (m->chat_template = strdup(tmpl)) == NULL) {
+		gguf_close(f);
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+	}
+	uint64_t bytes_by_type[TT_COUNT] = { 0 };
+	for (uint64_t i = 0; i < f->n_tensors; i++) {
+		m->parameters += (int64_t)f->tensors[i].n_elems;
+		m->weight_bytes += (int64_t)f->tensors[i].n_bytes;
+		bytes_by_type[f->tensors[i].type] += f->tensors[i].n_bytes;
+	}
+	if (gguf_get_u32(f, "general.file_type", &ft, NULL) == 0 && file_type_name(ft) != NULL) {
+		snprintf(m->quantization, sizeof(m->quantization), "%s", file_type_name(ft));
+	} else {
+		int best = 0;
+		for (int t = 1; t < TT_COUNT; t++)
+			if (bytes_by_type[t] > bytes_by_type[best])
+				best = t;
+		if (f->n_tensors > 0)
+			snprintf(m->quantization, sizeof(m->quantization), "%s", tensor_type_name((uint32_t)best));
+	}
+	gguf_close(f);
+	return PRIVAI_OK;
+}
+
+void
+model_meta_free(struct model_meta *m)
+{
+	free(m->chat_template);
+	m->chat_template = NULL;
+}

@@ -1,0 +1,63 @@
+/*
+ * Model rows shared by the three ways a model arrives: a path on the
+ * appliance, an upload (both api/models.c, and api/uploads.c resumable)
+ * and a download from a server the admin allows (models/download.c).
+ */
+#ifndef PRIVAI_ADMIN_MODELS_H
+#define PRIVAI_ADMIN_MODELS_H
+
+#include <cjson/cJSON.h>
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "models/meta.h"
+
+struct admin;
+
+/* 1-128 of letters, digits, '.', '_', ':', '-', not starting with '.' or
+ * '-': safe as a file name and in a URL. */
+int model_name_ok(const char *name);
+
+/* Insert a ready model; PRIVAI_EBUSY when the name is taken. */
+int model_insert(sqlite3 *db, const char *name, const char *path, const char *source, int64_t size,
+		 const char *sha256, const struct model_meta *m, int64_t now, int64_t *ret_id, char *err);
+
+/* PRIVAI_EBUSY with err saying why an insert of name hit a constraint:
+ * a model of that name, or an upload that reserves it. */
+int model_name_clash(sqlite3 *db, const char *name, char *err);
+
+/* At most this many uploads are under way at once (api/uploads.c). */
+#define UPLOADS_MAX 16
+
+
+/* The background hasher of models registered by path (models/hash.c):
+ * start it, tell it a model was registered, stop it (waits). */
+int model_hash_start(struct admin *a, char *err);
+void model_hash_kick(struct admin *a);
+void model_hash_stop(struct admin *a);
+
+/* 64 lowercase hex digits of a SHA-256, or 0. */
+int sha256_hex_ok(const char *s);
+
+
+/* host or host:port of an http(s) url, lowercased, in out; -1 when the
+ * url does not parse or has another scheme. */
+int model_url_host(const char *url, char *out, size_t size);
+/* 1 when host is in the model_url_hosts setting (the caller holds the
+ * store's mutex). */
+int model_url_host_allowed(sqlite3 *db, const char *host);
+/* Insert an 'importing' row for name and download url into the model
+ * directory in the background, checking size (when >= 0) and sha (when
+ * not NULL or "") before the row is made ready.  pin and secret are for
+ * a fetch from the leader (cluster/remote.h); reuse_id > 0 fetches again into
+ * that failed row.  The caller holds the store's mutex; PRIVAI_EBUSY
+ * when the name or its file is taken. */
+int model_fetch_begin(struct admin *a, const char *name, const char *url, const char *sha, int64_t size,
+		      const char *pin, const char *secret, int64_t now, int64_t reuse_id, int64_t *ret_id,
+		      char *err);
+/* Ask a running download of model id to stop; 1 if one was running. */
+int model_fetch_cancel(struct admin *a, int64_t id);
+/* Stop every download and wait for them (shutdown). */
+void model_fetch_shutdown(struct admin *a);
+
+#endif

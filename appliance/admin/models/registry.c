@@ -1,0 +1,77 @@
+/*
+ * The models table's rules, whichever way a model arrives (a path, an
+ * upload, a download, a leader's spec on a member, day 0): the name, the
+ * digest's form, the insert and why it clashed (models/models.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "privai/status.h"
+#include "store/db.h"
+#include "models/models.h"
+
+int
+model_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	return n >= 1 && n <= 128 && s[0] != '.' && s[0] != '-' &&
+	       strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") == n;
+}
+
+int
+model_name_clash(sqlite3 *db, const char *name, char *err)
+{
+	/* the reservation trigger's message (schema 6), or a second model */
+	if (strstr(sqlite3_errmsg(db), "reserved by an upload") != NULL)
+		return privai_fail(err, PRIVAI_EBUSY, "the name '%s' is reserved by an upload under way", name);
+	return privai_fail(err, PRIVAI_EBUSY, "a model named '%s' exists", name);
+}
+
+int
+model_insert(sqlite3 *db, const char *name, const char *path, const char *source, int64_t size, const char *sha256,
+	     const struct model_meta *m, int64_t now, int64_t *ret_id, char *err)
+{
+	sqlite3_stmt *st;
+
+	if (sqlite3_prepare_v2(db, "INSERT INTO models (name, path, size_bytes, sha256, architecture, parameters, "
+				   "quantization, context_length, n_layer, n_head, n_head_kv, head_dim, tokenizer, "
+				   "chat_template, source, created_at, n_embd, n_vocab, kv_latent, weight_bytes, state) "
+				   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
+				   "?18, ?19, ?20, 'ready')", -1, &st, NULL) != SQLITE_OK)
+		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 3, size);
+	sqlite3_bind_text(st, 4, sha256, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 5, m->architecture, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 6, m->parameters);
+	sqlite3_bind_text(st, 7, m->quantization, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int(st, 8, m->context_length);
+	sqlite3_bind_int(st, 9, m->n_layer);
+	sqlite3_bind_int(st, 10, m->n_head);
+	sqlite3_bind_int(st, 11, m->n_head_kv);
+	sqlite3_bind_int(st, 12, m->head_dim);
+	sqlite3_bind_text(st, 13, m->tokenizer, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 14, m->chat_template, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 15, source, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 16, now);
+	sqlite3_bind_int(st, 17, m->n_embd);
+	sqlite3_bind_int(st, 18, m->n_vocab);
+	sqlite3_bind_int(st, 19, m->kv_latent);
+	sqlite3_bind_int64(st, 20, m->weight_bytes);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc == SQLITE_CONSTRAINT)
+		return model_name_clash(db, name, err);
+	if (rc != SQLITE_DONE)
+		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+	*ret_id = sqlite3_last_insert_rowid(db);
+	return PRIVAI_OK;
+}
+
+int
+sha256_hex_ok(const char *s)
+{
+	return s != NULL && strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
+}
