@@ -175,7 +175,10 @@ write_as_qwen2(const char *src, const char *dst, char *err)
 		r = gguf_writer_set_kv(w, &kv);
 	}
 	const struct gguf_tensor *q0 = gguf_find_tensor(f, "blk.0.attn_q.weight");
-	head_dim = (uint32_t)(q0->ne[1] / n_head);
+	if (r == 0 && (q0 == NULL || n_head == 0))
+		r = privai_fail(err, PRIVAI_EFORMAT, "%s: no blk.0.attn_q.weight or head count", src);
+	else
+		head_dim = (uint32_t)(q0->ne[1] / n_head);
 	for (uint64_t i = 0; i < f->n_tensors && r == 0; i++) {
 		const struct gguf_tensor *t = &f->tensors[i];
 		const char *nm = t->name;

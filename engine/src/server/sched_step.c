@@ -3,6 +3,7 @@
  * assembly (with preemption when blocks run out), the forward pass, then
  * sampling and publishing.  See scheduler.c for who owns what.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -41,7 +42,7 @@ finish_locked(struct scheduler *s, struct sched_request *r, enum finish_reason f
 static void
 remove_at(struct seq **arr, int *n, int i)
 {
-	memmove(arr + i, arr + i + 1, (size_t)(*n - i - 1) * sizeof(*arr));
+	memmove(arr + i, arr + i + 1, (size_t)(*n - i - 1) * sizeof(*arr)); /* NOLINT(bugprone-sizeof-expression) */
 	(*n)--;
 }
 
@@ -250,6 +251,7 @@ log_sum_exp(const float *L, int V)
 	float max = -INFINITY;
 	double sum = 0;
 
+	assert(V > 0);
 	for (int v = 0; v < V; v++)
 		max = L[v] > max ? L[v] : max;
 	for (int v = 0; v < V; v++)

@@ -276,8 +276,9 @@ scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok, const struct 
 		return privai_fail(err, PRIVAI_EINVAL, "a KV pool of %d blocks cannot hold one sequence of %d tokens",
 				   ctx->n_kv_blocks, ctx->n_ctx);
 	}
-	s->running = calloc((size_t)s->p.max_seqs, sizeof(*s->running));
-	s->preempted = calloc((size_t)s->p.max_seqs, sizeof(*s->preempted));
+	/* arrays of pointers: sizeof(struct seq *) is meant (NOLINT: clang-tidy 14 takes it for a mistake) */
+	s->running = calloc((size_t)s->p.max_seqs, sizeof(*s->running));     /* NOLINT(bugprone-sizeof-expression) */
+	s->preempted = calloc((size_t)s->p.max_seqs, sizeof(*s->preempted)); /* NOLINT(bugprone-sizeof-expression) */
 	s->b_tok = calloc((size_t)ctx->n_batch, sizeof(int32_t));
 	s->b_pos = calloc((size_t)ctx->n_batch, sizeof(int32_t));
 	s->b_rows = calloc((size_t)ctx->n_batch, sizeof(int32_t));
