@@ -55,7 +55,8 @@ tell_password(struct admin *a, const char *password, char *err)
 		return privai_fail(err, PRIVAI_EIO, "cannot write %s: %s", path, strerror(errno));
 	}
 	log_info("first start: user 'admin' has a one-time password in %s (readable by this "
-		 "account only; it is removed when the password is changed)", path);
+		 "account only; it is removed when the password is changed)",
+		 path);
 	return PRIVAI_OK;
 }
 
@@ -131,9 +132,12 @@ demo(struct admin *a, const char *path, char *err)
 		rc = privai_fail(err, PRIVAI_EBUSY, "no free engine port for the demo deployment");
 	if (rc == PRIVAI_OK) {
 		rc = privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
-		if (sqlite3_prepare_v2(a->db, "INSERT INTO deployments (name, model_id, placement, options, port, state, "
-					      "created_at, updated_at) VALUES ('demo', ?1, '{\"kind\":\"cpu\",\"threads\":0}', "
-					      "?4, ?2, 'pending', ?3, ?3)", -1, &st, NULL) == SQLITE_OK) {
+		if (sqlite3_prepare_v2(a->db,
+				       "INSERT INTO deployments (name, model_id, placement, options, port, state, "
+				       "created_at, updated_at) VALUES ('demo', ?1, "
+				       "'{\"kind\":\"cpu\",\"threads\":0}', "
+				       "?4, ?2, 'pending', ?3, ?3)",
+				       -1, &st, NULL) == SQLITE_OK) {
 			sqlite3_bind_int64(st, 1, model_id);
 			sqlite3_bind_text(st, 4, options, -1, SQLITE_STATIC);
 			sqlite3_bind_int(st, 2, port);
@@ -153,7 +157,8 @@ demo(struct admin *a, const char *path, char *err)
 	}
 	admin_audit(a->db, admin_now(), "system", "deployment.create", "demo", "", "ok", "{\"first_start\":true}");
 	log_info("first start: model 'demo' deployed on CPU; OpenAI endpoint "
-		 "http://127.0.0.1:%d/v1 with API key %s", port, key);
+		 "http://127.0.0.1:%d/v1 with API key %s",
+		 port, key);
 	return PRIVAI_OK;
 }
 
@@ -222,8 +227,10 @@ day0_one(struct admin *a, const char *path, char *name, size_t nsize, char *err)
 	name_from_path(path, base, sizeof(base)); /* the name given: real may be a link's target */
 	snprintf(name, nsize, "%s", base);
 	/* a name taken (by a model or an upload's reservation): the next one */
-	for (int i = 2; (rc = model_insert(a->db, name, real, "path", (int64_t)sb.st_size, NULL, &m, admin_now(),
-					   &id, err)) == PRIVAI_EBUSY && i < 100; i++)
+	for (int i = 2; (rc = model_insert(a->db, name, real, "path", (int64_t)sb.st_size, NULL, &m, admin_now(), &id,
+					   err)) == PRIVAI_EBUSY &&
+			i < 100;
+	     i++)
 		snprintf(name, nsize, "%s-%d", base, i);
 	model_meta_free(&m);
 	return rc == PRIVAI_OK ? 1 : rc;

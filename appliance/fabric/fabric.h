@@ -21,12 +21,12 @@ struct fabric {
 	struct topo topo;
 	struct node_info ni;
 	struct cpu_id cpu;
-	char driver_version[32];         /* "" no driver loaded */
-	char fm_version[32];             /* "" no Fabric Manager package */
-	int peermem;                     /* nvidia_peermem loaded: GPUDirect RDMA works */
-	struct rdma_dev nic_rdma[TOPO_MAX_NICS];  /* per topo NIC; name "" when it has no RDMA device */
-	char rdma_source[16];            /* "libibverbs" or "sysfs" */
-	char rdma_problem[160];          /* why libibverbs was not used, "" when it was */
+	char driver_version[32];                 /* "" no driver loaded */
+	char fm_version[32];                     /* "" no Fabric Manager package */
+	int peermem;                             /* nvidia_peermem loaded: GPUDirect RDMA works */
+	struct rdma_dev nic_rdma[TOPO_MAX_NICS]; /* per topo NIC; name "" when it has no RDMA device */
+	char rdma_source[16];                    /* "libibverbs" or "sysfs" */
+	char rdma_problem[160];                  /* why libibverbs was not used, "" when it was */
 };
 
 /* Read the node.  use_verbs: ask libibverbs for the RDMA ports (only

@@ -21,12 +21,26 @@ static void
 managed_values(const struct fabric_settings *s, struct managed m[N_MANAGED])
 {
 	static const char *const keys[N_MANAGED] = {
-		"FABRIC_MODE", "LOG_LEVEL", "LOG_FILE_NAME", "LOG_USE_SYSLOG", "BIND_INTERFACE_IP",
-		"ACCESS_LINK_FAILURE_MODE", "TRUNK_LINK_FAILURE_MODE", "NVSWITCH_FAILURE_MODE",
-		"FM_STAY_RESIDENT_ON_FAILURES", "ABORT_CUDA_JOBS_ON_FM_EXIT",
+		"FABRIC_MODE",
+		"LOG_LEVEL",
+		"LOG_FILE_NAME",
+		"LOG_USE_SYSLOG",
+		"BIND_INTERFACE_IP",
+		"ACCESS_LINK_FAILURE_MODE",
+		"TRUNK_LINK_FAILURE_MODE",
+		"NVSWITCH_FAILURE_MODE",
+		"FM_STAY_RESIDENT_ON_FAILURES",
+		"ABORT_CUDA_JOBS_ON_FM_EXIT",
 	};
-	const int nums[N_MANAGED] = { s->mode, s->log_level, 0, s->log_syslog, 0, s->access_link_failure_mode,
-				      s->trunk_link_failure_mode, s->nvswitch_failure_mode, s->stay_resident,
+	const int nums[N_MANAGED] = { s->mode,
+				      s->log_level,
+				      0,
+				      s->log_syslog,
+				      0,
+				      s->access_link_failure_mode,
+				      s->trunk_link_failure_mode,
+				      s->nvswitch_failure_mode,
+				      s->stay_resident,
 				      s->abort_cuda_jobs };
 
 	for (int i = 0; i < N_MANAGED; i++) {
@@ -60,7 +74,8 @@ fm_config_merge(const char *old, size_t len, const struct fabric_settings *s, in
 
 	*changed = 0;
 	if (len > FM_CONFIG_MAX || memchr(old, '\0', len) != NULL) {
-		snprintf(err, errsize, "not a Fabric Manager config: %s", len > FM_CONFIG_MAX ? "over 1 MiB" : "binary");
+		snprintf(err, errsize, "not a Fabric Manager config: %s",
+			 len > FM_CONFIG_MAX ? "over 1 MiB" : "binary");
 		return NULL;
 	}
 	managed_values(s, m);
@@ -79,8 +94,10 @@ fm_config_merge(const char *old, size_t len, const struct fabric_settings *s, in
 		if (k == 0 && n > 0 && p[0] != '#' && strspn(p, " \t") < n) {
 			fclose(out);
 			free(text);
-			snprintf(err, errsize, "line %d is neither a comment nor KEY=VALUE: not a Fabric Manager config, "
-				 "left as it is", line);
+			snprintf(err, errsize,
+				 "line %d is neither a comment nor KEY=VALUE: not a Fabric Manager config, "
+				 "left as it is",
+				 line);
 			return NULL;
 		}
 		for (int i = 0; k > 0 && i < N_MANAGED && !done; i++) {
@@ -114,8 +131,7 @@ fm_config_merge(const char *old, size_t len, const struct fabric_settings *s, in
 }
 
 int
-fm_config_apply(const char *root, const struct fabric_settings *s, int dry_run, int *changed, char *err,
-		size_t errsize)
+fm_config_apply(const char *root, const struct fabric_settings *s, int dry_run, int *changed, char *err, size_t errsize)
 {
 	char backup[300], *old, *merged;
 	size_t len;

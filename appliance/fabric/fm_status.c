@@ -19,7 +19,8 @@ fm_status_judge(const struct fabric *f, const struct fabric_settings *s, const s
 
 	memset(st, 0, sizeof(*st));
 	st->needed = f->topo.n_nvswitches > 0;
-	st->version_mismatch = f->fm_version[0] && f->driver_version[0] && strcmp(f->fm_version, f->driver_version) != 0;
+	st->version_mismatch =
+		f->fm_version[0] && f->driver_version[0] && strcmp(f->fm_version, f->driver_version) != 0;
 	st->restart_loop = restart_loop;
 	if (unit != NULL) {
 		st->unit = *unit;
@@ -30,15 +31,17 @@ fm_status_judge(const struct fabric *f, const struct fabric_settings *s, const s
 	if (!st->needed) {
 		verdict(st, "not-needed", "");
 	} else if (st->version_mismatch) {
-		snprintf(msg, sizeof(msg), "Fabric Manager %s with driver %s: it refuses to run; install "
-			 "nvidia-fabricmanager %s", f->fm_version, f->driver_version, f->driver_version);
+		snprintf(msg, sizeof(msg),
+			 "Fabric Manager %s with driver %s: it refuses to run; install "
+			 "nvidia-fabricmanager %s",
+			 f->fm_version, f->driver_version, f->driver_version);
 		verdict(st, "version-mismatch", msg);
 	} else if (unit == NULL) {
 		snprintf(msg, sizeof(msg), "systemd cannot be asked: %s", bus_err ? bus_err : "unknown error");
 		verdict(st, "unknown", msg);
 	} else if (strcmp(unit->load, "loaded") != 0) {
-		snprintf(msg, sizeof(msg), "%s is %s: install nvidia-fabricmanager of the driver's version (%s)", s->fm_unit,
-			 unit->load, f->driver_version[0] ? f->driver_version : "no driver loaded");
+		snprintf(msg, sizeof(msg), "%s is %s: install nvidia-fabricmanager of the driver's version (%s)",
+			 s->fm_unit, unit->load, f->driver_version[0] ? f->driver_version : "no driver loaded");
 		verdict(st, "not-installed", msg);
 	} else if (st->restart_loop) {
 		snprintf(msg, sizeof(msg), "%s keeps restarting (%u restarts, last exit status %d): see %s", s->fm_unit,
@@ -49,12 +52,14 @@ fm_status_judge(const struct fabric *f, const struct fabric_settings *s, const s
 	} else if (strcmp(unit->active, "activating") == 0 || strcmp(unit->active, "reloading") == 0) {
 		verdict(st, "starting", "");
 	} else if (strcmp(unit->active, "failed") == 0) {
-		snprintf(msg, sizeof(msg), "%s failed (%s, exit status %d): see %s, then privai-fabric fm start", s->fm_unit,
-			 unit->result, unit->exit_status, s->log_file);
+		snprintf(msg, sizeof(msg), "%s failed (%s, exit status %d): see %s, then privai-fabric fm start",
+			 s->fm_unit, unit->result, unit->exit_status, s->log_file);
 		verdict(st, "failed", msg);
 	} else {
-		snprintf(msg, sizeof(msg), "%s is %s: privai-fabric fm start; CUDA reports 'system not ready' until it has "
-			 "trained the fabric", s->fm_unit, unit->active);
+		snprintf(msg, sizeof(msg),
+			 "%s is %s: privai-fabric fm start; CUDA reports 'system not ready' until it has "
+			 "trained the fabric",
+			 s->fm_unit, unit->active);
 		verdict(st, "stopped", msg);
 	}
 }

@@ -15,13 +15,13 @@
 #include "settings.h"
 
 struct fm_status {
-	int needed;                  /* NVSwitches present */
+	int needed; /* NVSwitches present */
 	int version_mismatch;
-	int unit_known;              /* the manager answered */
+	int unit_known; /* the manager answered */
 	struct fm_unit_state unit;
 	int restart_loop;
-	char verdict[24];            /* "ready", "not-needed", "not-installed", "version-mismatch", "restart-loop", "failed", "stopped", "starting", "unknown" */
-	char problem[256];           /* what to do, "" when ready or not needed */
+	char verdict[24]; /* "ready", "not-needed", "not-installed", "version-mismatch", "restart-loop", "failed", "stopped", "starting", "unknown" */
+	char problem[256]; /* what to do, "" when ready or not needed */
 };
 
 /* Judge from what was read.  unit NULL: the manager could not be asked

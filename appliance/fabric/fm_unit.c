@@ -27,7 +27,8 @@ fm_bus_open(int user, sd_bus **bus, char *err, size_t errsize)
 	int rc = user ? sd_bus_open_user(bus) : sd_bus_open_system(bus);
 
 	if (rc < 0) {
-		snprintf(err, errsize, "cannot reach the systemd %s manager's bus: %s", user ? "user" : "system", strerror(-rc));
+		snprintf(err, errsize, "cannot reach the systemd %s manager's bus: %s", user ? "user" : "system",
+			 strerror(-rc));
 		*bus = NULL;
 		return -1;
 	}
@@ -35,8 +36,7 @@ fm_bus_open(int user, sd_bus **bus, char *err, size_t errsize)
 }
 
 static int
-get_string(sd_bus *bus, const char *path, const char *iface, const char *name, char *out, size_t size,
-	   sd_bus_error *e)
+get_string(sd_bus *bus, const char *path, const char *iface, const char *name, char *out, size_t size, sd_bus_error *e)
 {
 	char *s = NULL;
 	int rc = sd_bus_get_property_string(bus, SD_DEST, path, iface, name, e, &s);
@@ -83,9 +83,11 @@ fm_unit_read(sd_bus *bus, const char *unit, struct fm_unit_state *st, char *err,
 	if (strcmp(st->load, "loaded") != 0)
 		goto out;
 	if ((rc = get_string(bus, path, SD_SERVICE, "Result", st->result, sizeof(st->result), &e)) < 0 ||
-	    (rc = sd_bus_get_property_trivial(bus, SD_DEST, path, SD_SERVICE, "NRestarts", &e, 'u', &st->n_restarts)) < 0 ||
+	    (rc = sd_bus_get_property_trivial(bus, SD_DEST, path, SD_SERVICE, "NRestarts", &e, 'u', &st->n_restarts)) <
+		    0 ||
 	    (rc = sd_bus_get_property_trivial(bus, SD_DEST, path, SD_SERVICE, "MainPID", &e, 'u', &st->main_pid)) < 0 ||
-	    (rc = sd_bus_get_property_trivial(bus, SD_DEST, path, SD_SERVICE, "ExecMainCode", &e, 'i', &st->exit_code)) < 0 ||
+	    (rc = sd_bus_get_property_trivial(bus, SD_DEST, path, SD_SERVICE, "ExecMainCode", &e, 'i',
+					      &st->exit_code)) < 0 ||
 	    (rc = sd_bus_get_property_trivial(bus, SD_DEST, path, SD_SERVICE, "ExecMainStatus", &e, 'i',
 					      &st->exit_status)) < 0)
 		goto out;
@@ -174,11 +176,17 @@ const char *
 fm_wait_name(int outcome)
 {
 	switch (outcome) {
-	case FM_READY: return "ready";
-	case FM_STOPPED: return "stopped";
-	case FM_FAILED: return "failed";
-	case FM_RESTART_LOOP: return "restart loop";
-	case FM_TIMEOUT: return "timed out";
-	default: return "error";
+	case FM_READY:
+		return "ready";
+	case FM_STOPPED:
+		return "stopped";
+	case FM_FAILED:
+		return "failed";
+	case FM_RESTART_LOOP:
+		return "restart loop";
+	case FM_TIMEOUT:
+		return "timed out";
+	default:
+		return "error";
 	}
 }

@@ -15,21 +15,21 @@
 #include <systemd/sd-bus.h>
 
 struct fm_unit_state {
-	char load[16];               /* LoadState: loaded, not-found, masked, ... */
-	char active[16];             /* ActiveState: active, activating, failed, inactive, ... */
-	char sub[32];                /* SubState: running, auto-restart, dead, ... */
-	char result[32];             /* the service's Result: success, exit-code, start-limit-hit, ... */
-	uint32_t n_restarts;         /* NRestarts: automatic restarts since the last start job */
+	char load[16];       /* LoadState: loaded, not-found, masked, ... */
+	char active[16];     /* ActiveState: active, activating, failed, inactive, ... */
+	char sub[32];        /* SubState: running, auto-restart, dead, ... */
+	char result[32];     /* the service's Result: success, exit-code, start-limit-hit, ... */
+	uint32_t n_restarts; /* NRestarts: automatic restarts since the last start job */
 	uint32_t main_pid;
-	uint32_t job;                /* a queued or running job's id, 0 none */
-	int32_t exit_code, exit_status;   /* ExecMainCode (CLD_*), ExecMainStatus */
+	uint32_t job;                   /* a queued or running job's id, 0 none */
+	int32_t exit_code, exit_status; /* ExecMainCode (CLD_*), ExecMainStatus */
 };
 
 enum fm_wait {
 	FM_READY,
 	FM_STOPPED,
-	FM_FAILED,                   /* failed, or gone inactive */
-	FM_RESTART_LOOP,             /* restarting by itself */
+	FM_FAILED,       /* failed, or gone inactive */
+	FM_RESTART_LOOP, /* restarting by itself */
 	FM_TIMEOUT,
 };
 

@@ -22,7 +22,8 @@ valid_busid(const char *s)
 	unsigned dom, bus, dev, fn;
 	int n = 0;
 
-	return sscanf(s, "%x:%x:%x.%x%n", &dom, &bus, &dev, &fn, &n) == 4 && s[n] == '\0' && isxdigit((unsigned char)s[0]);
+	return sscanf(s, "%x:%x:%x.%x%n", &dom, &bus, &dev, &fn, &n) == 4 && s[n] == '\0' &&
+	       isxdigit((unsigned char)s[0]);
 }
 
 static int
@@ -55,18 +56,22 @@ check_required(struct nccl_node *n, cJSON *problems)
 			continue;
 		for (int a = 0; a < 4 && need[i].attrs[a]; a++)
 			if (nccl_xml_attr(n, need[i].attrs[a]) == NULL)
-				bad += fabric_json_addf(problems, "line %d: <%s> has no %s, which NCCL requires", n->line, n->name,
-					       need[i].attrs[a]);
+				bad += fabric_json_addf(problems, "line %d: <%s> has no %s, which NCCL requires",
+							n->line, n->name, need[i].attrs[a]);
 	}
 	if (strcmp(n->name, "cpu") == 0 && !is_number(nccl_xml_attr(n, "numaid"), 0) && nccl_xml_attr(n, "numaid"))
 		bad += fabric_json_addf(problems, "line %d: <cpu numaid> is not a number", n->line);
-	if (strcmp(n->name, "cpu") == 0 && nccl_xml_attr(n, "arch") && strcmp(nccl_xml_attr(n, "arch"), "x86_64") == 0 &&
-	    nccl_xml_attr(n, "vendor") == NULL)
-		bad += fabric_json_addf(problems, "line %d: an x86_64 <cpu> has no vendor, which NCCL requires", n->line);
+	if (strcmp(n->name, "cpu") == 0 && nccl_xml_attr(n, "arch") &&
+	    strcmp(nccl_xml_attr(n, "arch"), "x86_64") == 0 && nccl_xml_attr(n, "vendor") == NULL)
+		bad += fabric_json_addf(problems, "line %d: an x86_64 <cpu> has no vendor, which NCCL requires",
+					n->line);
 	if (strcmp(n->name, "pci") == 0 && nccl_xml_attr(n, "busid") && !valid_busid(nccl_xml_attr(n, "busid")))
-		bad += fabric_json_addf(problems, "line %d: busid '%s' is not a PCI address", n->line, nccl_xml_attr(n, "busid"));
-	if (strcmp(n->name, "pci") == 0 && nccl_xml_attr(n, "link_width") && !is_number(nccl_xml_attr(n, "link_width"), 0))
-		bad += fabric_json_addf(problems, "line %d: link_width '%s' is not a number", n->line, nccl_xml_attr(n, "link_width"));
+		bad += fabric_json_addf(problems, "line %d: busid '%s' is not a PCI address", n->line,
+					nccl_xml_attr(n, "busid"));
+	if (strcmp(n->name, "pci") == 0 && nccl_xml_attr(n, "link_width") &&
+	    !is_number(nccl_xml_attr(n, "link_width"), 0))
+		bad += fabric_json_addf(problems, "line %d: link_width '%s' is not a number", n->line,
+					nccl_xml_attr(n, "link_width"));
 	if (strcmp(n->name, "nvlink") == 0 && nccl_xml_attr(n, "tclass") &&
 	    strcmp(nccl_xml_attr(n, "tclass"), "0x068000") != 0 && nccl_xml_attr(n, "target") == NULL)
 		bad += fabric_json_addf(problems, "line %d: an NVLink to a GPU has no target", n->line);
@@ -81,8 +86,8 @@ check_place(struct nccl_node *n, cJSON *problems)
 	static const struct {
 		const char *element, *parents;
 	} place[] = {
-		{ "system", "" }, { "cpu", "system" }, { "pci", "cpu pci" }, { "gpu", "pci" },
-		{ "nic", "cpu pci" }, { "net", "nic" }, { "nvlink", "gpu" }, { "c2c", "gpu" }, { "pcilink", "pci" },
+		{ "system", "" }, { "cpu", "system" }, { "pci", "cpu pci" }, { "gpu", "pci" },     { "nic", "cpu pci" },
+		{ "net", "nic" }, { "nvlink", "gpu" }, { "c2c", "gpu" },     { "pcilink", "pci" },
 	};
 	const char *parent = n->parent ? n->parent->name : "";
 
@@ -99,7 +104,7 @@ check_place(struct nccl_node *n, cJSON *problems)
 			p += k + (p[k] == ' ');
 		}
 		return fabric_json_addf(problems, "line %d: <%s> inside <%s>: NCCL ignores it there", n->line, n->name,
-			       parent[0] ? parent : "nothing");
+					parent[0] ? parent : "nothing");
 	}
 	return fabric_json_addf(problems, "line %d: <%s> is no element of NCCL's topology", n->line, n->name);
 }
@@ -108,7 +113,8 @@ static struct nccl_node *
 find_pci(struct nccl_node *root, const char *bdf)
 {
 	for (struct nccl_node *n = root; n != NULL; n = nccl_xml_walk(n))
-		if (strcmp(n->name, "pci") == 0 && nccl_xml_attr(n, "busid") && strcasecmp(nccl_xml_attr(n, "busid"), bdf) == 0)
+		if (strcmp(n->name, "pci") == 0 && nccl_xml_attr(n, "busid") &&
+		    strcasecmp(nccl_xml_attr(n, "busid"), bdf) == 0)
 			return n;
 	return NULL;
 }
@@ -117,7 +123,8 @@ static struct nccl_node *
 find_net(struct nccl_node *root, const char *name)
 {
 	for (struct nccl_node *n = root; n != NULL; n = nccl_xml_walk(n))
-		if (strcmp(n->name, "net") == 0 && nccl_xml_attr(n, "name") && strcmp(nccl_xml_attr(n, "name"), name) == 0)
+		if (strcmp(n->name, "net") == 0 && nccl_xml_attr(n, "name") &&
+		    strcmp(nccl_xml_attr(n, "name"), name) == 0)
 			return n;
 	return NULL;
 }
@@ -132,7 +139,7 @@ check_numa(const struct fabric *f, int dev, struct nccl_node *pci, const char *w
 	if (numa < 0 || id == NULL || atoi(id) == numa)
 		return 0;
 	return fabric_json_addf(problems, "%s %s is under <cpu numaid=\"%s\"> but sits on NUMA node %d", what,
-		       f->topo.bus.dev[dev].bdf, id, numa);
+				f->topo.bus.dev[dev].bdf, id, numa);
 }
 
 static int
@@ -159,9 +166,10 @@ check_hardware(const struct fabric *f, struct nccl_node *root, cJSON *problems)
 		if (nic_pci == NULL)
 			continue; /* reported with the NICs */
 		if (pci->parent != nic_pci->parent || strcmp(pci->parent->name, "pci") != 0)
-			bad += fabric_json_addf(problems, "GPU%d %s and its NIC %s %s are not under one PCIe switch in the file: "
-				       "NCCL will not use that NIC for GPU%d's traffic", g, bdf, f->nic_rdma[n].name,
-				       t->bus.dev[t->nic[n]].bdf, g);
+			bad += fabric_json_addf(problems,
+						"GPU%d %s and its NIC %s %s are not under one PCIe switch in the file: "
+						"NCCL will not use that NIC for GPU%d's traffic",
+						g, bdf, f->nic_rdma[n].name, t->bus.dev[t->nic[n]].bdf, g);
 	}
 	for (int n = 0; n < t->n_nics; n++) {
 		const char *bdf = t->bus.dev[t->nic[n]].bdf, *name = f->nic_rdma[n].name;
@@ -182,9 +190,11 @@ check_hardware(const struct fabric *f, struct nccl_node *root, cJSON *problems)
 		const char *cls = nccl_xml_attr(n, "class");
 		if (busid == NULL || !valid_busid(busid) || strncasecmp(busid, "ffff:", 5) == 0)
 			continue;
-		if (pci_find(&t->bus, busid) < 0 && cls != NULL && (strncmp(cls, "0x03", 4) == 0 || strncmp(cls, "0x02", 4) == 0))
-			bad += fabric_json_addf(problems, "line %d: the file names %s %s, which this node does not have", n->line,
-				       strncmp(cls, "0x03", 4) == 0 ? "GPU" : "NIC", busid);
+		if (pci_find(&t->bus, busid) < 0 && cls != NULL &&
+		    (strncmp(cls, "0x03", 4) == 0 || strncmp(cls, "0x02", 4) == 0))
+			bad += fabric_json_addf(problems,
+						"line %d: the file names %s %s, which this node does not have", n->line,
+						strncmp(cls, "0x03", 4) == 0 ? "GPU" : "NIC", busid);
 	}
 	for (struct nccl_node *n = root; n != NULL; n = nccl_xml_walk(n)) {
 		const char *name = strcmp(n->name, "net") == 0 ? nccl_xml_attr(n, "name") : NULL;
@@ -192,8 +202,9 @@ check_hardware(const struct fabric *f, struct nccl_node *root, cJSON *problems)
 		for (int k = 0; name != NULL && k < t->n_nics && !known; k++)
 			known = strcmp(f->nic_rdma[k].name, name) == 0;
 		if (name != NULL && !known)
-			bad += fabric_json_addf(problems, "line %d: the file names RDMA device %s, which this node does not have",
-				       n->line, name);
+			bad += fabric_json_addf(problems,
+						"line %d: the file names RDMA device %s, which this node does not have",
+						n->line, name);
 	}
 	return bad;
 }
@@ -209,14 +220,16 @@ nccl_topo_check(const struct fabric *f, const char *text, size_t len, cJSON *pro
 	if (root == NULL)
 		return fabric_json_addf(problems, "NCCL cannot read it: %s", err);
 	if (strcmp(root->name, "system") != 0) {
-		bad = fabric_json_addf(problems, "line %d: the top element is <%s>, not <system>", root->line, root->name);
+		bad = fabric_json_addf(problems, "line %d: the top element is <%s>, not <system>", root->line,
+				       root->name);
 		nccl_xml_free(root);
 		return bad;
 	}
 	version = nccl_xml_attr(root, "version");
 	if (version == NULL || strcmp(version, "1") != 0)
-		bad += fabric_json_addf(problems, "line %d: <system version> is %s%s%s, NCCL reads version 1 only", root->line,
-			       version ? "'" : "", version ? version : "missing", version ? "'" : "");
+		bad += fabric_json_addf(problems, "line %d: <system version> is %s%s%s, NCCL reads version 1 only",
+					root->line, version ? "'" : "", version ? version : "missing",
+					version ? "'" : "");
 	for (n = root; n != NULL; n = nccl_xml_walk(n)) {
 		bad += check_place(n, problems);
 		bad += check_required(n, problems);

@@ -12,8 +12,8 @@
 struct writer {
 	const struct fabric *f;
 	FILE *out;
-	int vswitch;      /* virtual switches made so far */
-	int net_dev;      /* net elements written, in NIC order */
+	int vswitch; /* virtual switches made so far */
+	int net_dev; /* net elements written, in NIC order */
 };
 
 /* "0-3,8" -> the kernel's cpumap: 32-bit hex words, most significant first. */
@@ -94,8 +94,10 @@ static void
 pci_open(struct writer *w, const struct pci_dev *d, int depth)
 {
 	indent(w, depth);
-	fprintf(w->out, "<pci busid=\"%s\" class=\"0x%06x\" vendor=\"0x%04x\" device=\"0x%04x\" subsystem_vendor=\"0x%04x\" "
-		"subsystem_device=\"0x%04x\"", d->bdf, d->class_code, d->vendor, d->device, d->subsys_vendor, d->subsys_device);
+	fprintf(w->out,
+		"<pci busid=\"%s\" class=\"0x%06x\" vendor=\"0x%04x\" device=\"0x%04x\" subsystem_vendor=\"0x%04x\" "
+		"subsystem_device=\"0x%04x\"",
+		d->bdf, d->class_code, d->vendor, d->device, d->subsys_vendor, d->subsys_device);
 	link_attrs(w, d);
 }
 
@@ -151,7 +153,8 @@ valid_rdma_name(const char *s)
 	if (*s == '\0' || strlen(s) > 64)
 		return 0;
 	for (; *s; s++)
-		if (!(*s == '_' || *s == '-' || (*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+		if (!(*s == '_' || *s == '-' || (*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'z') ||
+		      (*s >= 'A' && *s <= 'Z')))
 			return 0;
 	return 1;
 }
@@ -281,15 +284,18 @@ write_cpu(struct writer *w, int numa, char *err, size_t errsize)
 	if (cpulist != NULL && cpulist[0] && cpulist_to_mask(cpulist, mask, sizeof(mask)) == 0)
 		fprintf(w->out, " affinity=\"%s\"", mask);
 	if (strcmp(f->cpu.vendor, "GenuineIntel") != 0 && strcmp(f->cpu.vendor, "AuthenticAMD") != 0) {
-		snprintf(err, errsize, "the CPU vendor cannot be read from /proc/cpuinfo ('%s'): NCCL needs it for an "
-			 "x86 <cpu>", f->cpu.vendor);
+		snprintf(err, errsize,
+			 "the CPU vendor cannot be read from /proc/cpuinfo ('%s'): NCCL needs it for an "
+			 "x86 <cpu>",
+			 f->cpu.vendor);
 		return -1;
 	}
 	fprintf(w->out, " arch=\"x86_64\" vendor=\"%s\"", f->cpu.vendor);
 	if (f->cpu.family >= 0 && f->cpu.model >= 0)
 		fprintf(w->out, " familyid=\"%d\" modelid=\"%d\"", f->cpu.family, f->cpu.model);
 	else if (strcmp(f->cpu.vendor, "GenuineIntel") == 0) {
-		snprintf(err, errsize, "the CPU family and model cannot be read from /proc/cpuinfo: NCCL needs them for an "
+		snprintf(err, errsize,
+			 "the CPU family and model cannot be read from /proc/cpuinfo: NCCL needs them for an "
 			 "Intel <cpu>");
 		return -1;
 	}
@@ -325,8 +331,10 @@ nccl_topo_render(const struct fabric *f, char *err, size_t errsize)
 		return NULL;
 	}
 	if (f->topo.gpus_seen > TOPO_MAX_GPUS) {
-		snprintf(err, errsize, "%d GPUs on the PCI bus, more than the %d one node can carry: the inventory is "
-			 "wrong, not written", f->topo.gpus_seen, TOPO_MAX_GPUS);
+		snprintf(err, errsize,
+			 "%d GPUs on the PCI bus, more than the %d one node can carry: the inventory is "
+			 "wrong, not written",
+			 f->topo.gpus_seen, TOPO_MAX_GPUS);
 		return NULL;
 	}
 	if ((w.out = open_memstream(&text, &len)) == NULL) {

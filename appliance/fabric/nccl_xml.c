@@ -90,7 +90,9 @@ read_value(struct reader *r)
 	for (s = r->p; !at_end(r) && *r->p != quote; r->p++)
 		if (*r->p == '<' || *r->p == '&' || *r->p == '\n' || (unsigned char)*r->p < 0x20) {
 			fail(r, "a value holds '%s', which NCCL reads literally and XML does not allow",
-			     *r->p == '<' ? "<" : *r->p == '&' ? "&" : "a control character");
+			     *r->p == '<'   ? "<"
+			     : *r->p == '&' ? "&"
+					    : "a control character");
 			return NULL;
 		}
 	if (at_end(r)) {
@@ -228,7 +230,8 @@ read_element(struct reader *r, struct nccl_node *parent, int depth)
 	}
 	if (at_end(r) || *r->p != '>') {
 		fail(r, "expected ' ', '/>' or '>' in <%s>%s", n->name,
-		     !at_end(r) && (*r->p == '\n' || *r->p == '\t') ? " (NCCL takes one space between attributes)" : "");
+		     !at_end(r) && (*r->p == '\n' || *r->p == '\t') ? " (NCCL takes one space between attributes)"
+								    : "");
 		goto bad;
 	}
 	r->p++;

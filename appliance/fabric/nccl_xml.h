@@ -12,8 +12,8 @@
 
 #include <stddef.h>
 
-#define NCCL_XML_MAX_STR 255        /* NCCL's MAX_STR_LEN */
-#define NCCL_XML_MAX_ATTRS 16       /* NCCL's MAX_ATTR_COUNT */
+#define NCCL_XML_MAX_STR 255  /* NCCL's MAX_STR_LEN */
+#define NCCL_XML_MAX_ATTRS 16 /* NCCL's MAX_ATTR_COUNT */
 #define NCCL_XML_MAX_NODES 4096
 #define NCCL_XML_MAX_DEPTH 32
 #define NCCL_XML_MAX_BYTES (1 << 20)

@@ -16,14 +16,23 @@ static int
 lane_speed_x10(uint8_t s)
 {
 	switch (s) {
-	case 1: return 25;      /* SDR */
-	case 2: return 50;      /* DDR */
-	case 4: case 8: return 100;  /* QDR, FDR10 */
-	case 16: return 140;    /* FDR */
-	case 32: return 250;    /* EDR */
-	case 64: return 500;    /* HDR */
-	case 128: return 1000;  /* NDR */
-	default: return 0;
+	case 1:
+		return 25; /* SDR */
+	case 2:
+		return 50; /* DDR */
+	case 4:
+	case 8:
+		return 100; /* QDR, FDR10 */
+	case 16:
+		return 140; /* FDR */
+	case 32:
+		return 250; /* EDR */
+	case 64:
+		return 500; /* HDR */
+	case 128:
+		return 1000; /* NDR */
+	default:
+		return 0;
 	}
 }
 
@@ -31,12 +40,18 @@ static int
 lanes(uint8_t w)
 {
 	switch (w) {
-	case 1: return 1;
-	case 2: return 4;
-	case 4: return 8;
-	case 8: return 12;
-	case 16: return 2;
-	default: return 0;
+	case 1:
+		return 1;
+	case 2:
+		return 4;
+	case 4:
+		return 8;
+	case 8:
+		return 12;
+	case 16:
+		return 2;
+	default:
+		return 0;
 	}
 }
 
@@ -44,12 +59,18 @@ static const char *
 state_name(enum ibv_port_state s)
 {
 	switch (s) {
-	case IBV_PORT_DOWN: return "DOWN";
-	case IBV_PORT_INIT: return "INIT";
-	case IBV_PORT_ARMED: return "ARMED";
-	case IBV_PORT_ACTIVE: return "ACTIVE";
-	case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
-	default: return "NOP";
+	case IBV_PORT_DOWN:
+		return "DOWN";
+	case IBV_PORT_INIT:
+		return "INIT";
+	case IBV_PORT_ARMED:
+		return "ARMED";
+	case IBV_PORT_ACTIVE:
+		return "ACTIVE";
+	case IBV_PORT_ACTIVE_DEFER:
+		return "ACTIVE_DEFER";
+	default:
+		return "NOP";
 	}
 }
 

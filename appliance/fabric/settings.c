@@ -122,8 +122,10 @@ path(const char *name, const char *def, char *out, size_t size, char *err, size_
 	if (v == NULL)
 		v = def;
 	if (v[0] != '/' || strlen(v) >= size || strpbrk(v, "\n\r\t =#\"'") != NULL) {
-		snprintf(err, errsize, "%s is '%s'; it takes an absolute path under %zu characters, without spaces, quotes, "
-			 "'=' or '#'", name, v, size);
+		snprintf(err, errsize,
+			 "%s is '%s'; it takes an absolute path under %zu characters, without spaces, quotes, "
+			 "'=' or '#'",
+			 name, v, size);
 		return -1;
 	}
 	snprintf(out, size, "%s", v);
@@ -139,7 +141,8 @@ unit_name(const char *name, const char *def, char *out, size_t size, char *err, 
 	if (v == NULL)
 		v = def;
 	n = strlen(v);
-	if (n >= size || n < 9 || strcmp(v + n - 8, ".service") != 0 || strspn(v, "abcdefghijklmnopqrstuvwxyz"
+	if (n >= size || n < 9 || strcmp(v + n - 8, ".service") != 0 ||
+	    strspn(v, "abcdefghijklmnopqrstuvwxyz"
 		      "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@") != n) {
 		snprintf(err, errsize, "%s is '%s'; it takes a unit name ending in .service", name, v);
 		return -1;
@@ -172,9 +175,11 @@ fabric_settings_load(struct fabric_settings *s, char *err, size_t errsize)
 	memset(s, 0, sizeof(*s));
 	if (choice("PRIVAI_FABRIC_MODE", mode_names, 3, FM_MODE_BARE_METAL, &s->mode, err, errsize) < 0 ||
 	    choice("PRIVAI_FABRIC_LOG_LEVEL", level_names, 5, 4, &s->log_level, err, errsize) < 0 ||
-	    path("PRIVAI_FABRIC_LOG_FILE", "/var/log/fabricmanager.log", s->log_file, sizeof(s->log_file), err, errsize) < 0 ||
+	    path("PRIVAI_FABRIC_LOG_FILE", "/var/log/fabricmanager.log", s->log_file, sizeof(s->log_file), err,
+		 errsize) < 0 ||
 	    yes_no("PRIVAI_FABRIC_LOG_SYSLOG", 0, &s->log_syslog, err, errsize) < 0 ||
-	    ipv4("PRIVAI_FABRIC_BIND_ADDRESS", "127.0.0.1", s->bind_address, sizeof(s->bind_address), err, errsize) < 0 ||
+	    ipv4("PRIVAI_FABRIC_BIND_ADDRESS", "127.0.0.1", s->bind_address, sizeof(s->bind_address), err, errsize) <
+		    0 ||
 	    number("PRIVAI_FABRIC_ACCESS_LINK_FAILURE_MODE", 0, 1, 0, &s->access_link_failure_mode, err, errsize) < 0 ||
 	    number("PRIVAI_FABRIC_TRUNK_LINK_FAILURE_MODE", 0, 1, 0, &s->trunk_link_failure_mode, err, errsize) < 0 ||
 	    number("PRIVAI_FABRIC_NVSWITCH_FAILURE_MODE", 0, 1, 0, &s->nvswitch_failure_mode, err, errsize) < 0 ||
@@ -186,11 +191,11 @@ fabric_settings_load(struct fabric_settings *s, char *err, size_t errsize)
 		      errsize) < 0 ||
 	    choice("PRIVAI_FABRIC_BUS", buses, 2, 0, &s->user_bus, err, errsize) < 0 ||
 	    number("PRIVAI_FABRIC_READY_TIMEOUT", 1, 3600, 240, &s->ready_timeout_s, err, errsize) < 0 ||
-	    path("PRIVAI_FABRIC_STATUS_SOCKET", "/run/privai/fabric.sock", s->status_socket, sizeof(s->status_socket), err,
-		 errsize) < 0 ||
+	    path("PRIVAI_FABRIC_STATUS_SOCKET", "/run/privai/fabric.sock", s->status_socket, sizeof(s->status_socket),
+		 err, errsize) < 0 ||
 	    number("PRIVAI_FABRIC_INTERVAL", 1, 3600, 10, &s->interval_s, err, errsize) < 0 ||
-	    path("PRIVAI_FABRIC_NCCL_TOPO_FILE", "/etc/privai/nccl-topo.xml", s->nccl_topo_file, sizeof(s->nccl_topo_file),
-		 err, errsize) < 0)
+	    path("PRIVAI_FABRIC_NCCL_TOPO_FILE", "/etc/privai/nccl-topo.xml", s->nccl_topo_file,
+		 sizeof(s->nccl_topo_file), err, errsize) < 0)
 		return -1;
 	return 0;
 }

@@ -13,19 +13,19 @@
 enum { FM_MODE_BARE_METAL, FM_MODE_SHARED_NVSWITCH, FM_MODE_VGPU };
 
 struct fabric_settings {
-	int mode;                     /* FM_MODE_*: Fabric Manager's FABRIC_MODE */
-	int log_level;                /* 0 none .. 4 info, as Fabric Manager numbers them */
+	int mode;      /* FM_MODE_*: Fabric Manager's FABRIC_MODE */
+	int log_level; /* 0 none .. 4 info, as Fabric Manager numbers them */
 	char log_file[256];
 	int log_syslog;
-	char bind_address[16];        /* IPv4, dotted */
+	char bind_address[16]; /* IPv4, dotted */
 	int access_link_failure_mode, trunk_link_failure_mode, nvswitch_failure_mode;
 	int stay_resident;
 	int abort_cuda_jobs;
 	char fm_config[256];
 	char fm_unit[128];
-	int user_bus;                 /* the systemd user manager (tests), not the system one */
+	int user_bus; /* the systemd user manager (tests), not the system one */
 	int ready_timeout_s;
-	char status_socket[108];      /* sun_path's size */
+	char status_socket[108]; /* sun_path's size */
 	int interval_s;
 	char nccl_topo_file[256];
 };

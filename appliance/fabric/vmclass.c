@@ -35,9 +35,10 @@ vmclass_json(const struct fabric *f, int shared_nvswitch)
 	int nic_listed[TOPO_MAX_NICS] = { 0 };
 	char name[64], size[24];
 
-	cJSON_AddStringToObject(o, "mode", t->n_nvswitches == 0 ? "no NVSwitch"
-					   : shared_nvswitch ? "shared NVSwitch (the switches stay with the host's Fabric Manager)"
-							     : "full passthrough (the VM owns the board and runs Fabric Manager)");
+	cJSON_AddStringToObject(o, "mode",
+				t->n_nvswitches == 0 ? "no NVSwitch"
+				: shared_nvswitch ? "shared NVSwitch (the switches stay with the host's Fabric Manager)"
+						  : "full passthrough (the VM owns the board and runs Fabric Manager)");
 	devices = cJSON_AddArrayToObject(o, "devices");
 	settings = cJSON_AddArrayToObject(o, "settings");
 	warnings = cJSON_AddArrayToObject(o, "warnings");
@@ -51,15 +52,23 @@ vmclass_json(const struct fabric *f, int shared_nvswitch)
 			add_device(devices, f, t->nic[n], "nic", name);
 			nic_listed[n] = 1;
 			if (t->gpu_pairing[g] != TOPO_PAIR_SWITCH && !t->virtual_pcie)
-				fabric_json_addf(warnings, "%s shares no PCIe switch with its NIC %s: GPUDirect RDMA between them crosses "
-				     "the CPU", t->bus.dev[t->gpu[g]].bdf, t->bus.dev[t->nic[n]].bdf);
+				fabric_json_addf(warnings,
+						 "%s shares no PCIe switch with its NIC %s: GPUDirect RDMA between "
+						 "them crosses "
+						 "the CPU",
+						 t->bus.dev[t->gpu[g]].bdf, t->bus.dev[t->nic[n]].bdf);
 			if (t->bus.dev[t->nic[n]].ats_ctrl == 0)
-				fabric_json_addf(warnings, "NIC %s has ATS off: with RelaxACSforP2P its peer-to-peer traffic still goes "
-				     "through the root complex; enable ATS in the NIC's firmware (mlxconfig ATS_ENABLED=1)",
-				     t->bus.dev[t->nic[n]].bdf);
+				fabric_json_addf(warnings,
+						 "NIC %s has ATS off: with RelaxACSforP2P its peer-to-peer traffic "
+						 "still goes "
+						 "through the root complex; enable ATS in the NIC's firmware "
+						 "(mlxconfig ATS_ENABLED=1)",
+						 t->bus.dev[t->nic[n]].bdf);
 		} else if (t->n_nics > 0) {
-			fabric_json_addf(warnings, "GPU %s has no NIC of its own: it reaches other nodes through another GPU's NIC",
-			     t->bus.dev[t->gpu[g]].bdf);
+			fabric_json_addf(warnings,
+					 "GPU %s has no NIC of its own: it reaches other nodes through another GPU's "
+					 "NIC",
+					 t->bus.dev[t->gpu[g]].bdf);
 		}
 	}
 	for (int n = 0; n < t->n_nics; n++)
@@ -85,11 +94,13 @@ vmclass_json(const struct fabric *f, int shared_nvswitch)
 	}
 	if (t->n_gpus > 0 && t->virtual_pcie == 0 && t->n_nics > 0)
 		cJSON_AddStringToObject(o, "nccl_topology",
-					"in the guest, run privai-fabric topology --write /etc/privai/nccl-topo.xml: the guest "
+					"in the guest, run privai-fabric topology --write /etc/privai/nccl-topo.xml: "
+					"the guest "
 					"sees the devices in this order on a flat bus");
 	if (t->gpus_seen > TOPO_MAX_GPUS)
-		fabric_json_addf(warnings, "%d GPUs on the bus, more than one node carries; only the first %d are listed", t->gpus_seen,
-		     TOPO_MAX_GPUS);
+		fabric_json_addf(warnings,
+				 "%d GPUs on the bus, more than one node carries; only the first %d are listed",
+				 t->gpus_seen, TOPO_MAX_GPUS);
 	return o;
 }
 
@@ -100,20 +111,22 @@ vmclass_print(const cJSON *report, FILE *out)
 
 	fprintf(out, "vSphere VM class: %s\n\nPCI devices, in this order:\n",
 		cJSON_GetStringValue(cJSON_GetObjectItem(report, "mode")));
-	cJSON_ArrayForEach(d, cJSON_GetObjectItem(report, "devices")) {
+	cJSON_ArrayForEach (d, cJSON_GetObjectItem(report, "devices")) {
 		const char *sw = cJSON_GetStringValue(cJSON_GetObjectItem(d, "switch"));
 		fprintf(out, "  %2d  %-28s %s  %s  NUMA %d%s%s\n", cJSON_GetObjectItem(d, "order")->valueint,
-			cJSON_GetStringValue(cJSON_GetObjectItem(d, "name")), cJSON_GetStringValue(cJSON_GetObjectItem(d, "bdf")),
-			cJSON_GetStringValue(cJSON_GetObjectItem(d, "id")), cJSON_GetObjectItem(d, "numa_node")->valueint,
-			sw ? "  switch " : "", sw ? sw : "");
+			cJSON_GetStringValue(cJSON_GetObjectItem(d, "name")),
+			cJSON_GetStringValue(cJSON_GetObjectItem(d, "bdf")),
+			cJSON_GetStringValue(cJSON_GetObjectItem(d, "id")),
+			cJSON_GetObjectItem(d, "numa_node")->valueint, sw ? "  switch " : "", sw ? sw : "");
 	}
 	fprintf(out, "\nAdvanced settings (VM Options > Advanced > Configuration Parameters):\n");
-	cJSON_ArrayForEach(s, cJSON_GetObjectItem(report, "settings"))
+	cJSON_ArrayForEach (s, cJSON_GetObjectItem(report, "settings"))
 		fprintf(out, "  %s = %s\n      %s\n", cJSON_GetStringValue(cJSON_GetObjectItem(s, "key")),
-			cJSON_GetStringValue(cJSON_GetObjectItem(s, "value")), cJSON_GetStringValue(cJSON_GetObjectItem(s, "why")));
+			cJSON_GetStringValue(cJSON_GetObjectItem(s, "value")),
+			cJSON_GetStringValue(cJSON_GetObjectItem(s, "why")));
 	if (cJSON_GetArraySize(cJSON_GetObjectItem(report, "warnings")) > 0) {
 		fprintf(out, "\nWarnings:\n");
-		cJSON_ArrayForEach(w, cJSON_GetObjectItem(report, "warnings"))
+		cJSON_ArrayForEach (w, cJSON_GetObjectItem(report, "warnings"))
 			fprintf(out, "  - %s\n", w->valuestring);
 	}
 	if (cJSON_GetObjectItem(report, "nccl_topology"))

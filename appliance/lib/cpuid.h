@@ -8,8 +8,8 @@
 #define PRIVAI_CPUID_H
 
 struct cpu_id {
-	char vendor[16];        /* "GenuineIntel", "AuthenticAMD"; "" unknown */
-	int family, model;      /* -1 unknown */
+	char vendor[16];   /* "GenuineIntel", "AuthenticAMD"; "" unknown */
+	int family, model; /* -1 unknown */
 	int guest;
 };
 

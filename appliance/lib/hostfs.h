@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define HOSTFS_TEXT_MAX (4 << 20)  /* the largest text file read whole (cpuinfo of 1024 CPUs fits) */
+#define HOSTFS_TEXT_MAX (4 << 20) /* the largest text file read whole (cpuinfo of 1024 CPUs fits) */
 
 /* root + path into out; -1 when it does not fit. */
 int hostfs_path(const char *root, const char *path, char *out, size_t size);

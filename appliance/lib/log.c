@@ -76,9 +76,8 @@ log_write(enum log_level level, const char *func, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap); /* a longer line is cut: a log line, not data */
 	va_end(ap);
 	if (log_journal &&
-	    sd_journal_send("MESSAGE=%s", msg, "PRIORITY=%d", (int)level, "CODE_FUNC=%s", func,
-			    "SYSLOG_IDENTIFIER=%s", log_prog, "PRIVAI_REQUEST_ID=%s", log_req ? log_req : "",
-			    NULL) >= 0)
+	    sd_journal_send("MESSAGE=%s", msg, "PRIORITY=%d", (int)level, "CODE_FUNC=%s", func, "SYSLOG_IDENTIFIER=%s",
+			    log_prog, "PRIVAI_REQUEST_ID=%s", log_req ? log_req : "", NULL) >= 0)
 		return;
 	if (log_req != NULL)
 		fprintf(stderr, "%s: %s%s req=%s\n", log_prog, level_name(level), msg, log_req);

@@ -34,8 +34,7 @@ void log_init(const char *prog, enum log_level max_level);
 void log_set_request(const char *id);
 const char *log_request(void);
 
-void log_write(enum log_level level, const char *func, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+void log_write(enum log_level level, const char *func, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #define log_error(...) log_write(LOG_LEVEL_ERROR, __func__, __VA_ARGS__)
 #define log_warn(...) log_write(LOG_LEVEL_WARN, __func__, __VA_ARGS__)

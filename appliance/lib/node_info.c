@@ -12,9 +12,10 @@
 #define MAX_CPUS 4096
 
 /* CPU flags worth showing: what the engine's kernels can use. */
-static const char *const wanted_flags[] = { "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni",
-					    "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",
-					    "asimd", "sve", "sve2", "i8mm", "bf16", NULL };
+static const char *const wanted_flags[] = { "avx2",        "fma",         "f16c",        "avx512f",  "avx512bw",
+					    "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+					    "amx_int8",    "asimd",       "sve",         "sve2",     "i8mm",
+					    "bf16",        NULL };
 
 static void
 missing(struct node_info *ni, const char *what)
@@ -120,7 +121,8 @@ read_cpuinfo(const char *root, struct node_info *ni)
 				core_key[n_keys++] = key;
 				ni->cpu_cores++;
 			}
-		} else if ((v = cpuinfo_value(line, "flags")) != NULL || (v = cpuinfo_value(line, "Features")) != NULL) {
+		} else if ((v = cpuinfo_value(line, "flags")) != NULL ||
+			   (v = cpuinfo_value(line, "Features")) != NULL) {
 			if (ni->cpu_flags[0] == '\0')
 				keep_flags(ni, v);
 		}
@@ -215,7 +217,8 @@ read_nics(const char *root, struct node_info *ni)
 		return;
 	}
 	while ((e = readdir(d)) != NULL && ni->n_nics < NODE_MAX_NICS) {
-		if (e->d_name[0] == '.' || strcmp(e->d_name, "lo") == 0 || strlen(e->d_name) >= sizeof(ni->nics[0].name))
+		if (e->d_name[0] == '.' || strcmp(e->d_name, "lo") == 0 ||
+		    strlen(e->d_name) >= sizeof(ni->nics[0].name))
 			continue;
 		struct node_nic *n = &ni->nics[ni->n_nics++];
 		snprintf(n->name, sizeof(n->name), "%s", e->d_name);
@@ -282,8 +285,8 @@ node_info_json(const struct node_info *ni)
 			cJSON *n = cJSON_CreateObject();
 			cJSON_AddNumberToObject(n, "id", ni->numa[i].id);
 			cJSON_AddStringToObject(n, "cpus", ni->numa[i].cpulist);
-			cJSON_AddNumberToObject(n, "memory_bytes", (double)(ni->numa[i].memory_bytes > 0 ?
-									       ni->numa[i].memory_bytes : 0));
+			cJSON_AddNumberToObject(n, "memory_bytes",
+						(double)(ni->numa[i].memory_bytes > 0 ? ni->numa[i].memory_bytes : 0));
 			cJSON_AddItemToArray(numa, n);
 		}
 	if ((nics = cJSON_AddArrayToObject(o, "nics")) != NULL)

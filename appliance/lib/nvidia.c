@@ -54,7 +54,8 @@ nvidia_fm_package_version(const char *root, char *out, size_t size)
 		stanza += strspn(stanza, "\n");
 		if ((next = strstr(stanza, "\n\n")) != NULL)
 			*next++ = '\0';
-		if (strncmp(stanza, "Package: nvidia-fabricmanager", 29) != 0 || (stanza[29] != '-' && stanza[29] != '\n'))
+		if (strncmp(stanza, "Package: nvidia-fabricmanager", 29) != 0 ||
+		    (stanza[29] != '-' && stanza[29] != '\n'))
 			continue;
 		installed = strstr(stanza, "\nStatus: install ok installed");
 		if (installed != NULL && (v = strstr(stanza, "\nVersion: ")) != NULL) {

@@ -11,11 +11,11 @@
 #include <stdint.h>
 
 struct nvidia_gpu_model {
-	unsigned device;       /* PCI device id, vendor 10de */
+	unsigned device; /* PCI device id, vendor 10de */
 	const char *name;
-	int sxm;               /* on an HGX board: NVLink through NVSwitches */
-	int sm;                /* compute capability x 10, as NCCL writes it */
-	int nvlinks;           /* NVLink ports per GPU on the board (0: none) */
+	int sxm;     /* on an HGX board: NVLink through NVSwitches */
+	int sm;      /* compute capability x 10, as NCCL writes it */
+	int nvlinks; /* NVLink ports per GPU on the board (0: none) */
 };
 
 /* The model of a device id, or NULL when we do not know it. */

@@ -87,7 +87,7 @@ pci_parse_config(struct pci_dev *d, const unsigned char *cfg, size_t len)
 /* The attribute files of one device, read under root. */
 struct reader {
 	const char *root;
-	char dir[64];       /* "/sys/bus/pci/devices/0000:1b:00.0" */
+	char dir[64]; /* "/sys/bus/pci/devices/0000:1b:00.0" */
 	struct pci_dev *d;
 };
 

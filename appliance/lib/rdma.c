@@ -18,7 +18,8 @@ rdma_parse_guid(const char *s, uint64_t *v)
 		for (int i = 0; i < 4; i++, s++) {
 			if (!isxdigit((unsigned char)*s))
 				return -1;
-			g = g << 4 | (uint64_t)(isdigit((unsigned char)*s) ? *s - '0' : (tolower((unsigned char)*s) - 'a' + 10));
+			g = g << 4 |
+			    (uint64_t)(isdigit((unsigned char)*s) ? *s - '0' : (tolower((unsigned char)*s) - 'a' + 10));
 			digits++;
 		}
 		if (group < 3 && *s++ != ':')
@@ -89,7 +90,8 @@ read_port(const char *root, const char *dir, struct rdma_dev *d, struct rdma_por
 	    rdma_parse_state(line, p->phys_state, sizeof(p->phys_state)) < 0)
 		p->phys_state[0] = '\0';
 	snprintf(path, sizeof(path), "%s/rate", dir);
-	if (hostfs_read_line(root, path, p->rate, sizeof(p->rate)) < 0 || (p->rate_mbps = rdma_parse_rate(p->rate)) < 0) {
+	if (hostfs_read_line(root, path, p->rate, sizeof(p->rate)) < 0 ||
+	    (p->rate_mbps = rdma_parse_rate(p->rate)) < 0) {
 		p->rate[0] = '\0';
 		note(d, "rate");
 	}

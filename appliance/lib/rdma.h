@@ -13,22 +13,22 @@
 #define RDMA_MAX_PORTS 4
 
 struct rdma_port {
-	int num;                 /* 1-based, as verbs number them */
-	int state;               /* enum ibv_port_state: 4 ACTIVE; -1 unknown */
-	char state_name[16];     /* "ACTIVE", "DOWN", ... */
-	char phys_state[24];     /* "LinkUp", "Polling", ... */
-	long long rate_mbps;     /* -1 unknown */
-	char rate[48];           /* "400 Gb/sec (4X NDR)" */
-	char link_layer[16];     /* "InfiniBand", "Ethernet" */
+	int num;             /* 1-based, as verbs number them */
+	int state;           /* enum ibv_port_state: 4 ACTIVE; -1 unknown */
+	char state_name[16]; /* "ACTIVE", "DOWN", ... */
+	char phys_state[24]; /* "LinkUp", "Polling", ... */
+	long long rate_mbps; /* -1 unknown */
+	char rate[48];       /* "400 Gb/sec (4X NDR)" */
+	char link_layer[16]; /* "InfiniBand", "Ethernet" */
 };
 
 struct rdma_dev {
-	char name[32];           /* "mlx5_0" */
-	uint64_t node_guid, sys_image_guid;  /* 0 unknown */
+	char name[32];                      /* "mlx5_0" */
+	uint64_t node_guid, sys_image_guid; /* 0 unknown */
 	char fw_ver[32];
 	int n_ports;
 	struct rdma_port port[RDMA_MAX_PORTS];
-	char problem[160];       /* what could not be read, space separated */
+	char problem[160]; /* what could not be read, space separated */
 };
 
 /* Read device `name` under root.  Never fails: what cannot be read stays

@@ -10,28 +10,28 @@
 
 #include "pci.h"
 
-#define TOPO_MAX_GPUS 16      /* the most any NVSwitch system carries (DGX-2, HGX-2) */
+#define TOPO_MAX_GPUS 16 /* the most any NVSwitch system carries (DGX-2, HGX-2) */
 #define TOPO_MAX_NICS 32
 #define TOPO_MAX_NVSWITCHES 12
 
 enum {
 	TOPO_PAIR_NONE,
-	TOPO_PAIR_SWITCH,     /* under one PCIe switch: P2P never leaves it */
-	TOPO_PAIR_NUMA,       /* only the same CPU socket: P2P crosses the root complex */
+	TOPO_PAIR_SWITCH, /* under one PCIe switch: P2P never leaves it */
+	TOPO_PAIR_NUMA,   /* only the same CPU socket: P2P crosses the root complex */
 };
 
 struct topo {
 	struct pci_bus bus;
-	int gpus_seen;                   /* may exceed TOPO_MAX_GPUS; only the first are kept */
-	int n_gpus, gpu[TOPO_MAX_GPUS];  /* indexes into bus.dev, in bus order */
-	int n_nics, nic[TOPO_MAX_NICS];  /* RDMA-capable NICs */
+	int gpus_seen;                  /* may exceed TOPO_MAX_GPUS; only the first are kept */
+	int n_gpus, gpu[TOPO_MAX_GPUS]; /* indexes into bus.dev, in bus order */
+	int n_nics, nic[TOPO_MAX_NICS]; /* RDMA-capable NICs */
 	int n_nvswitches, nvswitch[TOPO_MAX_NVSWITCHES];
-	int gpu_switch[TOPO_MAX_GPUS];   /* bus.dev index of the switch above, -1 none */
+	int gpu_switch[TOPO_MAX_GPUS]; /* bus.dev index of the switch above, -1 none */
 	int nic_switch[TOPO_MAX_NICS];
-	int gpu_nic[TOPO_MAX_GPUS];      /* index into nic[], -1 unpaired */
-	int gpu_pairing[TOPO_MAX_GPUS];  /* TOPO_PAIR_* */
-	int nic_gpu[TOPO_MAX_NICS];      /* index into gpu[], -1 unpaired */
-	int virtual_pcie;                /* no GPU sits under a switch: a VM's flat topology */
+	int gpu_nic[TOPO_MAX_GPUS];     /* index into nic[], -1 unpaired */
+	int gpu_pairing[TOPO_MAX_GPUS]; /* TOPO_PAIR_* */
+	int nic_gpu[TOPO_MAX_NICS];     /* index into gpu[], -1 unpaired */
+	int virtual_pcie;               /* no GPU sits under a switch: a VM's flat topology */
 };
 
 /* Scan and pair: under a common switch first; a GPU with no switch above

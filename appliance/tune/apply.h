@@ -18,21 +18,21 @@
 #define TUNE_STATE_FILE TUNE_STATE_DIR "/applied.json"
 
 enum change_kind {
-	CHANGE_ATTR,       /* a sysfs/procfs value written in place */
-	CHANGE_SELECTOR,   /* a sysfs choice list ("always [madvise] never") */
-	CHANGE_FILE,       /* a file apply creates or replaces (drop-ins, modules-load.d) */
-	CHANGE_LINK,       /* a symlink apply creates (enabling a unit) */
+	CHANGE_ATTR,     /* a sysfs/procfs value written in place */
+	CHANGE_SELECTOR, /* a sysfs choice list ("always [madvise] never") */
+	CHANGE_FILE,     /* a file apply creates or replaces (drop-ins, modules-load.d) */
+	CHANGE_LINK,     /* a symlink apply creates (enabling a unit) */
 };
 
 struct change {
 	enum change_kind kind;
-	char what[48];          /* "CPU governor", for people */
-	char path[256];         /* under the root */
-	char old[256];          /* the value before ("" for a file that did not exist) */
-	char new[256];          /* the value, file contents or link target apply writes */
-	int existed;            /* CHANGE_FILE/CHANGE_LINK: something was there before */
-	int done;               /* already as wanted: nothing to write */
-	char note[160];         /* why it was skipped or failed */
+	char what[48];  /* "CPU governor", for people */
+	char path[256]; /* under the root */
+	char old[256];  /* the value before ("" for a file that did not exist) */
+	char new[256];  /* the value, file contents or link target apply writes */
+	int existed;    /* CHANGE_FILE/CHANGE_LINK: something was there before */
+	int done;       /* already as wanted: nothing to write */
+	char note[160]; /* why it was skipped or failed */
 };
 
 struct plan {

@@ -152,7 +152,8 @@ plan_cpus(const struct tune_host *h, struct plan *p)
 	for (int pass = 0; pass < 2 && rc == 0; pass++)
 		for (int i = 0; i < n && rc == 0; i++) {
 			const char *file = pass == 0 ? "energy_performance_preference" : "scaling_governor";
-			const char *list = pass == 0 ? "energy_performance_available_preferences" : "scaling_available_governors";
+			const char *list =
+				pass == 0 ? "energy_performance_available_preferences" : "scaling_available_governors";
 			const char *want = pass == 0 ? h->profile->epp : h->profile->governor;
 			if (strncmp(cpus[i], "cpu", 3) != 0 || cpus[i][3] < '0' || cpus[i][3] > '9')
 				continue;
@@ -268,13 +269,13 @@ plan_print(const struct plan *p, FILE *out, const char *verb)
 			continue;
 		/* one line for a run of the same change on many files (224 CPUs) */
 		for (int j = 0; j < i && first; j++)
-			first = !(!p->c[j].done && strcmp(p->c[j].what, c->what) == 0 && strcmp(p->c[j].old, c->old) == 0 &&
-				  strcmp(p->c[j].new, c->new) == 0);
+			first = !(!p->c[j].done && strcmp(p->c[j].what, c->what) == 0 &&
+				  strcmp(p->c[j].old, c->old) == 0 && strcmp(p->c[j].new, c->new) == 0);
 		if (!first)
 			continue;
 		for (int j = i; j < p->n; j++)
-			same += !p->c[j].done && strcmp(p->c[j].what, c->what) == 0 && strcmp(p->c[j].old, c->old) == 0 &&
-				strcmp(p->c[j].new, c->new) == 0;
+			same += !p->c[j].done && strcmp(p->c[j].what, c->what) == 0 &&
+				strcmp(p->c[j].old, c->old) == 0 && strcmp(p->c[j].new, c->new) == 0;
 		changed += same;
 		if (c->kind == CHANGE_FILE)
 			fprintf(out, "  %-24s %s %s\n", c->what, c->existed ? "rewrite" : "create", c->path);

@@ -20,9 +20,15 @@ static const char *const kind_names[] = { "attr", "selector", "file", "link" };
 static int
 path_allowed(const char *path, int dir)
 {
-	static const char *const prefixes[] = { "/sys/devices/system/cpu/", "/sys/kernel/mm/transparent_hugepage/",
-						"/proc/sys/vm/", "/proc/sys/kernel/", "/proc/irq/", "/etc/systemd/",
-						"/etc/modules-load.d/", "/var/lib/privai/", NULL };
+	static const char *const prefixes[] = { "/sys/devices/system/cpu/",
+						"/sys/kernel/mm/transparent_hugepage/",
+						"/proc/sys/vm/",
+						"/proc/sys/kernel/",
+						"/proc/irq/",
+						"/etc/systemd/",
+						"/etc/modules-load.d/",
+						"/var/lib/privai/",
+						NULL };
 	size_t l = strlen(path);
 
 	if (path[0] != '/' || l < 2 || strstr(path, "/../") != NULL || strstr(path, "/./") != NULL ||
@@ -38,7 +44,7 @@ path_allowed(const char *path, int dir)
 struct state {
 	struct plan recorded;
 	int n_dirs;
-	char dirs[MAX_DIRS][256];   /* created by apply, in creation order */
+	char dirs[MAX_DIRS][256]; /* created by apply, in creation order */
 	char profile[32];
 };
 
@@ -50,18 +56,21 @@ state_load(const char *root, struct state *s, char *err, size_t errsize)
 
 	memset(s, 0, sizeof(*s));
 	if (text == NULL)
-		return hostfs_exists(root, TUNE_STATE_FILE) ? (snprintf(err, errsize, "%s cannot be read", TUNE_STATE_FILE), -1) : 0;
+		return hostfs_exists(root, TUNE_STATE_FILE)
+			       ? (snprintf(err, errsize, "%s cannot be read", TUNE_STATE_FILE), -1)
+			       : 0;
 	o = cJSON_Parse(text);
 	free(text);
 	if (o == NULL || !cJSON_IsArray(list = cJSON_GetObjectItem(o, "changes"))) {
-		snprintf(err, errsize, "%s is not a privai-tune state file (no changes list); move it aside to apply afresh",
+		snprintf(err, errsize,
+			 "%s is not a privai-tune state file (no changes list); move it aside to apply afresh",
 			 TUNE_STATE_FILE);
 		cJSON_Delete(o);
 		return -1;
 	}
 	if (cJSON_IsString(it = cJSON_GetObjectItem(o, "profile")))
 		snprintf(s->profile, sizeof(s->profile), "%s", it->valuestring);
-	cJSON_ArrayForEach(it, list) {
+	cJSON_ArrayForEach (it, list) {
 		const cJSON *kind = cJSON_GetObjectItem(it, "kind"), *path = cJSON_GetObjectItem(it, "path");
 		const cJSON *old = cJSON_GetObjectItem(it, "old"), *what = cJSON_GetObjectItem(it, "what");
 		const cJSON *existed = cJSON_GetObjectItem(it, "existed");
@@ -70,8 +79,9 @@ state_load(const char *root, struct state *s, char *err, size_t errsize)
 		for (k = 0; k < 4; k++)
 			if (cJSON_IsString(kind) && strcmp(kind->valuestring, kind_names[k]) == 0)
 				break;
-		if (k == 4 || !cJSON_IsString(path) || !cJSON_IsString(old) || strlen(path->valuestring) >= sizeof(c->path) ||
-		    strlen(old->valuestring) >= sizeof(c->old) || !path_allowed(path->valuestring, 0)) {
+		if (k == 4 || !cJSON_IsString(path) || !cJSON_IsString(old) ||
+		    strlen(path->valuestring) >= sizeof(c->path) || strlen(old->valuestring) >= sizeof(c->old) ||
+		    !path_allowed(path->valuestring, 0)) {
 			snprintf(err, errsize, "%s: change %d is malformed or names a path apply never writes",
 				 TUNE_STATE_FILE, s->recorded.n + 1);
 			cJSON_Delete(o);
@@ -90,8 +100,9 @@ state_load(const char *root, struct state *s, char *err, size_t errsize)
 		snprintf(c->what, sizeof(c->what), "%s", cJSON_IsString(what) ? what->valuestring : "");
 		c->existed = cJSON_IsTrue(existed);
 	}
-	cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "created_dirs")) {
-		if (!cJSON_IsString(it) || strlen(it->valuestring) >= 256 || !path_allowed(it->valuestring, 1) || s->n_dirs == MAX_DIRS)
+	cJSON_ArrayForEach (it, cJSON_GetObjectItem(o, "created_dirs")) {
+		if (!cJSON_IsString(it) || strlen(it->valuestring) >= 256 || !path_allowed(it->valuestring, 1) ||
+		    s->n_dirs == MAX_DIRS)
 			continue;
 		snprintf(s->dirs[s->n_dirs++], 256, "%s", it->valuestring);
 	}
@@ -102,7 +113,8 @@ state_load(const char *root, struct state *s, char *err, size_t errsize)
 static int
 state_save(const char *root, const struct state *s, char *err, size_t errsize)
 {
-	cJSON *o = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(o, "changes"), *dirs = cJSON_AddArrayToObject(o, "created_dirs");
+	cJSON *o = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(o, "changes"),
+	      *dirs = cJSON_AddArrayToObject(o, "created_dirs");
 	char *text = NULL;
 	int rc = -1;
 
@@ -127,7 +139,8 @@ state_save(const char *root, const struct state *s, char *err, size_t errsize)
 		goto out;
 	rc = hostfs_write(root, TUNE_STATE_FILE, text, strlen(text), 1);
 	if (rc < 0)
-		snprintf(err, errsize, "cannot record the old values in %s: %s; nothing was changed", TUNE_STATE_FILE, strerror(errno));
+		snprintf(err, errsize, "cannot record the old values in %s: %s; nothing was changed", TUNE_STATE_FILE,
+			 strerror(errno));
 out:
 	if (rc < 0 && text == NULL)
 		snprintf(err, errsize, "out of memory recording the old values");
@@ -183,8 +196,10 @@ reselect(const char *list, const char *word, char *out, size_t size)
 			tok[l - 1] = '\0';
 			tok++;
 		}
-		n += (size_t)snprintf(out + n, n < size ? size - n : 0, n ? (strcmp(tok, word) == 0 ? " [%s]" : " %s")
-							       : (strcmp(tok, word) == 0 ? "[%s]" : "%s"), tok);
+		n += (size_t)snprintf(out + n, n < size ? size - n : 0,
+				      n ? (strcmp(tok, word) == 0 ? " [%s]" : " %s")
+					: (strcmp(tok, word) == 0 ? "[%s]" : "%s"),
+				      tok);
 	}
 }
 
@@ -267,7 +282,8 @@ apply_run(const struct tune_host *h, struct plan *p, FILE *out, char *err, size_
 	}
 	if (make_dirs(h->root, &s) < 0 || state_save(h->root, &s, err, errsize) < 0) {
 		if (err[0] == '\0')
-			snprintf(err, errsize, "cannot create the directories for %s: %s", TUNE_STATE_FILE, strerror(errno));
+			snprintf(err, errsize, "cannot create the directories for %s: %s", TUNE_STATE_FILE,
+				 strerror(errno));
 		plan_free(&s.recorded);
 		return -1;
 	}
@@ -287,7 +303,8 @@ apply_run(const struct tune_host *h, struct plan *p, FILE *out, char *err, size_
 	}
 	plan_free(&s.recorded);
 	if (failed) {
-		snprintf(err, errsize, "%d change%s failed (recorded: revert undoes the rest)", failed, failed == 1 ? "" : "s");
+		snprintf(err, errsize, "%d change%s failed (recorded: revert undoes the rest)", failed,
+			 failed == 1 ? "" : "s");
 		return -1;
 	}
 	return 0;
@@ -318,13 +335,15 @@ apply_revert(const char *root, FILE *out, char *err, size_t errsize)
 			rc = write_line(root, c->path, c->old);
 			break;
 		case CHANGE_SELECTOR:
-			rc = thp_selected(c->old, sel, sizeof(sel)) < 0 ? -1 : write_selector(root, c->path, sel, c->old);
+			rc = thp_selected(c->old, sel, sizeof(sel)) < 0 ? -1
+									: write_selector(root, c->path, sel, c->old);
 			break;
 		case CHANGE_FILE:
 		case CHANGE_LINK:
 			if (c->existed && c->kind == CHANGE_FILE)
 				rc = hostfs_write(root, c->path, c->old, strlen(c->old), 1);
-			else if (hostfs_path(root, c->path, full, sizeof(full)) < 0 || (unlink(full) < 0 && errno != ENOENT))
+			else if (hostfs_path(root, c->path, full, sizeof(full)) < 0 ||
+				 (unlink(full) < 0 && errno != ENOENT))
 				rc = -1;
 			break;
 		}
@@ -333,12 +352,12 @@ apply_revert(const char *root, FILE *out, char *err, size_t errsize)
 			failed++;
 		}
 	}
-	fprintf(out, "restored %d value%s of profile %s\n", s.recorded.n - failed, s.recorded.n - failed == 1 ? "" : "s",
-		s.profile[0] ? s.profile : "(unnamed)");
+	fprintf(out, "restored %d value%s of profile %s\n", s.recorded.n - failed,
+		s.recorded.n - failed == 1 ? "" : "s", s.profile[0] ? s.profile : "(unnamed)");
 	plan_free(&s.recorded);
 	if (failed) {
-		snprintf(err, errsize, "%d value%s could not be restored; %s is kept so revert can be run again", failed,
-			 failed == 1 ? "" : "s", TUNE_STATE_FILE);
+		snprintf(err, errsize, "%d value%s could not be restored; %s is kept so revert can be run again",
+			 failed, failed == 1 ? "" : "s", TUNE_STATE_FILE);
 		return -1;
 	}
 	{
@@ -347,7 +366,7 @@ apply_revert(const char *root, FILE *out, char *err, size_t errsize)
 			unlink(full);
 		for (int i = s.n_dirs - 1; i >= 0; i--)
 			if (hostfs_path(root, s.dirs[i], full, sizeof(full)) == 0)
-				rmdir(full);   /* only when empty: something else may live there now */
+				rmdir(full); /* only when empty: something else may live there now */
 	}
 	return 0;
 }

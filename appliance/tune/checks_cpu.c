@@ -51,15 +51,15 @@ check_model(const struct tune_host *h, struct report *r)
 	}
 	if (ni->cpu_model[0] == '\0' || ni->cpu_flags[0] == '\0') {
 		c = report_add(r, "cpu.model", "CPU model", CHECK_WARN);
-		report_found(c, "/proc/cpuinfo lists %d processor%s but no %s", ni->cpu_threads, ni->cpu_threads == 1 ? "" : "s",
-			     ni->cpu_model[0] ? "flags" : "model name");
+		report_found(c, "/proc/cpuinfo lists %d processor%s but no %s", ni->cpu_threads,
+			     ni->cpu_threads == 1 ? "" : "s", ni->cpu_model[0] ? "flags" : "model name");
 		report_expected(c, "a model name and flags for every processor");
 		report_fix(c, "read /proc/cpuinfo on the host: a container or an emulator may hide the CPU");
 		return;
 	}
 	c = report_add(r, "cpu.model", "CPU model", CHECK_PASS);
-	report_found(c, "%s; %d socket%s, %d cores, %d threads", ni->cpu_model,
-		     ni->cpu_sockets, ni->cpu_sockets == 1 ? "" : "s", ni->cpu_cores, ni->cpu_threads);
+	report_found(c, "%s; %d socket%s, %d cores, %d threads", ni->cpu_model, ni->cpu_sockets,
+		     ni->cpu_sockets == 1 ? "" : "s", ni->cpu_cores, ni->cpu_threads);
 	report_expected(c, "any x86-64 or arm64 server CPU");
 }
 
@@ -83,8 +83,10 @@ check_isa(const struct tune_host *h, struct report *r)
 		c = report_add(r, "cpu.avx512", "AVX-512", CHECK_WARN);
 		report_found(c, "no AVX-512 (%s)", has_flag(h, "avx2") ? "AVX2 only" : "not even AVX2");
 		report_expected(c, "avx512f and avx512bw");
-		report_fix(c, "CPU inference runs the engine's %s kernels; a Xeon of 3rd gen or later (or, in a VM, "
-			   "a VM hardware version that exposes AVX-512) is faster", has_flag(h, "avx2") ? "AVX2" : "scalar");
+		report_fix(c,
+			   "CPU inference runs the engine's %s kernels; a Xeon of 3rd gen or later (or, in a VM, "
+			   "a VM hardware version that exposes AVX-512) is faster",
+			   has_flag(h, "avx2") ? "AVX2" : "scalar");
 	}
 }
 
@@ -95,7 +97,8 @@ check_amx(const struct tune_host *h, struct report *r)
 
 	if (has_flag(h, "amx_tile")) {
 		c = report_add(r, "cpu.amx", "AMX", CHECK_PASS);
-		report_found(c, "amx_tile%s%s", has_flag(h, "amx_bf16") ? " amx_bf16" : "", has_flag(h, "amx_int8") ? " amx_int8" : "");
+		report_found(c, "amx_tile%s%s", has_flag(h, "amx_bf16") ? " amx_bf16" : "",
+			     has_flag(h, "amx_int8") ? " amx_int8" : "");
 		report_expected(c, "amx_tile, amx_bf16, amx_int8 on 4th gen Xeon or later");
 	} else if (!amx_capable_model(h)) {
 		c = report_add(r, "cpu.amx", "AMX", CHECK_SKIP);
@@ -111,8 +114,11 @@ check_amx(const struct tune_host *h, struct report *r)
 		report_found(c, "a CPU with AMX (family 6 model %d) but no amx flags%s", h->cpu_model,
 			     h->hypervisor[0] ? ": the hypervisor hides them" : "");
 		report_expected(c, "amx_tile, amx_bf16, amx_int8");
-		report_fix(c, "%s", h->hypervisor[0] ? "give the VM a hardware version that exposes AMX (ESXi 8: version 20) and "
-						       "do not mask the CPU features (EVC)" : "enable AMX in the firmware");
+		report_fix(c, "%s",
+			   h->hypervisor[0]
+				   ? "give the VM a hardware version that exposes AMX (ESXi 8: version 20) and "
+				     "do not mask the CPU features (EVC)"
+				   : "enable AMX in the firmware");
 	}
 }
 
@@ -122,7 +128,8 @@ check_smt(const struct tune_host *h, struct report *r)
 	long long active;
 	struct check *c;
 
-	if (hostfs_read_long(h->root, "/sys/devices/system/cpu/smt/active", 10, &active) != 0 || active < 0 || active > 1) {
+	if (hostfs_read_long(h->root, "/sys/devices/system/cpu/smt/active", 10, &active) != 0 || active < 0 ||
+	    active > 1) {
 		c = report_add(r, "cpu.smt", "SMT", CHECK_SKIP);
 		report_found(c, "the kernel does not say (/sys/devices/system/cpu/smt/active)");
 		return;
@@ -157,13 +164,17 @@ check_numa(const struct tune_host *h, struct report *r)
 		c = report_add(r, "cpu.numa", "NUMA layout", CHECK_WARN);
 		report_found(c, "node%d has CPUs but no memory (%s)", empty, list);
 		report_expected(c, "memory on every node with CPUs");
-		report_fix(c, "populate every socket's memory channels%s", h->hypervisor[0] ? "; in a VM, size vNUMA to the host's nodes" : "");
+		report_fix(c, "populate every socket's memory channels%s",
+			   h->hypervisor[0] ? "; in a VM, size vNUMA to the host's nodes" : "");
 	} else if (ni->cpu_sockets > ni->numa_nodes) {
 		c = report_add(r, "cpu.numa", "NUMA layout", CHECK_WARN);
-		report_found(c, "%d sockets but %d NUMA node%s (%s)", ni->cpu_sockets, ni->numa_nodes, ni->numa_nodes == 1 ? "" : "s", list);
+		report_found(c, "%d sockets but %d NUMA node%s (%s)", ni->cpu_sockets, ni->numa_nodes,
+			     ni->numa_nodes == 1 ? "" : "s", list);
 		report_expected(c, "at least one NUMA node per socket");
-		report_fix(c, "%s", h->hypervisor[0] ? "expose vNUMA to the VM (numa.vcpu.maxPerVirtualNode = cores per socket)"
-						     : "turn off node interleaving in the firmware so each socket is its own node");
+		report_fix(c, "%s",
+			   h->hypervisor[0]
+				   ? "expose vNUMA to the VM (numa.vcpu.maxPerVirtualNode = cores per socket)"
+				   : "turn off node interleaving in the firmware so each socket is its own node");
 	} else {
 		c = report_add(r, "cpu.numa", "NUMA layout", CHECK_PASS);
 		report_found(c, "%d node%s: %s", ni->numa_nodes, ni->numa_nodes == 1 ? "" : "s", list);
@@ -174,7 +185,8 @@ check_numa(const struct tune_host *h, struct report *r)
 /* How many CPUs have `file` (under cpufreq/) equal to want, of how many
  * report it; the first differing value goes in other. */
 static void
-count_cpufreq(const struct tune_host *h, const char *file, const char *want, int *match, int *total, char *other, size_t size)
+count_cpufreq(const struct tune_host *h, const char *file, const char *want, int *match, int *total, char *other,
+	      size_t size)
 {
 	char path[128], val[64], **cpus;
 	int n;
@@ -209,7 +221,8 @@ check_governor(const struct tune_host *h, struct report *r)
 	count_cpufreq(h, "scaling_governor", want, &match, &total, other, sizeof(other));
 	if (total == 0) {
 		c = report_add(r, "cpu.governor", "CPU frequency governor", CHECK_SKIP);
-		report_found(c, "no cpufreq policy (%s)", h->hypervisor[0] ? "a VM: the host sets the frequency" : "no cpufreq driver loaded");
+		report_found(c, "no cpufreq policy (%s)",
+			     h->hypervisor[0] ? "a VM: the host sets the frequency" : "no cpufreq driver loaded");
 		return;
 	}
 	c = report_add(r, "cpu.governor", "CPU frequency governor", match == total ? CHECK_PASS : CHECK_WARN);
@@ -231,7 +244,8 @@ check_power(const struct tune_host *h, struct report *r)
 	int match, total, has_platform;
 
 	count_cpufreq(h, "energy_performance_preference", want, &match, &total, other, sizeof(other));
-	has_platform = hostfs_read_line(h->root, "/sys/firmware/acpi/platform_profile", platform, sizeof(platform)) == 0;
+	has_platform =
+		hostfs_read_line(h->root, "/sys/firmware/acpi/platform_profile", platform, sizeof(platform)) == 0;
 	if (total == 0 && !has_platform) {
 		c = report_add(r, "cpu.power_profile", "Power profile", CHECK_SKIP);
 		report_found(c, "neither an energy-performance preference nor an ACPI platform profile is exposed%s",
@@ -245,7 +259,8 @@ check_power(const struct tune_host *h, struct report *r)
 	} else {
 		c = report_add(r, "cpu.power_profile", "Power profile", CHECK_WARN);
 		if (match != total)
-			report_found(c, "energy_performance_preference %s on %d of %d CPUs", other, total - match, total);
+			report_found(c, "energy_performance_preference %s on %d of %d CPUs", other, total - match,
+				     total);
 		else
 			report_found(c, "platform_profile %s", platform);
 		report_fix(c, "privai-tune apply --profile %s; set the firmware's power profile to Maximum Performance",

@@ -31,16 +31,19 @@ check_count(const struct tune_host *h, struct report *r)
 
 	if (t->gpus_seen > TOPO_MAX_GPUS) {
 		c = report_add(r, "gpu.count", "GPUs", CHECK_FAIL);
-		report_found(c, "%d NVIDIA GPUs on the PCI bus; only the first %d are checked", t->gpus_seen, TOPO_MAX_GPUS);
-		report_expected(c, "at most %d GPUs in one node (the largest NVSwitch systems carry 16)", TOPO_MAX_GPUS);
+		report_found(c, "%d NVIDIA GPUs on the PCI bus; only the first %d are checked", t->gpus_seen,
+			     TOPO_MAX_GPUS);
+		report_expected(c, "at most %d GPUs in one node (the largest NVSwitch systems carry 16)",
+				TOPO_MAX_GPUS);
 		report_fix(c, "check the inventory against the server's specification: a recorded or virtual "
-			   "topology may list devices twice");
+			      "topology may list devices twice");
 	} else if (t->n_gpus == 0 && t->n_nvswitches > 0) {
 		c = report_add(r, "gpu.count", "GPUs", CHECK_FAIL);
-		report_found(c, "no GPU on the PCI bus, but %d NVSwitch%s", t->n_nvswitches, t->n_nvswitches == 1 ? "" : "es");
+		report_found(c, "no GPU on the PCI bus, but %d NVSwitch%s", t->n_nvswitches,
+			     t->n_nvswitches == 1 ? "" : "es");
 		report_expected(c, "the board's GPUs (an HGX board carries 8 with 4 NVSwitches)");
 		report_fix(c, "the GPUs fell off the bus or are held by another host: check the BMC's event log, "
-			   "reseat the baseboard, cold-boot");
+			      "reseat the baseboard, cold-boot");
 	} else if (t->n_gpus == 0) {
 		c = report_add(r, "gpu.count", "GPUs", CHECK_SKIP);
 		report_found(c, "no NVIDIA GPU on the PCI bus: a CPU-inference node");
@@ -74,10 +77,11 @@ check_driver(const struct tune_host *h, struct report *r)
 		bound += strcmp(gpu(h, g)->driver, "nvidia") == 0;
 	if (h->driver_version[0] == '\0' || bound < t->n_gpus) {
 		c = report_add(r, "gpu.driver", "NVIDIA driver", CHECK_FAIL);
-		report_found(c, "%s; bound to %d of %d GPUs", h->driver_version[0] ? h->driver_version : "the nvidia module is not loaded",
-			     bound, t->n_gpus);
+		report_found(c, "%s; bound to %d of %d GPUs",
+			     h->driver_version[0] ? h->driver_version : "the nvidia module is not loaded", bound,
+			     t->n_gpus);
 		report_fix(c, "install the NVIDIA data-center driver and load it (modprobe nvidia); a GPU bound to "
-			   "vfio-pci or another driver is not usable here");
+			      "vfio-pci or another driver is not usable here");
 	} else {
 		c = report_add(r, "gpu.driver", "NVIDIA driver", CHECK_PASS);
 		report_found(c, "%s, bound to all %d GPUs", h->driver_version, t->n_gpus);
@@ -105,12 +109,14 @@ check_link(const struct tune_host *h, int g, struct report *r)
 	}
 	if (d->cur_width < d->max_width) {
 		c = report_add(r, id, "GPU PCIe link", CHECK_FAIL);
-		report_fix(c, "the link trained at x%d: reseat the GPU or its riser, check the slot and the "
-			   "switch port, and update the board firmware", d->cur_width);
+		report_fix(c,
+			   "the link trained at x%d: reseat the GPU or its riser, check the slot and the "
+			   "switch port, and update the board firmware",
+			   d->cur_width);
 	} else if (d->cur_speed_gts < d->max_speed_gts) {
 		c = report_add(r, id, "GPU PCIe link", CHECK_WARN);
 		report_fix(c, "an idle GPU lowers its link speed to save power; read it again under load, and if it "
-			   "stays low check the slot's generation setting in the firmware");
+			      "stays low check the slot's generation setting in the firmware");
 	} else {
 		c = report_add(r, id, "GPU PCIe link", CHECK_PASS);
 	}
@@ -131,14 +137,16 @@ check_reset(const struct tune_host *h, int g, struct report *r)
 	if (d->reset_method[0] == '\0') {
 		c = report_add(r, id, "GPU reset method", CHECK_WARN);
 		report_found(c, "%s: the kernel does not list reset methods", d->bdf);
-		report_fix(c, "a kernel >= 5.15 lists them in reset_method; lspci -vv -s %s shows FLReset+ in DevCap", d->bdf);
+		report_fix(c, "a kernel >= 5.15 lists them in reset_method; lspci -vv -s %s shows FLReset+ in DevCap",
+			   d->bdf);
 	} else if (strstr(methods, " flr ") != NULL) {
 		c = report_add(r, id, "GPU reset method", CHECK_PASS);
 		report_found(c, "%s: %s", d->bdf, d->reset_method);
 	} else {
 		c = report_add(r, id, "GPU reset method", CHECK_FAIL);
 		report_found(c, "%s: %s (no function-level reset)", d->bdf, d->reset_method);
-		report_fix(c, "without FLR a GPU cannot be reset alone (passthrough, recovery after an Xid): update the "
+		report_fix(c,
+			   "without FLR a GPU cannot be reset alone (passthrough, recovery after an Xid): update the "
 			   "GPU's VBIOS and the board firmware");
 	}
 	report_expected(c, "flr among the reset methods");
@@ -155,15 +163,17 @@ check_persistence(const struct tune_host *h, struct report *r)
 	if (tune_process_running(h, "nvidia-persiste")) {
 		c = report_add(r, "gpu.persistence", "GPU persistence", CHECK_PASS);
 		report_found(c, "nvidia-persistenced is running");
-	} else if (hostfs_link_target(h->root, "/etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service",
-				      target, sizeof(target)) == 0) {
+	} else if (hostfs_link_target(h->root,
+				      "/etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service", target,
+				      sizeof(target)) == 0) {
 		c = report_add(r, "gpu.persistence", "GPU persistence", CHECK_WARN);
 		report_found(c, "nvidia-persistenced is enabled but not running");
-		report_fix(c, "systemctl start nvidia-persistenced; if it stops again, journalctl -u nvidia-persistenced");
+		report_fix(c,
+			   "systemctl start nvidia-persistenced; if it stops again, journalctl -u nvidia-persistenced");
 	} else {
 		c = report_add(r, "gpu.persistence", "GPU persistence", CHECK_WARN);
 		report_found(c, "nvidia-persistenced is not running: the driver tears the GPUs down when the last "
-			     "client exits and each engine start pays for bringing them up");
+				"client exits and each engine start pays for bringing them up");
 		report_fix(c, "privai-tune apply --profile gpu-inference (enables nvidia-persistenced.service)");
 	}
 	report_expected(c, "nvidia-persistenced running");
@@ -188,7 +198,7 @@ check_peermem(const struct tune_host *h, struct report *r)
 		c = report_add(r, "gpu.peermem", "GPUDirect RDMA module", CHECK_FAIL);
 		report_found(c, "nvidia_peermem is not loaded: NCCL's RDMA traffic is staged through host memory");
 		report_fix(c, "privai-tune apply --profile gpu-inference (loads it now and at boot through "
-			   "/etc/modules-load.d)");
+			      "/etc/modules-load.d)");
 	}
 	report_expected(c, "nvidia_peermem loaded");
 }
@@ -207,7 +217,7 @@ check_fabricmanager(const struct tune_host *h, struct report *r)
 		c = report_add(r, "fabric.manager", "Fabric Manager", CHECK_SKIP);
 		if (h->hypervisor[0] && sxm)
 			report_found(c, "no NVSwitch visible in this VM: with NVSwitch GPUs passed through, Fabric "
-				     "Manager runs in the service VM or on the host (shared NVSwitch mode)");
+					"Manager runs in the service VM or on the host (shared NVSwitch mode)");
 		else
 			report_found(c, "no NVSwitch: Fabric Manager is not needed");
 		return;
@@ -217,21 +227,28 @@ check_fabricmanager(const struct tune_host *h, struct report *r)
 		c = report_add(r, "fabric.manager", "Fabric Manager", CHECK_FAIL);
 		report_found(c, "%d NVSwitches but no nvidia-fabricmanager package installed%s", t->n_nvswitches,
 			     running ? " (a process runs: installed outside the package manager?)" : "");
-		report_fix(c, "install nvidia-fabricmanager-%.*s of the driver's version (%s) and start it; CUDA reports "
-			   "'system not ready' until it has trained the fabric", (int)strcspn(h->driver_version, "."),
-			   h->driver_version, h->driver_version[0] ? h->driver_version : "unknown");
+		report_fix(c,
+			   "install nvidia-fabricmanager-%.*s of the driver's version (%s) and start it; CUDA reports "
+			   "'system not ready' until it has trained the fabric",
+			   (int)strcspn(h->driver_version, "."), h->driver_version,
+			   h->driver_version[0] ? h->driver_version : "unknown");
 	} else if (h->driver_version[0] && strcmp(version, h->driver_version) != 0) {
 		c = report_add(r, "fabric.manager", "Fabric Manager", CHECK_FAIL);
-		report_found(c, "Fabric Manager %s with driver %s%s", version, h->driver_version, running ? "" : ", not running");
-		report_fix(c, "install nvidia-fabricmanager of exactly %s (it refuses a driver of another version), then "
-			   "restart nvidia-fabricmanager.service", h->driver_version);
+		report_found(c, "Fabric Manager %s with driver %s%s", version, h->driver_version,
+			     running ? "" : ", not running");
+		report_fix(c,
+			   "install nvidia-fabricmanager of exactly %s (it refuses a driver of another version), then "
+			   "restart nvidia-fabricmanager.service",
+			   h->driver_version);
 	} else if (!running) {
 		c = report_add(r, "fabric.manager", "Fabric Manager", CHECK_FAIL);
 		report_found(c, "Fabric Manager %s installed but not running", version);
-		report_fix(c, "systemctl enable --now nvidia-fabricmanager.service; its log is /var/log/fabricmanager.log");
+		report_fix(c, "systemctl enable --now nvidia-fabricmanager.service; its log is "
+			      "/var/log/fabricmanager.log");
 	} else {
 		c = report_add(r, "fabric.manager", "Fabric Manager", CHECK_PASS);
-		report_found(c, "Fabric Manager %s running, driver %s, %d NVSwitches", version, h->driver_version, t->n_nvswitches);
+		report_found(c, "Fabric Manager %s running, driver %s, %d NVSwitches", version, h->driver_version,
+			     t->n_nvswitches);
 	}
 	report_expected(c, "nv-fabricmanager running, of the driver's version");
 }

@@ -27,7 +27,8 @@ check_thp(const struct tune_host *h, struct report *r)
 
 	if (hostfs_read_line(h->root, "/sys/kernel/mm/transparent_hugepage/enabled", line, sizeof(line)) < 0) {
 		c = report_add(r, "mem.thp", "Transparent huge pages", CHECK_SKIP);
-		report_found(c, "the kernel has no transparent huge pages (/sys/kernel/mm/transparent_hugepage/enabled)");
+		report_found(c,
+			     "the kernel has no transparent huge pages (/sys/kernel/mm/transparent_hugepage/enabled)");
 		return;
 	}
 	if (thp_selected(line, mode, sizeof(mode)) < 0) {
@@ -37,7 +38,8 @@ check_thp(const struct tune_host *h, struct report *r)
 		report_fix(c, "privai-tune apply --profile %s", h->profile->name);
 		return;
 	}
-	c = report_add(r, "mem.thp", "Transparent huge pages", strcmp(mode, h->profile->thp) == 0 ? CHECK_PASS : CHECK_WARN);
+	c = report_add(r, "mem.thp", "Transparent huge pages",
+		       strcmp(mode, h->profile->thp) == 0 ? CHECK_PASS : CHECK_WARN);
 	report_found(c, "%s", mode);
 	report_expected(c, "%s: huge pages where the engine asks, no compaction stalls elsewhere", h->profile->thp);
 	if (c->status != CHECK_PASS)
@@ -57,14 +59,17 @@ check_hugepages(const struct tune_host *h, struct report *r)
 	free(meminfo);
 	if (rc != 0 || n < 0) {
 		c = report_add(r, "mem.hugepages", "Static huge pages", rc == -1 ? CHECK_SKIP : CHECK_WARN);
-		report_found(c, rc == -1 ? "/proc/sys/vm/nr_hugepages cannot be read" : "/proc/sys/vm/nr_hugepages holds no number");
+		report_found(c, rc == -1 ? "/proc/sys/vm/nr_hugepages cannot be read"
+					 : "/proc/sys/vm/nr_hugepages holds no number");
 		return;
 	}
 	c = report_add(r, "mem.hugepages", "Static huge pages", n == h->profile->hugepages ? CHECK_PASS : CHECK_WARN);
 	report_found(c, "%lld reserved (%lld MiB)", n, n * kb / 1024);
-	report_expected(c, "%ld: the engine allocates with malloc and mmap, never from hugetlbfs", h->profile->hugepages);
+	report_expected(c, "%ld: the engine allocates with malloc and mmap, never from hugetlbfs",
+			h->profile->hugepages);
 	if (c->status != CHECK_PASS)
-		report_fix(c, "privai-tune apply --profile %s (returns the pages; revert reserves them again)", h->profile->name);
+		report_fix(c, "privai-tune apply --profile %s (returns the pages; revert reserves them again)",
+			   h->profile->name);
 }
 
 static void
@@ -81,13 +86,18 @@ check_numa_balancing(const struct tune_host *h, struct report *r)
 	}
 	if ((rc = hostfs_read_long(h->root, "/proc/sys/kernel/numa_balancing", 10, &v)) != 0 || v < 0 || v > 3) {
 		c = report_add(r, "mem.numa_balancing", "Automatic NUMA balancing", rc == -1 ? CHECK_SKIP : CHECK_WARN);
-		report_found(c, "%s", rc == -1 ? "the kernel has no kernel.numa_balancing" : "kernel.numa_balancing holds no setting");
+		report_found(c, "%s",
+			     rc == -1 ? "the kernel has no kernel.numa_balancing"
+				      : "kernel.numa_balancing holds no setting");
 		report_expected(c, "%ld", h->profile->numa_balancing);
 		return;
 	}
-	c = report_add(r, "mem.numa_balancing", "Automatic NUMA balancing", v == h->profile->numa_balancing ? CHECK_PASS : CHECK_WARN);
+	c = report_add(r, "mem.numa_balancing", "Automatic NUMA balancing",
+		       v == h->profile->numa_balancing ? CHECK_PASS : CHECK_WARN);
 	report_found(c, "kernel.numa_balancing = %lld", v);
-	report_expected(c, "%ld: the engine pins its threads and memory per socket; migrating pages behind it costs bandwidth",
+	report_expected(c,
+			"%ld: the engine pins its threads and memory per socket; migrating pages behind it costs "
+			"bandwidth",
 			h->profile->numa_balancing);
 	if (c->status != CHECK_PASS)
 		report_fix(c, "privai-tune apply --profile %s (sysctl kernel.numa_balancing)", h->profile->name);
@@ -122,7 +132,8 @@ check_swap(const struct tune_host *h, struct report *r)
 		report_fix(c, "privai-tune apply --profile %s (vm.swappiness = %ld), or swapoff -a", h->profile->name,
 			   h->profile->swappiness);
 	}
-	report_expected(c, "no swap, or vm.swappiness <= %ld: weights paged out stall every token", h->profile->swappiness_max);
+	report_expected(c, "no swap, or vm.swappiness <= %ld: weights paged out stall every token",
+			h->profile->swappiness_max);
 }
 
 static void
@@ -137,14 +148,17 @@ check_memlock(const struct tune_host *h, struct report *r)
 		report_found(c, "no RDMA NIC: nothing pins memory");
 		return;
 	}
-	systemd_conf_get(h->root, "system.conf", "Manager", "DefaultLimitMEMLOCK", value, sizeof(value), where, sizeof(where));
+	systemd_conf_get(h->root, "system.conf", "Manager", "DefaultLimitMEMLOCK", value, sizeof(value), where,
+			 sizeof(where));
 	if (strcmp(value, "infinity") == 0) {
 		c = report_add(r, "mem.memlock", "Locked-memory limit for services", CHECK_PASS);
 		report_found(c, "DefaultLimitMEMLOCK=infinity (%s)", where);
 	} else {
 		c = report_add(r, "mem.memlock", "Locked-memory limit for services", CHECK_FAIL);
-		report_found(c, "DefaultLimitMEMLOCK=%s (%s)", value[0] ? value : "8M", value[0] ? where : "systemd's default");
-		report_fix(c, "privai-tune apply --profile gpu-inference (a drop-in in /etc/systemd/system.conf.d, then "
+		report_found(c, "DefaultLimitMEMLOCK=%s (%s)", value[0] ? value : "8M",
+			     value[0] ? where : "systemd's default");
+		report_fix(c,
+			   "privai-tune apply --profile gpu-inference (a drop-in in /etc/systemd/system.conf.d, then "
 			   "systemctl daemon-reexec)");
 	}
 	report_expected(c, "infinity: RDMA pins every buffer it registers, and NCCL registers gigabytes");

@@ -34,13 +34,14 @@ check_iommu(const struct tune_host *h, struct report *r)
 	}
 	c = report_add(r, "pcie.iommu", "IOMMU", n > 0 ? CHECK_PASS : CHECK_WARN);
 	if (n > 0)
-		report_found(c, "on, %d unit%s%s", n, n == 1 ? "" : "s", pt ? ", passthrough mode for the host (iommu=pt)" : "");
+		report_found(c, "on, %d unit%s%s", n, n == 1 ? "" : "s",
+			     pt ? ", passthrough mode for the host (iommu=pt)" : "");
 	else
 		report_found(c, "off: no /sys/class/iommu units");
 	report_expected(c, "on (intel_iommu=on or amd_iommu=on), iommu=pt for the host's own DMA");
 	if (n == 0)
 		report_fix(c, "enable VT-d/AMD-Vi in the firmware and boot with intel_iommu=on iommu=pt: device "
-			   "isolation and passthrough need it");
+			      "isolation and passthrough need it");
 }
 
 /* The ACS control of the bridges between a device and its root port
@@ -69,8 +70,9 @@ check_acs(const struct tune_host *h, struct report *r)
 
 	if (t->n_gpus == 0 || h->hypervisor[0]) {
 		c = report_add(r, "pcie.acs", "ACS on the switch ports", CHECK_SKIP);
-		report_found(c, "%s", h->hypervisor[0] ? "a VM's bridges are virtual: ACS is set on the host"
-						       : "no GPU: no peer-to-peer traffic to route");
+		report_found(c, "%s",
+			     h->hypervisor[0] ? "a VM's bridges are virtual: ACS is set on the host"
+					      : "no GPU: no peer-to-peer traffic to route");
 		return;
 	}
 	for (int k = 0; k < t->bus.n; k++) {
@@ -97,12 +99,14 @@ check_acs(const struct tune_host *h, struct report *r)
 	}
 	c = report_add(r, "pcie.acs", "ACS on the switch ports", no_dt ? CHECK_WARN : CHECK_PASS);
 	report_found(c, "P2P redirect on %d of %d ports above GPUs and NICs%s", redirect, total,
-		     redirect == 0 ? "" : no_dt ? ", Direct Translated P2P off on some" : ", Direct Translated P2P on");
+		     redirect == 0 ? ""
+		     : no_dt       ? ", Direct Translated P2P off on some"
+				   : ", Direct Translated P2P on");
 	report_expected(c, "redirect with Direct Translated P2P (isolation, and ATS-translated P2P stays in the "
-			"switch), or no redirect on a host without passthrough");
+			   "switch), or no redirect on a host without passthrough");
 	if (no_dt)
 		report_fix(c, "enable ACS Direct Translated P2P on the switch's downstream ports (firmware), or every "
-			   "peer-to-peer transfer climbs to the root complex");
+			      "peer-to-peer transfer climbs to the root complex");
 }
 
 static void
@@ -127,13 +131,16 @@ check_nic_ats(const struct tune_host *h, int n, struct report *r)
 			     d->has_config ? "no ATS capability" : "config space not readable (run as root)");
 		report_expected(c, "an ATS capability, enabled wherever ACS redirects peer-to-peer requests");
 		if (d->has_config)
-			report_fix(c, "lspci -vvv -s %s should list 'Address Translation Service'; update the NIC firmware", d->bdf);
+			report_fix(c, "lspci -vvv -s %s should list 'Address Translation Service'; update the NIC firmware",
+				   d->bdf);
 		return;
 	}
 	if (d->ats_ctrl == 0 && (ctrl & (PCI_ACS_RR | PCI_ACS_CR))) {
 		c = report_add(r, id, "NIC ATS", CHECK_FAIL);
-		report_found(c, "%s %s: ATS off under ACS redirect: its peer-to-peer traffic with the GPUs detours "
-			     "through the root complex (half the bandwidth or worse)", topo_nic_name(t, n), d->bdf);
+		report_found(c,
+			     "%s %s: ATS off under ACS redirect: its peer-to-peer traffic with the GPUs detours "
+			     "through the root complex (half the bandwidth or worse)",
+			     topo_nic_name(t, n), d->bdf);
 		report_fix(c, "mlxconfig -d %s set ATS_ENABLED=true, then power-cycle the host", d->bdf);
 	} else {
 		c = report_add(r, id, "NIC ATS", CHECK_PASS);
@@ -171,15 +178,18 @@ check_nic_link(const struct tune_host *h, int n, struct report *r)
 		up = strcmp(state, "up") == 0;
 	} else {
 		c = report_add(r, id, "NIC link", CHECK_WARN);
-		report_found(c, "%s: no RDMA device or network interface on it (driver %s)", d->bdf, d->driver[0] ? d->driver : "none");
+		report_found(c, "%s: no RDMA device or network interface on it (driver %s)", d->bdf,
+			     d->driver[0] ? d->driver : "none");
 		report_fix(c, "load mlx5_core and mlx5_ib (rdma-core)");
 		return;
 	}
 	c = report_add(r, id, "NIC link", up ? CHECK_PASS : CHECK_FAIL);
-	report_found(c, "%s %s: %s%s%s", topo_nic_name(t, n), d->bdf, state[0] ? state : "state unknown", rate[0] ? ", " : "", rate);
+	report_found(c, "%s %s: %s%s%s", topo_nic_name(t, n), d->bdf, state[0] ? state : "state unknown",
+		     rate[0] ? ", " : "", rate);
 	report_expected(c, "link up (ACTIVE)");
 	if (!up)
-		report_fix(c, "check the cable and the switch port; for InfiniBand, that a subnet manager runs on the fabric");
+		report_fix(c, "check the cable and the switch port; for InfiniBand, that a subnet manager runs on the "
+			      "fabric");
 }
 
 static void
@@ -190,7 +200,8 @@ describe_pairs(const struct tune_host *h, char *out, size_t size)
 	out[0] = '\0';
 	for (int g = 0; g < t->n_gpus; g++) {
 		size_t n = strlen(out);
-		snprintf(out + n, size - n, "%sGPU%d-%s", g ? " " : "", g, t->gpu_nic[g] >= 0 ? topo_nic_name(t, t->gpu_nic[g]) : "none");
+		snprintf(out + n, size - n, "%sGPU%d-%s", g ? " " : "", g,
+			 t->gpu_nic[g] >= 0 ? topo_nic_name(t, t->gpu_nic[g]) : "none");
 	}
 }
 
@@ -223,22 +234,27 @@ check_pairing(const struct tune_host *h, struct report *r)
 		report_found(c, "GPU%d %s has no NIC under its switch %s while %s %s sits unpaired under %s (%s)",
 			     unpaired, g->bdf, t->bus.dev[t->gpu_switch[unpaired]].bdf, topo_nic_name(t, spare), n->bdf,
 			     t->nic_switch[spare] >= 0 ? t->bus.dev[t->nic_switch[spare]].bdf : "a root port", pairs);
-		report_fix(c, "move the NIC %s into a slot under switch %s, beside GPU%d, so their traffic stays in the switch",
+		report_fix(c,
+			   "move the NIC %s into a slot under switch %s, beside GPU%d, so their traffic stays in the "
+			   "switch",
 			   n->bdf, t->bus.dev[t->gpu_switch[unpaired]].bdf, unpaired);
 	} else if (unpaired >= 0) {
 		c = report_add(r, "pcie.pairing", "GPU-to-NIC pairing", CHECK_WARN);
 		report_found(c, "%d of %d GPUs have a NIC of their own (%s)", paired, t->n_gpus, pairs);
 		report_fix(c, "add a NIC per GPU for multi-node tensor parallel; until then GPUs share NICs and "
-			   "cross-node bandwidth is split between them");
+			      "cross-node bandwidth is split between them");
 	} else if (numa_only > 0 && !t->virtual_pcie) {
 		c = report_add(r, "pcie.pairing", "GPU-to-NIC pairing", CHECK_WARN);
-		report_found(c, "%d GPU%s share only a CPU socket with their NIC (%s)", numa_only, numa_only == 1 ? "" : "s", pairs);
+		report_found(c, "%d GPU%s share only a CPU socket with their NIC (%s)", numa_only,
+			     numa_only == 1 ? "" : "s", pairs);
 		report_fix(c, "GPUDirect RDMA through the root complex is slower than under a PCIe switch; "
-			   "a board with GPUs and NICs on shared switches avoids it");
+			      "a board with GPUs and NICs on shared switches avoids it");
 	} else {
 		c = report_add(r, "pcie.pairing", "GPU-to-NIC pairing", CHECK_PASS);
-		report_found(c, "%s%s", pairs, t->virtual_pcie ? " (a VM's flat topology: paired by NUMA node and order; "
-						 "NCCL needs a topology file, see vm.nccl_topology)" : ", each under one switch");
+		report_found(c, "%s%s", pairs,
+			     t->virtual_pcie ? " (a VM's flat topology: paired by NUMA node and order; "
+					       "NCCL needs a topology file, see vm.nccl_topology)"
+					     : ", each under one switch");
 	}
 	report_expected(c, "every GPU with its own RDMA NIC under the same PCIe switch (1:1)");
 }
@@ -297,11 +313,15 @@ check_mmio(const struct tune_host *h, struct report *r)
 	else
 		report_found(c, "%llu GiB in %d window%s above 4 GiB", (unsigned long long)(have / GIB), windows,
 			     windows == 1 ? "" : "s");
-	report_expected(c, "at least %llu GiB: 128 GiB per GPU (%d) plus 32 GiB for NICs", (unsigned long long)(need / GIB),
-			h->topo.n_gpus);
+	report_expected(c, "at least %llu GiB: 128 GiB per GPU (%d) plus 32 GiB for NICs",
+			(unsigned long long)(need / GIB), h->topo.n_gpus);
 	if (have < need && h->hypervisor[0])
-		report_fix(c, "power the VM off and set pciPassthru.use64bitMMIO = TRUE and pciPassthru.64bitMMIOSizeGB = %llu "
-			   "(the power of two above %llu)", (unsigned long long)nvidia_mmio64_vm_size_gib(h->topo.n_gpus), (unsigned long long)(need / GIB));
+		report_fix(c,
+			   "power the VM off and set pciPassthru.use64bitMMIO = TRUE and pciPassthru.64bitMMIOSizeGB = "
+			   "%llu "
+			   "(the power of two above %llu)",
+			   (unsigned long long)nvidia_mmio64_vm_size_gib(h->topo.n_gpus),
+			   (unsigned long long)(need / GIB));
 	else if (have < need)
 		report_fix(c, "enable Above 4G Decoding and size MMIO High to at least %llu GiB in the firmware",
 			   (unsigned long long)(need / GIB));
@@ -329,19 +349,21 @@ check_devices(const struct tune_host *h, struct report *r)
 		if (bus->dev[i].problem[0] == '\0')
 			continue;
 		if (bad++ < 6)
-			snprintf(list + n, sizeof(list) - n, "%s%s (%s)", n ? ", " : "", bus->dev[i].bdf, bus->dev[i].problem);
+			snprintf(list + n, sizeof(list) - n, "%s%s (%s)", n ? ", " : "", bus->dev[i].bdf,
+				 bus->dev[i].problem);
 	}
 	c = report_add(r, "pcie.devices", "PCI devices", bad || bus->truncated ? CHECK_WARN : CHECK_PASS);
 	if (bus->truncated)
 		report_found(c, "more than %d devices; the first %d read", PCI_MAX_DEVICES, bus->n);
 	else if (bad)
-		report_found(c, "%d of %d devices with unreadable attributes: %s%s", bad, bus->n, list, bad > 6 ? ", ..." : "");
+		report_found(c, "%d of %d devices with unreadable attributes: %s%s", bad, bus->n, list,
+			     bad > 6 ? ", ..." : "");
 	else
 		report_found(c, "%d devices, every attribute read", bus->n);
 	report_expected(c, "every device's ids, class, NUMA node and link readable");
 	if (bad || bus->truncated)
 		report_fix(c, "these devices are left out of the checks that need what could not be read; "
-			   "compare with lspci -vvv");
+			      "compare with lspci -vvv");
 }
 
 void

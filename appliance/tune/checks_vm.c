@@ -18,7 +18,8 @@ steal_permille(const struct tune_host *h)
 
 	if (hostfs_read_line(h->root, "/proc/stat", line, sizeof(line)) < 0 || strncmp(line, "cpu ", 4) != 0)
 		return -1;
-	n = sscanf(line + 4, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+	n = sscanf(line + 4, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+		   &v[7]);
 	if (n < 8)
 		return -1;
 	for (int i = 0; i < 8; i++)
@@ -56,9 +57,10 @@ checks_vm(const struct tune_host *h, struct report *r)
 	report_found(c, "%d.%d%% of CPU time since boot stolen by the hypervisor", steal / 10, steal % 10);
 	report_expected(c, "under 2%%: the VM's vCPUs run when it needs them");
 	if (steal > 20)
-		report_fix(c, "%s", vmware ? "reserve all of the VM's CPU and memory and set Latency Sensitivity to High "
-					     "(the symptom of an overcommitted host)"
-					   : "pin the VM's vCPUs to dedicated host cores and reserve its memory");
+		report_fix(c, "%s",
+			   vmware ? "reserve all of the VM's CPU and memory and set Latency Sensitivity to High "
+				    "(the symptom of an overcommitted host)"
+				  : "pin the VM's vCPUs to dedicated host cores and reserve its memory");
 
 	c = report_add(r, "vm.passthrough", "Devices passed through", h->topo.n_gpus > 0 ? CHECK_PASS : CHECK_SKIP);
 	report_found(c, "%d GPU%s, %d RDMA NIC%s", h->topo.n_gpus, h->topo.n_gpus == 1 ? "" : "s", h->topo.n_nics,
@@ -72,10 +74,14 @@ checks_vm(const struct tune_host *h, struct report *r)
 		report_found(c, "%s", NCCL_TOPO_FILE);
 	} else {
 		c = report_add(r, "vm.nccl_topology", "NCCL topology file", CHECK_WARN);
-		report_found(c, "none at %s: in a VM the PCIe topology is virtual, so NCCL cannot see which NIC is "
-			     "next to which GPU", NCCL_TOPO_FILE);
-		report_fix(c, "privai-fabric topology --write %s (from the host's pairing), and NCCL_TOPO_FILE "
-			   "pointing at it", NCCL_TOPO_FILE);
+		report_found(c,
+			     "none at %s: in a VM the PCIe topology is virtual, so NCCL cannot see which NIC is "
+			     "next to which GPU",
+			     NCCL_TOPO_FILE);
+		report_fix(c,
+			   "privai-fabric topology --write %s (from the host's pairing), and NCCL_TOPO_FILE "
+			   "pointing at it",
+			   NCCL_TOPO_FILE);
 	}
 	report_expected(c, "a topology file describing the host's real GPU-NIC pairing");
 }

@@ -6,14 +6,14 @@
 static const struct profile profiles[] = {
 	{
 		.name = "gpu-inference",
-		.governor = "performance",   /* the CPU feeds kernels: no ramp-up latency */
+		.governor = "performance", /* the CPU feeds kernels: no ramp-up latency */
 		.epp = "performance",
-		.thp = "madvise",            /* no khugepaged compaction stalls on the hot path */
-		.hugepages = 0,              /* static huge pages are memory the engine cannot use */
-		.numa_balancing = 0,         /* pages must not migrate away from pinned threads */
+		.thp = "madvise",    /* no khugepaged compaction stalls on the hot path */
+		.hugepages = 0,      /* static huge pages are memory the engine cannot use */
+		.numa_balancing = 0, /* pages must not migrate away from pinned threads */
 		.swappiness_max = 10,
 		.swappiness = 1,
-		.memlock_unlimited = 1,      /* RDMA registers (pins) every buffer it sends */
+		.memlock_unlimited = 1, /* RDMA registers (pins) every buffer it sends */
 		.gpu = 1,
 	},
 	{
@@ -22,10 +22,10 @@ static const struct profile profiles[] = {
 		.epp = "performance",
 		.thp = "madvise",
 		.hugepages = 0,
-		.numa_balancing = 0,         /* one engine process per socket, memory local to it */
+		.numa_balancing = 0, /* one engine process per socket, memory local to it */
 		.swappiness_max = 10,
 		.swappiness = 1,
-		.memlock_unlimited = 0,      /* nothing pins memory without RDMA */
+		.memlock_unlimited = 0, /* nothing pins memory without RDMA */
 		.gpu = 0,
 	},
 };

@@ -7,15 +7,15 @@
 
 struct profile {
 	const char *name;
-	const char *governor;       /* scaling_governor of every CPU */
-	const char *epp;            /* energy_performance_preference */
-	const char *thp;            /* transparent_hugepage/enabled */
-	long hugepages;             /* static huge pages reserved */
-	long numa_balancing;        /* kernel.numa_balancing */
-	long swappiness_max;        /* what check accepts */
-	long swappiness;            /* what apply sets */
-	int memlock_unlimited;      /* DefaultLimitMEMLOCK=infinity for services */
-	int gpu;                    /* persistence, peer memory, NIC IRQs */
+	const char *governor;  /* scaling_governor of every CPU */
+	const char *epp;       /* energy_performance_preference */
+	const char *thp;       /* transparent_hugepage/enabled */
+	long hugepages;        /* static huge pages reserved */
+	long numa_balancing;   /* kernel.numa_balancing */
+	long swappiness_max;   /* what check accepts */
+	long swappiness;       /* what apply sets */
+	int memlock_unlimited; /* DefaultLimitMEMLOCK=infinity for services */
+	int gpu;               /* persistence, peer memory, NIC IRQs */
 };
 
 /* NULL when there is no profile of that name. */

@@ -33,13 +33,13 @@ report_add(struct report *r, const char *id, const char *title, enum check_statu
 	return c;
 }
 
-#define SETTER(name, field)                                            \
-	void name(struct check *c, const char *fmt, ...)               \
-	{                                                              \
-		va_list ap;                                            \
-		va_start(ap, fmt);                                     \
-		vsnprintf(c->field, sizeof(c->field), fmt, ap);        \
-		va_end(ap);                                            \
+#define SETTER(name, field)                                                                                            \
+	void name(struct check *c, const char *fmt, ...)                                                               \
+	{                                                                                                              \
+		va_list ap;                                                                                            \
+		va_start(ap, fmt);                                                                                     \
+		vsnprintf(c->field, sizeof(c->field), fmt, ap);                                                        \
+		va_end(ap);                                                                                            \
 	}
 SETTER(report_found, found)
 SETTER(report_expected, expected)

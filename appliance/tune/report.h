@@ -11,7 +11,7 @@
 enum check_status { CHECK_PASS, CHECK_WARN, CHECK_FAIL, CHECK_SKIP };
 
 struct check {
-	char id[48];             /* "gpu.3.link", "pcie.pairing" */
+	char id[48]; /* "gpu.3.link", "pcie.pairing" */
 	char title[80];
 	enum check_status status;
 	char found[320];
@@ -22,7 +22,7 @@ struct check {
 struct report {
 	int n, cap;
 	struct check *c;
-	int oom;                 /* a check was dropped for want of memory */
+	int oom; /* a check was dropped for want of memory */
 };
 
 /* Add a check; then say what was found, what is expected and the fix.

@@ -24,8 +24,8 @@ trim(char *s)
 
 /* Apply one file's assignments of section.key to value. */
 static void
-scan_file(const char *root, const char *path, const char *section, const char *key,
-	  char *value, size_t vsize, char *where, size_t wsize)
+scan_file(const char *root, const char *path, const char *section, const char *key, char *value, size_t vsize,
+	  char *where, size_t wsize)
 {
 	char *text = hostfs_read_text(root, path, 1 << 20, NULL), *line, *save = NULL;
 	int in_section = 0;
@@ -54,8 +54,8 @@ scan_file(const char *root, const char *path, const char *section, const char *k
 }
 
 void
-systemd_conf_get(const char *root, const char *name, const char *section, const char *key,
-		 char *value, size_t vsize, char *where, size_t wsize)
+systemd_conf_get(const char *root, const char *name, const char *section, const char *key, char *value, size_t vsize,
+		 char *where, size_t wsize)
 {
 	static const char *const dirs[] = { "/usr/lib/systemd", "/run/systemd", "/etc/systemd" };
 	char path[512], *chosen[MAX_DROPINS];

@@ -10,7 +10,7 @@
 #include <stddef.h>
 
 /* value "" when never set; where names the file that set it. */
-void systemd_conf_get(const char *root, const char *name, const char *section, const char *key,
-		      char *value, size_t vsize, char *where, size_t wsize);
+void systemd_conf_get(const char *root, const char *name, const char *section, const char *key, char *value,
+		      size_t vsize, char *where, size_t wsize);
 
 #endif

@@ -17,10 +17,10 @@ struct tune_host {
 	const struct profile *profile;
 	struct node_info ni;
 	struct topo topo;
-	int cpu_family, cpu_model;       /* -1 unknown */
-	int kernel_major, kernel_minor;  /* -1 unknown */
-	char hypervisor[96];             /* "" on bare metal */
-	char driver_version[32];         /* the NVIDIA kernel module's; "" none */
+	int cpu_family, cpu_model;      /* -1 unknown */
+	int kernel_major, kernel_minor; /* -1 unknown */
+	char hypervisor[96];            /* "" on bare metal */
+	char driver_version[32];        /* the NVIDIA kernel module's; "" none */
 };
 
 /* Read the host; profile NULL picks the default for it.  0, or -1 with err. */

@@ -29,17 +29,15 @@ struct cursor {
 };
 
 static const size_t vtype_size[GGUF_VTYPE_COUNT] = {
-	[GGUF_U8] = 1, [GGUF_I8] = 1, [GGUF_U16] = 2, [GGUF_I16] = 2,
-	[GGUF_U32] = 4, [GGUF_I32] = 4, [GGUF_F32] = 4, [GGUF_BOOL] = 1,
-	[GGUF_U64] = 8, [GGUF_I64] = 8, [GGUF_F64] = 8,
+	[GGUF_U8] = 1,  [GGUF_I8] = 1,   [GGUF_U16] = 2, [GGUF_I16] = 2, [GGUF_U32] = 4, [GGUF_I32] = 4,
+	[GGUF_F32] = 4, [GGUF_BOOL] = 1, [GGUF_U64] = 8, [GGUF_I64] = 8, [GGUF_F64] = 8,
 };
 
 const char *
 gguf_vtype_name(uint32_t t)
 {
 	static const char *names[GGUF_VTYPE_COUNT] = {
-		"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool",
-		"string", "array", "u64", "i64", "f64",
+		"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64",
 	};
 	return t < GGUF_VTYPE_COUNT ? names[t] : "unknown";
 }
@@ -49,8 +47,8 @@ need(struct cursor *c, size_t n, const char *what)
 {
 	if (n > c->size - c->pos)
 		return privai_fail(c->err, PRIVAI_EFORMAT,
-				   "truncated file: %s needs %zu bytes at offset %zu, file has %zu",
-				   what, n, c->pos, c->size);
+				   "truncated file: %s needs %zu bytes at offset %zu, file has %zu", what, n, c->pos,
+				   c->size);
 	return PRIVAI_OK;
 }
 
@@ -90,7 +88,8 @@ rd_str(struct cursor *c, char **ret, const char *what)
 		return r;
 	if (len > c->size - c->pos)
 		return privai_fail(c->err, PRIVAI_EFORMAT,
-				   "truncated or corrupt file: %s at offset %zu has length %llu, beyond the end of the file",
+				   "truncated or corrupt file: %s at offset %zu has length %llu, beyond the end of the "
+				   "file",
 				   what, at, (unsigned long long)len);
 	char *s = malloc(len + 1);
 	if (s == NULL)
@@ -108,25 +107,22 @@ rd_array(struct cursor *c, struct gguf_kv *kv)
 	size_t at = c->pos;
 	int r;
 
-	if ((r = rd_u32(c, &kv->arr_type, "array type")) < 0 ||
-	    (r = rd_u64(c, &kv->arr_n, "array length")) < 0)
+	if ((r = rd_u32(c, &kv->arr_type, "array type")) < 0 || (r = rd_u64(c, &kv->arr_n, "array length")) < 0)
 		return r;
 	if (kv->arr_type == GGUF_ARRAY)
 		return privai_fail(c->err, PRIVAI_EUNSUPPORTED,
-				   "key '%s' at offset %zu: nested arrays are not supported",
-				   kv->key, at);
+				   "key '%s' at offset %zu: nested arrays are not supported", kv->key, at);
 	if (kv->arr_type >= GGUF_VTYPE_COUNT)
-		return privai_fail(c->err, PRIVAI_EFORMAT,
-				   "key '%s' at offset %zu: unknown array element type %u",
+		return privai_fail(c->err, PRIVAI_EFORMAT, "key '%s' at offset %zu: unknown array element type %u",
 				   kv->key, at, kv->arr_type);
 	/* Every element takes at least its size (8 for a string's length), so a
 	 * count the rest of the file cannot hold is rejected before allocating. */
 	size_t min_elem = kv->arr_type == GGUF_STRING ? 8 : vtype_size[kv->arr_type];
 	if (kv->arr_n > (c->size - c->pos) / min_elem)
 		return privai_fail(c->err, PRIVAI_EFORMAT,
-				   "truncated or corrupt file: key '%s' at offset %zu: array of %llu %s elements exceeds the file",
-				   kv->key, at, (unsigned long long)kv->arr_n,
-				   gguf_vtype_name(kv->arr_type));
+				   "truncated or corrupt file: key '%s' at offset %zu: array of %llu %s elements "
+				   "exceeds the file",
+				   kv->key, at, (unsigned long long)kv->arr_n, gguf_vtype_name(kv->arr_type));
 	if (kv->arr_type == GGUF_STRING) {
 		char **strs = calloc(kv->arr_n ? kv->arr_n : 1, sizeof(char *));
 		if (strs == NULL)
@@ -148,12 +144,12 @@ static int
 rd_value(struct cursor *c, struct gguf_kv *kv)
 {
 	size_t at = c->pos;
-	uint8_t raw[8] = {0};
+	uint8_t raw[8] = { 0 };
 	int r;
 
 	if (kv->type >= GGUF_VTYPE_COUNT)
-		return privai_fail(c->err, PRIVAI_EFORMAT,
-				   "key '%s' at offset %zu: unknown value type %u", kv->key, at, kv->type);
+		return privai_fail(c->err, PRIVAI_EFORMAT, "key '%s' at offset %zu: unknown value type %u", kv->key, at,
+				   kv->type);
 	if (kv->type == GGUF_STRING)
 		return rd_str(c, &kv->v.str, "string value");
 	if (kv->type == GGUF_ARRAY)
@@ -161,23 +157,57 @@ rd_value(struct cursor *c, struct gguf_kv *kv)
 	if ((r = rd_raw(c, raw, vtype_size[kv->type], "value")) < 0)
 		return r;
 	switch (kv->type) {
-	case GGUF_U8: kv->v.u64 = raw[0]; break;
+	case GGUF_U8:
+		kv->v.u64 = raw[0];
+		break;
 	case GGUF_BOOL:
 		if (raw[0] > 1)
 			return privai_fail(c->err, PRIVAI_EFORMAT,
-					   "key '%s' at offset %zu: bool value %u is not 0 or 1",
-					   kv->key, at, raw[0]);
+					   "key '%s' at offset %zu: bool value %u is not 0 or 1", kv->key, at, raw[0]);
 		kv->v.u64 = raw[0];
 		break;
-	case GGUF_I8: kv->v.i64 = (int8_t)raw[0]; break;
-	case GGUF_U16: { uint16_t v; memcpy(&v, raw, 2); kv->v.u64 = v; break; }
-	case GGUF_I16: { int16_t v; memcpy(&v, raw, 2); kv->v.i64 = v; break; }
-	case GGUF_U32: { uint32_t v; memcpy(&v, raw, 4); kv->v.u64 = v; break; }
-	case GGUF_I32: { int32_t v; memcpy(&v, raw, 4); kv->v.i64 = v; break; }
-	case GGUF_F32: { float v; memcpy(&v, raw, 4); kv->v.f64 = v; break; }
-	case GGUF_U64: memcpy(&kv->v.u64, raw, 8); break;
-	case GGUF_I64: memcpy(&kv->v.i64, raw, 8); break;
-	case GGUF_F64: memcpy(&kv->v.f64, raw, 8); break;
+	case GGUF_I8:
+		kv->v.i64 = (int8_t)raw[0];
+		break;
+	case GGUF_U16: {
+		uint16_t v;
+		memcpy(&v, raw, 2);
+		kv->v.u64 = v;
+		break;
+	}
+	case GGUF_I16: {
+		int16_t v;
+		memcpy(&v, raw, 2);
+		kv->v.i64 = v;
+		break;
+	}
+	case GGUF_U32: {
+		uint32_t v;
+		memcpy(&v, raw, 4);
+		kv->v.u64 = v;
+		break;
+	}
+	case GGUF_I32: {
+		int32_t v;
+		memcpy(&v, raw, 4);
+		kv->v.i64 = v;
+		break;
+	}
+	case GGUF_F32: {
+		float v;
+		memcpy(&v, raw, 4);
+		kv->v.f64 = v;
+		break;
+	}
+	case GGUF_U64:
+		memcpy(&kv->v.u64, raw, 8);
+		break;
+	case GGUF_I64:
+		memcpy(&kv->v.i64, raw, 8);
+		break;
+	case GGUF_F64:
+		memcpy(&kv->v.f64, raw, 8);
+		break;
 	}
 	return PRIVAI_OK;
 }
@@ -239,35 +269,32 @@ read_tensor_info(struct cursor *c, struct gguf_tensor *t)
 	size_t at = c->pos;
 	int r;
 
-	if ((r = rd_str(c, &t->name, "tensor name")) < 0 ||
-	    (r = rd_u32(c, &t->n_dims, "tensor rank")) < 0)
+	if ((r = rd_str(c, &t->name, "tensor name")) < 0 || (r = rd_u32(c, &t->n_dims, "tensor rank")) < 0)
 		return r;
 	if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
-		return privai_fail(c->err, PRIVAI_EFORMAT,
-				   "tensor '%s' at offset %zu: rank %u is not 1..%d",
-				   t->name, at, t->n_dims, GGUF_MAX_DIMS);
+		return privai_fail(c->err, PRIVAI_EFORMAT, "tensor '%s' at offset %zu: rank %u is not 1..%d", t->name,
+				   at, t->n_dims, GGUF_MAX_DIMS);
 	t->n_elems = 1;
 	for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
 		t->ne[d] = 1;
 		if (d < t->n_dims && (r = rd_u64(c, &t->ne[d], "tensor dimension")) < 0)
 			return r;
-		if (t->ne[d] == 0 || t->ne[d] > (UINT64_C(1) << 40) ||
-		    t->n_elems > (UINT64_C(1) << 46) / t->ne[d])
+		if (t->ne[d] == 0 || t->ne[d] > (UINT64_C(1) << 40) || t->n_elems > (UINT64_C(1) << 46) / t->ne[d])
 			return privai_fail(c->err, PRIVAI_EFORMAT,
 					   "tensor '%s' at offset %zu: dimension %u = %llu is zero or too large",
 					   t->name, at, d, (unsigned long long)t->ne[d]);
 		t->n_elems *= t->ne[d];
 	}
-	if ((r = rd_u32(c, &t->type, "tensor type")) < 0 ||
-	    (r = rd_u64(c, &t->offset, "tensor offset")) < 0)
+	if ((r = rd_u32(c, &t->type, "tensor type")) < 0 || (r = rd_u64(c, &t->offset, "tensor offset")) < 0)
 		return r;
 	const struct tensor_type_info *ti = tensor_type_get(t->type);
 	if (ti == NULL)
-		return privai_fail(c->err, PRIVAI_EFORMAT,
-				   "tensor '%s' at offset %zu: unknown tensor type %u", t->name, at, t->type);
+		return privai_fail(c->err, PRIVAI_EFORMAT, "tensor '%s' at offset %zu: unknown tensor type %u", t->name,
+				   at, t->type);
 	if (t->ne[0] % ti->block_elems != 0)
 		return privai_fail(c->err, PRIVAI_EFORMAT,
-				   "tensor '%s' at offset %zu: row of %llu elements is not a multiple of %s's block of %u",
+				   "tensor '%s' at offset %zu: row of %llu elements is not a multiple of %s's block of "
+				   "%u",
 				   t->name, at, (unsigned long long)t->ne[0], ti->name, ti->block_elems);
 	t->n_bytes = t->n_elems / ti->block_elems * ti->block_bytes;
 	return PRIVAI_OK;
@@ -307,7 +334,8 @@ read_tensors(struct cursor *c, struct gguf_file *f)
 					   t->name, (unsigned long long)t->offset, (unsigned long long)a);
 		if (t->offset > avail || t->n_bytes > avail - t->offset)
 			return privai_fail(c->err, PRIVAI_EFORMAT,
-					   "tensor '%s': %llu bytes at file offset %llu run past the end of the file (%zu bytes)",
+					   "tensor '%s': %llu bytes at file offset %llu run past the end of the file "
+					   "(%zu bytes)",
 					   t->name, (unsigned long long)t->n_bytes,
 					   (unsigned long long)(data + t->offset), c->size);
 		t->data = c->base + data + t->offset;
@@ -330,16 +358,14 @@ parse(struct gguf_file *f, char *err)
 		return r;
 	if (f->version == 1 || f->version > 3)
 		return privai_fail(err, PRIVAI_EUNSUPPORTED,
-				   "GGUF version %u at offset 4 is not supported (2 and 3 are)%s",
-				   f->version, f->version > 0xffff ? "; big-endian files are not supported" : "");
+				   "GGUF version %u at offset 4 is not supported (2 and 3 are)%s", f->version,
+				   f->version > 0xffff ? "; big-endian files are not supported" : "");
 	if (f->version == 0)
 		return privai_fail(err, PRIVAI_EFORMAT, "GGUF version 0 at offset 4 is invalid");
-	if ((r = rd_u64(&c, &f->n_tensors, "tensor count")) < 0 ||
-	    (r = rd_u64(&c, &f->n_kv, "metadata count")) < 0)
+	if ((r = rd_u64(&c, &f->n_tensors, "tensor count")) < 0 || (r = rd_u64(&c, &f->n_kv, "metadata count")) < 0)
 		return r;
 	/* each kv needs >= 12 bytes and each tensor info >= 24 */
-	if (f->n_kv > (c.size - c.pos) / 12 || f->n_tensors > MAX_TENSORS ||
-	    f->n_tensors > (c.size - c.pos) / 24)
+	if (f->n_kv > (c.size - c.pos) / 12 || f->n_tensors > MAX_TENSORS || f->n_tensors > (c.size - c.pos) / 24)
 		return privai_fail(err, PRIVAI_EFORMAT,
 				   "header at offset 8 claims %llu tensors and %llu metadata keys, more than "
 				   "the %zu bytes of the file can hold",
@@ -354,8 +380,7 @@ parse(struct gguf_file *f, char *err)
 	f->alignment = GGUF_DEFAULT_ALIGNMENT;
 	const struct gguf_kv *al = gguf_find_kv(f, "general.alignment");
 	if (al != NULL) {
-		if (al->type != GGUF_U32 || al->v.u64 == 0 || (al->v.u64 & (al->v.u64 - 1)) != 0 ||
-		    al->v.u64 > 65536)
+		if (al->type != GGUF_U32 || al->v.u64 == 0 || (al->v.u64 & (al->v.u64 - 1)) != 0 || al->v.u64 > 65536)
 			return privai_fail(err, PRIVAI_EFORMAT,
 					   "general.alignment must be a u32 power of two up to 65536");
 		f->alignment = (uint32_t)al->v.u64;
@@ -477,8 +502,8 @@ gguf_find_tensor(const struct gguf_file *f, const char *name)
 static int
 is_int_type(uint32_t t)
 {
-	return t == GGUF_U8 || t == GGUF_I8 || t == GGUF_U16 || t == GGUF_I16 ||
-	       t == GGUF_U32 || t == GGUF_I32 || t == GGUF_U64 || t == GGUF_I64;
+	return t == GGUF_U8 || t == GGUF_I8 || t == GGUF_U16 || t == GGUF_I16 || t == GGUF_U32 || t == GGUF_I32 ||
+	       t == GGUF_U64 || t == GGUF_I64;
 }
 
 static int
@@ -495,11 +520,11 @@ gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *ret, char *er
 	if (kv == NULL)
 		return PRIVAI_ENOTFOUND;
 	if (!is_int_type(kv->type))
-		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' is a %s, expected an integer",
-				   key, gguf_vtype_name(kv->type));
+		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' is a %s, expected an integer", key,
+				   gguf_vtype_name(kv->type));
 	if ((is_signed_type(kv->type) && kv->v.i64 < 0) || kv->v.u64 > UINT32_MAX)
-		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' = %lld is out of range",
-				   key, (long long)kv->v.i64);
+		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' = %lld is out of range", key,
+				   (long long)kv->v.i64);
 	*ret = (uint32_t)kv->v.u64;
 	return PRIVAI_OK;
 }
@@ -516,8 +541,8 @@ gguf_get_f32(const struct gguf_file *f, const char *key, float *ret, char *err)
 	else if (is_int_type(kv->type))
 		*ret = is_signed_type(kv->type) ? (float)kv->v.i64 : (float)kv->v.u64;
 	else
-		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' is a %s, expected a number",
-				   key, gguf_vtype_name(kv->type));
+		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' is a %s, expected a number", key,
+				   gguf_vtype_name(kv->type));
 	return PRIVAI_OK;
 }
 
@@ -529,8 +554,8 @@ gguf_get_bool(const struct gguf_file *f, const char *key, int *ret, char *err)
 	if (kv == NULL)
 		return PRIVAI_ENOTFOUND;
 	if (kv->type != GGUF_BOOL)
-		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' is a %s, expected a bool",
-				   key, gguf_vtype_name(kv->type));
+		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' is a %s, expected a bool", key,
+				   gguf_vtype_name(kv->type));
 	*ret = kv->v.u64 != 0;
 	return PRIVAI_OK;
 }
@@ -543,23 +568,23 @@ gguf_get_str(const struct gguf_file *f, const char *key, const char **ret, char 
 	if (kv == NULL)
 		return PRIVAI_ENOTFOUND;
 	if (kv->type != GGUF_STRING)
-		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' is a %s, expected a string",
-				   key, gguf_vtype_name(kv->type));
+		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' is a %s, expected a string", key,
+				   gguf_vtype_name(kv->type));
 	*ret = kv->v.str;
 	return PRIVAI_OK;
 }
 
 int
-gguf_get_arr(const struct gguf_file *f, const char *key, uint32_t elem_type,
-	     const void **ret_arr, uint64_t *ret_n, char *err)
+gguf_get_arr(const struct gguf_file *f, const char *key, uint32_t elem_type, const void **ret_arr, uint64_t *ret_n,
+	     char *err)
 {
 	const struct gguf_kv *kv = gguf_find_kv(f, key);
 
 	if (kv == NULL)
 		return PRIVAI_ENOTFOUND;
 	if (kv->type != GGUF_ARRAY || kv->arr_type != elem_type)
-		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' is not an array of %s",
-				   key, gguf_vtype_name(elem_type));
+		return privai_fail(err, PRIVAI_EFORMAT, "metadata '%s' is not an array of %s", key,
+				   gguf_vtype_name(elem_type));
 	*ret_arr = kv->v.arr;
 	*ret_n = kv->arr_n;
 	return PRIVAI_OK;

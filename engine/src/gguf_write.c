@@ -141,17 +141,27 @@ static size_t
 scalar_size(uint32_t t)
 {
 	switch (t) {
-	case GGUF_U8: case GGUF_I8: case GGUF_BOOL: return 1;
-	case GGUF_U16: case GGUF_I16: return 2;
-	case GGUF_U32: case GGUF_I32: case GGUF_F32: return 4;
-	case GGUF_U64: case GGUF_I64: case GGUF_F64: return 8;
+	case GGUF_U8:
+	case GGUF_I8:
+	case GGUF_BOOL:
+		return 1;
+	case GGUF_U16:
+	case GGUF_I16:
+		return 2;
+	case GGUF_U32:
+	case GGUF_I32:
+	case GGUF_F32:
+		return 4;
+	case GGUF_U64:
+	case GGUF_I64:
+	case GGUF_F64:
+		return 8;
 	}
 	return 0;
 }
 
 int
-gguf_writer_set_arr(struct gguf_writer *w, const char *key, uint32_t elem_type,
-		    const void *arr, uint64_t n)
+gguf_writer_set_arr(struct gguf_writer *w, const char *key, uint32_t elem_type, const void *arr, uint64_t n)
 {
 	size_t es = scalar_size(elem_type);
 	struct gguf_kv *kv;
@@ -198,8 +208,8 @@ gguf_writer_set_kv(struct gguf_writer *w, const struct gguf_kv *src)
 }
 
 int
-gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type,
-		       uint32_t n_dims, const uint64_t *ne, const void *data)
+gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const uint64_t *ne,
+		       const void *data)
 {
 	const struct tensor_type_info *ti = tensor_type_get(type);
 	uint64_t n = 1;
@@ -239,8 +249,7 @@ gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type,
 	memcpy(copy, data, t->n_bytes);
 	w->t_data[w->n_t] = copy;
 	t->offset = w->data_size;
-	w->data_size += (t->n_bytes + GGUF_DEFAULT_ALIGNMENT - 1) / GGUF_DEFAULT_ALIGNMENT *
-			GGUF_DEFAULT_ALIGNMENT;
+	w->data_size += (t->n_bytes + GGUF_DEFAULT_ALIGNMENT - 1) / GGUF_DEFAULT_ALIGNMENT * GGUF_DEFAULT_ALIGNMENT;
 	w->n_t++;
 	return PRIVAI_OK;
 }
@@ -252,9 +261,15 @@ put(FILE *fp, const void *p, size_t n)
 }
 
 static int
-put_u32(FILE *fp, uint32_t v) { return put(fp, &v, 4); }
+put_u32(FILE *fp, uint32_t v)
+{
+	return put(fp, &v, 4);
+}
 static int
-put_u64(FILE *fp, uint64_t v) { return put(fp, &v, 8); }
+put_u64(FILE *fp, uint64_t v)
+{
+	return put(fp, &v, 8);
+}
 
 static int
 put_str(FILE *fp, const char *s)
@@ -291,9 +306,17 @@ put_kv(FILE *fp, const struct gguf_kv *kv)
 	/* scalars are held widened; narrow them back to their wire size */
 	uint8_t raw[8];
 	switch (kv->type) {
-	case GGUF_F32: { float f = (float)kv->v.f64; memcpy(raw, &f, 4); break; }
-	case GGUF_F64: memcpy(raw, &kv->v.f64, 8); break;
-	default: memcpy(raw, &kv->v.u64, 8); break; /* little-endian low bytes */
+	case GGUF_F32: {
+		float f = (float)kv->v.f64;
+		memcpy(raw, &f, 4);
+		break;
+	}
+	case GGUF_F64:
+		memcpy(raw, &kv->v.f64, 8);
+		break;
+	default:
+		memcpy(raw, &kv->v.u64, 8);
+		break; /* little-endian low bytes */
 	}
 	return put_scalar(fp, kv->type, raw);
 }
@@ -315,8 +338,7 @@ gguf_writer_write(struct gguf_writer *w, const char *path, char *err)
 		free(tmp);
 		return r;
 	}
-	bad |= put_u32(fp, 0x46554747u) || put_u32(fp, 3) || put_u64(fp, w->n_t) ||
-	       put_u64(fp, w->n_kv);
+	bad |= put_u32(fp, 0x46554747u) || put_u32(fp, 3) || put_u64(fp, w->n_t) || put_u64(fp, w->n_kv);
 	for (size_t i = 0; i < w->n_kv && !bad; i++)
 		bad |= put_kv(fp, &w->kv[i]);
 	for (size_t i = 0; i < w->n_t && !bad; i++) {

@@ -15,16 +15,16 @@
 
 struct kv_block {
 	int32_t ref;
-	int32_t registered;   /* in the hash table */
+	int32_t registered; /* in the hash table */
 	uint64_t hash, parent;
-	int32_t hnext;        /* next block in the same hash bucket */
-	int32_t prev, next;   /* LRU links while cached */
+	int32_t hnext;      /* next block in the same hash bucket */
+	int32_t prev, next; /* LRU links while cached */
 };
 
 struct kv_pool {
 	int n_blocks, bs;
 	struct kv_block *b;
-	int32_t *tokens;      /* (n_blocks, bs): the run each registered block holds */
+	int32_t *tokens; /* (n_blocks, bs): the run each registered block holds */
 	int32_t *free_stack;
 	int n_free;
 	int32_t lru_head, lru_tail;

@@ -67,16 +67,14 @@ ctx_size(struct engine_ctx *c, const struct engine_ctx_params *p, char *err)
 	const struct model_hparams *hp = &c->model->hp;
 	int nth;
 
-	c->n_ctx = p->n_ctx > 0 ? p->n_ctx
-				: (hp->n_ctx_train < DEFAULT_CTX_CAP ? hp->n_ctx_train : DEFAULT_CTX_CAP);
+	c->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < DEFAULT_CTX_CAP ? hp->n_ctx_train : DEFAULT_CTX_CAP);
 	c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
 	if (c->n_batch > c->n_ctx && p->n_kv_blocks == 0)
 		c->n_batch = c->n_ctx;
 	if (c->n_ctx > (1 << 24) || c->n_batch > (1 << 16))
-		return privai_fail(err, PRIVAI_ERANGE, "context length %d or batch %d is too large",
-				   c->n_ctx, c->n_batch);
-	c->n_kv_blocks = p->n_kv_blocks > 0 ? p->n_kv_blocks
-					    : (c->n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
+		return privai_fail(err, PRIVAI_ERANGE, "context length %d or batch %d is too large", c->n_ctx,
+				   c->n_batch);
+	c->n_kv_blocks = p->n_kv_blocks > 0 ? p->n_kv_blocks : (c->n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
 	if (c->n_kv_blocks > (1 << 24))
 		return privai_fail(err, PRIVAI_ERANGE, "%d KV blocks is too many", c->n_kv_blocks);
 	nth = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -85,8 +83,7 @@ ctx_size(struct engine_ctx *c, const struct engine_ctx_params *p, char *err)
 }
 
 int
-engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p,
-	       struct engine_ctx **ret_ctx, char *err)
+engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p, struct engine_ctx **ret_ctx, char *err)
 {
 	const struct model_hparams *hp = &m->hp;
 	struct engine_ctx *c = calloc(1, sizeof(*c));
@@ -127,17 +124,15 @@ engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p,
 	c->d_rows = calloc(nb, sizeof(int32_t));
 	c->logits = falloc(nb * hp->n_vocab);
 	int64_t max_cols = hp->n_ff > (int)wide ? hp->n_ff : (int64_t)wide;
-	if (c->k_cache == NULL || c->v_cache == NULL || c->seq0_table == NULL || c->x == NULL ||
-	    c->xb == NULL || c->q == NULL || c->k == NULL || c->v == NULL || c->att == NULL ||
-	    c->hb == NULL || c->hb2 == NULL || c->pos == NULL || c->table == NULL ||
-	    c->d_table == NULL || c->d_pos == NULL || c->d_rows == NULL ||
-	    c->logits == NULL ||
-	    c->compute->ops->reserve(c->compute, max_cols, c->n_batch, c->n_ctx) < 0) {
+	if (c->k_cache == NULL || c->v_cache == NULL || c->seq0_table == NULL || c->x == NULL || c->xb == NULL ||
+	    c->q == NULL || c->k == NULL || c->v == NULL || c->att == NULL || c->hb == NULL || c->hb2 == NULL ||
+	    c->pos == NULL || c->table == NULL || c->d_table == NULL || c->d_pos == NULL || c->d_rows == NULL ||
+	    c->logits == NULL || c->compute->ops->reserve(c->compute, max_cols, c->n_batch, c->n_ctx) < 0) {
 		int n_ctx = c->n_ctx;
 		size_t kv_mib = c->kv_bytes >> 20;
 		engine_ctx_free(c);
-		return privai_fail(err, PRIVAI_ENOMEM,
-				   "out of memory for a context of %d tokens (KV cache %zu MiB)", n_ctx, kv_mib);
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for a context of %d tokens (KV cache %zu MiB)",
+				   n_ctx, kv_mib);
 	}
 	for (size_t i = 0; i < seq0_blocks; i++)
 		c->seq0_table[i] = (int32_t)(i < (size_t)c->n_kv_blocks ? i : 0);
@@ -184,8 +179,8 @@ forward_layer(struct engine_ctx *c, int il, int n)
 		memcpy(kl + off, c->k + (size_t)t * kvd, (size_t)kvd * sizeof(float));
 		memcpy(vl + off, c->v + (size_t)t * kvd, (size_t)kvd * sizeof(float));
 	}
-	op->attention(cp, c->q, n, c->pos, c->table, ENGINE_KV_BLOCK, kl, vl, (size_t)kvd,
-		      hp->n_head, hp->n_head_kv, hp->head_dim, c->att);
+	op->attention(cp, c->q, n, c->pos, c->table, ENGINE_KV_BLOCK, kl, vl, (size_t)kvd, hp->n_head, hp->n_head_kv,
+		      hp->head_dim, c->att);
 	op->matmul(cp, &L->wo, c->att, n, c->xb);
 	op->add(cp, c->x, c->xb, (size_t)n * hp->n_embd);
 
@@ -211,8 +206,9 @@ check_batch(const struct engine_ctx *c, const struct engine_batch *b, char *err)
 			return privai_fail(err, PRIVAI_EINVAL, "logits row %d is outside the batch", b->out_rows[i]);
 	for (int i = 0; i < b->n; i++) {
 		if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab)
-			return privai_fail(err, PRIVAI_EINVAL, "token id %d at index %d is outside the vocabulary (0..%d)",
-					   b->tokens[i], i, hp->n_vocab - 1);
+			return privai_fail(err, PRIVAI_EINVAL,
+					   "token id %d at index %d is outside the vocabulary (0..%d)", b->tokens[i], i,
+					   hp->n_vocab - 1);
 		if (b->pos[i] < 0 || b->pos[i] >= c->n_ctx)
 			return privai_fail(err, PRIVAI_EINVAL, "position %d at index %d is outside the context of %d",
 					   b->pos[i], i, c->n_ctx);
@@ -252,8 +248,7 @@ engine_forward(struct engine_ctx *c, const struct engine_batch *b, float *logits
 }
 
 int
-engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all, float *out,
-	      char *err)
+engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all, float *out, char *err)
 {
 	const struct model_hparams *hp = &c->model->hp;
 	int cap = c->n_ctx < c->n_kv_blocks * ENGINE_KV_BLOCK ? c->n_ctx : c->n_kv_blocks * ENGINE_KV_BLOCK;
@@ -262,19 +257,23 @@ engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all
 	if (n <= 0)
 		return privai_fail(err, PRIVAI_EINVAL, "no tokens to decode");
 	if (n > cap - c->n_past)
-		return privai_fail(err, PRIVAI_ERANGE,
-				   "%d tokens do not fit: context is %d tokens and %d are in use",
+		return privai_fail(err, PRIVAI_ERANGE, "%d tokens do not fit: context is %d tokens and %d are in use",
 				   n, cap, c->n_past);
 	for (int i = 0; i < n; i++)
 		if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
-			return privai_fail(err, PRIVAI_EINVAL, "token id %d at index %d is outside the vocabulary (0..%d)",
-					   tokens[i], i, hp->n_vocab - 1);
+			return privai_fail(err, PRIVAI_EINVAL,
+					   "token id %d at index %d is outside the vocabulary (0..%d)", tokens[i], i,
+					   hp->n_vocab - 1);
 	for (int done = 0; done < n;) {
 		int nb = n - done < c->n_batch ? n - done : c->n_batch;
 		int last = done + nb == n;
 		int n_out = logits_all ? nb : (last ? 1 : 0);
-		struct engine_batch b = { .n = nb, .tokens = tokens + done, .n_out = n_out,
-					  .pos = c->d_pos, .table = c->d_table, .out_rows = c->d_rows };
+		struct engine_batch b = { .n = nb,
+					  .tokens = tokens + done,
+					  .n_out = n_out,
+					  .pos = c->d_pos,
+					  .table = c->d_table,
+					  .out_rows = c->d_rows };
 		for (int t = 0; t < nb; t++) {
 			c->d_pos[t] = c->n_past + t;
 			c->d_table[t] = c->seq0_table;

@@ -65,8 +65,7 @@ get_opt_f32(const struct gguf_file *f, const char *arch, const char *suffix, flo
 }
 
 static int
-read_hparams(const struct gguf_file *f, struct model_hparams *hp, const struct arch_desc **ret_ad,
-	     char *err)
+read_hparams(const struct gguf_file *f, struct model_hparams *hp, const struct arch_desc **ret_ad, char *err)
 {
 	const char *arch;
 	const struct arch_desc *ad = NULL;
@@ -101,8 +100,8 @@ read_hparams(const struct gguf_file *f, struct model_hparams *hp, const struct a
 		return r;
 	if (hp->n_embd % hp->n_head != 0 || hp->n_head % hp->n_head_kv != 0)
 		return privai_fail(err, PRIVAI_EFORMAT,
-				   "embedding length %d, %d heads and %d KV heads do not divide evenly",
-				   hp->n_embd, hp->n_head, hp->n_head_kv);
+				   "embedding length %d, %d heads and %d KV heads do not divide evenly", hp->n_embd,
+				   hp->n_head, hp->n_head_kv);
 	hp->head_dim = hp->n_embd / hp->n_head;
 	if ((r = get_opt_u32(f, arch, "attention.key_length", &hp->head_dim, err)) < 0)
 		return r;
@@ -110,8 +109,8 @@ read_hparams(const struct gguf_file *f, struct model_hparams *hp, const struct a
 	if ((r = get_opt_u32(f, arch, "rope.dimension_count", &hp->n_rot, err)) < 0)
 		return r;
 	if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
-		return privai_fail(err, PRIVAI_EFORMAT, "rope.dimension_count %d does not fit head size %d",
-				   hp->n_rot, hp->head_dim);
+		return privai_fail(err, PRIVAI_EFORMAT, "rope.dimension_count %d does not fit head size %d", hp->n_rot,
+				   hp->head_dim);
 	hp->rope_base = 10000.0f;
 	hp->rms_eps = 1e-5f;
 	float factor = 1.0f;
@@ -124,8 +123,10 @@ read_hparams(const struct gguf_file *f, struct model_hparams *hp, const struct a
 	snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
 	if (gguf_get_str(f, key, &stype, err) == PRIVAI_OK && strcmp(stype, "none") != 0 &&
 	    strcmp(stype, "linear") != 0)
-		return privai_fail(err, PRIVAI_EUNSUPPORTED, "rope scaling type '%.32s' is not supported "
-				   "(none and linear are)", stype);
+		return privai_fail(err, PRIVAI_EUNSUPPORTED,
+				   "rope scaling type '%.32s' is not supported "
+				   "(none and linear are)",
+				   stype);
 	if (!(factor > 0.0f) || !(hp->rope_base > 0.0f) || !(hp->rms_eps > 0.0f))
 		return privai_fail(err, PRIVAI_EFORMAT, "rope base, scaling factor and rms epsilon must be positive");
 	hp->rope_freq_scale = (stype != NULL && strcmp(stype, "linear") == 0) ? 1.0f / factor : 1.0f;
@@ -135,8 +136,8 @@ read_hparams(const struct gguf_file *f, struct model_hparams *hp, const struct a
 
 /* Bind tensor `name` as a matrix of `rows` x `cols`. */
 static int
-bind_weight(const struct gguf_file *f, const char *name, int64_t cols, int64_t rows,
-	    struct weight *w, int optional, char *err)
+bind_weight(const struct gguf_file *f, const char *name, int64_t cols, int64_t rows, struct weight *w, int optional,
+	    char *err)
 {
 	const struct gguf_tensor *t = gguf_find_tensor(f, name);
 	const struct tensor_type_info *ti;
@@ -167,8 +168,7 @@ bind_weight(const struct gguf_file *f, const char *name, int64_t cols, int64_t r
 
 /* Copy a 1-D tensor of n elements into a fresh float array. */
 static int
-bind_vector(const struct gguf_file *f, const char *name, int64_t n, float **ret, int optional,
-	    char *err)
+bind_vector(const struct gguf_file *f, const char *name, int64_t n, float **ret, int optional, char *err)
 {
 	const struct gguf_tensor *t = gguf_find_tensor(f, name);
 
@@ -178,8 +178,8 @@ bind_vector(const struct gguf_file *f, const char *name, int64_t n, float **ret,
 		return privai_fail(err, PRIVAI_EFORMAT, "missing tensor '%s'", name);
 	}
 	if (t->n_elems != (uint64_t)n || (int64_t)t->ne[0] != n)
-		return privai_fail(err, PRIVAI_EFORMAT, "tensor '%s' has %llu elements, expected %lld",
-				   name, (unsigned long long)t->n_elems, (long long)n);
+		return privai_fail(err, PRIVAI_EFORMAT, "tensor '%s' has %llu elements, expected %lld", name,
+				   (unsigned long long)t->n_elems, (long long)n);
 	if (t->type != TT_F32 && t->type != TT_F16 && t->type != TT_BF16)
 		return privai_fail(err, PRIVAI_EUNSUPPORTED, "tensor '%s' has type %s; vectors must be F32/F16/BF16",
 				   name, tensor_type_name(t->type));
@@ -192,8 +192,8 @@ bind_vector(const struct gguf_file *f, const char *name, int64_t n, float **ret,
 }
 
 static int
-bind_layer(const struct gguf_file *f, const struct model_hparams *hp, const struct arch_desc *ad,
-	   int il, struct model_layer *L, char *err)
+bind_layer(const struct gguf_file *f, const struct model_hparams *hp, const struct arch_desc *ad, int il,
+	   struct model_layer *L, char *err)
 {
 	int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim;
 	int64_t kvd = (int64_t)hp->n_head_kv * hp->head_dim;

@@ -247,7 +247,9 @@ tensor_dequantize_row(uint32_t type, const void *src, float *dst, size_t n)
 	const uint8_t *b = src;
 
 	switch (type) {
-	case TT_F32: memcpy(dst, src, n * 4); return 0;
+	case TT_F32:
+		memcpy(dst, src, n * 4);
+		return 0;
 	case TT_F16:
 		for (size_t i = 0; i < n; i++)
 			dst[i] = rd_f16(b + 2 * i);
@@ -259,17 +261,39 @@ tensor_dequantize_row(uint32_t type, const void *src, float *dst, size_t n)
 			dst[i] = bf16_to_f32(h);
 		}
 		return 0;
-	case TT_Q4_0: dq_q4_0(b, dst, n / 32); return 0;
-	case TT_Q4_1: dq_q4_1(b, dst, n / 32); return 0;
-	case TT_Q5_0: dq_q5(b, dst, n / 32, 0); return 0;
-	case TT_Q5_1: dq_q5(b, dst, n / 32, 1); return 0;
-	case TT_Q8_0: dq_q8_0(b, dst, n / 32); return 0;
-	case TT_Q2_K: dq_q2_k(b, dst, n / QK_K); return 0;
-	case TT_Q3_K: dq_q3_k(b, dst, n / QK_K); return 0;
-	case TT_Q4_K: dq_q4_k(b, dst, n / QK_K); return 0;
-	case TT_Q5_K: dq_q5_k(b, dst, n / QK_K); return 0;
-	case TT_Q6_K: dq_q6_k(b, dst, n / QK_K); return 0;
-	case TT_IQ4_NL: dq_iq4_nl(b, dst, n / 32); return 0;
+	case TT_Q4_0:
+		dq_q4_0(b, dst, n / 32);
+		return 0;
+	case TT_Q4_1:
+		dq_q4_1(b, dst, n / 32);
+		return 0;
+	case TT_Q5_0:
+		dq_q5(b, dst, n / 32, 0);
+		return 0;
+	case TT_Q5_1:
+		dq_q5(b, dst, n / 32, 1);
+		return 0;
+	case TT_Q8_0:
+		dq_q8_0(b, dst, n / 32);
+		return 0;
+	case TT_Q2_K:
+		dq_q2_k(b, dst, n / QK_K);
+		return 0;
+	case TT_Q3_K:
+		dq_q3_k(b, dst, n / QK_K);
+		return 0;
+	case TT_Q4_K:
+		dq_q4_k(b, dst, n / QK_K);
+		return 0;
+	case TT_Q5_K:
+		dq_q5_k(b, dst, n / QK_K);
+		return 0;
+	case TT_Q6_K:
+		dq_q6_k(b, dst, n / QK_K);
+		return 0;
+	case TT_IQ4_NL:
+		dq_iq4_nl(b, dst, n / 32);
+		return 0;
 	}
 	return -1;
 }

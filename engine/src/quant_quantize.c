@@ -140,7 +140,8 @@ q_q6_k(const float *x, uint8_t *b, size_t nb)
 			sc[s] = (int8_t)ls;
 			float dl = d * ls;
 			for (int l = 0; l < 16; l++)
-				q[16 * s + l] = (int8_t)(dl != 0 ? clampi((int)lroundf(x[16 * s + l] / dl), -32, 31) : 0);
+				q[16 * s + l] =
+					(int8_t)(dl != 0 ? clampi((int)lroundf(x[16 * s + l] / dl), -32, 31) : 0);
 		}
 		/* inverse of the bit layout read by dq_q6_k */
 		for (int n = 0; n < QK_K; n += 128, ql += 64, qh += 32) {
@@ -161,7 +162,9 @@ tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n)
 	uint8_t *b = dst;
 
 	switch (type) {
-	case TT_F32: memcpy(dst, src, n * 4); return 0;
+	case TT_F32:
+		memcpy(dst, src, n * 4);
+		return 0;
 	case TT_F16:
 		for (size_t i = 0; i < n; i++)
 			wr_f16(b + 2 * i, src[i]);
@@ -172,17 +175,24 @@ tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n)
 			memcpy(b + 2 * i, &h, 2);
 		}
 		return 0;
-	case TT_Q8_0: q_q8_0(src, b, n / 32); return 0;
-	case TT_Q4_0: q_q4_0(src, b, n / 32); return 0;
-	case TT_Q4_K: q_q4_k(src, b, n / QK_K); return 0;
-	case TT_Q6_K: q_q6_k(src, b, n / QK_K); return 0;
+	case TT_Q8_0:
+		q_q8_0(src, b, n / 32);
+		return 0;
+	case TT_Q4_0:
+		q_q4_0(src, b, n / 32);
+		return 0;
+	case TT_Q4_K:
+		q_q4_k(src, b, n / QK_K);
+		return 0;
+	case TT_Q6_K:
+		q_q6_k(src, b, n / QK_K);
+		return 0;
 	}
 	return -1;
 }
 
 int
-tensor_quantize_matrix(uint32_t type, const float *src, int64_t rows, int64_t cols,
-		       void **ret_data, size_t *ret_bytes)
+tensor_quantize_matrix(uint32_t type, const float *src, int64_t rows, int64_t cols, void **ret_data, size_t *ret_bytes)
 {
 	size_t rb = tensor_type_row_bytes(type, (uint64_t)cols);
 	uint8_t *dst;

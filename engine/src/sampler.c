@@ -19,10 +19,10 @@ struct cand {
 struct sampler {
 	struct sampler_params p;
 	int n_vocab;
-	struct cand *cand;   /* (n_vocab) */
-	int32_t *recent;     /* ring of the last repeat_last_n tokens */
+	struct cand *cand; /* (n_vocab) */
+	int32_t *recent;   /* ring of the last repeat_last_n tokens */
 	int n_recent, recent_head;
-	int32_t *count;      /* (n_vocab) occurrences in the ring */
+	int32_t *count; /* (n_vocab) occurrences in the ring */
 	uint64_t rng;
 };
 

@@ -7,16 +7,26 @@ const char *
 privai_status_str(int status)
 {
 	switch (status) {
-	case PRIVAI_OK: return "ok";
-	case PRIVAI_EIO: return "i/o error";
-	case PRIVAI_ENOMEM: return "out of memory";
-	case PRIVAI_EFORMAT: return "format error";
-	case PRIVAI_EUNSUPPORTED: return "unsupported";
-	case PRIVAI_EINVAL: return "invalid argument";
-	case PRIVAI_ERANGE: return "out of range";
-	case PRIVAI_ENOTFOUND: return "not found";
-	case PRIVAI_EBUSY: return "busy";
-	case PRIVAI_EUNAVAIL: return "unavailable";
+	case PRIVAI_OK:
+		return "ok";
+	case PRIVAI_EIO:
+		return "i/o error";
+	case PRIVAI_ENOMEM:
+		return "out of memory";
+	case PRIVAI_EFORMAT:
+		return "format error";
+	case PRIVAI_EUNSUPPORTED:
+		return "unsupported";
+	case PRIVAI_EINVAL:
+		return "invalid argument";
+	case PRIVAI_ERANGE:
+		return "out of range";
+	case PRIVAI_ENOTFOUND:
+		return "not found";
+	case PRIVAI_EBUSY:
+		return "busy";
+	case PRIVAI_EUNAVAIL:
+		return "unavailable";
 	}
 	return "unknown error";
 }

@@ -74,8 +74,7 @@ utf8_decode(const char *s, size_t n, uint32_t *ret_cpt)
 		c = (c << 6) | (u[i] & 0x3f);
 	}
 	/* overlong, surrogate and out-of-range forms are invalid */
-	if ((len == 3 && c < 0x800) || (len == 4 && (c < 0x10000 || c > 0x10ffff)) ||
-	    (c >= 0xd800 && c <= 0xdfff))
+	if ((len == 3 && c < 0x800) || (len == 4 && (c < 0x10000 || c > 0x10ffff)) || (c >= 0xd800 && c <= 0xdfff))
 		return -1;
 	*ret_cpt = c;
 	return len;
@@ -92,8 +91,8 @@ get_id(const struct gguf_file *f, const char *key, int32_t dflt, int n_vocab)
 }
 
 int
-load_string_table(const struct gguf_file *f, const char *key, uint64_t max_n, char **ret_arena,
-		  struct strmap *map, uint64_t *ret_n, char *err)
+load_string_table(const struct gguf_file *f, const char *key, uint64_t max_n, char **ret_arena, struct strmap *map,
+		  uint64_t *ret_n, char *err)
 {
 	const void *arr;
 	uint64_t n;
@@ -111,8 +110,8 @@ load_string_table(const struct gguf_file *f, const char *key, uint64_t max_n, ch
 	char *arena = malloc(total);
 	if (arena == NULL || strmap_init(map, n) < 0) {
 		free(arena);
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for %llu entries of '%s'",
-				   (unsigned long long)n, key);
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for %llu entries of '%s'", (unsigned long long)n,
+				   key);
 	}
 	char *p = arena;
 	for (uint64_t i = 0; i < n; i++) {
@@ -178,8 +177,7 @@ collect_special(struct tokenizer *t, char *err)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	for (int i = 0; i < t->n_vocab; i++) {
 		int ty = t->types[i];
-		if ((ty == TOKT_CONTROL || ty == TOKT_USER_DEFINED || ty == TOKT_UNKNOWN) &&
-		    t->text_len[i] > 0)
+		if ((ty == TOKT_CONTROL || ty == TOKT_USER_DEFINED || ty == TOKT_UNKNOWN) && t->text_len[i] > 0)
 			t->special[t->n_special++] = i;
 	}
 	qsort_r(t->special, (size_t)t->n_special, sizeof(int32_t), cmp_special, t);
@@ -255,8 +253,8 @@ tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, char *err)
 	if (t->eot < 0) /* chat models mark their end of turn by name */
 		for (int i = 0; i < t->n_special; i++) {
 			const char *s = t->text[t->special[i]];
-			if (strcmp(s, "<|eot_id|>") == 0 || strcmp(s, "<|im_end|>") == 0 ||
-			    strcmp(s, "<|end|>") == 0 || strcmp(s, "<end_of_turn>") == 0)
+			if (strcmp(s, "<|eot_id|>") == 0 || strcmp(s, "<|im_end|>") == 0 || strcmp(s, "<|end|>") == 0 ||
+			    strcmp(s, "<end_of_turn>") == 0)
 				t->eot = t->special[i];
 		}
 	if (t->kind == TOK_SPM) {
@@ -275,12 +273,36 @@ fail:
 	return r;
 }
 
-int tokenizer_n_vocab(const struct tokenizer *t) { return t->n_vocab; }
-int32_t tokenizer_bos(const struct tokenizer *t) { return t->bos; }
-int32_t tokenizer_eos(const struct tokenizer *t) { return t->eos; }
-int tokenizer_adds_bos(const struct tokenizer *t) { return t->add_bos && t->bos >= 0; }
-const char *tokenizer_model_name(const struct tokenizer *t) { return t->model_name; }
-const char *tokenizer_pre_name(const struct tokenizer *t) { return t->pre_name; }
+int
+tokenizer_n_vocab(const struct tokenizer *t)
+{
+	return t->n_vocab;
+}
+int32_t
+tokenizer_bos(const struct tokenizer *t)
+{
+	return t->bos;
+}
+int32_t
+tokenizer_eos(const struct tokenizer *t)
+{
+	return t->eos;
+}
+int
+tokenizer_adds_bos(const struct tokenizer *t)
+{
+	return t->add_bos && t->bos >= 0;
+}
+const char *
+tokenizer_model_name(const struct tokenizer *t)
+{
+	return t->model_name;
+}
+const char *
+tokenizer_pre_name(const struct tokenizer *t)
+{
+	return t->pre_name;
+}
 
 int
 tokenizer_is_eog(const struct tokenizer *t, int32_t id)
@@ -376,8 +398,7 @@ frag_push(struct frag_vec *fv, int32_t id, size_t off, size_t len)
 
 /* Split raw fragments around every occurrence of special token `id`. */
 static int
-split_on(const struct tokenizer *t, const char *text, int32_t id, struct frag_vec *in,
-	 struct frag_vec *out)
+split_on(const struct tokenizer *t, const char *text, int32_t id, struct frag_vec *in, struct frag_vec *out)
 {
 	const char *s = t->text[id];
 	size_t slen = t->text_len[id];
@@ -396,8 +417,7 @@ split_on(const struct tokenizer *t, const char *text, int32_t id, struct frag_ve
 			if (hit == NULL)
 				break;
 			size_t at = (size_t)(hit - text);
-			if ((at > pos && frag_push(out, -1, pos, at - pos) < 0) ||
-			    frag_push(out, id, at, slen) < 0)
+			if ((at > pos && frag_push(out, -1, pos, at - pos) < 0) || frag_push(out, id, at, slen) < 0)
 				return PRIVAI_ENOMEM;
 			pos = at + slen;
 		}
@@ -421,8 +441,8 @@ validate_utf8(const char *text, size_t len, char *err)
 }
 
 int
-tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos,
-		 int parse_special, int32_t **ret_ids, int *ret_n, char *err)
+tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+		 int32_t **ret_ids, int *ret_n, char *err)
 {
 	struct frag_vec a = { 0 }, b = { 0 };
 	struct id_vec out = { 0 };
@@ -452,8 +472,7 @@ tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int ad
 			r = id_vec_push(&out, fr.id);
 			prev_special = 1;
 		} else if (t->kind == TOK_SPM) {
-			r = spm_encode_fragment(t, text + fr.off, fr.len,
-							 t->add_space_prefix && prev_special, &out);
+			r = spm_encode_fragment(t, text + fr.off, fr.len, t->add_space_prefix && prev_special, &out);
 			prev_special = 0;
 		} else {
 			r = bpe_encode_fragment(t, text + fr.off, fr.len, &out);
@@ -564,8 +583,7 @@ emit_complete(const char *in, size_t n, int final, char *out, size_t cap, size_t
 }
 
 int
-detok_stream_push(struct detok_stream *s, const struct tokenizer *t, int32_t id, char *out,
-		  size_t cap)
+detok_stream_push(struct detok_stream *s, const struct tokenizer *t, int32_t id, char *out, size_t cap)
 {
 	char small[512], *buf = small;
 	int plen = tokenizer_piece(t, id, 0, NULL, 0);

@@ -18,18 +18,18 @@ enum tok_kind { TOK_SPM, TOK_BPE };
 struct tokenizer {
 	enum tok_kind kind;
 	int n_vocab;
-	const char **text;      /* (n_vocab) token strings, in arena */
-	uint32_t *text_len;     /* (n_vocab) */
-	float *scores;          /* (n_vocab) SPM merge scores */
-	int32_t *types;         /* (n_vocab) enum tok_type */
-	struct strmap vocab;    /* text -> id */
-	struct strmap merges;   /* "left right" -> rank (BPE) */
+	const char **text;    /* (n_vocab) token strings, in arena */
+	uint32_t *text_len;   /* (n_vocab) */
+	float *scores;        /* (n_vocab) SPM merge scores */
+	int32_t *types;       /* (n_vocab) enum tok_type */
+	struct strmap vocab;  /* text -> id */
+	struct strmap merges; /* "left right" -> rank (BPE) */
 	char *arena;
-	char *merge_arena;       /* merge strings the merges map points into */
+	char *merge_arena; /* merge strings the merges map points into */
 	int32_t bos, eos, eot, unk;
 	int add_bos, add_space_prefix, ignore_merges;
-	int32_t byte_token[256];  /* SPM <0xXX> ids, -1 if absent */
-	int32_t *special;         /* ids of control/user-defined/unknown tokens, longest first */
+	int32_t byte_token[256]; /* SPM <0xXX> ids, -1 if absent */
+	int32_t *special;        /* ids of control/user-defined/unknown tokens, longest first */
 	int n_special;
 	pcre2_code *pre_re[MAX_PRE_REGEX];
 	int n_pre_re;
@@ -71,16 +71,14 @@ int bigram_heap_push(struct bigram_heap *h, struct bigram bg);
 struct bigram bigram_heap_pop(struct bigram_heap *h); /* h->n > 0 */
 
 /* Tokenize one raw-text fragment (no special tokens inside). */
-int spm_encode_fragment(const struct tokenizer *t, const char *text, size_t len, int space_prefix,
-			struct id_vec *out);
-int bpe_encode_fragment(const struct tokenizer *t, const char *text, size_t len,
-			struct id_vec *out);
+int spm_encode_fragment(const struct tokenizer *t, const char *text, size_t len, int space_prefix, struct id_vec *out);
+int bpe_encode_fragment(const struct tokenizer *t, const char *text, size_t len, struct id_vec *out);
 
 /* Copy the string array `key` (1..max_n entries) into one fresh block
  * (*ret_arena, NUL-separated, in order) and map each string to its index
  * in `map`, so both outlive the GGUF file.  *ret_n gets the count. */
-int load_string_table(const struct gguf_file *f, const char *key, uint64_t max_n, char **ret_arena,
-		      struct strmap *map, uint64_t *ret_n, char *err);
+int load_string_table(const struct gguf_file *f, const char *key, uint64_t max_n, char **ret_arena, struct strmap *map,
+		      uint64_t *ret_n, char *err);
 
 /* Set up the BPE pre-tokenizer for `pre` (NULL: "default"). */
 int bpe_setup(struct tokenizer *t, const struct gguf_file *f, const char *pre, char *err);

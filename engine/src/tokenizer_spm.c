@@ -48,8 +48,7 @@ emit_symbol(const struct tokenizer *t, const char *text, size_t n, struct id_vec
 }
 
 int
-spm_encode_fragment(const struct tokenizer *t, const char *text, size_t len, int space_prefix,
-		    struct id_vec *out)
+spm_encode_fragment(const struct tokenizer *t, const char *text, size_t len, int space_prefix, struct id_vec *out)
 {
 	static const char sp[] = "\xe2\x96\x81";
 	size_t cap = 3 * (len + 1) + 1, n = 0;
@@ -96,8 +95,7 @@ spm_encode_fragment(const struct tokenizer *t, const char *text, size_t len, int
 		L->next = R->next;
 		if (R->next >= 0)
 			s[R->next].prev = bg.left;
-		if (try_bigram(t, s, L->prev, bg.left, &h) < 0 ||
-		    try_bigram(t, s, bg.left, L->next, &h) < 0)
+		if (try_bigram(t, s, L->prev, bg.left, &h) < 0 || try_bigram(t, s, bg.left, L->next, &h) < 0)
 			goto done;
 	}
 	for (int i = 0; i >= 0 && i < ns; i = s[i].next)

@@ -71,8 +71,10 @@ step_password(const struct fb_config *c, const struct fb_apply_opts *o, struct f
 	int changed = 0;
 
 	if (c->v[FB_ADMIN_PASSWORD].value != NULL && pw == NULL) {
-		step_set(s, FB_REFUSED, "admin_password from %s: %s; the console keeps its one-time password (see "
-			 "privai-admin's log)", c->v[FB_ADMIN_PASSWORD].source, c->v[FB_ADMIN_PASSWORD].problem);
+		step_set(s, FB_REFUSED,
+			 "admin_password from %s: %s; the console keeps its one-time password (see "
+			 "privai-admin's log)",
+			 c->v[FB_ADMIN_PASSWORD].source, c->v[FB_ADMIN_PASSWORD].problem);
 		return;
 	}
 	if (pw == NULL) {
@@ -83,7 +85,8 @@ step_password(const struct fb_config *c, const struct fb_apply_opts *o, struct f
 		/* the password is read at the console's first start only */
 		if (hostfs_exists(o->root, PASSWORD_FILE))
 			env_add(e, "PRIVAI_ADMIN_PASSWORD_FILE", PASSWORD_FILE);
-		step_set(s, FB_UNCHANGED, "the console has its admin already; a password given now is not applied "
+		step_set(s, FB_UNCHANGED,
+			 "the console has its admin already; a password given now is not applied "
 			 "(change it in the console, or privai-admin reset-password admin)");
 		return;
 	}
@@ -242,7 +245,8 @@ apply_admin(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_
 	struct fb_step env_step = { .name = "admin.env" };
 	int changed = 0;
 
-	e.len = (size_t)snprintf(e.text, sizeof(e.text), "# privai-firstboot: privai-admin's settings from day-0 "
+	e.len = (size_t)snprintf(e.text, sizeof(e.text),
+				 "# privai-firstboot: privai-admin's settings from day-0 "
 				 "configuration (see /var/lib/privai/firstboot.json)\n");
 	if (fb_good(c, FB_HOSTNAME) != NULL)
 		env_add(&e, "PRIVAI_NODE_NAME", fb_good(c, FB_HOSTNAME));

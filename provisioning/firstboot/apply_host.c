@@ -31,8 +31,7 @@ step_set(struct fb_step *s, enum fb_state state, const char *fmt, ...)
 
 /* Install path and set the step from the outcome; 0 or -1. */
 int
-install(struct fb_step *s, const struct fb_apply_opts *o, const char *path, const char *text, mode_t mode,
-	int *changed)
+install(struct fb_step *s, const struct fb_apply_opts *o, const char *path, const char *text, mode_t mode, int *changed)
 {
 	int ch = 0;
 
@@ -214,9 +213,10 @@ network_text(const struct fb_config *c, const char *link, char *out, size_t size
 	char addr[64];
 	int dhcp = !static_address(c, addr, sizeof(addr), why, wsize);
 	int n = snprintf(out, size, "# privai-firstboot: %s\n[Match]\nName=%s\n\n[Network]\n",
-		     why[0] ? "DHCP, because a given value was refused (see /var/lib/privai/firstboot.json)"
-			    : dhcp ? "DHCP" : "the static address given",
-		     dhcp || link[0] == '\0' ? "en* eth*" : link);
+			 why[0] ? "DHCP, because a given value was refused (see /var/lib/privai/firstboot.json)"
+			 : dhcp ? "DHCP"
+				: "the static address given",
+			 dhcp || link[0] == '\0' ? "en* eth*" : link);
 	if (dhcp)
 		n += snprintf(out + n, size - (size_t)n, "DHCP=yes\n");
 	else
@@ -245,9 +245,9 @@ step_network(const struct fb_config *c, const struct fb_apply_opts *o, struct fb
 		return;
 	/* networkd has read its files already: a change takes effect now */
 	char bus_why[300];
-	if (o->live && changed && bus_call("org.freedesktop.network1", "/org/freedesktop/network1",
-					   "org.freedesktop.network1.Manager", "Reload", bus_why, sizeof(bus_why),
-					   NULL) < 0) {
+	if (o->live && changed &&
+	    bus_call("org.freedesktop.network1", "/org/freedesktop/network1", "org.freedesktop.network1.Manager",
+		     "Reload", bus_why, sizeof(bus_why), NULL) < 0) {
 		step_set(s, FB_FAILED, "%s written; it applies at the next boot (%s)", NETWORK_FILE, bus_why);
 		return;
 	}

@@ -21,32 +21,45 @@
 #include <stddef.h>
 
 enum fb_key {
-	FB_HOSTNAME, FB_IP, FB_GATEWAY, FB_DNS, FB_NTP, FB_ADMIN_PASSWORD, FB_SSH_KEY, FB_ROLE, FB_JOIN_URL,
-	FB_JOIN_TOKEN, FB_JOIN_PIN, FB_TLS_CERT, FB_TLS_KEY, FB_MODELS, FB_NKEYS
+	FB_HOSTNAME,
+	FB_IP,
+	FB_GATEWAY,
+	FB_DNS,
+	FB_NTP,
+	FB_ADMIN_PASSWORD,
+	FB_SSH_KEY,
+	FB_ROLE,
+	FB_JOIN_URL,
+	FB_JOIN_TOKEN,
+	FB_JOIN_PIN,
+	FB_TLS_CERT,
+	FB_TLS_KEY,
+	FB_MODELS,
+	FB_NKEYS
 };
 
 struct fb_key_info {
-	const char *name;            /* as in appliance.conf and cloud-config; OVF adds "privai." */
-	int secret;                  /* never shown in a report or a log */
-	int ovf_base64;              /* OVF carries it base64-encoded (PEM text) */
+	const char *name; /* as in appliance.conf and cloud-config; OVF adds "privai." */
+	int secret;       /* never shown in a report or a log */
+	int ovf_base64;   /* OVF carries it base64-encoded (PEM text) */
 	size_t max_len;
 	int (*check)(const char *v, char *why, size_t size); /* 0, or -1 with why */
-	const char *label, *description; /* for the OVF descriptor and the docs */
-	const char *group;           /* the OVF deploy wizard's category */
-	const char *choices;         /* the only values, comma-separated; NULL: free text */
+	const char *label, *description;                     /* for the OVF descriptor and the docs */
+	const char *group;                                   /* the OVF deploy wizard's category */
+	const char *choices;                                 /* the only values, comma-separated; NULL: free text */
 };
 
 extern const struct fb_key_info fb_keys[FB_NKEYS];
 
 struct fb_value {
-	char *value;                 /* NULL when no source gave the key */
-	char source[64];             /* which source, e.g. "cloud-init (/var/lib/cloud/...)" */
-	char problem[300];           /* why the value was refused; "" when it is good */
+	char *value;       /* NULL when no source gave the key */
+	char source[64];   /* which source, e.g. "cloud-init (/var/lib/cloud/...)" */
+	char problem[300]; /* why the value was refused; "" when it is good */
 };
 
 struct fb_config {
 	struct fb_value v[FB_NKEYS];
-	cJSON *warnings;             /* unknown keys, unreadable sources: array of strings */
+	cJSON *warnings; /* unknown keys, unreadable sources: array of strings */
 };
 
 /* The key called name, or -1. */
@@ -87,8 +100,8 @@ struct fb_step {
 #define FB_NSTEPS 8
 
 struct fb_apply_opts {
-	const char *root;            /* "/" on the appliance; a scratch tree in tests */
-	int live;                    /* also tell the running system (hostnamed); root must be "/" */
+	const char *root; /* "/" on the appliance; a scratch tree in tests */
+	int live;         /* also tell the running system (hostnamed); root must be "/" */
 };
 
 /* Run every step; steps[] gets each outcome in order. */

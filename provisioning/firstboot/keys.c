@@ -136,8 +136,9 @@ check_dns(const char *v, char *why, size_t size)
 static int
 one_ntp(const char *v, char *why, size_t size)
 {
-	return is_address(v) || check_hostname(v, why, size) == 0 ? 0
-		: fail(why, size, "'%s' is neither an address nor a host name", v);
+	return is_address(v) || check_hostname(v, why, size) == 0
+		       ? 0
+		       : fail(why, size, "'%s' is neither an address nor a host name", v);
 }
 
 static int
@@ -162,9 +163,14 @@ check_password(const char *v, char *why, size_t size)
 static int
 check_ssh_key(const char *v, char *why, size_t size)
 {
-	static const char *const types[] = { "ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
-					     "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com",
-					     "sk-ecdsa-sha2-nistp256@openssh.com", NULL };
+	static const char *const types[] = { "ssh-ed25519",
+					     "ssh-rsa",
+					     "ecdsa-sha2-nistp256",
+					     "ecdsa-sha2-nistp384",
+					     "ecdsa-sha2-nistp521",
+					     "sk-ssh-ed25519@openssh.com",
+					     "sk-ecdsa-sha2-nistp256@openssh.com",
+					     NULL };
 	unsigned char blob[8192];
 	size_t n, tl;
 	const char *sp = strchr(v, ' ');
@@ -208,8 +214,9 @@ check_url(const char *v, char *why, size_t size)
 static int
 check_join_token(const char *v, char *why, size_t size)
 {
-	if (strncmp(v, "join_", 5) != 0 || strlen(v) != 48 || strspn(v + 5, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklm"
-						     "nopqrstuvwxyz0123456789-_") != 43)
+	if (strncmp(v, "join_", 5) != 0 || strlen(v) != 48 ||
+	    strspn(v + 5, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklm"
+			  "nopqrstuvwxyz0123456789-_") != 43)
 		return fail(why, size, "the join token the leader's console showed: join_ and 43 characters");
 	return 0;
 }
@@ -221,9 +228,11 @@ check_pin(const char *v, char *why, size_t size)
 	size_t n;
 
 	if (strncmp(v, "sha256//", 8) != 0 ||
-	    sodium_base642bin(bin, sizeof(bin), v + 8, strlen(v + 8), NULL, &n, NULL, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+	    sodium_base642bin(bin, sizeof(bin), v + 8, strlen(v + 8), NULL, &n, NULL, sodium_base64_VARIANT_ORIGINAL) !=
+		    0 ||
 	    n != 32)
-		return fail(why, size, "sha256// and the base64 SHA-256 of the leader's public key, as its join token showed");
+		return fail(why, size,
+			    "sha256// and the base64 SHA-256 of the leader's public key, as its join token showed");
 	return 0;
 }
 
@@ -276,24 +285,24 @@ check_models(const char *v, char *why, size_t size)
 }
 
 const struct fb_key_info fb_keys[FB_NKEYS] = {
-	[FB_HOSTNAME] = { "hostname", 0, 0, 253, check_hostname, "Host name", "The appliance's host name",
-			  "Network", NULL },
-	[FB_IP] = { "ip", 0, 0, 64, check_ip, "IP address",
-		    "dhcp, or a static address with its prefix (10.0.0.5/24)", "Network", NULL },
+	[FB_HOSTNAME] = { "hostname", 0, 0, 253, check_hostname, "Host name", "The appliance's host name", "Network",
+			  NULL },
+	[FB_IP] = { "ip", 0, 0, 64, check_ip, "IP address", "dhcp, or a static address with its prefix (10.0.0.5/24)",
+		    "Network", NULL },
 	[FB_GATEWAY] = { "gateway", 0, 0, 64, check_address, "Gateway", "The default gateway (static addresses)",
 			 "Network", NULL },
 	[FB_DNS] = { "dns", 0, 0, 512, check_dns, "DNS servers", "Comma-separated DNS server addresses", "Network",
 		     NULL },
 	[FB_NTP] = { "ntp", 0, 0, 1024, check_ntp, "NTP servers", "Comma-separated NTP servers", "Network", NULL },
 	[FB_ADMIN_PASSWORD] = { "admin_password", 1, 0, 1024, check_password, "Admin password",
-				"The console's admin password (12 characters or more); empty: a one-time one",
-				"Access", NULL },
+				"The console's admin password (12 characters or more); empty: a one-time one", "Access",
+				NULL },
 	[FB_SSH_KEY] = { "ssh_key", 0, 0, 8192, check_ssh_key, "SSH public key", "An OpenSSH public key for root",
 			 "Access", NULL },
 	[FB_ROLE] = { "role", 0, 0, 16, check_role, "Cluster role", "leader, or member of a leader's cluster",
 		      "Cluster", "leader,member" },
-	[FB_JOIN_URL] = { "join_url", 0, 0, 512, check_url, "Leader URL", "A member's leader: https://HOST",
-			  "Cluster", NULL },
+	[FB_JOIN_URL] = { "join_url", 0, 0, 512, check_url, "Leader URL", "A member's leader: https://HOST", "Cluster",
+			  NULL },
 	[FB_JOIN_TOKEN] = { "join_token", 1, 0, 64, check_join_token, "Join token", "The leader's one-time join token",
 			    "Cluster", NULL },
 	[FB_JOIN_PIN] = { "join_pin", 0, 0, 64, check_pin, "Leader key pin", "sha256//... as the join token showed",
@@ -302,8 +311,8 @@ const struct fb_key_info fb_keys[FB_NKEYS] = {
 			  "The console's certificate chain, PEM", "Access", NULL },
 	[FB_TLS_KEY] = { "tls_key", 1, 1, 65536, check_key, "TLS private key", "Its private key, PEM, unencrypted",
 			 "Access", NULL },
-	[FB_MODELS] = { "models", 0, 0, 4096, check_models, "Models",
-			"Comma-separated .gguf paths on an attached disk", "Models", NULL },
+	[FB_MODELS] = { "models", 0, 0, 4096, check_models, "Models", "Comma-separated .gguf paths on an attached disk",
+			"Models", NULL },
 };
 
 int

@@ -22,13 +22,20 @@ const char *
 fb_state_name(enum fb_state s)
 {
 	switch (s) {
-	case FB_ABSENT: return "not given";
-	case FB_UNCHANGED: return "unchanged";
-	case FB_APPLIED: return "applied";
-	case FB_REFUSED: return "refused";
-	case FB_FALLBACK: return "fallback";
-	case FB_FAILED: return "failed";
-	case FB_PENDING: return "pending";
+	case FB_ABSENT:
+		return "not given";
+	case FB_UNCHANGED:
+		return "unchanged";
+	case FB_APPLIED:
+		return "applied";
+	case FB_REFUSED:
+		return "refused";
+	case FB_FALLBACK:
+		return "fallback";
+	case FB_FAILED:
+		return "failed";
+	case FB_PENDING:
+		return "pending";
 	}
 	return "?";
 }
@@ -81,15 +88,15 @@ fb_report(const struct fb_config *c, const struct fb_step steps[FB_NSTEPS], cons
 	for (int i = 0; i < FB_NSTEPS; i++)
 		fprintf(stderr, "privai-firstboot: %s: %s: %s\n", steps[i].name, fb_state_name(steps[i].state),
 			steps[i].message);
-	cJSON_ArrayForEach(w, c->warnings)
+	cJSON_ArrayForEach (w, c->warnings)
 		fprintf(stderr, "privai-firstboot: warning: %s\n", w->valuestring);
 	/* agetty expands \4 to the machine's IPv4 address */
 	n += (size_t)snprintf(issue, sizeof(issue), "privai appliance: open https://\\4/ in a browser\n");
 	for (int i = 0; i < FB_NSTEPS; i++)
 		if (is_problem(steps[i].state) && n < sizeof(issue)) {
 			problems++;
-			n += (size_t)snprintf(issue + n, sizeof(issue) - n, "privai-firstboot: %s %s: %s\n", steps[i].name,
-					      fb_state_name(steps[i].state), steps[i].message);
+			n += (size_t)snprintf(issue + n, sizeof(issue) - n, "privai-firstboot: %s %s: %s\n",
+					      steps[i].name, fb_state_name(steps[i].state), steps[i].message);
 		}
 	if (n >= sizeof(issue))
 		n = sizeof(issue) - 1;
@@ -114,7 +121,8 @@ fb_report(const struct fb_config *c, const struct fb_step steps[FB_NSTEPS], cons
 	char *js = root != NULL ? cJSON_Print(root) : NULL;
 	cJSON_Delete(root);
 	if (js == NULL || hostfs_install(o->root, RECORD, js, strlen(js), 0644, NULL) < 0) {
-		fprintf(stderr, "privai-firstboot: cannot write %s: %s\n", RECORD, js ? strerror(errno) : "out of memory");
+		fprintf(stderr, "privai-firstboot: cannot write %s: %s\n", RECORD,
+			js ? strerror(errno) : "out of memory");
 		rc = -1;
 	}
 	free(js);

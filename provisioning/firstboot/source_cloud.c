@@ -117,7 +117,8 @@ take_mapping(struct walk *w)
 		}
 		char name[80] = "?";
 		if (key.type == YAML_SCALAR_EVENT)
-			snprintf(name, sizeof(name), "%.*s", (int)key.data.scalar.length, (const char *)key.data.scalar.value);
+			snprintf(name, sizeof(name), "%.*s", (int)key.data.scalar.length,
+				 (const char *)key.data.scalar.value);
 		yaml_event_delete(&key);
 		if (next(w, &val) < 0)
 			return -1;
@@ -143,7 +144,8 @@ take_mapping(struct walk *w)
 			free(joined);
 		} else {
 			fb_config_set(w->c, (enum fb_key)k, "", w->source);
-			snprintf(w->c->v[k].problem, sizeof(w->c->v[k].problem), "a plain value or a list, not a mapping");
+			snprintf(w->c->v[k].problem, sizeof(w->c->v[k].problem),
+				 "a plain value or a list, not a mapping");
 			if (skip(w, &val) < 0)
 				return -1;
 		}

@@ -18,7 +18,8 @@ fb_read_conf(struct fb_config *c, const char *root, const char *path)
 	if (!hostfs_exists(root, path))
 		return 0;
 	if ((text = hostfs_read_text(root, path, CONF_MAX, NULL)) == NULL) {
-		fb_warn(c, "%s cannot be read (or is larger than %d KiB); its defaults are not used", path, CONF_MAX >> 10);
+		fb_warn(c, "%s cannot be read (or is larger than %d KiB); its defaults are not used", path,
+			CONF_MAX >> 10);
 		return -1;
 	}
 	snprintf(source, sizeof(source), "%s", path);
@@ -41,7 +42,8 @@ fb_read_conf(struct fb_config *c, const char *root, const char *path)
 			continue;
 		}
 		if (seen[k]) {
-			fb_warn(c, "%s:%d: %s given twice (first on line %d); the first is kept", path, lineno, line, seen[k]);
+			fb_warn(c, "%s:%d: %s given twice (first on line %d); the first is kept", path, lineno, line,
+				seen[k]);
 			continue;
 		}
 		seen[k] = lineno;

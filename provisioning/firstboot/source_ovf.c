@@ -38,7 +38,8 @@ unbase64(const char *b64)
 	if (out == NULL)
 		return NULL;
 	if (sodium_base642bin((unsigned char *)out, cap, b64, strlen(b64), " \t\r\n", &n, NULL,
-			      sodium_base64_VARIANT_ORIGINAL) != 0 || memchr(out, '\0', n) != NULL) {
+			      sodium_base64_VARIANT_ORIGINAL) != 0 ||
+	    memchr(out, '\0', n) != NULL) {
 		free(out);
 		return NULL;
 	}
@@ -67,7 +68,8 @@ take_property(struct fb_config *c, xmlNode *p, const char *source)
 		char *pem = unbase64((const char *)value);
 		fb_config_set(c, (enum fb_key)id, pem != NULL ? pem : "", source);
 		if (pem == NULL)
-			snprintf(c->v[id].problem, sizeof(c->v[id].problem), "in OVF this is the base64 of the PEM text");
+			snprintf(c->v[id].problem, sizeof(c->v[id].problem),
+				 "in OVF this is the base64 of the PEM text");
 		else
 			sodium_memzero(pem, strlen(pem));
 		free(pem);
@@ -90,7 +92,8 @@ fb_read_ovf_env(struct fb_config *c, const char *xml, size_t len, const char *so
 		fb_warn(c, "%s: larger than 1 MiB; not used", source);
 		return -1;
 	}
-	doc = xmlReadMemory(xml, (int)len, "ovf-env.xml", NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+	doc = xmlReadMemory(xml, (int)len, "ovf-env.xml", NULL,
+			    XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
 	if (doc == NULL) {
 		fb_warn(c, "%s: not well-formed XML; its properties are not used", source);
 		return -1;

@@ -22,8 +22,15 @@
 #define N_GPUS 8
 #define MAX_GI 7
 
-enum { OK = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2, NOT_SUPPORTED = 3, INSUFFICIENT_SIZE = 7,
-       INSUFFICIENT_RESOURCES = 23, NOT_FOUND = 6 };
+enum {
+	OK = 0,
+	UNINITIALIZED = 1,
+	INVALID_ARGUMENT = 2,
+	NOT_SUPPORTED = 3,
+	INSUFFICIENT_SIZE = 7,
+	INSUFFICIENT_RESOURCES = 23,
+	NOT_FOUND = 6
+};
 
 struct nvmlGpuInstance_st {
 	int used;
@@ -44,8 +51,8 @@ static const struct {
 	unsigned starts_mask;
 	unsigned long long mb;
 } profiles[] = {
-	{ 0, 19, 1, 1, 7, 0x7f, 9856 }, { 1, 14, 2, 2, 3, 0x15, 19968 }, { 2, 9, 3, 4, 2, 0x11, 40192 },
-	{ 3, 5, 4, 4, 1, 0x01, 40192 }, { 4, 0, 7, 8, 1, 0x01, 80768 }, { 7, 20, 1, 1, 1, 0x7f, 9856 },
+	{ 0, 19, 1, 1, 7, 0x7f, 9856 },  { 1, 14, 2, 2, 3, 0x15, 19968 }, { 2, 9, 3, 4, 2, 0x11, 40192 },
+	{ 3, 5, 4, 4, 1, 0x01, 40192 },  { 4, 0, 7, 8, 1, 0x01, 80768 },  { 7, 20, 1, 1, 1, 0x7f, 9856 },
 	{ 9, 15, 1, 2, 4, 0x55, 19968 },
 };
 static const unsigned bus[N_GPUS] = { 0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb };
@@ -108,29 +115,55 @@ load(void)
 	fclose(fp);
 }
 
-int nvmlInit_v2(void) { load(); inited = 1; return OK; }
-int nvmlShutdown(void) { inited = 0; return OK; }
+int
+nvmlInit_v2(void)
+{
+	load();
+	inited = 1;
+	return OK;
+}
+int
+nvmlShutdown(void)
+{
+	inited = 0;
+	return OK;
+}
 
 const char *
 nvmlErrorString(int r)
 {
 	switch (r) {
-	case OK: return "Success";
-	case INVALID_ARGUMENT: return "Invalid Argument";
-	case NOT_SUPPORTED: return "Not Supported";
-	case INSUFFICIENT_RESOURCES: return "Insufficient Resources";
-	case NOT_FOUND: return "Not Found";
-	default: return "Unknown Error";
+	case OK:
+		return "Success";
+	case INVALID_ARGUMENT:
+		return "Invalid Argument";
+	case NOT_SUPPORTED:
+		return "Not Supported";
+	case INSUFFICIENT_RESOURCES:
+		return "Insufficient Resources";
+	case NOT_FOUND:
+		return "Not Found";
+	default:
+		return "Unknown Error";
 	}
 }
 
-int nvmlDeviceGetCount_v2(unsigned int *n) { if (!inited) return UNINITIALIZED; *n = N_GPUS; return OK; }
+int
+nvmlDeviceGetCount_v2(unsigned int *n)
+{
+	if (!inited)
+		return UNINITIALIZED;
+	*n = N_GPUS;
+	return OK;
+}
 
 int
 nvmlDeviceGetHandleByIndex_v2(unsigned int i, struct nvmlDevice_st **d)
 {
-	if (!inited) return UNINITIALIZED;
-	if (i >= N_GPUS) return INVALID_ARGUMENT;
+	if (!inited)
+		return UNINITIALIZED;
+	if (i >= N_GPUS)
+		return INVALID_ARGUMENT;
 	*d = &devs[i];
 	return OK;
 }
@@ -157,7 +190,12 @@ nvmlDeviceGetHandleByUUID(const char *uuid, struct nvmlDevice_st **d)
 	return NOT_FOUND;
 }
 
-int nvmlDeviceGetName(struct nvmlDevice_st *d, char *s, unsigned int n) { snprintf(s, n, "NVIDIA H100 80GB HBM3"); return OK; }
+int
+nvmlDeviceGetName(struct nvmlDevice_st *d, char *s, unsigned int n)
+{
+	snprintf(s, n, "NVIDIA H100 80GB HBM3");
+	return OK;
+}
 /* A MIG device's UUID is fixed by its GPU and where its instance starts,
  * so it stays the same while the instance lives, as the driver's do. */
 int
@@ -169,7 +207,8 @@ nvmlDeviceGetUUID(struct nvmlDevice_st *d, char *s, unsigned int n)
 	}
 	const char *node = getenv("PRIVAI_NVML_DOUBLE_NODE");
 	int k = node != NULL && node[0] >= '0' && node[0] <= '9' ? node[0] - '0' : 0;
-	snprintf(s, n, "MIG-a41c6e2b-93d0-5f7e-8c1b-00%d0%d0000%d0%u", k, d->parent->index, d->parent->index, d->gi_start);
+	snprintf(s, n, "MIG-a41c6e2b-93d0-5f7e-8c1b-00%d0%d0000%d0%u", k, d->parent->index, d->parent->index,
+		 d->gi_start);
 	return OK;
 }
 
@@ -186,7 +225,8 @@ int
 nvmlDeviceGetMigDeviceHandleByIndex(struct nvmlDevice_st *d, unsigned int index, struct nvmlDevice_st **out)
 {
 	unsigned k = 0;
-	if (!mig_on() || d->parent != NULL) return NOT_SUPPORTED;
+	if (!mig_on() || d->parent != NULL)
+		return NOT_SUPPORTED;
 	for (int g = 0; g < MAX_GI; g++)
 		if (d->gis[g].used && k++ == index) {
 			struct nvmlDevice_st *m = &mig_devs[d->index][g];
@@ -204,7 +244,8 @@ nvmlDeviceGetMigDeviceHandleByIndex(struct nvmlDevice_st *d, unsigned int index,
 int
 nvmlDeviceGetGpuInstanceId(struct nvmlDevice_st *d, unsigned int *id)
 {
-	if (d->parent == NULL) return INVALID_ARGUMENT;
+	if (d->parent == NULL)
+		return INVALID_ARGUMENT;
 	*id = d->gi_id;
 	return OK;
 }
@@ -253,13 +294,16 @@ nvmlDeviceGetGpuInstanceProfileInfo(struct nvmlDevice_st *d, unsigned int index,
 }
 
 int
-nvmlDeviceGetGpuInstances(struct nvmlDevice_st *d, unsigned int profile_id, struct nvmlGpuInstance_st **out, unsigned int *count)
+nvmlDeviceGetGpuInstances(struct nvmlDevice_st *d, unsigned int profile_id, struct nvmlGpuInstance_st **out,
+			  unsigned int *count)
 {
 	unsigned n = 0;
-	if (!mig_on()) return NOT_SUPPORTED;
+	if (!mig_on())
+		return NOT_SUPPORTED;
 	for (int g = 0; g < MAX_GI; g++)
 		if (d->gis[g].used && d->gis[g].profile_id == profile_id) {
-			if (n >= *count) return INSUFFICIENT_SIZE;
+			if (n >= *count)
+				return INSUFFICIENT_SIZE;
 			out[n++] = &d->gis[g];
 		}
 	*count = n;
@@ -269,7 +313,8 @@ nvmlDeviceGetGpuInstances(struct nvmlDevice_st *d, unsigned int profile_id, stru
 int
 nvmlGpuInstanceGetInfo(struct nvmlGpuInstance_st *g, nvmlGpuInstanceInfo_t *info)
 {
-	if (!g->used) return INVALID_ARGUMENT;
+	if (!g->used)
+		return INVALID_ARGUMENT;
 	info->device = g->dev;
 	info->id = g->id;
 	info->profileId = g->profile_id;
@@ -279,27 +324,31 @@ nvmlGpuInstanceGetInfo(struct nvmlGpuInstance_st *g, nvmlGpuInstanceInfo_t *info
 }
 
 int
-nvmlDeviceCreateGpuInstanceWithPlacement(struct nvmlDevice_st *d, unsigned int profile_id, const nvmlGpuInstancePlacement_t *pl,
-					 struct nvmlGpuInstance_st **out)
+nvmlDeviceCreateGpuInstanceWithPlacement(struct nvmlDevice_st *d, unsigned int profile_id,
+					 const nvmlGpuInstancePlacement_t *pl, struct nvmlGpuInstance_st **out)
 {
 	int p = profile_by_id(profile_id), count = 0, free_slot = -1;
-	if (!mig_on()) return NOT_SUPPORTED;
+	if (!mig_on())
+		return NOT_SUPPORTED;
 	if (p < 0 || pl->start > 7 || !(profiles[p].starts_mask & (1u << pl->start)) ||
 	    pl->size != (unsigned)profiles[p].size)
 		return INVALID_ARGUMENT;
 	for (int g = 0; g < MAX_GI; g++) {
 		struct nvmlGpuInstance_st *x = &d->gis[g];
 		if (!x->used) {
-			if (free_slot < 0) free_slot = g;
+			if (free_slot < 0)
+				free_slot = g;
 			continue;
 		}
-		if (x->profile_id == profile_id) count++;
+		if (x->profile_id == profile_id)
+			count++;
 		if (pl->start < x->start + x->size && x->start < pl->start + pl->size)
 			return INSUFFICIENT_RESOURCES;
 	}
 	if (free_slot < 0 || count >= profiles[p].max)
 		return INSUFFICIENT_RESOURCES;
-	d->gis[free_slot] = (struct nvmlGpuInstance_st){ 1, (unsigned)free_slot + 1, profile_id, pl->start, pl->size, d };
+	d->gis[free_slot] =
+		(struct nvmlGpuInstance_st){ 1, (unsigned)free_slot + 1, profile_id, pl->start, pl->size, d };
 	*out = &d->gis[free_slot];
 	save();
 	return OK;
@@ -308,7 +357,8 @@ nvmlDeviceCreateGpuInstanceWithPlacement(struct nvmlDevice_st *d, unsigned int p
 int
 nvmlGpuInstanceDestroy(struct nvmlGpuInstance_st *g)
 {
-	if (!g->used) return INVALID_ARGUMENT;
+	if (!g->used)
+		return INVALID_ARGUMENT;
 	g->used = 0;
 	save();
 	return OK;

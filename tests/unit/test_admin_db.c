@@ -31,26 +31,32 @@ test_open_and_migrate(void)
 {
 	sqlite3 *db;
 	char err[PRIVAI_ERR_LEN];
-	static const char *tables[] = { "users", "sessions", "api_tokens", "audit_log", "nodes", "gpus",
-					"gpu_partitions", "models", "deployments", "settings" };
+	static const char *tables[] = { "users", "sessions",       "api_tokens", "audit_log",   "nodes",
+					"gpus",  "gpu_partitions", "models",     "deployments", "settings" };
 
 	CHECK(db_open(tmp("a.db"), &db, err) == 0, "open a new database: %s", err);
 	CHECK(db_user_version(db) == db_schema_version() && db_schema_version() >= 1, "migrated to version %d",
 	      db_user_version(db));
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
 		char sql[128];
-		snprintf(sql, sizeof(sql), "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'", tables[i]);
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'",
+			 tables[i]);
 		CHECK(sql_count(db, sql) == 1, "table %s exists", tables[i]);
 	}
 	CHECK(sql_count(db, "PRAGMA foreign_keys") == 1, "foreign keys on");
 	sqlite3_stmt *st;
 	sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL);
-	CHECK(sqlite3_step(st) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0, "WAL mode");
+	CHECK(sqlite3_step(st) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0,
+	      "WAL mode");
 	sqlite3_finalize(st);
 	CHECK(db_exec(db, "INSERT INTO gpus (node_id, idx, uuid, name, memory_bytes) VALUES (99, 0, 'u', 'H100', 1)",
-		      err) < 0 && strstr(err, "FOREIGN KEY"), "a GPU on a missing node is refused: %s", err);
+		      err) < 0 &&
+		      strstr(err, "FOREIGN KEY"),
+	      "a GPU on a missing node is refused: %s", err);
 	CHECK(db_exec(db, "INSERT INTO users (name, password_hash, role, created_at) VALUES ('a', 'h', 'root', 0)",
-		      err) < 0 && strstr(err, "CHECK"), "an unknown role is refused: %s", err);
+		      err) < 0 &&
+		      strstr(err, "CHECK"),
+	      "an unknown role is refused: %s", err);
 	CHECK(db_exec(db, "INSERT INTO settings VALUES ('k', 'v')", err) == 0, "a write");
 	db_close(db);
 
@@ -96,7 +102,8 @@ test_backup_restore(void)
 
 	CHECK(db_restore(db, tmp("b.bak"), err) == 0, "restore: %s", err);
 	CHECK(sql_count(db, "SELECT count(*) FROM settings WHERE key = 'mode' AND value = 'first'") == 1 &&
-	      sql_count(db, "SELECT count(*) FROM settings") == 1, "restore brings back the backed-up rows");
+		      sql_count(db, "SELECT count(*) FROM settings") == 1,
+	      "restore brings back the backed-up rows");
 	CHECK(db_integrity_ok(db, err), "integrity after restore");
 	db_close(db);
 }
@@ -123,8 +130,10 @@ test_kill_mid_write(void)
 		for (long i = 1;; i++) {
 			char sql[256];
 			snprintf(sql, sizeof(sql),
-				 "BEGIN; INSERT INTO audit_log (at, actor, action, detail) VALUES (%ld, 'test', 'write', "
-				 "printf('%%.500c', 'x')); COMMIT;", i);
+				 "BEGIN; INSERT INTO audit_log (at, actor, action, detail) VALUES (%ld, 'test', "
+				 "'write', "
+				 "printf('%%.500c', 'x')); COMMIT;",
+				 i);
 			if (db_exec(db, sql, err) < 0)
 				_exit(2);
 			if (write(fd[1], &i, sizeof(i)) != sizeof(i))
@@ -142,7 +151,8 @@ test_kill_mid_write(void)
 	waitpid(pid, NULL, 0);
 	CHECK(db_open(tmp("k.db"), &db, err) == 0, "reopen after SIGKILL: %s", err);
 	CHECK(db_integrity_ok(db, err), "integrity_check ok after SIGKILL: %s", err);
-	long have = sql_count(db, "SELECT count(*) FROM audit_log"), max = sql_count(db, "SELECT max(at) FROM audit_log");
+	long have = sql_count(db, "SELECT count(*) FROM audit_log"),
+	     max = sql_count(db, "SELECT max(at) FROM audit_log");
 	CHECK(last >= 200 && have >= last && max == have, "all %ld committed rows survived (found %ld)", last, have);
 	db_close(db);
 }

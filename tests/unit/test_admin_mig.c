@@ -61,9 +61,12 @@ main(void)
 	if (!(h100 && h200 && a40 && a80))
 		return test_summary();
 	/* the H100 list and counts from the field: 1g.10gb x7, 1g.20gb x4, 2g.20gb x3, 3g.40gb x2, 4g.40gb x1, 7g.80gb x1 */
-	static const struct { const char *name; int max, id; } h[] = {
-		{ "1g.10gb", 7, 19 }, { "1g.20gb", 4, 15 }, { "2g.20gb", 3, 14 },
-		{ "3g.40gb", 2, 9 }, { "4g.40gb", 1, 5 }, { "7g.80gb", 1, 0 }, { "1g.10gb+me", 1, 20 },
+	static const struct {
+		const char *name;
+		int max, id;
+	} h[] = {
+		{ "1g.10gb", 7, 19 }, { "1g.20gb", 4, 15 }, { "2g.20gb", 3, 14 },    { "3g.40gb", 2, 9 },
+		{ "4g.40gb", 1, 5 },  { "7g.80gb", 1, 0 },  { "1g.10gb+me", 1, 20 },
 	};
 	for (size_t i = 0; i < sizeof(h) / sizeof(h[0]); i++) {
 		const struct mig_profile *p = mig_profile_find(h100, h[i].name);
@@ -71,14 +74,16 @@ main(void)
 		      h[i].id);
 	}
 	CHECK(mig_profile_find(h200, "3g.71gb") && mig_profile_find(h200, "7g.141gb") &&
-	      mig_profile_find(a40, "1g.5gb") && mig_profile_find(a40, "7g.40gb") && mig_profile_find(a80, "2g.20gb"),
+		      mig_profile_find(a40, "1g.5gb") && mig_profile_find(a40, "7g.40gb") &&
+		      mig_profile_find(a80, "2g.20gb"),
 	      "H200 and A100 profile names");
 	CHECK(mig_gpu_for_device("NVIDIA H100 80GB HBM3", 85520809984ull) == h100 &&
-	      mig_gpu_for_device("NVIDIA H200", 150754820096ull) == h200 &&
-	      mig_gpu_for_device("NVIDIA A100-SXM4-40GB", 42505273344ull) == a40 &&
-	      mig_gpu_for_device("NVIDIA A100-SXM4-80GB", 85899345920ull) == a80 &&
-	      mig_gpu_for_device("NVIDIA H100 NVL", 100931731456ull) == NULL &&
-	      mig_gpu_for_device("NVIDIA L40S", 48305799168ull) == NULL, "device names to tables");
+		      mig_gpu_for_device("NVIDIA H200", 150754820096ull) == h200 &&
+		      mig_gpu_for_device("NVIDIA A100-SXM4-40GB", 42505273344ull) == a40 &&
+		      mig_gpu_for_device("NVIDIA A100-SXM4-80GB", 85899345920ull) == a80 &&
+		      mig_gpu_for_device("NVIDIA H100 NVL", 100931731456ull) == NULL &&
+		      mig_gpu_for_device("NVIDIA L40S", 48305799168ull) == NULL,
+	      "device names to tables");
 
 	/* layouts NVIDIA lists as valid */
 	static const char *const ok[] = {
@@ -95,7 +100,9 @@ main(void)
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
 		CHECK(valid(h100, ok[i], why), "valid: %s (%s)", ok[i], why);
 	/* and ones it refuses, each for its rule */
-	static const struct { const char *spec, *rule; } bad[] = {
+	static const struct {
+		const char *spec, *rule;
+	} bad[] = {
 		{ "1g.10gb@7", "cannot start at slot 7" },
 		{ "3g.40gb@2", "cannot start at slot 2" },
 		{ "4g.40gb@0 4g.40gb@0", "at most 1" },
@@ -107,8 +114,8 @@ main(void)
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		int v = valid(h100, bad[i].spec, why);
-		CHECK(!v && strstr(why, bad[i].rule) != NULL, "invalid: %s -> '%s' (got '%s')", bad[i].spec, bad[i].rule,
-		      why);
+		CHECK(!v && strstr(why, bad[i].rule) != NULL, "invalid: %s -> '%s' (got '%s')", bad[i].spec,
+		      bad[i].rule, why);
 	}
 	struct mig_instance in[8];
 	CHECK(parse(h100, "5g.50gb", in) < 0, "unknown profile name");
@@ -118,8 +125,10 @@ main(void)
 	      "a profile of another table: %s", why);
 
 	/* automatic placement */
-	CHECK(placeable(h100, "3g.40gb 3g.40gb", why, out) && strcmp(out, "3g.40gb@0 3g.40gb@4") == 0, "3g+3g: %s", out);
-	CHECK(placeable(h100, "3g.40gb 4g.40gb", why, out) && strcmp(out, "3g.40gb@4 4g.40gb@0") == 0, "4g takes 0: %s", out);
+	CHECK(placeable(h100, "3g.40gb 3g.40gb", why, out) && strcmp(out, "3g.40gb@0 3g.40gb@4") == 0, "3g+3g: %s",
+	      out);
+	CHECK(placeable(h100, "3g.40gb 4g.40gb", why, out) && strcmp(out, "3g.40gb@4 4g.40gb@0") == 0, "4g takes 0: %s",
+	      out);
 	CHECK(placeable(h100, "1g.10gb 2g.20gb 2g.20gb 2g.20gb", why, out), "2g x3 + 1g: %s", why);
 	CHECK(placeable(h100, "1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb", why, out), "1g x7");
 	CHECK(!placeable(h100, "4g.40gb 2g.20gb 2g.20gb", why, out) && strstr(why, "do not fit"),
@@ -128,7 +137,8 @@ main(void)
 	      "a fixed 3g at 4 leaves room for a 4g at 0: %s", out);
 	CHECK(!placeable(h100, "3g.40gb@0 4g.40gb", why, out), "but a 3g at 0 leaves none");
 	CHECK(placeable(h100, "3g.40gb@0 2g.20gb 1g.20gb", why, out) &&
-	      strcmp(out, "3g.40gb@0 2g.20gb@4 1g.20gb@6") == 0, "fixed starts kept: %s", out);
+		      strcmp(out, "3g.40gb@0 2g.20gb@4 1g.20gb@6") == 0,
+	      "fixed starts kept: %s", out);
 	for (int k = 0; k < h100->n_profiles; k++) {
 		const struct mig_profile *p = &h100->profiles[k];
 		char spec[256] = "";

@@ -29,12 +29,14 @@ main(void)
 	unlink(state);
 	CHECK(nvml_inventory(g, NVML_MAX_GPUS, &n, err) == 0 && n == 8, "8 GPUs (%s)", err);
 	CHECK(strcmp(g[0].name, "NVIDIA H100 80GB HBM3") == 0 && g[0].memory_bytes == 85520809984ull &&
-	      strcmp(g[0].pci_bus_id, "00000000:18:00.0") == 0 && strncmp(g[7].uuid, "GPU-", 4) == 0 &&
-	      strcmp(g[7].pci_bus_id, "00000000:DB:00.0") == 0, "names, memory, bus ids, uuids");
+		      strcmp(g[0].pci_bus_id, "00000000:18:00.0") == 0 && strncmp(g[7].uuid, "GPU-", 4) == 0 &&
+		      strcmp(g[7].pci_bus_id, "00000000:DB:00.0") == 0,
+	      "names, memory, bus ids, uuids");
 	CHECK(g[3].mig_supported && g[3].mig_current && g[3].n_instances == 0, "MIG on, no instances yet");
 	CHECK(mig_gpu_for_device(g[0].name, g[0].memory_bytes) == mig_gpu_find("H100-80GB"), "the H100 table");
 
-	struct nvml_instance want[3] = { { .profile_id = 9, .start = 0, .size = 4 }, { .profile_id = 14, .start = 4, .size = 2 },
+	struct nvml_instance want[3] = { { .profile_id = 9, .start = 0, .size = 4 },
+					 { .profile_id = 14, .start = 4, .size = 2 },
 					 { .profile_id = 19, .start = 6, .size = 1 } };
 	CHECK(nvml_apply_layout(g[2].uuid, want, 3, err) == 0, "apply 3g@0 2g@4 1g@6: %s", err);
 	CHECK(nvml_inventory(g, NVML_MAX_GPUS, &n, err) == 0 && g[2].n_instances == 3 && g[1].n_instances == 0,
@@ -54,10 +56,12 @@ main(void)
 	      "three MIG UUIDs, all different (%s)", g[2].inst[0].uuid);
 	struct nvml_instance again[2] = { { .profile_id = 0, .start = 0, .size = 8 } };
 	CHECK(nvml_apply_layout(g[2].uuid, again, 1, err) == 0 && nvml_inventory(g, NVML_MAX_GPUS, &n, err) == 0 &&
-	      g[2].n_instances == 1 && g[2].inst[0].profile_id == 0, "re-apply replaces: one 7g");
-	struct nvml_instance clash[2] = { { .profile_id = 5, .start = 0, .size = 4 }, { .profile_id = 9, .start = 0, .size = 4 } };
-	CHECK(nvml_apply_layout(g[4].uuid, clash, 2, err) != 0 && strstr(err, "slot 0"), "the driver refuses an overlap: %s",
-	      err);
+		      g[2].n_instances == 1 && g[2].inst[0].profile_id == 0,
+	      "re-apply replaces: one 7g");
+	struct nvml_instance clash[2] = { { .profile_id = 5, .start = 0, .size = 4 },
+					  { .profile_id = 9, .start = 0, .size = 4 } };
+	CHECK(nvml_apply_layout(g[4].uuid, clash, 2, err) != 0 && strstr(err, "slot 0"),
+	      "the driver refuses an overlap: %s", err);
 	CHECK(nvml_apply_layout("GPU-nope", want, 1, err) == PRIVAI_ENOTFOUND, "unknown GPU: %s", err);
 	unlink(state); /* a reboot: MIG instances are gone */
 	CHECK(nvml_inventory(g, NVML_MAX_GPUS, &n, err) == 0 && g[2].n_instances == 0, "lost at a reboot");

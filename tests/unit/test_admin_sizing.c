@@ -20,7 +20,9 @@ static const struct model_shape reference[] = {
 static struct sizing_result
 size(const struct model_shape *m, const char *gpu, int context, int concurrency)
 {
-	struct sizing_request r = { .model = *m, .gpu = *sizing_gpu(gpu), .context = context, .concurrency = concurrency };
+	struct sizing_request r = {
+		.model = *m, .gpu = *sizing_gpu(gpu), .context = context, .concurrency = concurrency
+	};
 	struct sizing_result res;
 
 	sizing_defaults(&r);
@@ -72,7 +74,8 @@ main(void)
 	CHECK(sizing_compute(&bad, &br) == -1 && strstr(br.why, "no memory"), "headroom over the card: %s", br.why);
 	CHECK(sizing_gpu("RTX-9090") == NULL, "unknown GPU type");
 	/* a model too big for the limit */
-	struct sizing_request huge = { .model = { "huge", 1e15, 10, 7, 7, 64, 0, 4096 }, .gpu = *sizing_gpu("A100-40GB"),
+	struct sizing_request huge = { .model = { "huge", 1e15, 10, 7, 7, 64, 0, 4096 },
+				       .gpu = *sizing_gpu("A100-40GB"),
 				       .max_gpus = 64 };
 	sizing_defaults(&huge);
 	CHECK(sizing_compute(&huge, &br) == 0 && br.gpus == 0 && strstr(br.why, "does not fit"), "too big: %s", br.why);

@@ -27,9 +27,9 @@ static char *
 export_pem(gnutls_x509_crt_t crt, gnutls_x509_privkey_t key, const char *password)
 {
 	gnutls_datum_t d = { NULL, 0 };
-	int g = crt != NULL ? gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &d)
+	int g = crt != NULL        ? gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &d)
 		: password != NULL ? gnutls_x509_privkey_export2_pkcs8(key, GNUTLS_X509_FMT_PEM, password,
-									  GNUTLS_PKCS_PBES2_AES_256, &d)
+								       GNUTLS_PKCS_PBES2_AES_256, &d)
 				   : gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &d);
 	char *s = g < 0 ? NULL : strndup((const char *)d.data, d.size);
 	gnutls_free(d.data);
@@ -136,13 +136,13 @@ test_checks(void)
 	int rc = tls_check_upload(chain, leaf.key_pem, now, &info, &field, err);
 	CHECK(rc == PRIVAI_OK, "server certificate + CA with its key: %s", err);
 	CHECK(strcmp(info.subject, "CN=console.example") == 0 && strcmp(info.issuer, "CN=Test CA") == 0 &&
-	      info.chain_length == 2 && !info.self_signed && strncmp(info.pin, "sha256//", 8) == 0,
+		      info.chain_length == 2 && !info.self_signed && strncmp(info.pin, "sha256//", 8) == 0,
 	      "described: %s by %s, %d long, pin %s", info.subject, info.issuer, info.chain_length, info.pin);
 	CHECK(info.not_after == (int64_t)(now + 7 * 86400), "not_after %lld", (long long)info.not_after);
 	CHECK(tls_check_upload(leaf.crt_pem, leaf.key_pem, now, &info, &field, err) == PRIVAI_OK,
 	      "the server certificate alone: %s", err);
-	CHECK(tls_check_upload(other.crt_pem, other.key_pem, now, &info, &field, err) == PRIVAI_OK &&
-	      info.self_signed, "a self-signed one is fine, and said to be");
+	CHECK(tls_check_upload(other.crt_pem, other.key_pem, now, &info, &field, err) == PRIVAI_OK && info.self_signed,
+	      "a self-signed one is fine, and said to be");
 
 	rc = tls_check_upload(backwards, leaf.key_pem, now, &info, &field, err);
 	CHECK(rc != PRIVAI_OK && strcmp(field, "certificate") == 0 && strstr(err, "out of order"), "CA first: %s", err);
@@ -214,7 +214,8 @@ test_store(void)
 	put(dir, "cert.pem.new", "CERT-3\n");
 	put(dir, "key.pem.new", "KEY-3\n");
 	tls_store_recover(dir);
-	CHECK(strcmp(slurp_in(dir, "cert.pem"), "CERT-2\n") == 0, "crash before the renames: the old certificate stays");
+	CHECK(strcmp(slurp_in(dir, "cert.pem"), "CERT-2\n") == 0,
+	      "crash before the renames: the old certificate stays");
 	CHECK(strcmp(slurp_in(dir, "key.pem"), "KEY-2\n") == 0, "and the old key");
 	snprintf(path, sizeof(path), "%s/cert.pem.new", dir);
 	CHECK(access(path, F_OK) != 0, "the unused new certificate is removed");

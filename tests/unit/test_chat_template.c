@@ -8,7 +8,10 @@
 #include "server/chat_template.h"
 
 static const struct chat_message conv[] = {
-	{ ROLE_SYSTEM, "S" }, { ROLE_USER, "U1" }, { ROLE_ASSISTANT, "A1" }, { ROLE_USER, "U2" },
+	{ ROLE_SYSTEM, "S" },
+	{ ROLE_USER, "U1" },
+	{ ROLE_ASSISTANT, "A1" },
+	{ ROLE_USER, "U2" },
 };
 
 static void
@@ -31,7 +34,8 @@ main(void)
 		const char *snippet;
 		enum chat_family f;
 	} detect[] = {
-		{ "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}{{ '<|eot_id|>' }}", CHAT_LLAMA3 },
+		{ "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}{{ '<|eot_id|>' }}",
+		  CHAT_LLAMA3 },
 		{ "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}", CHAT_CHATML },
 		{ "{{ '<start_of_turn>' + role + '\n' }}", CHAT_GEMMA },
 		{ "{{'<|user|>' + '\n' + message['content'] + '<|end|>'}}", CHAT_PHI3 },
@@ -42,8 +46,7 @@ main(void)
 		{ "{{ messages | tojson }}", CHAT_NONE },
 	};
 	for (size_t i = 0; i < sizeof(detect) / sizeof(detect[0]); i++)
-		CHECK(chat_family_detect(detect[i].snippet) == detect[i].f, "detect %s",
-		      chat_family_name(detect[i].f));
+		CHECK(chat_family_detect(detect[i].snippet) == detect[i].f, "detect %s", chat_family_name(detect[i].f));
 	CHECK(chat_family_by_name("qwen") == CHAT_CHATML && chat_family_by_name("nope") == CHAT_NONE, "names");
 
 	expect(CHAT_LLAMA3, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
@@ -51,18 +54,23 @@ main(void)
 			    "<|start_header_id|>assistant<|end_header_id|>\n\nA1<|eot_id|>"
 			    "<|start_header_id|>user<|end_header_id|>\n\nU2<|eot_id|>"
 			    "<|start_header_id|>assistant<|end_header_id|>\n\n");
-	expect(CHAT_CHATML, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n"
-			    "<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n");
+	expect(CHAT_CHATML,
+	       "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n"
+	       "<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n");
 	expect(CHAT_LLAMA2, "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1</s><s>[INST] U2 [/INST]");
 	expect(CHAT_MISTRAL, "<s>[INST] S\n\nU1 [/INST] A1</s>[INST] U2 [/INST]");
 	expect(CHAT_PHI3, "<|system|>\nS<|end|>\n<|user|>\nU1<|end|>\n<|assistant|>\nA1<|end|>\n<|user|>\nU2<|end|>\n"
 			  "<|assistant|>\n");
 	expect(CHAT_GEMMA, "<bos><start_of_turn>user\nS\n\nU1<end_of_turn>\n<start_of_turn>model\nA1<end_of_turn>\n"
 			   "<start_of_turn>user\nU2<end_of_turn>\n<start_of_turn>model\n");
-	expect(CHAT_DEEPSEEK3, "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>S"
-			       "<\xef\xbd\x9cUser\xef\xbd\x9c>U1<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>A1"
-			       "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
-			       "<\xef\xbd\x9cUser\xef\xbd\x9c>U2<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
+	expect(CHAT_DEEPSEEK3, "<\xef\xbd\x9c"
+			       "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>S"
+			       "<\xef\xbd\x9cUser\xef\xbd\x9c>U1<\xef\xbd\x9c"
+			       "Assistant\xef\xbd\x9c>A1"
+			       "<\xef\xbd\x9c"
+			       "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+			       "<\xef\xbd\x9cUser\xef\xbd\x9c>U2<\xef\xbd\x9c"
+			       "Assistant\xef\xbd\x9c>");
 
 	/* what a family cannot express */
 	struct strbuf b;

@@ -180,11 +180,14 @@ write_model(const char *path, const char *arch, uint32_t wtype)
 	static uint8_t q[260 * 128 * 4];
 	for (size_t i = 0; i < sizeof(buf) / sizeof(buf[0]); i++)
 		buf[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
-	struct { const char *n; int cols, rows; } mats[] = {
-		{ "token_embd.weight", dim, V }, { "blk.0.attn_q.weight", dim, dim },
-		{ "blk.0.attn_k.weight", dim, dim }, { "blk.0.attn_v.weight", dim, dim },
+	struct {
+		const char *n;
+		int cols, rows;
+	} mats[] = {
+		{ "token_embd.weight", dim, V },          { "blk.0.attn_q.weight", dim, dim },
+		{ "blk.0.attn_k.weight", dim, dim },      { "blk.0.attn_v.weight", dim, dim },
 		{ "blk.0.attn_output.weight", dim, dim }, { "blk.0.ffn_gate.weight", dim, ff },
-		{ "blk.0.ffn_up.weight", dim, ff }, { "blk.0.ffn_down.weight", ff, dim },
+		{ "blk.0.ffn_up.weight", dim, ff },       { "blk.0.ffn_down.weight", ff, dim },
 	};
 	for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
 		uint64_t ne[2] = { (uint64_t)mats[i].cols, (uint64_t)mats[i].rows };
@@ -279,7 +282,11 @@ test_stream(void)
 	len = detok_stream_push(&bad, t, 4 + 0xe4, out, sizeof(out)); /* lead byte of 3 */
 	CHECK(len == 0, "lead byte held back");
 	len = detok_stream_push(&bad, t, 4 + 'A', out, sizeof(out));
-	CHECK(len == 4 && memcmp(out, "\xef\xbf\xbd" "A", 4) == 0, "broken sequence becomes U+FFFD");
+	CHECK(len == 4 && memcmp(out,
+				 "\xef\xbf\xbd"
+				 "A",
+				 4) == 0,
+	      "broken sequence becomes U+FFFD");
 	CHECK(tokenizer_encode(t, "a\xff", 2, 0, 0, &ids, &n, err) == PRIVAI_EINVAL && strstr(err, "offset 1"),
 	      "invalid UTF-8 input refused with its offset");
 out:

@@ -85,12 +85,14 @@ test_round_trip(void)
 	CHECK(gguf_find_kv(f, "test.f64")->v.f64 == 3.5, "f64");
 	CHECK(gguf_get_u32(f, "test.u8", &u, err) == 0 && u == 200, "u8");
 	CHECK(gguf_get_str(f, "general.architecture", &s, err) == 0 && strcmp(s, "llama") == 0, "string");
-	CHECK(gguf_get_arr(f, "test.i8s", GGUF_I8, &arr, &n, err) == 0 && n == 3 &&
-	      ((const int8_t *)arr)[0] == -1, "i8 array");
+	CHECK(gguf_get_arr(f, "test.i8s", GGUF_I8, &arr, &n, err) == 0 && n == 3 && ((const int8_t *)arr)[0] == -1,
+	      "i8 array");
 	CHECK(gguf_get_arr(f, "test.u64s", GGUF_U64, &arr, &n, err) == 0 && n == 2 &&
-	      ((const uint64_t *)arr)[1] == UINT64_MAX, "u64 array");
+		      ((const uint64_t *)arr)[1] == UINT64_MAX,
+	      "u64 array");
 	CHECK(gguf_get_arr(f, "test.strs", GGUF_STRING, &arr, &n, err) == 0 && n == 3 &&
-	      strcmp(((char *const *)arr)[2], "ünïcode") == 0 && ((char *const *)arr)[1][0] == 0, "string array");
+		      strcmp(((char *const *)arr)[2], "ünïcode") == 0 && ((char *const *)arr)[1][0] == 0,
+	      "string array");
 	CHECK(gguf_get_u32(f, "test.f32", &u, err) == PRIVAI_EFORMAT, "type mismatch is an error");
 	CHECK(gguf_get_u32(f, "test.absent", &u, err) == PRIVAI_ENOTFOUND, "absent key");
 	const struct gguf_tensor *t = gguf_find_tensor(f, "t.f32");
@@ -319,8 +321,8 @@ test_hostile(void)
 int
 main(void)
 {
-	snprintf(tmp_path, sizeof(tmp_path), "%s/privai-test-%d.gguf",
-		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+	snprintf(tmp_path, sizeof(tmp_path), "%s/privai-test-%d.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+		 (int)getpid());
 	test_round_trip();
 	test_truncations();
 	test_corruptions();

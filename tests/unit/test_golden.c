@@ -34,7 +34,7 @@ json_ints(const cJSON *arr, int32_t *out, int cap)
 	int n = 0;
 	const cJSON *it;
 
-	cJSON_ArrayForEach(it, arr) {
+	cJSON_ArrayForEach (it, arr) {
 		if (n < cap)
 			out[n] = (int32_t)it->valuedouble;
 		n++;
@@ -125,10 +125,10 @@ check_one(const char *dir, const char *model, double tol, int pi)
 			break;
 		last = step;
 	}
-	CHECK(compared > 0 && matched == compared, "%s p%d: greedy matched %d of %d steps", model, pi + 1,
-	      matched, compared);
-	printf("%s p%d: %d prompt tokens, worst rel L2 %.2e (tol %.0e), greedy %d/%d\n", model, pi + 1,
-	       n_gold, worst, tol, matched, compared);
+	CHECK(compared > 0 && matched == compared, "%s p%d: greedy matched %d of %d steps", model, pi + 1, matched,
+	      compared);
+	printf("%s p%d: %d prompt tokens, worst rel L2 %.2e (tol %.0e), greedy %d/%d\n", model, pi + 1, n_gold, worst,
+	       tol, matched, compared);
 	free(step);
 out:
 	free(logits);

@@ -85,7 +85,8 @@ test_speed(void)
 	CHECK(pci_parse_speed("2.5 GT/s PCIe") == 2.5, "gen1");
 	CHECK(pci_parse_speed("16.0 GT/s") == 16.0, "older kernels omit PCIe");
 	CHECK(pci_parse_speed("Unknown") == 0 && pci_parse_speed("fast") == 0 && pci_parse_speed("") == 0 &&
-	      pci_parse_speed("-8.0 GT/s") == 0 && pci_parse_speed("1e9 GT/s") == 0, "garbage is 0");
+		      pci_parse_speed("-8.0 GT/s") == 0 && pci_parse_speed("1e9 GT/s") == 0,
+	      "garbage is 0");
 }
 
 static void

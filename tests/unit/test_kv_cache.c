@@ -52,8 +52,8 @@ main(void)
 
 	kv_seq_release(p, &a);
 	kv_pool_stats(p, &st);
-	CHECK(st.n_used == 0 && st.n_cached == 2 && st.n_free == 6, "released: 2 cached, 6 free (%d/%d/%d)",
-	      st.n_used, st.n_cached, st.n_free);
+	CHECK(st.n_used == 0 && st.n_cached == 2 && st.n_free == 6, "released: 2 cached, 6 free (%d/%d/%d)", st.n_used,
+	      st.n_cached, st.n_free);
 
 	/* C caches a second prefix, more recently used than A's */
 	seq_tokens(tc, 16, 1);

@@ -34,7 +34,7 @@ load_prompt(const char *dir, int pi, int V, struct prompt *p)
 	if (j == NULL)
 		return -1;
 	p->n = 0;
-	cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "prompt_ids"))
+	cJSON_ArrayForEach (it, cJSON_GetObjectItem(j, "prompt_ids"))
 		if (p->n < 512)
 			p->ids[p->n++] = (int32_t)it->valuedouble;
 	cJSON_Delete(j);
@@ -70,8 +70,8 @@ add_span(const struct prompt *p, const int32_t *tab, int from, int to, int32_t *
 }
 
 static double
-run(struct engine_ctx *c, int n, int32_t *tok, int32_t *pos, const int32_t **table,
-    int32_t *rows, float *out, char *err)
+run(struct engine_ctx *c, int n, int32_t *tok, int32_t *pos, const int32_t **table, int32_t *rows, float *out,
+    char *err)
 {
 	struct engine_batch b = { n, tok, pos, table, n, rows };
 
@@ -101,12 +101,12 @@ main(void)
 	}
 	int V = m->hp.n_vocab;
 	CHECK(load_prompt(dir, 1, V, &a) == 0 && load_prompt(dir, 2, V, &b) == 0, "golden prompts load");
-	CHECK(a.n > 16 && a.n <= 32 && b.n > 32 && b.n <= 48, "prompt lengths suit the block tables (%d, %d)",
-	      a.n, b.n);
+	CHECK(a.n > 16 && a.n <= 32 && b.n > 32 && b.n <= 48, "prompt lengths suit the block tables (%d, %d)", a.n,
+	      b.n);
 	float *out = malloc((size_t)64 * V * sizeof(float));
 	float *full_a = malloc((size_t)a.n * V * sizeof(float));
-	if (out == NULL || full_a == NULL || a.gold == NULL || b.gold == NULL || a.n <= 16 || a.n > 32 ||
-	    b.n <= 32 || b.n > 48)
+	if (out == NULL || full_a == NULL || a.gold == NULL || b.gold == NULL || a.n <= 16 || a.n > 32 || b.n <= 32 ||
+	    b.n > 48)
 		return test_summary();
 
 	/* step 1: A[0,12) and B[0,20); step 2: A[12,n) and B[20,n) */

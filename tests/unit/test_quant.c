@@ -87,8 +87,8 @@ test_blocks(void)
 	put16(b + 80, 1.0f);
 	put16(b + 82, 0.5f);
 	tensor_dequantize_row(TT_Q2_K, b, y, 256);
-	CHECK(y[0] == 3 * 2 - 0.5f * 1 && y[32] == 4 * 1 && y[16] == -0.5f * 2, "Q2_K values %g %g %g",
-	      y[0], y[32], y[16]);
+	CHECK(y[0] == 3 * 2 - 0.5f * 1 && y[32] == 4 * 1 && y[16] == -0.5f * 2, "Q2_K values %g %g %g", y[0], y[32],
+	      y[16]);
 
 	/* Q4_K: d, dmin, scales[12], qs[128]; sub-block 0 scale 2 min 3,
 	 * sub-block 5 (j>=4 packing) scale 37 min 9. */
@@ -118,8 +118,8 @@ test_blocks(void)
 
 	/* Q6_K: ql[128], qh[64], scales[16], d.  Element 0 and element 64. */
 	memset(b, 0, sizeof(b));
-	b[0] = 0x5 | (0x9 << 4);      /* element 0 low 4 bits 5; element 64 low 4 bits 9 */
-	b[128] = 0x2 | (0x1 << 4);    /* element 0 high bits 2 (+32); element 64 high bits 1 (+16) */
+	b[0] = 0x5 | (0x9 << 4);   /* element 0 low 4 bits 5; element 64 low 4 bits 9 */
+	b[128] = 0x2 | (0x1 << 4); /* element 0 high bits 2 (+32); element 64 high bits 1 (+16) */
 	b[192 + 0] = 3;
 	b[192 + 4] = (uint8_t)-2;
 	put16(b + 208, 0.5f);
@@ -129,11 +129,11 @@ test_blocks(void)
 	/* Q3_K: hmask[32], qs[64], scales[12], d.  All scales 32+1 = 33 -> 1. */
 	memset(b, 0, sizeof(b));
 	for (int i = 0; i < 8; i++)
-		b[96 + i] = 0x11;          /* low 4 bits of all 16 scales = 1 */
+		b[96 + i] = 0x11; /* low 4 bits of all 16 scales = 1 */
 	for (int i = 8; i < 12; i++)
-		b[96 + i] = 0xaa;          /* high 2 bits = 2 -> 1 + 32 = 33 */
-	b[32 + 0] = 0x3;                   /* element 0: q = 3 */
-	b[0] = 0x1;                        /* hmask bit 0 of element 0 set: no -4 */
+		b[96 + i] = 0xaa; /* high 2 bits = 2 -> 1 + 32 = 33 */
+	b[32 + 0] = 0x3;          /* element 0: q = 3 */
+	b[0] = 0x1;               /* hmask bit 0 of element 0 set: no -4 */
 	put16(b + 108, 2.0f);
 	tensor_dequantize_row(TT_Q3_K, b, y, 256);
 	CHECK(y[0] == 2 * 1 * 3 && y[1] == 2 * 1 * (0 - 4), "Q3_K values %g %g", y[0], y[1]);
@@ -146,8 +146,8 @@ test_round_trips(void)
 		uint32_t type;
 		double bound; /* max relative RMS error on N(0,1) data */
 	} rt[] = {
-		{ TT_F16, 1e-3 }, { TT_BF16, 5e-3 }, { TT_Q8_0, 1e-2 }, { TT_Q6_K, 3e-2 },
-		{ TT_Q4_0, 1.2e-1 }, { TT_Q4_K, 1.2e-1 },
+		{ TT_F16, 1e-3 },  { TT_BF16, 5e-3 },   { TT_Q8_0, 1e-2 },
+		{ TT_Q6_K, 3e-2 }, { TT_Q4_0, 1.2e-1 }, { TT_Q4_K, 1.2e-1 },
 	};
 	enum { N = 4096 };
 	static float x[N], y[N];
@@ -217,17 +217,20 @@ test_kernels(const struct cpu_kernels *simd)
 	b = ref->dot_f32(wf, xf, N);
 	CHECK(fabsf(a - b) <= 1e-3f * fabsf(b) + 1e-2f, "dot_q4_0 %g vs float %g", a, b);
 	/* k-quants: SIMD = scalar = float dot of the dequantized operands */
-	static const struct { uint32_t type; const char *name; } kq[] = { { TT_Q4_K, "Q4_K" }, { TT_Q6_K, "Q6_K" } };
+	static const struct {
+		uint32_t type;
+		const char *name;
+	} kq[] = { { TT_Q4_K, "Q4_K" }, { TT_Q6_K, "Q6_K" } };
 	for (int i = 0; i < 2; i++) {
-		float (*fs)(const void *, const struct block_q8 *, size_t) =
-			i == 0 ? simd->dot_q4_k : simd->dot_q6_k;
-		float (*fr)(const void *, const struct block_q8 *, size_t) =
-			i == 0 ? ref->dot_q4_k : ref->dot_q6_k;
+		float (*fs)(const void *, const struct block_q8 *, size_t) = i == 0 ? simd->dot_q4_k : simd->dot_q6_k;
+		float (*fr)(const void *, const struct block_q8 *, size_t) = i == 0 ? ref->dot_q4_k : ref->dot_q6_k;
 		tensor_quantize_row(kq[i].type, w, wq, N);
 		tensor_dequantize_row(kq[i].type, wq, wf, N);
 		float want = ref->dot_f32(wf, xf, N), r = fr(wq, xr, N / 32), v = fs(wq, xr, N / 32);
-		CHECK(fabsf(r - want) <= 1e-3f * fabsf(want) + 1e-2f, "%s scalar dot %g vs float %g", kq[i].name, r, want);
-		CHECK(fabsf(v - want) <= 1e-3f * fabsf(want) + 1e-2f, "%s %s dot %g vs float %g", kq[i].name, simd->name, v, want);
+		CHECK(fabsf(r - want) <= 1e-3f * fabsf(want) + 1e-2f, "%s scalar dot %g vs float %g", kq[i].name, r,
+		      want);
+		CHECK(fabsf(v - want) <= 1e-3f * fabsf(want) + 1e-2f, "%s %s dot %g vs float %g", kq[i].name,
+		      simd->name, v, want);
 	}
 	uint16_t h[37];
 	float f1[37], f2[37];

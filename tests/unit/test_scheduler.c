@@ -31,7 +31,7 @@ load_ids(const char *dir, int pi, int32_t *ids)
 	cJSON *j = js ? cJSON_Parse(js) : NULL;
 	free(js);
 	const cJSON *arr = j != NULL ? cJSON_GetObjectItem(j, "prompt_ids") : NULL;
-	cJSON_ArrayForEach(it, arr)
+	cJSON_ArrayForEach (it, arr)
 		if (n < 64)
 			ids[n++] = (int32_t)it->valuedouble;
 	cJSON_Delete(j);
@@ -65,8 +65,8 @@ wait_done(struct scheduler *s, struct sched_request *r)
 
 /* Run all NREQ requests at once on a scheduler; out[i] gets their tokens. */
 static int
-run_all(const struct engine_model *m, const struct tokenizer *tok, int n_blocks, int max_seqs,
-	int32_t out[NREQ][GEN], int *preemptions)
+run_all(const struct engine_model *m, const struct tokenizer *tok, int n_blocks, int max_seqs, int32_t out[NREQ][GEN],
+	int *preemptions)
 {
 	struct engine_ctx_params cp = { .n_ctx = 128, .n_batch = 32, .n_threads = 2, .n_kv_blocks = n_blocks };
 	struct scheduler_params sp = { .max_seqs = max_seqs, .max_queue = 64, .model_name = "t" };
@@ -239,9 +239,10 @@ test_chunked_prefill(const struct engine_model *m, const struct tokenizer *tok)
 	double passes = metric(s, "privai:forward_passes_total") - passes0;
 	/* 100 prompt tokens in a 32-token budget shared with one decode token:
 	 * at least 4 passes, each also advancing A by one */
-	CHECK(passes >= 4 && a_after - a_before >= 4, "prefill in %.0f passes; the decoding request gained %d tokens meanwhile",
-	      passes, a_after - a_before);
-	printf("chunked prefill: 100 prompt tokens over %.0f passes, %d decode tokens for the other request meanwhile\n",
+	CHECK(passes >= 4 && a_after - a_before >= 4,
+	      "prefill in %.0f passes; the decoding request gained %d tokens meanwhile", passes, a_after - a_before);
+	printf("chunked prefill: 100 prompt tokens over %.0f passes, %d decode tokens for the other request "
+	       "meanwhile\n",
 	       passes, a_after - a_before);
 	scheduler_cancel(s, a);
 	wait_done(s, a);

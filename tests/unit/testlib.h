@@ -13,24 +13,24 @@
 
 static int tl_pass, tl_fail, tl_skip;
 
-#define CHECK(cond, ...)                                                        \
-	do {                                                                    \
-		if (cond) {                                                     \
-			tl_pass++;                                              \
-		} else {                                                        \
-			tl_fail++;                                              \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);    \
-			fprintf(stderr, __VA_ARGS__);                           \
-			fputc('\n', stderr);                                    \
-		}                                                               \
+#define CHECK(cond, ...)                                                                                               \
+	do {                                                                                                           \
+		if (cond) {                                                                                            \
+			tl_pass++;                                                                                     \
+		} else {                                                                                               \
+			tl_fail++;                                                                                     \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                           \
+			fprintf(stderr, __VA_ARGS__);                                                                  \
+			fputc('\n', stderr);                                                                           \
+		}                                                                                                      \
 	} while (0)
 
-#define SKIP(...)                                                               \
-	do {                                                                    \
-		tl_skip++;                                                      \
-		fprintf(stderr, "SKIP: ");                                      \
-		fprintf(stderr, __VA_ARGS__);                                   \
-		fputc('\n', stderr);                                            \
+#define SKIP(...)                                                                                                      \
+	do {                                                                                                           \
+		tl_skip++;                                                                                             \
+		fprintf(stderr, "SKIP: ");                                                                             \
+		fprintf(stderr, __VA_ARGS__);                                                                          \
+		fputc('\n', stderr);                                                                                   \
 	} while (0)
 
 static inline int

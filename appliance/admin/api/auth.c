@@ -162,7 +162,8 @@ h_password(struct req *r)
 	cJSON *j, *revoked = NULL;
 
 	if (r->authed != 1) {
-		reply_error(r, 422, "not_a_session", NULL, "a password is changed in a signed-in session, not with a "
+		reply_error(r, 422, "not_a_session", NULL,
+			    "a password is changed in a signed-in session, not with a "
 			    "token");
 		return;
 	}
@@ -192,8 +193,9 @@ h_password(struct req *r)
 	if ((rc = auth_user_set_password(r->a->db, r->who.user_id, next, 0, err)) != PRIVAI_OK ||
 	    (rc = auth_end_access(r->a->db, r->who.user_id, session_cookie(r), revoke_tokens, r->now,
 				  "the owner's password changed", &ended, &revoked, err)) != PRIVAI_OK ||
-	    (rc = db_commit(r->a->db) == 0 ? PRIVAI_OK : privai_fail(err, PRIVAI_EIO, "database: %s",
-								     sqlite3_errmsg(r->a->db))) != PRIVAI_OK) {
+	    (rc = db_commit(r->a->db) == 0
+			  ? PRIVAI_OK
+			  : privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(r->a->db))) != PRIVAI_OK) {
 		db_rollback(r->a->db);
 		reply_status(r, rc, "new_password", err);
 		goto out;

@@ -224,7 +224,8 @@ static const struct stream_ops backup_upload_ops = {
 };
 
 const struct route api_backups_routes[] = {
-	{ "POST", "/api/v1/system/backups/upload", ROLE_ADMIN, ROUTE_STREAM, NULL, &backup_upload_ops, "backup.upload" },
+	{ "POST", "/api/v1/system/backups/upload", ROLE_ADMIN, ROUTE_STREAM, NULL, &backup_upload_ops,
+	  "backup.upload" },
 	{ "GET", "/api/v1/system/backups", ROLE_ADMIN, 0, h_backup_list, NULL, NULL },
 	{ "POST", "/api/v1/system/backups", ROLE_ADMIN, 0, h_backup_create, NULL, "backup.create" },
 	{ "GET", "/api/v1/system/backups/{name}", ROLE_ADMIN, 0, h_backup_download, NULL, "backup.download" },

@@ -93,7 +93,8 @@ replace(struct req *r, const char *cert, const char *key, int force)
 		reply_error(r, 500, "internal", NULL, "out of memory");
 		return;
 	}
-	if (tls_store_replace(a->tls_dir, cert, key, err) != PRIVAI_OK || tls_live_replace(cert, key, err) != PRIVAI_OK) {
+	if (tls_store_replace(a->tls_dir, cert, key, err) != PRIVAI_OK ||
+	    tls_live_replace(cert, key, err) != PRIVAI_OK) {
 		free(cert_copy);
 		reply_error(r, 500, "internal", NULL, "%s", err);
 		return;
@@ -119,20 +120,24 @@ h_tls_put(struct req *r)
 	cJSON *j;
 
 	if (!r->a->tls) {
-		reply_error(r, 409, "tls_off", NULL, "this console serves plain HTTP on loopback (--dev); it has no "
+		reply_error(r, 409, "tls_off", NULL,
+			    "this console serves plain HTTP on loopback (--dev); it has no "
 			    "certificate to replace");
 		return;
 	}
 	if (r->a->tls_dir[0] == '\0') {
-		reply_error(r, 409, "tls_external", NULL, "this console's certificate comes from --tls-cert %s; replace "
-			    "that file and restart privai-admin", r->a->cfg.tls_cert);
+		reply_error(r, 409, "tls_external", NULL,
+			    "this console's certificate comes from --tls-cert %s; replace "
+			    "that file and restart privai-admin",
+			    r->a->cfg.tls_cert);
 		return;
 	}
 	if ((j = body_object(r)) == NULL)
 		return;
 	if (fields_known(r, j, known) == 0 &&
 	    (cert = field_text(r, j, "certificate", 1, TLS_MAX_CERT_PEM, NULL)) != NULL &&
-	    (key = field_text(r, j, "key", 1, TLS_MAX_KEY_PEM, NULL)) != NULL && field_bool(r, j, "force", 0, &force) == 0)
+	    (key = field_text(r, j, "key", 1, TLS_MAX_KEY_PEM, NULL)) != NULL &&
+	    field_bool(r, j, "force", 0, &force) == 0)
 		replace(r, cert, key, force);
 	body_wipe(j); /* the private key */
 }

@@ -41,8 +41,10 @@ h_keys(struct req *r)
 	int64_t id = arg_id(r, 0, "deployment");
 
 	if (id > 0 && deployment_exists(r, id))
-		reply_query(r, 200, "SELECT id, name, created_at, revoked_at FROM deployment_keys "
-				    "WHERE deployment_id = ?1 ORDER BY id", 1, &id, NULL);
+		reply_query(r, 200,
+			    "SELECT id, name, created_at, revoked_at FROM deployment_keys "
+			    "WHERE deployment_id = ?1 ORDER BY id",
+			    1, &id, NULL);
 }
 
 static void
@@ -96,8 +98,10 @@ h_key_revoke(struct req *r)
 
 	if (id < 0 || (key_id = arg_id(r, 1, "key")) < 0 || deploy_refuse_if_leader_owned(r, id))
 		return;
-	if (sqlite3_prepare_v2(r->a->db, "UPDATE deployment_keys SET revoked_at = ?1 WHERE id = ?2 AND "
-					 "deployment_id = ?3 AND revoked_at IS NULL", -1, &st, NULL) != SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db,
+			       "UPDATE deployment_keys SET revoked_at = ?1 WHERE id = ?2 AND "
+			       "deployment_id = ?3 AND revoked_at IS NULL",
+			       -1, &st, NULL) != SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		return;
 	}
@@ -114,7 +118,8 @@ h_key_revoke(struct req *r)
 		return;
 	}
 	if (supervisor_keys_changed(r->a->sup, id) != 0) {
-		reply_error(r, 500, "internal", NULL, "the key is revoked in the store but the engine's key file "
+		reply_error(r, 500, "internal", NULL,
+			    "the key is revoked in the store but the engine's key file "
 			    "could not be rewritten; it is rewritten when the engine restarts");
 		return;
 	}
@@ -252,10 +257,13 @@ h_metrics(struct req *r)
 const struct route api_deploy_ops_routes[] = {
 	{ "GET", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_keys, NULL, NULL },
 	{ "POST", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_key_create, NULL, "deployment.key_create" },
-	{ "DELETE", "/api/v1/deployments/{id}/keys/{key}", ROLE_OPERATOR, 0, h_key_revoke, NULL, "deployment.key_revoke" },
+	{ "DELETE", "/api/v1/deployments/{id}/keys/{key}", ROLE_OPERATOR, 0, h_key_revoke, NULL,
+	  "deployment.key_revoke" },
 	{ "GET", "/api/v1/deployments/{id}/logs", ROLE_OPERATOR, ROUTE_UNLOCKED, h_logs, NULL, NULL },
 	{ "GET", "/api/v1/deployments/{id}/metrics", ROLE_VIEWER, ROUTE_UNLOCKED, h_metrics, NULL, NULL },
-	{ "POST", "/api/v1/deployments/{id}/v1/chat/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_chat, NULL, NULL },
-	{ "POST", "/api/v1/deployments/{id}/v1/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_completions, NULL, NULL },
+	{ "POST", "/api/v1/deployments/{id}/v1/chat/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY,
+	  h_chat, NULL, NULL },
+	{ "POST", "/api/v1/deployments/{id}/v1/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY,
+	  h_completions, NULL, NULL },
 	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

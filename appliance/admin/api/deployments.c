@@ -26,21 +26,20 @@
 
 /* endpoint: where a client with one of its keys reaches the engine: on
  * this node's loopback, or through the console of the node that runs it */
-#define DEPLOY_FIELDS                                                                                        \
-	"SELECT d.id, d.name, d.model_id, m.name AS model, d.placement, d.options, d.port, d.desired, "     \
-	"d.state, d.reason, d.pid, d.unit, d.restarts, d.started_at, d.created_at, d.updated_at, "                  \
-	"coalesce(n.name, (SELECT name FROM nodes WHERE is_self = 1)) AS node, d.leader_id, "                        \
-	"CASE WHEN d.node_id IS NULL THEN 'http://127.0.0.1:' || d.port || '/v1' "                                  \
-	"ELSE n.url || '/api/v1/cluster/deployments/' || d.id || '/v1' END AS endpoint "                            \
+#define DEPLOY_FIELDS                                                                                                  \
+	"SELECT d.id, d.name, d.model_id, m.name AS model, d.placement, d.options, d.port, d.desired, "                \
+	"d.state, d.reason, d.pid, d.unit, d.restarts, d.started_at, d.created_at, d.updated_at, "                     \
+	"coalesce(n.name, (SELECT name FROM nodes WHERE is_self = 1)) AS node, d.leader_id, "                          \
+	"CASE WHEN d.node_id IS NULL THEN 'http://127.0.0.1:' || d.port || '/v1' "                                     \
+	"ELSE n.url || '/api/v1/cluster/deployments/' || d.id || '/v1' END AS endpoint "                               \
 	"FROM deployments d JOIN models m ON m.id = d.model_id LEFT JOIN nodes n ON n.id = d.node_id"
 
 /* What a placement is checked with besides itself. */
 struct placing {
 	int64_t model_id;
-	const char *options;      /* the deployment's options once this request is applied */
-	int64_t self_id;          /* the deployment changed, 0 for a new one */
+	const char *options; /* the deployment's options once this request is applied */
+	int64_t self_id;     /* the deployment changed, 0 for a new one */
 };
-
 
 static void
 h_list(struct req *r)
@@ -72,8 +71,10 @@ node_field(struct req *r, const cJSON *p, long *cpus)
 	*cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	if (node == NULL)
 		return cJSON_GetObjectItemCaseSensitive(p, "node") != NULL ? -1 : 0;
-	if (sqlite3_prepare_v2(r->a->db, "SELECT id, is_self, state, coalesce(cpu_cores, 0) FROM nodes WHERE name = ?1 "
-					 "AND state != 'removed'", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT id, is_self, state, coalesce(cpu_cores, 0) FROM nodes WHERE name = ?1 "
+			       "AND state != 'removed'",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, node, -1, SQLITE_TRANSIENT);
 		if (sqlite3_step(st) == SQLITE_ROW) {
 			id = sqlite3_column_int64(st, 0);
@@ -85,14 +86,17 @@ node_field(struct req *r, const cJSON *p, long *cpus)
 		sqlite3_finalize(st);
 	}
 	if (id < 0) {
-		reply_error(r, 422, "invalid_field", "placement.node", "no node named '%s' (see GET /api/v1/nodes)", node);
+		reply_error(r, 422, "invalid_field", "placement.node", "no node named '%s' (see GET /api/v1/nodes)",
+			    node);
 		return -1;
 	}
 	if (is_self)
 		return 0;
 	if (strcmp(state, "draining") == 0) {
-		reply_error(r, 409, "node_draining", "placement.node", "node %s is draining; resume it before placing "
-			    "deployments on it", node);
+		reply_error(r, 409, "node_draining", "placement.node",
+			    "node %s is draining; resume it before placing "
+			    "deployments on it",
+			    node);
 		return -1;
 	}
 	return id;
@@ -112,15 +116,23 @@ gpu_placement(struct req *r, const cJSON *p, const struct placing *pl, int64_t n
 		reply_error(r, 422, "invalid_field", "placement.threads", "placement.threads is for kind cpu, not gpu");
 		return NULL;
 	}
-	if (field_int(r, p, "count", 0, 1, 16, 0, &count) < 0 || field_int(r, p, "tensor_parallel", 0, 1, 64, 0, &tp) < 0)
+	if (field_int(r, p, "count", 0, 1, 16, 0, &count) < 0 ||
+	    field_int(r, p, "tensor_parallel", 0, 1, 64, 0, &tp) < 0)
 		return NULL;
 	if ((gpus == NULL) == (count == 0)) {
-		reply_error(r, 422, "invalid_field", "placement.gpus", "a GPU placement names its GPUs (placement.gpus) "
+		reply_error(r, 422, "invalid_field", "placement.gpus",
+			    "a GPU placement names its GPUs (placement.gpus) "
 			    "or how many to pick (placement.count): one of the two");
 		return NULL;
 	}
-	struct gpu_ask q = { node_id > 0 ? node_id : r->a->self_node_id, node != NULL ? node : r->a->cfg.node_name,
-			     gpus, (int)count, (int)tp, pl->model_id, pl->options, pl->self_id };
+	struct gpu_ask q = { node_id > 0 ? node_id : r->a->self_node_id,
+			     node != NULL ? node : r->a->cfg.node_name,
+			     gpus,
+			     (int)count,
+			     (int)tp,
+			     pl->model_id,
+			     pl->options,
+			     pl->self_id };
 	cJSON *out = cJSON_CreateObject();
 	if (out == NULL || cJSON_AddStringToObject(out, "kind", "gpu") == NULL) {
 		reply_error(r, 500, "internal", NULL, "out of memory");
@@ -219,7 +231,8 @@ model_field(struct req *r, const cJSON *j)
 		reply_error(r, 422, "missing_field", "model", "model (a model's id or name) is required");
 		return -1;
 	}
-	if (sqlite3_prepare_v2(r->a->db, "SELECT id FROM models WHERE id = ?1 OR name = ?2", -1, &st, NULL) != SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db, "SELECT id FROM models WHERE id = ?1 OR name = ?2", -1, &st, NULL) !=
+	    SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		return -1;
 	}
@@ -252,9 +265,10 @@ refuse_if_draining(struct req *r, int64_t node_id)
 		sqlite3_finalize(st);
 	}
 	if (draining)
-		reply_error(r, 409, "node_draining", NULL, "node %lld is draining; resume it (POST "
-			    "/api/v1/nodes/%lld/resume) before starting deployments", (long long)node_id,
-			    (long long)node_id);
+		reply_error(r, 409, "node_draining", NULL,
+			    "node %lld is draining; resume it (POST "
+			    "/api/v1/nodes/%lld/resume) before starting deployments",
+			    (long long)node_id, (long long)node_id);
 	return draining;
 }
 
@@ -271,8 +285,10 @@ deploy_refuse_if_leader_owned(struct req *r, int64_t id)
 		sqlite3_finalize(st);
 	}
 	if (owned)
-		reply_error(r, 409, "leader_owned", NULL, "deployment %lld was placed here by the cluster's leader; "
-			    "change it on the leader's console", (long long)id);
+		reply_error(r, 409, "leader_owned", NULL,
+			    "deployment %lld was placed here by the cluster's leader; "
+			    "change it on the leader's console",
+			    (long long)id);
 	return owned;
 }
 
@@ -310,7 +326,8 @@ h_create(struct req *r)
 	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 64, NULL)) == NULL)
 		goto out;
 	if (!model_name_ok(name)) {
-		reply_error(r, 422, "invalid_field", "name", "a deployment name is 1-64 letters, digits, '.', '_', ':' "
+		reply_error(r, 422, "invalid_field", "name",
+			    "a deployment name is 1-64 letters, digits, '.', '_', ':' "
 			    "or '-', not starting with '.' or '-'");
 		goto out;
 	}
@@ -330,11 +347,13 @@ h_create(struct req *r)
 		goto out;
 	}
 	int rc = SQLITE_ERROR;
-	if (sqlite3_prepare_v2(r->a->db, "INSERT INTO deployments (name, model_id, placement, options, port, state, "
-					 "desired, created_at, updated_at, node_id, reason) VALUES (?1, ?2, ?3, ?4, "
-					 "nullif(?5, 0), 'pending', 'running', ?6, ?6, nullif(?7, 0), CASE WHEN ?7 > 0 "
-					 "THEN 'placed on node ' || (SELECT name FROM nodes WHERE id = ?7) || '; waiting "
-					 "for its next heartbeat' END)", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db,
+			       "INSERT INTO deployments (name, model_id, placement, options, port, state, "
+			       "desired, created_at, updated_at, node_id, reason) VALUES (?1, ?2, ?3, ?4, "
+			       "nullif(?5, 0), 'pending', 'running', ?6, ?6, nullif(?7, 0), CASE WHEN ?7 > 0 "
+			       "THEN 'placed on node ' || (SELECT name FROM nodes WHERE id = ?7) || '; waiting "
+			       "for its next heartbeat' END)",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 2, model_id);
 		sqlite3_bind_text(st, 3, placement, -1, SQLITE_TRANSIENT);
@@ -387,9 +406,11 @@ load_current(struct req *r, int64_t id, struct current *c)
 {
 	sqlite3_stmt *st;
 
-	if (sqlite3_prepare_v2(r->a->db, "SELECT d.model_id, d.options, d.placement, d.desired, coalesce(n.name, "
-					 "(SELECT name FROM nodes WHERE is_self = 1)) FROM deployments d LEFT JOIN nodes n "
-					 "ON n.id = d.node_id WHERE d.id = ?1", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT d.model_id, d.options, d.placement, d.desired, coalesce(n.name, "
+			       "(SELECT name FROM nodes WHERE is_self = 1)) FROM deployments d LEFT JOIN nodes n "
+			       "ON n.id = d.node_id WHERE d.id = ?1",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, id);
 		if (sqlite3_step(st) == SQLITE_ROW) {
 			c->model_id = sqlite3_column_int64(st, 0);
@@ -449,9 +470,11 @@ h_update(struct req *r)
 		}
 	}
 	if (db_begin(r->a->db) != SQLITE_OK ||
-	    sqlite3_prepare_v2(r->a->db, "UPDATE deployments SET desired = coalesce(?1, desired), "
-					 "placement = coalesce(?2, placement), options = coalesce(?3, options), "
-					 "updated_at = ?4 WHERE id = ?5", -1, &st, NULL) != SQLITE_OK) {
+	    sqlite3_prepare_v2(r->a->db,
+			       "UPDATE deployments SET desired = coalesce(?1, desired), "
+			       "placement = coalesce(?2, placement), options = coalesce(?3, options), "
+			       "updated_at = ?4 WHERE id = ?5",
+			       -1, &st, NULL) != SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		db_rollback(r->a->db);
 		goto out;

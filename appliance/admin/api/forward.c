@@ -32,13 +32,13 @@
 #define RELAY_SILENCE_S 600L
 
 struct relay {
-	atomic_long *streams;        /* the admin's gauge, while this answer is relayed */
+	atomic_long *streams; /* the admin's gauge, while this answer is relayed */
 	CURLM *m;
 	CURL *c;
 	struct curl_slist *h;
 	char *buf;
 	size_t len, off, cap;
-	int paused;                  /* the write callback said wait: buf is full */
+	int paused; /* the write callback said wait: buf is full */
 	int done;
 	CURLcode rc;
 };
@@ -283,8 +283,8 @@ deploy_forward(struct req *r, const char *url, const char *auth, const char *pin
 			reply_text(r, (unsigned)code, ct, text);
 		return;
 	}
-	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RELAY_CHUNK, relay_read, u,
-								      relay_free);
+	struct MHD_Response *resp =
+		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RELAY_CHUNK, relay_read, u, relay_free);
 	if (resp == NULL) {
 		relay_free(u);
 		reply_error(r, 500, "internal", NULL, "out of memory");

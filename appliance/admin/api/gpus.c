@@ -20,12 +20,12 @@
 #include "gpu/mig_apply.h"
 #include "store/rows.h"
 
-#define GPU_COLUMNS                                                                                          \
-	"SELECT g.id, g.node_id, n.name AS node, g.idx AS \"index\", g.uuid, g.name, g.memory_bytes, "      \
-	"g.pci_bus_id, g.mig_supported, g.mig_enabled, g.mig_table, g.instances, g.seen_at, "               \
-	"(SELECT count(*) FROM gpu_partitions p WHERE p.gpu_id = g.id) AS partitions, "                    \
-	"(SELECT d.name FROM deployments d, json_each(d.placement, '$.gpus') x WHERE d.desired = 'running' "   \
-	"AND x.value = g.uuid) AS deployment "                                                               \
+#define GPU_COLUMNS                                                                                                    \
+	"SELECT g.id, g.node_id, n.name AS node, g.idx AS \"index\", g.uuid, g.name, g.memory_bytes, "                 \
+	"g.pci_bus_id, g.mig_supported, g.mig_enabled, g.mig_table, g.instances, g.seen_at, "                          \
+	"(SELECT count(*) FROM gpu_partitions p WHERE p.gpu_id = g.id) AS partitions, "                                \
+	"(SELECT d.name FROM deployments d, json_each(d.placement, '$.gpus') x WHERE d.desired = 'running' "           \
+	"AND x.value = g.uuid) AS deployment "                                                                         \
 	"FROM gpus g JOIN nodes n ON n.id = g.node_id"
 
 struct gpu {
@@ -60,9 +60,10 @@ load_gpu(struct req *r, struct gpu *g)
 	memset(g, 0, sizeof(*g));
 	if ((g->id = arg_id(r, 0, "gpu")) < 0)
 		return -1;
-	if (sqlite3_prepare_v2(r->a->db, "SELECT g.uuid, g.mig_table, g.mig_enabled, g.node_id, n.is_self, n.name "
-					 "FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.id = ?1", -1, &st,
-			       NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT g.uuid, g.mig_table, g.mig_enabled, g.node_id, n.is_self, n.name "
+			       "FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.id = ?1",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, g->id);
 		if (sqlite3_step(st) == SQLITE_ROW) {
 			found = 1;
@@ -151,11 +152,13 @@ layout_field(struct req *r, const cJSON *j, const struct gpu *g, struct mig_inst
 	if (fields_known(r, j, top) < 0)
 		return -1;
 	if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) > MIG_MAX_INSTANCES) {
-		reply_error(r, 422, "invalid_field", "instances", "instances must be an array of at most %d GPU "
-			    "instances", MIG_MAX_INSTANCES);
+		reply_error(r, 422, "invalid_field", "instances",
+			    "instances must be an array of at most %d GPU "
+			    "instances",
+			    MIG_MAX_INSTANCES);
 		return -1;
 	}
-	cJSON_ArrayForEach(e, list) {
+	cJSON_ArrayForEach (e, list) {
 		const char *name;
 		int64_t start;
 		if (!cJSON_IsObject(e)) {
@@ -190,13 +193,16 @@ reply_view(struct req *r, unsigned status, const struct gpu *g)
 	cJSON_AddStringToObject(o, "table", g->table->name);
 	cJSON_AddBoolToObject(o, "mig_enabled", g->mig_enabled);
 	cJSON *rows = NULL, *e;
-	if (sqlite3_prepare_v2(r->a->db, "SELECT profile, start_slice AS start, state, error FROM gpu_partitions "
-					 "WHERE gpu_id = ?1 ORDER BY start_slice", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT profile, start_slice AS start, state, error FROM gpu_partitions "
+			       "WHERE gpu_id = ?1 ORDER BY start_slice",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, g->id);
 		rows = rows_json(st);
 	}
-	cJSON_ArrayForEach(e, rows) {
-		const struct mig_profile *p = mig_profile_find(g->table, cJSON_GetStringValue(cJSON_GetObjectItem(e, "profile")));
+	cJSON_ArrayForEach (e, rows) {
+		const struct mig_profile *p =
+			mig_profile_find(g->table, cJSON_GetStringValue(cJSON_GetObjectItem(e, "profile")));
 		cJSON_AddNumberToObject(e, "size", p ? p->size : 0);
 		cJSON_AddNumberToObject(e, "compute", p ? p->compute : 0);
 	}
@@ -259,15 +265,19 @@ h_mig_put(struct req *r)
 	if ((n = layout_field(r, j, &g, in)) < 0)
 		goto out;
 	if (!g.mig_enabled) {
-		reply_error(r, 409, "mig_disabled", NULL, "MIG mode is off on GPU %s; enabling it needs a GPU reset "
-			    "(nvidia-smi -i %s -mig 1), which privai never does on its own", g.uuid, g.uuid);
+		reply_error(r, 409, "mig_disabled", NULL,
+			    "MIG mode is off on GPU %s; enabling it needs a GPU reset "
+			    "(nvidia-smi -i %s -mig 1), which privai never does on its own",
+			    g.uuid, g.uuid);
 		goto out;
 	}
 	/* a new layout destroys the instances a running engine may be on */
 	char holder[80];
 	if (gpu_holder(r->a->db, g.uuid, 0, holder, sizeof(holder))) {
-		reply_error(r, 409, "gpu_busy", NULL, "deployment '%s' runs on GPU %s or one of its MIG instances; stop "
-			    "it before changing the layout", holder, g.uuid);
+		reply_error(r, 409, "gpu_busy", NULL,
+			    "deployment '%s' runs on GPU %s or one of its MIG instances; stop "
+			    "it before changing the layout",
+			    holder, g.uuid);
 		goto out;
 	}
 	if (mig_layout_place(g.table, in, n, why, sizeof(why)) < 0) {

@@ -23,10 +23,10 @@
 #include "store/rows.h"
 #include "http/spool.h"
 
-#define MODEL_FIELDS                                                                                         \
-	"SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, quantization, "  \
-	"context_length, n_layer, n_head, n_head_kv, head_dim, n_embd, n_vocab, kv_latent, tokenizer, "      \
-	"chat_template IS NOT NULL AS has_chat_template, error, bytes_done, url, created_at, "               \
+#define MODEL_FIELDS                                                                                                   \
+	"SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, quantization, "           \
+	"context_length, n_layer, n_head, n_head_kv, head_dim, n_embd, n_vocab, kv_latent, tokenizer, "                \
+	"chat_template IS NOT NULL AS has_chat_template, error, bytes_done, url, created_at, "                         \
 	"(SELECT count(*) FROM deployments d WHERE d.model_id = models.id) AS deployments"
 #define MODEL_COLUMNS MODEL_FIELDS " FROM models"
 
@@ -98,8 +98,10 @@ model_fetch_start(struct req *r, const cJSON *body, const char *name)
 		return;
 	}
 	if (!model_url_host_allowed(r->a->db, host)) {
-		reply_error(r, 403, "host_not_allowed", "url", "%s is not in the model_url_hosts setting; an admin "
-			    "names the servers models may come from", host);
+		reply_error(r, 403, "host_not_allowed", "url",
+			    "%s is not in the model_url_hosts setting; an admin "
+			    "names the servers models may come from",
+			    host);
 		return;
 	}
 	int64_t id;
@@ -130,7 +132,8 @@ h_register(struct req *r)
 	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 128, NULL)) == NULL)
 		goto out;
 	if (!model_name_ok(name)) {
-		reply_error(r, 422, "invalid_field", "name", "a model name is 1-128 letters, digits, '.', '_', ':' or "
+		reply_error(r, 422, "invalid_field", "name",
+			    "a model name is 1-128 letters, digits, '.', '_', ':' or "
 			    "'-', not starting with '.' or '-'");
 		goto out;
 	}
@@ -174,8 +177,10 @@ h_delete(struct req *r)
 
 	if (id < 0)
 		return;
-	if (sqlite3_prepare_v2(r->a->db, "SELECT path, source, name, (SELECT count(*) FROM deployments d WHERE "
-					 "d.model_id = m.id) FROM models m WHERE id = ?", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT path, source, name, (SELECT count(*) FROM deployments d WHERE "
+			       "d.model_id = m.id) FROM models m WHERE id = ?",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, id);
 		if (sqlite3_step(st) == SQLITE_ROW) {
 			found = 1;
@@ -196,8 +201,10 @@ h_delete(struct req *r)
 		return;
 	}
 	if (model_fetch_cancel(r->a, id)) {
-		reply_error(r, 409, "importing", NULL, "model %lld is still downloading; it was asked to stop, "
-			    "delete it again once it has failed", (long long)id);
+		reply_error(r, 409, "importing", NULL,
+			    "model %lld is still downloading; it was asked to stop, "
+			    "delete it again once it has failed",
+			    (long long)id);
 		return;
 	}
 	if (db_delete_id(r->a->db, "models", id) < 0) {
@@ -242,7 +249,8 @@ model_upload_begin(struct req *r)
 	struct upload *u;
 
 	if (name == NULL || !model_name_ok(name)) {
-		reply_error(r, 422, "invalid_field", "name", "?name= must be 1-128 letters, digits, '.', '_', ':' or '-', "
+		reply_error(r, 422, "invalid_field", "name",
+			    "?name= must be 1-128 letters, digits, '.', '_', ':' or '-', "
 			    "not starting with '.' or '-'");
 		return;
 	}
@@ -267,7 +275,8 @@ model_upload_end(struct req *r)
 		return;
 	if ((rc = model_meta_read(u->sp.tmp, &m, err)) != PRIVAI_OK) {
 		upload_discard(r);
-		reply_error(r, 422, "bad_file", NULL, "not a usable GGUF file: %s", strchr(err, ':') ? strchr(err, ':') + 2 : err);
+		reply_error(r, 422, "bad_file", NULL, "not a usable GGUF file: %s",
+			    strchr(err, ':') ? strchr(err, ':') + 2 : err);
 		return;
 	}
 	snprintf(final, sizeof(final), "%s/%s.gguf", r->a->models_dir, u->name);
@@ -287,8 +296,8 @@ model_upload_end(struct req *r)
 	if (spool_commit(&u->sp, final, err) != 0) {
 		/* a row for a file that is not there would be served as ready */
 		if (db_delete_id(r->a->db, "models", id) != 1)
-			log_error("model %lld (%s): registered, but its file failed and its row stays: %s", (long long)id,
-				  final, sqlite3_errmsg(r->a->db));
+			log_error("model %lld (%s): registered, but its file failed and its row stays: %s",
+				  (long long)id, final, sqlite3_errmsg(r->a->db));
 		upload_discard(r);
 		reply_error(r, 500, "internal", NULL, "%s", err);
 		return;
@@ -298,8 +307,10 @@ model_upload_end(struct req *r)
 	cJSON_AddStringToObject(d, "sha256", hex);
 	req_audit(r, "model.upload", u->name, "ok", d);
 	upload_discard(r);
-	reply_query(r, 201, "SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, "
-			    "quantization, context_length FROM models WHERE id = ?1", 1, &id, "model");
+	reply_query(r, 201,
+		    "SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, "
+		    "quantization, context_length FROM models WHERE id = ?1",
+		    1, &id, "model");
 }
 
 static const struct stream_ops model_upload_ops = {
@@ -317,4 +328,3 @@ const struct route api_models_routes[] = {
 	{ "DELETE", "/api/v1/models/{id}", ROLE_OPERATOR, 0, h_delete, NULL, "model.delete" },
 	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };
-

@@ -24,9 +24,9 @@
 #include "store/rows.h"
 #include "deploy/supervisor.h"
 
-#define NODE_COLUMNS                                                                                        \
-	"SELECT n.id, n.name, n.address, n.url, n.state, n.state_reason, n.is_self, n.cpu_model, n.cpu_cores, " \
-	"n.cpu_flags, n.numa_nodes, n.memory_bytes, n.inventory, n.joined_at, n.last_heartbeat, "          \
+#define NODE_COLUMNS                                                                                                   \
+	"SELECT n.id, n.name, n.address, n.url, n.state, n.state_reason, n.is_self, n.cpu_model, n.cpu_cores, "        \
+	"n.cpu_flags, n.numa_nodes, n.memory_bytes, n.inventory, n.joined_at, n.last_heartbeat, "                      \
 	"(SELECT count(*) FROM gpus g WHERE g.node_id = n.id) AS gpu_count FROM nodes n"
 
 static void
@@ -60,8 +60,10 @@ h_token_create(struct req *r)
 		goto out;
 	auth_new_secret("join_", token);
 	crypto_hash_sha256(h, (const unsigned char *)token, strlen(token));
-	if (sqlite3_prepare_v2(r->a->db, "INSERT INTO join_tokens (token_hash, created_at, expires_at) "
-					 "VALUES (?1, ?2, ?3)", -1, &st, NULL) != SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db,
+			       "INSERT INTO join_tokens (token_hash, created_at, expires_at) "
+			       "VALUES (?1, ?2, ?3)",
+			       -1, &st, NULL) != SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		goto out;
 	}
@@ -87,8 +89,10 @@ h_token_create(struct req *r)
 	cJSON_AddStringToObject(o, "leader_url", r->a->cfg.advertise_url);
 	if (r->a->tls_pin[0] != '\0')
 		cJSON_AddStringToObject(o, "leader_pin", r->a->tls_pin);
-	snprintf(cmd, sizeof(cmd), "privai-admin --join %s%s%s (with PRIVAI_JOIN_TOKEN=%s in its environment "
-		 "or config)", r->a->cfg.advertise_url, r->a->tls_pin[0] ? " --join-pin " : "", r->a->tls_pin, token);
+	snprintf(cmd, sizeof(cmd),
+		 "privai-admin --join %s%s%s (with PRIVAI_JOIN_TOKEN=%s in its environment "
+		 "or config)",
+		 r->a->cfg.advertise_url, r->a->tls_pin[0] ? " --join-pin " : "", r->a->tls_pin, token);
 	cJSON_AddStringToObject(o, "command", cmd);
 	reply_json(r, 201, o);
 out:
@@ -129,8 +133,10 @@ spend_join_token(struct req *r, const char *token)
 	int ok = 0;
 
 	crypto_hash_sha256(h, (const unsigned char *)token, strlen(token));
-	if (sqlite3_prepare_v2(r->a->db, "UPDATE join_tokens SET used_at = ?2 WHERE token_hash = ?1 AND "
-					 "used_at IS NULL AND expires_at > ?2", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(r->a->db,
+			       "UPDATE join_tokens SET used_at = ?2 WHERE token_hash = ?1 AND "
+			       "used_at IS NULL AND expires_at > ?2",
+			       -1, &st, NULL) != SQLITE_OK)
 		return 0;
 	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
 	sqlite3_bind_int64(st, 2, r->now);
@@ -167,7 +173,8 @@ h_join(struct req *r)
 	if (j == NULL)
 		return;
 	if (fields_known(r, j, known) < 0 || (token = field_str(r, j, "token", 1, 80, NULL)) == NULL ||
-	    (name = field_str(r, j, "name", 1, 63, NULL)) == NULL || (url = field_str(r, j, "url", 1, 255, NULL)) == NULL)
+	    (name = field_str(r, j, "name", 1, 63, NULL)) == NULL ||
+	    (url = field_str(r, j, "url", 1, 255, NULL)) == NULL)
 		goto out;
 	if (!valid_node_name(name)) {
 		reply_error(r, 422, "invalid_field", "name", "a node name is 1-63 letters, digits, '-', '.' or '_'");
@@ -187,15 +194,17 @@ h_join(struct req *r)
 	}
 	if (!spend_join_token(r, token)) {
 		db_rollback(r->a->db);
-		reply_error(r, 401, "invalid_join_token", "token", "the join token is unknown, expired or already "
+		reply_error(r, 401, "invalid_join_token", "token",
+			    "the join token is unknown, expired or already "
 			    "used; ask an admin for a new one");
 		goto out;
 	}
 	auth_new_secret("node_", secret);
 	auth_secret_hex(secret, hex);
-	if (sqlite3_prepare_v2(r->a->db, "INSERT INTO nodes (name, address, url, state, is_self, joined_at, "
-					 "last_heartbeat, secret_sha256) VALUES (?1, ?2, ?3, 'ready', 0, ?4, ?4, ?5)", -1,
-			       &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(r->a->db,
+			       "INSERT INTO nodes (name, address, url, state, is_self, joined_at, "
+			       "last_heartbeat, secret_sha256) VALUES (?1, ?2, ?3, 'ready', 0, ?4, ?4, ?5)",
+			       -1, &st, NULL) != SQLITE_OK)
 		goto fail;
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, 2, r->addr, -1, SQLITE_TRANSIENT);
@@ -245,10 +254,12 @@ planned_mig(struct req *r, int64_t node_id)
 	cJSON *out = cJSON_CreateArray(), *cur = NULL;
 	int64_t last = 0;
 
-	if (sqlite3_prepare_v2(r->a->db, "SELECT g.id, g.uuid, p.profile, p.start_slice FROM gpus g LEFT JOIN "
-					 "gpu_partitions p ON p.gpu_id = g.id WHERE g.node_id = ?1 AND EXISTS (SELECT 1 "
-					 "FROM gpu_partitions q WHERE q.gpu_id = g.id AND q.state = 'planned') ORDER BY "
-					 "g.id, p.start_slice", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT g.id, g.uuid, p.profile, p.start_slice FROM gpus g LEFT JOIN "
+			       "gpu_partitions p ON p.gpu_id = g.id WHERE g.node_id = ?1 AND EXISTS (SELECT 1 "
+			       "FROM gpu_partitions q WHERE q.gpu_id = g.id AND q.state = 'planned') ORDER BY "
+			       "g.id, p.start_slice",
+			       -1, &st, NULL) != SQLITE_OK)
 		return out;
 	sqlite3_bind_int64(st, 1, node_id);
 	while (sqlite3_step(st) == SQLITE_ROW) {
@@ -279,10 +290,12 @@ record_mig_results(struct req *r, int64_t node_id, const cJSON *results, char *e
 
 	if (!cJSON_IsArray(results))
 		return PRIVAI_OK;
-	if ((rc = db_prepare(r->a->db, "UPDATE gpu_partitions SET state = ?3, error = ?4 WHERE gpu_id = "
-				       "(SELECT id FROM gpus WHERE uuid = ?1 AND node_id = ?2)", &st, err)) != PRIVAI_OK)
+	if ((rc = db_prepare(r->a->db,
+			     "UPDATE gpu_partitions SET state = ?3, error = ?4 WHERE gpu_id = "
+			     "(SELECT id FROM gpus WHERE uuid = ?1 AND node_id = ?2)",
+			     &st, err)) != PRIVAI_OK)
 		return rc;
-	cJSON_ArrayForEach(e, results) {
+	cJSON_ArrayForEach (e, results) {
 		const char *uuid = cJSON_GetStringValue(cJSON_GetObjectItem(e, "uuid"));
 		const char *error = cJSON_GetStringValue(cJSON_GetObjectItem(e, "error"));
 		if (uuid == NULL || (error != NULL && strlen(error) > 500))
@@ -327,8 +340,10 @@ node_secret_check(struct req *r, int64_t id, char *state, size_t size)
 		return -1;
 	}
 	if (strcmp(state, "removed") == 0) {
-		reply_error(r, 410, "node_removed", NULL, "node %lld was removed from this cluster; join again with a "
-			    "new token", (long long)id);
+		reply_error(r, 410, "node_removed", NULL,
+			    "node %lld was removed from this cluster; join again with a "
+			    "new token",
+			    (long long)id);
 		return -1;
 	}
 	return 0;
@@ -408,8 +423,7 @@ h_heartbeat(struct req *r)
 		reply_error(r, 422, "invalid_field", "report", "%s", err);
 		goto out;
 	}
-	if (remote_record(r->a->db, id, cJSON_GetObjectItemCaseSensitive(j, "deployments"), r->now, err) !=
-	    PRIVAI_OK) {
+	if (remote_record(r->a->db, id, cJSON_GetObjectItemCaseSensitive(j, "deployments"), r->now, err) != PRIVAI_OK) {
 		db_rollback(r->a->db);
 		reply_error(r, 422, "invalid_field", "deployments", "%s", err);
 		goto out;
@@ -505,8 +519,10 @@ drain_mode(struct req *r)
 		if (strcmp(what, "stop") != 0 && strcmp(what, "move") != 0)
 			reply_error(r, 422, "invalid_field", "deployments", "deployments must be stop or move");
 		else if (strcmp(what, "move") == 0 && load_membership(r->a, &m))
-			reply_error(r, 409, "not_leader", "deployments", "this node is a member of %s's cluster: "
-				    "drain it there to move its deployments", m.leader);
+			reply_error(r, 409, "not_leader", "deployments",
+				    "this node is a member of %s's cluster: "
+				    "drain it there to move its deployments",
+				    m.leader);
 		else
 			move = strcmp(what, "move") == 0;
 	}
@@ -533,11 +549,14 @@ set_state(struct req *r, const char *action, int to_draining)
 		return;
 	}
 	if (to_draining) {
-		rc = exec_id(r, "UPDATE nodes SET state = 'draining', state_reason = 'drained by an operator' "
-				"WHERE id = ?1", id);
+		rc = exec_id(r,
+			     "UPDATE nodes SET state = 'draining', state_reason = 'drained by an operator' "
+			     "WHERE id = ?1",
+			     id);
 		/* moved first: what has nowhere to go is stopped by the drain */
-		if (rc == 0 && move && ((moved = cJSON_CreateArray()) == NULL ||
-					deploy_move_all(r->a, id, is_self, "node drained", moved, err) != PRIVAI_OK))
+		if (rc == 0 && move &&
+		    ((moved = cJSON_CreateArray()) == NULL ||
+		     deploy_move_all(r->a, id, is_self, "node drained", moved, err) != PRIVAI_OK))
 			rc = -1;
 		if (rc == 0 && is_self)
 			rc = node_self_drain(r->a->db, 1);
@@ -609,14 +628,17 @@ h_remove(struct req *r)
 	/* the row stays for the record (and its secret, so the node's next
 	 * heartbeat learns it was removed); its GPUs go */
 	if (db_begin(r->a->db) < 0 ||
-	    exec_id(r, "UPDATE nodes SET state = 'removed', state_reason = 'removed by an admin' WHERE id = ?1", id) < 0 ||
+	    exec_id(r, "UPDATE nodes SET state = 'removed', state_reason = 'removed by an admin' WHERE id = ?1", id) <
+		    0 ||
 	    exec_id(r, "DELETE FROM gpus WHERE node_id = ?1", id) < 0 ||
 	    /* moved first (a dead node's work goes on elsewhere); the rest stop */
 	    (q != NULL && strcmp(q, "move") == 0 &&
 	     ((moved = cJSON_CreateArray()) == NULL ||
 	      deploy_move_all(r->a, id, 0, "node removed", moved, err) != PRIVAI_OK)) ||
-	    exec_id(r, "UPDATE deployments SET desired = 'stopped', state = 'stopped', reason = 'its node was removed; "
-		       "move it to another node (placement.node) or delete it' WHERE node_id = ?1", id) < 0 ||
+	    exec_id(r,
+		    "UPDATE deployments SET desired = 'stopped', state = 'stopped', reason = 'its node was removed; "
+		    "move it to another node (placement.node) or delete it' WHERE node_id = ?1",
+		    id) < 0 ||
 	    db_commit(r->a->db) < 0) {
 		reply_error(r, 500, "internal", NULL, "%s", err[0] ? err : sqlite3_errmsg(r->a->db));
 		db_rollback(r->a->db);
@@ -639,8 +661,10 @@ static void
 h_cluster(struct req *r)
 {
 	cJSON *o;
-	sqlite3_stmt *st = rows_prepare(r->a->db, "SELECT leader_url, leader_pin, node_id, joined_at, last_ok, "
-						  "last_error, state FROM membership", 0, NULL);
+	sqlite3_stmt *st = rows_prepare(r->a->db,
+					"SELECT leader_url, leader_pin, node_id, joined_at, last_ok, "
+					"last_error, state FROM membership",
+					0, NULL);
 	int found = 0;
 	cJSON *m = st != NULL ? row_json(st, &found) : NULL;
 
@@ -686,8 +710,9 @@ h_model_file(struct req *r)
 
 	if (model < 0 || node_secret_check(r, node, state, sizeof(state)) < 0)
 		return;
-	if (sqlite3_prepare_v2(r->a->db, "SELECT m.path FROM models m WHERE m.id = ?1 AND m.state = 'ready' AND "
-					 "EXISTS (SELECT 1 FROM deployments d WHERE d.model_id = m.id AND d.node_id = ?2)",
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT m.path FROM models m WHERE m.id = ?1 AND m.state = 'ready' AND "
+			       "EXISTS (SELECT 1 FROM deployments d WHERE d.model_id = m.id AND d.node_id = ?2)",
 			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, model);
 		sqlite3_bind_int64(st, 2, node);

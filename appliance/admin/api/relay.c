@@ -29,7 +29,8 @@ local_id(struct req *r)
 	if (leader_id < 0)
 		return -1;
 	pthread_mutex_lock(&r->a->db_mu);
-	if (sqlite3_prepare_v2(r->a->db, "SELECT id FROM deployments WHERE leader_id = ?1", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db, "SELECT id FROM deployments WHERE leader_id = ?1", -1, &st, NULL) ==
+	    SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, leader_id);
 		if (sqlite3_step(st) == SQLITE_ROW)
 			id = sqlite3_column_int64(st, 0);
@@ -76,7 +77,8 @@ relay(struct req *r, const char *engine_path, int post)
 	/* the engine checks the key; without one the answer is 401 here,
 	 * so an anonymous caller learns nothing, not even which ids exist */
 	if (post && (caller == NULL || strncmp(caller, "Bearer ", 7) != 0)) {
-		reply_error(r, 401, "unauthenticated", NULL, "send the deployment's API key (Authorization: Bearer ...)");
+		reply_error(r, 401, "unauthenticated", NULL,
+			    "send the deployment's API key (Authorization: Bearer ...)");
 		return;
 	}
 	if ((id = local_id(r)) < 0)
@@ -132,7 +134,9 @@ const struct route api_relay_routes[] = {
 	  ROUTE_PUBLIC | ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_chat, NULL, NULL },
 	{ "POST", "/api/v1/cluster/deployments/{id}/v1/completions", ROLE_VIEWER,
 	  ROUTE_PUBLIC | ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_completions, NULL, NULL },
-	{ "GET", "/api/v1/cluster/deployments/{id}/metrics", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_metrics, NULL, NULL },
-	{ "GET", "/api/v1/cluster/deployments/{id}/logs", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_logs, NULL, NULL },
+	{ "GET", "/api/v1/cluster/deployments/{id}/metrics", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_metrics,
+	  NULL, NULL },
+	{ "GET", "/api/v1/cluster/deployments/{id}/logs", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_logs, NULL,
+	  NULL },
 	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

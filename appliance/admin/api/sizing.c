@@ -18,8 +18,10 @@ gpu_field(struct req *r, const char *gpu)
 	const struct gpu_type *g = sizing_gpu(gpu);
 
 	if (g == NULL)
-		reply_error(r, 422, "invalid_field", "gpu", "unknown GPU type '%.40s' (H100-80GB, H200-141GB, "
-			    "A100-80GB, A100-40GB)", gpu);
+		reply_error(r, 422, "invalid_field", "gpu",
+			    "unknown GPU type '%.40s' (H100-80GB, H200-141GB, "
+			    "A100-80GB, A100-40GB)",
+			    gpu);
 	return g;
 }
 
@@ -42,7 +44,8 @@ sizing_args(struct req *r, struct sizing_request *q)
 			continue;
 		long x = strtol(v, &end, 10);
 		if (*end != '\0' || end == v || x < 1 || x > hi[i]) {
-			reply_error(r, 422, "invalid_field", names[i], "%s must be an integer in 1..%d", names[i], hi[i]);
+			reply_error(r, 422, "invalid_field", names[i], "%s must be an integer in 1..%d", names[i],
+				    hi[i]);
 			return -1;
 		}
 		*dst[i] = (int)x;
@@ -84,9 +87,11 @@ h_sizing(struct req *r)
 	if (id < 0)
 		return;
 	memset(&q, 0, sizeof(q));
-	if (sqlite3_prepare_v2(r->a->db, "SELECT name, coalesce(weight_bytes, size_bytes), n_layer, n_head, n_head_kv, "
-					 "head_dim, kv_latent, context_length FROM models WHERE id = ? AND state = "
-					 "'ready'", -1, &st, NULL) != SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT name, coalesce(weight_bytes, size_bytes), n_layer, n_head, n_head_kv, "
+			       "head_dim, kv_latent, context_length FROM models WHERE id = ? AND state = "
+			       "'ready'",
+			       -1, &st, NULL) != SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		return;
 	}
@@ -124,9 +129,11 @@ h_sizing(struct req *r)
 static void
 h_sizing_form(struct req *r)
 {
-	static const char *const known[] = { "gpu", "parameters", "bits_per_weight", "weight_bytes", "layers",
-					     "heads", "kv_heads", "head_dim", "kv_latent", "max_context", "context",
-					     "concurrency", "kv_bytes", "gpus_per_node", NULL };
+	static const char *const known[] = { "gpu",          "parameters",    "bits_per_weight",
+					     "weight_bytes", "layers",        "heads",
+					     "kv_heads",     "head_dim",      "kv_latent",
+					     "max_context",  "context",       "concurrency",
+					     "kv_bytes",     "gpus_per_node", NULL };
 	struct sizing_request q;
 	struct sizing_result s;
 	const struct gpu_type *g;
@@ -137,11 +144,11 @@ h_sizing_form(struct req *r)
 	if ((j = body_object(r)) == NULL)
 		return;
 	if (fields_known(r, j, known) < 0 || (gpu = field_str(r, j, "gpu", 1, 40, NULL)) == NULL ||
-	    (g = gpu_field(r, gpu)) == NULL ||
-	    field_int(r, j, "parameters", 0, 1, INT64_C(1) << 50, 0, &params) < 0 ||
+	    (g = gpu_field(r, gpu)) == NULL || field_int(r, j, "parameters", 0, 1, INT64_C(1) << 50, 0, &params) < 0 ||
 	    field_int(r, j, "bits_per_weight", 0, 1, 32, 16, &bits) < 0 ||
 	    field_int(r, j, "weight_bytes", 0, 1, INT64_C(1) << 53, 0, &wbytes) < 0 ||
-	    field_int(r, j, "layers", 1, 1, 4096, 0, &layers) < 0 || field_int(r, j, "heads", 1, 1, 4096, 0, &heads) < 0 ||
+	    field_int(r, j, "layers", 1, 1, 4096, 0, &layers) < 0 ||
+	    field_int(r, j, "heads", 1, 1, 4096, 0, &heads) < 0 ||
 	    field_int(r, j, "kv_heads", 0, 1, 4096, heads, &kvh) < 0 ||
 	    field_int(r, j, "head_dim", 1, 1, 4096, 0, &hd) < 0 ||
 	    field_int(r, j, "kv_latent", 0, 0, 65536, 0, &lat) < 0 ||

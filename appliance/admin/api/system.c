@@ -64,35 +64,39 @@ h_metrics(struct req *r)
 	strbuf_init(&b);
 	strbuf_puts(&b, "# HELP privai_admin_up 1 while privai-admin serves.\n# TYPE privai_admin_up gauge\n"
 			"privai_admin_up 1\n");
-	strbuf_printf(&b, "# HELP privai_admin_start_time_seconds Start time, Unix seconds.\n"
-			  "# TYPE privai_admin_start_time_seconds gauge\nprivai_admin_start_time_seconds %lld\n",
+	strbuf_printf(&b,
+		      "# HELP privai_admin_start_time_seconds Start time, Unix seconds.\n"
+		      "# TYPE privai_admin_start_time_seconds gauge\nprivai_admin_start_time_seconds %lld\n",
 		      (long long)a->started_at);
 	strbuf_puts(&b, "# HELP privai_admin_http_responses_total Responses sent, by status class.\n"
 			"# TYPE privai_admin_http_responses_total counter\n");
 	for (int c = 1; c <= 5; c++)
 		strbuf_printf(&b, "privai_admin_http_responses_total{class=\"%dxx\"} %ld\n", c,
 			      atomic_load(&a->http_requests[c]));
-	strbuf_printf(&b, "# HELP privai_admin_logins_total Login attempts, by result.\n"
-			  "# TYPE privai_admin_logins_total counter\n"
-			  "privai_admin_logins_total{result=\"ok\"} %ld\nprivai_admin_logins_total{result=\"failed\"} %ld\n",
+	strbuf_printf(&b,
+		      "# HELP privai_admin_logins_total Login attempts, by result.\n"
+		      "# TYPE privai_admin_logins_total counter\n"
+		      "privai_admin_logins_total{result=\"ok\"} %ld\nprivai_admin_logins_total{result=\"failed\"} "
+		      "%ld\n",
 		      atomic_load(&a->logins_ok), atomic_load(&a->logins_failed));
-	strbuf_printf(&b, "# HELP privai_admin_proxy_requests_total Requests passed to engines, by result "
-			  "(bad_gateway: no answer).\n# TYPE privai_admin_proxy_requests_total counter\n"
-			  "privai_admin_proxy_requests_total{result=\"answered\"} %ld\n"
-			  "privai_admin_proxy_requests_total{result=\"bad_gateway\"} %ld\n"
-			  "# HELP privai_admin_proxy_streams Answers being relayed from engines now.\n"
-			  "# TYPE privai_admin_proxy_streams gauge\nprivai_admin_proxy_streams %ld\n",
+	strbuf_printf(&b,
+		      "# HELP privai_admin_proxy_requests_total Requests passed to engines, by result "
+		      "(bad_gateway: no answer).\n# TYPE privai_admin_proxy_requests_total counter\n"
+		      "privai_admin_proxy_requests_total{result=\"answered\"} %ld\n"
+		      "privai_admin_proxy_requests_total{result=\"bad_gateway\"} %ld\n"
+		      "# HELP privai_admin_proxy_streams Answers being relayed from engines now.\n"
+		      "# TYPE privai_admin_proxy_streams gauge\nprivai_admin_proxy_streams %ld\n",
 		      atomic_load(&a->proxy_ok), atomic_load(&a->proxy_failed), atomic_load(&a->proxy_streams));
 	strbuf_puts(&b, "# HELP privai_admin_uploads Resumable uploads under way, by state.\n"
 			"# TYPE privai_admin_uploads gauge\n");
-	metric_rows(&b, a->db, "privai_admin_uploads", "state",
-		    "SELECT 'unfinished', count(*) FROM uploads");
+	metric_rows(&b, a->db, "privai_admin_uploads", "state", "SELECT 'unfinished', count(*) FROM uploads");
 	strbuf_puts(&b, "# HELP privai_admin_upload_bytes Bytes of the uploads under way: kept so far, and whole.\n"
 			"# TYPE privai_admin_upload_bytes gauge\n");
 	metric_rows(&b, a->db, "privai_admin_upload_bytes", "of",
 		    "SELECT 'received', coalesce(sum(received), 0) FROM uploads UNION ALL "
 		    "SELECT 'size', coalesce(sum(size_bytes), 0) FROM uploads");
-	strbuf_puts(&b, "# HELP privai_admin_deployments Deployments, by state.\n# TYPE privai_admin_deployments gauge\n");
+	strbuf_puts(&b,
+		    "# HELP privai_admin_deployments Deployments, by state.\n# TYPE privai_admin_deployments gauge\n");
 	metric_rows(&b, a->db, "privai_admin_deployments", "state",
 		    "SELECT state, count(*) FROM deployments GROUP BY state ORDER BY state");
 	strbuf_puts(&b, "# HELP privai_admin_models Registered models, by state.\n# TYPE privai_admin_models gauge\n");
@@ -129,10 +133,11 @@ h_audit(struct req *r)
 		reply_error(r, 422, "invalid_field", "result", "result must be ok or refused");
 		return;
 	}
-	if (sqlite3_prepare_v2(r->a->db, "SELECT id, at, actor, action, target, remote_addr, result, detail "
-					 "FROM audit_log WHERE id < ?1 AND (?2 IS NULL OR actor = ?2) AND "
-					 "(?3 IS NULL OR substr(action, 1, length(?3)) = ?3) AND "
-					 "(?4 IS NULL OR result = ?4) ORDER BY id DESC LIMIT ?5",
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT id, at, actor, action, target, remote_addr, result, detail "
+			       "FROM audit_log WHERE id < ?1 AND (?2 IS NULL OR actor = ?2) AND "
+			       "(?3 IS NULL OR substr(action, 1, length(?3)) = ?3) AND "
+			       "(?4 IS NULL OR result = ?4) ORDER BY id DESC LIMIT ?5",
 			       -1, &st, NULL) != SQLITE_OK)
 		st = NULL;
 	sqlite3_bind_int64(st, 1, before);
@@ -198,9 +203,10 @@ h_appliance(struct req *r)
 	} else {
 		cJSON_Delete(rec);
 		cJSON_AddNullToObject(root, "firstboot");
-		cJSON_AddStringToObject(root, "note", !present ? "no day-0 record: this privai-admin was not "
-					"started on a privai image (privai-firstboot writes firstboot.json)"
-					: "firstboot.json is not a day-0 record (unreadable or not JSON)");
+		cJSON_AddStringToObject(root, "note",
+					!present ? "no day-0 record: this privai-admin was not "
+						   "started on a privai image (privai-firstboot writes firstboot.json)"
+						 : "firstboot.json is not a day-0 record (unreadable or not JSON)");
 	}
 	reply_json(r, 200, root);
 }

@@ -15,8 +15,8 @@
 #include "admin.h"
 #include "http/httpd.h"
 
-#define TOKEN_COLUMNS                                                                                         \
-	"SELECT t.id, t.name, u.name AS user, t.scopes, t.created_at, t.expires_at, t.revoked_at, "         \
+#define TOKEN_COLUMNS                                                                                                  \
+	"SELECT t.id, t.name, u.name AS user, t.scopes, t.created_at, t.expires_at, t.revoked_at, "                    \
 	"t.revoked_reason, t.last_used_at, t.parent_token_id FROM api_tokens t JOIN users u ON u.id = t.user_id"
 #define DEFAULT_DAYS 90
 
@@ -47,7 +47,7 @@ scopes_field(struct req *r, const cJSON *j, char *out, size_t size)
 		reply_error(r, 422, "invalid_field", "scopes", "scopes is a list of 1-3 of read, write, admin");
 		return -1;
 	}
-	cJSON_ArrayForEach(it, s) {
+	cJSON_ArrayForEach (it, s) {
 		if (!cJSON_IsString(it) || strlen(it->valuestring) > 8) {
 			reply_error(r, 422, "invalid_field", "scopes", "scopes is a list of 1-3 of read, write, admin");
 			return -1;
@@ -80,7 +80,8 @@ h_create(struct req *r)
 		goto out;
 	if (scope_role(scopes) > r->who.role) {
 		reply_error(r, 403, "forbidden", "scopes", "scopes '%s' exceed %s (%s)", scopes,
-			    r->authed == 2 ? "the token this request was made with" : "your role", role_name(r->who.role));
+			    r->authed == 2 ? "the token this request was made with" : "your role",
+			    role_name(r->who.role));
 		goto out;
 	}
 	int64_t expires = r->now + days * 86400;
@@ -88,9 +89,10 @@ h_create(struct req *r)
 		/* not past the token it was made with: by default it ends
 		 * with it, asked for longer it is refused */
 		if (cJSON_GetObjectItemCaseSensitive(j, "expires_in_days") != NULL) {
-			reply_error(r, 422, "invalid_field", "expires_in_days", "a token made with token %lld cannot "
-				    "outlive it (it expires in %lld s)", (long long)r->who.token_id,
-				    (long long)(r->who.token_expires - r->now));
+			reply_error(r, 422, "invalid_field", "expires_in_days",
+				    "a token made with token %lld cannot "
+				    "outlive it (it expires in %lld s)",
+				    (long long)r->who.token_id, (long long)(r->who.token_expires - r->now));
 			goto out;
 		}
 		expires = r->who.token_expires;

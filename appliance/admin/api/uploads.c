@@ -43,20 +43,20 @@
 #include "api/uploads.h"
 
 #define UPLOAD_IDLE_S (72 * 3600)
-#define UPLOAD_FIELDS "id, name, size_bytes, received, sha256, created_by, created_at, updated_at, " \
-		      "updated_at + 259200 AS expires_at FROM uploads"
+#define UPLOAD_FIELDS                                                                                                  \
+	"id, name, size_bytes, received, sha256, created_by, created_at, updated_at, "                                 \
+	"updated_at + 259200 AS expires_at FROM uploads"
 
-_Static_assert(sizeof(((struct admin *)0)->uploads_busy) / sizeof(int64_t) == UPLOADS_MAX,
-	       "one busy slot per upload");
+_Static_assert(sizeof(((struct admin *)0)->uploads_busy) / sizeof(int64_t) == UPLOADS_MAX, "one busy slot per upload");
 _Static_assert(UPLOAD_IDLE_S == 259200, "expires_at in UPLOAD_FIELDS");
 
 /* A PUT in progress (r->stream). */
 struct put {
 	int64_t id, size;
-	int64_t kept;                /* synced and stored: `received` in the row */
-	int64_t received;            /* written so far */
+	int64_t kept;     /* synced and stored: `received` in the row */
+	int64_t received; /* written so far */
 	int fd;
-	crypto_hash_sha256_state h;    /* over the first `received` bytes */
+	crypto_hash_sha256_state h; /* over the first `received` bytes */
 	char name[160], want_sha[65];
 };
 
@@ -139,8 +139,8 @@ uploads_sweep(struct admin *a, int64_t now, int at_start)
 		if (strncmp(e->d_name, ".part-", 6) != 0)
 			continue;
 		id = strtoll(e->d_name + 6, &end, 10);
-		if (*end == '\0' && id > 0 && sqlite3_prepare_v2(a->db, "SELECT 1 FROM uploads WHERE id = ?1", -1, &st,
-								  NULL) == SQLITE_OK) {
+		if (*end == '\0' && id > 0 &&
+		    sqlite3_prepare_v2(a->db, "SELECT 1 FROM uploads WHERE id = ?1", -1, &st, NULL) == SQLITE_OK) {
 			sqlite3_bind_int64(st, 1, id);
 			int known = sqlite3_step(st) == SQLITE_ROW;
 			sqlite3_finalize(st);
@@ -204,7 +204,8 @@ h_create(struct req *r)
 	    (sha = field_str(r, j, "sha256", 0, 64, "")) == NULL)
 		goto out;
 	if (!model_name_ok(name)) {
-		reply_error(r, 422, "invalid_field", "name", "name must be 1-128 letters, digits, '.', '_', ':' or '-', "
+		reply_error(r, 422, "invalid_field", "name",
+			    "name must be 1-128 letters, digits, '.', '_', ':' or '-', "
 			    "not starting with '.' or '-'");
 		goto out;
 	}
@@ -218,17 +219,21 @@ h_create(struct req *r)
 	if (model_named(r->a->db, name)) {
 		reply_error(r, 409, "conflict", "name", "a model named '%s' exists", name);
 	} else if (holder > 0) {
-		reply_error(r, 409, "conflict", "name", "upload %lld for '%s' is under way: go on with it, or delete it",
-			    (long long)holder, name);
+		reply_error(r, 409, "conflict", "name",
+			    "upload %lld for '%s' is under way: go on with it, or delete it", (long long)holder, name);
 	} else if (n >= UPLOADS_MAX) {
-		reply_error(r, 409, "too_many", NULL, "%d uploads are under way; finish or delete one first", UPLOADS_MAX);
+		reply_error(r, 409, "too_many", NULL, "%d uploads are under way; finish or delete one first",
+			    UPLOADS_MAX);
 	} else if (access(path, F_OK) == 0) {
 		reply_error(r, 409, "conflict", "name", "a file %s.gguf is already in the model directory", name);
 	} else if (statvfs(r->a->models_dir, &vfs) == 0 && (int64_t)(vfs.f_bavail * vfs.f_frsize) < size) {
-		reply_error(r, 507, "disk_full", "size", "the model directory has %lld bytes free; the upload needs %lld",
+		reply_error(r, 507, "disk_full", "size",
+			    "the model directory has %lld bytes free; the upload needs %lld",
 			    (long long)(vfs.f_bavail * vfs.f_frsize), (long long)size);
-	} else if (sqlite3_prepare_v2(r->a->db, "INSERT INTO uploads (name, size_bytes, sha256, created_by, created_at, "
-						"updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)", -1, &st, NULL) != SQLITE_OK) {
+	} else if (sqlite3_prepare_v2(r->a->db,
+				      "INSERT INTO uploads (name, size_bytes, sha256, created_by, created_at, "
+				      "updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+				      -1, &st, NULL) != SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 	} else {
 		sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
@@ -311,8 +316,10 @@ put_keep(struct admin *a, struct put *p, int64_t now)
 	if (p->received == p->kept || fsync(p->fd) != 0)
 		return;
 	pthread_mutex_lock(&a->db_mu);
-	if (sqlite3_prepare_v2(a->db, "UPDATE uploads SET received = ?1, hash_state = ?2, updated_at = ?3 "
-				      "WHERE id = ?4", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(a->db,
+			       "UPDATE uploads SET received = ?1, hash_state = ?2, updated_at = ?3 "
+			       "WHERE id = ?4",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, p->received);
 		sqlite3_bind_blob(st, 2, &p->h, sizeof(p->h), SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 3, now);
@@ -383,13 +390,16 @@ put_begin(struct req *r)
 		return;
 	offset = q != NULL ? strtoll(q, &end, 10) : -1;
 	if (q == NULL || *q == '\0' || *end != '\0' || offset < 0) {
-		reply_error(r, 422, "invalid_field", "offset", "?offset= must be the byte the body starts at "
+		reply_error(r, 422, "invalid_field", "offset",
+			    "?offset= must be the byte the body starts at "
 			    "(the upload's `received`)");
 		return;
 	}
 	pthread_mutex_lock(&r->a->db_mu);
-	if (sqlite3_prepare_v2(r->a->db, "SELECT name, size_bytes, coalesce(sha256, ''), received, hash_state "
-					 "FROM uploads WHERE id = ?1", -1, &st, NULL) != SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT name, size_bytes, coalesce(sha256, ''), received, hash_state "
+			       "FROM uploads WHERE id = ?1",
+			       -1, &st, NULL) != SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		goto unlock;
 	}
@@ -400,11 +410,14 @@ put_begin(struct req *r)
 	} else if (busy(r->a, id)) {
 		reply_error(r, 409, "busy", NULL, "another request is sending upload %lld now", (long long)id);
 	} else if (offset != sqlite3_column_int64(st, 3)) {
-		reply_error(r, 409, "offset_mismatch", "offset", "upload %lld has kept %lld bytes: send from there, not "
-			    "from %lld", (long long)id, (long long)sqlite3_column_int64(st, 3), (long long)offset);
+		reply_error(r, 409, "offset_mismatch", "offset",
+			    "upload %lld has kept %lld bytes: send from there, not "
+			    "from %lld",
+			    (long long)id, (long long)sqlite3_column_int64(st, 3), (long long)offset);
 	} else if (cl != NULL && offset + strtoll(cl, NULL, 10) > sqlite3_column_int64(st, 1)) {
 		reply_error(r, 413, "too_large", NULL, "upload %lld is %lld bytes; this body would end at byte %lld",
-			    (long long)id, (long long)sqlite3_column_int64(st, 1), (long long)(offset + strtoll(cl, NULL, 10)));
+			    (long long)id, (long long)sqlite3_column_int64(st, 1),
+			    (long long)(offset + strtoll(cl, NULL, 10)));
 	} else if ((p = calloc(1, sizeof(*p))) == NULL) {
 		reply_error(r, 500, "internal", NULL, "out of memory");
 	} else {
@@ -502,8 +515,10 @@ put_finish(struct req *r, struct put *p)
 	}
 	if (access(final, F_OK) == 0) {
 		model_meta_free(&m);
-		reply_error(r, 409, "conflict", "name", "a file %s.gguf is already in the model directory; delete "
-			    "upload %lld or move the file", p->name, (long long)p->id);
+		reply_error(r, 409, "conflict", "name",
+			    "a file %s.gguf is already in the model directory; delete "
+			    "upload %lld or move the file",
+			    p->name, (long long)p->id);
 		return;
 	}
 	if (db_begin(r->a->db) != SQLITE_OK) {
@@ -543,8 +558,10 @@ put_finish(struct req *r, struct put *p)
 	cJSON_AddNumberToObject(d, "bytes", (double)p->size);
 	cJSON_AddStringToObject(d, "sha256", hex);
 	req_audit(r, "model.upload", target, "ok", d);
-	reply_query(r, 201, "SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, "
-			    "quantization, context_length FROM models WHERE id = ?1", 1, &model_id, "model");
+	reply_query(r, 201,
+		    "SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, "
+		    "quantization, context_length FROM models WHERE id = ?1",
+		    1, &model_id, "model");
 }
 
 static void
@@ -558,8 +575,10 @@ put_end(struct req *r)
 	}
 	put_keep(r->a, p, r->now);
 	if (p->kept != p->received) {
-		reply_error(r, 500, "internal", NULL, "upload %lld: the bytes could not be synced to disk; send from "
-			    "%lld again", (long long)p->id, (long long)p->kept);
+		reply_error(r, 500, "internal", NULL,
+			    "upload %lld: the bytes could not be synced to disk; send from "
+			    "%lld again",
+			    (long long)p->id, (long long)p->kept);
 	} else if (p->received < p->size) {
 		int64_t id = p->id;
 		pthread_mutex_lock(&r->a->db_mu);

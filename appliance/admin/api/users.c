@@ -13,10 +13,10 @@
 #include "store/db.h"
 #include "http/httpd.h"
 
-#define USER_COLUMNS                                                                                          \
-	"SELECT id, name, role, created_at, must_change_password, failed_logins, "                           \
-	"CASE WHEN locked_until > strftime('%s','now') THEN locked_until ELSE NULL END AS locked_until, "     \
-	"(SELECT count(*) FROM sessions s WHERE s.user_id = users.id AND s.expires_at > strftime('%s','now')) " \
+#define USER_COLUMNS                                                                                                   \
+	"SELECT id, name, role, created_at, must_change_password, failed_logins, "                                     \
+	"CASE WHEN locked_until > strftime('%s','now') THEN locked_until ELSE NULL END AS locked_until, "              \
+	"(SELECT count(*) FROM sessions s WHERE s.user_id = users.id AND s.expires_at > strftime('%s','now')) "        \
 	"AS sessions FROM users"
 
 static void
@@ -115,8 +115,9 @@ user_role(sqlite3 *db, int64_t id, char *buf, size_t size)
 static void
 h_update(struct req *r)
 {
-	static const char *const known[] = { "role", "password", "unlock", "must_change_password", "revoke_tokens",
-					     NULL };
+	static const char *const known[] = {
+		"role", "password", "unlock", "must_change_password", "revoke_tokens", NULL
+	};
 	char err[PRIVAI_ERR_LEN], cur[16];
 	const char *role, *password;
 	int unlock, must_change, revoke_tokens, ended = 0;
@@ -133,7 +134,8 @@ h_update(struct req *r)
 		goto out;
 	if (password == NULL && (cJSON_GetObjectItemCaseSensitive(j, "must_change_password") != NULL ||
 				 cJSON_GetObjectItemCaseSensitive(j, "revoke_tokens") != NULL)) {
-		reply_error(r, 422, "invalid_field", "password", "must_change_password and revoke_tokens go with a "
+		reply_error(r, 422, "invalid_field", "password",
+			    "must_change_password and revoke_tokens go with a "
 			    "new password");
 		goto out;
 	}
@@ -157,16 +159,17 @@ h_update(struct req *r)
 	int rc = PRIVAI_OK;
 	if (password != NULL &&
 	    ((rc = auth_user_set_password(r->a->db, id, password, must_change, err)) != PRIVAI_OK ||
-	     (rc = auth_end_access(r->a->db, id, id == r->who.user_id ? session_cookie(r) : NULL, revoke_tokens,
-				   r->now, "an admin set a new password", &ended, &revoked, err)) != PRIVAI_OK)) {
+	     (rc = auth_end_access(r->a->db, id, id == r->who.user_id ? session_cookie(r) : NULL, revoke_tokens, r->now,
+				   "an admin set a new password", &ended, &revoked, err)) != PRIVAI_OK)) {
 		db_rollback(r->a->db);
 		reply_status(r, rc, "password", err);
 		goto out;
 	}
 	sqlite3_stmt *st;
-	if (sqlite3_prepare_v2(r->a->db, "UPDATE users SET role = coalesce(?1, role), "
-				   "failed_logins = CASE WHEN ?2 THEN 0 ELSE failed_logins END, "
-				   "locked_until = CASE WHEN ?2 THEN 0 ELSE locked_until END WHERE id = ?3",
+	if (sqlite3_prepare_v2(r->a->db,
+			       "UPDATE users SET role = coalesce(?1, role), "
+			       "failed_logins = CASE WHEN ?2 THEN 0 ELSE failed_logins END, "
+			       "locked_until = CASE WHEN ?2 THEN 0 ELSE locked_until END WHERE id = ?3",
 			       -1, &st, NULL) == SQLITE_OK) {
 		if (role != NULL)
 			sqlite3_bind_text(st, 1, role, -1, SQLITE_TRANSIENT);

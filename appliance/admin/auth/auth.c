@@ -11,15 +11,18 @@
 #include "store/db.h"
 
 #define RAW_SECRET 32
-#define TOKEN_USE_GRAIN_S 60          /* last_used_at is kept to the minute */
+#define TOKEN_USE_GRAIN_S 60 /* last_used_at is kept to the minute */
 
 const char *
 role_name(enum role r)
 {
 	switch (r) {
-	case ROLE_VIEWER: return "viewer";
-	case ROLE_OPERATOR: return "operator";
-	case ROLE_ADMIN: return "admin";
+	case ROLE_VIEWER:
+		return "viewer";
+	case ROLE_OPERATOR:
+		return "operator";
+	case ROLE_ADMIN:
+		return "admin";
 	}
 	return "?";
 }
@@ -51,8 +54,8 @@ scope_role(const char *scopes)
 		enum role r = n == 4 && strncmp(p, "read", 4) == 0    ? ROLE_VIEWER
 			      : n == 5 && strncmp(p, "write", 5) == 0 ? ROLE_OPERATOR
 			      : n == 5 && strncmp(p, "admin", 5) == 0 ? ROLE_ADMIN
-			      : (enum role)-1;
-		if (r == (enum role)-1)
+								      : (enum role) - 1;
+		if (r == (enum role) - 1)
 			return 0;
 		if (r > best)
 			best = r;
@@ -159,8 +162,8 @@ hash_password(const char *name, const char *password, char *out, char *err)
 }
 
 int
-auth_user_create(sqlite3 *db, const char *name, const char *password, enum role role, int64_t now,
-		 int64_t *ret_id, char *err)
+auth_user_create(sqlite3 *db, const char *name, const char *password, enum role role, int64_t now, int64_t *ret_id,
+		 char *err)
 {
 	char hash[crypto_pwhash_STRBYTES];
 	sqlite3_stmt *st;
@@ -174,8 +177,8 @@ auth_user_create(sqlite3 *db, const char *name, const char *password, enum role 
 		return privai_fail(err, PRIVAI_EINVAL, "unknown role");
 	if ((r = hash_password(name, password, hash, err)) < 0)
 		return r;
-	if (sqlite3_prepare_v2(db, "INSERT INTO users (name, password_hash, role, created_at) VALUES (?, ?, ?, ?)",
-			       -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db, "INSERT INTO users (name, password_hash, role, created_at) VALUES (?, ?, ?, ?)", -1,
+			       &st, NULL) != SQLITE_OK)
 		return sql_fail(db, err);
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, 2, hash, -1, SQLITE_TRANSIENT);
@@ -209,8 +212,8 @@ auth_user_set_password(sqlite3 *db, int64_t user_id, const char *password, int m
 		return privai_fail(err, PRIVAI_ENOTFOUND, "no user %lld", (long long)user_id);
 	if ((r = hash_password(name, password, hash, err)) < 0)
 		return r;
-	if (sqlite3_prepare_v2(db, "UPDATE users SET password_hash = ?, must_change_password = ? WHERE id = ?", -1,
-			       &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db, "UPDATE users SET password_hash = ?, must_change_password = ? WHERE id = ?", -1, &st,
+			       NULL) != SQLITE_OK)
 		return sql_fail(db, err);
 	sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int(st, 2, must_change != 0);
@@ -246,8 +249,10 @@ auth_end_access(sqlite3 *db, int64_t user_id, const char *keep_cookie, int revok
 	if (ret_tokens != NULL && (ids = cJSON_CreateArray()) == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	if (revoke_tokens) {
-		if (sqlite3_prepare_v2(db, "UPDATE api_tokens SET revoked_at = ?1, revoked_reason = ?2 WHERE user_id = ?3 "
-					   "AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?1) RETURNING id",
+		if (sqlite3_prepare_v2(db,
+				       "UPDATE api_tokens SET revoked_at = ?1, revoked_reason = ?2 WHERE user_id = ?3 "
+				       "AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?1) RETURNING "
+				       "id",
 				       -1, &st, NULL) != SQLITE_OK) {
 			cJSON_Delete(ids);
 			return sql_fail(db, err);
@@ -318,8 +323,10 @@ new_session(sqlite3 *db, struct principal *p, const char *remote_addr, int64_t n
 	auth_new_secret("", p->csrf);
 	secret_hash(cookie, h);
 	if (sqlite3_prepare_v2(db,
-			       "INSERT INTO sessions (token_hash, csrf_token, user_id, created_at, expires_at, remote_addr) "
-			       "VALUES (?, ?, ?, ?, ?, ?)", -1, &st, NULL) != SQLITE_OK)
+			       "INSERT INTO sessions (token_hash, csrf_token, user_id, created_at, expires_at, "
+			       "remote_addr) "
+			       "VALUES (?, ?, ?, ?, ?, ?)",
+			       -1, &st, NULL) != SQLITE_OK)
 		return sql_fail(db, err);
 	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, 2, p->csrf, -1, SQLITE_TRANSIENT);
@@ -333,8 +340,8 @@ new_session(sqlite3 *db, struct principal *p, const char *remote_addr, int64_t n
 }
 
 int
-auth_login(sqlite3 *db, const char *name, const char *password, const char *remote_addr, int64_t now,
-	   char *ret_cookie, struct principal *ret, char *err)
+auth_login(sqlite3 *db, const char *name, const char *password, const char *remote_addr, int64_t now, char *ret_cookie,
+	   struct principal *ret, char *err)
 {
 	sqlite3_stmt *st;
 
@@ -342,8 +349,10 @@ auth_login(sqlite3 *db, const char *name, const char *password, const char *remo
 		return privai_fail(err, PRIVAI_EIO, "libsodium failed to initialise");
 	if (name == NULL || password == NULL || strlen(password) > 1024)
 		return privai_fail(err, PRIVAI_EINVAL, "wrong user name or password");
-	if (sqlite3_prepare_v2(db, "SELECT id, name, password_hash, role, failed_logins, locked_until FROM users "
-				   "WHERE name = ?", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "SELECT id, name, password_hash, role, failed_logins, locked_until FROM users "
+			       "WHERE name = ?",
+			       -1, &st, NULL) != SQLITE_OK)
 		return sql_fail(db, err);
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 	if (sqlite3_step(st) != SQLITE_ROW) {
@@ -362,7 +371,8 @@ auth_login(sqlite3 *db, const char *name, const char *password, const char *remo
 	sqlite3_finalize(st);
 	if (locked_until > now) {
 		verify_dummy(password);
-		return privai_fail(err, PRIVAI_EBUSY, "the account is locked for %lld more seconds after %d failed logins",
+		return privai_fail(err, PRIVAI_EBUSY,
+				   "the account is locked for %lld more seconds after %d failed logins",
 				   (long long)(locked_until - now), AUTH_MAX_FAILURES);
 	}
 	if (crypto_pwhash_str_verify(hash, password, strlen(password)) != 0) {
@@ -385,10 +395,11 @@ auth_session(sqlite3 *db, const char *cookie, int64_t now, struct principal *ret
 	if (cookie == NULL || strlen(cookie) >= AUTH_SECRET_LEN)
 		return PRIVAI_ENOTFOUND;
 	secret_hash(cookie, h);
-	if (sqlite3_prepare_v2(db, "SELECT u.id, u.name, u.role, s.csrf_token, u.must_change_password "
-				   "FROM sessions s JOIN users u "
-				   "ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?", -1, &st,
-			       NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "SELECT u.id, u.name, u.role, s.csrf_token, u.must_change_password "
+			       "FROM sessions s JOIN users u "
+			       "ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?",
+			       -1, &st, NULL) != SQLITE_OK)
 		return PRIVAI_EIO;
 	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
 	sqlite3_bind_int64(st, 2, now);
@@ -436,11 +447,14 @@ auth_token_create(sqlite3 *db, int64_t user_id, int64_t parent_token_id, const c
 	if (expires_at != 0 && expires_at <= now)
 		return privai_fail(err, PRIVAI_EINVAL, "the expiry is in the past");
 	if (scope_role(scopes) == 0)
-		return privai_fail(err, PRIVAI_EINVAL, "scopes are one or more of read, write, admin (space separated)");
+		return privai_fail(err, PRIVAI_EINVAL,
+				   "scopes are one or more of read, write, admin (space separated)");
 	auth_new_secret("pat_", ret_token);
 	secret_hash(ret_token, h);
-	if (sqlite3_prepare_v2(db, "INSERT INTO api_tokens (name, token_hash, user_id, scopes, created_at, expires_at, "
-				   "parent_token_id) VALUES (?, ?, ?, ?, ?, ?, ?)", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "INSERT INTO api_tokens (name, token_hash, user_id, scopes, created_at, expires_at, "
+			       "parent_token_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+			       -1, &st, NULL) != SQLITE_OK)
 		return sql_fail(db, err);
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_blob(st, 2, h, sizeof(h), SQLITE_TRANSIENT);
@@ -472,8 +486,10 @@ auth_token_revoke(sqlite3 *db, int64_t token_id, int64_t now, const char *reason
 {
 	sqlite3_stmt *st;
 
-	if (sqlite3_prepare_v2(db, "UPDATE api_tokens SET revoked_at = ?, revoked_reason = ? WHERE id = ? AND "
-				   "revoked_at IS NULL", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "UPDATE api_tokens SET revoked_at = ?, revoked_reason = ? WHERE id = ? AND "
+			       "revoked_at IS NULL",
+			       -1, &st, NULL) != SQLITE_OK)
 		return sql_fail(db, err);
 	sqlite3_bind_int64(st, 1, now);
 	sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
@@ -485,11 +501,12 @@ auth_token_revoke(sqlite3 *db, int64_t token_id, int64_t now, const char *reason
 	if (sqlite3_changes(db) != 1)
 		return privai_fail(err, PRIVAI_ENOTFOUND, "no active token %lld", (long long)token_id);
 	/* and everything made with it, however deep */
-	if (sqlite3_prepare_v2(db, "WITH RECURSIVE kin(id) AS (SELECT id FROM api_tokens WHERE parent_token_id = ?1 "
-				   "UNION SELECT t.id FROM api_tokens t JOIN kin ON t.parent_token_id = kin.id) "
-				   "UPDATE api_tokens SET revoked_at = ?2, revoked_reason = 'token ' || ?1 || ' it was "
-				   "made with was revoked' WHERE id IN kin AND revoked_at IS NULL", -1, &st,
-			       NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "WITH RECURSIVE kin(id) AS (SELECT id FROM api_tokens WHERE parent_token_id = ?1 "
+			       "UNION SELECT t.id FROM api_tokens t JOIN kin ON t.parent_token_id = kin.id) "
+			       "UPDATE api_tokens SET revoked_at = ?2, revoked_reason = 'token ' || ?1 || ' it was "
+			       "made with was revoked' WHERE id IN kin AND revoked_at IS NULL",
+			       -1, &st, NULL) != SQLITE_OK)
 		return sql_fail(db, err);
 	sqlite3_bind_int64(st, 1, token_id);
 	sqlite3_bind_int64(st, 2, now);
@@ -507,12 +524,14 @@ token_ancestors_live(sqlite3 *db, int64_t token_id, int64_t now, char *err)
 	sqlite3_stmt *st;
 	int r = PRIVAI_OK;
 
-	if (sqlite3_prepare_v2(db, "WITH RECURSIVE up(id, parent, revoked, expires, depth) AS ("
-				   "SELECT id, parent_token_id, revoked_at, expires_at, 0 FROM api_tokens WHERE id = ?1 "
-				   "UNION ALL SELECT t.id, t.parent_token_id, t.revoked_at, t.expires_at, up.depth + 1 "
-				   "FROM api_tokens t JOIN up ON t.id = up.parent WHERE up.depth < 64) "
-				   "SELECT id, revoked IS NOT NULL FROM up WHERE depth > 0 AND (revoked IS NOT NULL OR "
-				   "(expires IS NOT NULL AND expires <= ?2)) LIMIT 1", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "WITH RECURSIVE up(id, parent, revoked, expires, depth) AS ("
+			       "SELECT id, parent_token_id, revoked_at, expires_at, 0 FROM api_tokens WHERE id = ?1 "
+			       "UNION ALL SELECT t.id, t.parent_token_id, t.revoked_at, t.expires_at, up.depth + 1 "
+			       "FROM api_tokens t JOIN up ON t.id = up.parent WHERE up.depth < 64) "
+			       "SELECT id, revoked IS NOT NULL FROM up WHERE depth > 0 AND (revoked IS NOT NULL OR "
+			       "(expires IS NOT NULL AND expires <= ?2)) LIMIT 1",
+			       -1, &st, NULL) != SQLITE_OK)
 		return sql_fail(db, err);
 	sqlite3_bind_int64(st, 1, token_id);
 	sqlite3_bind_int64(st, 2, now);
@@ -535,16 +554,19 @@ auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *ret, c
 	if (token == NULL || strlen(token) >= AUTH_SECRET_LEN)
 		return privai_fail(err, PRIVAI_ENOTFOUND, "unknown token");
 	secret_hash(token, h);
-	if (sqlite3_prepare_v2(db, "SELECT t.id, u.id, u.name, u.role, t.expires_at, t.revoked_at, t.scopes, "
-				   "coalesce(t.last_used_at, 0), u.must_change_password, t.parent_token_id "
-				   "FROM api_tokens t JOIN users u ON u.id = t.user_id "
-				   "WHERE t.token_hash = ?", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "SELECT t.id, u.id, u.name, u.role, t.expires_at, t.revoked_at, t.scopes, "
+			       "coalesce(t.last_used_at, 0), u.must_change_password, t.parent_token_id "
+			       "FROM api_tokens t JOIN users u ON u.id = t.user_id "
+			       "WHERE t.token_hash = ?",
+			       -1, &st, NULL) != SQLITE_OK)
 		return sql_fail(db, err);
 	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
 	if (sqlite3_step(st) != SQLITE_ROW) {
 		r = privai_fail(err, PRIVAI_ENOTFOUND, "unknown token");
 	} else if (sqlite3_column_type(st, 5) != SQLITE_NULL) {
-		r = privai_fail(err, PRIVAI_ENOTFOUND, "token %lld was revoked", (long long)sqlite3_column_int64(st, 0));
+		r = privai_fail(err, PRIVAI_ENOTFOUND, "token %lld was revoked",
+				(long long)sqlite3_column_int64(st, 0));
 	} else if (sqlite3_column_type(st, 4) != SQLITE_NULL && sqlite3_column_int64(st, 4) <= now) {
 		r = privai_fail(err, PRIVAI_ENOTFOUND, "token %lld expired", (long long)sqlite3_column_int64(st, 0));
 	} else {

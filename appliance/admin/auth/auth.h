@@ -19,21 +19,21 @@ const char *role_name(enum role r);
 /* 0 when the name is not a role. */
 enum role role_parse(const char *name);
 
-#define AUTH_MAX_FAILURES 5          /* failed logins before a lockout */
+#define AUTH_MAX_FAILURES 5 /* failed logins before a lockout */
 #define AUTH_LOCKOUT_SECONDS 300
 #define AUTH_SESSION_SECONDS (12 * 3600)
-#define AUTH_SECRET_LEN 64           /* room for any token text + NUL */
-#define AUTH_MIN_PASSWORD 12         /* characters (code points), the one rule: API, OpenAPI, console */
-#define AUTH_MAX_PASSWORD 1024       /* bytes */
+#define AUTH_SECRET_LEN 64     /* room for any token text + NUL */
+#define AUTH_MIN_PASSWORD 12   /* characters (code points), the one rule: API, OpenAPI, console */
+#define AUTH_MAX_PASSWORD 1024 /* bytes */
 
 struct principal {
 	int64_t user_id;
 	char name[65];
 	enum role role;
-	int64_t token_id;                /* 0 for a session */
-	int64_t token_expires;           /* tokens: when it stops working (0: never) */
-	int must_change;                 /* the account still has a one-time password */
-	char csrf[AUTH_SECRET_LEN];      /* sessions only */
+	int64_t token_id;           /* 0 for a session */
+	int64_t token_expires;      /* tokens: when it stops working (0: never) */
+	int must_change;            /* the account still has a one-time password */
+	char csrf[AUTH_SECRET_LEN]; /* sessions only */
 };
 
 /* The password rule: at least AUTH_MIN_PASSWORD characters, at most
@@ -43,8 +43,8 @@ int auth_password_check(const char *name, const char *password, char *err);
 
 /* Create a user; PRIVAI_EINVAL names a bad name, role or short password,
  * PRIVAI_EBUSY a name already taken. */
-int auth_user_create(sqlite3 *db, const char *name, const char *password, enum role role, int64_t now,
-		     int64_t *ret_id, char *err);
+int auth_user_create(sqlite3 *db, const char *name, const char *password, enum role role, int64_t now, int64_t *ret_id,
+		     char *err);
 /* A new password; must_change marks it one-time (the user must choose
  * another before anything else).  Sessions and tokens are left alone:
  * auth_end_access() ends them. */

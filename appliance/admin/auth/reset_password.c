@@ -61,14 +61,14 @@ admin_reset_password(const char *db_path, const char *name, int64_t now, const c
 		goto rollback;
 	/* a lockout would keep the new password out too */
 	sqlite3_stmt *st;
-	if (sqlite3_prepare_v2(db, "UPDATE users SET failed_logins = 0, locked_until = 0 WHERE id = ?", -1, &st, NULL) !=
-	    SQLITE_OK) {
+	if (sqlite3_prepare_v2(db, "UPDATE users SET failed_logins = 0, locked_until = 0 WHERE id = ?", -1, &st,
+			       NULL) != SQLITE_OK) {
 		rc = privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
 		goto rollback;
 	}
 	sqlite3_bind_int64(st, 1, id);
-	rc = sqlite3_step(st) == SQLITE_DONE ? PRIVAI_OK : privai_fail(err, PRIVAI_EIO, "database: %s",
-									 sqlite3_errmsg(db));
+	rc = sqlite3_step(st) == SQLITE_DONE ? PRIVAI_OK
+					     : privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
 	sqlite3_finalize(st);
 	if (rc != PRIVAI_OK)
 		goto rollback;

@@ -25,14 +25,14 @@
 #include "worker.h"
 
 #define AUTO_PREFIX "privai-auto-"
-#define SCHED_MAX_WAIT_S 300         /* settings are read again at least this often */
+#define SCHED_MAX_WAIT_S 300 /* settings are read again at least this often */
 #define SCHED_RETRY_S 3600
 #define SCHED_MAX_FILES 2048
 
 struct backup_sched {
 	struct admin *a;
 	struct worker w;
-	int64_t retry_at;            /* after a failure: not before then */
+	int64_t retry_at; /* after a failure: not before then */
 };
 
 static int

@@ -29,8 +29,8 @@ struct cluster {
 	pthread_cond_t cv;
 	int stop;
 	int64_t next_beat;
-	int interval;                /* the joined console's heartbeat_s once it said */
-	cJSON *mig_results;          /* to send with the next heartbeat */
+	int interval;       /* the joined console's heartbeat_s once it said */
+	cJSON *mig_results; /* to send with the next heartbeat */
 };
 
 struct buf {
@@ -104,7 +104,8 @@ post_json(const char *url, const char *pin, const char *secret, cJSON *body, lon
 	}
 	*reply = b.p != NULL ? cJSON_Parse(b.p) : NULL;
 	if (*status >= 400) {
-		const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(*reply, "error"), "message"));
+		const char *msg =
+			cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(*reply, "error"), "message"));
 		privai_fail(err, PRIVAI_EIO, "%s: HTTP %ld: %s", url, *status, msg != NULL ? msg : "no message");
 	}
 	free(b.p);
@@ -119,8 +120,10 @@ note_result(struct admin *a, const char *error, const char *state)
 	sqlite3_stmt *st;
 	char err[PRIVAI_ERR_LEN];
 
-	if (db_prepare(a->db, "UPDATE membership SET last_ok = CASE WHEN ?1 IS NULL THEN ?2 ELSE last_ok END, "
-			      "last_error = ?1, state = coalesce(?3, state)", &st, NULL) == PRIVAI_OK) {
+	if (db_prepare(a->db,
+		       "UPDATE membership SET last_ok = CASE WHEN ?1 IS NULL THEN ?2 ELSE last_ok END, "
+		       "last_error = ?1, state = coalesce(?3, state)",
+		       &st, NULL) == PRIVAI_OK) {
 		if (error != NULL)
 			sqlite3_bind_text(st, 1, error, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 2, admin_now());
@@ -154,8 +157,9 @@ join(struct cluster *c)
 	if (joined) {
 		/* the leader took us: a membership not stored here is a failed join */
 		sqlite3_stmt *st;
-		if ((rc = db_prepare(a->db, "INSERT INTO membership (id, leader_url, leader_pin, node_id, secret, "
-					    "joined_at, last_ok, state) VALUES (1, ?1, ?2, ?3, ?4, ?5, ?5, 'ready')",
+		if ((rc = db_prepare(a->db,
+				     "INSERT INTO membership (id, leader_url, leader_pin, node_id, secret, "
+				     "joined_at, last_ok, state) VALUES (1, ?1, ?2, ?3, ?4, ?5, ?5, 'ready')",
 				     &st, err)) == PRIVAI_OK) {
 			sqlite3_bind_text(st, 1, a->cfg.join_url, -1, SQLITE_STATIC);
 			if (a->cfg.join_pin != NULL)
@@ -216,7 +220,7 @@ apply_planned(struct cluster *c, const cJSON *item)
 	if (gpu_id == 0 || t == NULL) {
 		snprintf(err, sizeof(err), "GPU %s is not a MIG GPU of this node", uuid);
 	} else {
-		cJSON_ArrayForEach(e, list) {
+		cJSON_ArrayForEach (e, list) {
 			if (n == MIG_MAX_INSTANCES)
 				break;
 			in[n].profile = mig_profile_find(t, cJSON_GetStringValue(cJSON_GetObjectItem(e, "profile")));
@@ -274,10 +278,12 @@ heartbeat(struct cluster *c, const struct membership *m)
 		note_result(a, err[0] ? err : "no state in the heartbeat's answer", NULL);
 	} else {
 		/* follow a drain or resume ordered on the other console */
-		if (strcmp(state, m->state) != 0 && (strcmp(state, "draining") == 0 || strcmp(m->state, "draining") == 0)) {
+		if (strcmp(state, m->state) != 0 &&
+		    (strcmp(state, "draining") == 0 || strcmp(m->state, "draining") == 0)) {
 			node_self_drain(a->db, strcmp(state, "draining") == 0);
-			admin_audit(a->db, admin_now(), "system", strcmp(state, "draining") == 0 ? "node.drain" : "node.resume",
-				    a->cfg.node_name, NULL, "ok", NULL);
+			admin_audit(a->db, admin_now(), "system",
+				    strcmp(state, "draining") == 0 ? "node.drain" : "node.resume", a->cfg.node_name,
+				    NULL, "ok", NULL);
 			supervisor_kick(a->sup);
 		}
 		note_result(a, NULL, state);
@@ -285,7 +291,7 @@ heartbeat(struct cluster *c, const struct membership *m)
 		if (hb >= 1 && hb <= 3600)
 			c->interval = (int)hb; /* it judges reachability by its own */
 		const cJSON *item;
-		cJSON_ArrayForEach(item, cJSON_GetObjectItem(reply, "mig"))
+		cJSON_ArrayForEach (item, cJSON_GetObjectItem(reply, "mig"))
 			apply_planned(c, item);
 		member_sync(a, m, reply);
 	}
@@ -304,9 +310,11 @@ watch(struct admin *a)
 	int64_t lost[64];
 	char why[300], names[64][130], err[PRIVAI_ERR_LEN];
 	int n = 0;
-	if (sqlite3_prepare_v2(a->db, "UPDATE nodes SET state = 'unreachable', state_reason = 'no heartbeat for ' || "
-				      "(?1 - last_heartbeat) || ' s' WHERE is_self = 0 AND state = 'ready' "
-				      "AND last_heartbeat < ?1 - ?2 RETURNING name, id", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(a->db,
+			       "UPDATE nodes SET state = 'unreachable', state_reason = 'no heartbeat for ' || "
+			       "(?1 - last_heartbeat) || ' s' WHERE is_self = 0 AND state = 'ready' "
+			       "AND last_heartbeat < ?1 - ?2 RETURNING name, id",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, now);
 		sqlite3_bind_int64(st, 2, 3 * (int64_t)a->cfg.heartbeat_s);
 		while (sqlite3_step(st) == SQLITE_ROW) {

@@ -15,17 +15,17 @@
 #include "admin.h"
 #include "cluster/host_health.h"
 
-#define MAX_FILE_BYTES (1 << 20)     /* a preflight report is some 20 KB */
+#define MAX_FILE_BYTES (1 << 20)      /* a preflight report is some 20 KB */
 #define MAX_ANSWER_BYTES (256 * 1024) /* privai-fabric's status is some 10 KB */
 #define MAX_CHECKS 512
-#define MAX_KEPT 96   /* warn and fail checks kept; more are counted (a node's report stays small) */
+#define MAX_KEPT 96 /* warn and fail checks kept; more are counted (a node's report stays small) */
 #define MAX_PROBLEMS 64
 #define MAX_TEXT 512
 #define ERR_LEN 320
 
 static const char *const check_statuses[] = { "pass", "warn", "fail", "skip", NULL };
-static const char *const fm_verdicts[] = { "ready", "not-needed", "not-installed", "version-mismatch", "restart-loop",
-					   "failed", "stopped", "starting", "unknown", NULL };
+static const char *const fm_verdicts[] = { "ready",  "not-needed", "not-installed", "version-mismatch", "restart-loop",
+					   "failed", "stopped",    "starting",      "unknown",          NULL };
 
 static int
 one_of(const char *s, const char *const *set)
@@ -165,7 +165,8 @@ preflight_clean(const cJSON *in, double checked_at)
 	if (!cJSON_IsArray(checks) || (n = cJSON_GetArraySize(checks)) > MAX_CHECKS)
 		return part_error("error", "preflight: checks must be an array of at most %d", MAX_CHECKS);
 	if ((out = cJSON_CreateObject()) == NULL || cJSON_AddStringToObject(out, "state", "ok") == NULL ||
-	    (sum = cJSON_AddObjectToObject(out, "summary")) == NULL || (list = cJSON_AddArrayToObject(out, "checks")) == NULL)
+	    (sum = cJSON_AddObjectToObject(out, "summary")) == NULL ||
+	    (list = cJSON_AddArrayToObject(out, "checks")) == NULL)
 		goto nomem;
 	if (checked_at < 0 && copy_number(out, in, "checked_at", 0, 1e11, "preflight.", err) < 0)
 		goto bad;
@@ -181,7 +182,8 @@ preflight_clean(const cJSON *in, double checked_at)
 		int exact = k == 1 || k == 2;
 		if (!cJSON_IsNumber(v) || v->valuedouble < counted[k] || v->valuedouble > MAX_CHECKS ||
 		    (exact && v->valuedouble != counted[k])) {
-			snprintf(err, ERR_LEN, "preflight: summary.%s must be a number that agrees with the checks (%d %s)",
+			snprintf(err, ERR_LEN,
+				 "preflight: summary.%s must be a number that agrees with the checks (%d %s)",
 				 check_statuses[k], counted[k], check_statuses[k]);
 			goto bad;
 		}
@@ -209,7 +211,8 @@ host_preflight_read(const char *path)
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd < 0 && errno == ENOENT)
-		return part_error("missing", "no preflight report at %s yet (privai-preflight.service writes it)", path);
+		return part_error("missing", "no preflight report at %s yet (privai-preflight.service writes it)",
+				  path);
 	if (fd < 0)
 		return part_error("error", "%s: %s", path, strerror(errno));
 	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > MAX_FILE_BYTES) {
@@ -259,7 +262,8 @@ fabric_clean(const cJSON *in)
 	if (!cJSON_IsString(verdict) || one_of(verdict->valuestring, fm_verdicts) < 0)
 		return part_error("error", "fabric: fabric_manager.verdict is not one privai-fabric gives");
 	if (!cJSON_IsArray(problems) || (n = cJSON_GetArraySize(problems)) > MAX_PROBLEMS)
-		return part_error("error", "fabric: nccl_topology.problems must be an array of at most %d", MAX_PROBLEMS);
+		return part_error("error", "fabric: nccl_topology.problems must be an array of at most %d",
+				  MAX_PROBLEMS);
 	if ((out = cJSON_CreateObject()) == NULL || cJSON_AddStringToObject(out, "state", "ok") == NULL ||
 	    (ofm = cJSON_AddObjectToObject(out, "fabric_manager")) == NULL ||
 	    (otopo = cJSON_AddObjectToObject(out, "nccl_topology")) == NULL ||
@@ -282,7 +286,8 @@ fabric_clean(const cJSON *in)
 	for (int i = 0; i < n; i++) {
 		const cJSON *p = cJSON_GetArrayItem(problems, i);
 		if (!cJSON_IsString(p) || strlen(p->valuestring) > MAX_TEXT) {
-			snprintf(err, ERR_LEN, "nccl_topology.problems[%d] must be a string of at most %d bytes", i, MAX_TEXT);
+			snprintf(err, ERR_LEN, "nccl_topology.problems[%d] must be a string of at most %d bytes", i,
+				 MAX_TEXT);
 			goto bad;
 		}
 		if (!cJSON_AddItemToArray(oprob, cJSON_CreateString(p->valuestring)))
@@ -323,7 +328,8 @@ host_fabric_read(const char *path, int timeout_ms)
 	int fd, code;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
-		return part_error("error", "the fabric socket's path is longer than %zu bytes", sizeof(sa.sun_path) - 1);
+		return part_error("error", "the fabric socket's path is longer than %zu bytes",
+				  sizeof(sa.sun_path) - 1);
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
 		return part_error("error", "socket: %s", strerror(errno));

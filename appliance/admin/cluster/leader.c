@@ -22,8 +22,10 @@ key_hashes(sqlite3 *db, int64_t id)
 	cJSON *keys = cJSON_CreateArray();
 	sqlite3_stmt *st;
 
-	if (sqlite3_prepare_v2(db, "SELECT key_sha256 FROM deployment_keys WHERE deployment_id = ?1 AND "
-				   "revoked_at IS NULL ORDER BY id", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(db,
+			       "SELECT key_sha256 FROM deployment_keys WHERE deployment_id = ?1 AND "
+			       "revoked_at IS NULL ORDER BY id",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, id);
 		while (sqlite3_step(st) == SQLITE_ROW)
 			cJSON_AddItemToArray(keys, cJSON_CreateString((const char *)sqlite3_column_text(st, 0)));
@@ -38,10 +40,12 @@ remote_specs(struct admin *a, int64_t node_id)
 	cJSON *list = cJSON_CreateArray();
 	sqlite3_stmt *st;
 
-	if (list == NULL || sqlite3_prepare_v2(a->db, "SELECT d.id, d.name, d.desired, d.placement, d.options, m.id, "
-						      "m.name, m.sha256, m.size_bytes FROM deployments d JOIN models m "
-						      "ON m.id = d.model_id WHERE d.node_id = ?1 AND m.state = 'ready' "
-						      "ORDER BY d.id", -1, &st, NULL) != SQLITE_OK)
+	if (list == NULL || sqlite3_prepare_v2(a->db,
+					       "SELECT d.id, d.name, d.desired, d.placement, d.options, m.id, "
+					       "m.name, m.sha256, m.size_bytes FROM deployments d JOIN models m "
+					       "ON m.id = d.model_id WHERE d.node_id = ?1 AND m.state = 'ready' "
+					       "ORDER BY d.id",
+					       -1, &st, NULL) != SQLITE_OK)
 		return list;
 	sqlite3_bind_int64(st, 1, node_id);
 	while (sqlite3_step(st) == SQLITE_ROW) {
@@ -107,7 +111,7 @@ remote_record(sqlite3 *db, int64_t node_id, const cJSON *reports, int64_t now, c
 		return privai_fail(err, PRIVAI_EINVAL, "deployments must be an array of at most %d reports",
 				   MAX_REPORTS);
 	/* check them all before storing any */
-	cJSON_ArrayForEach(e, reports) {
+	cJSON_ArrayForEach (e, reports) {
 		const char *state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "state"));
 		const cJSON *reason = cJSON_GetObjectItemCaseSensitive(e, "reason");
 		int64_t v;
@@ -117,19 +121,23 @@ remote_record(sqlite3 *db, int64_t node_id, const cJSON *reports, int64_t now, c
 			return privai_fail(err, PRIVAI_EINVAL, "deployments[%d].state is not a deployment state", i);
 		if (reason != NULL && !cJSON_IsNull(reason) &&
 		    (!cJSON_IsString(reason) || strlen(reason->valuestring) > MAX_REASON))
-			return privai_fail(err, PRIVAI_EINVAL, "deployments[%d].reason must be text of at most %d bytes",
-					   i, MAX_REASON);
+			return privai_fail(err, PRIVAI_EINVAL,
+					   "deployments[%d].reason must be text of at most %d bytes", i, MAX_REASON);
 		if (report_int(e, "restarts", 0, INT32_MAX, 0, &v) < 0 ||
 		    report_int(e, "started_at", 0, INT64_C(1) << 40, 0, &v) < 0)
-			return privai_fail(err, PRIVAI_EINVAL, "deployments[%d]: restarts and started_at must be "
-					   "non-negative integers", i);
+			return privai_fail(err, PRIVAI_EINVAL,
+					   "deployments[%d]: restarts and started_at must be "
+					   "non-negative integers",
+					   i);
 		i++;
 	}
-	if (sqlite3_prepare_v2(db, "UPDATE deployments SET state = ?1, reason = ?2, restarts = ?3, started_at = ?4, "
-				   "updated_at = CASE WHEN state IS ?1 THEN updated_at ELSE ?5 END "
-				   "WHERE id = ?6 AND node_id = ?7", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "UPDATE deployments SET state = ?1, reason = ?2, restarts = ?3, started_at = ?4, "
+			       "updated_at = CASE WHEN state IS ?1 THEN updated_at ELSE ?5 END "
+			       "WHERE id = ?6 AND node_id = ?7",
+			       -1, &st, NULL) != SQLITE_OK)
 		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
-	cJSON_ArrayForEach(e, reports) {
+	cJSON_ArrayForEach (e, reports) {
 		int64_t id, restarts, started;
 		report_int(e, "id", 1, INT64_C(1) << 53, 0, &id);
 		report_int(e, "restarts", 0, INT32_MAX, 0, &restarts);
@@ -159,8 +167,10 @@ remote_node_lost(sqlite3 *db, int64_t node_id, const char *why, char *err)
 {
 	sqlite3_stmt *st;
 
-	if (db_prepare(db, "UPDATE deployments SET state = CASE WHEN desired = 'running' THEN 'pending' "
-			   "ELSE 'stopped' END, reason = ?2 WHERE node_id = ?1", &st, NULL) == PRIVAI_OK) {
+	if (db_prepare(db,
+		       "UPDATE deployments SET state = CASE WHEN desired = 'running' THEN 'pending' "
+		       "ELSE 'stopped' END, reason = ?2 WHERE node_id = ?1",
+		       &st, NULL) == PRIVAI_OK) {
 		sqlite3_bind_int64(st, 1, node_id);
 		sqlite3_bind_text(st, 2, why, -1, SQLITE_TRANSIENT);
 	}
@@ -179,10 +189,12 @@ remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_t ba
 	snprintf(why, why_size, "no deployment %lld", (long long)id);
 	pin[0] = '\0';
 	pthread_mutex_lock(&a->db_mu);
-	if (sqlite3_prepare_v2(a->db, "SELECT d.node_id IS NULL, CASE WHEN d.desired = 'running' AND n.state = 'ready' "
-				      "THEN d.state ELSE 'stopping' END, n.name, n.state, coalesce(n.url, ''), "
-				      "coalesce(n.tls_pin, '') FROM deployments d LEFT JOIN nodes n ON n.id = d.node_id "
-				      "WHERE d.id = ?1", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT d.node_id IS NULL, CASE WHEN d.desired = 'running' AND n.state = 'ready' "
+			       "THEN d.state ELSE 'stopping' END, n.name, n.state, coalesce(n.url, ''), "
+			       "coalesce(n.tls_pin, '') FROM deployments d LEFT JOIN nodes n ON n.id = d.node_id "
+			       "WHERE d.id = ?1",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, id);
 		if (sqlite3_step(st) == SQLITE_ROW) {
 			const char *state = (const char *)sqlite3_column_text(st, 1);
@@ -193,11 +205,12 @@ remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_t ba
 				rc = 0;
 			} else if (strcmp(node_state, "ready") != 0 && strcmp(node_state, "draining") != 0) {
 				rc = -1;
-				snprintf(why, why_size, "deployment %lld runs on node %s, which is %s", (long long)id, node,
-					 node_state);
+				snprintf(why, why_size, "deployment %lld runs on node %s, which is %s", (long long)id,
+					 node, node_state);
 			} else if ((need_ready && strcmp(state, "ready") != 0) || url[0] == '\0') {
 				rc = -1;
-				snprintf(why, why_size, "deployment %lld on node %s is not ready (see its state and reason)",
+				snprintf(why, why_size,
+					 "deployment %lld on node %s is not ready (see its state and reason)",
 					 (long long)id, node);
 			} else {
 				rc = 1;

@@ -37,9 +37,10 @@ load_membership(struct admin *a, struct membership *m)
 	int found = 0;
 
 	memset(m, 0, sizeof(*m));
-	if (sqlite3_prepare_v2(a->db, "SELECT leader_url, coalesce(leader_pin, ''), node_id, secret, "
-				      "coalesce(state, ''), coalesce(leader_key_sha256, '') FROM membership", -1, &st,
-			       NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT leader_url, coalesce(leader_pin, ''), node_id, secret, "
+			       "coalesce(state, ''), coalesce(leader_key_sha256, '') FROM membership",
+			       -1, &st, NULL) != SQLITE_OK)
 		return 0;
 	if (sqlite3_step(st) == SQLITE_ROW) {
 		found = 1;
@@ -80,7 +81,7 @@ gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err, size_t size
 	int64_t tp;
 	sqlite3_stmt *st;
 
-	cJSON_ArrayForEach(v, p) {
+	cJSON_ArrayForEach (v, p) {
 		int ok = 0;
 		for (int i = 0; known[i] != NULL && !ok; i++)
 			ok = strcmp(v->string, known[i]) == 0;
@@ -89,26 +90,29 @@ gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err, size_t size
 	}
 	int n = cJSON_GetArraySize(gpus);
 	if (!cJSON_IsArray(gpus) || n < 1 || n > 16 || int_in(p, "tensor_parallel", 1, 16, &tp) < 0 || tp != n)
-		return snprintf(err, size, "placement.gpus must list 1 to 16 GPUs and tensor_parallel their number"), -1;
+		return snprintf(err, size, "placement.gpus must list 1 to 16 GPUs and tensor_parallel their number"),
+		       -1;
 	int cuda = 0;
-	cJSON_ArrayForEach(v, backends)
+	cJSON_ArrayForEach (v, backends)
 		cuda |= cJSON_IsString(v) && strcmp(v->valuestring, "cuda") == 0;
 	if (!cuda)
 		return snprintf(err, size, "this node's privai-engine has no CUDA backend"), -1;
-	if (sqlite3_prepare_v2(a->db, "SELECT (SELECT count(*) FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE "
-				      "n.is_self = 1 AND ((g.uuid = ?1 AND g.mig_enabled = 0) OR (g.mig_enabled = 1 AND "
-				      "EXISTS (SELECT 1 FROM json_each(g.instances) i WHERE json_extract(i.value, '$.uuid') "
-				      "= ?1)))), (SELECT d.name FROM deployments d, json_each(d.placement, '$.gpus') x "
-				      "WHERE d.leader_id IS NULL AND d.desired = 'running' AND x.value = ?1)",
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT (SELECT count(*) FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE "
+			       "n.is_self = 1 AND ((g.uuid = ?1 AND g.mig_enabled = 0) OR (g.mig_enabled = 1 AND "
+			       "EXISTS (SELECT 1 FROM json_each(g.instances) i WHERE json_extract(i.value, '$.uuid') "
+			       "= ?1)))), (SELECT d.name FROM deployments d, json_each(d.placement, '$.gpus') x "
+			       "WHERE d.leader_id IS NULL AND d.desired = 'running' AND x.value = ?1)",
 			       -1, &st, NULL) != SQLITE_OK)
 		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
 	int bad = 0;
-	cJSON_ArrayForEach(v, gpus) {
+	cJSON_ArrayForEach (v, gpus) {
 		const char *u = cJSON_GetStringValue(v);
 		sqlite3_reset(st);
 		sqlite3_bind_text(st, 1, u != NULL ? u : "", -1, SQLITE_TRANSIENT);
 		if (u == NULL || strlen(u) > 95 || sqlite3_step(st) != SQLITE_ROW || sqlite3_column_int(st, 0) != 1)
-			bad = snprintf(err, size, "this node has no GPU or MIG instance %.96s to run it on", u ? u : "?");
+			bad = snprintf(err, size, "this node has no GPU or MIG instance %.96s to run it on",
+				       u ? u : "?");
 		else if (sqlite3_column_type(st, 1) == SQLITE_TEXT)
 			bad = snprintf(err, size, "GPU %s is held by this node's own deployment '%s'", u,
 				       (const char *)sqlite3_column_text(st, 1));
@@ -121,8 +125,8 @@ gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err, size_t size
 	cJSON *out = cJSON_CreateObject();
 	char *text = NULL;
 	if (out != NULL && cJSON_AddStringToObject(out, "kind", "gpu") != NULL &&
-	    cJSON_AddItemToObject(out, "gpus", cJSON_Duplicate(gpus, 1)) && cJSON_AddNumberToObject(out, "tensor_parallel",
-												(double)tp) != NULL)
+	    cJSON_AddItemToObject(out, "gpus", cJSON_Duplicate(gpus, 1)) &&
+	    cJSON_AddNumberToObject(out, "tensor_parallel", (double)tp) != NULL)
 		text = cJSON_PrintUnformatted(out);
 	cJSON_Delete(out);
 	if (text == NULL || strlen(text) >= sizeof(s->placement)) {
@@ -157,15 +161,17 @@ spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err, size_t si
 		if (gpu_spec(a, p, s, err, size) < 0)
 			return -1;
 	} else {
-		cJSON_ArrayForEach(v, p)
+		cJSON_ArrayForEach (v, p)
 			if (strcmp(v->string, "kind") != 0 && strcmp(v->string, "threads") != 0 &&
 			    strcmp(v->string, "node") != 0)
 				return snprintf(err, size, "unknown placement field '%.40s'", v->string), -1;
-		if (cJSON_GetObjectItemCaseSensitive(p, "threads") != NULL && int_in(p, "threads", 0, 1024, &threads) < 0)
+		if (cJSON_GetObjectItemCaseSensitive(p, "threads") != NULL &&
+		    int_in(p, "threads", 0, 1024, &threads) < 0)
 			return snprintf(err, size, "placement.threads must be an integer in 0..1024"), -1;
 		if (threads > sysconf(_SC_NPROCESSORS_ONLN))
-			return snprintf(err, size, "placement.threads is %lld; this node has %ld CPUs", (long long)threads,
-					sysconf(_SC_NPROCESSORS_ONLN)), -1;
+			return snprintf(err, size, "placement.threads is %lld; this node has %ld CPUs",
+					(long long)threads, sysconf(_SC_NPROCESSORS_ONLN)),
+			       -1;
 		snprintf(s->placement, sizeof(s->placement), "{\"kind\":\"cpu\",\"threads\":%lld}", (long long)threads);
 	}
 	if (deploy_options_parse(cJSON_GetObjectItemCaseSensitive(e, "options"), &s->options, field, sizeof(field), err,
@@ -174,15 +180,18 @@ spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err, size_t si
 	s->model_name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "name"));
 	v = cJSON_GetObjectItemCaseSensitive(m, "sha256");
 	s->sha = cJSON_GetStringValue(v);
-	if (!cJSON_IsObject(m) || int_in(m, "id", 1, INT64_C(1) << 53, &s->model_id) < 0 ||
-	    s->model_name == NULL || !model_name_ok(s->model_name) || (!cJSON_IsNull(v) && !sha256_hex_ok(s->sha)) ||
+	if (!cJSON_IsObject(m) || int_in(m, "id", 1, INT64_C(1) << 53, &s->model_id) < 0 || s->model_name == NULL ||
+	    !model_name_ok(s->model_name) || (!cJSON_IsNull(v) && !sha256_hex_ok(s->sha)) ||
 	    int_in(m, "size_bytes", 1, a->cfg.max_upload_bytes, &s->size) < 0)
-		return snprintf(err, size, "model must have an id, a model name, a SHA-256 or null, and a size of "
-				"1..%lld bytes", (long long)a->cfg.max_upload_bytes), -1;
+		return snprintf(err, size,
+				"model must have an id, a model name, a SHA-256 or null, and a size of "
+				"1..%lld bytes",
+				(long long)a->cfg.max_upload_bytes),
+		       -1;
 	s->keys = cJSON_GetObjectItemCaseSensitive(e, "keys");
 	if (!cJSON_IsArray(s->keys) || cJSON_GetArraySize(s->keys) > MAX_KEYS)
 		return snprintf(err, size, "keys must be an array of at most %d SHA-256s", MAX_KEYS), -1;
-	cJSON_ArrayForEach(k, s->keys)
+	cJSON_ArrayForEach (k, s->keys)
 		if (!sha256_hex_ok(cJSON_GetStringValue(k)))
 			return snprintf(err, size, "keys must be SHA-256s in hex"), -1;
 	return 0;
@@ -201,9 +210,10 @@ ensure_model(struct admin *a, const struct membership *ms, const struct spec *s,
 
 	snprintf(url, sizeof(url), "%s/api/v1/nodes/%lld/models/%lld/file", ms->leader, (long long)ms->node_id,
 		 (long long)s->model_id);
-	if (sqlite3_prepare_v2(a->db, "SELECT id, state, created_at FROM models WHERE (?1 IS NOT NULL AND sha256 = ?1 "
-				      "AND state = 'ready') OR (url = ?2 AND size_bytes = ?3 AND (?1 IS NULL OR "
-				      "sha256 IS NULL OR sha256 = ?1)) ORDER BY state = 'ready' DESC, id DESC LIMIT 1",
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT id, state, created_at FROM models WHERE (?1 IS NOT NULL AND sha256 = ?1 "
+			       "AND state = 'ready') OR (url = ?2 AND size_bytes = ?3 AND (?1 IS NULL OR "
+			       "sha256 IS NULL OR sha256 = ?1)) ORDER BY state = 'ready' DESC, id DESC LIMIT 1",
 			       -1, &st, NULL) != SQLITE_OK)
 		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
 	sqlite3_bind_text(st, 1, s->sha, -1, SQLITE_TRANSIENT);
@@ -229,8 +239,11 @@ ensure_model(struct admin *a, const struct membership *ms, const struct spec *s,
 	} else if (strcmp(state, "failed") == 0 && created < now - FETCH_RETRY_S)
 		rc = model_fetch_begin(a, s->model_name, url, s->sha, s->size, ms->pin, ms->secret, now, id, &id, e);
 	if (rc == PRIVAI_EBUSY)
-		return snprintf(err, size, "models named '%s' and '%s.from-leader-%lld' are on this node already; rename "
-				"or delete one there", s->model_name, s->model_name, (long long)s->model_id), -1;
+		return snprintf(err, size,
+				"models named '%s' and '%s.from-leader-%lld' are on this node already; rename "
+				"or delete one there",
+				s->model_name, s->model_name, (long long)s->model_id),
+		       -1;
 	if (rc != PRIVAI_OK)
 		return snprintf(err, size, "cannot fetch the model: %s", e), -1;
 	*model_id = id;
@@ -246,14 +259,16 @@ sync_keys(struct admin *a, const struct spec *s, int64_t now, char *err)
 	const cJSON *k;
 	int have = 0, same = 1, rc;
 
-	if ((rc = db_prepare(a->db, "SELECT key_sha256 FROM deployment_keys WHERE deployment_id = ?1 AND "
-				    "revoked_at IS NULL", &st, err)) != PRIVAI_OK)
+	if ((rc = db_prepare(a->db,
+			     "SELECT key_sha256 FROM deployment_keys WHERE deployment_id = ?1 AND "
+			     "revoked_at IS NULL",
+			     &st, err)) != PRIVAI_OK)
 		return rc;
 	sqlite3_bind_int64(st, 1, s->local_id);
 	while (sqlite3_step(st) == SQLITE_ROW) {
 		int found = 0;
 		have++;
-		cJSON_ArrayForEach(k, s->keys)
+		cJSON_ArrayForEach (k, s->keys)
 			found |= strcmp(k->valuestring, (const char *)sqlite3_column_text(st, 0)) == 0;
 		same &= found;
 	}
@@ -263,10 +278,12 @@ sync_keys(struct admin *a, const struct spec *s, int64_t now, char *err)
 	if (db_prepare(a->db, "DELETE FROM deployment_keys WHERE deployment_id = ?1", &st, NULL) == PRIVAI_OK)
 		sqlite3_bind_int64(st, 1, s->local_id);
 	if ((rc = db_write(a->db, st, err)) != PRIVAI_OK ||
-	    (rc = db_prepare(a->db, "INSERT OR IGNORE INTO deployment_keys (deployment_id, name, key_sha256, "
-				    "created_at) VALUES (?1, 'leader', ?2, ?3)", &st, err)) != PRIVAI_OK)
+	    (rc = db_prepare(a->db,
+			     "INSERT OR IGNORE INTO deployment_keys (deployment_id, name, key_sha256, "
+			     "created_at) VALUES (?1, 'leader', ?2, ?3)",
+			     &st, err)) != PRIVAI_OK)
 		return rc;
-	cJSON_ArrayForEach(k, s->keys) {
+	cJSON_ArrayForEach (k, s->keys) {
 		sqlite3_bind_int64(st, 1, s->local_id);
 		sqlite3_bind_text(st, 2, k->valuestring, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 3, now);
@@ -299,8 +316,10 @@ upsert(struct admin *a, const struct membership *ms, struct spec *s, int64_t mod
 	sqlite3_stmt *st;
 	int found = 0, changed = 0;
 
-	if (sqlite3_prepare_v2(a->db, "SELECT id, model_id = ?2 AND placement = ?3 AND options = ?4, desired = ?5 "
-				      "FROM deployments WHERE leader_id = ?1", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT id, model_id = ?2 AND placement = ?3 AND options = ?4, desired = ?5 "
+			       "FROM deployments WHERE leader_id = ?1",
+			       -1, &st, NULL) != SQLITE_OK)
 		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
 	bind_spec(st, s, model_id, desired);
 	if (sqlite3_step(st) == SQLITE_ROW) {
@@ -316,13 +335,15 @@ upsert(struct admin *a, const struct membership *ms, struct spec *s, int64_t mod
 	int port = found ? 0 : deployment_pick_port(a);
 	if (port < 0)
 		return snprintf(err, size, "every engine port %d-%d of this node is taken", a->cfg.engine_port_lo,
-				a->cfg.engine_port_hi), -1;
-	const char *sql = found ? "UPDATE deployments SET model_id = ?2, placement = ?3, options = ?4, desired = ?5, "
-				  "drained = ?6, reason = CASE WHEN ?6 THEN 'stopped: node drained' ELSE reason END, "
-				  "updated_at = ?7 WHERE leader_id = ?1"
-				: "INSERT INTO deployments (leader_id, model_id, placement, options, desired, drained, "
-				  "created_at, updated_at, name, port, state, reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
-				  "?7, ?8, ?9, 'pending', CASE WHEN ?6 THEN 'stopped: node drained' END)";
+				a->cfg.engine_port_hi),
+		       -1;
+	const char *sql =
+		found ? "UPDATE deployments SET model_id = ?2, placement = ?3, options = ?4, desired = ?5, "
+			"drained = ?6, reason = CASE WHEN ?6 THEN 'stopped: node drained' ELSE reason END, "
+			"updated_at = ?7 WHERE leader_id = ?1"
+		      : "INSERT INTO deployments (leader_id, model_id, placement, options, desired, drained, "
+			"created_at, updated_at, name, port, state, reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
+			"?7, ?8, ?9, 'pending', CASE WHEN ?6 THEN 'stopped: node drained' END)";
 	if (sqlite3_prepare_v2(a->db, sql, -1, &st, NULL) != SQLITE_OK)
 		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
 	bind_spec(st, s, model_id, desired);
@@ -373,8 +394,8 @@ drop_unlisted(struct admin *a, const struct membership *ms, const int64_t *seen,
 	char names[MAX_SPECS][80];
 	int k = 0;
 
-	if (sqlite3_prepare_v2(a->db, "SELECT id, leader_id, name FROM deployments WHERE leader_id IS NOT NULL", -1, &st,
-			       NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(a->db, "SELECT id, leader_id, name FROM deployments WHERE leader_id IS NOT NULL", -1,
+			       &st, NULL) != SQLITE_OK)
 		return;
 	while (sqlite3_step(st) == SQLITE_ROW && k < MAX_SPECS) {
 		int64_t lid = sqlite3_column_int64(st, 1);
@@ -411,8 +432,8 @@ member_sync(struct admin *a, const struct membership *ms, const cJSON *reply)
 		return;
 	}
 	int relay_changed = relay != NULL && sha256_hex_ok(relay) && strcmp(relay, ms->relay_sha) != 0;
-	if (sqlite3_prepare_v2(a->db, "SELECT 1 FROM nodes WHERE is_self = 1 AND state = 'draining'", -1, &st,
-			       NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(a->db, "SELECT 1 FROM nodes WHERE is_self = 1 AND state = 'draining'", -1, &st, NULL) ==
+	    SQLITE_OK) {
 		draining = sqlite3_step(st) == SQLITE_ROW;
 		sqlite3_finalize(st);
 	}
@@ -429,7 +450,7 @@ member_sync(struct admin *a, const struct membership *ms, const cJSON *reply)
 			return;
 		}
 	}
-	cJSON_ArrayForEach(e, specs) {
+	cJSON_ArrayForEach (e, specs) {
 		struct spec s;
 		int64_t model_id, id = 0;
 		int rc = -1;
@@ -480,10 +501,11 @@ member_reports(struct admin *a)
 
 	if (list == NULL)
 		return NULL;
-	if (sqlite3_prepare_v2(a->db, "SELECT d.leader_id, d.state, d.reason, d.restarts, d.started_at, m.state, "
-				      "m.bytes_done, m.size_bytes, coalesce(m.error, '') FROM deployments d JOIN models m "
-				      "ON m.id = d.model_id WHERE d.leader_id IS NOT NULL ORDER BY d.leader_id", -1, &st,
-			       NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT d.leader_id, d.state, d.reason, d.restarts, d.started_at, m.state, "
+			       "m.bytes_done, m.size_bytes, coalesce(m.error, '') FROM deployments d JOIN models m "
+			       "ON m.id = d.model_id WHERE d.leader_id IS NOT NULL ORDER BY d.leader_id",
+			       -1, &st, NULL) == SQLITE_OK) {
 		while (sqlite3_step(st) == SQLITE_ROW) {
 			const char *state = (const char *)sqlite3_column_text(st, 1);
 			const char *why = (const char *)sqlite3_column_text(st, 2);
@@ -492,12 +514,16 @@ member_reports(struct admin *a)
 			cJSON_AddNumberToObject(e, "id", (double)sqlite3_column_int64(st, 0));
 			if (strcmp(mstate, "failed") == 0) {
 				state = "failed";
-				snprintf(reason, sizeof(reason), "the model could not be fetched from the leader: %.600s "
-					 "(tried again within %d s)", (const char *)sqlite3_column_text(st, 8), FETCH_RETRY_S);
+				snprintf(reason, sizeof(reason),
+					 "the model could not be fetched from the leader: %.600s "
+					 "(tried again within %d s)",
+					 (const char *)sqlite3_column_text(st, 8), FETCH_RETRY_S);
 				why = reason;
 			} else if (strcmp(mstate, "importing") == 0 && strcmp(state, "pending") == 0) {
-				snprintf(reason, sizeof(reason), "fetching the model from the leader: %lld of %lld bytes",
-					 (long long)sqlite3_column_int64(st, 6), (long long)sqlite3_column_int64(st, 7));
+				snprintf(reason, sizeof(reason),
+					 "fetching the model from the leader: %lld of %lld bytes",
+					 (long long)sqlite3_column_int64(st, 6),
+					 (long long)sqlite3_column_int64(st, 7));
 				why = reason;
 			}
 			cJSON_AddStringToObject(e, "state", state);
@@ -510,7 +536,7 @@ member_reports(struct admin *a)
 		}
 		sqlite3_finalize(st);
 	}
-	cJSON_ArrayForEach(e, a->member_errors)
+	cJSON_ArrayForEach (e, a->member_errors)
 		if (cJSON_GetNumberValue(cJSON_GetObjectItem(e, "id")) > 0)
 			cJSON_AddItemToArray(list, cJSON_Duplicate(e, 1));
 	return list;

@@ -115,12 +115,14 @@ node_store_report(sqlite3 *db, int64_t node_id, const cJSON *report, int64_t now
 	if (text == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	if (strlen(text) > MAX_REPORT_BYTES) {
-		rc = privai_fail(err, PRIVAI_EINVAL, "report is larger than %d bytes without its GPUs", MAX_REPORT_BYTES);
+		rc = privai_fail(err, PRIVAI_EINVAL, "report is larger than %d bytes without its GPUs",
+				 MAX_REPORT_BYTES);
 		goto out;
 	}
-	if (sqlite3_prepare_v2(db, "UPDATE nodes SET cpu_model = ?2, cpu_cores = ?3, cpu_flags = ?4, numa_nodes = ?5, "
-				   "memory_bytes = ?6, inventory = ?7, last_heartbeat = ?8 WHERE id = ?1", -1, &st,
-			       NULL) != SQLITE_OK) {
+	if (sqlite3_prepare_v2(db,
+			       "UPDATE nodes SET cpu_model = ?2, cpu_cores = ?3, cpu_flags = ?4, numa_nodes = ?5, "
+			       "memory_bytes = ?6, inventory = ?7, last_heartbeat = ?8 WHERE id = ?1",
+			       -1, &st, NULL) != SQLITE_OK) {
 		rc = privai_fail(err, PRIVAI_EIO, "store: %s", sqlite3_errmsg(db));
 		goto out;
 	}
@@ -165,12 +167,16 @@ node_self_register(struct admin *a, char *err)
 	sqlite3_finalize(st);
 	st = NULL;
 	if (a->self_node_id == 0) {
-		if (sqlite3_prepare_v2(a->db, "INSERT INTO nodes (name, address, url, state, is_self, joined_at) "
-					      "VALUES (?1, ?2, ?3, 'ready', 1, ?4)", -1, &st, NULL) != SQLITE_OK)
+		if (sqlite3_prepare_v2(a->db,
+				       "INSERT INTO nodes (name, address, url, state, is_self, joined_at) "
+				       "VALUES (?1, ?2, ?3, 'ready', 1, ?4)",
+				       -1, &st, NULL) != SQLITE_OK)
 			goto fail;
-	} else if (sqlite3_prepare_v2(a->db, "UPDATE nodes SET name = ?1, address = ?2, url = ?3, state = "
-						    "CASE state WHEN 'draining' THEN 'draining' ELSE 'ready' END, "
-						    "state_reason = NULL WHERE is_self = 1", -1, &st, NULL) != SQLITE_OK)
+	} else if (sqlite3_prepare_v2(a->db,
+				      "UPDATE nodes SET name = ?1, address = ?2, url = ?3, state = "
+				      "CASE state WHEN 'draining' THEN 'draining' ELSE 'ready' END, "
+				      "state_reason = NULL WHERE is_self = 1",
+				      -1, &st, NULL) != SQLITE_OK)
 		goto fail;
 	sqlite3_bind_text(st, 1, a->cfg.node_name, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 2, a->cfg.host, -1, SQLITE_STATIC);
@@ -207,7 +213,8 @@ node_self_drain(sqlite3 *db, int draining)
 				     "UPDATE deployments SET desired = 'stopped', drained = 1, reason = "
 				     "'stopped: node drained' WHERE desired = 'running' AND node_id IS NULL"
 				   : "UPDATE nodes SET state = 'ready', state_reason = NULL WHERE is_self = 1;"
-				     "UPDATE deployments SET desired = 'running', drained = 0, reason = NULL WHERE drained = 1 AND "
+				     "UPDATE deployments SET desired = 'running', drained = 0, reason = NULL WHERE "
+				     "drained = 1 AND "
 				     "node_id IS NULL";
 
 	return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;

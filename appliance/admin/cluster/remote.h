@@ -54,8 +54,8 @@ int remote_node_lost(sqlite3 *db, int64_t node_id, const char *why, char *err);
  * the node's key pin when another node runs it, that node is reachable
  * and (need_ready) it says the engine is ready; -1 (not so) or -2 (no
  * such deployment) with why. */
-int remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_t base_size, char *pin,
-		  size_t pin_size, char *why, size_t why_size);
+int remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_t base_size, char *pin, size_t pin_size,
+		  char *why, size_t why_size);
 
 /* --- on a member --- */
 

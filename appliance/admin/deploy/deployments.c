@@ -16,8 +16,8 @@
 #include "deploy/deployments.h"
 
 /* the engine's template names (--chat-template) */
-static const char *const chat_templates[] = { "llama2", "llama3", "mistral", "chatml", "phi3", "gemma",
-					      "deepseek", "deepseek3", NULL };
+static const char *const chat_templates[] = { "llama2", "llama3",   "mistral",   "chatml", "phi3",
+					      "gemma",  "deepseek", "deepseek3", NULL };
 
 /* int option name in lo..hi, or 0 when absent; -1 naming it in err. */
 static int
@@ -44,7 +44,9 @@ deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size,
 	static const struct {
 		const char *name;
 		int64_t lo, hi;
-	} ints[] = { { "ctx", 16, 1 << 20 }, { "parallel", 1, 256 }, { "batch", 1, 8192 }, { "kv_cache_mib", 1, 1 << 20 } };
+	} ints[] = {
+		{ "ctx", 16, 1 << 20 }, { "parallel", 1, 256 }, { "batch", 1, 8192 }, { "kv_cache_mib", 1, 1 << 20 }
+	};
 	const cJSON *e;
 	int64_t v;
 
@@ -54,7 +56,7 @@ deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size,
 		snprintf(err, size, "options must be an object");
 		return -1;
 	}
-	cJSON_ArrayForEach(e, o) {
+	cJSON_ArrayForEach (e, o) {
 		int ok = 0;
 		for (int i = 0; known[i] != NULL && !ok; i++)
 			ok = strcmp(e->string, known[i]) == 0;
@@ -85,7 +87,8 @@ deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size,
 			known_tmpl = strcmp(t->valuestring, chat_templates[i]) == 0;
 		if (!known_tmpl) {
 			snprintf(field, field_size, "options.chat_template");
-			snprintf(err, size, "chat_template must be one of llama2, llama3, mistral, chatml, phi3, gemma, "
+			snprintf(err, size,
+				 "chat_template must be one of llama2, llama3, mistral, chatml, phi3, gemma, "
 				 "deepseek, deepseek3");
 			cJSON_Delete(out);
 			return -1;
@@ -142,8 +145,8 @@ deployment_pick_port(struct admin *a)
 }
 
 int
-deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int64_t now, char *ret_key,
-		  int64_t *ret_id, char *err)
+deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int64_t now, char *ret_key, int64_t *ret_id,
+		  char *err)
 {
 	unsigned char raw[32], h[crypto_hash_sha256_BYTES];
 	char hex[65];
@@ -157,8 +160,10 @@ deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int64_t 
 	sodium_memzero(raw, sizeof(raw));
 	crypto_hash_sha256(h, (const unsigned char *)ret_key, strlen(ret_key));
 	sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
-	if (sqlite3_prepare_v2(db, "INSERT INTO deployment_keys (deployment_id, name, key_sha256, created_at) "
-				   "VALUES (?, ?, ?, ?)", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "INSERT INTO deployment_keys (deployment_id, name, key_sha256, created_at) "
+			       "VALUES (?, ?, ?, ?)",
+			       -1, &st, NULL) != SQLITE_OK)
 		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
 	sqlite3_bind_int64(st, 1, deployment_id);
 	sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);

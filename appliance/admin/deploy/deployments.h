@@ -18,8 +18,8 @@ struct admin;
 
 /* A new key "sk-..." for deployment id, its hash stored; the caller
  * rewrites the engine's key file (supervisor_keys_changed). */
-int deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int64_t now, char *ret_key,
-		      int64_t *ret_id, char *err);
+int deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int64_t now, char *ret_key, int64_t *ret_id,
+		      char *err);
 
 /* The first port of the engine range that no deployment holds and
  * nothing else has bound; -1 when none. */
@@ -36,8 +36,8 @@ int deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_s
  * from NODE".  Its placement becomes to_placement, or (NULL) the stored
  * one with its node changed.  *ret_detail gets {"from", "to"} for the
  * audit log.  The caller holds the store's mutex and checked the target. */
-int deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, const char *why,
-		cJSON **ret_detail, char *err);
+int deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, const char *why, cJSON **ret_detail,
+		char *err);
 /* The ready node other than `from` with `threads` CPUs or more (0: any)
  * and the fewest running deployments: its id, 0 for this node, -1 for
  * none. */

@@ -22,7 +22,8 @@ failed(const char *fmt, const char *a, const char *b)
 	cJSON *o = cJSON_CreateObject();
 
 	snprintf(why, sizeof(why), fmt, a, b);
-	if (o == NULL || cJSON_AddArrayToObject(o, "backends") == NULL || cJSON_AddStringToObject(o, "error", why) == NULL) {
+	if (o == NULL || cJSON_AddArrayToObject(o, "backends") == NULL ||
+	    cJSON_AddStringToObject(o, "error", why) == NULL) {
 		cJSON_Delete(o);
 		return NULL;
 	}
@@ -57,10 +58,11 @@ engine_report_clean(const cJSON *e)
 		cJSON_Delete(o);
 		return NULL;
 	}
-	cJSON_ArrayForEach(v, b) {
+	cJSON_ArrayForEach (v, b) {
 		if (!name_ok(v)) {
 			cJSON_Delete(o);
-			return failed("engine features: a backend is not a name of 1-31 of a-z, 0-9, '_', '-'%s%s", "", "");
+			return failed("engine features: a backend is not a name of 1-31 of a-z, 0-9, '_', '-'%s%s", "",
+				      "");
 		}
 		cJSON_AddItemToArray(list, cJSON_CreateString(v->valuestring));
 	}

@@ -30,10 +30,12 @@ deploy_pick_node(struct admin *a, int64_t from, long threads)
 	int64_t pick = -1;
 
 	/* the ready node with the fewest running deployments that has the CPUs */
-	if (sqlite3_prepare_v2(a->db, "SELECT n.id, n.is_self, coalesce(n.cpu_cores, 0) FROM nodes n WHERE "
-				      "n.state = 'ready' AND n.id != ?1 ORDER BY (SELECT count(*) FROM deployments d "
-				      "WHERE d.desired = 'running' AND (d.node_id = n.id OR (n.is_self AND d.node_id IS "
-				      "NULL))), n.id", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT n.id, n.is_self, coalesce(n.cpu_cores, 0) FROM nodes n WHERE "
+			       "n.state = 'ready' AND n.id != ?1 ORDER BY (SELECT count(*) FROM deployments d "
+			       "WHERE d.desired = 'running' AND (d.node_id = n.id OR (n.is_self AND d.node_id IS "
+			       "NULL))), n.id",
+			       -1, &st, NULL) != SQLITE_OK)
 		return -1;
 	sqlite3_bind_int64(st, 1, from);
 	while (pick < 0 && sqlite3_step(st) == SQLITE_ROW) {
@@ -57,8 +59,10 @@ pick_gpu_node(struct admin *a, int64_t from, int64_t id, char **placement)
 	char *options = NULL;
 	int count = 0;
 
-	if (sqlite3_prepare_v2(a->db, "SELECT model_id, options, json_array_length(placement, '$.gpus') FROM "
-				      "deployments WHERE id = ?1", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT model_id, options, json_array_length(placement, '$.gpus') FROM "
+			       "deployments WHERE id = ?1",
+			       -1, &st, NULL) != SQLITE_OK)
 		return -1;
 	sqlite3_bind_int64(st, 1, id);
 	if (sqlite3_step(st) == SQLITE_ROW) {
@@ -68,9 +72,10 @@ pick_gpu_node(struct admin *a, int64_t from, int64_t id, char **placement)
 	}
 	sqlite3_finalize(st);
 	if (options == NULL || count < 1 ||
-	    sqlite3_prepare_v2(a->db, "SELECT n.id, n.is_self, n.name FROM nodes n WHERE n.state = 'ready' AND "
-				      "n.id != ?1 ORDER BY (SELECT count(*) FROM deployments d WHERE d.desired = "
-				      "'running' AND (d.node_id = n.id OR (n.is_self AND d.node_id IS NULL))), n.id",
+	    sqlite3_prepare_v2(a->db,
+			       "SELECT n.id, n.is_self, n.name FROM nodes n WHERE n.state = 'ready' AND "
+			       "n.id != ?1 ORDER BY (SELECT count(*) FROM deployments d WHERE d.desired = "
+			       "'running' AND (d.node_id = n.id OR (n.is_self AND d.node_id IS NULL))), n.id",
 			       -1, &st, NULL) != SQLITE_OK) {
 		free(options);
 		return -1;
@@ -83,7 +88,8 @@ pick_gpu_node(struct admin *a, int64_t from, int64_t id, char **placement)
 		struct place_error e;
 		cJSON *out = cJSON_CreateObject();
 		if (out != NULL && cJSON_AddStringToObject(out, "kind", "gpu") != NULL &&
-		    gpu_place(a->db, &q, out, &e) == 0 && (is_self || cJSON_AddStringToObject(out, "node", name) != NULL) &&
+		    gpu_place(a->db, &q, out, &e) == 0 &&
+		    (is_self || cJSON_AddStringToObject(out, "node", name) != NULL) &&
 		    (*placement = cJSON_PrintUnformatted(out)) != NULL)
 			pick = is_self ? 0 : q.node_id;
 		cJSON_Delete(out);
@@ -117,9 +123,10 @@ deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, c
 	sqlite3_stmt *st;
 	int port = 0;
 
-	if (sqlite3_prepare_v2(a->db, "SELECT d.placement, coalesce(n.name, (SELECT name FROM nodes WHERE is_self = 1)), "
-				      "(SELECT name FROM nodes WHERE CASE WHEN ?2 = 0 THEN is_self = 1 ELSE id = ?2 END) "
-				      "FROM deployments d LEFT JOIN nodes n ON n.id = d.node_id WHERE d.id = ?1",
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT d.placement, coalesce(n.name, (SELECT name FROM nodes WHERE is_self = 1)), "
+			       "(SELECT name FROM nodes WHERE CASE WHEN ?2 = 0 THEN is_self = 1 ELSE id = ?2 END) "
+			       "FROM deployments d LEFT JOIN nodes n ON n.id = d.node_id WHERE d.id = ?1",
 			       -1, &st, NULL) != SQLITE_OK)
 		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
 	sqlite3_bind_int64(st, 1, id);
@@ -139,15 +146,18 @@ deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, c
 	char *moved = to_placement != NULL ? strdup(to_placement) : placement_on(placement, to == 0 ? NULL : to_name);
 	if (moved == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
-	if (sqlite3_prepare_v2(a->db, "UPDATE deployments SET node_id = nullif(?2, 0), port = nullif(?3, 0), "
-				      "placement = ?4, state = CASE WHEN desired = 'running' THEN 'pending' ELSE 'stopped' "
-				      "END, reason = ?5, pid = NULL, unit = NULL, started_at = NULL, updated_at = ?6 "
-				      "WHERE id = ?1", -1, &st, NULL) != SQLITE_OK) {
+	if (sqlite3_prepare_v2(a->db,
+			       "UPDATE deployments SET node_id = nullif(?2, 0), port = nullif(?3, 0), "
+			       "placement = ?4, state = CASE WHEN desired = 'running' THEN 'pending' ELSE 'stopped' "
+			       "END, reason = ?5, pid = NULL, unit = NULL, started_at = NULL, updated_at = ?6 "
+			       "WHERE id = ?1",
+			       -1, &st, NULL) != SQLITE_OK) {
 		free(moved);
 		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
 	}
 	char reason[400];
-	snprintf(reason, sizeof(reason), "moved from %s%s%s", from_name, why != NULL ? ": " : "", why != NULL ? why : "");
+	snprintf(reason, sizeof(reason), "moved from %s%s%s", from_name, why != NULL ? ": " : "",
+		 why != NULL ? why : "");
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_int64(st, 2, to);
 	sqlite3_bind_int(st, 3, port);
@@ -173,10 +183,12 @@ deploy_move_all(struct admin *a, int64_t node, int is_self, const char *why, cJS
 	sqlite3_stmt *st;
 	int n = 0;
 
-	if (sqlite3_prepare_v2(a->db, "SELECT id, name, CASE WHEN json_extract(placement, '$.kind') = 'gpu' THEN -1 "
-				      "ELSE coalesce(json_extract(placement, '$.threads'), 0) END FROM "
-				      "deployments WHERE desired = 'running' AND leader_id IS NULL AND CASE WHEN ?2 THEN "
-				      "node_id IS NULL ELSE node_id = ?1 END ORDER BY id", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT id, name, CASE WHEN json_extract(placement, '$.kind') = 'gpu' THEN -1 "
+			       "ELSE coalesce(json_extract(placement, '$.threads'), 0) END FROM "
+			       "deployments WHERE desired = 'running' AND leader_id IS NULL AND CASE WHEN ?2 THEN "
+			       "node_id IS NULL ELSE node_id = ?1 END ORDER BY id",
+			       -1, &st, NULL) != SQLITE_OK)
 		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
 	sqlite3_bind_int64(st, 1, node);
 	sqlite3_bind_int(st, 2, is_self);

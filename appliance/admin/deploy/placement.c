@@ -7,13 +7,13 @@
 #include "gpu/mig.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
-#define MAX_PLACED 16             /* GPUs one engine drives: 8 a node today, room for 16 */
+#define MAX_PLACED 16              /* GPUs one engine drives: 8 a node today, room for 16 */
 #define HEADROOM_BYTES (6.0 * GIB) /* gpu/sizing.h's defaults for a whole 80 GB GPU */
 #define RUNTIME_BYTES (2.0 * GIB)
 
 struct dev {
 	char uuid[96];
-	char label[128];          /* "GPU 3 (NVIDIA H100 80GB HBM3)" or "MIG 3g.40gb on GPU 2" */
+	char label[128]; /* "GPU 3 (NVIDIA H100 80GB HBM3)" or "MIG 3g.40gb on GPU 2" */
 	double memory;
 	int mig;
 };
@@ -44,10 +44,12 @@ gpu_holder(sqlite3 *db, const char *uuid, int64_t self_id, char *name, size_t si
 	sqlite3_stmt *st;
 	int held = 0;
 
-	if (sqlite3_prepare_v2(db, "SELECT d.name FROM deployments d, json_each(d.placement, '$.gpus') p "
-				   "WHERE d.desired = 'running' AND d.id != ?2 AND (p.value = ?1 OR p.value IN "
-				   "(SELECT json_extract(i.value, '$.uuid') FROM gpus g, json_each(g.instances) i "
-				   "WHERE g.uuid = ?1)) LIMIT 1", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "SELECT d.name FROM deployments d, json_each(d.placement, '$.gpus') p "
+			       "WHERE d.desired = 'running' AND d.id != ?2 AND (p.value = ?1 OR p.value IN "
+			       "(SELECT json_extract(i.value, '$.uuid') FROM gpus g, json_each(g.instances) i "
+			       "WHERE g.uuid = ?1)) LIMIT 1",
+			       -1, &st, NULL) != SQLITE_OK)
 		return 0;
 	sqlite3_bind_text(st, 1, uuid, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(st, 2, self_id);
@@ -66,10 +68,11 @@ whole_gpu(sqlite3 *db, const struct gpu_ask *q, const cJSON *item, struct dev *d
 	sqlite3_stmt *st;
 	int found = 0, mig = 0;
 
-	if (sqlite3_prepare_v2(db, cJSON_IsNumber(item) ? "SELECT uuid, idx, name, memory_bytes, mig_enabled FROM gpus "
-							  "WHERE node_id = ?1 AND idx = ?2"
-							: "SELECT uuid, idx, name, memory_bytes, mig_enabled FROM gpus "
-							  "WHERE node_id = ?1 AND uuid = ?3",
+	if (sqlite3_prepare_v2(db,
+			       cJSON_IsNumber(item) ? "SELECT uuid, idx, name, memory_bytes, mig_enabled FROM gpus "
+						      "WHERE node_id = ?1 AND idx = ?2"
+						    : "SELECT uuid, idx, name, memory_bytes, mig_enabled FROM gpus "
+						      "WHERE node_id = ?1 AND uuid = ?3",
 			       -1, &st, NULL) != SQLITE_OK)
 		return db_refuse(db, e);
 	sqlite3_bind_int64(st, 1, q->node_id);
@@ -87,15 +90,21 @@ whole_gpu(sqlite3 *db, const struct gpu_ask *q, const cJSON *item, struct dev *d
 	}
 	sqlite3_finalize(st);
 	if (!found && cJSON_IsNumber(item))
-		return refuse(e, 422, "invalid_field", "placement.gpus", "node %s has no GPU %d (GET /api/v1/gpus "
-			      "lists them)", q->node, item->valueint);
+		return refuse(e, 422, "invalid_field", "placement.gpus",
+			      "node %s has no GPU %d (GET /api/v1/gpus "
+			      "lists them)",
+			      q->node, item->valueint);
 	if (!found)
-		return refuse(e, 422, "invalid_field", "placement.gpus", "node %s has no GPU %.96s (GET /api/v1/gpus "
-			      "lists them)", q->node, item->valuestring);
+		return refuse(e, 422, "invalid_field", "placement.gpus",
+			      "node %s has no GPU %.96s (GET /api/v1/gpus "
+			      "lists them)",
+			      q->node, item->valuestring);
 	if (mig)
-		return refuse(e, 422, "invalid_field", "placement.gpus", "%s is in MIG mode, so it is not used whole: "
+		return refuse(e, 422, "invalid_field", "placement.gpus",
+			      "%s is in MIG mode, so it is not used whole: "
 			      "place the deployment on one of its MIG instances (their MIG-... UUIDs are in GET "
-			      "/api/v1/gpus)", d->label);
+			      "/api/v1/gpus)",
+			      d->label);
 	return 0;
 }
 
@@ -107,9 +116,10 @@ mig_instance(sqlite3 *db, const struct gpu_ask *q, const char *uuid, struct dev 
 	sqlite3_stmt *st;
 	int found = 0;
 
-	if (sqlite3_prepare_v2(db, "SELECT g.idx, g.memory_bytes, json_extract(i.value, '$.profile'), "
-				   "json_extract(i.value, '$.size') FROM gpus g, json_each(g.instances) i "
-				   "WHERE g.node_id = ?1 AND g.mig_enabled = 1 AND json_extract(i.value, '$.uuid') = ?2",
+	if (sqlite3_prepare_v2(db,
+			       "SELECT g.idx, g.memory_bytes, json_extract(i.value, '$.profile'), "
+			       "json_extract(i.value, '$.size') FROM gpus g, json_each(g.instances) i "
+			       "WHERE g.node_id = ?1 AND g.mig_enabled = 1 AND json_extract(i.value, '$.uuid') = ?2",
 			       -1, &st, NULL) != SQLITE_OK)
 		return db_refuse(db, e);
 	sqlite3_bind_int64(st, 1, q->node_id);
@@ -125,8 +135,10 @@ mig_instance(sqlite3 *db, const struct gpu_ask *q, const char *uuid, struct dev 
 	}
 	sqlite3_finalize(st);
 	if (!found)
-		return refuse(e, 422, "invalid_field", "placement.gpus", "node %s has no MIG instance %.96s (an "
-			      "applied layout's instances and their UUIDs are in GET /api/v1/gpus)", q->node, uuid);
+		return refuse(e, 422, "invalid_field", "placement.gpus",
+			      "node %s has no MIG instance %.96s (an "
+			      "applied layout's instances and their UUIDs are in GET /api/v1/gpus)",
+			      q->node, uuid);
 	return 0;
 }
 
@@ -138,16 +150,20 @@ named(sqlite3 *db, const struct gpu_ask *q, struct dev *devs, int *n, struct pla
 
 	*n = 0;
 	if (!cJSON_IsArray(q->gpus) || cJSON_GetArraySize(q->gpus) < 1 || cJSON_GetArraySize(q->gpus) > MAX_PLACED)
-		return refuse(e, 422, "invalid_field", "placement.gpus", "placement.gpus must be an array of 1 to %d "
-			      "GPU indexes or UUIDs", MAX_PLACED);
-	cJSON_ArrayForEach(item, q->gpus) {
+		return refuse(e, 422, "invalid_field", "placement.gpus",
+			      "placement.gpus must be an array of 1 to %d "
+			      "GPU indexes or UUIDs",
+			      MAX_PLACED);
+	cJSON_ArrayForEach (item, q->gpus) {
 		struct dev *d = &devs[*n];
 		memset(d, 0, sizeof(*d));
 		int ok = cJSON_IsNumber(item) ? item->valuedouble == (double)item->valueint && item->valueint >= 0
 					      : cJSON_IsString(item) && strlen(item->valuestring) < sizeof(d->uuid);
 		if (!ok)
-			return refuse(e, 422, "invalid_field", "placement.gpus", "placement.gpus[%d] must be a GPU "
-				      "index, a GPU-... or a MIG-... UUID", *n);
+			return refuse(e, 422, "invalid_field", "placement.gpus",
+				      "placement.gpus[%d] must be a GPU "
+				      "index, a GPU-... or a MIG-... UUID",
+				      *n);
 		int rc = cJSON_IsString(item) && strncmp(item->valuestring, "MIG-", 4) == 0
 				 ? mig_instance(db, q, item->valuestring, d, e)
 				 : whole_gpu(db, q, item, d, e);
@@ -160,7 +176,8 @@ named(sqlite3 *db, const struct gpu_ask *q, struct dev *devs, int *n, struct pla
 		(*n)++;
 	}
 	if (mig > 0 && *n > 1)
-		return refuse(e, 422, "invalid_field", "placement.gpus", "a MIG placement has exactly one MIG instance "
+		return refuse(e, 422, "invalid_field", "placement.gpus",
+			      "a MIG placement has exactly one MIG instance "
 			      "and no whole GPU: CUDA shows a process one MIG instance, so tensor parallelism across "
 			      "instances is not possible");
 	return 0;
@@ -176,9 +193,12 @@ pick(sqlite3 *db, const struct gpu_ask *q, struct dev *devs, int *n, struct plac
 
 	*n = 0;
 	if (q->count < 1 || q->count > MAX_PLACED)
-		return refuse(e, 422, "invalid_field", "placement.count", "placement.count must be 1 to %d", MAX_PLACED);
-	if (sqlite3_prepare_v2(db, "SELECT uuid, idx, name, memory_bytes, mig_enabled FROM gpus WHERE node_id = ?1 "
-				   "ORDER BY idx", -1, &st, NULL) != SQLITE_OK)
+		return refuse(e, 422, "invalid_field", "placement.count", "placement.count must be 1 to %d",
+			      MAX_PLACED);
+	if (sqlite3_prepare_v2(db,
+			       "SELECT uuid, idx, name, memory_bytes, mig_enabled FROM gpus WHERE node_id = ?1 "
+			       "ORDER BY idx",
+			       -1, &st, NULL) != SQLITE_OK)
 		return db_refuse(db, e);
 	sqlite3_bind_int64(st, 1, q->node_id);
 	while (sqlite3_step(st) == SQLITE_ROW) {
@@ -198,11 +218,15 @@ pick(sqlite3 *db, const struct gpu_ask *q, struct dev *devs, int *n, struct plac
 	}
 	sqlite3_finalize(st);
 	if (all == 0)
-		return refuse(e, 422, "invalid_field", "placement.kind", "node %s has no GPUs (NVML found none, or "
-			      "the node has no NVIDIA driver); use kind cpu", q->node);
+		return refuse(e, 422, "invalid_field", "placement.kind",
+			      "node %s has no GPUs (NVML found none, or "
+			      "the node has no NVIDIA driver); use kind cpu",
+			      q->node);
 	if (*n < q->count)
-		return refuse(e, 409, "insufficient_gpus", "placement.count", "node %s has %d free whole GPUs (%d not "
-			      "in MIG mode, of %d); %d asked", q->node, *n, whole, all, q->count);
+		return refuse(e, 409, "insufficient_gpus", "placement.count",
+			      "node %s has %d free whole GPUs (%d not "
+			      "in MIG mode, of %d); %d asked",
+			      q->node, *n, whole, all, q->count);
 	return 0;
 }
 
@@ -219,8 +243,10 @@ model_need(sqlite3 *db, const struct gpu_ask *q, double memory, struct need *nd,
 	int layers = 0, head_dim = 0, latent = 0, max_ctx = 0, found = 0;
 
 	memset(nd, 0, sizeof(*nd));
-	if (sqlite3_prepare_v2(db, "SELECT coalesce(weight_bytes, size_bytes), n_layer, n_head, n_head_kv, head_dim, "
-				   "kv_latent, context_length FROM models WHERE id = ?1", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "SELECT coalesce(weight_bytes, size_bytes), n_layer, n_head, n_head_kv, head_dim, "
+			       "kv_latent, context_length FROM models WHERE id = ?1",
+			       -1, &st, NULL) != SQLITE_OK)
 		return db_refuse(db, e);
 	sqlite3_bind_int64(st, 1, q->model_id);
 	if (sqlite3_step(st) == SQLITE_ROW) {
@@ -258,11 +284,15 @@ static int
 check_split(const struct need *nd, int tp, struct place_error *e)
 {
 	if (nd->heads > 0 && nd->heads % tp != 0)
-		return refuse(e, 422, "invalid_field", "placement.tensor_parallel", "the model has %d attention heads; "
-			      "%d GPUs do not divide them", nd->heads, tp);
+		return refuse(e, 422, "invalid_field", "placement.tensor_parallel",
+			      "the model has %d attention heads; "
+			      "%d GPUs do not divide them",
+			      nd->heads, tp);
 	if (nd->kv_heads > 0 && nd->kv_heads % tp != 0 && tp % nd->kv_heads != 0)
-		return refuse(e, 422, "invalid_field", "placement.tensor_parallel", "the model has %d KV heads; %d GPUs "
-			      "neither divide them nor are a multiple of them", nd->kv_heads, tp);
+		return refuse(e, 422, "invalid_field", "placement.tensor_parallel",
+			      "the model has %d KV heads; %d GPUs "
+			      "neither divide them nor are a multiple of them",
+			      nd->kv_heads, tp);
 	return 0;
 }
 
@@ -277,11 +307,13 @@ check_fit(const struct need *nd, const struct dev *devs, int n, struct place_err
 	double each = (nd->weights + nd->kv) / n + nd->runtime, room = small->memory - nd->headroom;
 	if (each <= room)
 		return 0;
-	return refuse(e, 422, "does_not_fit", "placement.gpus", "the model needs %.1f GiB per GPU over %d GPU%s "
+	return refuse(e, 422, "does_not_fit", "placement.gpus",
+		      "the model needs %.1f GiB per GPU over %d GPU%s "
 		      "(weights %.1f GiB and KV cache %.1f GiB split %d ways, %.1f GiB runtime) but %s has %.1f GiB "
 		      "less %.1f GiB headroom: use more GPUs, or fewer parallel sequences or a shorter ctx "
-		      "(GET /api/v1/models/{id}/sizing)", each / GIB, n, n > 1 ? "s" : "", nd->weights / GIB, nd->kv / GIB, n,
-		      nd->runtime / GIB, small->label, small->memory / GIB, nd->headroom / GIB);
+		      "(GET /api/v1/models/{id}/sizing)",
+		      each / GIB, n, n > 1 ? "s" : "", nd->weights / GIB, nd->kv / GIB, n, nd->runtime / GIB,
+		      small->label, small->memory / GIB, nd->headroom / GIB);
 }
 
 static int
@@ -291,10 +323,12 @@ engine_has_cuda(sqlite3 *db, const struct gpu_ask *q, struct place_error *e)
 	int cuda = 0;
 	char has[200] = "nothing", why[320] = "";
 
-	if (sqlite3_prepare_v2(db, "SELECT EXISTS (SELECT 1 FROM json_each(inventory, '$.engine.backends') WHERE "
-				   "value = 'cuda'), json_extract(inventory, '$.engine.backends'), "
-				   "json_extract(inventory, '$.engine.error') FROM nodes WHERE id = ?1 AND "
-				   "json_valid(inventory)", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "SELECT EXISTS (SELECT 1 FROM json_each(inventory, '$.engine.backends') WHERE "
+			       "value = 'cuda'), json_extract(inventory, '$.engine.backends'), "
+			       "json_extract(inventory, '$.engine.error') FROM nodes WHERE id = ?1 AND "
+			       "json_valid(inventory)",
+			       -1, &st, NULL) != SQLITE_OK)
 		return db_refuse(db, e);
 	sqlite3_bind_int64(st, 1, q->node_id);
 	if (sqlite3_step(st) == SQLITE_ROW) {
@@ -307,8 +341,10 @@ engine_has_cuda(sqlite3 *db, const struct gpu_ask *q, struct place_error *e)
 	sqlite3_finalize(st);
 	if (cuda)
 		return 0;
-	return refuse(e, 422, "unsupported", "placement.kind", "node %s's privai-engine has no CUDA backend (its "
-		      "backends: %s%s); GPU placements need an engine built with it", q->node, has, why);
+	return refuse(e, 422, "unsupported", "placement.kind",
+		      "node %s's privai-engine has no CUDA backend (its "
+		      "backends: %s%s); GPU placements need an engine built with it",
+		      q->node, has, why);
 }
 
 int
@@ -324,12 +360,15 @@ gpu_place(sqlite3 *db, const struct gpu_ask *q, cJSON *out, struct place_error *
 		return -1;
 	for (int i = 0; i < n; i++)
 		if (gpu_holder(db, devs[i].uuid, q->self_id, holder, sizeof(holder)))
-			return refuse(e, 409, "gpu_busy", "placement.gpus", "%s is held by deployment '%s'; stop it, or "
-				      "place this one on other GPUs", devs[i].label, holder);
+			return refuse(e, 409, "gpu_busy", "placement.gpus",
+				      "%s is held by deployment '%s'; stop it, or "
+				      "place this one on other GPUs",
+				      devs[i].label, holder);
 	if (q->tensor_parallel != 0 && q->tensor_parallel != n)
-		return refuse(e, 422, "invalid_field", "placement.tensor_parallel", "placement.tensor_parallel is %d "
-			      "but %d GPUs are placed: one engine splits the model over all its GPUs", q->tensor_parallel,
-			      n);
+		return refuse(e, 422, "invalid_field", "placement.tensor_parallel",
+			      "placement.tensor_parallel is %d "
+			      "but %d GPUs are placed: one engine splits the model over all its GPUs",
+			      q->tensor_parallel, n);
 	if (model_need(db, q, devs[0].memory, &nd, e) < 0 || check_split(&nd, n, e) < 0 ||
 	    check_fit(&nd, devs, n, e) < 0 || engine_has_cuda(db, q, e) < 0)
 		return -1;

@@ -30,21 +30,21 @@
 
 /* Why a placement was refused, as the API reports it. */
 struct place_error {
-	int status;               /* 409 (busy, too few free) or 422 */
-	char code[24];            /* "invalid_field", "gpu_busy", "insufficient_gpus", "does_not_fit", "unsupported" */
-	char field[40];           /* "placement.gpus", ... */
+	int status;     /* 409 (busy, too few free) or 422 */
+	char code[24];  /* "invalid_field", "gpu_busy", "insufficient_gpus", "does_not_fit", "unsupported" */
+	char field[40]; /* "placement.gpus", ... */
 	char msg[400];
 };
 
 struct gpu_ask {
-	int64_t node_id;          /* nodes.id of the node (this one's own id too) */
-	const char *node;         /* its name, for messages */
-	const cJSON *gpus;        /* [index | "GPU-..." | "MIG-..."], or NULL: pick `count` */
-	int count;                /* with gpus NULL: whole GPUs to pick, free ones by index */
-	int tensor_parallel;      /* 0: the number of GPUs */
+	int64_t node_id;     /* nodes.id of the node (this one's own id too) */
+	const char *node;    /* its name, for messages */
+	const cJSON *gpus;   /* [index | "GPU-..." | "MIG-..."], or NULL: pick `count` */
+	int count;           /* with gpus NULL: whole GPUs to pick, free ones by index */
+	int tensor_parallel; /* 0: the number of GPUs */
 	int64_t model_id;
-	const char *options;      /* the deployment's options (ctx, parallel, kv_cache_mib) as JSON */
-	int64_t self_id;          /* the deployment placed (its own GPUs are free to it), 0 if new */
+	const char *options; /* the deployment's options (ctx, parallel, kv_cache_mib) as JSON */
+	int64_t self_id;     /* the deployment placed (its own GPUs are free to it), 0 if new */
 };
 
 /* Check q and add "gpus" (UUIDs) and "tensor_parallel" to out: 0, or -1

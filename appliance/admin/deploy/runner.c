@@ -26,22 +26,22 @@
 #define MAX_LEFTOVERS 256
 
 struct runner {
-	enum runner_mode mode;       /* RUNNER_CHILD, RUNNER_SYSTEMD or RUNNER_SYSTEMD_USER once open */
+	enum runner_mode mode; /* RUNNER_CHILD, RUNNER_SYSTEMD or RUNNER_SYSTEMD_USER once open */
 	sd_bus *bus;
 	char tag[40];
-	int root;                    /* the manager runs as root, so namespaces and raised limits work */
-	char *left[MAX_LEFTOVERS];   /* units a previous run left, not (yet) adopted */
+	int root;                  /* the manager runs as root, so namespaces and raised limits work */
+	char *left[MAX_LEFTOVERS]; /* units a previous run left, not (yet) adopted */
 	int n_left;
 };
 
 /* What the manager says about a unit. */
 struct unit_state {
 	int found;
-	char active[32];             /* ActiveState: active, activating, failed, ... */
-	char result[32];             /* the service's Result: success, exit-code, signal, oom-kill, ... */
+	char active[32]; /* ActiveState: active, activating, failed, ... */
+	char result[32]; /* the service's Result: success, exit-code, signal, oom-kill, ... */
 	uint32_t main_pid;
-	int32_t code, status;        /* ExecMainCode (CLD_EXITED, CLD_KILLED, CLD_DUMPED), ExecMainStatus */
-	uint32_t job;                /* a queued or running job's id, 0 for none */
+	int32_t code, status; /* ExecMainCode (CLD_EXITED, CLD_KILLED, CLD_DUMPED), ExecMainStatus */
+	uint32_t job;         /* a queued or running job's id, 0 for none */
 };
 
 int
@@ -61,9 +61,12 @@ const char *
 runner_describe(const struct runner *r)
 {
 	switch (r->mode) {
-	case RUNNER_SYSTEMD: return "transient units of the systemd system manager";
-	case RUNNER_SYSTEMD_USER: return "transient units of the systemd user manager";
-	default: return "child processes";
+	case RUNNER_SYSTEMD:
+		return "transient units of the systemd system manager";
+	case RUNNER_SYSTEMD_USER:
+		return "transient units of the systemd user manager";
+	default:
+		return "child processes";
 	}
 }
 
@@ -172,16 +175,26 @@ static const char *
 manager_exit_meaning(int status)
 {
 	switch (status) {
-	case 200: return "the manager could not change to the working directory";
-	case 203: return "the manager could not execute the engine binary";
-	case 204: return "the manager ran out of memory starting it";
-	case 205: return "the manager could not set its resource limits";
-	case 209: return "the manager could not open its log file";
-	case 217: return "the manager could not switch to its user";
-	case 218: return "the manager could not set its capabilities";
-	case 219: return "the manager could not set up its cgroup";
-	case 226: return "the manager could not set up its file-system namespace";
-	default: return NULL;
+	case 200:
+		return "the manager could not change to the working directory";
+	case 203:
+		return "the manager could not execute the engine binary";
+	case 204:
+		return "the manager ran out of memory starting it";
+	case 205:
+		return "the manager could not set its resource limits";
+	case 209:
+		return "the manager could not open its log file";
+	case 217:
+		return "the manager could not switch to its user";
+	case 218:
+		return "the manager could not set its capabilities";
+	case 219:
+		return "the manager could not set up its cgroup";
+	case 226:
+		return "the manager could not set up its file-system namespace";
+	default:
+		return NULL;
 	}
 }
 
@@ -220,14 +233,12 @@ list_leftovers(struct runner *r, char *err)
 	snprintf(pattern, sizeof(pattern), "privai-engine-%s-*.service", r->tag);
 	if ((rc = sd_bus_message_new_method_call(r->bus, &m, SD_DEST, SD_PATH, SD_MANAGER, "ListUnitsByPatterns")) <
 		    0 ||
-	    (rc = sd_bus_message_append_strv(m, NULL)) < 0 ||
-	    (rc = sd_bus_message_append(m, "as", 1, pattern)) < 0 ||
+	    (rc = sd_bus_message_append_strv(m, NULL)) < 0 || (rc = sd_bus_message_append(m, "as", 1, pattern)) < 0 ||
 	    (rc = sd_bus_call(r->bus, m, 0, &e, &reply)) < 0 ||
 	    (rc = sd_bus_message_enter_container(reply, 'a', "(ssssssouso)")) < 0)
 		goto out;
-	while (r->n_left < MAX_LEFTOVERS &&
-	       (rc = sd_bus_message_read(reply, "(ssssssouso)", &name, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-					 NULL)) > 0)
+	while (r->n_left < MAX_LEFTOVERS && (rc = sd_bus_message_read(reply, "(ssssssouso)", &name, NULL, NULL, NULL,
+								      NULL, NULL, NULL, NULL, NULL, NULL)) > 0)
 		if ((r->left[r->n_left] = strdup(name)) != NULL)
 			r->n_left++;
 	if (rc > 0)
@@ -325,15 +336,16 @@ runner_adopt(struct runner *r, int64_t id, char *const argv[], pid_t *pid, char 
 	if (realpath(argv[0], want) == NULL)
 		snprintf(want, sizeof(want), "%s", argv[0]);
 	if (n <= 0 || strcmp(target, want) != 0)
-		return snprintf(why, why_size, "its engine runs %s, not %s; replacing it", n > 0 ? target : "an unreadable binary",
-				argv[0]), 0;
+		return snprintf(why, why_size, "its engine runs %s, not %s; replacing it",
+				n > 0 ? target : "an unreadable binary", argv[0]),
+		       0;
 	free(r->left[k]);
 	r->left[k] = r->left[--r->n_left];
 	*pid = (pid_t)st.main_pid;
 	return 1;
 }
 
-#define USER_BUS_WAIT_S 60          /* a lingering user's manager starting at boot */
+#define USER_BUS_WAIT_S 60 /* a lingering user's manager starting at boot */
 
 static int
 open_bus(struct runner *r, enum runner_mode mode, int patient, char *err)
@@ -544,8 +556,8 @@ await_start(struct runner *r, const char *unit, pid_t *pid, char *err)
 }
 
 static int
-start_unit(struct runner *r, int64_t id, const char *description, char *const argv[], const char *log_path,
-	   pid_t *pid, char *err)
+start_unit(struct runner *r, int64_t id, const char *description, char *const argv[], const char *log_path, pid_t *pid,
+	   char *err)
 {
 	sd_bus_error e = SD_BUS_ERROR_NULL;
 	char unit[96];
@@ -652,7 +664,8 @@ runner_started_at(pid_t pid)
 	fclose(f);
 	buf[n] = '\0';
 	if ((p = strrchr(buf, ')')) == NULL ||
-	    sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %lld", &ticks) != 1)
+	    sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %lld",
+		   &ticks) != 1)
 		return -1;
 	if ((f = fopen("/proc/stat", "re")) == NULL)
 		return -1;

@@ -15,7 +15,7 @@
 #include <sys/types.h>
 
 enum runner_mode {
-	RUNNER_AUTO,        /* systemd's system manager when booted with systemd and root, its
+	RUNNER_AUTO, /* systemd's system manager when booted with systemd and root, its
 			       user manager when booted with systemd and not root, else children */
 	RUNNER_CHILD,
 	RUNNER_SYSTEMD,     /* the system manager */
@@ -33,8 +33,7 @@ int runner_parse_mode(const char *s, enum runner_mode *mode);
  * behind are listed, for runner_adopt() and runner_stop_leftovers().  In
  * auto mode a manager that does not answer means children, and *note
  * says why. */
-int runner_open(enum runner_mode mode, const char *tag, struct runner **ret, char *note, size_t note_size,
-		char *err);
+int runner_open(enum runner_mode mode, const char *tag, struct runner **ret, char *note, size_t note_size, char *err);
 void runner_close(struct runner *r);
 /* 1: the unit a previous run left for deployment id is active and runs
  * exactly argv, from the binary argv[0] names now (not one replaced

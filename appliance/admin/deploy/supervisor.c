@@ -29,14 +29,14 @@
 
 struct proc {
 	int64_t id;
-	pid_t pid;                   /* 0: not running (waiting out a backoff, or stopped) */
+	pid_t pid; /* 0: not running (waiting out a backoff, or stopped) */
 	int port;
 	int ready;
-	int fails;                   /* exits since it was last ready */
+	int fails; /* exits since it was last ready */
 	int64_t backoff_until_ms;
-	int64_t stop_sent_ms;        /* 0: no SIGTERM sent */
-	atomic_int restart;          /* asked to restart with new settings */
-	char key[72];                /* the admin's own key on this engine */
+	int64_t stop_sent_ms; /* 0: no SIGTERM sent */
+	atomic_int restart;   /* asked to restart with new settings */
+	char key[72];         /* the admin's own key on this engine */
 	struct proc *next;
 };
 
@@ -47,11 +47,11 @@ struct proc {
 struct supervisor {
 	struct admin *a;
 	pthread_t thread;
-	pthread_mutex_t mu;          /* procs' shared fields, stop, kicked */
+	pthread_mutex_t mu; /* procs' shared fields, stop, kicked */
 	pthread_cond_t cv;
 	int stop, kicked;
 	atomic_int alive;
-	struct runner *runner;       /* used by the supervisor thread only, and by stop after it ends */
+	struct runner *runner; /* used by the supervisor thread only, and by stop after it ends */
 	struct proc *procs;
 };
 
@@ -59,7 +59,7 @@ struct supervisor {
 struct want {
 	int64_t id;
 	char name[72];
-	int run;                     /* desired = running */
+	int run; /* desired = running */
 	char state[16];
 	char model_path[4096];
 	int model_ready;
@@ -83,12 +83,13 @@ set_row(struct supervisor *s, int64_t id, const char *state, const char *reason,
 	if (pid > 0)
 		runner_unit_name(s->runner, id, unit, sizeof(unit));
 	pthread_mutex_lock(&a->db_mu);
-	if (sqlite3_prepare_v2(a->db, "UPDATE deployments SET state = ?1, pid = ?3, unit = ?7, "
-				      /* a drain's reason stays while the drain does */
-				      "reason = CASE WHEN ?2 IS NULL AND drained = 1 THEN reason ELSE ?2 END, "
-				      "restarts = restarts + ?4, updated_at = ?5, "
-				      "started_at = CASE WHEN ?1 = 'loading' THEN ?5 ELSE started_at END WHERE id = ?6 "
-				      "AND node_id IS NULL", /* a row moved away is its new node's */
+	if (sqlite3_prepare_v2(a->db,
+			       "UPDATE deployments SET state = ?1, pid = ?3, unit = ?7, "
+			       /* a drain's reason stays while the drain does */
+			       "reason = CASE WHEN ?2 IS NULL AND drained = 1 THEN reason ELSE ?2 END, "
+			       "restarts = restarts + ?4, updated_at = ?5, "
+			       "started_at = CASE WHEN ?1 = 'loading' THEN ?5 ELSE started_at END WHERE id = ?6 "
+			       "AND node_id IS NULL", /* a row moved away is its new node's */
 			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, state, -1, SQLITE_STATIC);
 		sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
@@ -128,16 +129,19 @@ write_keys(struct admin *a, int64_t id, const char *own_key)
 	crypto_hash_sha256(h, (const unsigned char *)own_key, strlen(own_key));
 	sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
 	fprintf(fp, "# written by privai-admin; edits are lost\nsha256:%s\n", hex);
-	if (sqlite3_prepare_v2(a->db, "SELECT key_sha256 FROM deployment_keys WHERE deployment_id = ? AND "
-				      "revoked_at IS NULL", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT key_sha256 FROM deployment_keys WHERE deployment_id = ? AND "
+			       "revoked_at IS NULL",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, id);
 		while (sqlite3_step(st) == SQLITE_ROW)
 			fprintf(fp, "sha256:%s\n", (const char *)sqlite3_column_text(st, 0));
 		sqlite3_finalize(st);
 	}
 	/* one the leader placed here also answers the leader's relay key */
-	if (sqlite3_prepare_v2(a->db, "SELECT leader_key_sha256 FROM membership WHERE leader_key_sha256 IS NOT NULL "
-				      "AND EXISTS (SELECT 1 FROM deployments WHERE id = ?1 AND leader_id IS NOT NULL)",
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT leader_key_sha256 FROM membership WHERE leader_key_sha256 IS NOT NULL "
+			       "AND EXISTS (SELECT 1 FROM deployments WHERE id = ?1 AND leader_id IS NOT NULL)",
 			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, id);
 		if (sqlite3_step(st) == SQLITE_ROW)
@@ -190,16 +194,18 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 		ARG("cuda");
 		ARG("--gpus");
 		buf[k][0] = '\0';
-		cJSON_ArrayForEach(g, v)
+		cJSON_ArrayForEach (g, v)
 			if (cJSON_IsString(g))
-				len += (size_t)snprintf(buf[k] + len, len < sizeof(buf[k]) ? sizeof(buf[k]) - len : 0, "%s%s",
-							len ? "," : "", g->valuestring);
+				len += (size_t)snprintf(buf[k] + len, len < sizeof(buf[k]) ? sizeof(buf[k]) - len : 0,
+							"%s%s", len ? "," : "", g->valuestring);
 		argv[n++] = buf[k++];
 		ARG("--tensor-parallel");
 		ARG("%d", cJSON_GetArraySize(v));
 	}
-	static const char *const opt[][2] = { { "ctx", "--ctx" }, { "parallel", "--parallel" },
-					      { "batch", "--batch" }, { "kv_cache_mib", "--kv-cache-mib" } };
+	static const char *const opt[][2] = { { "ctx", "--ctx" },
+					      { "parallel", "--parallel" },
+					      { "batch", "--batch" },
+					      { "kv_cache_mib", "--kv-cache-mib" } };
 	for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
 		if ((v = cJSON_GetObjectItem(op, opt[i][0])) != NULL && cJSON_IsNumber(v)) {
 			ARG("%s", opt[i][1]);
@@ -374,9 +380,10 @@ load_wants(struct admin *a, struct want **ret)
 
 	*ret = NULL;
 	pthread_mutex_lock(&a->db_mu);
-	if (sqlite3_prepare_v2(a->db, "SELECT d.id, d.name, d.desired = 'running', d.state, m.path, m.state = 'ready', "
-				      "d.port, d.placement, d.options FROM deployments d JOIN models m ON m.id = d.model_id "
-				      "WHERE d.node_id IS NULL",
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT d.id, d.name, d.desired = 'running', d.state, m.path, m.state = 'ready', "
+			       "d.port, d.placement, d.options FROM deployments d JOIN models m ON m.id = d.model_id "
+			       "WHERE d.node_id IS NULL",
 			       -1, &st, NULL) != SQLITE_OK) {
 		pthread_mutex_unlock(&a->db_mu);
 		return -1;
@@ -529,7 +536,8 @@ reconcile(struct supervisor *s)
 		if (p->pid == 0 && now >= p->backoff_until_ms) {
 			if (!w[i].model_ready) {
 				if (strcmp(w[i].state, "pending") != 0)
-					set_row(s, w[i].id, "pending", "waiting for the model to finish importing", 0, 0);
+					set_row(s, w[i].id, "pending", "waiting for the model to finish importing", 0,
+						0);
 			} else if (spawn(s, &w[i], p, why, sizeof(why)) == 0) {
 				set_row(s, w[i].id, "loading", NULL, p->pid, 0);
 			} else {
@@ -654,7 +662,8 @@ adopt(struct supervisor *s)
 	free_wants(w, n);
 	if (kept > 0 || replaced > 0)
 		snprintf(s->a->adopt_note, sizeof(s->a->adopt_note),
-			 "kept %d engine(s) a previous run left serving%s%s%s; replaced %d that ran other settings or binaries",
+			 "kept %d engine(s) a previous run left serving%s%s%s; replaced %d that ran other settings or "
+			 "binaries",
 			 kept, kept ? " (" : "", names, kept ? ")" : "", replaced);
 	runner_stop_leftovers(s->runner);
 }
@@ -682,8 +691,10 @@ supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 	pthread_cond_init(&s->cv, NULL);
 	/* whatever a previous run recorded, nothing runs yet */
 	pthread_mutex_lock(&a->db_mu);
-	rc = db_exec(a->db, "UPDATE deployments SET state = CASE desired WHEN 'running' THEN 'pending' ELSE 'stopped' "
-			    "END, pid = NULL, unit = NULL, reason = NULL WHERE node_id IS NULL", err);
+	rc = db_exec(a->db,
+		     "UPDATE deployments SET state = CASE desired WHEN 'running' THEN 'pending' ELSE 'stopped' "
+		     "END, pid = NULL, unit = NULL, reason = NULL WHERE node_id IS NULL",
+		     err);
 	pthread_mutex_unlock(&a->db_mu);
 	if (rc != PRIVAI_OK) {
 		runner_close(s->runner);

@@ -56,7 +56,8 @@ gpu_inventory_json(char *note)
 		cJSON_AddStringToObject(o, "pci_bus_id", g[i].pci_bus_id);
 		cJSON_AddBoolToObject(o, "mig_supported", g[i].mig_supported && t != NULL);
 		cJSON_AddBoolToObject(o, "mig_enabled", g[i].mig_current);
-		cJSON_AddItemToObject(o, "instances", gpu_instances_json(t ? t->name : NULL, g[i].inst, g[i].n_instances));
+		cJSON_AddItemToObject(o, "instances",
+				      gpu_instances_json(t ? t->name : NULL, g[i].inst, g[i].n_instances));
 		cJSON_AddItemToArray(a, o);
 	}
 	pthread_mutex_unlock(&mu);
@@ -83,7 +84,8 @@ num_member(const cJSON *o, const char *name, double lo, double hi, double *out)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
 
-	if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi || v->valuedouble != (double)(int64_t)v->valuedouble)
+	if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi ||
+	    v->valuedouble != (double)(int64_t)v->valuedouble)
 		return -1;
 	*out = v->valuedouble;
 	return 0;
@@ -102,17 +104,21 @@ instances_ok(const cJSON *inst, const char *table, int gi, char *err)
 	if (!cJSON_IsArray(inst) || cJSON_GetArraySize(inst) > NVML_MAX_INSTANCES)
 		return privai_fail(err, PRIVAI_EINVAL, "gpus[%d].instances must be an array of at most %d", gi,
 				   NVML_MAX_INSTANCES);
-	cJSON_ArrayForEach(e, inst) {
+	cJSON_ArrayForEach (e, inst) {
 		double id, start, size;
 		const cJSON *uuid = cJSON_GetObjectItemCaseSensitive(e, "uuid");
 		if (num_member(e, "profile_id", 0, 64, &id) < 0 || num_member(e, "start", 0, 7, &start) < 0 ||
 		    num_member(e, "size", 1, 8, &size) < 0 || (t != NULL && mig_profile_by_id(t, (int)id) == NULL))
-			return privai_fail(err, PRIVAI_EINVAL, "gpus[%d].instances[%d] needs a known profile_id, start "
-					   "0..7 and size 1..8", gi, i);
+			return privai_fail(err, PRIVAI_EINVAL,
+					   "gpus[%d].instances[%d] needs a known profile_id, start "
+					   "0..7 and size 1..8",
+					   gi, i);
 		/* what a placement names and CUDA_VISIBLE_DEVICES takes */
 		if (uuid != NULL && (str_member(e, "uuid", 96) == NULL || strncmp(uuid->valuestring, "MIG-", 4) != 0))
-			return privai_fail(err, PRIVAI_EINVAL, "gpus[%d].instances[%d].uuid must be a MIG-... UUID under "
-					   "96 characters", gi, i);
+			return privai_fail(err, PRIVAI_EINVAL,
+					   "gpus[%d].instances[%d].uuid must be a MIG-... UUID under "
+					   "96 characters",
+					   gi, i);
 		i++;
 	}
 	return 0;
@@ -127,36 +133,41 @@ gpu_store_sync(sqlite3 *db, int64_t node_id, const cJSON *gpus, int64_t now, cha
 
 	if (!cJSON_IsArray(gpus) || cJSON_GetArraySize(gpus) > MAX_GPUS_PER_NODE)
 		return privai_fail(err, PRIVAI_EINVAL, "gpus must be an array of at most %d GPUs", MAX_GPUS_PER_NODE);
-	if (sqlite3_prepare_v2(db,
-			       "INSERT INTO gpus (node_id, idx, uuid, name, memory_bytes, pci_bus_id, mig_supported, "
-			       "mig_enabled, mig_table, instances, seen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-			       "?11) ON CONFLICT (uuid) DO UPDATE SET node_id = ?1, idx = ?2, name = ?4, memory_bytes = ?5, "
-			       "pci_bus_id = ?6, mig_supported = ?7, mig_enabled = ?8, mig_table = ?9, instances = ?10, "
-			       "seen_at = ?11 WHERE gpus.node_id = ?1", -1, &up, NULL) != SQLITE_OK ||
-	    sqlite3_prepare_v2(db, "DELETE FROM gpus WHERE node_id = ?1 AND seen_at IS NULL", -1,
-			       &del, NULL) != SQLITE_OK) {
+	if (sqlite3_prepare_v2(
+		    db,
+		    "INSERT INTO gpus (node_id, idx, uuid, name, memory_bytes, pci_bus_id, mig_supported, "
+		    "mig_enabled, mig_table, instances, seen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+		    "?11) ON CONFLICT (uuid) DO UPDATE SET node_id = ?1, idx = ?2, name = ?4, memory_bytes = ?5, "
+		    "pci_bus_id = ?6, mig_supported = ?7, mig_enabled = ?8, mig_table = ?9, instances = ?10, "
+		    "seen_at = ?11 WHERE gpus.node_id = ?1",
+		    -1, &up, NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(db, "DELETE FROM gpus WHERE node_id = ?1 AND seen_at IS NULL", -1, &del, NULL) !=
+		    SQLITE_OK) {
 		rc = privai_fail(err, PRIVAI_EIO, "store: %s", sqlite3_errmsg(db));
 		goto out;
 	}
 	/* the GPU at an index may have changed: free the indexes first; a GPU
 	 * not reported again keeps seen_at NULL and is deleted at the end */
 	sqlite3_stmt *clear = NULL;
-	if (sqlite3_prepare_v2(db, "UPDATE gpus SET idx = -1 - id, seen_at = NULL WHERE node_id = ?1", -1, &clear, NULL) != SQLITE_OK ||
+	if (sqlite3_prepare_v2(db, "UPDATE gpus SET idx = -1 - id, seen_at = NULL WHERE node_id = ?1", -1, &clear,
+			       NULL) != SQLITE_OK ||
 	    sqlite3_bind_int64(clear, 1, node_id) != SQLITE_OK || sqlite3_step(clear) != SQLITE_DONE) {
 		sqlite3_finalize(clear);
 		rc = privai_fail(err, PRIVAI_EIO, "store: %s", sqlite3_errmsg(db));
 		goto out;
 	}
 	sqlite3_finalize(clear);
-	cJSON_ArrayForEach(g, gpus) {
+	cJSON_ArrayForEach (g, gpus) {
 		const char *uuid = str_member(g, "uuid", 96), *name = str_member(g, "name", 96);
 		const char *bus = str_member(g, "pci_bus_id", 32);
 		const cJSON *inst = cJSON_GetObjectItemCaseSensitive(g, "instances");
 		double idx, mem;
 		if (!cJSON_IsObject(g) || uuid == NULL || name == NULL || num_member(g, "index", 0, 63, &idx) < 0 ||
 		    num_member(g, "memory_bytes", 0, 1e15, &mem) < 0) {
-			rc = privai_fail(err, PRIVAI_EINVAL, "gpus[%d] needs uuid and name (strings under 96 characters), "
-					 "index 0..63 and memory_bytes", i);
+			rc = privai_fail(err, PRIVAI_EINVAL,
+					 "gpus[%d] needs uuid and name (strings under 96 characters), "
+					 "index 0..63 and memory_bytes",
+					 i);
 			goto out;
 		}
 		int mig_sup = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "mig_supported"));

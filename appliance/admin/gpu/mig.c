@@ -8,15 +8,14 @@
  * placements NVML reports: 1g on any of slots 0-6 (slot 7 only ever goes
  * with the slot before it), 1g with double memory and 2g on even slots,
  * 3g on 0 or 4, 4g and 7g on 0. */
-#define PROFILES(m1, m2, m3, m4, m7)                                                                   \
-	{                                                                                              \
-		{ "1g." #m1 "gb", 19, 1, 1, 7, 7, { 0, 1, 2, 3, 4, 5, 6 }, m1 },                       \
-		{ "1g." #m1 "gb+me", 20, 1, 1, 1, 7, { 0, 1, 2, 3, 4, 5, 6 }, m1 },                    \
-		{ "1g." #m2 "gb", 15, 1, 2, 4, 4, { 0, 2, 4, 6 }, m2 },                                \
-		{ "2g." #m2 "gb", 14, 2, 2, 3, 3, { 0, 2, 4 }, m2 },                                   \
-		{ "3g." #m3 "gb", 9, 3, 4, 2, 2, { 0, 4 }, m3 },                                       \
-		{ "4g." #m4 "gb", 5, 4, 4, 1, 1, { 0 }, m4 },                                          \
-		{ "7g." #m7 "gb", 0, 7, 8, 1, 1, { 0 }, m7 },                                          \
+#define PROFILES(m1, m2, m3, m4, m7)                                                                                   \
+	{                                                                                                              \
+		{ "1g." #m1 "gb", 19, 1, 1, 7, 7, { 0, 1, 2, 3, 4, 5, 6 }, m1 },                                       \
+			{ "1g." #m1 "gb+me", 20, 1, 1, 1, 7, { 0, 1, 2, 3, 4, 5, 6 }, m1 },                            \
+			{ "1g." #m2 "gb", 15, 1, 2, 4, 4, { 0, 2, 4, 6 }, m2 },                                        \
+			{ "2g." #m2 "gb", 14, 2, 2, 3, 3, { 0, 2, 4 }, m2 },                                           \
+			{ "3g." #m3 "gb", 9, 3, 4, 2, 2, { 0, 4 }, m3 }, { "4g." #m4 "gb", 5, 4, 4, 1, 1, { 0 }, m4 }, \
+			{ "7g." #m7 "gb", 0, 7, 8, 1, 1, { 0 }, m7 },                                                  \
 	}
 
 static const struct mig_gpu gpus[] = {
@@ -118,9 +117,10 @@ mig_layout_check(const struct mig_gpu *g, const struct mig_instance *in, int n, 
 		}
 		for (int s = in[i].start; s < in[i].start + p->size; s++) {
 			if (owner[s] >= 0) {
-				snprintf(why, why_size, "instance %d (%s at %d) overlaps instance %d (%s at %d) at slot %d",
-					 i, p->name, in[i].start, owner[s], in[owner[s]].profile->name,
-					 in[owner[s]].start, s);
+				snprintf(why, why_size,
+					 "instance %d (%s at %d) overlaps instance %d (%s at %d) at slot %d", i,
+					 p->name, in[i].start, owner[s], in[owner[s]].profile->name, in[owner[s]].start,
+					 s);
 				return -1;
 			}
 			owner[s] = i;
@@ -198,8 +198,7 @@ mig_layout_place(const struct mig_gpu *g, struct mig_instance *in, int n, char *
 }
 
 int
-mig_free_starts(const struct mig_gpu *g, const struct mig_instance *in, int n, const struct mig_profile *p,
-		int *starts)
+mig_free_starts(const struct mig_gpu *g, const struct mig_instance *in, int n, const struct mig_profile *p, int *starts)
 {
 	struct mig_instance trial[MIG_MAX_INSTANCES + 1];
 	char why[160];

@@ -18,25 +18,25 @@
 #define MIG_MAX_INSTANCES 7
 
 struct mig_profile {
-	const char *name;        /* "3g.40gb" */
-	int nvml_id;             /* NVML_GPU_INSTANCE_PROFILE_* */
-	int compute;             /* compute slices */
-	int size;                /* memory slots */
-	int max;                 /* instances per GPU */
+	const char *name; /* "3g.40gb" */
+	int nvml_id;      /* NVML_GPU_INSTANCE_PROFILE_* */
+	int compute;      /* compute slices */
+	int size;         /* memory slots */
+	int max;          /* instances per GPU */
 	int n_starts;
 	int starts[MIG_SLOTS];
 	double memory_gb;
 };
 
 struct mig_gpu {
-	const char *name;        /* "H100-80GB" */
+	const char *name; /* "H100-80GB" */
 	int n_profiles;
 	struct mig_profile profiles[8];
 };
 
 struct mig_instance {
 	const struct mig_profile *profile;
-	int start;               /* -1: let mig_layout_place choose */
+	int start; /* -1: let mig_layout_place choose */
 };
 
 /* A table by our name ("H100-80GB", "H200-141GB", "A100-80GB", "A100-40GB"). */

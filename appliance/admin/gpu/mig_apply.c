@@ -16,7 +16,7 @@ struct gpu_row {
 	char uuid[96];
 	char table[32];
 	int mig_enabled;
-	char *instances;             /* JSON as NVML last reported */
+	char *instances; /* JSON as NVML last reported */
 };
 
 static int
@@ -48,8 +48,10 @@ mig_layout_load(sqlite3 *db, int64_t gpu_id, const struct mig_gpu *t, struct mig
 	sqlite3_stmt *st;
 	int n = 0;
 
-	if (sqlite3_prepare_v2(db, "SELECT profile, start_slice FROM gpu_partitions WHERE gpu_id = ?1 "
-				   "ORDER BY start_slice", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "SELECT profile, start_slice FROM gpu_partitions WHERE gpu_id = ?1 "
+			       "ORDER BY start_slice",
+			       -1, &st, NULL) != SQLITE_OK)
 		return 0;
 	sqlite3_bind_int64(st, 1, gpu_id);
 	while (sqlite3_step(st) == SQLITE_ROW && n < MIG_MAX_INSTANCES) {
@@ -74,8 +76,10 @@ mig_layout_store(sqlite3 *db, int64_t gpu_id, const struct mig_instance *in, int
 	if (sqlite3_step(st) != SQLITE_DONE)
 		goto fail;
 	sqlite3_finalize(st);
-	if (sqlite3_prepare_v2(db, "INSERT INTO gpu_partitions (gpu_id, profile, start_slice, state) "
-				   "VALUES (?1, ?2, ?3, 'planned')", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "INSERT INTO gpu_partitions (gpu_id, profile, start_slice, state) "
+			       "VALUES (?1, ?2, ?3, 'planned')",
+			       -1, &st, NULL) != SQLITE_OK)
 		goto fail;
 	for (int i = 0; i < n; i++) {
 		sqlite3_reset(st);
@@ -101,7 +105,7 @@ same_layout(const char *reported, const struct nvml_instance *want, int n)
 	int same = cJSON_IsArray(a) && cJSON_GetArraySize(a) == n;
 	cJSON *list = same ? a : NULL;
 
-	cJSON_ArrayForEach(e, list) {
+	cJSON_ArrayForEach (e, list) {
 		int id = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "profile_id"));
 		int start = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "start"));
 		int found = 0;
@@ -177,7 +181,8 @@ apply(struct admin *a, int64_t gpu_id, int only_if_different, char *err)
 	}
 	n = mig_layout_load(a->db, gpu_id, t, in);
 	for (int i = 0; i < n; i++)
-		want[i] = (struct nvml_instance){ .profile_id = in[i].profile->nvml_id, .start = in[i].start,
+		want[i] = (struct nvml_instance){ .profile_id = in[i].profile->nvml_id,
+						  .start = in[i].start,
 						  .size = in[i].profile->size };
 	if (only_if_different && same_layout(g.instances, want, n)) {
 		free(g.instances);
@@ -207,8 +212,10 @@ mig_reapply(struct admin *a, int *applied, int *failed)
 
 	*applied = *failed = 0;
 	pthread_mutex_lock(&a->db_mu);
-	if (sqlite3_prepare_v2(a->db, "SELECT DISTINCT g.id FROM gpus g JOIN gpu_partitions p ON p.gpu_id = g.id "
-				      "WHERE g.node_id = ?1 ORDER BY g.id", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT DISTINCT g.id FROM gpus g JOIN gpu_partitions p ON p.gpu_id = g.id "
+			       "WHERE g.node_id = ?1 ORDER BY g.id",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, a->self_node_id);
 		while (sqlite3_step(st) == SQLITE_ROW && n < NVML_MAX_GPUS)
 			ids[n++] = sqlite3_column_int64(st, 0);

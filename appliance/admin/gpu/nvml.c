@@ -45,13 +45,21 @@ load(struct nvml_api *api, char *err)
 	api->lib = dlopen(path != NULL ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (api->lib == NULL)
 		return privai_fail(err, PRIVAI_ENOTFOUND, "no NVML (%s): a CPU-only node", dlerror());
-	struct { void **slot; const char *sym; } syms[] = {
-		{ (void **)&api->init, "nvmlInit_v2" }, { (void **)&api->shutdown, "nvmlShutdown" },
-		{ (void **)&api->error_string, "nvmlErrorString" }, { (void **)&api->count, "nvmlDeviceGetCount_v2" },
+	struct {
+		void **slot;
+		const char *sym;
+	} syms[] = {
+		{ (void **)&api->init, "nvmlInit_v2" },
+		{ (void **)&api->shutdown, "nvmlShutdown" },
+		{ (void **)&api->error_string, "nvmlErrorString" },
+		{ (void **)&api->count, "nvmlDeviceGetCount_v2" },
 		{ (void **)&api->by_index, "nvmlDeviceGetHandleByIndex_v2" },
-		{ (void **)&api->by_uuid, "nvmlDeviceGetHandleByUUID" }, { (void **)&api->name, "nvmlDeviceGetName" },
-		{ (void **)&api->uuid, "nvmlDeviceGetUUID" }, { (void **)&api->memory, "nvmlDeviceGetMemoryInfo" },
-		{ (void **)&api->pci, "nvmlDeviceGetPciInfo_v3" }, { (void **)&api->mig_mode, "nvmlDeviceGetMigMode" },
+		{ (void **)&api->by_uuid, "nvmlDeviceGetHandleByUUID" },
+		{ (void **)&api->name, "nvmlDeviceGetName" },
+		{ (void **)&api->uuid, "nvmlDeviceGetUUID" },
+		{ (void **)&api->memory, "nvmlDeviceGetMemoryInfo" },
+		{ (void **)&api->pci, "nvmlDeviceGetPciInfo_v3" },
+		{ (void **)&api->mig_mode, "nvmlDeviceGetMigMode" },
 		{ (void **)&api->gi_profile, "nvmlDeviceGetGpuInstanceProfileInfo" },
 		{ (void **)&api->gi_list, "nvmlDeviceGetGpuInstances" },
 		{ (void **)&api->gi_info, "nvmlGpuInstanceGetInfo" },
@@ -94,7 +102,8 @@ instances(struct nvml_api *api, nvmlDevice_t dev, struct nvml_instance *out, nvm
 		nvmlGpuInstanceProfileInfo_t info;
 		nvmlGpuInstance_t list[NVML_MAX_INSTANCES];
 		unsigned int count = NVML_MAX_INSTANCES;
-		if (api->gi_profile(dev, p, &info) != NVML_SUCCESS || api->gi_list(dev, info.id, list, &count) != NVML_SUCCESS)
+		if (api->gi_profile(dev, p, &info) != NVML_SUCCESS ||
+		    api->gi_list(dev, info.id, list, &count) != NVML_SUCCESS)
 			continue;
 		for (unsigned i = 0; i < count && n < NVML_MAX_INSTANCES; i++) {
 			nvmlGpuInstanceInfo_t gi;
@@ -199,15 +208,18 @@ nvml_apply_layout(const char *uuid, const struct nvml_instance *want, int n, cha
 		goto out;
 	}
 	if (api.mig_mode(dev, &cur, &pend) != NVML_SUCCESS || cur != 1) {
-		rc = privai_fail(err, PRIVAI_EUNSUPPORTED, "GPU %s is not in MIG mode; enabling it needs a GPU reset, "
-				 "which privai-tune does at boot (nvidia-smi -mig 1)", uuid);
+		rc = privai_fail(err, PRIVAI_EUNSUPPORTED,
+				 "GPU %s is not in MIG mode; enabling it needs a GPU reset, "
+				 "which privai-tune does at boot (nvidia-smi -mig 1)",
+				 uuid);
 		goto out;
 	}
 	int nh = instances(&api, dev, have, gis);
 	for (int i = 0; i < nh; i++)
 		if ((r = api.gi_destroy(gis[i])) != NVML_SUCCESS) {
-			rc = privai_fail(err, PRIVAI_EBUSY, "GPU %s: cannot destroy the instance at slot %d (in use?): %s",
-					 uuid, have[i].start, api.error_string(r));
+			rc = privai_fail(err, PRIVAI_EBUSY,
+					 "GPU %s: cannot destroy the instance at slot %d (in use?): %s", uuid,
+					 have[i].start, api.error_string(r));
 			goto out;
 		}
 	for (int i = 0; i < n; i++) {

@@ -13,10 +13,10 @@
 #define NVML_MAX_INSTANCES 7
 
 struct nvml_instance {
-	int profile_id;          /* NVML profile id: 19 = 1g, 15, 14, 9, 5, 0, 20 */
-	int start, size;         /* placement in memory slots */
-	unsigned gi_id;          /* the GPU instance's id, as read */
-	char uuid[96];           /* its MIG device's "MIG-..." UUID (what CUDA_VISIBLE_DEVICES takes), or "" */
+	int profile_id;  /* NVML profile id: 19 = 1g, 15, 14, 9, 5, 0, 20 */
+	int start, size; /* placement in memory slots */
+	unsigned gi_id;  /* the GPU instance's id, as read */
+	char uuid[96];   /* its MIG device's "MIG-..." UUID (what CUDA_VISIBLE_DEVICES takes), or "" */
 };
 
 struct nvml_gpu {
@@ -26,7 +26,7 @@ struct nvml_gpu {
 	uint64_t memory_bytes;
 	char pci_bus_id[32];
 	int mig_supported;
-	int mig_current, mig_pending;  /* 1 enabled */
+	int mig_current, mig_pending; /* 1 enabled */
 	int n_instances;
 	struct nvml_instance inst[NVML_MAX_INSTANCES];
 };

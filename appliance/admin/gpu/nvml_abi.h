@@ -10,16 +10,20 @@ typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st *nvmlDevice_t;
 typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
 typedef struct nvmlComputeInstance_st *nvmlComputeInstance_t;
-typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct {
+	unsigned long long total, free, used;
+} nvmlMemory_t;
 typedef struct {
 	char busIdLegacy[16];
 	unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
 	char busId[32];
 } nvmlPciInfo_t;
-typedef struct { unsigned int start, size; } nvmlGpuInstancePlacement_t;
 typedef struct {
-	unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount,
-		decoderCount, encoderCount, jpegCount, ofaCount;
+	unsigned int start, size;
+} nvmlGpuInstancePlacement_t;
+typedef struct {
+	unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount, decoderCount,
+		encoderCount, jpegCount, ofaCount;
 	unsigned long long memorySizeMB;
 } nvmlGpuInstanceProfileInfo_t;
 typedef struct {

@@ -90,8 +90,8 @@ sizing_compute(const struct sizing_request *r, struct sizing_result *res)
 				 res->total_bytes / GIB, res->per_gpu_usable / GIB, need);
 		else
 			snprintf(res->why, sizeof(res->why),
-				 "memory needs %d GPUs; %d is the next count that divides %d heads%s", need, g, m->heads,
-				 g > r->gpus_per_node ? " in whole nodes" : "");
+				 "memory needs %d GPUs; %d is the next count that divides %d heads%s", need, g,
+				 m->heads, g > r->gpus_per_node ? " in whole nodes" : "");
 		return 0;
 	}
 	snprintf(res->why, sizeof(res->why), "does not fit in %d GPUs", r->max_gpus);

@@ -11,9 +11,9 @@
 
 struct model_shape {
 	const char *name;
-	double weight_bytes;      /* all weights as stored */
+	double weight_bytes; /* all weights as stored */
 	int layers, heads, kv_heads, head_dim;
-	int kv_latent;            /* MLA models: cached values per token and layer
+	int kv_latent; /* MLA models: cached values per token and layer
 				   * (kv_lora_rank + rope dims); 0 for MHA/GQA */
 	int max_context;
 };
@@ -26,24 +26,24 @@ struct gpu_type {
 struct sizing_request {
 	struct model_shape model;
 	struct gpu_type gpu;
-	int context;              /* tokens per sequence; 0: the model's maximum */
-	int concurrency;          /* sequences held at once; 0: 1 */
-	int kv_bytes;             /* per cached value: 2 (f16/bf16), 1 (fp8) */
-	double headroom_bytes;    /* left free per GPU (driver, CUDA context, fragmentation) */
-	double runtime_bytes;     /* per GPU: activations and buffers of the engine */
+	int context;           /* tokens per sequence; 0: the model's maximum */
+	int concurrency;       /* sequences held at once; 0: 1 */
+	int kv_bytes;          /* per cached value: 2 (f16/bf16), 1 (fp8) */
+	double headroom_bytes; /* left free per GPU (driver, CUDA context, fragmentation) */
+	double runtime_bytes;  /* per GPU: activations and buffers of the engine */
 	int gpus_per_node;
-	int max_gpus;             /* give up beyond this */
+	int max_gpus; /* give up beyond this */
 };
 
 struct sizing_result {
 	double kv_bytes_per_token;
 	double kv_bytes_total;
-	double per_gpu_usable;    /* memory - headroom - runtime */
-	double total_bytes;       /* weights + KV */
-	int gpus;                 /* 0: does not fit within max_gpus */
+	double per_gpu_usable; /* memory - headroom - runtime */
+	double total_bytes;    /* weights + KV */
+	int gpus;              /* 0: does not fit within max_gpus */
 	int nodes;
-	double per_gpu_used;      /* (weights + KV) / gpus + runtime */
-	char why[256];            /* one line: what decided the count */
+	double per_gpu_used; /* (weights + KV) / gpus + runtime */
+	char why[256];       /* one line: what decided the count */
 };
 
 /* Fill sensible defaults (6 GiB headroom, 2 GiB runtime, f16 KV, 8 GPUs a

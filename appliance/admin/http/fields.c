@@ -110,7 +110,7 @@ wipe_strings(cJSON *j)
 {
 	cJSON *it;
 
-	cJSON_ArrayForEach(it, j) {
+	cJSON_ArrayForEach (it, j) {
 		if (cJSON_IsString(it) && it->valuestring != NULL)
 			sodium_memzero(it->valuestring, strlen(it->valuestring));
 		else if (cJSON_IsObject(it) || cJSON_IsArray(it))
@@ -132,7 +132,7 @@ fields_known(struct req *r, const cJSON *o, const char *const *names)
 {
 	const cJSON *it;
 
-	cJSON_ArrayForEach(it, o) {
+	cJSON_ArrayForEach (it, o) {
 		int ok = 0;
 		for (const char *const *n = names; *n != NULL && !ok; n++)
 			ok = it->string != NULL && strcmp(it->string, *n) == 0;
@@ -158,8 +158,7 @@ plain_text(const char *s, int lines)
 }
 
 static const char *
-field_string(struct req *r, const cJSON *o, const char *name, int required, size_t max_len, const char *def,
-	     int lines)
+field_string(struct req *r, const cJSON *o, const char *name, int required, size_t max_len, const char *def, int lines)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
 

@@ -34,7 +34,7 @@ struct conn {
 	char *body;
 	size_t len, cap;
 	int too_big;
-	int early;                   /* replied before the body was read */
+	int early; /* replied before the body was read */
 	char *hdr_name[MAX_REPLY_HEADERS], *hdr_value[MAX_REPLY_HEADERS];
 	int n_hdr;
 };
@@ -227,14 +227,30 @@ void
 reply_status(struct req *r, int rc, const char *field, const char *msg)
 {
 	switch (rc) {
-	case PRIVAI_EINVAL: reply_error(r, 422, "invalid_field", field, "%s", msg); break;
-	case PRIVAI_ENOTFOUND: reply_error(r, 404, "not_found", field, "%s", msg); break;
-	case PRIVAI_EBUSY: reply_error(r, 409, "conflict", field, "%s", msg); break;
-	case PRIVAI_EFORMAT: reply_error(r, 422, "bad_file", field, "%s", msg); break;
-	case PRIVAI_EUNSUPPORTED: reply_error(r, 422, "unsupported", field, "%s", msg); break;
-	case PRIVAI_ERANGE: reply_error(r, 422, "out_of_range", field, "%s", msg); break;
-	case PRIVAI_EUNAVAIL: reply_error(r, 503, "unavailable", field, "%s", msg); break;
-	default: reply_error(r, 500, "internal", field, "%s", msg); break;
+	case PRIVAI_EINVAL:
+		reply_error(r, 422, "invalid_field", field, "%s", msg);
+		break;
+	case PRIVAI_ENOTFOUND:
+		reply_error(r, 404, "not_found", field, "%s", msg);
+		break;
+	case PRIVAI_EBUSY:
+		reply_error(r, 409, "conflict", field, "%s", msg);
+		break;
+	case PRIVAI_EFORMAT:
+		reply_error(r, 422, "bad_file", field, "%s", msg);
+		break;
+	case PRIVAI_EUNSUPPORTED:
+		reply_error(r, 422, "unsupported", field, "%s", msg);
+		break;
+	case PRIVAI_ERANGE:
+		reply_error(r, 422, "out_of_range", field, "%s", msg);
+		break;
+	case PRIVAI_EUNAVAIL:
+		reply_error(r, 503, "unavailable", field, "%s", msg);
+		break;
+	default:
+		reply_error(r, 500, "internal", field, "%s", msg);
+		break;
 	}
 }
 
@@ -295,8 +311,10 @@ check_access(struct req *r, const struct route *rt)
 		return -1;
 	}
 	if (r->who.must_change && !(rt->flags & ROUTE_ONE_TIME_OK)) {
-		reply_error(r, 403, "password_change_required", NULL, "%s has a one-time password: change it "
-			    "(POST /api/v1/auth/password) before anything else", r->who.name);
+		reply_error(r, 403, "password_change_required", NULL,
+			    "%s has a one-time password: change it "
+			    "(POST /api/v1/auth/password) before anything else",
+			    r->who.name);
 		return -1;
 	}
 	if (r->who.role < rt->min_role) {
@@ -311,7 +329,8 @@ check_access(struct req *r, const struct route *rt)
 	}
 	if (r->authed == 1 && strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0 &&
 	    !auth_csrf_ok(&r->who, MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "X-CSRF-Token"))) {
-		reply_error(r, 403, "csrf", NULL, "a change made with a session needs the X-CSRF-Token header "
+		reply_error(r, 403, "csrf", NULL,
+			    "a change made with a session needs the X-CSRF-Token header "
 			    "returned at login");
 		return -1;
 	}
@@ -561,8 +580,10 @@ httpd_listen(struct admin *a, char *err)
 		int e = errno;
 		close(fd);
 		return privai_fail(err, PRIVAI_EIO, "cannot listen on %s:%d: %s%s", a->cfg.host, a->cfg.port,
-				   strerror(e), e == EADDRINUSE ? " (another program holds the port; nothing was "
-				   "created or changed)" : "");
+				   strerror(e),
+				   e == EADDRINUSE ? " (another program holds the port; nothing was "
+						     "created or changed)"
+						   : "");
 	}
 	a->listen_fd = fd;
 	a->port = ntohs(sa.sin_port);
@@ -578,12 +599,10 @@ httpd_start(struct admin *a, char *err)
 		return privai_fail(err, PRIVAI_EINVAL, "httpd_start before httpd_listen");
 	if (a->tls)
 		flags |= MHD_USE_TLS;
-	a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, a,
-				     MHD_OPTION_LISTEN_SOCKET, (MHD_socket)a->listen_fd,
-				     MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
-				     MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)64,
-				     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
-				     MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 << 10),
+	a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, a, MHD_OPTION_LISTEN_SOCKET,
+				     (MHD_socket)a->listen_fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+				     MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT,
+				     (unsigned)300, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 << 10),
 				     MHD_OPTION_NOTIFY_COMPLETED, completed, a,
 				     /* asked at each handshake, so an uploaded certificate needs no restart */
 				     a->tls ? MHD_OPTION_HTTPS_CERT_CALLBACK : MHD_OPTION_END, tls_live_retrieve,
@@ -605,4 +624,3 @@ httpd_stop(struct admin *a)
 		close(a->listen_fd);
 	a->listen_fd = -1;
 }
-

@@ -31,19 +31,19 @@ struct req {
 	struct admin *a;
 	struct MHD_Connection *c;
 	const char *method, *path;
-	const char *body;            /* NUL-terminated; "" when none */
+	const char *body; /* NUL-terminated; "" when none */
 	size_t len;
 	char arg[REQ_MAX_ARGS][REQ_ARG_LEN]; /* {param} segments of the path, in order */
-	char addr[64];               /* the client's address */
-	struct principal who;        /* valid when authed */
-	int authed;                  /* 0 none, 1 session cookie, 2 bearer token */
+	char addr[64];                       /* the client's address */
+	struct principal who;                /* valid when authed */
+	int authed;                          /* 0 none, 1 session cookie, 2 bearer token */
 	int64_t now;
-	unsigned status;             /* set once a reply is queued */
-	int queued;                  /* MHD_YES/NO from queueing */
-	void *stream;                /* ROUTE_STREAM handlers' state */
-	int audited;                 /* the handler wrote the audit row itself */
-	char error[256];             /* the last error replied, for the audit log */
-	char id[40];                 /* X-Request-Id: the client's when it is 1-36 of [A-Za-z0-9._-], else
+	unsigned status; /* set once a reply is queued */
+	int queued;      /* MHD_YES/NO from queueing */
+	void *stream;    /* ROUTE_STREAM handlers' state */
+	int audited;     /* the handler wrote the audit row itself */
+	char error[256]; /* the last error replied, for the audit log */
+	char id[40];     /* X-Request-Id: the client's when it is 1-36 of [A-Za-z0-9._-], else
 				      * 16 random hex digits; in every reply and in the log's lines (log.h) */
 };
 
@@ -61,21 +61,21 @@ struct stream_ops {
 };
 
 enum route_flags {
-	ROUTE_PUBLIC = 1,            /* no authentication (health, login) */
-	ROUTE_UNLOCKED = 2,          /* the handler takes the store's mutex itself */
-	ROUTE_STREAM = 4,            /* body handed over in chunks (stream_ops) */
-	ROUTE_READ_ONLY = 8,         /* a POST that changes nothing (proxy, sizing): not audited */
-	ROUTE_ONE_TIME_OK = 16,      /* open to an account whose password is one-time (me, password, logout) */
+	ROUTE_PUBLIC = 1,       /* no authentication (health, login) */
+	ROUTE_UNLOCKED = 2,     /* the handler takes the store's mutex itself */
+	ROUTE_STREAM = 4,       /* body handed over in chunks (stream_ops) */
+	ROUTE_READ_ONLY = 8,    /* a POST that changes nothing (proxy, sizing): not audited */
+	ROUTE_ONE_TIME_OK = 16, /* open to an account whose password is one-time (me, password, logout) */
 };
 
 struct route {
 	const char *method;
-	const char *pattern;         /* "/api/v1/models/{id}" */
+	const char *pattern; /* "/api/v1/models/{id}" */
 	enum role min_role;
 	unsigned flags;
 	handler_fn fn;
 	const struct stream_ops *stream;
-	const char *action;          /* the audit log's name for it ("token.create"); NULL for reads */
+	const char *action; /* the audit log's name for it ("token.create"); NULL for reads */
 };
 
 /* The daemon matches requests against a->routes: route tables, each
@@ -121,11 +121,9 @@ void body_wipe(cJSON *j);
 const char *session_cookie(struct req *r);
 /* Field readers: NULL/-1 after replying 422 naming the field.  A missing
  * optional field yields def. */
-const char *field_str(struct req *r, const cJSON *o, const char *name, int required, size_t max_len,
-		      const char *def);
+const char *field_str(struct req *r, const cJSON *o, const char *name, int required, size_t max_len, const char *def);
 /* field_str that also allows line breaks and tabs (PEM text). */
-const char *field_text(struct req *r, const cJSON *o, const char *name, int required, size_t max_len,
-		       const char *def);
+const char *field_text(struct req *r, const cJSON *o, const char *name, int required, size_t max_len, const char *def);
 int field_int(struct req *r, const cJSON *o, const char *name, int required, int64_t lo, int64_t hi, int64_t def,
 	      int64_t *out);
 int field_bool(struct req *r, const cJSON *o, const char *name, int def, int *out);

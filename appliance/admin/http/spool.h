@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 struct spool {
-	int fd;                      /* -1 when closed */
-	char tmp[PATH_MAX + 64];     /* "" once renamed or removed */
+	int fd;                  /* -1 when closed */
+	char tmp[PATH_MAX + 64]; /* "" once renamed or removed */
 	crypto_hash_sha256_state h;
 	int64_t bytes, limit;
 };
@@ -37,7 +37,7 @@ struct req;
 struct upload {
 	struct spool sp;
 	char name[160];
-	char want_sha[65];           /* from ?sha256=, or "" */
+	char want_sha[65]; /* from ?sha256=, or "" */
 };
 
 /* For a stream's begin: check ?sha256= and the Content-Length against

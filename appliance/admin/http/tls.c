@@ -50,7 +50,8 @@ tls_selfsigned(const char *cert_path, const char *key_path, const char *hostname
 	time_t now = time(NULL);
 
 	if ((g = gnutls_x509_privkey_init(&key)) < 0 ||
-	    (g = gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA, GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1), 0)) < 0 ||
+	    (g = gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA, GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1),
+					      0)) < 0 ||
 	    (g = gnutls_x509_crt_init(&crt)) < 0 || (g = gnutls_x509_crt_set_version(crt, 3)) < 0 ||
 	    (g = gnutls_rnd(GNUTLS_RND_NONCE, serial, sizeof(serial))) < 0)
 		goto out;
@@ -60,11 +61,14 @@ tls_selfsigned(const char *cert_path, const char *key_path, const char *hostname
 	    (g = gnutls_x509_crt_set_expiration_time(crt, now + 10L * 365 * 86400)) < 0 ||
 	    (g = gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, hostname,
 					       (unsigned)strlen(hostname))) < 0 ||
-	    (g = gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_ORGANIZATION_NAME, 0, "privai appliance", 16)) < 0 ||
+	    (g = gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_ORGANIZATION_NAME, 0, "privai appliance", 16)) <
+		    0 ||
 	    (g = gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_DNSNAME, hostname, (unsigned)strlen(hostname),
 						      GNUTLS_FSAN_SET)) < 0 ||
-	    (g = gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, loopback, 4, GNUTLS_FSAN_APPEND)) < 0 ||
-	    (g = gnutls_x509_crt_set_key(crt, key)) < 0 || (g = gnutls_x509_crt_set_basic_constraints(crt, 0, -1)) < 0 ||
+	    (g = gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, loopback, 4, GNUTLS_FSAN_APPEND)) <
+		    0 ||
+	    (g = gnutls_x509_crt_set_key(crt, key)) < 0 ||
+	    (g = gnutls_x509_crt_set_basic_constraints(crt, 0, -1)) < 0 ||
 	    (g = gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE)) < 0 ||
 	    (g = gnutls_x509_crt_set_key_purpose_oid(crt, GNUTLS_KP_TLS_WWW_SERVER, 0)) < 0 ||
 	    (g = gnutls_x509_crt_sign2(crt, crt, key, GNUTLS_DIG_SHA256, 0)) < 0 ||
@@ -157,9 +161,11 @@ import_chain(const char *cert_pem, gnutls_x509_crt_t **list, unsigned *n, char *
 		return privai_fail(err, PRIVAI_EFORMAT, "the certificate is not PEM (no BEGIN CERTIFICATE line)");
 	/* the server's certificate first, then each one's issuer: what a client needs, in the order it needs it */
 	g = gnutls_x509_crt_list_import2(list, n, &in, GNUTLS_X509_FMT_PEM,
-					 GNUTLS_X509_CRT_LIST_FAIL_IF_UNSORTED | GNUTLS_X509_CRT_LIST_IMPORT_FAIL_IF_EXCEED);
+					 GNUTLS_X509_CRT_LIST_FAIL_IF_UNSORTED |
+						 GNUTLS_X509_CRT_LIST_IMPORT_FAIL_IF_EXCEED);
 	if (g == GNUTLS_E_CERTIFICATE_LIST_UNSORTED)
-		return privai_fail(err, PRIVAI_EFORMAT, "the certificates are out of order: put the server's "
+		return privai_fail(err, PRIVAI_EFORMAT,
+				   "the certificates are out of order: put the server's "
 				   "certificate first, then each certificate's issuer");
 	if (g < 0)
 		return privai_fail(err, PRIVAI_EFORMAT, "the certificate cannot be read: %s", gnutls_strerror(g));
@@ -218,8 +224,8 @@ key_matches(gnutls_x509_crt_t crt, gnutls_x509_privkey_t key)
 }
 
 int
-tls_check_upload(const char *cert_pem, const char *key_pem, int64_t now, struct tls_cert_info *info,
-		 const char **field, char *err)
+tls_check_upload(const char *cert_pem, const char *key_pem, int64_t now, struct tls_cert_info *info, const char **field,
+		 char *err)
 {
 	gnutls_x509_crt_t *list = NULL;
 	gnutls_x509_privkey_t key = NULL;
@@ -232,7 +238,8 @@ tls_check_upload(const char *cert_pem, const char *key_pem, int64_t now, struct 
 		return rc;
 	describe(list, n, info);
 	if (now < info->not_before) {
-		rc = privai_fail(err, PRIVAI_EINVAL, "the certificate is not valid before %lld (Unix time); now is %lld",
+		rc = privai_fail(err, PRIVAI_EINVAL,
+				 "the certificate is not valid before %lld (Unix time); now is %lld",
 				 (long long)info->not_before, (long long)now);
 		goto out;
 	}
@@ -243,7 +250,8 @@ tls_check_upload(const char *cert_pem, const char *key_pem, int64_t now, struct 
 	}
 	*field = "key";
 	if (strstr(key_pem, "ENCRYPTED") != NULL) {
-		rc = privai_fail(err, PRIVAI_EINVAL, "the key is encrypted; upload it without a passphrase "
+		rc = privai_fail(err, PRIVAI_EINVAL,
+				 "the key is encrypted; upload it without a passphrase "
 				 "(it is stored readable by privai-admin only)");
 		goto out;
 	}

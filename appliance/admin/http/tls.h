@@ -13,9 +13,9 @@
 /* What the console's certificate says about itself. */
 struct tls_cert_info {
 	char subject[256], issuer[256];
-	int64_t not_before, not_after;   /* Unix seconds */
+	int64_t not_before, not_after; /* Unix seconds */
 	int chain_length, self_signed;
-	char pin[128];                   /* sha256//BASE64 of its public key */
+	char pin[128]; /* sha256//BASE64 of its public key */
 };
 
 /* Write a new key (0600) and self-signed certificate for hostname. */

@@ -21,7 +21,7 @@ struct pair {
 };
 
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct pair *live;           /* the newest; older ones hang off it */
+static struct pair *live; /* the newest; older ones hang off it */
 
 static void
 pair_free(struct pair *p)

@@ -19,10 +19,14 @@
 static const struct {
 	const char *ext, *type;
 } types[] = {
-	{ ".html", "text/html; charset=utf-8" }, { ".js", "text/javascript; charset=utf-8" },
-	{ ".css", "text/css; charset=utf-8" },   { ".svg", "image/svg+xml" },
-	{ ".png", "image/png" },                 { ".ico", "image/x-icon" },
-	{ ".json", "application/json" },         { ".txt", "text/plain; charset=utf-8" },
+	{ ".html", "text/html; charset=utf-8" },
+	{ ".js", "text/javascript; charset=utf-8" },
+	{ ".css", "text/css; charset=utf-8" },
+	{ ".svg", "image/svg+xml" },
+	{ ".png", "image/png" },
+	{ ".ico", "image/x-icon" },
+	{ ".json", "application/json" },
+	{ ".txt", "text/plain; charset=utf-8" },
 };
 
 static const char *
@@ -79,8 +83,10 @@ webui_serve(struct req *r)
 		close(fd);
 		return 0;
 	}
-	reply_header(r, "Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; "
-			"script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
+	reply_header(r, "Content-Security-Policy",
+		     "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+		     "script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action "
+		     "'self'");
 	reply_header(r, "X-Frame-Options", "DENY");
 	reply_header(r, "Referrer-Policy", "no-referrer");
 	reply_response(r, 200, resp, type);

@@ -172,10 +172,11 @@ check_cluster_options(struct options *o)
 	}
 	if (c->join_url != NULL && (c->join_token == NULL || strncmp(c->join_token, "join_", 5) != 0)) {
 		fprintf(stderr, "privai-admin: --join needs the one-time join token (join_...) in PRIVAI_JOIN_TOKEN or "
-			"--join-token-file\n");
+				"--join-token-file\n");
 		return -1;
 	}
-	if (c->join_url != NULL && strncmp(c->join_url, "http://", 7) != 0 && strncmp(c->join_url, "https://", 8) != 0) {
+	if (c->join_url != NULL && strncmp(c->join_url, "http://", 7) != 0 &&
+	    strncmp(c->join_url, "https://", 8) != 0) {
 		fprintf(stderr, "privai-admin: --join takes the console's URL, http:// or https://, not '%s'\n",
 			c->join_url);
 		return -1;
@@ -248,29 +249,52 @@ parse_args(int argc, char **argv, struct options *o)
 		} else if (v == NULL) {
 			fprintf(stderr, "privai-admin: unknown option or missing value: %s\n", a);
 			return -1;
-		} else if (strcmp(a, "--state-dir") == 0) c->state_dir = v;
-		else if (strcmp(a, "--host") == 0) c->host = v;
-		else if (strcmp(a, "--port") == 0) o->port = v;
-		else if (strcmp(a, "--tls-cert") == 0) c->tls_cert = v;
-		else if (strcmp(a, "--tls-key") == 0) c->tls_key = v;
-		else if (strcmp(a, "--engine") == 0) c->engine_bin = v;
-		else if (strcmp(a, "--engine-ports") == 0) o->ports = v;
-		else if (strcmp(a, "--engine-runner") == 0) o->runner = v;
-		else if (strcmp(a, "--max-upload-gib") == 0) o->max_gib = v;
-		else if (strcmp(a, "--demo-model") == 0) o->demo_model = v;
-		else if (strcmp(a, "--day0-models") == 0) o->day0_models = v;
-		else if (strcmp(a, "--login-rate") == 0) o->login_rate = v;
-		else if (strcmp(a, "--config") == 0) ;
-		else if (strcmp(a, "--node-name") == 0) c->node_name = v;
-		else if (strcmp(a, "--advertise-url") == 0) c->advertise_url = v;
-		else if (strcmp(a, "--join") == 0) c->join_url = v;
-		else if (strcmp(a, "--join-token-file") == 0) o->join_token_file = v;
-		else if (strcmp(a, "--join-pin") == 0) c->join_pin = v;
-		else if (strcmp(a, "--heartbeat-s") == 0) o->heartbeat = v;
-		else if (strcmp(a, "--sys-root") == 0) c->sys_root = v;
-		else if (strcmp(a, "--preflight-file") == 0) c->preflight_file = v;
-		else if (strcmp(a, "--fabric-socket") == 0) c->fabric_socket = v;
-		else if (strcmp(a, "--webui") == 0) c->webui_dir = v;
+		} else if (strcmp(a, "--state-dir") == 0)
+			c->state_dir = v;
+		else if (strcmp(a, "--host") == 0)
+			c->host = v;
+		else if (strcmp(a, "--port") == 0)
+			o->port = v;
+		else if (strcmp(a, "--tls-cert") == 0)
+			c->tls_cert = v;
+		else if (strcmp(a, "--tls-key") == 0)
+			c->tls_key = v;
+		else if (strcmp(a, "--engine") == 0)
+			c->engine_bin = v;
+		else if (strcmp(a, "--engine-ports") == 0)
+			o->ports = v;
+		else if (strcmp(a, "--engine-runner") == 0)
+			o->runner = v;
+		else if (strcmp(a, "--max-upload-gib") == 0)
+			o->max_gib = v;
+		else if (strcmp(a, "--demo-model") == 0)
+			o->demo_model = v;
+		else if (strcmp(a, "--day0-models") == 0)
+			o->day0_models = v;
+		else if (strcmp(a, "--login-rate") == 0)
+			o->login_rate = v;
+		else if (strcmp(a, "--config") == 0)
+			;
+		else if (strcmp(a, "--node-name") == 0)
+			c->node_name = v;
+		else if (strcmp(a, "--advertise-url") == 0)
+			c->advertise_url = v;
+		else if (strcmp(a, "--join") == 0)
+			c->join_url = v;
+		else if (strcmp(a, "--join-token-file") == 0)
+			o->join_token_file = v;
+		else if (strcmp(a, "--join-pin") == 0)
+			c->join_pin = v;
+		else if (strcmp(a, "--heartbeat-s") == 0)
+			o->heartbeat = v;
+		else if (strcmp(a, "--sys-root") == 0)
+			c->sys_root = v;
+		else if (strcmp(a, "--preflight-file") == 0)
+			c->preflight_file = v;
+		else if (strcmp(a, "--fabric-socket") == 0)
+			c->fabric_socket = v;
+		else if (strcmp(a, "--webui") == 0)
+			c->webui_dir = v;
 		else if (strcmp(a, "--model-root") == 0) {
 			if (c->n_model_roots == ADMIN_MAX_MODEL_ROOTS - 1) {
 				fprintf(stderr, "privai-admin: at most %d --model-root\n", ADMIN_MAX_MODEL_ROOTS - 1);
@@ -286,12 +310,16 @@ parse_args(int argc, char **argv, struct options *o)
 	if (o->roots != NULL && c->n_model_roots == 0) {
 		static char buf[4096];
 		snprintf(buf, sizeof(buf), "%s", o->roots);
-		for (char *save = NULL, *d = strtok_r(buf, ":", &save); d && c->n_model_roots < ADMIN_MAX_MODEL_ROOTS - 1;
-		     d = strtok_r(NULL, ":", &save))
+		for (char *save = NULL, *d = strtok_r(buf, ":", &save);
+		     d && c->n_model_roots < ADMIN_MAX_MODEL_ROOTS - 1; d = strtok_r(NULL, ":", &save))
 			c->model_roots[c->n_model_roots++] = d;
 	}
 	long port, gib, lo, hi, rate, hb;
-	if (parse_int("--port", o->port ? o->port : c->dev ? "8080" : "8443", 0, 65535, &port) < 0 ||
+	if (parse_int("--port",
+		      o->port  ? o->port
+		      : c->dev ? "8080"
+			       : "8443",
+		      0, 65535, &port) < 0 ||
 	    parse_int("--heartbeat-s", o->heartbeat, 1, 3600, &hb) < 0 ||
 	    parse_int("--login-rate", o->login_rate, 1, 10000, &rate) < 0 ||
 	    parse_int("--max-upload-gib", o->max_gib, 1, 1 << 20, &gib) < 0)
@@ -359,11 +387,11 @@ print_route(const struct route *rt, void *arg)
 	}
 	/* what the attacker suite derives every expected answer from */
 	printf("{\"method\":\"%s\",\"pattern\":\"%s\",\"role\":\"%s\",\"public\":%s,\"read_only\":%s,"
-	       "\"one_time_ok\":%s,\"stream\":%s,\"action\":%s%s%s}\n", rt->method, rt->pattern,
-	       role_name(rt->min_role), (rt->flags & ROUTE_PUBLIC) ? "true" : "false",
+	       "\"one_time_ok\":%s,\"stream\":%s,\"action\":%s%s%s}\n",
+	       rt->method, rt->pattern, role_name(rt->min_role), (rt->flags & ROUTE_PUBLIC) ? "true" : "false",
 	       (rt->flags & ROUTE_READ_ONLY) ? "true" : "false", (rt->flags & ROUTE_ONE_TIME_OK) ? "true" : "false",
-	       (rt->flags & ROUTE_STREAM) ? "true" : "false", rt->action ? "\"" : "",
-	       rt->action ? rt->action : "null", rt->action ? "\"" : "");
+	       (rt->flags & ROUTE_STREAM) ? "true" : "false", rt->action ? "\"" : "", rt->action ? rt->action : "null",
+	       rt->action ? "\"" : "");
 }
 
 static char *
@@ -418,7 +446,8 @@ setup_tls(struct admin *a, char *err)
 		a->cfg.tls_cert = cert;
 		a->cfg.tls_key = key;
 	}
-	if ((a->tls_cert_pem = read_file(a->cfg.tls_cert, err)) == NULL || (key_pem = read_file(a->cfg.tls_key, err)) == NULL)
+	if ((a->tls_cert_pem = read_file(a->cfg.tls_cert, err)) == NULL ||
+	    (key_pem = read_file(a->cfg.tls_key, err)) == NULL)
 		return PRIVAI_EIO;
 	if ((rc = tls_check_pair(a->tls_cert_pem, key_pem, err)) == PRIVAI_OK &&
 	    (rc = tls_public_key_pin(a->tls_cert_pem, a->tls_pin, sizeof(a->tls_pin), err)) == PRIVAI_OK)
@@ -442,8 +471,10 @@ clean_interrupted(struct admin *a)
 
 	char err[PRIVAI_ERR_LEN];
 
-	if (db_exec(a->db, "UPDATE models SET state = 'failed', error = 'interrupted by a restart of privai-admin' "
-			   "WHERE state = 'importing'", err) != PRIVAI_OK)
+	if (db_exec(a->db,
+		    "UPDATE models SET state = 'failed', error = 'interrupted by a restart of privai-admin' "
+		    "WHERE state = 'importing'",
+		    err) != PRIVAI_OK)
 		log_warn("imports cut short by the restart stay 'importing': %s", err);
 	uploads_sweep(a, admin_now(), 1);
 	if (d == NULL)
@@ -461,8 +492,8 @@ clean_interrupted(struct admin *a)
 static int
 private_modes(const char *dir, char *err)
 {
-	static const char *const names[] = { "", "/privai.db", "/privai.db-wal", "/privai.db-shm", "/backups",
-					     "/tls", "/tls/key.pem", "/models", "/deployments" };
+	static const char *const names[] = { "",     "/privai.db",   "/privai.db-wal", "/privai.db-shm", "/backups",
+					     "/tls", "/tls/key.pem", "/models",        "/deployments" };
 	char path[PATH_MAX + 32];
 	struct stat sb;
 
@@ -472,7 +503,8 @@ private_modes(const char *dir, char *err)
 			continue;
 		mode_t want = S_ISDIR(sb.st_mode) ? 0700 : 0600;
 		if ((sb.st_mode & 0777 & ~want) != 0 && chmod(path, sb.st_mode & want) != 0)
-			return privai_fail(err, PRIVAI_EIO, "cannot make %s private (chmod): %s", path, strerror(errno));
+			return privai_fail(err, PRIVAI_EIO, "cannot make %s private (chmod): %s", path,
+					   strerror(errno));
 	}
 	return PRIVAI_OK;
 }
@@ -615,9 +647,10 @@ reset_password_main(int argc, char **argv)
 		return 1;
 	}
 	umask(077);
-	snprintf(actor, sizeof(actor), "root (%s)", isatty(STDIN_FILENO) && ttyname(STDIN_FILENO) ?
-		 ttyname(STDIN_FILENO) : "local");
-	if (admin_reset_password(path, argv[1], admin_now(), actor, password, sizeof(password), &res, err) != PRIVAI_OK) {
+	snprintf(actor, sizeof(actor), "root (%s)",
+		 isatty(STDIN_FILENO) && ttyname(STDIN_FILENO) ? ttyname(STDIN_FILENO) : "local");
+	if (admin_reset_password(path, argv[1], admin_now(), actor, password, sizeof(password), &res, err) !=
+	    PRIVAI_OK) {
 		fprintf(stderr, "privai-admin: reset-password %s: %s\n", argv[1], err);
 		return 1;
 	}
@@ -626,7 +659,8 @@ reset_password_main(int argc, char **argv)
 		unlink(path);
 	}
 	printf("user '%s': one-time password %s\n(sessions ended: %d, API tokens revoked: %d; it must be changed "
-	       "at the next sign-in)\n", argv[1], password, res.sessions_ended, res.tokens_revoked);
+	       "at the next sign-in)\n",
+	       argv[1], password, res.sessions_ended, res.tokens_revoked);
 	sodium_memzero(password, sizeof(password));
 	return 0;
 }
@@ -703,8 +737,7 @@ main(int argc, char **argv)
 	log_info("engines run as %s", a.runner_how);
 	if (a.adopt_note[0] != '\0')
 		log_info("%s", a.adopt_note);
-	log_info("console on %s://%s:%d/ (state in %s)", a.tls ? "https" : "http", a.cfg.host,
-		 a.port, a.cfg.state_dir);
+	log_info("console on %s://%s:%d/ (state in %s)", a.tls ? "https" : "http", a.cfg.host, a.port, a.cfg.state_dir);
 	sd_notify(0, "READY=1");
 	for (;;) {
 		if (sigwait(&sigs, &sig) != 0)

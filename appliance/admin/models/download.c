@@ -218,12 +218,15 @@ finish(struct fetch *f, char *err)
 	}
 	f->tmp[0] = '\0';
 	pthread_mutex_lock(&f->a->db_mu);
-	int ok = sqlite3_prepare_v2(f->a->db,
-				    "UPDATE models SET state = 'ready', error = NULL, size_bytes = ?1, bytes_done = ?1, "
-				    "sha256 = ?2, architecture = ?3, parameters = ?4, quantization = ?5, "
-				    "context_length = ?6, n_layer = ?7, n_head = ?8, n_head_kv = ?9, head_dim = ?10, "
-				    "tokenizer = ?11, chat_template = ?12, n_embd = ?13, n_vocab = ?14, kv_latent = ?15, "
-				    "weight_bytes = ?16 WHERE id = ?17", -1, &st, NULL) == SQLITE_OK;
+	int ok =
+		sqlite3_prepare_v2(f->a->db,
+				   "UPDATE models SET state = 'ready', error = NULL, size_bytes = ?1, bytes_done = ?1, "
+				   "sha256 = ?2, architecture = ?3, parameters = ?4, quantization = ?5, "
+				   "context_length = ?6, n_layer = ?7, n_head = ?8, n_head_kv = ?9, head_dim = ?10, "
+				   "tokenizer = ?11, chat_template = ?12, n_embd = ?13, n_vocab = ?14, kv_latent = "
+				   "?15, "
+				   "weight_bytes = ?16 WHERE id = ?17",
+				   -1, &st, NULL) == SQLITE_OK;
 	if (ok) {
 		sqlite3_bind_int64(st, 1, f->bytes);
 		sqlite3_bind_text(st, 2, hex, -1, SQLITE_TRANSIENT);
@@ -273,8 +276,8 @@ fetch_main(void *arg)
 }
 
 int
-model_fetch_begin(struct admin *a, const char *name, const char *url, const char *sha, int64_t size,
-		  const char *pin, const char *secret, int64_t now, int64_t reuse_id, int64_t *ret_id, char *err)
+model_fetch_begin(struct admin *a, const char *name, const char *url, const char *sha, int64_t size, const char *pin,
+		  const char *secret, int64_t now, int64_t reuse_id, int64_t *ret_id, char *err)
 {
 	struct fetch *f;
 	sqlite3_stmt *st;
@@ -300,8 +303,10 @@ model_fetch_begin(struct admin *a, const char *name, const char *url, const char
 	if (reuse_id > 0) {
 		/* a failed fetch tried again: the row, and the deployments on it, stay */
 		unlink(f->final);
-		if (sqlite3_prepare_v2(a->db, "UPDATE models SET state = 'importing', error = NULL, bytes_done = 0, "
-					      "created_at = ?2 WHERE id = ?1 AND state = 'failed'", -1, &st, NULL) != SQLITE_OK) {
+		if (sqlite3_prepare_v2(a->db,
+				       "UPDATE models SET state = 'importing', error = NULL, bytes_done = 0, "
+				       "created_at = ?2 WHERE id = ?1 AND state = 'failed'",
+				       -1, &st, NULL) != SQLITE_OK) {
 			free(f);
 			return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
 		}
@@ -310,9 +315,10 @@ model_fetch_begin(struct admin *a, const char *name, const char *url, const char
 	} else if (access(f->final, F_OK) == 0) {
 		free(f);
 		return privai_fail(err, PRIVAI_EBUSY, "a file %s.gguf is already in the model directory", name);
-	} else if (sqlite3_prepare_v2(a->db, "INSERT INTO models (name, path, size_bytes, architecture, source, url, "
-					     "state, created_at) VALUES (?1, ?2, ?3, '', 'url', ?4, 'importing', ?5)", -1,
-				      &st, NULL) == SQLITE_OK) {
+	} else if (sqlite3_prepare_v2(a->db,
+				      "INSERT INTO models (name, path, size_bytes, architecture, source, url, "
+				      "state, created_at) VALUES (?1, ?2, ?3, '', 'url', ?4, 'importing', ?5)",
+				      -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_text(st, 2, f->final, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 3, size > 0 ? size : 0);

@@ -28,7 +28,7 @@
 #include "worker.h"
 
 #define HASH_BLOCK (4 << 20)
-#define HASH_IDLE_S 60               /* a look for work even unasked (a file mended meanwhile) */
+#define HASH_IDLE_S 60 /* a look for work even unasked (a file mended meanwhile) */
 #define HASH_MAX_SKIPPED 64
 
 struct hasher {
@@ -36,7 +36,9 @@ struct hasher {
 	struct worker w;
 	/* models whose file could not be hashed: not tried again until
 	 * the file changes (size or time) or the admin restarts */
-	struct { int64_t id, size, mtime_ns; } skipped[HASH_MAX_SKIPPED];
+	struct {
+		int64_t id, size, mtime_ns;
+	} skipped[HASH_MAX_SKIPPED];
 	int n_skipped;
 };
 
@@ -56,7 +58,8 @@ skip(struct hasher *h, int64_t id, const struct stat *sb, const char *path, cons
 	if (h->n_skipped < HASH_MAX_SKIPPED) {
 		h->skipped[h->n_skipped].id = id;
 		h->skipped[h->n_skipped].size = sb != NULL ? (int64_t)sb->st_size : -1;
-		h->skipped[h->n_skipped].mtime_ns = sb != NULL ? (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec : -1;
+		h->skipped[h->n_skipped].mtime_ns =
+			sb != NULL ? (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec : -1;
 		h->n_skipped++;
 	}
 }
@@ -85,8 +88,10 @@ next_model(struct hasher *h, int64_t *id, int64_t *size, char *path, size_t path
 	int found = 0;
 
 	pthread_mutex_lock(&a->db_mu);
-	if (sqlite3_prepare_v2(a->db, "SELECT id, size_bytes, path FROM models WHERE source = 'path' AND "
-				      "state = 'ready' AND sha256 IS NULL ORDER BY id", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT id, size_bytes, path FROM models WHERE source = 'path' AND "
+			       "state = 'ready' AND sha256 IS NULL ORDER BY id",
+			       -1, &st, NULL) == SQLITE_OK) {
 		while (!found && sqlite3_step(st) == SQLITE_ROW) {
 			*id = sqlite3_column_int64(st, 0);
 			snprintf(path, path_size, "%s", (const char *)sqlite3_column_text(st, 2));
@@ -110,8 +115,10 @@ store(struct hasher *h, int64_t id, const char *path, int64_t size, const char *
 	char err[PRIVAI_ERR_LEN];
 
 	pthread_mutex_lock(&a->db_mu);
-	if (sqlite3_prepare_v2(a->db, "UPDATE models SET sha256 = ?1 WHERE id = ?2 AND path = ?3 AND size_bytes = ?4 "
-				      "AND sha256 IS NULL", -1, &st, NULL) == SQLITE_OK) {
+	if (sqlite3_prepare_v2(a->db,
+			       "UPDATE models SET sha256 = ?1 WHERE id = ?2 AND path = ?3 AND size_bytes = ?4 "
+			       "AND sha256 IS NULL",
+			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, hex, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 2, id);
 		sqlite3_bind_text(st, 3, path, -1, SQLITE_TRANSIENT);
@@ -164,7 +171,8 @@ hash_one(struct hasher *h, int64_t id, int64_t size, const char *path)
 	}
 	int same = fstat(fd, &after) == 0 && stat(path, &now) == 0;
 	if (!same || after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
-	    after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || now.st_ino != before.st_ino || now.st_dev != before.st_dev) {
+	    after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || now.st_ino != before.st_ino ||
+	    now.st_dev != before.st_dev) {
 		/* tried again once it changes no more between two looks */
 		skip(h, id, same ? &now : NULL, path, "the file changed while it was read");
 		goto out;

@@ -12,11 +12,11 @@ static const char *
 file_type_name(uint32_t t)
 {
 	static const char *const names[] = {
-		[0] = "F32", [1] = "F16", [2] = "Q4_0", [3] = "Q4_1", [7] = "Q8_0", [8] = "Q5_0", [9] = "Q5_1",
-		[10] = "Q2_K", [11] = "Q3_K_S", [12] = "Q3_K_M", [13] = "Q3_K_L", [14] = "Q4_K_S", [15] = "Q4_K_M",
-		[16] = "Q5_K_S", [17] = "Q5_K_M", [18] = "Q6_K", [19] = "IQ2_XXS", [20] = "IQ2_XS", [21] = "Q2_K_S",
-		[22] = "IQ3_XS", [23] = "IQ3_XXS", [24] = "IQ1_S", [25] = "IQ4_NL", [26] = "IQ3_S", [27] = "IQ3_M",
-		[28] = "IQ2_S", [29] = "IQ2_M", [30] = "IQ4_XS", [31] = "IQ1_M", [32] = "BF16",
+		[0] = "F32",     [1] = "F16",     [2] = "Q4_0",     [3] = "Q4_1",    [7] = "Q8_0",     [8] = "Q5_0",
+		[9] = "Q5_1",    [10] = "Q2_K",   [11] = "Q3_K_S",  [12] = "Q3_K_M", [13] = "Q3_K_L",  [14] = "Q4_K_S",
+		[15] = "Q4_K_M", [16] = "Q5_K_S", [17] = "Q5_K_M",  [18] = "Q6_K",   [19] = "IQ2_XXS", [20] = "IQ2_XS",
+		[21] = "Q2_K_S", [22] = "IQ3_XS", [23] = "IQ3_XXS", [24] = "IQ1_S",  [25] = "IQ4_NL",  [26] = "IQ3_S",
+		[27] = "IQ3_M",  [28] = "IQ2_S",  [29] = "IQ2_M",   [30] = "IQ4_XS", [31] = "IQ1_M",   [32] = "BF16",
 	};
 	return t < sizeof(names) / sizeof(names[0]) ? names[t] : NULL;
 }
@@ -78,11 +78,12 @@ model_meta_read(const char *path, struct model_meta *m, char *err)
 	copy_str(f, "general.name", m->name, sizeof(m->name));
 	const char *a = m->architecture;
 	if (arch_int(f, a, "block_count", &m->n_layer) < 0 || arch_int(f, a, "attention.head_count", &m->n_head) < 0 ||
-	    arch_int(f, a, "embedding_length", &m->n_embd) < 0 || m->n_layer <= 0 || m->n_head <= 0 ||
-	    m->n_embd <= 0) {
+	    arch_int(f, a, "embedding_length", &m->n_embd) < 0 || m->n_layer <= 0 || m->n_head <= 0 || m->n_embd <= 0) {
 		gguf_close(f);
-		return privai_fail(err, PRIVAI_EFORMAT, "%s: %s.block_count, .attention.head_count and "
-				   ".embedding_length must be positive integers", path, a);
+		return privai_fail(err, PRIVAI_EFORMAT,
+				   "%s: %s.block_count, .attention.head_count and "
+				   ".embedding_length must be positive integers",
+				   path, a);
 	}
 	if (arch_int(f, a, "attention.head_count_kv", &m->n_head_kv) < 0 || m->n_head_kv <= 0)
 		m->n_head_kv = m->n_head;

@@ -10,16 +10,16 @@
 #include <stdint.h>
 
 struct model_meta {
-	char name[128];              /* general.name, or "" */
+	char name[128]; /* general.name, or "" */
 	char architecture[32];
-	int64_t parameters;          /* elements of every tensor */
-	int64_t weight_bytes;        /* bytes of every tensor */
-	char quantization[32];       /* general.file_type's name, or the commonest tensor type */
+	int64_t parameters;    /* elements of every tensor */
+	int64_t weight_bytes;  /* bytes of every tensor */
+	char quantization[32]; /* general.file_type's name, or the commonest tensor type */
 	int context_length;
 	int n_layer, n_head, n_head_kv, head_dim, n_embd, n_vocab;
-	int kv_latent;               /* MLA: kv_lora_rank + rope dims per token and layer; 0 otherwise */
-	char tokenizer[32];          /* tokenizer.ggml.model */
-	char *chat_template;         /* malloc'd, or NULL */
+	int kv_latent;       /* MLA: kv_lora_rank + rope dims per token and layer; 0 otherwise */
+	char tokenizer[32];  /* tokenizer.ggml.model */
+	char *chat_template; /* malloc'd, or NULL */
 };
 
 /* PRIVAI_OK, or PRIVAI_EFORMAT / PRIVAI_EIO naming the problem (a file

@@ -19,8 +19,8 @@ struct admin;
 int model_name_ok(const char *name);
 
 /* Insert a ready model; PRIVAI_EBUSY when the name is taken. */
-int model_insert(sqlite3 *db, const char *name, const char *path, const char *source, int64_t size,
-		 const char *sha256, const struct model_meta *m, int64_t now, int64_t *ret_id, char *err);
+int model_insert(sqlite3 *db, const char *name, const char *path, const char *source, int64_t size, const char *sha256,
+		 const struct model_meta *m, int64_t now, int64_t *ret_id, char *err);
 
 /* PRIVAI_EBUSY with err saying why an insert of name hit a constraint:
  * a model of that name, or an upload that reserves it. */
@@ -28,7 +28,6 @@ int model_name_clash(sqlite3 *db, const char *name, char *err);
 
 /* At most this many uploads are under way at once (api/uploads.c). */
 #define UPLOADS_MAX 16
-
 
 /* The background hasher of models registered by path (models/hash.c):
  * start it, tell it a model was registered, stop it (waits). */
@@ -38,7 +37,6 @@ void model_hash_stop(struct admin *a);
 
 /* 64 lowercase hex digits of a SHA-256, or 0. */
 int sha256_hex_ok(const char *s);
-
 
 /* host or host:port of an http(s) url, lowercased, in out; -1 when the
  * url does not parse or has another scheme. */
@@ -53,8 +51,7 @@ int model_url_host_allowed(sqlite3 *db, const char *host);
  * that failed row.  The caller holds the store's mutex; PRIVAI_EBUSY
  * when the name or its file is taken. */
 int model_fetch_begin(struct admin *a, const char *name, const char *url, const char *sha, int64_t size,
-		      const char *pin, const char *secret, int64_t now, int64_t reuse_id, int64_t *ret_id,
-		      char *err);
+		      const char *pin, const char *secret, int64_t now, int64_t reuse_id, int64_t *ret_id, char *err);
 /* Ask a running download of model id to stop; 1 if one was running. */
 int model_fetch_cancel(struct admin *a, int64_t id);
 /* Stop every download and wait for them (shutdown). */

@@ -34,11 +34,13 @@ model_insert(sqlite3 *db, const char *name, const char *path, const char *source
 {
 	sqlite3_stmt *st;
 
-	if (sqlite3_prepare_v2(db, "INSERT INTO models (name, path, size_bytes, sha256, architecture, parameters, "
-				   "quantization, context_length, n_layer, n_head, n_head_kv, head_dim, tokenizer, "
-				   "chat_template, source, created_at, n_embd, n_vocab, kv_latent, weight_bytes, state) "
-				   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-				   "?18, ?19, ?20, 'ready')", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "INSERT INTO models (name, path, size_bytes, sha256, architecture, parameters, "
+			       "quantization, context_length, n_layer, n_head, n_head_kv, head_dim, tokenizer, "
+			       "chat_template, source, created_at, n_embd, n_vocab, kv_latent, weight_bytes, state) "
+			       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
+			       "?18, ?19, ?20, 'ready')",
+			       -1, &st, NULL) != SQLITE_OK)
 		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);

@@ -10,8 +10,10 @@ audit_write(sqlite3 *db, int64_t at, const char *actor, const char *action, cons
 {
 	sqlite3_stmt *st;
 
-	if (sqlite3_prepare_v2(db, "INSERT INTO audit_log (at, actor, action, target, remote_addr, result, detail) "
-				   "VALUES (?, ?, ?, ?, ?, ?, ?)", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "INSERT INTO audit_log (at, actor, action, target, remote_addr, result, detail) "
+			       "VALUES (?, ?, ?, ?, ?, ?, ?)",
+			       -1, &st, NULL) != SQLITE_OK)
 		return PRIVAI_EIO;
 	sqlite3_bind_int64(st, 1, at);
 	sqlite3_bind_text(st, 2, actor, -1, SQLITE_TRANSIENT);

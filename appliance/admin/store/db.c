@@ -128,8 +128,8 @@ db_open(const char *path, sqlite3 **ret, char *err)
 	char msg[PRIVAI_ERR_LEN];
 	int r;
 
-	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-			    NULL) != SQLITE_OK) {
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) !=
+	    SQLITE_OK) {
 		r = privai_fail(err, PRIVAI_EIO, "%s: %s", path, db ? sqlite3_errmsg(db) : "out of memory");
 		sqlite3_close(db);
 		return r;

@@ -48,8 +48,7 @@ int db_check_file(const char *path, char *err);
 DB_CHECKED int db_begin(sqlite3 *db);
 /* In a transaction of store_fn's changes: begin, call, commit, or roll
  * back on any failure.  PRIVAI_OK, or the failure with err. */
-DB_CHECKED int db_transaction(sqlite3 *db, int (*store_fn)(sqlite3 *db, void *arg, char *err), void *arg,
-			      char *err);
+DB_CHECKED int db_transaction(sqlite3 *db, int (*store_fn)(sqlite3 *db, void *arg, char *err), void *arg, char *err);
 DB_CHECKED int db_commit(sqlite3 *db);
 /* Rolls back an open transaction; PRIVAI_OK when none was open.  A
  * rollback that fails leaves sqlite to undo the journal at the next

@@ -60,7 +60,8 @@ static const struct setting known[] = {
 	{ "model_url_hosts", "none",
 	  "space-separated host names (host or host:port) models may be downloaded from, or none", is_host_list },
 	{ "default_cpu_threads", "0", "an integer 0..1024 (0: every core)", is_threads },
-	{ "backup_every_hours", "24", "an integer 0..8760: hours between scheduled backups (0: none)", is_backup_hours },
+	{ "backup_every_hours", "24", "an integer 0..8760: hours between scheduled backups (0: none)",
+	  is_backup_hours },
 	{ "backup_keep", "7", "an integer 1..1000: scheduled backups kept (the oldest go)", is_backup_keep },
 };
 
@@ -101,8 +102,10 @@ settings_set(sqlite3 *db, const char *key, const char *value, char *err)
 		return privai_fail(err, PRIVAI_ENOTFOUND, "no setting named '%.64s'", key);
 	if (!s->ok(value))
 		return privai_fail(err, PRIVAI_EINVAL, "%s must be %s", key, s->what);
-	if (sqlite3_prepare_v2(db, "INSERT INTO settings (key, value) VALUES (?, ?) "
-				   "ON CONFLICT (key) DO UPDATE SET value = excluded.value", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db,
+			       "INSERT INTO settings (key, value) VALUES (?, ?) "
+			       "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+			       -1, &st, NULL) != SQLITE_OK)
 		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
 	sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 2, value, -1, SQLITE_TRANSIENT);

@@ -23,8 +23,8 @@ int fabric_live(const struct fabric_opts *o);
  * (hostfs takes paths from a root).  0, or -1 when it does not fit. */
 int fabric_abs_path(const char *path, char *out, size_t size);
 
-int fabric_usage_error(const char *cmd, const char *arg);   /* prints, returns 2 */
-int fabric_fail(const char *what, const char *err);         /* prints, returns 2 */
+int fabric_usage_error(const char *cmd, const char *arg); /* prints, returns 2 */
+int fabric_fail(const char *what, const char *err);       /* prints, returns 2 */
 void fabric_print_json(const cJSON *j);
 
 int cmd_fm_config(struct fabric_opts *o, int argc, char **argv);

@@ -25,7 +25,10 @@ cmd_fm_config(struct fabric_opts *o, int argc, char **argv)
 	if (fm_config_apply(o->root, &o->s, dry, &changed, err, sizeof(err)) < 0)
 		return fabric_fail("fm-config", err);
 	printf("%s: %d value%s %s (FABRIC_MODE=%d, %s)\n", o->s.fm_config, changed, changed == 1 ? "" : "s",
-	       changed == 0 ? "to change" : dry ? "would change" : "changed", o->s.mode, fabric_mode_name(o->s.mode));
+	       changed == 0 ? "to change"
+	       : dry        ? "would change"
+			    : "changed",
+	       o->s.mode, fabric_mode_name(o->s.mode));
 	return 0;
 }
 
@@ -45,8 +48,8 @@ print_status(struct fabric_opts *o, const struct fabric *f, sd_bus *bus, const c
 	} else {
 		printf("Fabric Manager: %s%s%s\n", st.verdict, st.problem[0] ? ": " : "", st.problem);
 		if (have)
-			printf("  %s %s (%s), %u restarts, version %s, driver %s\n", o->s.fm_unit, unit.active, unit.sub,
-			       unit.n_restarts, f->fm_version[0] ? f->fm_version : "unknown",
+			printf("  %s %s (%s), %u restarts, version %s, driver %s\n", o->s.fm_unit, unit.active,
+			       unit.sub, unit.n_restarts, f->fm_version[0] ? f->fm_version : "unknown",
 			       f->driver_version[0] ? f->driver_version : "not loaded");
 	}
 	return strcmp(st.verdict, "ready") == 0 || strcmp(st.verdict, "not-needed") == 0 ? 0 : 1;
@@ -65,8 +68,10 @@ start(struct fabric_opts *o, const struct fabric *f, sd_bus *bus, const char *me
 		return 0;
 	}
 	if (f->fm_version[0] && f->driver_version[0] && strcmp(f->fm_version, f->driver_version) != 0 && !force) {
-		fprintf(stderr, "privai-fabric fm: Fabric Manager %s does not match driver %s; it would refuse to run. "
-			"Install nvidia-fabricmanager %s (or --force)\n", f->fm_version, f->driver_version, f->driver_version);
+		fprintf(stderr,
+			"privai-fabric fm: Fabric Manager %s does not match driver %s; it would refuse to run. "
+			"Install nvidia-fabricmanager %s (or --force)\n",
+			f->fm_version, f->driver_version, f->driver_version);
 		return 1;
 	}
 	if (fm_config_apply(o->root, &o->s, 0, &changed, err, sizeof(err)) < 0)
@@ -85,8 +90,8 @@ start(struct fabric_opts *o, const struct fabric *f, sd_bus *bus, const char *me
 	outcome = fm_unit_wait(bus, o->s.fm_unit, 1, o->s.ready_timeout_s * 1000, SETTLE_MS, &unit, err, sizeof(err));
 	if (outcome < 0)
 		return fabric_fail("fm", err);
-	printf("Fabric Manager: %s (%s %s/%s, %u restarts, config %s%s)\n", fm_wait_name(outcome), o->s.fm_unit, unit.active,
-	       unit.sub, unit.n_restarts, o->s.fm_config, changed ? " updated" : " unchanged");
+	printf("Fabric Manager: %s (%s %s/%s, %u restarts, config %s%s)\n", fm_wait_name(outcome), o->s.fm_unit,
+	       unit.active, unit.sub, unit.n_restarts, o->s.fm_config, changed ? " updated" : " unchanged");
 	if (outcome == FM_RESTART_LOOP || outcome == FM_FAILED)
 		fprintf(stderr, "privai-fabric fm: %s %s (last exit status %d); its log is %s\n", o->s.fm_unit,
 			outcome == FM_RESTART_LOOP ? "keeps restarting" : "failed", unit.exit_status, o->s.log_file);

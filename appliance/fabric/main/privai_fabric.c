@@ -37,7 +37,8 @@ usage(FILE *fp)
 	      "                  when it exists); the environment wins over the file\n"
 	      "\n"
 	      "settings (environment or config file):\n"
-	      "  PRIVAI_FABRIC_MODE            bare-metal | shared-nvswitch | vgpu (Fabric Manager's FABRIC_MODE 0/1/2)\n"
+	      "  PRIVAI_FABRIC_MODE            bare-metal | shared-nvswitch | vgpu (Fabric Manager's FABRIC_MODE "
+	      "0/1/2)\n"
 	      "  PRIVAI_FABRIC_LOG_LEVEL       none | critical | error | warning | info (default info)\n"
 	      "  PRIVAI_FABRIC_LOG_FILE        Fabric Manager's log (default /var/log/fabricmanager.log)\n"
 	      "  PRIVAI_FABRIC_LOG_SYSLOG      yes | no (default no)\n"
@@ -45,7 +46,8 @@ usage(FILE *fp)
 	      "  PRIVAI_FABRIC_ACCESS_LINK_FAILURE_MODE, _TRUNK_LINK_FAILURE_MODE, _NVSWITCH_FAILURE_MODE  0 | 1\n"
 	      "  PRIVAI_FABRIC_STAY_RESIDENT_ON_FAILURES  yes | no (default no)\n"
 	      "  PRIVAI_FABRIC_ABORT_CUDA_JOBS_ON_EXIT    yes | no (default yes)\n"
-	      "  PRIVAI_FABRIC_FM_CONFIG       Fabric Manager's config (default /usr/share/nvidia/nvswitch/fabricmanager.cfg)\n"
+	      "  PRIVAI_FABRIC_FM_CONFIG       Fabric Manager's config (default "
+	      "/usr/share/nvidia/nvswitch/fabricmanager.cfg)\n"
 	      "  PRIVAI_FABRIC_FM_UNIT         its unit (default nvidia-fabricmanager.service)\n"
 	      "  PRIVAI_FABRIC_BUS             system | user: which systemd manager runs it (default system)\n"
 	      "  PRIVAI_FABRIC_READY_TIMEOUT   seconds start waits for it (default 240)\n"
@@ -77,21 +79,25 @@ cmd_discover(struct fabric_opts *o, int argc, char **argv)
 	} else {
 		const struct topo *t = &f.topo;
 		printf("driver %s, Fabric Manager %s, %d GPU%s, %d NVSwitch%s, %d RDMA NIC%s (RDMA from %s)\n",
-		       f.driver_version[0] ? f.driver_version : "not loaded", f.fm_version[0] ? f.fm_version : "not installed",
-		       t->n_gpus, t->n_gpus == 1 ? "" : "s", t->n_nvswitches, t->n_nvswitches == 1 ? "" : "es", t->n_nics,
-		       t->n_nics == 1 ? "" : "s", f.rdma_source);
+		       f.driver_version[0] ? f.driver_version : "not loaded",
+		       f.fm_version[0] ? f.fm_version : "not installed", t->n_gpus, t->n_gpus == 1 ? "" : "s",
+		       t->n_nvswitches, t->n_nvswitches == 1 ? "" : "es", t->n_nics, t->n_nics == 1 ? "" : "s",
+		       f.rdma_source);
 		for (int g = 0; g < t->n_gpus; g++) {
 			int n = t->gpu_nic[g], sw = t->gpu_switch[g];
 			printf("  GPU%-2d %s  switch %-12s  NUMA %-2d  NIC %s%s\n", g, t->bus.dev[t->gpu[g]].bdf,
 			       sw >= 0 ? t->bus.dev[sw].bdf : "none", t->bus.dev[t->gpu[g]].numa_node,
 			       n >= 0 ? topo_nic_name(t, n) : "none",
-			       n < 0 ? "" : t->gpu_pairing[g] == TOPO_PAIR_SWITCH ? " (same switch)" : " (same NUMA node only)");
+			       n < 0                                   ? ""
+			       : t->gpu_pairing[g] == TOPO_PAIR_SWITCH ? " (same switch)"
+								       : " (same NUMA node only)");
 		}
 		for (int n = 0; n < t->n_nics; n++) {
 			const struct rdma_dev *r = &f.nic_rdma[n];
 			printf("  NIC   %s  %s", t->bus.dev[t->nic[n]].bdf, topo_nic_name(t, n));
 			if (r->n_ports > 0)
-				printf("  port %d %s %s %s", r->port[0].num, r->port[0].state_name[0] ? r->port[0].state_name : "?",
+				printf("  port %d %s %s %s", r->port[0].num,
+				       r->port[0].state_name[0] ? r->port[0].state_name : "?",
 				       r->port[0].rate[0] ? r->port[0].rate : "rate unknown", r->port[0].link_layer);
 			printf("\n");
 		}
@@ -114,7 +120,8 @@ check_file(struct fabric *f, const char *path)
 	int bad;
 
 	errno = 0;
-	if (fabric_abs_path(path, full, sizeof(full)) < 0 || (text = hostfs_read_text("/", full, 4 << 20, &len)) == NULL) {
+	if (fabric_abs_path(path, full, sizeof(full)) < 0 ||
+	    (text = hostfs_read_text("/", full, 4 << 20, &len)) == NULL) {
 		fprintf(stderr, "privai-fabric: topology --check %s: %s\n", path, strerror(errno ? errno : EIO));
 		cJSON_Delete(problems);
 		return 2;
@@ -123,7 +130,7 @@ check_file(struct fabric *f, const char *path)
 	if (bad == 0)
 		printf("%s: NCCL can read it, and it matches this node (%d GPUs, %d NICs)\n", path, f->topo.n_gpus,
 		       f->topo.n_nics);
-	cJSON_ArrayForEach(p, problems)
+	cJSON_ArrayForEach (p, problems)
 		printf("%s: %s\n", path, p->valuestring);
 	free(text);
 	cJSON_Delete(problems);
@@ -156,11 +163,12 @@ cmd_topology(struct fabric_opts *o, int argc, char **argv)
 		char full[4096];
 		if (write == NULL)
 			fputs(text, stdout);
-		else if (fabric_abs_path(write, full, sizeof(full)) < 0 || hostfs_write("/", full, text, strlen(text), 1) < 0)
+		else if (fabric_abs_path(write, full, sizeof(full)) < 0 ||
+			 hostfs_write("/", full, text, strlen(text), 1) < 0)
 			rc = fabric_fail("topology --write", strerror(errno ? errno : EIO));
 		else
-			fprintf(stderr, "privai-fabric: wrote %s (%d GPUs, %d NICs); point NCCL_TOPO_FILE at it\n", write,
-				f.topo.n_gpus, f.topo.n_nics);
+			fprintf(stderr, "privai-fabric: wrote %s (%d GPUs, %d NICs); point NCCL_TOPO_FILE at it\n",
+				write, f.topo.n_gpus, f.topo.n_nics);
 		free(text);
 	}
 	fabric_free(&f);

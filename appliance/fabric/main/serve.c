@@ -27,15 +27,15 @@
 #include "hostfs.h"
 #include "nccl_topo.h"
 
-#define LOOP_WINDOW_S 600        /* restarts counted over ten minutes */
-#define LOOP_RESTARTS 3          /* this many in the window is a loop */
+#define LOOP_WINDOW_S 600 /* restarts counted over ten minutes */
+#define LOOP_RESTARTS 3   /* this many in the window is a loop */
 
 static volatile sig_atomic_t stopping;
 
 struct server {
 	pthread_mutex_t lock;
-	char *status;                /* the last report, JSON */
-	char bus_err[320];           /* why systemd's bus could not be opened, or "" */
+	char *status;      /* the last report, JSON */
+	char bus_err[320]; /* why systemd's bus could not be opened, or "" */
 	time_t window_start;
 	uint32_t window_restarts;
 };
@@ -99,8 +99,8 @@ listen_unix(const char *path, char *err, size_t errsize)
 		}
 		unlink(path); /* a previous run's */
 	}
-	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-	    listen(fd, 16) < 0) {
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+	    bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 16) < 0) {
 		snprintf(err, errsize, "%s: %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
@@ -193,9 +193,10 @@ bring_up(struct fabric_opts *o, sd_bus *bus)
 	if (f.topo.n_nvswitches > 0 && bus != NULL) {
 		if (fm_config_apply(o->root, &o->s, 0, &changed, err, sizeof(err)) < 0)
 			fprintf(stderr, "privai-fabric serve: Fabric Manager's config: %s\n", err);
-		else if (fm_unit_read(bus, o->s.fm_unit, &unit, err, sizeof(err)) == 0 && strcmp(unit.load, "loaded") == 0 &&
-			 (strcmp(unit.active, "active") != 0 || changed > 0) &&
-			 fm_unit_job(bus, o->s.fm_unit, changed > 0 ? "RestartUnit" : "StartUnit", err, sizeof(err)) < 0)
+		else if (fm_unit_read(bus, o->s.fm_unit, &unit, err, sizeof(err)) == 0 &&
+			 strcmp(unit.load, "loaded") == 0 && (strcmp(unit.active, "active") != 0 || changed > 0) &&
+			 fm_unit_job(bus, o->s.fm_unit, changed > 0 ? "RestartUnit" : "StartUnit", err, sizeof(err)) <
+				 0)
 			fprintf(stderr, "privai-fabric serve: %s\n", err);
 	}
 	fabric_free(&f);
@@ -234,7 +235,8 @@ cmd_serve(struct fabric_opts *o, int argc, char **argv)
 		free(srv.status);
 		return fabric_fail("serve", "the HTTP server did not start on the status socket");
 	}
-	fprintf(stderr, "privai-fabric serve: status on %s, checking every %d s\n", o->s.status_socket, o->s.interval_s);
+	fprintf(stderr, "privai-fabric serve: status on %s, checking every %d s\n", o->s.status_socket,
+		o->s.interval_s);
 	sd_notify(0, "READY=1");
 	while (!stopping) {
 		for (int t = 0; t < o->s.interval_s * 10 && !stopping; t++)

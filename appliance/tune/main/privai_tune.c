@@ -22,25 +22,24 @@
 static void
 usage(FILE *fp)
 {
-	fprintf(fp,
-		"usage: privai-tune check [--json | --output FILE] [--root DIR] [--profile NAME]\n"
-		"       privai-tune apply [--dry-run] [--root DIR] [--profile NAME]\n"
-		"       privai-tune revert [--root DIR]\n"
-		"\n"
-		"  check           preflight report: CPU, memory, GPUs, PCIe, NICs, Fabric Manager, VM\n"
-		"  apply           set the profile: governor, energy preference, THP, huge pages, NUMA\n"
-		"                  balancing, swappiness, NIC interrupts on their NUMA node, memlock\n"
-		"                  drop-in, GPU persistence daemon, nvidia_peermem at boot; the old\n"
-		"                  values are recorded in " TUNE_STATE_FILE " first\n"
-		"  revert          put back every value apply recorded, remove what it created\n"
-		"  --dry-run       say what apply would change, change nothing\n"
-		"  --json          the report as JSON\n"
-		"  --output FILE   the JSON report into FILE (replaced whole, never half-written)\n"
-		"  --root DIR      read /proc, /sys and /etc under DIR (default /; env PRIVAI_TUNE_ROOT)\n"
-		"  --profile NAME  gpu-inference or cpu-inference (default: gpu-inference where\n"
-		"                  there are NVIDIA GPUs; env PRIVAI_TUNE_PROFILE)\n"
-		"\n"
-		"Exit status: 0 no check failed, 1 a check failed, 2 usage or read error.\n");
+	fprintf(fp, "usage: privai-tune check [--json | --output FILE] [--root DIR] [--profile NAME]\n"
+		    "       privai-tune apply [--dry-run] [--root DIR] [--profile NAME]\n"
+		    "       privai-tune revert [--root DIR]\n"
+		    "\n"
+		    "  check           preflight report: CPU, memory, GPUs, PCIe, NICs, Fabric Manager, VM\n"
+		    "  apply           set the profile: governor, energy preference, THP, huge pages, NUMA\n"
+		    "                  balancing, swappiness, NIC interrupts on their NUMA node, memlock\n"
+		    "                  drop-in, GPU persistence daemon, nvidia_peermem at boot; the old\n"
+		    "                  values are recorded in " TUNE_STATE_FILE " first\n"
+		    "  revert          put back every value apply recorded, remove what it created\n"
+		    "  --dry-run       say what apply would change, change nothing\n"
+		    "  --json          the report as JSON\n"
+		    "  --output FILE   the JSON report into FILE (replaced whole, never half-written)\n"
+		    "  --root DIR      read /proc, /sys and /etc under DIR (default /; env PRIVAI_TUNE_ROOT)\n"
+		    "  --profile NAME  gpu-inference or cpu-inference (default: gpu-inference where\n"
+		    "                  there are NVIDIA GPUs; env PRIVAI_TUNE_PROFILE)\n"
+		    "\n"
+		    "Exit status: 0 no check failed, 1 a check failed, 2 usage or read error.\n");
 }
 
 static void
@@ -160,26 +159,44 @@ main(int argc, char **argv)
 		profile = NULL;
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
-		case 'j': json = 1; break;
-		case 'n': dry_run = 1; break;
-		case 'o': output = optarg; break;
-		case 'r': root = optarg; break;
-		case 'p': profile = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'j':
+			json = 1;
+			break;
+		case 'n':
+			dry_run = 1;
+			break;
+		case 'o':
+			output = optarg;
+			break;
+		case 'r':
+			root = optarg;
+			break;
+		case 'p':
+			profile = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind >= argc) {
 		usage(stderr);
 		return 2;
 	}
-	if (strcmp(argv[optind], "check") != 0 && strcmp(argv[optind], "apply") != 0 && strcmp(argv[optind], "revert") != 0) {
+	if (strcmp(argv[optind], "check") != 0 && strcmp(argv[optind], "apply") != 0 &&
+	    strcmp(argv[optind], "revert") != 0) {
 		fprintf(stderr, "privai-tune: unknown command '%s' (have: check, apply, revert)\n", argv[optind]);
 		return 2;
 	}
 	if ((dry_run && strcmp(argv[optind], "apply") != 0) ||
 	    ((json || output != NULL) && strcmp(argv[optind], "check") != 0)) {
-		fprintf(stderr, "privai-tune: %s belongs to %s\n", dry_run ? "--dry-run" : json ? "--json" : "--output",
+		fprintf(stderr, "privai-tune: %s belongs to %s\n",
+			dry_run ? "--dry-run"
+			: json  ? "--json"
+				: "--output",
 			dry_run ? "apply" : "check");
 		return 2;
 	}
@@ -192,7 +209,8 @@ main(int argc, char **argv)
 		return 2;
 	}
 	if (stat(root, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "privai-tune: --root %s: %s\n", root, S_ISDIR(st.st_mode) || errno != 0 ? strerror(errno) : "not a directory");
+		fprintf(stderr, "privai-tune: --root %s: %s\n", root,
+			S_ISDIR(st.st_mode) || errno != 0 ? strerror(errno) : "not a directory");
 		return 2;
 	}
 	if (strcmp(argv[optind], "apply") == 0)

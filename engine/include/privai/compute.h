@@ -45,17 +45,16 @@ struct compute_ops {
 	/* Rotate the first n_rot dims of each head in x[t] (n_heads heads of
 	 * head_dim) by position pos[t]; neox pairs (i, i+n_rot/2) instead of
 	 * (2i, 2i+1).  inv_freq has n_rot/2 entries. */
-	void (*rope)(struct compute *c, float *x, int n, int n_heads, int head_dim, int n_rot,
-		     const int32_t *pos, const float *inv_freq, int neox);
+	void (*rope)(struct compute *c, float *x, int n, int n_heads, int head_dim, int n_rot, const int32_t *pos,
+		     const float *inv_freq, int neox);
 	/* Causal attention for n tokens, each of its own sequence: q is n x
 	 * (n_head * head_dim); token t sees positions 0..pos[t] of its sequence,
 	 * whose keys/values live in the paged cache: position p is row
 	 * table[t][p / block_size] * block_size + p % block_size of k_cache and
 	 * v_cache (rows kv_stride floats apart, n_head_kv heads each). */
-	void (*attention)(struct compute *c, const float *q, int n, const int32_t *pos,
-			  const int32_t *const *table, int block_size,
-			  const float *k_cache, const float *v_cache, size_t kv_stride,
-			  int n_head, int n_head_kv, int head_dim, float *out);
+	void (*attention)(struct compute *c, const float *q, int n, const int32_t *pos, const int32_t *const *table,
+			  int block_size, const float *k_cache, const float *v_cache, size_t kv_stride, int n_head,
+			  int n_head_kv, int head_dim, float *out);
 	/* a[i] = silu(a[i]) * b[i] for n*dim elements. */
 	void (*swiglu)(struct compute *c, float *a, const float *b, size_t count);
 	/* a[i] += b[i]. */

@@ -18,10 +18,20 @@
 #include "privai/status.h"
 
 enum gguf_vtype {
-	GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3,
-	GGUF_U32 = 4, GGUF_I32 = 5, GGUF_F32 = 6, GGUF_BOOL = 7,
-	GGUF_STRING = 8, GGUF_ARRAY = 9, GGUF_U64 = 10, GGUF_I64 = 11,
-	GGUF_F64 = 12, GGUF_VTYPE_COUNT = 13
+	GGUF_U8 = 0,
+	GGUF_I8 = 1,
+	GGUF_U16 = 2,
+	GGUF_I16 = 3,
+	GGUF_U32 = 4,
+	GGUF_I32 = 5,
+	GGUF_F32 = 6,
+	GGUF_BOOL = 7,
+	GGUF_STRING = 8,
+	GGUF_ARRAY = 9,
+	GGUF_U64 = 10,
+	GGUF_I64 = 11,
+	GGUF_F64 = 12,
+	GGUF_VTYPE_COUNT = 13
 };
 
 #define GGUF_MAX_DIMS 4
@@ -43,13 +53,13 @@ struct gguf_kv {
 
 struct gguf_tensor {
 	char *name;
-	uint32_t type;               /* enum tensor_type */
+	uint32_t type; /* enum tensor_type */
 	uint32_t n_dims;
-	uint64_t ne[GGUF_MAX_DIMS];  /* ne[0] is the contiguous (row) dimension */
-	uint64_t offset;             /* from the start of the data section */
+	uint64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the contiguous (row) dimension */
+	uint64_t offset;            /* from the start of the data section */
 	uint64_t n_elems;
 	uint64_t n_bytes;
-	const void *data;            /* inside the read-only mapping */
+	const void *data; /* inside the read-only mapping */
 };
 
 struct gguf_file {
@@ -58,11 +68,11 @@ struct gguf_file {
 	uint64_t n_kv, n_tensors;
 	struct gguf_kv *kv;
 	struct gguf_tensor *tensors;
-	uint32_t *tensor_order;      /* indices into tensors, sorted by name */
+	uint32_t *tensor_order; /* indices into tensors, sorted by name */
 	const uint8_t *map;
 	size_t map_size;
-	int owns_map;                /* gguf_close unmaps it */
-	uint64_t data_offset;        /* start of the data section in the file */
+	int owns_map;         /* gguf_close unmaps it */
+	uint64_t data_offset; /* start of the data section in the file */
 };
 
 /* Open and validate `path`.  On success *ret_file is set and must be
@@ -87,8 +97,8 @@ int gguf_get_f32(const struct gguf_file *f, const char *key, float *ret, char *e
 int gguf_get_bool(const struct gguf_file *f, const char *key, int *ret, char *err);
 int gguf_get_str(const struct gguf_file *f, const char *key, const char **ret, char *err);
 /* An array of elem_type (e.g. GGUF_STRING); sets *ret_arr and *ret_n. */
-int gguf_get_arr(const struct gguf_file *f, const char *key, uint32_t elem_type,
-		 const void **ret_arr, uint64_t *ret_n, char *err);
+int gguf_get_arr(const struct gguf_file *f, const char *key, uint32_t elem_type, const void **ret_arr, uint64_t *ret_n,
+		 char *err);
 
 const char *gguf_vtype_name(uint32_t t);
 
@@ -107,12 +117,11 @@ int gguf_writer_set_bool(struct gguf_writer *w, const char *key, int v);
 int gguf_writer_set_str(struct gguf_writer *w, const char *key, const char *v);
 /* Any scalar type from a raw little-endian value (used to copy metadata). */
 int gguf_writer_set_kv(struct gguf_writer *w, const struct gguf_kv *kv);
-int gguf_writer_set_arr(struct gguf_writer *w, const char *key, uint32_t elem_type,
-			const void *arr, uint64_t n);
+int gguf_writer_set_arr(struct gguf_writer *w, const char *key, uint32_t elem_type, const void *arr, uint64_t n);
 
 /* Add a tensor; `data` (n_bytes for this type and shape) is copied. */
-int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type,
-			   uint32_t n_dims, const uint64_t *ne, const void *data);
+int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const uint64_t *ne,
+			   const void *data);
 
 /* Write everything to `path` (through a temporary file and rename). */
 int gguf_writer_write(struct gguf_writer *w, const char *path, char *err);

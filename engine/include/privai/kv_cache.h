@@ -17,9 +17,9 @@ struct kv_pool;
 
 struct kv_pool_stats {
 	int n_blocks;
-	int n_used;     /* referenced by a sequence */
-	int n_cached;   /* unreferenced, content kept for prefix hits */
-	int n_free;     /* unreferenced, no content */
+	int n_used;   /* referenced by a sequence */
+	int n_cached; /* unreferenced, content kept for prefix hits */
+	int n_free;   /* unreferenced, no content */
 };
 
 int kv_pool_new(int n_blocks, int block_size, struct kv_pool **ret);
@@ -31,9 +31,9 @@ int kv_pool_available(const struct kv_pool *p);
 /* A sequence's view: its block table and the hash of each full block. */
 struct kv_seq {
 	int32_t *blocks;
-	uint64_t *hashes;    /* chain hash of block i, valid for i < n_hashed */
+	uint64_t *hashes; /* chain hash of block i, valid for i < n_hashed */
 	int n_blocks, cap;
-	int n_hashed;        /* leading full blocks registered or hit */
+	int n_hashed; /* leading full blocks registered or hit */
 };
 
 void kv_seq_init(struct kv_seq *s);

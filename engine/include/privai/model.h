@@ -30,31 +30,31 @@ struct model_hparams {
 	int n_head;
 	int n_head_kv;
 	int n_ff;
-	int head_dim;     /* n_embd / n_head unless the file says otherwise */
-	int n_rot;        /* rotated dims per head */
+	int head_dim; /* n_embd / n_head unless the file says otherwise */
+	int n_rot;    /* rotated dims per head */
 	float rope_base;
 	float rope_freq_scale; /* 1 / linear scaling factor */
 	float rms_eps;
-	int rope_neox;    /* pairs (i, i + n_rot/2) rather than (2i, 2i+1) */
+	int rope_neox; /* pairs (i, i + n_rot/2) rather than (2i, 2i+1) */
 };
 
 struct model_layer {
-	float *attn_norm;                 /* (n_embd) */
-	struct weight wq, wk, wv, wo;     /* (n_head*hd, n_embd) (kv*hd, n_embd) x2, (n_embd, n_head*hd) */
-	float *bq, *bk, *bv;              /* qwen2 biases, NULL for llama */
-	float *ffn_norm;                  /* (n_embd) */
+	float *attn_norm;                   /* (n_embd) */
+	struct weight wq, wk, wv, wo;       /* (n_head*hd, n_embd) (kv*hd, n_embd) x2, (n_embd, n_head*hd) */
+	float *bq, *bk, *bv;                /* qwen2 biases, NULL for llama */
+	float *ffn_norm;                    /* (n_embd) */
 	struct weight w_gate, w_up, w_down; /* (n_ff, n_embd) x2, (n_embd, n_ff) */
 };
 
 struct engine_model {
 	struct gguf_file *file;
 	struct model_hparams hp;
-	struct weight tok_embd;           /* (n_vocab, n_embd) */
-	float *output_norm;               /* (n_embd) */
-	struct weight output;             /* (n_vocab, n_embd); tok_embd when tied */
-	float *inv_freq;                  /* (n_rot/2) rope frequencies incl. rope_freqs */
-	struct model_layer *layers;       /* (n_layer) */
-	uint64_t weight_bytes;            /* bytes of all tensors */
+	struct weight tok_embd;     /* (n_vocab, n_embd) */
+	float *output_norm;         /* (n_embd) */
+	struct weight output;       /* (n_vocab, n_embd); tok_embd when tied */
+	float *inv_freq;            /* (n_rot/2) rope frequencies incl. rope_freqs */
+	struct model_layer *layers; /* (n_layer) */
+	uint64_t weight_bytes;      /* bytes of all tensors */
 };
 
 /* Load `path`.  Refuses unknown architectures and weight types by name,
@@ -83,8 +83,8 @@ struct engine_ctx {
 	int n_ctx, n_batch;
 	int n_threads;
 	int n_kv_blocks;
-	float *k_cache;    /* (n_layer, n_kv_blocks * ENGINE_KV_BLOCK, n_head_kv * head_dim) */
-	float *v_cache;    /* same */
+	float *k_cache; /* (n_layer, n_kv_blocks * ENGINE_KV_BLOCK, n_head_kv * head_dim) */
+	float *v_cache; /* same */
 	size_t kv_bytes;
 	/* the single sequence engine_decode() runs: blocks 0.. in order */
 	int n_past;
@@ -95,11 +95,11 @@ struct engine_ctx {
 	float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
 	int32_t *pos;
 	const int32_t **table;
-	float *logits;     /* (n_batch, n_vocab) */
+	float *logits; /* (n_batch, n_vocab) */
 };
 
-int engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p,
-		   struct engine_ctx **ret_ctx, char *err);
+int engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p, struct engine_ctx **ret_ctx,
+		   char *err);
 void engine_ctx_free(struct engine_ctx *c);
 
 /* One forward pass over tokens of any number of sequences.  Token i is
@@ -131,7 +131,6 @@ void engine_ctx_reset(struct engine_ctx *c);
  * out (n x n_vocab); otherwise only the last token's (n_vocab).
  * PRIVAI_ERANGE when the tokens would overflow the context; PRIVAI_EINVAL
  * for a token id outside the vocab. */
-int engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all,
-		  float *out, char *err);
+int engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all, float *out, char *err);
 
 #endif

@@ -47,22 +47,22 @@ struct sched_request {
 	/* set by the client before submit, read-only afterwards */
 	int32_t *prompt;
 	int n_prompt;
-	int max_tokens;            /* > 0 */
-	int min_tokens;            /* end-of-generation tokens are masked until then */
+	int max_tokens; /* > 0 */
+	int min_tokens; /* end-of-generation tokens are masked until then */
 	int ignore_eos;
 	struct sampler_params sampling;
-	int top_logprobs;          /* -1: none; else logprob of each token and the top N */
-	int prompt_logprobs;       /* also for prompt tokens 1.. (echo); no prefix cache then */
+	int top_logprobs;    /* -1: none; else logprob of each token and the top N */
+	int prompt_logprobs; /* also for prompt tokens 1.. (echo); no prefix cache then */
 	struct token_constraint *constraint;
 
 	/* written by the scheduler, read by the client under the lock */
-	int32_t *out;              /* (max_tokens) generated ids */
-	float *out_logprob;        /* (max_tokens) when top_logprobs >= 0 */
-	struct token_logprob *out_top;   /* (max_tokens, top_logprobs) */
-	float *prompt_logprob;     /* (n_prompt) when prompt_logprobs; [0] is NAN */
+	int32_t *out;                     /* (max_tokens) generated ids */
+	float *out_logprob;               /* (max_tokens) when top_logprobs >= 0 */
+	struct token_logprob *out_top;    /* (max_tokens, top_logprobs) */
+	float *prompt_logprob;            /* (n_prompt) when prompt_logprobs; [0] is NAN */
 	struct token_logprob *prompt_top; /* (n_prompt, top_logprobs) */
 	int n_out;
-	int n_cached_prompt;       /* prompt tokens served from the prefix cache */
+	int n_cached_prompt; /* prompt tokens served from the prefix cache */
 	enum finish_reason finish;
 	char error[256];
 	double t_arrival, t_scheduled, t_first, t_last, t_finish;
@@ -77,23 +77,22 @@ struct sched_request {
 };
 
 struct scheduler_params {
-	int max_seqs;     /* sequences running at once */
-	int max_queue;    /* requests waiting beyond those; more are refused */
+	int max_seqs;           /* sequences running at once */
+	int max_queue;          /* requests waiting beyond those; more are refused */
 	const char *model_name; /* label on the metrics */
 };
 
 struct scheduler;
 
 /* Takes the context for its own thread; the tokenizer is read-only. */
-int scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok,
-		  const struct scheduler_params *p, struct scheduler **ret, char *err);
+int scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok, const struct scheduler_params *p,
+		  struct scheduler **ret, char *err);
 /* Stops the thread (aborting what runs) and frees the scheduler. */
 void scheduler_free(struct scheduler *s);
 
 /* A request with everything zeroed, refs 1 (the client's), buffers sized
  * for max_tokens and the logprob settings.  NULL when out of memory. */
-struct sched_request *sched_request_new(int n_prompt, int max_tokens, int top_logprobs,
-					int prompt_logprobs);
+struct sched_request *sched_request_new(int n_prompt, int max_tokens, int top_logprobs, int prompt_logprobs);
 /* Drop one reference; the last frees the request. */
 void sched_request_put(struct scheduler *s, struct sched_request *r);
 
@@ -104,8 +103,7 @@ int scheduler_submit(struct scheduler *s, struct sched_request *r, char *err);
 
 /* Wait until the request has more than `seen` tokens or has finished, or
  * timeout_ms passes.  Returns n_out; *finish gets the finish reason. */
-int scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeout_ms,
-		   enum finish_reason *finish);
+int scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeout_ms, enum finish_reason *finish);
 /* The client lost interest: finish the request and free its blocks. */
 void scheduler_cancel(struct scheduler *s, struct sched_request *r);
 

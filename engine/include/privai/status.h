@@ -32,7 +32,6 @@ const char *privai_status_str(int status);
 
 /* Write a formatted message into err (if not NULL) and return `status`.
  * Lets error paths read `return privai_fail(err, PRIVAI_EFORMAT, "...")`. */
-int privai_fail(char *err, int status, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+int privai_fail(char *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

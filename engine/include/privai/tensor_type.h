@@ -14,14 +14,38 @@
 #include <stdint.h>
 
 enum tensor_type {
-	TT_F32 = 0, TT_F16 = 1, TT_Q4_0 = 2, TT_Q4_1 = 3,
-	TT_Q5_0 = 6, TT_Q5_1 = 7, TT_Q8_0 = 8, TT_Q8_1 = 9,
-	TT_Q2_K = 10, TT_Q3_K = 11, TT_Q4_K = 12, TT_Q5_K = 13,
-	TT_Q6_K = 14, TT_Q8_K = 15, TT_IQ2_XXS = 16, TT_IQ2_XS = 17,
-	TT_IQ3_XXS = 18, TT_IQ1_S = 19, TT_IQ4_NL = 20, TT_IQ3_S = 21,
-	TT_IQ2_S = 22, TT_IQ4_XS = 23, TT_I8 = 24, TT_I16 = 25,
-	TT_I32 = 26, TT_I64 = 27, TT_F64 = 28, TT_IQ1_M = 29,
-	TT_BF16 = 30, TT_TQ1_0 = 34, TT_TQ2_0 = 35, TT_MXFP4 = 39,
+	TT_F32 = 0,
+	TT_F16 = 1,
+	TT_Q4_0 = 2,
+	TT_Q4_1 = 3,
+	TT_Q5_0 = 6,
+	TT_Q5_1 = 7,
+	TT_Q8_0 = 8,
+	TT_Q8_1 = 9,
+	TT_Q2_K = 10,
+	TT_Q3_K = 11,
+	TT_Q4_K = 12,
+	TT_Q5_K = 13,
+	TT_Q6_K = 14,
+	TT_Q8_K = 15,
+	TT_IQ2_XXS = 16,
+	TT_IQ2_XS = 17,
+	TT_IQ3_XXS = 18,
+	TT_IQ1_S = 19,
+	TT_IQ4_NL = 20,
+	TT_IQ3_S = 21,
+	TT_IQ2_S = 22,
+	TT_IQ4_XS = 23,
+	TT_I8 = 24,
+	TT_I16 = 25,
+	TT_I32 = 26,
+	TT_I64 = 27,
+	TT_F64 = 28,
+	TT_IQ1_M = 29,
+	TT_BF16 = 30,
+	TT_TQ1_0 = 34,
+	TT_TQ2_0 = 35,
+	TT_MXFP4 = 39,
 	TT_COUNT = 40
 };
 
@@ -56,8 +80,8 @@ int tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n);
 /* Quantize a rows x cols float matrix into a fresh buffer (*ret_data,
  * *ret_bytes; caller frees).  PRIVAI_EINVAL when cols is not a whole
  * number of blocks or the type has no quantizer, PRIVAI_ENOMEM. */
-int tensor_quantize_matrix(uint32_t type, const float *src, int64_t rows, int64_t cols,
-			   void **ret_data, size_t *ret_bytes);
+int tensor_quantize_matrix(uint32_t type, const float *src, int64_t rows, int64_t cols, void **ret_data,
+			   size_t *ret_bytes);
 
 /* IEEE half and bfloat16 conversions (round to nearest even). */
 float fp16_to_f32(uint16_t h);

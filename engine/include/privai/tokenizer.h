@@ -14,8 +14,13 @@
 #include "privai/gguf.h"
 
 enum tok_type { /* tokenizer.ggml.token_type values */
-	TOKT_UNDEFINED = 0, TOKT_NORMAL = 1, TOKT_UNKNOWN = 2, TOKT_CONTROL = 3,
-	TOKT_USER_DEFINED = 4, TOKT_UNUSED = 5, TOKT_BYTE = 6,
+		TOKT_UNDEFINED = 0,
+		TOKT_NORMAL = 1,
+		TOKT_UNKNOWN = 2,
+		TOKT_CONTROL = 3,
+		TOKT_USER_DEFINED = 4,
+		TOKT_UNUSED = 5,
+		TOKT_BYTE = 6,
 };
 
 struct tokenizer;
@@ -39,8 +44,8 @@ const char *tokenizer_pre_name(const struct tokenizer *t);
  * (user-defined tokens always do).  *ret_ids is malloc'ed; the caller frees.
  * Returns PRIVAI_OK, PRIVAI_ENOMEM or PRIVAI_EINVAL (invalid UTF-8, named
  * with its offset in err). */
-int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos,
-		     int parse_special, int32_t **ret_ids, int *ret_n, char *err);
+int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+		     int32_t **ret_ids, int *ret_n, char *err);
 
 /* The bytes token `id` stands for (control tokens: none, unless
  * show_special).  Writes at most cap bytes and returns the full length,
@@ -59,8 +64,7 @@ struct detok_stream {
 
 /* Append token id's bytes; writes the complete UTF-8 prefix into out
  * (cap >= 64 + the longest token) and returns its length. */
-int detok_stream_push(struct detok_stream *s, const struct tokenizer *t, int32_t id,
-		      char *out, size_t cap);
+int detok_stream_push(struct detok_stream *s, const struct tokenizer *t, int32_t id, char *out, size_t cap);
 /* Whatever is still held at the end (invalid tails become U+FFFD). */
 int detok_stream_flush(struct detok_stream *s, char *out, size_t cap);
 

@@ -64,7 +64,7 @@ input_len(const struct opts *o, unsigned *state)
 }
 
 static const char *words[] = {
-	"alpha", "river", "stone", "quiet", "market", "engine", "garden", "silver", "window", "morning",
+	"alpha", "river",  "stone",  "quiet",  "market", "engine", "garden", "silver", "window", "morning",
 	"paper", "signal", "orange", "valley", "bridge", "winter", "copper", "forest", "planet", "harbor",
 };
 
@@ -129,7 +129,7 @@ on_event(struct stream *st, const char *data)
 		st->s->out_tokens = cJSON_GetObjectItem(u, "completion_tokens")->valueint;
 		st->s->in_tokens = cJSON_GetObjectItem(u, "prompt_tokens")->valueint;
 	}
-	cJSON_ArrayForEach(c, ch) {
+	cJSON_ArrayForEach (c, ch) {
 		const cJSON *t = st->chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(c, "delta"), "content")
 					  : cJSON_GetObjectItem(c, "text");
 		/* a chunk per step of new tokens: its text may be empty (half a
@@ -314,7 +314,8 @@ usage(FILE *fp)
 	      "  --warmup N             unmeasured requests before each level (default 1)\n"
 	      "  --seed N               prompt seed (default 1)\n"
 	      "  --json FILE            append one JSON object per level\n"
-	      "  --csv FILE             write one CSV row per level\n", fp);
+	      "  --csv FILE             write one CSV row per level\n",
+	      fp);
 }
 
 static int
@@ -342,8 +343,13 @@ parse_args(int argc, char **argv, struct opts *o)
 {
 	int seed = 1;
 
-	*o = (struct opts){ .url = "http://127.0.0.1:8000", .endpoint = "completions", .in_mean = 128,
-			    .out_tokens = 64, .levels = { 1 }, .n_levels = 1, .warmup = 1 };
+	*o = (struct opts){ .url = "http://127.0.0.1:8000",
+			    .endpoint = "completions",
+			    .in_mean = 128,
+			    .out_tokens = 64,
+			    .levels = { 1 },
+			    .n_levels = 1,
+			    .warmup = 1 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int rc = 0;
@@ -381,7 +387,8 @@ parse_args(int argc, char **argv, struct opts *o)
 			rc = parse_int_opt(a, v, 0, 1 << 30, &seed);
 		else if (strcmp(a, "--concurrency") == 0) {
 			if ((rc = parse_levels(v, o)) < 0)
-				fprintf(stderr, "privai-bench: --concurrency must list integers 1..4096, got '%s'\n", v);
+				fprintf(stderr, "privai-bench: --concurrency must list integers 1..4096, got '%s'\n",
+					v);
 		} else {
 			usage(stderr);
 			fprintf(stderr, "privai-bench: unknown option '%s'\n", a);
@@ -410,7 +417,8 @@ report_header(FILE *out, FILE *csv)
 		      "requests_per_s,ttft_avg_ms,ttft_min_ms,ttft_max_ms,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,"
 		      "t2t_avg_ms,t2t_p50_ms,t2t_p99_ms,itl_avg_ms,itl_min_ms,itl_max_ms,itl_p50_ms,itl_p90_ms,"
 		      "itl_p99_ms,latency_avg_s,latency_min_s,latency_max_s,latency_p50_s,latency_p90_s,"
-		      "latency_p99_s\n", csv);
+		      "latency_p99_s\n",
+		      csv);
 }
 
 static void
@@ -453,17 +461,20 @@ report_level(const struct opts *o, int conc, struct sample *s, int n, double wal
 	}
 	struct stat_row T = stats(ttft, ok), S = stats(t2t, n_t2t), I = stats(itl, n_itl), L = stats(lat, ok);
 	double tps = out_tok / wall, rps = ok / wall;
-	fprintf(out, "%5d %5d %7.1f %9.3f | %6.0f %6.0f %6.0f %7.0f | %8.0f %8.0f %9.0f | %6.1f %6.1f %6.1f %7.1f | "
-		"%6.2f %6.2f %6.2f %7.2f%s\n", conc, ok, tps, rps, T.avg * 1e3, T.p50 * 1e3, T.p90 * 1e3, T.p99 * 1e3,
-		S.avg * 1e3, S.p50 * 1e3, S.p99 * 1e3, I.avg * 1e3, I.p50 * 1e3, I.p90 * 1e3, I.p99 * 1e3,
-		L.avg, L.p50, L.p90, L.p99, failed ? "  (failures)" : "");
+	fprintf(out,
+		"%5d %5d %7.1f %9.3f | %6.0f %6.0f %6.0f %7.0f | %8.0f %8.0f %9.0f | %6.1f %6.1f %6.1f %7.1f | "
+		"%6.2f %6.2f %6.2f %7.2f%s\n",
+		conc, ok, tps, rps, T.avg * 1e3, T.p50 * 1e3, T.p90 * 1e3, T.p99 * 1e3, S.avg * 1e3, S.p50 * 1e3,
+		S.p99 * 1e3, I.avg * 1e3, I.p50 * 1e3, I.p90 * 1e3, I.p99 * 1e3, L.avg, L.p50, L.p90, L.p99,
+		failed ? "  (failures)" : "");
 	if (csv != NULL)
-		fprintf(csv, "%d,%d,%d,%.1f,%.1f,%.3f,%.4f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,"
+		fprintf(csv,
+			"%d,%d,%d,%.1f,%.1f,%.3f,%.4f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,"
 			"%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n",
 			conc, ok, failed, ok ? (double)in_tok / ok : 0, ok ? (double)out_tok / ok : 0, tps, rps,
-			T.avg * 1e3, T.min * 1e3, T.max * 1e3, T.p50 * 1e3, T.p90 * 1e3, T.p99 * 1e3,
-			S.avg * 1e3, S.p50 * 1e3, S.p99 * 1e3, I.avg * 1e3, I.min * 1e3, I.max * 1e3,
-			I.p50 * 1e3, I.p90 * 1e3, I.p99 * 1e3, L.avg, L.min, L.max, L.p50, L.p90, L.p99);
+			T.avg * 1e3, T.min * 1e3, T.max * 1e3, T.p50 * 1e3, T.p90 * 1e3, T.p99 * 1e3, S.avg * 1e3,
+			S.p50 * 1e3, S.p99 * 1e3, I.avg * 1e3, I.min * 1e3, I.max * 1e3, I.p50 * 1e3, I.p90 * 1e3,
+			I.p99 * 1e3, L.avg, L.min, L.max, L.p50, L.p90, L.p99);
 	if (o->json_path != NULL) {
 		FILE *f = fopen(o->json_path, "a");
 		cJSON *j = cJSON_CreateObject();
@@ -495,7 +506,6 @@ report_level(const struct opts *o, int conc, struct sample *s, int n, double wal
 	free(lat);
 	return failed;
 }
-
 
 int
 main(int argc, char **argv)

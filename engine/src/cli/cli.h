@@ -43,6 +43,5 @@ struct cli_engine {
 
 /* Load model and tokenizer, and a context when cp is not NULL; reports
  * errors itself.  Returns 0 or 1 (the exit status). */
-int cli_engine_open(const char *cmd, const char *path, const struct engine_ctx_params *cp,
-		    struct cli_engine *e);
+int cli_engine_open(const char *cmd, const char *path, const struct engine_ctx_params *cp, struct cli_engine *e);
 void cli_engine_close(struct cli_engine *e);

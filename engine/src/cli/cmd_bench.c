@@ -112,9 +112,12 @@ int
 cmd_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "model", required_argument, NULL, 'm' }, { "threads", required_argument, NULL, 't' },
-		{ "reps", required_argument, NULL, 'r' }, { "json", no_argument, NULL, 'j' },
-		{ "no-bandwidth", no_argument, NULL, 'B' }, { "help", no_argument, NULL, 'h' },
+		{ "model", required_argument, NULL, 'm' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "reps", required_argument, NULL, 'r' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "no-bandwidth", no_argument, NULL, 'B' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *path = NULL;
@@ -127,17 +130,33 @@ cmd_bench(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "m:p:n:t:r:h", opts, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
-		case 'm': path = optarg; break;
-		case 'p': bad = cli_parse_int("bench", "-p", optarg, 1, 65536, &n_pp); break;
-		case 'n': bad = cli_parse_int("bench", "-n", optarg, 1, 65536, &n_tg); break;
-		case 't': bad = cli_parse_int("bench", "-t", optarg, 1, 1024, &cp.n_threads); break;
-		case 'r': bad = cli_parse_int("bench", "-r", optarg, 1, 1000, &reps); break;
-		case 'j': json = 1; break;
-		case 'B': measure_bw = 0; break;
+		case 'm':
+			path = optarg;
+			break;
+		case 'p':
+			bad = cli_parse_int("bench", "-p", optarg, 1, 65536, &n_pp);
+			break;
+		case 'n':
+			bad = cli_parse_int("bench", "-n", optarg, 1, 65536, &n_tg);
+			break;
+		case 't':
+			bad = cli_parse_int("bench", "-t", optarg, 1, 1024, &cp.n_threads);
+			break;
+		case 'r':
+			bad = cli_parse_int("bench", "-r", optarg, 1, 1000, &reps);
+			break;
+		case 'j':
+			json = 1;
+			break;
+		case 'B':
+			measure_bw = 0;
+			break;
 		case 'h':
-			puts("usage: privai-engine bench -m MODEL [-p 128] [-n 32] [-t THREADS] [-r 3] [--json] [--no-bandwidth]");
+			puts("usage: privai-engine bench -m MODEL [-p 128] [-n 32] [-t THREADS] [-r 3] [--json] "
+			     "[--no-bandwidth]");
 			return 0;
-		default: return 2;
+		default:
+			return 2;
 		}
 		if (bad)
 			return 1;
@@ -191,15 +210,18 @@ cmd_bench(int argc, char **argv)
 		       "\"pp_tokens_per_s\":%.2f,\"pp_stddev\":%.2f,\"tg_tokens_per_s\":%.2f,\"tg_stddev\":%.2f,"
 		       "\"weight_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
 		       "\"tg_bound_tokens_per_s\":%.2f,\"tg_fraction_of_bound\":%.3f}\n",
-		       path, nth, compute_cpu_simd_name(), n_pp, n_tg, reps, pp_m, pp_sd, tg_m, tg_sd,
-		       bytes_tok, bw, bound, bound > 0 ? tg_m / bound : 0);
+		       path, nth, compute_cpu_simd_name(), n_pp, n_tg, reps, pp_m, pp_sd, tg_m, tg_sd, bytes_tok, bw,
+		       bound, bound > 0 ? tg_m / bound : 0);
 	} else {
 		printf("| model | threads | simd | test | tokens/s |\n|---|---|---|---|---|\n");
-		printf("| %s | %d | %s | pp%d | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_pp, pp_m, pp_sd);
-		printf("| %s | %d | %s | tg%d | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_tg, tg_m, tg_sd);
+		printf("| %s | %d | %s | pp%d | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_pp, pp_m,
+		       pp_sd);
+		printf("| %s | %d | %s | tg%d | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_tg, tg_m,
+		       tg_sd);
 		if (bw > 0)
 			printf("\nread bandwidth %.1f GB/s; %.1f MB of weights per token; tg bound %.2f tokens/s; "
-			       "tg reaches %.0f%% of it\n", bw, bytes_tok / 1e6, bound, 100 * tg_m / bound);
+			       "tg reaches %.0f%% of it\n",
+			       bw, bytes_tok / 1e6, bound, 100 * tg_m / bound);
 	}
 	rc = 0;
 out:

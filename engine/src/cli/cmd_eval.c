@@ -30,14 +30,24 @@ cmd_eval(int argc, char **argv)
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'm': model_path = optarg; break;
-		case 'P': ids_arg = optarg; break;
-		case 'o': out_path = optarg; break;
-		case 't': if (cli_parse_int("eval", "-t", optarg, 1, 1024, &cp.n_threads)) return 1; break;
+		case 'm':
+			model_path = optarg;
+			break;
+		case 'P':
+			ids_arg = optarg;
+			break;
+		case 'o':
+			out_path = optarg;
+			break;
+		case 't':
+			if (cli_parse_int("eval", "-t", optarg, 1, 1024, &cp.n_threads))
+				return 1;
+			break;
 		case 'h':
 			puts("usage: privai-engine eval -m MODEL --prompt-ids 1,2,3 --dump-logits FILE [-t N]");
 			return 0;
-		default: return 2;
+		default:
+			return 2;
 		}
 	}
 	if (model_path == NULL || ids_arg == NULL || out_path == NULL)
@@ -57,8 +67,8 @@ cmd_eval(int argc, char **argv)
 	 * must not refuse a longer prompt the model was trained for */
 	cp.n_ctx = n_ids;
 	if (n_ids > m->hp.n_ctx_train) {
-		cli_error("eval", "prompt of %d tokens is longer than the model's context of %d",
-			  n_ids, m->hp.n_ctx_train);
+		cli_error("eval", "prompt of %d tokens is longer than the model's context of %d", n_ids,
+			  m->hp.n_ctx_train);
 		goto out;
 	}
 	if (engine_ctx_new(m, &cp, &ctx, err) < 0) {
@@ -79,8 +89,7 @@ cmd_eval(int argc, char **argv)
 		goto out;
 	}
 	if ((fp = fopen(out_path, "wb")) == NULL ||
-	    fwrite(logits, sizeof(float) * m->hp.n_vocab, (size_t)n_ids, fp) != (size_t)n_ids ||
-	    fclose(fp) != 0) {
+	    fwrite(logits, sizeof(float) * m->hp.n_vocab, (size_t)n_ids, fp) != (size_t)n_ids || fclose(fp) != 0) {
 		fp = NULL;
 		cli_error("eval", "cannot write '%s'", out_path);
 		goto out;

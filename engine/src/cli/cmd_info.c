@@ -14,8 +14,10 @@ int
 cmd_info(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "model", required_argument, NULL, 'm' }, { "ctx", required_argument, NULL, 'c' },
-		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+		{ "model", required_argument, NULL, 'm' },
+		{ "ctx", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
 	const char *path = NULL;
 	struct cli_engine e;
@@ -24,10 +26,18 @@ cmd_info(int argc, char **argv)
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:c:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'm': path = optarg; break;
-		case 'c': if (cli_parse_int("info", "--ctx", optarg, 1, 1 << 24, &n_ctx)) return 1; break;
-		case 'h': puts("usage: privai-engine info -m MODEL [--ctx N]"); return 0;
-		default: return 2;
+		case 'm':
+			path = optarg;
+			break;
+		case 'c':
+			if (cli_parse_int("info", "--ctx", optarg, 1, 1 << 24, &n_ctx))
+				return 1;
+			break;
+		case 'h':
+			puts("usage: privai-engine info -m MODEL [--ctx N]");
+			return 0;
+		default:
+			return 2;
 		}
 	}
 	if (path == NULL)
@@ -55,20 +65,21 @@ cmd_info(int argc, char **argv)
 	printf("embedding:      %d\n", hp->n_embd);
 	printf("heads:          %d (KV heads %d, head size %d)\n", hp->n_head, hp->n_head_kv, hp->head_dim);
 	printf("feed-forward:   %d\n", hp->n_ff);
-	printf("vocabulary:     %d (%s tokenizer, pre-tokenizer %s)\n", hp->n_vocab,
-	       tokenizer_model_name(e.tok), tokenizer_pre_name(e.tok)[0] ? tokenizer_pre_name(e.tok) : "-");
+	printf("vocabulary:     %d (%s tokenizer, pre-tokenizer %s)\n", hp->n_vocab, tokenizer_model_name(e.tok),
+	       tokenizer_pre_name(e.tok)[0] ? tokenizer_pre_name(e.tok) : "-");
 	printf("context:        %d trained\n", hp->n_ctx_train);
 	printf("rope:           base %.0f, %d dims, %s%s\n", hp->rope_base, hp->n_rot,
 	       hp->rope_neox ? "neox" : "normal",
 	       gguf_find_tensor(f, "rope_freqs.weight") ? ", rope_freqs factors" : "");
-	printf("output:         %s\n", e.model->output.data == e.model->tok_embd.data ? "tied to token_embd" : "separate");
+	printf("output:         %s\n",
+	       e.model->output.data == e.model->tok_embd.data ? "tied to token_embd" : "separate");
 	printf("tensor types:  ");
 	for (int t = 0; t < TT_COUNT; t++)
 		if (count[t])
 			printf(" %s x%llu", tensor_type_name((uint32_t)t), (unsigned long long)count[t]);
 	printf("\nweights:        %.1f MiB\n", (double)e.model->weight_bytes / (1 << 20));
-	printf("KV cache:       %llu bytes/token (f32), %.1f MiB at context %d\n",
-	       (unsigned long long)kv_tok, (double)kv_tok * n_ctx / (1 << 20), n_ctx);
+	printf("KV cache:       %llu bytes/token (f32), %.1f MiB at context %d\n", (unsigned long long)kv_tok,
+	       (double)kv_tok * n_ctx / (1 << 20), n_ctx);
 	printf("memory needed:  %.1f MiB (weights + KV cache at context %d)\n",
 	       (double)(e.model->weight_bytes + kv_tok * (uint64_t)n_ctx) / (1 << 20), n_ctx);
 	cli_engine_close(&e);

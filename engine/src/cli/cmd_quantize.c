@@ -17,10 +17,14 @@ static int
 file_type_of(uint32_t t)
 {
 	switch (t) {
-	case TT_Q8_0: return 7;
-	case TT_Q4_0: return 2;
-	case TT_Q4_K: return 15;
-	case TT_Q6_K: return 18;
+	case TT_Q8_0:
+		return 7;
+	case TT_Q4_0:
+		return 2;
+	case TT_Q4_K:
+		return 15;
+	case TT_Q6_K:
+		return 18;
 	}
 	return 0;
 }
@@ -31,8 +35,7 @@ convert(const struct gguf_file *in, struct gguf_writer *w, uint32_t target, char
 	int r;
 
 	for (uint64_t i = 0; i < in->n_kv; i++) {
-		if (strcmp(in->kv[i].key, "general.file_type") == 0 ||
-		    strcmp(in->kv[i].key, "general.alignment") == 0)
+		if (strcmp(in->kv[i].key, "general.file_type") == 0 || strcmp(in->kv[i].key, "general.alignment") == 0)
 			continue;
 		if ((r = gguf_writer_set_kv(w, &in->kv[i])) < 0)
 			return privai_fail(err, r, "cannot copy metadata '%s'", in->kv[i].key);
@@ -41,15 +44,15 @@ convert(const struct gguf_file *in, struct gguf_writer *w, uint32_t target, char
 		return privai_fail(err, r, "cannot set general.file_type");
 	for (uint64_t i = 0; i < in->n_tensors; i++) {
 		const struct gguf_tensor *t = &in->tensors[i];
-		int is_matrix = t->n_dims >= 2 &&
-				(t->type == TT_F32 || t->type == TT_F16 || t->type == TT_BF16);
+		int is_matrix = t->n_dims >= 2 && (t->type == TT_F32 || t->type == TT_F16 || t->type == TT_BF16);
 		if (!is_matrix) {
 			r = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
 		} else {
 			uint32_t tt = target;
 			int64_t cols = (int64_t)t->ne[0], rows = (int64_t)(t->n_elems / t->ne[0]);
 			if (cols % tensor_type_get(tt)->block_elems != 0) {
-				fprintf(stderr, "quantize: %s has rows of %lld, not a multiple of %s blocks; using Q8_0\n",
+				fprintf(stderr,
+					"quantize: %s has rows of %lld, not a multiple of %s blocks; using Q8_0\n",
 					t->name, (long long)cols, tensor_type_name(tt));
 				tt = TT_Q8_0;
 			}
@@ -91,13 +94,13 @@ cmd_quantize(int argc, char **argv)
 		if (strcasecmp(argv[3], tensor_type_name(targets[i])) == 0)
 			target = targets[i];
 	if (target == TT_COUNT)
-		return cli_error("quantize", "cannot quantize to '%s' (Q8_0, Q4_0, Q4_K and Q6_K can be made)", argv[3]);
+		return cli_error("quantize", "cannot quantize to '%s' (Q8_0, Q4_0, Q4_K and Q6_K can be made)",
+				 argv[3]);
 	if (gguf_open(argv[1], &in, err) < 0) {
 		cli_error("quantize", "%s: %s", argv[1], err);
 		goto out;
 	}
-	if (gguf_writer_new(&w) < 0 || convert(in, w, target, err) < 0 ||
-	    gguf_writer_write(w, argv[2], err) < 0) {
+	if (gguf_writer_new(&w) < 0 || convert(in, w, target, err) < 0 || gguf_writer_write(w, argv[2], err) < 0) {
 		cli_error("quantize", "%s", err);
 		goto out;
 	}

@@ -42,17 +42,24 @@ static int
 parse(int argc, char **argv, struct run_opts *o)
 {
 	static const struct option opts[] = {
-		{ "model", required_argument, NULL, 'm' }, { "prompt", required_argument, NULL, 'p' },
-		{ "n-predict", required_argument, NULL, 'n' }, { "interactive", no_argument, NULL, 'i' },
-		{ "ctx", required_argument, NULL, 'c' }, { "threads", required_argument, NULL, 't' },
-		{ "temp", required_argument, NULL, 1 }, { "top-k", required_argument, NULL, 2 },
-		{ "top-p", required_argument, NULL, 3 }, { "min-p", required_argument, NULL, 4 },
+		{ "model", required_argument, NULL, 'm' },
+		{ "prompt", required_argument, NULL, 'p' },
+		{ "n-predict", required_argument, NULL, 'n' },
+		{ "interactive", no_argument, NULL, 'i' },
+		{ "ctx", required_argument, NULL, 'c' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "temp", required_argument, NULL, 1 },
+		{ "top-k", required_argument, NULL, 2 },
+		{ "top-p", required_argument, NULL, 3 },
+		{ "min-p", required_argument, NULL, 4 },
 		{ "repeat-penalty", required_argument, NULL, 5 },
 		{ "repeat-last-n", required_argument, NULL, 6 },
 		{ "presence-penalty", required_argument, NULL, 7 },
 		{ "frequency-penalty", required_argument, NULL, 8 },
-		{ "seed", required_argument, NULL, 's' }, { "special", no_argument, NULL, 9 },
-		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+		{ "seed", required_argument, NULL, 's' },
+		{ "special", no_argument, NULL, 9 },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
 	int c, seed = 0;
 
@@ -62,27 +69,60 @@ parse(int argc, char **argv, struct run_opts *o)
 	while ((c = getopt_long(argc, argv, "m:p:n:ic:t:s:h", opts, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
-		case 'm': o->model = optarg; break;
-		case 'p': o->prompt = optarg; break;
-		case 'n': bad = cli_parse_int("run", "-n", optarg, -1, 1 << 24, &o->n_predict); break;
-		case 'i': o->interactive = 1; break;
-		case 'c': bad = cli_parse_int("run", "--ctx", optarg, 16, 1 << 22, &o->cp.n_ctx); break;
-		case 't': bad = cli_parse_int("run", "--threads", optarg, 1, 1024, &o->cp.n_threads); break;
-		case 1: bad = cli_parse_float("run", "--temp", optarg, &o->sp.temperature); break;
-		case 2: bad = cli_parse_int("run", "--top-k", optarg, 0, 1 << 24, &o->sp.top_k); break;
-		case 3: bad = cli_parse_float("run", "--top-p", optarg, &o->sp.top_p); break;
-		case 4: bad = cli_parse_float("run", "--min-p", optarg, &o->sp.min_p); break;
-		case 5: bad = cli_parse_float("run", "--repeat-penalty", optarg, &o->sp.repeat_penalty); break;
-		case 6: bad = cli_parse_int("run", "--repeat-last-n", optarg, 0, 1 << 20, &o->sp.repeat_last_n); break;
-		case 7: bad = cli_parse_float("run", "--presence-penalty", optarg, &o->sp.presence_penalty); break;
-		case 8: bad = cli_parse_float("run", "--frequency-penalty", optarg, &o->sp.frequency_penalty); break;
+		case 'm':
+			o->model = optarg;
+			break;
+		case 'p':
+			o->prompt = optarg;
+			break;
+		case 'n':
+			bad = cli_parse_int("run", "-n", optarg, -1, 1 << 24, &o->n_predict);
+			break;
+		case 'i':
+			o->interactive = 1;
+			break;
+		case 'c':
+			bad = cli_parse_int("run", "--ctx", optarg, 16, 1 << 22, &o->cp.n_ctx);
+			break;
+		case 't':
+			bad = cli_parse_int("run", "--threads", optarg, 1, 1024, &o->cp.n_threads);
+			break;
+		case 1:
+			bad = cli_parse_float("run", "--temp", optarg, &o->sp.temperature);
+			break;
+		case 2:
+			bad = cli_parse_int("run", "--top-k", optarg, 0, 1 << 24, &o->sp.top_k);
+			break;
+		case 3:
+			bad = cli_parse_float("run", "--top-p", optarg, &o->sp.top_p);
+			break;
+		case 4:
+			bad = cli_parse_float("run", "--min-p", optarg, &o->sp.min_p);
+			break;
+		case 5:
+			bad = cli_parse_float("run", "--repeat-penalty", optarg, &o->sp.repeat_penalty);
+			break;
+		case 6:
+			bad = cli_parse_int("run", "--repeat-last-n", optarg, 0, 1 << 20, &o->sp.repeat_last_n);
+			break;
+		case 7:
+			bad = cli_parse_float("run", "--presence-penalty", optarg, &o->sp.presence_penalty);
+			break;
+		case 8:
+			bad = cli_parse_float("run", "--frequency-penalty", optarg, &o->sp.frequency_penalty);
+			break;
 		case 's':
 			bad = cli_parse_int("run", "--seed", optarg, 0, 0x7fffffff, &seed);
 			o->sp.seed = (uint64_t)seed;
 			break;
-		case 9: o->show_special = 1; break;
-		case 'h': usage(); exit(0);
-		default: return 2;
+		case 9:
+			o->show_special = 1;
+			break;
+		case 'h':
+			usage();
+			exit(0);
+		default:
+			return 2;
 		}
 		if (bad)
 			return 1;
@@ -97,8 +137,7 @@ parse(int argc, char **argv, struct run_opts *o)
 
 /* Feed `text` into the context and generate up to n_predict tokens. */
 static int
-turn(struct cli_engine *e, struct sampler *smp, const char *text, int add_bos, int n_predict,
-     float *logits)
+turn(struct cli_engine *e, struct sampler *smp, const char *text, int add_bos, int n_predict, float *logits)
 {
 	char err[PRIVAI_ERR_LEN], out[4096];
 	int32_t *ids = NULL;
@@ -112,8 +151,8 @@ turn(struct cli_engine *e, struct sampler *smp, const char *text, int add_bos, i
 		return 0;
 	}
 	if (n > e->ctx->n_ctx - e->ctx->n_past) {
-		cli_error("run", "prompt of %d tokens does not fit: the context holds %d and %d are used",
-			  n, e->ctx->n_ctx, e->ctx->n_past);
+		cli_error("run", "prompt of %d tokens does not fit: the context holds %d and %d are used", n,
+			  e->ctx->n_ctx, e->ctx->n_past);
 		free(ids);
 		return 1;
 	}

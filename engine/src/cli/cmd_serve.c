@@ -47,7 +47,8 @@ serve_usage(FILE *fp)
 	      "  --tensor-parallel N    with --device cuda: GPUs the model is split over (default: all of --gpus)\n"
 	      "  --max-body-mib N       largest request body (default 4)\n"
 	      "  --max-connections N    concurrent connections (default 256)\n"
-	      "  --drain-timeout S      seconds SIGTERM waits for running requests (default 30)\n", fp);
+	      "  --drain-timeout S      seconds SIGTERM waits for running requests (default 30)\n",
+	      fp);
 }
 
 static int
@@ -55,8 +56,14 @@ parse(int argc, char **argv, struct serve_opts *o)
 {
 	const char *cmd = "serve";
 
-	*o = (struct serve_opts){ .host = "127.0.0.1", .port = 8000, .parallel = 16, .batch = 256,
-				  .queue = 256, .drain_s = 30, .max_body_mib = 4, .max_conn = 256,
+	*o = (struct serve_opts){ .host = "127.0.0.1",
+				  .port = 8000,
+				  .parallel = 16,
+				  .batch = 256,
+				  .queue = 256,
+				  .drain_s = 30,
+				  .max_body_mib = 4,
+				  .max_conn = 256,
 				  .device = "cpu" };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -119,8 +126,10 @@ parse(int argc, char **argv, struct serve_opts *o)
 	/* the admin checks 'features' before it asks for a GPU; this is for
 	 * a hand-written command line or a binary swapped underneath it */
 	if (!compute_has_backend(o->device))
-		return cli_error(cmd, "this privai-engine has no %s backend (see 'privai-engine features'); "
-				 "run with --device cpu", o->device);
+		return cli_error(cmd,
+				 "this privai-engine has no %s backend (see 'privai-engine features'); "
+				 "run with --device cpu",
+				 o->device);
 	if (o->chat_template != NULL && chat_family_by_name(o->chat_template) == CHAT_NONE)
 		return cli_error(cmd, "unknown chat template '%s' (known: %s)", o->chat_template, chat_family_names());
 	return 0;
@@ -141,8 +150,10 @@ pick_chat(const struct serve_opts *o, const struct gguf_file *f, enum chat_famil
 		return 0;
 	}
 	if ((*ret = chat_family_detect(tmpl)) == CHAT_NONE)
-		return cli_error("serve", "the model's chat template is not one this server knows; "
-			"pass --chat-template NAME (%s)", chat_family_names());
+		return cli_error("serve",
+				 "the model's chat template is not one this server knows; "
+				 "pass --chat-template NAME (%s)",
+				 chat_family_names());
 	return 0;
 }
 
@@ -152,8 +163,7 @@ kv_blocks(const struct serve_opts *o, const struct engine_model *m, int n_ctx)
 	const struct model_hparams *hp = &m->hp;
 	double per_block = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * sizeof(float) * ENGINE_KV_BLOCK;
 	long min = (n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
-	long want = o->kv_mib > 0 ? (long)(o->kv_mib * 1048576.0 / per_block)
-				  : (long)o->parallel * min;
+	long want = o->kv_mib > 0 ? (long)(o->kv_mib * 1048576.0 / per_block) : (long)o->parallel * min;
 	if (o->kv_mib == 0 && want * per_block > 4096.0 * 1048576.0)
 		want = (long)(4096.0 * 1048576.0 / per_block);
 	return (int)(want < min ? min : want);
@@ -220,8 +230,9 @@ cmd_serve(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	snprintf(name, sizeof(name), "%s", o.name ? o.name : o.model);
-	cfg = (struct server_config){ o.host, o.port, o.key_file, o.name ? o.name : basename(name),
-				      (size_t)o.max_body_mib << 20, o.max_conn };
+	cfg = (struct server_config){
+		o.host, o.port, o.key_file, o.name ? o.name : basename(name), (size_t)o.max_body_mib << 20, o.max_conn
+	};
 	if (server_start(&srv, &cfg, err) < 0)
 		return cli_error("serve", "%s", err);
 	fprintf(stderr, "privai-engine serve: listening on %s:%d, loading %s\n", cfg.host, srv.port, o.model);
@@ -250,9 +261,11 @@ cmd_serve(int argc, char **argv)
 		return cli_error("serve", "%s", err);
 	}
 	sd_notifyf(0, "READY=1\nSTATUS=serving %s", cfg.model_id);
-	fprintf(stderr, "privai-engine serve: ready: model %s, context %d, %d sequences, KV %d blocks (%zu MiB), "
-		"chat template %s, %s\n", cfg.model_id, e.ctx->n_ctx, o.parallel, e.ctx->n_kv_blocks,
-		e.ctx->kv_bytes >> 20, chat_family_name(chat), o.key_file ? "API keys required" : "no API keys");
+	fprintf(stderr,
+		"privai-engine serve: ready: model %s, context %d, %d sequences, KV %d blocks (%zu MiB), "
+		"chat template %s, %s\n",
+		cfg.model_id, e.ctx->n_ctx, o.parallel, e.ctx->n_kv_blocks, e.ctx->kv_bytes >> 20,
+		chat_family_name(chat), o.key_file ? "API keys required" : "no API keys");
 	run_until_signalled(&srv, sched, o.drain_s);
 	server_stop(&srv);
 	scheduler_free(sched);

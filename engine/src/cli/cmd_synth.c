@@ -55,8 +55,8 @@ type_for(const struct synth *s, const char *name, int layer)
 }
 
 static int
-add_matrix(struct synth *s, struct gguf_writer *w, const char *name, int layer, int64_t cols,
-	   int64_t rows, float stddev, char *err)
+add_matrix(struct synth *s, struct gguf_writer *w, const char *name, int layer, int64_t cols, int64_t rows,
+	   float stddev, char *err)
 {
 	uint32_t t = type_for(s, name, layer);
 	float *f = malloc((size_t)(cols * rows) * sizeof(float));
@@ -172,10 +172,9 @@ build(struct synth *s, char *err)
 		    (r = add_matrix(s, w, NM("ffn_up.weight"), l, s->dim, s->ff, sd, err)) < 0 ||
 		    (r = add_matrix(s, w, NM("ffn_down.weight"), l, s->ff, s->dim, sd_ff, err)) < 0)
 			goto out;
-		if (strcmp(s->arch, "qwen2") == 0 &&
-		    ((r = add_vector(w, NM("attn_q.bias"), s->dim, 0.01f, err)) < 0 ||
-		     (r = add_vector(w, NM("attn_k.bias"), kvd, 0.01f, err)) < 0 ||
-		     (r = add_vector(w, NM("attn_v.bias"), kvd, 0.01f, err)) < 0))
+		if (strcmp(s->arch, "qwen2") == 0 && ((r = add_vector(w, NM("attn_q.bias"), s->dim, 0.01f, err)) < 0 ||
+						      (r = add_vector(w, NM("attn_k.bias"), kvd, 0.01f, err)) < 0 ||
+						      (r = add_vector(w, NM("attn_v.bias"), kvd, 0.01f, err)) < 0))
 			goto out;
 #undef NM
 	}
@@ -203,40 +202,79 @@ int
 cmd_synth(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "demo", no_argument, NULL, 'D' }, { "arch", required_argument, NULL, 'a' },
-		{ "dim", required_argument, NULL, 1 }, { "layers", required_argument, NULL, 2 },
+		{ "demo", no_argument, NULL, 'D' },      { "arch", required_argument, NULL, 'a' },
+		{ "dim", required_argument, NULL, 1 },   { "layers", required_argument, NULL, 2 },
 		{ "heads", required_argument, NULL, 3 }, { "kv-heads", required_argument, NULL, 4 },
-		{ "ff", required_argument, NULL, 5 }, { "ctx", required_argument, NULL, 6 },
+		{ "ff", required_argument, NULL, 5 },    { "ctx", required_argument, NULL, 6 },
 		{ "vocab", required_argument, NULL, 7 }, { "vocab-from", required_argument, NULL, 8 },
-		{ "type", required_argument, NULL, 9 }, { "rope-base", required_argument, NULL, 10 },
-		{ "tied", no_argument, NULL, 11 }, { "seed", required_argument, NULL, 12 },
-		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+		{ "type", required_argument, NULL, 9 },  { "rope-base", required_argument, NULL, 10 },
+		{ "tied", no_argument, NULL, 11 },       { "seed", required_argument, NULL, 12 },
+		{ "help", no_argument, NULL, 'h' },      { NULL, 0, NULL, 0 },
 	};
-	struct synth s = { .arch = "llama", .dim = 256, .layers = 4, .heads = 8, .kv_heads = 4,
-			   .ff = 768, .ctx = 4096, .rope_base = 10000.0f, .type = "Q8_0" };
+	struct synth s = { .arch = "llama",
+			   .dim = 256,
+			   .layers = 4,
+			   .heads = 8,
+			   .kv_heads = 4,
+			   .ff = 768,
+			   .ctx = 4096,
+			   .rope_base = 10000.0f,
+			   .type = "Q8_0" };
 	char err[PRIVAI_ERR_LEN];
 	int c, bad = 0;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1 && !bad) {
 		switch (c) {
-		case 'o': s.out = optarg; break;
-		case 'D': break; /* the defaults are the demo model */
-		case 'a': s.arch = optarg; break;
-		case 1: bad = cli_parse_int("synth", "--dim", optarg, 32, 65536, &s.dim); break;
-		case 2: bad = cli_parse_int("synth", "--layers", optarg, 1, 1024, &s.layers); break;
-		case 3: bad = cli_parse_int("synth", "--heads", optarg, 1, 1024, &s.heads); break;
-		case 4: bad = cli_parse_int("synth", "--kv-heads", optarg, 1, 1024, &s.kv_heads); break;
-		case 5: bad = cli_parse_int("synth", "--ff", optarg, 32, 1 << 20, &s.ff); break;
-		case 6: bad = cli_parse_int("synth", "--ctx", optarg, 16, 1 << 22, &s.ctx); break;
-		case 7: bad = cli_parse_int("synth", "--vocab", optarg, 0, 1 << 20, &s.vocab); break;
-		case 8: s.vocab_from = optarg; break;
-		case 9: snprintf(s.type, sizeof(s.type), "%s", optarg); break;
-		case 10: bad = cli_parse_float("synth", "--rope-base", optarg, &s.rope_base); break;
-		case 11: s.tied = 1; break;
-		case 12: bad = cli_parse_int("synth", "--seed", optarg, 0, 0x7fffffff, &s.seed); break;
-		case 'h': usage(); return 0;
-		default: return 2;
+		case 'o':
+			s.out = optarg;
+			break;
+		case 'D':
+			break; /* the defaults are the demo model */
+		case 'a':
+			s.arch = optarg;
+			break;
+		case 1:
+			bad = cli_parse_int("synth", "--dim", optarg, 32, 65536, &s.dim);
+			break;
+		case 2:
+			bad = cli_parse_int("synth", "--layers", optarg, 1, 1024, &s.layers);
+			break;
+		case 3:
+			bad = cli_parse_int("synth", "--heads", optarg, 1, 1024, &s.heads);
+			break;
+		case 4:
+			bad = cli_parse_int("synth", "--kv-heads", optarg, 1, 1024, &s.kv_heads);
+			break;
+		case 5:
+			bad = cli_parse_int("synth", "--ff", optarg, 32, 1 << 20, &s.ff);
+			break;
+		case 6:
+			bad = cli_parse_int("synth", "--ctx", optarg, 16, 1 << 22, &s.ctx);
+			break;
+		case 7:
+			bad = cli_parse_int("synth", "--vocab", optarg, 0, 1 << 20, &s.vocab);
+			break;
+		case 8:
+			s.vocab_from = optarg;
+			break;
+		case 9:
+			snprintf(s.type, sizeof(s.type), "%s", optarg);
+			break;
+		case 10:
+			bad = cli_parse_float("synth", "--rope-base", optarg, &s.rope_base);
+			break;
+		case 11:
+			s.tied = 1;
+			break;
+		case 12:
+			bad = cli_parse_int("synth", "--seed", optarg, 0, 0x7fffffff, &s.seed);
+			break;
+		case 'h':
+			usage();
+			return 0;
+		default:
+			return 2;
 		}
 	}
 	if (bad)
@@ -247,13 +285,14 @@ cmd_synth(int argc, char **argv)
 		return cli_error("synth", "--arch must be llama or qwen2");
 	if (s.dim % s.heads != 0 || s.heads % s.kv_heads != 0 || (s.dim / s.heads) % 2 != 0)
 		return cli_error("synth", "--dim must divide into --heads of even size, and --heads by --kv-heads");
-	if (strcmp(s.type, "Q4_K_M") != 0 && (type_for(&s, "", -1) == TT_COUNT ||
-	    tensor_quantize_row(type_for(&s, "", -1), NULL, NULL, 0) < 0))
-		return cli_error("synth", "--type '%s' cannot be written (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M)", s.type);
+	if (strcmp(s.type, "Q4_K_M") != 0 &&
+	    (type_for(&s, "", -1) == TT_COUNT || tensor_quantize_row(type_for(&s, "", -1), NULL, NULL, 0) < 0))
+		return cli_error("synth", "--type '%s' cannot be written (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M)",
+				 s.type);
 	s.rng = (uint64_t)s.seed * 0x9e3779b97f4a7c15ULL + 1;
 	if (build(&s, err) < 0)
 		return cli_error("synth", "%s", err);
-	fprintf(stderr, "synth: wrote %s (%s, dim %d, %d layers, %d/%d heads, ff %d, vocab %d, %s)\n",
-		s.out, s.arch, s.dim, s.layers, s.heads, s.kv_heads, s.ff, s.vocab, s.type);
+	fprintf(stderr, "synth: wrote %s (%s, dim %d, %d layers, %d/%d heads, ff %d, vocab %d, %s)\n", s.out, s.arch,
+		s.dim, s.layers, s.heads, s.kv_heads, s.ff, s.vocab, s.type);
 	return 0;
 }

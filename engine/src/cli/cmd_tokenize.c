@@ -32,13 +32,20 @@ cmd_tokenize(int argc, char **argv)
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:f:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'm': model_path = optarg; break;
-		case 'S': special = 0; break;
-		case 'f': file = optarg; break;
+		case 'm':
+			model_path = optarg;
+			break;
+		case 'S':
+			special = 0;
+			break;
+		case 'f':
+			file = optarg;
+			break;
 		case 'h':
 			puts("usage: privai-engine tokenize -m MODEL [--no-special] (TEXT | -f FILE)");
 			return 0;
-		default: return 2;
+		default:
+			return 2;
 		}
 	}
 	if (model_path == NULL || (file == NULL && optind != argc - 1))

@@ -12,15 +12,14 @@
 #include "demo_vocab.h"
 #include "privai/tokenizer.h"
 
-static const char *words =
-	"the of and to in is that for it as was with be by on not he this are or his from at which "
-	"but have an they you were her she there one all we their has been if more when will would "
-	"who so no can data private model models token tokens server servers cluster node nodes gpu "
-	"gpus memory cache inference engine appliance premises keeps secure network admin console "
-	"deploy deployment quick brown fox jumps over lazy dog hello world what how why where time "
-	"about into than then them these some could other only new also after first two any may "
-	"like our out up use used way well work year years make made many most must people said "
-	"should such very just over under while where before because through between each every";
+static const char *words = "the of and to in is that for it as was with be by on not he this are or his from at which "
+			   "but have an they you were her she there one all we their has been if more when will would "
+			   "who so no can data private model models token tokens server servers cluster node nodes gpu "
+			   "gpus memory cache inference engine appliance premises keeps secure network admin console "
+			   "deploy deployment quick brown fox jumps over lazy dog hello world what how why where time "
+			   "about into than then them these some could other only new also after first two any may "
+			   "like our out up use used way well work year years make made many most must people said "
+			   "should such very just over under while where before because through between each every";
 
 struct vocab_builder {
 	char **tok;

@@ -104,7 +104,8 @@ usage(FILE *fp)
 	      "  hash-key                                                 hash an API key read from stdin\n"
 	      "  features  [--json]                                       backends this build has\n"
 	      "\n"
-	      "Run 'privai-engine COMMAND --help' for a command's options.\n", fp);
+	      "Run 'privai-engine COMMAND --help' for a command's options.\n",
+	      fp);
 }
 
 int
@@ -114,9 +115,9 @@ main(int argc, char **argv)
 		const char *name;
 		int (*fn)(int, char **);
 	} cmds[] = {
-		{ "run", cmd_run }, { "eval", cmd_eval }, { "tokenize", cmd_tokenize },
-		{ "info", cmd_info }, { "bench", cmd_bench }, { "quantize", cmd_quantize },
-		{ "synth", cmd_synth }, { "serve", cmd_serve }, { "hash-key", cmd_hash_key },
+		{ "run", cmd_run },           { "eval", cmd_eval },   { "tokenize", cmd_tokenize },
+		{ "info", cmd_info },         { "bench", cmd_bench }, { "quantize", cmd_quantize },
+		{ "synth", cmd_synth },       { "serve", cmd_serve }, { "hash-key", cmd_hash_key },
 		{ "features", cmd_features },
 	};
 
@@ -133,8 +134,7 @@ main(int argc, char **argv)
 }
 
 int
-cli_engine_open(const char *cmd, const char *path, const struct engine_ctx_params *cp,
-		struct cli_engine *e)
+cli_engine_open(const char *cmd, const char *path, const struct engine_ctx_params *cp, struct cli_engine *e)
 {
 	char err[PRIVAI_ERR_LEN];
 

@@ -20,16 +20,16 @@
 #include "privai/threadpool.h"
 #include "cpu_dot.h"
 
-#define ROW_BLOCK 8     /* weight rows kept hot while the tokens stream by */
-#define TOKEN_TILE 64   /* float-path tokens per pass, bounds the x working set */
+#define ROW_BLOCK 8   /* weight rows kept hot while the tokens stream by */
+#define TOKEN_TILE 64 /* float-path tokens per pass, bounds the x working set */
 
 /* What one pool thread writes while multiplying: sized once by reserve(). */
 struct thread_scratch {
-	float *row;      /* one dequantized weight row */
-	int32_t *wsum;   /* GEMM_ROWS x blocks: -128 * sum(w) */
-	float *wd;       /* GEMM_ROWS x blocks: weight scales */
-	float *wmin;     /* GEMM_ROWS x blocks: Q4_K offsets */
-	uint8_t *wrows;  /* GEMM_ROWS rows widened to Q8_0 blocks */
+	float *row;     /* one dequantized weight row */
+	int32_t *wsum;  /* GEMM_ROWS x blocks: -128 * sum(w) */
+	float *wd;      /* GEMM_ROWS x blocks: weight scales */
+	float *wmin;    /* GEMM_ROWS x blocks: Q4_K offsets */
+	uint8_t *wrows; /* GEMM_ROWS rows widened to Q8_0 blocks */
 };
 
 struct cpu_impl {
@@ -37,11 +37,11 @@ struct cpu_impl {
 	const struct cpu_kernels *k;
 	struct thread_scratch *ts; /* one per pool thread */
 	size_t row_buf_len;        /* columns each ts[i].row holds */
-	struct block_q8 *xq;     /* quantized activations */
+	struct block_q8 *xq;       /* quantized activations */
 	size_t xq_len;
-	struct q8_tile *tiles;   /* the same, packed 16 tokens a tile, for the GEMM */
+	struct q8_tile *tiles; /* the same, packed 16 tokens a tile, for the GEMM */
 	size_t tiles_len;
-	float *att_buf;          /* per thread: att_len attention scores */
+	float *att_buf; /* per thread: att_len attention scores */
 	size_t att_buf_len, att_len;
 };
 
@@ -199,15 +199,16 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1, int ith)
 			uint8_t *wide = ts->wrows;
 			row_bytes = (size_t)nb * 34;
 			for (int r = 0; r < nr; r++)
-				q4_0_to_q8_0(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes, (size_t)nb);
+				q4_0_to_q8_0(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes,
+					     (size_t)nb);
 			wrows = wide;
 		}
 		if (w->type != TT_Q4_K)
 			j->im->k->gemm_q8_0_prep(wrows, row_bytes, nr, (size_t)nb, wsum, wd);
 		for (int64_t g = 0; g < groups; g += 2) {
 			int ng = groups - g > 1 ? 2 : 1;
-			j->im->k->gemm_q8_0(wrows, row_bytes, nr, wsum, wd, wmin, j->im->tiles + g * nb,
-					    (size_t)nb, ng, (size_t)nb, out);
+			j->im->k->gemm_q8_0(wrows, row_bytes, nr, wsum, wd, wmin, j->im->tiles + g * nb, (size_t)nb, ng,
+					    (size_t)nb, out);
 			int nt = j->n - (int)g * GEMM_TOKENS;
 			if (nt > ng * GEMM_TOKENS)
 				nt = ng * GEMM_TOKENS;
@@ -224,9 +225,10 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 	const struct weight *w = j->w;
 	int64_t nb = w->cols / 32;
 	const struct cpu_kernels *k = j->im->k;
-	float (*dot)(const void *, const struct block_q8 *, size_t) =
-		w->type == TT_Q8_0 ? k->dot_q8_0 : w->type == TT_Q4_0 ? k->dot_q4_0 :
-		w->type == TT_Q4_K ? k->dot_q4_k : k->dot_q6_k;
+	float (*dot)(const void *, const struct block_q8 *, size_t) = w->type == TT_Q8_0   ? k->dot_q8_0
+								      : w->type == TT_Q4_0 ? k->dot_q4_0
+								      : w->type == TT_Q4_K ? k->dot_q4_k
+											   : k->dot_q6_k;
 
 	for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
 		int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
@@ -248,9 +250,9 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 	if (w->type == TT_F16 && j->n <= 2) { /* decode: convert inside the dot */
 		for (int64_t r = r0; r < r1; r++)
 			for (int t = 0; t < j->n; t++)
-				j->y[(int64_t)t * w->rows + r] = k->dot_f16(
-					(const uint16_t *)((const uint8_t *)w->data + r * w->row_bytes),
-					j->x + (int64_t)t * w->cols, (size_t)w->cols);
+				j->y[(int64_t)t * w->rows + r] =
+					k->dot_f16((const uint16_t *)((const uint8_t *)w->data + r * w->row_bytes),
+						   j->x + (int64_t)t * w->cols, (size_t)w->cols);
 		return;
 	}
 
@@ -308,7 +310,8 @@ mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1, int ith)
 		}
 		for (int64_t g = 0; g < groups; g++) {
 			j->im->k->gemm8_q8_0(wrows, row_bytes, nr, bsum, tiles + g * nb, (size_t)nb, out);
-			int nt = j->n - (int)g * GEMM8_TOKENS < GEMM8_TOKENS ? j->n - (int)g * GEMM8_TOKENS : GEMM8_TOKENS;
+			int nt = j->n - (int)g * GEMM8_TOKENS < GEMM8_TOKENS ? j->n - (int)g * GEMM8_TOKENS
+									     : GEMM8_TOKENS;
 			for (int r = 0; r < nr; r++)
 				for (int t = 0; t < nt; t++)
 					j->y[(g * GEMM8_TOKENS + t) * w->rows + rb + r] = out[r * GEMM8_TOKENS + t];
@@ -342,8 +345,7 @@ cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, flo
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
 	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
-	j.quantized = w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K ||
-		      w->type == TT_Q6_K;
+	j.quantized = w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K || w->type == TT_Q6_K;
 	/* the GEMM pays off once a tile is mostly full */
 	j.gemm = (w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K) && im->k->gemm_q8_0 != NULL &&
 		 n >= GEMM_TOKENS;
@@ -436,8 +438,8 @@ cpu_rmsnorm(struct compute *c, const float *x, const float *g, int n, int dim, f
 }
 
 static void
-cpu_rope(struct compute *c, float *x, int n, int n_heads, int head_dim, int n_rot,
-	 const int32_t *pos, const float *inv_freq, int neox)
+cpu_rope(struct compute *c, float *x, int n, int n_heads, int head_dim, int n_rot, const int32_t *pos,
+	 const float *inv_freq, int neox)
 {
 	(void)c;
 	for (int t = 0; t < n; t++) {
@@ -461,7 +463,7 @@ struct att_job {
 	int n;
 	const int32_t *pos;
 	const int32_t *const *table;
-	int block_shift;         /* log2(block size) */
+	int block_shift; /* log2(block size) */
 	const float *k, *v;
 	size_t stride;
 	int n_head, n_head_kv, head_dim;
@@ -486,7 +488,7 @@ att_worker(void *arg, int ith, int nth)
 		const int32_t *blocks = j->table[t];
 		int len = j->pos[t] + 1, bmask = (1 << j->block_shift) - 1;
 		float max = -INFINITY, sum = 0.0f;
-#define ROW(p) (((size_t)blocks[(p) >> j->block_shift] << j->block_shift) + (size_t)((p) & bmask))
+#define ROW(p) (((size_t)blocks[(p) >> j->block_shift] << j->block_shift) + (size_t)((p)&bmask))
 		for (int p = 0; p < len; p++) {
 			const float *kp = j->k + ROW(p) * j->stride + (size_t)kvh * j->head_dim;
 			score[p] = k->dot_f32(qh, kp, (size_t)j->head_dim) * scale;
@@ -508,10 +510,9 @@ att_worker(void *arg, int ith, int nth)
 }
 
 static void
-cpu_attention(struct compute *c, const float *q, int n, const int32_t *pos,
-	      const int32_t *const *table, int block_size,
-	      const float *k_cache, const float *v_cache, size_t kv_stride,
-	      int n_head, int n_head_kv, int head_dim, float *out)
+cpu_attention(struct compute *c, const float *q, int n, const int32_t *pos, const int32_t *const *table, int block_size,
+	      const float *k_cache, const float *v_cache, size_t kv_stride, int n_head, int n_head_kv, int head_dim,
+	      float *out)
 {
 	struct cpu_impl *im = impl_of(c);
 	int shift = 0;
@@ -519,8 +520,9 @@ cpu_attention(struct compute *c, const float *q, int n, const int32_t *pos,
 	while ((1 << shift) < block_size)
 		shift++;
 	assert((1 << shift) == block_size);
-	struct att_job j = { im, q, n, pos, table, shift, k_cache, v_cache, kv_stride, n_head,
-			     n_head_kv, head_dim, out };
+	struct att_job j = {
+		im, q, n, pos, table, shift, k_cache, v_cache, kv_stride, n_head, n_head_kv, head_dim, out
+	};
 
 	for (int t = 0; t < n; t++)
 		assert((size_t)pos[t] < im->att_len);
@@ -644,8 +646,7 @@ cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx)
 		   (size_t)max_tokens * (size_t)(max_cols / 32 + 1) * sizeof(struct block_q8)) < 0 ||
 	    ensure((void **)&im->tiles, &im->tiles_len,
 		   (size_t)(max_tokens / GEMM_TOKENS + 1) * (size_t)(max_cols / 32 + 1) * sizeof(struct q8_tile)) < 0 ||
-	    ensure((void **)&im->att_buf, &im->att_buf_len,
-		   (size_t)nth * (size_t)max_ctx * sizeof(float)) < 0)
+	    ensure((void **)&im->att_buf, &im->att_buf_len, (size_t)nth * (size_t)max_ctx * sizeof(float)) < 0)
 		return PRIVAI_ENOMEM;
 	if ((size_t)max_ctx > im->att_len)
 		im->att_len = (size_t)max_ctx;

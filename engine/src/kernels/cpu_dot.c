@@ -14,7 +14,7 @@
 static float
 dot_f32_scalar(const float *a, const float *b, size_t n)
 {
-	float s[8] = {0};
+	float s[8] = { 0 };
 	size_t i = 0;
 
 	for (; i + 8 <= n; i += 8)
@@ -102,8 +102,18 @@ dot_q4_0_scalar(const void *w, const struct block_q8 *x, size_t nb)
 }
 
 static const struct cpu_kernels k_scalar = {
-	"scalar", dot_f32_scalar, dot_f16_scalar, f16_to_f32_scalar, quantize_q8_scalar,
-	dot_q8_0_scalar, dot_q4_0_scalar, dot_q4_k_scalar, dot_q6_k_scalar, NULL, NULL, NULL,
+	"scalar",
+	dot_f32_scalar,
+	dot_f16_scalar,
+	f16_to_f32_scalar,
+	quantize_q8_scalar,
+	dot_q8_0_scalar,
+	dot_q4_0_scalar,
+	dot_q4_k_scalar,
+	dot_q6_k_scalar,
+	NULL,
+	NULL,
+	NULL,
 };
 
 void
@@ -165,8 +175,8 @@ dot_f16_avx2(const uint16_t *w, const float *x, size_t n)
 	size_t i = 0;
 
 	for (; i + 16 <= n; i += 16) {
-		s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))),
-				     _mm256_loadu_ps(x + i), s0);
+		s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))), _mm256_loadu_ps(x + i),
+				     s0);
 		s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))),
 				     _mm256_loadu_ps(x + i + 8), s1);
 	}
@@ -269,8 +279,7 @@ dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 
 	for (size_t i = 0; i < nb; i++, b += 18) {
 		float dd = f16c_load(b) * x[i].d;
-		__m256i p = mul_sum_u8i8_avx2(unpack_nibbles(b + 2),
-					      _mm256_loadu_si256((const __m256i *)x[i].q));
+		__m256i p = mul_sum_u8i8_avx2(unpack_nibbles(b + 2), _mm256_loadu_si256((const __m256i *)x[i].q));
 		acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), acc);
 		corr += dd * (float)(8 * x[i].sum);
 	}
@@ -278,13 +287,12 @@ dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 }
 
 static struct cpu_kernels k_avx2 = {
-	"avx2", dot_f32_avx2, dot_f16_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2,
-	NULL, NULL, /* k-quant dots: filled in by cpu_kernels_get */
-	NULL, NULL, NULL, /* no GEMM */
+	"avx2",        dot_f32_avx2, dot_f16_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2,
+	dot_q4_0_avx2, NULL,         NULL, /* k-quant dots: filled in by cpu_kernels_get */
+	NULL,          NULL,         NULL, /* no GEMM */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
-
 
 AVX512 static float
 dot_f32_avx512(const float *a, const float *b, size_t n)
@@ -332,13 +340,12 @@ dot_q8_0_avx512(const void *w, const struct block_q8 *x, size_t nb)
 		__m256i w1 = _mm256_loadu_si256((const __m256i *)(b + 36));
 		__m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].q);
 		__m256i x1 = _mm256_loadu_si256((const __m256i *)x[i + 1].q);
-		__m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w0, w0),
-						 _mm256_sign_epi8(x0, w0));
-		__m256i p1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w1, w1),
-						 _mm256_sign_epi8(x1, w1));
+		__m256i p0 =
+			_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w0, w0), _mm256_sign_epi8(x0, w0));
+		__m256i p1 =
+			_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w1, w1), _mm256_sign_epi8(x1, w1));
 		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b) * x[i].d), _mm256_cvtepi32_ps(p0), acc0);
-		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b + 34) * x[i + 1].d),
-				       _mm256_cvtepi32_ps(p1), acc1);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b + 34) * x[i + 1].d), _mm256_cvtepi32_ps(p1), acc1);
 	}
 	float s = hsum256(_mm256_add_ps(acc0, acc1));
 	if (i < nb)
@@ -385,8 +392,7 @@ q8_block_sum(const uint8_t *qs)
 /* Per-block constants of nrows weight rows, computed once per row chunk
  * and reused by every token group: -128 * sum(w) and the fp16 scale. */
 AVX512 static void
-gemm_q8_0_prep_avx512(const uint8_t *w, size_t row_bytes, int nrows, size_t nb, int32_t *wsum,
-		      float *wd)
+gemm_q8_0_prep_avx512(const uint8_t *w, size_t row_bytes, int nrows, size_t nb, int32_t *wsum, float *wd)
 {
 	for (int r = 0; r < nrows; r++)
 		for (size_t b = 0; b < nb; b++) {
@@ -405,40 +411,41 @@ gemm_q8_0_1g_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t
 	for (int r0 = 0; r0 < nrows; r0 += 4) {
 		int nr = nrows - r0 < 4 ? nrows - r0 : 4;
 		__m512 acc[4];
-		#pragma GCC unroll 8
+#pragma GCC unroll 8
 		for (int i = 0; i < 4; i++)
 			acc[i] = _mm512_setzero_ps();
 		for (size_t b = 0; b < nb; b++) {
 			__m512i xa[8];
-			#pragma GCC unroll 8
+#pragma GCC unroll 8
 			for (int s = 0; s < 8; s++)
 				xa[s] = _mm512_loadu_si512((const void *)x[b].q[s]);
 			__m512 da = _mm512_loadu_ps(x[b].d);
-			#pragma GCC unroll 8
+#pragma GCC unroll 8
 			for (int rr = 0; rr < nr; rr++) {
 				size_t at = (size_t)(r0 + rr) * nb + b;
 				const uint8_t *blk = w + (size_t)(r0 + rr) * row_bytes + b * 34;
 				int32_t w4[8];
 				memcpy(w4, blk + 2, 32);
 				__m512i pa = _mm512_set1_epi32(wsum[at]);
-				#pragma GCC unroll 8
+#pragma GCC unroll 8
 				for (int s = 0; s < 8; s++)
 					pa = _mm512_dpbusd_epi32(pa, xa[s], _mm512_set1_epi32(w4[s]));
-				acc[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pa), _mm512_mul_ps(da, _mm512_set1_ps(wd[at])),
-							  acc[rr]);
+				acc[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pa),
+							  _mm512_mul_ps(da, _mm512_set1_ps(wd[at])), acc[rr]);
 				if (wmin != NULL)
-					acc[rr] = _mm512_fnmadd_ps(_mm512_set1_ps(wmin[at]), _mm512_loadu_ps(x[b].dsum), acc[rr]);
+					acc[rr] = _mm512_fnmadd_ps(_mm512_set1_ps(wmin[at]), _mm512_loadu_ps(x[b].dsum),
+								   acc[rr]);
 			}
 		}
-		#pragma GCC unroll 8
+#pragma GCC unroll 8
 		for (int rr = 0; rr < nr; rr++)
 			_mm512_storeu_ps(y + (size_t)(r0 + rr) * 2 * GEMM_TOKENS, acc[rr]);
 	}
 }
 
 AVX512 static void
-gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
-		 const float *wmin, const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y)
+gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd, const float *wmin,
+		 const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y)
 {
 	if (ngroups == 1) {
 		gemm_q8_0_1g_avx512(w, row_bytes, nrows, wsum, wd, wmin, x, nb, y);
@@ -451,25 +458,25 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *w
 	for (int r0 = 0; r0 < nrows; r0 += 4) {
 		int nr = nrows - r0 < 4 ? nrows - r0 : 4;
 		__m512 acc0[4], acc1[4];
-		#pragma GCC unroll 8
+#pragma GCC unroll 8
 		for (int i = 0; i < 4; i++)
 			acc0[i] = acc1[i] = _mm512_setzero_ps();
 		for (size_t b = 0; b < nb; b++) {
 			__m512i xa[8], xb[8];
-			#pragma GCC unroll 8
+#pragma GCC unroll 8
 			for (int s = 0; s < 8; s++) {
 				xa[s] = _mm512_loadu_si512((const void *)x[b].q[s]);
 				xb[s] = _mm512_loadu_si512((const void *)x1[b].q[s]);
 			}
 			__m512 da = _mm512_loadu_ps(x[b].d), db = _mm512_loadu_ps(x1[b].d);
-			#pragma GCC unroll 8
+#pragma GCC unroll 8
 			for (int rr = 0; rr < nr; rr++) {
 				size_t at = (size_t)(r0 + rr) * nb + b;
 				const uint8_t *blk = w + (size_t)(r0 + rr) * row_bytes + b * 34;
 				int32_t w4[8];
 				memcpy(w4, blk + 2, 32);
 				__m512i pa = _mm512_set1_epi32(wsum[at]), pb = pa;
-				#pragma GCC unroll 8
+#pragma GCC unroll 8
 				for (int s = 0; s < 8; s++) {
 					__m512i wb = _mm512_set1_epi32(w4[s]);
 					pa = _mm512_dpbusd_epi32(pa, xa[s], wb);
@@ -485,7 +492,7 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *w
 				}
 			}
 		}
-		#pragma GCC unroll 8
+#pragma GCC unroll 8
 		for (int rr = 0; rr < nr; rr++) {
 			_mm512_storeu_ps(y + (size_t)(r0 + rr) * 2 * GEMM_TOKENS, acc0[rr]);
 			_mm512_storeu_ps(y + (size_t)(r0 + rr) * 2 * GEMM_TOKENS + GEMM_TOKENS, acc1[rr]);
@@ -500,8 +507,8 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *w
  * block sums the model keeps.  NR rows a step, NR a constant where it can
  * be, so the accumulators stay in registers. */
 AVX512 static inline __attribute__((always_inline)) void
-gemm8_rows(const uint8_t *w, size_t row_bytes, int nr, const int16_t *bsum, const struct q8_tile8 *x,
-	   size_t nb, float *y)
+gemm8_rows(const uint8_t *w, size_t row_bytes, int nr, const int16_t *bsum, const struct q8_tile8 *x, size_t nb,
+	   float *y)
 {
 	__m256 acc[8];
 
@@ -540,8 +547,8 @@ gemm8_rows(const uint8_t *w, size_t row_bytes, int nr, const int16_t *bsum, cons
 }
 
 AVX512 static void
-gemm8_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int16_t *bsum,
-		  const struct q8_tile8 *x, size_t nb, float *y)
+gemm8_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int16_t *bsum, const struct q8_tile8 *x,
+		  size_t nb, float *y)
 {
 	int r0 = 0;
 
@@ -556,9 +563,8 @@ gemm8_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int16_t *
 }
 
 static struct cpu_kernels k_avx512 = {
-	"avx512-vnni", dot_f32_avx512, dot_f16_avx512, f16_to_f32_avx2, quantize_q8_avx2,
-	dot_q8_0_avx512, dot_q4_0_avx512, NULL, NULL, gemm_q8_0_prep_avx512, gemm_q8_0_avx512,
-	gemm8_q8_0_avx512,
+	"avx512-vnni",   dot_f32_avx512, dot_f16_avx512, f16_to_f32_avx2,       quantize_q8_avx2, dot_q8_0_avx512,
+	dot_q4_0_avx512, NULL,           NULL,           gemm_q8_0_prep_avx512, gemm_q8_0_avx512, gemm8_q8_0_avx512,
 };
 #endif
 

@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 struct block_q8 {
-	float d;      /* scale: x ~= d * q */
-	int32_t sum;  /* sum of q, for weight types with an offset (Q4_0) */
+	float d;     /* scale: x ~= d * q */
+	int32_t sum; /* sum of q, for weight types with an offset (Q4_0) */
 	int8_t q[32];
 };
 
@@ -66,18 +66,17 @@ struct cpu_kernels {
 	 * group_stride tiles after the first): y[r * 32 + g * 16 + j] = row r .
 	 * token j of group g over nb blocks, for nrows rows row_bytes apart.
 	 * NULL where the CPU has no kernel for it (the per-token dot is used). */
-	void (*gemm_q8_0_prep)(const uint8_t *w, size_t row_bytes, int nrows, size_t nb,
-			       int32_t *wsum, float *wd);
+	void (*gemm_q8_0_prep)(const uint8_t *w, size_t row_bytes, int nrows, size_t nb, int32_t *wsum, float *wd);
 	/* wsum, wd: what gemm_q8_0_prep computed for these rows; wmin (NULL
 	 * for none) is a per-block offset o such that each weight is
 	 * wd * q - o (Q4_K's min), taken off as o * dsum per token */
-	void (*gemm_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum,
-			  const float *wd, const float *wmin, const struct q8_tile *x,
-			  size_t group_stride, int ngroups, size_t nb, float *y);
+	void (*gemm_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
+			  const float *wmin, const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb,
+			  float *y);
 	/* Q8_0 rows x one tile8 group: y[r * 8 + j] = row r . token j;
 	 * bsum: each row's block sums (nb per row). */
-	void (*gemm8_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const int16_t *bsum,
-			   const struct q8_tile8 *x, size_t nb, float *y);
+	void (*gemm8_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const int16_t *bsum, const struct q8_tile8 *x,
+			   size_t nb, float *y);
 };
 
 /* cpu_dot_kquants.c */

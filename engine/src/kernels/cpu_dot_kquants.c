@@ -104,71 +104,78 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 #define U8I8_VNNI(a, b) _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b)
 
 /* One template, compiled for AVX2 and for AVX-512 VNNI. */
-#define DEFINE_KQUANT_DOTS(SUFFIX, TARGET, U8I8)                                                   \
-	TARGET static float dot_q4_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)   \
-	{                                                                                           \
-		const uint8_t *b = w;                                                               \
-		__m256 acc = _mm256_setzero_ps();                                                   \
-		float mins = 0.0f;                                                                  \
-		const __m256i low = _mm256_set1_epi8(0xf);                                          \
-		for (size_t i = 0; i < nb / 8; i++, b += 144, x += 8) {                             \
-			float d = f16c_load(b), dmin = f16c_load(b + 2);                            \
-			for (int p = 0; p < 4; p++) {                                               \
-				__m256i raw = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * p)); \
-				__m256i q0 = _mm256_and_si256(raw, low);                            \
-				__m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);      \
-				int sc0, m0, sc1, m1;                                               \
-				k4_scale_min(2 * p, b + 4, &sc0, &m0);                              \
-				k4_scale_min(2 * p + 1, b + 4, &sc1, &m1);                          \
-				const struct block_q8 *x0 = &x[2 * p], *x1 = &x[2 * p + 1];          \
-				__m256i p0 = U8I8(q0, _mm256_loadu_si256((const __m256i *)x0->q));  \
-				__m256i p1 = U8I8(q1, _mm256_loadu_si256((const __m256i *)x1->q));  \
-				acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc0 * x0->d), _mm256_cvtepi32_ps(p0), acc); \
-				acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 * x1->d), _mm256_cvtepi32_ps(p1), acc); \
-				mins += dmin * (m0 * x0->d * (float)x0->sum + m1 * x1->d * (float)x1->sum); \
-			}                                                                           \
-		}                                                                                   \
-		return hsum256(acc) - mins;                                                         \
-	}                                                                                           \
-                                                                                                    \
-	TARGET static float dot_q6_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)   \
-	{                                                                                           \
-		const uint8_t *b = w;                                                               \
-		__m256 acc = _mm256_setzero_ps();                                                   \
-		const __m256i low = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);             \
-		const __m256i m32 = _mm256_set1_epi8(32);                                           \
-		for (size_t i = 0; i < nb / 8; i++, b += 210) {                                     \
-			const int8_t *sc = (const int8_t *)(b + 192);                               \
-			float d = f16c_load(b + 208);                                               \
-			for (int h = 0; h < 2; h++, x += 4) {                                       \
-				const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;             \
-				__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);               \
-				__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));        \
-				__m256i hh = _mm256_loadu_si256((const __m256i *)qh);               \
-				__m256i v[4];                                                       \
-				v[0] = _mm256_or_si256(_mm256_and_si256(l0, low),                   \
-					_mm256_slli_epi16(_mm256_and_si256(hh, three), 4));          \
-				v[1] = _mm256_or_si256(_mm256_and_si256(l1, low),                   \
-					_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), three), 4)); \
-				v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low), \
-					_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), three), 4)); \
-				v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low), \
-					_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), three), 4)); \
-				for (int k = 0; k < 4; k++) {                                       \
-					__m256i xq = _mm256_loadu_si256((const __m256i *)x[k].q);   \
-					/* (q - 32) * x = q * x - 32 * x, both from unsigned q */   \
-					__m256i pq = U8I8(v[k], xq);                                \
-					__m256i px = U8I8(m32, xq);                                 \
-					__m256i pr = _mm256_sub_epi32(pq, px);                      \
-					__m256i scv = _mm256_setr_epi32(sc[8 * h + 2 * k], sc[8 * h + 2 * k], \
-						sc[8 * h + 2 * k], sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1], \
-						sc[8 * h + 2 * k + 1], sc[8 * h + 2 * k + 1], sc[8 * h + 2 * k + 1]); \
-					acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x[k].d),           \
-						_mm256_cvtepi32_ps(_mm256_mullo_epi32(pr, scv)), acc); \
-				}                                                                   \
-			}                                                                           \
-		}                                                                                   \
-		return hsum256(acc);                                                                \
+#define DEFINE_KQUANT_DOTS(SUFFIX, TARGET, U8I8)                                                                       \
+	TARGET static float dot_q4_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)                      \
+	{                                                                                                              \
+		const uint8_t *b = w;                                                                                  \
+		__m256 acc = _mm256_setzero_ps();                                                                      \
+		float mins = 0.0f;                                                                                     \
+		const __m256i low = _mm256_set1_epi8(0xf);                                                             \
+		for (size_t i = 0; i < nb / 8; i++, b += 144, x += 8) {                                                \
+			float d = f16c_load(b), dmin = f16c_load(b + 2);                                               \
+			for (int p = 0; p < 4; p++) {                                                                  \
+				__m256i raw = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * p));                  \
+				__m256i q0 = _mm256_and_si256(raw, low);                                               \
+				__m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);                         \
+				int sc0, m0, sc1, m1;                                                                  \
+				k4_scale_min(2 * p, b + 4, &sc0, &m0);                                                 \
+				k4_scale_min(2 * p + 1, b + 4, &sc1, &m1);                                             \
+				const struct block_q8 *x0 = &x[2 * p], *x1 = &x[2 * p + 1];                            \
+				__m256i p0 = U8I8(q0, _mm256_loadu_si256((const __m256i *)x0->q));                     \
+				__m256i p1 = U8I8(q1, _mm256_loadu_si256((const __m256i *)x1->q));                     \
+				acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc0 * x0->d), _mm256_cvtepi32_ps(p0), acc);   \
+				acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 * x1->d), _mm256_cvtepi32_ps(p1), acc);   \
+				mins += dmin * (m0 * x0->d * (float)x0->sum + m1 * x1->d * (float)x1->sum);            \
+			}                                                                                              \
+		}                                                                                                      \
+		return hsum256(acc) - mins;                                                                            \
+	}                                                                                                              \
+                                                                                                                       \
+	TARGET static float dot_q6_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)                      \
+	{                                                                                                              \
+		const uint8_t *b = w;                                                                                  \
+		__m256 acc = _mm256_setzero_ps();                                                                      \
+		const __m256i low = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);                                \
+		const __m256i m32 = _mm256_set1_epi8(32);                                                              \
+		for (size_t i = 0; i < nb / 8; i++, b += 210) {                                                        \
+			const int8_t *sc = (const int8_t *)(b + 192);                                                  \
+			float d = f16c_load(b + 208);                                                                  \
+			for (int h = 0; h < 2; h++, x += 4) {                                                          \
+				const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;                                \
+				__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);                                  \
+				__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));                           \
+				__m256i hh = _mm256_loadu_si256((const __m256i *)qh);                                  \
+				__m256i v[4];                                                                          \
+				v[0] = _mm256_or_si256(_mm256_and_si256(l0, low),                                      \
+						       _mm256_slli_epi16(_mm256_and_si256(hh, three), 4));             \
+				v[1] = _mm256_or_si256(_mm256_and_si256(l1, low),                                      \
+						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2),    \
+											  three),                      \
+									 4));                                          \
+				v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),                \
+						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4),    \
+											  three),                      \
+									 4));                                          \
+				v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),                \
+						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6),    \
+											  three),                      \
+									 4));                                          \
+				for (int k = 0; k < 4; k++) {                                                          \
+					__m256i xq = _mm256_loadu_si256((const __m256i *)x[k].q);                      \
+					/* (q - 32) * x = q * x - 32 * x, both from unsigned q */                      \
+					__m256i pq = U8I8(v[k], xq);                                                   \
+					__m256i px = U8I8(m32, xq);                                                    \
+					__m256i pr = _mm256_sub_epi32(pq, px);                                         \
+					__m256i scv = _mm256_setr_epi32(sc[8 * h + 2 * k], sc[8 * h + 2 * k],          \
+									sc[8 * h + 2 * k], sc[8 * h + 2 * k],          \
+									sc[8 * h + 2 * k + 1], sc[8 * h + 2 * k + 1],  \
+									sc[8 * h + 2 * k + 1], sc[8 * h + 2 * k + 1]); \
+					acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x[k].d),                              \
+							      _mm256_cvtepi32_ps(_mm256_mullo_epi32(pr, scv)), acc);   \
+				}                                                                                      \
+			}                                                                                              \
+		}                                                                                                      \
+		return hsum256(acc);                                                                                   \
 	}
 
 DEFINE_KQUANT_DOTS(avx2, AVX2, U8I8_AVX2)

@@ -12,7 +12,6 @@
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
-
 /* One fp16 scale with the F16C instruction (the portable converter is a
  * branchy function: calling it per 32-weight block costs more than the dot). */
 AVX2 static inline float

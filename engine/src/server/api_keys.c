@@ -30,8 +30,8 @@ add_line(struct api_keys *k, char *line, int lineno, const char *path, char *err
 {
 	size_t len = strlen(line);
 
-	while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ' ||
-			   line[len - 1] == '\t'))
+	while (len > 0 &&
+	       (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
 		line[--len] = '\0';
 	while (*line == ' ' || *line == '\t') {
 		line++;
@@ -39,7 +39,7 @@ add_line(struct api_keys *k, char *line, int lineno, const char *path, char *err
 	}
 	if (len == 0 || line[0] == '#')
 		return PRIVAI_OK;
-	unsigned char (*nh)[HASH_LEN] = realloc(k->hash, (size_t)(k->n + 1) * sizeof(*k->hash));
+	unsigned char(*nh)[HASH_LEN] = realloc(k->hash, (size_t)(k->n + 1) * sizeof(*k->hash));
 	if (nh == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory reading %s", path);
 	k->hash = nh;
@@ -49,8 +49,8 @@ add_line(struct api_keys *k, char *line, int lineno, const char *path, char *err
 					   path, lineno);
 	} else {
 		if (len < 8)
-			return privai_fail(err, PRIVAI_EFORMAT, "%s:%d: an API key must be at least 8 characters",
-					   path, lineno);
+			return privai_fail(err, PRIVAI_EFORMAT, "%s:%d: an API key must be at least 8 characters", path,
+					   lineno);
 		crypto_hash_sha256(k->hash[k->n], (const unsigned char *)line, len);
 	}
 	k->n++;

@@ -12,9 +12,9 @@ static const struct {
 	const char *name;
 	enum chat_family f;
 } names[] = {
-	{ "llama2", CHAT_LLAMA2 }, { "llama3", CHAT_LLAMA3 }, { "mistral", CHAT_MISTRAL },
-	{ "chatml", CHAT_CHATML }, { "qwen", CHAT_CHATML }, { "phi3", CHAT_PHI3 },
-	{ "gemma", CHAT_GEMMA }, { "deepseek", CHAT_DEEPSEEK }, { "deepseek3", CHAT_DEEPSEEK3 },
+	{ "llama2", CHAT_LLAMA2 }, { "llama3", CHAT_LLAMA3 },     { "mistral", CHAT_MISTRAL },
+	{ "chatml", CHAT_CHATML }, { "qwen", CHAT_CHATML },       { "phi3", CHAT_PHI3 },
+	{ "gemma", CHAT_GEMMA },   { "deepseek", CHAT_DEEPSEEK }, { "deepseek3", CHAT_DEEPSEEK3 },
 };
 
 enum chat_family
@@ -55,7 +55,8 @@ chat_family_detect(const char *t)
 		return CHAT_GEMMA;
 	if (strstr(t, "<|user|>") && strstr(t, "<|end|>"))
 		return CHAT_PHI3;
-	if (strstr(t, "<\xef\xbd\x9c" "User\xef\xbd\x9c>"))
+	if (strstr(t, "<\xef\xbd\x9c"
+		      "User\xef\xbd\x9c>"))
 		return CHAT_DEEPSEEK3;
 	if (strstr(t, "[INST]") && strstr(t, "<<SYS>>"))
 		return CHAT_LLAMA2;
@@ -83,7 +84,8 @@ render_llama2(const struct chat_message *m, int n, struct strbuf *o, int mistral
 			continue;
 		}
 		if ((m[i].role == ROLE_USER) != expect_user) {
-			snprintf(err, el, "this template needs user and assistant messages to alternate, starting with user");
+			snprintf(err, el,
+				 "this template needs user and assistant messages to alternate, starting with user");
 			return -1;
 		}
 		if (m[i].role == ROLE_USER) {
@@ -133,27 +135,35 @@ render_simple(enum chat_family f, const struct chat_message *m, int n, struct st
 		strbuf_puts(o, "<|assistant|>\n");
 		break;
 	case CHAT_DEEPSEEK3:
-		strbuf_puts(o, "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
+		strbuf_puts(o, "<\xef\xbd\x9c"
+			       "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
 		for (int i = 0; i < n; i++) {
 			if (m[i].role == ROLE_SYSTEM)
 				strbuf_puts(o, m[i].content);
 			else if (m[i].role == ROLE_USER)
 				strbuf_printf(o, "<\xef\xbd\x9cUser\xef\xbd\x9c>%s", m[i].content);
 			else
-				strbuf_printf(o, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>%s<\xef\xbd\x9c"
-					      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", m[i].content);
+				strbuf_printf(o,
+					      "<\xef\xbd\x9c"
+					      "Assistant\xef\xbd\x9c>%s<\xef\xbd\x9c"
+					      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+					      m[i].content);
 		}
-		strbuf_puts(o, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
+		strbuf_puts(o, "<\xef\xbd\x9c"
+			       "Assistant\xef\xbd\x9c>");
 		break;
 	case CHAT_DEEPSEEK:
-		strbuf_puts(o, "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
+		strbuf_puts(o, "<\xef\xbd\x9c"
+			       "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
 		for (int i = 0; i < n; i++) {
 			if (m[i].role == ROLE_SYSTEM)
 				strbuf_printf(o, "%s\n\n", m[i].content);
 			else if (m[i].role == ROLE_USER)
 				strbuf_printf(o, "User: %s\n\n", m[i].content);
 			else
-				strbuf_printf(o, "Assistant: %s<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+				strbuf_printf(o,
+					      "Assistant: %s<\xef\xbd\x9c"
+					      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
 					      m[i].content);
 		}
 		strbuf_puts(o, "Assistant:");
@@ -186,21 +196,26 @@ render_gemma(const struct chat_message *m, int n, struct strbuf *o)
 }
 
 int
-chat_render(enum chat_family f, const struct chat_message *m, int n, struct strbuf *out, char *err,
-	    size_t errlen)
+chat_render(enum chat_family f, const struct chat_message *m, int n, struct strbuf *out, char *err, size_t errlen)
 {
 	if (n < 1) {
 		snprintf(err, errlen, "messages must not be empty");
 		return -1;
 	}
 	switch (f) {
-	case CHAT_LLAMA2: return render_llama2(m, n, out, 0, err, errlen);
-	case CHAT_MISTRAL: return render_llama2(m, n, out, 1, err, errlen);
-	case CHAT_GEMMA: render_gemma(m, n, out); return 0;
+	case CHAT_LLAMA2:
+		return render_llama2(m, n, out, 0, err, errlen);
+	case CHAT_MISTRAL:
+		return render_llama2(m, n, out, 1, err, errlen);
+	case CHAT_GEMMA:
+		render_gemma(m, n, out);
+		return 0;
 	case CHAT_NONE:
 		snprintf(err, errlen, "this model has no chat template; start the server with --chat-template (%s)",
 			 chat_family_names());
 		return -1;
-	default: render_simple(f, m, n, out); return 0;
+	default:
+		render_simple(f, m, n, out);
+		return 0;
 	}
 }

@@ -11,8 +11,15 @@
 #include "server/strbuf.h"
 
 enum chat_family {
-	CHAT_NONE, CHAT_LLAMA2, CHAT_LLAMA3, CHAT_MISTRAL, CHAT_CHATML, CHAT_PHI3, CHAT_GEMMA,
-	CHAT_DEEPSEEK, CHAT_DEEPSEEK3,
+	CHAT_NONE,
+	CHAT_LLAMA2,
+	CHAT_LLAMA3,
+	CHAT_MISTRAL,
+	CHAT_CHATML,
+	CHAT_PHI3,
+	CHAT_GEMMA,
+	CHAT_DEEPSEEK,
+	CHAT_DEEPSEEK3,
 };
 
 enum chat_role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
@@ -32,7 +39,6 @@ const char *chat_family_names(void);
 
 /* Render messages and the opening of the assistant's turn.  Returns 0, or
  * -1 with err set (a conversation the family cannot express). */
-int chat_render(enum chat_family f, const struct chat_message *m, int n, struct strbuf *out,
-		char *err, size_t errlen);
+int chat_render(enum chat_family f, const struct chat_message *m, int n, struct strbuf *out, char *err, size_t errlen);
 
 #endif

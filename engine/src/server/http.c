@@ -46,8 +46,8 @@ http_send_json(struct MHD_Connection *c, unsigned status, char *json)
 }
 
 int
-http_send_error(struct MHD_Connection *c, unsigned status, const char *type, const char *code,
-		const char *param, const char *fmt, ...)
+http_send_error(struct MHD_Connection *c, unsigned status, const char *type, const char *code, const char *param,
+		const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -189,7 +189,7 @@ handle_detokenize(struct server *s, struct MHD_Connection *c, const char *body, 
 		cJSON_Delete(j);
 		return http_send_error(c, 503, "server_error", "out_of_memory", NULL, "out of memory");
 	}
-	cJSON_ArrayForEach(it, t) {
+	cJSON_ArrayForEach (it, t) {
 		double v = it->valuedouble;
 		if (!cJSON_IsNumber(it) || v != (double)(int32_t)v || v < 0 || v >= V) {
 			free(ids);
@@ -214,8 +214,7 @@ handle_detokenize(struct server *s, struct MHD_Connection *c, const char *body, 
 }
 
 static int
-route(struct server *s, struct MHD_Connection *c, const char *url, const char *method,
-      const char *body, size_t len)
+route(struct server *s, struct MHD_Connection *c, const char *url, const char *method, const char *body, size_t len)
 {
 	int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
 
@@ -232,7 +231,8 @@ route(struct server *s, struct MHD_Connection *c, const char *url, const char *m
 		    strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/tokenize") == 0 ||
 		    strcmp(url, "/detokenize") == 0;
 	if (!known)
-		return http_send_error(c, 404, "not_found_error", "not_found", NULL, "no such path: %s %s", method, url);
+		return http_send_error(c, 404, "not_found_error", "not_found", NULL, "no such path: %s %s", method,
+				       url);
 	if (!authorized(s, c))
 		return http_send_error(c, 401, "authentication_error", "invalid_api_key", NULL,
 				       "a valid API key is required (Authorization: Bearer KEY)");
@@ -253,8 +253,8 @@ route(struct server *s, struct MHD_Connection *c, const char *url, const char *m
 }
 
 static enum MHD_Result
-access_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-	       const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls)
+access_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
+	       const char *upload_data, size_t *upload_data_size, void **con_cls)
 {
 	struct server *s = cls;
 	struct conn_state *st = *con_cls;
@@ -324,14 +324,11 @@ server_start(struct server *s, const struct server_config *cfg, char *err)
 	sa.sin_port = htons((uint16_t)cfg->port);
 	if (inet_pton(AF_INET, s->cfg.host, &sa.sin_addr) != 1)
 		return privai_fail(err, PRIVAI_EINVAL, "--host %s is not an IPv4 address", s->cfg.host);
-	s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC,
-				     0, NULL, NULL, access_handler, s,
-				     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+	s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC, 0,
+				     NULL, NULL, access_handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
 				     MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
-				     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-				     MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 << 10),
-				     MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-				     MHD_OPTION_END);
+				     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE,
+				     (size_t)(512 << 10), MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
 	if (s->daemon == NULL)
 		return privai_fail(err, PRIVAI_EIO, "cannot listen on %s:%d (in use, or not allowed)", s->cfg.host,
 				   cfg->port);
@@ -341,8 +338,8 @@ server_start(struct server *s, const struct server_config *cfg, char *err)
 }
 
 int
-server_set_ready(struct server *s, struct scheduler *sched, const struct tokenizer *tok,
-		 enum chat_family chat, int n_ctx, char *err)
+server_set_ready(struct server *s, struct scheduler *sched, const struct tokenizer *tok, enum chat_family chat,
+		 int n_ctx, char *err)
 {
 	if ((s->json_vocab = json_vocab_new(tok)) == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for the JSON-mode vocabulary");

@@ -10,17 +10,26 @@
 #include "server/json_constraint.h"
 
 #define JSON_MAX_DEPTH 32
-#define JSON_MAX_WS 4    /* consecutive whitespace bytes: no endless blank output */
+#define JSON_MAX_WS 4 /* consecutive whitespace bytes: no endless blank output */
 
 enum jstate {
-	J_START,        /* before the top-level object */
-	J_VALUE,        /* a value must start */
-	J_OBJ_FIRST,    /* after '{': key or '}' */
-	J_OBJ_KEY,      /* after ',' in an object: key */
+	J_START,     /* before the top-level object */
+	J_VALUE,     /* a value must start */
+	J_OBJ_FIRST, /* after '{': key or '}' */
+	J_OBJ_KEY,   /* after ',' in an object: key */
 	J_COLON,
-	J_AFTER,        /* after a value inside a container */
-	J_STRING, J_ESCAPE, J_HEX,
-	J_NUM_MINUS, J_NUM_ZERO, J_NUM_INT, J_NUM_DOT, J_NUM_FRAC, J_NUM_E, J_NUM_ESIGN, J_NUM_EXP,
+	J_AFTER, /* after a value inside a container */
+	J_STRING,
+	J_ESCAPE,
+	J_HEX,
+	J_NUM_MINUS,
+	J_NUM_ZERO,
+	J_NUM_INT,
+	J_NUM_DOT,
+	J_NUM_FRAC,
+	J_NUM_E,
+	J_NUM_ESIGN,
+	J_NUM_EXP,
 	J_LITERAL,
 	J_DONE,
 };
@@ -28,16 +37,24 @@ enum jstate {
 struct jrec {
 	unsigned char state;
 	unsigned char depth;
-	unsigned char in_key;      /* the string being read is an object key */
-	unsigned char left;        /* hex digits, literal bytes, or UTF-8 continuation bytes */
-	unsigned char utf8;        /* continuation bytes still expected inside a string */
+	unsigned char in_key; /* the string being read is an object key */
+	unsigned char left;   /* hex digits, literal bytes, or UTF-8 continuation bytes */
+	unsigned char utf8;   /* continuation bytes still expected inside a string */
 	unsigned char ws;
-	const char *lit;           /* rest of true/false/null */
+	const char *lit; /* rest of true/false/null */
 	char stack[JSON_MAX_DEPTH];
 };
 
-static int is_ws(int c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-static int is_digit(int c) { return c >= '0' && c <= '9'; }
+static int
+is_ws(int c)
+{
+	return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+static int
+is_digit(int c)
+{
+	return c >= '0' && c <= '9';
+}
 
 /* A value just ended: back to the container. */
 static void
@@ -61,9 +78,16 @@ start_value(struct jrec *j, int c)
 		if (c == '[')
 			j->state = J_VALUE, j->left = 1; /* left=1: ']' allowed right away */
 		return 0;
-	case '"': j->state = J_STRING; j->in_key = 0; return 0;
-	case '-': j->state = J_NUM_MINUS; return 0;
-	case '0': j->state = J_NUM_ZERO; return 0;
+	case '"':
+		j->state = J_STRING;
+		j->in_key = 0;
+		return 0;
+	case '-':
+		j->state = J_NUM_MINUS;
+		return 0;
+	case '0':
+		j->state = J_NUM_ZERO;
+		return 0;
 	}
 	if (c >= '1' && c <= '9') {
 		j->state = J_NUM_INT;
@@ -97,9 +121,18 @@ step(struct jrec *j, int c)
 {
 	if (is_ws(c) && j->state != J_STRING) {
 		switch (j->state) {
-		case J_START: case J_VALUE: case J_OBJ_FIRST: case J_OBJ_KEY: case J_COLON: case J_AFTER: case J_DONE:
+		case J_START:
+		case J_VALUE:
+		case J_OBJ_FIRST:
+		case J_OBJ_KEY:
+		case J_COLON:
+		case J_AFTER:
+		case J_DONE:
 			return ++j->ws > JSON_MAX_WS ? -1 : 0;
-		case J_NUM_ZERO: case J_NUM_INT: case J_NUM_FRAC: case J_NUM_EXP:
+		case J_NUM_ZERO:
+		case J_NUM_INT:
+		case J_NUM_FRAC:
+		case J_NUM_EXP:
 			value_done(j);
 			return ++j->ws > JSON_MAX_WS ? -1 : 0;
 		default:
@@ -205,30 +238,57 @@ after_number(struct jrec *j, int c)
 {
 	switch (j->state) {
 	case J_NUM_MINUS:
-		if (c == '0') { j->state = J_NUM_ZERO; return 0; }
-		if (is_digit(c)) { j->state = J_NUM_INT; return 0; }
+		if (c == '0') {
+			j->state = J_NUM_ZERO;
+			return 0;
+		}
+		if (is_digit(c)) {
+			j->state = J_NUM_INT;
+			return 0;
+		}
 		return -1;
 	case J_NUM_ZERO:
 	case J_NUM_INT:
-		if (is_digit(c) && j->state == J_NUM_INT) return 0;
-		if (c == '.') { j->state = J_NUM_DOT; return 0; }
-		if (c == 'e' || c == 'E') { j->state = J_NUM_E; return 0; }
+		if (is_digit(c) && j->state == J_NUM_INT)
+			return 0;
+		if (c == '.') {
+			j->state = J_NUM_DOT;
+			return 0;
+		}
+		if (c == 'e' || c == 'E') {
+			j->state = J_NUM_E;
+			return 0;
+		}
 		break;
 	case J_NUM_DOT:
-		if (is_digit(c)) { j->state = J_NUM_FRAC; return 0; }
+		if (is_digit(c)) {
+			j->state = J_NUM_FRAC;
+			return 0;
+		}
 		return -1;
 	case J_NUM_FRAC:
-		if (is_digit(c)) return 0;
-		if (c == 'e' || c == 'E') { j->state = J_NUM_E; return 0; }
+		if (is_digit(c))
+			return 0;
+		if (c == 'e' || c == 'E') {
+			j->state = J_NUM_E;
+			return 0;
+		}
 		break;
 	case J_NUM_E:
-		if (c == '+' || c == '-') { j->state = J_NUM_ESIGN; return 0; }
+		if (c == '+' || c == '-') {
+			j->state = J_NUM_ESIGN;
+			return 0;
+		}
 		/* fall through */
 	case J_NUM_ESIGN:
-		if (is_digit(c)) { j->state = J_NUM_EXP; return 0; }
+		if (is_digit(c)) {
+			j->state = J_NUM_EXP;
+			return 0;
+		}
 		return -1;
 	case J_NUM_EXP:
-		if (is_digit(c)) return 0;
+		if (is_digit(c))
+			return 0;
 		break;
 	default:
 		return -1;
@@ -316,7 +376,7 @@ struct json_state {
 	struct token_constraint c;
 	const struct json_vocab *v;
 	struct jrec j;
-	int started;   /* SPM drops the first token's leading space; so does this */
+	int started; /* SPM drops the first token's leading space; so does this */
 };
 
 static int

@@ -7,15 +7,14 @@
 
 /* vLLM's bucket boundaries, in seconds */
 static const double ttft_bounds[] = {
-	0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-	1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+	0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+	1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 };
 static const double itl_bounds[] = {
-	0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
-	0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+	0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
 };
 static const double latency_bounds[] = {
-	0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+	0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,   20.0,
 	30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 };
 
@@ -26,9 +25,18 @@ histogram_init(struct histogram *h, enum hist_kind kind)
 {
 	memset(h, 0, sizeof(*h));
 	switch (kind) {
-	case HIST_TTFT: h->bounds = ttft_bounds; h->n_bounds = NBOUNDS(ttft_bounds); break;
-	case HIST_ITL: h->bounds = itl_bounds; h->n_bounds = NBOUNDS(itl_bounds); break;
-	case HIST_LATENCY: h->bounds = latency_bounds; h->n_bounds = NBOUNDS(latency_bounds); break;
+	case HIST_TTFT:
+		h->bounds = ttft_bounds;
+		h->n_bounds = NBOUNDS(ttft_bounds);
+		break;
+	case HIST_ITL:
+		h->bounds = itl_bounds;
+		h->n_bounds = NBOUNDS(itl_bounds);
+		break;
+	case HIST_LATENCY:
+		h->bounds = latency_bounds;
+		h->n_bounds = NBOUNDS(latency_bounds);
+		break;
 	}
 }
 
@@ -75,16 +83,14 @@ gauge(struct strbuf *b, const char *name, const char *help, const char *lbl, dou
 }
 
 static void
-histogram(struct strbuf *b, const char *name, const char *help, const char *lbl,
-	  const struct histogram *h)
+histogram(struct strbuf *b, const char *name, const char *help, const char *lbl, const struct histogram *h)
 {
 	uint64_t cum = 0;
 
 	head(b, name, "histogram", help);
 	for (int i = 0; i < h->n_bounds; i++) {
 		cum += h->counts[i];
-		strbuf_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, lbl, h->bounds[i],
-			      (unsigned long long)cum);
+		strbuf_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, lbl, h->bounds[i], (unsigned long long)cum);
 	}
 	strbuf_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, lbl, (unsigned long long)h->count);
 	strbuf_printf(b, "%s_sum{%s} %.17g\n", name, lbl, h->sum);
@@ -110,8 +116,8 @@ label(char *out, size_t cap, const char *model_name)
 }
 
 void
-serving_metrics_render(struct strbuf *b, const struct serving_metrics *m,
-		       const struct serving_gauges *g, const char *model_name)
+serving_metrics_render(struct strbuf *b, const struct serving_metrics *m, const struct serving_gauges *g,
+		       const char *model_name)
 {
 	char lbl[512], fl[600];
 
@@ -123,10 +129,8 @@ serving_metrics_render(struct strbuf *b, const struct serving_metrics *m,
 	counter(b, "vllm:generation_tokens_total", "Tokens generated.", lbl, m->generation_tokens);
 	counter(b, "vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", lbl,
 		m->prefix_queries);
-	counter(b, "vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", lbl,
-		m->prefix_hits);
-	counter(b, "vllm:num_preemptions_total", "Sequences preempted for lack of KV blocks.", lbl,
-		m->preemptions);
+	counter(b, "vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", lbl, m->prefix_hits);
+	counter(b, "vllm:num_preemptions_total", "Sequences preempted for lack of KV blocks.", lbl, m->preemptions);
 	head(b, "vllm:request_success_total", "counter", "Finished requests by finish reason.");
 	static const enum finish_reason reasons[] = { FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR };
 	for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++) {

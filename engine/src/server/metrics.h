@@ -28,9 +28,9 @@ void histogram_observe(struct histogram *h, double v);
 
 struct serving_metrics {
 	uint64_t prompt_tokens, generation_tokens;
-	uint64_t prefix_queries, prefix_hits;   /* in tokens, as vLLM counts them */
+	uint64_t prefix_queries, prefix_hits; /* in tokens, as vLLM counts them */
 	uint64_t preemptions;
-	uint64_t success[5];                    /* by finish_reason */
+	uint64_t success[5]; /* by finish_reason */
 	uint64_t forward_passes, batched_tokens;
 	struct histogram ttft, itl, e2e, queue;
 };
@@ -40,11 +40,11 @@ void serving_metrics_init(struct serving_metrics *m);
 /* Gauges come from the caller at render time. */
 struct serving_gauges {
 	int running, waiting;
-	double kv_usage;     /* 0..1 */
+	double kv_usage; /* 0..1 */
 	int kv_blocks, kv_blocks_cached;
 };
 
-void serving_metrics_render(struct strbuf *b, const struct serving_metrics *m,
-			    const struct serving_gauges *g, const char *model_name);
+void serving_metrics_render(struct strbuf *b, const struct serving_metrics *m, const struct serving_gauges *g,
+			    const char *model_name);
 
 #endif

@@ -21,9 +21,9 @@ struct gen_params {
 	int chat;
 	int stream, include_usage, echo;
 	int n;
-	int max_tokens;   /* -1: the rest of the context (chat) or 16 (completions) */
+	int max_tokens; /* -1: the rest of the context (chat) or 16 (completions) */
 	int min_tokens, ignore_eos;
-	int logprobs;     /* -1: none; else the number of top alternatives */
+	int logprobs; /* -1: none; else the number of top alternatives */
 	int json_mode;
 	int has_seed;
 	struct sampler_params sp;
@@ -40,8 +40,8 @@ struct gen_params {
 
 void gen_params_init(struct gen_params *g, int chat);
 /* 0, or -1 with err/err_param set (not_found for an unknown model). */
-int gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *tok,
-		     enum chat_family fam, const char *model_id);
+int gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *tok, enum chat_family fam,
+		     const char *model_id);
 void gen_params_free(struct gen_params *g);
 
 /* Append the text of ids (valid token ids) to out, whole characters only. */

@@ -12,8 +12,7 @@
 #include "privai/status.h"
 #include "server/openai.h"
 
-static int
-bad(struct gen_params *g, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(struct gen_params *g, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static int
 bad(struct gen_params *g, const char *param, const char *fmt, ...)
@@ -92,7 +91,7 @@ token_array(struct gen_params *g, const cJSON *arr, int32_t **ret, int *ret_n)
 
 	if (ids == NULL)
 		return bad(g, "prompt", "out of memory");
-	cJSON_ArrayForEach(it, arr) {
+	cJSON_ArrayForEach (it, arr) {
 		double v = it->valuedouble;
 		if (!cJSON_IsNumber(it) || v != floor(v) || v < 0 || v > 2147483647.0) {
 			free(ids);
@@ -135,7 +134,7 @@ parse_prompt(struct gen_params *g, const cJSON *p, const struct tokenizer *tok)
 			return -1;
 		return add_prompt(g, ids, n);
 	}
-	cJSON_ArrayForEach(it, p) {
+	cJSON_ArrayForEach (it, p) {
 		int32_t *ids;
 		int n;
 		if (cJSON_IsString(it)) {
@@ -162,7 +161,7 @@ message_text(struct gen_params *g, const cJSON *content, struct strbuf *out)
 	}
 	if (!cJSON_IsArray(content))
 		return bad(g, "messages", "message content must be a string or an array of text parts");
-	cJSON_ArrayForEach(part, content) {
+	cJSON_ArrayForEach (part, content) {
 		const cJSON *type = cJSON_GetObjectItem(part, "type"), *text = cJSON_GetObjectItem(part, "text");
 		if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text))
 			return bad(g, "messages", "only content parts of type \"text\" are supported");
@@ -186,7 +185,7 @@ parse_messages(struct gen_params *g, const cJSON *msgs, const struct tokenizer *
 		free(texts);
 		return bad(g, "messages", "out of memory");
 	}
-	cJSON_ArrayForEach(m, msgs) {
+	cJSON_ArrayForEach (m, msgs) {
 		const cJSON *role = cJSON_GetObjectItem(m, "role");
 		strbuf_init(&texts[i]);
 		if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
@@ -243,7 +242,7 @@ parse_stop(struct gen_params *g, const cJSON *stop)
 		return (g->stops[g->n_stops++] = strdup(stop->valuestring)) ? 0 : bad(g, "stop", "out of memory");
 	if (!cJSON_IsArray(stop) || cJSON_GetArraySize(stop) > GEN_MAX_STOPS)
 		return bad(g, "stop", "stop must be a string or an array of at most %d strings", GEN_MAX_STOPS);
-	cJSON_ArrayForEach(it, stop) {
+	cJSON_ArrayForEach (it, stop) {
 		if (!cJSON_IsString(it) || it->valuestring[0] == '\0')
 			return bad(g, "stop", "each stop sequence must be a non-empty string");
 		if ((g->stops[g->n_stops++] = strdup(it->valuestring)) == NULL)
@@ -295,12 +294,14 @@ parse_sampling(struct gen_params *g, const cJSON *j)
 	struct sampler_params *sp = &g->sp;
 
 	return get_float(g, j, "temperature", 0, 2, &sp->temperature) < 0 ||
-	       get_float(g, j, "top_p", 1e-9, 1, &sp->top_p) < 0 ||
-	       get_int(g, j, "top_k", -1, 1 << 20, &sp->top_k) < 0 ||
-	       get_float(g, j, "min_p", 0, 1, &sp->min_p) < 0 ||
-	       get_float(g, j, "presence_penalty", -2, 2, &sp->presence_penalty) < 0 ||
-	       get_float(g, j, "frequency_penalty", -2, 2, &sp->frequency_penalty) < 0 ||
-	       get_float(g, j, "repetition_penalty", 1e-3, 10, &sp->repeat_penalty) < 0 ? -1 : 0;
+			       get_float(g, j, "top_p", 1e-9, 1, &sp->top_p) < 0 ||
+			       get_int(g, j, "top_k", -1, 1 << 20, &sp->top_k) < 0 ||
+			       get_float(g, j, "min_p", 0, 1, &sp->min_p) < 0 ||
+			       get_float(g, j, "presence_penalty", -2, 2, &sp->presence_penalty) < 0 ||
+			       get_float(g, j, "frequency_penalty", -2, 2, &sp->frequency_penalty) < 0 ||
+			       get_float(g, j, "repetition_penalty", 1e-3, 10, &sp->repeat_penalty) < 0
+		       ? -1
+		       : 0;
 }
 
 void
@@ -344,15 +345,16 @@ gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *t
 	g->sp.seed = (uint64_t)(uint32_t)seed;
 	if (g->sp.top_k < 0)
 		g->sp.top_k = 0; /* -1 means off, as in vLLM */
-	const char *mt = g->chat && cJSON_GetObjectItem(j, "max_completion_tokens") ? "max_completion_tokens"
-										  : "max_tokens";
+	const char *mt =
+		g->chat && cJSON_GetObjectItem(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
 	if (get_int(g, j, mt, 0, 1 << 24, &g->max_tokens) < 0)
 		return -1;
 	if (g->max_tokens == 0 && !g->echo)
 		return bad(g, mt, "%s must be at least 1", mt);
 	if ((so = cJSON_GetObjectItem(j, "stream_options")) != NULL && !cJSON_IsNull(so)) {
 		if (!cJSON_IsObject(so) || get_bool(g, so, "include_usage", &g->include_usage) < 0)
-			return bad(g, "stream_options", "stream_options must be an object with a boolean include_usage");
+			return bad(g, "stream_options",
+				   "stream_options must be an object with a boolean include_usage");
 	}
 	if (g->chat) {
 		if (parse_response_format(g, cJSON_GetObjectItem(j, "response_format")) < 0)

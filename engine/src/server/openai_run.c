@@ -22,11 +22,11 @@ struct choice {
 	int index, prompt_index;
 	struct detok_stream ds;
 	struct strbuf text;
-	size_t echo_len;      /* leading bytes of text that are the echoed prompt */
-	size_t *offs;         /* text offset of each generated token */
-	size_t sent;          /* bytes of text already streamed */
+	size_t echo_len; /* leading bytes of text that are the echoed prompt */
+	size_t *offs;    /* text offset of each generated token */
+	size_t sent;     /* bytes of text already streamed */
 	int seen, lp_sent;
-	int no_gen;           /* echo with max_tokens 0: the one token generated is dropped */
+	int no_gen; /* echo with max_tokens 0: the one token generated is dropped */
 	enum finish_reason finish;
 	int final_sent;
 };
@@ -130,8 +130,8 @@ advance(struct job *j, struct choice *c)
 			strbuf_append(&c->text, piece, (size_t)k);
 	}
 	for (int i = 0; i < j->g.n_stops && c->text.s != NULL; i++) {
-		char *hit = memmem(c->text.s + scan_from, c->text.len - scan_from, j->g.stops[i],
-				   strlen(j->g.stops[i]));
+		char *hit =
+			memmem(c->text.s + scan_from, c->text.len - scan_from, j->g.stops[i], strlen(j->g.stops[i]));
 		if (hit != NULL) {
 			c->text.len = (size_t)(hit - c->text.s);
 			c->text.s[c->text.len] = '\0';
@@ -253,8 +253,8 @@ envelope(const struct job *j, int chunk)
 	cJSON *o = cJSON_CreateObject();
 
 	cJSON_AddStringToObject(o, "id", j->id);
-	cJSON_AddStringToObject(o, "object", j->g.chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-						     : "text_completion");
+	cJSON_AddStringToObject(o, "object",
+				j->g.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
 	cJSON_AddNumberToObject(o, "created", (double)j->created);
 	cJSON_AddStringToObject(o, "model", j->srv->cfg.model_id);
 	return o;
@@ -348,8 +348,9 @@ emit_choice_chunk(struct job *j, struct choice *c, size_t end)
 	}
 	free(delta);
 	if (j->g.logprobs >= 0 && (c->seen > c->lp_sent || (j->g.echo && c->lp_sent == 0 && c->sent == 0)))
-		cJSON_AddItemToObject(ch, "logprobs", logprobs_json(j, c, c->lp_sent, c->seen,
-								    j->g.echo && c->lp_sent == 0 && c->sent == 0));
+		cJSON_AddItemToObject(ch, "logprobs",
+				      logprobs_json(j, c, c->lp_sent, c->seen,
+						    j->g.echo && c->lp_sent == 0 && c->sent == 0));
 	else
 		cJSON_AddNullToObject(ch, "logprobs");
 	if (done)
@@ -372,7 +373,8 @@ produce(struct job *j)
 
 	if (j->g.chat && !j->role_sent) {
 		for (int i = 0; i < j->n_ch; i++) {
-			cJSON *o = envelope(j, 1), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+			cJSON *o = envelope(j, 1), *choices = cJSON_AddArrayToObject(o, "choices"),
+			      *ch = cJSON_CreateObject();
 			cJSON_AddNumberToObject(ch, "index", i);
 			cJSON *d = cJSON_AddObjectToObject(ch, "delta");
 			cJSON_AddStringToObject(d, "role", "assistant");
@@ -502,12 +504,14 @@ make_choices(struct job *j, char *err)
 			mt = s->n_ctx - plen;
 		if (plen >= s->n_ctx || (mt < 1 && !(j->g.echo && j->g.max_tokens == 0)))
 			return privai_fail(err, PRIVAI_EINVAL,
-					   "this model's maximum context length is %d tokens; the prompt has %d", s->n_ctx, plen);
+					   "this model's maximum context length is %d tokens; the prompt has %d",
+					   s->n_ctx, plen);
 		int no_gen = mt == 0;
 		if (no_gen)
 			mt = 1;
 		if (j->g.min_tokens > mt)
-			return privai_fail(err, PRIVAI_EINVAL, "min_tokens (%d) exceeds max_tokens (%d)", j->g.min_tokens, mt);
+			return privai_fail(err, PRIVAI_EINVAL, "min_tokens (%d) exceeds max_tokens (%d)",
+					   j->g.min_tokens, mt);
 		j->prompt_tokens += plen;
 		for (int k = 0; k < j->g.n; k++) {
 			struct choice *c = &j->ch[p * j->g.n + k];
@@ -526,8 +530,9 @@ make_choices(struct job *j, char *err)
 			c->r->sampling = j->g.sp;
 			if (j->g.json_mode && (c->r->constraint = json_constraint_new(s->json_vocab)) == NULL)
 				return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
-			c->r->sampling.seed = j->g.has_seed ? j->g.sp.seed + (uint64_t)k
-				: (uint64_t)time(NULL) * 2654435761u + atomic_fetch_add(&seed_counter, 1);
+			c->r->sampling.seed =
+				j->g.has_seed ? j->g.sp.seed + (uint64_t)k
+					      : (uint64_t)time(NULL) * 2654435761u + atomic_fetch_add(&seed_counter, 1);
 			if (j->g.echo) {
 				detok_append(s->tok, j->g.prompts[p], plen, &c->text);
 				c->echo_len = c->text.len;
@@ -583,8 +588,8 @@ api_completions(struct server *s, struct MHD_Connection *conn, const char *body,
 		return rc;
 	}
 	if (j->g.stream) {
-		struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j,
-									    stream_free);
+		struct MHD_Response *r =
+			MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, stream_free);
 		if (r == NULL) {
 			job_free(j);
 			return MHD_NO;

@@ -19,9 +19,9 @@ struct seq {
 	int n_computed;
 	struct sampler *smp;
 	/* this step */
-	int chunk;      /* tokens in the batch */
-	int row0;       /* batch row of its first token */
-	int sample;     /* the chunk ends at its last token: sample after */
+	int chunk;  /* tokens in the batch */
+	int row0;   /* batch row of its first token */
+	int sample; /* the chunk ends at its last token: sample after */
 };
 
 struct scheduler {
@@ -35,11 +35,11 @@ struct scheduler {
 
 	/* under mu */
 	pthread_mutex_t mu;
-	pthread_cond_t wake;   /* work arrived or a request was cancelled */
-	pthread_cond_t idle;   /* a request finished (drain waits on it) */
+	pthread_cond_t wake; /* work arrived or a request was cancelled */
+	pthread_cond_t idle; /* a request finished (drain waits on it) */
 	struct sched_request *q_head, *q_tail;
 	int n_queued;
-	int n_active;          /* running + preempted */
+	int n_active; /* running + preempted */
 	int n_preempted_shared;
 	int draining, stopping, abort_all;
 	struct serving_metrics m;

@@ -380,8 +380,8 @@ publish(struct scheduler *s, const struct step_batch *b)
 		struct seq *q = s->running[i];
 		if (q->chunk == 0)
 			continue;
-		int n_rows = q->req->prompt_logprobs && q->n_computed < q->req->n_prompt ? q->chunk
-											 : (q->sample ? 1 : 0);
+		int n_rows =
+			q->req->prompt_logprobs && q->n_computed < q->req->n_prompt ? q->chunk : (q->sample ? 1 : 0);
 		if (n_rows == q->chunk && q->req->prompt_logprobs)
 			record_prompt_logprobs(s, q, logits);
 		q->n_computed += q->chunk;

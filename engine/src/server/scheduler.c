@@ -33,11 +33,16 @@ const char *
 finish_reason_name(enum finish_reason f)
 {
 	switch (f) {
-	case FINISH_STOP: return "stop";
-	case FINISH_LENGTH: return "length";
-	case FINISH_ABORT: return "abort";
-	case FINISH_ERROR: return "error";
-	case FINISH_NONE: break;
+	case FINISH_STOP:
+		return "stop";
+	case FINISH_LENGTH:
+		return "length";
+	case FINISH_ABORT:
+		return "abort";
+	case FINISH_ERROR:
+		return "error";
+	case FINISH_NONE:
+		break;
 	}
 	return NULL;
 }
@@ -135,7 +140,8 @@ scheduler_submit(struct scheduler *s, struct sched_request *r, char *err)
 		return privai_fail(err, PRIVAI_EINVAL, "the prompt is empty");
 	if (r->max_tokens < 1 || r->n_prompt > s->n_ctx - r->max_tokens)
 		return privai_fail(err, PRIVAI_EINVAL,
-				   "this model's maximum context length is %d tokens; the prompt has %d and max_tokens is %d",
+				   "this model's maximum context length is %d tokens; the prompt has %d and max_tokens "
+				   "is %d",
 				   s->n_ctx, r->n_prompt, r->max_tokens);
 	for (int i = 0; i < r->n_prompt; i++)
 		if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
@@ -177,8 +183,7 @@ deadline_in(int ms, struct timespec *ts)
 }
 
 int
-scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeout_ms,
-	       enum finish_reason *finish)
+scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeout_ms, enum finish_reason *finish)
 {
 	struct timespec ts;
 	int n;
@@ -284,9 +289,8 @@ scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok, const struct 
 	s->b_rows = calloc((size_t)ctx->n_batch, sizeof(int32_t));
 	s->b_table = calloc((size_t)ctx->n_batch, sizeof(*s->b_table));
 	s->eog = calloc((size_t)V, sizeof(int32_t));
-	if (s->running == NULL || s->preempted == NULL || s->b_tok == NULL || s->b_pos == NULL ||
-	    s->b_rows == NULL || s->b_table == NULL || s->eog == NULL ||
-	    kv_pool_new(ctx->n_kv_blocks, ENGINE_KV_BLOCK, &s->pool) < 0) {
+	if (s->running == NULL || s->preempted == NULL || s->b_tok == NULL || s->b_pos == NULL || s->b_rows == NULL ||
+	    s->b_table == NULL || s->eog == NULL || kv_pool_new(ctx->n_kv_blocks, ENGINE_KV_BLOCK, &s->pool) < 0) {
 		scheduler_free(s);
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for the scheduler");
 	}

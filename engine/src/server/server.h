@@ -21,11 +21,11 @@ struct MHD_Daemon;
 struct MHD_Connection;
 
 struct server_config {
-	const char *host;          /* listen address, default 127.0.0.1 */
-	int port;                  /* 0: any free port (see server_port) */
-	const char *api_key_file;  /* NULL: no authentication */
-	const char *model_id;      /* the name clients use in "model" */
-	size_t max_body;           /* request bodies beyond this get 413 */
+	const char *host;         /* listen address, default 127.0.0.1 */
+	int port;                 /* 0: any free port (see server_port) */
+	const char *api_key_file; /* NULL: no authentication */
+	const char *model_id;     /* the name clients use in "model" */
+	size_t max_body;          /* request bodies beyond this get 413 */
 	int max_connections;
 };
 
@@ -38,7 +38,7 @@ struct server {
 	struct scheduler *sched;
 	const struct tokenizer *tok;
 	enum chat_family chat;
-	struct json_vocab *json_vocab;  /* token texts for JSON mode */
+	struct json_vocab *json_vocab; /* token texts for JSON mode */
 	int n_ctx;
 	long created;
 	/* swapped on reload */
@@ -48,8 +48,8 @@ struct server {
 };
 
 int server_start(struct server *s, const struct server_config *cfg, char *err);
-int server_set_ready(struct server *s, struct scheduler *sched, const struct tokenizer *tok,
-		     enum chat_family chat, int n_ctx, char *err);
+int server_set_ready(struct server *s, struct scheduler *sched, const struct tokenizer *tok, enum chat_family chat,
+		     int n_ctx, char *err);
 /* Reread the API key file; the old keys stay on any error. */
 int server_reload_keys(struct server *s, char *err);
 /* Stop accepting connections (requests in flight continue). */
@@ -58,8 +58,8 @@ void server_stop(struct server *s);
 
 /* Response helpers shared by the endpoint files. */
 int http_send_json(struct MHD_Connection *c, unsigned status, char *json);
-int http_send_error(struct MHD_Connection *c, unsigned status, const char *type, const char *code,
-		    const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+int http_send_error(struct MHD_Connection *c, unsigned status, const char *type, const char *code, const char *param,
+		    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* 1 when the client has closed its end of the connection. */
 int http_client_gone(struct MHD_Connection *c);
 

@@ -44,7 +44,7 @@ static const char *
 cloud_config_path(const char *root)
 {
 	static const char *const raw = "/var/lib/cloud/instance/user-data.txt",
-			  *const merged = "/var/lib/cloud/instance/cloud-config.txt";
+				 *const merged = "/var/lib/cloud/instance/cloud-config.txt";
 	char head[16] = "";
 
 	if (hostfs_read_line(root, raw, head, sizeof(head)) == 0 && strncmp(head, "#cloud-config", 13) == 0)
@@ -162,7 +162,7 @@ main(int argc, char **argv)
 		}
 	if (check) {
 		cJSON *w;
-		cJSON_ArrayForEach(w, c.warnings)
+		cJSON_ArrayForEach (w, c.warnings)
 			printf("warning: %s\n", w->valuestring);
 		fb_config_free(&c);
 		return strict && bad ? 3 : 0;
