@@ -69,6 +69,8 @@ run_suite "systemd units (systemd-analyze)" python3 tests/integration/test_syste
 # the Debian package the image installs, once
 run_suite "$BUILD/package (dpkg-deb)" python3 tests/integration/test_deb.py "$BUILD"
 run_suite "$BUILD/OVA descriptor and manifest (small disk)" python3 tests/image/test_ova.py --small "$BUILD"
+# the code as read, not run: layers, cppcheck, clang-tidy, format (make lint)
+run_suite "lint (layers, cppcheck, clang-tidy, clang-format)" env BUILD="$BUILD" scripts/lint.sh
 # the console in headless Chromium, once, against the first build
 run_suite "$BUILD/console (Chromium)" node tests/browser/console.test.mjs "$BUILD" "$BUILD/screenshots"
 # the appliance booted in qemu (make test IMAGE_TEST=1 builds the image first)

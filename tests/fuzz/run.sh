@@ -1,43 +1,95 @@
 #!/bin/sh
-# Build the GGUF fuzzer with clang (libFuzzer + ASan + UBSan) and run it for
-# FUZZ_SECONDS on a seed corpus of small valid models the project writes
-# itself.  Prints "N passed, N failed" like the other suites.
-set -eu
+# The fuzzers: each parser that takes outside input, built with clang
+# (libFuzzer + ASan + UBSan) and run for FUZZ_SECONDS (default 10) from its
+# committed seed corpus (tests/fuzz/corpus/TARGET; new finds go to
+# BUILD/fuzz/corpus-TARGET, not into the tree).  Inputs that once failed
+# stay as regressions (tests/fuzz/regressions/TARGET) and are run first.
+#
+#   gguf             the GGUF reader, tokenizer and model loader
+#   openai           the OpenAI request parser (openai_params.c)
+#   chat_template    the chat-template renderer
+#   json_constraint  JSON mode's byte and token automaton
+#   admin_json       a joined node's heartbeat report, deployment options
+#   sysfs            /proc, /sys and the preflight report, as read
+#
+# Prints each target's executions and "N passed, N failed".  FUZZ_TARGETS
+# picks some.
+set -u
 BUILD=${BUILD:-build}
-FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+FUZZ_TARGETS=${FUZZ_TARGETS:-gguf openai chat_template json_constraint admin_json sysfs}
 out=$BUILD/fuzz
-mkdir -p "$out/corpus" "$out/artifacts"
-CFLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iengine/include -Iengine/src -pthread"
-srcs=$(ls engine/src/*.c engine/src/kernels/*.c)
-if ! clang $CFLAGS tests/fuzz/fuzz_gguf.c $srcs -o "$out/fuzz_gguf" -lpcre2-8 -lm 2>"$out/build.log"; then
-	cat "$out/build.log" >&2
-	echo "fuzz: build failed"
+obj=$out/obj
+mkdir -p "$obj" "$out/artifacts"
+FLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -pthread"
+INC="-Iengine/include -Iengine/src -Iappliance/lib -Iappliance/admin $(pkg-config --cflags libxml-2.0 2>/dev/null)"
+LIBS="-lpcre2-8 -lm -lcjson -lmicrohttpd -lsodium -lsystemd -lsqlite3 -lcurl -lgnutls -ldl"
+pass=0
+fail=0
+
+# the code under test, instrumented once (objects kept between runs) and
+# archived, so each harness links only what it uses
+if [ ! -f "$BUILD/gen/admin_schema.c" ]; then
+	echo "fuzz: $BUILD/gen/admin_schema.c is missing (make all first)"
 	echo "0 passed, 1 failed"
 	exit 1
 fi
-# seeds: tiny models of each tokenizer kind (the demo SPM vocabulary and,
-# when the shared fixtures are there, a BPE one)
+srcs="$(ls engine/src/*.c engine/src/kernels/*.c engine/src/server/*.c appliance/lib/*.c) \
+$(ls appliance/admin/*.c appliance/admin/*/*.c | grep -v '^appliance/admin/main/') $BUILD/gen/admin_schema.c"
+for s in $srcs; do
+	o=$obj/$(echo "$s" | tr / _).o
+	[ "$o" -nt "$s" ] || echo "$s $o"
+done | xargs -r -n 2 -P "$(nproc)" sh -c \
+	'clang '"$FLAGS -fsanitize=fuzzer-no-link $INC"' -c "$0" -o "$1" 2>>'"$out"'/build.log || echo "$0" >>'"$out"'/failed'
+if [ -s "$out/failed" ]; then
+	tail -40 "$out/build.log" >&2
+	echo "fuzz: these did not build: $(cat "$out/failed")"
+	rm -f "$out/failed"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+rm -f "$out/libfuzzed.a"
+ar rcs "$out/libfuzzed.a" "$obj"/*.o
+
+# a model for the harnesses that need a tokenizer, and seeds for gguf
 engine=$BUILD/privai-engine
-if [ -x "$engine" ]; then
-	"$engine" synth -o "$out/corpus/seed-spm.gguf" --dim 32 --layers 1 --heads 2 --kv-heads 1 --ff 32 --type F32 2>/dev/null || true
-	"$engine" synth -o "$out/corpus/seed-qwen2.gguf" --arch qwen2 --dim 32 --layers 1 --heads 2 --kv-heads 1 --ff 32 --type Q8_0 2>/dev/null || true
-fi
+mkdir -p "$out/seeds-gguf"
+"$engine" synth -o "$out/seeds-gguf/seed-spm.gguf" --dim 32 --layers 1 --heads 2 --kv-heads 1 --ff 32 --type F32 2>/dev/null
+"$engine" synth -o "$out/seeds-gguf/seed-qwen2.gguf" --arch qwen2 --dim 32 --layers 1 --heads 2 --kv-heads 1 --ff 32 \
+	--type Q8_0 2>/dev/null
+PRIVAI_FUZZ_MODEL=$out/seeds-gguf/seed-qwen2.gguf
+export PRIVAI_FUZZ_MODEL
 ulimit -v unlimited 2>/dev/null || true
-# inputs that once crashed or exhausted memory must stay harmless
-if ! "$out/fuzz_gguf" -rss_limit_mb=4096 tests/fuzz/regressions/* >"$out/regressions.log" 2>&1; then
-	tail -40 "$out/regressions.log" >&2
-	echo "fuzz: a saved regression input fails again (tests/fuzz/regressions)"
-	echo "0 passed, 1 failed"
-	exit 1
-fi
-if "$out/fuzz_gguf" "$out/corpus" -max_total_time="$FUZZ_SECONDS" -max_len=262144 -rss_limit_mb=4096 \
-	-artifact_prefix="$out/artifacts/" -print_final_stats=1 >"$out/fuzz.log" 2>&1; then
-	runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/fuzz.log" | grep -o '[0-9]*$' || echo "?")
-	echo "fuzz: gguf reader survived $runs inputs in ${FUZZ_SECONDS}s"
-	echo "1 passed, 0 failed"
-else
-	tail -40 "$out/fuzz.log" >&2
-	echo "fuzz: crash, input saved under $out/artifacts"
-	echo "0 passed, 1 failed"
-	exit 1
-fi
+
+for t in $FUZZ_TARGETS; do
+	bin=$out/fuzz_$t
+	if ! clang $FLAGS -fsanitize=fuzzer $INC "tests/fuzz/fuzz_$t.c" "$out/libfuzzed.a" -o "$bin" $LIBS \
+		2>"$out/build-$t.log"; then
+		cat "$out/build-$t.log" >&2
+		echo "fuzz: $t: the harness did not build"
+		fail=$((fail + 1))
+		continue
+	fi
+	if [ -d "tests/fuzz/regressions/$t" ] &&
+		! "$bin" -rss_limit_mb=4096 tests/fuzz/regressions/"$t"/* >"$out/regressions-$t.log" 2>&1; then
+		tail -40 "$out/regressions-$t.log" >&2
+		echo "fuzz: $t: a saved regression input fails again (tests/fuzz/regressions/$t)"
+		fail=$((fail + 1))
+		continue
+	fi
+	mkdir -p "$out/corpus-$t"
+	seeds=tests/fuzz/corpus/$t
+	[ "$t" = gguf ] && seeds=$out/seeds-gguf
+	if "$bin" "$out/corpus-$t" "$seeds" -max_total_time="$FUZZ_SECONDS" -max_len=262144 -rss_limit_mb=4096 \
+		-artifact_prefix="$out/artifacts/$t-" -print_final_stats=1 >"$out/fuzz-$t.log" 2>&1; then
+		runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/fuzz-$t.log" | grep -o '[0-9]*$')
+		echo "fuzz: $t survived ${runs:-?} inputs in ${FUZZ_SECONDS}s"
+		pass=$((pass + 1))
+	else
+		tail -40 "$out/fuzz-$t.log" >&2
+		echo "fuzz: $t: crash, input saved under $out/artifacts"
+		fail=$((fail + 1))
+	fi
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,64 @@
+/*
+ * libFuzzer harness for the JSON bodies privai-admin takes from other
+ * machines: a joined node's heartbeat report (node_store_report, with
+ * its GPUs, host health and engine parts) and a deployment's serving
+ * options (deploy_options_parse), checked on a real store.  Any body
+ * must be stored or refused with a reason, never crash; each input's
+ * changes are rolled back, so every input meets the same store.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "privai/status.h"
+#include "cluster/nodes.h"
+#include "deploy/deployments.h"
+#include "store/db.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static sqlite3 *db;
+
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	char path[] = "/tmp/privai-fuzz-store-XXXXXX", err[PRIVAI_ERR_LEN];
+	int fd = mkstemp(path);
+
+	if (fd < 0)
+		abort();
+	close(fd);
+	unlink(path);
+	if (db_open(path, &db, err) != PRIVAI_OK ||
+	    db_exec(db, "INSERT INTO nodes (id, name, address, state, is_self, joined_at) VALUES "
+			"(2, 'member', '10.0.0.2', 'ready', 0, 1)",
+		    err) != PRIVAI_OK) {
+		fprintf(stderr, "fuzz_admin_json: %s\n", err);
+		exit(1);
+	}
+	return 0;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char err[PRIVAI_ERR_LEN], field[64], *options = NULL;
+	cJSON *j = cJSON_ParseWithLength((const char *)data, size);
+
+	if (j == NULL)
+		return 0;
+	if (db_begin(db) != PRIVAI_OK)
+		abort();
+	(void)node_store_report(db, 2, j, 1700000000, err);
+	if (db_rollback(db) != PRIVAI_OK)
+		abort();
+	if (deploy_options_parse(cJSON_GetObjectItemCaseSensitive(j, "options"), &options, field, sizeof(field), err,
+				 sizeof(err)) == 0)
+		free(options);
+	cJSON_Delete(j);
+	return 0;
+}
