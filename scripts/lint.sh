@@ -33,7 +33,7 @@ all_files=$(git ls-files '*.c' '*.h' | grep -v '^tests/browser/')
 flags_for() {
 	f="-std=c11 -D_GNU_SOURCE -Iengine/include -Iengine/src -Iappliance/lib"
 	case $1 in
-	appliance/admin/* | tests/unit/* | tests/nvml_double/*)
+	appliance/admin/* | tests/unit/* | tests/nvml_double/* | tests/fuzz/*)
 		f="$f -Iappliance/admin -Iappliance/tune -Itests/unit" ;;
 	appliance/tune/*) f="$f -Iappliance/tune" ;;
 	appliance/fabric/*) f="$f -Iappliance/fabric -Iappliance/fabric/main" ;;

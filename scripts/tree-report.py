@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-BARE = re.compile(r'\breturn\s+-1\s*;')
+BARE = re.compile(r'\breturn\s+-[12]\s*;|\b(rc|ok|ret|where)\s*=\s*-[12]\s*;|return[^;]*(\?\s*-[12]\s*:|:\s*-[12]\s*;)|, -[12];')
 # a statement that starts with the call: its result goes nowhere
 DROPPED = re.compile(r'^\s+(?:\(void\)\s*)?(sqlite3_step|sqlite3_exec|db_exec)\s*\([^<>=!]*$')
 
@@ -64,7 +64,7 @@ def main(argv):
     print('files per folder:')
     for d in sorted(per_dir):
         print('  %4d  %s' % (per_dir[d], d))
-    print('bare "return -1": %d in %d files' % (sum(bare.values()), len(bare)))
+    print('bare -1/-2 results (return -1, rc = -1): %d in %d files' % (sum(bare.values()), len(bare)))
     print('database calls whose result is dropped: %d' % len(dropped))
     for d in dropped:
         print('  ' + d)

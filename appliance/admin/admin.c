@@ -1,7 +1,7 @@
 /* The daemon's clocks, and audit rows with nobody to answer (admin.h). */
 #include <time.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "log.h"
 #include "store/audit.h"
@@ -10,7 +10,7 @@ void
 admin_audit(sqlite3 *db, int64_t at, const char *actor, const char *action, const char *target, const char *addr,
 	    const char *result, const char *detail)
 {
-	if (audit_write(db, at, actor, action, target, addr, result, detail) != PRIVAI_OK)
+	if (audit_write(db, at, actor, action, target, addr, result, detail) != APP_OK)
 		log_error("audit row %s %s by %s not written: %s", action, target ? target : "", actor,
 			  sqlite3_errmsg(db));
 }

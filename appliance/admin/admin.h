@@ -14,6 +14,10 @@
 #include "ratelimit.h"
 
 #define ADMIN_MAX_MODEL_ROOTS 8
+/* The state directory's longest path: every path under it (the store,
+ * models, backups, TLS, deployments) then fits its buffer, and each is
+ * still built with str_fmt, which fails rather than cut. */
+#define ADMIN_STATE_DIR_MAX 1024
 
 struct admin_config {
 	const char *state_dir; /* database, model files, deployment logs */

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <time.h>
 
+#include "status.h"
 #include "worker.h"
 
 int
@@ -13,7 +14,7 @@ worker_start(struct worker *w, void *(*fn)(void *), void *arg)
 	if (pthread_create(&w->thread, NULL, fn, arg) != 0) {
 		pthread_cond_destroy(&w->cv);
 		pthread_mutex_destroy(&w->mu);
-		return -1;
+		return APP_EIO;
 	}
 	return 0;
 }

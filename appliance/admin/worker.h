@@ -15,7 +15,7 @@ struct worker {
 	int stop, kick;
 };
 
-/* Start fn(arg) on a new thread: 0, or -1 (nothing to stop). */
+/* Start fn(arg) on a new thread: 0, or APP_EIO (nothing to stop). */
 int worker_start(struct worker *w, void *(*fn)(void *), void *arg);
 /* Wake the thread from worker_wait. */
 void worker_kick(struct worker *w);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "status.h"
 #include "fabric.h"
 #include "hostfs.h"
 #include "nvidia.h"
@@ -14,7 +15,7 @@ fabric_read(const char *root, int use_verbs, struct fabric *f, char *err, size_t
 	memset(f, 0, sizeof(*f));
 	f->root = root;
 	if (topo_read(root, &f->topo, err, errsize) < 0)
-		return -1;
+		return APP_EIO;
 	node_info_read(root, &f->ni);
 	cpu_id_read(root, &f->cpu);
 	nvidia_driver_version(root, f->driver_version, sizeof(f->driver_version));

@@ -30,7 +30,7 @@ struct fabric {
 };
 
 /* Read the node.  use_verbs: ask libibverbs for the RDMA ports (only
- * meaningful on the live host).  0, or -1 with err (out of memory). */
+ * meaningful on the live host).  0, or an APP_E* code with err (out of memory). */
 int fabric_read(const char *root, int use_verbs, struct fabric *f, char *err, size_t errsize);
 void fabric_free(struct fabric *f);
 
@@ -50,7 +50,7 @@ cJSON *fabric_dev_json(const struct fabric *f, int dev);
 cJSON *fabric_json(const struct fabric *f);
 
 /* Fill the RDMA ports of f's NICs from libibverbs (rdma_verbs.c).
- * 0, or -1 with why (no RDMA subsystem, no provider) and f untouched. */
+ * 0, or an APP_E* code with why (no RDMA subsystem, no provider) and f untouched. */
 int rdma_verbs_fill(struct fabric *f, char *why, size_t size);
 
 #endif

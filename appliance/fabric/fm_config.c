@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "fm_config.h"
 #include "hostfs.h"
 
@@ -142,20 +143,20 @@ fm_config_apply(const char *root, const struct fabric_settings *s, int dry_run, 
 		int e = errno ? errno : EIO;
 		snprintf(err, errsize, "%s: %s%s", s->fm_config, strerror(e),
 			 e == ENOENT ? " (is nvidia-fabricmanager installed?)" : "");
-		return -1;
+		return APP_EIO;
 	}
 	if ((merged = fm_config_merge(old, len, s, changed, err, errsize)) == NULL) {
 		free(old);
-		return -1;
+		return APP_EIO;
 	}
 	if (!dry_run && *changed > 0) {
 		snprintf(backup, sizeof(backup), "%s.privai-orig", s->fm_config);
 		if (!hostfs_exists(root, backup) && hostfs_write(root, backup, old, len, 1) < 0) {
 			snprintf(err, errsize, "%s: %s", backup, strerror(errno));
-			rc = -1;
+			rc = APP_EIO;
 		} else if (hostfs_write(root, s->fm_config, merged, strlen(merged), 1) < 0) {
 			snprintf(err, errsize, "%s: %s", s->fm_config, strerror(errno));
-			rc = -1;
+			rc = APP_EIO;
 		}
 	}
 	free(old);
@@ -168,10 +169,10 @@ fm_config_get(const char *root, const char *path, const char *key, char *out, si
 {
 	size_t len, klen = strlen(key);
 	char *text = hostfs_read_text(root, path, FM_CONFIG_MAX, &len), *line, *save = NULL;
-	int rc = -1;
+	int rc = APP_ENOTFOUND;
 
 	if (text == NULL)
-		return -1;
+		return APP_ENOTFOUND;
 	for (line = strtok_r(text, "\n", &save); line != NULL && rc < 0; line = strtok_r(NULL, "\n", &save))
 		if (strncmp(line, key, klen) == 0 && line[klen] == '=') {
 			snprintf(out, size, "%.*s", (int)strcspn(line + klen + 1, "\r"), line + klen + 1);

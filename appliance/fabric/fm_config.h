@@ -18,11 +18,11 @@ char *fm_config_merge(const char *old, size_t len, const struct fabric_settings 
 		      size_t errsize);
 
 /* Merge into root/s->fm_config and write it (unless dry_run, or nothing
- * changed).  0, or -1 with err; on error the file is as it was. */
+ * changed).  0, or an APP_E* code with err; on error the file is as it was. */
 int fm_config_apply(const char *root, const struct fabric_settings *s, int dry_run, int *changed, char *err,
 		    size_t errsize);
 
-/* A value of the config under root, e.g. "FABRIC_MODE"; 0, or -1 when
+/* A value of the config under root, e.g. "FABRIC_MODE"; 0, or an APP_E* code when
  * the file or the key is missing. */
 int fm_config_get(const char *root, const char *path, const char *key, char *out, size_t size);
 

@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "fm_status.h"
 
 static void
@@ -31,35 +33,35 @@ fm_status_judge(const struct fabric *f, const struct fabric_settings *s, const s
 	if (!st->needed) {
 		verdict(st, "not-needed", "");
 	} else if (st->version_mismatch) {
-		snprintf(msg, sizeof(msg),
-			 "Fabric Manager %s with driver %s: it refuses to run; install "
-			 "nvidia-fabricmanager %s",
-			 f->fm_version, f->driver_version, f->driver_version);
+		msg_fmt(msg, sizeof(msg),
+			"Fabric Manager %s with driver %s: it refuses to run; install "
+			"nvidia-fabricmanager %s",
+			f->fm_version, f->driver_version, f->driver_version);
 		verdict(st, "version-mismatch", msg);
 	} else if (unit == NULL) {
-		snprintf(msg, sizeof(msg), "systemd cannot be asked: %s", bus_err ? bus_err : "unknown error");
+		msg_fmt(msg, sizeof(msg), "systemd cannot be asked: %s", bus_err ? bus_err : "unknown error");
 		verdict(st, "unknown", msg);
 	} else if (strcmp(unit->load, "loaded") != 0) {
-		snprintf(msg, sizeof(msg), "%s is %s: install nvidia-fabricmanager of the driver's version (%s)",
-			 s->fm_unit, unit->load, f->driver_version[0] ? f->driver_version : "no driver loaded");
+		msg_fmt(msg, sizeof(msg), "%s is %s: install nvidia-fabricmanager of the driver's version (%s)",
+			s->fm_unit, unit->load, f->driver_version[0] ? f->driver_version : "no driver loaded");
 		verdict(st, "not-installed", msg);
 	} else if (st->restart_loop) {
-		snprintf(msg, sizeof(msg), "%s keeps restarting (%u restarts, last exit status %d): see %s", s->fm_unit,
-			 unit->n_restarts, unit->exit_status, s->log_file);
+		msg_fmt(msg, sizeof(msg), "%s keeps restarting (%u restarts, last exit status %d): see %s", s->fm_unit,
+			unit->n_restarts, unit->exit_status, s->log_file);
 		verdict(st, "restart-loop", msg);
 	} else if (strcmp(unit->active, "active") == 0) {
 		verdict(st, "ready", "");
 	} else if (strcmp(unit->active, "activating") == 0 || strcmp(unit->active, "reloading") == 0) {
 		verdict(st, "starting", "");
 	} else if (strcmp(unit->active, "failed") == 0) {
-		snprintf(msg, sizeof(msg), "%s failed (%s, exit status %d): see %s, then privai-fabric fm start",
-			 s->fm_unit, unit->result, unit->exit_status, s->log_file);
+		msg_fmt(msg, sizeof(msg), "%s failed (%s, exit status %d): see %s, then privai-fabric fm start",
+			s->fm_unit, unit->result, unit->exit_status, s->log_file);
 		verdict(st, "failed", msg);
 	} else {
-		snprintf(msg, sizeof(msg),
-			 "%s is %s: privai-fabric fm start; CUDA reports 'system not ready' until it has "
-			 "trained the fabric",
-			 s->fm_unit, unit->active);
+		msg_fmt(msg, sizeof(msg),
+			"%s is %s: privai-fabric fm start; CUDA reports 'system not ready' until it has "
+			"trained the fabric",
+			s->fm_unit, unit->active);
 		verdict(st, "stopped", msg);
 	}
 }

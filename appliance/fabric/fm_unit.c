@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "status.h"
 #include "fm_unit.h"
 
 #define SD_DEST "org.freedesktop.systemd1"
@@ -18,7 +19,7 @@ static int
 bus_fail(char *err, size_t errsize, const char *what, const sd_bus_error *e, int rc)
 {
 	snprintf(err, errsize, "%s: %s", what, sd_bus_error_is_set(e) ? e->message : strerror(rc < 0 ? -rc : rc));
-	return -1;
+	return APP_EIO;
 }
 
 int
@@ -30,7 +31,7 @@ fm_bus_open(int user, sd_bus **bus, char *err, size_t errsize)
 		snprintf(err, errsize, "cannot reach the systemd %s manager's bus: %s", user ? "user" : "system",
 			 strerror(-rc));
 		*bus = NULL;
-		return -1;
+		return APP_EIO;
 	}
 	return 0;
 }
@@ -96,7 +97,7 @@ out:
 	if (rc < 0)
 		bus_fail(err, errsize, unit, &e, rc);
 	sd_bus_error_free(&e);
-	return rc < 0 ? -1 : 0;
+	return rc < 0 ? APP_EIO : APP_OK;
 }
 
 int
@@ -113,7 +114,7 @@ fm_unit_job(sd_bus *bus, const char *unit, const char *method, char *err, size_t
 	}
 	sd_bus_message_unref(reply);
 	sd_bus_error_free(&e);
-	return rc < 0 ? -1 : 0;
+	return rc < 0 ? APP_EIO : APP_OK;
 }
 
 static long long
@@ -143,7 +144,7 @@ fm_unit_wait(sd_bus *bus, const char *unit, int want_active, int timeout_ms, int
 
 	for (;;) {
 		if (fm_unit_read(bus, unit, st, err, errsize) < 0)
-			return -1;
+			return APP_EIO;
 		/* a start job resets NRestarts when it runs, which may be after our first look */
 		if (first || st->n_restarts < restarts0)
 			restarts0 = st->n_restarts;

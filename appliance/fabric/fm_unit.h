@@ -33,16 +33,16 @@ enum fm_wait {
 	FM_TIMEOUT,
 };
 
-/* The system manager's bus, or the user manager's (tests).  0, or -1 with err. */
+/* The system manager's bus, or the user manager's (tests).  0, or an APP_E* code with err. */
 int fm_bus_open(int user, sd_bus **bus, char *err, size_t errsize);
 
 int fm_unit_read(sd_bus *bus, const char *unit, struct fm_unit_state *st, char *err, size_t errsize);
 
-/* "StartUnit", "StopUnit" or "RestartUnit" with mode "replace".  0, or -1 with err. */
+/* "StartUnit", "StopUnit" or "RestartUnit" with mode "replace".  0, or an APP_E* code with err. */
 int fm_unit_job(sd_bus *bus, const char *unit, const char *method, char *err, size_t errsize);
 
 /* Wait for the unit to become ready (want_active) or stopped; st holds
- * the last state seen.  An FM_* outcome, or -1 with err on a bus error. */
+ * the last state seen.  An FM_* outcome, or APP_EIO with err on a bus error. */
 int fm_unit_wait(sd_bus *bus, const char *unit, int want_active, int timeout_ms, int settle_ms,
 		 struct fm_unit_state *st, char *err, size_t errsize);
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "nccl_topo.h"
 #include "nvidia.h"
 
@@ -29,12 +30,12 @@ cpulist_to_mask(const char *list, char *out, size_t size)
 		char *end;
 		long a = strtol(p, &end, 10), b = a;
 		if (end == p || a < 0 || a >= MAX_CPUS)
-			return -1;
+			return APP_EFORMAT;
 		p = end;
 		if (*p == '-') {
 			b = strtol(p + 1, &end, 10);
 			if (end == p + 1 || b < a || b >= MAX_CPUS)
-				return -1;
+				return APP_EFORMAT;
 			p = end;
 		}
 		for (long c = a; c <= b; c++)
@@ -44,10 +45,10 @@ cpulist_to_mask(const char *list, char *out, size_t size)
 		if (*p == ',')
 			p++;
 		else if (*p != '\0')
-			return -1;
+			return APP_EFORMAT;
 	}
 	if (hi < 0)
-		return -1;
+		return APP_EFORMAT;
 	out[0] = '\0';
 	for (int w = hi / 32; w >= 0; w--) {
 		unsigned word = 0;
@@ -55,7 +56,7 @@ cpulist_to_mask(const char *list, char *out, size_t size)
 		for (int i = 0; i < 32; i++)
 			word |= (unsigned)bits[w * 32 + i] << i;
 		if (n + 10 > size)
-			return -1;
+			return APP_EFORMAT;
 		snprintf(out + n, size - n, "%s%08x", n ? "," : "", word);
 	}
 	return 0;
@@ -288,7 +289,7 @@ write_cpu(struct writer *w, int numa, char *err, size_t errsize)
 			 "the CPU vendor cannot be read from /proc/cpuinfo ('%s'): NCCL needs it for an "
 			 "x86 <cpu>",
 			 f->cpu.vendor);
-		return -1;
+		return APP_EFORMAT;
 	}
 	fprintf(w->out, " arch=\"x86_64\" vendor=\"%s\"", f->cpu.vendor);
 	if (f->cpu.family >= 0 && f->cpu.model >= 0)
@@ -297,7 +298,7 @@ write_cpu(struct writer *w, int numa, char *err, size_t errsize)
 		snprintf(err, errsize,
 			 "the CPU family and model cannot be read from /proc/cpuinfo: NCCL needs them for an "
 			 "Intel <cpu>");
-		return -1;
+		return APP_EFORMAT;
 	}
 	fprintf(w->out, ">\n");
 	write_cpu_children(w, numa);
@@ -349,7 +350,7 @@ nccl_topo_render(const struct fabric *f, char *err, size_t errsize)
 	fprintf(w.out, "</system>\n");
 	if (fclose(w.out) != 0 && rc == 0) {
 		snprintf(err, errsize, "out of memory");
-		rc = -1;
+		rc = APP_ENOMEM;
 	}
 	if (rc < 0) {
 		free(text);

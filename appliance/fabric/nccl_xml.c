@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "nccl_xml.h"
 
 struct reader {
@@ -25,7 +26,7 @@ fail(struct reader *r, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	snprintf(r->err, r->errsize, "line %d: %s", r->line, msg);
-	return -1;
+	return APP_EFORMAT;
 }
 
 static int
@@ -138,7 +139,7 @@ read_attrs(struct reader *r, struct nccl_node *n)
 			return fail(r, "<%s> has more than NCCL's %d attributes", n->name, NCCL_XML_MAX_ATTRS);
 		a = &n->attr[n->n_attrs];
 		if ((a->key = read_name(r, "an attribute name")) == NULL)
-			return -1;
+			return APP_EFORMAT;
 		n->n_attrs++;
 		for (int i = 0; i < n->n_attrs - 1; i++)
 			if (strcmp(n->attr[i].key, a->key) == 0)
@@ -147,7 +148,7 @@ read_attrs(struct reader *r, struct nccl_node *n)
 			return fail(r, "attribute %s of <%s> has no value", a->key, n->name);
 		r->p++;
 		if ((a->value = read_value(r)) == NULL)
-			return -1;
+			return APP_EFORMAT;
 	}
 	return 0;
 }
@@ -169,7 +170,7 @@ read_content(struct reader *r, struct nccl_node *n, int depth)
 				    isprint((unsigned char)*r->p) ? *r->p : '?');
 		if (r->end - r->p >= 4 && memcmp(r->p, "<!--", 4) == 0) {
 			if (skip_comment(r) < 0)
-				return -1;
+				return APP_EFORMAT;
 			continue;
 		}
 		if (r->end - r->p >= 2 && r->p[1] == '/') {
@@ -177,7 +178,7 @@ read_content(struct reader *r, struct nccl_node *n, int depth)
 			int same;
 			r->p += 2;
 			if ((name = read_name(r, "a closing tag's name")) == NULL)
-				return -1;
+				return APP_EFORMAT;
 			same = strcmp(name, n->name) == 0;
 			free(name);
 			if (!same)
@@ -188,7 +189,7 @@ read_content(struct reader *r, struct nccl_node *n, int depth)
 			return 0;
 		}
 		if ((*tail = read_element(r, n, depth + 1)) == NULL)
-			return -1;
+			return APP_EFORMAT;
 		tail = &(*tail)->next;
 	}
 }

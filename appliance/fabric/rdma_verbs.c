@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "fabric.h"
 
 /* ibv_port_attr.active_speed (Gb/s per lane x 10) */
@@ -110,7 +112,8 @@ fill_dev(struct ibv_device *dev, struct rdma_dev *r)
 	if (ibv_query_device(ctx, &da) == 0) {
 		r->node_guid = be64toh(da.node_guid);
 		r->sys_image_guid = be64toh(da.sys_image_guid);
-		snprintf(r->fw_ver, sizeof(r->fw_ver), "%s", da.fw_ver);
+		if (str_fmt(r->fw_ver, sizeof(r->fw_ver), "%s", da.fw_ver) != APP_OK)
+			r->fw_ver[0] = '\0'; /* a version cut short would be another version */
 		r->n_ports = da.phys_port_cnt < RDMA_MAX_PORTS ? da.phys_port_cnt : RDMA_MAX_PORTS;
 		for (int p = 0; p < r->n_ports; p++)
 			fill_port(ctx, p + 1, &r->port[p]);
@@ -132,7 +135,7 @@ rdma_verbs_fill(struct fabric *f, char *why, size_t size)
 	if (list == NULL) {
 		snprintf(why, size, "libibverbs lists no devices (%s): no RDMA subsystem in this kernel",
 			 errno ? strerror(errno) : "no error given");
-		return -1;
+		return APP_EUNAVAIL;
 	}
 	for (int i = 0; i < n; i++) {
 		const char *name = ibv_get_device_name(list[i]);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "settings.h"
 
 static const char *const mode_names[] = { "bare-metal", "shared-nvswitch", "vgpu" };
@@ -25,7 +26,7 @@ fabric_settings_file(const char *path, char *err, size_t errsize)
 
 	if (fp == NULL) {
 		snprintf(err, errsize, "%s: %s", path, strerror(errno));
-		return -1;
+		return APP_EINVAL;
 	}
 	while (fgets(line, sizeof(line), fp) != NULL) {
 		char *p, *eq;
@@ -33,7 +34,7 @@ fabric_settings_file(const char *path, char *err, size_t errsize)
 		if (strchr(line, '\n') == NULL && !feof(fp)) {
 			snprintf(err, errsize, "%s:%d: line longer than %zu bytes", path, n, sizeof(line) - 2);
 			fclose(fp);
-			return -1;
+			return APP_EINVAL;
 		}
 		line[strcspn(line, "\r\n")] = '\0';
 		p = line + strspn(line, " \t");
@@ -43,13 +44,13 @@ fabric_settings_file(const char *path, char *err, size_t errsize)
 		if (eq == NULL || strncmp(p, "PRIVAI_FABRIC_", 14) != 0 || eq == p + 14) {
 			snprintf(err, errsize, "%s:%d: expected PRIVAI_FABRIC_NAME=VALUE", path, n);
 			fclose(fp);
-			return -1;
+			return APP_EINVAL;
 		}
 		*eq = '\0';
 		if (setenv(p, eq + 1, 0) < 0) {
 			snprintf(err, errsize, "%s:%d: %s", path, n, strerror(errno));
 			fclose(fp);
-			return -1;
+			return APP_EINVAL;
 		}
 	}
 	fclose(fp);
@@ -82,7 +83,7 @@ choice(const char *name, const char *const *names, int count, int def, int *out,
 		snprintf(allowed + n, sizeof(allowed) - n, "%s%s", i ? ", " : "", names[i]);
 	}
 	snprintf(err, errsize, "%s is '%s'; it takes %s", name, v, allowed);
-	return -1;
+	return APP_EINVAL;
 }
 
 static int
@@ -107,7 +108,7 @@ number(const char *name, long lo, long hi, int def, int *out, char *err, size_t 
 	n = strtol(v, &end, 10);
 	if (*end != '\0' || errno != 0 || n < lo || n > hi) {
 		snprintf(err, errsize, "%s is '%s'; it takes a whole number from %ld to %ld", name, v, lo, hi);
-		return -1;
+		return APP_EINVAL;
 	}
 	*out = (int)n;
 	return 0;
@@ -126,7 +127,7 @@ path(const char *name, const char *def, char *out, size_t size, char *err, size_
 			 "%s is '%s'; it takes an absolute path under %zu characters, without spaces, quotes, "
 			 "'=' or '#'",
 			 name, v, size);
-		return -1;
+		return APP_EINVAL;
 	}
 	snprintf(out, size, "%s", v);
 	return 0;
@@ -145,7 +146,7 @@ unit_name(const char *name, const char *def, char *out, size_t size, char *err, 
 	    strspn(v, "abcdefghijklmnopqrstuvwxyz"
 		      "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@") != n) {
 		snprintf(err, errsize, "%s is '%s'; it takes a unit name ending in .service", name, v);
-		return -1;
+		return APP_EINVAL;
 	}
 	snprintf(out, size, "%s", v);
 	return 0;
@@ -161,7 +162,7 @@ ipv4(const char *name, const char *def, char *out, size_t size, char *err, size_
 		v = def;
 	if (inet_pton(AF_INET, v, &a) != 1) {
 		snprintf(err, errsize, "%s is '%s'; Fabric Manager binds an IPv4 address, like 127.0.0.1", name, v);
-		return -1;
+		return APP_EINVAL;
 	}
 	snprintf(out, size, "%s", v);
 	return 0;
@@ -196,6 +197,6 @@ fabric_settings_load(struct fabric_settings *s, char *err, size_t errsize)
 	    number("PRIVAI_FABRIC_INTERVAL", 1, 3600, 10, &s->interval_s, err, errsize) < 0 ||
 	    path("PRIVAI_FABRIC_NCCL_TOPO_FILE", "/etc/privai/nccl-topo.xml", s->nccl_topo_file,
 		 sizeof(s->nccl_topo_file), err, errsize) < 0)
-		return -1;
+		return APP_EINVAL;
 	return 0;
 }

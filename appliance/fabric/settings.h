@@ -31,11 +31,11 @@ struct fabric_settings {
 };
 
 /* Read a config file of PRIVAI_FABRIC_NAME=VALUE lines into the
- * environment where it has no value yet.  0, or -1 with err naming the
+ * environment where it has no value yet.  0, or an APP_E* code with err naming the
  * line. */
 int fabric_settings_file(const char *path, char *err, size_t errsize);
 
-/* The settings from the environment, defaults elsewhere.  0, or -1 with err. */
+/* The settings from the environment, defaults elsewhere.  0, or an APP_E* code with err. */
 int fabric_settings_load(struct fabric_settings *s, char *err, size_t errsize);
 
 const char *fabric_mode_name(int mode);

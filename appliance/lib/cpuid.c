@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "cpuid.h"
 #include "hostfs.h"
 
@@ -40,7 +41,7 @@ cpu_id_read(const char *root, struct cpu_id *id)
 	memset(id, 0, sizeof(*id));
 	id->family = id->model = -1;
 	if (text == NULL)
-		return -1;
+		return APP_ENOTFOUND;
 	for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
 		char *colon = strchr(line, ':');
 		if (colon == NULL)

@@ -14,7 +14,7 @@ struct cpu_id {
 };
 
 /* Read under root; fields stay unknown when cpuinfo is missing or garbage.
- * 0, or -1 when /proc/cpuinfo cannot be read at all. */
+ * 0, or an APP_E* code when /proc/cpuinfo cannot be read at all. */
 int cpu_id_read(const char *root, struct cpu_id *id);
 
 #endif

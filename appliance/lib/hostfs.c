@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "status.h"
 #include "hostfs.h"
 
 int
@@ -21,7 +22,7 @@ hostfs_path(const char *root, const char *path, char *out, size_t size)
 	while (rl > 0 && r[rl - 1] == '/')
 		rl--;
 	n = snprintf(out, size, "%.*s%s%s", (int)rl, r, path[0] == '/' ? "" : "/", path);
-	return n < 0 || (size_t)n >= size ? -1 : 0;
+	return n < 0 || (size_t)n >= size ? APP_ERANGE : APP_OK;
 }
 
 /* A descriptor on a regular file, or -1: sysfs attributes are regular
@@ -35,14 +36,14 @@ open_regular(const char *root, const char *path)
 
 	if (hostfs_path(root, path, full, sizeof(full)) < 0) {
 		errno = ENAMETOOLONG;
-		return -1;
+		return APP_EIO;
 	}
 	if ((fd = open(full, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0)
-		return -1;
+		return APP_EIO;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
 		errno = EINVAL;
-		return -1;
+		return APP_EIO;
 	}
 	return fd;
 }
@@ -57,7 +58,7 @@ read_fd(int fd, char *buf, size_t size)
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
-			return got > 0 ? (ssize_t)got : -1;
+			return got > 0 ? (ssize_t)got : APP_EIO;
 		if (r == 0)
 			break;
 		got += (size_t)r;
@@ -72,7 +73,7 @@ hostfs_read_bytes(const char *root, const char *path, void *buf, size_t size)
 	ssize_t n;
 
 	if (fd < 0)
-		return -1;
+		return APP_EIO;
 	n = read_fd(fd, buf, size);
 	close(fd);
 	return n;
@@ -123,13 +124,13 @@ hostfs_read_line(const char *root, const char *path, char *out, size_t size)
 
 	out[0] = '\0';
 	if ((n = hostfs_read_bytes(root, path, buf, sizeof(buf) - 1)) <= 0)
-		return -1;
+		return APP_ENOTFOUND;
 	buf[n] = '\0';
 	l = strcspn(buf, "\n");
 	while (l > 0 && (buf[l - 1] == ' ' || buf[l - 1] == '\t' || buf[l - 1] == '\r'))
 		l--;
 	if (l == 0 || memchr(buf, '\0', l) != NULL)
-		return -1;
+		return APP_ENOTFOUND;
 	snprintf(out, size, "%.*s", (int)l, buf);
 	return 0;
 }
@@ -141,11 +142,11 @@ hostfs_read_long(const char *root, const char *path, int base, long long *v)
 	long long x;
 
 	if (hostfs_read_line(root, path, buf, sizeof(buf)) < 0)
-		return -1;
+		return APP_ENOTFOUND;
 	errno = 0;
 	x = strtoll(buf, &end, base);
 	if (end == buf || *end != '\0' || errno != 0)
-		return -2;
+		return APP_EFORMAT;
 	*v = x;
 	return 0;
 }
@@ -159,14 +160,14 @@ hostfs_link_name(const char *root, const char *path, char *out, size_t size)
 
 	out[0] = '\0';
 	if (hostfs_path(root, path, full, sizeof(full)) < 0)
-		return -1;
+		return APP_ENOTFOUND;
 	if ((n = readlink(full, target, sizeof(target) - 1)) <= 0)
-		return -1;
+		return APP_ENOTFOUND;
 	target[n] = '\0';
 	base = strrchr(target, '/');
 	base = base == NULL ? target : base + 1;
 	if (*base == '\0')
-		return -1;
+		return APP_ENOTFOUND;
 	snprintf(out, size, "%s", base);
 	return 0;
 }
@@ -178,7 +179,7 @@ hostfs_link_target(const char *root, const char *path, char *out, size_t size)
 	ssize_t n;
 
 	if (hostfs_path(root, path, full, sizeof(full)) < 0 || (n = readlink(full, out, size - 1)) <= 0)
-		return -1;
+		return APP_ENOTFOUND;
 	out[n] = '\0';
 	return 0;
 }
@@ -190,18 +191,18 @@ hostfs_resolve(const char *root, const char *path, char *out, size_t size)
 	size_t rl;
 
 	if (hostfs_path(root, path, full, sizeof(full)) < 0 || realpath(full, real) == NULL)
-		return -1;
+		return APP_ENOTFOUND;
 	if (root == NULL || strcmp(root, "/") == 0) {
 		snprintf(out, size, "%s", real);
-		return strlen(real) < size ? 0 : -1;
+		return strlen(real) < size ? APP_OK : APP_ERANGE;
 	}
 	if (realpath(root, rootreal) == NULL)
-		return -1;
+		return APP_ENOTFOUND;
 	rl = strlen(rootreal);
 	if (strncmp(real, rootreal, rl) != 0 || (real[rl] != '/' && real[rl] != '\0'))
-		return -1;
+		return APP_ENOTFOUND;
 	snprintf(out, size, "%s", real[rl] == '\0' ? "/" : real + rl);
-	return strlen(real + rl) < size ? 0 : -1;
+	return strlen(real + rl) < size ? APP_OK : APP_ERANGE;
 }
 
 int
@@ -271,7 +272,7 @@ write_all(int fd, const char *data, size_t len)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0)
-			return -1;
+			return APP_EIO;
 		data += w;
 		len -= (size_t)w;
 	}
@@ -288,19 +289,19 @@ replace_file(const char *full, const char *data, size_t len, mode_t mode)
 	snprintf(tmp, sizeof(tmp), "%s.privai-new", full);
 	unlink(tmp);
 	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode)) < 0)
-		return -1;
+		return APP_EIO;
 	if (fchmod(fd, mode) < 0 || write_all(fd, data, len) < 0 || fsync(fd) < 0) {
 		saved = errno;
 		close(fd);
 		unlink(tmp);
 		errno = saved;
-		return -1;
+		return APP_EIO;
 	}
 	if (close(fd) < 0 || rename(tmp, full) < 0) {
 		saved = errno;
 		unlink(tmp);
 		errno = saved;
-		return -1;
+		return APP_EIO;
 	}
 	return 0;
 }
@@ -313,16 +314,16 @@ hostfs_write(const char *root, const char *path, const char *data, size_t len, i
 
 	if (hostfs_path(root, path, full, sizeof(full)) < 0) {
 		errno = ENAMETOOLONG;
-		return -1;
+		return APP_EIO;
 	}
 	if (!atomic) {
 		if ((fd = open(full, O_WRONLY | O_TRUNC | O_NONBLOCK | O_CLOEXEC)) < 0)
-			return -1;
+			return APP_EIO;
 		if (write_all(fd, data, len) < 0) {
 			saved = errno;
 			close(fd);
 			errno = saved;
-			return -1;
+			return APP_EIO;
 		}
 		return close(fd);
 	}
@@ -338,7 +339,7 @@ make_parents(char *full)
 		int rc = mkdir(full, 0755);
 		*p = '/';
 		if (rc != 0 && errno != EEXIST)
-			return -1;
+			return APP_EIO;
 	}
 	return 0;
 }
@@ -354,7 +355,7 @@ hostfs_install(const char *root, const char *path, const char *data, size_t len,
 		*ret_changed = 0;
 	if (hostfs_path(root, path, full, sizeof(full)) < 0) {
 		errno = ENAMETOOLONG;
-		return -1;
+		return APP_EIO;
 	}
 	if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 07777) == mode && (size_t)sb.st_size == len) {
 		char *have = hostfs_read_text(root, path, len + 1, &have_len);
@@ -364,9 +365,9 @@ hostfs_install(const char *root, const char *path, const char *data, size_t len,
 			return 0;
 	}
 	if (make_parents(full) < 0)
-		return -1;
+		return APP_EIO;
 	if (replace_file(full, data, len, mode) < 0)
-		return -1;
+		return APP_EIO;
 	if (ret_changed != NULL)
 		*ret_changed = 1;
 	return 0;

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "hostfs.h"
 #include "node_info.h"
 
@@ -146,7 +148,7 @@ meminfo_total(const char *root, const char *path)
 	FILE *fp = open_under(root, path);
 
 	if (fp == NULL)
-		return -1;
+		return APP_ENOTFOUND;
 	while (kb < 0 && fgets(line, sizeof(line), fp) != NULL) {
 		char *p = strstr(line, "MemTotal:");
 		char *end;
@@ -157,7 +159,7 @@ meminfo_total(const char *root, const char *path)
 			kb = v;
 	}
 	fclose(fp);
-	return kb < 0 ? -1 : kb * 1024;
+	return kb < 0 ? APP_ENOTFOUND : kb * 1024;
 }
 
 static int
@@ -173,8 +175,7 @@ read_numa(const char *root, struct node_info *ni)
 	struct dirent *e;
 	DIR *d;
 
-	hostfs_path(root, "/sys/devices/system/node", dir, sizeof(dir));
-	if ((d = opendir(dir)) == NULL) {
+	if (hostfs_path(root, "/sys/devices/system/node", dir, sizeof(dir)) != APP_OK || (d = opendir(dir)) == NULL) {
 		missing(ni, "/sys/devices/system/node");
 		return;
 	}
@@ -188,10 +189,10 @@ read_numa(const char *root, struct node_info *ni)
 			continue;
 		struct node_numa *n = &ni->numa[ni->numa_nodes++];
 		n->id = (int)id;
-		snprintf(path, sizeof(path), "/sys/devices/system/node/%s/cpulist", e->d_name);
-		read_line(root, path, n->cpulist, sizeof(n->cpulist));
-		snprintf(path, sizeof(path), "/sys/devices/system/node/%s/meminfo", e->d_name);
-		n->memory_bytes = meminfo_total(root, path);
+		if (str_fmt(path, sizeof(path), "/sys/devices/system/node/%s/cpulist", e->d_name) == APP_OK)
+			read_line(root, path, n->cpulist, sizeof(n->cpulist));
+		if (str_fmt(path, sizeof(path), "/sys/devices/system/node/%s/meminfo", e->d_name) == APP_OK)
+			n->memory_bytes = meminfo_total(root, path);
 	}
 	closedir(d);
 	qsort(ni->numa, (size_t)ni->numa_nodes, sizeof(ni->numa[0]), cmp_numa);
@@ -211,8 +212,7 @@ read_nics(const char *root, struct node_info *ni)
 	struct stat st;
 	DIR *d;
 
-	hostfs_path(root, "/sys/class/net", dir, sizeof(dir));
-	if ((d = opendir(dir)) == NULL) {
+	if (hostfs_path(root, "/sys/class/net", dir, sizeof(dir)) != APP_OK || (d = opendir(dir)) == NULL) {
 		missing(ni, "/sys/class/net");
 		return;
 	}
@@ -222,20 +222,20 @@ read_nics(const char *root, struct node_info *ni)
 			continue;
 		struct node_nic *n = &ni->nics[ni->n_nics++];
 		snprintf(n->name, sizeof(n->name), "%s", e->d_name);
-		snprintf(path, sizeof(path), "/sys/class/net/%s/address", e->d_name);
-		read_line(root, path, n->mac, sizeof(n->mac));
-		snprintf(path, sizeof(path), "/sys/class/net/%s/operstate", e->d_name);
-		read_line(root, path, n->operstate, sizeof(n->operstate));
-		snprintf(path, sizeof(path), "/sys/class/net/%s/speed", e->d_name);
-		n->speed_mbps = (int)read_int(root, path, -1);
+		if (str_fmt(path, sizeof(path), "/sys/class/net/%s/address", e->d_name) == APP_OK)
+			read_line(root, path, n->mac, sizeof(n->mac));
+		if (str_fmt(path, sizeof(path), "/sys/class/net/%s/operstate", e->d_name) == APP_OK)
+			read_line(root, path, n->operstate, sizeof(n->operstate));
+		if (str_fmt(path, sizeof(path), "/sys/class/net/%s/speed", e->d_name) == APP_OK)
+			n->speed_mbps = (int)read_int(root, path, -1);
 		if (n->speed_mbps < -1 || n->speed_mbps > 10000000)
 			n->speed_mbps = -1;
-		snprintf(path, sizeof(path), "/sys/class/net/%s/mtu", e->d_name);
-		n->mtu = (int)read_int(root, path, 0);
-		snprintf(path, sizeof(path), "/sys/class/net/%s/device/numa_node", e->d_name);
-		n->numa_node = (int)read_int(root, path, -1);
-		snprintf(path, sizeof(path), "%s/%s/device", dir, e->d_name);
-		n->physical = stat(path, &st) == 0;
+		if (str_fmt(path, sizeof(path), "/sys/class/net/%s/mtu", e->d_name) == APP_OK)
+			n->mtu = (int)read_int(root, path, 0);
+		if (str_fmt(path, sizeof(path), "/sys/class/net/%s/device/numa_node", e->d_name) == APP_OK)
+			n->numa_node = (int)read_int(root, path, -1);
+		if (str_fmt(path, sizeof(path), "%s/%s/device", dir, e->d_name) == APP_OK)
+			n->physical = stat(path, &st) == 0;
 	}
 	closedir(d);
 	qsort(ni->nics, (size_t)ni->n_nics, sizeof(ni->nics[0]), cmp_nic);

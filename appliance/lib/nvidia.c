@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "hostfs.h"
 #include "nvidia.h"
 
@@ -35,7 +36,7 @@ nvidia_driver_version(const char *root, char *out, size_t size)
 {
 	if (hostfs_read_line(root, "/sys/module/nvidia/version", out, size) < 0 || out[0] == '\0') {
 		out[0] = '\0';
-		return -1;
+		return APP_ENOTFOUND;
 	}
 	return 0;
 }
@@ -48,7 +49,7 @@ nvidia_fm_package_version(const char *root, char *out, size_t size)
 
 	out[0] = '\0';
 	if (text == NULL)
-		return -1;
+		return APP_ENOTFOUND;
 	for (stanza = text; stanza != NULL && found < 0; stanza = next) {
 		char *v, *installed;
 		stanza += strspn(stanza, "\n");

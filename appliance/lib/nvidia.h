@@ -21,11 +21,11 @@ struct nvidia_gpu_model {
 /* The model of a device id, or NULL when we do not know it. */
 const struct nvidia_gpu_model *nvidia_gpu_model(unsigned device);
 
-/* "550.54.15" of the loaded nvidia module.  0, or -1 when none is loaded. */
+/* "550.54.15" of the loaded nvidia module.  0, or an APP_E* code when none is loaded. */
 int nvidia_driver_version(const char *root, char *out, size_t size);
 
 /* "550.54.15" of the installed nvidia-fabricmanager[-NNN] package, from
- * dpkg's status.  0, or -1 when none is installed (or status is unreadable). */
+ * dpkg's status.  0, or an APP_E* code when none is installed (or status is unreadable). */
 int nvidia_fm_package_version(const char *root, char *out, size_t size);
 
 /* 64-bit MMIO the GPUs need: 128 GiB of BAR per GPU plus 32 GiB for NICs. */

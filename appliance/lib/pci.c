@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "hostfs.h"
 #include "pci.h"
 
@@ -96,7 +98,8 @@ attr_line(struct reader *r, const char *name, char *out, size_t size)
 {
 	char path[128];
 
-	snprintf(path, sizeof(path), "%s/%s", r->dir, name);
+	if (str_fmt(path, sizeof(path), "%s/%s", r->dir, name) != APP_OK)
+		return APP_ERANGE;
 	return hostfs_read_line(r->root, path, out, size);
 }
 
@@ -107,8 +110,8 @@ attr_hex(struct reader *r, const char *name, unsigned max)
 	char path[128];
 	long long v;
 
-	snprintf(path, sizeof(path), "%s/%s", r->dir, name);
-	if (hostfs_read_long(r->root, path, 16, &v) != 0 || v < 0 || (unsigned long long)v > max) {
+	if (str_fmt(path, sizeof(path), "%s/%s", r->dir, name) != APP_OK ||
+	    hostfs_read_long(r->root, path, 16, &v) != 0 || v < 0 || (unsigned long long)v > max) {
 		note(r->d, name);
 		return 0;
 	}
@@ -123,8 +126,8 @@ attr_int(struct reader *r, const char *name, int lo, int hi, int def)
 	long long v;
 	int rc;
 
-	snprintf(path, sizeof(path), "%s/%s", r->dir, name);
-	if ((rc = hostfs_read_long(r->root, path, 10, &v)) == -1)
+	if (str_fmt(path, sizeof(path), "%s/%s", r->dir, name) != APP_OK ||
+	    (rc = hostfs_read_long(r->root, path, 10, &v)) == APP_ENOTFOUND)
 		return def;
 	if (rc != 0 || v < lo || v > hi) {
 		note(r->d, name);
@@ -150,11 +153,11 @@ attr_speed(struct reader *r, const char *name)
 static void
 attr_ifaces(struct reader *r, const char *sub, char names[][32], int *n)
 {
-	char path[128], **list;
-	int k;
+	char path[128], **list = NULL;
+	int k = 0;
 
-	snprintf(path, sizeof(path), "%s/%s", r->dir, sub);
-	list = hostfs_list(r->root, path, 64, &k);
+	if (str_fmt(path, sizeof(path), "%s/%s", r->dir, sub) == APP_OK)
+		list = hostfs_list(r->root, path, 64, &k);
 	*n = 0;
 	for (int i = 0; i < k && *n < PCI_MAX_IFACES; i++)
 		if (strlen(list[i]) < 32)
@@ -191,13 +194,14 @@ read_device(const char *root, const char *bdf, struct pci_dev *d)
 	d->cur_width = attr_int(&r, "current_link_width", 0, 32, 0);
 	d->max_width = attr_int(&r, "max_link_width", 0, 32, 0);
 	attr_line(&r, "reset_method", d->reset_method, sizeof(d->reset_method));
-	snprintf(path, sizeof(path), "%s/driver", r.dir);
-	hostfs_link_name(root, path, d->driver, sizeof(d->driver));
+	if (str_fmt(path, sizeof(path), "%s/driver", r.dir) == APP_OK)
+		hostfs_link_name(root, path, d->driver, sizeof(d->driver));
 	attr_ifaces(&r, "net", d->netdev, &d->n_netdev);
 	attr_ifaces(&r, "infiniband", d->rdma, &d->n_rdma);
-	snprintf(path, sizeof(path), "%s/config", r.dir);
 	if ((cfg = malloc(PCI_CFG_SIZE)) != NULL) {
-		len = hostfs_read_bytes(root, path, cfg, PCI_CFG_SIZE);
+		len = str_fmt(path, sizeof(path), "%s/config", r.dir) == APP_OK
+			      ? hostfs_read_bytes(root, path, cfg, PCI_CFG_SIZE)
+			      : APP_ERANGE;
 		if (len < 64)
 			note(d, "config");
 		pci_parse_config(d, cfg, len < 0 ? 0 : (size_t)len);
@@ -217,7 +221,7 @@ pci_find(const struct pci_bus *bus, const char *bdf)
 	for (int i = 0; i < bus->n; i++)
 		if (strcmp(bus->dev[i].bdf, bdf) == 0)
 			return i;
-	return -1;
+	return PCI_NONE;
 }
 
 /* The parent is the path component before the device's own, when it is
@@ -230,8 +234,8 @@ link_parents(struct pci_bus *bus)
 		char path[512], *slash;
 		if (d->devpath[0] == '\0')
 			continue;
-		snprintf(path, sizeof(path), "%s", d->devpath);
-		if ((slash = strrchr(path, '/')) == NULL || strcmp(slash + 1, d->bdf) != 0)
+		if (str_fmt(path, sizeof(path), "%s", d->devpath) != APP_OK || (slash = strrchr(path, '/')) == NULL ||
+		    strcmp(slash + 1, d->bdf) != 0)
 			continue;
 		*slash = '\0';
 		if ((slash = strrchr(path, '/')) != NULL && is_bdf(slash + 1))
@@ -265,7 +269,7 @@ pci_scan(const char *root, struct pci_bus *bus, char *err, size_t errsize)
 	if (n > 0 && (bus->dev = calloc((size_t)n, sizeof(*bus->dev))) == NULL) {
 		hostfs_free_names(names, listed);
 		snprintf(err, errsize, "out of memory reading %d PCI devices", n);
-		return -1;
+		return APP_EIO;
 	}
 	for (int i = 0; i < n; i++)
 		if (is_bdf(names[i]))

@@ -13,6 +13,7 @@
 #define PRIVAI_PCI_H
 
 #define PCI_MAX_DEVICES 1024
+#define PCI_NONE (-1) /* a device index for none: a root bus's parent, a switch not found */
 #define PCI_MAX_IFACES 4
 
 /* class codes (24 bits: class, subclass, programming interface) */
@@ -46,7 +47,7 @@ struct pci_dev {
 	char reset_method[64];               /* "flr bus", "" when the kernel does not say */
 	char driver[32];                     /* "" when none is bound */
 	char devpath[512];                   /* under /sys/devices, e.g. "/pci0000:15/0000:15:01.0/0000:16:00.0" */
-	int parent;                          /* index of the bridge above, -1 at a root bus */
+	int parent;                          /* index of the bridge above, PCI_NONE at a root bus */
 	int depth;                           /* bridges above it */
 	int has_config;                      /* config space readable past the header */
 	int acs_cap, acs_ctrl;               /* -1: no ACS capability */
@@ -64,7 +65,7 @@ struct pci_bus {
 	char problem[160];   /* the bus itself could not be listed */
 };
 
-/* Read every device under root.  0, or -1 with err when memory ran out;
+/* Read every device under root.  0, or an APP_E* code with err when memory ran out;
  * an unreadable /sys/bus/pci is an empty bus with `problem` set. */
 int pci_scan(const char *root, struct pci_bus *bus, char *err, size_t errsize);
 void pci_free(struct pci_bus *bus);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "hostfs.h"
 #include "rdma.h"
 
@@ -17,16 +19,16 @@ rdma_parse_guid(const char *s, uint64_t *v)
 	for (int group = 0; group < 4; group++) {
 		for (int i = 0; i < 4; i++, s++) {
 			if (!isxdigit((unsigned char)*s))
-				return -1;
+				return APP_EFORMAT;
 			g = g << 4 |
 			    (uint64_t)(isdigit((unsigned char)*s) ? *s - '0' : (tolower((unsigned char)*s) - 'a' + 10));
 			digits++;
 		}
 		if (group < 3 && *s++ != ':')
-			return -1;
+			return APP_EFORMAT;
 	}
 	if (*s != '\0' || digits != 16)
-		return -1;
+		return APP_EFORMAT;
 	*v = g;
 	return 0;
 }
@@ -40,7 +42,7 @@ rdma_parse_rate(const char *s)
 	errno = 0;
 	gbps = strtod(s, &end);
 	if (end == s || errno != 0 || gbps <= 0 || gbps > 100000 || strncmp(end, " Gb/sec", 7) != 0)
-		return -1;
+		return APP_EFORMAT;
 	return (long long)(gbps * 1000 + 0.5);
 }
 
@@ -53,7 +55,7 @@ rdma_parse_state(const char *s, char *name, size_t size)
 	errno = 0;
 	v = strtol(s, &end, 10);
 	if (end == s || errno != 0 || v < 0 || v > 7 || strncmp(end, ": ", 2) != 0 || end[2] == '\0')
-		return -1;
+		return APP_EFORMAT;
 	snprintf(name, size, "%s", end + 2);
 	return (int)v;
 }
@@ -79,24 +81,25 @@ read_port(const char *root, const char *dir, struct rdma_dev *d, struct rdma_por
 
 	p->state = -1;
 	p->rate_mbps = -1;
-	snprintf(path, sizeof(path), "%s/state", dir);
-	if (hostfs_read_line(root, path, line, sizeof(line)) < 0 ||
+	if (str_fmt(path, sizeof(path), "%s/state", dir) != APP_OK ||
+	    hostfs_read_line(root, path, line, sizeof(line)) < 0 ||
 	    (p->state = rdma_parse_state(line, p->state_name, sizeof(p->state_name))) < 0) {
 		p->state = -1;
 		note(d, "state");
 	}
-	snprintf(path, sizeof(path), "%s/phys_state", dir);
-	if (hostfs_read_line(root, path, line, sizeof(line)) < 0 ||
+	if (str_fmt(path, sizeof(path), "%s/phys_state", dir) != APP_OK ||
+	    hostfs_read_line(root, path, line, sizeof(line)) < 0 ||
 	    rdma_parse_state(line, p->phys_state, sizeof(p->phys_state)) < 0)
 		p->phys_state[0] = '\0';
-	snprintf(path, sizeof(path), "%s/rate", dir);
-	if (hostfs_read_line(root, path, p->rate, sizeof(p->rate)) < 0 ||
+	if (str_fmt(path, sizeof(path), "%s/rate", dir) != APP_OK ||
+	    hostfs_read_line(root, path, p->rate, sizeof(p->rate)) < 0 ||
 	    (p->rate_mbps = rdma_parse_rate(p->rate)) < 0) {
+		p->rate_mbps = -1; /* unknown (rdma.h) */
 		p->rate[0] = '\0';
 		note(d, "rate");
 	}
-	snprintf(path, sizeof(path), "%s/link_layer", dir);
-	if (hostfs_read_line(root, path, p->link_layer, sizeof(p->link_layer)) < 0 ||
+	if (str_fmt(path, sizeof(path), "%s/link_layer", dir) != APP_OK ||
+	    hostfs_read_line(root, path, p->link_layer, sizeof(p->link_layer)) < 0 ||
 	    (strcmp(p->link_layer, "InfiniBand") != 0 && strcmp(p->link_layer, "Ethernet") != 0)) {
 		p->link_layer[0] = '\0';
 		note(d, "link_layer");
@@ -108,8 +111,8 @@ read_guid(const char *root, const char *base, const char *attr, struct rdma_dev 
 {
 	char path[256], line[64];
 
-	snprintf(path, sizeof(path), "%s/%s", base, attr);
-	if (hostfs_read_line(root, path, line, sizeof(line)) < 0 || rdma_parse_guid(line, v) < 0) {
+	if (str_fmt(path, sizeof(path), "%s/%s", base, attr) != APP_OK ||
+	    hostfs_read_line(root, path, line, sizeof(line)) < 0 || rdma_parse_guid(line, v) < 0) {
 		*v = 0;
 		note(d, attr);
 	}
@@ -118,19 +121,22 @@ read_guid(const char *root, const char *base, const char *attr, struct rdma_dev 
 void
 rdma_read_sysfs(const char *root, const char *name, struct rdma_dev *d)
 {
-	char base[128], path[192], **ports;
-	int n;
+	char base[128], path[192], **ports = NULL;
+	int n = 0;
 
 	memset(d, 0, sizeof(*d));
 	snprintf(d->name, sizeof(d->name), "%s", name);
-	snprintf(base, sizeof(base), "/sys/class/infiniband/%s", name);
+	if (str_fmt(base, sizeof(base), "/sys/class/infiniband/%s", name) != APP_OK) {
+		note(d, "name"); /* longer than any device name the kernel gives */
+		return;
+	}
 	read_guid(root, base, "node_guid", d, &d->node_guid);
 	read_guid(root, base, "sys_image_guid", d, &d->sys_image_guid);
-	snprintf(path, sizeof(path), "%s/fw_ver", base);
-	if (hostfs_read_line(root, path, d->fw_ver, sizeof(d->fw_ver)) < 0)
+	if (str_fmt(path, sizeof(path), "%s/fw_ver", base) != APP_OK ||
+	    hostfs_read_line(root, path, d->fw_ver, sizeof(d->fw_ver)) < 0)
 		d->fw_ver[0] = '\0';
-	snprintf(path, sizeof(path), "%s/ports", base);
-	ports = hostfs_list(root, path, 64, &n);
+	if (str_fmt(path, sizeof(path), "%s/ports", base) == APP_OK)
+		ports = hostfs_list(root, path, 64, &n);
 	if (n == 0)
 		note(d, "ports");
 	if (ports != NULL)
@@ -142,8 +148,8 @@ rdma_read_sysfs(const char *root, const char *name, struct rdma_dev *d)
 			continue;
 		struct rdma_port *p = &d->port[d->n_ports++];
 		p->num = (int)num;
-		snprintf(path, sizeof(path), "%s/ports/%ld", base, num);
-		read_port(root, path, d, p);
+		if (str_fmt(path, sizeof(path), "%s/ports/%ld", base, num) == APP_OK)
+			read_port(root, path, d, p);
 	}
 	hostfs_free_names(ports, n);
 }

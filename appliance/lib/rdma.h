@@ -35,13 +35,13 @@ struct rdma_dev {
  * unknown and is named in `problem`. */
 void rdma_read_sysfs(const char *root, const char *name, struct rdma_dev *d);
 
-/* "b83f:d203:00aa:0000" -> 0xb83fd20300aa0000.  0, or -1 when malformed. */
+/* "b83f:d203:00aa:0000" -> 0xb83fd20300aa0000.  0, or an APP_E* code when malformed. */
 int rdma_parse_guid(const char *s, uint64_t *v);
 
-/* "400 Gb/sec (4X NDR)" -> 400000, "2.5 Gb/sec (1X SDR)" -> 2500; -1 when not a rate. */
+/* "400 Gb/sec (4X NDR)" -> 400000, "2.5 Gb/sec (1X SDR)" -> 2500; APP_EFORMAT when not a rate. */
 long long rdma_parse_rate(const char *s);
 
-/* "4: ACTIVE" -> 4 and "ACTIVE"; -1 when malformed. */
+/* "4: ACTIVE" -> 4 and "ACTIVE"; APP_EFORMAT when malformed. */
 int rdma_parse_state(const char *s, char *name, size_t size);
 
 #endif

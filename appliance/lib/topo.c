@@ -1,6 +1,7 @@
 /* GPUs, RDMA NICs and NVSwitches, and which NIC serves which GPU. */
 #include <string.h>
 
+#include "status.h"
 #include "topo.h"
 
 int
@@ -12,7 +13,7 @@ topo_switch_of(const struct pci_bus *bus, int i)
 	while (p >= 0 && bus->dev[p].parent >= 0 && bus->dev[bus->dev[p].parent].parent >= 0)
 		p = bus->dev[p].parent;
 	if (p < 0 || bus->dev[p].parent < 0 || !pci_is_bridge(&bus->dev[p]))
-		return -1;
+		return PCI_NONE;
 	return p;
 }
 
@@ -63,7 +64,7 @@ topo_read(const char *root, struct topo *t, char *err, size_t errsize)
 
 	memset(t, 0, sizeof(*t));
 	if (pci_scan(root, &t->bus, err, errsize) < 0)
-		return -1;
+		return APP_EIO;
 	for (int i = 0; i < t->bus.n; i++) {
 		const struct pci_dev *d = &t->bus.dev[i];
 		if (pci_is_gpu(d)) {

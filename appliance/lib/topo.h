@@ -26,7 +26,7 @@ struct topo {
 	int n_gpus, gpu[TOPO_MAX_GPUS]; /* indexes into bus.dev, in bus order */
 	int n_nics, nic[TOPO_MAX_NICS]; /* RDMA-capable NICs */
 	int n_nvswitches, nvswitch[TOPO_MAX_NVSWITCHES];
-	int gpu_switch[TOPO_MAX_GPUS]; /* bus.dev index of the switch above, -1 none */
+	int gpu_switch[TOPO_MAX_GPUS]; /* bus.dev index of the switch above, PCI_NONE for none */
 	int nic_switch[TOPO_MAX_NICS];
 	int gpu_nic[TOPO_MAX_GPUS];     /* index into nic[], -1 unpaired */
 	int gpu_pairing[TOPO_MAX_GPUS]; /* TOPO_PAIR_* */
@@ -36,12 +36,12 @@ struct topo {
 
 /* Scan and pair: under a common switch first; a GPU with no switch above
  * it (a VM's virtual root ports, a PCIe server's direct slots) takes a
- * switchless NIC of its NUMA node.   0, or -1 with err (out of memory). */
+ * switchless NIC of its NUMA node.   0, or an APP_E* code with err (out of memory). */
 int topo_read(const char *root, struct topo *t, char *err, size_t errsize);
 void topo_free(struct topo *t);
 
 /* The bus.dev index of the PCIe switch (upstream port below a root port)
- * above device i, or -1. */
+ * above device i, or PCI_NONE. */
 int topo_switch_of(const struct pci_bus *bus, int i);
 
 /* A NIC's RDMA name if it has one, else its network interface, else its BDF. */

@@ -40,16 +40,16 @@ struct plan {
 	struct change *c;
 };
 
-/* What apply would change on this host for its profile. 0, or -1 with err. */
+/* What apply would change on this host for its profile. 0, or an APP_E* code with err. */
 int apply_plan(const struct tune_host *h, struct plan *p, char *err, size_t errsize);
 
-/* Record then write.  Reports each change on out; 0, or -1 with err when
+/* Record then write.  Reports each change on out; 0, or an APP_E* code with err when
  * the state could not be recorded (then nothing was written) or a write
  * failed (what was written stays recorded, so revert undoes it). */
 int apply_run(const struct tune_host *h, struct plan *p, FILE *out, char *err, size_t errsize);
 
 /* Put back what the state file records.  0 (also when nothing was
- * applied), or -1 with err. */
+ * applied), or an APP_E* code with err. */
 int apply_revert(const char *root, FILE *out, char *err, size_t errsize);
 
 /* The plan as text, grouped ("CPU governor on 224 CPUs: powersave -> performance"). */

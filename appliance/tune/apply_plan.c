@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "apply.h"
 #include "hostfs.h"
 
@@ -51,7 +53,7 @@ plan_attr(const struct tune_host *h, struct plan *p, const char *what, const cha
 	if (hostfs_read_line(h->root, path, cur, sizeof(cur)) < 0)
 		return 0;
 	if ((c = add(p, CHANGE_ATTR, what, path)) == NULL)
-		return -1;
+		return APP_EINVAL;
 	snprintf(c->old, sizeof(c->old), "%s", cur);
 	snprintf(c->new, sizeof(c->new), "%s", want);
 	c->done = strcmp(cur, want) == 0;
@@ -69,7 +71,7 @@ plan_selector(const struct tune_host *h, struct plan *p, const char *what, const
 	if (hostfs_read_line(h->root, path, cur, sizeof(cur)) < 0)
 		return 0;
 	if ((c = add(p, CHANGE_SELECTOR, what, path)) == NULL)
-		return -1;
+		return APP_EINVAL;
 	snprintf(c->old, sizeof(c->old), "%s", cur);
 	snprintf(c->new, sizeof(c->new), "%s", want);
 	snprintf(padded, sizeof(padded), " %s ", cur);
@@ -95,7 +97,7 @@ plan_file(const struct tune_host *h, struct plan *p, const char *what, const cha
 
 	if ((c = add(p, CHANGE_FILE, what, path)) == NULL) {
 		free(cur);
-		return -1;
+		return APP_EINVAL;
 	}
 	snprintf(c->new, sizeof(c->new), "%s", contents);
 	c->existed = cur != NULL || hostfs_exists(h->root, path);
@@ -118,12 +120,12 @@ plan_link(const struct tune_host *h, struct plan *p, const char *what, const cha
 	struct change *c;
 
 	if ((c = add(p, CHANGE_LINK, what, path)) == NULL)
-		return -1;
+		return APP_EINVAL;
 	snprintf(c->new, sizeof(c->new), "%s", target);
 	if (hostfs_link_target(h->root, path, cur, sizeof(cur)) == 0) {
 		c->done = 1;
 		if (strcmp(cur, target) != 0)
-			snprintf(c->note, sizeof(c->note), "left alone: %s already links to %s", path, cur);
+			msg_fmt(c->note, sizeof(c->note), "left alone: %s already links to %s", path, cur);
 	} else if (hostfs_exists(h->root, path)) {
 		c->done = c->existed = 1;
 		snprintf(c->note, sizeof(c->note), "left alone: %s exists and is not a link", path);
@@ -208,11 +210,11 @@ plan_gpu(const struct tune_host *h, struct plan *p)
 	for (int i = 0; i < 2; i++)
 		if (hostfs_exists(h->root, units[i])) {
 			if (plan_link(h, p, "GPU persistence daemon", PERSISTENCED_WANTS, units[i]) < 0)
-				return -1;
+				return APP_EINVAL;
 			break;
 		}
 	if (h->topo.n_nics > 0 && plan_file(h, p, "GPUDirect RDMA module", PEERMEM_CONF, "nvidia_peermem\n") < 0)
-		return -1;
+		return APP_EINVAL;
 	return 0;
 }
 
@@ -243,7 +245,7 @@ apply_plan(const struct tune_host *h, struct plan *p, char *err, size_t errsize)
 	if (rc != 0) {
 		snprintf(err, errsize, "out of memory planning the changes");
 		plan_free(p);
-		return -1;
+		return APP_EINVAL;
 	}
 	return 0;
 }

@@ -8,6 +8,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "apply.h"
 #include "hostfs.h"
 
@@ -66,7 +68,7 @@ state_load(const char *root, struct state *s, char *err, size_t errsize)
 			 "%s is not a privai-tune state file (no changes list); move it aside to apply afresh",
 			 TUNE_STATE_FILE);
 		cJSON_Delete(o);
-		return -1;
+		return APP_EFORMAT;
 	}
 	if (cJSON_IsString(it = cJSON_GetObjectItem(o, "profile")))
 		snprintf(s->profile, sizeof(s->profile), "%s", it->valuestring);
@@ -86,13 +88,13 @@ state_load(const char *root, struct state *s, char *err, size_t errsize)
 				 TUNE_STATE_FILE, s->recorded.n + 1);
 			cJSON_Delete(o);
 			plan_free(&s->recorded);
-			return -1;
+			return APP_EFORMAT;
 		}
 		if ((c = plan_add(&s->recorded)) == NULL) {
 			snprintf(err, errsize, "out of memory reading %s", TUNE_STATE_FILE);
 			cJSON_Delete(o);
 			plan_free(&s->recorded);
-			return -1;
+			return APP_EFORMAT;
 		}
 		c->kind = (enum change_kind)k;
 		snprintf(c->path, sizeof(c->path), "%s", path->valuestring);
@@ -116,7 +118,7 @@ state_save(const char *root, const struct state *s, char *err, size_t errsize)
 	cJSON *o = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(o, "changes"),
 	      *dirs = cJSON_AddArrayToObject(o, "created_dirs");
 	char *text = NULL;
-	int rc = -1;
+	int rc = APP_EIO;
 
 	if (o == NULL || list == NULL || dirs == NULL)
 		goto out;
@@ -162,7 +164,7 @@ note_missing_dirs(const char *root, const char *path, struct state *s)
 			seen = strcmp(s->dirs[i], dir) == 0;
 		if (!seen && !hostfs_exists(root, dir)) {
 			if (s->n_dirs == MAX_DIRS)
-				return -1;
+				return APP_EIO;
 			snprintf(s->dirs[s->n_dirs++], 256, "%s", dir);
 		}
 		*slash = '/';
@@ -177,7 +179,7 @@ make_dirs(const char *root, const struct state *s)
 
 	for (int i = 0; i < s->n_dirs; i++)
 		if (hostfs_path(root, s->dirs[i], full, sizeof(full)) < 0 || (mkdir(full, 0755) < 0 && errno != EEXIST))
-			return -1;
+			return APP_EIO;
 	return 0;
 }
 
@@ -221,7 +223,7 @@ write_selector(const char *root, const char *path, const char *word, const char 
 	char back[256], list[256];
 
 	if (write_line(root, path, word) < 0)
-		return -1;
+		return APP_EIO;
 	if (hostfs_read_line(root, path, back, sizeof(back)) == 0 && strcmp(back, word) == 0) {
 		reselect(list_before, word, list, sizeof(list));
 		return write_line(root, path, list);
@@ -243,10 +245,10 @@ apply_one(const char *root, const struct change *c, const char *recorded_old)
 		return hostfs_write(root, c->path, c->new, strlen(c->new), 1);
 	case CHANGE_LINK:
 		if (hostfs_path(root, c->path, full, sizeof(full)) < 0)
-			return -1;
+			return APP_EIO;
 		return symlink(c->new, full);
 	}
-	return -1;
+	return APP_EIO;
 }
 
 int
@@ -256,7 +258,7 @@ apply_run(const struct tune_host *h, struct plan *p, FILE *out, char *err, size_
 	int failed = 0;
 
 	if (state_load(h->root, &s, err, errsize) < 0)
-		return -1;
+		return APP_EIO;
 	snprintf(s.profile, sizeof(s.profile), "%s", h->profile->name);
 	if (note_missing_dirs(h->root, TUNE_STATE_FILE, &s) < 0)
 		goto too_deep;
@@ -273,7 +275,7 @@ apply_run(const struct tune_host *h, struct plan *p, FILE *out, char *err, size_
 			if (rec == NULL) {
 				snprintf(err, errsize, "out of memory recording the old values");
 				plan_free(&s.recorded);
-				return -1;
+				return APP_EIO;
 			}
 			*rec = *c;
 		}
@@ -285,7 +287,7 @@ apply_run(const struct tune_host *h, struct plan *p, FILE *out, char *err, size_
 			snprintf(err, errsize, "cannot create the directories for %s: %s", TUNE_STATE_FILE,
 				 strerror(errno));
 		plan_free(&s.recorded);
-		return -1;
+		return APP_EIO;
 	}
 	for (int i = 0; i < p->n; i++) {
 		struct change *c = &p->c[i];
@@ -296,7 +298,7 @@ apply_run(const struct tune_host *h, struct plan *p, FILE *out, char *err, size_
 			if (strcmp(s.recorded.c[j].path, c->path) == 0)
 				old = s.recorded.c[j].old;
 		if (apply_one(h->root, c, old) < 0) {
-			snprintf(c->note, sizeof(c->note), "failed: %s: %s", c->path, strerror(errno));
+			msg_fmt(c->note, sizeof(c->note), "failed: %s: %s", c->path, strerror(errno));
 			fprintf(out, "  %-24s %s\n", c->what, c->note);
 			failed++;
 		}
@@ -305,13 +307,13 @@ apply_run(const struct tune_host *h, struct plan *p, FILE *out, char *err, size_
 	if (failed) {
 		snprintf(err, errsize, "%d change%s failed (recorded: revert undoes the rest)", failed,
 			 failed == 1 ? "" : "s");
-		return -1;
+		return APP_EIO;
 	}
 	return 0;
 too_deep:
 	snprintf(err, errsize, "more than %d directories to create", MAX_DIRS);
 	plan_free(&s.recorded);
-	return -1;
+	return APP_EIO;
 }
 
 int
@@ -321,7 +323,7 @@ apply_revert(const char *root, FILE *out, char *err, size_t errsize)
 	int failed = 0;
 
 	if (state_load(root, &s, err, errsize) < 0)
-		return -1;
+		return APP_EIO;
 	if (!hostfs_exists(root, TUNE_STATE_FILE)) {
 		fprintf(out, "nothing to revert: %s does not exist\n", TUNE_STATE_FILE);
 		return 0;
@@ -344,7 +346,7 @@ apply_revert(const char *root, FILE *out, char *err, size_t errsize)
 				rc = hostfs_write(root, c->path, c->old, strlen(c->old), 1);
 			else if (hostfs_path(root, c->path, full, sizeof(full)) < 0 ||
 				 (unlink(full) < 0 && errno != ENOENT))
-				rc = -1;
+				rc = APP_EIO;
 			break;
 		}
 		if (rc < 0) {
@@ -358,7 +360,7 @@ apply_revert(const char *root, FILE *out, char *err, size_t errsize)
 	if (failed) {
 		snprintf(err, errsize, "%d value%s could not be restored; %s is kept so revert can be run again",
 			 failed, failed == 1 ? "" : "s", TUNE_STATE_FILE);
-		return -1;
+		return APP_EIO;
 	}
 	{
 		char full[4096];

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "hostfs.h"
 #include "systemd_conf.h"
 #include "tune.h"
@@ -14,7 +15,7 @@ thp_selected(const char *line, char *out, size_t size)
 	const char *open = strchr(line, '['), *close;
 
 	if (open == NULL || (close = strchr(open, ']')) == NULL || close == open + 1 || (size_t)(close - open) > size)
-		return -1;
+		return APP_ENOTFOUND;
 	snprintf(out, size, "%.*s", (int)(close - open - 1), open + 1);
 	return 0;
 }
@@ -58,9 +59,9 @@ check_hugepages(const struct tune_host *h, struct report *r)
 		kb = strtoll(p + 13, NULL, 10) > 0 ? strtoll(p + 13, NULL, 10) : 2048;
 	free(meminfo);
 	if (rc != 0 || n < 0) {
-		c = report_add(r, "mem.hugepages", "Static huge pages", rc == -1 ? CHECK_SKIP : CHECK_WARN);
-		report_found(c, rc == -1 ? "/proc/sys/vm/nr_hugepages cannot be read"
-					 : "/proc/sys/vm/nr_hugepages holds no number");
+		c = report_add(r, "mem.hugepages", "Static huge pages", rc == APP_ENOTFOUND ? CHECK_SKIP : CHECK_WARN);
+		report_found(c, rc == APP_ENOTFOUND ? "/proc/sys/vm/nr_hugepages cannot be read"
+						    : "/proc/sys/vm/nr_hugepages holds no number");
 		return;
 	}
 	c = report_add(r, "mem.hugepages", "Static huge pages", n == h->profile->hugepages ? CHECK_PASS : CHECK_WARN);
@@ -85,10 +86,11 @@ check_numa_balancing(const struct tune_host *h, struct report *r)
 		return;
 	}
 	if ((rc = hostfs_read_long(h->root, "/proc/sys/kernel/numa_balancing", 10, &v)) != 0 || v < 0 || v > 3) {
-		c = report_add(r, "mem.numa_balancing", "Automatic NUMA balancing", rc == -1 ? CHECK_SKIP : CHECK_WARN);
+		c = report_add(r, "mem.numa_balancing", "Automatic NUMA balancing",
+			       rc == APP_ENOTFOUND ? CHECK_SKIP : CHECK_WARN);
 		report_found(c, "%s",
-			     rc == -1 ? "the kernel has no kernel.numa_balancing"
-				      : "kernel.numa_balancing holds no setting");
+			     rc == APP_ENOTFOUND ? "the kernel has no kernel.numa_balancing"
+						 : "kernel.numa_balancing holds no setting");
 		report_expected(c, "%ld", h->profile->numa_balancing);
 		return;
 	}

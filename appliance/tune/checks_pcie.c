@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "hostfs.h"
 #include "nvidia.h"
 #include "tune.h"
@@ -269,7 +270,7 @@ mmio64_bytes(const struct tune_host *h, uint64_t *total)
 
 	*total = 0;
 	if (text == NULL)
-		return -1;
+		return APP_ENOTFOUND;
 	for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
 		unsigned long long lo, hi;
 		char *end, *p;

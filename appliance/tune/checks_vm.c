@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "hostfs.h"
 #include "tune.h"
 
@@ -17,14 +18,14 @@ steal_permille(const struct tune_host *h)
 	int n;
 
 	if (hostfs_read_line(h->root, "/proc/stat", line, sizeof(line)) < 0 || strncmp(line, "cpu ", 4) != 0)
-		return -1;
+		return APP_ENOTFOUND;
 	n = sscanf(line + 4, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
 		   &v[7]);
 	if (n < 8)
-		return -1;
+		return APP_ENOTFOUND;
 	for (int i = 0; i < 8; i++)
 		total += v[i];
-	return total == 0 ? -1 : (int)(v[7] * 1000 / total);
+	return total == 0 ? APP_ENOTFOUND : (int)(v[7] * 1000 / total);
 }
 
 void

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "cpuid.h"
 #include "hostfs.h"
 #include "nvidia.h"
@@ -45,7 +46,7 @@ tune_host_read(const char *root, const char *profile, struct tune_host *h, char 
 	h->root = root;
 	node_info_read(root, &h->ni);
 	if (topo_read(root, &h->topo, err, errsize) < 0)
-		return -1;
+		return APP_EIO;
 	cpu_id_read(root, &id);
 	h->cpu_family = id.family;
 	h->cpu_model = id.model;
@@ -58,7 +59,7 @@ tune_host_read(const char *root, const char *profile, struct tune_host *h, char 
 	else if ((h->profile = profile_get(profile)) == NULL) {
 		snprintf(err, errsize, "no profile named '%s' (have: %s)", profile, profile_names());
 		topo_free(&h->topo);
-		return -1;
+		return APP_EIO;
 	}
 	return 0;
 }

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "hostfs.h"
 #include "systemd_conf.h"
 
@@ -62,14 +64,16 @@ systemd_conf_get(const char *root, const char *name, const char *section, const 
 	int n_chosen = 0;
 
 	value[0] = where[0] = '\0';
-	snprintf(path, sizeof(path), "/etc/systemd/%s", name);
+	if (str_fmt(path, sizeof(path), "/etc/systemd/%s", name) != APP_OK)
+		return; /* names are ours ("system.conf"), never this long */
 	scan_file(root, path, section, key, value, vsize, where, wsize);
 	/* each drop-in name once, from the last directory that has it */
 	for (int d = 0; d < 3; d++) {
 		char dir[256], **names;
 		int n;
-		snprintf(dir, sizeof(dir), "%s/%s.d", dirs[d], name);
-		names = hostfs_list(root, dir, MAX_DROPINS, &n);
+		names = str_fmt(dir, sizeof(dir), "%s/%s.d", dirs[d], name) == APP_OK
+				? hostfs_list(root, dir, MAX_DROPINS, &n)
+				: (n = 0, NULL);
 		for (int i = 0; i < n; i++) {
 			size_t l = strlen(names[i]);
 			int k;
@@ -78,7 +82,8 @@ systemd_conf_get(const char *root, const char *name, const char *section, const 
 			for (k = 0; k < n_chosen; k++)
 				if (strcmp(strrchr(chosen[k], '/') + 1, names[i]) == 0)
 					break;
-			snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+			if (str_fmt(path, sizeof(path), "%s/%s", dir, names[i]) != APP_OK)
+				continue; /* a drop-in whose name is too long is not one systemd reads either */
 			if (k < n_chosen) {
 				char *p = strdup(path);
 				if (p != NULL) {

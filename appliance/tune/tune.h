@@ -23,7 +23,7 @@ struct tune_host {
 	char driver_version[32];        /* the NVIDIA kernel module's; "" none */
 };
 
-/* Read the host; profile NULL picks the default for it.  0, or -1 with err. */
+/* Read the host; profile NULL picks the default for it.  0, or an APP_E* code with err. */
 int tune_host_read(const char *root, const char *profile, struct tune_host *h, char *err, size_t errsize);
 void tune_host_free(struct tune_host *h);
 
@@ -38,7 +38,7 @@ void checks_gpu(const struct tune_host *h, struct report *r);
 void checks_pcie(const struct tune_host *h, struct report *r);
 void checks_vm(const struct tune_host *h, struct report *r);
 
-/* "always [madvise] never" -> "madvise"; -1 when nothing is chosen. */
+/* "always [madvise] never" -> "madvise"; APP_ENOTFOUND when nothing is chosen. */
 int thp_selected(const char *line, char *out, size_t size);
 
 /* Every check, in order. */

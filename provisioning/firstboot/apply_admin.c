@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "apply.h"
 #include "firstboot.h"
 #include "hostfs.h"
@@ -181,7 +181,7 @@ static void
 step_tls(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_step *s, struct env *e)
 {
 	const char *cert = fb_good(c, FB_TLS_CERT), *key = fb_good(c, FB_TLS_KEY);
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	int changed = 0;
 
 	if (refused(s, c, FB_TLS_CERT) || refused(s, c, FB_TLS_KEY))
@@ -194,7 +194,7 @@ step_tls(const struct fb_config *c, const struct fb_apply_opts *o, struct fb_ste
 		step_set(s, FB_REFUSED, "tls_cert and tls_key go together; the self-signed certificate stays");
 		return;
 	}
-	if (tls_check_pair(cert, key, err) != PRIVAI_OK) {
+	if (tls_check_pair(cert, key, err) != APP_OK) {
 		step_set(s, FB_REFUSED, "%s; the self-signed certificate stays", err);
 		return;
 	}

@@ -11,6 +11,7 @@
 #include <systemd/sd-bus.h>
 #include <unistd.h>
 
+#include "status.h"
 #include "apply.h"
 #include "firstboot.h"
 #include "hostfs.h"
@@ -78,7 +79,7 @@ bus_call(const char *dest, const char *path, const char *iface, const char *meth
 	sd_bus_error_free(&e);
 	sd_bus_message_unref(m);
 	sd_bus_unref(bus);
-	return r < 0 ? -1 : 0;
+	return r < 0 ? APP_EIO : APP_OK;
 }
 
 /* The running system's name now: hostnamed, or the kernel's when the bus
@@ -89,7 +90,7 @@ hostname_live(const char *name, char *why, size_t size)
 	if (bus_call("org.freedesktop.hostname1", "/org/freedesktop/hostname1", "org.freedesktop.hostname1",
 		     "SetStaticHostname", why, size, "sb", name, 0) == 0)
 		return 0;
-	return sethostname(name, strlen(name)) == 0 ? 0 : -1;
+	return sethostname(name, strlen(name)) == 0 ? APP_OK : APP_EIO;
 }
 
 /* /etc/hosts with name on 127.0.1.1 (Debian's way), other lines kept. */

@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "firstboot.h"
 #include "hostfs.h"
 
@@ -169,8 +171,9 @@ from_cdrom(char *ret_source, size_t size)
 			continue;
 		char *xml = NULL;
 		for (const char *const *n = names; *n != NULL && xml == NULL; n++) {
-			snprintf(path, sizeof(path), "%s/%s", dir, *n);
-			xml = hostfs_read_text("/", path, OVF_MAX, NULL);
+			xml = str_fmt(path, sizeof(path), "%s/%s", dir, *n) == APP_OK
+				      ? hostfs_read_text("/", path, OVF_MAX, NULL)
+				      : NULL;
 			if (xml != NULL)
 				snprintf(ret_source, size, "ovf (%s on %s)", *n, dev);
 		}

@@ -13,7 +13,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "cluster/nodes.h"
 #include "deploy/deployments.h"
 #include "store/db.h"
@@ -26,17 +26,18 @@ static sqlite3 *db;
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	char path[] = "/tmp/privai-fuzz-store-XXXXXX", err[PRIVAI_ERR_LEN];
+	char path[] = "/tmp/privai-fuzz-store-XXXXXX", err[APP_ERR_LEN];
 	int fd = mkstemp(path);
 
 	if (fd < 0)
 		abort();
 	close(fd);
 	unlink(path);
-	if (db_open(path, &db, err) != PRIVAI_OK ||
-	    db_exec(db, "INSERT INTO nodes (id, name, address, state, is_self, joined_at) VALUES "
-			"(2, 'member', '10.0.0.2', 'ready', 0, 1)",
-		    err) != PRIVAI_OK) {
+	if (db_open(path, &db, err) != APP_OK ||
+	    db_exec(db,
+		    "INSERT INTO nodes (id, name, address, state, is_self, joined_at) VALUES "
+		    "(2, 'member', '10.0.0.2', 'ready', 0, 1)",
+		    err) != APP_OK) {
 		fprintf(stderr, "fuzz_admin_json: %s\n", err);
 		exit(1);
 	}
@@ -46,15 +47,15 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char err[PRIVAI_ERR_LEN], field[64], *options = NULL;
+	char err[APP_ERR_LEN], field[64], *options = NULL;
 	cJSON *j = cJSON_ParseWithLength((const char *)data, size);
 
 	if (j == NULL)
 		return 0;
-	if (db_begin(db) != PRIVAI_OK)
+	if (db_begin(db) != APP_OK)
 		abort();
 	(void)node_store_report(db, 2, j, 1700000000, err);
-	if (db_rollback(db) != PRIVAI_OK)
+	if (db_rollback(db) != APP_OK)
 		abort();
 	if (deploy_options_parse(cJSON_GetObjectItemCaseSensitive(j, "options"), &options, field, sizeof(field), err,
 				 sizeof(err)) == 0)

@@ -28,7 +28,6 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 	const char *path = getenv("PRIVAI_FUZZ_MODEL");
 	char err[PRIVAI_ERR_LEN];
 
-
 	if (path == NULL || gguf_open(path, &f, err) < 0 || tokenizer_load(f, &tok, err) < 0 ||
 	    (vocab = json_vocab_new(tok)) == NULL) {
 		fprintf(stderr, "fuzz_json_constraint: PRIVAI_FUZZ_MODEL must name a GGUF with a tokenizer\n");

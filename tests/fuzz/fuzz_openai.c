@@ -25,7 +25,6 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 	const char *path = getenv("PRIVAI_FUZZ_MODEL");
 	char err[PRIVAI_ERR_LEN];
 
-
 	if (path == NULL || gguf_open(path, &f, err) < 0 || tokenizer_load(f, &tok, err) < 0) {
 		fprintf(stderr, "fuzz_openai: PRIVAI_FUZZ_MODEL must name a GGUF with a tokenizer\n");
 		exit(1);

@@ -661,6 +661,13 @@ def test_tls(tmp):
     r = subprocess.run([os.path.join(BUILD, "privai-admin"), "--dev", "--host", "0.0.0.0", "--state-dir", state],
                        capture_output=True, text=True)
     check(r.returncode == 2 and "loopback" in r.stderr, "dev mode refuses a public address", r.stderr)
+    # every path under the state directory must fit its buffer: a longer
+    # one is refused at start, not cut into another path later
+    deep = os.path.join(tmp, "d" * 200, "e" * 200, "f" * 200, "g" * 200, "h" * 200, "i" * 100)
+    r = subprocess.run([os.path.join(BUILD, "privai-admin"), "--dev", "--port", "0", "--state-dir", deep],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 2 and "--state-dir is longer than 1024 bytes" in r.stderr and not os.path.exists(deep),
+          "a state directory longer than 1024 bytes is refused before anything is made", r.returncode, r.stderr)
 
 
 def test_kill9(tmp):

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "testlib.h"
-#include "privai/status.h"
+#include "status.h"
 #include "auth/auth.h"
 #include "store/db.h"
 #include "dbtestlib.h"
@@ -15,7 +15,7 @@
 int
 main(void)
 {
-	char dir[] = "/tmp/privai-admin-auth-XXXXXX", path[128], err[PRIVAI_ERR_LEN], err2[PRIVAI_ERR_LEN];
+	char dir[] = "/tmp/privai-admin-auth-XXXXXX", path[128], err[APP_ERR_LEN], err2[APP_ERR_LEN];
 	char cookie[AUTH_SECRET_LEN], token[AUTH_SECRET_LEN];
 	struct principal p, q;
 	sqlite3 *db;
@@ -31,16 +31,15 @@ main(void)
 	}
 	CHECK(auth_user_create(db, "alice", "correct horse battery", ROLE_OPERATOR, now, &uid, err) == 0, "create: %s",
 	      err);
-	CHECK(auth_user_create(db, "alice", "another password", ROLE_VIEWER, now, NULL, err) == PRIVAI_EBUSY &&
+	CHECK(auth_user_create(db, "alice", "another password", ROLE_VIEWER, now, NULL, err) == APP_EBUSY &&
 		      strstr(err, "exists"),
 	      "a taken name: %s", err);
-	CHECK(auth_user_create(db, "bob", "short", ROLE_VIEWER, now, NULL, err) == PRIVAI_EINVAL && strstr(err, "12"),
+	CHECK(auth_user_create(db, "bob", "short", ROLE_VIEWER, now, NULL, err) == APP_EINVAL && strstr(err, "12"),
 	      "a short password: %s", err);
 	CHECK(auth_user_create(db, "x'; DROP TABLE users; --", "long enough pw", ROLE_VIEWER, now, NULL, err) ==
-		      PRIVAI_EINVAL,
+		      APP_EINVAL,
 	      "SQL in a name is refused as a name: %s", err);
-	CHECK(auth_user_create(db, "carol", "long enough pw", (enum role)7, now, NULL, err) == PRIVAI_EINVAL,
-	      "bad role");
+	CHECK(auth_user_create(db, "carol", "long enough pw", (enum role)7, now, NULL, err) == APP_EINVAL, "bad role");
 	CHECK(sql_count(db, "SELECT count(*) FROM users WHERE password_hash LIKE '$argon2id$%'") == 1,
 	      "Argon2id hash stored");
 
@@ -56,20 +55,20 @@ main(void)
 	      "the cookie itself is not stored, only its hash");
 	CHECK(auth_session(db, cookie, now + 60, &q) == 0 && q.user_id == uid && q.role == ROLE_OPERATOR, "session");
 	CHECK(auth_csrf_ok(&q, p.csrf) && !auth_csrf_ok(&q, "nope") && !auth_csrf_ok(&q, NULL), "CSRF check");
-	CHECK(auth_session(db, cookie, now + AUTH_SESSION_SECONDS + 1, &q) == PRIVAI_ENOTFOUND, "sessions expire");
-	CHECK(auth_session(db, "s_forged", now, &q) == PRIVAI_ENOTFOUND, "a forged cookie");
-	CHECK(auth_logout(db, cookie) == 0 && auth_session(db, cookie, now, &q) == PRIVAI_ENOTFOUND, "logout");
+	CHECK(auth_session(db, cookie, now + AUTH_SESSION_SECONDS + 1, &q) == APP_ENOTFOUND, "sessions expire");
+	CHECK(auth_session(db, "s_forged", now, &q) == APP_ENOTFOUND, "a forged cookie");
+	CHECK(auth_logout(db, cookie) == 0 && auth_session(db, cookie, now, &q) == APP_ENOTFOUND, "logout");
 
 	/* wrong password vs unknown user: one message */
-	CHECK(auth_login(db, "alice", "wrong password!", "127.0.0.1", now, cookie, &p, err) == PRIVAI_EINVAL,
+	CHECK(auth_login(db, "alice", "wrong password!", "127.0.0.1", now, cookie, &p, err) == APP_EINVAL,
 	      "wrong password");
-	CHECK(auth_login(db, "mallory", "wrong password!", "127.0.0.1", now, cookie, &p, err2) == PRIVAI_EINVAL &&
+	CHECK(auth_login(db, "mallory", "wrong password!", "127.0.0.1", now, cookie, &p, err2) == APP_EINVAL &&
 		      strcmp(err, err2) == 0,
 	      "an unknown name gets the same answer: %s / %s", err, err2);
 	/* lockout after AUTH_MAX_FAILURES, holding for the right password */
 	for (int i = 1; i < AUTH_MAX_FAILURES; i++)
 		auth_login(db, "alice", "wrong password!", "127.0.0.1", now, cookie, &p, err);
-	CHECK(auth_login(db, "alice", "correct horse battery", "127.0.0.1", now + 1, cookie, &p, err) == PRIVAI_EBUSY &&
+	CHECK(auth_login(db, "alice", "correct horse battery", "127.0.0.1", now + 1, cookie, &p, err) == APP_EBUSY &&
 		      strstr(err, "locked"),
 	      "locked after %d failures: %s", AUTH_MAX_FAILURES, err);
 	CHECK(auth_login(db, "alice", "correct horse battery", "127.0.0.1", now + AUTH_LOCKOUT_SECONDS + 1, cookie, &p,
@@ -88,30 +87,29 @@ main(void)
 	CHECK(auth_token_create(db, uid, 0, "ro", "read", 0, now, token2, NULL, err) == 0 &&
 		      auth_token(db, token2, now, &q, err) == 0 && q.role == ROLE_VIEWER,
 	      "a read-scoped token is capped at viewer");
-	CHECK(auth_token(db, token, now + 3600, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "expired"), "expired: %s",
+	CHECK(auth_token(db, token, now + 3600, &q, err) == APP_ENOTFOUND && strstr(err, "expired"), "expired: %s",
 	      err);
-	CHECK(auth_token(db, "pat_forged", now, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "unknown"), "forged");
+	CHECK(auth_token(db, "pat_forged", now, &q, err) == APP_ENOTFOUND && strstr(err, "unknown"), "forged");
 	CHECK(auth_token_revoke(db, tid, now + 20, "test", err) == 0, "revoke");
-	CHECK(auth_token(db, token, now + 30, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "revoked"), "revoked: %s",
-	      err);
-	CHECK(auth_token_revoke(db, tid, now + 40, "test", err) == PRIVAI_ENOTFOUND, "revoking twice");
-	CHECK(auth_token_create(db, uid, 0, "badscope", "models:read", 0, now, token, &tid, err) == PRIVAI_EINVAL,
+	CHECK(auth_token(db, token, now + 30, &q, err) == APP_ENOTFOUND && strstr(err, "revoked"), "revoked: %s", err);
+	CHECK(auth_token_revoke(db, tid, now + 40, "test", err) == APP_ENOTFOUND, "revoking twice");
+	CHECK(auth_token_create(db, uid, 0, "badscope", "models:read", 0, now, token, &tid, err) == APP_EINVAL,
 	      "unknown scope refused: %s", err);
-	CHECK(auth_token_create(db, uid, 0, "noscope", "", 0, now, token, &tid, err) == PRIVAI_EINVAL,
+	CHECK(auth_token_create(db, uid, 0, "noscope", "", 0, now, token, &tid, err) == APP_EINVAL,
 	      "empty scopes refused");
 	CHECK(scope_role("read  admin") == ROLE_ADMIN && scope_role("read") == ROLE_VIEWER && scope_role("read x") == 0,
 	      "scope words");
-	CHECK(auth_token_create(db, uid, 0, "old", "read", now - 1, now, token, &tid, err) == PRIVAI_EINVAL,
+	CHECK(auth_token_create(db, uid, 0, "old", "read", now - 1, now, token, &tid, err) == APP_EINVAL,
 	      "expiry in the past");
-	CHECK(auth_token_create(db, 999, 0, "ghost", "read", 0, now, token, &tid, err) == PRIVAI_ENOTFOUND,
+	CHECK(auth_token_create(db, 999, 0, "ghost", "read", 0, now, token, &tid, err) == APP_ENOTFOUND,
 	      "no such user: %s", err);
 
 	/* the password rule: characters, not bytes; not the name */
-	CHECK(auth_password_check("bob", "elevenchars", err) == PRIVAI_EINVAL && strstr(err, "12"), "11 characters");
+	CHECK(auth_password_check("bob", "elevenchars", err) == APP_EINVAL && strstr(err, "12"), "11 characters");
 	CHECK(auth_password_check("bob", "twelve chars", err) == 0, "12 characters: %s", err);
-	CHECK(auth_password_check("bob", "\xc3\xa4\xc3\xa4\xc3\xa4\xc3\xa4\xc3\xa4\xc3\xa4", err) == PRIVAI_EINVAL,
+	CHECK(auth_password_check("bob", "\xc3\xa4\xc3\xa4\xc3\xa4\xc3\xa4\xc3\xa4\xc3\xa4", err) == APP_EINVAL,
 	      "6 two-byte characters are 6, not 12");
-	CHECK(auth_password_check("Longusername", "longusername", err) == PRIVAI_EINVAL && strstr(err, "name"),
+	CHECK(auth_password_check("Longusername", "longusername", err) == APP_EINVAL && strstr(err, "name"),
 	      "the user's name as password: %s", err);
 
 	/* a token made with a token: revoked with it, and dead when its
@@ -127,15 +125,15 @@ main(void)
 	CHECK(auth_token(db, t_grand, now + 1, &q, err) == 0 && q.token_expires == now + 3600, "the chain works: %s",
 	      err);
 	CHECK(auth_token_revoke(db, parent, now + 2, "test", err) == 0, "revoke the parent");
-	CHECK(auth_token(db, t_child, now + 3, &q, err) == PRIVAI_ENOTFOUND &&
-		      auth_token(db, t_grand, now + 3, &q, err) == PRIVAI_ENOTFOUND,
+	CHECK(auth_token(db, t_child, now + 3, &q, err) == APP_ENOTFOUND &&
+		      auth_token(db, t_grand, now + 3, &q, err) == APP_ENOTFOUND,
 	      "children and grandchildren die with it");
 	CHECK(sql_count(db,
 			"SELECT count(*) FROM api_tokens WHERE revoked_reason LIKE '%it was made with was revoked'") ==
 		      2,
 	      "each says why");
 	sql_must(db, "UPDATE api_tokens SET revoked_at = NULL WHERE name IN ('child', 'grand')");
-	CHECK(auth_token(db, t_grand, now + 4, &q, err) == PRIVAI_ENOTFOUND && strstr(err, "was made with token"),
+	CHECK(auth_token(db, t_grand, now + 4, &q, err) == APP_ENOTFOUND && strstr(err, "was made with token"),
 	      "a live child of a revoked parent is refused: %s", err);
 
 	/* a password change ends other sessions and, when asked, tokens */
@@ -153,7 +151,7 @@ main(void)
 	CHECK(before >= 2 && ended == before - 1 && auth_session(db, keep, now + 1002, &q) == 0 &&
 		      auth_session(db, other, now + 1002, &q) != 0,
 	      "the other session ended, this one kept (%d ended)", ended);
-	CHECK(cJSON_GetArraySize(ids) >= 1 && auth_token(db, t_live, now + 1002, &q, err) == PRIVAI_ENOTFOUND,
+	CHECK(cJSON_GetArraySize(ids) >= 1 && auth_token(db, t_live, now + 1002, &q, err) == APP_ENOTFOUND,
 	      "the account's tokens revoked (%d)", cJSON_GetArraySize(ids));
 	cJSON_Delete(ids);
 

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "testlib.h"
-#include "privai/status.h"
+#include "status.h"
 #include "store/db.h"
 #include "dbtestlib.h"
 
@@ -30,7 +30,7 @@ static void
 test_open_and_migrate(void)
 {
 	sqlite3 *db;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	static const char *tables[] = { "users", "sessions",       "api_tokens", "audit_log",   "nodes",
 					"gpus",  "gpu_partitions", "models",     "deployments", "settings" };
 
@@ -67,9 +67,9 @@ test_open_and_migrate(void)
 	snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", db_schema_version() + 1);
 	sql_must(db, sql);
 	db_close(db);
-	CHECK(db_open(tmp("a.db"), &db, err) == PRIVAI_EUNSUPPORTED && strstr(err, "newer than this privai-admin"),
+	CHECK(db_open(tmp("a.db"), &db, err) == APP_EUNSUPPORTED && strstr(err, "newer than this privai-admin"),
 	      "a newer schema is refused: %s", err);
-	CHECK(db_open("/nonexistent-dir/x.db", &db, err) == PRIVAI_EIO && strstr(err, "/nonexistent-dir/x.db"),
+	CHECK(db_open("/nonexistent-dir/x.db", &db, err) == APP_EIO && strstr(err, "/nonexistent-dir/x.db"),
 	      "an unopenable path is named: %s", err);
 }
 
@@ -77,7 +77,7 @@ static void
 test_backup_restore(void)
 {
 	sqlite3 *db;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	FILE *f;
 
 	CHECK(db_open(tmp("b.db"), &db, err) == 0, "open: %s", err);
@@ -115,7 +115,7 @@ static void
 test_kill_mid_write(void)
 {
 	int fd[2];
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	sqlite3 *db;
 
 	CHECK(db_open(tmp("k.db"), &db, err) == 0, "open: %s", err);

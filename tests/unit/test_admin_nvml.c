@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "testlib.h"
-#include "privai/status.h"
+#include "status.h"
 #include "gpu/mig.h"
 #include "gpu/nvml.h"
 
@@ -14,12 +14,12 @@ int
 main(void)
 {
 	static struct nvml_gpu g[NVML_MAX_GPUS];
-	char err[PRIVAI_ERR_LEN], lib[512], state[64];
+	char err[APP_ERR_LEN], lib[512], state[64];
 	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
 	int n;
 
 	setenv("PRIVAI_NVML_LIB", "/nonexistent/libnvidia-ml.so.1", 1);
-	CHECK(nvml_inventory(g, NVML_MAX_GPUS, &n, err) == PRIVAI_ENOTFOUND && n == 0 && strstr(err, "CPU-only"),
+	CHECK(nvml_inventory(g, NVML_MAX_GPUS, &n, err) == APP_ENOTFOUND && n == 0 && strstr(err, "CPU-only"),
 	      "no NVML: a CPU-only node (%s)", err);
 
 	snprintf(lib, sizeof(lib), "%s/libnvml-double.so", build);
@@ -62,11 +62,11 @@ main(void)
 					  { .profile_id = 9, .start = 0, .size = 4 } };
 	CHECK(nvml_apply_layout(g[4].uuid, clash, 2, err) != 0 && strstr(err, "slot 0"),
 	      "the driver refuses an overlap: %s", err);
-	CHECK(nvml_apply_layout("GPU-nope", want, 1, err) == PRIVAI_ENOTFOUND, "unknown GPU: %s", err);
+	CHECK(nvml_apply_layout("GPU-nope", want, 1, err) == APP_ENOTFOUND, "unknown GPU: %s", err);
 	unlink(state); /* a reboot: MIG instances are gone */
 	CHECK(nvml_inventory(g, NVML_MAX_GPUS, &n, err) == 0 && g[2].n_instances == 0, "lost at a reboot");
 	setenv("PRIVAI_NVML_DOUBLE_MIG", "0", 1);
-	CHECK(nvml_apply_layout(g[2].uuid, want, 3, err) == PRIVAI_EUNSUPPORTED && strstr(err, "not in MIG mode"),
+	CHECK(nvml_apply_layout(g[2].uuid, want, 3, err) == APP_EUNSUPPORTED && strstr(err, "not in MIG mode"),
 	      "MIG off: refused, mode never changed: %s", err);
 	CHECK(nvml_inventory(g, NVML_MAX_GPUS, &n, err) == 0 && !g[0].mig_current, "MIG off read back");
 	unlink(state);

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "testlib.h"
-#include "privai/status.h"
+#include "status.h"
 #include "http/tls.h"
 #include "http/tls_live.h"
 
@@ -124,7 +124,7 @@ test_checks(void)
 	struct made ca, leaf, other, old, early;
 	struct tls_cert_info info;
 	const char *field;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 
 	make(&ca, NULL, "Test CA", now - 86400, now + 30 * 86400, 1);
 	make(&leaf, &ca, "console.example", now - 3600, now + 7 * 86400, 0);
@@ -134,37 +134,37 @@ test_checks(void)
 	char *chain = cat(leaf.crt_pem, ca.crt_pem), *backwards = cat(ca.crt_pem, leaf.crt_pem);
 
 	int rc = tls_check_upload(chain, leaf.key_pem, now, &info, &field, err);
-	CHECK(rc == PRIVAI_OK, "server certificate + CA with its key: %s", err);
+	CHECK(rc == APP_OK, "server certificate + CA with its key: %s", err);
 	CHECK(strcmp(info.subject, "CN=console.example") == 0 && strcmp(info.issuer, "CN=Test CA") == 0 &&
 		      info.chain_length == 2 && !info.self_signed && strncmp(info.pin, "sha256//", 8) == 0,
 	      "described: %s by %s, %d long, pin %s", info.subject, info.issuer, info.chain_length, info.pin);
 	CHECK(info.not_after == (int64_t)(now + 7 * 86400), "not_after %lld", (long long)info.not_after);
-	CHECK(tls_check_upload(leaf.crt_pem, leaf.key_pem, now, &info, &field, err) == PRIVAI_OK,
+	CHECK(tls_check_upload(leaf.crt_pem, leaf.key_pem, now, &info, &field, err) == APP_OK,
 	      "the server certificate alone: %s", err);
-	CHECK(tls_check_upload(other.crt_pem, other.key_pem, now, &info, &field, err) == PRIVAI_OK && info.self_signed,
+	CHECK(tls_check_upload(other.crt_pem, other.key_pem, now, &info, &field, err) == APP_OK && info.self_signed,
 	      "a self-signed one is fine, and said to be");
 
 	rc = tls_check_upload(backwards, leaf.key_pem, now, &info, &field, err);
-	CHECK(rc != PRIVAI_OK && strcmp(field, "certificate") == 0 && strstr(err, "out of order"), "CA first: %s", err);
+	CHECK(rc != APP_OK && strcmp(field, "certificate") == 0 && strstr(err, "out of order"), "CA first: %s", err);
 	rc = tls_check_upload(chain, other.key_pem, now, &info, &field, err);
-	CHECK(rc != PRIVAI_OK && strcmp(field, "key") == 0 && strstr(err, "does not belong"), "another key: %s", err);
+	CHECK(rc != APP_OK && strcmp(field, "key") == 0 && strstr(err, "does not belong"), "another key: %s", err);
 	rc = tls_check_upload(chain, ca.key_pem, now, &info, &field, err);
-	CHECK(rc != PRIVAI_OK && strcmp(field, "key") == 0, "the CA's key for the server certificate: %s", err);
+	CHECK(rc != APP_OK && strcmp(field, "key") == 0, "the CA's key for the server certificate: %s", err);
 	rc = tls_check_upload(old.crt_pem, old.key_pem, now, &info, &field, err);
-	CHECK(rc != PRIVAI_OK && strcmp(field, "certificate") == 0 && strstr(err, "expired"), "expired: %s", err);
+	CHECK(rc != APP_OK && strcmp(field, "certificate") == 0 && strstr(err, "expired"), "expired: %s", err);
 	rc = tls_check_upload(early.crt_pem, early.key_pem, now, &info, &field, err);
-	CHECK(rc != PRIVAI_OK && strstr(err, "not valid before"), "not yet valid: %s", err);
+	CHECK(rc != APP_OK && strstr(err, "not valid before"), "not yet valid: %s", err);
 	rc = tls_check_upload("hello", leaf.key_pem, now, &info, &field, err);
-	CHECK(rc != PRIVAI_OK && strcmp(field, "certificate") == 0 && strstr(err, "not PEM"), "not PEM: %s", err);
+	CHECK(rc != APP_OK && strcmp(field, "certificate") == 0 && strstr(err, "not PEM"), "not PEM: %s", err);
 	rc = tls_check_upload("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", leaf.key_pem, now,
 			      &info, &field, err);
-	CHECK(rc != PRIVAI_OK && strstr(err, "cannot be read"), "garbage inside PEM armour: %s", err);
+	CHECK(rc != APP_OK && strstr(err, "cannot be read"), "garbage inside PEM armour: %s", err);
 	rc = tls_check_upload(chain, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", now, &info,
 			      &field, err);
-	CHECK(rc != PRIVAI_OK && strcmp(field, "key") == 0, "garbage key: %s", err);
+	CHECK(rc != APP_OK && strcmp(field, "key") == 0, "garbage key: %s", err);
 	char *encrypted = export_pem(NULL, leaf.key, "secret");
 	rc = tls_check_upload(chain, encrypted, now, &info, &field, err);
-	CHECK(rc != PRIVAI_OK && strcmp(field, "key") == 0 && strstr(err, "encrypted"), "encrypted key: %s", err);
+	CHECK(rc != APP_OK && strcmp(field, "key") == 0 && strstr(err, "encrypted"), "encrypted key: %s", err);
 	free(encrypted);
 
 	/* 17 certificates: each of the CA, the first the leaf's own */
@@ -175,13 +175,13 @@ test_checks(void)
 		many = more;
 	}
 	rc = tls_check_upload(many, leaf.key_pem, now, &info, &field, err);
-	CHECK(rc != PRIVAI_OK && strcmp(field, "certificate") == 0 && strstr(err, "at most 16"),
+	CHECK(rc != APP_OK && strcmp(field, "certificate") == 0 && strstr(err, "at most 16"),
 	      "a 17-certificate chain: %s", err);
 	free(many);
 
-	CHECK(tls_describe(chain, &info, err) == PRIVAI_OK && info.chain_length == 2, "described without the key");
-	CHECK(tls_live_init(chain, leaf.key_pem, err) == PRIVAI_OK, "served: %s", err);
-	CHECK(tls_live_replace(other.crt_pem, other.key_pem, err) == PRIVAI_OK, "replaced while serving: %s", err);
+	CHECK(tls_describe(chain, &info, err) == APP_OK && info.chain_length == 2, "described without the key");
+	CHECK(tls_live_init(chain, leaf.key_pem, err) == APP_OK, "served: %s", err);
+	CHECK(tls_live_replace(other.crt_pem, other.key_pem, err) == APP_OK, "replaced while serving: %s", err);
 	tls_live_free();
 
 	free(chain);
@@ -196,13 +196,13 @@ test_checks(void)
 static void
 test_store(void)
 {
-	char dir[] = "/tmp/privai-tls-XXXXXX", path[256], err[PRIVAI_ERR_LEN];
+	char dir[] = "/tmp/privai-tls-XXXXXX", path[256], err[APP_ERR_LEN];
 	struct stat sb;
 
 	CHECK(mkdtemp(dir) != NULL, "temporary directory");
 	snprintf(path, sizeof(path), "%s/cert.pem", dir);
-	CHECK(tls_store_replace(dir, "CERT-1\n", "KEY-1\n", err) == PRIVAI_OK, "first pair: %s", err);
-	CHECK(tls_store_replace(dir, "CERT-2\n", "KEY-2\n", err) == PRIVAI_OK, "replaced: %s", err);
+	CHECK(tls_store_replace(dir, "CERT-1\n", "KEY-1\n", err) == APP_OK, "first pair: %s", err);
+	CHECK(tls_store_replace(dir, "CERT-2\n", "KEY-2\n", err) == APP_OK, "replaced: %s", err);
 	CHECK(strcmp(slurp(path), "CERT-2\n") == 0, "cert.pem replaced");
 	snprintf(path, sizeof(path), "%s/key.pem", dir);
 	CHECK(strcmp(slurp(path), "KEY-2\n") == 0 && stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600,
@@ -227,7 +227,7 @@ test_store(void)
 	CHECK(strcmp(slurp_in(dir, "cert.pem"), "CERT-4\n") == 0,
 	      "crash between the renames: the new certificate joins its key");
 
-	CHECK(tls_store_replace("/nonexistent/dir", "C", "K", err) != PRIVAI_OK && strstr(err, "/nonexistent/dir"),
+	CHECK(tls_store_replace("/nonexistent/dir", "C", "K", err) != APP_OK && strstr(err, "/nonexistent/dir"),
 	      "a directory that is not there: %s", err);
 	snprintf(path, sizeof(path), "rm -rf %s", dir);
 	CHECK(system(path) == 0, "cleaned up");

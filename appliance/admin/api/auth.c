@@ -10,7 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "store/db.h"
 #include "http/httpd.h"
@@ -46,7 +47,7 @@ static void
 h_login(struct req *r)
 {
 	static const char *const known[] = { "name", "password", NULL };
-	char cookie[AUTH_SECRET_LEN], hdr[256], err[PRIVAI_ERR_LEN], wait_s[16];
+	char cookie[AUTH_SECRET_LEN], hdr[256], err[APP_ERR_LEN], wait_s[16];
 	struct principal p;
 	cJSON *j;
 	const char *name, *password;
@@ -69,14 +70,14 @@ h_login(struct req *r)
 	int rc = auth_login(r->a->db, name, password, r->addr, r->now, cookie, &p, err);
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "name", name);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		atomic_fetch_add(&r->a->logins_failed, 1);
 		cJSON_AddStringToObject(d, "error", err);
 		req_audit(r, "auth.login", name, "refused", d);
 		body_wipe(j);
-		if (rc == PRIVAI_EBUSY)
+		if (rc == APP_EBUSY)
 			reply_error(r, 429, "account_locked", NULL, "%s", err);
-		else if (rc == PRIVAI_EINVAL)
+		else if (rc == APP_EINVAL)
 			reply_error(r, 401, "bad_credentials", NULL, "%s", err);
 		else
 			reply_status(r, rc, NULL, err);
@@ -141,8 +142,8 @@ forget_first_password(struct req *r)
 
 	if (strcmp(r->who.name, "admin") != 0)
 		return;
-	snprintf(path, sizeof(path), "%s/%s", r->a->cfg.state_dir, SEED_PASSWORD_FILE);
-	unlink(path);
+	if (str_fmt(path, sizeof(path), "%s/%s", r->a->cfg.state_dir, SEED_PASSWORD_FILE) == APP_OK)
+		unlink(path);
 }
 
 /*
@@ -155,7 +156,7 @@ static void
 h_password(struct req *r)
 {
 	static const char *const known[] = { "current_password", "new_password", "revoke_tokens", NULL };
-	char err[PRIVAI_ERR_LEN], cookie[AUTH_SECRET_LEN];
+	char err[APP_ERR_LEN], cookie[AUTH_SECRET_LEN];
 	struct principal check;
 	const char *cur, *next;
 	int revoke_tokens, ended;
@@ -176,8 +177,8 @@ h_password(struct req *r)
 	/* the current password is checked the way a login is: it counts
 	 * towards the lockout, so a stolen session cannot guess it */
 	int rc = auth_login(r->a->db, r->who.name, cur, r->addr, r->now, cookie, &check, err);
-	if (rc != PRIVAI_OK) {
-		reply_error(r, rc == PRIVAI_EBUSY ? 429 : 403, "bad_credentials", "current_password", "%s", err);
+	if (rc != APP_OK) {
+		reply_error(r, rc == APP_EBUSY ? 429 : 403, "bad_credentials", "current_password", "%s", err);
 		goto out;
 	}
 	auth_logout(r->a->db, cookie);
@@ -190,12 +191,12 @@ h_password(struct req *r)
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		goto out;
 	}
-	if ((rc = auth_user_set_password(r->a->db, r->who.user_id, next, 0, err)) != PRIVAI_OK ||
+	if ((rc = auth_user_set_password(r->a->db, r->who.user_id, next, 0, err)) != APP_OK ||
 	    (rc = auth_end_access(r->a->db, r->who.user_id, session_cookie(r), revoke_tokens, r->now,
-				  "the owner's password changed", &ended, &revoked, err)) != PRIVAI_OK ||
+				  "the owner's password changed", &ended, &revoked, err)) != APP_OK ||
 	    (rc = db_commit(r->a->db) == 0
-			  ? PRIVAI_OK
-			  : privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(r->a->db))) != PRIVAI_OK) {
+			  ? APP_OK
+			  : app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(r->a->db))) != APP_OK) {
 		db_rollback(r->a->db);
 		reply_status(r, rc, "new_password", err);
 		goto out;

@@ -13,7 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "store/db.h"
 #include "http/httpd.h"
@@ -39,17 +40,25 @@ backup_name_ok(const char *s)
 static void
 h_backup_create(struct req *r)
 {
-	char dir[4096], path[4300], name[64], err[PRIVAI_ERR_LEN];
+	char dir[4096], path[4300], name[64], err[APP_ERR_LEN];
 	struct stat sb;
 
-	backups_dir(r->a, dir, sizeof(dir));
+	if (backups_dir(r->a, dir, sizeof(dir)) != APP_OK) {
+		reply_error(r, 500, "internal", NULL, "the backup directory's path is too long");
+		return;
+	}
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 		reply_error(r, 500, "internal", NULL, "cannot create %s: %s", dir, strerror(errno));
 		return;
 	}
-	backup_new_name(dir, "privai", r->now, name, sizeof(name), path, sizeof(path));
-	int rc = db_backup(r->a->db, path, err);
-	if (rc != PRIVAI_OK) {
+	int rc = backup_new_name(dir, "privai", r->now, name, sizeof(name), path, sizeof(path));
+	if (rc != APP_OK) {
+		reply_status(r, rc, NULL,
+			     "no name for the backup: its path is too long, or a hundred were made this second");
+		return;
+	}
+	rc = db_backup(r->a->db, path, err);
+	if (rc != APP_OK) {
 		reply_status(r, rc, NULL, err);
 		return;
 	}
@@ -71,11 +80,11 @@ h_backup_list(struct req *r)
 	struct dirent *e;
 	struct stat sb;
 
-	backups_dir(r->a, dir, sizeof(dir));
-	if ((d = opendir(dir)) != NULL) {
+	if (backups_dir(r->a, dir, sizeof(dir)) == APP_OK && (d = opendir(dir)) != NULL) {
 		while ((e = readdir(d)) != NULL) {
-			snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-			if (!backup_name_ok(e->d_name) || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+			if (!backup_name_ok(e->d_name) ||
+			    str_fmt(path, sizeof(path), "%s/%s", dir, e->d_name) != APP_OK || stat(path, &sb) != 0 ||
+			    !S_ISREG(sb.st_mode))
 				continue;
 			cJSON *o = cJSON_CreateObject();
 			cJSON_AddStringToObject(o, "name", e->d_name);
@@ -95,11 +104,10 @@ backup_path(struct req *r, const char *name, char *path, size_t size)
 	char dir[4096];
 	struct stat sb;
 
-	backups_dir(r->a, dir, sizeof(dir));
-	snprintf(path, size, "%s/%s", dir, name);
-	if (!backup_name_ok(name) || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+	if (backups_dir(r->a, dir, sizeof(dir)) != APP_OK || !backup_name_ok(name) ||
+	    str_fmt(path, size, "%s/%s", dir, name) != APP_OK || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
 		reply_error(r, 404, "not_found", "name", "no backup named '%.100s'", name);
-		return -1;
+		return APP_ENOTFOUND;
 	}
 	return 0;
 }
@@ -139,7 +147,7 @@ static void
 h_restore(struct req *r)
 {
 	static const char *const known[] = { "name", NULL };
-	char path[4300], err[PRIVAI_ERR_LEN];
+	char path[4300], err[APP_ERR_LEN];
 	const char *name;
 	cJSON *j;
 
@@ -151,7 +159,7 @@ h_restore(struct req *r)
 		return;
 	}
 	int rc = db_restore(r->a->db, path, err);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		reply_status(r, rc, "name", err);
 	} else {
 		/* the audit row goes into the restored database, so the log
@@ -173,7 +181,10 @@ backup_upload_begin(struct req *r)
 {
 	char dir[4096];
 
-	backups_dir(r->a, dir, sizeof(dir));
+	if (backups_dir(r->a, dir, sizeof(dir)) != APP_OK) {
+		reply_error(r, 500, "internal", NULL, "the backup directory's path is too long");
+		return;
+	}
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 		reply_error(r, 500, "internal", NULL, "cannot create %s: %s", dir, strerror(errno));
 		return;
@@ -185,20 +196,21 @@ static void
 backup_upload_end(struct req *r)
 {
 	struct upload *u;
-	char hex[65], dir[4096], name[64], path[4300], err[PRIVAI_ERR_LEN];
+	char hex[65], dir[4096], name[64], path[4300], err[APP_ERR_LEN];
 
 	if ((u = upload_finish(r, hex)) == NULL)
 		return;
-	if (db_check_file(u->sp.tmp, err) != PRIVAI_OK) {
+	if (db_check_file(u->sp.tmp, err) != APP_OK) {
 		/* the message names our temporary file; the client knows it as "the upload" */
 		size_t n = strlen(u->sp.tmp);
 		const char *rest = strncmp(err, u->sp.tmp, n) == 0 ? err + n : NULL;
 		reply_error(r, 422, "bad_file", NULL, "not a privai backup: %s%s", rest != NULL ? "the upload" : "",
 			    rest != NULL ? rest : err);
 	} else {
-		backups_dir(r->a, dir, sizeof(dir));
-		backup_new_name(dir, "privai-upload", r->now, name, sizeof(name), path, sizeof(path));
-		if (spool_commit(&u->sp, path, err) != 0) {
+		if (backups_dir(r->a, dir, sizeof(dir)) != APP_OK ||
+		    backup_new_name(dir, "privai-upload", r->now, name, sizeof(name), path, sizeof(path)) != APP_OK) {
+			reply_error(r, 500, "internal", NULL, "no name for the backup");
+		} else if (spool_commit(&u->sp, path, err) != 0) {
 			reply_error(r, 500, "internal", NULL, "%s", err);
 		} else {
 			cJSON *d = cJSON_CreateObject();

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "http/httpd.h"
 #include "http/tls.h"
@@ -38,7 +38,7 @@ static void
 h_tls_get(struct req *r)
 {
 	struct tls_cert_info info;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 
 	if (!r->a->tls) {
 		cJSON *o = cJSON_CreateObject();
@@ -46,7 +46,7 @@ h_tls_get(struct req *r)
 		reply_json(r, 200, o);
 		return;
 	}
-	if (tls_describe(r->a->tls_cert_pem, &info, err) != PRIVAI_OK) {
+	if (tls_describe(r->a->tls_cert_pem, &info, err) != APP_OK) {
 		reply_error(r, 500, "internal", NULL, "%s", err);
 		return;
 	}
@@ -74,10 +74,10 @@ replace(struct req *r, const char *cert, const char *key, int force)
 	struct admin *a = r->a;
 	struct tls_cert_info info;
 	const char *field;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	int64_t joined;
 
-	if (tls_check_upload(cert, key, r->now, &info, &field, err) != PRIVAI_OK) {
+	if (tls_check_upload(cert, key, r->now, &info, &field, err) != APP_OK) {
 		reply_error(r, 422, "invalid_field", field, "%s", err);
 		return;
 	}
@@ -93,8 +93,7 @@ replace(struct req *r, const char *cert, const char *key, int force)
 		reply_error(r, 500, "internal", NULL, "out of memory");
 		return;
 	}
-	if (tls_store_replace(a->tls_dir, cert, key, err) != PRIVAI_OK ||
-	    tls_live_replace(cert, key, err) != PRIVAI_OK) {
+	if (tls_store_replace(a->tls_dir, cert, key, err) != APP_OK || tls_live_replace(cert, key, err) != APP_OK) {
 		free(cert_copy);
 		reply_error(r, 500, "internal", NULL, "%s", err);
 		return;

@@ -11,7 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "store/db.h"
 #include "api/deployments.h"
@@ -51,7 +52,7 @@ static void
 h_key_create(struct req *r)
 {
 	static const char *const known[] = { "name", NULL };
-	char key[DEPLOY_KEY_LEN], err[PRIVAI_ERR_LEN], target[80];
+	char key[DEPLOY_KEY_LEN], err[APP_ERR_LEN], target[80];
 	int64_t id = arg_id(r, 0, "deployment"), key_id;
 	const char *name;
 	cJSON *j;
@@ -62,7 +63,7 @@ h_key_create(struct req *r)
 		cJSON_Delete(j);
 		return;
 	}
-	if (deploy_key_create(r->a->db, id, name, r->now, key, &key_id, err) != PRIVAI_OK) {
+	if (deploy_key_create(r->a->db, id, name, r->now, key, &key_id, err) != APP_OK) {
 		cJSON_Delete(j);
 		reply_error(r, 500, "internal", NULL, "%s", err);
 		return;
@@ -92,7 +93,7 @@ h_key_create(struct req *r)
 static void
 h_key_revoke(struct req *r)
 {
-	char target[80], err[PRIVAI_ERR_LEN];
+	char target[80], err[APP_ERR_LEN];
 	sqlite3_stmt *st;
 	int64_t id = arg_id(r, 0, "deployment"), key_id;
 
@@ -108,7 +109,7 @@ h_key_revoke(struct req *r)
 	sqlite3_bind_int64(st, 1, r->now);
 	sqlite3_bind_int64(st, 2, key_id);
 	sqlite3_bind_int64(st, 3, id);
-	if (db_write(r->a->db, st, err) != PRIVAI_OK) {
+	if (db_write(r->a->db, st, err) != APP_OK) {
 		reply_error(r, 500, "internal", NULL, "%s", err);
 		return;
 	}
@@ -134,15 +135,17 @@ void
 deploy_reply_log(struct req *r, int64_t id)
 {
 	const char *q = query_arg(r, "lines");
-	char dir[4096], path[4200], *end;
+	char path[4200], *end;
 	long lines = q != NULL ? strtol(q, &end, 10) : 200;
 
 	if (q != NULL && (*end != '\0' || lines < 1 || lines > 10000)) {
 		reply_error(r, 422, "invalid_field", "lines", "lines must be an integer in 1..10000");
 		return;
 	}
-	deployment_dir(r->a, id, dir, sizeof(dir));
-	snprintf(path, sizeof(path), "%s/engine.log", dir);
+	if (deployment_file(r->a, id, "engine.log", path, sizeof(path)) != APP_OK) {
+		reply_error(r, 500, "internal", NULL, "the engine log's path does not fit its buffer");
+		return;
+	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		reply_text(r, 200, "text/plain; charset=utf-8", strdup(""));
@@ -186,16 +189,18 @@ h_logs(struct req *r)
 		return;
 	}
 	int where = remote_target(r->a, id, 0, base, sizeof(base), pin, sizeof(pin), why, sizeof(why));
-	if (where == -2)
+	if (where == APP_ENOTFOUND)
 		reply_error(r, 404, "not_found", NULL, "%s", why);
-	else if (where == -1)
+	else if (where < 0)
 		reply_error(r, 409, "not_ready", NULL, "%s", why);
 	else if (where == 0)
 		deploy_reply_log(r, id);
 	else {
-		snprintf(url, sizeof(url), "%s/logs?lines=%s", base, q != NULL ? q : "200");
-		snprintf(auth, sizeof(auth), "Bearer %s", r->a->relay_key);
-		deploy_forward(r, url, auth, pin, 0, "the node running this deployment");
+		if (str_fmt(url, sizeof(url), "%s/logs?lines=%s", base, q != NULL ? q : "200") != APP_OK ||
+		    str_fmt(auth, sizeof(auth), "Bearer %s", r->a->relay_key) != APP_OK)
+			reply_error(r, 500, "internal", NULL, "the node's URL is too long");
+		else
+			deploy_forward(r, url, auth, pin, 0, "the node running this deployment");
 	}
 }
 
@@ -212,7 +217,8 @@ proxy(struct req *r, const char *engine_path, int post)
 		return;
 	int where = remote_target(r->a, id, 1, base, sizeof(base), pin, sizeof(pin), why, sizeof(why));
 	if (where < 0) {
-		reply_error(r, where == -2 ? 404 : 409, where == -2 ? "not_found" : "not_ready", NULL, "%s", why);
+		reply_error(r, where == APP_ENOTFOUND ? 404 : 409, where == APP_ENOTFOUND ? "not_found" : "not_ready",
+			    NULL, "%s", why);
 		return;
 	}
 	if (where == 1) {

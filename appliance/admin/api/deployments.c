@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "store/db.h"
 #include "api/deployments.h"
@@ -70,7 +70,7 @@ node_field(struct req *r, const cJSON *p, long *cpus)
 
 	*cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	if (node == NULL)
-		return cJSON_GetObjectItemCaseSensitive(p, "node") != NULL ? -1 : 0;
+		return cJSON_GetObjectItemCaseSensitive(p, "node") != NULL ? APP_EINVAL : APP_OK;
 	if (sqlite3_prepare_v2(r->a->db,
 			       "SELECT id, is_self, state, coalesce(cpu_cores, 0) FROM nodes WHERE name = ?1 "
 			       "AND state != 'removed'",
@@ -88,7 +88,7 @@ node_field(struct req *r, const cJSON *p, long *cpus)
 	if (id < 0) {
 		reply_error(r, 422, "invalid_field", "placement.node", "no node named '%s' (see GET /api/v1/nodes)",
 			    node);
-		return -1;
+		return APP_EINVAL;
 	}
 	if (is_self)
 		return 0;
@@ -97,7 +97,7 @@ node_field(struct req *r, const cJSON *p, long *cpus)
 			    "node %s is draining; resume it before placing "
 			    "deployments on it",
 			    node);
-		return -1;
+		return APP_EINVAL;
 	}
 	return id;
 }
@@ -213,7 +213,7 @@ options_field(struct req *r, const cJSON *j)
 		return strdup("{}");
 	int rc = deploy_options_parse(o, &out, field, sizeof(field), err, sizeof(err));
 	if (rc < 0) {
-		reply_error(r, 422, rc == -2 ? "unknown_field" : "invalid_field", field, "%s", err);
+		reply_error(r, 422, rc == APP_EUNSUPPORTED ? "unknown_field" : "invalid_field", field, "%s", err);
 		return NULL;
 	}
 	return out;
@@ -229,12 +229,12 @@ model_field(struct req *r, const cJSON *j)
 
 	if (!cJSON_IsString(m) && !cJSON_IsNumber(m)) {
 		reply_error(r, 422, "missing_field", "model", "model (a model's id or name) is required");
-		return -1;
+		return APP_EINVAL;
 	}
 	if (sqlite3_prepare_v2(r->a->db, "SELECT id FROM models WHERE id = ?1 OR name = ?2", -1, &st, NULL) !=
 	    SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
-		return -1;
+		return APP_EINVAL;
 	}
 	if (cJSON_IsNumber(m))
 		sqlite3_bind_int64(st, 1, (int64_t)m->valuedouble);
@@ -315,7 +315,7 @@ static void
 h_create(struct req *r)
 {
 	static const char *const known[] = { "name", "model", "placement", "options", NULL };
-	char *placement = NULL, *options = NULL, key[DEPLOY_KEY_LEN], err[PRIVAI_ERR_LEN];
+	char *placement = NULL, *options = NULL, key[DEPLOY_KEY_LEN], err[APP_ERR_LEN];
 	const char *name;
 	int64_t model_id, id, node_id = 0;
 	sqlite3_stmt *st;
@@ -374,7 +374,7 @@ h_create(struct req *r)
 	}
 	id = sqlite3_last_insert_rowid(r->a->db);
 	int64_t key_id;
-	if (deploy_key_create(r->a->db, id, "default", r->now, key, &key_id, err) != PRIVAI_OK ||
+	if (deploy_key_create(r->a->db, id, "default", r->now, key, &key_id, err) != APP_OK ||
 	    db_commit(r->a->db) != 0) {
 		db_rollback(r->a->db);
 		reply_error(r, 500, "internal", NULL, "%s", err);
@@ -423,7 +423,7 @@ load_current(struct req *r, int64_t id, struct current *c)
 	}
 	if (c->options == NULL || c->placement == NULL) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
-		return -1;
+		return APP_ENOTFOUND;
 	}
 	return 0;
 }
@@ -487,14 +487,14 @@ h_update(struct req *r)
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
 	cJSON *moved = NULL;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	if (rc != SQLITE_DONE) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		db_rollback(r->a->db);
 		goto out;
 	}
 	if (placement != NULL && new_node != node_id &&
-	    (rc = deploy_move(r->a, id, new_node, placement, NULL, &moved, err)) != PRIVAI_OK) {
+	    (rc = deploy_move(r->a, id, new_node, placement, NULL, &moved, err)) != APP_OK) {
 		db_rollback(r->a->db);
 		reply_status(r, rc, "placement.node", err);
 		goto out;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "store/db.h"
 #include "deploy/placement.h"
@@ -59,7 +59,7 @@ load_gpu(struct req *r, struct gpu *g)
 
 	memset(g, 0, sizeof(*g));
 	if ((g->id = arg_id(r, 0, "gpu")) < 0)
-		return -1;
+		return APP_ENOTFOUND;
 	if (sqlite3_prepare_v2(r->a->db,
 			       "SELECT g.uuid, g.mig_table, g.mig_enabled, g.node_id, n.is_self, n.name "
 			       "FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.id = ?1",
@@ -79,12 +79,12 @@ load_gpu(struct req *r, struct gpu *g)
 	}
 	if (!found) {
 		reply_error(r, 404, "not_found", NULL, "no gpu %lld", (long long)g->id);
-		return -1;
+		return APP_ENOTFOUND;
 	}
 	if (g->table == NULL) {
 		reply_error(r, 409, "no_mig", NULL, "GPU %s has no MIG (or none privai has a profile table for)",
 			    g->uuid);
-		return -1;
+		return APP_ENOTFOUND;
 	}
 	return 0;
 }
@@ -150,13 +150,13 @@ layout_field(struct req *r, const cJSON *j, const struct gpu *g, struct mig_inst
 	int n = 0;
 
 	if (fields_known(r, j, top) < 0)
-		return -1;
+		return APP_EINVAL;
 	if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) > MIG_MAX_INSTANCES) {
 		reply_error(r, 422, "invalid_field", "instances",
 			    "instances must be an array of at most %d GPU "
 			    "instances",
 			    MIG_MAX_INSTANCES);
-		return -1;
+		return APP_EINVAL;
 	}
 	cJSON_ArrayForEach (e, list) {
 		const char *name;
@@ -164,15 +164,15 @@ layout_field(struct req *r, const cJSON *j, const struct gpu *g, struct mig_inst
 		if (!cJSON_IsObject(e)) {
 			snprintf(field, sizeof(field), "instances[%d]", n);
 			reply_error(r, 422, "invalid_field", field, "%s must be an object", field);
-			return -1;
+			return APP_EINVAL;
 		}
 		if (fields_known(r, e, each) < 0 || (name = field_str(r, e, "profile", 1, 32, NULL)) == NULL ||
 		    field_int(r, e, "start", 0, 0, MIG_SLOTS - 1, -1, &start) < 0)
-			return -1;
+			return APP_EINVAL;
 		if ((in[n].profile = mig_profile_find(g->table, name)) == NULL) {
 			snprintf(field, sizeof(field), "instances[%d].profile", n);
 			reply_error(r, 422, "invalid_field", field, "%s has no profile '%.32s'", g->table->name, name);
-			return -1;
+			return APP_EINVAL;
 		}
 		in[n++].start = (int)start;
 	}
@@ -255,7 +255,7 @@ static void
 h_mig_put(struct req *r)
 {
 	struct mig_instance in[MIG_MAX_INSTANCES];
-	char why[256] = "", err[PRIVAI_ERR_LEN];
+	char why[256] = "", err[APP_ERR_LEN];
 	struct gpu g;
 	cJSON *j;
 	int n;
@@ -291,7 +291,7 @@ h_mig_put(struct req *r)
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddItemToObject(d, "instances", layout_json(in, n));
 	cJSON_AddStringToObject(d, "node", g.node);
-	if (g.is_self && mig_apply_gpu(r->a, g.id, err) != PRIVAI_OK) {
+	if (g.is_self && mig_apply_gpu(r->a, g.id, err) != APP_OK) {
 		cJSON_AddStringToObject(d, "error", err);
 		req_audit(r, "gpu.mig", g.uuid, "ok", d);
 		reply_error(r, 502, "nvml_failed", NULL, "the layout is stored but NVML refused it: %s", err);

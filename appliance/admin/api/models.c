@@ -14,7 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "log.h"
 #include "store/db.h"
@@ -40,23 +41,23 @@ allowed_path(struct admin *a, const char *path, char *real, int64_t *size, char 
 	size_t n = strlen(path);
 
 	if (path[0] != '/')
-		return privai_fail(err, PRIVAI_EINVAL, "path must be absolute");
+		return app_fail(err, APP_EINVAL, "path must be absolute");
 	if (n < 6 || strcmp(path + n - 5, ".gguf") != 0)
-		return privai_fail(err, PRIVAI_EINVAL, "path must name a .gguf file");
+		return app_fail(err, APP_EINVAL, "path must name a .gguf file");
 	if (realpath(path, real) == NULL)
-		return privai_fail(err, PRIVAI_EINVAL, "%s: %s", path, strerror(errno));
+		return app_fail(err, APP_EINVAL, "%s: %s", path, strerror(errno));
 	for (int i = 0; i < a->cfg.n_model_roots; i++) {
 		if (realpath(a->cfg.model_roots[i], root) == NULL)
 			continue;
 		size_t rn = strlen(root);
 		if (strncmp(real, root, rn) == 0 && (real[rn] == '/' || root[rn - 1] == '/')) {
 			if (stat(real, &sb) != 0 || !S_ISREG(sb.st_mode))
-				return privai_fail(err, PRIVAI_EINVAL, "%s is not a regular file", path);
+				return app_fail(err, APP_EINVAL, "%s is not a regular file", path);
 			*size = (int64_t)sb.st_size;
-			return PRIVAI_OK;
+			return APP_OK;
 		}
 	}
-	return privai_fail(err, PRIVAI_EINVAL, "%s is outside the model directories this appliance allows", path);
+	return app_fail(err, APP_EINVAL, "%s is outside the model directories this appliance allows", path);
 }
 
 static void
@@ -79,7 +80,7 @@ h_get(struct req *r)
 static void
 model_fetch_start(struct req *r, const cJSON *body, const char *name)
 {
-	char host[300], err[PRIVAI_ERR_LEN];
+	char host[300], err[APP_ERR_LEN];
 	const char *url, *sha;
 
 	if ((url = field_str(r, body, "url", 1, 2048, NULL)) == NULL ||
@@ -106,7 +107,7 @@ model_fetch_start(struct req *r, const cJSON *body, const char *name)
 	}
 	int64_t id;
 	int rc = model_fetch_begin(r->a, name, url, sha, -1, NULL, NULL, r->now, 0, &id, err);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		reply_status(r, rc, "name", err);
 		return;
 	}
@@ -121,7 +122,7 @@ static void
 h_register(struct req *r)
 {
 	static const char *const known[] = { "name", "path", "url", "sha256", NULL };
-	char real[PATH_MAX], err[PRIVAI_ERR_LEN];
+	char real[PATH_MAX], err[APP_ERR_LEN];
 	struct model_meta m;
 	const char *name, *path;
 	int64_t size = 0, id;
@@ -144,17 +145,17 @@ h_register(struct req *r)
 	if ((path = field_str(r, j, "path", 1, PATH_MAX - 1, NULL)) == NULL)
 		goto out;
 	int rc = allowed_path(r->a, path, real, &size, err);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		reply_status(r, rc, "path", err);
 		goto out;
 	}
-	if ((rc = model_meta_read(real, &m, err)) != PRIVAI_OK) {
-		reply_status(r, rc == PRIVAI_EIO ? PRIVAI_EINVAL : rc, "path", err);
+	if ((rc = model_meta_read(real, &m, err)) != APP_OK) {
+		reply_status(r, rc == APP_EIO ? APP_EINVAL : rc, "path", err);
 		goto out;
 	}
 	rc = model_insert(r->a->db, name, real, "path", size, NULL, &m, r->now, &id, err);
 	model_meta_free(&m);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		reply_status(r, rc, "name", err);
 		goto out;
 	}
@@ -266,20 +267,25 @@ static void
 model_upload_end(struct req *r)
 {
 	struct upload *u;
-	char hex[65], final[PATH_MAX + 200], err[PRIVAI_ERR_LEN];
+	char hex[65], final[PATH_MAX + 200], err[APP_ERR_LEN];
 	struct model_meta m;
 	int64_t id;
 	int rc;
 
 	if ((u = upload_finish(r, hex)) == NULL)
 		return;
-	if ((rc = model_meta_read(u->sp.tmp, &m, err)) != PRIVAI_OK) {
+	if ((rc = model_meta_read(u->sp.tmp, &m, err)) != APP_OK) {
 		upload_discard(r);
 		reply_error(r, 422, "bad_file", NULL, "not a usable GGUF file: %s",
 			    strchr(err, ':') ? strchr(err, ':') + 2 : err);
 		return;
 	}
-	snprintf(final, sizeof(final), "%s/%s.gguf", r->a->models_dir, u->name);
+	if (str_fmt(final, sizeof(final), "%s/%s.gguf", r->a->models_dir, u->name) != APP_OK) {
+		model_meta_free(&m);
+		reply_error(r, 500, "internal", NULL, "the model file's path is too long");
+		upload_discard(r);
+		return;
+	}
 	if (access(final, F_OK) == 0) {
 		model_meta_free(&m);
 		reply_error(r, 409, "conflict", "name", "a file %s.gguf is already in the model directory", u->name);
@@ -288,7 +294,7 @@ model_upload_end(struct req *r)
 	}
 	rc = model_insert(r->a->db, u->name, final, "upload", u->sp.bytes, hex, &m, r->now, &id, err);
 	model_meta_free(&m);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		upload_discard(r);
 		reply_status(r, rc, "name", err);
 		return;

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "auth/auth.h"
 #include "store/db.h"
@@ -163,7 +163,7 @@ static void
 h_join(struct req *r)
 {
 	static const char *const known[] = { "token", "name", "url", "report", NULL };
-	char secret[AUTH_SECRET_LEN], hex[65], err[PRIVAI_ERR_LEN];
+	char secret[AUTH_SECRET_LEN], hex[65], err[APP_ERR_LEN];
 	const char *token, *name, *url;
 	const cJSON *report;
 	sqlite3_stmt *st = NULL;
@@ -220,7 +220,7 @@ h_join(struct req *r)
 		goto fail;
 	}
 	id = sqlite3_last_insert_rowid(r->a->db);
-	if (node_store_report(r->a->db, id, report, r->now, err) != PRIVAI_OK) {
+	if (node_store_report(r->a->db, id, report, r->now, err) != APP_OK) {
 		db_rollback(r->a->db);
 		reply_error(r, 422, "invalid_field", "report", "%s", err);
 		goto out;
@@ -280,20 +280,20 @@ planned_mig(struct req *r, int64_t node_id)
 }
 
 /* A node's MIG results: {"uuid": ..., "error": null|"..."} per layout it
- * applied since its last heartbeat.  PRIVAI_OK, or the store's error. */
+ * applied since its last heartbeat.  APP_OK, or the store's error. */
 static int
 record_mig_results(struct req *r, int64_t node_id, const cJSON *results, char *err)
 {
 	const cJSON *e;
 	sqlite3_stmt *st;
-	int rc = PRIVAI_OK;
+	int rc = APP_OK;
 
 	if (!cJSON_IsArray(results))
-		return PRIVAI_OK;
+		return APP_OK;
 	if ((rc = db_prepare(r->a->db,
 			     "UPDATE gpu_partitions SET state = ?3, error = ?4 WHERE gpu_id = "
 			     "(SELECT id FROM gpus WHERE uuid = ?1 AND node_id = ?2)",
-			     &st, err)) != PRIVAI_OK)
+			     &st, err)) != APP_OK)
 		return rc;
 	cJSON_ArrayForEach (e, results) {
 		const char *uuid = cJSON_GetStringValue(cJSON_GetObjectItem(e, "uuid"));
@@ -308,7 +308,7 @@ record_mig_results(struct req *r, int64_t node_id, const cJSON *results, char *e
 			sqlite3_bind_text(st, 4, error, -1, SQLITE_TRANSIENT);
 		else
 			sqlite3_bind_null(st, 4);
-		if ((rc = db_step_write(r->a->db, st, err)) != PRIVAI_OK)
+		if ((rc = db_step_write(r->a->db, st, err)) != APP_OK)
 			break;
 	}
 	sqlite3_finalize(st);
@@ -337,14 +337,14 @@ node_secret_check(struct req *r, int64_t id, char *state, size_t size)
 	auth_secret_hex(secret != NULL && strlen(secret) < 128 ? secret : "", hex);
 	if (want[0] == '\0' || sodium_memcmp(hex, want, 64) != 0) {
 		reply_error(r, 401, "unauthenticated", NULL, "unknown node or wrong X-Privai-Node-Secret");
-		return -1;
+		return APP_EDENIED;
 	}
 	if (strcmp(state, "removed") == 0) {
 		reply_error(r, 410, "node_removed", NULL,
 			    "node %lld was removed from this cluster; join again with a "
 			    "new token",
 			    (long long)id);
-		return -1;
+		return APP_EDENIED;
 	}
 	return 0;
 }
@@ -366,27 +366,27 @@ pin_ok(const char *s)
 
 /* The heartbeat's own writes, inside its transaction: MIG results, an
  * unreachable node back to ready (state says so after), the time and
- * the key pin.  PRIVAI_OK, or the store's error in err. */
+ * the key pin.  APP_OK, or the store's error in err. */
 static int
 heartbeat_store(struct req *r, int64_t id, const cJSON *j, const char *pin, char *state, size_t state_size, char *err)
 {
 	sqlite3_stmt *st;
 	int rc;
 
-	if ((rc = record_mig_results(r, id, cJSON_GetObjectItemCaseSensitive(j, "mig_results"), err)) != PRIVAI_OK)
+	if ((rc = record_mig_results(r, id, cJSON_GetObjectItemCaseSensitive(j, "mig_results"), err)) != APP_OK)
 		return rc;
 	if (strcmp(state, "unreachable") == 0) {
 		if ((rc = db_prepare(r->a->db, "UPDATE nodes SET state = 'ready', state_reason = NULL WHERE id = ?1",
-				     &st, err)) != PRIVAI_OK)
+				     &st, err)) != APP_OK)
 			return rc;
 		sqlite3_bind_int64(st, 1, id);
-		if ((rc = db_write(r->a->db, st, err)) != PRIVAI_OK)
+		if ((rc = db_write(r->a->db, st, err)) != APP_OK)
 			return rc;
 		req_audit(r, "node.reachable", NULL, "ok", NULL);
 		snprintf(state, state_size, "ready");
 	}
 	if ((rc = db_prepare(r->a->db, "UPDATE nodes SET last_heartbeat = ?2, tls_pin = nullif(?3, '') WHERE id = ?1",
-			     &st, err)) != PRIVAI_OK)
+			     &st, err)) != APP_OK)
 		return rc;
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_int64(st, 2, r->now);
@@ -398,7 +398,7 @@ static void
 h_heartbeat(struct req *r)
 {
 	static const char *const known[] = { "report", "mig_results", "deployments", "tls_pin", NULL };
-	char state[16] = "", err[PRIVAI_ERR_LEN];
+	char state[16] = "", err[APP_ERR_LEN];
 	const char *pin;
 	int64_t id = arg_id(r, 0, "node");
 	cJSON *j;
@@ -418,17 +418,17 @@ h_heartbeat(struct req *r)
 		goto out;
 	}
 	const cJSON *report = cJSON_GetObjectItemCaseSensitive(j, "report");
-	if (report != NULL && node_store_report(r->a->db, id, report, r->now, err) != PRIVAI_OK) {
+	if (report != NULL && node_store_report(r->a->db, id, report, r->now, err) != APP_OK) {
 		db_rollback(r->a->db);
 		reply_error(r, 422, "invalid_field", "report", "%s", err);
 		goto out;
 	}
-	if (remote_record(r->a->db, id, cJSON_GetObjectItemCaseSensitive(j, "deployments"), r->now, err) != PRIVAI_OK) {
+	if (remote_record(r->a->db, id, cJSON_GetObjectItemCaseSensitive(j, "deployments"), r->now, err) != APP_OK) {
 		db_rollback(r->a->db);
 		reply_error(r, 422, "invalid_field", "deployments", "%s", err);
 		goto out;
 	}
-	if (heartbeat_store(r, id, j, pin, state, sizeof(state), err) != PRIVAI_OK) {
+	if (heartbeat_store(r, id, j, pin, state, sizeof(state), err) != APP_OK) {
 		db_rollback(r->a->db);
 		reply_error(r, 500, "internal", NULL, "%s", err);
 		goto out;
@@ -458,7 +458,7 @@ load_node(struct req *r, int64_t *id, char *name, char *state, int *is_self)
 	int found = 0;
 
 	if ((*id = arg_id(r, 0, "node")) < 0)
-		return -1;
+		return APP_ENOTFOUND;
 	if (sqlite3_prepare_v2(r->a->db, "SELECT name, state, is_self FROM nodes WHERE id = ?1", -1, &st, NULL) ==
 	    SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, *id);
@@ -472,7 +472,7 @@ load_node(struct req *r, int64_t *id, char *name, char *state, int *is_self)
 	}
 	if (!found)
 		reply_error(r, 404, "not_found", NULL, "no node %lld", (long long)*id);
-	return found ? 0 : -1;
+	return found ? APP_OK : APP_ENOTFOUND;
 }
 
 static int
@@ -482,11 +482,11 @@ exec_id(struct req *r, const char *sql, int64_t id)
 	int ok;
 
 	if (sqlite3_prepare_v2(r->a->db, sql, -1, &st, NULL) != SQLITE_OK)
-		return -1;
+		return APP_EIO;
 	sqlite3_bind_int64(st, 1, id);
 	ok = sqlite3_step(st) == SQLITE_DONE;
 	sqlite3_finalize(st);
-	return ok ? 0 : -1;
+	return ok ? APP_OK : APP_EIO;
 }
 
 static void
@@ -514,7 +514,7 @@ drain_mode(struct req *r)
 	if (r->len == 0)
 		return 0;
 	if ((j = body_object(r)) == NULL)
-		return -1;
+		return APP_EINVAL;
 	if (fields_known(r, j, known) == 0 && (what = field_str(r, j, "deployments", 0, 8, "stop")) != NULL) {
 		if (strcmp(what, "stop") != 0 && strcmp(what, "move") != 0)
 			reply_error(r, 422, "invalid_field", "deployments", "deployments must be stop or move");
@@ -533,7 +533,7 @@ drain_mode(struct req *r)
 static void
 set_state(struct req *r, const char *action, int to_draining)
 {
-	char name[80], state[16], err[PRIVAI_ERR_LEN] = "";
+	char name[80], state[16], err[APP_ERR_LEN] = "";
 	int64_t id;
 	int is_self, rc = 0, move = 0;
 	cJSON *moved = NULL;
@@ -556,8 +556,8 @@ set_state(struct req *r, const char *action, int to_draining)
 		/* moved first: what has nowhere to go is stopped by the drain */
 		if (rc == 0 && move &&
 		    ((moved = cJSON_CreateArray()) == NULL ||
-		     deploy_move_all(r->a, id, is_self, "node drained", moved, err) != PRIVAI_OK))
-			rc = -1;
+		     deploy_move_all(r->a, id, is_self, "node drained", moved, err) != APP_OK))
+			rc = APP_EIO;
 		if (rc == 0 && is_self)
 			rc = node_self_drain(r->a->db, 1);
 	} else {
@@ -606,7 +606,7 @@ static void
 h_remove(struct req *r)
 {
 	const char *q = query_arg(r, "deployments");
-	char name[80], state[16], err[PRIVAI_ERR_LEN] = "";
+	char name[80], state[16], err[APP_ERR_LEN] = "";
 	cJSON *moved = NULL;
 	int64_t id;
 	int is_self;
@@ -634,7 +634,7 @@ h_remove(struct req *r)
 	    /* moved first (a dead node's work goes on elsewhere); the rest stop */
 	    (q != NULL && strcmp(q, "move") == 0 &&
 	     ((moved = cJSON_CreateArray()) == NULL ||
-	      deploy_move_all(r->a, id, 0, "node removed", moved, err) != PRIVAI_OK)) ||
+	      deploy_move_all(r->a, id, 0, "node removed", moved, err) != APP_OK)) ||
 	    exec_id(r,
 		    "UPDATE deployments SET desired = 'stopped', state = 'stopped', reason = 'its node was removed; "
 		    "move it to another node (placement.node) or delete it' WHERE node_id = ?1",

@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "api/deployments.h"
 #include "http/httpd.h"
@@ -27,7 +28,7 @@ local_id(struct req *r)
 	sqlite3_stmt *st;
 
 	if (leader_id < 0)
-		return -1;
+		return APP_ENOTFOUND;
 	pthread_mutex_lock(&r->a->db_mu);
 	if (sqlite3_prepare_v2(r->a->db, "SELECT id FROM deployments WHERE leader_id = ?1", -1, &st, NULL) ==
 	    SQLITE_OK) {
@@ -63,7 +64,7 @@ leader_only(struct req *r)
 			return 0;
 	}
 	reply_error(r, 401, "unauthenticated", NULL, "this is for the leader's relay key only");
-	return -1;
+	return APP_EDENIED;
 }
 
 static void
@@ -87,8 +88,11 @@ relay(struct req *r, const char *engine_path, int post)
 		reply_error(r, 409, "not_ready", NULL, "deployment %s is not ready on this node", r->arg[0]);
 		return;
 	}
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, engine_path);
-	snprintf(who, sizeof(who), "the engine of deployment %s", r->arg[0]);
+	if (str_fmt(url, sizeof(url), "http://127.0.0.1:%d%s", port, engine_path) != APP_OK) {
+		reply_error(r, 500, "internal", NULL, "the engine's URL does not fit its buffer");
+		return;
+	}
+	msg_fmt(who, sizeof(who), "the engine of deployment %s", r->arg[0]);
 	if (post) {
 		if (caller != NULL && strlen(caller) >= sizeof(auth))
 			caller = NULL;

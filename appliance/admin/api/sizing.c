@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "admin.h"
 #include "http/httpd.h"
 #include "store/rows.h"
@@ -37,7 +38,7 @@ sizing_args(struct req *r, struct sizing_request *q)
 	char *end;
 
 	if (g == NULL)
-		return -1;
+		return APP_EINVAL;
 	q->gpu = *g;
 	for (int i = 0; i < 3; i++) {
 		if ((v = query_arg(r, names[i])) == NULL)
@@ -46,7 +47,7 @@ sizing_args(struct req *r, struct sizing_request *q)
 		if (*end != '\0' || end == v || x < 1 || x > hi[i]) {
 			reply_error(r, 422, "invalid_field", names[i], "%s must be an integer in 1..%d", names[i],
 				    hi[i]);
-			return -1;
+			return APP_EINVAL;
 		}
 		*dst[i] = (int)x;
 	}

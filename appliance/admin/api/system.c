@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "http/httpd.h"
 #include "store/rows.h"
@@ -158,7 +159,7 @@ static void
 h_setting_put(struct req *r)
 {
 	static const char *const known[] = { "value", NULL };
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	const char *value;
 	cJSON *j;
 
@@ -169,7 +170,7 @@ h_setting_put(struct req *r)
 		return;
 	}
 	int rc = settings_set(r->a->db, r->arg[0], value, err);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		reply_status(r, rc, "value", err);
 	} else {
 		cJSON *d = cJSON_CreateObject();
@@ -191,9 +192,10 @@ h_appliance(struct req *r)
 	cJSON *root = cJSON_CreateObject(), *rec = NULL;
 	size_t len = 0;
 
-	snprintf(path, sizeof(path), "%s/firstboot.json", r->a->cfg.state_dir);
 	cJSON_AddStringToObject(root, "version", PRIVAI_VERSION);
-	char *text = hostfs_read_text("/", path, 1 << 20, &len);
+	char *text = str_fmt(path, sizeof(path), "%s/firstboot.json", r->a->cfg.state_dir) == APP_OK
+			     ? hostfs_read_text("/", path, 1 << 20, &len)
+			     : NULL;
 	int present = text != NULL;
 	if (text != NULL)
 		rec = cJSON_ParseWithLength(text, len);

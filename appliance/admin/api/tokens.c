@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "http/httpd.h"
 
@@ -45,12 +45,12 @@ scopes_field(struct req *r, const cJSON *j, char *out, size_t size)
 	out[0] = '\0';
 	if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) == 0 || cJSON_GetArraySize(s) > 3) {
 		reply_error(r, 422, "invalid_field", "scopes", "scopes is a list of 1-3 of read, write, admin");
-		return -1;
+		return APP_EINVAL;
 	}
 	cJSON_ArrayForEach (it, s) {
 		if (!cJSON_IsString(it) || strlen(it->valuestring) > 8) {
 			reply_error(r, 422, "invalid_field", "scopes", "scopes is a list of 1-3 of read, write, admin");
-			return -1;
+			return APP_EINVAL;
 		}
 		if (out[0] != '\0')
 			strncat(out, " ", size - strlen(out) - 1);
@@ -58,7 +58,7 @@ scopes_field(struct req *r, const cJSON *j, char *out, size_t size)
 	}
 	if (scope_role(out) == 0) {
 		reply_error(r, 422, "invalid_field", "scopes", "unknown scope in '%s' (read, write, admin)", out);
-		return -1;
+		return APP_EINVAL;
 	}
 	return 0;
 }
@@ -67,7 +67,7 @@ static void
 h_create(struct req *r)
 {
 	static const char *const known[] = { "name", "scopes", "expires_in_days", NULL };
-	char err[PRIVAI_ERR_LEN], token[AUTH_SECRET_LEN], scopes[32];
+	char err[APP_ERR_LEN], token[AUTH_SECRET_LEN], scopes[32];
 	const char *name;
 	int64_t days, id;
 	cJSON *j;
@@ -99,7 +99,7 @@ h_create(struct req *r)
 	}
 	int rc = auth_token_create(r->a->db, r->who.user_id, r->authed == 2 ? r->who.token_id : 0, name, scopes,
 				   expires, r->now, token, &id, err);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		reply_status(r, rc, "name", err);
 		goto out;
 	}
@@ -130,7 +130,7 @@ out:
 static void
 h_revoke(struct req *r)
 {
-	char err[PRIVAI_ERR_LEN], target[32];
+	char err[APP_ERR_LEN], target[32];
 	sqlite3_stmt *st;
 	int64_t id = arg_id(r, 0, "token"), owner = -1;
 
@@ -148,7 +148,7 @@ h_revoke(struct req *r)
 		return;
 	}
 	int rc = auth_token_revoke(r->a->db, id, r->now, "revoked by hand", err);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		reply_error(r, 409, "already_revoked", NULL, "token %lld is already revoked", (long long)id);
 		return;
 	}

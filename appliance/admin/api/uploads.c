@@ -33,7 +33,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "log.h"
 #include "store/db.h"
@@ -60,10 +61,11 @@ struct put {
 	char name[160], want_sha[65];
 };
 
-static void
+/* STATE/models/.part-ID; APP_ERANGE when it does not fit. */
+static int
 part_path(const struct admin *a, int64_t id, char *buf, size_t size)
 {
-	snprintf(buf, size, "%s/.part-%lld", a->models_dir, (long long)id);
+	return str_fmt(buf, size, "%s/.part-%lld", a->models_dir, (long long)id);
 }
 
 /* The busy slots: the caller holds the store's mutex. */
@@ -91,8 +93,8 @@ upload_remove(struct admin *a, int64_t id)
 {
 	char path[PATH_MAX + 64];
 
-	part_path(a, id, path, sizeof(path));
-	unlink(path);
+	if (part_path(a, id, path, sizeof(path)) == APP_OK)
+		unlink(path);
 	if (db_delete_id(a->db, "uploads", id) < 0)
 		log_warn("upload %lld: file removed, row stays: %s", (long long)id, sqlite3_errmsg(a->db));
 }
@@ -123,8 +125,8 @@ uploads_sweep(struct admin *a, int64_t now, int at_start)
 		sqlite3_finalize(st);
 		for (int i = 0; i < n; i++) {
 			char path[PATH_MAX + 64];
-			part_path(a, stale[i], path, sizeof(path));
-			if (access(path, F_OK) != 0 && db_delete_id(a->db, "uploads", stale[i]) < 0)
+			if (part_path(a, stale[i], path, sizeof(path)) == APP_OK && access(path, F_OK) != 0 &&
+			    db_delete_id(a->db, "uploads", stale[i]) < 0)
 				log_warn("upload %lld has no file and its row stays: %s", (long long)stale[i],
 					 sqlite3_errmsg(a->db));
 		}
@@ -147,8 +149,8 @@ uploads_sweep(struct admin *a, int64_t now, int at_start)
 			if (known)
 				continue;
 		}
-		snprintf(path, sizeof(path), "%s/%s", a->models_dir, e->d_name);
-		unlink(path);
+		if (str_fmt(path, sizeof(path), "%s/%s", a->models_dir, e->d_name) == APP_OK)
+			unlink(path);
 	}
 	closedir(d);
 }
@@ -162,7 +164,7 @@ upload_count(sqlite3 *db, const char *where_name, int64_t *holder)
 	*holder = 0;
 	if (sqlite3_prepare_v2(db, "SELECT count(*), max(CASE WHEN name = ?1 THEN id END) FROM uploads", -1, &st,
 			       NULL) != SQLITE_OK)
-		return -1;
+		return APP_EIO;
 	sqlite3_bind_text(st, 1, where_name, -1, SQLITE_TRANSIENT);
 	if (sqlite3_step(st) == SQLITE_ROW) {
 		n = sqlite3_column_int64(st, 0);
@@ -215,8 +217,9 @@ h_create(struct req *r)
 	}
 	uploads_sweep(r->a, r->now, 0);
 	int64_t n = upload_count(r->a->db, name, &holder);
-	snprintf(path, sizeof(path), "%s/%s.gguf", r->a->models_dir, name);
-	if (model_named(r->a->db, name)) {
+	if (str_fmt(path, sizeof(path), "%s/%s.gguf", r->a->models_dir, name) != APP_OK) {
+		reply_error(r, 500, "internal", NULL, "the model file's path is too long");
+	} else if (model_named(r->a->db, name)) {
 		reply_error(r, 409, "conflict", "name", "a model named '%s' exists", name);
 	} else if (holder > 0) {
 		reply_error(r, 409, "conflict", "name",
@@ -245,14 +248,16 @@ h_create(struct req *r)
 		int rc = sqlite3_step(st);
 		sqlite3_finalize(st);
 		id = sqlite3_last_insert_rowid(r->a->db);
-		part_path(r->a, id, path, sizeof(path));
-		int fd = rc == SQLITE_DONE ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+		int named = rc == SQLITE_DONE && part_path(r->a, id, path, sizeof(path)) == APP_OK;
+		int fd = named ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
 		if (fd < 0) {
 			if (rc == SQLITE_DONE && db_delete_id(r->a->db, "uploads", id) < 0)
 				log_warn("upload %lld never started and its row stays (swept when idle): %s",
 					 (long long)id, sqlite3_errmsg(r->a->db));
 			reply_error(r, 500, "internal", NULL, "cannot start the upload: %s",
-				    rc == SQLITE_DONE ? strerror(errno) : sqlite3_errmsg(r->a->db));
+				    rc != SQLITE_DONE ? sqlite3_errmsg(r->a->db)
+				    : named           ? strerror(errno)
+						      : "the part file's path is too long");
 			goto out;
 		}
 		close(fd);
@@ -361,12 +366,12 @@ rehash(int fd, int64_t n, crypto_hash_sha256_state *h)
 
 	crypto_hash_sha256_init(h);
 	if (b == NULL)
-		return -1;
+		return APP_EIO;
 	for (int64_t off = 0; off < n;) {
 		ssize_t got = pread(fd, b, (size_t)(n - off < BUF ? n - off : BUF), off);
 		if (got <= 0) {
 			free(b);
-			return -1;
+			return APP_EIO;
 		}
 		crypto_hash_sha256_update(h, (unsigned char *)b, (size_t)got);
 		off += got;
@@ -439,10 +444,9 @@ unlock:
 	pthread_mutex_unlock(&r->a->db_mu);
 	if (p == NULL)
 		return;
-	part_path(r->a, id, path, sizeof(path));
 	/* past `received` is what a cut-off request wrote but never kept */
-	if ((p->fd = open(path, O_RDWR | O_CLOEXEC)) < 0 || ftruncate(p->fd, offset) != 0 ||
-	    lseek(p->fd, offset, SEEK_SET) != offset ||
+	if (part_path(r->a, id, path, sizeof(path)) != APP_OK || (p->fd = open(path, O_RDWR | O_CLOEXEC)) < 0 ||
+	    ftruncate(p->fd, offset) != 0 || lseek(p->fd, offset, SEEK_SET) != offset ||
 	    (!state_ok && (offset == 0 ? crypto_hash_sha256_init(&p->h) : rehash(p->fd, offset, &p->h)) != 0)) {
 		reply_error(r, 500, "internal", NULL, "cannot go on with upload %lld: %s", (long long)id,
 			    strerror(errno));
@@ -490,16 +494,20 @@ static void
 put_finish(struct req *r, struct put *p)
 {
 	unsigned char digest[crypto_hash_sha256_BYTES];
-	char hex[65], part[PATH_MAX + 64], final[PATH_MAX + 200], err[PRIVAI_ERR_LEN], target[200];
+	char hex[65], part[PATH_MAX + 64], final[PATH_MAX + 200], err[APP_ERR_LEN], target[200];
 	struct model_meta m;
 	int64_t model_id;
 	int rc;
 
 	crypto_hash_sha256_final(&p->h, digest);
 	sodium_bin2hex(hex, sizeof(hex), digest, sizeof(digest));
-	part_path(r->a, p->id, part, sizeof(part));
-	snprintf(final, sizeof(final), "%s/%s.gguf", r->a->models_dir, p->name);
 	snprintf(target, sizeof(target), "upload/%lld (%s)", (long long)p->id, p->name);
+	if (part_path(r->a, p->id, part, sizeof(part)) != APP_OK ||
+	    str_fmt(final, sizeof(final), "%s/%s.gguf", r->a->models_dir, p->name) != APP_OK) {
+		reply_error(r, 500, "internal", NULL, "upload %lld: the model file's path is too long",
+			    (long long)p->id);
+		return;
+	}
 	/* a whole file that fails a check cannot be mended by sending more */
 	if (p->want_sha[0] != '\0' && strcmp(hex, p->want_sha) != 0) {
 		reply_error(r, 422, "checksum_mismatch", "sha256", "upload %lld's SHA-256 is %s, not %s; it is removed",
@@ -507,7 +515,7 @@ put_finish(struct req *r, struct put *p)
 		upload_remove(r->a, p->id);
 		return;
 	}
-	if ((rc = model_meta_read(part, &m, err)) != PRIVAI_OK) {
+	if ((rc = model_meta_read(part, &m, err)) != APP_OK) {
 		reply_error(r, 422, "bad_file", NULL, "not a usable GGUF file: %s; upload %lld is removed",
 			    strchr(err, ':') ? strchr(err, ':') + 2 : err, (long long)p->id);
 		upload_remove(r->a, p->id);
@@ -528,11 +536,11 @@ put_finish(struct req *r, struct put *p)
 	}
 	/* the row goes first: it is what reserves the name */
 	if (db_delete_id(r->a->db, "uploads", p->id) < 0)
-		rc = privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(r->a->db));
+		rc = app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(r->a->db));
 	else
 		rc = model_insert(r->a->db, p->name, final, "upload", p->size, hex, &m, r->now, &model_id, err);
 	model_meta_free(&m);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		db_rollback(r->a->db);
 		reply_status(r, rc, "name", err);
 		return;

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "store/db.h"
 #include "http/httpd.h"
@@ -38,7 +38,7 @@ static void
 h_create(struct req *r)
 {
 	static const char *const known[] = { "name", "password", "role", "must_change_password", NULL };
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	const char *name, *password, *role;
 	int64_t id;
 	int must_change;
@@ -60,15 +60,15 @@ h_create(struct req *r)
 		goto out;
 	}
 	int rc = auth_user_create(r->a->db, name, password, role_parse(role), r->now, &id, err);
-	if (rc == PRIVAI_OK && must_change) {
+	if (rc == APP_OK && must_change) {
 		char sql[96];
 		snprintf(sql, sizeof(sql), "UPDATE users SET must_change_password = 1 WHERE id = %lld", (long long)id);
 		if (sqlite3_exec(r->a->db, sql, NULL, NULL, NULL) != SQLITE_OK)
-			rc = privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(r->a->db));
+			rc = app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(r->a->db));
 	}
-	if (rc != PRIVAI_OK || db_commit(r->a->db) != 0) {
+	if (rc != APP_OK || db_commit(r->a->db) != 0) {
 		db_rollback(r->a->db);
-		reply_status(r, rc, rc == PRIVAI_EINVAL && strstr(err, "password") ? "password" : "name", err);
+		reply_status(r, rc, rc == APP_EINVAL && strstr(err, "password") ? "password" : "name", err);
 		goto out;
 	}
 	cJSON *d = cJSON_CreateObject();
@@ -118,7 +118,7 @@ h_update(struct req *r)
 	static const char *const known[] = {
 		"role", "password", "unlock", "must_change_password", "revoke_tokens", NULL
 	};
-	char err[PRIVAI_ERR_LEN], cur[16];
+	char err[APP_ERR_LEN], cur[16];
 	const char *role, *password;
 	int unlock, must_change, revoke_tokens, ended = 0;
 	int64_t id = arg_id(r, 0, "user");
@@ -156,11 +156,11 @@ h_update(struct req *r)
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		goto out;
 	}
-	int rc = PRIVAI_OK;
+	int rc = APP_OK;
 	if (password != NULL &&
-	    ((rc = auth_user_set_password(r->a->db, id, password, must_change, err)) != PRIVAI_OK ||
+	    ((rc = auth_user_set_password(r->a->db, id, password, must_change, err)) != APP_OK ||
 	     (rc = auth_end_access(r->a->db, id, id == r->who.user_id ? session_cookie(r) : NULL, revoke_tokens, r->now,
-				   "an admin set a new password", &ended, &revoked, err)) != PRIVAI_OK)) {
+				   "an admin set a new password", &ended, &revoked, err)) != APP_OK)) {
 		db_rollback(r->a->db);
 		reply_status(r, rc, "password", err);
 		goto out;
@@ -175,16 +175,16 @@ h_update(struct req *r)
 			sqlite3_bind_text(st, 1, role, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int(st, 2, unlock);
 		sqlite3_bind_int64(st, 3, id);
-		rc = sqlite3_step(st) == SQLITE_DONE ? PRIVAI_OK : PRIVAI_EIO;
+		rc = sqlite3_step(st) == SQLITE_DONE ? APP_OK : APP_EIO;
 		sqlite3_finalize(st);
 	} else {
-		rc = PRIVAI_EIO;
+		rc = APP_EIO;
 	}
 	/* a new role ends the user's sessions (a token's power follows the
 	 * role at each request) */
-	if (rc == PRIVAI_OK && role != NULL && password == NULL)
+	if (rc == APP_OK && role != NULL && password == NULL)
 		rc = auth_end_access(r->a->db, id, NULL, 0, r->now, NULL, &ended, NULL, err);
-	if (rc != PRIVAI_OK || db_commit(r->a->db) != 0) {
+	if (rc != APP_OK || db_commit(r->a->db) != 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		db_rollback(r->a->db);
 		goto out;

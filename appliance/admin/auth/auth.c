@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "log.h"
 #include "auth/auth.h"
 #include "store/db.h"
@@ -69,7 +69,7 @@ scope_role(const char *scopes)
 static int
 sql_fail(sqlite3 *db, char *err)
 {
-	return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+	return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 }
 
 void
@@ -140,12 +140,12 @@ int
 auth_password_check(const char *name, const char *password, char *err)
 {
 	if (password == NULL || utf8_chars(password) < AUTH_MIN_PASSWORD)
-		return privai_fail(err, PRIVAI_EINVAL, "a password needs at least %d characters", AUTH_MIN_PASSWORD);
+		return app_fail(err, APP_EINVAL, "a password needs at least %d characters", AUTH_MIN_PASSWORD);
 	if (strlen(password) > AUTH_MAX_PASSWORD)
-		return privai_fail(err, PRIVAI_EINVAL, "a password may have at most %d bytes", AUTH_MAX_PASSWORD);
+		return app_fail(err, APP_EINVAL, "a password may have at most %d bytes", AUTH_MAX_PASSWORD);
 	if (name != NULL && strcasecmp(password, name) == 0)
-		return privai_fail(err, PRIVAI_EINVAL, "a password must not be the user's name");
-	return PRIVAI_OK;
+		return app_fail(err, APP_EINVAL, "a password must not be the user's name");
+	return APP_OK;
 }
 
 static int
@@ -153,12 +153,12 @@ hash_password(const char *name, const char *password, char *out, char *err)
 {
 	int r;
 
-	if ((r = auth_password_check(name, password, err)) != PRIVAI_OK)
+	if ((r = auth_password_check(name, password, err)) != APP_OK)
 		return r;
 	if (crypto_pwhash_str_alg(out, password, strlen(password), crypto_pwhash_OPSLIMIT_INTERACTIVE,
 				  crypto_pwhash_MEMLIMIT_INTERACTIVE, crypto_pwhash_ALG_ARGON2ID13) != 0)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory hashing a password");
-	return PRIVAI_OK;
+		return app_fail(err, APP_ENOMEM, "out of memory hashing a password");
+	return APP_OK;
 }
 
 int
@@ -170,11 +170,11 @@ auth_user_create(sqlite3 *db, const char *name, const char *password, enum role 
 	int r;
 
 	if (sodium_init() < 0)
-		return privai_fail(err, PRIVAI_EIO, "libsodium failed to initialise");
+		return app_fail(err, APP_EIO, "libsodium failed to initialise");
 	if (!valid_name(name))
-		return privai_fail(err, PRIVAI_EINVAL, "a user name is 1-64 letters, digits, '.', '_', '-' or '@'");
+		return app_fail(err, APP_EINVAL, "a user name is 1-64 letters, digits, '.', '_', '-' or '@'");
 	if (role_parse(role_name(role)) != role)
-		return privai_fail(err, PRIVAI_EINVAL, "unknown role");
+		return app_fail(err, APP_EINVAL, "unknown role");
 	if ((r = hash_password(name, password, hash, err)) < 0)
 		return r;
 	if (sqlite3_prepare_v2(db, "INSERT INTO users (name, password_hash, role, created_at) VALUES (?, ?, ?, ?)", -1,
@@ -187,12 +187,12 @@ auth_user_create(sqlite3 *db, const char *name, const char *password, enum role 
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
 	if (rc == SQLITE_CONSTRAINT)
-		return privai_fail(err, PRIVAI_EBUSY, "a user named '%s' exists", name);
+		return app_fail(err, APP_EBUSY, "a user named '%s' exists", name);
 	if (rc != SQLITE_DONE)
 		return sql_fail(db, err);
 	if (ret_id != NULL)
 		*ret_id = sqlite3_last_insert_rowid(db);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
@@ -209,7 +209,7 @@ auth_user_set_password(sqlite3 *db, int64_t user_id, const char *password, int m
 		snprintf(name, sizeof(name), "%s", (const char *)sqlite3_column_text(st, 0));
 	sqlite3_finalize(st);
 	if (name[0] == '\0')
-		return privai_fail(err, PRIVAI_ENOTFOUND, "no user %lld", (long long)user_id);
+		return app_fail(err, APP_ENOTFOUND, "no user %lld", (long long)user_id);
 	if ((r = hash_password(name, password, hash, err)) < 0)
 		return r;
 	if (sqlite3_prepare_v2(db, "UPDATE users SET password_hash = ?, must_change_password = ? WHERE id = ?", -1, &st,
@@ -221,7 +221,7 @@ auth_user_set_password(sqlite3 *db, int64_t user_id, const char *password, int m
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
 	sodium_memzero(hash, sizeof(hash));
-	return rc == SQLITE_DONE ? PRIVAI_OK : sql_fail(db, err);
+	return rc == SQLITE_DONE ? APP_OK : sql_fail(db, err);
 }
 
 int
@@ -247,7 +247,7 @@ auth_end_access(sqlite3 *db, int64_t user_id, const char *keep_cookie, int revok
 		return sql_fail(db, err);
 	int ended = sqlite3_changes(db);
 	if (ret_tokens != NULL && (ids = cJSON_CreateArray()) == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	if (revoke_tokens) {
 		if (sqlite3_prepare_v2(db,
 				       "UPDATE api_tokens SET revoked_at = ?1, revoked_reason = ?2 WHERE user_id = ?3 "
@@ -272,7 +272,7 @@ auth_end_access(sqlite3 *db, int64_t user_id, const char *keep_cookie, int revok
 	*ret_sessions = ended;
 	if (ret_tokens != NULL)
 		*ret_tokens = ids;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 /* Spend the same effort for an unknown name as for a wrong password, so
@@ -304,13 +304,13 @@ note_failure(sqlite3 *db, int64_t id, int failed, int64_t now)
 
 	if (sqlite3_prepare_v2(db, "UPDATE users SET failed_logins = ?, locked_until = ? WHERE id = ?", -1, &st,
 			       NULL) != SQLITE_OK)
-		return -1;
+		return APP_EIO;
 	sqlite3_bind_int(st, 1, lock ? 0 : failed + 1);
 	sqlite3_bind_int64(st, 2, lock ? now + AUTH_LOCKOUT_SECONDS : 0);
 	sqlite3_bind_int64(st, 3, id);
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? 0 : -1;
+	return rc == SQLITE_DONE ? APP_OK : APP_EIO;
 }
 
 static int
@@ -336,7 +336,7 @@ new_session(sqlite3 *db, struct principal *p, const char *remote_addr, int64_t n
 	sqlite3_bind_text(st, 6, remote_addr ? remote_addr : "", -1, SQLITE_TRANSIENT);
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? PRIVAI_OK : sql_fail(db, err);
+	return rc == SQLITE_DONE ? APP_OK : sql_fail(db, err);
 }
 
 int
@@ -346,9 +346,9 @@ auth_login(sqlite3 *db, const char *name, const char *password, const char *remo
 	sqlite3_stmt *st;
 
 	if (sodium_init() < 0)
-		return privai_fail(err, PRIVAI_EIO, "libsodium failed to initialise");
+		return app_fail(err, APP_EIO, "libsodium failed to initialise");
 	if (name == NULL || password == NULL || strlen(password) > 1024)
-		return privai_fail(err, PRIVAI_EINVAL, "wrong user name or password");
+		return app_fail(err, APP_EINVAL, "wrong user name or password");
 	if (sqlite3_prepare_v2(db,
 			       "SELECT id, name, password_hash, role, failed_logins, locked_until FROM users "
 			       "WHERE name = ?",
@@ -358,7 +358,7 @@ auth_login(sqlite3 *db, const char *name, const char *password, const char *remo
 	if (sqlite3_step(st) != SQLITE_ROW) {
 		sqlite3_finalize(st);
 		verify_dummy(password);
-		return privai_fail(err, PRIVAI_EINVAL, "wrong user name or password");
+		return app_fail(err, APP_EINVAL, "wrong user name or password");
 	}
 	memset(ret, 0, sizeof(*ret));
 	ret->user_id = sqlite3_column_int64(st, 0);
@@ -371,14 +371,13 @@ auth_login(sqlite3 *db, const char *name, const char *password, const char *remo
 	sqlite3_finalize(st);
 	if (locked_until > now) {
 		verify_dummy(password);
-		return privai_fail(err, PRIVAI_EBUSY,
-				   "the account is locked for %lld more seconds after %d failed logins",
-				   (long long)(locked_until - now), AUTH_MAX_FAILURES);
+		return app_fail(err, APP_EBUSY, "the account is locked for %lld more seconds after %d failed logins",
+				(long long)(locked_until - now), AUTH_MAX_FAILURES);
 	}
 	if (crypto_pwhash_str_verify(hash, password, strlen(password)) != 0) {
 		if (note_failure(db, ret->user_id, failed, now) < 0)
 			return sql_fail(db, err);
-		return privai_fail(err, PRIVAI_EINVAL, "wrong user name or password");
+		return app_fail(err, APP_EINVAL, "wrong user name or password");
 	}
 	if (failed > 0 && note_failure(db, ret->user_id, -1, now) < 0) /* back to 0 */
 		return sql_fail(db, err);
@@ -390,17 +389,17 @@ auth_session(sqlite3 *db, const char *cookie, int64_t now, struct principal *ret
 {
 	unsigned char h[crypto_hash_sha256_BYTES];
 	sqlite3_stmt *st;
-	int r = PRIVAI_ENOTFOUND;
+	int r = APP_ENOTFOUND;
 
 	if (cookie == NULL || strlen(cookie) >= AUTH_SECRET_LEN)
-		return PRIVAI_ENOTFOUND;
+		return APP_ENOTFOUND;
 	secret_hash(cookie, h);
 	if (sqlite3_prepare_v2(db,
 			       "SELECT u.id, u.name, u.role, s.csrf_token, u.must_change_password "
 			       "FROM sessions s JOIN users u "
 			       "ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?",
 			       -1, &st, NULL) != SQLITE_OK)
-		return PRIVAI_EIO;
+		return APP_EIO;
 	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
 	sqlite3_bind_int64(st, 2, now);
 	if (sqlite3_step(st) == SQLITE_ROW) {
@@ -410,7 +409,7 @@ auth_session(sqlite3 *db, const char *cookie, int64_t now, struct principal *ret
 		ret->role = role_parse((const char *)sqlite3_column_text(st, 2));
 		snprintf(ret->csrf, sizeof(ret->csrf), "%s", (const char *)sqlite3_column_text(st, 3));
 		ret->must_change = sqlite3_column_int(st, 4) != 0;
-		r = PRIVAI_OK;
+		r = APP_OK;
 	}
 	sqlite3_finalize(st);
 	return r;
@@ -423,14 +422,14 @@ auth_logout(sqlite3 *db, const char *cookie)
 	sqlite3_stmt *st;
 
 	if (cookie == NULL)
-		return PRIVAI_ENOTFOUND;
+		return APP_ENOTFOUND;
 	secret_hash(cookie, h);
 	if (sqlite3_prepare_v2(db, "DELETE FROM sessions WHERE token_hash = ?", -1, &st, NULL) != SQLITE_OK)
-		return PRIVAI_EIO;
+		return APP_EIO;
 	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
-	return rc == SQLITE_DONE && sqlite3_changes(db) == 1 ? PRIVAI_OK : PRIVAI_ENOTFOUND;
+	return rc == SQLITE_DONE && sqlite3_changes(db) == 1 ? APP_OK : APP_ENOTFOUND;
 }
 
 int
@@ -441,14 +440,13 @@ auth_token_create(sqlite3 *db, int64_t user_id, int64_t parent_token_id, const c
 	sqlite3_stmt *st;
 
 	if (sodium_init() < 0)
-		return privai_fail(err, PRIVAI_EIO, "libsodium failed to initialise");
+		return app_fail(err, APP_EIO, "libsodium failed to initialise");
 	if (!valid_name(name))
-		return privai_fail(err, PRIVAI_EINVAL, "a token name is 1-64 letters, digits, '.', '_', '-' or '@'");
+		return app_fail(err, APP_EINVAL, "a token name is 1-64 letters, digits, '.', '_', '-' or '@'");
 	if (expires_at != 0 && expires_at <= now)
-		return privai_fail(err, PRIVAI_EINVAL, "the expiry is in the past");
+		return app_fail(err, APP_EINVAL, "the expiry is in the past");
 	if (scope_role(scopes) == 0)
-		return privai_fail(err, PRIVAI_EINVAL,
-				   "scopes are one or more of read, write, admin (space separated)");
+		return app_fail(err, APP_EINVAL, "scopes are one or more of read, write, admin (space separated)");
 	auth_new_secret("pat_", ret_token);
 	secret_hash(ret_token, h);
 	if (sqlite3_prepare_v2(db,
@@ -472,13 +470,13 @@ auth_token_create(sqlite3 *db, int64_t user_id, int64_t parent_token_id, const c
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
 	if (rc == SQLITE_CONSTRAINT)
-		return privai_fail(err, PRIVAI_ENOTFOUND, "no user %lld or token %lld", (long long)user_id,
-				   (long long)parent_token_id);
+		return app_fail(err, APP_ENOTFOUND, "no user %lld or token %lld", (long long)user_id,
+				(long long)parent_token_id);
 	if (rc != SQLITE_DONE)
 		return sql_fail(db, err);
 	if (ret_id != NULL)
 		*ret_id = sqlite3_last_insert_rowid(db);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
@@ -499,7 +497,7 @@ auth_token_revoke(sqlite3 *db, int64_t token_id, int64_t now, const char *reason
 	if (rc != SQLITE_DONE)
 		return sql_fail(db, err);
 	if (sqlite3_changes(db) != 1)
-		return privai_fail(err, PRIVAI_ENOTFOUND, "no active token %lld", (long long)token_id);
+		return app_fail(err, APP_ENOTFOUND, "no active token %lld", (long long)token_id);
 	/* and everything made with it, however deep */
 	if (sqlite3_prepare_v2(db,
 			       "WITH RECURSIVE kin(id) AS (SELECT id FROM api_tokens WHERE parent_token_id = ?1 "
@@ -512,7 +510,7 @@ auth_token_revoke(sqlite3 *db, int64_t token_id, int64_t now, const char *reason
 	sqlite3_bind_int64(st, 2, now);
 	rc = sqlite3_step(st);
 	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? PRIVAI_OK : sql_fail(db, err);
+	return rc == SQLITE_DONE ? APP_OK : sql_fail(db, err);
 }
 
 /* A token made with another works only while every token up its chain
@@ -522,7 +520,7 @@ static int
 token_ancestors_live(sqlite3 *db, int64_t token_id, int64_t now, char *err)
 {
 	sqlite3_stmt *st;
-	int r = PRIVAI_OK;
+	int r = APP_OK;
 
 	if (sqlite3_prepare_v2(db,
 			       "WITH RECURSIVE up(id, parent, revoked, expires, depth) AS ("
@@ -536,9 +534,9 @@ token_ancestors_live(sqlite3 *db, int64_t token_id, int64_t now, char *err)
 	sqlite3_bind_int64(st, 1, token_id);
 	sqlite3_bind_int64(st, 2, now);
 	if (sqlite3_step(st) == SQLITE_ROW)
-		r = privai_fail(err, PRIVAI_ENOTFOUND, "token %lld was made with token %lld, which %s",
-				(long long)token_id, (long long)sqlite3_column_int64(st, 0),
-				sqlite3_column_int(st, 1) ? "was revoked" : "expired");
+		r = app_fail(err, APP_ENOTFOUND, "token %lld was made with token %lld, which %s", (long long)token_id,
+			     (long long)sqlite3_column_int64(st, 0),
+			     sqlite3_column_int(st, 1) ? "was revoked" : "expired");
 	sqlite3_finalize(st);
 	return r;
 }
@@ -552,7 +550,7 @@ auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *ret, c
 	int r;
 
 	if (token == NULL || strlen(token) >= AUTH_SECRET_LEN)
-		return privai_fail(err, PRIVAI_ENOTFOUND, "unknown token");
+		return app_fail(err, APP_ENOTFOUND, "unknown token");
 	secret_hash(token, h);
 	if (sqlite3_prepare_v2(db,
 			       "SELECT t.id, u.id, u.name, u.role, t.expires_at, t.revoked_at, t.scopes, "
@@ -563,12 +561,11 @@ auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *ret, c
 		return sql_fail(db, err);
 	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
 	if (sqlite3_step(st) != SQLITE_ROW) {
-		r = privai_fail(err, PRIVAI_ENOTFOUND, "unknown token");
+		r = app_fail(err, APP_ENOTFOUND, "unknown token");
 	} else if (sqlite3_column_type(st, 5) != SQLITE_NULL) {
-		r = privai_fail(err, PRIVAI_ENOTFOUND, "token %lld was revoked",
-				(long long)sqlite3_column_int64(st, 0));
+		r = app_fail(err, APP_ENOTFOUND, "token %lld was revoked", (long long)sqlite3_column_int64(st, 0));
 	} else if (sqlite3_column_type(st, 4) != SQLITE_NULL && sqlite3_column_int64(st, 4) <= now) {
-		r = privai_fail(err, PRIVAI_ENOTFOUND, "token %lld expired", (long long)sqlite3_column_int64(st, 0));
+		r = app_fail(err, APP_ENOTFOUND, "token %lld expired", (long long)sqlite3_column_int64(st, 0));
 	} else {
 		memset(ret, 0, sizeof(*ret));
 		ret->token_id = sqlite3_column_int64(st, 0);
@@ -582,21 +579,21 @@ auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *ret, c
 		ret->must_change = sqlite3_column_int(st, 8) != 0;
 		ret->token_expires = sqlite3_column_int64(st, 4); /* NULL reads as 0: never */
 		parent = sqlite3_column_int64(st, 9);
-		r = PRIVAI_OK;
+		r = APP_OK;
 	}
 	sqlite3_finalize(st);
-	if (r == PRIVAI_OK && ret->role == 0)
-		r = privai_fail(err, PRIVAI_ENOTFOUND, "token %lld has no valid scope", (long long)ret->token_id);
-	if (r == PRIVAI_OK && parent != 0)
+	if (r == APP_OK && ret->role == 0)
+		r = app_fail(err, APP_ENOTFOUND, "token %lld has no valid scope", (long long)ret->token_id);
+	if (r == APP_OK && parent != 0)
 		r = token_ancestors_live(db, ret->token_id, now, err);
 	/* to the minute: a write (and its fsync) on every request would cost
 	 * automation more than the whole proxy does */
-	if (r == PRIVAI_OK && now - last_used >= TOKEN_USE_GRAIN_S) {
-		char q[96], why[PRIVAI_ERR_LEN];
+	if (r == APP_OK && now - last_used >= TOKEN_USE_GRAIN_S) {
+		char q[96], why[APP_ERR_LEN];
 		snprintf(q, sizeof(q), "UPDATE api_tokens SET last_used_at = %lld WHERE id = %lld", (long long)now,
 			 (long long)ret->token_id);
 		/* the token is good either way; only its last use is not kept */
-		if (db_exec(db, q, why) != PRIVAI_OK)
+		if (db_exec(db, q, why) != APP_OK)
 			log_warn("token %lld: last use not recorded: %s", (long long)ret->token_id, why);
 	}
 	return r;

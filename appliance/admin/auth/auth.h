@@ -37,12 +37,12 @@ struct principal {
 };
 
 /* The password rule: at least AUTH_MIN_PASSWORD characters, at most
- * AUTH_MAX_PASSWORD bytes of UTF-8, not the user's name.  PRIVAI_EINVAL
+ * AUTH_MAX_PASSWORD bytes of UTF-8, not the user's name.  APP_EINVAL
  * with the reason. */
 int auth_password_check(const char *name, const char *password, char *err);
 
-/* Create a user; PRIVAI_EINVAL names a bad name, role or short password,
- * PRIVAI_EBUSY a name already taken. */
+/* Create a user; APP_EINVAL names a bad name, role or short password,
+ * APP_EBUSY a name already taken. */
 int auth_user_create(sqlite3 *db, const char *name, const char *password, enum role role, int64_t now, int64_t *ret_id,
 		     char *err);
 /* A new password; must_change marks it one-time (the user must choose
@@ -60,11 +60,11 @@ int auth_end_access(sqlite3 *db, int64_t user_id, const char *keep_cookie, int r
 /* Check name and password; on success a new session: the cookie value
  * (returned once) and its CSRF token.  A wrong password counts towards a
  * lockout; a locked account is refused even with the right password.
- * PRIVAI_EINVAL (bad credentials, one message for unknown name and wrong
- * password) or PRIVAI_EBUSY (locked, with the seconds left). */
+ * APP_EINVAL (bad credentials, one message for unknown name and wrong
+ * password) or APP_EBUSY (locked, with the seconds left). */
 int auth_login(sqlite3 *db, const char *name, const char *password, const char *remote_addr, int64_t now,
 	       char *ret_cookie, struct principal *ret, char *err);
-/* The session behind a cookie value; PRIVAI_ENOTFOUND if none or expired. */
+/* The session behind a cookie value; APP_ENOTFOUND if none or expired. */
 int auth_session(sqlite3 *db, const char *cookie, int64_t now, struct principal *ret);
 int auth_logout(sqlite3 *db, const char *cookie);
 
@@ -79,7 +79,7 @@ int auth_token_create(sqlite3 *db, int64_t user_id, int64_t parent_token_id, con
 		      int64_t expires_at, int64_t now, char *ret_token, int64_t *ret_id, char *err);
 /* Revoke a token and every token made with it, with the reason stored. */
 int auth_token_revoke(sqlite3 *db, int64_t token_id, int64_t now, const char *reason, char *err);
-/* The user behind a bearer token; PRIVAI_ENOTFOUND if unknown, revoked or
+/* The user behind a bearer token; APP_ENOTFOUND if unknown, revoked or
  * expired, or if a token it was made with is (then err says which, for
  * the audit log). */
 int auth_token(sqlite3 *db, const char *token, int64_t now, struct principal *ret, char *err);

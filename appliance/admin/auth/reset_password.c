@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "store/audit.h"
 #include "auth/auth.h"
 #include "store/db.h"
@@ -24,15 +24,15 @@ user_id(sqlite3 *db, const char *name, int64_t *ret_id, char *err)
 	int rc;
 
 	if (sqlite3_prepare_v2(db, "SELECT id FROM users WHERE name = ?", -1, &st, NULL) != SQLITE_OK)
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW)
 		*ret_id = sqlite3_column_int64(st, 0);
 	sqlite3_finalize(st);
 	if (rc == SQLITE_DONE)
-		return privai_fail(err, PRIVAI_ENOTFOUND, "no user '%s'", name);
-	return rc == SQLITE_ROW ? PRIVAI_OK : privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		return app_fail(err, APP_ENOTFOUND, "no user '%s'", name);
+	return rc == SQLITE_ROW ? APP_OK : app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 }
 
 int
@@ -46,38 +46,37 @@ admin_reset_password(const char *db_path, const char *name, int64_t now, const c
 	int ended = 0, rc;
 
 	if (size < sizeof(password))
-		return privai_fail(err, PRIVAI_EINVAL, "no room for the password");
-	if ((rc = db_open(db_path, &db, err)) != PRIVAI_OK)
+		return app_fail(err, APP_EINVAL, "no room for the password");
+	if ((rc = db_open(db_path, &db, err)) != APP_OK)
 		return rc;
 	auth_new_password(password, sizeof(password));
 	if (db_begin(db) != 0) {
-		rc = privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		rc = app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 		goto out;
 	}
-	if ((rc = user_id(db, name, &id, err)) != PRIVAI_OK ||
-	    (rc = auth_user_set_password(db, id, password, 1, err)) != PRIVAI_OK ||
+	if ((rc = user_id(db, name, &id, err)) != APP_OK ||
+	    (rc = auth_user_set_password(db, id, password, 1, err)) != APP_OK ||
 	    (rc = auth_end_access(db, id, NULL, 1, now, "its password was reset on the appliance's console", &ended,
-				  &revoked, err)) != PRIVAI_OK)
+				  &revoked, err)) != APP_OK)
 		goto rollback;
 	/* a lockout would keep the new password out too */
 	sqlite3_stmt *st;
 	if (sqlite3_prepare_v2(db, "UPDATE users SET failed_logins = 0, locked_until = 0 WHERE id = ?", -1, &st,
 			       NULL) != SQLITE_OK) {
-		rc = privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		rc = app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 		goto rollback;
 	}
 	sqlite3_bind_int64(st, 1, id);
-	rc = sqlite3_step(st) == SQLITE_DONE ? PRIVAI_OK
-					     : privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+	rc = sqlite3_step(st) == SQLITE_DONE ? APP_OK : app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 	sqlite3_finalize(st);
-	if (rc != PRIVAI_OK)
+	if (rc != APP_OK)
 		goto rollback;
 	snprintf(detail, sizeof(detail), "{\"sessions_ended\":%d,\"tokens_revoked\":%d,\"unlocked\":true}", ended,
 		 cJSON_GetArraySize(revoked));
 	/* an unaudited reset is no reset: the row goes in the same transaction */
-	if (audit_write(db, now, actor, "user.password_reset", name, "local console", "ok", detail) != PRIVAI_OK ||
+	if (audit_write(db, now, actor, "user.password_reset", name, "local console", "ok", detail) != APP_OK ||
 	    db_commit(db) != 0) {
-		rc = privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		rc = app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 		goto rollback;
 	}
 	snprintf(ret_password, size, "%s", password);

@@ -14,8 +14,8 @@ struct reset_result {
 /* Give user `name` of the store at db_path a new one-time password
  * (written to ret_password, which holds size >= 28 bytes), lift its
  * lockout, end its sessions, revoke its API tokens and audit it as done
- * by `actor`; all in one transaction.  PRIVAI_ENOTFOUND for an unknown
- * user; PRIVAI_EIO with the database's message otherwise. */
+ * by `actor`; all in one transaction.  APP_ENOTFOUND for an unknown
+ * user; APP_EIO with the database's message otherwise. */
 int admin_reset_password(const char *db_path, const char *name, int64_t now, const char *actor, char *ret_password,
 			 size_t size, struct reset_result *ret, char *err);
 

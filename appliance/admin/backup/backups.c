@@ -6,16 +6,18 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "backup/backups.h"
 
-void
+int
 backups_dir(struct admin *a, char *out, size_t size)
 {
-	snprintf(out, size, "%s/backups", a->cfg.state_dir);
+	return str_fmt(out, size, "%s/backups", a->cfg.state_dir);
 }
 
-void
+int
 backup_new_name(const char *dir, const char *prefix, int64_t now, char *name, size_t name_size, char *path,
 		size_t path_size)
 {
@@ -26,10 +28,15 @@ backup_new_name(const char *dir, const char *prefix, int64_t now, char *name, si
 
 	gmtime_r(&t, &tm);
 	strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
-	snprintf(name, name_size, "%s-%s.db", prefix, stamp);
-	snprintf(path, path_size, "%s/%s", dir, name);
-	for (int i = 1; stat(path, &sb) == 0 && i < 100; i++) {
-		snprintf(name, name_size, "%s-%s-%d.db", prefix, stamp, i);
-		snprintf(path, path_size, "%s/%s", dir, name);
+	if (str_fmt(name, name_size, "%s-%s.db", prefix, stamp) != APP_OK ||
+	    str_fmt(path, path_size, "%s/%s", dir, name) != APP_OK)
+		return APP_ERANGE;
+	for (int i = 1; stat(path, &sb) == 0; i++) {
+		if (i == 100)
+			return APP_EBUSY; /* a hundred in one second: something is wrong */
+		if (str_fmt(name, name_size, "%s-%s-%d.db", prefix, stamp, i) != APP_OK ||
+		    str_fmt(path, path_size, "%s/%s", dir, name) != APP_OK)
+			return APP_ERANGE;
 	}
+	return APP_OK;
 }

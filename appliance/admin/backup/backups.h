@@ -10,12 +10,13 @@
 
 struct admin;
 
-/* STATE/backups */
-void backups_dir(struct admin *a, char *out, size_t size);
+/* STATE/backups; APP_ERANGE when it does not fit. */
+int backups_dir(struct admin *a, char *out, size_t size);
 /* PREFIX-YYYYmmdd-HHMMSS.db (UTC) in dir, with -N when that is taken
- * (two in one second): the name and its path. */
-void backup_new_name(const char *dir, const char *prefix, int64_t now, char *name, size_t name_size, char *path,
-		     size_t path_size);
+ * (two in one second): the name and its path.  APP_OK, APP_ERANGE when
+ * they do not fit, APP_EBUSY after a hundred taken. */
+int backup_new_name(const char *dir, const char *prefix, int64_t now, char *name, size_t name_size, char *path,
+		    size_t path_size);
 
 /* Scheduled backups: every backup_every_hours (a setting; 0: none) after
  * the newest scheduled one (or the admin's start), named privai-auto-*,

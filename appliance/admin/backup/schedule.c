@@ -16,7 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "log.h"
 #include "backup/backups.h"
@@ -81,7 +82,7 @@ made_at(const char *name)
 
 	memset(&tm, 0, sizeof(tm));
 	const char *rest = strptime(name + strlen(AUTO_PREFIX), "%Y%m%d-%H%M%S", &tm);
-	return rest != NULL && (*rest == '.' || *rest == '-') ? (int64_t)timegm(&tm) : -1;
+	return rest != NULL && (*rest == '.' || *rest == '-') ? (int64_t)timegm(&tm) : APP_EFORMAT;
 }
 
 static void
@@ -99,8 +100,7 @@ prune(struct admin *a, const char *dir, long keep)
 	int n = list_auto(dir, &names);
 
 	for (int i = 0; i < n - keep; i++) {
-		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-		if (unlink(path) == 0) {
+		if (str_fmt(path, sizeof(path), "%s/%s", dir, names[i]) == APP_OK && unlink(path) == 0) {
 			pthread_mutex_lock(&a->db_mu);
 			admin_audit(a->db, admin_now(), "system", "backup.delete", names[i], NULL, "ok",
 				    "{\"why\":\"past backup_keep\"}");
@@ -114,25 +114,26 @@ static void
 make_backup(struct backup_sched *s, const char *dir, int64_t now)
 {
 	struct admin *a = s->a;
-	char name[64], path[4400], err[PRIVAI_ERR_LEN] = "";
-	int rc = PRIVAI_OK;
+	char name[64] = "", path[4400] = "", err[APP_ERR_LEN] = "";
+	int rc = APP_OK;
 
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-		rc = privai_fail(err, PRIVAI_EIO, "cannot create %s: %s", dir, strerror(errno));
-	backup_new_name(dir, "privai-auto", now, name, sizeof(name), path, sizeof(path));
+		rc = app_fail(err, APP_EIO, "cannot create %s: %s", dir, strerror(errno));
+	else if (backup_new_name(dir, "privai-auto", now, name, sizeof(name), path, sizeof(path)) != APP_OK)
+		rc = app_fail(err, APP_ERANGE, "no name for a backup in %s", dir);
 	pthread_mutex_lock(&a->db_mu);
-	if (rc == PRIVAI_OK)
+	if (rc == APP_OK)
 		rc = db_backup(a->db, path, err);
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddBoolToObject(d, "scheduled", 1);
-	if (rc != PRIVAI_OK)
+	if (rc != APP_OK)
 		cJSON_AddStringToObject(d, "error", err);
 	char *detail = cJSON_PrintUnformatted(d);
 	cJSON_Delete(d);
-	admin_audit(a->db, now, "system", "backup.create", name, NULL, rc == PRIVAI_OK ? "ok" : "failed", detail);
+	admin_audit(a->db, now, "system", "backup.create", name, NULL, rc == APP_OK ? "ok" : "failed", detail);
 	pthread_mutex_unlock(&a->db_mu);
 	free(detail);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		log_error("scheduled backup %s failed: %s; tried again in an hour", name, err);
 		unlink(path);
 		s->retry_at = now + SCHED_RETRY_S;
@@ -152,7 +153,10 @@ tick(struct backup_sched *s)
 	settings_get(a->db, "backup_keep", keep_s, sizeof(keep_s));
 	pthread_mutex_unlock(&a->db_mu);
 	long every = strtol(every_s, NULL, 10), keep = strtol(keep_s, NULL, 10);
-	backups_dir(a, dir, sizeof(dir));
+	if (backups_dir(a, dir, sizeof(dir)) != APP_OK) {
+		log_error("the backup directory's path is too long; no scheduled backups");
+		return SCHED_MAX_WAIT_S;
+	}
 	if (every <= 0) {
 		prune(a, dir, keep);
 		return SCHED_MAX_WAIT_S;
@@ -186,14 +190,14 @@ backup_sched_start(struct admin *a, char *err)
 	struct backup_sched *s = calloc(1, sizeof(*s));
 
 	if (s == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	s->a = a;
 	if (worker_start(&s->w, sched_main, s) != 0) {
 		free(s);
-		return privai_fail(err, PRIVAI_EIO, "cannot start the backup scheduler thread");
+		return app_fail(err, APP_EIO, "cannot start the backup scheduler thread");
 	}
 	a->backup_sched = s;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 void

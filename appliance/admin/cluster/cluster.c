@@ -8,7 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "log.h"
 #include "cluster/cluster.h"
@@ -72,7 +73,7 @@ post_json(const char *url, const char *pin, const char *secret, cJSON *body, lon
 	if (text == NULL || c == NULL) {
 		free(text);
 		curl_easy_cleanup(c);
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	}
 	h = curl_slist_append(h, "Content-Type: application/json");
 	if (secret != NULL) {
@@ -100,16 +101,16 @@ post_json(const char *url, const char *pin, const char *secret, cJSON *body, lon
 	free(text);
 	if (cc != CURLE_OK) {
 		free(b.p);
-		return privai_fail(err, PRIVAI_EIO, "%s: %s", url, curl_easy_strerror(cc));
+		return app_fail(err, APP_EIO, "%s: %s", url, curl_easy_strerror(cc));
 	}
 	*reply = b.p != NULL ? cJSON_Parse(b.p) : NULL;
 	if (*status >= 400) {
 		const char *msg =
 			cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(*reply, "error"), "message"));
-		privai_fail(err, PRIVAI_EIO, "%s: HTTP %ld: %s", url, *status, msg != NULL ? msg : "no message");
+		app_fail(err, APP_EIO, "%s: HTTP %ld: %s", url, *status, msg != NULL ? msg : "no message");
 	}
 	free(b.p);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 /* A heartbeat's outcome in the membership row; the caller holds the
@@ -118,19 +119,19 @@ static void
 note_result(struct admin *a, const char *error, const char *state)
 {
 	sqlite3_stmt *st;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 
 	if (db_prepare(a->db,
 		       "UPDATE membership SET last_ok = CASE WHEN ?1 IS NULL THEN ?2 ELSE last_ok END, "
 		       "last_error = ?1, state = coalesce(?3, state)",
-		       &st, NULL) == PRIVAI_OK) {
+		       &st, NULL) == APP_OK) {
 		if (error != NULL)
 			sqlite3_bind_text(st, 1, error, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 2, admin_now());
 		if (state != NULL)
 			sqlite3_bind_text(st, 3, state, -1, SQLITE_TRANSIENT);
 	}
-	if (db_write(a->db, st, err) != PRIVAI_OK)
+	if (db_write(a->db, st, err) != APP_OK)
 		log_warn("the heartbeat's outcome was not recorded: %s", err);
 }
 
@@ -139,11 +140,15 @@ static void
 join(struct cluster *c)
 {
 	struct admin *a = c->a;
-	char url[512], err[PRIVAI_ERR_LEN];
+	char url[512], err[APP_ERR_LEN];
 	cJSON *body = cJSON_CreateObject(), *reply = NULL;
 	long status;
 
-	snprintf(url, sizeof(url), "%s/api/v1/nodes/join", a->cfg.join_url);
+	if (str_fmt(url, sizeof(url), "%s/api/v1/nodes/join", a->cfg.join_url) != APP_OK) {
+		cJSON_Delete(body);
+		log_error("joining %s failed: the URL is too long", a->cfg.join_url);
+		return;
+	}
 	cJSON_AddStringToObject(body, "token", a->cfg.join_token);
 	cJSON_AddStringToObject(body, "name", a->cfg.node_name);
 	cJSON_AddStringToObject(body, "url", a->cfg.advertise_url);
@@ -153,14 +158,14 @@ join(struct cluster *c)
 	const char *secret = cJSON_GetStringValue(cJSON_GetObjectItem(reply, "secret"));
 	double node_id = cJSON_GetNumberValue(cJSON_GetObjectItem(reply, "node_id"));
 	pthread_mutex_lock(&a->db_mu);
-	int joined = rc == PRIVAI_OK && status == 201 && secret != NULL && node_id > 0;
+	int joined = rc == APP_OK && status == 201 && secret != NULL && node_id > 0;
 	if (joined) {
 		/* the leader took us: a membership not stored here is a failed join */
 		sqlite3_stmt *st;
 		if ((rc = db_prepare(a->db,
 				     "INSERT INTO membership (id, leader_url, leader_pin, node_id, secret, "
 				     "joined_at, last_ok, state) VALUES (1, ?1, ?2, ?3, ?4, ?5, ?5, 'ready')",
-				     &st, err)) == PRIVAI_OK) {
+				     &st, err)) == APP_OK) {
 			sqlite3_bind_text(st, 1, a->cfg.join_url, -1, SQLITE_STATIC);
 			if (a->cfg.join_pin != NULL)
 				sqlite3_bind_text(st, 2, a->cfg.join_pin, -1, SQLITE_STATIC);
@@ -169,14 +174,14 @@ join(struct cluster *c)
 			sqlite3_bind_int64(st, 5, admin_now());
 			rc = db_write(a->db, st, err);
 		}
-		joined = rc == PRIVAI_OK;
+		joined = rc == APP_OK;
 	}
 	if (joined) {
 		admin_audit(a->db, admin_now(), "system", "cluster.join", a->cfg.join_url, NULL, "ok", NULL);
 	} else {
-		if (rc == PRIVAI_OK && status != 201 && err[0] == '\0')
-			snprintf(err, sizeof(err), "%s: HTTP %ld", url, status);
-		char d[PRIVAI_ERR_LEN + 32];
+		if (rc == APP_OK && status != 201 && err[0] == '\0')
+			msg_fmt(err, sizeof(err), "%s: HTTP %ld", url, status);
+		char d[APP_ERR_LEN + 32];
 		cJSON *detail = cJSON_CreateObject();
 		cJSON_AddStringToObject(detail, "error", err);
 		char *dt = cJSON_PrintUnformatted(detail);
@@ -199,7 +204,7 @@ apply_planned(struct cluster *c, const cJSON *item)
 	const char *uuid = cJSON_GetStringValue(cJSON_GetObjectItem(item, "uuid"));
 	const cJSON *list = cJSON_GetObjectItem(item, "instances"), *e;
 	struct mig_instance in[MIG_MAX_INSTANCES];
-	char err[PRIVAI_ERR_LEN] = "", table[32] = "";
+	char err[APP_ERR_LEN] = "", table[32] = "";
 	sqlite3_stmt *st;
 	int64_t gpu_id = 0;
 	int n = 0;
@@ -234,7 +239,7 @@ apply_planned(struct cluster *c, const cJSON *item)
 	}
 	if (err[0] == '\0' && mig_layout_check(t, in, n, err, sizeof(err)) == 0) {
 		if (mig_layout_store(a->db, gpu_id, in, n) == 0) {
-			if (mig_apply_gpu(a, gpu_id, err) == PRIVAI_OK)
+			if (mig_apply_gpu(a, gpu_id, err) == APP_OK)
 				err[0] = '\0';
 		} else {
 			snprintf(err, sizeof(err), "store: %s", sqlite3_errmsg(a->db));
@@ -254,11 +259,17 @@ static void
 heartbeat(struct cluster *c, const struct membership *m)
 {
 	struct admin *a = c->a;
-	char url[512], err[PRIVAI_ERR_LEN] = "";
+	char url[512], err[APP_ERR_LEN] = "";
 	cJSON *body = cJSON_CreateObject(), *reply = NULL;
 	long status;
 
-	snprintf(url, sizeof(url), "%s/api/v1/nodes/%lld/heartbeat", m->leader, (long long)m->node_id);
+	if (str_fmt(url, sizeof(url), "%s/api/v1/nodes/%lld/heartbeat", m->leader, (long long)m->node_id) != APP_OK) {
+		cJSON_Delete(body);
+		pthread_mutex_lock(&a->db_mu);
+		note_result(a, "the leader's URL is too long", NULL);
+		pthread_mutex_unlock(&a->db_mu);
+		return;
+	}
 	cJSON_AddItemToObject(body, "report", node_report_json(a));
 	cJSON_AddItemToObject(body, "mig_results", c->mig_results);
 	c->mig_results = cJSON_CreateArray();
@@ -271,10 +282,10 @@ heartbeat(struct cluster *c, const struct membership *m)
 	cJSON_Delete(body);
 	const char *state = cJSON_GetStringValue(cJSON_GetObjectItem(reply, "state"));
 	pthread_mutex_lock(&a->db_mu);
-	if (rc == PRIVAI_OK && status == 410) {
+	if (rc == APP_OK && status == 410) {
 		note_result(a, err, "removed");
 		admin_audit(a->db, admin_now(), "system", "cluster.removed", m->leader, NULL, "ok", NULL);
-	} else if (rc != PRIVAI_OK || status != 200 || state == NULL) {
+	} else if (rc != APP_OK || status != 200 || state == NULL) {
 		note_result(a, err[0] ? err : "no state in the heartbeat's answer", NULL);
 	} else {
 		/* follow a drain or resume ordered on the other console */
@@ -308,7 +319,7 @@ watch(struct admin *a)
 
 	pthread_mutex_lock(&a->db_mu);
 	int64_t lost[64];
-	char why[300], names[64][130], err[PRIVAI_ERR_LEN];
+	char why[300], names[64][130], err[APP_ERR_LEN];
 	int n = 0;
 	if (sqlite3_prepare_v2(a->db,
 			       "UPDATE nodes SET state = 'unreachable', state_reason = 'no heartbeat for ' || "
@@ -328,8 +339,8 @@ watch(struct admin *a)
 		sqlite3_finalize(st);
 	}
 	for (int i = 0; i < n; i++) {
-		snprintf(why, sizeof(why), "node %s is unreachable; what its engine does is not known", names[i]);
-		if (remote_node_lost(a->db, lost[i], why, err) != PRIVAI_OK)
+		msg_fmt(why, sizeof(why), "node %s is unreachable; what its engine does is not known", names[i]);
+		if (remote_node_lost(a->db, lost[i], why, err) != APP_OK)
 			log_warn("node %s's deployments not marked unreachable: %s", names[i], err);
 	}
 	pthread_mutex_unlock(&a->db_mu);
@@ -352,13 +363,13 @@ store_own_report(sqlite3 *db, void *arg, char *err)
 static void
 report_self(struct admin *a)
 {
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	cJSON *r = node_report_json(a);
 
 	struct own_report o = { a->self_node_id, r };
 
 	pthread_mutex_lock(&a->db_mu);
-	if (r != NULL && db_transaction(a->db, store_own_report, &o, err) != PRIVAI_OK)
+	if (r != NULL && db_transaction(a->db, store_own_report, &o, err) != APP_OK)
 		log_warn("this node's report was not stored: %s", err);
 	pthread_mutex_unlock(&a->db_mu);
 	cJSON_Delete(r);
@@ -405,7 +416,7 @@ cluster_start(struct admin *a, char *err)
 
 	if (c == NULL || (c->mig_results = cJSON_CreateArray()) == NULL) {
 		free(c);
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	}
 	c->a = a;
 	/* the key this node relays to other nodes' engines with; a new one
@@ -414,7 +425,7 @@ cluster_start(struct admin *a, char *err)
 	if (sodium_init() < 0) {
 		cJSON_Delete(c->mig_results);
 		free(c);
-		return privai_fail(err, PRIVAI_EIO, "libsodium failed to initialise");
+		return app_fail(err, APP_EIO, "libsodium failed to initialise");
 	}
 	randombytes_buf(raw, sizeof(raw));
 	memcpy(a->relay_key, "rk-", 3);
@@ -430,10 +441,10 @@ cluster_start(struct admin *a, char *err)
 	if (pthread_create(&c->thread, NULL, run, c) != 0) {
 		cJSON_Delete(c->mig_results);
 		free(c);
-		return privai_fail(err, PRIVAI_EIO, "cannot start the cluster thread: %s", strerror(errno));
+		return app_fail(err, APP_EIO, "cannot start the cluster thread: %s", strerror(errno));
 	}
 	a->cluster = c;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 void

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "cluster/host_health.h"
 
@@ -21,7 +23,6 @@
 #define MAX_KEPT 96 /* warn and fail checks kept; more are counted (a node's report stays small) */
 #define MAX_PROBLEMS 64
 #define MAX_TEXT 512
-#define ERR_LEN 320
 
 static const char *const check_statuses[] = { "pass", "warn", "fail", "skip", NULL };
 static const char *const fm_verdicts[] = { "ready",  "not-needed", "not-installed", "version-mismatch", "restart-loop",
@@ -33,14 +34,14 @@ one_of(const char *s, const char *const *set)
 	for (int i = 0; set[i] != NULL; i++)
 		if (strcmp(s, set[i]) == 0)
 			return i;
-	return -1;
+	return APP_ENOTFOUND;
 }
 
 /* {"state": state, "error": message} */
 static cJSON *
 part_error(const char *state, const char *fmt, ...)
 {
-	char msg[ERR_LEN];
+	char msg[APP_ERR_LEN];
 	va_list ap;
 	cJSON *j = cJSON_CreateObject();
 
@@ -65,10 +66,10 @@ copy_string(cJSON *out, const cJSON *in, const char *key, size_t max, int requir
 	if (v == NULL && !required)
 		return 0;
 	if (!cJSON_IsString(v) || strlen(v->valuestring) > max) {
-		snprintf(err, ERR_LEN, "%s%s must be a string of at most %zu bytes", where, key, max);
-		return -1;
+		msg_fmt(err, APP_ERR_LEN, "%s%s must be a string of at most %zu bytes", where, key, max);
+		return APP_EINVAL;
 	}
-	return cJSON_AddStringToObject(out, key, v->valuestring) != NULL ? 0 : -1;
+	return cJSON_AddStringToObject(out, key, v->valuestring) != NULL ? APP_OK : APP_ENOMEM;
 }
 
 static int
@@ -77,10 +78,10 @@ copy_number(cJSON *out, const cJSON *in, const char *key, double lo, double hi, 
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, key);
 
 	if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) {
-		snprintf(err, ERR_LEN, "%s%s must be a number in %.0f..%.0f", where, key, lo, hi);
-		return -1;
+		msg_fmt(err, APP_ERR_LEN, "%s%s must be a number in %.0f..%.0f", where, key, lo, hi);
+		return APP_EINVAL;
 	}
-	return cJSON_AddNumberToObject(out, key, v->valuedouble) != NULL ? 0 : -1;
+	return cJSON_AddNumberToObject(out, key, v->valuedouble) != NULL ? APP_OK : APP_ENOMEM;
 }
 
 static int
@@ -91,10 +92,10 @@ copy_bool(cJSON *out, const cJSON *in, const char *key, int required, const char
 	if (v == NULL && !required)
 		return 0;
 	if (!cJSON_IsBool(v)) {
-		snprintf(err, ERR_LEN, "%s%s must be true or false", where, key);
-		return -1;
+		msg_fmt(err, APP_ERR_LEN, "%s%s must be true or false", where, key);
+		return APP_EINVAL;
 	}
-	return cJSON_AddBoolToObject(out, key, cJSON_IsTrue(v)) != NULL ? 0 : -1;
+	return cJSON_AddBoolToObject(out, key, cJSON_IsTrue(v)) != NULL ? APP_OK : APP_ENOMEM;
 }
 
 /* A part another node sent as missing or failed: its state and error, checked. */
@@ -121,25 +122,27 @@ preflight_check(const cJSON *c, int i, cJSON *out, int counted[4], char *err)
 
 	snprintf(where, sizeof(where), "checks[%d].", i);
 	if (!cJSON_IsObject(c))
-		return snprintf(err, ERR_LEN, "checks[%d] must be an object", i), -1;
+		return app_fail(err, APP_EINVAL, "checks[%d] must be an object", i);
 	if (!cJSON_IsString(id) || id->valuestring[0] == '\0' || strlen(id->valuestring) > 64 ||
 	    strspn(id->valuestring, "abcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(id->valuestring))
-		return snprintf(err, ERR_LEN, "%sid must be 1 to 64 of a-z 0-9 . _ -", where), -1;
+		return app_fail(err, APP_EINVAL, "%sid must be 1 to 64 of a-z 0-9 . _ -", where);
 	if (!cJSON_IsString(status) || (k = one_of(status->valuestring, check_statuses)) < 0)
-		return snprintf(err, ERR_LEN, "%sstatus must be pass, warn, fail or skip", where), -1;
+		return app_fail(err, APP_EINVAL, "%sstatus must be pass, warn, fail or skip", where);
 	counted[k]++;
 	if ((k != 1 && k != 2) || cJSON_GetArraySize(out) >= MAX_KEPT)
 		return 0;
 	cJSON *o = cJSON_CreateObject();
-	if (o == NULL || !cJSON_AddItemToArray(out, o))
-		return cJSON_Delete(o), snprintf(err, ERR_LEN, "out of memory"), -1;
+	if (o == NULL || !cJSON_AddItemToArray(out, o)) {
+		cJSON_Delete(o);
+		return app_fail(err, APP_ENOMEM, "out of memory");
+	}
 	if (cJSON_AddStringToObject(o, "id", id->valuestring) == NULL ||
 	    cJSON_AddStringToObject(o, "status", status->valuestring) == NULL ||
 	    copy_string(o, c, "title", MAX_TEXT, 0, where, err) < 0 ||
 	    copy_string(o, c, "found", MAX_TEXT, 1, where, err) < 0 ||
 	    copy_string(o, c, "expected", MAX_TEXT, 1, where, err) < 0 ||
 	    copy_string(o, c, "fix", MAX_TEXT, 1, where, err) < 0)
-		return err[0] ? -1 : (snprintf(err, ERR_LEN, "out of memory"), -1);
+		return err[0] ? APP_EINVAL : app_fail(err, APP_ENOMEM, "out of memory");
 	return 0;
 }
 
@@ -151,7 +154,7 @@ preflight_check(const cJSON *c, int i, cJSON *out, int counted[4], char *err)
 static cJSON *
 preflight_clean(const cJSON *in, double checked_at)
 {
-	char err[ERR_LEN] = "";
+	char err[APP_ERR_LEN] = "";
 	const cJSON *checks = cJSON_GetObjectItemCaseSensitive(in, "checks");
 	const cJSON *summary = cJSON_GetObjectItemCaseSensitive(in, "summary");
 	const cJSON *state = cJSON_GetObjectItemCaseSensitive(in, "state");
@@ -182,9 +185,9 @@ preflight_clean(const cJSON *in, double checked_at)
 		int exact = k == 1 || k == 2;
 		if (!cJSON_IsNumber(v) || v->valuedouble < counted[k] || v->valuedouble > MAX_CHECKS ||
 		    (exact && v->valuedouble != counted[k])) {
-			snprintf(err, ERR_LEN,
-				 "preflight: summary.%s must be a number that agrees with the checks (%d %s)",
-				 check_statuses[k], counted[k], check_statuses[k]);
+			msg_fmt(err, APP_ERR_LEN,
+				"preflight: summary.%s must be a number that agrees with the checks (%d %s)",
+				check_statuses[k], counted[k], check_statuses[k]);
 			goto bad;
 		}
 		if (cJSON_AddNumberToObject(sum, check_statuses[k], v->valuedouble) == NULL)
@@ -244,7 +247,7 @@ host_preflight_read(const char *path)
 static cJSON *
 fabric_clean(const cJSON *in)
 {
-	char err[ERR_LEN] = "";
+	char err[APP_ERR_LEN] = "";
 	const cJSON *state = cJSON_GetObjectItemCaseSensitive(in, "state");
 	const cJSON *fm = cJSON_GetObjectItemCaseSensitive(in, "fabric_manager");
 	const cJSON *topo = cJSON_GetObjectItemCaseSensitive(in, "nccl_topology");
@@ -286,8 +289,8 @@ fabric_clean(const cJSON *in)
 	for (int i = 0; i < n; i++) {
 		const cJSON *p = cJSON_GetArrayItem(problems, i);
 		if (!cJSON_IsString(p) || strlen(p->valuestring) > MAX_TEXT) {
-			snprintf(err, ERR_LEN, "nccl_topology.problems[%d] must be a string of at most %d bytes", i,
-				 MAX_TEXT);
+			msg_fmt(err, APP_ERR_LEN, "nccl_topology.problems[%d] must be a string of at most %d bytes", i,
+				MAX_TEXT);
 			goto bad;
 		}
 		if (!cJSON_AddItemToArray(oprob, cJSON_CreateString(p->valuestring)))

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "store/db.h"
 #include "cluster/nodes.h"
@@ -93,7 +94,7 @@ report_int(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t def
 		return 0;
 	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < (double)lo ||
 	    v->valuedouble > (double)hi)
-		return -1;
+		return APP_EINVAL;
 	*out = (int64_t)v->valuedouble;
 	return 0;
 }
@@ -106,29 +107,28 @@ remote_record(sqlite3 *db, int64_t node_id, const cJSON *reports, int64_t now, c
 	int i = 0;
 
 	if (reports == NULL)
-		return PRIVAI_OK;
+		return APP_OK;
 	if (!cJSON_IsArray(reports) || cJSON_GetArraySize(reports) > MAX_REPORTS)
-		return privai_fail(err, PRIVAI_EINVAL, "deployments must be an array of at most %d reports",
-				   MAX_REPORTS);
+		return app_fail(err, APP_EINVAL, "deployments must be an array of at most %d reports", MAX_REPORTS);
 	/* check them all before storing any */
 	cJSON_ArrayForEach (e, reports) {
 		const char *state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "state"));
 		const cJSON *reason = cJSON_GetObjectItemCaseSensitive(e, "reason");
 		int64_t v;
 		if (!cJSON_IsObject(e) || report_int(e, "id", 1, INT64_C(1) << 53, 0, &v) < 0 || v == 0)
-			return privai_fail(err, PRIVAI_EINVAL, "deployments[%d].id must be a deployment id", i);
+			return app_fail(err, APP_EINVAL, "deployments[%d].id must be a deployment id", i);
 		if (!state_known(state))
-			return privai_fail(err, PRIVAI_EINVAL, "deployments[%d].state is not a deployment state", i);
+			return app_fail(err, APP_EINVAL, "deployments[%d].state is not a deployment state", i);
 		if (reason != NULL && !cJSON_IsNull(reason) &&
 		    (!cJSON_IsString(reason) || strlen(reason->valuestring) > MAX_REASON))
-			return privai_fail(err, PRIVAI_EINVAL,
-					   "deployments[%d].reason must be text of at most %d bytes", i, MAX_REASON);
+			return app_fail(err, APP_EINVAL, "deployments[%d].reason must be text of at most %d bytes", i,
+					MAX_REASON);
 		if (report_int(e, "restarts", 0, INT32_MAX, 0, &v) < 0 ||
 		    report_int(e, "started_at", 0, INT64_C(1) << 40, 0, &v) < 0)
-			return privai_fail(err, PRIVAI_EINVAL,
-					   "deployments[%d]: restarts and started_at must be "
-					   "non-negative integers",
-					   i);
+			return app_fail(err, APP_EINVAL,
+					"deployments[%d]: restarts and started_at must be "
+					"non-negative integers",
+					i);
 		i++;
 	}
 	if (sqlite3_prepare_v2(db,
@@ -136,7 +136,7 @@ remote_record(sqlite3 *db, int64_t node_id, const cJSON *reports, int64_t now, c
 			       "updated_at = CASE WHEN state IS ?1 THEN updated_at ELSE ?5 END "
 			       "WHERE id = ?6 AND node_id = ?7",
 			       -1, &st, NULL) != SQLITE_OK)
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 	cJSON_ArrayForEach (e, reports) {
 		int64_t id, restarts, started;
 		report_int(e, "id", 1, INT64_C(1) << 53, 0, &id);
@@ -155,11 +155,11 @@ remote_record(sqlite3 *db, int64_t node_id, const cJSON *reports, int64_t now, c
 		sqlite3_bind_int64(st, 7, node_id);
 		if (sqlite3_step(st) != SQLITE_DONE) {
 			sqlite3_finalize(st);
-			return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+			return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 		}
 	}
 	sqlite3_finalize(st);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
@@ -170,7 +170,7 @@ remote_node_lost(sqlite3 *db, int64_t node_id, const char *why, char *err)
 	if (db_prepare(db,
 		       "UPDATE deployments SET state = CASE WHEN desired = 'running' THEN 'pending' "
 		       "ELSE 'stopped' END, reason = ?2 WHERE node_id = ?1",
-		       &st, NULL) == PRIVAI_OK) {
+		       &st, NULL) == APP_OK) {
 		sqlite3_bind_int64(st, 1, node_id);
 		sqlite3_bind_text(st, 2, why, -1, SQLITE_TRANSIENT);
 	}
@@ -182,7 +182,7 @@ remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_t ba
 	      char *why, size_t why_size)
 {
 	sqlite3_stmt *st;
-	int rc = -2;
+	int rc = APP_ENOTFOUND;
 
 	/* one being stopped (by a stop or a drain) is not ready, even before
 	 * the node's next report says so */
@@ -204,17 +204,21 @@ remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_t ba
 			if (sqlite3_column_int(st, 0)) {
 				rc = 0;
 			} else if (strcmp(node_state, "ready") != 0 && strcmp(node_state, "draining") != 0) {
-				rc = -1;
+				rc = APP_EUNAVAIL;
 				snprintf(why, why_size, "deployment %lld runs on node %s, which is %s", (long long)id,
 					 node, node_state);
 			} else if ((need_ready && strcmp(state, "ready") != 0) || url[0] == '\0') {
-				rc = -1;
+				rc = APP_EUNAVAIL;
 				snprintf(why, why_size,
 					 "deployment %lld on node %s is not ready (see its state and reason)",
 					 (long long)id, node);
 			} else {
 				rc = 1;
-				snprintf(base, base_size, "%s/api/v1/cluster/deployments/%lld", url, (long long)id);
+				if (str_fmt(base, base_size, "%s/api/v1/cluster/deployments/%lld", url,
+					    (long long)id) != APP_OK) {
+					rc = APP_EUNAVAIL;
+					msg_fmt(why, why_size, "node %s's URL is too long", node);
+				}
 				snprintf(pin, pin_size, "%s", (const char *)sqlite3_column_text(st, 5));
 			}
 		}

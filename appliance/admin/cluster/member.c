@@ -9,7 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "store/db.h"
 #include "deploy/deployments.h"
@@ -62,7 +63,7 @@ int_in(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t *out)
 
 	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < (double)lo ||
 	    v->valuedouble > (double)hi)
-		return -1;
+		return APP_EINVAL;
 	*out = (int64_t)v->valuedouble;
 	return 0;
 }
@@ -73,7 +74,7 @@ int_in(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t *out)
  * have the CUDA backend.  Whether the model fits was the leader's check
  * (the model may not be here yet). */
 static int
-gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err, size_t size)
+gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err)
 {
 	static const char *const known[] = { "kind", "gpus", "tensor_parallel", "node", NULL };
 	const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(p, "gpus"), *v;
@@ -86,17 +87,17 @@ gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err, size_t size
 		for (int i = 0; known[i] != NULL && !ok; i++)
 			ok = strcmp(v->string, known[i]) == 0;
 		if (!ok)
-			return snprintf(err, size, "unknown placement field '%.40s'", v->string), -1;
+			return app_fail(err, APP_EINVAL, "unknown placement field '%.40s'", v->string);
 	}
 	int n = cJSON_GetArraySize(gpus);
 	if (!cJSON_IsArray(gpus) || n < 1 || n > 16 || int_in(p, "tensor_parallel", 1, 16, &tp) < 0 || tp != n)
-		return snprintf(err, size, "placement.gpus must list 1 to 16 GPUs and tensor_parallel their number"),
-		       -1;
+		return app_fail(err, APP_EINVAL,
+				"placement.gpus must list 1 to 16 GPUs and tensor_parallel their number");
 	int cuda = 0;
 	cJSON_ArrayForEach (v, backends)
 		cuda |= cJSON_IsString(v) && strcmp(v->valuestring, "cuda") == 0;
 	if (!cuda)
-		return snprintf(err, size, "this node's privai-engine has no CUDA backend"), -1;
+		return app_fail(err, APP_EUNSUPPORTED, "this node's privai-engine has no CUDA backend");
 	if (sqlite3_prepare_v2(a->db,
 			       "SELECT (SELECT count(*) FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE "
 			       "n.is_self = 1 AND ((g.uuid = ?1 AND g.mig_enabled = 0) OR (g.mig_enabled = 1 AND "
@@ -104,24 +105,24 @@ gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err, size_t size
 			       "= ?1)))), (SELECT d.name FROM deployments d, json_each(d.placement, '$.gpus') x "
 			       "WHERE d.leader_id IS NULL AND d.desired = 'running' AND x.value = ?1)",
 			       -1, &st, NULL) != SQLITE_OK)
-		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	int bad = 0;
 	cJSON_ArrayForEach (v, gpus) {
 		const char *u = cJSON_GetStringValue(v);
 		sqlite3_reset(st);
 		sqlite3_bind_text(st, 1, u != NULL ? u : "", -1, SQLITE_TRANSIENT);
 		if (u == NULL || strlen(u) > 95 || sqlite3_step(st) != SQLITE_ROW || sqlite3_column_int(st, 0) != 1)
-			bad = snprintf(err, size, "this node has no GPU or MIG instance %.96s to run it on",
+			bad = app_fail(err, APP_ENOTFOUND, "this node has no GPU or MIG instance %.96s to run it on",
 				       u ? u : "?");
 		else if (sqlite3_column_type(st, 1) == SQLITE_TEXT)
-			bad = snprintf(err, size, "GPU %s is held by this node's own deployment '%s'", u,
+			bad = app_fail(err, APP_EBUSY, "GPU %s is held by this node's own deployment '%s'", u,
 				       (const char *)sqlite3_column_text(st, 1));
 		if (bad)
 			break;
 	}
 	sqlite3_finalize(st);
 	if (bad)
-		return -1;
+		return bad;
 	cJSON *out = cJSON_CreateObject();
 	char *text = NULL;
 	if (out != NULL && cJSON_AddStringToObject(out, "kind", "gpu") != NULL &&
@@ -131,7 +132,7 @@ gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err, size_t size
 	cJSON_Delete(out);
 	if (text == NULL || strlen(text) >= sizeof(s->placement)) {
 		cJSON_free(text);
-		return snprintf(err, size, "out of memory"), -1;
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	}
 	snprintf(s->placement, sizeof(s->placement), "%s", text);
 	cJSON_free(text);
@@ -140,7 +141,7 @@ gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err, size_t size
 
 /* Check one spec; 0, or -1 with the reason. */
 static int
-spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err, size_t size)
+spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err)
 {
 	const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "placement"), *v, *k;
 	const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "model");
@@ -151,49 +152,47 @@ spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err, size_t si
 	s->name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "name"));
 	s->desired = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "desired"));
 	if (s->name == NULL || strlen(s->name) > 64 || !model_name_ok(s->name))
-		return snprintf(err, size, "the name is not a deployment name"), -1;
+		return app_fail(err, APP_EINVAL, "the name is not a deployment name");
 	if (s->desired == NULL || (strcmp(s->desired, "running") != 0 && strcmp(s->desired, "stopped") != 0))
-		return snprintf(err, size, "desired must be running or stopped"), -1;
+		return app_fail(err, APP_EINVAL, "desired must be running or stopped");
 	const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "kind"));
 	if (!cJSON_IsObject(p) || kind == NULL || (strcmp(kind, "cpu") != 0 && strcmp(kind, "gpu") != 0))
-		return snprintf(err, size, "placement.kind must be cpu or gpu"), -1;
+		return app_fail(err, APP_EINVAL, "placement.kind must be cpu or gpu");
 	if (strcmp(kind, "gpu") == 0) {
-		if (gpu_spec(a, p, s, err, size) < 0)
-			return -1;
+		if (gpu_spec(a, p, s, err) < 0)
+			return APP_EINVAL;
 	} else {
 		cJSON_ArrayForEach (v, p)
 			if (strcmp(v->string, "kind") != 0 && strcmp(v->string, "threads") != 0 &&
 			    strcmp(v->string, "node") != 0)
-				return snprintf(err, size, "unknown placement field '%.40s'", v->string), -1;
+				return app_fail(err, APP_EINVAL, "unknown placement field '%.40s'", v->string);
 		if (cJSON_GetObjectItemCaseSensitive(p, "threads") != NULL &&
 		    int_in(p, "threads", 0, 1024, &threads) < 0)
-			return snprintf(err, size, "placement.threads must be an integer in 0..1024"), -1;
+			return app_fail(err, APP_EINVAL, "placement.threads must be an integer in 0..1024");
 		if (threads > sysconf(_SC_NPROCESSORS_ONLN))
-			return snprintf(err, size, "placement.threads is %lld; this node has %ld CPUs",
-					(long long)threads, sysconf(_SC_NPROCESSORS_ONLN)),
-			       -1;
+			return app_fail(err, APP_EINVAL, "placement.threads is %lld; this node has %ld CPUs",
+					(long long)threads, sysconf(_SC_NPROCESSORS_ONLN));
 		snprintf(s->placement, sizeof(s->placement), "{\"kind\":\"cpu\",\"threads\":%lld}", (long long)threads);
 	}
 	if (deploy_options_parse(cJSON_GetObjectItemCaseSensitive(e, "options"), &s->options, field, sizeof(field), err,
-				 size) < 0)
-		return -1;
+				 APP_ERR_LEN) < 0)
+		return APP_EINVAL;
 	s->model_name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "name"));
 	v = cJSON_GetObjectItemCaseSensitive(m, "sha256");
 	s->sha = cJSON_GetStringValue(v);
 	if (!cJSON_IsObject(m) || int_in(m, "id", 1, INT64_C(1) << 53, &s->model_id) < 0 || s->model_name == NULL ||
 	    !model_name_ok(s->model_name) || (!cJSON_IsNull(v) && !sha256_hex_ok(s->sha)) ||
 	    int_in(m, "size_bytes", 1, a->cfg.max_upload_bytes, &s->size) < 0)
-		return snprintf(err, size,
+		return app_fail(err, APP_EINVAL,
 				"model must have an id, a model name, a SHA-256 or null, and a size of "
 				"1..%lld bytes",
-				(long long)a->cfg.max_upload_bytes),
-		       -1;
+				(long long)a->cfg.max_upload_bytes);
 	s->keys = cJSON_GetObjectItemCaseSensitive(e, "keys");
 	if (!cJSON_IsArray(s->keys) || cJSON_GetArraySize(s->keys) > MAX_KEYS)
-		return snprintf(err, size, "keys must be an array of at most %d SHA-256s", MAX_KEYS), -1;
+		return app_fail(err, APP_EINVAL, "keys must be an array of at most %d SHA-256s", MAX_KEYS);
 	cJSON_ArrayForEach (k, s->keys)
 		if (!sha256_hex_ok(cJSON_GetStringValue(k)))
-			return snprintf(err, size, "keys must be SHA-256s in hex"), -1;
+			return app_fail(err, APP_EINVAL, "keys must be SHA-256s in hex");
 	return 0;
 }
 
@@ -201,21 +200,22 @@ spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err, size_t si
  * the leader's URL (started now, or again a while after it failed). */
 static int
 ensure_model(struct admin *a, const struct membership *ms, const struct spec *s, int64_t now, int64_t *model_id,
-	     char *err, size_t size)
+	     char *err)
 {
-	char url[512], e[PRIVAI_ERR_LEN];
+	char url[512], e[APP_ERR_LEN];
 	sqlite3_stmt *st;
 	int64_t id = 0, created = 0;
 	char state[16] = "";
 
-	snprintf(url, sizeof(url), "%s/api/v1/nodes/%lld/models/%lld/file", ms->leader, (long long)ms->node_id,
-		 (long long)s->model_id);
+	if (str_fmt(url, sizeof(url), "%s/api/v1/nodes/%lld/models/%lld/file", ms->leader, (long long)ms->node_id,
+		    (long long)s->model_id) != APP_OK)
+		return app_fail(err, APP_ERANGE, "the leader's URL is too long");
 	if (sqlite3_prepare_v2(a->db,
 			       "SELECT id, state, created_at FROM models WHERE (?1 IS NOT NULL AND sha256 = ?1 "
 			       "AND state = 'ready') OR (url = ?2 AND size_bytes = ?3 AND (?1 IS NULL OR "
 			       "sha256 IS NULL OR sha256 = ?1)) ORDER BY state = 'ready' DESC, id DESC LIMIT 1",
 			       -1, &st, NULL) != SQLITE_OK)
-		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	sqlite3_bind_text(st, 1, s->sha, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, 2, url, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(st, 3, s->size);
@@ -225,10 +225,10 @@ ensure_model(struct admin *a, const struct membership *ms, const struct spec *s,
 		created = sqlite3_column_int64(st, 2);
 	}
 	sqlite3_finalize(st);
-	int rc = PRIVAI_OK;
+	int rc = APP_OK;
 	if (id == 0) {
 		rc = model_fetch_begin(a, s->model_name, url, s->sha, s->size, ms->pin, ms->secret, now, 0, &id, e);
-		if (rc == PRIVAI_EBUSY) {
+		if (rc == APP_EBUSY) {
 			/* a model of this node's own has the name: the copy takes
 			 * another (engines serve the deployment's name, not the
 			 * model's, and the copy is found again by its URL) */
@@ -238,14 +238,13 @@ ensure_model(struct admin *a, const struct membership *ms, const struct spec *s,
 		}
 	} else if (strcmp(state, "failed") == 0 && created < now - FETCH_RETRY_S)
 		rc = model_fetch_begin(a, s->model_name, url, s->sha, s->size, ms->pin, ms->secret, now, id, &id, e);
-	if (rc == PRIVAI_EBUSY)
-		return snprintf(err, size,
-				"models named '%s' and '%s.from-leader-%lld' are on this node already; rename "
-				"or delete one there",
-				s->model_name, s->model_name, (long long)s->model_id),
-		       -1;
-	if (rc != PRIVAI_OK)
-		return snprintf(err, size, "cannot fetch the model: %s", e), -1;
+	if (rc == APP_EBUSY)
+		return app_fail(err, APP_EINVAL,
+				"models named '%s' and '%s.from-leader-%lld' are on this node already; rename or "
+				"delete one there",
+				s->model_name, s->model_name, (long long)s->model_id);
+	if (rc != APP_OK)
+		return app_fail(err, APP_EIO, "cannot fetch the model: %s", e);
 	*model_id = id;
 	return 0;
 }
@@ -262,7 +261,7 @@ sync_keys(struct admin *a, const struct spec *s, int64_t now, char *err)
 	if ((rc = db_prepare(a->db,
 			     "SELECT key_sha256 FROM deployment_keys WHERE deployment_id = ?1 AND "
 			     "revoked_at IS NULL",
-			     &st, err)) != PRIVAI_OK)
+			     &st, err)) != APP_OK)
 		return rc;
 	sqlite3_bind_int64(st, 1, s->local_id);
 	while (sqlite3_step(st) == SQLITE_ROW) {
@@ -275,23 +274,23 @@ sync_keys(struct admin *a, const struct spec *s, int64_t now, char *err)
 	sqlite3_finalize(st);
 	if (same && have == cJSON_GetArraySize(s->keys))
 		return 0;
-	if (db_prepare(a->db, "DELETE FROM deployment_keys WHERE deployment_id = ?1", &st, NULL) == PRIVAI_OK)
+	if (db_prepare(a->db, "DELETE FROM deployment_keys WHERE deployment_id = ?1", &st, NULL) == APP_OK)
 		sqlite3_bind_int64(st, 1, s->local_id);
-	if ((rc = db_write(a->db, st, err)) != PRIVAI_OK ||
+	if ((rc = db_write(a->db, st, err)) != APP_OK ||
 	    (rc = db_prepare(a->db,
 			     "INSERT OR IGNORE INTO deployment_keys (deployment_id, name, key_sha256, "
 			     "created_at) VALUES (?1, 'leader', ?2, ?3)",
-			     &st, err)) != PRIVAI_OK)
+			     &st, err)) != APP_OK)
 		return rc;
 	cJSON_ArrayForEach (k, s->keys) {
 		sqlite3_bind_int64(st, 1, s->local_id);
 		sqlite3_bind_text(st, 2, k->valuestring, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 3, now);
-		if ((rc = db_step_write(a->db, st, err)) != PRIVAI_OK)
+		if ((rc = db_step_write(a->db, st, err)) != APP_OK)
 			break;
 	}
 	sqlite3_finalize(st);
-	return rc == PRIVAI_OK ? 1 : rc;
+	return rc == APP_OK ? 1 : rc;
 }
 
 /* ?1-?5 of both statements below */
@@ -309,7 +308,7 @@ bind_spec(sqlite3_stmt *st, const struct spec *s, int64_t model_id, const char *
  * placement or options changed), 0, or -1 with the reason. */
 static int
 upsert(struct admin *a, const struct membership *ms, struct spec *s, int64_t model_id, int draining, int64_t now,
-       char *err, size_t size)
+       char *err)
 {
 	int drained = draining && strcmp(s->desired, "running") == 0; /* it runs again when the node resumes */
 	const char *desired = drained ? "stopped" : s->desired;
@@ -320,7 +319,7 @@ upsert(struct admin *a, const struct membership *ms, struct spec *s, int64_t mod
 			       "SELECT id, model_id = ?2 AND placement = ?3 AND options = ?4, desired = ?5 "
 			       "FROM deployments WHERE leader_id = ?1",
 			       -1, &st, NULL) != SQLITE_OK)
-		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	bind_spec(st, s, model_id, desired);
 	if (sqlite3_step(st) == SQLITE_ROW) {
 		found = 1;
@@ -334,9 +333,8 @@ upsert(struct admin *a, const struct membership *ms, struct spec *s, int64_t mod
 	sqlite3_finalize(st);
 	int port = found ? 0 : deployment_pick_port(a);
 	if (port < 0)
-		return snprintf(err, size, "every engine port %d-%d of this node is taken", a->cfg.engine_port_lo,
-				a->cfg.engine_port_hi),
-		       -1;
+		return app_fail(err, APP_EBUSY, "every engine port %d-%d of this node is taken", a->cfg.engine_port_lo,
+				a->cfg.engine_port_hi);
 	const char *sql =
 		found ? "UPDATE deployments SET model_id = ?2, placement = ?3, options = ?4, desired = ?5, "
 			"drained = ?6, reason = CASE WHEN ?6 THEN 'stopped: node drained' ELSE reason END, "
@@ -345,7 +343,7 @@ upsert(struct admin *a, const struct membership *ms, struct spec *s, int64_t mod
 			"created_at, updated_at, name, port, state, reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
 			"?7, ?8, ?9, 'pending', CASE WHEN ?6 THEN 'stopped: node drained' END)";
 	if (sqlite3_prepare_v2(a->db, sql, -1, &st, NULL) != SQLITE_OK)
-		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	bind_spec(st, s, model_id, desired);
 	sqlite3_bind_int(st, 6, drained);
 	sqlite3_bind_int64(st, 7, now);
@@ -356,9 +354,9 @@ upsert(struct admin *a, const struct membership *ms, struct spec *s, int64_t mod
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
 	if (rc == SQLITE_CONSTRAINT)
-		return snprintf(err, size, "a deployment named '%s' runs on this node already", s->name), -1;
+		return app_fail(err, APP_EBUSY, "a deployment named '%s' runs on this node already", s->name);
 	if (rc != SQLITE_DONE)
-		return snprintf(err, size, "database: %s", sqlite3_errmsg(a->db)), -1;
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	if (!found)
 		s->local_id = sqlite3_last_insert_rowid(a->db);
 	cJSON *d = cJSON_CreateObject();
@@ -420,7 +418,7 @@ member_sync(struct admin *a, const struct membership *ms, const cJSON *reply)
 	const char *relay = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(reply, "relay_key_sha256"));
 	int64_t seen[MAX_SPECS], restart[MAX_SPECS], rekey[MAX_SPECS], now = admin_now();
 	int n = 0, nr = 0, nk = 0, draining = 0;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	sqlite3_stmt *st;
 
 	if (!cJSON_IsArray(specs))
@@ -437,14 +435,14 @@ member_sync(struct admin *a, const struct membership *ms, const cJSON *reply)
 		draining = sqlite3_step(st) == SQLITE_ROW;
 		sqlite3_finalize(st);
 	}
-	if (db_begin(a->db) != PRIVAI_OK) {
+	if (db_begin(a->db) != APP_OK) {
 		note_error(a, 0, "the leader's deployments were not taken: the store is busy or failing");
 		return;
 	}
 	if (relay_changed) {
-		if (db_prepare(a->db, "UPDATE membership SET leader_key_sha256 = ?1", &st, NULL) == PRIVAI_OK)
+		if (db_prepare(a->db, "UPDATE membership SET leader_key_sha256 = ?1", &st, NULL) == APP_OK)
 			sqlite3_bind_text(st, 1, relay, -1, SQLITE_TRANSIENT);
-		if (db_write(a->db, st, err) != PRIVAI_OK) {
+		if (db_write(a->db, st, err) != APP_OK) {
 			db_rollback(a->db);
 			note_error(a, 0, err);
 			return;
@@ -452,8 +450,8 @@ member_sync(struct admin *a, const struct membership *ms, const cJSON *reply)
 	}
 	cJSON_ArrayForEach (e, specs) {
 		struct spec s;
-		int64_t model_id, id = 0;
-		int rc = -1;
+		int64_t model_id = 0, id = 0;
+		int rc = APP_EINVAL;
 		const cJSON *idv = cJSON_GetObjectItemCaseSensitive(e, "id");
 		if (!cJSON_IsNumber(idv) || idv->valuedouble < 1 || idv->valuedouble > 9007199254740992.0 ||
 		    idv->valuedouble != (double)(int64_t)idv->valuedouble) {
@@ -462,9 +460,9 @@ member_sync(struct admin *a, const struct membership *ms, const cJSON *reply)
 		}
 		id = (int64_t)idv->valuedouble;
 		seen[n++] = id;
-		if (spec_parse(a, e, &s, err, sizeof(err)) == 0 && (s.id = id) > 0 &&
-		    ensure_model(a, ms, &s, now, &model_id, err, sizeof(err)) == 0)
-			rc = upsert(a, ms, &s, model_id, draining, now, err, sizeof(err));
+		if (spec_parse(a, e, &s, err) == 0 && (s.id = id) > 0 &&
+		    ensure_model(a, ms, &s, now, &model_id, err) == 0)
+			rc = upsert(a, ms, &s, model_id, draining, now, err);
 		if (rc < 0) {
 			note_error(a, id, err);
 		} else {
@@ -479,8 +477,8 @@ member_sync(struct admin *a, const struct membership *ms, const cJSON *reply)
 		free(s.options);
 	}
 	drop_unlisted(a, ms, seen, n, now);
-	if (db_commit(a->db) != PRIVAI_OK) {
-		snprintf(err, sizeof(err), "the leader's deployments were not stored: %s", sqlite3_errmsg(a->db));
+	if (db_commit(a->db) != APP_OK) {
+		msg_fmt(err, sizeof(err), "the leader's deployments were not stored: %s", sqlite3_errmsg(a->db));
 		db_rollback(a->db);
 		note_error(a, 0, err);
 		return;

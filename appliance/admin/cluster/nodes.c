@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "store/db.h"
 #include "deploy/engine_probe.h"
@@ -18,7 +18,7 @@ node_report_json(const struct admin *a)
 {
 	static struct node_info ni;
 	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-	char note[PRIVAI_ERR_LEN];
+	char note[APP_ERR_LEN];
 	cJSON *r, *gpus, *host;
 
 	pthread_mutex_lock(&mu);
@@ -54,7 +54,7 @@ node_report_json(const struct admin *a)
 static int
 bad(char *err, const char *field, const char *what)
 {
-	return privai_fail(err, PRIVAI_EINVAL, "report.%s must be %s", field, what);
+	return app_fail(err, APP_EINVAL, "report.%s must be %s", field, what);
 }
 
 int
@@ -72,7 +72,7 @@ node_store_report(sqlite3 *db, int64_t node_id, const cJSON *report, int64_t now
 	int rc;
 
 	if (!cJSON_IsObject(report))
-		return privai_fail(err, PRIVAI_EINVAL, "report must be an object");
+		return app_fail(err, APP_EINVAL, "report must be an object");
 	if (!cJSON_IsObject(cpu))
 		return bad(err, "cpu", "an object");
 	if (!cJSON_IsString(model) || strlen(model->valuestring) > 127)
@@ -88,7 +88,7 @@ node_store_report(sqlite3 *db, int64_t node_id, const cJSON *report, int64_t now
 	/* the inventory column keeps everything but the GPUs, which have rows */
 	cJSON *copy = cJSON_Duplicate(report, 1);
 	if (copy == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	cJSON_DeleteItemFromObjectCaseSensitive(copy, "gpus");
 	/* the host part is checked and rebuilt: it came from another node,
 	 * and a bad one is shown as such rather than refusing the heartbeat */
@@ -98,7 +98,7 @@ node_store_report(sqlite3 *db, int64_t node_id, const cJSON *report, int64_t now
 		if (clean == NULL || !cJSON_ReplaceItemInObjectCaseSensitive(copy, "host", clean)) {
 			cJSON_Delete(clean);
 			cJSON_Delete(copy);
-			return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+			return app_fail(err, APP_ENOMEM, "out of memory");
 		}
 	}
 	/* so is the engine's: without it (an older node) the node has no
@@ -108,22 +108,21 @@ node_store_report(sqlite3 *db, int64_t node_id, const cJSON *report, int64_t now
 	    !cJSON_AddItemToObject(copy, "engine", engine)) {
 		cJSON_Delete(engine);
 		cJSON_Delete(copy);
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	}
 	text = cJSON_PrintUnformatted(copy);
 	cJSON_Delete(copy);
 	if (text == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	if (strlen(text) > MAX_REPORT_BYTES) {
-		rc = privai_fail(err, PRIVAI_EINVAL, "report is larger than %d bytes without its GPUs",
-				 MAX_REPORT_BYTES);
+		rc = app_fail(err, APP_EINVAL, "report is larger than %d bytes without its GPUs", MAX_REPORT_BYTES);
 		goto out;
 	}
 	if (sqlite3_prepare_v2(db,
 			       "UPDATE nodes SET cpu_model = ?2, cpu_cores = ?3, cpu_flags = ?4, numa_nodes = ?5, "
 			       "memory_bytes = ?6, inventory = ?7, last_heartbeat = ?8 WHERE id = ?1",
 			       -1, &st, NULL) != SQLITE_OK) {
-		rc = privai_fail(err, PRIVAI_EIO, "store: %s", sqlite3_errmsg(db));
+		rc = app_fail(err, APP_EIO, "store: %s", sqlite3_errmsg(db));
 		goto out;
 	}
 	sqlite3_bind_int64(st, 1, node_id);
@@ -135,10 +134,10 @@ node_store_report(sqlite3 *db, int64_t node_id, const cJSON *report, int64_t now
 	sqlite3_bind_text(st, 7, text, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 8, now);
 	if (sqlite3_step(st) != SQLITE_DONE) {
-		rc = privai_fail(err, PRIVAI_EIO, "store: %s", sqlite3_errmsg(db));
+		rc = app_fail(err, APP_EIO, "store: %s", sqlite3_errmsg(db));
 		goto out;
 	}
-	rc = gpus != NULL ? gpu_store_sync(db, node_id, gpus, now, err) : PRIVAI_OK;
+	rc = gpus != NULL ? gpu_store_sync(db, node_id, gpus, now, err) : APP_OK;
 out:
 	sqlite3_finalize(st);
 	cJSON_free(text);
@@ -151,13 +150,13 @@ node_self_register(struct admin *a, char *err)
 	cJSON *report = node_report_json(a);
 	sqlite3_stmt *st = NULL;
 	int64_t now = admin_now();
-	int rc = PRIVAI_OK;
+	int rc = APP_OK;
 
 	if (report == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	pthread_mutex_lock(&a->db_mu);
 	if (db_begin(a->db) < 0) {
-		rc = privai_fail(err, PRIVAI_EIO, "store: %s", sqlite3_errmsg(a->db));
+		rc = app_fail(err, APP_EIO, "store: %s", sqlite3_errmsg(a->db));
 		goto out;
 	}
 	/* one row has is_self; its name follows --node-name, its state a drain */
@@ -183,21 +182,21 @@ node_self_register(struct admin *a, char *err)
 	sqlite3_bind_text(st, 3, a->cfg.advertise_url, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 4, now);
 	if (sqlite3_step(st) != SQLITE_DONE) {
-		rc = privai_fail(err, PRIVAI_EINVAL, "registering this node as '%s': %s", a->cfg.node_name,
-				 sqlite3_errmsg(a->db));
+		rc = app_fail(err, APP_EINVAL, "registering this node as '%s': %s", a->cfg.node_name,
+			      sqlite3_errmsg(a->db));
 		db_rollback(a->db);
 		goto out;
 	}
 	if (a->self_node_id == 0)
 		a->self_node_id = sqlite3_last_insert_rowid(a->db);
-	if ((rc = node_store_report(a->db, a->self_node_id, report, now, err)) != PRIVAI_OK) {
+	if ((rc = node_store_report(a->db, a->self_node_id, report, now, err)) != APP_OK) {
 		db_rollback(a->db);
 		goto out;
 	}
 	if (db_commit(a->db) == 0)
 		goto out;
 fail:
-	rc = privai_fail(err, PRIVAI_EIO, "store: %s", sqlite3_errmsg(a->db));
+	rc = app_fail(err, APP_EIO, "store: %s", sqlite3_errmsg(a->db));
 	db_rollback(a->db);
 out:
 	sqlite3_finalize(st);
@@ -217,5 +216,5 @@ node_self_drain(sqlite3 *db, int draining)
 				     "drained = 1 AND "
 				     "node_id IS NULL";
 
-	return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+	return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? APP_OK : APP_EIO;
 }

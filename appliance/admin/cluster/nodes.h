@@ -20,7 +20,7 @@ cJSON *node_report_json(const struct admin *a);
 
 /* Check a report and store it on node_id: the CPU, memory and NUMA
  * columns, the inventory, and the GPUs when it has them.  The caller
- * holds the store's mutex inside a transaction.  PRIVAI_EINVAL names the
+ * holds the store's mutex inside a transaction.  APP_EINVAL names the
  * bad field in err. */
 int node_store_report(sqlite3 *db, int64_t node_id, const cJSON *report, int64_t now, char *err);
 
@@ -30,7 +30,7 @@ int node_self_register(struct admin *a, char *err);
 /* Drain (1) or resume (0) this node's deployments: a drain stops the
  * running ones and marks them, a resume starts the marked ones again
  * (deployments run on the node whose privai-admin holds them).  The
- * caller holds the store's mutex; 0 or -1. */
+ * caller holds the store's mutex; 0, or APP_EIO. */
 int node_self_drain(sqlite3 *db, int draining);
 
 #endif

@@ -42,18 +42,18 @@ int load_membership(struct admin *a, struct membership *m);
 
 /* The heartbeat answer's "deployments" for node_id. */
 cJSON *remote_specs(struct admin *a, int64_t node_id);
-/* Store node_id's reports of its deployments' states; PRIVAI_EINVAL
+/* Store node_id's reports of its deployments' states; APP_EINVAL
  * naming the bad entry in err (nothing stored then). */
 int remote_record(sqlite3 *db, int64_t node_id, const cJSON *reports, int64_t now, char *err);
 /* The node's deployments lost their engine's state (unreachable,
- * removed): mark them with why.  PRIVAI_OK, or the store's error. */
+ * removed): mark them with why.  APP_OK, or the store's error. */
 int remote_node_lost(sqlite3 *db, int64_t node_id, const char *why, char *err);
 
 /* Where deployment id's engine answers, taking the store's mutex: 0 when
  * it runs here; 1 with base ("URL/api/v1/cluster/deployments/ID") and
  * the node's key pin when another node runs it, that node is reachable
- * and (need_ready) it says the engine is ready; -1 (not so) or -2 (no
- * such deployment) with why. */
+ * and (need_ready) it says the engine is ready; APP_EUNAVAIL (not so) or
+ * APP_ENOTFOUND (no such deployment) with why. */
 int remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_t base_size, char *pin, size_t pin_size,
 		  char *why, size_t why_size);
 

@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "deploy/deployments.h"
 
@@ -31,7 +31,7 @@ option_int(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t *ou
 	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < (double)lo ||
 	    v->valuedouble > (double)hi) {
 		snprintf(err, size, "options.%s must be an integer in %lld..%lld", name, (long long)lo, (long long)hi);
-		return -1;
+		return APP_EINVAL;
 	}
 	*out = (int64_t)v->valuedouble;
 	return 0;
@@ -54,7 +54,7 @@ deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size,
 	snprintf(field, field_size, "options");
 	if (!cJSON_IsObject(o)) {
 		snprintf(err, size, "options must be an object");
-		return -1;
+		return APP_EINVAL;
 	}
 	cJSON_ArrayForEach (e, o) {
 		int ok = 0;
@@ -63,19 +63,19 @@ deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size,
 		if (!ok) {
 			snprintf(field, field_size, "%.40s", e->string);
 			snprintf(err, size, "unknown field '%.40s' in options", e->string);
-			return -2;
+			return APP_EUNSUPPORTED;
 		}
 	}
 	cJSON *out = cJSON_CreateObject();
 	if (out == NULL) {
 		snprintf(err, size, "out of memory");
-		return -1;
+		return APP_EINVAL;
 	}
 	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
 		if (option_int(o, ints[i].name, ints[i].lo, ints[i].hi, &v, err, size) < 0) {
 			snprintf(field, field_size, "options.%s", ints[i].name);
 			cJSON_Delete(out);
-			return -1;
+			return APP_EINVAL;
 		}
 		if (v != 0)
 			cJSON_AddNumberToObject(out, ints[i].name, (double)v);
@@ -91,7 +91,7 @@ deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size,
 				 "chat_template must be one of llama2, llama3, mistral, chatml, phi3, gemma, "
 				 "deepseek, deepseek3");
 			cJSON_Delete(out);
-			return -1;
+			return APP_EINVAL;
 		}
 		cJSON_AddStringToObject(out, "chat_template", t->valuestring);
 	}
@@ -99,7 +99,7 @@ deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size,
 	cJSON_Delete(out);
 	if (*ret == NULL) {
 		snprintf(err, size, "out of memory");
-		return -1;
+		return APP_EINVAL;
 	}
 	return 0;
 }
@@ -131,7 +131,7 @@ deployment_pick_port(struct admin *a)
 	sqlite3_stmt *st;
 
 	if (sqlite3_prepare_v2(a->db, "SELECT 1 FROM deployments WHERE port = ?", -1, &st, NULL) != SQLITE_OK)
-		return -1;
+		return APP_EBUSY;
 	for (int port = a->cfg.engine_port_lo; port <= a->cfg.engine_port_hi; port++) {
 		sqlite3_reset(st);
 		sqlite3_bind_int(st, 1, port);
@@ -141,7 +141,7 @@ deployment_pick_port(struct admin *a)
 		}
 	}
 	sqlite3_finalize(st);
-	return -1;
+	return APP_EBUSY;
 }
 
 int
@@ -153,7 +153,7 @@ deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int64_t 
 	sqlite3_stmt *st;
 
 	if (sodium_init() < 0)
-		return privai_fail(err, PRIVAI_EIO, "libsodium failed to initialise");
+		return app_fail(err, APP_EIO, "libsodium failed to initialise");
 	randombytes_buf(raw, sizeof(raw));
 	memcpy(ret_key, "sk-", 3);
 	sodium_bin2base64(ret_key + 3, DEPLOY_KEY_LEN - 3, raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
@@ -164,7 +164,7 @@ deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int64_t 
 			       "INSERT INTO deployment_keys (deployment_id, name, key_sha256, created_at) "
 			       "VALUES (?, ?, ?, ?)",
 			       -1, &st, NULL) != SQLITE_OK)
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 	sqlite3_bind_int64(st, 1, deployment_id);
 	sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, 3, hex, -1, SQLITE_TRANSIENT);
@@ -172,8 +172,8 @@ deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int64_t 
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
 	if (rc != SQLITE_DONE)
-		return privai_fail(err, rc == SQLITE_CONSTRAINT ? PRIVAI_ENOTFOUND : PRIVAI_EIO, "database: %s",
-				   sqlite3_errmsg(db));
+		return app_fail(err, rc == SQLITE_CONSTRAINT ? APP_ENOTFOUND : APP_EIO, "database: %s",
+				sqlite3_errmsg(db));
 	*ret_id = sqlite3_last_insert_rowid(db);
-	return PRIVAI_OK;
+	return APP_OK;
 }

@@ -22,13 +22,13 @@ int deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int6
 		      char *err);
 
 /* The first port of the engine range that no deployment holds and
- * nothing else has bound; -1 when none. */
+ * nothing else has bound; APP_EBUSY when none. */
 int deployment_pick_port(struct admin *a);
 
 /* Check serving options (ctx, parallel, batch, kv_cache_mib,
  * chat_template) from an operator or a leader and rebuild them as JSON
- * in *ret (malloc'd).  -1 with the field and reason, -2 for an unknown
- * field. */
+ * in *ret (malloc'd).  APP_EINVAL with the field and reason, APP_EUNSUPPORTED for
+ * an unknown field. */
 int deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size, char *err, size_t size);
 
 /* Move deployment id to node `to` (0: this node), stopping it where it
@@ -39,8 +39,8 @@ int deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_s
 int deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, const char *why, cJSON **ret_detail,
 		char *err);
 /* The ready node other than `from` with `threads` CPUs or more (0: any)
- * and the fewest running deployments: its id, 0 for this node, -1 for
- * none. */
+ * and the fewest running deployments: its id, 0 for this node, APP_ENOTFOUND
+ * for none. */
 int64_t deploy_pick_node(struct admin *a, int64_t from, long threads);
 
 /* Move every running deployment off node (is_self: this one) to the

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "deploy/deployments.h"
 #include "deploy/placement.h"
@@ -36,7 +36,7 @@ deploy_pick_node(struct admin *a, int64_t from, long threads)
 			       "WHERE d.desired = 'running' AND (d.node_id = n.id OR (n.is_self AND d.node_id IS "
 			       "NULL))), n.id",
 			       -1, &st, NULL) != SQLITE_OK)
-		return -1;
+		return APP_ENOTFOUND;
 	sqlite3_bind_int64(st, 1, from);
 	while (pick < 0 && sqlite3_step(st) == SQLITE_ROW) {
 		int is_self = sqlite3_column_int(st, 1);
@@ -63,7 +63,7 @@ pick_gpu_node(struct admin *a, int64_t from, int64_t id, char **placement)
 			       "SELECT model_id, options, json_array_length(placement, '$.gpus') FROM "
 			       "deployments WHERE id = ?1",
 			       -1, &st, NULL) != SQLITE_OK)
-		return -1;
+		return APP_ENOTFOUND;
 	sqlite3_bind_int64(st, 1, id);
 	if (sqlite3_step(st) == SQLITE_ROW) {
 		model_id = sqlite3_column_int64(st, 0);
@@ -78,7 +78,7 @@ pick_gpu_node(struct admin *a, int64_t from, int64_t id, char **placement)
 			       "'running' AND (d.node_id = n.id OR (n.is_self AND d.node_id IS NULL))), n.id",
 			       -1, &st, NULL) != SQLITE_OK) {
 		free(options);
-		return -1;
+		return APP_ENOTFOUND;
 	}
 	sqlite3_bind_int64(st, 1, from);
 	while (pick < 0 && sqlite3_step(st) == SQLITE_ROW) {
@@ -128,7 +128,7 @@ deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, c
 			       "(SELECT name FROM nodes WHERE CASE WHEN ?2 = 0 THEN is_self = 1 ELSE id = ?2 END) "
 			       "FROM deployments d LEFT JOIN nodes n ON n.id = d.node_id WHERE d.id = ?1",
 			       -1, &st, NULL) != SQLITE_OK)
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_int64(st, 2, to);
 	if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 2) != NULL) {
@@ -138,14 +138,13 @@ deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, c
 	}
 	sqlite3_finalize(st);
 	if (placement[0] == '\0')
-		return privai_fail(err, PRIVAI_ENOTFOUND, "no deployment %lld or no node %lld", (long long)id,
-				   (long long)to);
+		return app_fail(err, APP_ENOTFOUND, "no deployment %lld or no node %lld", (long long)id, (long long)to);
 	if (to == 0 && (port = deployment_pick_port(a)) < 0)
-		return privai_fail(err, PRIVAI_EBUSY, "every engine port %d-%d of this node is taken",
-				   a->cfg.engine_port_lo, a->cfg.engine_port_hi);
+		return app_fail(err, APP_EBUSY, "every engine port %d-%d of this node is taken", a->cfg.engine_port_lo,
+				a->cfg.engine_port_hi);
 	char *moved = to_placement != NULL ? strdup(to_placement) : placement_on(placement, to == 0 ? NULL : to_name);
 	if (moved == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	if (sqlite3_prepare_v2(a->db,
 			       "UPDATE deployments SET node_id = nullif(?2, 0), port = nullif(?3, 0), "
 			       "placement = ?4, state = CASE WHEN desired = 'running' THEN 'pending' ELSE 'stopped' "
@@ -153,7 +152,7 @@ deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, c
 			       "WHERE id = ?1",
 			       -1, &st, NULL) != SQLITE_OK) {
 		free(moved);
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	}
 	char reason[400];
 	snprintf(reason, sizeof(reason), "moved from %s%s%s", from_name, why != NULL ? ": " : "",
@@ -168,11 +167,11 @@ deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, c
 	sqlite3_finalize(st);
 	free(moved);
 	if (rc != SQLITE_DONE)
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	*ret_detail = cJSON_CreateObject();
 	cJSON_AddStringToObject(*ret_detail, "from", from_name);
 	cJSON_AddStringToObject(*ret_detail, "to", to_name);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
@@ -189,7 +188,7 @@ deploy_move_all(struct admin *a, int64_t node, int is_self, const char *why, cJS
 			       "deployments WHERE desired = 'running' AND leader_id IS NULL AND CASE WHEN ?2 THEN "
 			       "node_id IS NULL ELSE node_id = ?1 END ORDER BY id",
 			       -1, &st, NULL) != SQLITE_OK)
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	sqlite3_bind_int64(st, 1, node);
 	sqlite3_bind_int(st, 2, is_self);
 	while (n < 256 && sqlite3_step(st) == SQLITE_ROW) {
@@ -208,11 +207,11 @@ deploy_move_all(struct admin *a, int64_t node, int is_self, const char *why, cJS
 			continue;
 		int rc = deploy_move(a, ids[i], to, gpu_placement, why, &d, err);
 		free(gpu_placement);
-		if (rc != PRIVAI_OK)
+		if (rc != APP_OK)
 			return rc;
 		cJSON_AddNumberToObject(d, "id", (double)ids[i]);
 		cJSON_AddStringToObject(d, "name", names[i]);
 		cJSON_AddItemToArray(moved, d);
 	}
-	return PRIVAI_OK;
+	return APP_OK;
 }

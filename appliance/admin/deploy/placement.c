@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "status.h"
 #include "deploy/placement.h"
 #include "gpu/mig.h"
 
@@ -29,7 +30,7 @@ refuse(struct place_error *e, int status, const char *code, const char *field, c
 	va_start(ap, fmt);
 	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
 	va_end(ap);
-	return -1;
+	return APP_EINVAL;
 }
 
 static int
@@ -168,7 +169,7 @@ named(sqlite3 *db, const struct gpu_ask *q, struct dev *devs, int *n, struct pla
 				 ? mig_instance(db, q, item->valuestring, d, e)
 				 : whole_gpu(db, q, item, d, e);
 		if (rc < 0)
-			return -1;
+			return APP_ENOTFOUND;
 		for (int i = 0; i < *n; i++)
 			if (strcmp(devs[i].uuid, d->uuid) == 0)
 				return refuse(e, 422, "invalid_field", "placement.gpus", "%s is named twice", d->label);
@@ -357,7 +358,7 @@ gpu_place(sqlite3 *db, const struct gpu_ask *q, cJSON *out, struct place_error *
 
 	memset(e, 0, sizeof(*e));
 	if ((q->gpus != NULL ? named(db, q, devs, &n, e) : pick(db, q, devs, &n, e)) < 0)
-		return -1;
+		return APP_EINVAL;
 	for (int i = 0; i < n; i++)
 		if (gpu_holder(db, devs[i].uuid, q->self_id, holder, sizeof(holder)))
 			return refuse(e, 409, "gpu_busy", "placement.gpus",
@@ -371,7 +372,7 @@ gpu_place(sqlite3 *db, const struct gpu_ask *q, cJSON *out, struct place_error *
 			      q->tensor_parallel, n);
 	if (model_need(db, q, devs[0].memory, &nd, e) < 0 || check_split(&nd, n, e) < 0 ||
 	    check_fit(&nd, devs, n, e) < 0 || engine_has_cuda(db, q, e) < 0)
-		return -1;
+		return APP_EINVAL;
 	cJSON *list = cJSON_AddArrayToObject(out, "gpus");
 	for (int i = 0; list != NULL && i < n; i++)
 		cJSON_AddItemToArray(list, cJSON_CreateString(devs[i].uuid));

@@ -47,13 +47,13 @@ struct gpu_ask {
 	int64_t self_id;     /* the deployment placed (its own GPUs are free to it), 0 if new */
 };
 
-/* Check q and add "gpus" (UUIDs) and "tensor_parallel" to out: 0, or -1
- * with e filled.  The caller holds the store's mutex. */
+/* Check q and add "gpus" (UUIDs) and "tensor_parallel" to out: 0, or an
+ * APP_E* code with e filled.  The caller holds the store's mutex. */
 int gpu_place(sqlite3 *db, const struct gpu_ask *q, cJSON *out, struct place_error *e);
 
 /* Check a stored placement again before its deployment runs (started
  * again, its options changed, moved back): 0 when it is not a GPU
- * placement or still holds; -1 with e filled. */
+ * placement or still holds; an APP_E* code with e filled. */
 int gpu_place_recheck(sqlite3 *db, int64_t node_id, const char *node, const char *placement, int64_t model_id,
 		      const char *options, int64_t self_id, struct place_error *e);
 

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "deploy/runner.h"
 
 #define SD_DEST "org.freedesktop.systemd1"
@@ -54,7 +54,7 @@ runner_parse_mode(const char *s, enum runner_mode *mode)
 			*mode = (enum runner_mode)i;
 			return 0;
 		}
-	return -1;
+	return APP_EINVAL;
 }
 
 const char *
@@ -88,8 +88,8 @@ runner_unit_name(const struct runner *r, int64_t id, char *out, size_t size)
 static int
 bus_fail(char *err, const char *what, const sd_bus_error *e, int rc)
 {
-	return privai_fail(err, PRIVAI_EIO, "%s: %s", what,
-			   sd_bus_error_is_set(e) ? e->message : strerror(rc < 0 ? -rc : rc));
+	return app_fail(err, APP_EIO, "%s: %s", what,
+			sd_bus_error_is_set(e) ? e->message : strerror(rc < 0 ? -rc : rc));
 }
 
 static void
@@ -255,7 +255,7 @@ out:
 void
 runner_stop_leftovers(struct runner *r)
 {
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 
 	for (int i = 0; i < r->n_left; i++)
 		call_unit(r, "StopUnit", r->left[i]);
@@ -308,7 +308,7 @@ strv_free(char **v)
 int
 runner_adopt(struct runner *r, int64_t id, char *const argv[], pid_t *pid, char *why, size_t why_size)
 {
-	char unit[96], exe[64], target[4200], want[PATH_MAX], err[PRIVAI_ERR_LEN];
+	char unit[96], exe[64], target[4200], want[PATH_MAX], err[APP_ERR_LEN];
 	struct unit_state st;
 	int k = -1, same = 1;
 	char **running;
@@ -372,8 +372,8 @@ open_bus(struct runner *r, enum runner_mode mode, int patient, char *err)
 	}
 
 	if (rc < 0)
-		return privai_fail(err, PRIVAI_EUNAVAIL, "cannot connect to the systemd %s bus: %s",
-				   mode == RUNNER_SYSTEMD ? "system" : "user", strerror(-rc));
+		return app_fail(err, APP_EUNAVAIL, "cannot connect to the systemd %s bus: %s",
+				mode == RUNNER_SYSTEMD ? "system" : "user", strerror(-rc));
 	/* a bus without a manager on it is no use: ask the manager something */
 	rc = sd_bus_get_property_string(r->bus, SD_DEST, SD_PATH, SD_MANAGER, "Version", &e, &version);
 	if (rc < 0) {
@@ -384,36 +384,36 @@ open_bus(struct runner *r, enum runner_mode mode, int patient, char *err)
 	}
 	free(version);
 	r->mode = mode;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
 runner_open(enum runner_mode mode, const char *tag, struct runner **ret, char *note, size_t note_size, char *err)
 {
 	struct runner *r = calloc(1, sizeof(*r));
-	int rc = PRIVAI_OK;
+	int rc = APP_OK;
 
 	if (r == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	snprintf(r->tag, sizeof(r->tag), "%s", tag);
 	r->root = geteuid() == 0;
 	r->mode = RUNNER_CHILD;
 	note[0] = '\0';
 	if (mode == RUNNER_AUTO && sd_booted() > 0) {
-		char why[PRIVAI_ERR_LEN];
-		if (open_bus(r, r->root ? RUNNER_SYSTEMD : RUNNER_SYSTEMD_USER, 0, why) != PRIVAI_OK)
+		char why[APP_ERR_LEN];
+		if (open_bus(r, r->root ? RUNNER_SYSTEMD : RUNNER_SYSTEMD_USER, 0, why) != APP_OK)
 			snprintf(note, note_size, "engines run as child processes: %s", why);
 	} else if (mode == RUNNER_SYSTEMD || mode == RUNNER_SYSTEMD_USER) {
 		rc = open_bus(r, mode, 1, err);
 	}
-	if (rc == PRIVAI_OK && r->bus != NULL)
+	if (rc == APP_OK && r->bus != NULL)
 		rc = list_leftovers(r, err);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		runner_close(r);
 		return rc;
 	}
 	*ret = r;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 void
@@ -434,7 +434,7 @@ start_child(char *const argv[], int log_fd, pid_t *pid, char *err)
 	pid_t child = fork();
 
 	if (child < 0)
-		return privai_fail(err, PRIVAI_EIO, "fork: %s", strerror(errno));
+		return app_fail(err, APP_EIO, "fork: %s", strerror(errno));
 	if (child == 0) {
 		/* only async-signal-safe calls from here to exec */
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -451,7 +451,7 @@ start_child(char *const argv[], int log_fd, pid_t *pid, char *err)
 		_exit(127);
 	}
 	*pid = child;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 /* The unit's ExecStart: one command, failure of which fails the unit. */
@@ -538,7 +538,7 @@ await_start(struct runner *r, const char *unit, pid_t *pid, char *err)
 			continue; /* the manager is busy; ask again */
 		if (st.found && strcmp(st.active, "active") == 0 && st.main_pid > 0) {
 			*pid = (pid_t)st.main_pid;
-			return PRIVAI_OK;
+			return APP_OK;
 		}
 		int ended = strcmp(st.active, "failed") == 0 || strcmp(st.active, "inactive") == 0;
 		if (!st.found || (ended && st.job == 0)) {
@@ -548,11 +548,11 @@ await_start(struct runner *r, const char *unit, pid_t *pid, char *err)
 				snprintf(why, sizeof(why), "it ended as it started (%s %d)",
 					 WIFEXITED(status) ? "exit status" : "signal",
 					 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-			return privai_fail(err, PRIVAI_EIO, "%s did not start: %s", unit, why);
+			return app_fail(err, APP_EIO, "%s did not start: %s", unit, why);
 		}
 	}
 	call_unit(r, "StopUnit", unit);
-	return privai_fail(err, PRIVAI_EIO, "%s did not start within %d s; stopped it", unit, START_WAIT_MS / 1000);
+	return app_fail(err, APP_EIO, "%s did not start within %d s; stopped it", unit, START_WAIT_MS / 1000);
 }
 
 static int
@@ -569,7 +569,7 @@ start_unit(struct runner *r, int64_t id, const char *description, char *const ar
 	 * collects it a moment later): wait for that, not for a running one. */
 	for (int tries = 0; (rc = call_start(r, unit, description, argv, log_path, &e)) < 0 && tries < 50; tries++) {
 		struct unit_state st;
-		char ignored[PRIVAI_ERR_LEN];
+		char ignored[APP_ERR_LEN];
 		if (!sd_bus_error_has_name(&e, "org.freedesktop.systemd1.UnitExists") ||
 		    unit_state(r, unit, &st, ignored) < 0 ||
 		    (st.found && strcmp(st.active, "inactive") != 0 && strcmp(st.active, "failed") != 0))
@@ -608,11 +608,11 @@ runner_wait(struct runner *r, int64_t id, pid_t pid, int *status, char *why, siz
 			return 0;
 		if (got == 0)
 			return 1;
-		return privai_fail(err, PRIVAI_EIO, "waitpid %d: %s", (int)pid, strerror(errno));
+		return app_fail(err, APP_EIO, "waitpid %d: %s", (int)pid, strerror(errno));
 	}
 	runner_unit_name(r, id, unit, sizeof(unit));
 	if (unit_state(r, unit, &st, err) < 0)
-		return -1;
+		return APP_EIO;
 	if (!st.found) { /* collected: it exited cleanly, or was stopped outside privai */
 		*status = 0;
 		snprintf(why, why_size, "its unit %s is gone", unit);
@@ -634,8 +634,8 @@ runner_signal(struct runner *r, int64_t id, pid_t pid, int sig, char *err)
 
 	if (r->bus == NULL) {
 		if (kill(pid, sig) != 0 && errno != ESRCH)
-			return privai_fail(err, PRIVAI_EIO, "kill %d: %s", (int)pid, strerror(errno));
-		return PRIVAI_OK;
+			return app_fail(err, APP_EIO, "kill %d: %s", (int)pid, strerror(errno));
+		return APP_OK;
 	}
 	runner_unit_name(r, id, unit, sizeof(unit));
 	rc = sd_bus_call_method(r->bus, SD_DEST, SD_PATH, SD_MANAGER, "KillUnit", &e, NULL, "ssi", unit,
@@ -643,7 +643,7 @@ runner_signal(struct runner *r, int64_t id, pid_t pid, int sig, char *err)
 	if (rc < 0 && !sd_bus_error_has_name(&e, "org.freedesktop.systemd1.NoSuchUnit"))
 		rc = bus_fail(err, unit, &e, rc);
 	else
-		rc = PRIVAI_OK;
+		rc = APP_OK;
 	sd_bus_error_free(&e);
 	return rc;
 }
@@ -659,20 +659,20 @@ runner_started_at(pid_t pid)
 	 * the command name (field 2) may hold spaces, so count after ')' */
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	if ((f = fopen(path, "re")) == NULL)
-		return -1;
+		return APP_ENOTFOUND;
 	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
 	buf[n] = '\0';
 	if ((p = strrchr(buf, ')')) == NULL ||
 	    sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %lld",
 		   &ticks) != 1)
-		return -1;
+		return APP_ENOTFOUND;
 	if ((f = fopen("/proc/stat", "re")) == NULL)
-		return -1;
+		return APP_ENOTFOUND;
 	while (fgets(buf, sizeof(buf), f) != NULL)
 		if (sscanf(buf, "btime %lld", &btime) == 1)
 			break;
 	fclose(f);
 	long hz = sysconf(_SC_CLK_TCK);
-	return btime < 0 || ticks < 0 || hz <= 0 ? -1 : (int64_t)(btime + ticks / hz);
+	return btime < 0 || ticks < 0 || hz <= 0 ? APP_ENOTFOUND : (int64_t)(btime + ticks / hz);
 }

@@ -24,7 +24,7 @@ enum runner_mode {
 
 struct runner;
 
-/* "auto", "child", "systemd" or "systemd-user"; -1 for anything else. */
+/* "auto", "child", "systemd" or "systemd-user"; APP_EINVAL for anything else. */
 int runner_parse_mode(const char *s, enum runner_mode *mode);
 
 /* Connect to the manager the mode names.  `tag` keeps this admin's units
@@ -40,7 +40,7 @@ void runner_close(struct runner *r);
  * since); its main process is *pid and it is the caller's from now on.
  * 0: not adopted, and `why` says why when there was such a unit. */
 int runner_adopt(struct runner *r, int64_t id, char *const argv[], pid_t *pid, char *why, size_t why_size);
-/* When process pid started, in Unix seconds (from /proc), or -1. */
+/* When process pid started, in Unix seconds (from /proc), or APP_ENOTFOUND. */
 int64_t runner_started_at(pid_t pid);
 /* Stop the units a previous run left that were not adopted, and wait
  * until they are gone (their names and ports are then free). */
@@ -58,8 +58,8 @@ void runner_unit_name(const struct runner *r, int64_t id, char *out, size_t size
 int runner_start(struct runner *r, int64_t id, const char *description, char *const argv[], const char *log_path,
 		 int log_fd, pid_t *pid, char *err);
 /* 1: still running.  0: it has ended, *status is a wait(2) status and
- * `why` says more when the manager knows more (or is "").  -1: cannot
- * tell (err), try again later. */
+ * `why` says more when the manager knows more (or is "").  APP_EIO:
+ * cannot tell (err), try again later. */
 int runner_wait(struct runner *r, int64_t id, pid_t pid, int *status, char *why, size_t why_size, char *err);
 /* Send sig to the engine (SIGTERM and SIGKILL to all its processes). */
 int runner_signal(struct runner *r, int64_t id, pid_t pid, int sig, char *err);

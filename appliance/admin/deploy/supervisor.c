@@ -15,7 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "log.h"
 #include "store/db.h"
@@ -67,10 +68,11 @@ struct want {
 	char *placement, *options;
 };
 
-void
-deployment_dir(struct admin *a, int64_t id, char *out, size_t size)
+int
+deployment_file(struct admin *a, int64_t id, const char *name, char *out, size_t size)
 {
-	snprintf(out, size, "%s/deployments/%lld", a->cfg.state_dir, (long long)id);
+	return str_fmt(out, size, "%s/deployments/%lld%s%s", a->cfg.state_dir, (long long)id, name ? "/" : "",
+		       name ? name : "");
 }
 
 static void
@@ -78,7 +80,7 @@ set_row(struct supervisor *s, int64_t id, const char *state, const char *reason,
 {
 	struct admin *a = s->a;
 	sqlite3_stmt *st;
-	char unit[96] = "", err[PRIVAI_ERR_LEN];
+	char unit[96] = "", err[APP_ERR_LEN];
 
 	if (pid > 0)
 		runner_unit_name(s->runner, id, unit, sizeof(unit));
@@ -105,7 +107,7 @@ set_row(struct supervisor *s, int64_t id, const char *state, const char *reason,
 		else
 			sqlite3_bind_null(st, 7);
 	}
-	if (db_write(a->db, st, err) != PRIVAI_OK)
+	if (db_write(a->db, st, err) != APP_OK)
 		log_warn("deployment %lld: state %s not recorded: %s", (long long)id, state, err);
 	pthread_mutex_unlock(&a->db_mu);
 }
@@ -115,17 +117,17 @@ set_row(struct supervisor *s, int64_t id, const char *state, const char *reason,
 static int
 write_keys(struct admin *a, int64_t id, const char *own_key)
 {
-	char dir[4096], path[4200], tmp[4300];
+	char path[4200], tmp[4300];
 	unsigned char h[crypto_hash_sha256_BYTES];
 	char hex[65];
 	sqlite3_stmt *st;
 
-	deployment_dir(a, id, dir, sizeof(dir));
-	snprintf(path, sizeof(path), "%s/api-keys", dir);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if (deployment_file(a, id, "api-keys", path, sizeof(path)) != APP_OK ||
+	    str_fmt(tmp, sizeof(tmp), "%s.tmp", path) != APP_OK)
+		return APP_ERANGE;
 	FILE *fp = fopen(tmp, "w");
 	if (fp == NULL)
-		return -1;
+		return APP_EIO;
 	crypto_hash_sha256(h, (const unsigned char *)own_key, strlen(own_key));
 	sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
 	fprintf(fp, "# written by privai-admin; edits are lost\nsha256:%s\n", hex);
@@ -152,12 +154,13 @@ write_keys(struct admin *a, int64_t id, const char *own_key)
 	bad |= fclose(fp) != 0;
 	if (bad || rename(tmp, path) != 0) {
 		unlink(tmp);
-		return -1;
+		return APP_EIO;
 	}
 	return 0;
 }
 
-/* argv for `privai-engine serve`; strings live in buf */
+/* argv for `privai-engine serve`, strings in buf: its length, or
+ * APP_ERANGE when an argument does not fit its buffer. */
 static int
 build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **argv, char buf[][4200])
 {
@@ -167,8 +170,9 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	const cJSON *v;
 	char dir[4096];
 
-#define ARG(...) (snprintf(buf[k], sizeof(buf[k]), __VA_ARGS__), argv[n++] = buf[k++])
-	deployment_dir(a, w->id, dir, sizeof(dir));
+	/* an argument cut short would be another path or value: none is */
+	int cut = deployment_file(a, w->id, NULL, dir, sizeof(dir)) != APP_OK;
+#define ARG(...) (cut |= str_fmt(buf[k], sizeof(buf[k]), __VA_ARGS__) != APP_OK, argv[n++] = buf[k++])
 	ARG("%s", a->cfg.engine_bin);
 	ARG("serve");
 	ARG("-m");
@@ -198,6 +202,7 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 			if (cJSON_IsString(g))
 				len += (size_t)snprintf(buf[k] + len, len < sizeof(buf[k]) ? sizeof(buf[k]) - len : 0,
 							"%s%s", len ? "," : "", g->valuestring);
+		cut |= len >= sizeof(buf[k]);
 		argv[n++] = buf[k++];
 		ARG("--tensor-parallel");
 		ARG("%d", cJSON_GetArraySize(v));
@@ -219,21 +224,21 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	argv[n] = NULL;
 	cJSON_Delete(pl);
 	cJSON_Delete(op);
-	return n;
+	return cut ? APP_ERANGE : n;
 }
 
 static int
 open_log(struct admin *a, int64_t id)
 {
-	char dir[4096], path[4200], old[4300];
+	char path[4200], old[4300];
 	struct stat sb;
 
-	deployment_dir(a, id, dir, sizeof(dir));
-	snprintf(path, sizeof(path), "%s/engine.log", dir);
-	if (stat(path, &sb) == 0 && sb.st_size > LOG_ROTATE_BYTES) {
-		snprintf(old, sizeof(old), "%s.1", path);
-		rename(path, old);
+	if (deployment_file(a, id, "engine.log", path, sizeof(path)) != APP_OK) {
+		errno = ENAMETOOLONG;
+		return APP_ERANGE;
 	}
+	if (stat(path, &sb) == 0 && sb.st_size > LOG_ROTATE_BYTES && str_fmt(old, sizeof(old), "%s.1", path) == APP_OK)
+		rename(path, old);
 	return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 }
 
@@ -264,49 +269,57 @@ spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, siz
 {
 	char *argv[40], buf[40][4200], dir[4096], key[sizeof(p->key)];
 
-	deployment_dir(s->a, w->id, dir, sizeof(dir));
+	if (deployment_file(s->a, w->id, NULL, dir, sizeof(dir)) != APP_OK) {
+		msg_fmt(why, why_size, "the deployment directory's path is longer than %zu bytes", sizeof(dir) - 1);
+		return APP_ERANGE;
+	}
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-		snprintf(why, why_size, "cannot create %s: %s", dir, strerror(errno));
-		return -1;
+		msg_fmt(why, why_size, "cannot create %s: %s", dir, strerror(errno));
+		return APP_EIO;
 	}
 	if (access(w->model_path, R_OK) != 0) {
-		snprintf(why, why_size, "the model file %s cannot be read: %s", w->model_path, strerror(errno));
-		return -1;
+		msg_fmt(why, why_size, "the model file %s cannot be read: %s", w->model_path, strerror(errno));
+		return APP_EIO;
 	}
 	new_key(key, sizeof(key));
 	pthread_mutex_lock(&s->a->db_mu);
 	int kerr = write_keys(s->a, w->id, key);
 	pthread_mutex_unlock(&s->a->db_mu);
 	if (kerr != 0) {
-		snprintf(why, why_size, "cannot write %s/api-keys: %s", dir, strerror(errno));
+		msg_fmt(why, why_size, "cannot write %s/api-keys: %s", dir, strerror(errno));
 		sodium_memzero(key, sizeof(key));
-		return -1;
+		return APP_EIO;
 	}
 	int log = open_log(s->a, w->id);
 	if (log < 0) {
-		snprintf(why, why_size, "cannot open %s/engine.log: %s", dir, strerror(errno));
+		msg_fmt(why, why_size, "cannot open %s/engine.log: %s", dir, strerror(errno));
 		sodium_memzero(key, sizeof(key));
-		return -1;
+		return APP_EIO;
 	}
-	build_argv(s, w, p, argv, buf);
-	char path[4200], desc[200], err[PRIVAI_ERR_LEN];
+	char path[4200], desc[200], err[APP_ERR_LEN];
 	pid_t pid;
-	snprintf(path, sizeof(path), "%s/engine.log", dir);
+	if (build_argv(s, w, p, argv, buf) < 0 ||
+	    deployment_file(s->a, w->id, "engine.log", path, sizeof(path)) != APP_OK) {
+		msg_fmt(why, why_size, "an argument or a path of the engine's does not fit its buffer");
+		sodium_memzero(key, sizeof(key));
+		close(log);
+		return APP_ERANGE;
+	}
 	snprintf(desc, sizeof(desc), "privai engine for deployment %s", w->name);
 	struct stat before;
 	if (fstat(log, &before) != 0)
 		before.st_size = 0;
 	int rc = runner_start(s->runner, w->id, desc, argv, path, log, &pid, err);
 	close(log);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		/* an engine that ran and died at once says why in its log */
 		char line[300] = "";
 		struct stat after;
 		if (stat(path, &after) == 0 && after.st_size > before.st_size)
 			last_log_line(s->a, w->id, line, sizeof(line));
-		snprintf(why, why_size, "%s%s%s", err, line[0] ? ": " : "", line);
+		msg_fmt(why, why_size, "%s%s%s", err, line[0] ? ": " : "", line);
 		sodium_memzero(key, sizeof(key));
-		return -1;
+		return APP_EIO;
 	}
 	pthread_mutex_lock(&s->mu);
 	memcpy(p->key, key, sizeof(key));
@@ -322,11 +335,11 @@ spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, siz
 static void
 last_log_line(struct admin *a, int64_t id, char *out, size_t size)
 {
-	char dir[4096], path[4200], buf[2048];
+	char path[4200], buf[2048];
 
 	out[0] = '\0';
-	deployment_dir(a, id, dir, sizeof(dir));
-	snprintf(path, sizeof(path), "%s/engine.log", dir);
+	if (deployment_file(a, id, "engine.log", path, sizeof(path)) != APP_OK)
+		return;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return;
@@ -386,7 +399,7 @@ load_wants(struct admin *a, struct want **ret)
 			       "WHERE d.node_id IS NULL",
 			       -1, &st, NULL) != SQLITE_OK) {
 		pthread_mutex_unlock(&a->db_mu);
-		return -1;
+		return APP_EIO;
 	}
 	while (sqlite3_step(st) == SQLITE_ROW) {
 		if (n == cap) {
@@ -465,7 +478,7 @@ reaped(struct supervisor *s, struct proc *p, int status, const char *how, const 
 	if (delay > BACKOFF_MAX_MS)
 		delay = BACKOFF_MAX_MS;
 	p->backoff_until_ms = now + delay;
-	snprintf(more, sizeof(more), "%s%s%s", how[0] ? " (" : "", how, how[0] ? ")" : "");
+	msg_fmt(more, sizeof(more), "%s%s%s", how[0] ? " (" : "", how, how[0] ? ")" : "");
 	if (WIFEXITED(status))
 		snprintf(reason, sizeof(reason), "the engine exited with status %d%s%s%s; restarting in %lld s",
 			 WEXITSTATUS(status), more, line[0] ? ": " : "", line, (long long)(delay / 1000));
@@ -481,7 +494,7 @@ reconcile(struct supervisor *s)
 	struct want *w;
 	int n = load_wants(s->a, &w), status;
 	int64_t now = admin_mono_ms();
-	char why[600], how[200], err[PRIVAI_ERR_LEN];
+	char why[600], how[200], err[APP_ERR_LEN];
 
 	if (n < 0)
 		return;
@@ -596,7 +609,7 @@ open_runner(struct admin *a, struct supervisor *s, char *err)
 	sodium_bin2hex(tag, sizeof(tag), h, 4);
 	int rc = runner_open((enum runner_mode)a->cfg.engine_runner, tag, &s->runner, a->runner_note,
 			     sizeof(a->runner_note), err);
-	if (rc == PRIVAI_OK)
+	if (rc == APP_OK)
 		snprintf(a->runner_how, sizeof(a->runner_how), "%s", runner_describe(s->runner));
 	return rc;
 }
@@ -606,16 +619,16 @@ static void
 keep_started_at(struct admin *a, int64_t id, int64_t at)
 {
 	sqlite3_stmt *st;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 
 	if (at <= 0)
 		return;
 	pthread_mutex_lock(&a->db_mu);
-	if (db_prepare(a->db, "UPDATE deployments SET started_at = ?1 WHERE id = ?2", &st, NULL) == PRIVAI_OK) {
+	if (db_prepare(a->db, "UPDATE deployments SET started_at = ?1 WHERE id = ?2", &st, NULL) == APP_OK) {
 		sqlite3_bind_int64(st, 1, at);
 		sqlite3_bind_int64(st, 2, id);
 	}
-	if (db_write(a->db, st, err) != PRIVAI_OK)
+	if (db_write(a->db, st, err) != APP_OK)
 		log_warn("deployment %lld: start time not kept: %s", (long long)id, err);
 	pthread_mutex_unlock(&a->db_mu);
 }
@@ -676,13 +689,16 @@ supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 	int rc;
 
 	if (s == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
-	snprintf(dir, sizeof(dir), "%s/deployments", a->cfg.state_dir);
+		return app_fail(err, APP_ENOMEM, "out of memory");
+	if (str_fmt(dir, sizeof(dir), "%s/deployments", a->cfg.state_dir) != APP_OK) {
+		free(s);
+		return app_fail(err, APP_ERANGE, "the state directory's path is too long: %s", a->cfg.state_dir);
+	}
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 		free(s);
-		return privai_fail(err, PRIVAI_EIO, "cannot create %s: %s", dir, strerror(errno));
+		return app_fail(err, APP_EIO, "cannot create %s: %s", dir, strerror(errno));
 	}
-	if ((rc = open_runner(a, s, err)) != PRIVAI_OK) {
+	if ((rc = open_runner(a, s, err)) != APP_OK) {
 		free(s);
 		return rc;
 	}
@@ -696,7 +712,7 @@ supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 		     "END, pid = NULL, unit = NULL, reason = NULL WHERE node_id IS NULL",
 		     err);
 	pthread_mutex_unlock(&a->db_mu);
-	if (rc != PRIVAI_OK) {
+	if (rc != APP_OK) {
 		runner_close(s->runner);
 		free(s);
 		return rc;
@@ -711,16 +727,16 @@ supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 			s->procs = next;
 		}
 		free(s);
-		return privai_fail(err, PRIVAI_EIO, "cannot start the supervisor thread");
+		return app_fail(err, APP_EIO, "cannot start the supervisor thread");
 	}
 	*ret = s;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 void
 supervisor_stop(struct supervisor *s)
 {
-	char how[200], err[PRIVAI_ERR_LEN];
+	char how[200], err[APP_ERR_LEN];
 	int status;
 
 	if (s == NULL)
@@ -772,7 +788,7 @@ supervisor_kick(struct supervisor *s)
 int
 supervisor_endpoint(struct supervisor *s, int64_t id, int *port, char *key, size_t key_size)
 {
-	int rc = -1;
+	int rc = APP_EUNAVAIL;
 
 	pthread_mutex_lock(&s->mu);
 	struct proc *p = proc_of(s, id);
@@ -815,7 +831,7 @@ supervisor_keys_changed(struct supervisor *s, int64_t id)
 	int rc = write_keys(s->a, id, key);
 	sodium_memzero(key, sizeof(key));
 	if (rc != 0)
-		return -1;
+		return APP_EIO;
 	kill(pid, SIGHUP);
 	return 0;
 }

@@ -29,13 +29,14 @@ void supervisor_kick(struct supervisor *s);
 /* Restart deployment id's engine (new placement or options). */
 void supervisor_restart(struct supervisor *s, int64_t id);
 /* For the proxy: the port of deployment id's engine when it is ready,
- * and the key the admin itself uses on it.  0, or -1 when not ready. */
+ * and the key the admin itself uses on it.  0, or an APP_E* code when not ready. */
 int supervisor_endpoint(struct supervisor *s, int64_t id, int *port, char *key, size_t key_size);
 /* Rewrite deployment id's key file and tell its engine to reread it.
  * The caller holds the store's mutex. */
 int supervisor_keys_changed(struct supervisor *s, int64_t id);
 
-/* STATE/deployments/ID, where a deployment's key file and log live. */
-void deployment_dir(struct admin *a, int64_t id, char *out, size_t size);
+/* STATE/deployments/ID (name NULL), where a deployment's key file and
+ * log live, or the file name in it; APP_ERANGE when it does not fit. */
+int deployment_file(struct admin *a, int64_t id, const char *name, char *out, size_t size);
 
 #endif

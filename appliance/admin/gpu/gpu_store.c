@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "gpu/gpu_store.h"
 #include "gpu/mig.h"
 
@@ -42,7 +42,7 @@ gpu_inventory_json(char *note)
 	if (a == NULL)
 		return NULL;
 	pthread_mutex_lock(&mu);
-	if (nvml_inventory(g, NVML_MAX_GPUS, &n, note) != PRIVAI_OK)
+	if (nvml_inventory(g, NVML_MAX_GPUS, &n, note) != APP_OK)
 		n = 0;
 	else
 		note[0] = '\0';
@@ -86,7 +86,7 @@ num_member(const cJSON *o, const char *name, double lo, double hi, double *out)
 
 	if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi ||
 	    v->valuedouble != (double)(int64_t)v->valuedouble)
-		return -1;
+		return APP_EINVAL;
 	*out = v->valuedouble;
 	return 0;
 }
@@ -102,23 +102,23 @@ instances_ok(const cJSON *inst, const char *table, int gi, char *err)
 	if (inst == NULL)
 		return 0;
 	if (!cJSON_IsArray(inst) || cJSON_GetArraySize(inst) > NVML_MAX_INSTANCES)
-		return privai_fail(err, PRIVAI_EINVAL, "gpus[%d].instances must be an array of at most %d", gi,
-				   NVML_MAX_INSTANCES);
+		return app_fail(err, APP_EINVAL, "gpus[%d].instances must be an array of at most %d", gi,
+				NVML_MAX_INSTANCES);
 	cJSON_ArrayForEach (e, inst) {
 		double id, start, size;
 		const cJSON *uuid = cJSON_GetObjectItemCaseSensitive(e, "uuid");
 		if (num_member(e, "profile_id", 0, 64, &id) < 0 || num_member(e, "start", 0, 7, &start) < 0 ||
 		    num_member(e, "size", 1, 8, &size) < 0 || (t != NULL && mig_profile_by_id(t, (int)id) == NULL))
-			return privai_fail(err, PRIVAI_EINVAL,
-					   "gpus[%d].instances[%d] needs a known profile_id, start "
-					   "0..7 and size 1..8",
-					   gi, i);
+			return app_fail(err, APP_EINVAL,
+					"gpus[%d].instances[%d] needs a known profile_id, start "
+					"0..7 and size 1..8",
+					gi, i);
 		/* what a placement names and CUDA_VISIBLE_DEVICES takes */
 		if (uuid != NULL && (str_member(e, "uuid", 96) == NULL || strncmp(uuid->valuestring, "MIG-", 4) != 0))
-			return privai_fail(err, PRIVAI_EINVAL,
-					   "gpus[%d].instances[%d].uuid must be a MIG-... UUID under "
-					   "96 characters",
-					   gi, i);
+			return app_fail(err, APP_EINVAL,
+					"gpus[%d].instances[%d].uuid must be a MIG-... UUID under "
+					"96 characters",
+					gi, i);
 		i++;
 	}
 	return 0;
@@ -129,10 +129,10 @@ gpu_store_sync(sqlite3 *db, int64_t node_id, const cJSON *gpus, int64_t now, cha
 {
 	const cJSON *g;
 	sqlite3_stmt *up = NULL, *del = NULL;
-	int i = 0, rc = PRIVAI_OK;
+	int i = 0, rc = APP_OK;
 
 	if (!cJSON_IsArray(gpus) || cJSON_GetArraySize(gpus) > MAX_GPUS_PER_NODE)
-		return privai_fail(err, PRIVAI_EINVAL, "gpus must be an array of at most %d GPUs", MAX_GPUS_PER_NODE);
+		return app_fail(err, APP_EINVAL, "gpus must be an array of at most %d GPUs", MAX_GPUS_PER_NODE);
 	if (sqlite3_prepare_v2(
 		    db,
 		    "INSERT INTO gpus (node_id, idx, uuid, name, memory_bytes, pci_bus_id, mig_supported, "
@@ -143,7 +143,7 @@ gpu_store_sync(sqlite3 *db, int64_t node_id, const cJSON *gpus, int64_t now, cha
 		    -1, &up, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(db, "DELETE FROM gpus WHERE node_id = ?1 AND seen_at IS NULL", -1, &del, NULL) !=
 		    SQLITE_OK) {
-		rc = privai_fail(err, PRIVAI_EIO, "store: %s", sqlite3_errmsg(db));
+		rc = app_fail(err, APP_EIO, "store: %s", sqlite3_errmsg(db));
 		goto out;
 	}
 	/* the GPU at an index may have changed: free the indexes first; a GPU
@@ -153,7 +153,7 @@ gpu_store_sync(sqlite3 *db, int64_t node_id, const cJSON *gpus, int64_t now, cha
 			       NULL) != SQLITE_OK ||
 	    sqlite3_bind_int64(clear, 1, node_id) != SQLITE_OK || sqlite3_step(clear) != SQLITE_DONE) {
 		sqlite3_finalize(clear);
-		rc = privai_fail(err, PRIVAI_EIO, "store: %s", sqlite3_errmsg(db));
+		rc = app_fail(err, APP_EIO, "store: %s", sqlite3_errmsg(db));
 		goto out;
 	}
 	sqlite3_finalize(clear);
@@ -164,20 +164,20 @@ gpu_store_sync(sqlite3 *db, int64_t node_id, const cJSON *gpus, int64_t now, cha
 		double idx, mem;
 		if (!cJSON_IsObject(g) || uuid == NULL || name == NULL || num_member(g, "index", 0, 63, &idx) < 0 ||
 		    num_member(g, "memory_bytes", 0, 1e15, &mem) < 0) {
-			rc = privai_fail(err, PRIVAI_EINVAL,
-					 "gpus[%d] needs uuid and name (strings under 96 characters), "
-					 "index 0..63 and memory_bytes",
-					 i);
+			rc = app_fail(err, APP_EINVAL,
+				      "gpus[%d] needs uuid and name (strings under 96 characters), "
+				      "index 0..63 and memory_bytes",
+				      i);
 			goto out;
 		}
 		int mig_sup = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "mig_supported"));
 		int mig_on = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "mig_enabled"));
 		const struct mig_gpu *t = mig_sup ? mig_gpu_for_device(name, (uint64_t)mem) : NULL;
-		if ((rc = instances_ok(inst, t ? t->name : NULL, i, err)) != PRIVAI_OK)
+		if ((rc = instances_ok(inst, t ? t->name : NULL, i, err)) != APP_OK)
 			goto out;
 		char *inst_text = inst != NULL ? cJSON_PrintUnformatted(inst) : strdup("[]");
 		if (inst_text == NULL) {
-			rc = privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+			rc = app_fail(err, APP_ENOMEM, "out of memory");
 			goto out;
 		}
 		sqlite3_reset(up);
@@ -199,19 +199,19 @@ gpu_store_sync(sqlite3 *db, int64_t node_id, const cJSON *gpus, int64_t now, cha
 		sqlite3_bind_text(up, 10, inst_text, -1, free);
 		sqlite3_bind_int64(up, 11, now);
 		if (sqlite3_step(up) != SQLITE_DONE) {
-			rc = privai_fail(err, sqlite3_errcode(db) == SQLITE_CONSTRAINT ? PRIVAI_EINVAL : PRIVAI_EIO,
-					 "gpus[%d]: %s", i, sqlite3_errmsg(db));
+			rc = app_fail(err, sqlite3_errcode(db) == SQLITE_CONSTRAINT ? APP_EINVAL : APP_EIO,
+				      "gpus[%d]: %s", i, sqlite3_errmsg(db));
 			goto out;
 		}
 		if (sqlite3_changes(db) == 0) {
-			rc = privai_fail(err, PRIVAI_EINVAL, "gpus[%d]: GPU %s belongs to another node", i, uuid);
+			rc = app_fail(err, APP_EINVAL, "gpus[%d]: GPU %s belongs to another node", i, uuid);
 			goto out;
 		}
 		i++;
 	}
 	sqlite3_bind_int64(del, 1, node_id);
 	if (sqlite3_step(del) != SQLITE_DONE)
-		rc = privai_fail(err, PRIVAI_EIO, "store: %s", sqlite3_errmsg(db));
+		rc = app_fail(err, APP_EIO, "store: %s", sqlite3_errmsg(db));
 out:
 	sqlite3_finalize(up);
 	sqlite3_finalize(del);

@@ -25,7 +25,7 @@ cJSON *gpu_inventory_json(char *note);
  * delete the GPUs no longer reported (with their stored MIG layouts, so
  * pass an array only when NVML answered).  A UUID another node holds is
  * refused.  The caller holds the store's mutex inside a transaction.
- * PRIVAI_EINVAL names the bad element in err. */
+ * APP_EINVAL names the bad element in err. */
 int gpu_store_sync(sqlite3 *db, int64_t node_id, const cJSON *gpus, int64_t now, char *err);
 
 /* A layout of instances as JSON (profile names from the GPU's MIG table). */

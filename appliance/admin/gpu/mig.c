@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "status.h"
 #include "gpu/mig.h"
 
 /* The seven GPU instance profiles every table has, by NVML id, with the
@@ -94,7 +95,7 @@ mig_layout_check(const struct mig_gpu *g, const struct mig_instance *in, int n, 
 
 	if (n > MIG_MAX_INSTANCES) {
 		snprintf(why, why_size, "%d instances; a %s holds at most %d", n, g->name, MIG_MAX_INSTANCES);
-		return -1;
+		return APP_EINVAL;
 	}
 	for (int s = 0; s < MIG_SLOTS; s++)
 		owner[s] = -1;
@@ -103,17 +104,17 @@ mig_layout_check(const struct mig_gpu *g, const struct mig_instance *in, int n, 
 		int k = (int)(p - g->profiles);
 		if (k < 0 || k >= g->n_profiles) {
 			snprintf(why, why_size, "instance %d: a profile of another GPU type", i);
-			return -1;
+			return APP_EINVAL;
 		}
 		if (!start_allowed(p, in[i].start)) {
 			starts_text(p, starts, sizeof(starts));
 			snprintf(why, why_size, "instance %d: %s cannot start at slot %d (it starts at %s)", i, p->name,
 				 in[i].start, starts);
-			return -1;
+			return APP_EINVAL;
 		}
 		if (++count[k] > p->max) {
 			snprintf(why, why_size, "%s: at most %d per GPU", p->name, p->max);
-			return -1;
+			return APP_EINVAL;
 		}
 		for (int s = in[i].start; s < in[i].start + p->size; s++) {
 			if (owner[s] >= 0) {
@@ -121,7 +122,7 @@ mig_layout_check(const struct mig_gpu *g, const struct mig_instance *in, int n, 
 					 "instance %d (%s at %d) overlaps instance %d (%s at %d) at slot %d", i,
 					 p->name, in[i].start, owner[s], in[owner[s]].profile->name, in[owner[s]].start,
 					 s);
-				return -1;
+				return APP_EINVAL;
 			}
 			owner[s] = i;
 		}
@@ -130,7 +131,7 @@ mig_layout_check(const struct mig_gpu *g, const struct mig_instance *in, int n, 
 	/* the slots already keep compute within 7; say so if they ever do not */
 	if (compute > MIG_COMPUTE) {
 		snprintf(why, why_size, "%d compute slices; a %s has %d", compute, g->name, MIG_COMPUTE);
-		return -1;
+		return APP_EINVAL;
 	}
 	return 0;
 }
@@ -158,7 +159,7 @@ place(const struct mig_gpu *g, struct mig_instance *in, int n, const int *order,
 			return 0;
 	}
 	x->start = -1;
-	return -1;
+	return APP_EBUSY;
 }
 
 int
@@ -170,13 +171,13 @@ mig_layout_place(const struct mig_gpu *g, struct mig_instance *in, int n, char *
 
 	if (n > MIG_MAX_INSTANCES) {
 		snprintf(why, why_size, "%d instances; a %s holds at most %d", n, g->name, MIG_MAX_INSTANCES);
-		return -1;
+		return APP_EINVAL;
 	}
 	for (int i = 0; i < n; i++)
 		if (in[i].start >= 0)
 			fixed[m++] = in[i];
 	if (mig_layout_check(g, fixed, m, why, why_size) < 0)
-		return -1;
+		return APP_EINVAL;
 	/* fixed ones first, then the largest, which have the fewest starts */
 	for (int i = 0; i < n; i++)
 		order[i] = i;
@@ -192,7 +193,7 @@ mig_layout_place(const struct mig_gpu *g, struct mig_instance *in, int n, char *
 		}
 	if (place(g, in, n, order, 0) < 0) {
 		snprintf(why, why_size, "these profiles do not fit on one %s together", g->name);
-		return -1;
+		return APP_EINVAL;
 	}
 	return mig_layout_check(g, in, n, why, why_size);
 }

@@ -47,11 +47,11 @@ const struct mig_gpu *mig_gpu_for_device(const char *nvml_name, uint64_t memory_
 const struct mig_profile *mig_profile_find(const struct mig_gpu *g, const char *name);
 const struct mig_profile *mig_profile_by_id(const struct mig_gpu *g, int nvml_id);
 
-/* 0 when every instance has a start and the layout is valid; otherwise -1
+/* 0 when every instance has a start and the layout is valid; otherwise APP_EINVAL
  * with the first rule broken in why. */
 int mig_layout_check(const struct mig_gpu *g, const struct mig_instance *in, int n, char *why, size_t why_size);
 /* Choose starts for the instances whose start is -1 (keeping the others),
- * largest first; 0, or -1 with why when no placement exists. */
+ * largest first; 0, or an APP_E* code with why when no placement exists. */
 int mig_layout_place(const struct mig_gpu *g, struct mig_instance *in, int n, char *why, size_t why_size);
 /* The starts at which one more instance of p fits beside the layout;
  * returns how many were written to starts (at most MIG_SLOTS). */

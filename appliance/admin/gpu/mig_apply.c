@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "log.h"
 #include "store/db.h"
@@ -28,7 +28,7 @@ load_gpu(sqlite3 *db, int64_t gpu_id, struct gpu_row *g)
 	memset(g, 0, sizeof(*g));
 	if (sqlite3_prepare_v2(db, "SELECT uuid, mig_table, mig_enabled, instances FROM gpus WHERE id = ?1", -1, &st,
 			       NULL) != SQLITE_OK)
-		return -1;
+		return APP_ENOTFOUND;
 	sqlite3_bind_int64(st, 1, gpu_id);
 	if (sqlite3_step(st) == SQLITE_ROW) {
 		found = 1;
@@ -39,7 +39,7 @@ load_gpu(sqlite3 *db, int64_t gpu_id, struct gpu_row *g)
 		g->instances = strdup((const char *)sqlite3_column_text(st, 3));
 	}
 	sqlite3_finalize(st);
-	return found && g->instances != NULL ? 0 : -1;
+	return found && g->instances != NULL ? APP_OK : APP_ENOTFOUND;
 }
 
 int
@@ -69,7 +69,7 @@ mig_layout_store(sqlite3 *db, int64_t gpu_id, const struct mig_instance *in, int
 	sqlite3_stmt *st = NULL;
 
 	if (db_begin(db) < 0)
-		return -1;
+		return APP_EIO;
 	if (sqlite3_prepare_v2(db, "DELETE FROM gpu_partitions WHERE gpu_id = ?1", -1, &st, NULL) != SQLITE_OK)
 		goto fail;
 	sqlite3_bind_int64(st, 1, gpu_id);
@@ -94,7 +94,7 @@ mig_layout_store(sqlite3 *db, int64_t gpu_id, const struct mig_instance *in, int
 fail:
 	sqlite3_finalize(st);
 	db_rollback(db);
-	return -1;
+	return APP_EIO;
 }
 
 /* Does NVML's reported list (JSON) hold exactly these instances? */
@@ -121,17 +121,16 @@ static void
 record(sqlite3 *db, int64_t gpu_id, const char *state, const char *error)
 {
 	sqlite3_stmt *st;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 
-	if (db_prepare(db, "UPDATE gpu_partitions SET state = ?2, error = ?3 WHERE gpu_id = ?1", &st, NULL) ==
-	    PRIVAI_OK) {
+	if (db_prepare(db, "UPDATE gpu_partitions SET state = ?2, error = ?3 WHERE gpu_id = ?1", &st, NULL) == APP_OK) {
 		sqlite3_bind_int64(st, 1, gpu_id);
 		sqlite3_bind_text(st, 2, state, -1, SQLITE_STATIC);
 		if (error != NULL)
 			sqlite3_bind_text(st, 3, error, -1, SQLITE_TRANSIENT);
 	}
 	/* the layout stays as NVML left it; only its report is lost */
-	if (db_write(db, st, err) != PRIVAI_OK)
+	if (db_write(db, st, err) != APP_OK)
 		log_warn("GPU %lld: MIG state %s not recorded: %s", (long long)gpu_id, state, err);
 }
 
@@ -152,12 +151,12 @@ store_inventory(sqlite3 *db, void *arg, char *err)
 static void
 refresh_inventory(struct admin *a)
 {
-	char note[PRIVAI_ERR_LEN], err[PRIVAI_ERR_LEN];
+	char note[APP_ERR_LEN], err[APP_ERR_LEN];
 	cJSON *gpus = gpu_inventory_json(note);
 
 	struct inventory inv = { a->self_node_id, gpus };
 
-	if (gpus != NULL && note[0] == '\0' && db_transaction(a->db, store_inventory, &inv, err) != PRIVAI_OK)
+	if (gpus != NULL && note[0] == '\0' && db_transaction(a->db, store_inventory, &inv, err) != APP_OK)
 		log_warn("the GPUs read again after a MIG change were not stored: %s", err);
 	cJSON_Delete(gpus);
 }
@@ -173,11 +172,11 @@ apply(struct admin *a, int64_t gpu_id, int only_if_different, char *err)
 
 	if (load_gpu(a->db, gpu_id, &g) < 0) {
 		free(g.instances);
-		return privai_fail(err, PRIVAI_ENOTFOUND, "GPU %lld not found", (long long)gpu_id);
+		return app_fail(err, APP_ENOTFOUND, "GPU %lld not found", (long long)gpu_id);
 	}
 	if ((t = mig_gpu_find(g.table)) == NULL) {
 		free(g.instances);
-		return privai_fail(err, PRIVAI_EUNSUPPORTED, "GPU %s has no MIG table", g.uuid);
+		return app_fail(err, APP_EUNSUPPORTED, "GPU %s has no MIG table", g.uuid);
 	}
 	n = mig_layout_load(a->db, gpu_id, t, in);
 	for (int i = 0; i < n; i++)
@@ -191,7 +190,7 @@ apply(struct admin *a, int64_t gpu_id, int only_if_different, char *err)
 	}
 	free(g.instances);
 	rc = nvml_apply_layout(g.uuid, want, n, err);
-	record(a->db, gpu_id, rc == PRIVAI_OK ? "applied" : "failed", rc == PRIVAI_OK ? NULL : err);
+	record(a->db, gpu_id, rc == APP_OK ? "applied" : "failed", rc == APP_OK ? NULL : err);
 	refresh_inventory(a);
 	return rc;
 }
@@ -206,7 +205,7 @@ void
 mig_reapply(struct admin *a, int *applied, int *failed)
 {
 	int64_t ids[NVML_MAX_GPUS];
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	sqlite3_stmt *st;
 	int n = 0;
 
@@ -223,7 +222,7 @@ mig_reapply(struct admin *a, int *applied, int *failed)
 	}
 	for (int i = 0; i < n; i++) {
 		int rc = apply(a, ids[i], 1, err);
-		if (rc == PRIVAI_OK)
+		if (rc == APP_OK)
 			(*applied)++;
 		else if (rc < 0)
 			(*failed)++;

@@ -19,13 +19,13 @@ struct admin;
 int mig_layout_load(sqlite3 *db, int64_t gpu_id, const struct mig_gpu *t, struct mig_instance *in);
 
 /* Replace gpu_id's stored layout by in (checked already), as planned, in
- * one transaction; 0, or -1 (sqlite3_errmsg says why). */
+ * one transaction; 0, or APP_EIO (sqlite3_errmsg says why). */
 int mig_layout_store(sqlite3 *db, int64_t gpu_id, const struct mig_instance *in, int n);
 
 /* Apply gpu_id's stored layout on this node and record the result on its
  * partitions (applied, or failed with the reason) and the GPU's
  * instances as NVML then reports them.  The caller holds the store's
- * mutex.  PRIVAI_OK or the NVML error in err. */
+ * mutex.  APP_OK or the NVML error in err. */
 int mig_apply_gpu(struct admin *a, int64_t gpu_id, char *err);
 
 /* At start: re-apply where NVML's instances differ from the store.

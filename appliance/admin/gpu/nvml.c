@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "gpu/nvml.h"
 #include "gpu/nvml_abi.h"
 
@@ -44,7 +44,7 @@ load(struct nvml_api *api, char *err)
 	memset(api, 0, sizeof(*api));
 	api->lib = dlopen(path != NULL ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (api->lib == NULL)
-		return privai_fail(err, PRIVAI_ENOTFOUND, "no NVML (%s): a CPU-only node", dlerror());
+		return app_fail(err, APP_ENOTFOUND, "no NVML (%s): a CPU-only node", dlerror());
 	struct {
 		void **slot;
 		const char *sym;
@@ -74,15 +74,15 @@ load(struct nvml_api *api, char *err)
 	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
 		if ((*syms[i].slot = dlsym(api->lib, syms[i].sym)) == NULL) {
 			dlclose(api->lib);
-			return privai_fail(err, PRIVAI_EUNSUPPORTED, "NVML lacks %s (driver too old?)", syms[i].sym);
+			return app_fail(err, APP_EUNSUPPORTED, "NVML lacks %s (driver too old?)", syms[i].sym);
 		}
 	nvmlReturn_t rc = api->init();
 	if (rc != NVML_SUCCESS) {
-		int r = privai_fail(err, PRIVAI_EIO, "nvmlInit: %s", api->error_string(rc));
+		int r = app_fail(err, APP_EIO, "nvmlInit: %s", api->error_string(rc));
 		dlclose(api->lib);
 		return r;
 	}
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 static void
@@ -151,11 +151,11 @@ nvml_inventory(struct nvml_gpu *gpus, int max, int *n, char *err)
 	int rc;
 
 	*n = 0;
-	if ((rc = load(&api, err)) != PRIVAI_OK)
+	if ((rc = load(&api, err)) != APP_OK)
 		return rc;
 	nvmlReturn_t r = api.count(&count);
 	if (r != NVML_SUCCESS) {
-		rc = privai_fail(err, PRIVAI_EIO, "nvmlDeviceGetCount: %s", api.error_string(r));
+		rc = app_fail(err, APP_EIO, "nvmlDeviceGetCount: %s", api.error_string(r));
 		unload(&api);
 		return rc;
 	}
@@ -187,7 +187,7 @@ nvml_inventory(struct nvml_gpu *gpus, int max, int *n, char *err)
 		(*n)++;
 	}
 	unload(&api);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
@@ -201,25 +201,24 @@ nvml_apply_layout(const char *uuid, const struct nvml_instance *want, int n, cha
 	nvmlReturn_t r;
 	int rc;
 
-	if ((rc = load(&api, err)) != PRIVAI_OK)
+	if ((rc = load(&api, err)) != APP_OK)
 		return rc;
 	if ((r = api.by_uuid(uuid, &dev)) != NVML_SUCCESS) {
-		rc = privai_fail(err, PRIVAI_ENOTFOUND, "GPU %s: %s", uuid, api.error_string(r));
+		rc = app_fail(err, APP_ENOTFOUND, "GPU %s: %s", uuid, api.error_string(r));
 		goto out;
 	}
 	if (api.mig_mode(dev, &cur, &pend) != NVML_SUCCESS || cur != 1) {
-		rc = privai_fail(err, PRIVAI_EUNSUPPORTED,
-				 "GPU %s is not in MIG mode; enabling it needs a GPU reset, "
-				 "which privai-tune does at boot (nvidia-smi -mig 1)",
-				 uuid);
+		rc = app_fail(err, APP_EUNSUPPORTED,
+			      "GPU %s is not in MIG mode; enabling it needs a GPU reset, "
+			      "which privai-tune does at boot (nvidia-smi -mig 1)",
+			      uuid);
 		goto out;
 	}
 	int nh = instances(&api, dev, have, gis);
 	for (int i = 0; i < nh; i++)
 		if ((r = api.gi_destroy(gis[i])) != NVML_SUCCESS) {
-			rc = privai_fail(err, PRIVAI_EBUSY,
-					 "GPU %s: cannot destroy the instance at slot %d (in use?): %s", uuid,
-					 have[i].start, api.error_string(r));
+			rc = app_fail(err, APP_EBUSY, "GPU %s: cannot destroy the instance at slot %d (in use?): %s",
+				      uuid, have[i].start, api.error_string(r));
 			goto out;
 		}
 	for (int i = 0; i < n; i++) {
@@ -229,8 +228,8 @@ nvml_apply_layout(const char *uuid, const struct nvml_instance *want, int n, cha
 		nvmlComputeInstanceProfileInfo_t ci;
 		nvmlComputeInstance_t cih;
 		if ((r = api.gi_create(dev, (unsigned)want[i].profile_id, &pl, &gi)) != NVML_SUCCESS) {
-			rc = privai_fail(err, PRIVAI_EIO, "GPU %s: creating profile %d at slot %d: %s", uuid,
-					 want[i].profile_id, want[i].start, api.error_string(r));
+			rc = app_fail(err, APP_EIO, "GPU %s: creating profile %d at slot %d: %s", uuid,
+				      want[i].profile_id, want[i].start, api.error_string(r));
 			goto out;
 		}
 		/* one compute instance over the whole GPU instance, so it is usable */
@@ -244,12 +243,12 @@ nvml_apply_layout(const char *uuid, const struct nvml_instance *want, int n, cha
 		if (api.gi_info(gi, &info) != NVML_SUCCESS || slices == 0 || slices > 7 ||
 		    (r = api.ci_profile(gi, ci_index[slices], 0, &ci)) != NVML_SUCCESS ||
 		    (r = api.ci_create(gi, ci.id, &cih)) != NVML_SUCCESS) {
-			rc = privai_fail(err, PRIVAI_EIO, "GPU %s: creating the compute instance at slot %d: %s", uuid,
-					 want[i].start, api.error_string(r));
+			rc = app_fail(err, APP_EIO, "GPU %s: creating the compute instance at slot %d: %s", uuid,
+				      want[i].start, api.error_string(r));
 			goto out;
 		}
 	}
-	rc = PRIVAI_OK;
+	rc = APP_OK;
 out:
 	unload(&api);
 	return rc;

@@ -31,7 +31,7 @@ struct nvml_gpu {
 	struct nvml_instance inst[NVML_MAX_INSTANCES];
 };
 
-/* Every GPU NVML sees.  PRIVAI_ENOTFOUND (with err saying so) when there
+/* Every GPU NVML sees.  APP_ENOTFOUND (with err saying so) when there
  * is no NVML library: a CPU-only node. */
 int nvml_inventory(struct nvml_gpu *gpus, int max, int *n, char *err);
 

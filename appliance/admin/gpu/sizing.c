@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "status.h"
 #include "gpu/sizing.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -46,7 +47,7 @@ static int
 bad(struct sizing_result *res, const char *why)
 {
 	snprintf(res->why, sizeof(res->why), "%s", why);
-	return -1;
+	return APP_EINVAL;
 }
 
 /* A tensor-parallel size: divides the heads; within a node any such

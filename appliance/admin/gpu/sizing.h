@@ -50,7 +50,7 @@ struct sizing_result {
  * node, up to 1024 GPUs) into the fields left zero. */
 void sizing_defaults(struct sizing_request *r);
 
-/* 0, or -1 with res->why naming a bad input. */
+/* 0, or APP_EINVAL with res->why naming a bad input. */
 int sizing_compute(const struct sizing_request *r, struct sizing_result *res);
 
 /* A GPU type by name ("H100-80GB", "H200-141GB", "A100-80GB", "A100-40GB"). */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status.h"
 #include "admin.h"
 #include "http/httpd.h"
 #include "store/rows.h"
@@ -139,7 +140,7 @@ fields_known(struct req *r, const cJSON *o, const char *const *names)
 		if (!ok) {
 			reply_error(r, 422, "unknown_field", it->string, "unknown field '%.64s'",
 				    it->string ? it->string : "");
-			return -1;
+			return APP_EINVAL;
 		}
 	}
 	return 0;
@@ -204,20 +205,20 @@ field_int(struct req *r, const cJSON *o, const char *name, int required, int64_t
 	if (v == NULL || cJSON_IsNull(v)) {
 		if (required) {
 			reply_error(r, 422, "missing_field", name, "%s is required", name);
-			return -1;
+			return APP_EINVAL;
 		}
 		*out = def;
 		return 0;
 	}
 	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble) {
 		reply_error(r, 422, "invalid_field", name, "%s must be an integer", name);
-		return -1;
+		return APP_EINVAL;
 	}
 	int64_t x = (int64_t)v->valuedouble;
 	if (x < lo || x > hi) {
 		reply_error(r, 422, "invalid_field", name, "%s must be in %lld..%lld (got %lld)", name, (long long)lo,
 			    (long long)hi, (long long)x);
-		return -1;
+		return APP_EINVAL;
 	}
 	*out = x;
 	return 0;
@@ -234,7 +235,7 @@ field_bool(struct req *r, const cJSON *o, const char *name, int def, int *out)
 	}
 	if (!cJSON_IsBool(v)) {
 		reply_error(r, 422, "invalid_field", name, "%s must be true or false", name);
-		return -1;
+		return APP_EINVAL;
 	}
 	*out = cJSON_IsTrue(v);
 	return 0;
@@ -249,7 +250,7 @@ arg_id(struct req *r, int i, const char *what)
 	long long v = strtoll(r->arg[i], &end, 10);
 	if (errno != 0 || *end != '\0' || v <= 0 || r->arg[i][0] == '+' || r->arg[i][0] == '0') {
 		reply_error(r, 404, "not_found", NULL, "no %s '%.64s' (ids are positive integers)", what, r->arg[i]);
-		return -1;
+		return APP_EINVAL;
 	}
 	return v;
 }

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "log.h"
 #include "http/httpd.h"
@@ -227,25 +227,25 @@ void
 reply_status(struct req *r, int rc, const char *field, const char *msg)
 {
 	switch (rc) {
-	case PRIVAI_EINVAL:
+	case APP_EINVAL:
 		reply_error(r, 422, "invalid_field", field, "%s", msg);
 		break;
-	case PRIVAI_ENOTFOUND:
+	case APP_ENOTFOUND:
 		reply_error(r, 404, "not_found", field, "%s", msg);
 		break;
-	case PRIVAI_EBUSY:
+	case APP_EBUSY:
 		reply_error(r, 409, "conflict", field, "%s", msg);
 		break;
-	case PRIVAI_EFORMAT:
+	case APP_EFORMAT:
 		reply_error(r, 422, "bad_file", field, "%s", msg);
 		break;
-	case PRIVAI_EUNSUPPORTED:
+	case APP_EUNSUPPORTED:
 		reply_error(r, 422, "unsupported", field, "%s", msg);
 		break;
-	case PRIVAI_ERANGE:
+	case APP_ERANGE:
 		reply_error(r, 422, "out_of_range", field, "%s", msg);
 		break;
-	case PRIVAI_EUNAVAIL:
+	case APP_EUNAVAIL:
 		reply_error(r, 503, "unavailable", field, "%s", msg);
 		break;
 	default:
@@ -290,16 +290,16 @@ check_access(struct req *r, const struct route *rt)
 {
 	const char *h = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Authorization");
 	const char *cookie = session_cookie(r);
-	char err[PRIVAI_ERR_LEN] = "no credentials";
+	char err[APP_ERR_LEN] = "no credentials";
 
 	if (rt->flags & ROUTE_PUBLIC)
 		return 0;
 	pthread_mutex_lock(&r->a->db_mu);
 	if (h != NULL && strncmp(h, "Bearer ", 7) == 0) {
-		if (auth_token(r->a->db, h + 7, r->now, &r->who, err) == PRIVAI_OK)
+		if (auth_token(r->a->db, h + 7, r->now, &r->who, err) == APP_OK)
 			r->authed = 2;
 	} else if (cookie != NULL) {
-		if (auth_session(r->a->db, cookie, r->now, &r->who) == PRIVAI_OK)
+		if (auth_session(r->a->db, cookie, r->now, &r->who) == APP_OK)
 			r->authed = 1;
 		else
 			snprintf(err, sizeof(err), "the session expired or was ended");
@@ -308,31 +308,31 @@ check_access(struct req *r, const struct route *rt)
 	if (!r->authed) {
 		reply_error(r, 401, "unauthenticated", NULL,
 			    "log in or send a valid API token (Authorization: Bearer pat_...): %s", err);
-		return -1;
+		return APP_EDENIED;
 	}
 	if (r->who.must_change && !(rt->flags & ROUTE_ONE_TIME_OK)) {
 		reply_error(r, 403, "password_change_required", NULL,
 			    "%s has a one-time password: change it "
 			    "(POST /api/v1/auth/password) before anything else",
 			    r->who.name);
-		return -1;
+		return APP_EDENIED;
 	}
 	if (r->who.role < rt->min_role) {
 		reply_error(r, 403, "forbidden", NULL, "%s needs the %s role; %s has %s", rt->pattern,
 			    role_name(rt->min_role), r->who.name, role_name(r->who.role));
-		return -1;
+		return APP_EDENIED;
 	}
 	if (r->authed == 2 && r->who.role < ROLE_OPERATOR && changes_state(r, rt)) {
 		reply_error(r, 403, "read_only_token", NULL, "token %lld may only read; %s %s changes something",
 			    (long long)r->who.token_id, r->method, rt->pattern);
-		return -1;
+		return APP_EDENIED;
 	}
 	if (r->authed == 1 && strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0 &&
 	    !auth_csrf_ok(&r->who, MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "X-CSRF-Token"))) {
 		reply_error(r, 403, "csrf", NULL,
 			    "a change made with a session needs the X-CSRF-Token header "
 			    "returned at login");
-		return -1;
+		return APP_EDENIED;
 	}
 	return 0;
 }
@@ -571,23 +571,22 @@ httpd_listen(struct admin *a, char *err)
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)a->cfg.port);
 	if (inet_pton(AF_INET, a->cfg.host, &sa.sin_addr) != 1)
-		return privai_fail(err, PRIVAI_EINVAL, "--host %s is not an IPv4 address", a->cfg.host);
+		return app_fail(err, APP_EINVAL, "--host %s is not an IPv4 address", a->cfg.host);
 	if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-		return privai_fail(err, PRIVAI_EIO, "socket: %s", strerror(errno));
+		return app_fail(err, APP_EIO, "socket: %s", strerror(errno));
 	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 128) != 0 ||
 	    getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
 		int e = errno;
 		close(fd);
-		return privai_fail(err, PRIVAI_EIO, "cannot listen on %s:%d: %s%s", a->cfg.host, a->cfg.port,
-				   strerror(e),
-				   e == EADDRINUSE ? " (another program holds the port; nothing was "
-						     "created or changed)"
-						   : "");
+		return app_fail(err, APP_EIO, "cannot listen on %s:%d: %s%s", a->cfg.host, a->cfg.port, strerror(e),
+				e == EADDRINUSE ? " (another program holds the port; nothing was "
+						  "created or changed)"
+						: "");
 	}
 	a->listen_fd = fd;
 	a->port = ntohs(sa.sin_port);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
@@ -596,7 +595,7 @@ httpd_start(struct admin *a, char *err)
 	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
 
 	if (a->listen_fd < 0)
-		return privai_fail(err, PRIVAI_EINVAL, "httpd_start before httpd_listen");
+		return app_fail(err, APP_EINVAL, "httpd_start before httpd_listen");
 	if (a->tls)
 		flags |= MHD_USE_TLS;
 	a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, a, MHD_OPTION_LISTEN_SOCKET,
@@ -608,10 +607,10 @@ httpd_start(struct admin *a, char *err)
 				     a->tls ? MHD_OPTION_HTTPS_CERT_CALLBACK : MHD_OPTION_END, tls_live_retrieve,
 				     MHD_OPTION_END);
 	if (a->daemon == NULL)
-		return privai_fail(err, PRIVAI_EIO, "cannot serve on %s:%d (a bad TLS key/certificate?)", a->cfg.host,
-				   a->port);
+		return app_fail(err, APP_EIO, "cannot serve on %s:%d (a bad TLS key/certificate?)", a->cfg.host,
+				a->port);
 	a->listen_fd = -1; /* the daemon's now: MHD_stop_daemon closes it */
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 void

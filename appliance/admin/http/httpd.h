@@ -100,7 +100,7 @@ void reply_response(struct req *r, unsigned status, struct MHD_Response *resp, c
 struct MHD_Response *file_response(struct req *r, const char *path, const char *what);
 void reply_error(struct req *r, unsigned status, const char *code, const char *field, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
-/* A PRIVAI_E* code from the store mapped onto an HTTP status. */
+/* An APP_E* code mapped onto an HTTP status. */
 void reply_status(struct req *r, int privai_rc, const char *field, const char *msg);
 /* Write an audit row for this request (the caller holds the store's
  * mutex): actor and address from the request; detail may be NULL and is
@@ -130,7 +130,7 @@ int field_bool(struct req *r, const cJSON *o, const char *name, int def, int *ou
 /* Refuse fields not in the NULL-terminated list (a typo must not pass silently). */
 int fields_known(struct req *r, const cJSON *o, const char *const *names);
 
-/* A path argument as a positive row id, or -1 after replying 404. */
+/* A path argument as a positive row id, or APP_EINVAL after replying 404. */
 int64_t arg_id(struct req *r, int i, const char *what);
 /* Reply status with the rows of sql (int64 arguments ?1..?n) as
  * {"data": [...]}, or, when single names the thing, with the one row (or

@@ -6,7 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "http/httpd.h"
 #include "models/models.h"
 #include "http/spool.h"
@@ -17,9 +18,13 @@ spool_open(struct spool *s, const char *dir, int64_t limit, char *err)
 	memset(s, 0, sizeof(*s));
 	s->limit = limit;
 	crypto_hash_sha256_init(&s->h);
-	snprintf(s->tmp, sizeof(s->tmp), "%s/.upload-XXXXXX", dir);
+	s->fd = -1;
+	if (str_fmt(s->tmp, sizeof(s->tmp), "%s/.upload-XXXXXX", dir) != APP_OK) {
+		snprintf(err, APP_ERR_LEN, "%s: the path is too long", dir);
+		return 500;
+	}
 	if ((s->fd = mkostemp(s->tmp, O_CLOEXEC)) < 0) {
-		snprintf(err, PRIVAI_ERR_LEN, "cannot create a file in %s: %s", dir, strerror(errno));
+		snprintf(err, APP_ERR_LEN, "cannot create a file in %s: %s", dir, strerror(errno));
 		s->tmp[0] = '\0';
 		return 500;
 	}
@@ -30,7 +35,7 @@ int
 spool_write(struct spool *s, const char *buf, size_t n, char *err)
 {
 	if (s->bytes + (int64_t)n > s->limit) {
-		snprintf(err, PRIVAI_ERR_LEN, "uploads here are limited to %lld bytes", (long long)s->limit);
+		snprintf(err, APP_ERR_LEN, "uploads here are limited to %lld bytes", (long long)s->limit);
 		return 413;
 	}
 	crypto_hash_sha256_update(&s->h, (const unsigned char *)buf, n);
@@ -40,7 +45,7 @@ spool_write(struct spool *s, const char *buf, size_t n, char *err)
 			continue;
 		if (w <= 0) {
 			int e = w < 0 ? errno : EIO;
-			snprintf(err, PRIVAI_ERR_LEN, "writing the upload: %s", strerror(e));
+			snprintf(err, APP_ERR_LEN, "writing the upload: %s", strerror(e));
 			return e == ENOSPC ? 507 : 500;
 		}
 		off += (size_t)w;
@@ -57,7 +62,7 @@ spool_finish(struct spool *s, char hex[65], char *err)
 	crypto_hash_sha256_final(&s->h, digest);
 	sodium_bin2hex(hex, 65, digest, sizeof(digest));
 	if (fsync(s->fd) != 0) {
-		snprintf(err, PRIVAI_ERR_LEN, "fsync: %s", strerror(errno));
+		snprintf(err, APP_ERR_LEN, "fsync: %s", strerror(errno));
 		return 500;
 	}
 	return 0;
@@ -69,7 +74,7 @@ spool_commit(struct spool *s, const char *path, char *err)
 	char dir[PATH_MAX + 64];
 
 	if (rename(s->tmp, path) != 0) {
-		snprintf(err, PRIVAI_ERR_LEN, "cannot move the upload into place: %s", strerror(errno));
+		snprintf(err, APP_ERR_LEN, "cannot move the upload into place: %s", strerror(errno));
 		return 500;
 	}
 	snprintf(dir, sizeof(dir), "%s", s->tmp);
@@ -119,7 +124,7 @@ upload_begin_in(struct req *r, const char *dir, int64_t limit)
 {
 	const char *sha = query_arg(r, "sha256");
 	const char *cl = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Content-Length");
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	struct upload *u;
 
 	if (sha != NULL && !sha256_hex_ok(sha)) {
@@ -149,7 +154,7 @@ int
 upload_data(struct req *r, const char *buf, size_t n)
 {
 	struct upload *u = r->stream;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 
 	if (u == NULL)
 		return 1;
@@ -166,7 +171,7 @@ struct upload *
 upload_finish(struct req *r, char hex[65])
 {
 	struct upload *u = r->stream;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 
 	if (u == NULL) {
 		reply_error(r, 500, "internal", NULL, "the upload was already discarded");

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "http/tls.h"
 
 static int
@@ -28,14 +28,14 @@ write_file(const char *path, const gnutls_datum_t *d, mode_t mode, char *err)
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
 	if (fd < 0)
-		return privai_fail(err, PRIVAI_EIO, "cannot write %s", tmp);
+		return app_fail(err, APP_EIO, "cannot write %s", tmp);
 	int ok = write(fd, d->data, d->size) == (ssize_t)d->size && fsync(fd) == 0;
 	ok &= close(fd) == 0;
 	if (!ok || rename(tmp, path) != 0) {
 		unlink(tmp);
-		return privai_fail(err, PRIVAI_EIO, "cannot write %s", path);
+		return app_fail(err, APP_EIO, "cannot write %s", path);
 	}
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
@@ -46,7 +46,7 @@ tls_selfsigned(const char *cert_path, const char *key_path, const char *hostname
 	gnutls_datum_t kpem = { NULL, 0 }, cpem = { NULL, 0 };
 	unsigned char serial[16];
 	static const unsigned char loopback[4] = { 127, 0, 0, 1 };
-	int rc = PRIVAI_EIO, g;
+	int rc = APP_EIO, g;
 	time_t now = time(NULL);
 
 	if ((g = gnutls_x509_privkey_init(&key)) < 0 ||
@@ -75,12 +75,12 @@ tls_selfsigned(const char *cert_path, const char *key_path, const char *hostname
 	    (g = gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &kpem)) < 0 ||
 	    (g = gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &cpem)) < 0)
 		goto out;
-	if ((rc = write_file(key_path, &kpem, 0600, err)) == PRIVAI_OK)
+	if ((rc = write_file(key_path, &kpem, 0600, err)) == APP_OK)
 		rc = write_file(cert_path, &cpem, 0644, err);
 	g = 0;
 out:
 	if (g < 0)
-		rc = privai_fail(err, PRIVAI_EIO, "generating a certificate: %s", gnutls_strerror(g));
+		rc = app_fail(err, APP_EIO, "generating a certificate: %s", gnutls_strerror(g));
 	gnutls_free(kpem.data);
 	gnutls_free(cpem.data);
 	if (crt != NULL)
@@ -99,13 +99,13 @@ tls_check_pair(const char *cert_pem, const char *key_pem, char *err)
 	int g;
 
 	if ((g = gnutls_certificate_allocate_credentials(&cred)) < 0)
-		return privai_fail(err, PRIVAI_ENOMEM, "%s", gnutls_strerror(g));
+		return app_fail(err, APP_ENOMEM, "%s", gnutls_strerror(g));
 	g = gnutls_certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
 	gnutls_certificate_free_credentials(cred);
 	if (g < 0)
-		return privai_fail(err, PRIVAI_EINVAL, "the certificate and key do not form a usable pair: %s",
-				   gnutls_strerror(g));
-	return PRIVAI_OK;
+		return app_fail(err, APP_EINVAL, "the certificate and key do not form a usable pair: %s",
+				gnutls_strerror(g));
+	return APP_OK;
 }
 
 int
@@ -115,25 +115,25 @@ tls_public_key_pin(const char *cert_pem, char *out, size_t size, char *err)
 	gnutls_pubkey_t key = NULL;
 	gnutls_datum_t in = { (unsigned char *)cert_pem, (unsigned)strlen(cert_pem) }, der = { NULL, 0 };
 	unsigned char h[32];
-	int rc = PRIVAI_EFORMAT;
+	int rc = APP_EFORMAT;
 
 	if (gnutls_x509_crt_init(&crt) < 0)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	if (gnutls_pubkey_init(&key) < 0) {
 		gnutls_x509_crt_deinit(crt);
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	}
 	if (gnutls_x509_crt_import(crt, &in, GNUTLS_X509_FMT_PEM) < 0 || gnutls_pubkey_import_x509(key, crt, 0) < 0 ||
 	    gnutls_pubkey_export2(key, GNUTLS_X509_FMT_DER, &der) < 0 ||
 	    gnutls_hash_fast(GNUTLS_DIG_SHA256, der.data, der.size, h) < 0) {
-		privai_fail(err, PRIVAI_EFORMAT, "cannot read the certificate's public key");
+		app_fail(err, APP_EFORMAT, "cannot read the certificate's public key");
 		goto out;
 	}
 	/* "sha256//" + base64: the form libcurl's CURLOPT_PINNEDPUBLICKEY takes */
 	char enc[48];
 	sodium_bin2base64(enc, sizeof(enc), h, sizeof(h), sodium_base64_VARIANT_ORIGINAL);
 	snprintf(out, size, "sha256//%s", enc);
-	rc = PRIVAI_OK;
+	rc = APP_OK;
 out:
 	gnutls_free(der.data);
 	gnutls_pubkey_deinit(key);
@@ -158,24 +158,24 @@ import_chain(const char *cert_pem, gnutls_x509_crt_t **list, unsigned *n, char *
 	int g;
 
 	if (strstr(cert_pem, "-----BEGIN CERTIFICATE-----") == NULL)
-		return privai_fail(err, PRIVAI_EFORMAT, "the certificate is not PEM (no BEGIN CERTIFICATE line)");
+		return app_fail(err, APP_EFORMAT, "the certificate is not PEM (no BEGIN CERTIFICATE line)");
 	/* the server's certificate first, then each one's issuer: what a client needs, in the order it needs it */
 	g = gnutls_x509_crt_list_import2(list, n, &in, GNUTLS_X509_FMT_PEM,
 					 GNUTLS_X509_CRT_LIST_FAIL_IF_UNSORTED |
 						 GNUTLS_X509_CRT_LIST_IMPORT_FAIL_IF_EXCEED);
 	if (g == GNUTLS_E_CERTIFICATE_LIST_UNSORTED)
-		return privai_fail(err, PRIVAI_EFORMAT,
-				   "the certificates are out of order: put the server's "
-				   "certificate first, then each certificate's issuer");
+		return app_fail(err, APP_EFORMAT,
+				"the certificates are out of order: put the server's "
+				"certificate first, then each certificate's issuer");
 	if (g < 0)
-		return privai_fail(err, PRIVAI_EFORMAT, "the certificate cannot be read: %s", gnutls_strerror(g));
+		return app_fail(err, APP_EFORMAT, "the certificate cannot be read: %s", gnutls_strerror(g));
 	if (*n > TLS_MAX_CHAIN) {
 		for (unsigned i = 0; i < *n; i++)
 			gnutls_x509_crt_deinit((*list)[i]);
 		gnutls_free(*list);
-		return privai_fail(err, PRIVAI_ERANGE, "the chain has %u certificates; at most %d", *n, TLS_MAX_CHAIN);
+		return app_fail(err, APP_ERANGE, "the chain has %u certificates; at most %d", *n, TLS_MAX_CHAIN);
 	}
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 static void
@@ -205,7 +205,7 @@ tls_describe(const char *cert_pem, struct tls_cert_info *info, char *err)
 	unsigned n = 0;
 	int rc = import_chain(cert_pem, &list, &n, err);
 
-	if (rc != PRIVAI_OK)
+	if (rc != APP_OK)
 		return rc;
 	describe(list, n, info);
 	free_chain(list, n);
@@ -234,42 +234,40 @@ tls_check_upload(const char *cert_pem, const char *key_pem, int64_t now, struct 
 	int g, rc;
 
 	*field = "certificate";
-	if ((rc = import_chain(cert_pem, &list, &n, err)) != PRIVAI_OK)
+	if ((rc = import_chain(cert_pem, &list, &n, err)) != APP_OK)
 		return rc;
 	describe(list, n, info);
 	if (now < info->not_before) {
-		rc = privai_fail(err, PRIVAI_EINVAL,
-				 "the certificate is not valid before %lld (Unix time); now is %lld",
-				 (long long)info->not_before, (long long)now);
+		rc = app_fail(err, APP_EINVAL, "the certificate is not valid before %lld (Unix time); now is %lld",
+			      (long long)info->not_before, (long long)now);
 		goto out;
 	}
 	if (now >= info->not_after) {
-		rc = privai_fail(err, PRIVAI_EINVAL, "the certificate expired at %lld (Unix time)",
-				 (long long)info->not_after);
+		rc = app_fail(err, APP_EINVAL, "the certificate expired at %lld (Unix time)",
+			      (long long)info->not_after);
 		goto out;
 	}
 	*field = "key";
 	if (strstr(key_pem, "ENCRYPTED") != NULL) {
-		rc = privai_fail(err, PRIVAI_EINVAL,
-				 "the key is encrypted; upload it without a passphrase "
-				 "(it is stored readable by privai-admin only)");
+		rc = app_fail(err, APP_EINVAL,
+			      "the key is encrypted; upload it without a passphrase "
+			      "(it is stored readable by privai-admin only)");
 		goto out;
 	}
 	if ((g = gnutls_x509_privkey_init(&key)) < 0 ||
 	    (g = gnutls_x509_privkey_import2(key, &kin, GNUTLS_X509_FMT_PEM, NULL, GNUTLS_PKCS_PLAIN)) < 0) {
-		rc = privai_fail(err, PRIVAI_EFORMAT, "the key cannot be read: %s", gnutls_strerror(g));
+		rc = app_fail(err, APP_EFORMAT, "the key cannot be read: %s", gnutls_strerror(g));
 		goto out;
 	}
 	if (!key_matches(list[0], key)) {
-		rc = privai_fail(err, PRIVAI_EINVAL, "the key does not belong to the first certificate (%s)",
-				 info->subject);
+		rc = app_fail(err, APP_EINVAL, "the key does not belong to the first certificate (%s)", info->subject);
 		goto out;
 	}
 	*field = "certificate";
-	if ((rc = tls_check_pair(cert_pem, key_pem, err)) != PRIVAI_OK ||
-	    (rc = tls_public_key_pin(cert_pem, info->pin, sizeof(info->pin), err)) != PRIVAI_OK)
+	if ((rc = tls_check_pair(cert_pem, key_pem, err)) != APP_OK ||
+	    (rc = tls_public_key_pin(cert_pem, info->pin, sizeof(info->pin), err)) != APP_OK)
 		goto out;
-	rc = PRIVAI_OK;
+	rc = APP_OK;
 out:
 	if (key != NULL)
 		gnutls_x509_privkey_deinit(key);

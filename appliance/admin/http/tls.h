@@ -20,7 +20,7 @@ struct tls_cert_info {
 
 /* Write a new key (0600) and self-signed certificate for hostname. */
 int tls_selfsigned(const char *cert_path, const char *key_path, const char *hostname, char *err);
-/* PRIVAI_OK when the PEM certificate and key load together. */
+/* APP_OK when the PEM certificate and key load together. */
 int tls_check_pair(const char *cert_pem, const char *key_pem, char *err);
 /* The certificate's public-key pin, "sha256//BASE64" of its
  * SubjectPublicKeyInfo: what a joining node checks the console by. */

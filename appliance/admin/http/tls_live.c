@@ -9,7 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "http/tls.h"
 #include "http/tls_live.h"
 
@@ -42,20 +43,20 @@ pair_load(const char *cert_pem, const char *key_pem, struct pair **ret, char *er
 	int g;
 
 	if (p == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	p->n = TLS_MAX_CHAIN;
 	if ((g = gnutls_pcert_list_import_x509_raw(p->pcerts, &p->n, &c, GNUTLS_X509_FMT_PEM, 0)) < 0) {
 		p->n = 0;
 		pair_free(p);
-		return privai_fail(err, PRIVAI_EFORMAT, "the certificate cannot be loaded: %s", gnutls_strerror(g));
+		return app_fail(err, APP_EFORMAT, "the certificate cannot be loaded: %s", gnutls_strerror(g));
 	}
 	if ((g = gnutls_privkey_init(&p->key)) < 0 ||
 	    (g = gnutls_privkey_import_x509_raw(p->key, &k, GNUTLS_X509_FMT_PEM, NULL, 0)) < 0) {
 		pair_free(p);
-		return privai_fail(err, PRIVAI_EFORMAT, "the key cannot be loaded: %s", gnutls_strerror(g));
+		return app_fail(err, APP_EFORMAT, "the key cannot be loaded: %s", gnutls_strerror(g));
 	}
 	*ret = p;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
@@ -71,13 +72,13 @@ tls_live_replace(const char *cert_pem, const char *key_pem, char *err)
 	struct pair *p = NULL;
 	int rc = pair_load(cert_pem, key_pem, &p, err);
 
-	if (rc != PRIVAI_OK)
+	if (rc != APP_OK)
 		return rc;
 	pthread_mutex_lock(&live_mu);
 	p->older = live;
 	live = p;
 	pthread_mutex_unlock(&live_mu);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 void
@@ -102,7 +103,7 @@ tls_live_retrieve(gnutls_session_t session, const gnutls_datum_t *req_ca_dn, int
 	struct pair *p = live;
 	pthread_mutex_unlock(&live_mu);
 	if (p == NULL)
-		return -1;
+		return APP_EUNAVAIL;
 	*pcert = p->pcerts;
 	*pcert_length = p->n;
 	*pkey = p->key;
@@ -116,14 +117,14 @@ write_synced(const char *path, const char *text, char *err)
 	size_t len = strlen(text);
 
 	if (fd < 0)
-		return privai_fail(err, PRIVAI_EIO, "cannot write %s: %s", path, strerror(errno));
+		return app_fail(err, APP_EIO, "cannot write %s: %s", path, strerror(errno));
 	int ok = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0;
 	ok &= close(fd) == 0;
 	if (!ok) {
 		unlink(path);
-		return privai_fail(err, PRIVAI_EIO, "cannot write %s: %s", path, strerror(errno));
+		return app_fail(err, APP_EIO, "cannot write %s: %s", path, strerror(errno));
 	}
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 static void
@@ -143,29 +144,30 @@ tls_store_replace(const char *dir, const char *cert_pem, const char *key_pem, ch
 	char cert[PATH_MAX], key[PATH_MAX], cert_new[PATH_MAX + 8], key_new[PATH_MAX + 8];
 	int rc;
 
-	snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
-	snprintf(key, sizeof(key), "%s/key.pem", dir);
-	snprintf(cert_new, sizeof(cert_new), "%s.new", cert);
-	snprintf(key_new, sizeof(key_new), "%s.new", key);
-	if ((rc = write_synced(cert_new, cert_pem, err)) != PRIVAI_OK)
+	if (str_fmt(cert, sizeof(cert), "%s/cert.pem", dir) != APP_OK ||
+	    str_fmt(key, sizeof(key), "%s/key.pem", dir) != APP_OK ||
+	    str_fmt(cert_new, sizeof(cert_new), "%s.new", cert) != APP_OK ||
+	    str_fmt(key_new, sizeof(key_new), "%s.new", key) != APP_OK)
+		return app_fail(err, APP_ERANGE, "%s: the path is too long", dir);
+	if ((rc = write_synced(cert_new, cert_pem, err)) != APP_OK)
 		return rc;
-	if ((rc = write_synced(key_new, key_pem, err)) != PRIVAI_OK) {
+	if ((rc = write_synced(key_new, key_pem, err)) != APP_OK) {
 		unlink(cert_new);
 		return rc;
 	}
 	sync_dir(dir);
 	/* key first: cert.pem.new left behind means "finish me" (tls_store_recover) */
 	if (rename(key_new, key) != 0) {
-		rc = privai_fail(err, PRIVAI_EIO, "cannot rename %s: %s", key_new, strerror(errno));
+		rc = app_fail(err, APP_EIO, "cannot rename %s: %s", key_new, strerror(errno));
 		unlink(key_new);
 		unlink(cert_new);
 		return rc;
 	}
 	if (rename(cert_new, cert) != 0)
-		return privai_fail(err, PRIVAI_EIO, "cannot rename %s: %s (the next start finishes it)", cert_new,
-				   strerror(errno));
+		return app_fail(err, APP_EIO, "cannot rename %s: %s (the next start finishes it)", cert_new,
+				strerror(errno));
 	sync_dir(dir);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 void
@@ -173,9 +175,10 @@ tls_store_recover(const char *dir)
 {
 	char cert[PATH_MAX], key_new[PATH_MAX + 8], cert_new[PATH_MAX + 8];
 
-	snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
-	snprintf(cert_new, sizeof(cert_new), "%s/cert.pem.new", dir);
-	snprintf(key_new, sizeof(key_new), "%s/key.pem.new", dir);
+	if (str_fmt(cert, sizeof(cert), "%s/cert.pem", dir) != APP_OK ||
+	    str_fmt(cert_new, sizeof(cert_new), "%s/cert.pem.new", dir) != APP_OK ||
+	    str_fmt(key_new, sizeof(key_new), "%s/key.pem.new", dir) != APP_OK)
+		return;                   /* the store's paths fit (checked at start); nothing to recover here */
 	if (access(key_new, F_OK) == 0) { /* the key was not renamed yet: the old pair stands */
 		unlink(key_new);
 		unlink(cert_new);

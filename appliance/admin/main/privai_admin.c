@@ -20,7 +20,8 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "log.h"
 #include "auth/auth.h"
@@ -99,7 +100,7 @@ load_config(const char *path)
 
 	if (fp == NULL) {
 		fprintf(stderr, "privai-admin: --config %s: %s\n", path, strerror(errno));
-		return -1;
+		return APP_EINVAL;
 	}
 	while (fgets(line, sizeof(line), fp) != NULL) {
 		n++;
@@ -111,7 +112,7 @@ load_config(const char *path)
 		if (eq == NULL || strncmp(p, "PRIVAI_", 7) != 0) {
 			fprintf(stderr, "privai-admin: %s:%d: expected PRIVAI_NAME=VALUE\n", path, n);
 			fclose(fp);
-			return -1;
+			return APP_EINVAL;
 		}
 		*eq = '\0';
 		setenv(p, eq + 1, 0); /* the environment wins */
@@ -136,7 +137,7 @@ parse_int(const char *opt, const char *s, long lo, long hi, long *out)
 
 	if (*end != '\0' || end == s || v < lo || v > hi) {
 		fprintf(stderr, "privai-admin: %s must be an integer in %ld..%ld, not '%s'\n", opt, lo, hi, s);
-		return -1;
+		return APP_EINVAL;
 	}
 	*out = v;
 	return 0;
@@ -164,7 +165,7 @@ check_cluster_options(struct options *o)
 			fprintf(stderr, "privai-admin: --join-token-file %s: cannot read it\n", o->join_token_file);
 			if (fp != NULL)
 				fclose(fp);
-			return -1;
+			return APP_EINVAL;
 		}
 		fclose(fp);
 		o->join_token[strcspn(o->join_token, "\r\n")] = '\0';
@@ -173,17 +174,17 @@ check_cluster_options(struct options *o)
 	if (c->join_url != NULL && (c->join_token == NULL || strncmp(c->join_token, "join_", 5) != 0)) {
 		fprintf(stderr, "privai-admin: --join needs the one-time join token (join_...) in PRIVAI_JOIN_TOKEN or "
 				"--join-token-file\n");
-		return -1;
+		return APP_EINVAL;
 	}
 	if (c->join_url != NULL && strncmp(c->join_url, "http://", 7) != 0 &&
 	    strncmp(c->join_url, "https://", 8) != 0) {
 		fprintf(stderr, "privai-admin: --join takes the console's URL, http:// or https://, not '%s'\n",
 			c->join_url);
-		return -1;
+		return APP_EINVAL;
 	}
 	if (c->join_pin != NULL && strncmp(c->join_pin, "sha256//", 8) != 0) {
 		fprintf(stderr, "privai-admin: --join-pin is sha256//BASE64, as the join token showed it\n");
-		return -1;
+		return APP_EINVAL;
 	}
 	if (c->node_name == NULL) {
 		static char host[256];
@@ -203,7 +204,7 @@ parse_args(int argc, char **argv, struct options *o)
 		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
 			config = argv[i + 1];
 	if (config != NULL && load_config(config) < 0)
-		return -1;
+		return APP_EINVAL;
 	memset(o, 0, sizeof(*o));
 	struct admin_config *c = &o->cfg;
 	c->state_dir = env("PRIVAI_STATE_DIR", "/var/lib/privai");
@@ -248,7 +249,7 @@ parse_args(int argc, char **argv, struct options *o)
 			takes = 0;
 		} else if (v == NULL) {
 			fprintf(stderr, "privai-admin: unknown option or missing value: %s\n", a);
-			return -1;
+			return APP_EINVAL;
 		} else if (strcmp(a, "--state-dir") == 0)
 			c->state_dir = v;
 		else if (strcmp(a, "--host") == 0)
@@ -298,12 +299,12 @@ parse_args(int argc, char **argv, struct options *o)
 		else if (strcmp(a, "--model-root") == 0) {
 			if (c->n_model_roots == ADMIN_MAX_MODEL_ROOTS - 1) {
 				fprintf(stderr, "privai-admin: at most %d --model-root\n", ADMIN_MAX_MODEL_ROOTS - 1);
-				return -1;
+				return APP_EINVAL;
 			}
 			c->model_roots[c->n_model_roots++] = v;
 		} else {
 			fprintf(stderr, "privai-admin: unknown option '%s' (see --help)\n", a);
-			return -1;
+			return APP_EINVAL;
 		}
 		i += takes;
 	}
@@ -323,16 +324,16 @@ parse_args(int argc, char **argv, struct options *o)
 	    parse_int("--heartbeat-s", o->heartbeat, 1, 3600, &hb) < 0 ||
 	    parse_int("--login-rate", o->login_rate, 1, 10000, &rate) < 0 ||
 	    parse_int("--max-upload-gib", o->max_gib, 1, 1 << 20, &gib) < 0)
-		return -1;
+		return APP_EINVAL;
 	if (sscanf(o->ports, "%ld-%ld", &lo, &hi) != 2 || lo < 1024 || hi > 65535 || lo > hi) {
 		fprintf(stderr, "privai-admin: --engine-ports must be LO-HI within 1024-65535, not '%s'\n", o->ports);
-		return -1;
+		return APP_EINVAL;
 	}
 	enum runner_mode mode;
 	if (runner_parse_mode(o->runner, &mode) < 0) {
 		fprintf(stderr, "privai-admin: --engine-runner is auto, systemd, systemd-user or child, not '%s'\n",
 			o->runner);
-		return -1;
+		return APP_EINVAL;
 	}
 	c->engine_runner = (int)mode;
 	c->port = (int)port;
@@ -342,15 +343,19 @@ parse_args(int argc, char **argv, struct options *o)
 	c->login_per_minute = (int)rate;
 	c->heartbeat_s = (int)hb;
 	if (check_cluster_options(o) < 0)
-		return -1;
+		return APP_EINVAL;
 	if (c->dev && strncmp(c->host, "127.", 4) != 0) {
 		fprintf(stderr, "privai-admin: --dev serves plain HTTP, so it listens on loopback only, not %s\n",
 			c->host);
-		return -1;
+		return APP_EINVAL;
 	}
 	if ((c->tls_cert == NULL) != (c->tls_key == NULL)) {
 		fprintf(stderr, "privai-admin: --tls-cert and --tls-key go together\n");
-		return -1;
+		return APP_EINVAL;
+	}
+	if (strlen(c->state_dir) > ADMIN_STATE_DIR_MAX) {
+		fprintf(stderr, "privai-admin: --state-dir is longer than %d bytes\n", ADMIN_STATE_DIR_MAX);
+		return APP_EINVAL;
 	}
 	if (c->engine_bin == NULL) {
 		char self[PATH_MAX];
@@ -359,7 +364,10 @@ parse_args(int argc, char **argv, struct options *o)
 		char *slash = strrchr(self, '/');
 		if (slash != NULL)
 			*slash = '\0';
-		snprintf(o->engine_default, sizeof(o->engine_default), "%s/privai-engine", self);
+		if (str_fmt(o->engine_default, sizeof(o->engine_default), "%s/privai-engine", self) != APP_OK) {
+			fprintf(stderr, "privai-admin: this binary's directory is too long a path; give --engine\n");
+			return APP_ERANGE;
+		}
 		c->engine_bin = o->engine_default;
 	}
 	if (c->webui_dir == NULL) {
@@ -371,8 +379,10 @@ parse_args(int argc, char **argv, struct options *o)
 			if (slash != NULL)
 				*slash = '\0';
 		}
-		snprintf(o->webui_default, sizeof(o->webui_default), "%s/webui", self);
-		c->webui_dir = access(o->webui_default, R_OK) == 0 ? o->webui_default : "/usr/share/privai/webui";
+		c->webui_dir = str_fmt(o->webui_default, sizeof(o->webui_default), "%s/webui", self) == APP_OK &&
+					       access(o->webui_default, R_OK) == 0
+				       ? o->webui_default
+				       : "/usr/share/privai/webui";
 	}
 	return 0;
 }
@@ -402,7 +412,7 @@ read_file(const char *path, char *err)
 	long n;
 
 	if (fp == NULL) {
-		privai_fail(err, PRIVAI_EIO, "%s: %s", path, strerror(errno));
+		app_fail(err, APP_EIO, "%s: %s", path, strerror(errno));
 		return NULL;
 	}
 	if (fseek(fp, 0, SEEK_END) == 0 && (n = ftell(fp)) >= 0 && n < (1 << 20) && fseek(fp, 0, SEEK_SET) == 0 &&
@@ -416,7 +426,7 @@ read_file(const char *path, char *err)
 	}
 	fclose(fp);
 	if (buf == NULL)
-		privai_fail(err, PRIVAI_EIO, "%s: cannot read (or larger than 1 MiB)", path);
+		app_fail(err, APP_EIO, "%s: cannot read (or larger than 1 MiB)", path);
 	return buf;
 }
 
@@ -429,17 +439,17 @@ setup_tls(struct admin *a, char *err)
 	int rc;
 
 	if (a->cfg.dev)
-		return PRIVAI_OK;
+		return APP_OK;
 	if (a->cfg.tls_cert == NULL) {
-		snprintf(cert, sizeof(cert), "%s/tls", a->cfg.state_dir);
-		mkdir(cert, 0700);
-		snprintf(cert, sizeof(cert), "%s/tls/cert.pem", a->cfg.state_dir);
-		snprintf(key, sizeof(key), "%s/tls/key.pem", a->cfg.state_dir);
-		snprintf(a->tls_dir, sizeof(a->tls_dir), "%s/tls", a->cfg.state_dir);
+		if (str_fmt(a->tls_dir, sizeof(a->tls_dir), "%s/tls", a->cfg.state_dir) != APP_OK ||
+		    str_fmt(cert, sizeof(cert), "%s/cert.pem", a->tls_dir) != APP_OK ||
+		    str_fmt(key, sizeof(key), "%s/key.pem", a->tls_dir) != APP_OK)
+			return app_fail(err, APP_ERANGE, "%s/tls: the path is too long", a->cfg.state_dir);
+		mkdir(a->tls_dir, 0700);
 		tls_store_recover(a->tls_dir);
 		if (access(cert, R_OK) != 0) {
 			gethostname(host, sizeof(host) - 1);
-			if ((rc = tls_selfsigned(cert, key, host, err)) != PRIVAI_OK)
+			if ((rc = tls_selfsigned(cert, key, host, err)) != APP_OK)
 				return rc;
 			log_info("generated a self-signed certificate %s", cert);
 		}
@@ -448,17 +458,17 @@ setup_tls(struct admin *a, char *err)
 	}
 	if ((a->tls_cert_pem = read_file(a->cfg.tls_cert, err)) == NULL ||
 	    (key_pem = read_file(a->cfg.tls_key, err)) == NULL)
-		return PRIVAI_EIO;
-	if ((rc = tls_check_pair(a->tls_cert_pem, key_pem, err)) == PRIVAI_OK &&
-	    (rc = tls_public_key_pin(a->tls_cert_pem, a->tls_pin, sizeof(a->tls_pin), err)) == PRIVAI_OK)
+		return APP_EIO;
+	if ((rc = tls_check_pair(a->tls_cert_pem, key_pem, err)) == APP_OK &&
+	    (rc = tls_public_key_pin(a->tls_cert_pem, a->tls_pin, sizeof(a->tls_pin), err)) == APP_OK)
 		rc = tls_live_init(a->tls_cert_pem, key_pem, err);
 	/* GnuTLS holds the key now; no copy of its text stays behind */
 	sodium_memzero(key_pem, strlen(key_pem));
 	free(key_pem);
-	if (rc != PRIVAI_OK)
+	if (rc != APP_OK)
 		return rc;
 	a->tls = 1;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 /* Imports cut short by a restart are marked failed, their partial files removed. */
@@ -469,20 +479,20 @@ clean_interrupted(struct admin *a)
 	struct dirent *e;
 	char path[PATH_MAX + 300];
 
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 
 	if (db_exec(a->db,
 		    "UPDATE models SET state = 'failed', error = 'interrupted by a restart of privai-admin' "
 		    "WHERE state = 'importing'",
-		    err) != PRIVAI_OK)
+		    err) != APP_OK)
 		log_warn("imports cut short by the restart stay 'importing': %s", err);
 	uploads_sweep(a, admin_now(), 1);
 	if (d == NULL)
 		return;
 	while ((e = readdir(d)) != NULL)
 		if (strncmp(e->d_name, ".upload-", 8) == 0 || strncmp(e->d_name, ".download-", 10) == 0) {
-			snprintf(path, sizeof(path), "%s/%s", a->models_dir, e->d_name);
-			unlink(path);
+			if (str_fmt(path, sizeof(path), "%s/%s", a->models_dir, e->d_name) == APP_OK)
+				unlink(path);
 		}
 	closedir(d);
 }
@@ -503,10 +513,9 @@ private_modes(const char *dir, char *err)
 			continue;
 		mode_t want = S_ISDIR(sb.st_mode) ? 0700 : 0600;
 		if ((sb.st_mode & 0777 & ~want) != 0 && chmod(path, sb.st_mode & want) != 0)
-			return privai_fail(err, PRIVAI_EIO, "cannot make %s private (chmod): %s", path,
-					   strerror(errno));
+			return app_fail(err, APP_EIO, "cannot make %s private (chmod): %s", path, strerror(errno));
 	}
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 static int
@@ -516,20 +525,21 @@ setup_state(struct admin *a, char *err)
 	int rc;
 
 	if (mkdir(a->cfg.state_dir, 0700) != 0 && errno != EEXIST)
-		return privai_fail(err, PRIVAI_EIO, "cannot create %s: %s", a->cfg.state_dir, strerror(errno));
+		return app_fail(err, APP_EIO, "cannot create %s: %s", a->cfg.state_dir, strerror(errno));
 	if (realpath(a->cfg.state_dir, path) == NULL)
-		return privai_fail(err, PRIVAI_EIO, "%s: %s", a->cfg.state_dir, strerror(errno));
-	if ((rc = private_modes(path, err)) != PRIVAI_OK)
+		return app_fail(err, APP_EIO, "%s: %s", a->cfg.state_dir, strerror(errno));
+	if ((rc = private_modes(path, err)) != APP_OK)
 		return rc;
-	snprintf(a->models_dir, sizeof(a->models_dir), "%s/models", path);
+	if (str_fmt(a->models_dir, sizeof(a->models_dir), "%s/models", path) != APP_OK ||
+	    str_fmt(a->db_path, sizeof(a->db_path), "%s/privai.db", path) != APP_OK)
+		return app_fail(err, APP_ERANGE, "%s: the path is too long", path);
 	if (mkdir(a->models_dir, 0700) != 0 && errno != EEXIST)
-		return privai_fail(err, PRIVAI_EIO, "cannot create %s: %s", a->models_dir, strerror(errno));
+		return app_fail(err, APP_EIO, "cannot create %s: %s", a->models_dir, strerror(errno));
 	a->cfg.model_roots[a->cfg.n_model_roots++] = a->models_dir;
-	snprintf(a->db_path, sizeof(a->db_path), "%s/privai.db", path);
-	if ((rc = db_open(a->db_path, &a->db, err)) != PRIVAI_OK)
+	if ((rc = db_open(a->db_path, &a->db, err)) != APP_OK)
 		return rc;
 	clean_interrupted(a);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 /*
@@ -587,13 +597,13 @@ setup_node(struct admin *a, char *err)
 		snprintf(url, sizeof(url), "%s://%s:%d", a->tls ? "https" : "http", host, a->port);
 		a->cfg.advertise_url = url;
 	}
-	if ((rc = node_self_register(a, err)) != PRIVAI_OK)
+	if ((rc = node_self_register(a, err)) != APP_OK)
 		return rc;
 	mig_reapply(a, &applied, &failed);
 	if (applied + failed > 0)
 		log_write(failed > 0 ? LOG_LEVEL_WARN : LOG_LEVEL_INFO, __func__,
 			  "MIG layouts applied again at start: %d, failed: %d (see GET /api/v1/gpus)", applied, failed);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 /* What the engine runs on, asked before any placement can need it. */
@@ -624,7 +634,7 @@ reset_password_main(int argc, char **argv)
 	struct options o;
 	struct reset_result res;
 	struct stat sb;
-	char password[AUTH_NEW_PASSWORD_LEN + 8], path[PATH_MAX + 16], actor[64], err[PRIVAI_ERR_LEN];
+	char password[AUTH_NEW_PASSWORD_LEN + 8], path[PATH_MAX + 16], actor[64], err[APP_ERR_LEN];
 
 	if (argc < 2 || argv[1][0] == '-') {
 		fprintf(stderr, "usage: privai-admin reset-password USER [--state-dir DIR]\n");
@@ -637,8 +647,7 @@ reset_password_main(int argc, char **argv)
 		fprintf(stderr, "privai-admin: reset-password is for root, on the appliance's own console\n");
 		return 1;
 	}
-	snprintf(path, sizeof(path), "%s/privai.db", o.cfg.state_dir);
-	if (stat(path, &sb) != 0) {
+	if (str_fmt(path, sizeof(path), "%s/privai.db", o.cfg.state_dir) != APP_OK || stat(path, &sb) != 0) {
 		fprintf(stderr, "privai-admin: %s: %s (is --state-dir right?)\n", path, strerror(errno));
 		return 1;
 	}
@@ -649,14 +658,13 @@ reset_password_main(int argc, char **argv)
 	umask(077);
 	snprintf(actor, sizeof(actor), "root (%s)",
 		 isatty(STDIN_FILENO) && ttyname(STDIN_FILENO) ? ttyname(STDIN_FILENO) : "local");
-	if (admin_reset_password(path, argv[1], admin_now(), actor, password, sizeof(password), &res, err) !=
-	    PRIVAI_OK) {
+	if (admin_reset_password(path, argv[1], admin_now(), actor, password, sizeof(password), &res, err) != APP_OK) {
 		fprintf(stderr, "privai-admin: reset-password %s: %s\n", argv[1], err);
 		return 1;
 	}
 	if (strcmp(argv[1], "admin") == 0) { /* the first password's file, if still there, is stale now */
-		snprintf(path, sizeof(path), "%s/%s", o.cfg.state_dir, SEED_PASSWORD_FILE);
-		unlink(path);
+		if (str_fmt(path, sizeof(path), "%s/%s", o.cfg.state_dir, SEED_PASSWORD_FILE) == APP_OK)
+			unlink(path);
 	}
 	printf("user '%s': one-time password %s\n(sessions ended: %d, API tokens revoked: %d; it must be changed "
 	       "at the next sign-in)\n",
@@ -670,7 +678,7 @@ main(int argc, char **argv)
 {
 	static struct admin a;
 	struct options o;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 	sigset_t sigs;
 	int sig, rc;
 
@@ -712,17 +720,17 @@ main(int argc, char **argv)
 	ratelimit_init(&a.login_limit, a.cfg.login_per_minute, a.cfg.login_per_minute);
 	/* the port first: a taken one must fail the start before a store or
 	 * a password exists */
-	if ((rc = httpd_listen(&a, err)) != PRIVAI_OK) {
+	if ((rc = httpd_listen(&a, err)) != APP_OK) {
 		log_error("%s", err);
 		return 1;
 	}
 	report_engine(&a);
-	if ((rc = setup_state(&a, err)) != PRIVAI_OK ||
-	    (rc = seed_first_start(&a, o.demo_model, o.day0_models, err)) != PRIVAI_OK ||
-	    (rc = setup_tls(&a, err)) != PRIVAI_OK || (rc = supervisor_start(&a, &a.sup, err)) != PRIVAI_OK ||
-	    (rc = httpd_start(&a, err)) != PRIVAI_OK || (rc = setup_node(&a, err)) != PRIVAI_OK ||
-	    (rc = cluster_start(&a, err)) != PRIVAI_OK || (rc = model_hash_start(&a, err)) != PRIVAI_OK ||
-	    (rc = backup_sched_start(&a, err)) != PRIVAI_OK) {
+	if ((rc = setup_state(&a, err)) != APP_OK ||
+	    (rc = seed_first_start(&a, o.demo_model, o.day0_models, err)) != APP_OK ||
+	    (rc = setup_tls(&a, err)) != APP_OK || (rc = supervisor_start(&a, &a.sup, err)) != APP_OK ||
+	    (rc = httpd_start(&a, err)) != APP_OK || (rc = setup_node(&a, err)) != APP_OK ||
+	    (rc = cluster_start(&a, err)) != APP_OK || (rc = model_hash_start(&a, err)) != APP_OK ||
+	    (rc = backup_sched_start(&a, err)) != APP_OK) {
 		log_error("%s", err);
 		httpd_stop(&a);
 		cluster_stop(&a);

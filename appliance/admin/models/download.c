@@ -17,7 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "log.h"
 #include "store/db.h"
@@ -43,7 +44,7 @@ model_url_host(const char *url, char *out, size_t size)
 {
 	CURLU *u = curl_url();
 	char *scheme = NULL, *host = NULL, *port = NULL;
-	int ok = -1;
+	int ok = APP_EINVAL;
 
 	if (u != NULL && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
 	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
@@ -93,7 +94,7 @@ static void
 set_state(struct fetch *f, const char *state, const char *error)
 {
 	sqlite3_stmt *st;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 
 	pthread_mutex_lock(&f->a->db_mu);
 	if (sqlite3_prepare_v2(f->a->db, "UPDATE models SET state = ?1, error = ?2, bytes_done = ?3 WHERE id = ?4", -1,
@@ -104,7 +105,7 @@ set_state(struct fetch *f, const char *state, const char *error)
 		sqlite3_bind_int64(st, 4, f->id);
 	}
 	/* a failed prepare left st NULL, which db_write reports */
-	if (db_write(f->a->db, st, err) != PRIVAI_OK)
+	if (db_write(f->a->db, st, err) != APP_OK)
 		log_warn("model %lld: download state %s not recorded: %s", (long long)f->id, state, err);
 	if (error != NULL)
 		audit_download(f, "refused", "error", error);
@@ -152,7 +153,7 @@ download(struct fetch *f, char *err)
 	CURL *c = curl_easy_init();
 
 	if (c == NULL)
-		return privai_fail(err, PRIVAI_EIO, "out of memory for libcurl");
+		return app_fail(err, APP_EIO, "out of memory for libcurl");
 	curl_easy_setopt(c, CURLOPT_URL, f->url);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
@@ -185,11 +186,11 @@ download(struct fetch *f, char *err)
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
 	curl_easy_cleanup(c);
 	if (atomic_load(&f->cancel))
-		return privai_fail(err, PRIVAI_EIO, "cancelled");
+		return app_fail(err, APP_EIO, "cancelled");
 	if (rc != CURLE_OK)
-		return privai_fail(err, PRIVAI_EIO, "%s", curl_err[0] ? curl_err : curl_easy_strerror(rc));
+		return app_fail(err, APP_EIO, "%s", curl_err[0] ? curl_err : curl_easy_strerror(rc));
 	if (code != 200)
-		return privai_fail(err, PRIVAI_EIO, "the server answered %ld, not 200", code);
+		return app_fail(err, APP_EIO, "the server answered %ld, not 200", code);
 	return 0;
 }
 
@@ -204,17 +205,17 @@ finish(struct fetch *f, char *err)
 	crypto_hash_sha256_final(&f->h, digest);
 	sodium_bin2hex(hex, sizeof(hex), digest, sizeof(digest));
 	if (f->want_size >= 0 && f->bytes != f->want_size)
-		return privai_fail(err, PRIVAI_EIO, "the download has %lld bytes, not %lld", (long long)f->bytes,
-				   (long long)f->want_size);
+		return app_fail(err, APP_EIO, "the download has %lld bytes, not %lld", (long long)f->bytes,
+				(long long)f->want_size);
 	if (f->want_sha[0] != '\0' && strcmp(hex, f->want_sha) != 0)
-		return privai_fail(err, PRIVAI_EIO, "the download's SHA-256 is %s, not %s", hex, f->want_sha);
+		return app_fail(err, APP_EIO, "the download's SHA-256 is %s, not %s", hex, f->want_sha);
 	if (fsync(f->fd) != 0)
-		return privai_fail(err, PRIVAI_EIO, "fsync: %s", strerror(errno));
-	if (model_meta_read(f->tmp, &m, err) != PRIVAI_OK)
-		return -1;
+		return app_fail(err, APP_EIO, "fsync: %s", strerror(errno));
+	if (model_meta_read(f->tmp, &m, err) != APP_OK)
+		return APP_EIO;
 	if (rename(f->tmp, f->final) != 0) {
 		model_meta_free(&m);
-		return privai_fail(err, PRIVAI_EIO, "cannot move the download into place: %s", strerror(errno));
+		return app_fail(err, APP_EIO, "cannot move the download into place: %s", strerror(errno));
 	}
 	f->tmp[0] = '\0';
 	pthread_mutex_lock(&f->a->db_mu);
@@ -254,7 +255,7 @@ finish(struct fetch *f, char *err)
 	model_meta_free(&m);
 	if (!ok) {
 		unlink(f->final);
-		return privai_fail(err, PRIVAI_EIO, "database: could not record the model");
+		return app_fail(err, APP_EIO, "database: could not record the model");
 	}
 	return 0;
 }
@@ -263,7 +264,7 @@ static void *
 fetch_main(void *arg)
 {
 	struct fetch *f = arg;
-	char err[PRIVAI_ERR_LEN] = "";
+	char err[APP_ERR_LEN] = "";
 
 	if (download(f, err) < 0 || finish(f, err) < 0) {
 		if (f->tmp[0] != '\0')
@@ -283,7 +284,7 @@ model_fetch_begin(struct admin *a, const char *name, const char *url, const char
 	sqlite3_stmt *st;
 
 	if ((f = calloc(1, sizeof(*f))) == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	f->a = a;
 	f->fd = -1;
 	f->want_size = size;
@@ -293,12 +294,15 @@ model_fetch_begin(struct admin *a, const char *name, const char *url, const char
 	snprintf(f->pin, sizeof(f->pin), "%s", pin != NULL ? pin : "");
 	if (secret != NULL)
 		snprintf(f->secret_hdr, sizeof(f->secret_hdr), "X-Privai-Node-Secret: %s", secret);
-	snprintf(f->final, sizeof(f->final), "%s/%s.gguf", a->models_dir, name);
-	snprintf(f->tmp, sizeof(f->tmp), "%s/.download-XXXXXX", a->models_dir);
+	if (str_fmt(f->final, sizeof(f->final), "%s/%s.gguf", a->models_dir, name) != APP_OK ||
+	    str_fmt(f->tmp, sizeof(f->tmp), "%s/.download-XXXXXX", a->models_dir) != APP_OK) {
+		free(f);
+		return app_fail(err, APP_ERANGE, "the model file's path is too long");
+	}
 	crypto_hash_sha256_init(&f->h);
 	if (access(f->final, F_OK) == 0) {
 		free(f);
-		return privai_fail(err, PRIVAI_EBUSY, "a file %s.gguf is already in the model directory", name);
+		return app_fail(err, APP_EBUSY, "a file %s.gguf is already in the model directory", name);
 	}
 	if (reuse_id > 0) {
 		/* a failed fetch tried again: the row, and the deployments on it, stay */
@@ -308,13 +312,13 @@ model_fetch_begin(struct admin *a, const char *name, const char *url, const char
 				       "created_at = ?2 WHERE id = ?1 AND state = 'failed'",
 				       -1, &st, NULL) != SQLITE_OK) {
 			free(f);
-			return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+			return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 		}
 		sqlite3_bind_int64(st, 1, reuse_id);
 		sqlite3_bind_int64(st, 2, now);
 	} else if (access(f->final, F_OK) == 0) {
 		free(f);
-		return privai_fail(err, PRIVAI_EBUSY, "a file %s.gguf is already in the model directory", name);
+		return app_fail(err, APP_EBUSY, "a file %s.gguf is already in the model directory", name);
 	} else if (sqlite3_prepare_v2(a->db,
 				      "INSERT INTO models (name, path, size_bytes, architecture, source, url, "
 				      "state, created_at) VALUES (?1, ?2, ?3, '', 'url', ?4, 'importing', ?5)",
@@ -326,7 +330,7 @@ model_fetch_begin(struct admin *a, const char *name, const char *url, const char
 		sqlite3_bind_int64(st, 5, now);
 	} else {
 		free(f);
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	}
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
@@ -334,11 +338,11 @@ model_fetch_begin(struct admin *a, const char *name, const char *url, const char
 		free(f);
 		if (rc == SQLITE_CONSTRAINT)
 			return model_name_clash(a->db, name, err);
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(a->db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	}
 	f->id = reuse_id > 0 ? reuse_id : sqlite3_last_insert_rowid(a->db);
 	if ((f->fd = mkstemp(f->tmp)) < 0 || pthread_create(&f->thread, NULL, fetch_main, f) != 0) {
-		privai_fail(err, PRIVAI_EIO, "cannot start the download: %s", strerror(errno));
+		app_fail(err, APP_EIO, "cannot start the download: %s", strerror(errno));
 		if (f->fd >= 0) {
 			close(f->fd);
 			unlink(f->tmp);
@@ -347,14 +351,14 @@ model_fetch_begin(struct admin *a, const char *name, const char *url, const char
 			log_warn("model %lld: the download never started and its row stays 'importing': %s",
 				 (long long)f->id, sqlite3_errmsg(a->db));
 		free(f);
-		return PRIVAI_EIO;
+		return APP_EIO;
 	}
 	pthread_mutex_lock(&a->fetch_mu);
 	f->next = a->fetches;
 	a->fetches = f;
 	pthread_mutex_unlock(&a->fetch_mu);
 	*ret_id = f->id;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int

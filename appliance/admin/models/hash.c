@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "admin.h"
 #include "log.h"
 #include "store/db.h"
@@ -112,7 +112,7 @@ store(struct hasher *h, int64_t id, const char *path, int64_t size, const char *
 {
 	struct admin *a = h->a;
 	sqlite3_stmt *st;
-	char err[PRIVAI_ERR_LEN];
+	char err[APP_ERR_LEN];
 
 	pthread_mutex_lock(&a->db_mu);
 	if (sqlite3_prepare_v2(a->db,
@@ -124,7 +124,7 @@ store(struct hasher *h, int64_t id, const char *path, int64_t size, const char *
 		sqlite3_bind_text(st, 3, path, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 4, size);
 	}
-	if (db_write(a->db, st, err) != PRIVAI_OK)
+	if (db_write(a->db, st, err) != APP_OK)
 		log_warn("model %lld (%s): SHA-256 not stored: %s", (long long)id, path, err);
 	pthread_mutex_unlock(&a->db_mu);
 }
@@ -207,14 +207,14 @@ model_hash_start(struct admin *a, char *err)
 	struct hasher *h = calloc(1, sizeof(*h));
 
 	if (h == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	h->a = a;
 	if (worker_start(&h->w, hasher_main, h) != 0) {
 		free(h);
-		return privai_fail(err, PRIVAI_EIO, "cannot start the model hasher thread");
+		return app_fail(err, APP_EIO, "cannot start the model hasher thread");
 	}
 	a->hasher = h;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 void

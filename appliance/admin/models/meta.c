@@ -4,8 +4,19 @@
 #include <string.h>
 
 #include "privai/gguf.h"
+#include "privai/status.h"
 #include "privai/tensor_type.h"
+#include "status.h"
 #include "models/meta.h"
+
+/* the engine's reader answers in its codes, passed on as ours */
+_Static_assert((int)APP_OK == (int)PRIVAI_OK && (int)APP_EIO == (int)PRIVAI_EIO &&
+		       (int)APP_ENOMEM == (int)PRIVAI_ENOMEM && (int)APP_EFORMAT == (int)PRIVAI_EFORMAT &&
+		       (int)APP_EUNSUPPORTED == (int)PRIVAI_EUNSUPPORTED && (int)APP_EINVAL == (int)PRIVAI_EINVAL &&
+		       (int)APP_ERANGE == (int)PRIVAI_ERANGE && (int)APP_ENOTFOUND == (int)PRIVAI_ENOTFOUND &&
+		       (int)APP_EBUSY == (int)PRIVAI_EBUSY && (int)APP_EUNAVAIL == (int)PRIVAI_EUNAVAIL &&
+		       APP_ERR_LEN == PRIVAI_ERR_LEN,
+	       "the appliance's first codes are the engine's");
 
 /* llama.cpp's general.file_type numbering, which GGUF writers share */
 static const char *
@@ -36,7 +47,7 @@ arch_int(const struct gguf_file *f, const char *arch, const char *key, int *out)
 	}
 	kv = gguf_find_kv(f, full);
 	if (kv == NULL || kv->type != GGUF_ARRAY || (kv->arr_type != GGUF_U32 && kv->arr_type != GGUF_I32))
-		return -1;
+		return APP_ENOTFOUND;
 	int best = 0;
 	for (uint64_t i = 0; i < kv->arr_n; i++) {
 		int x = ((const int32_t *)kv->v.arr)[i];
@@ -68,22 +79,22 @@ model_meta_read(const char *path, struct model_meta *m, char *err)
 	int rc;
 
 	memset(m, 0, sizeof(*m));
-	if ((rc = gguf_open(path, &f, err)) != PRIVAI_OK)
+	if ((rc = gguf_open(path, &f, err)) != APP_OK)
 		return rc;
 	copy_str(f, "general.architecture", m->architecture, sizeof(m->architecture));
 	if (m->architecture[0] == '\0') {
 		gguf_close(f);
-		return privai_fail(err, PRIVAI_EFORMAT, "%s: no general.architecture key", path);
+		return app_fail(err, APP_EFORMAT, "%s: no general.architecture key", path);
 	}
 	copy_str(f, "general.name", m->name, sizeof(m->name));
 	const char *a = m->architecture;
 	if (arch_int(f, a, "block_count", &m->n_layer) < 0 || arch_int(f, a, "attention.head_count", &m->n_head) < 0 ||
 	    arch_int(f, a, "embedding_length", &m->n_embd) < 0 || m->n_layer <= 0 || m->n_head <= 0 || m->n_embd <= 0) {
 		gguf_close(f);
-		return privai_fail(err, PRIVAI_EFORMAT,
-				   "%s: %s.block_count, .attention.head_count and "
-				   ".embedding_length must be positive integers",
-				   path, a);
+		return app_fail(err, APP_EFORMAT,
+				"%s: %s.block_count, .attention.head_count and "
+				".embedding_length must be positive integers",
+				path, a);
 	}
 	if (arch_int(f, a, "attention.head_count_kv", &m->n_head_kv) < 0 || m->n_head_kv <= 0)
 		m->n_head_kv = m->n_head;
@@ -101,7 +112,7 @@ model_meta_read(const char *path, struct model_meta *m, char *err)
 		m->n_vocab = (int)n;
 	if (gguf_get_str(f, "tokenizer.chat_template", &tmpl, NULL) == 0 && (m->chat_template = strdup(tmpl)) == NULL) {
 		gguf_close(f);
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		return app_fail(err, APP_ENOMEM, "out of memory");
 	}
 	uint64_t bytes_by_type[TT_COUNT] = { 0 };
 	for (uint64_t i = 0; i < f->n_tensors; i++) {
@@ -120,7 +131,7 @@ model_meta_read(const char *path, struct model_meta *m, char *err)
 			snprintf(m->quantization, sizeof(m->quantization), "%s", tensor_type_name((uint32_t)best));
 	}
 	gguf_close(f);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 void

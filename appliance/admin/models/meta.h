@@ -22,7 +22,7 @@ struct model_meta {
 	char *chat_template; /* malloc'd, or NULL */
 };
 
-/* PRIVAI_OK, or PRIVAI_EFORMAT / PRIVAI_EIO naming the problem (a file
+/* APP_OK, or APP_EFORMAT / APP_EIO naming the problem (a file
  * that is not GGUF, or lacks the keys every model has). */
 int model_meta_read(const char *path, struct model_meta *m, char *err);
 void model_meta_free(struct model_meta *m);

@@ -18,11 +18,11 @@ struct admin;
  * '-': safe as a file name and in a URL. */
 int model_name_ok(const char *name);
 
-/* Insert a ready model; PRIVAI_EBUSY when the name is taken. */
+/* Insert a ready model; APP_EBUSY when the name is taken. */
 int model_insert(sqlite3 *db, const char *name, const char *path, const char *source, int64_t size, const char *sha256,
 		 const struct model_meta *m, int64_t now, int64_t *ret_id, char *err);
 
-/* PRIVAI_EBUSY with err saying why an insert of name hit a constraint:
+/* APP_EBUSY with err saying why an insert of name hit a constraint:
  * a model of that name, or an upload that reserves it. */
 int model_name_clash(sqlite3 *db, const char *name, char *err);
 
@@ -38,7 +38,7 @@ void model_hash_stop(struct admin *a);
 /* 64 lowercase hex digits of a SHA-256, or 0. */
 int sha256_hex_ok(const char *s);
 
-/* host or host:port of an http(s) url, lowercased, in out; -1 when the
+/* host or host:port of an http(s) url, lowercased, in out; APP_EINVAL when the
  * url does not parse or has another scheme. */
 int model_url_host(const char *url, char *out, size_t size);
 /* 1 when host is in the model_url_hosts setting (the caller holds the
@@ -48,7 +48,7 @@ int model_url_host_allowed(sqlite3 *db, const char *host);
  * directory in the background, checking size (when >= 0) and sha (when
  * not NULL or "") before the row is made ready.  pin and secret are for
  * a fetch from the leader (cluster/remote.h); reuse_id > 0 fetches again into
- * that failed row.  The caller holds the store's mutex; PRIVAI_EBUSY
+ * that failed row.  The caller holds the store's mutex; APP_EBUSY
  * when the name or its file is taken. */
 int model_fetch_begin(struct admin *a, const char *name, const char *url, const char *sha, int64_t size,
 		      const char *pin, const char *secret, int64_t now, int64_t reuse_id, int64_t *ret_id, char *err);

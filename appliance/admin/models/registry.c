@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "store/db.h"
 #include "models/models.h"
 
@@ -24,8 +24,8 @@ model_name_clash(sqlite3 *db, const char *name, char *err)
 {
 	/* the reservation trigger's message (schema 6), or a second model */
 	if (strstr(sqlite3_errmsg(db), "reserved by an upload") != NULL)
-		return privai_fail(err, PRIVAI_EBUSY, "the name '%s' is reserved by an upload under way", name);
-	return privai_fail(err, PRIVAI_EBUSY, "a model named '%s' exists", name);
+		return app_fail(err, APP_EBUSY, "the name '%s' is reserved by an upload under way", name);
+	return app_fail(err, APP_EBUSY, "a model named '%s' exists", name);
 }
 
 int
@@ -41,7 +41,7 @@ model_insert(sqlite3 *db, const char *name, const char *path, const char *source
 			       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
 			       "?18, ?19, ?20, 'ready')",
 			       -1, &st, NULL) != SQLITE_OK)
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(st, 3, size);
@@ -67,9 +67,9 @@ model_insert(sqlite3 *db, const char *name, const char *path, const char *source
 	if (rc == SQLITE_CONSTRAINT)
 		return model_name_clash(db, name, err);
 	if (rc != SQLITE_DONE)
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 	*ret_id = sqlite3_last_insert_rowid(db);
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int

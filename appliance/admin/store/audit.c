@@ -1,7 +1,7 @@
 /* Appending to the audit log. */
 #include <stddef.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "store/audit.h"
 
 int
@@ -14,7 +14,7 @@ audit_write(sqlite3 *db, int64_t at, const char *actor, const char *action, cons
 			       "INSERT INTO audit_log (at, actor, action, target, remote_addr, result, detail) "
 			       "VALUES (?, ?, ?, ?, ?, ?, ?)",
 			       -1, &st, NULL) != SQLITE_OK)
-		return PRIVAI_EIO;
+		return APP_EIO;
 	sqlite3_bind_int64(st, 1, at);
 	sqlite3_bind_text(st, 2, actor, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, 3, action, -1, SQLITE_TRANSIENT);

@@ -11,7 +11,7 @@
 #include "store/db.h"
 
 /* result: "ok" or "refused"; detail: a JSON object's text or NULL.
- * PRIVAI_OK, or PRIVAI_EIO when the row could not be written. */
+ * APP_OK, or APP_EIO when the row could not be written. */
 DB_CHECKED int audit_write(sqlite3 *db, int64_t at, const char *actor, const char *action, const char *target,
 			   const char *addr, const char *result, const char *detail);
 

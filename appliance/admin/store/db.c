@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "store/db.h"
 
 extern const char *const admin_migrations[];
@@ -22,11 +22,11 @@ db_exec(sqlite3 *db, const char *sql, char *err)
 	char *msg = NULL;
 
 	if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-		privai_fail(err, PRIVAI_EIO, "%s", msg ? msg : sqlite3_errmsg(db));
+		app_fail(err, APP_EIO, "%s", msg ? msg : sqlite3_errmsg(db));
 		sqlite3_free(msg);
-		return PRIVAI_EIO;
+		return APP_EIO;
 	}
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
@@ -36,17 +36,17 @@ db_step_write(sqlite3 *db, sqlite3_stmt *st, char *err)
 
 	sqlite3_reset(st);
 	if (rc == SQLITE_DONE)
-		return PRIVAI_OK;
+		return APP_OK;
 	if (rc == SQLITE_CONSTRAINT)
-		return privai_fail(err, PRIVAI_EBUSY, "database: %s", sqlite3_errmsg(db));
-	return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		return app_fail(err, APP_EBUSY, "database: %s", sqlite3_errmsg(db));
+	return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 }
 
 int
 db_write(sqlite3 *db, sqlite3_stmt *st, char *err)
 {
 	if (st == NULL)
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 	int rc = db_step_write(db, st, err);
 	sqlite3_finalize(st);
 	return rc;
@@ -57,9 +57,9 @@ db_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **ret, char *err)
 {
 	if (sqlite3_prepare_v2(db, sql, -1, ret, NULL) != SQLITE_OK) {
 		*ret = NULL;
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 	}
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
@@ -69,7 +69,7 @@ db_user_version(sqlite3 *db)
 	int v = -1;
 
 	if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
-		return -1;
+		return APP_EIO;
 	if (sqlite3_step(st) == SQLITE_ROW)
 		v = sqlite3_column_int(st, 0);
 	sqlite3_finalize(st);
@@ -83,14 +83,14 @@ db_integrity_ok(sqlite3 *db, char *err)
 	int ok = 0;
 
 	if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK) {
-		privai_fail(err, PRIVAI_EIO, "%s", sqlite3_errmsg(db));
+		app_fail(err, APP_EIO, "%s", sqlite3_errmsg(db));
 		return 0;
 	}
 	if (sqlite3_step(st) == SQLITE_ROW) {
 		const char *r = (const char *)sqlite3_column_text(st, 0);
 		ok = r != NULL && strcmp(r, "ok") == 0;
 		if (!ok)
-			privai_fail(err, PRIVAI_EFORMAT, "integrity check: %s", r ? r : "(no answer)");
+			app_fail(err, APP_EFORMAT, "integrity check: %s", r ? r : "(no answer)");
 	}
 	sqlite3_finalize(st);
 	return ok;
@@ -101,36 +101,36 @@ static int
 migrate(sqlite3 *db, const char *path, char *err)
 {
 	int v = db_user_version(db);
-	char sql[64], msg[PRIVAI_ERR_LEN];
+	char sql[64], msg[APP_ERR_LEN];
 
 	if (v < 0)
-		return privai_fail(err, PRIVAI_EIO, "%s: cannot read the schema version: %s", path, sqlite3_errmsg(db));
+		return app_fail(err, APP_EIO, "%s: cannot read the schema version: %s", path, sqlite3_errmsg(db));
 	if (v > admin_n_migrations)
-		return privai_fail(err, PRIVAI_EUNSUPPORTED,
-				   "%s: schema version %d is newer than this privai-admin (%d); use a newer binary",
-				   path, v, admin_n_migrations);
+		return app_fail(err, APP_EUNSUPPORTED,
+				"%s: schema version %d is newer than this privai-admin (%d); use a newer binary", path,
+				v, admin_n_migrations);
 	for (; v < admin_n_migrations; v++) {
 		snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", v + 1);
 		if (db_exec(db, "BEGIN IMMEDIATE", msg) < 0 || db_exec(db, admin_migrations[v], msg) < 0 ||
 		    db_exec(db, sql, msg) < 0 || db_exec(db, "COMMIT", msg) < 0) {
 			/* a failed rollback is undone from the journal at the next open */
 			(void)db_rollback(db);
-			return privai_fail(err, PRIVAI_EIO, "%s: migration %d failed: %s", path, v + 1, msg);
+			return app_fail(err, APP_EIO, "%s: migration %d failed: %s", path, v + 1, msg);
 		}
 	}
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
 db_open(const char *path, sqlite3 **ret, char *err)
 {
 	sqlite3 *db = NULL;
-	char msg[PRIVAI_ERR_LEN];
+	char msg[APP_ERR_LEN];
 	int r;
 
 	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) !=
 	    SQLITE_OK) {
-		r = privai_fail(err, PRIVAI_EIO, "%s: %s", path, db ? sqlite3_errmsg(db) : "out of memory");
+		r = app_fail(err, APP_EIO, "%s: %s", path, db ? sqlite3_errmsg(db) : "out of memory");
 		sqlite3_close(db);
 		return r;
 	}
@@ -140,14 +140,14 @@ db_open(const char *path, sqlite3 **ret, char *err)
 	if (db_exec(db, "PRAGMA journal_mode = WAL", msg) < 0 || db_exec(db, "PRAGMA synchronous = FULL", msg) < 0 ||
 	    db_exec(db, "PRAGMA foreign_keys = ON", msg) < 0) {
 		sqlite3_close(db);
-		return privai_fail(err, PRIVAI_EIO, "%s: %s", path, msg);
+		return app_fail(err, APP_EIO, "%s: %s", path, msg);
 	}
 	if ((r = migrate(db, path, err)) < 0) {
 		sqlite3_close(db);
 		return r;
 	}
 	*ret = db;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 void
@@ -163,12 +163,12 @@ copy_db(sqlite3 *dst, sqlite3 *src, char *err)
 	sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
 
 	if (b == NULL)
-		return privai_fail(err, PRIVAI_EIO, "backup: %s", sqlite3_errmsg(dst));
+		return app_fail(err, APP_EIO, "backup: %s", sqlite3_errmsg(dst));
 	int rc = sqlite3_backup_step(b, -1);
 	sqlite3_backup_finish(b);
 	if (rc != SQLITE_DONE)
-		return privai_fail(err, PRIVAI_EIO, "backup: %s", sqlite3_errstr(rc));
-	return PRIVAI_OK;
+		return app_fail(err, APP_EIO, "backup: %s", sqlite3_errstr(rc));
+	return APP_OK;
 }
 
 int
@@ -179,21 +179,21 @@ db_backup(sqlite3 *db, const char *path, char *err)
 	int r;
 
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
-		return privai_fail(err, PRIVAI_EINVAL, "backup path too long");
+		return app_fail(err, APP_EINVAL, "backup path too long");
 	unlink(tmp);
 	if (sqlite3_open(tmp, &out) != SQLITE_OK) {
-		r = privai_fail(err, PRIVAI_EIO, "%s: %s", path, out ? sqlite3_errmsg(out) : "out of memory");
+		r = app_fail(err, APP_EIO, "%s: %s", path, out ? sqlite3_errmsg(out) : "out of memory");
 		sqlite3_close(out);
 		unlink(tmp);
 		return r;
 	}
 	r = copy_db(out, db, err);
-	if (r == PRIVAI_OK && db_exec(out, "PRAGMA journal_mode = DELETE", err) < 0)
-		r = PRIVAI_EIO;
+	if (r == APP_OK && db_exec(out, "PRAGMA journal_mode = DELETE", err) < 0)
+		r = APP_EIO;
 	sqlite3_close(out);
-	if (r == PRIVAI_OK && rename(tmp, path) != 0)
-		r = privai_fail(err, PRIVAI_EIO, "%s: cannot rename the backup into place", path);
-	if (r != PRIVAI_OK)
+	if (r == APP_OK && rename(tmp, path) != 0)
+		r = app_fail(err, APP_EIO, "%s: cannot rename the backup into place", path);
+	if (r != APP_OK)
 		unlink(tmp);
 	return r;
 }
@@ -203,31 +203,30 @@ static int
 open_checked(const char *path, sqlite3 **ret, char *err)
 {
 	sqlite3 *in = NULL;
-	char msg[PRIVAI_ERR_LEN];
-	int r = PRIVAI_OK;
+	char msg[APP_ERR_LEN];
+	int r = APP_OK;
 
 	if (sqlite3_open_v2(path, &in, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-		r = privai_fail(err, PRIVAI_EIO, "%s: %s", path, in ? sqlite3_errmsg(in) : "out of memory");
+		r = app_fail(err, APP_EIO, "%s: %s", path, in ? sqlite3_errmsg(in) : "out of memory");
 		sqlite3_close(in);
 		return r;
 	}
 	int v = db_user_version(in);
 	if (v < 0)
-		r = privai_fail(err, PRIVAI_EFORMAT, "%s is not a sqlite database", path);
+		r = app_fail(err, APP_EFORMAT, "%s is not a sqlite database", path);
 	else if (!db_integrity_ok(in, msg))
-		r = privai_fail(err, PRIVAI_EFORMAT, "%s: %s", path, msg);
+		r = app_fail(err, APP_EFORMAT, "%s: %s", path, msg);
 	else if (v < 1 || v > admin_n_migrations)
-		r = privai_fail(err, PRIVAI_EFORMAT, "%s has schema version %d; this privai-admin reads 1..%d", path, v,
-				admin_n_migrations);
+		r = app_fail(err, APP_EFORMAT, "%s has schema version %d; this privai-admin reads 1..%d", path, v,
+			     admin_n_migrations);
 	else if (sqlite3_exec(in, "SELECT id, name, role FROM users LIMIT 1", NULL, NULL, NULL) != SQLITE_OK)
-		r = privai_fail(err, PRIVAI_EFORMAT, "%s is a sqlite database but not a privai store (no users table)",
-				path);
-	if (r != PRIVAI_OK) {
+		r = app_fail(err, APP_EFORMAT, "%s is a sqlite database but not a privai store (no users table)", path);
+	if (r != APP_OK) {
 		sqlite3_close(in);
 		return r;
 	}
 	*ret = in;
-	return PRIVAI_OK;
+	return APP_OK;
 }
 
 int
@@ -236,7 +235,7 @@ db_check_file(const char *path, char *err)
 	sqlite3 *in;
 	int r = open_checked(path, &in, err);
 
-	if (r == PRIVAI_OK)
+	if (r == APP_OK)
 		sqlite3_close(in);
 	return r;
 }
@@ -247,12 +246,12 @@ db_restore(sqlite3 *db, const char *path, char *err)
 	sqlite3 *in = NULL;
 	int r = open_checked(path, &in, err);
 
-	if (r != PRIVAI_OK)
+	if (r != APP_OK)
 		return r;
 	r = copy_db(db, in, err);
 	sqlite3_close(in);
 	/* an older backup is brought up to date like any database */
-	if (r == PRIVAI_OK)
+	if (r == APP_OK)
 		r = migrate(db, path, err);
 	return r;
 }
@@ -260,13 +259,13 @@ db_restore(sqlite3 *db, const char *path, char *err)
 int
 db_begin(sqlite3 *db)
 {
-	return sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? PRIVAI_OK : PRIVAI_EIO;
+	return sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? APP_OK : APP_EIO;
 }
 
 int
 db_commit(sqlite3 *db)
 {
-	return sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK ? PRIVAI_OK : PRIVAI_EIO;
+	return sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK ? APP_OK : APP_EIO;
 }
 
 int
@@ -274,11 +273,11 @@ db_transaction(sqlite3 *db, int (*store_fn)(sqlite3 *db, void *arg, char *err), 
 {
 	int rc;
 
-	if (db_begin(db) != PRIVAI_OK)
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
-	if ((rc = store_fn(db, arg, err)) == PRIVAI_OK && db_commit(db) != PRIVAI_OK)
-		rc = privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
-	if (rc != PRIVAI_OK)
+	if (db_begin(db) != APP_OK)
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
+	if ((rc = store_fn(db, arg, err)) == APP_OK && db_commit(db) != APP_OK)
+		rc = app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
+	if (rc != APP_OK)
 		(void)db_rollback(db); /* undone from the journal at the next open if this fails too */
 	return rc;
 }
@@ -287,7 +286,7 @@ int
 db_rollback(sqlite3 *db)
 {
 	if (sqlite3_get_autocommit(db))
-		return PRIVAI_OK;
+		return APP_OK;
 	return db_exec(db, "ROLLBACK", NULL);
 }
 
@@ -298,6 +297,6 @@ db_delete_id(sqlite3 *db, const char *table, int64_t id)
 
 	snprintf(sql, sizeof(sql), "DELETE FROM %s WHERE id = %lld", table, (long long)id);
 	if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
-		return PRIVAI_EIO;
+		return APP_EIO;
 	return sqlite3_changes(db);
 }

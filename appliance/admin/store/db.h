@@ -17,7 +17,7 @@
 /* The schema version this binary writes (the number of migrations). */
 int db_schema_version(void);
 
-/* Open (creating if need be) and migrate.  PRIVAI_OK, or an error naming
+/* Open (creating if need be) and migrate.  APP_OK, or an error naming
  * the file and the problem; nothing is changed on error. */
 int db_open(const char *path, sqlite3 **ret, char *err);
 void db_close(sqlite3 *db);
@@ -39,24 +39,24 @@ int db_backup(sqlite3 *db, const char *path, char *err);
 int db_restore(sqlite3 *db, const char *path, char *err);
 /* The checks db_restore makes, alone: a sqlite file that passes
  * integrity_check, with a schema version this binary reads and our
- * tables.  PRIVAI_OK, or PRIVAI_EFORMAT/EIO with err. */
+ * tables.  APP_OK, or APP_EFORMAT/EIO with err. */
 int db_check_file(const char *path, char *err);
 
 /* Transactions for changes that take more than one statement:
  * BEGIN IMMEDIATE (the write lock at once, so no upgrade deadlock),
- * COMMIT, ROLLBACK.  PRIVAI_OK or PRIVAI_EIO (sqlite3_errmsg says why). */
+ * COMMIT, ROLLBACK.  APP_OK or APP_EIO (sqlite3_errmsg says why). */
 DB_CHECKED int db_begin(sqlite3 *db);
 /* In a transaction of store_fn's changes: begin, call, commit, or roll
- * back on any failure.  PRIVAI_OK, or the failure with err. */
+ * back on any failure.  APP_OK, or the failure with err. */
 DB_CHECKED int db_transaction(sqlite3 *db, int (*store_fn)(sqlite3 *db, void *arg, char *err), void *arg, char *err);
 DB_CHECKED int db_commit(sqlite3 *db);
-/* Rolls back an open transaction; PRIVAI_OK when none was open.  A
+/* Rolls back an open transaction; APP_OK when none was open.  A
  * rollback that fails leaves sqlite to undo the journal at the next
  * open, so callers on an error path may go on; the result says so. */
 int db_rollback(sqlite3 *db);
 
 /* Delete the row of table with this id: the number of rows deleted (0
- * or 1), or PRIVAI_EIO (sqlite3_errmsg says why).  table is one of ours, never
+ * or 1), or APP_EIO (sqlite3_errmsg says why).  table is one of ours, never
  * input. */
 DB_CHECKED int db_delete_id(sqlite3 *db, const char *table, int64_t id);
 
@@ -68,20 +68,20 @@ DB_CHECKED int db_exec(sqlite3 *db, const char *sql, char *err);
  * these, so a failed write is an error its caller sees (and answers, or
  * logs where nobody waits for it), never a 200 over a lost change.
  *
- * db_step_write: step a bound write statement to its end.  PRIVAI_OK
- * when sqlite says DONE; PRIVAI_EBUSY for a constraint; PRIVAI_EIO for
+ * db_step_write: step a bound write statement to its end.  APP_OK
+ * when sqlite says DONE; APP_EBUSY for a constraint; APP_EIO for
  * anything else; err (NULL allowed) gets sqlite's message.  The
  * statement is reset, its binds kept, so a loop may bind and step again;
  * finalizing stays the caller's.
  *
  * db_write: the same for a statement used once, finalized whatever
- * happened; st NULL (its prepare failed) is PRIVAI_EIO with the
+ * happened; st NULL (its prepare failed) is APP_EIO with the
  * connection's message.
  */
 DB_CHECKED int db_step_write(sqlite3 *db, sqlite3_stmt *st, char *err);
 DB_CHECKED int db_write(sqlite3 *db, sqlite3_stmt *st, char *err);
 
-/* Prepare sql: PRIVAI_OK with *ret, or PRIVAI_EIO with sqlite's
+/* Prepare sql: APP_OK with *ret, or APP_EIO with sqlite's
  * message (*ret NULL then, which db_write reports). */
 int db_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **ret, char *err);
 

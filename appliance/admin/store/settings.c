@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "privai/status.h"
+#include "status.h"
 #include "store/settings.h"
 
 struct setting {
@@ -81,7 +81,7 @@ settings_get(sqlite3 *db, const char *key, char *out, size_t size)
 	sqlite3_stmt *st;
 
 	if (s == NULL)
-		return -1;
+		return APP_ENOTFOUND;
 	snprintf(out, size, "%s", s->def);
 	if (sqlite3_prepare_v2(db, "SELECT value FROM settings WHERE key = ?", -1, &st, NULL) != SQLITE_OK)
 		return 0;
@@ -99,19 +99,19 @@ settings_set(sqlite3 *db, const char *key, const char *value, char *err)
 	sqlite3_stmt *st;
 
 	if (s == NULL)
-		return privai_fail(err, PRIVAI_ENOTFOUND, "no setting named '%.64s'", key);
+		return app_fail(err, APP_ENOTFOUND, "no setting named '%.64s'", key);
 	if (!s->ok(value))
-		return privai_fail(err, PRIVAI_EINVAL, "%s must be %s", key, s->what);
+		return app_fail(err, APP_EINVAL, "%s must be %s", key, s->what);
 	if (sqlite3_prepare_v2(db,
 			       "INSERT INTO settings (key, value) VALUES (?, ?) "
 			       "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
 			       -1, &st, NULL) != SQLITE_OK)
-		return privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 	sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 2, value, -1, SQLITE_TRANSIENT);
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? PRIVAI_OK : privai_fail(err, PRIVAI_EIO, "database: %s", sqlite3_errmsg(db));
+	return rc == SQLITE_DONE ? APP_OK : app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
 }
 
 cJSON *

@@ -10,9 +10,9 @@
 #include <sqlite3.h>
 #include <stddef.h>
 
-/* The value of key (stored or default) into out; -1 for an unknown key. */
+/* The value of key (stored or default) into out; APP_ENOTFOUND for an unknown key. */
 int settings_get(sqlite3 *db, const char *key, char *out, size_t size);
-/* Check and store; PRIVAI_ENOTFOUND for an unknown key, PRIVAI_EINVAL
+/* Check and store; APP_ENOTFOUND for an unknown key, APP_EINVAL
  * naming what the value must be. */
 int settings_set(sqlite3 *db, const char *key, const char *value, char *err);
 /* Every key with its value: {"cluster_name": "...", ...}. */

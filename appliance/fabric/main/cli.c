@@ -4,6 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "fabric_cmd.h"
 
 #define DEFAULT_CONFIG "/etc/privai/fabric.conf"
@@ -19,7 +21,7 @@ fabric_opts_parse(struct fabric_opts *o, int *argc, char **argv, char *err, size
 	for (int i = 1; i < *argc; i++) {
 		if ((strcmp(argv[i], "--root") == 0 || strcmp(argv[i], "--config") == 0) && i + 1 >= *argc) {
 			snprintf(err, errsize, "%s needs a value", argv[i]);
-			return -1;
+			return APP_EINVAL;
 		}
 		if (strcmp(argv[i], "--root") == 0)
 			o->root = argv[++i];
@@ -34,11 +36,11 @@ fabric_opts_parse(struct fabric_opts *o, int *argc, char **argv, char *err, size
 		o->root = "/";
 	if (o->root[0] != '/') {
 		snprintf(err, errsize, "--root must be an absolute path, not '%s'", o->root);
-		return -1;
+		return APP_EINVAL;
 	}
 	if (config != NULL || access(DEFAULT_CONFIG, F_OK) == 0)
 		if (fabric_settings_file(config != NULL ? config : DEFAULT_CONFIG, err, errsize) < 0)
-			return -1;
+			return APP_EINVAL;
 	return fabric_settings_load(&o->s, err, errsize);
 }
 
@@ -54,10 +56,10 @@ fabric_abs_path(const char *path, char *out, size_t size)
 	char cwd[4096];
 
 	if (path[0] == '/')
-		return snprintf(out, size, "%s", path) < (int)size ? 0 : -1;
+		return str_fmt(out, size, "%s", path);
 	if (getcwd(cwd, sizeof(cwd)) == NULL)
-		return -1;
-	return snprintf(out, size, "%s/%s", cwd, path) < (int)size ? 0 : -1;
+		return APP_ERANGE;
+	return str_fmt(out, size, "%s/%s", cwd, path);
 }
 
 int

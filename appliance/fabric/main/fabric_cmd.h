@@ -13,14 +13,14 @@ struct fabric_opts {
 };
 
 /* Take --root and --config out of argv (anywhere after the command), read
- * the config file and the settings.  0, or -1 with err. */
+ * the config file and the settings.  0, or an APP_E* code with err. */
 int fabric_opts_parse(struct fabric_opts *o, int *argc, char **argv, char *err, size_t errsize);
 
 /* Whether we look at the live host, where libibverbs and systemd apply. */
 int fabric_live(const struct fabric_opts *o);
 
 /* A file the user named, made absolute against the working directory
- * (hostfs takes paths from a root).  0, or -1 when it does not fit. */
+ * (hostfs takes paths from a root).  0, or an APP_E* code when it does not fit. */
 int fabric_abs_path(const char *path, char *out, size_t size);
 
 int fabric_usage_error(const char *cmd, const char *arg); /* prints, returns 2 */

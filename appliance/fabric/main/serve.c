@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "status.h"
 #include "fabric.h"
 #include "fabric_cmd.h"
 #include "fm_config.h"
@@ -89,13 +90,13 @@ listen_unix(const char *path, char *err, size_t errsize)
 
 	if (strlen(path) >= sizeof(a.sun_path)) {
 		snprintf(err, errsize, "%s: path too long for a socket", path);
-		return -1;
+		return APP_EIO;
 	}
 	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
 	if (lstat(path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
 			snprintf(err, errsize, "%s exists and is not a socket: not replaced", path);
-			return -1;
+			return APP_EIO;
 		}
 		unlink(path); /* a previous run's */
 	}
@@ -104,7 +105,7 @@ listen_unix(const char *path, char *err, size_t errsize)
 		snprintf(err, errsize, "%s: %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
-		return -1;
+		return APP_EIO;
 	}
 	/* privai-admin reads it as the privai group; nobody else needs to */
 	if ((g = getgrnam("privai")) != NULL && chown(path, (uid_t)-1, g->gr_gid) == 0)
