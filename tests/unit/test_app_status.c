@@ -21,7 +21,8 @@ test_codes(void)
 	CHECK(app_fail(err, APP_ENOTFOUND, "no %s", "thing") == APP_ENOTFOUND && strcmp(err, "no thing") == 0,
 	      "app_fail returns its code and writes the line: %s", err);
 	CHECK(app_fail(NULL, APP_EIO, "x") == APP_EIO, "app_fail takes a NULL buffer");
-	CHECK(strcmp(app_status_str(APP_EDENIED), "denied") == 0 && strcmp(app_status_str(12345), "unknown status") == 0,
+	CHECK(strcmp(app_status_str(APP_EDENIED), "denied") == 0 &&
+		      strcmp(app_status_str(12345), "unknown status") == 0,
 	      "every code has a name, an unknown one too");
 	CHECK(APP_OK == 0 && APP_EIO < 0 && APP_EDENIED < 0, "success is 0, failures are negative");
 }
@@ -31,7 +32,8 @@ test_str_fmt(void)
 {
 	char buf[8];
 
-	CHECK(str_fmt(buf, sizeof(buf), "%s/%s", "ab", "cd") == APP_OK && strcmp(buf, "ab/cd") == 0, "a path that fits");
+	CHECK(str_fmt(buf, sizeof(buf), "%s/%s", "ab", "cd") == APP_OK && strcmp(buf, "ab/cd") == 0,
+	      "a path that fits");
 	CHECK(str_fmt(buf, sizeof(buf), "%s", "1234567") == APP_OK && strcmp(buf, "1234567") == 0,
 	      "exactly the buffer less its NUL fits");
 	strcpy(buf, "old");

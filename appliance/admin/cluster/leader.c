@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "status.h"
+#include "jsonnum.h"
 #include "strfmt.h"
 #include "admin.h"
 #include "store/db.h"
@@ -92,11 +93,7 @@ report_int(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t def
 	*out = def;
 	if (v == NULL || cJSON_IsNull(v))
 		return 0;
-	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < (double)lo ||
-	    v->valuedouble > (double)hi)
-		return APP_EINVAL;
-	*out = (int64_t)v->valuedouble;
-	return 0;
+	return json_int_in(v, lo, hi, out);
 }
 
 int

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "status.h"
+#include "jsonnum.h"
 #include "strfmt.h"
 #include "admin.h"
 #include "store/db.h"
@@ -61,11 +62,7 @@ int_in(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t *out)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
 
-	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < (double)lo ||
-	    v->valuedouble > (double)hi)
-		return APP_EINVAL;
-	*out = (int64_t)v->valuedouble;
-	return 0;
+	return json_int_in(v, lo, hi, out);
 }
 
 /* A GPU placement from the leader, which checked it against what this

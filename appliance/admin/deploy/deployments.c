@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "status.h"
+#include "jsonnum.h"
 #include "admin.h"
 #include "deploy/deployments.h"
 
@@ -28,12 +29,10 @@ option_int(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t *ou
 	*out = 0;
 	if (v == NULL)
 		return 0;
-	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < (double)lo ||
-	    v->valuedouble > (double)hi) {
+	if (json_int_in(v, lo, hi, out) != APP_OK) {
 		snprintf(err, size, "options.%s must be an integer in %lld..%lld", name, (long long)lo, (long long)hi);
 		return APP_EINVAL;
 	}
-	*out = (int64_t)v->valuedouble;
 	return 0;
 }
 

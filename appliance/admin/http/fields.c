@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "status.h"
+#include "jsonnum.h"
 #include "admin.h"
 #include "http/httpd.h"
 #include "store/rows.h"
@@ -210,17 +211,15 @@ field_int(struct req *r, const cJSON *o, const char *name, int required, int64_t
 		*out = def;
 		return 0;
 	}
-	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble) {
+	if (!cJSON_IsNumber(v) || !json_is_whole(v->valuedouble)) {
 		reply_error(r, 422, "invalid_field", name, "%s must be an integer", name);
 		return APP_EINVAL;
 	}
-	int64_t x = (int64_t)v->valuedouble;
-	if (x < lo || x > hi) {
-		reply_error(r, 422, "invalid_field", name, "%s must be in %lld..%lld (got %lld)", name, (long long)lo,
-			    (long long)hi, (long long)x);
+	if (json_int_in(v, lo, hi, out) != APP_OK) {
+		reply_error(r, 422, "invalid_field", name, "%s must be in %lld..%lld (got %.0f)", name, (long long)lo,
+			    (long long)hi, v->valuedouble);
 		return APP_EINVAL;
 	}
-	*out = x;
 	return 0;
 }
 
