@@ -26,7 +26,7 @@ fabric_settings_file(const char *path, char *err, size_t errsize)
 
 	if (fp == NULL) {
 		snprintf(err, errsize, "%s: %s", path, strerror(errno));
-		return APP_EINVAL;
+		return APP_EIO;
 	}
 	while (fgets(line, sizeof(line), fp) != NULL) {
 		char *p, *eq;

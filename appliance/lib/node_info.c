@@ -221,7 +221,7 @@ read_nics(const char *root, struct node_info *ni)
 		    strlen(e->d_name) >= sizeof(ni->nics[0].name))
 			continue;
 		struct node_nic *n = &ni->nics[ni->n_nics++];
-		snprintf(n->name, sizeof(n->name), "%s", e->d_name);
+		memcpy(n->name, e->d_name, strlen(e->d_name) + 1); /* its length was checked above */
 		if (str_fmt(path, sizeof(path), "/sys/class/net/%s/address", e->d_name) == APP_OK)
 			read_line(root, path, n->mac, sizeof(n->mac));
 		if (str_fmt(path, sizeof(path), "/sys/class/net/%s/operstate", e->d_name) == APP_OK)

@@ -269,7 +269,7 @@ pci_scan(const char *root, struct pci_bus *bus, char *err, size_t errsize)
 	if (n > 0 && (bus->dev = calloc((size_t)n, sizeof(*bus->dev))) == NULL) {
 		hostfs_free_names(names, listed);
 		snprintf(err, errsize, "out of memory reading %d PCI devices", n);
-		return APP_EIO;
+		return APP_ENOMEM;
 	}
 	for (int i = 0; i < n; i++)
 		if (is_bdf(names[i]))

@@ -97,7 +97,7 @@ plan_file(const struct tune_host *h, struct plan *p, const char *what, const cha
 
 	if ((c = add(p, CHANGE_FILE, what, path)) == NULL) {
 		free(cur);
-		return APP_EINVAL;
+		return APP_ENOMEM;
 	}
 	snprintf(c->new, sizeof(c->new), "%s", contents);
 	c->existed = cur != NULL || hostfs_exists(h->root, path);
@@ -245,7 +245,7 @@ apply_plan(const struct tune_host *h, struct plan *p, char *err, size_t errsize)
 	if (rc != 0) {
 		snprintf(err, errsize, "out of memory planning the changes");
 		plan_free(p);
-		return APP_EINVAL;
+		return APP_ENOMEM;
 	}
 	return 0;
 }

@@ -275,7 +275,7 @@ apply_run(const struct tune_host *h, struct plan *p, FILE *out, char *err, size_
 			if (rec == NULL) {
 				snprintf(err, errsize, "out of memory recording the old values");
 				plan_free(&s.recorded);
-				return APP_EIO;
+				return APP_ENOMEM;
 			}
 			*rec = *c;
 		}

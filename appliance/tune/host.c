@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strfmt.h"
 #include "status.h"
 #include "cpuid.h"
 #include "hostfs.h"
@@ -32,8 +33,9 @@ read_hypervisor(struct tune_host *h, int guest)
 		return;
 	hostfs_read_line(h->root, "/sys/class/dmi/id/sys_vendor", vendor, sizeof(vendor));
 	hostfs_read_line(h->root, "/sys/class/dmi/id/product_name", product, sizeof(product));
-	snprintf(h->hypervisor, sizeof(h->hypervisor), "%s%s%s", vendor[0] ? vendor : "unknown hypervisor",
-		 product[0] ? " " : "", product);
+	/* a name for people, cut to its field if need be */
+	msg_fmt(h->hypervisor, sizeof(h->hypervisor), "%s%s%s", vendor[0] ? vendor : "unknown hypervisor",
+		product[0] ? " " : "", product);
 }
 
 int

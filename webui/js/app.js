@@ -10,11 +10,12 @@ import nodes from './pages/nodes.js';
 import users from './pages/users.js';
 import audit from './pages/audit.js';
 import settings from './pages/settings.js';
+import { session } from './session.js';
 
 const pages = { dashboard, models, deployments, gpus, nodes, users, audit, settings };
 const titles = { dashboard: 'Dashboard', models: 'Models', deployments: 'Deployments', gpus: 'GPUs & partitions',
   nodes: 'Nodes', users: 'Users & tokens', audit: 'Audit log', settings: 'Settings' };
-const ctx = { me: null };
+const ctx = session;
 let cleanup = null;
 
 function main() { return document.getElementById('main'); }
@@ -80,11 +81,6 @@ async function start() {
     a.parentElement.hidden = ctx.me.user.role !== 'admin';
   if (ctx.me.must_change_password) { changePassword(); return; }
   route();
-}
-
-export function can(role) {
-  const rank = { viewer: 1, operator: 2, admin: 3 };
-  return ctx.me && rank[ctx.me.user.role] >= rank[role];
 }
 
 let routeSeq = 0;

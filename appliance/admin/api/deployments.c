@@ -423,7 +423,7 @@ load_current(struct req *r, int64_t id, struct current *c)
 	}
 	if (c->options == NULL || c->placement == NULL) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
-		return APP_ENOTFOUND;
+		return APP_EIO;
 	}
 	return 0;
 }

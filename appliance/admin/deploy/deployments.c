@@ -11,14 +11,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "privai/chat.h"
 #include "status.h"
+#include "strfmt.h"
 #include "jsonnum.h"
 #include "admin.h"
 #include "deploy/deployments.h"
-
-/* the engine's template names (--chat-template) */
-static const char *const chat_templates[] = { "llama2", "llama3",   "mistral",   "chatml", "phi3",
-					      "gemma",  "deepseek", "deepseek3", NULL };
 
 /* int option name in lo..hi, or 0 when absent; -1 naming it in err. */
 static int
@@ -68,7 +66,7 @@ deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size,
 	cJSON *out = cJSON_CreateObject();
 	if (out == NULL) {
 		snprintf(err, size, "out of memory");
-		return APP_EINVAL;
+		return APP_ENOMEM;
 	}
 	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
 		if (option_int(o, ints[i].name, ints[i].lo, ints[i].hi, &v, err, size) < 0) {
@@ -81,14 +79,13 @@ deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size,
 	}
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "chat_template");
 	if (t != NULL) {
-		int known_tmpl = 0;
-		for (int i = 0; cJSON_IsString(t) && chat_templates[i] != NULL && !known_tmpl; i++)
-			known_tmpl = strcmp(t->valuestring, chat_templates[i]) == 0;
-		if (!known_tmpl) {
+		if (!cJSON_IsString(t) || !chat_template_known(t->valuestring)) {
+			char list[256] = "";
+			for (const char *const *n = chat_template_names(); *n != NULL; n++)
+				msg_fmt(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+					n == chat_template_names() ? "" : ", ", *n);
 			snprintf(field, field_size, "options.chat_template");
-			snprintf(err, size,
-				 "chat_template must be one of llama2, llama3, mistral, chatml, phi3, gemma, "
-				 "deepseek, deepseek3");
+			snprintf(err, size, "chat_template must be one of %s", list);
 			cJSON_Delete(out);
 			return APP_EINVAL;
 		}
@@ -98,7 +95,7 @@ deploy_options_parse(const cJSON *o, char **ret, char *field, size_t field_size,
 	cJSON_Delete(out);
 	if (*ret == NULL) {
 		snprintf(err, size, "out of memory");
-		return APP_EINVAL;
+		return APP_ENOMEM;
 	}
 	return 0;
 }

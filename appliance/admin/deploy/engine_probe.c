@@ -14,6 +14,7 @@
 #define PROBE_TIMEOUT_MS 10000
 #define PROBE_MAX_BYTES 4096
 #define MAX_BACKENDS 8
+#define MAX_TEMPLATES 32
 
 static cJSON *
 failed(const char *fmt, const char *a, const char *b)
@@ -68,6 +69,15 @@ engine_report_clean(const cJSON *e)
 	}
 	if (name_ok(simd))
 		cJSON_AddStringToObject(o, "cpu_simd", simd->valuestring);
+	/* the chat templates it renders (the console's choices); an older
+	 * engine has none to say, and bad entries are left out */
+	const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(e, "chat_templates");
+	if (cJSON_IsArray(tmpl) && cJSON_GetArraySize(tmpl) <= MAX_TEMPLATES) {
+		cJSON *names = cJSON_AddArrayToObject(o, "chat_templates");
+		cJSON_ArrayForEach (v, tmpl)
+			if (names != NULL && name_ok(v))
+				cJSON_AddItemToArray(names, cJSON_CreateString(v->valuestring));
+	}
 	/* why a node has no backends, as its admin saw it, at most 300 bytes */
 	if (cJSON_IsString(error) && cJSON_GetArraySize(b) == 0) {
 		char why[301];

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "http/httpd.h"
 
@@ -68,9 +70,9 @@ webui_serve(struct req *r)
 		return 0;
 	if (type == NULL || !safe_name(path) || realpath(r->a->cfg.webui_dir, root) == NULL)
 		return 0;
-	snprintf(want, sizeof(want), "%s%s", root, path);
 	size_t n = strlen(root);
-	if (realpath(want, real) == NULL || strncmp(real, root, n) != 0 || real[n] != '/')
+	if (str_fmt(want, sizeof(want), "%s%s", root, path) != APP_OK || realpath(want, real) == NULL ||
+	    strncmp(real, root, n) != 0 || real[n] != '/')
 		return 0;
 	if ((fd = open(real, O_RDONLY | O_CLOEXEC)) < 0)
 		return 0;

@@ -100,7 +100,7 @@ load_config(const char *path)
 
 	if (fp == NULL) {
 		fprintf(stderr, "privai-admin: --config %s: %s\n", path, strerror(errno));
-		return APP_EINVAL;
+		return APP_EIO;
 	}
 	while (fgets(line, sizeof(line), fp) != NULL) {
 		n++;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "privai/chat.h"
 #include "privai/compute.h"
 #include "cli.h"
 
@@ -18,7 +19,8 @@ cmd_features(int argc, char **argv)
 		if (strcmp(argv[i], "--json") == 0) {
 			json = 1;
 		} else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-			puts("usage: privai-engine features [--json]   backends and CPU kernels of this build");
+			puts("usage: privai-engine features [--json]   backends, CPU kernels and chat templates of "
+			     "this build");
 			return 0;
 		} else {
 			return cli_error("features", "unknown option '%s'", argv[i]);
@@ -29,12 +31,18 @@ cmd_features(int argc, char **argv)
 		fputs("{\"backends\":[", stdout);
 		for (int i = 0; b[i] != NULL; i++)
 			printf("%s\"%s\"", i ? "," : "", b[i]);
-		printf("],\"cpu_simd\":\"%s\"}\n", compute_cpu_simd_name());
+		printf("],\"cpu_simd\":\"%s\",\"chat_templates\":[", compute_cpu_simd_name());
+		for (const char *const *t = chat_template_names(); *t != NULL; t++)
+			printf("%s\"%s\"", t == chat_template_names() ? "" : ",", *t);
+		fputs("]}\n", stdout);
 		return 0;
 	}
 	fputs("backends:", stdout);
 	for (int i = 0; b[i] != NULL; i++)
 		printf(" %s", b[i]);
-	printf("\ncpu kernels: %s\n", compute_cpu_simd_name());
+	printf("\ncpu kernels: %s\nchat templates:", compute_cpu_simd_name());
+	for (const char *const *t = chat_template_names(); *t != NULL; t++)
+		printf(" %s", *t);
+	putchar('\n');
 	return 0;
 }

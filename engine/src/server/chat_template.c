@@ -6,16 +6,42 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "privai/chat.h"
 #include "server/chat_template.h"
+
+/* every name and its family, once: the tables below are made from it */
+#define CHAT_TEMPLATES(X)                                                                                              \
+	X("llama2", CHAT_LLAMA2)                                                                                       \
+	X("llama3", CHAT_LLAMA3)                                                                                       \
+	X("mistral", CHAT_MISTRAL)                                                                                     \
+	X("chatml", CHAT_CHATML)                                                                                       \
+	X("qwen", CHAT_CHATML)                                                                                         \
+	X("phi3", CHAT_PHI3)                                                                                           \
+	X("gemma", CHAT_GEMMA)                                                                                         \
+	X("deepseek", CHAT_DEEPSEEK)                                                                                   \
+	X("deepseek3", CHAT_DEEPSEEK3)
+
+#define AS_ENTRY(n, fam) { n, fam },
+#define AS_NAME(n, fam) n,
 
 static const struct {
 	const char *name;
 	enum chat_family f;
-} names[] = {
-	{ "llama2", CHAT_LLAMA2 }, { "llama3", CHAT_LLAMA3 },     { "mistral", CHAT_MISTRAL },
-	{ "chatml", CHAT_CHATML }, { "qwen", CHAT_CHATML },       { "phi3", CHAT_PHI3 },
-	{ "gemma", CHAT_GEMMA },   { "deepseek", CHAT_DEEPSEEK }, { "deepseek3", CHAT_DEEPSEEK3 },
-};
+} names[] = { CHAT_TEMPLATES(AS_ENTRY) };
+
+static const char *const name_list[] = { CHAT_TEMPLATES(AS_NAME) NULL };
+
+const char *const *
+chat_template_names(void)
+{
+	return name_list;
+}
+
+int
+chat_template_known(const char *name)
+{
+	return name != NULL && chat_family_by_name(name) != CHAT_NONE;
+}
 
 enum chat_family
 chat_family_by_name(const char *name)

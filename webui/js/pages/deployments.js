@@ -4,7 +4,7 @@
 // console holds the row and reaches its engine through that node.
 import { api, apiStream } from '../api.js';
 import { h, badge, table, act, say, formValues, when, field } from '../ui.js';
-import { can } from '../app.js';
+import { can } from '../session.js';
 
 // The form's placement: GPUs by index or UUID when some are named, else CPU.
 function placementOf(v) {
@@ -26,9 +26,18 @@ function createForm(modelsList, nodesList, refresh) {
       h('input', { name: 'gpus', placeholder: 'e.g. 0,1 or MIG-…' })),
     field('Context', h('input', { name: 'ctx', type: 'number', min: 16, placeholder: 'model default' })),
     field('Parallel sequences', h('input', { name: 'parallel', type: 'number', min: 1, placeholder: 'default' })),
-    field('Chat template', h('select', { name: 'chat_template' }, h('option', { value: '' }, 'from the model'),
-      ['llama2', 'llama3', 'mistral', 'chatml', 'phi3', 'gemma', 'deepseek', 'deepseek3'].map((t) => h('option', {}, t)))),
+    field('Chat template', h('select', { name: 'chat_template' })),
     h('button', { type: 'submit' }, 'Deploy'));
+  // the templates are the chosen node's engine's own list (privai-engine
+  // features, reported with the node), never a copy kept here
+  const templates = () => {
+    const node = usable.find((n) => n.name === form.node.value) || usable.find((n) => n.is_self);
+    const names = (node && node.inventory && node.inventory.engine && node.inventory.engine.chat_templates) || [];
+    form.chat_template.replaceChildren(h('option', { value: '' }, 'from the model'),
+      ...names.map((t) => h('option', {}, t)));
+  };
+  form.node.addEventListener('change', templates);
+  templates();
   const secret = h('div', { 'aria-live': 'polite' });
   form.addEventListener('submit', (e) => {
     e.preventDefault();

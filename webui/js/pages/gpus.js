@@ -4,7 +4,7 @@
 // applying sends the draft to PUT .../mig, which checks it again.
 import { api } from '../api.js';
 import { h, badge, bytes, table, act, say, field } from '../ui.js';
-import { can } from '../app.js';
+import { can } from '../session.js';
 
 function editor(gpu, view, refresh) {
   let draft = view.layout.map((x) => ({ profile: x.profile, start: x.start }));

@@ -2,7 +2,7 @@
 // a progress bar, or URL), details with the GGUF's metadata, sizing, delete.
 import { api, upload } from '../api.js';
 import { h, badge, bytes, table, act, say, formValues, field } from '../ui.js';
-import { can } from '../app.js';
+import { can } from '../session.js';
 
 async function sha256(file) {
   // crypto.subtle is on https or localhost only, and hashes a whole buffer:

@@ -2,7 +2,7 @@
 // (stopping or moving the deployments), resume.
 import { api } from '../api.js';
 import { h, badge, bytes, table, act, say, when, field } from '../ui.js';
-import { can } from '../app.js';
+import { can } from '../session.js';
 import { hostSummary, hostProblems } from './host.js';
 
 export default async function nodes(main) {

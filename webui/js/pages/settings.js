@@ -1,7 +1,7 @@
 // Settings, backups and restore.
 import { api, upload } from '../api.js';
 import { h, table, act, bytes, when, field } from '../ui.js';
-import { can } from '../app.js';
+import { can } from '../session.js';
 
 const help = {
   cluster_name: 'Shown in the console and the metrics.',

@@ -1,7 +1,7 @@
 // Users (admins only) and everyone's own API tokens.
 import { api } from '../api.js';
 import { h, table, act, formValues, when, field } from '../ui.js';
-import { can } from '../app.js';
+import { can } from '../session.js';
 
 async function usersSection(main) {
   const list = h('div', {});
