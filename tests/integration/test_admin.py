@@ -669,7 +669,7 @@ def test_tls(tmp):
     r = subprocess.run([os.path.join(BUILD, "privai-admin"), "--dev", "--port", "0", "--state-dir", deep],
                        capture_output=True, text=True, timeout=30)
     check(r.returncode == 2 and "--state-dir is longer than 1024 bytes" in r.stderr and not os.path.exists(deep),
-          "a state directory longer than 1024 bytes is refused before anything is made", r.returncode, r.stderr)
+          "a state directory longer than 1024 bytes is refused before anything is made", (r.returncode, r.stderr))
 
 
 def test_kill9(tmp):

@@ -10,6 +10,7 @@
 
 #include "testlib.h"
 #include "privai/scheduler.h"
+#include "server/metrics.h"
 
 #define MODEL "tiny-llama-spm-f16"
 #define NREQ 6
@@ -63,13 +64,24 @@ wait_done(struct scheduler *s, struct sched_request *r)
 	CHECK(f != FINISH_NONE, "request finished in time");
 }
 
+/* The server's metrics, fed by the scheduler under test (its observer),
+ * as privai-engine serve keeps them. */
+static struct serving_metrics metrics_seen;
+
+static struct sched_observer
+fresh_metrics(void)
+{
+	serving_metrics_init(&metrics_seen);
+	return serving_metrics_observer(&metrics_seen);
+}
+
 /* Run all NREQ requests at once on a scheduler; out[i] gets their tokens. */
 static int
 run_all(const struct engine_model *m, const struct tokenizer *tok, int n_blocks, int max_seqs, int32_t out[NREQ][GEN],
 	int *preemptions)
 {
 	struct engine_ctx_params cp = { .n_ctx = 128, .n_batch = 32, .n_threads = 2, .n_kv_blocks = n_blocks };
-	struct scheduler_params sp = { .max_seqs = max_seqs, .max_queue = 64, .model_name = "t" };
+	struct scheduler_params sp = { .max_seqs = max_seqs, .max_queue = 64, .observer = fresh_metrics() };
 	struct engine_ctx *c;
 	struct scheduler *s;
 	struct sched_request *r[NREQ];
@@ -89,7 +101,7 @@ run_all(const struct engine_model *m, const struct tokenizer *tok, int n_blocks,
 		ok &= r[i]->n_out == GEN && r[i]->finish == FINISH_LENGTH;
 		memcpy(out[i], r[i]->out, sizeof(out[i]));
 	}
-	char *metrics = scheduler_metrics_text(s);
+	char *metrics = serving_metrics_text(&metrics_seen, s, "t");
 	const char *p = metrics ? strstr(metrics, "\nvllm:num_preemptions_total{") : NULL;
 	*preemptions = p ? atoi(strchr(p, '}') + 1) : -1;
 	free(metrics);
@@ -103,7 +115,7 @@ run_all(const struct engine_model *m, const struct tokenizer *tok, int n_blocks,
 static double
 metric(struct scheduler *s, const char *name)
 {
-	char *t = scheduler_metrics_text(s), key[128];
+	char *t = serving_metrics_text(&metrics_seen, s, "t"), key[128];
 	double v = -1;
 
 	snprintf(key, sizeof(key), "\n%s{", name);
@@ -118,7 +130,7 @@ static void
 test_prefix_logprobs_cancel(const char *dir, const struct engine_model *m, const struct tokenizer *tok)
 {
 	struct engine_ctx_params cp = { .n_ctx = 128, .n_batch = 32, .n_threads = 2, .n_kv_blocks = 32 };
-	struct scheduler_params sp = { .max_seqs = 4, .max_queue = 2, .model_name = "t" };
+	struct scheduler_params sp = { .max_seqs = 4, .max_queue = 2, .observer = fresh_metrics() };
 	struct engine_ctx *c;
 	struct scheduler *s;
 	char err[PRIVAI_ERR_LEN], path[1024];
@@ -206,7 +218,7 @@ static void
 test_chunked_prefill(const struct engine_model *m, const struct tokenizer *tok)
 {
 	struct engine_ctx_params cp = { .n_ctx = 256, .n_batch = 32, .n_threads = 2, .n_kv_blocks = 64 };
-	struct scheduler_params sp = { .max_seqs = 4, .max_queue = 4, .model_name = "t" };
+	struct scheduler_params sp = { .max_seqs = 4, .max_queue = 4, .observer = fresh_metrics() };
 	struct engine_ctx *c;
 	struct scheduler *s;
 	char err[PRIVAI_ERR_LEN];

@@ -13,7 +13,6 @@
 #include "store/rows.h"
 #include "backup/backups.h"
 #include "store/settings.h"
-#include "server/strbuf.h"
 #include "deploy/supervisor.h"
 #include "hostfs.h"
 
@@ -44,15 +43,15 @@ h_readyz(struct req *r)
 
 /* "name{label="v"} n" for each row of a (label, count) query */
 static void
-metric_rows(struct strbuf *b, sqlite3 *db, const char *metric, const char *label, const char *sql)
+metric_rows(FILE *b, sqlite3 *db, const char *metric, const char *label, const char *sql)
 {
 	sqlite3_stmt *st;
 
 	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
 		return;
 	while (sqlite3_step(st) == SQLITE_ROW)
-		strbuf_printf(b, "%s{%s=\"%s\"} %lld\n", metric, label, (const char *)sqlite3_column_text(st, 0),
-			      (long long)sqlite3_column_int64(st, 1));
+		fprintf(b, "%s{%s=\"%s\"} %lld\n", metric, label, (const char *)sqlite3_column_text(st, 0),
+			(long long)sqlite3_column_int64(st, 1));
 	sqlite3_finalize(st);
 }
 
@@ -60,57 +59,72 @@ static void
 h_metrics(struct req *r)
 {
 	struct admin *a = r->a;
-	struct strbuf b;
+	char *text = NULL;
+	size_t len = 0;
+	/* the text grows as it is written (open_memstream), as long as it needs */
+	FILE *b = open_memstream(&text, &len);
 
-	strbuf_init(&b);
-	strbuf_puts(&b, "# HELP privai_admin_up 1 while privai-admin serves.\n# TYPE privai_admin_up gauge\n"
-			"privai_admin_up 1\n");
-	strbuf_printf(&b,
-		      "# HELP privai_admin_start_time_seconds Start time, Unix seconds.\n"
-		      "# TYPE privai_admin_start_time_seconds gauge\nprivai_admin_start_time_seconds %lld\n",
-		      (long long)a->started_at);
-	strbuf_puts(&b, "# HELP privai_admin_http_responses_total Responses sent, by status class.\n"
-			"# TYPE privai_admin_http_responses_total counter\n");
+	if (b == NULL) {
+		reply_error(r, 500, "internal", NULL, "out of memory");
+		return;
+	}
+	fputs("# HELP privai_admin_up 1 while privai-admin serves.\n# TYPE privai_admin_up gauge\n"
+	      "privai_admin_up 1\n",
+	      b);
+	fprintf(b,
+		"# HELP privai_admin_start_time_seconds Start time, Unix seconds.\n"
+		"# TYPE privai_admin_start_time_seconds gauge\nprivai_admin_start_time_seconds %lld\n",
+		(long long)a->started_at);
+	fputs("# HELP privai_admin_http_responses_total Responses sent, by status class.\n"
+	      "# TYPE privai_admin_http_responses_total counter\n",
+	      b);
 	for (int c = 1; c <= 5; c++)
-		strbuf_printf(&b, "privai_admin_http_responses_total{class=\"%dxx\"} %ld\n", c,
-			      atomic_load(&a->http_requests[c]));
-	strbuf_printf(&b,
-		      "# HELP privai_admin_logins_total Login attempts, by result.\n"
-		      "# TYPE privai_admin_logins_total counter\n"
-		      "privai_admin_logins_total{result=\"ok\"} %ld\nprivai_admin_logins_total{result=\"failed\"} "
-		      "%ld\n",
-		      atomic_load(&a->logins_ok), atomic_load(&a->logins_failed));
-	strbuf_printf(&b,
-		      "# HELP privai_admin_proxy_requests_total Requests passed to engines, by result "
-		      "(bad_gateway: no answer).\n# TYPE privai_admin_proxy_requests_total counter\n"
-		      "privai_admin_proxy_requests_total{result=\"answered\"} %ld\n"
-		      "privai_admin_proxy_requests_total{result=\"bad_gateway\"} %ld\n"
-		      "# HELP privai_admin_proxy_streams Answers being relayed from engines now.\n"
-		      "# TYPE privai_admin_proxy_streams gauge\nprivai_admin_proxy_streams %ld\n",
-		      atomic_load(&a->proxy_ok), atomic_load(&a->proxy_failed), atomic_load(&a->proxy_streams));
-	strbuf_puts(&b, "# HELP privai_admin_uploads Resumable uploads under way, by state.\n"
-			"# TYPE privai_admin_uploads gauge\n");
-	metric_rows(&b, a->db, "privai_admin_uploads", "state", "SELECT 'unfinished', count(*) FROM uploads");
-	strbuf_puts(&b, "# HELP privai_admin_upload_bytes Bytes of the uploads under way: kept so far, and whole.\n"
-			"# TYPE privai_admin_upload_bytes gauge\n");
-	metric_rows(&b, a->db, "privai_admin_upload_bytes", "of",
+		fprintf(b, "privai_admin_http_responses_total{class=\"%dxx\"} %ld\n", c,
+			atomic_load(&a->http_requests[c]));
+	fprintf(b,
+		"# HELP privai_admin_logins_total Login attempts, by result.\n"
+		"# TYPE privai_admin_logins_total counter\n"
+		"privai_admin_logins_total{result=\"ok\"} %ld\nprivai_admin_logins_total{result=\"failed\"} "
+		"%ld\n",
+		atomic_load(&a->logins_ok), atomic_load(&a->logins_failed));
+	fprintf(b,
+		"# HELP privai_admin_proxy_requests_total Requests passed to engines, by result "
+		"(bad_gateway: no answer).\n# TYPE privai_admin_proxy_requests_total counter\n"
+		"privai_admin_proxy_requests_total{result=\"answered\"} %ld\n"
+		"privai_admin_proxy_requests_total{result=\"bad_gateway\"} %ld\n"
+		"# HELP privai_admin_proxy_streams Answers being relayed from engines now.\n"
+		"# TYPE privai_admin_proxy_streams gauge\nprivai_admin_proxy_streams %ld\n",
+		atomic_load(&a->proxy_ok), atomic_load(&a->proxy_failed), atomic_load(&a->proxy_streams));
+	fputs("# HELP privai_admin_uploads Resumable uploads under way, by state.\n"
+	      "# TYPE privai_admin_uploads gauge\n",
+	      b);
+	metric_rows(b, a->db, "privai_admin_uploads", "state", "SELECT 'unfinished', count(*) FROM uploads");
+	fputs("# HELP privai_admin_upload_bytes Bytes of the uploads under way: kept so far, and whole.\n"
+	      "# TYPE privai_admin_upload_bytes gauge\n",
+	      b);
+	metric_rows(b, a->db, "privai_admin_upload_bytes", "of",
 		    "SELECT 'received', coalesce(sum(received), 0) FROM uploads UNION ALL "
 		    "SELECT 'size', coalesce(sum(size_bytes), 0) FROM uploads");
-	strbuf_puts(&b,
-		    "# HELP privai_admin_deployments Deployments, by state.\n# TYPE privai_admin_deployments gauge\n");
-	metric_rows(&b, a->db, "privai_admin_deployments", "state",
+	fputs("# HELP privai_admin_deployments Deployments, by state.\n# TYPE privai_admin_deployments gauge\n", b);
+	metric_rows(b, a->db, "privai_admin_deployments", "state",
 		    "SELECT state, count(*) FROM deployments GROUP BY state ORDER BY state");
-	strbuf_puts(&b, "# HELP privai_admin_models Registered models, by state.\n# TYPE privai_admin_models gauge\n");
-	metric_rows(&b, a->db, "privai_admin_models", "state",
+	fputs("# HELP privai_admin_models Registered models, by state.\n# TYPE privai_admin_models gauge\n", b);
+	metric_rows(b, a->db, "privai_admin_models", "state",
 		    "SELECT state, count(*) FROM models GROUP BY state ORDER BY state");
-	strbuf_puts(&b, "# HELP privai_admin_nodes Cluster nodes, by state.\n# TYPE privai_admin_nodes gauge\n");
-	metric_rows(&b, a->db, "privai_admin_nodes", "state",
+	fputs("# HELP privai_admin_nodes Cluster nodes, by state.\n# TYPE privai_admin_nodes gauge\n", b);
+	metric_rows(b, a->db, "privai_admin_nodes", "state",
 		    "SELECT state, count(*) FROM nodes GROUP BY state ORDER BY state");
-	strbuf_puts(&b, "# HELP privai_admin_deployment_restarts_total Engine restarts by the supervisor.\n"
-			"# TYPE privai_admin_deployment_restarts_total counter\n");
-	metric_rows(&b, a->db, "privai_admin_deployment_restarts_total", "deployment",
+	fputs("# HELP privai_admin_deployment_restarts_total Engine restarts by the supervisor.\n"
+	      "# TYPE privai_admin_deployment_restarts_total counter\n",
+	      b);
+	metric_rows(b, a->db, "privai_admin_deployment_restarts_total", "deployment",
 		    "SELECT name, restarts FROM deployments ORDER BY name");
-	reply_text(r, 200, "text/plain; version=0.0.4", strbuf_take(&b));
+	if (fclose(b) != 0) {
+		free(text);
+		reply_error(r, 500, "internal", NULL, "out of memory");
+		return;
+	}
+	reply_text(r, 200, "text/plain; version=0.0.4", text);
 }
 
 static void

@@ -76,10 +76,34 @@ struct sched_request {
 	struct sched_request *next;
 };
 
+/* What the scheduler reports as it works, for whoever keeps metrics
+ * (the server's Prometheus counters, server/metrics.c): each callback runs
+ * under the scheduler's lock, so a reader of what they record takes
+ * scheduler_lock().  Any may be NULL; arg is passed back. */
+struct sched_observer {
+	void *arg;
+	/* a request left the queue: its wait, prompt length, and (prefix
+	 * caching counted) how many of the prompt's tokens were cached */
+	void (*scheduled)(void *arg, double queue_s, int n_prompt, int counted, int cached_tokens);
+	/* a token was generated: first says whether it is the request's first
+	 * (gap_s is then the time to first token, else the inter-token time) */
+	void (*token)(void *arg, int first, double gap_s);
+	void (*finished)(void *arg, enum finish_reason f, double e2e_s);
+	void (*preempted)(void *arg);
+	void (*forward)(void *arg, int n_tokens); /* one forward pass of n_tokens */
+};
+
+/* The scheduler's state as gauges; read with the lock held. */
+struct sched_gauges {
+	int running, waiting;
+	double kv_usage; /* 0..1 */
+	int kv_blocks, kv_blocks_cached;
+};
+
 struct scheduler_params {
-	int max_seqs;           /* sequences running at once */
-	int max_queue;          /* requests waiting beyond those; more are refused */
-	const char *model_name; /* label on the metrics */
+	int max_seqs;  /* sequences running at once */
+	int max_queue; /* requests waiting beyond those; more are refused */
+	struct sched_observer observer;
 };
 
 struct scheduler;
@@ -117,8 +141,8 @@ int scheduler_drain(struct scheduler *s, int timeout_ms);
 
 int scheduler_max_context(const struct scheduler *s);
 
-/* Prometheus text of the scheduler's metrics, malloc'd. */
-char *scheduler_metrics_text(struct scheduler *s);
+/* The gauges now; the caller holds the lock (scheduler_lock). */
+void scheduler_gauges(struct scheduler *s, struct sched_gauges *g);
 
 double sched_now(void);
 

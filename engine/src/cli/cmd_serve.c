@@ -248,7 +248,8 @@ cmd_serve(int argc, char **argv)
 	struct engine_ctx_params cp = { .n_ctx = o.n_ctx, .n_batch = o.batch, .n_threads = o.threads };
 	int n_ctx = o.n_ctx > 0 ? o.n_ctx : (e.model->hp.n_ctx_train < 4096 ? e.model->hp.n_ctx_train : 4096);
 	cp.n_kv_blocks = kv_blocks(&o, e.model, n_ctx);
-	struct scheduler_params sp = { o.parallel, o.queue, cfg.model_id };
+	serving_metrics_init(&srv.metrics);
+	struct scheduler_params sp = { o.parallel, o.queue, serving_metrics_observer(&srv.metrics) };
 	if (engine_ctx_new(e.model, &cp, &e.ctx, err) < 0 || scheduler_new(e.ctx, e.tok, &sp, &sched, err) < 0) {
 		server_stop(&srv);
 		cli_engine_close(&e);

@@ -225,7 +225,8 @@ route(struct server *s, struct MHD_Connection *c, const char *url, const char *m
 	if (strcmp(url, "/metrics") == 0 && get) {
 		if (!atomic_load(&s->ready))
 			return send_text(c, 503, "text/plain", strdup("loading\n"));
-		return send_text(c, 200, "text/plain; version=0.0.4", scheduler_metrics_text(s->sched));
+		return send_text(c, 200, "text/plain; version=0.0.4",
+				 serving_metrics_text(&s->metrics, s->sched, s->cfg.model_id));
 	}
 	int known = strcmp(url, "/v1/models") == 0 || strcmp(url, "/v1/completions") == 0 ||
 		    strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/tokenize") == 0 ||

@@ -115,9 +115,8 @@ label(char *out, size_t cap, const char *model_name)
 	}
 }
 
-void
-serving_metrics_render(struct strbuf *b, const struct serving_metrics *m, const struct serving_gauges *g,
-		       const char *model_name)
+static void
+render(struct strbuf *b, const struct serving_metrics *m, const struct sched_gauges *g, const char *model_name)
 {
 	char lbl[512], fl[600];
 
@@ -146,4 +145,73 @@ serving_metrics_render(struct strbuf *b, const struct serving_metrics *m, const 
 	gauge(b, "privai:kv_cache_blocks_cached", "Unused KV blocks kept for prefix hits.", lbl, g->kv_blocks_cached);
 	counter(b, "privai:forward_passes_total", "Batched forward passes run.", lbl, m->forward_passes);
 	counter(b, "privai:batched_tokens_total", "Tokens run through forward passes.", lbl, m->batched_tokens);
+}
+
+char *
+serving_metrics_text(const struct serving_metrics *m, struct scheduler *s, const char *model_name)
+{
+	struct strbuf b;
+	struct sched_gauges g;
+
+	strbuf_init(&b);
+	scheduler_lock(s);
+	scheduler_gauges(s, &g);
+	render(&b, m, &g, model_name != NULL ? model_name : "");
+	scheduler_unlock(s);
+	return strbuf_take(&b);
+}
+
+/* The observer's callbacks: the scheduler holds its lock around each. */
+static void
+on_scheduled(void *arg, double queue_s, int n_prompt, int counted, int cached_tokens)
+{
+	struct serving_metrics *m = arg;
+
+	histogram_observe(&m->queue, queue_s);
+	m->prompt_tokens += (uint64_t)n_prompt;
+	if (counted) {
+		m->prefix_queries += (uint64_t)n_prompt;
+		m->prefix_hits += (uint64_t)cached_tokens;
+	}
+}
+
+static void
+on_token(void *arg, int first, double gap_s)
+{
+	struct serving_metrics *m = arg;
+
+	m->generation_tokens++;
+	histogram_observe(first ? &m->ttft : &m->itl, gap_s);
+}
+
+static void
+on_finished(void *arg, enum finish_reason f, double e2e_s)
+{
+	struct serving_metrics *m = arg;
+
+	m->success[f]++;
+	histogram_observe(&m->e2e, e2e_s);
+}
+
+static void
+on_preempted(void *arg)
+{
+	((struct serving_metrics *)arg)->preemptions++;
+}
+
+static void
+on_forward(void *arg, int n_tokens)
+{
+	struct serving_metrics *m = arg;
+
+	m->forward_passes++;
+	m->batched_tokens += (uint64_t)n_tokens;
+}
+
+struct sched_observer
+serving_metrics_observer(struct serving_metrics *m)
+{
+	struct sched_observer o = { m, on_scheduled, on_token, on_finished, on_preempted, on_forward };
+
+	return o;
 }

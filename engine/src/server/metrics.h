@@ -1,14 +1,15 @@
 /*
  * Serving metrics in Prometheus text format, named and bucketed as vLLM
  * names them so existing dashboards work unchanged.  Plain counters and
- * fixed-bucket histograms; the owner serialises access (the scheduler's
- * lock).
+ * fixed-bucket histograms, fed by the scheduler's observer callbacks and
+ * read under the scheduler's lock: the scheduler itself keeps none.
  */
 #ifndef PRIVAI_METRICS_H
 #define PRIVAI_METRICS_H
 
 #include <stdint.h>
 
+#include "privai/scheduler.h"
 #include "server/strbuf.h"
 
 #define HIST_MAX_BUCKETS 24
@@ -37,14 +38,12 @@ struct serving_metrics {
 
 void serving_metrics_init(struct serving_metrics *m);
 
-/* Gauges come from the caller at render time. */
-struct serving_gauges {
-	int running, waiting;
-	double kv_usage; /* 0..1 */
-	int kv_blocks, kv_blocks_cached;
-};
+/* The observer (privai/scheduler.h) that feeds m: put it in the
+ * scheduler's params.  Its callbacks run under the scheduler's lock. */
+struct sched_observer serving_metrics_observer(struct serving_metrics *m);
 
-void serving_metrics_render(struct strbuf *b, const struct serving_metrics *m, const struct serving_gauges *g,
-			    const char *model_name);
+/* Prometheus text of m and s's gauges, malloc'd (NULL when out of
+ * memory); takes s's lock to read them. */
+char *serving_metrics_text(const struct serving_metrics *m, struct scheduler *s, const char *model_name);
 
 #endif

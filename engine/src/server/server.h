@@ -15,6 +15,7 @@
 #include "privai/scheduler.h"
 #include "privai/tokenizer.h"
 #include "server/api_keys.h"
+#include "server/metrics.h"
 #include "server/chat_template.h"
 
 struct MHD_Daemon;
@@ -36,6 +37,7 @@ struct server {
 	atomic_int ready;
 	/* valid once ready */
 	struct scheduler *sched;
+	struct serving_metrics metrics; /* fed by sched (its observer), read under its lock */
 	const struct tokenizer *tok;
 	enum chat_family chat;
 	struct json_vocab *json_vocab; /* token texts for JSON mode */

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/sched_internal.h"
+#include "sched_internal.h"
 
 static void
 seq_free(struct scheduler *s, struct seq *q)
@@ -31,8 +31,8 @@ finish_locked(struct scheduler *s, struct sched_request *r, enum finish_reason f
 	r->t_finish = now;
 	if (why != NULL)
 		snprintf(r->error, sizeof(r->error), "%s", why);
-	s->m.success[f]++;
-	histogram_observe(&s->m.e2e, now - r->t_arrival);
+	if (s->p.observer.finished != NULL)
+		s->p.observer.finished(s->p.observer.arg, f, now - r->t_arrival);
 	pthread_cond_broadcast(&r->cond);
 	if (--r->refs == 0)
 		sched_request_free(r);
@@ -158,12 +158,10 @@ admit(struct scheduler *s)
 			s->n_active++;
 			r->t_scheduled = sched_now();
 			r->n_cached_prompt = hits;
-			histogram_observe(&s->m.queue, r->t_scheduled - r->t_arrival);
-			s->m.prompt_tokens += (uint64_t)r->n_prompt;
-			if (!r->prompt_logprobs) {
-				s->m.prefix_queries += (uint64_t)r->n_prompt;
-				s->m.prefix_hits += (uint64_t)hits;
-			}
+			/* prompt logprobs compute every prompt token: no cache was asked */
+			if (s->p.observer.scheduled != NULL)
+				s->p.observer.scheduled(s->p.observer.arg, r->t_scheduled - r->t_arrival, r->n_prompt,
+							!r->prompt_logprobs, hits);
 		}
 		s->running[s->n_running++] = q;
 	}
@@ -187,7 +185,8 @@ preempt_one(struct scheduler *s, const struct seq *keep)
 	victim->n_computed = 0;
 	s->preempted[s->n_preempted++] = victim;
 	s->n_preempted_shared++;
-	s->m.preemptions++;
+	if (s->p.observer.preempted != NULL)
+		s->p.observer.preempted(s->p.observer.arg);
 	return victim;
 }
 
@@ -294,12 +293,10 @@ note_token_time(struct scheduler *s, struct sched_request *r)
 {
 	double now = sched_now();
 
-	if (r->n_out == 1) {
+	if (r->n_out == 1)
 		r->t_first = now;
-		histogram_observe(&s->m.ttft, now - r->t_arrival);
-	} else {
-		histogram_observe(&s->m.itl, now - r->t_last);
-	}
+	if (s->p.observer.token != NULL)
+		s->p.observer.token(s->p.observer.arg, r->n_out == 1, now - (r->n_out == 1 ? r->t_arrival : r->t_last));
 	r->t_last = now;
 }
 
@@ -332,7 +329,6 @@ sample_and_emit(struct scheduler *s, struct seq *q, float *L)
 	r->out[k] = tok;
 	r->n_out = k + 1;
 	q->tokens[q->n_tokens++] = tok;
-	s->m.generation_tokens++;
 	note_token_time(s, r);
 	pthread_cond_broadcast(&r->cond);
 
@@ -374,8 +370,8 @@ publish(struct scheduler *s, const struct step_batch *b)
 	float *logits = s->ctx->logits;
 	int V = s->n_vocab;
 
-	s->m.forward_passes++;
-	s->m.batched_tokens += (uint64_t)b->n;
+	if (s->p.observer.forward != NULL)
+		s->p.observer.forward(s->p.observer.arg, b->n);
 	for (int i = 0; i < s->n_running; i++) {
 		struct seq *q = s->running[i];
 		if (q->chunk == 0)

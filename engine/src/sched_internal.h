@@ -1,13 +1,14 @@
 /*
  * The scheduler's insides, shared by scheduler.c (the client-facing API and
- * lifecycle) and sched_step.c (one iteration of the batching loop).
+ * lifecycle) and sched_step.c (one iteration of the batching loop).  What
+ * it does is reported through p.observer (privai/scheduler.h): the
+ * library keeps no metrics of its own.
  */
 #ifndef PRIVAI_SCHED_INTERNAL_H
 #define PRIVAI_SCHED_INTERNAL_H
 
 #include "privai/kv_cache.h"
 #include "privai/scheduler.h"
-#include "server/metrics.h"
 
 /* A request the scheduler has admitted: its tokens so far (prompt, then
  * generated), how many of them the cache holds, and its blocks. */
@@ -42,8 +43,7 @@ struct scheduler {
 	int n_active; /* running + preempted */
 	int n_preempted_shared;
 	int draining, stopping, abort_all;
-	struct serving_metrics m;
-	struct serving_gauges gauges;
+	struct sched_gauges gauges; /* running and the KV pool's, as of the last step */
 
 	/* scheduler thread only */
 	struct seq **running;

@@ -17,8 +17,7 @@
 
 #include "privai/kv_cache.h"
 #include "privai/scheduler.h"
-#include "server/metrics.h"
-#include "server/sched_internal.h"
+#include "sched_internal.h"
 
 double
 sched_now(void)
@@ -234,19 +233,11 @@ scheduler_drain(struct scheduler *s, int timeout_ms)
 	return aborted;
 }
 
-char *
-scheduler_metrics_text(struct scheduler *s)
+void
+scheduler_gauges(struct scheduler *s, struct sched_gauges *g)
 {
-	struct strbuf b;
-	struct serving_gauges g;
-
-	strbuf_init(&b);
-	pthread_mutex_lock(&s->mu);
-	g = s->gauges;
-	g.waiting = s->n_queued + s->n_preempted_shared;
-	serving_metrics_render(&b, &s->m, &g, s->p.model_name ? s->p.model_name : "");
-	pthread_mutex_unlock(&s->mu);
-	return strbuf_take(&b);
+	*g = s->gauges;
+	g->waiting = s->n_queued + s->n_preempted_shared;
 }
 
 static void *scheduler_main(void *arg);
@@ -271,7 +262,6 @@ scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok, const struct 
 		s->p.max_seqs = ctx->n_batch;
 	if (s->p.max_queue < 0)
 		s->p.max_queue = 0;
-	serving_metrics_init(&s->m);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->wake, NULL);
 	pthread_cond_init(&s->idle, NULL);
