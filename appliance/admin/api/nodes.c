@@ -279,42 +279,6 @@ planned_mig(struct req *r, int64_t node_id)
 	return out;
 }
 
-/* A node's MIG results: {"uuid": ..., "error": null|"..."} per layout it
- * applied since its last heartbeat.  APP_OK, or the store's error. */
-static int
-record_mig_results(struct req *r, int64_t node_id, const cJSON *results, char *err)
-{
-	const cJSON *e;
-	sqlite3_stmt *st;
-	int rc = APP_OK;
-
-	if (!cJSON_IsArray(results))
-		return APP_OK;
-	if ((rc = db_prepare(r->a->db,
-			     "UPDATE gpu_partitions SET state = ?3, error = ?4 WHERE gpu_id = "
-			     "(SELECT id FROM gpus WHERE uuid = ?1 AND node_id = ?2)",
-			     &st, err)) != APP_OK)
-		return rc;
-	cJSON_ArrayForEach (e, results) {
-		const char *uuid = cJSON_GetStringValue(cJSON_GetObjectItem(e, "uuid"));
-		const char *error = cJSON_GetStringValue(cJSON_GetObjectItem(e, "error"));
-		if (uuid == NULL || (error != NULL && strlen(error) > 500))
-			continue;
-		sqlite3_reset(st);
-		sqlite3_bind_text(st, 1, uuid, -1, SQLITE_TRANSIENT);
-		sqlite3_bind_int64(st, 2, node_id);
-		sqlite3_bind_text(st, 3, error ? "failed" : "applied", -1, SQLITE_STATIC);
-		if (error != NULL)
-			sqlite3_bind_text(st, 4, error, -1, SQLITE_TRANSIENT);
-		else
-			sqlite3_bind_null(st, 4);
-		if ((rc = db_step_write(r->a->db, st, err)) != APP_OK)
-			break;
-	}
-	sqlite3_finalize(st);
-	return rc;
-}
-
 /* Check the X-Privai-Node-Secret of a request from node id (not this
  * one) and copy its state; 0, or -1 after replying 401, or 410 when it
  * was removed. */
@@ -364,36 +328,6 @@ pin_ok(const char *s)
 	return 1;
 }
 
-/* The heartbeat's own writes, inside its transaction: MIG results, an
- * unreachable node back to ready (state says so after), the time and
- * the key pin.  APP_OK, or the store's error in err. */
-static int
-heartbeat_store(struct req *r, int64_t id, const cJSON *j, const char *pin, char *state, size_t state_size, char *err)
-{
-	sqlite3_stmt *st;
-	int rc;
-
-	if ((rc = record_mig_results(r, id, cJSON_GetObjectItemCaseSensitive(j, "mig_results"), err)) != APP_OK)
-		return rc;
-	if (strcmp(state, "unreachable") == 0) {
-		if ((rc = db_prepare(r->a->db, "UPDATE nodes SET state = 'ready', state_reason = NULL WHERE id = ?1",
-				     &st, err)) != APP_OK)
-			return rc;
-		sqlite3_bind_int64(st, 1, id);
-		if ((rc = db_write(r->a->db, st, err)) != APP_OK)
-			return rc;
-		req_audit(r, "node.reachable", NULL, "ok", NULL);
-		snprintf(state, state_size, "ready");
-	}
-	if ((rc = db_prepare(r->a->db, "UPDATE nodes SET last_heartbeat = ?2, tls_pin = nullif(?3, '') WHERE id = ?1",
-			     &st, err)) != APP_OK)
-		return rc;
-	sqlite3_bind_int64(st, 1, id);
-	sqlite3_bind_int64(st, 2, r->now);
-	sqlite3_bind_text(st, 3, pin, -1, SQLITE_TRANSIENT);
-	return db_write(r->a->db, st, err);
-}
-
 static void
 h_heartbeat(struct req *r)
 {
@@ -428,10 +362,16 @@ h_heartbeat(struct req *r)
 		reply_error(r, 422, "invalid_field", "deployments", "%s", err);
 		goto out;
 	}
-	if (heartbeat_store(r, id, j, pin, state, sizeof(state), err) != APP_OK) {
+	int back = strcmp(state, "unreachable") == 0;
+	if (heartbeat_store(r->a->db, id, cJSON_GetObjectItemCaseSensitive(j, "mig_results"), pin, back, r->now, err) !=
+	    APP_OK) {
 		db_rollback(r->a->db);
 		reply_error(r, 500, "internal", NULL, "%s", err);
 		goto out;
+	}
+	if (back) {
+		req_audit(r, "node.reachable", NULL, "ok", NULL);
+		snprintf(state, sizeof(state), "ready");
 	}
 	if (db_commit(r->a->db) < 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));

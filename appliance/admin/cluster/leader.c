@@ -224,3 +224,64 @@ remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_t ba
 	pthread_mutex_unlock(&a->db_mu);
 	return rc;
 }
+
+/* A node's MIG results: {"uuid": ..., "error": null|"..."} per layout it
+ * applied since its last heartbeat.  APP_OK, or the store's error. */
+static int
+record_mig_results(sqlite3 *db, int64_t node_id, const cJSON *results, char *err)
+{
+	const cJSON *e;
+	sqlite3_stmt *st;
+	int rc = APP_OK;
+
+	if (!cJSON_IsArray(results))
+		return APP_OK;
+	if ((rc = db_prepare(db,
+			     "UPDATE gpu_partitions SET state = ?3, error = ?4 WHERE gpu_id = "
+			     "(SELECT id FROM gpus WHERE uuid = ?1 AND node_id = ?2)",
+			     &st, err)) != APP_OK)
+		return rc;
+	cJSON_ArrayForEach (e, results) {
+		const char *uuid = cJSON_GetStringValue(cJSON_GetObjectItem(e, "uuid"));
+		const char *error = cJSON_GetStringValue(cJSON_GetObjectItem(e, "error"));
+		if (uuid == NULL || (error != NULL && strlen(error) > 500))
+			continue;
+		sqlite3_reset(st);
+		sqlite3_bind_text(st, 1, uuid, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int64(st, 2, node_id);
+		sqlite3_bind_text(st, 3, error ? "failed" : "applied", -1, SQLITE_STATIC);
+		if (error != NULL)
+			sqlite3_bind_text(st, 4, error, -1, SQLITE_TRANSIENT);
+		else
+			sqlite3_bind_null(st, 4);
+		if ((rc = db_step_write(db, st, err)) != APP_OK)
+			break;
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+int
+heartbeat_store(sqlite3 *db, int64_t id, const cJSON *mig_results, const char *pin, int back, int64_t now, char *err)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	if ((rc = record_mig_results(db, id, mig_results, err)) != APP_OK)
+		return rc;
+	if (back) {
+		if ((rc = db_prepare(db, "UPDATE nodes SET state = 'ready', state_reason = NULL WHERE id = ?1", &st,
+				     err)) != APP_OK)
+			return rc;
+		sqlite3_bind_int64(st, 1, id);
+		if ((rc = db_write(db, st, err)) != APP_OK)
+			return rc;
+	}
+	if ((rc = db_prepare(db, "UPDATE nodes SET last_heartbeat = ?2, tls_pin = nullif(?3, '') WHERE id = ?1", &st,
+			     err)) != APP_OK)
+		return rc;
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int64(st, 2, now);
+	sqlite3_bind_text(st, 3, pin, -1, SQLITE_TRANSIENT);
+	return db_write(db, st, err);
+}

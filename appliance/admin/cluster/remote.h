@@ -49,6 +49,13 @@ int remote_record(sqlite3 *db, int64_t node_id, const cJSON *reports, int64_t no
  * removed): mark them with why.  APP_OK, or the store's error. */
 int remote_node_lost(sqlite3 *db, int64_t node_id, const char *why, char *err);
 
+/* A member's heartbeat, stored inside the caller's transaction: the MIG
+ * results it brings ({"uuid", "error"} per layout applied), the node back
+ * to ready when it was unreachable (back), its time and key pin.  APP_OK,
+ * or the store's error in err (the caller rolls back). */
+int heartbeat_store(sqlite3 *db, int64_t id, const cJSON *mig_results, const char *pin, int back, int64_t now,
+		    char *err);
+
 /* Where deployment id's engine answers, taking the store's mutex: 0 when
  * it runs here; 1 with base ("URL/api/v1/cluster/deployments/ID") and
  * the node's key pin when another node runs it, that node is reachable
