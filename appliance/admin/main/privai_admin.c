@@ -151,6 +151,7 @@ struct options {
 	char engine_default[PATH_MAX + 16];
 	char webui_default[PATH_MAX + 16];
 	char join_token[128];
+	char roots_buf[4096]; /* PRIVAI_MODEL_ROOTS, split in place */
 };
 
 /* The join options go together; the token may come from a file. */
@@ -195,18 +196,14 @@ check_cluster_options(struct options *o)
 	return 0;
 }
 
-static int
-parse_args(int argc, char **argv, struct options *o)
+/* Every setting from its PRIVAI_* variable or its default; options
+ * given on the command line replace them after. */
+static void
+env_defaults(struct options *o)
 {
-	const char *config = getenv("PRIVAI_CONFIG");
-
-	for (int i = 1; i < argc; i++)
-		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-			config = argv[i + 1];
-	if (config != NULL && load_config(config) < 0)
-		return APP_EINVAL;
-	memset(o, 0, sizeof(*o));
 	struct admin_config *c = &o->cfg;
+
+	memset(o, 0, sizeof(*o));
 	c->state_dir = env("PRIVAI_STATE_DIR", "/var/lib/privai");
 	c->host = env("PRIVAI_ADMIN_HOST", "127.0.0.1");
 	c->dev = strcmp(env("PRIVAI_DEV", "0"), "1") == 0;
@@ -232,90 +229,92 @@ parse_args(int argc, char **argv, struct options *o)
 	c->join_token = env("PRIVAI_JOIN_TOKEN", NULL);
 	c->join_pin = env("PRIVAI_JOIN_PIN", NULL);
 	c->webui_dir = env("PRIVAI_WEBUI", NULL);
+}
+
+/* The command line over the defaults.  APP_OK, or APP_EINVAL after
+ * saying which option is wrong. */
+static int
+read_options(int argc, char **argv, struct options *o)
+{
+	struct admin_config *c = &o->cfg;
+	/* options that take a value and only store it */
+	const struct {
+		const char *name;
+		const char **slot;
+	} valued[] = {
+		{ "--state-dir", &c->state_dir },
+		{ "--host", &c->host },
+		{ "--port", &o->port },
+		{ "--tls-cert", &c->tls_cert },
+		{ "--tls-key", &c->tls_key },
+		{ "--engine", &c->engine_bin },
+		{ "--engine-ports", &o->ports },
+		{ "--engine-runner", &o->runner },
+		{ "--max-upload-gib", &o->max_gib },
+		{ "--demo-model", &o->demo_model },
+		{ "--day0-models", &o->day0_models },
+		{ "--login-rate", &o->login_rate },
+		{ "--node-name", &c->node_name },
+		{ "--advertise-url", &c->advertise_url },
+		{ "--join", &c->join_url },
+		{ "--join-token-file", &o->join_token_file },
+		{ "--join-pin", &c->join_pin },
+		{ "--heartbeat-s", &o->heartbeat },
+		{ "--sys-root", &c->sys_root },
+		{ "--preflight-file", &c->preflight_file },
+		{ "--fabric-socket", &c->fabric_socket },
+		{ "--webui", &c->webui_dir },
+	};
+
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int takes = 1;
+		size_t k = 0;
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			usage(stdout);
 			exit(0);
 		} else if (strcmp(a, "--dev") == 0) {
 			c->dev = 1;
-			takes = 0;
+			continue;
 		} else if (strcmp(a, "--list-routes") == 0) {
 			o->list_routes = 1;
-			takes = 0;
+			continue;
 		} else if (strcmp(a, "--json") == 0) {
 			o->json = 1; /* only with --list-routes */
-			takes = 0;
+			continue;
 		} else if (v == NULL) {
 			fprintf(stderr, "privai-admin: unknown option or missing value: %s\n", a);
 			return APP_EINVAL;
-		} else if (strcmp(a, "--state-dir") == 0)
-			c->state_dir = v;
-		else if (strcmp(a, "--host") == 0)
-			c->host = v;
-		else if (strcmp(a, "--port") == 0)
-			o->port = v;
-		else if (strcmp(a, "--tls-cert") == 0)
-			c->tls_cert = v;
-		else if (strcmp(a, "--tls-key") == 0)
-			c->tls_key = v;
-		else if (strcmp(a, "--engine") == 0)
-			c->engine_bin = v;
-		else if (strcmp(a, "--engine-ports") == 0)
-			o->ports = v;
-		else if (strcmp(a, "--engine-runner") == 0)
-			o->runner = v;
-		else if (strcmp(a, "--max-upload-gib") == 0)
-			o->max_gib = v;
-		else if (strcmp(a, "--demo-model") == 0)
-			o->demo_model = v;
-		else if (strcmp(a, "--day0-models") == 0)
-			o->day0_models = v;
-		else if (strcmp(a, "--login-rate") == 0)
-			o->login_rate = v;
-		else if (strcmp(a, "--config") == 0)
-			;
-		else if (strcmp(a, "--node-name") == 0)
-			c->node_name = v;
-		else if (strcmp(a, "--advertise-url") == 0)
-			c->advertise_url = v;
-		else if (strcmp(a, "--join") == 0)
-			c->join_url = v;
-		else if (strcmp(a, "--join-token-file") == 0)
-			o->join_token_file = v;
-		else if (strcmp(a, "--join-pin") == 0)
-			c->join_pin = v;
-		else if (strcmp(a, "--heartbeat-s") == 0)
-			o->heartbeat = v;
-		else if (strcmp(a, "--sys-root") == 0)
-			c->sys_root = v;
-		else if (strcmp(a, "--preflight-file") == 0)
-			c->preflight_file = v;
-		else if (strcmp(a, "--fabric-socket") == 0)
-			c->fabric_socket = v;
-		else if (strcmp(a, "--webui") == 0)
-			c->webui_dir = v;
-		else if (strcmp(a, "--model-root") == 0) {
+		}
+		i++;
+		if (strcmp(a, "--config") == 0) /* read before the rest (parse_args) */
+			continue;
+		if (strcmp(a, "--model-root") == 0) {
 			if (c->n_model_roots == ADMIN_MAX_MODEL_ROOTS - 1) {
 				fprintf(stderr, "privai-admin: at most %d --model-root\n", ADMIN_MAX_MODEL_ROOTS - 1);
 				return APP_EINVAL;
 			}
 			c->model_roots[c->n_model_roots++] = v;
-		} else {
+			continue;
+		}
+		while (k < sizeof(valued) / sizeof(valued[0]) && strcmp(a, valued[k].name) != 0)
+			k++;
+		if (k == sizeof(valued) / sizeof(valued[0])) {
 			fprintf(stderr, "privai-admin: unknown option '%s' (see --help)\n", a);
 			return APP_EINVAL;
 		}
-		i += takes;
+		*valued[k].slot = v;
 	}
-	if (o->roots != NULL && c->n_model_roots == 0) {
-		static char buf[4096];
-		snprintf(buf, sizeof(buf), "%s", o->roots);
-		for (char *save = NULL, *d = strtok_r(buf, ":", &save);
-		     d && c->n_model_roots < ADMIN_MAX_MODEL_ROOTS - 1; d = strtok_r(NULL, ":", &save))
-			c->model_roots[c->n_model_roots++] = d;
-	}
+	return APP_OK;
+}
+
+/* The numbers, ranges and modes given as text, checked into the config. */
+static int
+resolve_values(struct options *o)
+{
+	struct admin_config *c = &o->cfg;
 	long port, gib, lo, hi, rate, hb;
+	enum runner_mode mode;
+
 	if (parse_int("--port",
 		      o->port  ? o->port
 		      : c->dev ? "8080"
@@ -329,11 +328,20 @@ parse_args(int argc, char **argv, struct options *o)
 		fprintf(stderr, "privai-admin: --engine-ports must be LO-HI within 1024-65535, not '%s'\n", o->ports);
 		return APP_EINVAL;
 	}
-	enum runner_mode mode;
 	if (runner_parse_mode(o->runner, &mode) < 0) {
 		fprintf(stderr, "privai-admin: --engine-runner is auto, systemd, systemd-user or child, not '%s'\n",
 			o->runner);
 		return APP_EINVAL;
+	}
+	if (o->roots != NULL && c->n_model_roots == 0) {
+		if (str_fmt(o->roots_buf, sizeof(o->roots_buf), "%s", o->roots) != APP_OK) {
+			fprintf(stderr, "privai-admin: PRIVAI_MODEL_ROOTS is longer than %zu bytes\n",
+				sizeof(o->roots_buf) - 1);
+			return APP_EINVAL;
+		}
+		for (char *save = NULL, *d = strtok_r(o->roots_buf, ":", &save);
+		     d && c->n_model_roots < ADMIN_MAX_MODEL_ROOTS - 1; d = strtok_r(NULL, ":", &save))
+			c->model_roots[c->n_model_roots++] = d;
 	}
 	c->engine_runner = (int)mode;
 	c->port = (int)port;
@@ -342,6 +350,15 @@ parse_args(int argc, char **argv, struct options *o)
 	c->engine_port_hi = (int)hi;
 	c->login_per_minute = (int)rate;
 	c->heartbeat_s = (int)hb;
+	return APP_OK;
+}
+
+/* Settings that must go together or within bounds. */
+static int
+check_options(struct options *o)
+{
+	struct admin_config *c = &o->cfg;
+
 	if (check_cluster_options(o) < 0)
 		return APP_EINVAL;
 	if (c->dev && strncmp(c->host, "127.", 4) != 0) {
@@ -357,13 +374,32 @@ parse_args(int argc, char **argv, struct options *o)
 		fprintf(stderr, "privai-admin: --state-dir is longer than %d bytes\n", ADMIN_STATE_DIR_MAX);
 		return APP_EINVAL;
 	}
-	if (c->engine_bin == NULL) {
-		char self[PATH_MAX];
-		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-		self[n > 0 ? n : 0] = '\0';
-		char *slash = strrchr(self, '/');
+	return APP_OK;
+}
+
+/* The directory this binary is in, up levels above it. */
+static void
+self_dir(char *out, size_t size, int up)
+{
+	ssize_t n = readlink("/proc/self/exe", out, size - 1);
+
+	out[n > 0 ? n : 0] = '\0';
+	for (int i = 0; i <= up; i++) {
+		char *slash = strrchr(out, '/');
 		if (slash != NULL)
 			*slash = '\0';
+	}
+}
+
+/* The engine and the console's files beside this binary, when not given. */
+static int
+default_paths(struct options *o)
+{
+	struct admin_config *c = &o->cfg;
+	char self[PATH_MAX];
+
+	if (c->engine_bin == NULL) {
+		self_dir(self, sizeof(self), 0);
 		if (str_fmt(o->engine_default, sizeof(o->engine_default), "%s/privai-engine", self) != APP_OK) {
 			fprintf(stderr, "privai-admin: this binary's directory is too long a path; give --engine\n");
 			return APP_ERANGE;
@@ -371,20 +407,33 @@ parse_args(int argc, char **argv, struct options *o)
 		c->engine_bin = o->engine_default;
 	}
 	if (c->webui_dir == NULL) {
-		char self[PATH_MAX];
-		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-		self[n > 0 ? n : 0] = '\0';
-		for (int up = 0; up < 2; up++) { /* build/privai-admin -> webui/ beside build/ */
-			char *slash = strrchr(self, '/');
-			if (slash != NULL)
-				*slash = '\0';
-		}
+		self_dir(self, sizeof(self), 1); /* build/privai-admin -> webui/ beside build/ */
 		c->webui_dir = str_fmt(o->webui_default, sizeof(o->webui_default), "%s/webui", self) == APP_OK &&
 					       access(o->webui_default, R_OK) == 0
 				       ? o->webui_default
 				       : "/usr/share/privai/webui";
 	}
-	return 0;
+	return APP_OK;
+}
+
+/* The configuration: a --config file (or PRIVAI_CONFIG) into the
+ * environment first, then PRIVAI_* variables, then the command line. */
+static int
+parse_args(int argc, char **argv, struct options *o)
+{
+	const char *config = getenv("PRIVAI_CONFIG");
+	int rc;
+
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+			config = argv[i + 1];
+	if (config != NULL && load_config(config) < 0)
+		return APP_EINVAL;
+	env_defaults(o);
+	if ((rc = read_options(argc, argv, o)) != APP_OK || (rc = resolve_values(o)) != APP_OK ||
+	    (rc = check_options(o)) != APP_OK)
+		return rc;
+	return default_paths(o);
 }
 
 static void
