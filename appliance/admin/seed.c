@@ -129,7 +129,7 @@ demo(struct admin *a, const char *path, char *err)
 	rc = model_insert(a->db, "demo", real, "path", (int64_t)sb.st_size, NULL, &m, admin_now(), &model_id, err);
 	/* a model without a template of its own chats in ChatML */
 	const char *options = m.chat_template == NULL ? "{\"chat_template\":\"chatml\"}" : "{}";
-	int port = rc == APP_OK ? deployment_pick_port(a) : -1;
+	int port = rc == APP_OK ? deploy_pick_port(a) : -1;
 	if (rc == APP_OK && port < 0)
 		rc = app_fail(err, APP_EBUSY, "no free engine port for the demo deployment");
 	if (rc == APP_OK) {

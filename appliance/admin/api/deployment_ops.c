@@ -21,7 +21,7 @@
 #include "deploy/supervisor.h"
 
 static int
-deployment_exists(struct req *r, int64_t id)
+deploy_exists(struct req *r, int64_t id)
 {
 	sqlite3_stmt *st;
 	int found = 0;
@@ -41,7 +41,7 @@ h_keys(struct req *r)
 {
 	int64_t id = arg_id(r, 0, "deployment");
 
-	if (id > 0 && deployment_exists(r, id))
+	if (id > 0 && deploy_exists(r, id))
 		reply_query(r, 200,
 			    "SELECT id, name, created_at, revoked_at FROM deployment_keys "
 			    "WHERE deployment_id = ?1 ORDER BY id",
@@ -57,7 +57,7 @@ h_key_create(struct req *r)
 	const char *name;
 	cJSON *j;
 
-	if (id < 0 || !deployment_exists(r, id) || deploy_refuse_if_leader_owned(r, id) || (j = body_object(r)) == NULL)
+	if (id < 0 || !deploy_exists(r, id) || deploy_refuse_if_leader_owned(r, id) || (j = body_object(r)) == NULL)
 		return;
 	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 64, NULL)) == NULL) {
 		cJSON_Delete(j);
@@ -142,7 +142,7 @@ deploy_reply_log(struct req *r, int64_t id)
 		reply_error(r, 422, "invalid_field", "lines", "lines must be an integer in 1..10000");
 		return;
 	}
-	if (deployment_file(r->a, id, "engine.log", path, sizeof(path)) != APP_OK) {
+	if (deploy_file(r->a, id, "engine.log", path, sizeof(path)) != APP_OK) {
 		reply_error(r, 500, "internal", NULL, "the engine log's path does not fit its buffer");
 		return;
 	}

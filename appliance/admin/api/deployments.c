@@ -339,7 +339,7 @@ h_create(struct req *r)
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		goto out;
 	}
-	int port = node_id > 0 ? 0 : deployment_pick_port(r->a); /* another node picks its own */
+	int port = node_id > 0 ? 0 : deploy_pick_port(r->a); /* another node picks its own */
 	if (port < 0) {
 		db_rollback(r->a->db);
 		reply_error(r, 409, "no_port", NULL, "every engine port %d-%d is taken", r->a->cfg.engine_port_lo,

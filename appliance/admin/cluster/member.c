@@ -328,7 +328,7 @@ upsert(struct admin *a, const struct membership *ms, struct spec *s, int64_t mod
 		}
 	}
 	sqlite3_finalize(st);
-	int port = found ? 0 : deployment_pick_port(a);
+	int port = found ? 0 : deploy_pick_port(a);
 	if (port < 0)
 		return app_fail(err, APP_EBUSY, "every engine port %d-%d of this node is taken", a->cfg.engine_port_lo,
 				a->cfg.engine_port_hi);

@@ -122,7 +122,7 @@ port_free(int port)
 }
 
 int
-deployment_pick_port(struct admin *a)
+deploy_pick_port(struct admin *a)
 {
 	sqlite3_stmt *st;
 

@@ -23,7 +23,7 @@ int deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int6
 
 /* The first port of the engine range that no deployment holds and
  * nothing else has bound; APP_EBUSY when none. */
-int deployment_pick_port(struct admin *a);
+int deploy_pick_port(struct admin *a);
 
 /* Check serving options (ctx, parallel, batch, kv_cache_mib,
  * chat_template) from an operator or a leader and rebuild them as JSON

@@ -139,7 +139,7 @@ deploy_move(struct admin *a, int64_t id, int64_t to, const char *to_placement, c
 	sqlite3_finalize(st);
 	if (placement[0] == '\0')
 		return app_fail(err, APP_ENOTFOUND, "no deployment %lld or no node %lld", (long long)id, (long long)to);
-	if (to == 0 && (port = deployment_pick_port(a)) < 0)
+	if (to == 0 && (port = deploy_pick_port(a)) < 0)
 		return app_fail(err, APP_EBUSY, "every engine port %d-%d of this node is taken", a->cfg.engine_port_lo,
 				a->cfg.engine_port_hi);
 	char *moved = to_placement != NULL ? strdup(to_placement) : placement_on(placement, to == 0 ? NULL : to_name);

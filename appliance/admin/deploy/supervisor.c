@@ -69,7 +69,7 @@ struct want {
 };
 
 int
-deployment_file(struct admin *a, int64_t id, const char *name, char *out, size_t size)
+deploy_file(struct admin *a, int64_t id, const char *name, char *out, size_t size)
 {
 	return str_fmt(out, size, "%s/deployments/%lld%s%s", a->cfg.state_dir, (long long)id, name ? "/" : "",
 		       name ? name : "");
@@ -122,7 +122,7 @@ write_keys(struct admin *a, int64_t id, const char *own_key)
 	char hex[65];
 	sqlite3_stmt *st;
 
-	if (deployment_file(a, id, "api-keys", path, sizeof(path)) != APP_OK ||
+	if (deploy_file(a, id, "api-keys", path, sizeof(path)) != APP_OK ||
 	    str_fmt(tmp, sizeof(tmp), "%s.tmp", path) != APP_OK)
 		return APP_ERANGE;
 	FILE *fp = fopen(tmp, "w");
@@ -171,7 +171,7 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	char dir[4096];
 
 	/* an argument cut short would be another path or value: none is */
-	int cut = deployment_file(a, w->id, NULL, dir, sizeof(dir)) != APP_OK;
+	int cut = deploy_file(a, w->id, NULL, dir, sizeof(dir)) != APP_OK;
 #define ARG(...) (cut |= str_fmt(buf[k], sizeof(buf[k]), __VA_ARGS__) != APP_OK, argv[n++] = buf[k++])
 	ARG("%s", a->cfg.engine_bin);
 	ARG("serve");
@@ -233,7 +233,7 @@ open_log(struct admin *a, int64_t id)
 	char path[4200], old[4300];
 	struct stat sb;
 
-	if (deployment_file(a, id, "engine.log", path, sizeof(path)) != APP_OK) {
+	if (deploy_file(a, id, "engine.log", path, sizeof(path)) != APP_OK) {
 		errno = ENAMETOOLONG;
 		return APP_ERANGE;
 	}
@@ -269,7 +269,7 @@ spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, siz
 {
 	char *argv[40], buf[40][4200], dir[4096], key[sizeof(p->key)];
 
-	if (deployment_file(s->a, w->id, NULL, dir, sizeof(dir)) != APP_OK) {
+	if (deploy_file(s->a, w->id, NULL, dir, sizeof(dir)) != APP_OK) {
 		msg_fmt(why, why_size, "the deployment directory's path is longer than %zu bytes", sizeof(dir) - 1);
 		return APP_ERANGE;
 	}
@@ -299,7 +299,7 @@ spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, siz
 	char path[4200], desc[200], err[APP_ERR_LEN];
 	pid_t pid;
 	if (build_argv(s, w, p, argv, buf) < 0 ||
-	    deployment_file(s->a, w->id, "engine.log", path, sizeof(path)) != APP_OK) {
+	    deploy_file(s->a, w->id, "engine.log", path, sizeof(path)) != APP_OK) {
 		msg_fmt(why, why_size, "an argument or a path of the engine's does not fit its buffer");
 		sodium_memzero(key, sizeof(key));
 		close(log);
@@ -338,7 +338,7 @@ last_log_line(struct admin *a, int64_t id, char *out, size_t size)
 	char path[4200], buf[2048];
 
 	out[0] = '\0';
-	if (deployment_file(a, id, "engine.log", path, sizeof(path)) != APP_OK)
+	if (deploy_file(a, id, "engine.log", path, sizeof(path)) != APP_OK)
 		return;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)

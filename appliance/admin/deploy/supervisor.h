@@ -37,6 +37,6 @@ int supervisor_keys_changed(struct supervisor *s, int64_t id);
 
 /* STATE/deployments/ID (name NULL), where a deployment's key file and
  * log live, or the file name in it; APP_ERANGE when it does not fit. */
-int deployment_file(struct admin *a, int64_t id, const char *name, char *out, size_t size);
+int deploy_file(struct admin *a, int64_t id, const char *name, char *out, size_t size);
 
 #endif
