@@ -51,42 +51,64 @@ struct MHD_Daemon;
 struct route;
 struct req;
 
+/*
+ * The daemon's state, by who may touch it:
+ *
+ *   set at start, read-only after   cfg, paths, routes, ports, TLS pin,
+ *                                   relay key, the engine's features
+ *   db_mu                           the store (db) and member_errors,
+ *                                   uploads_busy; handlers run under it
+ *                                   unless their route is ROUTE_UNLOCKED
+ *   fetch_mu                        the list of downloads
+ *   atomics                         the counters /metrics reads
+ *   their own locks                 the supervisor, cluster, hasher and
+ *                                   backup threads, login_limit
+ */
 struct admin {
+	/* set at start, read-only after */
 	struct admin_config cfg;
-	sqlite3 *db;
-	pthread_mutex_t db_mu;
 	char db_path[4096 + 16];
-	char models_dir[4096 + 16]; /* where uploads and downloads land */
-	struct MHD_Daemon *daemon;
+	char models_dir[4096 + 16];        /* where uploads and downloads land */
 	const struct route *const *routes; /* what the daemon matches (api/routes.h), set before httpd_start */
 	int (*fallback)(struct req *r);    /* a GET no route has: the console's files (webui_serve); 1 if it replied */
 	int listen_fd;                     /* claimed at start (httpd_listen), the daemon's once it runs; -1 */
 	char *tls_cert_pem;                /* the key's PEM is wiped as soon as GnuTLS holds it */
 	int port;
 	int tls;
-	struct ratelimit login_limit;
-	struct supervisor *sup;
-	pthread_mutex_t fetch_mu;
-	struct fetch *fetches; /* model downloads (api/model_downloads.c) */
 	int64_t started_at;
+	int64_t self_node_id;      /* this node's row in nodes */
+	char tls_dir[4096];        /* STATE/tls when the admin manages the pair (no --tls-cert), else "" */
+	char tls_pin[128];         /* sha256//BASE64 of our TLS public key; "" in dev mode */
+	char runner_how[80];       /* how engines run: "child processes", "transient units of ..." */
+	char runner_note[600];     /* why auto mode fell back to child processes, or "" */
+	char adopt_note[600];      /* engines kept or replaced from a previous run, or "" */
+	char relay_key[64];        /* what this node relays to other nodes' engines with (cluster/remote.h) */
+	char relay_key_sha256[65]; /* hex; sent to the nodes in heartbeat answers */
+	struct cJSON *engine;      /* the engine's features, probed at start (deploy/engine_probe.h) */
+
+	/* the store, and what is kept beside it: under db_mu */
+	sqlite3 *db;
+	pthread_mutex_t db_mu;
+	struct cJSON *member_errors; /* leader specs this member could not take, for its next heartbeat */
+	int64_t uploads_busy[16];    /* resumable uploads a request is writing now (api/uploads.c), 0: free */
+
+	/* model downloads: under fetch_mu */
+	pthread_mutex_t fetch_mu;
+	struct fetch *fetches; /* models/download.c */
+
+	/* counters for /metrics: atomic */
 	atomic_long http_requests[6]; /* by status class: 1xx..5xx, index 0 unused */
 	atomic_long logins_ok, logins_failed;
 	atomic_long proxy_ok, proxy_failed; /* requests passed to an engine: answered, or 502 */
 	atomic_long proxy_streams;          /* answers being relayed now (api/forward.c) */
-	int64_t self_node_id;               /* this node's row in nodes */
-	char tls_dir[4096];                 /* STATE/tls when the admin manages the pair (no --tls-cert), else "" */
-	char tls_pin[128];                  /* sha256//BASE64 of our TLS public key; "" in dev mode */
-	struct cluster *cluster;            /* heartbeats and the unreachable watch (cluster/cluster.c) */
-	char runner_how[80];                /* how engines run: "child processes", "transient units of ..." */
-	char runner_note[600];              /* why auto mode fell back to child processes, or "" */
-	char adopt_note[600];               /* engines kept or replaced from a previous run, or "" */
-	char relay_key[64];                 /* what this node relays to other nodes' engines with (cluster/remote.h) */
-	char relay_key_sha256[65];          /* hex; sent to the nodes in heartbeat answers */
-	struct cJSON *member_errors;        /* leader specs this member could not take, for its next heartbeat */
-	struct backup_sched *backup_sched;  /* scheduled backups (backup/schedule.c) */
-	struct hasher *hasher;              /* SHA-256 of models registered by path (models/hash.c) */
-	struct cJSON *engine;               /* the engine's features, probed at start (deploy/engine_probe.h) */
-	int64_t uploads_busy[16];           /* resumable uploads a request is writing now (api/uploads.c), 0: free */
+
+	/* threads and parts with locks of their own */
+	struct MHD_Daemon *daemon;
+	struct ratelimit login_limit;
+	struct supervisor *sup;
+	struct cluster *cluster;           /* heartbeats and the unreachable watch (cluster/cluster.c) */
+	struct backup_sched *backup_sched; /* scheduled backups (backup/schedule.c) */
+	struct hasher *hasher;             /* SHA-256 of models registered by path (models/hash.c) */
 };
 
 /* An audit row (store/audit.h) for something with nobody waiting on the
