@@ -4,6 +4,7 @@
  * headroom and 2 GiB runtime per GPU), plus the rules on their own:
  * head divisibility, whole nodes beyond one, bad input refused.
  */
+#include "status.h"
 #include "testlib.h"
 #include "gpu/sizing.h"
 
@@ -62,16 +63,16 @@ main(void)
 	struct sizing_request bad = { .model = { "x", 1e9, 0, 8, 8, 64, 0, 4096 }, .gpu = *sizing_gpu("H100-80GB") };
 	struct sizing_result br;
 	sizing_defaults(&bad);
-	CHECK(sizing_compute(&bad, &br) == -1 && strstr(br.why, "layers"), "no layers: %s", br.why);
+	CHECK(sizing_compute(&bad, &br) == APP_EINVAL && strstr(br.why, "layers"), "no layers: %s", br.why);
 	bad.model.layers = 2;
 	bad.model.kv_heads = 16;
-	CHECK(sizing_compute(&bad, &br) == -1, "more KV heads than heads refused");
+	CHECK(sizing_compute(&bad, &br) == APP_EINVAL, "more KV heads than heads refused");
 	bad.model.kv_heads = 8;
 	bad.context = 8192;
-	CHECK(sizing_compute(&bad, &br) == -1 && strstr(br.why, "longer"), "context beyond the model: %s", br.why);
+	CHECK(sizing_compute(&bad, &br) == APP_EINVAL && strstr(br.why, "longer"), "context beyond the model: %s", br.why);
 	bad.context = 4096;
 	bad.headroom_bytes = 100.0 * 1073741824.0;
-	CHECK(sizing_compute(&bad, &br) == -1 && strstr(br.why, "no memory"), "headroom over the card: %s", br.why);
+	CHECK(sizing_compute(&bad, &br) == APP_EINVAL && strstr(br.why, "no memory"), "headroom over the card: %s", br.why);
 	CHECK(sizing_gpu("RTX-9090") == NULL, "unknown GPU type");
 	/* a model too big for the limit */
 	struct sizing_request huge = { .model = { "huge", 1e15, 10, 7, 7, 64, 0, 4096 },

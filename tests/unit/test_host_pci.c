@@ -10,6 +10,7 @@
 
 #include "hostfs.h"
 #include "pci.h"
+#include "status.h"
 #include "testlib.h"
 
 static void
@@ -102,28 +103,28 @@ test_hostfs(void)
 	}
 	snprintf(path, sizeof(path), "%s/fifo", dir);
 	CHECK(mkfifo(path, 0600) == 0, "mkfifo");
-	CHECK(hostfs_read_line(dir, "/fifo", line, sizeof(line)) == -1, "a FIFO is unreadable, at once");
+	CHECK(hostfs_read_line(dir, "/fifo", line, sizeof(line)) == APP_ENOTFOUND, "a FIFO is unreadable, at once");
 	snprintf(path, sizeof(path), "%s/sub", dir);
 	CHECK(mkdir(path, 0700) == 0, "mkdir");
-	CHECK(hostfs_read_line(dir, "/sub", line, sizeof(line)) == -1, "a directory is unreadable");
+	CHECK(hostfs_read_line(dir, "/sub", line, sizeof(line)) == APP_ENOTFOUND, "a directory is unreadable");
 	snprintf(path, sizeof(path), "%s/dangling", dir);
 	CHECK(symlink("/nonexistent/x", path) == 0, "symlink");
-	CHECK(hostfs_read_line(dir, "/dangling", line, sizeof(line)) == -1, "a dangling link is unreadable");
-	CHECK(hostfs_resolve(dir, "/dangling", path, sizeof(path)) == -1, "and does not resolve");
+	CHECK(hostfs_read_line(dir, "/dangling", line, sizeof(line)) == APP_ENOTFOUND, "a dangling link is unreadable");
+	CHECK(hostfs_resolve(dir, "/dangling", path, sizeof(path)) == APP_ENOTFOUND, "and does not resolve");
 	snprintf(path, sizeof(path), "%s/escape", dir);
 	CHECK(symlink("/etc", path) == 0, "symlink");
-	CHECK(hostfs_resolve(dir, "/escape", path, sizeof(path)) == -1, "a link out of the root does not resolve");
+	CHECK(hostfs_resolve(dir, "/escape", path, sizeof(path)) == APP_ENOTFOUND, "a link out of the root does not resolve");
 
 	CHECK(hostfs_write(dir, "/num", "0x10de\n", 7, 1) == 0, "write");
 	CHECK(hostfs_read_long(dir, "/num", 16, &v) == 0 && v == 0x10de, "hex %llx", v);
-	CHECK(hostfs_read_long(dir, "/num", 10, &v) == -2, "hex is garbage as decimal");
+	CHECK(hostfs_read_long(dir, "/num", 10, &v) == APP_EFORMAT, "hex is garbage as decimal");
 	CHECK(hostfs_write(dir, "/num", "99999999999999999999999\n", 24, 0) == 0, "write in place");
-	CHECK(hostfs_read_long(dir, "/num", 10, &v) == -2, "an overflowing number is garbage");
+	CHECK(hostfs_read_long(dir, "/num", 10, &v) == APP_EFORMAT, "an overflowing number is garbage");
 	CHECK(hostfs_write(dir, "/num", "12  \n", 5, 0) == 0 && hostfs_read_long(dir, "/num", 10, &v) == 0 && v == 12,
 	      "trailing blanks are trimmed");
-	CHECK(hostfs_write(dir, "/num", "\n", 1, 0) == 0 && hostfs_read_line(dir, "/num", line, sizeof(line)) == -1,
+	CHECK(hostfs_write(dir, "/num", "\n", 1, 0) == 0 && hostfs_read_line(dir, "/num", line, sizeof(line)) == APP_ENOTFOUND,
 	      "an empty line is unreadable");
-	CHECK(hostfs_read_long(dir, "/missing", 10, &v) == -1, "a missing file is -1");
+	CHECK(hostfs_read_long(dir, "/missing", 10, &v) == APP_ENOTFOUND, "a missing file is APP_ENOTFOUND");
 
 	names = hostfs_list(dir, "/", 100, &n);
 	CHECK(names != NULL && n == 5 && strcmp(names[0], "dangling") == 0 && strcmp(names[4], "sub") == 0,
