@@ -69,10 +69,12 @@ main(void)
 	CHECK(sizing_compute(&bad, &br) == APP_EINVAL, "more KV heads than heads refused");
 	bad.model.kv_heads = 8;
 	bad.context = 8192;
-	CHECK(sizing_compute(&bad, &br) == APP_EINVAL && strstr(br.why, "longer"), "context beyond the model: %s", br.why);
+	CHECK(sizing_compute(&bad, &br) == APP_EINVAL && strstr(br.why, "longer"), "context beyond the model: %s",
+	      br.why);
 	bad.context = 4096;
 	bad.headroom_bytes = 100.0 * 1073741824.0;
-	CHECK(sizing_compute(&bad, &br) == APP_EINVAL && strstr(br.why, "no memory"), "headroom over the card: %s", br.why);
+	CHECK(sizing_compute(&bad, &br) == APP_EINVAL && strstr(br.why, "no memory"), "headroom over the card: %s",
+	      br.why);
 	CHECK(sizing_gpu("RTX-9090") == NULL, "unknown GPU type");
 	/* a model too big for the limit */
 	struct sizing_request huge = { .model = { "huge", 1e15, 10, 7, 7, 64, 0, 4096 },

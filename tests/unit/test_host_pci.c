@@ -113,7 +113,8 @@ test_hostfs(void)
 	CHECK(hostfs_resolve(dir, "/dangling", path, sizeof(path)) == APP_ENOTFOUND, "and does not resolve");
 	snprintf(path, sizeof(path), "%s/escape", dir);
 	CHECK(symlink("/etc", path) == 0, "symlink");
-	CHECK(hostfs_resolve(dir, "/escape", path, sizeof(path)) == APP_ENOTFOUND, "a link out of the root does not resolve");
+	CHECK(hostfs_resolve(dir, "/escape", path, sizeof(path)) == APP_ENOTFOUND,
+	      "a link out of the root does not resolve");
 
 	CHECK(hostfs_write(dir, "/num", "0x10de\n", 7, 1) == 0, "write");
 	CHECK(hostfs_read_long(dir, "/num", 16, &v) == 0 && v == 0x10de, "hex %llx", v);
@@ -122,7 +123,8 @@ test_hostfs(void)
 	CHECK(hostfs_read_long(dir, "/num", 10, &v) == APP_EFORMAT, "an overflowing number is garbage");
 	CHECK(hostfs_write(dir, "/num", "12  \n", 5, 0) == 0 && hostfs_read_long(dir, "/num", 10, &v) == 0 && v == 12,
 	      "trailing blanks are trimmed");
-	CHECK(hostfs_write(dir, "/num", "\n", 1, 0) == 0 && hostfs_read_line(dir, "/num", line, sizeof(line)) == APP_ENOTFOUND,
+	CHECK(hostfs_write(dir, "/num", "\n", 1, 0) == 0 &&
+		      hostfs_read_line(dir, "/num", line, sizeof(line)) == APP_ENOTFOUND,
 	      "an empty line is unreadable");
 	CHECK(hostfs_read_long(dir, "/missing", 10, &v) == APP_ENOTFOUND, "a missing file is APP_ENOTFOUND");
 

@@ -37,20 +37,30 @@ backup_name_ok(const char *s)
 	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
 }
 
+/* STATE/backups, made if need be; a reply and an error code when it
+ * cannot be. */
+static int
+backups_dir_made(struct req *r, char *dir, size_t size)
+{
+	if (backups_dir(r->a, dir, size) != APP_OK) {
+		reply_error(r, 500, "internal", NULL, "the backup directory's path is too long");
+		return APP_ERANGE;
+	}
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+		reply_error(r, 500, "internal", NULL, "cannot create %s: %s", dir, strerror(errno));
+		return APP_EIO;
+	}
+	return APP_OK;
+}
+
 static void
 h_backup_create(struct req *r)
 {
 	char dir[4096], path[4300], name[64], err[APP_ERR_LEN];
 	struct stat sb;
 
-	if (backups_dir(r->a, dir, sizeof(dir)) != APP_OK) {
-		reply_error(r, 500, "internal", NULL, "the backup directory's path is too long");
+	if (backups_dir_made(r, dir, sizeof(dir)) != APP_OK)
 		return;
-	}
-	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-		reply_error(r, 500, "internal", NULL, "cannot create %s: %s", dir, strerror(errno));
-		return;
-	}
 	int rc = backup_new_name(dir, "privai", r->now, name, sizeof(name), path, sizeof(path));
 	if (rc != APP_OK) {
 		reply_status(r, rc, NULL,
@@ -181,14 +191,8 @@ backup_upload_begin(struct req *r)
 {
 	char dir[4096];
 
-	if (backups_dir(r->a, dir, sizeof(dir)) != APP_OK) {
-		reply_error(r, 500, "internal", NULL, "the backup directory's path is too long");
+	if (backups_dir_made(r, dir, sizeof(dir)) != APP_OK)
 		return;
-	}
-	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-		reply_error(r, 500, "internal", NULL, "cannot create %s: %s", dir, strerror(errno));
-		return;
-	}
 	upload_begin_in(r, dir, BACKUP_MAX_BYTES);
 }
 
