@@ -213,6 +213,7 @@ bench: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN)
 	@BUILD=$(BUILD) scripts/bench.sh
 	@BUILD=$(BUILD) scripts/bench-serve.sh
 	@BUILD=$(BUILD) scripts/bench-proxy.sh
+	@BUILD=$(BUILD) scripts/bench-admin-login.py
 
 clean:
 	rm -rf build build-san

@@ -77,6 +77,28 @@ main(void)
 	CHECK(sql_count(db, "SELECT failed_logins FROM users WHERE name = 'alice'") == 0,
 	      "a good login clears the count");
 
+	/* the login's steps, as the unlocked handler runs them: what changed
+	 * in the store between the lookup and the finish wins */
+	struct login_attempt la;
+	CHECK(auth_login_lookup(db, "alice", "correct horse battery", &la, err) == 0 && la.known, "lookup: %s", err);
+	auth_login_verify(&la, "correct horse battery");
+	CHECK(la.matched, "the right password matches the hash looked up");
+	CHECK(auth_user_set_password(db, uid, "a newer password!", 0, err) == 0, "set: %s", err);
+	CHECK(auth_login_finish(db, &la, "127.0.0.1", now + AUTH_LOCKOUT_SECONDS + 2, cookie, &p, err) == APP_EINVAL &&
+		      sql_count(db, "SELECT failed_logins FROM users WHERE name = 'alice'") == 1,
+	      "a password changed meanwhile: the old one is refused and counted (%s)", err);
+	CHECK(auth_login_lookup(db, "alice", "a newer password!", &la, err) == 0, "lookup again");
+	auth_login_verify(&la, "a newer password!");
+	sql_must(db, "UPDATE users SET locked_until = 9999999999 WHERE name = 'alice'");
+	CHECK(auth_login_finish(db, &la, "127.0.0.1", now + AUTH_LOCKOUT_SECONDS + 3, cookie, &p, err) == APP_EBUSY,
+	      "an account locked meanwhile is refused: %s", err);
+	sql_must(db, "UPDATE users SET locked_until = 0, failed_logins = 0 WHERE name = 'alice'");
+	CHECK(auth_login_lookup(db, "nobody", "whatever password", &la, err) == 0 && !la.known, "an unknown name");
+	auth_login_verify(&la, "whatever password");
+	CHECK(auth_login_finish(db, &la, "127.0.0.1", now, cookie, &p, err) == APP_EINVAL, "is refused at the finish");
+	CHECK(auth_user_set_password(db, uid, "correct horse battery", 0, err) == 0, "the test's password again: %s",
+	      err);
+
 	/* API tokens */
 	CHECK(auth_token_create(db, uid, 0, "ci", "write", now + 3600, now, token, &tid, err) == 0, "token: %s", err);
 	CHECK(strncmp(token, "pat_", 4) == 0 &&

@@ -3,6 +3,7 @@
  * Secure under TLS, plus a CSRF token the console sends back in
  * X-CSRF-Token), log out, who am I, change my password.
  */
+#include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,7 +68,18 @@ h_login(struct req *r)
 		body_wipe(j);
 		return;
 	}
-	int rc = auth_login(r->a->db, name, password, r->addr, r->now, cookie, &p, err);
+	/* the route is unlocked: the store's lock is taken around the store's
+	 * two steps only, and the Argon2 check (~130 ms) runs without it */
+	struct login_attempt la;
+	pthread_mutex_lock(&r->a->db_mu);
+	int rc = auth_login_lookup(r->a->db, name, password, &la, err);
+	pthread_mutex_unlock(&r->a->db_mu);
+	if (rc == APP_OK)
+		auth_login_verify(&la, password);
+	pthread_mutex_lock(&r->a->db_mu);
+	if (rc == APP_OK)
+		rc = auth_login_finish(r->a->db, &la, r->addr, r->now, cookie, &p, err);
+	sodium_memzero(&la, sizeof(la));
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "name", name);
 	if (rc != APP_OK) {
@@ -81,6 +93,7 @@ h_login(struct req *r)
 			reply_error(r, 401, "bad_credentials", NULL, "%s", err);
 		else
 			reply_status(r, rc, NULL, err);
+		pthread_mutex_unlock(&r->a->db_mu);
 		return;
 	}
 	body_wipe(j);
@@ -98,6 +111,7 @@ h_login(struct req *r)
 	sodium_memzero(cookie, sizeof(cookie));
 	cJSON_AddNumberToObject(root, "expires_at", (double)(r->now + AUTH_SESSION_SECONDS));
 	cJSON_AddBoolToObject(root, "must_change_password", must_change_password(r->a->db, p.user_id));
+	pthread_mutex_unlock(&r->a->db_mu);
 	reply_json(r, 200, root);
 }
 
@@ -110,7 +124,10 @@ h_logout(struct req *r)
 		reply_error(r, 422, "not_a_session", NULL, "logout ends a browser session; revoke a token instead");
 		return;
 	}
-	auth_logout(r->a->db, session_cookie(r));
+	if (auth_logout(r->a->db, session_cookie(r)) == APP_EIO) {
+		reply_error(r, 500, "internal", NULL, "the session could not be ended: %s", sqlite3_errmsg(r->a->db));
+		return;
+	}
 	req_audit(r, "auth.logout", r->who.name, "ok", NULL);
 	snprintf(hdr, sizeof(hdr), "privai_session=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict%s",
 		 r->a->tls ? "; Secure" : "");
@@ -181,7 +198,12 @@ h_password(struct req *r)
 		reply_error(r, rc == APP_EBUSY ? 429 : 403, "bad_credentials", "current_password", "%s", err);
 		goto out;
 	}
-	auth_logout(r->a->db, cookie);
+	/* the check made a session of its own; it must not outlive the check */
+	if (auth_logout(r->a->db, cookie) == APP_EIO) {
+		sodium_memzero(cookie, sizeof(cookie));
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		goto out;
+	}
 	sodium_memzero(cookie, sizeof(cookie));
 	if (strcmp(cur, next) == 0) {
 		reply_error(r, 422, "invalid_field", "new_password", "the new password is the current one");
@@ -214,7 +236,7 @@ out:
 }
 
 const struct route api_auth_routes[] = {
-	{ "POST", "/api/v1/auth/login", 0, ROUTE_PUBLIC, h_login, NULL, "auth.login" },
+	{ "POST", "/api/v1/auth/login", 0, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_login, NULL, "auth.login" },
 	{ "POST", "/api/v1/auth/logout", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_logout, NULL, "auth.logout" },
 	{ "GET", "/api/v1/auth/me", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_me, NULL, NULL },
 	{ "POST", "/api/v1/auth/password", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_password, NULL, "user.password" },

@@ -340,41 +340,72 @@ new_session(sqlite3 *db, struct principal *p, const char *remote_addr, int64_t n
 }
 
 int
-auth_login(sqlite3 *db, const char *name, const char *password, const char *remote_addr, int64_t now, char *ret_cookie,
-	   struct principal *ret, char *err)
+auth_login_lookup(sqlite3 *db, const char *name, const char *password, struct login_attempt *ret, char *err)
 {
 	sqlite3_stmt *st;
 
+	memset(ret, 0, sizeof(*ret));
 	if (sodium_init() < 0)
 		return app_fail(err, APP_EIO, "libsodium failed to initialise");
 	if (name == NULL || password == NULL || strlen(password) > 1024)
 		return app_fail(err, APP_EINVAL, "wrong user name or password");
-	if (sqlite3_prepare_v2(db,
-			       "SELECT id, name, password_hash, role, failed_logins, locked_until FROM users "
-			       "WHERE name = ?",
-			       -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db, "SELECT id, password_hash FROM users WHERE name = ?", -1, &st, NULL) != SQLITE_OK)
 		return sql_fail(db, err);
 	sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 1) != NULL &&
+	    (size_t)sqlite3_column_bytes(st, 1) < sizeof(ret->hash)) {
+		ret->known = 1;
+		ret->user_id = sqlite3_column_int64(st, 0);
+		memcpy(ret->hash, sqlite3_column_text(st, 1), (size_t)sqlite3_column_bytes(st, 1) + 1);
+	}
+	sqlite3_finalize(st);
+	return APP_OK;
+}
+
+void
+auth_login_verify(struct login_attempt *la, const char *password)
+{
+	_Static_assert(sizeof(la->hash) >= crypto_pwhash_STRBYTES, "an Argon2 hash fits");
+	if (!la->known) {
+		verify_dummy(password); /* an unknown name takes as long as a wrong password */
+		la->matched = 0;
+		return;
+	}
+	la->matched = crypto_pwhash_str_verify(la->hash, password, strlen(password)) == 0;
+}
+
+int
+auth_login_finish(sqlite3 *db, struct login_attempt *la, const char *remote_addr, int64_t now, char *ret_cookie,
+		  struct principal *ret, char *err)
+{
+	sqlite3_stmt *st;
+
+	if (!la->known)
+		return app_fail(err, APP_EINVAL, "wrong user name or password");
+	/* the row as it is now: the check above was made without the lock */
+	if (sqlite3_prepare_v2(db,
+			       "SELECT id, name, password_hash, role, failed_logins, locked_until FROM users "
+			       "WHERE id = ?",
+			       -1, &st, NULL) != SQLITE_OK)
+		return sql_fail(db, err);
+	sqlite3_bind_int64(st, 1, la->user_id);
 	if (sqlite3_step(st) != SQLITE_ROW) {
 		sqlite3_finalize(st);
-		verify_dummy(password);
-		return app_fail(err, APP_EINVAL, "wrong user name or password");
+		return app_fail(err, APP_EINVAL, "wrong user name or password"); /* removed meanwhile */
 	}
 	memset(ret, 0, sizeof(*ret));
 	ret->user_id = sqlite3_column_int64(st, 0);
 	snprintf(ret->name, sizeof(ret->name), "%s", (const char *)sqlite3_column_text(st, 1));
-	char hash[crypto_pwhash_STRBYTES];
-	snprintf(hash, sizeof(hash), "%s", (const char *)sqlite3_column_text(st, 2));
+	int same_hash =
+		sqlite3_column_text(st, 2) != NULL && strcmp((const char *)sqlite3_column_text(st, 2), la->hash) == 0;
 	ret->role = role_parse((const char *)sqlite3_column_text(st, 3));
 	int failed = sqlite3_column_int(st, 4);
 	int64_t locked_until = sqlite3_column_int64(st, 5);
 	sqlite3_finalize(st);
-	if (locked_until > now) {
-		verify_dummy(password);
+	if (locked_until > now)
 		return app_fail(err, APP_EBUSY, "the account is locked for %lld more seconds after %d failed logins",
 				(long long)(locked_until - now), AUTH_MAX_FAILURES);
-	}
-	if (crypto_pwhash_str_verify(hash, password, strlen(password)) != 0) {
+	if (!la->matched || !same_hash) { /* a password changed meanwhile: the old one no longer opens it */
 		if (note_failure(db, ret->user_id, failed, now) < 0)
 			return sql_fail(db, err);
 		return app_fail(err, APP_EINVAL, "wrong user name or password");
@@ -382,6 +413,21 @@ auth_login(sqlite3 *db, const char *name, const char *password, const char *remo
 	if (failed > 0 && note_failure(db, ret->user_id, -1, now) < 0) /* back to 0 */
 		return sql_fail(db, err);
 	return new_session(db, ret, remote_addr, now, ret_cookie, err);
+}
+
+int
+auth_login(sqlite3 *db, const char *name, const char *password, const char *remote_addr, int64_t now, char *ret_cookie,
+	   struct principal *ret, char *err)
+{
+	struct login_attempt la;
+	int rc;
+
+	if ((rc = auth_login_lookup(db, name, password, &la, err)) != APP_OK)
+		return rc;
+	auth_login_verify(&la, password);
+	rc = auth_login_finish(db, &la, remote_addr, now, ret_cookie, ret, err);
+	sodium_memzero(&la, sizeof(la));
+	return rc;
 }
 
 int
@@ -429,7 +475,9 @@ auth_logout(sqlite3 *db, const char *cookie)
 	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
-	return rc == SQLITE_DONE && sqlite3_changes(db) == 1 ? APP_OK : APP_ENOTFOUND;
+	if (rc != SQLITE_DONE)
+		return APP_EIO; /* the session still stands */
+	return sqlite3_changes(db) == 1 ? APP_OK : APP_ENOTFOUND;
 }
 
 int

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/db.h" /* DB_CHECKED */
+
 enum role { ROLE_VIEWER = 1, ROLE_OPERATOR = 2, ROLE_ADMIN = 3 };
 
 const char *role_name(enum role r);
@@ -64,9 +66,35 @@ int auth_end_access(sqlite3 *db, int64_t user_id, const char *keep_cookie, int r
  * password) or APP_EBUSY (locked, with the seconds left). */
 int auth_login(sqlite3 *db, const char *name, const char *password, const char *remote_addr, int64_t now,
 	       char *ret_cookie, struct principal *ret, char *err);
+
+/*
+ * auth_login in three steps, so the Argon2 check (about 130 ms, and 64 MiB)
+ * runs without the store's lock, which every other request waits on:
+ *
+ *   lock;   auth_login_lookup(db, ...)          the user, its hash, its lockout
+ *   unlock; auth_login_verify(&la, password)    Argon2, the same work for an
+ *                                               unknown or locked user
+ *   lock;   auth_login_finish(db, &la, ...)     the outcome, counted against the
+ *                                               row as it is now; a session
+ *
+ * auth_login_finish reads the row again: a password changed, an account
+ * locked or removed meanwhile wins over the check made before.
+ */
+struct login_attempt {
+	int known; /* the name is a user */
+	int64_t user_id;
+	char hash[128]; /* crypto_pwhash_STRBYTES; "" for an unknown name */
+	int matched;    /* set by auth_login_verify */
+};
+int auth_login_lookup(sqlite3 *db, const char *name, const char *password, struct login_attempt *ret, char *err);
+void auth_login_verify(struct login_attempt *la, const char *password);
+int auth_login_finish(sqlite3 *db, struct login_attempt *la, const char *remote_addr, int64_t now, char *ret_cookie,
+		      struct principal *ret, char *err);
 /* The session behind a cookie value; APP_ENOTFOUND if none or expired. */
 int auth_session(sqlite3 *db, const char *cookie, int64_t now, struct principal *ret);
-int auth_logout(sqlite3 *db, const char *cookie);
+/* End the session behind a cookie value: APP_OK, APP_ENOTFOUND when there
+ * is none, APP_EIO when the store refused (the session still stands). */
+DB_CHECKED int auth_logout(sqlite3 *db, const char *cookie);
 
 /* The highest role a token's scopes allow: "read" viewer, "write"
  * operator, "admin" admin; 0 when empty or any word is not a scope. */
