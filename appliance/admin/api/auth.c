@@ -173,10 +173,11 @@ static void
 h_password(struct req *r)
 {
 	static const char *const known[] = { "current_password", "new_password", "revoke_tokens", NULL };
-	char err[APP_ERR_LEN], cookie[AUTH_SECRET_LEN];
+	char err[APP_ERR_LEN], new_err[APP_ERR_LEN], cookie[AUTH_SECRET_LEN], hash[AUTH_HASH_LEN] = "";
 	struct principal check;
+	struct login_attempt la;
 	const char *cur, *next;
-	int revoke_tokens, ended;
+	int revoke_tokens, ended, rc, new_rc;
 	cJSON *j, *revoked = NULL;
 
 	if (r->authed != 1) {
@@ -191,37 +192,53 @@ h_password(struct req *r)
 	    (next = field_str(r, j, "new_password", 1, 1024, NULL)) == NULL ||
 	    field_bool(r, j, "revoke_tokens", 1, &revoke_tokens) < 0)
 		goto out;
-	/* the current password is checked the way a login is: it counts
-	 * towards the lockout, so a stolen session cannot guess it */
-	int rc = auth_login(r->a->db, r->who.name, cur, r->addr, r->now, cookie, &check, err);
+	/* the route is unlocked: both Argon2 steps (checking the current
+	 * password, hashing the new one) run without the store's lock, the
+	 * store's steps under it.  The current password is checked the way a
+	 * login is: it counts towards the lockout, so a stolen session cannot
+	 * guess it. */
+	pthread_mutex_lock(&r->a->db_mu);
+	rc = auth_login_lookup(r->a->db, r->who.name, cur, &la, err);
+	pthread_mutex_unlock(&r->a->db_mu);
+	if (rc == APP_OK)
+		auth_login_verify(&la, cur);
+	new_rc = strcmp(cur, next) == 0 ? APP_OK : auth_user_prepare(r->who.name, next, r->who.role, hash, new_err);
+	pthread_mutex_lock(&r->a->db_mu);
+	if (rc == APP_OK)
+		rc = auth_login_finish(r->a->db, &la, r->addr, r->now, cookie, &check, err);
+	sodium_memzero(&la, sizeof(la));
 	if (rc != APP_OK) {
 		reply_error(r, rc == APP_EBUSY ? 429 : 403, "bad_credentials", "current_password", "%s", err);
-		goto out;
+		goto unlock;
 	}
 	/* the check made a session of its own; it must not outlive the check */
-	if (auth_logout(r->a->db, cookie) == APP_EIO) {
-		sodium_memzero(cookie, sizeof(cookie));
-		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
-		goto out;
-	}
+	rc = auth_logout(r->a->db, cookie);
 	sodium_memzero(cookie, sizeof(cookie));
+	if (rc == APP_EIO) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		goto unlock;
+	}
 	if (strcmp(cur, next) == 0) {
 		reply_error(r, 422, "invalid_field", "new_password", "the new password is the current one");
-		goto out;
+		goto unlock;
 	}
-	if (db_begin(r->a->db) != 0) {
+	if (new_rc != APP_OK) {
+		reply_status(r, new_rc, "new_password", new_err);
+		goto unlock;
+	}
+	if (db_begin(r->a->db) != APP_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
-		goto out;
+		goto unlock;
 	}
-	if ((rc = auth_user_set_password(r->a->db, r->who.user_id, next, 0, err)) != APP_OK ||
+	if ((rc = auth_user_set_hash(r->a->db, r->who.user_id, hash, 0, err)) != APP_OK ||
 	    (rc = auth_end_access(r->a->db, r->who.user_id, session_cookie(r), revoke_tokens, r->now,
 				  "the owner's password changed", &ended, &revoked, err)) != APP_OK ||
-	    (rc = db_commit(r->a->db) == 0
+	    (rc = db_commit(r->a->db) == APP_OK
 			  ? APP_OK
 			  : app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(r->a->db))) != APP_OK) {
 		db_rollback(r->a->db);
 		reply_status(r, rc, "new_password", err);
-		goto out;
+		goto unlock;
 	}
 	forget_first_password(r);
 	cJSON *d = cJSON_CreateObject(), *root = cJSON_CreateObject();
@@ -231,7 +248,10 @@ h_password(struct req *r)
 	cJSON_AddNumberToObject(root, "sessions_ended", ended);
 	cJSON_AddItemToObject(root, "tokens_revoked", revoked);
 	reply_json(r, 200, root);
+unlock:
+	pthread_mutex_unlock(&r->a->db_mu);
 out:
+	sodium_memzero(hash, sizeof(hash));
 	body_wipe(j);
 }
 
@@ -239,6 +259,7 @@ const struct route api_auth_routes[] = {
 	{ "POST", "/api/v1/auth/login", 0, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_login, NULL, "auth.login" },
 	{ "POST", "/api/v1/auth/logout", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_logout, NULL, "auth.logout" },
 	{ "GET", "/api/v1/auth/me", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_me, NULL, NULL },
-	{ "POST", "/api/v1/auth/password", ROLE_VIEWER, ROUTE_ONE_TIME_OK, h_password, NULL, "user.password" },
+	{ "POST", "/api/v1/auth/password", ROLE_VIEWER, ROUTE_ONE_TIME_OK | ROUTE_UNLOCKED, h_password, NULL,
+	  "user.password" },
 	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

@@ -5,6 +5,8 @@
  * admin sets for someone else is one-time unless said otherwise, and it
  * ends that account's sessions and API tokens.
  */
+#include <pthread.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,7 +40,7 @@ static void
 h_create(struct req *r)
 {
 	static const char *const known[] = { "name", "password", "role", "must_change_password", NULL };
-	char err[APP_ERR_LEN];
+	char err[APP_ERR_LEN], hash[AUTH_HASH_LEN] = "";
 	const char *name, *password, *role;
 	int64_t id;
 	int must_change;
@@ -55,27 +57,39 @@ h_create(struct req *r)
 		reply_error(r, 422, "invalid_field", "role", "role must be admin, operator or viewer");
 		goto out;
 	}
-	if (db_begin(r->a->db) != 0) {
-		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+	/* the route is unlocked: the hash is made first, without the store's
+	 * lock; the row is written under it */
+	int rc = auth_user_prepare(name, password, role_parse(role), hash, err);
+	if (rc != APP_OK) {
+		reply_status(r, rc, rc == APP_EINVAL && strstr(err, "password") ? "password" : "name", err);
 		goto out;
 	}
-	int rc = auth_user_create(r->a->db, name, password, role_parse(role), r->now, &id, err);
+	pthread_mutex_lock(&r->a->db_mu);
+	if (db_begin(r->a->db) != APP_OK) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		goto unlock;
+	}
+	rc = auth_user_insert(r->a->db, name, hash, role_parse(role), r->now, &id, err);
 	if (rc == APP_OK && must_change) {
 		char sql[96];
 		snprintf(sql, sizeof(sql), "UPDATE users SET must_change_password = 1 WHERE id = %lld", (long long)id);
-		if (sqlite3_exec(r->a->db, sql, NULL, NULL, NULL) != SQLITE_OK)
-			rc = app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(r->a->db));
+		rc = db_exec(r->a->db, sql, err);
 	}
-	if (rc != APP_OK || db_commit(r->a->db) != 0) {
+	if (rc == APP_OK && db_commit(r->a->db) != APP_OK)
+		rc = app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(r->a->db));
+	if (rc != APP_OK) {
 		db_rollback(r->a->db);
 		reply_status(r, rc, rc == APP_EINVAL && strstr(err, "password") ? "password" : "name", err);
-		goto out;
+		goto unlock;
 	}
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "role", role);
 	req_audit(r, "user.create", name, "ok", d);
 	reply_query(r, 201, USER_COLUMNS " WHERE id = ?1", 1, &id, "user");
+unlock:
+	pthread_mutex_unlock(&r->a->db_mu);
 out:
+	sodium_memzero(hash, sizeof(hash));
 	body_wipe(j);
 }
 
@@ -240,7 +254,7 @@ h_delete(struct req *r)
 
 const struct route api_users_routes[] = {
 	{ "GET", "/api/v1/users", ROLE_ADMIN, 0, h_list, NULL, NULL },
-	{ "POST", "/api/v1/users", ROLE_ADMIN, 0, h_create, NULL, "user.create" },
+	{ "POST", "/api/v1/users", ROLE_ADMIN, ROUTE_UNLOCKED, h_create, NULL, "user.create" },
 	{ "GET", "/api/v1/users/{id}", ROLE_ADMIN, 0, h_get, NULL, NULL },
 	{ "PATCH", "/api/v1/users/{id}", ROLE_ADMIN, 0, h_update, NULL, "user.update" },
 	{ "DELETE", "/api/v1/users/{id}", ROLE_ADMIN, 0, h_delete, NULL, "user.delete" },

@@ -162,21 +162,37 @@ hash_password(const char *name, const char *password, char *out, char *err)
 }
 
 int
-auth_user_create(sqlite3 *db, const char *name, const char *password, enum role role, int64_t now, int64_t *ret_id,
-		 char *err)
+auth_user_prepare(const char *name, const char *password, enum role role, char *ret_hash, char *err)
 {
-	char hash[crypto_pwhash_STRBYTES];
-	sqlite3_stmt *st;
-	int r;
-
+	_Static_assert(AUTH_HASH_LEN >= crypto_pwhash_STRBYTES, "an Argon2 hash fits");
 	if (sodium_init() < 0)
 		return app_fail(err, APP_EIO, "libsodium failed to initialise");
 	if (!valid_name(name))
 		return app_fail(err, APP_EINVAL, "a user name is 1-64 letters, digits, '.', '_', '-' or '@'");
 	if (role_parse(role_name(role)) != role)
 		return app_fail(err, APP_EINVAL, "unknown role");
-	if ((r = hash_password(name, password, hash, err)) < 0)
-		return r;
+	return hash_password(name, password, ret_hash, err);
+}
+
+int
+auth_user_create(sqlite3 *db, const char *name, const char *password, enum role role, int64_t now, int64_t *ret_id,
+		 char *err)
+{
+	char hash[AUTH_HASH_LEN];
+	int r;
+
+	if ((r = auth_user_prepare(name, password, role, hash, err)) == APP_OK)
+		r = auth_user_insert(db, name, hash, role, now, ret_id, err);
+	sodium_memzero(hash, sizeof(hash));
+	return r;
+}
+
+int
+auth_user_insert(sqlite3 *db, const char *name, const char *hash, enum role role, int64_t now, int64_t *ret_id,
+		 char *err)
+{
+	sqlite3_stmt *st;
+
 	if (sqlite3_prepare_v2(db, "INSERT INTO users (name, password_hash, role, created_at) VALUES (?, ?, ?, ?)", -1,
 			       &st, NULL) != SQLITE_OK)
 		return sql_fail(db, err);
@@ -212,6 +228,16 @@ auth_user_set_password(sqlite3 *db, int64_t user_id, const char *password, int m
 		return app_fail(err, APP_ENOTFOUND, "no user %lld", (long long)user_id);
 	if ((r = hash_password(name, password, hash, err)) < 0)
 		return r;
+	r = auth_user_set_hash(db, user_id, hash, must_change, err);
+	sodium_memzero(hash, sizeof(hash));
+	return r;
+}
+
+int
+auth_user_set_hash(sqlite3 *db, int64_t user_id, const char *hash, int must_change, char *err)
+{
+	sqlite3_stmt *st;
+
 	if (sqlite3_prepare_v2(db, "UPDATE users SET password_hash = ?, must_change_password = ? WHERE id = ?", -1, &st,
 			       NULL) != SQLITE_OK)
 		return sql_fail(db, err);
@@ -220,8 +246,9 @@ auth_user_set_password(sqlite3 *db, int64_t user_id, const char *password, int m
 	sqlite3_bind_int64(st, 3, user_id);
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
-	sodium_memzero(hash, sizeof(hash));
-	return rc == SQLITE_DONE ? APP_OK : sql_fail(db, err);
+	if (rc != SQLITE_DONE)
+		return sql_fail(db, err);
+	return sqlite3_changes(db) == 1 ? APP_OK : app_fail(err, APP_ENOTFOUND, "no user %lld", (long long)user_id);
 }
 
 int

@@ -47,10 +47,19 @@ int auth_password_check(const char *name, const char *password, char *err);
  * APP_EBUSY a name already taken. */
 int auth_user_create(sqlite3 *db, const char *name, const char *password, enum role role, int64_t now, int64_t *ret_id,
 		     char *err);
+/* auth_user_create in two steps, so the Argon2 hash (~130 ms) is made
+ * without the store's lock: prepare checks name, role and password and
+ * hashes (no store); insert writes the row (APP_EBUSY: the name is taken). */
+#define AUTH_HASH_LEN 128
+int auth_user_prepare(const char *name, const char *password, enum role role, char *ret_hash, char *err);
+DB_CHECKED int auth_user_insert(sqlite3 *db, const char *name, const char *hash, enum role role, int64_t now,
+				int64_t *ret_id, char *err);
 /* A new password; must_change marks it one-time (the user must choose
  * another before anything else).  Sessions and tokens are left alone:
  * auth_end_access() ends them. */
 int auth_user_set_password(sqlite3 *db, int64_t user_id, const char *password, int must_change, char *err);
+/* The same with a hash made by auth_user_prepare (no Argon2 here). */
+DB_CHECKED int auth_user_set_hash(sqlite3 *db, int64_t user_id, const char *hash, int must_change, char *err);
 /* After a password change: end every session of user_id except the one
  * whose cookie is keep_cookie (NULL: all), and when revoke_tokens, revoke
  * every live API token of the account with `reason`.  *ret_sessions is
