@@ -4,6 +4,7 @@
  * size a model for a GPU type (gpu/sizing.c).  Every file is read with the
  * engine's validating GGUF reader before a row is written.
  */
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -138,8 +139,13 @@ h_register(struct req *r)
 			    "'-', not starting with '.' or '-'");
 		goto out;
 	}
+	/* the route is unlocked: the file is checked and its GGUF metadata
+	 * read (a vocabulary of 150k tokens and every tensor's entry) without
+	 * the store's lock, which is taken for the row only */
 	if (cJSON_GetObjectItemCaseSensitive(j, "url") != NULL) {
+		pthread_mutex_lock(&r->a->db_mu);
 		model_fetch_start(r, j, name);
+		pthread_mutex_unlock(&r->a->db_mu);
 		goto out;
 	}
 	if ((path = field_str(r, j, "path", 1, PATH_MAX - 1, NULL)) == NULL)
@@ -153,10 +159,12 @@ h_register(struct req *r)
 		reply_status(r, rc == APP_EIO ? APP_EINVAL : rc, "path", err);
 		goto out;
 	}
+	pthread_mutex_lock(&r->a->db_mu);
 	rc = model_insert(r->a->db, name, real, "path", size, NULL, &m, r->now, &id, err);
 	model_meta_free(&m);
 	if (rc != APP_OK) {
 		reply_status(r, rc, "name", err);
+		pthread_mutex_unlock(&r->a->db_mu);
 		goto out;
 	}
 	model_hash_kick(r->a); /* its SHA-256 follows in the background */
@@ -164,6 +172,7 @@ h_register(struct req *r)
 	cJSON_AddStringToObject(d, "path", real);
 	req_audit(r, "model.create", name, "ok", d);
 	reply_query(r, 201, MODEL_COLUMNS " WHERE id = ?1", 1, &id, "model");
+	pthread_mutex_unlock(&r->a->db_mu);
 out:
 	cJSON_Delete(j);
 }
@@ -328,7 +337,7 @@ static const struct stream_ops model_upload_ops = {
 
 const struct route api_models_routes[] = {
 	{ "GET", "/api/v1/models", ROLE_VIEWER, 0, h_list, NULL, NULL },
-	{ "POST", "/api/v1/models", ROLE_OPERATOR, 0, h_register, NULL, "model.create" },
+	{ "POST", "/api/v1/models", ROLE_OPERATOR, ROUTE_UNLOCKED, h_register, NULL, "model.create" },
 	{ "POST", "/api/v1/models/upload", ROLE_OPERATOR, ROUTE_STREAM, NULL, &model_upload_ops, "model.upload" },
 	{ "GET", "/api/v1/models/{id}", ROLE_VIEWER, 0, h_get, NULL, NULL },
 	{ "DELETE", "/api/v1/models/{id}", ROLE_OPERATOR, 0, h_delete, NULL, "model.delete" },
