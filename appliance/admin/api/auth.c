@@ -29,21 +29,6 @@ user_json(const struct principal *p)
 	return u;
 }
 
-static int
-must_change_password(sqlite3 *db, int64_t user_id)
-{
-	sqlite3_stmt *st;
-	int v = 0;
-
-	if (sqlite3_prepare_v2(db, "SELECT must_change_password FROM users WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
-		return 0;
-	sqlite3_bind_int64(st, 1, user_id);
-	if (sqlite3_step(st) == SQLITE_ROW)
-		v = sqlite3_column_int(st, 0);
-	sqlite3_finalize(st);
-	return v;
-}
-
 static void
 h_login(struct req *r)
 {
@@ -110,7 +95,7 @@ h_login(struct req *r)
 	cJSON_AddStringToObject(root, "csrf_token", p.csrf);
 	sodium_memzero(cookie, sizeof(cookie));
 	cJSON_AddNumberToObject(root, "expires_at", (double)(r->now + AUTH_SESSION_SECONDS));
-	cJSON_AddBoolToObject(root, "must_change_password", must_change_password(r->a->db, p.user_id));
+	cJSON_AddBoolToObject(root, "must_change_password", auth_must_change(r->a->db, p.user_id));
 	pthread_mutex_unlock(&r->a->db_mu);
 	reply_json(r, 200, root);
 }
@@ -146,7 +131,7 @@ h_me(struct req *r)
 		cJSON_AddStringToObject(root, "csrf_token", r->who.csrf);
 	else
 		cJSON_AddNumberToObject(root, "token_id", (double)r->who.token_id);
-	cJSON_AddBoolToObject(root, "must_change_password", must_change_password(r->a->db, r->who.user_id));
+	cJSON_AddBoolToObject(root, "must_change_password", auth_must_change(r->a->db, r->who.user_id));
 	reply_json(r, 200, root);
 }
 

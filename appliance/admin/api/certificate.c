@@ -16,6 +16,7 @@
 #include "http/httpd.h"
 #include "http/tls.h"
 #include "http/tls_live.h"
+#include "cluster/nodes.h"
 
 static cJSON *
 info_json(const struct admin *a, const struct tls_cert_info *info)
@@ -53,21 +54,6 @@ h_tls_get(struct req *r)
 	reply_json(r, 200, info_json(r->a, &info));
 }
 
-/* Nodes that joined this console and still count on its key. */
-static int64_t
-joined_nodes(struct admin *a)
-{
-	sqlite3_stmt *st;
-	int64_t n = -1;
-
-	if (sqlite3_prepare_v2(a->db, "SELECT count(*) FROM nodes WHERE is_self = 0 AND state != 'removed'", -1, &st,
-			       NULL) == SQLITE_OK &&
-	    sqlite3_step(st) == SQLITE_ROW)
-		n = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	return n;
-}
-
 static void
 replace(struct req *r, const char *cert, const char *key, int force)
 {
@@ -81,7 +67,7 @@ replace(struct req *r, const char *cert, const char *key, int force)
 		reply_error(r, 422, "invalid_field", field, "%s", err);
 		return;
 	}
-	if (strcmp(info.pin, a->tls_pin) != 0 && !force && (joined = joined_nodes(a)) != 0) {
+	if (strcmp(info.pin, a->tls_pin) != 0 && !force && (joined = nodes_joined_count(a->db)) != 0) {
 		reply_error(r, 409, "pin_in_use", "key",
 			    "%lld joined node(s) pinned this console's current key and could not reach it with a new "
 			    "one; renew the certificate with the same key, or send \"force\": true and join them again",

@@ -24,19 +24,12 @@
 static int64_t
 local_id(struct req *r)
 {
-	int64_t leader_id = arg_id(r, 0, "deployment"), id = -1;
-	sqlite3_stmt *st;
+	int64_t leader_id = arg_id(r, 0, "deployment"), id;
 
 	if (leader_id < 0)
 		return APP_ENOTFOUND;
 	pthread_mutex_lock(&r->a->db_mu);
-	if (sqlite3_prepare_v2(r->a->db, "SELECT id FROM deployments WHERE leader_id = ?1", -1, &st, NULL) ==
-	    SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, leader_id);
-		if (sqlite3_step(st) == SQLITE_ROW)
-			id = sqlite3_column_int64(st, 0);
-		sqlite3_finalize(st);
-	}
+	id = member_local_id(r->a->db, leader_id);
 	pthread_mutex_unlock(&r->a->db_mu);
 	if (id < 0)
 		reply_error(r, 404, "not_found", NULL, "this node runs no deployment %lld for its leader",

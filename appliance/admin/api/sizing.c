@@ -12,6 +12,7 @@
 #include "http/httpd.h"
 #include "store/rows.h"
 #include "gpu/sizing.h"
+#include "models/models.h"
 
 static const struct gpu_type *
 gpu_field(struct req *r, const char *gpu)
@@ -81,34 +82,18 @@ h_sizing(struct req *r)
 {
 	struct sizing_request q;
 	struct sizing_result s;
-	sqlite3_stmt *st;
 	char name[160] = "";
 	int64_t id = arg_id(r, 0, "model");
 
 	if (id < 0)
 		return;
 	memset(&q, 0, sizeof(q));
-	if (sqlite3_prepare_v2(r->a->db,
-			       "SELECT name, coalesce(weight_bytes, size_bytes), n_layer, n_head, n_head_kv, "
-			       "head_dim, kv_latent, context_length FROM models WHERE id = ? AND state = "
-			       "'ready'",
-			       -1, &st, NULL) != SQLITE_OK) {
+	int rc = model_shape_of(r->a->db, id, &q.model, name, sizeof(name));
+	if (rc == APP_EIO) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		return;
 	}
-	sqlite3_bind_int64(st, 1, id);
-	if (sqlite3_step(st) == SQLITE_ROW) {
-		snprintf(name, sizeof(name), "%s", (const char *)sqlite3_column_text(st, 0));
-		q.model.weight_bytes = (double)sqlite3_column_int64(st, 1);
-		q.model.layers = sqlite3_column_int(st, 2);
-		q.model.heads = sqlite3_column_int(st, 3);
-		q.model.kv_heads = sqlite3_column_int(st, 4);
-		q.model.head_dim = sqlite3_column_int(st, 5);
-		q.model.kv_latent = sqlite3_column_int(st, 6);
-		q.model.max_context = sqlite3_column_int(st, 7);
-	}
-	sqlite3_finalize(st);
-	if (name[0] == '\0') {
+	if (rc != APP_OK) {
 		reply_error(r, 404, "not_found", NULL, "no ready model %lld", (long long)id);
 		return;
 	}

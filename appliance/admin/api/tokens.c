@@ -131,17 +131,11 @@ static void
 h_revoke(struct req *r)
 {
 	char err[APP_ERR_LEN], target[32];
-	sqlite3_stmt *st;
-	int64_t id = arg_id(r, 0, "token"), owner = -1;
+	int64_t id = arg_id(r, 0, "token");
 
 	if (id < 0)
 		return;
-	if (sqlite3_prepare_v2(r->a->db, "SELECT user_id FROM api_tokens WHERE id = ?", -1, &st, NULL) == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, id);
-		if (sqlite3_step(st) == SQLITE_ROW)
-			owner = sqlite3_column_int64(st, 0);
-		sqlite3_finalize(st);
-	}
+	int64_t owner = auth_token_owner(r->a->db, id);
 	/* someone else's token is "not found" to a non-admin: ids say nothing */
 	if (owner < 0 || (owner != r->who.user_id && r->who.role < ROLE_ADMIN)) {
 		reply_error(r, 404, "not_found", NULL, "no token %lld", (long long)id);

@@ -104,6 +104,10 @@ int auth_session(sqlite3 *db, const char *cookie, int64_t now, struct principal 
 /* End the session behind a cookie value: APP_OK, APP_ENOTFOUND when there
  * is none, APP_EIO when the store refused (the session still stands). */
 DB_CHECKED int auth_logout(sqlite3 *db, const char *cookie);
+/* 1 while the user's password is one-time (0 also when there is no such user). */
+int auth_must_change(sqlite3 *db, int64_t user_id);
+/* The user who owns token id, APP_ENOTFOUND when there is none, APP_EIO. */
+int64_t auth_token_owner(sqlite3 *db, int64_t token_id);
 
 /* The highest role a token's scopes allow: "read" viewer, "write"
  * operator, "admin" admin; 0 when empty or any word is not a scope. */

@@ -33,4 +33,8 @@ int node_self_register(struct admin *a, char *err);
  * caller holds the store's mutex; 0, or APP_EIO. */
 int node_self_drain(sqlite3 *db, int draining);
 
+/* Nodes that joined this console and still count on its key (not
+ * removed); APP_EIO when the store cannot say. */
+int64_t nodes_joined_count(sqlite3 *db);
+
 #endif

@@ -74,4 +74,8 @@ cJSON *member_reports(struct admin *a);
  * kicks the supervisor.  The caller holds the store's mutex. */
 void member_sync(struct admin *a, const struct membership *m, const cJSON *reply);
 
+/* This member's row for the leader's deployment leader_id: its id,
+ * APP_ENOTFOUND, or APP_EIO. */
+int64_t member_local_id(sqlite3 *db, int64_t leader_id);
+
 #endif

@@ -57,4 +57,9 @@ int model_fetch_cancel(struct admin *a, int64_t id);
 /* Stop every download and wait for them (shutdown). */
 void model_fetch_shutdown(struct admin *a);
 
+struct model_shape;
+/* A ready model's shape for sizing (gpu/sizing.h) and its name: APP_OK,
+ * APP_ENOTFOUND (no such ready model), or APP_EIO. */
+int model_shape_of(sqlite3 *db, int64_t id, struct model_shape *ret, char *name, size_t name_size);
+
 #endif

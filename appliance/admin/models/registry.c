@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "status.h"
+#include "strfmt.h"
 #include "store/db.h"
 #include "models/models.h"
+#include "gpu/sizing.h"
 
 int
 model_name_ok(const char *s)
@@ -76,4 +78,31 @@ int
 sha256_hex_ok(const char *s)
 {
 	return s != NULL && strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
+}
+
+int
+model_shape_of(sqlite3 *db, int64_t id, struct model_shape *ret, char *name, size_t name_size)
+{
+	sqlite3_stmt *st;
+	int rc = APP_ENOTFOUND;
+
+	if (sqlite3_prepare_v2(db,
+			       "SELECT name, coalesce(weight_bytes, size_bytes), n_layer, n_head, n_head_kv, "
+			       "head_dim, kv_latent, context_length FROM models WHERE id = ? AND state = 'ready'",
+			       -1, &st, NULL) != SQLITE_OK)
+		return APP_EIO;
+	sqlite3_bind_int64(st, 1, id);
+	if (sqlite3_step(st) == SQLITE_ROW &&
+	    str_fmt(name, name_size, "%s", (const char *)sqlite3_column_text(st, 0)) == APP_OK) {
+		ret->weight_bytes = (double)sqlite3_column_int64(st, 1);
+		ret->layers = sqlite3_column_int(st, 2);
+		ret->heads = sqlite3_column_int(st, 3);
+		ret->kv_heads = sqlite3_column_int(st, 4);
+		ret->head_dim = sqlite3_column_int(st, 5);
+		ret->kv_latent = sqlite3_column_int(st, 6);
+		ret->max_context = sqlite3_column_int(st, 7);
+		rc = APP_OK;
+	}
+	sqlite3_finalize(st);
+	return rc;
 }
