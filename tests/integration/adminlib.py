@@ -136,7 +136,13 @@ class Client:
             conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=self.tls_context)
         else:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        conn.request(method, path, body=data, headers=h)
+        try:
+            conn.request(method, path, body=data, headers=h)
+        except (BrokenPipeError, ConnectionResetError):
+            # the daemon answers some requests before their body is read
+            # (a refused upload part) and closes; the answer is still there
+            # to read, as curl or a browser would
+            pass
         r = conn.getresponse()
         resp = Response(r.status, r.headers, r.read())
         conn.close()
