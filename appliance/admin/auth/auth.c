@@ -685,29 +685,11 @@ auth_csrf_ok(const struct principal *p, const char *presented)
 int
 auth_must_change(sqlite3 *db, int64_t user_id)
 {
-	sqlite3_stmt *st;
-	int v = 0;
-
-	if (sqlite3_prepare_v2(db, "SELECT must_change_password FROM users WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
-		return 0;
-	sqlite3_bind_int64(st, 1, user_id);
-	if (sqlite3_step(st) == SQLITE_ROW)
-		v = sqlite3_column_int(st, 0);
-	sqlite3_finalize(st);
-	return v;
+	return db_int64(db, "SELECT must_change_password FROM users WHERE id = ?1", user_id, 0) > 0;
 }
 
 int64_t
 auth_token_owner(sqlite3 *db, int64_t token_id)
 {
-	sqlite3_stmt *st;
-	int64_t owner = APP_ENOTFOUND;
-
-	if (sqlite3_prepare_v2(db, "SELECT user_id FROM api_tokens WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
-		return APP_EIO;
-	sqlite3_bind_int64(st, 1, token_id);
-	if (sqlite3_step(st) == SQLITE_ROW)
-		owner = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	return owner;
+	return db_int64(db, "SELECT user_id FROM api_tokens WHERE id = ?1", token_id, APP_ENOTFOUND);
 }

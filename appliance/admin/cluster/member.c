@@ -540,14 +540,5 @@ member_reports(struct admin *a)
 int64_t
 member_local_id(sqlite3 *db, int64_t leader_id)
 {
-	sqlite3_stmt *st;
-	int64_t id = APP_ENOTFOUND;
-
-	if (sqlite3_prepare_v2(db, "SELECT id FROM deployments WHERE leader_id = ?1", -1, &st, NULL) != SQLITE_OK)
-		return APP_EIO;
-	sqlite3_bind_int64(st, 1, leader_id);
-	if (sqlite3_step(st) == SQLITE_ROW)
-		id = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	return id;
+	return db_int64(db, "SELECT id FROM deployments WHERE leader_id = ?1", leader_id, APP_ENOTFOUND);
 }

@@ -222,13 +222,5 @@ node_self_drain(sqlite3 *db, int draining)
 int64_t
 nodes_joined_count(sqlite3 *db)
 {
-	sqlite3_stmt *st;
-	int64_t n = APP_EIO;
-
-	if (sqlite3_prepare_v2(db, "SELECT count(*) FROM nodes WHERE is_self = 0 AND state != 'removed'", -1, &st,
-			       NULL) == SQLITE_OK &&
-	    sqlite3_step(st) == SQLITE_ROW)
-		n = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	return n;
+	return db_int64(db, "SELECT count(*) FROM nodes WHERE is_self = 0 AND state != 'removed'", 0, APP_EIO);
 }

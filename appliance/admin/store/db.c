@@ -52,6 +52,22 @@ db_write(sqlite3 *db, sqlite3_stmt *st, char *err)
 	return rc;
 }
 
+int64_t
+db_int64(sqlite3 *db, const char *sql, int64_t arg, int64_t none)
+{
+	sqlite3_stmt *st;
+	int64_t v = none;
+
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+		return APP_EIO;
+	if (sqlite3_bind_parameter_count(st) > 0)
+		sqlite3_bind_int64(st, 1, arg);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return v;
+}
+
 int
 db_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **ret, char *err)
 {

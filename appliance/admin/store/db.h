@@ -81,6 +81,11 @@ DB_CHECKED int db_exec(sqlite3 *db, const char *sql, char *err);
 DB_CHECKED int db_step_write(sqlite3 *db, sqlite3_stmt *st, char *err);
 DB_CHECKED int db_write(sqlite3 *db, sqlite3_stmt *st, char *err);
 
+/* The first column of the first row of sql, with ?1 bound to arg when
+ * sql has a parameter: its value, none when there is no row, APP_EIO when
+ * sql cannot run.  For lookups of one number (a count, an id, a flag). */
+int64_t db_int64(sqlite3 *db, const char *sql, int64_t arg, int64_t none);
+
 /* Prepare sql: APP_OK with *ret, or APP_EIO with sqlite's
  * message (*ret NULL then, which db_write reports). */
 int db_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **ret, char *err);
