@@ -12,21 +12,56 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "privai/model.h"
 
 #define DEFAULT_CTX_CAP 4096
 #define DEFAULT_BATCH 256
 
+/* A layer's weights, norms and biases as the context's backend holds
+ * them; the biases are NULL for llama. */
+struct ctx_layer {
+	struct compute_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+	float *attn_norm, *ffn_norm;
+	float *bq, *bk, *bv;
+};
+
+struct engine_ctx {
+	const struct engine_model *model;
+	struct compute *compute;
+	int n_ctx, n_batch, n_kv_blocks;
+	size_t kv_bytes;
+	/* the model, prepared for the backend (backend memory) */
+	struct compute_weight tok_embd, output_own;
+	const struct compute_weight *output; /* &tok_embd when the model ties them */
+	float *output_norm, *inv_freq;
+	struct ctx_layer *layers;
+	/* activations for up to n_batch tokens (backend memory) */
+	float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits;
+	/* the single sequence engine_decode() runs: blocks 0.. in order (host) */
+	int n_past;
+	int32_t *seq0_table;
+	int32_t *d_pos, *d_rows;
+	const int32_t **d_table;
+};
+
+/* Everything the forward pass reads or writes, in one list, so that
+ * allocation and release cannot drift apart. */
+#define CTX_BUFFERS(c)                                                                                                 \
+	{                                                                                                              \
+		&(c)->x, &(c)->xb, &(c)->q, &(c)->k, &(c)->v, &(c)->att, &(c)->hb, &(c)->hb2, &(c)->logits             \
+	}
+
 static void
-add_bias(float *x, const float *b, int n, int dim)
+release_layer(struct compute *cp, struct ctx_layer *L)
 {
-	if (b == NULL)
-		return;
-	for (int t = 0; t < n; t++)
-		for (int i = 0; i < dim; i++)
-			x[(int64_t)t * dim + i] += b[i];
+	struct compute_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+	float *vs[] = { L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv };
+
+	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+		cp->ops->release_weight(cp, ws[i]);
+	for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++)
+		cp->ops->release(cp, vs[i]);
 }
 
 void
@@ -34,38 +69,44 @@ engine_ctx_free(struct engine_ctx *c)
 {
 	if (c == NULL)
 		return;
-	compute_cpu_free(c->compute);
-	free(c->k_cache);
-	free(c->v_cache);
+	struct compute *cp = c->compute;
+	if (cp != NULL) {
+		float **bufs[] = CTX_BUFFERS(c);
+		for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+			cp->ops->release(cp, *bufs[i]);
+		for (int i = 0; c->layers != NULL && i < c->model->hp.n_layer; i++)
+			release_layer(cp, &c->layers[i]);
+		cp->ops->release_weight(cp, &c->tok_embd);
+		cp->ops->release_weight(cp, &c->output_own);
+		cp->ops->release(cp, c->output_norm);
+		cp->ops->release(cp, c->inv_freq);
+		compute_free(cp);
+	}
+	free(c->layers);
 	free(c->seq0_table);
-	free(c->x);
-	free(c->xb);
-	free(c->q);
-	free(c->k);
-	free(c->v);
-	free(c->att);
-	free(c->hb);
-	free(c->hb2);
-	free(c->pos);
-	free(c->table);
 	free(c->d_table);
 	free(c->d_pos);
 	free(c->d_rows);
-	free(c->logits);
 	free(c);
 }
 
-static float *
-falloc(size_t n)
+void
+engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info)
 {
-	return calloc(n ? n : 1, sizeof(float));
+	info->n_ctx = c->n_ctx;
+	info->n_batch = c->n_batch;
+	info->n_kv_blocks = c->n_kv_blocks;
+	info->n_vocab = c->model->hp.n_vocab;
+	info->kv_bytes = c->kv_bytes;
+	info->n_past = c->n_past;
+	info->device = c->compute->ops->name;
+	info->n_threads = compute_cpu_threads(c->compute);
 }
 
 static int
 ctx_size(struct engine_ctx *c, const struct engine_ctx_params *p, char *err)
 {
 	const struct model_hparams *hp = &c->model->hp;
-	int nth;
 
 	c->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < DEFAULT_CTX_CAP ? hp->n_ctx_train : DEFAULT_CTX_CAP);
 	c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
@@ -77,67 +118,143 @@ ctx_size(struct engine_ctx *c, const struct engine_ctx_params *p, char *err)
 	c->n_kv_blocks = p->n_kv_blocks > 0 ? p->n_kv_blocks : (c->n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
 	if (c->n_kv_blocks > (1 << 24))
 		return privai_fail(err, PRIVAI_ERANGE, "%d KV blocks is too many", c->n_kv_blocks);
-	nth = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-	c->n_threads = nth < 1 ? 1 : nth;
+	return PRIVAI_OK;
+}
+
+/* A host vector of n floats copied into backend memory; a NULL one stays
+ * NULL (a bias the model lacks). */
+static int
+upload_floats(struct compute *cp, const float *src, size_t n, float **dst)
+{
+	if (src == NULL)
+		return PRIVAI_OK;
+	if ((*dst = cp->ops->alloc(cp, n * sizeof(float))) == NULL)
+		return PRIVAI_ENOMEM;
+	return cp->ops->upload(cp, *dst, src, n * sizeof(float));
+}
+
+static int
+prepare_layer(struct compute *cp, const struct model_hparams *hp, const struct model_layer *src, struct ctx_layer *L)
+{
+	size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
+	const struct weight *from[] = { &src->wq, &src->wk, &src->wv, &src->wo, &src->w_gate, &src->w_up, &src->w_down };
+	struct compute_weight *to[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+	int r;
+
+	for (size_t i = 0; i < sizeof(to) / sizeof(to[0]); i++)
+		if ((r = cp->ops->prepare_weight(cp, from[i], to[i])) < 0)
+			return r;
+	if ((r = upload_floats(cp, src->attn_norm, (size_t)hp->n_embd, &L->attn_norm)) < 0 ||
+	    (r = upload_floats(cp, src->ffn_norm, (size_t)hp->n_embd, &L->ffn_norm)) < 0 ||
+	    (r = upload_floats(cp, src->bq, qd, &L->bq)) < 0 || (r = upload_floats(cp, src->bk, kvd, &L->bk)) < 0 ||
+	    (r = upload_floats(cp, src->bv, kvd, &L->bv)) < 0)
+		return r;
+	return PRIVAI_OK;
+}
+
+/* The model's weights, norms, biases and rope frequencies, made the
+ * backend's (an upload on a GPU, block sums on the CPU). */
+static int
+prepare_model(struct engine_ctx *c)
+{
+	const struct engine_model *m = c->model;
+	const struct model_hparams *hp = &m->hp;
+	struct compute *cp = c->compute;
+	int r;
+
+	if ((r = cp->ops->prepare_weight(cp, &m->tok_embd, &c->tok_embd)) < 0)
+		return r;
+	c->output = &c->tok_embd;
+	if (m->output.data != m->tok_embd.data) {
+		if ((r = cp->ops->prepare_weight(cp, &m->output, &c->output_own)) < 0)
+			return r;
+		c->output = &c->output_own;
+	}
+	if ((r = upload_floats(cp, m->output_norm, (size_t)hp->n_embd, &c->output_norm)) < 0 ||
+	    (r = upload_floats(cp, m->inv_freq, (size_t)(hp->n_rot / 2), &c->inv_freq)) < 0)
+		return r;
+	if ((c->layers = calloc((size_t)hp->n_layer, sizeof(*c->layers))) == NULL)
+		return PRIVAI_ENOMEM;
+	for (int i = 0; i < hp->n_layer; i++)
+		if ((r = prepare_layer(cp, hp, &m->layers[i], &c->layers[i])) < 0)
+			return r;
+	return PRIVAI_OK;
+}
+
+/* The KV cache, the backend's scratch and the activations. */
+static int
+reserve_buffers(struct engine_ctx *c)
+{
+	const struct model_hparams *hp = &c->model->hp;
+	struct compute *cp = c->compute;
+	size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
+	size_t nb = (size_t)c->n_batch, wide = qd > (size_t)hp->n_embd ? qd : (size_t)hp->n_embd;
+	struct compute_shape shape = {
+		.max_cols = hp->n_ff > (int)wide ? hp->n_ff : (int64_t)wide,
+		.max_tokens = c->n_batch,
+		.max_ctx = c->n_ctx,
+		.n_layer = hp->n_layer,
+		.kv_rows = (int64_t)c->n_kv_blocks * ENGINE_KV_BLOCK,
+		.kv_dim = (int)kvd,
+		.block_size = ENGINE_KV_BLOCK,
+	};
+	float **bufs[] = CTX_BUFFERS(c);
+	size_t floats[] = { nb * hp->n_embd, nb * wide,     nb * qd,       nb * kvd,        nb * kvd,
+			    nb * wide,       nb * hp->n_ff, nb * hp->n_ff, nb * hp->n_vocab };
+	int r;
+
+	if ((r = cp->ops->reserve(cp, &shape, &c->kv_bytes)) < 0)
+		return r;
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+		if ((*bufs[i] = cp->ops->alloc(cp, floats[i] * sizeof(float))) == NULL)
+			return PRIVAI_ENOMEM;
+	return PRIVAI_OK;
+}
+
+/* Host bookkeeping for engine_decode()'s single sequence. */
+static int
+alloc_seq0(struct engine_ctx *c)
+{
+	size_t nb = (size_t)c->n_batch, seq0_blocks = ((size_t)c->n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
+
+	c->seq0_table = calloc(seq0_blocks, sizeof(int32_t));
+	c->d_table = calloc(nb, sizeof(*c->d_table));
+	c->d_pos = calloc(nb, sizeof(int32_t));
+	c->d_rows = calloc(nb, sizeof(int32_t));
+	if (c->seq0_table == NULL || c->d_table == NULL || c->d_pos == NULL || c->d_rows == NULL)
+		return PRIVAI_ENOMEM;
+	for (size_t i = 0; i < seq0_blocks; i++)
+		c->seq0_table[i] = (int32_t)(i < (size_t)c->n_kv_blocks ? i : 0);
 	return PRIVAI_OK;
 }
 
 int
 engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p, struct engine_ctx **ret_ctx, char *err)
 {
-	const struct model_hparams *hp = &m->hp;
 	struct engine_ctx *c = calloc(1, sizeof(*c));
+	struct compute_params cpp = { .n_threads = p->n_threads };
 	int r;
 
 	if (c == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	c->model = m;
-	if ((r = ctx_size(c, p, err)) < 0) {
-		engine_ctx_free(c);
-		return r;
+	if ((r = ctx_size(c, p, err)) < 0 || (r = compute_new(p->device, &cpp, &c->compute, err)) < 0)
+		goto fail;
+	if ((r = prepare_model(c)) < 0) {
+		privai_fail(err, r, "cannot prepare the model's weights (%.0f MiB) for the %s backend",
+			    (double)m->weight_bytes / (1 << 20), c->compute->ops->name);
+		goto fail;
 	}
-	if ((r = compute_cpu_new(c->n_threads, &c->compute)) < 0) {
-		int nth = c->n_threads;
-		engine_ctx_free(c);
-		return privai_fail(err, r, "cannot start %d compute threads", nth);
+	if ((r = reserve_buffers(c)) < 0 || (r = alloc_seq0(c)) < 0) {
+		privai_fail(err, r, "out of memory for a context of %d tokens (KV cache %zu MiB)", c->n_ctx,
+			    c->kv_bytes >> 20);
+		goto fail;
 	}
-	size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
-	size_t nb = (size_t)c->n_batch, wide = qd > (size_t)hp->n_embd ? qd : (size_t)hp->n_embd;
-	size_t kv_rows = (size_t)hp->n_layer * c->n_kv_blocks * ENGINE_KV_BLOCK;
-	size_t seq0_blocks = ((size_t)c->n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
-	c->kv_bytes = 2 * kv_rows * kvd * sizeof(float);
-	c->k_cache = falloc(kv_rows * kvd);
-	c->v_cache = falloc(kv_rows * kvd);
-	c->seq0_table = calloc(seq0_blocks, sizeof(int32_t));
-	c->x = falloc(nb * hp->n_embd);
-	c->xb = falloc(nb * wide);
-	c->q = falloc(nb * qd);
-	c->k = falloc(nb * kvd);
-	c->v = falloc(nb * kvd);
-	c->att = falloc(nb * wide);
-	c->hb = falloc(nb * hp->n_ff);
-	c->hb2 = falloc(nb * hp->n_ff);
-	c->pos = calloc(nb, sizeof(int32_t));
-	c->table = calloc(nb, sizeof(*c->table));
-	c->d_table = calloc(nb, sizeof(*c->d_table));
-	c->d_pos = calloc(nb, sizeof(int32_t));
-	c->d_rows = calloc(nb, sizeof(int32_t));
-	c->logits = falloc(nb * hp->n_vocab);
-	int64_t max_cols = hp->n_ff > (int)wide ? hp->n_ff : (int64_t)wide;
-	if (c->k_cache == NULL || c->v_cache == NULL || c->seq0_table == NULL || c->x == NULL || c->xb == NULL ||
-	    c->q == NULL || c->k == NULL || c->v == NULL || c->att == NULL || c->hb == NULL || c->hb2 == NULL ||
-	    c->pos == NULL || c->table == NULL || c->d_table == NULL || c->d_pos == NULL || c->d_rows == NULL ||
-	    c->logits == NULL || c->compute->ops->reserve(c->compute, max_cols, c->n_batch, c->n_ctx) < 0) {
-		int n_ctx = c->n_ctx;
-		size_t kv_mib = c->kv_bytes >> 20;
-		engine_ctx_free(c);
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for a context of %d tokens (KV cache %zu MiB)",
-				   n_ctx, kv_mib);
-	}
-	for (size_t i = 0; i < seq0_blocks; i++)
-		c->seq0_table[i] = (int32_t)(i < (size_t)c->n_kv_blocks ? i : 0);
 	*ret_ctx = c;
 	return PRIVAI_OK;
+fail:
+	engine_ctx_free(c);
+	return r;
 }
 
 void
@@ -146,41 +263,30 @@ engine_ctx_reset(struct engine_ctx *c)
 	c->n_past = 0;
 }
 
-static size_t
-kv_row(const int32_t *table, int pos)
-{
-	return (size_t)table[pos / ENGINE_KV_BLOCK] * ENGINE_KV_BLOCK + (size_t)(pos % ENGINE_KV_BLOCK);
-}
-
-/* One layer for the n tokens whose positions and tables are in c. */
+/* One layer for the batch set on the backend (n tokens). */
 static void
 forward_layer(struct engine_ctx *c, int il, int n)
 {
-	const struct engine_model *m = c->model;
-	const struct model_hparams *hp = &m->hp;
-	const struct model_layer *L = &m->layers[il];
+	const struct model_hparams *hp = &c->model->hp;
+	const struct ctx_layer *L = &c->layers[il];
 	const struct compute_ops *op = c->compute->ops;
 	struct compute *cp = c->compute;
 	int qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
-	size_t layer_off = (size_t)il * c->n_kv_blocks * ENGINE_KV_BLOCK * kvd;
-	float *kl = c->k_cache + layer_off, *vl = c->v_cache + layer_off;
 
 	op->rmsnorm(cp, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps, c->xb);
 	op->matmul(cp, &L->wq, c->xb, n, c->q);
 	op->matmul(cp, &L->wk, c->xb, n, c->k);
 	op->matmul(cp, &L->wv, c->xb, n, c->v);
-	add_bias(c->q, L->bq, n, qd);
-	add_bias(c->k, L->bk, n, kvd);
-	add_bias(c->v, L->bv, n, kvd);
-	op->rope(cp, c->q, n, hp->n_head, hp->head_dim, hp->n_rot, c->pos, m->inv_freq, hp->rope_neox);
-	op->rope(cp, c->k, n, hp->n_head_kv, hp->head_dim, hp->n_rot, c->pos, m->inv_freq, hp->rope_neox);
-	for (int t = 0; t < n; t++) {
-		size_t off = kv_row(c->table[t], c->pos[t]) * kvd;
-		memcpy(kl + off, c->k + (size_t)t * kvd, (size_t)kvd * sizeof(float));
-		memcpy(vl + off, c->v + (size_t)t * kvd, (size_t)kvd * sizeof(float));
-	}
-	op->attention(cp, c->q, n, c->pos, c->table, ENGINE_KV_BLOCK, kl, vl, (size_t)kvd, hp->n_head, hp->n_head_kv,
-		      hp->head_dim, c->att);
+	if (L->bq != NULL)
+		op->add_rows(cp, c->q, L->bq, n, qd);
+	if (L->bk != NULL)
+		op->add_rows(cp, c->k, L->bk, n, kvd);
+	if (L->bv != NULL)
+		op->add_rows(cp, c->v, L->bv, n, kvd);
+	op->rope(cp, c->q, hp->n_head, hp->head_dim, hp->n_rot, c->inv_freq, hp->rope_neox);
+	op->rope(cp, c->k, hp->n_head_kv, hp->head_dim, hp->n_rot, c->inv_freq, hp->rope_neox);
+	op->kv_write(cp, il, c->k, c->v);
+	op->attention(cp, il, c->q, hp->n_head, hp->n_head_kv, hp->head_dim, c->att);
 	op->matmul(cp, &L->wo, c->att, n, c->xb);
 	op->add(cp, c->x, c->xb, (size_t)n * hp->n_embd);
 
@@ -223,27 +329,28 @@ check_batch(const struct engine_ctx *c, const struct engine_batch *b, char *err)
 int
 engine_forward(struct engine_ctx *c, const struct engine_batch *b, float *logits, char *err)
 {
-	const struct engine_model *m = c->model;
-	const struct model_hparams *hp = &m->hp;
+	const struct model_hparams *hp = &c->model->hp;
 	const struct compute_ops *op = c->compute->ops;
-	int r, n = b->n;
+	struct compute *cp = c->compute;
+	struct compute_batch cb = { b->n, b->tokens, b->pos, b->table, b->n_out, b->out_rows };
+	int r;
 
 	if ((r = check_batch(c, b, err)) < 0)
 		return r;
-	memcpy(c->pos, b->pos, (size_t)n * sizeof(int32_t));
-	memcpy(c->table, b->table, (size_t)n * sizeof(*c->table));
-	op->get_rows(c->compute, &m->tok_embd, b->tokens, n, c->x);
+	if (b->n_out > 0 && logits == NULL)
+		return privai_fail(err, PRIVAI_EINVAL, "%d logits rows asked for without a buffer", b->n_out);
+	op->set_batch(cp, &cb);
+	op->get_rows(cp, &c->tok_embd, c->x);
 	for (int il = 0; il < hp->n_layer; il++)
-		forward_layer(c, il, n);
+		forward_layer(c, il, b->n);
 	if (b->n_out == 0)
 		return PRIVAI_OK;
-	/* gather the rows wanted into att (n x max(qd, n_embd) floats) */
-	float *rows = c->att;
-	for (int i = 0; i < b->n_out; i++)
-		memcpy(rows + (size_t)i * hp->n_embd, c->x + (size_t)b->out_rows[i] * hp->n_embd,
-		       (size_t)hp->n_embd * sizeof(float));
-	op->rmsnorm(c->compute, rows, m->output_norm, b->n_out, hp->n_embd, hp->rms_eps, c->xb);
-	op->matmul(c->compute, &m->output, c->xb, b->n_out, logits != NULL ? logits : c->logits);
+	/* the rows wanted, gathered into att (n x max(qd, n_embd) floats) */
+	op->gather_rows(cp, c->x, hp->n_embd, c->att);
+	op->rmsnorm(cp, c->att, c->output_norm, b->n_out, hp->n_embd, hp->rms_eps, c->xb);
+	op->matmul(cp, c->output, c->xb, b->n_out, c->logits);
+	if ((r = op->download(cp, logits, c->logits, (size_t)b->n_out * hp->n_vocab * sizeof(float))) < 0)
+		return privai_fail(err, r, "the %s backend failed in a forward pass", op->name);
 	return PRIVAI_OK;
 }
 
@@ -267,7 +374,8 @@ engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all
 	for (int done = 0; done < n;) {
 		int nb = n - done < c->n_batch ? n - done : c->n_batch;
 		int last = done + nb == n;
-		int n_out = logits_all ? nb : (last ? 1 : 0);
+		int n_out = out == NULL ? 0 : (logits_all ? nb : (last ? 1 : 0));
+		float *dst = out == NULL ? NULL : (logits_all ? out + (size_t)done * hp->n_vocab : out);
 		struct engine_batch b = { .n = nb,
 					  .tokens = tokens + done,
 					  .n_out = n_out,
@@ -279,12 +387,8 @@ engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all
 			c->d_table[t] = c->seq0_table;
 			c->d_rows[t] = logits_all ? t : nb - 1;
 		}
-		if ((r = engine_forward(c, &b, NULL, err)) < 0)
+		if ((r = engine_forward(c, &b, n_out > 0 ? dst : NULL, err)) < 0)
 			return r;
-		if (n_out > 0 && out != NULL) {
-			float *dst = logits_all ? out + (size_t)done * hp->n_vocab : out;
-			memcpy(dst, c->logits, (size_t)n_out * hp->n_vocab * sizeof(float));
-		}
 		c->n_past += nb;
 		done += nb;
 	}

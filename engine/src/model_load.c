@@ -221,57 +221,13 @@ bind_layer(const struct gguf_file *f, const struct model_hparams *hp, const stru
 	return PRIVAI_OK;
 }
 
-/* Per-block sums of a Q8_0 matrix (6% of its size), for the CPU kernels. */
-static int
-add_block_sums(struct weight *w)
-{
-	int64_t nb = w->cols / 32;
-
-	if (w->type != TT_Q8_0)
-		return 0;
-	if ((w->bsum = malloc((size_t)(w->rows * nb) * sizeof(int16_t))) == NULL)
-		return -1;
-	for (int64_t r = 0; r < w->rows; r++)
-		for (int64_t b = 0; b < nb; b++) {
-			const int8_t *q = (const int8_t *)w->data + r * (int64_t)w->row_bytes + b * 34 + 2;
-			int s = 0;
-			for (int i = 0; i < 32; i++)
-				s += q[i];
-			w->bsum[r * nb + b] = (int16_t)s;
-		}
-	return 0;
-}
-
-static int
-add_model_block_sums(struct engine_model *m)
-{
-	if (add_block_sums(&m->output) < 0)
-		return -1;
-	for (int i = 0; i < m->hp.n_layer; i++) {
-		struct model_layer *L = &m->layers[i];
-		struct weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-		for (size_t k = 0; k < sizeof(ws) / sizeof(ws[0]); k++)
-			if (add_block_sums(ws[k]) < 0)
-				return -1;
-	}
-	return 0;
-}
-
 void
 engine_model_free(struct engine_model *m)
 {
 	if (m == NULL)
 		return;
-	free(m->output.bsum);
 	for (int i = 0; m->layers != NULL && i < m->hp.n_layer; i++) {
 		struct model_layer *L = &m->layers[i];
-		free(L->wq.bsum);
-		free(L->wk.bsum);
-		free(L->wv.bsum);
-		free(L->wo.bsum);
-		free(L->w_gate.bsum);
-		free(L->w_up.bsum);
-		free(L->w_down.bsum);
 		free(L->attn_norm);
 		free(L->ffn_norm);
 		free(L->bq);
@@ -347,10 +303,6 @@ engine_model_from_gguf(struct gguf_file *file, struct engine_model **ret_model, 
 			goto fail;
 	if ((r = build_rope(m, err)) < 0)
 		goto fail;
-	if (add_model_block_sums(m) < 0) {
-		r = privai_fail(err, PRIVAI_ENOMEM, "out of memory for the weights' block sums");
-		goto fail;
-	}
 	for (uint64_t i = 0; i < file->n_tensors; i++)
 		m->weight_bytes += file->tensors[i].n_bytes;
 	*ret_model = m;

@@ -29,7 +29,7 @@ struct scheduler {
 	struct engine_ctx *ctx;
 	const struct tokenizer *tok;
 	struct scheduler_params p;
-	int n_vocab, n_ctx;
+	int n_vocab, n_ctx, n_batch;
 	struct kv_pool *pool;
 	pthread_t thread;
 	int thread_started, mutex_ready;
@@ -53,6 +53,7 @@ struct scheduler {
 	int32_t *eog;
 	int n_eog;
 	int32_t *b_tok, *b_pos, *b_rows;
+	float *logits; /* n_batch x n_vocab: the rows a forward pass brings back */
 	const int32_t **b_table;
 };
 

@@ -218,7 +218,7 @@ add_chunk(struct scheduler *s, struct seq *q, int chunk, struct step_batch *b)
 static void
 build_batch(struct scheduler *s, struct step_batch *b)
 {
-	int budget = s->ctx->n_batch;
+	int budget = s->n_batch;
 
 	b->n = b->n_out = 0;
 	for (int i = 0; i < s->n_running; i++)
@@ -367,7 +367,7 @@ record_prompt_logprobs(struct scheduler *s, struct seq *q, const float *logits)
 static void
 publish(struct scheduler *s, const struct step_batch *b)
 {
-	float *logits = s->ctx->logits;
+	float *logits = s->logits;
 	int V = s->n_vocab;
 
 	if (s->p.observer.forward != NULL)
@@ -443,7 +443,7 @@ sched_step(struct scheduler *s)
 	pthread_mutex_unlock(&s->mu);
 
 	struct engine_batch eb = { b.n, s->b_tok, s->b_pos, s->b_table, b.n_out, s->b_rows };
-	int rc = b.n > 0 ? engine_forward(s->ctx, &eb, NULL, err) : PRIVAI_OK;
+	int rc = b.n > 0 ? engine_forward(s->ctx, &eb, s->logits, err) : PRIVAI_OK;
 
 	pthread_mutex_lock(&s->mu);
 	if (rc < 0) {

@@ -247,47 +247,53 @@ scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok, const struct 
 	      struct scheduler **ret, char *err)
 {
 	struct scheduler *s = calloc(1, sizeof(*s));
-	int V = ctx->model->hp.n_vocab;
+	struct engine_ctx_info ci;
+	int V;
 
 	if (s == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+	engine_ctx_info(ctx, &ci);
+	V = ci.n_vocab;
 	s->ctx = ctx;
 	s->tok = tok;
 	s->p = *p;
 	s->n_vocab = V;
-	s->n_ctx = ctx->n_ctx;
+	s->n_ctx = ci.n_ctx;
+	s->n_batch = ci.n_batch;
 	if (s->p.max_seqs < 1)
 		s->p.max_seqs = 1;
-	if (s->p.max_seqs > ctx->n_batch)
-		s->p.max_seqs = ctx->n_batch;
+	if (s->p.max_seqs > ci.n_batch)
+		s->p.max_seqs = ci.n_batch;
 	if (s->p.max_queue < 0)
 		s->p.max_queue = 0;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->wake, NULL);
 	pthread_cond_init(&s->idle, NULL);
 	s->mutex_ready = 1;
-	if ((long)ctx->n_kv_blocks * ENGINE_KV_BLOCK < ctx->n_ctx) {
+	if ((long)ci.n_kv_blocks * ENGINE_KV_BLOCK < ci.n_ctx) {
 		scheduler_free(s);
 		return privai_fail(err, PRIVAI_EINVAL, "a KV pool of %d blocks cannot hold one sequence of %d tokens",
-				   ctx->n_kv_blocks, ctx->n_ctx);
+				   ci.n_kv_blocks, ci.n_ctx);
 	}
 	/* arrays of pointers: sizeof(struct seq *) is meant (NOLINT: clang-tidy 14 takes it for a mistake) */
 	s->running = calloc((size_t)s->p.max_seqs, sizeof(*s->running));     /* NOLINT(bugprone-sizeof-expression) */
 	s->preempted = calloc((size_t)s->p.max_seqs, sizeof(*s->preempted)); /* NOLINT(bugprone-sizeof-expression) */
-	s->b_tok = calloc((size_t)ctx->n_batch, sizeof(int32_t));
-	s->b_pos = calloc((size_t)ctx->n_batch, sizeof(int32_t));
-	s->b_rows = calloc((size_t)ctx->n_batch, sizeof(int32_t));
-	s->b_table = calloc((size_t)ctx->n_batch, sizeof(*s->b_table));
+	s->b_tok = calloc((size_t)ci.n_batch, sizeof(int32_t));
+	s->b_pos = calloc((size_t)ci.n_batch, sizeof(int32_t));
+	s->b_rows = calloc((size_t)ci.n_batch, sizeof(int32_t));
+	s->b_table = calloc((size_t)ci.n_batch, sizeof(*s->b_table));
 	s->eog = calloc((size_t)V, sizeof(int32_t));
-	if (s->running == NULL || s->preempted == NULL || s->b_tok == NULL || s->b_pos == NULL || s->b_rows == NULL ||
-	    s->b_table == NULL || s->eog == NULL || kv_pool_new(ctx->n_kv_blocks, ENGINE_KV_BLOCK, &s->pool) < 0) {
+	s->logits = calloc((size_t)ci.n_batch * (size_t)V, sizeof(float));
+	if (s->logits == NULL || s->running == NULL || s->preempted == NULL || s->b_tok == NULL || s->b_pos == NULL ||
+	    s->b_rows == NULL || s->b_table == NULL || s->eog == NULL ||
+	    kv_pool_new(ci.n_kv_blocks, ENGINE_KV_BLOCK, &s->pool) < 0) {
 		scheduler_free(s);
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for the scheduler");
 	}
 	for (int32_t id = 0; id < V; id++)
 		if (tokenizer_is_eog(tok, id))
 			s->eog[s->n_eog++] = id;
-	s->gauges.kv_blocks = ctx->n_kv_blocks;
+	s->gauges.kv_blocks = ci.n_kv_blocks;
 	if (pthread_create(&s->thread, NULL, scheduler_main, s) != 0) {
 		scheduler_free(s);
 		return privai_fail(err, PRIVAI_ENOMEM, "cannot start the scheduler thread");
@@ -314,6 +320,7 @@ scheduler_free(struct scheduler *s)
 	free(s->running);
 	free(s->preempted);
 	free(s->b_tok);
+	free(s->logits);
 	free(s->b_pos);
 	free(s->b_rows);
 	free(s->b_table);

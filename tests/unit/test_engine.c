@@ -231,14 +231,41 @@ test_model_errors(void)
 		CHECK(engine_ctx_new(m, &cp, &c, err) == 0, "context");
 		CHECK(engine_decode(c, toks, 20, 0, logits, err) == PRIVAI_ERANGE && strstr(err, "context"),
 		      "prompt longer than the context refused: %s", err);
-		CHECK(c->n_past == 0, "a refused prompt leaves the cache alone");
+		struct engine_ctx_info ci;
+		engine_ctx_info(c, &ci);
+		CHECK(ci.n_past == 0, "a refused prompt leaves the cache alone");
+		CHECK(strcmp(ci.device, "cpu") == 0 && ci.n_threads == 2 && ci.n_ctx == 16 && ci.n_kv_blocks == 1,
+		      "the context says what it was made of: %s, %d threads, %d positions, %d blocks", ci.device,
+		      ci.n_threads, ci.n_ctx, ci.n_kv_blocks);
+		CHECK(ci.kv_bytes == 2 * (size_t)m->hp.n_layer * ENGINE_KV_BLOCK * m->hp.n_head_kv * m->hp.head_dim * 4,
+		      "a float32 KV cache of one block per layer: %zu bytes", ci.kv_bytes);
 		toks[1] = 9999;
 		CHECK(engine_decode(c, toks, 4, 0, logits, err) == PRIVAI_EINVAL && strstr(err, "9999"),
 		      "token id outside the vocabulary refused");
 		toks[1] = 5;
 		CHECK(engine_decode(c, toks, 4, 0, logits, err) == 0, "decode 4");
 		CHECK(engine_decode(c, toks, 13, 0, logits, err) == PRIVAI_ERANGE, "overflow after 4 used");
+		int32_t pos0 = 4, row0 = 0;
+		const int32_t *tab[1] = { (const int32_t[]){ 0 } };
+		struct engine_batch b = {
+			.n = 1, .tokens = toks, .pos = &pos0, .table = tab, .n_out = 1, .out_rows = &row0
+		};
+		CHECK(engine_forward(c, &b, NULL, err) == PRIVAI_EINVAL && strstr(err, "without a buffer"),
+		      "logits asked for with nowhere to put them refused: %s", err);
 		engine_ctx_free(c);
+
+		/* a backend is chosen by name; one this build lacks is named */
+		cp.device = "cuda";
+		int rc = engine_ctx_new(m, &cp, &c, err);
+		if (compute_has_backend("cuda"))
+			SKIP("this build has a CUDA backend: its refusal on a machine without a GPU is checked "
+			     "elsewhere");
+		else
+			CHECK(rc == PRIVAI_EUNSUPPORTED && strstr(err, "'cuda'") && strstr(err, "cpu"),
+			      "no CUDA in this build: %s", err);
+		cp.device = "tpu";
+		CHECK(engine_ctx_new(m, &cp, &c, err) == PRIVAI_EUNSUPPORTED && strstr(err, "'tpu'"),
+		      "an unknown backend refused by name: %s", err);
 		engine_model_free(m);
 	}
 	CHECK(engine_model_load("/nonexistent/model.gguf", &m, err) == PRIVAI_EIO && strstr(err, "No such file"),

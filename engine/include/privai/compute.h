@@ -1,10 +1,13 @@
 /*
  * The compute interface between the model code and a backend.
  *
- * Model code (model_llama.c) describes a forward pass only in terms of these
- * operations on row-major float32 activations and typed weight matrices; it
- * never touches SIMD, threads or device memory.  The CPU backend implements
- * them over the thread pool; a CUDA backend implements the same table.
+ * A backend owns every buffer a forward pass touches: the weights as it
+ * wants them (prepared once when a context is created: block sums on the
+ * CPU, an upload on a GPU), the activations, the paged KV cache and its
+ * own scratch.  Model code (model_llama.c) holds pointers to that memory
+ * and passes them to these operations; it never reads or writes through
+ * them, so the same code drives host memory and device memory.  The only
+ * bytes that cross back are the ones asked for with download().
  */
 #ifndef PRIVAI_COMPUTE_H
 #define PRIVAI_COMPUTE_H
@@ -12,53 +15,103 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A weight matrix of `rows` rows of `cols` elements of `type`, row-major,
- * rows `row_bytes` apart (usually inside the read-only model mapping). */
+/* A weight matrix as the model file has it: `rows` rows of `cols`
+ * elements of `type`, row-major, rows `row_bytes` apart, in host memory
+ * (usually the read-only mapping of the file). */
 struct weight {
 	uint32_t type;
 	int64_t rows, cols;
 	size_t row_bytes;
 	const void *data;
-	/* Q8_0 only: the sum of each block's 32 quants (rows x cols/32), so
-	 * the CPU's small-batch kernel need not derive it per call; NULL
-	 * otherwise. */
-	int16_t *bsum;
+};
+
+/* A weight as a backend holds it, made by prepare_weight(): the same type
+ * and shape, `w.data` where the backend reads it (the file mapping on the
+ * CPU, device memory on a GPU), and whatever else the backend keeps for
+ * it (the CPU's Q8_0 block sums). */
+struct compute_weight {
+	struct weight w;
+	void *aux;
+};
+
+/* What a context will ask of its backend, for reserve(). */
+struct compute_shape {
+	int64_t max_cols; /* widest weight row and activation row */
+	int max_tokens;   /* tokens in one forward pass */
+	int max_ctx;      /* longest sequence attention spans */
+	int n_layer;      /* the KV cache: layers, */
+	int64_t kv_rows;  /* positions in each layer's pool (blocks x block_size), */
+	int kv_dim;       /* K (and V) values per position (KV heads x head_dim), */
+	int block_size;   /* positions per KV block, a power of two */
+};
+
+/* The tokens of one forward pass, in host memory.  Token i is tokens[i]
+ * at position pos[i] of the sequence whose block table is table[i]; the
+ * rows out_rows[0..n_out) are the ones whose logits are wanted. */
+struct compute_batch {
+	int n;
+	const int32_t *tokens;
+	const int32_t *pos;
+	const int32_t *const *table;
+	int n_out;
+	const int32_t *out_rows;
 };
 
 struct compute;
 
+/*
+ * Operations on backend memory.  Activations are row-major float32 in
+ * buffers from alloc().  The operations that read token ids, positions,
+ * block tables or output rows take them from the batch set last by
+ * set_batch().  Once reserve() has succeeded nothing allocates while
+ * tokens are generated; operations queued on a device report a failure at
+ * the next download().
+ */
 struct compute_ops {
 	const char *name;
-	/* Allocate all scratch for batches of up to max_tokens tokens, weight
-	 * rows of up to max_cols elements and attention over max_ctx positions.
-	 * Called once when a context is created, so no operation allocates
-	 * (and none can fail) while tokens are generated.  PRIVAI_OK or
-	 * PRIVAI_ENOMEM. */
-	int (*reserve)(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx);
-	/* y[t][r] = sum_c w[r][c] * x[t][c] for t < n; x is n x w->cols,
-	 * y is n x w->rows. */
-	void (*matmul)(struct compute *c, const struct weight *w, const float *x, int n, float *y);
-	/* out[t] = dequantized row ids[t] of w (embedding lookup). */
-	void (*get_rows)(struct compute *c, const struct weight *w, const int32_t *ids, int n, float *out);
-	/* out[t] = x[t] / rms(x[t]) * g, rows of dim elements. */
+	void (*destroy)(struct compute *c);
+	/* Size the scratch and the KV cache for `s`; *kv_bytes is set to the
+	 * cache's size even when that fails.  PRIVAI_OK or PRIVAI_ENOMEM. */
+	int (*reserve)(struct compute *c, const struct compute_shape *s, size_t *kv_bytes);
+	/* Zeroed backend memory, or NULL. */
+	void *(*alloc)(struct compute *c, size_t bytes);
+	void (*release)(struct compute *c, void *p);
+	/* Host to backend and back; PRIVAI_OK or an error (a failed device). */
+	int (*upload)(struct compute *c, void *dst, const void *src, size_t bytes);
+	int (*download)(struct compute *c, void *dst, const void *src, size_t bytes);
+	/* Make `src` usable by matmul/get_rows; PRIVAI_OK or PRIVAI_ENOMEM. */
+	int (*prepare_weight)(struct compute *c, const struct weight *src, struct compute_weight *dst);
+	void (*release_weight)(struct compute *c, struct compute_weight *w);
+
+	/* The batch the next operations are about (copied: `b` may go). */
+	void (*set_batch)(struct compute *c, const struct compute_batch *b);
+	/* out[t] = dequantized row tokens[t] of w (embedding lookup). */
+	void (*get_rows)(struct compute *c, const struct compute_weight *w, float *out);
+	/* y[t][r] = sum_c w[r][c] * x[t][c] for t < n; x is n x cols, y n x rows. */
+	void (*matmul)(struct compute *c, const struct compute_weight *w, const float *x, int n, float *y);
+	/* out[t] = x[t] / rms(x[t]) * g, n rows of dim elements. */
 	void (*rmsnorm)(struct compute *c, const float *x, const float *g, int n, int dim, float eps, float *out);
+	/* x[t][i] += b[i]: a bias on n rows of dim elements. */
+	void (*add_rows)(struct compute *c, float *x, const float *b, int n, int dim);
 	/* Rotate the first n_rot dims of each head in x[t] (n_heads heads of
 	 * head_dim) by position pos[t]; neox pairs (i, i+n_rot/2) instead of
 	 * (2i, 2i+1).  inv_freq has n_rot/2 entries. */
-	void (*rope)(struct compute *c, float *x, int n, int n_heads, int head_dim, int n_rot, const int32_t *pos,
-		     const float *inv_freq, int neox);
-	/* Causal attention for n tokens, each of its own sequence: q is n x
-	 * (n_head * head_dim); token t sees positions 0..pos[t] of its sequence,
-	 * whose keys/values live in the paged cache: position p is row
-	 * table[t][p / block_size] * block_size + p % block_size of k_cache and
-	 * v_cache (rows kv_stride floats apart, n_head_kv heads each). */
-	void (*attention)(struct compute *c, const float *q, int n, const int32_t *pos, const int32_t *const *table,
-			  int block_size, const float *k_cache, const float *v_cache, size_t kv_stride, int n_head,
-			  int n_head_kv, int head_dim, float *out);
-	/* a[i] = silu(a[i]) * b[i] for n*dim elements. */
+	void (*rope)(struct compute *c, float *x, int n_heads, int head_dim, int n_rot, const float *inv_freq,
+		     int neox);
+	/* Store k[t] and v[t] (kv_dim each) in layer `layer` of the cache at
+	 * the row of position pos[t] in table[t]. */
+	void (*kv_write)(struct compute *c, int layer, const float *k, const float *v);
+	/* Causal attention for the batch's tokens, each of its own sequence:
+	 * q is n x (n_head * head_dim); token t sees positions 0..pos[t] of its
+	 * sequence in layer `layer` of the cache (n_head_kv heads). */
+	void (*attention)(struct compute *c, int layer, const float *q, int n_head, int n_head_kv, int head_dim,
+			  float *out);
+	/* a[i] = silu(a[i]) * b[i]. */
 	void (*swiglu)(struct compute *c, float *a, const float *b, size_t count);
 	/* a[i] += b[i]. */
 	void (*add)(struct compute *c, float *a, const float *b, size_t count);
+	/* out[i] = x[out_rows[i]] for i < n_out, rows of dim elements. */
+	void (*gather_rows)(struct compute *c, const float *x, int dim, float *out);
 };
 
 struct compute {
@@ -66,11 +119,18 @@ struct compute {
 	void *impl;
 };
 
-/* The CPU backend over a pool of n_threads.  Returns PRIVAI_OK or an
- * error; release with compute_cpu_free(). */
-int compute_cpu_new(int n_threads, struct compute **ret);
-void compute_cpu_free(struct compute *c);
+struct compute_params {
+	int n_threads; /* CPU: pool threads; 0: every online CPU */
+};
 
+/* The backend called `name` ("cpu", or "cuda" in a build that has it).
+ * PRIVAI_OK, PRIVAI_EUNSUPPORTED for a name this build lacks (err says which it
+ * has), or the backend's error; release with compute_free(). */
+int compute_new(const char *name, const struct compute_params *p, struct compute **ret, char *err);
+void compute_free(struct compute *c);
+
+/* The CPU backend's threads. */
+int compute_cpu_threads(const struct compute *c);
 /* Which SIMD level the CPU backend picked ("avx512-vnni", "avx2", "scalar"). */
 const char *compute_cpu_simd_name(void);
 

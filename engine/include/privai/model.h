@@ -2,12 +2,14 @@
  * Models of the llama family (llama, qwen2) loaded from GGUF, and the
  * inference context that runs them.
  *
- * An engine_model is immutable after load: hyperparameters, weights pointing
- * into the read-only file mapping, and small float copies of norms and
- * biases.  An engine_ctx holds everything mutable for generation: the KV
- * cache (sized from the context length when the context is created), the
- * activation scratch (sized for the largest batch), and the compute backend.
- * Nothing is allocated per token.
+ * An engine_model is immutable after load and knows no backend:
+ * hyperparameters, weights pointing into the read-only file mapping, and
+ * small float copies of norms and biases, all in host memory.  An
+ * engine_ctx holds everything mutable for generation in the backend it
+ * was created on (compute.h): the weights as that backend wants them, the
+ * KV cache (sized from the context length when the context is created)
+ * and the activations (sized for the largest batch).  Nothing is
+ * allocated per token.
  */
 #ifndef PRIVAI_MODEL_H
 #define PRIVAI_MODEL_H
@@ -71,43 +73,39 @@ void engine_model_free(struct engine_model *m);
 #define ENGINE_KV_BLOCK 16
 
 struct engine_ctx_params {
-	int n_ctx;       /* longest sequence; 0: the model's training context, capped at 4096 */
-	int n_batch;     /* tokens per forward pass; 0: 256 */
-	int n_threads;   /* 0: all online CPUs */
-	int n_kv_blocks; /* blocks in the KV pool; 0: enough for one sequence of n_ctx */
+	int n_ctx;          /* longest sequence; 0: the model's training context, capped at 4096 */
+	int n_batch;        /* tokens per forward pass; 0: 256 */
+	int n_threads;      /* CPU threads; 0: all online CPUs */
+	int n_kv_blocks;    /* blocks in the KV pool; 0: enough for one sequence of n_ctx */
+	const char *device; /* the compute backend (compute.h): NULL or "cpu", "cuda" */
 };
 
-struct engine_ctx {
-	const struct engine_model *model;
-	struct compute *compute;
-	int n_ctx, n_batch;
-	int n_threads;
-	int n_kv_blocks;
-	float *k_cache; /* (n_layer, n_kv_blocks * ENGINE_KV_BLOCK, n_head_kv * head_dim) */
-	float *v_cache; /* same */
-	size_t kv_bytes;
-	/* the single sequence engine_decode() runs: blocks 0.. in order */
-	int n_past;
-	int32_t *seq0_table;
-	int32_t *d_pos, *d_rows;
-	const int32_t **d_table;
-	/* activations and per-token bookkeeping for up to n_batch tokens */
-	float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
-	int32_t *pos;
-	const int32_t **table;
-	float *logits; /* (n_batch, n_vocab) */
+/* A context: the backend with the model's weights prepared for it, the
+ * activations, the paged KV cache, and the one sequence engine_decode()
+ * runs.  Opaque; engine_ctx_info() says what it was sized to. */
+struct engine_ctx;
+
+struct engine_ctx_info {
+	int n_ctx, n_batch, n_kv_blocks;
+	int n_vocab;        /* the model's: a row of logits */
+	size_t kv_bytes;    /* the KV cache, as the backend stores it */
+	int n_past;         /* positions engine_decode()'s sequence holds */
+	const char *device; /* the backend's name */
+	int n_threads;      /* CPU threads; 0 on another backend */
 };
 
 int engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p, struct engine_ctx **ret_ctx,
 		   char *err);
 void engine_ctx_free(struct engine_ctx *c);
+void engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info);
 
 /* One forward pass over tokens of any number of sequences.  Token i is
  * tokens[i] at position pos[i] of the sequence whose block table is
  * table[i]; the table must hold blocks for positions 0..pos[i], and the
  * cache must already hold that sequence's earlier positions (or they must
  * come earlier in this batch).  Logits are written for the tokens listed in
- * out_rows (n_out of them, in any order) to logits (n_out x n_vocab). */
+ * out_rows (n_out of them, in any order) to logits (n_out x n_vocab, host
+ * memory; only these rows come back from the backend). */
 struct engine_batch {
 	int n;
 	const int32_t *tokens;
@@ -118,8 +116,9 @@ struct engine_batch {
 };
 
 /* PRIVAI_EINVAL for an empty or oversized batch, a token outside the
- * vocabulary, a position outside the context or a block outside the pool;
- * nothing is written then. */
+ * vocabulary, a position outside the context, a block outside the pool or
+ * rows asked for without `logits`; nothing is written then.  A backend's
+ * failure (a lost device) is returned as its error. */
 int engine_forward(struct engine_ctx *c, const struct engine_batch *b, float *logits, char *err);
 
 /* Forget the single sequence engine_decode() runs (a new conversation). */
@@ -129,6 +128,7 @@ void engine_ctx_reset(struct engine_ctx *c);
  * model, appending them to the cache.  Longer inputs are split into
  * batches.  When logits_all is set, logits for every token are written to
  * out (n x n_vocab); otherwise only the last token's (n_vocab).
+ * `out` may be NULL when no logits are wanted (a prompt to cache).
  * PRIVAI_ERANGE when the tokens would overflow the context; PRIVAI_EINVAL
  * for a token id outside the vocab. */
 int engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all, float *out, char *err);

@@ -167,7 +167,9 @@ cmd_bench(int argc, char **argv)
 	cp.n_batch = n_pp;
 	if (cli_engine_open("bench", path, &cp, &e))
 		return 1;
-	int V = e.model->hp.n_vocab, nth = e.ctx->n_threads;
+	struct engine_ctx_info ci;
+	engine_ctx_info(e.ctx, &ci);
+	int V = e.model->hp.n_vocab, nth = ci.n_threads;
 	int32_t *toks = malloc((size_t)n_pp * sizeof(int32_t));
 	float *logits = malloc((size_t)V * sizeof(float));
 	double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));

@@ -75,8 +75,10 @@ cmd_eval(int argc, char **argv)
 		cli_error("eval", "%s", err);
 		goto out;
 	}
-	if (n_ids > ctx->n_ctx) {
-		cli_error("eval", "prompt of %d tokens is longer than the context of %d", n_ids, ctx->n_ctx);
+	struct engine_ctx_info ci;
+	engine_ctx_info(ctx, &ci);
+	if (n_ids > ci.n_ctx) {
+		cli_error("eval", "prompt of %d tokens is longer than the context of %d", n_ids, ci.n_ctx);
 		goto out;
 	}
 	logits = malloc((size_t)n_ids * m->hp.n_vocab * sizeof(float));

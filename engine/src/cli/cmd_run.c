@@ -135,6 +135,15 @@ parse(int argc, char **argv, struct run_opts *o)
 	return 0;
 }
 
+static int
+context_full(const struct engine_ctx *c)
+{
+	struct engine_ctx_info ci;
+
+	engine_ctx_info(c, &ci);
+	return ci.n_past >= ci.n_ctx;
+}
+
 /* Feed `text` into the context and generate up to n_predict tokens. */
 static int
 turn(struct cli_engine *e, struct sampler *smp, const char *text, int add_bos, int n_predict, float *logits)
@@ -143,6 +152,7 @@ turn(struct cli_engine *e, struct sampler *smp, const char *text, int add_bos, i
 	int32_t *ids = NULL;
 	int n = 0;
 	struct detok_stream ds = { 0 };
+	struct engine_ctx_info ci;
 
 	if (tokenizer_encode(e->tok, text, strlen(text), add_bos, 1, &ids, &n, err) < 0)
 		return cli_error("run", "%s", err);
@@ -150,9 +160,10 @@ turn(struct cli_engine *e, struct sampler *smp, const char *text, int add_bos, i
 		free(ids);
 		return 0;
 	}
-	if (n > e->ctx->n_ctx - e->ctx->n_past) {
-		cli_error("run", "prompt of %d tokens does not fit: the context holds %d and %d are used", n,
-			  e->ctx->n_ctx, e->ctx->n_past);
+	engine_ctx_info(e->ctx, &ci);
+	if (n > ci.n_ctx - ci.n_past) {
+		cli_error("run", "prompt of %d tokens does not fit: the context holds %d and %d are used", n, ci.n_ctx,
+			  ci.n_past);
 		free(ids);
 		return 1;
 	}
@@ -170,7 +181,7 @@ turn(struct cli_engine *e, struct sampler *smp, const char *text, int add_bos, i
 		int len = detok_stream_push(&ds, e->tok, id, out, sizeof(out));
 		fwrite(out, 1, (size_t)(len < (int)sizeof(out) ? len : (int)sizeof(out)), stdout);
 		fflush(stdout);
-		if (e->ctx->n_past >= e->ctx->n_ctx)
+		if (context_full(e->ctx))
 			break; /* context full: stop, do not wrap or truncate silently */
 		if (engine_decode(e->ctx, &id, 1, 0, logits, err) < 0)
 			return cli_error("run", "%s", err);
@@ -178,8 +189,9 @@ turn(struct cli_engine *e, struct sampler *smp, const char *text, int add_bos, i
 	int len = detok_stream_flush(&ds, out, sizeof(out));
 	fwrite(out, 1, (size_t)len, stdout);
 	fputc('\n', stdout);
-	if (e->ctx->n_past >= e->ctx->n_ctx)
-		fprintf(stderr, "[context of %d tokens is full]\n", e->ctx->n_ctx);
+	engine_ctx_info(e->ctx, &ci);
+	if (ci.n_past >= ci.n_ctx)
+		fprintf(stderr, "[context of %d tokens is full]\n", ci.n_ctx);
 	return 0;
 }
 
@@ -202,9 +214,12 @@ cmd_run(int argc, char **argv)
 		cli_error("run", "out of memory");
 		goto out;
 	}
-	if (o.interactive)
+	if (o.interactive) {
+		struct engine_ctx_info ci;
+		engine_ctx_info(e.ctx, &ci);
 		fprintf(stderr, "[%s, %d layers, context %d, %s; Ctrl-D ends]\n", e.model->hp.arch_name,
-			e.model->hp.n_layer, e.ctx->n_ctx, compute_cpu_simd_name());
+			e.model->hp.n_layer, ci.n_ctx, compute_cpu_simd_name());
+	}
 	if ((rc = turn(&e, smp, o.prompt, 1, o.n_predict, logits)) != 0)
 		goto out;
 	while (o.interactive) {

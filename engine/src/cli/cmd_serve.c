@@ -245,7 +245,9 @@ cmd_serve(int argc, char **argv)
 		cli_engine_close(&e);
 		return 1;
 	}
-	struct engine_ctx_params cp = { .n_ctx = o.n_ctx, .n_batch = o.batch, .n_threads = o.threads };
+	struct engine_ctx_params cp = {
+		.n_ctx = o.n_ctx, .n_batch = o.batch, .n_threads = o.threads, .device = o.device
+	};
 	int n_ctx = o.n_ctx > 0 ? o.n_ctx : (e.model->hp.n_ctx_train < 4096 ? e.model->hp.n_ctx_train : 4096);
 	cp.n_kv_blocks = kv_blocks(&o, e.model, n_ctx);
 	serving_metrics_init(&srv.metrics);
@@ -255,7 +257,9 @@ cmd_serve(int argc, char **argv)
 		cli_engine_close(&e);
 		return cli_error("serve", "%s", err);
 	}
-	if (server_set_ready(&srv, sched, e.tok, chat, e.ctx->n_ctx, err) < 0) {
+	struct engine_ctx_info ci;
+	engine_ctx_info(e.ctx, &ci);
+	if (server_set_ready(&srv, sched, e.tok, chat, ci.n_ctx, err) < 0) {
 		server_stop(&srv);
 		scheduler_free(sched);
 		cli_engine_close(&e);
@@ -263,9 +267,9 @@ cmd_serve(int argc, char **argv)
 	}
 	sd_notifyf(0, "READY=1\nSTATUS=serving %s", cfg.model_id);
 	fprintf(stderr,
-		"privai-engine serve: ready: model %s, context %d, %d sequences, KV %d blocks (%zu MiB), "
+		"privai-engine serve: ready: model %s on %s, context %d, %d sequences, KV %d blocks (%zu MiB), "
 		"chat template %s, %s\n",
-		cfg.model_id, e.ctx->n_ctx, o.parallel, e.ctx->n_kv_blocks, e.ctx->kv_bytes >> 20,
+		cfg.model_id, ci.device, ci.n_ctx, o.parallel, ci.n_kv_blocks, ci.kv_bytes >> 20,
 		chat_family_name(chat), o.key_file ? "API keys required" : "no API keys");
 	run_until_signalled(&srv, sched, o.drain_s);
 	server_stop(&srv);

@@ -8,16 +8,23 @@
  * is matrix-matrix work, not n matrix-vector products).  Q8_0/Q4_0 weights
  * are multiplied in int8 against activations quantized once per call; other
  * types are dequantized a row at a time into a per-thread float buffer.
+ *
+ * Backend memory is host memory here: alloc() is calloc, upload and
+ * download are memcpy, and a prepared weight reads the file mapping in
+ * place (with the block sums of a Q8_0 matrix beside it).  The KV cache
+ * is float32, one pool per layer.
  */
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "privai/compute.h"
 #include "privai/status.h"
 #include "privai/tensor_type.h"
 #include "privai/threadpool.h"
+#include "backend_new.h"
 #include "cpu_dot.h"
 
 #define ROW_BLOCK 8   /* weight rows kept hot while the tokens stream by */
@@ -43,6 +50,12 @@ struct cpu_impl {
 	size_t tiles_len;
 	float *att_buf; /* per thread: att_len attention scores */
 	size_t att_buf_len, att_len;
+
+	struct compute_batch batch; /* set_batch(): read in place */
+	float *k_cache, *v_cache;   /* n_layer x kv_rows x kv_dim each */
+	int n_layer, kv_dim;
+	int64_t kv_rows;
+	int block_shift; /* log2(positions per KV block) */
 };
 
 static struct cpu_impl *
@@ -89,6 +102,7 @@ split(int64_t total, int ith, int nth, int64_t *lo, int64_t *hi)
 struct mm_job {
 	struct cpu_impl *im;
 	const struct weight *w;
+	const int16_t *bsum; /* Q8_0's block sums, from prepare_weight() */
 	const float *x;
 	int n;
 	float *y;
@@ -292,7 +306,7 @@ mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1, int ith)
 	for (int64_t rb = r0; rb < r1; rb += step) {
 		int nr = r1 - rb < step ? (int)(r1 - rb) : step;
 		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
-		const int16_t *bsum = w->bsum != NULL ? w->bsum + rb * nb : sums;
+		const int16_t *bsum = j->bsum != NULL ? j->bsum + rb * nb : sums;
 		size_t row_bytes = w->row_bytes;
 		if (w->type == TT_Q4_0) {
 			row_bytes = (size_t)nb * 34;
@@ -337,10 +351,11 @@ mm_worker(void *arg, int ith, int nth)
 }
 
 static void
-cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, float *y)
+cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, int n, float *y)
 {
 	struct cpu_impl *im = impl_of(c);
-	struct mm_job j = { im, w, x, n, y, 0, 0, 0 };
+	const struct weight *w = &cw->w;
+	struct mm_job j = { im, w, cw->aux, x, n, y, 0, 0, 0 };
 
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
@@ -350,7 +365,7 @@ cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, flo
 	j.gemm = (w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K) && im->k->gemm_q8_0 != NULL &&
 		 n >= GEMM_TOKENS;
 	/* a decode batch: 8-token tiles (one token is memory-bound on the dot) */
-	j.gemm8 = !j.gemm && ((w->type == TT_Q8_0 && w->bsum != NULL) || w->type == TT_Q4_0) &&
+	j.gemm8 = !j.gemm && ((w->type == TT_Q8_0 && j.bsum != NULL) || w->type == TT_Q4_0) &&
 		  im->k->gemm8_q8_0 != NULL && n >= 2 && n < GEMM_TOKENS;
 	if (j.quantized)
 		threadpool_run(im->pool, mm_quantize_x, &j);
@@ -369,11 +384,13 @@ cpu_matmul(struct compute *c, const struct weight *w, const float *x, int n, flo
 /* ------------------------------------------------------------- the rest */
 
 static void
-cpu_get_rows(struct compute *c, const struct weight *w, const int32_t *ids, int n, float *out)
+cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 {
-	(void)c;
-	for (int t = 0; t < n; t++)
-		tensor_dequantize_row(w->type, (const uint8_t *)w->data + (int64_t)ids[t] * w->row_bytes,
+	const struct compute_batch *b = &impl_of(c)->batch;
+	const struct weight *w = &cw->w;
+
+	for (int t = 0; t < b->n; t++)
+		tensor_dequantize_row(w->type, (const uint8_t *)w->data + (int64_t)b->tokens[t] * w->row_bytes,
 				      out + (int64_t)t * w->cols, (size_t)w->cols);
 }
 
@@ -438,11 +455,12 @@ cpu_rmsnorm(struct compute *c, const float *x, const float *g, int n, int dim, f
 }
 
 static void
-cpu_rope(struct compute *c, float *x, int n, int n_heads, int head_dim, int n_rot, const int32_t *pos,
-	 const float *inv_freq, int neox)
+cpu_rope(struct compute *c, float *x, int n_heads, int head_dim, int n_rot, const float *inv_freq, int neox)
 {
-	(void)c;
-	for (int t = 0; t < n; t++) {
+	const struct compute_batch *bt = &impl_of(c)->batch;
+	const int32_t *pos = bt->pos;
+
+	for (int t = 0; t < bt->n; t++) {
 		for (int i = 0; i < n_rot / 2; i++) {
 			double theta = (double)pos[t] * inv_freq[i];
 			float cs = (float)cos(theta), sn = (float)sin(theta);
@@ -509,23 +527,53 @@ att_worker(void *arg, int ith, int nth)
 	}
 }
 
+static size_t
+kv_offset(const struct cpu_impl *im, int layer, const int32_t *table, int pos)
+{
+	int64_t row =
+		((int64_t)table[pos >> im->block_shift] << im->block_shift) + (pos & ((1 << im->block_shift) - 1));
+
+	return ((size_t)layer * (size_t)im->kv_rows + (size_t)row) * (size_t)im->kv_dim;
+}
+
 static void
-cpu_attention(struct compute *c, const float *q, int n, const int32_t *pos, const int32_t *const *table, int block_size,
-	      const float *k_cache, const float *v_cache, size_t kv_stride, int n_head, int n_head_kv, int head_dim,
-	      float *out)
+cpu_kv_write(struct compute *c, int layer, const float *k, const float *v)
 {
 	struct cpu_impl *im = impl_of(c);
-	int shift = 0;
+	const struct compute_batch *b = &im->batch;
+	size_t row = (size_t)im->kv_dim * sizeof(float);
 
-	while ((1 << shift) < block_size)
-		shift++;
-	assert((1 << shift) == block_size);
-	struct att_job j = {
-		im, q, n, pos, table, shift, k_cache, v_cache, kv_stride, n_head, n_head_kv, head_dim, out
-	};
+	assert(layer < im->n_layer);
+	for (int t = 0; t < b->n; t++) {
+		size_t off = kv_offset(im, layer, b->table[t], b->pos[t]);
+		memcpy(im->k_cache + off, k + (size_t)t * im->kv_dim, row);
+		memcpy(im->v_cache + off, v + (size_t)t * im->kv_dim, row);
+	}
+}
 
-	for (int t = 0; t < n; t++)
-		assert((size_t)pos[t] < im->att_len);
+static void
+cpu_attention(struct compute *c, int layer, const float *q, int n_head, int n_head_kv, int head_dim, float *out)
+{
+	struct cpu_impl *im = impl_of(c);
+	const struct compute_batch *b = &im->batch;
+	size_t layer_off = (size_t)layer * (size_t)im->kv_rows * (size_t)im->kv_dim;
+	struct att_job j = { im,
+			     q,
+			     b->n,
+			     b->pos,
+			     b->table,
+			     im->block_shift,
+			     im->k_cache + layer_off,
+			     im->v_cache + layer_off,
+			     (size_t)im->kv_dim,
+			     n_head,
+			     n_head_kv,
+			     head_dim,
+			     out };
+
+	assert(layer < im->n_layer && n_head_kv * head_dim == im->kv_dim);
+	for (int t = 0; t < b->n; t++)
+		assert((size_t)b->pos[t] < im->att_len);
 	threadpool_run(im->pool, att_worker, &j);
 }
 
@@ -545,10 +593,114 @@ cpu_add(struct compute *c, float *a, const float *b, size_t count)
 	ew_run(c, &j, count);
 }
 
-static int cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx);
+static void
+cpu_add_rows(struct compute *c, float *x, const float *b, int n, int dim)
+{
+	(void)c;
+	for (int t = 0; t < n; t++)
+		for (int i = 0; i < dim; i++)
+			x[(int64_t)t * dim + i] += b[i];
+}
+
+static void
+cpu_gather_rows(struct compute *c, const float *x, int dim, float *out)
+{
+	const struct compute_batch *b = &impl_of(c)->batch;
+
+	for (int i = 0; i < b->n_out; i++)
+		memcpy(out + (size_t)i * dim, x + (size_t)b->out_rows[i] * dim, (size_t)dim * sizeof(float));
+}
+
+static void
+cpu_set_batch(struct compute *c, const struct compute_batch *b)
+{
+	impl_of(c)->batch = *b;
+}
+
+/* ------------------------------------------------------------- memory */
+
+static void *
+cpu_alloc(struct compute *c, size_t bytes)
+{
+	(void)c;
+	return calloc(bytes ? bytes : 1, 1);
+}
+
+static void
+cpu_release(struct compute *c, void *p)
+{
+	(void)c;
+	free(p);
+}
+
+static int
+cpu_copy(struct compute *c, void *dst, const void *src, size_t bytes)
+{
+	(void)c;
+	memcpy(dst, src, bytes);
+	return PRIVAI_OK;
+}
+
+/* The weight stays in the file mapping; a Q8_0 matrix gets the sum of
+ * each block's 32 quants (6% of its size), so the small-batch kernel need
+ * not derive them per call. */
+static int
+cpu_prepare_weight(struct compute *c, const struct weight *src, struct compute_weight *dst)
+{
+	int64_t nb = src->cols / 32;
+	int16_t *bsum;
+
+	(void)c;
+	dst->w = *src;
+	dst->aux = NULL;
+	if (src->type != TT_Q8_0)
+		return PRIVAI_OK;
+	if ((bsum = malloc((size_t)(src->rows * nb) * sizeof(int16_t) + 1)) == NULL)
+		return PRIVAI_ENOMEM;
+	for (int64_t r = 0; r < src->rows; r++)
+		for (int64_t b = 0; b < nb; b++) {
+			const int8_t *q = (const int8_t *)src->data + r * (int64_t)src->row_bytes + b * 34 + 2;
+			int s = 0;
+			for (int i = 0; i < 32; i++)
+				s += q[i];
+			bsum[r * nb + b] = (int16_t)s;
+		}
+	dst->aux = bsum;
+	return PRIVAI_OK;
+}
+
+static void
+cpu_release_weight(struct compute *c, struct compute_weight *w)
+{
+	(void)c;
+	free(w->aux);
+	w->aux = NULL;
+}
+
+static void cpu_destroy(struct compute *c);
+static int cpu_reserve(struct compute *c, const struct compute_shape *s, size_t *kv_bytes);
 
 static const struct compute_ops cpu_ops = {
-	"cpu", cpu_reserve, cpu_matmul, cpu_get_rows, cpu_rmsnorm, cpu_rope, cpu_attention, cpu_swiglu, cpu_add,
+	.name = "cpu",
+	.destroy = cpu_destroy,
+	.reserve = cpu_reserve,
+	.alloc = cpu_alloc,
+	.release = cpu_release,
+	.upload = cpu_copy,
+	.download = cpu_copy,
+	.prepare_weight = cpu_prepare_weight,
+	.release_weight = cpu_release_weight,
+	.set_batch = cpu_set_batch,
+	.get_rows = cpu_get_rows,
+	.matmul = cpu_matmul,
+	.rmsnorm = cpu_rmsnorm,
+	.add_rows = cpu_add_rows,
+	.rope = cpu_rope,
+	.kv_write = cpu_kv_write,
+	.attention = cpu_attention,
+	.swiglu = cpu_swiglu,
+	.add = cpu_add,
+	.gather_rows = cpu_gather_rows,
 };
 
 static const struct cpu_kernels *
@@ -572,12 +724,11 @@ compute_cpu_simd_name(void)
 	return choose_kernels()->name;
 }
 
-void
-compute_cpu_free(struct compute *c)
+static void
+cpu_destroy(struct compute *c)
 {
-	if (c == NULL)
-		return;
 	struct cpu_impl *im = c->impl;
+
 	if (im != NULL) {
 		int nth = im->pool != NULL ? threadpool_size(im->pool) : 0;
 		for (int i = 0; im->ts != NULL && i < nth; i++) {
@@ -591,6 +742,8 @@ compute_cpu_free(struct compute *c)
 		free(im->xq);
 		free(im->tiles);
 		free(im->att_buf);
+		free(im->k_cache);
+		free(im->v_cache);
 		threadpool_free(im->pool);
 		free(im);
 	}
@@ -598,34 +751,63 @@ compute_cpu_free(struct compute *c)
 }
 
 int
-compute_cpu_new(int n_threads, struct compute **ret)
+compute_cpu_threads(const struct compute *c)
+{
+	return c->ops == &cpu_ops ? threadpool_size(((const struct cpu_impl *)c->impl)->pool) : 0;
+}
+
+int
+compute_cpu_new(const struct compute_params *p, struct compute **ret, char *err)
 {
 	struct compute *c = calloc(1, sizeof(*c));
 	struct cpu_impl *im = calloc(1, sizeof(*im));
+	int n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
 	int r;
 
 	if (c == NULL || im == NULL) {
 		free(c);
 		free(im);
-		return PRIVAI_ENOMEM;
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	}
 	c->ops = &cpu_ops;
 	c->impl = im;
 	im->k = choose_kernels();
-	if ((r = threadpool_new(n_threads, &im->pool)) < 0) {
-		compute_cpu_free(c);
-		return r;
+	if ((r = threadpool_new(n_threads < 1 ? 1 : n_threads, &im->pool)) < 0) {
+		cpu_destroy(c);
+		return privai_fail(err, r, "cannot start %d compute threads", n_threads);
 	}
 	*ret = c;
 	return PRIVAI_OK;
 }
 
+/* The KV cache, once: a context reserves its backend a single time. */
 static int
-cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx)
+cpu_reserve_kv(struct cpu_impl *im, const struct compute_shape *s)
+{
+	size_t n = (size_t)s->n_layer * (size_t)s->kv_rows * (size_t)s->kv_dim;
+	int shift = 0;
+
+	while ((1 << shift) < s->block_size)
+		shift++;
+	assert((1 << shift) == s->block_size && im->k_cache == NULL);
+	im->block_shift = shift;
+	im->n_layer = s->n_layer;
+	im->kv_rows = s->kv_rows;
+	im->kv_dim = s->kv_dim;
+	im->k_cache = calloc(n ? n : 1, sizeof(float));
+	im->v_cache = calloc(n ? n : 1, sizeof(float));
+	return im->k_cache != NULL && im->v_cache != NULL ? PRIVAI_OK : PRIVAI_ENOMEM;
+}
+
+static int
+cpu_reserve(struct compute *c, const struct compute_shape *s, size_t *kv_bytes)
 {
 	struct cpu_impl *im = c->impl;
 	int nth = threadpool_size(im->pool);
+	int64_t max_cols = s->max_cols;
+	int max_tokens = s->max_tokens, max_ctx = s->max_ctx;
 
+	*kv_bytes = 2 * (size_t)s->n_layer * (size_t)s->kv_rows * (size_t)s->kv_dim * sizeof(float);
 	if (im->ts == NULL && (im->ts = calloc((size_t)nth, sizeof(*im->ts))) == NULL)
 		return PRIVAI_ENOMEM;
 	if ((size_t)max_cols > im->row_buf_len) {
@@ -650,5 +832,5 @@ cpu_reserve(struct compute *c, int64_t max_cols, int max_tokens, int max_ctx)
 		return PRIVAI_ENOMEM;
 	if ((size_t)max_ctx > im->att_len)
 		im->att_len = (size_t)max_ctx;
-	return PRIVAI_OK;
+	return cpu_reserve_kv(im, s);
 }
