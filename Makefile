@@ -13,7 +13,7 @@ ifeq ($(SAN),1)
   SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 endif
 CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(SANFLAGS) -pthread -Iengine/include -Iengine/src $(CFLAGS)
-LDLIBS_ENG = -lpcre2-8 -lm -pthread -lmicrohttpd -lsodium -lsystemd -lcjson
+LDLIBS_ENG = -lpcre2-8 -lm -pthread -lmicrohttpd -lsodium -lsystemd -lcjson -ldl
 LDLIBS_TEST = -lcjson -lsqlite3
 
 ENGINE_SRC = $(wildcard engine/src/*.c engine/src/kernels/*.c engine/src/server/*.c)
@@ -51,7 +51,26 @@ DEPS_STAMP = .deps-installed
 .DEFAULT_GOAL := all
 
 NVML_DOUBLE = $(BUILD)/libnvml-double.so
-all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(FABRIC_BIN) $(FIRSTBOOT_BIN) $(NVML_DOUBLE) $(UNIT_BIN)
+all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(FABRIC_BIN) $(FIRSTBOOT_BIN) $(NVML_DOUBLE) $(UNIT_BIN) $(CUDA_LIB)
+
+# The CUDA backend, whenever nvcc is here (not in the sanitizer build):
+# a shared object privai-engine dlopen()s only when a CUDA device is asked
+# for (engine/src/backends.c), so the engine itself never links CUDA.
+NVCC       ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+CUDA_ARCHS ?= 80 90
+CUDA_SRC    = $(wildcard engine/src/kernels/cuda/*.cu)
+CUDA_DEPS   = $(wildcard engine/src/kernels/cuda/*.h) engine/src/kernels/dequant_chunk.h \
+	      engine/include/privai/compute.h engine/include/privai/status.h
+ifneq ($(NVCC),)
+ifneq ($(SAN),1)
+CUDA_LIB    = $(BUILD)/privai-cuda.so
+endif
+endif
+$(BUILD)/privai-cuda.so: $(CUDA_SRC) $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Iengine/include -Iengine/src \
+		$(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -shared -cudart static \
+		-Xlinker -rpath,'$$ORIGIN:/usr/local/cuda/lib64' -o $@ $(CUDA_SRC) -lcublas
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): scripts/install-deps.sh

@@ -23,6 +23,14 @@ for b in privai-admin privai-engine privai-tune privai-fabric privai-firstboot p
 	install -m 0755 "$BUILD/$b" "$R/usr/bin/$b"
 	strip --strip-unneeded "$R/usr/bin/$b"
 done
+# the CUDA backend, where this build has one: privai-engine dlopen()s it
+# from ../lib/privai when --device cuda is asked for (cuBLAS comes with
+# the NVIDIA driver stack, not from this package)
+if [ -f "$BUILD/privai-cuda.so" ]; then
+	install -d "$R/usr/lib/privai"
+	install -m 0644 "$BUILD/privai-cuda.so" "$R/usr/lib/privai/privai-cuda.so"
+	strip --strip-unneeded "$R/usr/lib/privai/privai-cuda.so"
+fi
 install -m 0644 "$TOP"/appliance/systemd/*.service "$TOP"/appliance/systemd/*.timer "$R/usr/lib/systemd/system/"
 install -m 0644 "$TOP/appliance/systemd/preset/90-privai.preset" "$R/usr/lib/systemd/system-preset/"
 install -m 0644 "$TOP/appliance/systemd/sysusers/privai.conf" "$R/usr/lib/sysusers.d/"

@@ -83,6 +83,27 @@ expect_fail "unknown command" "unknown command" "$E" frobnicate
 expect_fail "synth bad shape" "divide" "$E" synth -o "$T/s.gguf" --dim 100 --heads 3
 expect_fail "invalid utf-8 prompt" "invalid UTF-8" "$E" tokenize -m "$DEMO" "$(printf 'a\377b')"
 
+# the CUDA backend is a library loaded on demand: where it cannot run,
+# features says why and every command that asks for it fails with that reason
+feat=$("$E" features --json)
+if echo "$feat" | grep -q '"backends":\["cpu","cuda"\]'; then
+	echo "cuda: $(echo "$feat" | sed 's/.*"cuda":"\([^"]*\)".*/\1/')"
+	ok
+else
+	why=$(echo "$feat" | sed -n 's/.*"unavailable":{"cuda":"\([^"]*\)".*/\1/p')
+	[ -n "$why" ] && ok || bad "features gives no reason for the missing CUDA backend: $feat"
+	if [ -f "$BUILD/privai-cuda.so" ] && ! ldconfig -p | grep -q 'libcuda\.so\.1 '; then
+		echo "$why" | grep -q "NVIDIA driver" && ok || bad "no driver here, but features says: $why"
+	fi
+	expect_fail "serve on a missing CUDA" "--device cuda: " "$E" serve -m "$DEMO" --port 0 --device cuda
+	expect_fail "run on a missing CUDA" "$(echo "$why" | cut -c1-30)" "$E" run -m "$DEMO" -p hi --device cuda
+fi
+expect_fail "CUDA library named but absent" "installed without its CUDA backend" \
+	env PRIVAI_CUDA_LIBRARY="$T/nope.so" "$E" run -m "$DEMO" -p hi --device cuda
+expect_fail "CUDA library that is something else" "not a privai CUDA backend" \
+	env PRIVAI_CUDA_LIBRARY="$PWD/$BUILD/libnvml-double.so" "$E" bench -m "$DEMO" -p 4 -n 2 --device cuda
+expect_fail "unknown device" "no compute backend 'tpu'" "$E" eval -m "$DEMO" --prompt-ids 1,2 --dump-logits "$T/x" --device tpu
+
 echo "cli: $pass checks"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -178,8 +178,10 @@ def test_no_cuda(c):
     node = c.get("/api/v1/nodes").json["data"][0]
     check(node["inventory"]["engine"]["backends"] == ["cpu"], "the real engine reports the CPU backend only",
           node["inventory"].get("engine"))
+    why = node["inventory"]["engine"].get("unavailable", {}).get("cuda", "")
+    check(why != "", "the engine's reason for having no CUDA reaches the inventory", node["inventory"]["engine"])
     refused(deploy(c, "gpu", {"kind": "gpu", "gpus": [0]}), 422, "unsupported", "placement.kind",
-            "has no CUDA backend", "without the CUDA backend a GPU placement is refused up front")
+            "cannot use CUDA: " + why[:40], "without the CUDA backend a GPU placement is refused up front, with why")
     refused(deploy(c, "gpu", {"kind": "gpu", "gpus": [9]}), 422, "invalid_field", "placement.gpus", "no GPU 9",
             "a bad GPU is still named as such first")
     engine = os.path.join(BUILD, "privai-engine")
@@ -187,8 +189,8 @@ def test_no_cuda(c):
     check(out.returncode == 0 and '"backends":["cpu"]' in out.stdout, "privai-engine features --json", out.stdout)
     out = subprocess.run([engine, "serve", "-m", DEMO, "--device", "cuda", "--gpus", "GPU-1"], capture_output=True,
                          text=True)
-    check(out.returncode == 1 and "no cuda backend" in out.stderr, "serve --device cuda says the build lacks it",
-          out.stderr)
+    check(out.returncode == 1 and "--device cuda: " + why[:40] in out.stderr,
+          "serve --device cuda says why it cannot", out.stderr)
     out = subprocess.run([engine, "serve", "-m", DEMO, "--gpus", "GPU-1"], capture_output=True, text=True)
     check(out.returncode == 1 and "are for --device cuda" in out.stderr, "--gpus without --device cuda", out.stderr)
 

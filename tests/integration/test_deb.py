@@ -58,6 +58,9 @@ def main():
             rows[f[5]] = (f[0], f[1])
         for w in WANT:
             check(w in rows, f"the package holds {w}")
+        if os.path.exists(os.path.join(BUILD, "privai-cuda.so")):
+            check("./usr/lib/privai/privai-cuda.so" in rows, "the package holds the CUDA backend where the engine "
+                  "looks for it (../lib/privai from /usr/bin)")
         check(all(owner == "root/root" for _, owner in rows.values()), "everything owned by root")
         check(all(mode[0] != "-" or mode[-2] != "w" for mode, _ in rows.values()), "nothing world-writable")
         check(all(rows[w][0] == "-rwxr-xr-x" for w in WANT if w.startswith("./usr/bin/")), "binaries 0755")

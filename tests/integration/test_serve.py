@@ -28,6 +28,8 @@ ENGINE = os.path.join(BUILD, "privai-engine")
 FIX = os.environ.get("PRIVAI_FIXTURES", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures"))
 MODEL = os.path.join(FIX, "models", "tiny-llama-spm-f16.gguf")
 SLOW = 3 if "san" in BUILD else 1
+# scripts/gpu-check.sh runs this suite against the CUDA backend
+DEVICE = ["--device", os.environ["PRIVAI_TEST_DEVICE"]] if os.environ.get("PRIVAI_TEST_DEVICE") else []
 
 passed = failed = 0
 
@@ -47,7 +49,7 @@ class Server:
         e = dict(os.environ)
         e.update(env or {})
         self.p = subprocess.Popen([ENGINE, "serve", "-m", MODEL, "--port", "0", "--threads", "2", "--ctx", "512",
-                                   "--chat-template", "llama2", *args],
+                                   "--chat-template", "llama2", *DEVICE, *args],
                                   stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=e, text=True)
         self.log = []
         self.port = None

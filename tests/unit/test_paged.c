@@ -85,7 +85,9 @@ main(void)
 	char path[1024], err[PRIVAI_ERR_LEN];
 	struct engine_model *m = NULL;
 	struct engine_ctx *c = NULL;
-	struct engine_ctx_params cp = { .n_ctx = 256, .n_batch = 64, .n_threads = 2, .n_kv_blocks = 16 };
+	struct engine_ctx_params cp = {
+		.n_ctx = 256, .n_batch = 64, .n_threads = 2, .n_kv_blocks = 16, .device = test_device()
+	};
 	static struct prompt a, b;
 	int32_t tok[64], pos[64], rows[64];
 	const int32_t *table[64];

@@ -80,7 +80,9 @@ static int
 run_all(const struct engine_model *m, const struct tokenizer *tok, int n_blocks, int max_seqs, int32_t out[NREQ][GEN],
 	int *preemptions)
 {
-	struct engine_ctx_params cp = { .n_ctx = 128, .n_batch = 32, .n_threads = 2, .n_kv_blocks = n_blocks };
+	struct engine_ctx_params cp = {
+		.n_ctx = 128, .n_batch = 32, .n_threads = 2, .n_kv_blocks = n_blocks, .device = test_device()
+	};
 	struct scheduler_params sp = { .max_seqs = max_seqs, .max_queue = 64, .observer = fresh_metrics() };
 	struct engine_ctx *c;
 	struct scheduler *s;
@@ -129,7 +131,9 @@ metric(struct scheduler *s, const char *name)
 static void
 test_prefix_logprobs_cancel(const char *dir, const struct engine_model *m, const struct tokenizer *tok)
 {
-	struct engine_ctx_params cp = { .n_ctx = 128, .n_batch = 32, .n_threads = 2, .n_kv_blocks = 32 };
+	struct engine_ctx_params cp = {
+		.n_ctx = 128, .n_batch = 32, .n_threads = 2, .n_kv_blocks = 32, .device = test_device()
+	};
 	struct scheduler_params sp = { .max_seqs = 4, .max_queue = 2, .observer = fresh_metrics() };
 	struct engine_ctx *c;
 	struct scheduler *s;
@@ -217,7 +221,9 @@ test_prefix_logprobs_cancel(const char *dir, const struct engine_model *m, const
 static void
 test_chunked_prefill(const struct engine_model *m, const struct tokenizer *tok)
 {
-	struct engine_ctx_params cp = { .n_ctx = 256, .n_batch = 32, .n_threads = 2, .n_kv_blocks = 64 };
+	struct engine_ctx_params cp = {
+		.n_ctx = 256, .n_batch = 32, .n_threads = 2, .n_kv_blocks = 64, .device = test_device()
+	};
 	struct scheduler_params sp = { .max_seqs = 4, .max_queue = 4, .observer = fresh_metrics() };
 	struct engine_ctx *c;
 	struct scheduler *s;

@@ -40,6 +40,16 @@ test_summary(void)
 	return tl_fail != 0;
 }
 
+/* The compute backend the engine tests run on: PRIVAI_TEST_DEVICE
+ * ("cuda" in scripts/gpu-check.sh), else NULL, the CPU. */
+static inline const char *
+test_device(void)
+{
+	const char *d = getenv("PRIVAI_TEST_DEVICE");
+
+	return d != NULL && d[0] != '\0' ? d : NULL;
+}
+
 /* Directory of the shared fixtures, or NULL (with a SKIP) when absent. */
 static inline const char *
 fixtures_dir(void)

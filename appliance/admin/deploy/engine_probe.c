@@ -43,6 +43,28 @@ name_ok(const cJSON *v)
 	return 1;
 }
 
+/* A map of backend name to one line ("devices": what it runs on,
+ * "unavailable": why it cannot run), copied with names checked and
+ * lines cut at 300 bytes; anything else in it is left out. */
+static void
+copy_lines(cJSON *o, const cJSON *e, const char *key)
+{
+	const cJSON *map = cJSON_GetObjectItemCaseSensitive(e, key), *v;
+	cJSON *to;
+	int n = 0;
+
+	if (!cJSON_IsObject(map) || (to = cJSON_AddObjectToObject(o, key)) == NULL)
+		return;
+	cJSON_ArrayForEach (v, map) {
+		char line[301];
+		cJSON name = { .type = cJSON_String, .valuestring = v->string };
+		if (n++ >= MAX_BACKENDS || !cJSON_IsString(v) || !name_ok(&name))
+			continue;
+		snprintf(line, sizeof(line), "%s", v->valuestring);
+		cJSON_AddStringToObject(to, v->string, line);
+	}
+}
+
 cJSON *
 engine_report_clean(const cJSON *e)
 {
@@ -69,6 +91,8 @@ engine_report_clean(const cJSON *e)
 	}
 	if (name_ok(simd))
 		cJSON_AddStringToObject(o, "cpu_simd", simd->valuestring);
+	copy_lines(o, e, "devices");
+	copy_lines(o, e, "unavailable");
 	/* the chat templates it renders (the console's choices); an older
 	 * engine has none to say, and bad entries are left out */
 	const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(e, "chat_templates");

@@ -317,6 +317,9 @@ check_fit(const struct need *nd, const struct dev *devs, int n, struct place_err
 		      small->label, small->memory / GIB, nd->headroom / GIB);
 }
 
+/* The node's engine must list cuda in `privai-engine features --json`;
+ * when it does not, the engine's own reason (no driver, no device, no
+ * library) is passed on. */
 static int
 engine_has_cuda(sqlite3 *db, const struct gpu_ask *q, struct place_error *e)
 {
@@ -327,7 +330,8 @@ engine_has_cuda(sqlite3 *db, const struct gpu_ask *q, struct place_error *e)
 	if (sqlite3_prepare_v2(db,
 			       "SELECT EXISTS (SELECT 1 FROM json_each(inventory, '$.engine.backends') WHERE "
 			       "value = 'cuda'), json_extract(inventory, '$.engine.backends'), "
-			       "json_extract(inventory, '$.engine.error') FROM nodes WHERE id = ?1 AND "
+			       "coalesce(json_extract(inventory, '$.engine.unavailable.cuda'), "
+			       "json_extract(inventory, '$.engine.error')) FROM nodes WHERE id = ?1 AND "
 			       "json_valid(inventory)",
 			       -1, &st, NULL) != SQLITE_OK)
 		return db_refuse(db, e);
@@ -337,15 +341,15 @@ engine_has_cuda(sqlite3 *db, const struct gpu_ask *q, struct place_error *e)
 		if (sqlite3_column_type(st, 1) == SQLITE_TEXT)
 			snprintf(has, sizeof(has), "%s", (const char *)sqlite3_column_text(st, 1));
 		if (sqlite3_column_type(st, 2) == SQLITE_TEXT)
-			snprintf(why, sizeof(why), " (%s)", (const char *)sqlite3_column_text(st, 2));
+			snprintf(why, sizeof(why), ": %s", (const char *)sqlite3_column_text(st, 2));
 	}
 	sqlite3_finalize(st);
 	if (cuda)
 		return 0;
 	return refuse(e, 422, "unsupported", "placement.kind",
-		      "node %s's privai-engine has no CUDA backend (its "
-		      "backends: %s%s); GPU placements need an engine built with it",
-		      q->node, has, why);
+		      "node %s's privai-engine cannot use CUDA%s (its backends: %s); GPU placements need an "
+		      "engine whose CUDA backend sees a GPU ('privai-engine features' on the node)",
+		      q->node, why, has);
 }
 
 int

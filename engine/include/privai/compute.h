@@ -123,9 +123,11 @@ struct compute_params {
 	int n_threads; /* CPU: pool threads; 0: every online CPU */
 };
 
-/* The backend called `name` ("cpu", or "cuda" in a build that has it).
- * PRIVAI_OK, PRIVAI_EUNSUPPORTED for a name this build lacks (err says which it
- * has), or the backend's error; release with compute_free(). */
+/* The backend called `name` ("cpu", "cuda"; NULL is "cpu").  PRIVAI_OK,
+ * PRIVAI_EUNSUPPORTED for a name no backend has, PRIVAI_EUNAVAIL when
+ * the backend cannot run here (err names what is missing: its library,
+ * the driver, a device), or the backend's error; release with
+ * compute_free(). */
 int compute_new(const char *name, const struct compute_params *p, struct compute **ret, char *err);
 void compute_free(struct compute *c);
 
@@ -134,8 +136,14 @@ int compute_cpu_threads(const struct compute *c);
 /* Which SIMD level the CPU backend picked ("avx512-vnni", "avx2", "scalar"). */
 const char *compute_cpu_simd_name(void);
 
-/* The backends this build has, NULL-terminated ("cpu" always; "cuda"
- * only in a build with the CUDA backend), and whether it has one. */
+/* Whether backend `name` can run here, without starting it: PRIVAI_OK
+ * with a line about it in `info` (128 bytes; NULL allowed: "NVIDIA H100
+ * 80GB HBM3, compute 9.0, 81559 MiB"), or compute_new()'s error.  The
+ * CUDA backend's library is loaded on the first call that names it. */
+int compute_probe(const char *name, char *info, char *err);
+
+/* The backends this engine knows, NULL-terminated ("cpu", "cuda"), and
+ * whether it knows one; compute_probe() says whether it can run. */
 const char *const *compute_backends(void);
 int compute_has_backend(const char *name);
 

@@ -112,13 +112,10 @@ int
 cmd_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "model", required_argument, NULL, 'm' },
-		{ "threads", required_argument, NULL, 't' },
-		{ "reps", required_argument, NULL, 'r' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "no-bandwidth", no_argument, NULL, 'B' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "model", required_argument, NULL, 'm' },  { "threads", required_argument, NULL, 't' },
+		{ "device", required_argument, NULL, 'D' }, { "reps", required_argument, NULL, 'r' },
+		{ "json", no_argument, NULL, 'j' },         { "no-bandwidth", no_argument, NULL, 'B' },
+		{ "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
 	};
 	const char *path = NULL;
 	struct engine_ctx_params cp = { 0 };
@@ -145,6 +142,9 @@ cmd_bench(int argc, char **argv)
 		case 'r':
 			bad = cli_parse_int("bench", "-r", optarg, 1, 1000, &reps);
 			break;
+		case 'D':
+			cp.device = optarg;
+			break;
 		case 'j':
 			json = 1;
 			break;
@@ -152,8 +152,9 @@ cmd_bench(int argc, char **argv)
 			measure_bw = 0;
 			break;
 		case 'h':
-			puts("usage: privai-engine bench -m MODEL [-p 128] [-n 32] [-t THREADS] [-r 3] [--json] "
-			     "[--no-bandwidth]");
+			puts("usage: privai-engine bench -m MODEL [-p 128] [-n 32] [-t THREADS] [--device cpu|cuda] "
+			     "[-r 3] "
+			     "[--json] [--no-bandwidth]");
 			return 0;
 		default:
 			return 2;

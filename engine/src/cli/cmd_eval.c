@@ -18,6 +18,7 @@ cmd_eval(int argc, char **argv)
 		{ "prompt-ids", required_argument, NULL, 'P' },
 		{ "dump-logits", required_argument, NULL, 'o' },
 		{ "threads", required_argument, NULL, 't' },
+		{ "device", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -43,8 +44,12 @@ cmd_eval(int argc, char **argv)
 			if (cli_parse_int("eval", "-t", optarg, 1, 1024, &cp.n_threads))
 				return 1;
 			break;
+		case 'D':
+			cp.device = optarg;
+			break;
 		case 'h':
-			puts("usage: privai-engine eval -m MODEL --prompt-ids 1,2,3 --dump-logits FILE [-t N]");
+			puts("usage: privai-engine eval -m MODEL --prompt-ids 1,2,3 --dump-logits FILE [-t N] "
+			     "[--device cpu|cuda]");
 			return 0;
 		default:
 			return 2;

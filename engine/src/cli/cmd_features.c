@@ -8,7 +8,25 @@
 
 #include "privai/chat.h"
 #include "privai/compute.h"
+#include "privai/status.h"
 #include "cli.h"
+
+/* ,"key":"value" with the value escaped (a library's message may hold
+ * quotes or control characters). */
+static void
+json_pair(int comma, const char *key, const char *value)
+{
+	printf("%s\"%s\":\"", comma ? "," : "", key);
+	for (const unsigned char *p = (const unsigned char *)value; *p != '\0'; p++) {
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	}
+	putchar('"');
+}
 
 int
 cmd_features(int argc, char **argv)
@@ -26,21 +44,34 @@ cmd_features(int argc, char **argv)
 			return cli_error("features", "unknown option '%s'", argv[i]);
 		}
 	}
+	/* a backend is listed only when it can run here; the others say why */
 	const char *const *b = compute_backends();
+	char info[8][128], why[8][PRIVAI_ERR_LEN];
+	int ok[8], n = 0;
+	for (; n < 8 && b[n] != NULL; n++)
+		ok[n] = compute_probe(b[n], info[n], why[n]) == PRIVAI_OK;
 	if (json) {
 		fputs("{\"backends\":[", stdout);
-		for (int i = 0; b[i] != NULL; i++)
-			printf("%s\"%s\"", i ? "," : "", b[i]);
-		printf("],\"cpu_simd\":\"%s\",\"chat_templates\":[", compute_cpu_simd_name());
+		for (int i = 0, k = 0; i < n; i++)
+			if (ok[i])
+				printf("%s\"%s\"", k++ ? "," : "", b[i]);
+		fputs("],\"devices\":{", stdout);
+		for (int i = 0, k = 0; i < n; i++)
+			if (ok[i])
+				json_pair(k++, b[i], info[i]);
+		fputs("},\"unavailable\":{", stdout);
+		for (int i = 0, k = 0; i < n; i++)
+			if (!ok[i])
+				json_pair(k++, b[i], why[i]);
+		printf("},\"cpu_simd\":\"%s\",\"chat_templates\":[", compute_cpu_simd_name());
 		for (const char *const *t = chat_template_names(); *t != NULL; t++)
 			printf("%s\"%s\"", t == chat_template_names() ? "" : ",", *t);
 		fputs("]}\n", stdout);
 		return 0;
 	}
-	fputs("backends:", stdout);
-	for (int i = 0; b[i] != NULL; i++)
-		printf(" %s", b[i]);
-	printf("\ncpu kernels: %s\nchat templates:", compute_cpu_simd_name());
+	for (int i = 0; i < n; i++)
+		printf("%-5s %s\n", b[i], ok[i] ? info[i] : why[i]);
+	fputs("chat templates:", stdout);
 	for (const char *const *t = chat_template_names(); *t != NULL; t++)
 		printf(" %s", *t);
 	putchar('\n');

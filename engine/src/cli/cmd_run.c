@@ -27,6 +27,7 @@ usage(void)
 	     "  -i, --interactive      keep reading prompts from stdin into the same context\n"
 	     "  -c, --ctx N            context length (default: model's, at most 4096)\n"
 	     "  -t, --threads N        compute threads (default: all CPUs)\n"
+	     "  --device NAME          compute backend: cpu (default) or cuda\n"
 	     "  --temp T               temperature (default 0.8; 0 = greedy)\n"
 	     "  --top-k K              (default 40; 0 = off)\n"
 	     "  --top-p P              (default 0.95; 1 = off)\n"
@@ -58,6 +59,7 @@ parse(int argc, char **argv, struct run_opts *o)
 		{ "frequency-penalty", required_argument, NULL, 8 },
 		{ "seed", required_argument, NULL, 's' },
 		{ "special", no_argument, NULL, 9 },
+		{ "device", required_argument, NULL, 10 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -114,6 +116,9 @@ parse(int argc, char **argv, struct run_opts *o)
 		case 's':
 			bad = cli_parse_int("run", "--seed", optarg, 0, 0x7fffffff, &seed);
 			o->sp.seed = (uint64_t)seed;
+			break;
+		case 10:
+			o->cp.device = optarg;
 			break;
 		case 9:
 			o->show_special = 1;

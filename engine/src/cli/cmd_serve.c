@@ -124,12 +124,11 @@ parse(int argc, char **argv, struct serve_opts *o)
 	if (strcmp(o->device, "cpu") == 0 && (o->gpus != NULL || o->tensor_parallel > 0))
 		return cli_error(cmd, "--gpus and --tensor-parallel are for --device cuda");
 	/* the admin checks 'features' before it asks for a GPU; this is for
-	 * a hand-written command line or a binary swapped underneath it */
-	if (!compute_has_backend(o->device))
-		return cli_error(cmd,
-				 "this privai-engine has no %s backend (see 'privai-engine features'); "
-				 "run with --device cpu",
-				 o->device);
+	 * a hand-written command line, or a node that lost its driver */
+	char why[PRIVAI_ERR_LEN];
+	if (compute_probe(o->device, NULL, why) < 0)
+		return cli_error(cmd, "--device %s: %s (see 'privai-engine features'; --device cpu runs without it)",
+				 o->device, why);
 	if (o->chat_template != NULL && chat_family_by_name(o->chat_template) == CHAT_NONE)
 		return cli_error(cmd, "unknown chat template '%s' (known: %s)", o->chat_template, chat_family_names());
 	return 0;

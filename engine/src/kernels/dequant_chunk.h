@@ -83,18 +83,32 @@ DQ_FN int
 dq_block_bytes(uint32_t type)
 {
 	switch (type) {
-	case DQ_F32: return 4;
-	case DQ_F16: case DQ_BF16: return 2;
-	case DQ_Q4_0: case DQ_IQ4_NL: return 18;
-	case DQ_Q4_1: return 20;
-	case DQ_Q5_0: return 22;
-	case DQ_Q5_1: return 24;
-	case DQ_Q8_0: return 34;
-	case DQ_Q2_K: return 84;
-	case DQ_Q3_K: return 110;
-	case DQ_Q4_K: return 144;
-	case DQ_Q5_K: return 176;
-	case DQ_Q6_K: return 210;
+	case DQ_F32:
+		return 4;
+	case DQ_F16:
+	case DQ_BF16:
+		return 2;
+	case DQ_Q4_0:
+	case DQ_IQ4_NL:
+		return 18;
+	case DQ_Q4_1:
+		return 20;
+	case DQ_Q5_0:
+		return 22;
+	case DQ_Q5_1:
+		return 24;
+	case DQ_Q8_0:
+		return 34;
+	case DQ_Q2_K:
+		return 84;
+	case DQ_Q3_K:
+		return 110;
+	case DQ_Q4_K:
+		return 144;
+	case DQ_Q5_K:
+		return 176;
+	case DQ_Q6_K:
+		return 210;
 	}
 	return 0;
 }
@@ -103,8 +117,16 @@ DQ_FN int
 dq_block_size(uint32_t type)
 {
 	switch (type) {
-	case DQ_F32: case DQ_F16: case DQ_BF16: return 1;
-	case DQ_Q2_K: case DQ_Q3_K: case DQ_Q4_K: case DQ_Q5_K: case DQ_Q6_K: return 256;
+	case DQ_F32:
+	case DQ_F16:
+	case DQ_BF16:
+		return 1;
+	case DQ_Q2_K:
+	case DQ_Q3_K:
+	case DQ_Q4_K:
+	case DQ_Q5_K:
+	case DQ_Q6_K:
+		return 256;
 	}
 	return 32;
 }
@@ -215,13 +237,18 @@ dq_chunk(uint32_t type, const uint8_t *row, int64_t c, float *y)
 		for (int j = 0; j < 32; j++)
 			y[j] = dq_bits_float(dq_u16(row + (c * 32 + j) * 2) << 16);
 		return;
-	case DQ_Q2_K: case DQ_Q3_K: case DQ_Q4_K: case DQ_Q5_K: case DQ_Q6_K:
+	case DQ_Q2_K:
+	case DQ_Q3_K:
+	case DQ_Q4_K:
+	case DQ_Q5_K:
+	case DQ_Q6_K:
 		dq_chunk_k(type, row + (c >> 3) * dq_block_bytes(type), (int)(c & 7), y);
 		return;
 	}
 	const uint8_t *b = row + c * dq_block_bytes(type);
 	switch (type) {
-	case DQ_Q4_0: case DQ_IQ4_NL: {
+	case DQ_Q4_0:
+	case DQ_IQ4_NL: {
 		float d = dq_half(b);
 		for (int j = 0; j < 16; j++) {
 			int lo = b[2 + j] & 0xf, hi = b[2 + j] >> 4;
@@ -238,13 +265,15 @@ dq_chunk(uint32_t type, const uint8_t *row, int64_t c, float *y)
 		}
 		return;
 	}
-	case DQ_Q5_0: case DQ_Q5_1: {
+	case DQ_Q5_0:
+	case DQ_Q5_1: {
 		int has_min = type == DQ_Q5_1;
 		float d = dq_half(b), m = has_min ? dq_half(b + 2) : 0.0f;
 		const uint8_t *p = b + (has_min ? 4 : 2), *qs = p + 4;
 		uint32_t qh = dq_u16(p) | dq_u16(p + 2) << 16;
 		for (int j = 0; j < 16; j++) {
-			int x0 = (qs[j] & 0xf) | (((qh >> j) << 4) & 0x10), x1 = (qs[j] >> 4) | ((qh >> (j + 12)) & 0x10);
+			int x0 = (qs[j] & 0xf) | (((qh >> j) << 4) & 0x10),
+			    x1 = (qs[j] >> 4) | ((qh >> (j + 12)) & 0x10);
 			y[j] = has_min ? x0 * d + m : (x0 - 16) * d;
 			y[j + 16] = has_min ? x1 * d + m : (x1 - 16) * d;
 		}

@@ -1,0 +1,743 @@
+/*
+ * The CUDA compute backend: compute.h on one NVIDIA GPU (or one MIG
+ * instance), built into privai-cuda.so and loaded by backends.c only when
+ * a CUDA device is asked for.
+ *
+ * Weights are uploaded once, in their GGUF type.  A pass of up to
+ * MMV_MAX_TOKENS tokens (decode) multiplies through a kernel that reads
+ * every weight byte once and dequantizes it in registers
+ * (kernels/dequant_chunk.h); a larger pass (prefill) dequantizes the
+ * weight to half precision a tile of rows at a time and hands the product
+ * to cuBLAS, F32 accumulation.  The KV cache is half precision, paged as
+ * the engine's block tables say.  Everything runs on one stream; the only
+ * synchronization is download() (the logits rows asked for) and
+ * set_batch(), which waits for the previous pass before reusing its
+ * staging buffer.
+ *
+ * What is not here yet (see docs/performance.md for what was measured):
+ * CUDA graphs for the decode step, split-K attention for long contexts,
+ * int8 tensor-core GEMM.
+ */
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+#include "kernels/dequant_chunk.h"
+#include "privai/status.h"
+
+#define MMV_MAX_TOKENS 8           /* tokens the matrix-vector kernel keeps in registers */
+#define MMV_WARPS 4                /* rows (one per warp) per block */
+#define GEMM_TILE_HALFS (32 << 20) /* dequantized weight tile: 64 MiB */
+#define HEAD_DIM_MAX 256           /* attention: up to 8 dims per lane */
+
+struct cuda_impl {
+	int device;
+	cudaStream_t stream;
+	cublasHandle_t blas;
+	char err[PRIVAI_ERR_LEN]; /* the first failure, for download() to report */
+	int failed;
+
+	/* the batch, staged in pinned host memory and copied in one go */
+	int n, n_out, max_tokens, max_blocks; /* max_blocks: table entries per token */
+	int32_t *h_stage, *d_stage;           /* tokens | pos | out_rows | tables */
+	int32_t *d_tokens, *d_pos, *d_rows, *d_table;
+
+	/* the KV cache: n_layer x kv_rows x kv_dim halves, K and V */
+	__half *k_cache, *v_cache;
+	int n_layer, kv_dim, block_shift;
+	int64_t kv_rows;
+
+	/* prefill scratch: activations and a weight tile in half precision */
+	__half *x16, *w16;
+	size_t x16_len, w16_len;
+};
+
+static struct cuda_impl *
+impl_of(struct compute *c)
+{
+	return (struct cuda_impl *)c->impl;
+}
+
+static int
+fail_msg(char *err, int status, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err != NULL) {
+		va_start(ap, fmt);
+		vsnprintf(err, PRIVAI_ERR_LEN, fmt, ap);
+		va_end(ap);
+	}
+	return status;
+}
+
+/* Note the first CUDA failure; later ones are usually its echoes. */
+static int
+check(struct cuda_impl *im, cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return 0;
+	if (!im->failed)
+		fail_msg(im->err, PRIVAI_EIO, "CUDA: %s: %s", what, cudaGetErrorString(e));
+	im->failed = 1;
+	return -1;
+}
+
+static void
+check_launch(struct cuda_impl *im, const char *what)
+{
+	check(im, cudaGetLastError(), what);
+}
+
+static unsigned
+blocks_for(size_t n, unsigned threads)
+{
+	size_t b = (n + threads - 1) / threads;
+
+	return (unsigned)(b < 1 ? 1 : b); /* grid x may be 2^31 - 1: every caller's n fits */
+}
+
+/* ------------------------------------------------------------- kernels */
+
+__device__ static float
+warp_sum(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+/* y[t][r] = w[r] . x[t] for NT tokens: a warp per row, each lane a chunk
+ * of 32 weights at a time, dequantized once and used for every token. */
+template <int NT>
+__global__ static void
+k_mmv(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x, float *y)
+{
+	int64_t r = (int64_t)blockIdx.x * MMV_WARPS + threadIdx.x / 32;
+	int lane = threadIdx.x % 32;
+	float acc[NT];
+	float wv[32];
+
+	if (r >= rows)
+		return;
+	for (int t = 0; t < NT; t++)
+		acc[t] = 0.0f;
+	const uint8_t *row = w + r * (int64_t)row_bytes;
+	for (int64_t c = lane; c < cols / 32; c += 32) {
+		dq_chunk(type, row, c, wv);
+		for (int t = 0; t < NT; t++) {
+			const float *xt = x + t * cols + c * 32;
+			float s = 0.0f;
+			for (int j = 0; j < 32; j++)
+				s += wv[j] * xt[j];
+			acc[t] += s;
+		}
+	}
+	for (int t = 0; t < NT; t++) {
+		float s = warp_sum(acc[t]);
+		if (lane == 0)
+			y[(int64_t)t * rows + r] = s;
+	}
+}
+
+/* out[i] = half(chunk-dequantized rows r0..r0+nr of w), row-major. */
+__global__ static void
+k_dequant_f16(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t nr, int64_t cols, __half *out)
+{
+	int64_t chunks = cols / 32, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	float v[32];
+
+	if (i >= nr * chunks)
+		return;
+	int64_t r = i / chunks, c = i % chunks;
+	dq_chunk(type, w + (r0 + r) * (int64_t)row_bytes, c, v);
+	for (int j = 0; j < 32; j++)
+		out[r * cols + c * 32 + j] = __float2half(v[j]);
+}
+
+__global__ static void
+k_to_f16(const float *x, size_t n, __half *out)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		out[i] = __float2half(x[i]);
+}
+
+__global__ static void
+k_get_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t cols, const int32_t *ids, int n, float *out)
+{
+	int64_t chunks = cols / 32, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i >= (int64_t)n * chunks)
+		return;
+	int t = (int)(i / chunks);
+	int64_t c = i % chunks;
+	dq_chunk(type, w + (int64_t)ids[t] * (int64_t)row_bytes, c, out + (int64_t)t * cols + c * 32);
+}
+
+/* One block per row; the sum of squares in double, as the CPU does. */
+__global__ static void
+k_rmsnorm(const float *x, const float *g, int dim, float eps, float *out)
+{
+	__shared__ double part[32];
+	const float *xt = x + (int64_t)blockIdx.x * dim;
+	float *ot = out + (int64_t)blockIdx.x * dim;
+	double ss = 0.0;
+
+	for (int i = threadIdx.x; i < dim; i += blockDim.x)
+		ss += (double)xt[i] * xt[i];
+	for (int o = 16; o > 0; o >>= 1)
+		ss += __shfl_xor_sync(0xffffffffu, ss, o);
+	if (threadIdx.x % 32 == 0)
+		part[threadIdx.x / 32] = ss;
+	__syncthreads();
+	if (threadIdx.x < 32) {
+		ss = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
+		for (int o = 16; o > 0; o >>= 1)
+			ss += __shfl_xor_sync(0xffffffffu, ss, o);
+		if (threadIdx.x == 0)
+			part[0] = ss;
+	}
+	__syncthreads();
+	float scale = (float)(1.0 / sqrt(part[0] / dim + eps));
+	for (int i = threadIdx.x; i < dim; i += blockDim.x)
+		ot[i] = xt[i] * scale * g[i];
+}
+
+__global__ static void
+k_add_rows(float *x, const float *b, size_t n, int dim)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		x[i] += b[i % dim];
+}
+
+__global__ static void
+k_swiglu(float *a, const float *b, size_t n)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		a[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+}
+
+__global__ static void
+k_add(float *a, const float *b, size_t n)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		a[i] += b[i];
+}
+
+/* A thread per (token, head, pair); the angle in double, as the CPU. */
+__global__ static void
+k_rope(float *x, const int32_t *pos, int n, int n_heads, int head_dim, int n_rot, const float *inv_freq, int neox)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, half = n_rot / 2;
+
+	if (i >= (int64_t)n * n_heads * half)
+		return;
+	int p = (int)(i % half), h = (int)(i / half % n_heads), t = (int)(i / half / n_heads);
+	double theta = (double)pos[t] * inv_freq[p];
+	float cs = (float)cos(theta), sn = (float)sin(theta);
+	float *v = x + ((int64_t)t * n_heads + h) * head_dim;
+	int a = neox ? p : 2 * p, b = neox ? p + n_rot / 2 : 2 * p + 1;
+	float x0 = v[a], x1 = v[b];
+	v[a] = x0 * cs - x1 * sn;
+	v[b] = x0 * sn + x1 * cs;
+}
+
+__device__ static int64_t
+kv_row(const int32_t *table, int max_blocks, int t, int pos, int shift)
+{
+	return ((int64_t)table[(int64_t)t * max_blocks + (pos >> shift)] << shift) + (pos & ((1 << shift) - 1));
+}
+
+__global__ static void
+k_kv_write(__half *kc, __half *vc, const float *k, const float *v, const int32_t *pos, const int32_t *table,
+	   int max_blocks, int shift, int n, int kv_dim)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i >= (int64_t)n * kv_dim)
+		return;
+	int t = (int)(i / kv_dim), j = (int)(i % kv_dim);
+	int64_t off = kv_row(table, max_blocks, t, pos[t], shift) * kv_dim + j;
+	kc[off] = __float2half(k[i]);
+	vc[off] = __float2half(v[i]);
+}
+
+/* A warp per (token, head): one pass over the sequence's positions with
+ * a running max and sum (no score buffer), each lane a slice of the head
+ * dims. */
+__global__ static void
+k_attention(const float *q, const __half *kc, const __half *vc, const int32_t *pos, const int32_t *table,
+	    int max_blocks, int shift, int n, int n_head, int n_head_kv, int head_dim, float *out)
+{
+	int64_t w = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+	int lane = threadIdx.x % 32, kv_dim = n_head_kv * head_dim;
+	float qv[HEAD_DIM_MAX / 32], acc[HEAD_DIM_MAX / 32];
+	float m = -INFINITY, l = 0.0f, scale = 1.0f / sqrtf((float)head_dim);
+
+	if (w >= (int64_t)n * n_head)
+		return;
+	int t = (int)(w / n_head), h = (int)(w % n_head), kvh = h / (n_head / n_head_kv);
+	const float *qh = q + ((int64_t)t * n_head + h) * head_dim;
+	for (int k = 0; k < HEAD_DIM_MAX / 32; k++) {
+		int d = lane + 32 * k;
+		qv[k] = d < head_dim ? qh[d] : 0.0f;
+		acc[k] = 0.0f;
+	}
+	for (int p = 0; p <= pos[t]; p++) {
+		int64_t base = kv_row(table, max_blocks, t, p, shift) * kv_dim + (int64_t)kvh * head_dim;
+		float s = 0.0f;
+		for (int k = 0; k < HEAD_DIM_MAX / 32 && 32 * k < head_dim; k++) {
+			int d = lane + 32 * k;
+			if (d < head_dim)
+				s += qv[k] * __half2float(kc[base + d]);
+		}
+		s = warp_sum(s) * scale;
+		float m_new = fmaxf(m, s), corr = expf(m - m_new), e = expf(s - m_new);
+		l = l * corr + e;
+		for (int k = 0; k < HEAD_DIM_MAX / 32 && 32 * k < head_dim; k++) {
+			int d = lane + 32 * k;
+			acc[k] = acc[k] * corr + (d < head_dim ? e * __half2float(vc[base + d]) : 0.0f);
+		}
+		m = m_new;
+	}
+	float *oh = out + ((int64_t)t * n_head + h) * head_dim;
+	for (int k = 0; k < HEAD_DIM_MAX / 32; k++) {
+		int d = lane + 32 * k;
+		if (d < head_dim)
+			oh[d] = acc[k] / l;
+	}
+}
+
+__global__ static void
+k_gather_rows(const float *x, const int32_t *rows, int n_out, int dim, float *out)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i >= (int64_t)n_out * dim)
+		return;
+	int r = (int)(i / dim), j = (int)(i % dim);
+	out[i] = x[(int64_t)rows[r] * dim + j];
+}
+
+/* ----------------------------------------------------------------- ops */
+
+static void
+cu_matmul_mmv(struct cuda_impl *im, const struct weight *w, const float *x, int n, float *y)
+{
+	unsigned grid = (unsigned)((w->rows + MMV_WARPS - 1) / MMV_WARPS);
+	const uint8_t *d = (const uint8_t *)w->data;
+
+#define MMV(NT)                                                                                                        \
+	case NT:                                                                                                       \
+		k_mmv<NT><<<grid, MMV_WARPS * 32, 0, im->stream>>>(w->type, d, w->row_bytes, w->rows, w->cols, x, y);  \
+		break
+	switch (n) {
+		MMV(1);
+		MMV(2);
+		MMV(3);
+		MMV(4);
+		MMV(5);
+		MMV(6);
+		MMV(7);
+		MMV(8);
+	}
+#undef MMV
+	check_launch(im, "matrix-vector kernel");
+}
+
+/* y (n x rows) = x (n x cols) w^T through cuBLAS: in its column-major
+ * terms, Y' (rows x n) = W'^T X' with W' = w^T (cols x rows). */
+static void
+cu_matmul_gemm(struct cuda_impl *im, const struct weight *w, const float *x, int n, float *y)
+{
+	const float one = 1.0f, zero = 0.0f;
+	int64_t cols = w->cols;
+	cublasStatus_t st;
+
+	if (w->type == DQ_F32) {
+		st = cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)cols, &one, w->data,
+				  CUDA_R_32F, (int)cols, x, CUDA_R_32F, (int)cols, &zero, y, CUDA_R_32F, (int)w->rows,
+				  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+		if (st != CUBLAS_STATUS_SUCCESS && !im->failed)
+			check(im, cudaErrorUnknown, "cublasGemmEx (F32)");
+		return;
+	}
+	k_to_f16<<<blocks_for((size_t)n * cols, 256), 256, 0, im->stream>>>(x, (size_t)n * cols, im->x16);
+	check_launch(im, "activations to half");
+	int64_t tile = w->type == DQ_F16 ? w->rows : (int64_t)(im->w16_len / (size_t)cols);
+	for (int64_t r0 = 0; r0 < w->rows; r0 += tile) {
+		int64_t nr = w->rows - r0 < tile ? w->rows - r0 : tile;
+		const void *a = (const uint8_t *)w->data + r0 * (int64_t)w->row_bytes;
+		if (w->type != DQ_F16) {
+			k_dequant_f16<<<blocks_for((size_t)(nr * (cols / 32)), 128), 128, 0,
+					im->stream>>>(w->type, (const uint8_t *)w->data, w->row_bytes, r0, nr, cols,
+						      im->w16);
+			check_launch(im, "weight tile to half");
+			a = im->w16;
+		}
+		st = cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)cols, &one, a, CUDA_R_16F,
+				  (int)cols, im->x16, CUDA_R_16F, (int)cols, &zero, y + r0, CUDA_R_32F, (int)w->rows,
+				  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+		if (st != CUBLAS_STATUS_SUCCESS && !im->failed) {
+			fail_msg(im->err, PRIVAI_EIO, "cuBLAS: GEMM of %lld x %d x %lld failed (status %d)",
+				 (long long)nr, n, (long long)cols, (int)st);
+			im->failed = 1;
+		}
+	}
+}
+
+static void
+cu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, int n, float *y)
+{
+	if (n <= MMV_MAX_TOKENS)
+		cu_matmul_mmv(impl_of(c), &cw->w, x, n, y);
+	else
+		cu_matmul_gemm(impl_of(c), &cw->w, x, n, y);
+}
+
+static void
+cu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
+{
+	struct cuda_impl *im = impl_of(c);
+	const struct weight *w = &cw->w;
+
+	k_get_rows<<<blocks_for((size_t)im->n * (size_t)(w->cols / 32), 128), 128, 0, im->stream>>>(w->type,
+												    (const uint8_t *)
+													    w->data,
+												    w->row_bytes,
+												    w->cols,
+												    im->d_tokens, im->n,
+												    out);
+	check_launch(im, "embedding rows");
+}
+
+static void
+cu_rmsnorm(struct compute *c, const float *x, const float *g, int n, int dim, float eps, float *out)
+{
+	struct cuda_impl *im = impl_of(c);
+
+	if (n <= 0)
+		return;
+	k_rmsnorm<<<n, 256, 0, im->stream>>>(x, g, dim, eps, out);
+	check_launch(im, "rmsnorm");
+}
+
+static void
+cu_add_rows(struct compute *c, float *x, const float *b, int n, int dim)
+{
+	struct cuda_impl *im = impl_of(c);
+	size_t count = (size_t)n * dim;
+
+	k_add_rows<<<blocks_for(count, 256), 256, 0, im->stream>>>(x, b, count, dim);
+	check_launch(im, "bias");
+}
+
+static void
+cu_rope(struct compute *c, float *x, int n_heads, int head_dim, int n_rot, const float *inv_freq, int neox)
+{
+	struct cuda_impl *im = impl_of(c);
+	size_t count = (size_t)im->n * n_heads * (n_rot / 2);
+
+	k_rope<<<blocks_for(count, 256), 256, 0, im->stream>>>(x, im->d_pos, im->n, n_heads, head_dim, n_rot, inv_freq,
+							       neox);
+	check_launch(im, "rope");
+}
+
+static void
+cu_kv_write(struct compute *c, int layer, const float *k, const float *v)
+{
+	struct cuda_impl *im = impl_of(c);
+	size_t off = (size_t)layer * (size_t)im->kv_rows * (size_t)im->kv_dim, count = (size_t)im->n * im->kv_dim;
+
+	k_kv_write<<<blocks_for(count, 256), 256, 0, im->stream>>>(im->k_cache + off, im->v_cache + off, k, v,
+								   im->d_pos, im->d_table, im->max_blocks,
+								   im->block_shift, im->n, im->kv_dim);
+	check_launch(im, "KV write");
+}
+
+static void
+cu_attention(struct compute *c, int layer, const float *q, int n_head, int n_head_kv, int head_dim, float *out)
+{
+	struct cuda_impl *im = impl_of(c);
+	size_t off = (size_t)layer * (size_t)im->kv_rows * (size_t)im->kv_dim;
+	size_t warps = (size_t)im->n * n_head;
+
+	k_attention<<<blocks_for(warps * 32, 128), 128, 0, im->stream>>>(q, im->k_cache + off, im->v_cache + off,
+									 im->d_pos, im->d_table, im->max_blocks,
+									 im->block_shift, im->n, n_head, n_head_kv,
+									 head_dim, out);
+	check_launch(im, "attention");
+}
+
+static void
+cu_swiglu(struct compute *c, float *a, const float *b, size_t count)
+{
+	struct cuda_impl *im = impl_of(c);
+
+	k_swiglu<<<blocks_for(count, 256), 256, 0, im->stream>>>(a, b, count);
+	check_launch(im, "swiglu");
+}
+
+static void
+cu_add(struct compute *c, float *a, const float *b, size_t count)
+{
+	struct cuda_impl *im = impl_of(c);
+
+	k_add<<<blocks_for(count, 256), 256, 0, im->stream>>>(a, b, count);
+	check_launch(im, "residual add");
+}
+
+static void
+cu_gather_rows(struct compute *c, const float *x, int dim, float *out)
+{
+	struct cuda_impl *im = impl_of(c);
+	size_t count = (size_t)im->n_out * dim;
+
+	if (count == 0)
+		return;
+	k_gather_rows<<<blocks_for(count, 256), 256, 0, im->stream>>>(x, im->d_rows, im->n_out, dim, out);
+	check_launch(im, "gather rows");
+}
+
+/* Stage tokens, positions, output rows and flattened block tables in
+ * pinned memory and copy them over in one transfer.  The previous pass
+ * may still be reading the device copy: wait for it first. */
+static void
+cu_set_batch(struct compute *c, const struct compute_batch *b)
+{
+	struct cuda_impl *im = impl_of(c);
+	int32_t *h = im->h_stage, mt = im->max_tokens;
+
+	check(im, cudaStreamSynchronize(im->stream), "waiting for the previous pass");
+	im->n = b->n;
+	im->n_out = b->n_out;
+	memcpy(h, b->tokens, (size_t)b->n * sizeof(int32_t));
+	memcpy(h + mt, b->pos, (size_t)b->n * sizeof(int32_t));
+	if (b->n_out > 0)
+		memcpy(h + 2 * mt, b->out_rows, (size_t)b->n_out * sizeof(int32_t));
+	for (int t = 0; t < b->n; t++)
+		memcpy(h + 3 * mt + (size_t)t * im->max_blocks, b->table[t],
+		       (size_t)((b->pos[t] >> im->block_shift) + 1) * sizeof(int32_t));
+	size_t used = 3 * (size_t)mt + (size_t)b->n * im->max_blocks;
+	check(im, cudaMemcpyAsync(im->d_stage, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream),
+	      "copying the batch");
+}
+
+/* -------------------------------------------------------------- memory */
+
+static void *
+cu_alloc(struct compute *c, size_t bytes)
+{
+	struct cuda_impl *im = impl_of(c);
+	void *p = NULL;
+
+	if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+		cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+		return NULL;
+	}
+	if (check(im, cudaMemset(p, 0, bytes ? bytes : 1), "clearing new memory") < 0) {
+		cudaFree(p);
+		return NULL;
+	}
+	return p;
+}
+
+static void
+cu_release(struct compute *c, void *p)
+{
+	(void)c;
+	if (p != NULL)
+		cudaFree(p);
+}
+
+static int
+cu_upload(struct compute *c, void *dst, const void *src, size_t bytes)
+{
+	struct cuda_impl *im = impl_of(c);
+
+	return check(im, cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "upload") < 0 ? PRIVAI_EIO : PRIVAI_OK;
+}
+
+static int
+cu_download(struct compute *c, void *dst, const void *src, size_t bytes)
+{
+	struct cuda_impl *im = impl_of(c);
+
+	check(im, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream), "download");
+	check(im, cudaStreamSynchronize(im->stream), "a forward pass");
+	return im->failed ? PRIVAI_EIO : PRIVAI_OK;
+}
+
+static int
+cu_prepare_weight(struct compute *c, const struct weight *src, struct compute_weight *dst)
+{
+	size_t bytes = (size_t)src->rows * src->row_bytes;
+	void *d;
+
+	dst->w = *src;
+	dst->w.data = NULL; /* only ever device memory, so release_weight() may free it */
+	dst->aux = NULL;
+	if (dq_block_bytes(src->type) == 0 || src->cols % 32 != 0)
+		return PRIVAI_EUNSUPPORTED;
+	if ((d = cu_alloc(c, bytes)) == NULL)
+		return PRIVAI_ENOMEM;
+	if (cu_upload(c, d, src->data, bytes) < 0) {
+		cudaFree(d);
+		return PRIVAI_EIO;
+	}
+	dst->w.data = d;
+	return PRIVAI_OK;
+}
+
+static void
+cu_release_weight(struct compute *c, struct compute_weight *w)
+{
+	(void)c;
+	if (w->w.data != NULL)
+		cudaFree((void *)w->w.data);
+	w->w.data = NULL;
+}
+
+static int
+cu_reserve(struct compute *c, const struct compute_shape *s, size_t *kv_bytes)
+{
+	struct cuda_impl *im = impl_of(c);
+	size_t kv_halfs = (size_t)s->n_layer * (size_t)s->kv_rows * (size_t)s->kv_dim;
+	int shift = 0;
+
+	while ((1 << shift) < s->block_size)
+		shift++;
+	*kv_bytes = 2 * kv_halfs * sizeof(__half);
+	if ((1 << shift) != s->block_size || s->max_tokens < 1)
+		return PRIVAI_EINVAL;
+	im->block_shift = shift;
+	im->n_layer = s->n_layer;
+	im->kv_rows = s->kv_rows;
+	im->kv_dim = s->kv_dim;
+	im->max_tokens = s->max_tokens;
+	im->max_blocks = (s->max_ctx + s->block_size - 1) / s->block_size;
+	size_t stage = 3 * (size_t)s->max_tokens + (size_t)s->max_tokens * im->max_blocks;
+	if (cudaMallocHost((void **)&im->h_stage, stage * sizeof(int32_t)) != cudaSuccess ||
+	    (im->d_stage = (int32_t *)cu_alloc(c, stage * sizeof(int32_t))) == NULL)
+		return PRIVAI_ENOMEM;
+	im->d_tokens = im->d_stage;
+	im->d_pos = im->d_stage + s->max_tokens;
+	im->d_rows = im->d_stage + 2 * s->max_tokens;
+	im->d_table = im->d_stage + 3 * s->max_tokens;
+	im->x16_len = (size_t)s->max_tokens * (size_t)s->max_cols;
+	im->w16_len = GEMM_TILE_HALFS > (size_t)s->max_cols ? GEMM_TILE_HALFS : (size_t)s->max_cols;
+	if ((im->k_cache = (__half *)cu_alloc(c, kv_halfs * sizeof(__half))) == NULL ||
+	    (im->v_cache = (__half *)cu_alloc(c, kv_halfs * sizeof(__half))) == NULL ||
+	    (s->max_tokens > MMV_MAX_TOKENS &&
+	     ((im->x16 = (__half *)cu_alloc(c, im->x16_len * sizeof(__half))) == NULL ||
+	      (im->w16 = (__half *)cu_alloc(c, im->w16_len * sizeof(__half))) == NULL)))
+		return PRIVAI_ENOMEM;
+	return PRIVAI_OK;
+}
+
+static void
+cu_destroy(struct compute *c)
+{
+	struct cuda_impl *im = impl_of(c);
+
+	if (im != NULL) {
+		cudaFree(im->k_cache);
+		cudaFree(im->v_cache);
+		cudaFree(im->x16);
+		cudaFree(im->w16);
+		cudaFree(im->d_stage);
+		cudaFreeHost(im->h_stage);
+		if (im->blas != NULL)
+			cublasDestroy(im->blas);
+		if (im->stream != NULL)
+			cudaStreamDestroy(im->stream);
+		free(im);
+	}
+	free(c);
+}
+
+static const struct compute_ops cuda_ops = {
+	"cuda",      cu_destroy,        cu_reserve,        cu_alloc,     cu_release,   cu_upload,
+	cu_download, cu_prepare_weight, cu_release_weight, cu_set_batch, cu_get_rows,  cu_matmul,
+	cu_rmsnorm,  cu_add_rows,       cu_rope,           cu_kv_write,  cu_attention, cu_swiglu,
+	cu_add,      cu_gather_rows,
+};
+
+/* ------------------------------------------------------------- entries */
+
+/* What cudaGetDeviceCount's failure means to someone installing this. */
+static int
+explain_no_device(cudaError_t e, char *err)
+{
+	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+
+	switch (e) {
+	case cudaErrorInsufficientDriver:
+		return fail_msg(err, PRIVAI_EUNAVAIL,
+				"no usable NVIDIA driver: libcuda.so.1 is missing or older than this CUDA %d.%d "
+				"build needs (%s)",
+				CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, cudaGetErrorString(e));
+	case cudaErrorNoDevice:
+		return fail_msg(err, PRIVAI_EUNAVAIL, "the NVIDIA driver sees no GPU%s%s%s",
+				vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+	default:
+		return fail_msg(err, PRIVAI_EUNAVAIL, "CUDA cannot start: %s", cudaGetErrorString(e));
+	}
+}
+
+extern "C" int
+privai_cuda_probe(char *info, char *err)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	struct cudaDeviceProp prop;
+
+	if (e != cudaSuccess || n == 0)
+		return explain_no_device(e != cudaSuccess ? e : cudaErrorNoDevice, err);
+	if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess)
+		return explain_no_device(e, err);
+	if (info != NULL)
+		snprintf(info, 128, "%.80s, compute %d.%d, %zu MiB", prop.name, prop.major, prop.minor,
+			 prop.totalGlobalMem >> 20);
+	return PRIVAI_OK;
+}
+
+extern "C" int
+privai_cuda_new(const struct compute_params *p, struct compute **ret, char *err)
+{
+	struct compute *c = (struct compute *)calloc(1, sizeof(*c));
+	struct cuda_impl *im = (struct cuda_impl *)calloc(1, sizeof(*im));
+	int r;
+
+	(void)p;
+	if (c == NULL || im == NULL) {
+		free(c);
+		free(im);
+		return fail_msg(err, PRIVAI_ENOMEM, "out of memory");
+	}
+	c->ops = &cuda_ops;
+	c->impl = im;
+	if ((r = privai_cuda_probe(NULL, err)) < 0) {
+		cu_destroy(c);
+		return r;
+	}
+	if (cudaSetDevice(0) != cudaSuccess ||
+	    cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking) != cudaSuccess) {
+		cu_destroy(c);
+		return fail_msg(err, PRIVAI_EUNAVAIL, "CUDA cannot start a stream on the device");
+	}
+	if (cublasCreate(&im->blas) != CUBLAS_STATUS_SUCCESS ||
+	    cublasSetStream(im->blas, im->stream) != CUBLAS_STATUS_SUCCESS) {
+		cu_destroy(c);
+		return fail_msg(err, PRIVAI_EUNAVAIL, "cuBLAS cannot start (is libcublas from CUDA %d installed?)",
+				CUDART_VERSION / 1000);
+	}
+	*ret = c;
+	return PRIVAI_OK;
+}
