@@ -68,7 +68,7 @@ endif
 endif
 $(BUILD)/privai-cuda.so: $(CUDA_SRC) $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Iengine/include -Iengine/src \
+	$(NVCC) -O3 -std=c++20 -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Iengine/include -Iengine/src \
 		$(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -shared -cudart static \
 		-Xlinker -rpath,'$$ORIGIN:/usr/local/cuda/lib64' -o $@ $(CUDA_SRC) -lcublas
 

@@ -31,6 +31,7 @@ struct engine_ctx {
 	struct compute *compute;
 	int n_ctx, n_batch, n_kv_blocks;
 	size_t kv_bytes;
+	size_t mem_total, mem_budget; /* the device's, and this context's share; 0 on the CPU */
 	/* the model, prepared for the backend (backend memory) */
 	struct compute_weight tok_embd, output_own;
 	const struct compute_weight *output; /* &tok_embd when the model ties them */
@@ -101,6 +102,8 @@ engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info)
 	info->n_past = c->n_past;
 	info->device = c->compute->ops->name;
 	info->n_threads = compute_cpu_threads(c->compute);
+	info->mem_total = c->mem_total;
+	info->mem_budget = c->mem_budget;
 }
 
 static int
@@ -181,9 +184,10 @@ prepare_model(struct engine_ctx *c)
 	return PRIVAI_OK;
 }
 
-/* The KV cache, the backend's scratch and the activations. */
+/* The activations, then the backend's scratch and the KV cache: last,
+ * so that on a memory budget the pool gets what everything else leaves. */
 static int
-reserve_buffers(struct engine_ctx *c)
+reserve_buffers(struct engine_ctx *c, double mem_fraction, char *err)
 {
 	const struct model_hparams *hp = &c->model->hp;
 	struct compute *cp = c->compute;
@@ -201,13 +205,39 @@ reserve_buffers(struct engine_ctx *c)
 	float **bufs[] = CTX_BUFFERS(c);
 	size_t floats[] = { nb * hp->n_embd, nb * wide,     nb * qd,       nb * kvd,        nb * kvd,
 			    nb * wide,       nb * hp->n_ff, nb * hp->n_ff, nb * hp->n_vocab };
+	size_t free_b = 0;
 	int r;
 
-	if ((r = cp->ops->reserve(cp, &shape, &c->kv_bytes)) < 0)
-		return r;
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if ((*bufs[i] = cp->ops->alloc(cp, floats[i] * sizeof(float))) == NULL)
-			return PRIVAI_ENOMEM;
+			return privai_fail(err, PRIVAI_ENOMEM, "out of memory for the activations of %d tokens",
+					   c->n_batch);
+	/* a budget is a device's; host memory is sized by block count */
+	if (cp->ops->memory(cp, &free_b, &c->mem_total) != PRIVAI_OK)
+		mem_fraction = 0;
+	shape.mem_fraction = mem_fraction;
+	if (mem_fraction > 0) {
+		c->mem_budget = (size_t)(mem_fraction * (double)c->mem_total);
+		shape.kv_rows = 0;
+	}
+	if ((r = cp->ops->reserve(cp, &shape, &c->kv_bytes)) < 0) {
+		if (mem_fraction > 0)
+			return privai_fail(err, r,
+					   "no room for a KV cache within %.2f of the %s's %zu MiB: the weights and "
+					   "buffers leave %zu MiB free",
+					   mem_fraction, cp->ops->name, c->mem_total >> 20, free_b >> 20);
+		return privai_fail(err, r, "out of memory for a context of %d tokens (KV cache %zu MiB)", c->n_ctx,
+				   c->kv_bytes >> 20);
+	}
+	if (mem_fraction > 0) {
+		c->n_kv_blocks = (int)(shape.kv_rows / ENGINE_KV_BLOCK);
+		if ((int64_t)c->n_kv_blocks * ENGINE_KV_BLOCK < c->n_ctx)
+			return privai_fail(err, PRIVAI_ENOMEM,
+					   "a KV cache of %zu MiB (%.2f of the %s's %zu MiB, less weights and buffers) "
+					   "holds %d positions, fewer than the context of %d",
+					   c->kv_bytes >> 20, mem_fraction, cp->ops->name, c->mem_total >> 20,
+					   c->n_kv_blocks * ENGINE_KV_BLOCK, c->n_ctx);
+	}
 	return PRIVAI_OK;
 }
 
@@ -238,6 +268,10 @@ engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p, 
 	if (c == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	c->model = m;
+	if (p->mem_fraction < 0 || p->mem_fraction > 1) {
+		r = privai_fail(err, PRIVAI_EINVAL, "a memory share of %g (0 to 1 allowed)", p->mem_fraction);
+		goto fail;
+	}
 	if ((r = ctx_size(c, p, err)) < 0 || (r = compute_new(p->device, &cpp, &c->compute, err)) < 0)
 		goto fail;
 	if ((r = prepare_model(c)) < 0) {
@@ -245,9 +279,10 @@ engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p, 
 			    (double)m->weight_bytes / (1 << 20), c->compute->ops->name);
 		goto fail;
 	}
-	if ((r = reserve_buffers(c)) < 0 || (r = alloc_seq0(c)) < 0) {
-		privai_fail(err, r, "out of memory for a context of %d tokens (KV cache %zu MiB)", c->n_ctx,
-			    c->kv_bytes >> 20);
+	if ((r = reserve_buffers(c, p->n_kv_blocks > 0 ? 0 : p->mem_fraction, err)) < 0)
+		goto fail;
+	if ((r = alloc_seq0(c)) < 0) {
+		privai_fail(err, r, "out of memory");
 		goto fail;
 	}
 	*ret_ctx = c;

@@ -278,6 +278,21 @@ def test_prefix_cache(s):
     check(after is not None and after - before >= 48, "prefix cache hits in /metrics (%s -> %s)" % (before, after))
 
 
+def test_memory_metrics(s):
+    # the tiny model: 4 layers, 4 KV heads of 32 dims; K and V per position
+    blocks = s.metric("privai:kv_cache_blocks")
+    kv = s.metric("privai:kv_cache_bytes")
+    value = 2 if DEVICE else 4  # half precision on CUDA, float32 on the CPU
+    check(blocks and kv == blocks * 16 * 2 * 4 * 4 * 32 * value,
+          "the KV pool's bytes in /metrics match its blocks (%s blocks, %s bytes)" % (blocks, kv))
+    total, budget = s.metric("privai:device_memory_bytes"), s.metric("privai:device_memory_budget_bytes")
+    if DEVICE:
+        check(total and budget and abs(budget - 0.9 * total) < 1e6 and kv < budget,
+              "the GPU's memory and the engine's 0.9 share of it (%s of %s)" % (budget, total))
+    else:
+        check(total is None and budget is None, "no device memory series on the CPU")
+
+
 def test_disconnect(s):
     sock = socket.create_connection(("127.0.0.1", s.port))
     body = json.dumps({"prompt": "Tell me everything", "max_tokens": 400, "ignore_eos": True, "stream": True})
@@ -500,7 +515,7 @@ def main():
         return 0
     s = Server()
     check(s.wait_ready(), "server ready")
-    for t in (test_basic, test_json_mode, test_golden_logprobs, test_concurrency, test_prefix_cache, test_disconnect, test_bench_tool, test_bad_input):
+    for t in (test_basic, test_json_mode, test_golden_logprobs, test_concurrency, test_prefix_cache, test_memory_metrics, test_disconnect, test_bench_tool, test_bad_input):
         try:
             t(s)
         except Exception as e:  # a crash of one group must not hide the others

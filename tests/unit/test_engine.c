@@ -267,6 +267,20 @@ test_model_errors(void)
 			CHECK(rc == PRIVAI_EUNAVAIL && strcmp(err, why) == 0,
 			      "no CUDA here, and the context says why as the probe does: %s", err);
 		}
+		cp.device = NULL;
+		cp.mem_fraction = 1.5;
+		CHECK(engine_ctx_new(m, &cp, &c, err) == PRIVAI_EINVAL && strstr(err, "0 to 1"),
+		      "a memory share above 1 refused: %s", err);
+		cp.mem_fraction = 0.5;
+		CHECK(engine_ctx_new(m, &cp, &c, err) == PRIVAI_OK, "a memory share on the CPU: %s", err);
+		if (c != NULL) {
+			engine_ctx_info(c, &ci);
+			CHECK(ci.mem_total == 0 && ci.mem_budget == 0 && ci.n_kv_blocks == 1,
+			      "the CPU has no budget: one sequence's blocks (%d)", ci.n_kv_blocks);
+			engine_ctx_free(c);
+			c = NULL;
+		}
+		cp.mem_fraction = 0;
 		cp.device = "tpu";
 		CHECK(engine_ctx_new(m, &cp, &c, err) == PRIVAI_EUNSUPPORTED && strstr(err, "'tpu'"),
 		      "an unknown backend refused by name: %s", err);

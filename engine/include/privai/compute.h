@@ -36,13 +36,15 @@ struct compute_weight {
 
 /* What a context will ask of its backend, for reserve(). */
 struct compute_shape {
-	int64_t max_cols; /* widest weight row and activation row */
-	int max_tokens;   /* tokens in one forward pass */
-	int max_ctx;      /* longest sequence attention spans */
-	int n_layer;      /* the KV cache: layers, */
-	int64_t kv_rows;  /* positions in each layer's pool (blocks x block_size), */
-	int kv_dim;       /* K (and V) values per position (KV heads x head_dim), */
-	int block_size;   /* positions per KV block, a power of two */
+	int64_t max_cols;    /* widest weight row and activation row */
+	int max_tokens;      /* tokens in one forward pass */
+	int max_ctx;         /* longest sequence attention spans */
+	int n_layer;         /* the KV cache: layers, */
+	int64_t kv_rows;     /* positions in each layer's pool (blocks x block_size);
+			   * 0: as many as mem_fraction leaves room for, set by reserve() */
+	double mem_fraction; /* of the device's memory this process may hold, when kv_rows is 0 */
+	int kv_dim;          /* K (and V) values per position (KV heads x head_dim), */
+	int block_size;      /* positions per KV block, a power of two */
 };
 
 /* The tokens of one forward pass, in host memory.  Token i is tokens[i]
@@ -70,9 +72,14 @@ struct compute;
 struct compute_ops {
 	const char *name;
 	void (*destroy)(struct compute *c);
-	/* Size the scratch and the KV cache for `s`; *kv_bytes is set to the
-	 * cache's size even when that fails.  PRIVAI_OK or PRIVAI_ENOMEM. */
-	int (*reserve)(struct compute *c, const struct compute_shape *s, size_t *kv_bytes);
+	/* Size the scratch and the KV cache for `s` (choosing s->kv_rows when
+	 * it is 0: what mem_fraction of the device leaves after everything
+	 * already held, a multiple of block_size); *kv_bytes is set to the
+	 * cache's size even when that fails.  PRIVAI_OK, PRIVAI_ENOMEM, or
+	 * PRIVAI_EUNSUPPORTED for kv_rows 0 on a backend without a budget. */
+	int (*reserve)(struct compute *c, struct compute_shape *s, size_t *kv_bytes);
+	/* The device's free and total memory; PRIVAI_EUNSUPPORTED on the CPU. */
+	int (*memory)(struct compute *c, size_t *free_bytes, size_t *total_bytes);
 	/* Zeroed backend memory, or NULL. */
 	void *(*alloc)(struct compute *c, size_t bytes);
 	void (*release)(struct compute *c, void *p);

@@ -78,6 +78,10 @@ struct engine_ctx_params {
 	int n_threads;      /* CPU threads; 0: all online CPUs */
 	int n_kv_blocks;    /* blocks in the KV pool; 0: enough for one sequence of n_ctx */
 	const char *device; /* the compute backend (compute.h): NULL or "cpu", "cuda" */
+	/* on a device, with n_kv_blocks 0: the share of its memory this
+	 * context may hold (vLLM's --gpu-memory-utilization); the KV pool
+	 * gets what the weights and buffers leave.  0: one sequence's worth. */
+	double mem_fraction;
 };
 
 /* A context: the backend with the model's weights prepared for it, the
@@ -92,6 +96,8 @@ struct engine_ctx_info {
 	int n_past;         /* positions engine_decode()'s sequence holds */
 	const char *device; /* the backend's name */
 	int n_threads;      /* CPU threads; 0 on another backend */
+	size_t mem_total;   /* the device's memory; 0 on the CPU */
+	size_t mem_budget;  /* mem_fraction of it; 0 without a budget */
 };
 
 int engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p, struct engine_ctx **ret_ctx,

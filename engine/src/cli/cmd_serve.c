@@ -24,6 +24,7 @@
 struct serve_opts {
 	const char *model, *host, *key_file, *chat_template, *name, *device, *gpus;
 	int tensor_parallel;
+	float gpu_mem; /* --gpu-memory-utilization: the share of the GPU the KV pool may fill up to */
 	int port, n_ctx, parallel, batch, threads, queue, kv_mib, drain_s, max_body_mib, max_conn;
 };
 
@@ -38,7 +39,10 @@ serve_usage(FILE *fp)
 	      "  --ctx N                longest sequence (default: model's, capped at 4096)\n"
 	      "  --parallel N           sequences decoded together (default 16)\n"
 	      "  --batch N              tokens per forward pass (default 256)\n"
-	      "  --kv-cache-mib N       KV cache size (default: room for --parallel full contexts, max 4096)\n"
+	      "  --kv-cache-mib N       KV cache size (default: room for --parallel full contexts, max 4096;\n"
+	      "                         on cuda: what --gpu-memory-utilization leaves)\n"
+	      "  --gpu-memory-utilization F  with --device cuda: share of the GPU's memory for weights,\n"
+	      "                         buffers and the KV cache (default 0.9)\n"
 	      "  --queue N              requests waiting beyond --parallel before 429 (default 256)\n"
 	      "  --chat-template NAME   llama2, llama3, mistral, chatml, phi3, gemma, deepseek, deepseek3\n"
 	      "  --threads N            compute threads (default: all CPUs)\n"
@@ -64,7 +68,8 @@ parse(int argc, char **argv, struct serve_opts *o)
 				  .drain_s = 30,
 				  .max_body_mib = 4,
 				  .max_conn = 256,
-				  .device = "cpu" };
+				  .device = "cpu",
+				  .gpu_mem = 0.9f };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int rc = 0;
@@ -95,6 +100,10 @@ parse(int argc, char **argv, struct serve_opts *o)
 			rc = cli_parse_int(cmd, a, v, 1, 1024, &o->parallel);
 		} else if (strcmp(a, "--batch") == 0) {
 			rc = cli_parse_int(cmd, a, v, 1, 8192, &o->batch);
+		} else if (strcmp(a, "--gpu-memory-utilization") == 0) {
+			rc = cli_parse_float(cmd, a, v, &o->gpu_mem);
+			if (rc == 0 && !(o->gpu_mem > 0.0f && o->gpu_mem <= 1.0f))
+				rc = cli_error(cmd, "--gpu-memory-utilization must be above 0 and at most 1");
 		} else if (strcmp(a, "--kv-cache-mib") == 0) {
 			rc = cli_parse_int(cmd, a, v, 1, 1 << 20, &o->kv_mib);
 		} else if (strcmp(a, "--queue") == 0) {
@@ -123,6 +132,15 @@ parse(int argc, char **argv, struct serve_opts *o)
 		return cli_error(cmd, "unknown --device '%s' (cpu or cuda)", o->device);
 	if (strcmp(o->device, "cpu") == 0 && (o->gpus != NULL || o->tensor_parallel > 0))
 		return cli_error(cmd, "--gpus and --tensor-parallel are for --device cuda");
+	/* one GPU or one MIG instance, which the CUDA backend then sees as
+	 * device 0; several are the tensor-parallel work, not built yet */
+	if (o->gpus != NULL && (strchr(o->gpus, ',') != NULL || o->tensor_parallel > 1))
+		return cli_error(cmd,
+				 "--gpus %s: this engine runs on one GPU or MIG instance; tensor parallel "
+				 "across several is not built yet",
+				 o->gpus);
+	if (o->gpus != NULL && setenv("CUDA_VISIBLE_DEVICES", o->gpus, 1) != 0)
+		return cli_error(cmd, "cannot set CUDA_VISIBLE_DEVICES");
 	/* the admin checks 'features' before it asks for a GPU; this is for
 	 * a hand-written command line, or a node that lost its driver */
 	char why[PRIVAI_ERR_LEN];
@@ -160,7 +178,9 @@ static int
 kv_blocks(const struct serve_opts *o, const struct engine_model *m, int n_ctx)
 {
 	const struct model_hparams *hp = &m->hp;
-	double per_block = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * sizeof(float) * ENGINE_KV_BLOCK;
+	/* the CPU keeps K and V in float32, CUDA in half precision */
+	double value_bytes = strcmp(o->device, "cuda") == 0 ? 2.0 : 4.0;
+	double per_block = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * value_bytes * ENGINE_KV_BLOCK;
 	long min = (n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
 	long want = o->kv_mib > 0 ? (long)(o->kv_mib * 1048576.0 / per_block) : (long)o->parallel * min;
 	if (o->kv_mib == 0 && want * per_block > 4096.0 * 1048576.0)
@@ -248,7 +268,11 @@ cmd_serve(int argc, char **argv)
 		.n_ctx = o.n_ctx, .n_batch = o.batch, .n_threads = o.threads, .device = o.device
 	};
 	int n_ctx = o.n_ctx > 0 ? o.n_ctx : (e.model->hp.n_ctx_train < 4096 ? e.model->hp.n_ctx_train : 4096);
-	cp.n_kv_blocks = kv_blocks(&o, e.model, n_ctx);
+	/* on a GPU, as vLLM: the pool gets what the budget leaves */
+	if (strcmp(o.device, "cuda") == 0 && o.kv_mib == 0)
+		cp.mem_fraction = o.gpu_mem;
+	else
+		cp.n_kv_blocks = kv_blocks(&o, e.model, n_ctx);
 	serving_metrics_init(&srv.metrics);
 	struct scheduler_params sp = { o.parallel, o.queue, serving_metrics_observer(&srv.metrics) };
 	if (engine_ctx_new(e.model, &cp, &e.ctx, err) < 0 || scheduler_new(e.ctx, e.tok, &sp, &sched, err) < 0) {
@@ -258,6 +282,9 @@ cmd_serve(int argc, char **argv)
 	}
 	struct engine_ctx_info ci;
 	engine_ctx_info(e.ctx, &ci);
+	srv.metrics.kv_cache_bytes = (double)ci.kv_bytes;
+	srv.metrics.device_memory_bytes = (double)ci.mem_total;
+	srv.metrics.device_budget_bytes = (double)ci.mem_budget;
 	if (server_set_ready(&srv, sched, e.tok, chat, ci.n_ctx, err) < 0) {
 		server_stop(&srv);
 		scheduler_free(sched);

@@ -678,12 +678,14 @@ cpu_release_weight(struct compute *c, struct compute_weight *w)
 }
 
 static void cpu_destroy(struct compute *c);
-static int cpu_reserve(struct compute *c, const struct compute_shape *s, size_t *kv_bytes);
+static int cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes);
+static int cpu_memory(struct compute *c, size_t *free_bytes, size_t *total_bytes);
 
 static const struct compute_ops cpu_ops = {
 	.name = "cpu",
 	.destroy = cpu_destroy,
 	.reserve = cpu_reserve,
+	.memory = cpu_memory,
 	.alloc = cpu_alloc,
 	.release = cpu_release,
 	.upload = cpu_copy,
@@ -800,7 +802,15 @@ cpu_reserve_kv(struct cpu_impl *im, const struct compute_shape *s)
 }
 
 static int
-cpu_reserve(struct compute *c, const struct compute_shape *s, size_t *kv_bytes)
+cpu_memory(struct compute *c, size_t *free_bytes, size_t *total_bytes)
+{
+	(void)c;
+	*free_bytes = *total_bytes = 0;
+	return PRIVAI_EUNSUPPORTED; /* host memory is sized with --kv-cache-mib */
+}
+
+static int
+cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 {
 	struct cpu_impl *im = c->impl;
 	int nth = threadpool_size(im->pool);
@@ -808,6 +818,8 @@ cpu_reserve(struct compute *c, const struct compute_shape *s, size_t *kv_bytes)
 	int max_tokens = s->max_tokens, max_ctx = s->max_ctx;
 
 	*kv_bytes = 2 * (size_t)s->n_layer * (size_t)s->kv_rows * (size_t)s->kv_dim * sizeof(float);
+	if (s->kv_rows <= 0)
+		return PRIVAI_EUNSUPPORTED;
 	if (im->ts == NULL && (im->ts = calloc((size_t)nth, sizeof(*im->ts))) == NULL)
 		return PRIVAI_ENOMEM;
 	if ((size_t)max_cols > im->row_buf_len) {

@@ -145,6 +145,14 @@ render(struct strbuf *b, const struct serving_metrics *m, const struct sched_gau
 	gauge(b, "privai:kv_cache_blocks_cached", "Unused KV blocks kept for prefix hits.", lbl, g->kv_blocks_cached);
 	counter(b, "privai:forward_passes_total", "Batched forward passes run.", lbl, m->forward_passes);
 	counter(b, "privai:batched_tokens_total", "Tokens run through forward passes.", lbl, m->batched_tokens);
+	gauge(b, "privai:kv_cache_bytes", "Bytes of the KV cache pool.", lbl, m->kv_cache_bytes);
+	if (m->device_memory_bytes > 0) {
+		gauge(b, "privai:device_memory_bytes", "Memory of the GPU the engine runs on.", lbl,
+		      m->device_memory_bytes);
+		gauge(b, "privai:device_memory_budget_bytes",
+		      "The share of it the engine may hold (--gpu-memory-utilization): weights, buffers, KV cache.",
+		      lbl, m->device_budget_bytes);
+	}
 }
 
 char *

@@ -34,6 +34,10 @@ struct serving_metrics {
 	uint64_t success[5]; /* by finish_reason */
 	uint64_t forward_passes, batched_tokens;
 	struct histogram ttft, itl, e2e, queue;
+	/* set once the context exists: what its memory went to */
+	double kv_cache_bytes;      /* the KV pool, as the backend stores it */
+	double device_memory_bytes; /* the GPU's memory; 0 on the CPU */
+	double device_budget_bytes; /* --gpu-memory-utilization of it; 0 without a budget */
 };
 
 void serving_metrics_init(struct serving_metrics *m);

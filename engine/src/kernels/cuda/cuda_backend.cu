@@ -605,20 +605,45 @@ cu_release_weight(struct compute *c, struct compute_weight *w)
 }
 
 static int
-cu_reserve(struct compute *c, const struct compute_shape *s, size_t *kv_bytes)
+cu_memory(struct compute *c, size_t *free_bytes, size_t *total_bytes)
+{
+	*free_bytes = *total_bytes = 0;
+	return check(impl_of(c), cudaMemGetInfo(free_bytes, total_bytes), "reading the device's memory") < 0
+		       ? PRIVAI_EIO
+		       : PRIVAI_OK;
+}
+
+/* Positions per layer the budget leaves room for, after everything this
+ * process (and any other) already holds on the device, as vLLM sizes its
+ * pool; a multiple of the block size, 0 when not even one block fits. */
+static int64_t
+kv_rows_in_budget(struct compute *c, const struct compute_shape *s)
+{
+	size_t free_b, total;
+	double per_row = 2.0 * s->n_layer * s->kv_dim * sizeof(__half);
+
+	if (cu_memory(c, &free_b, &total) < 0 || s->mem_fraction <= 0)
+		return 0;
+	double room = s->mem_fraction * (double)total - (double)(total - free_b);
+	if (room < per_row * s->block_size)
+		return 0;
+	int64_t rows = (int64_t)(room / per_row);
+	return rows / s->block_size * s->block_size;
+}
+
+static int
+cu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 {
 	struct cuda_impl *im = impl_of(c);
-	size_t kv_halfs = (size_t)s->n_layer * (size_t)s->kv_rows * (size_t)s->kv_dim;
 	int shift = 0;
 
+	*kv_bytes = 0;
 	while ((1 << shift) < s->block_size)
 		shift++;
-	*kv_bytes = 2 * kv_halfs * sizeof(__half);
 	if ((1 << shift) != s->block_size || s->max_tokens < 1)
 		return PRIVAI_EINVAL;
 	im->block_shift = shift;
 	im->n_layer = s->n_layer;
-	im->kv_rows = s->kv_rows;
 	im->kv_dim = s->kv_dim;
 	im->max_tokens = s->max_tokens;
 	im->max_blocks = (s->max_ctx + s->block_size - 1) / s->block_size;
@@ -632,11 +657,18 @@ cu_reserve(struct compute *c, const struct compute_shape *s, size_t *kv_bytes)
 	im->d_table = im->d_stage + 3 * s->max_tokens;
 	im->x16_len = (size_t)s->max_tokens * (size_t)s->max_cols;
 	im->w16_len = GEMM_TILE_HALFS > (size_t)s->max_cols ? GEMM_TILE_HALFS : (size_t)s->max_cols;
+	if (s->max_tokens > MMV_MAX_TOKENS &&
+	    ((im->x16 = (__half *)cu_alloc(c, im->x16_len * sizeof(__half))) == NULL ||
+	     (im->w16 = (__half *)cu_alloc(c, im->w16_len * sizeof(__half))) == NULL))
+		return PRIVAI_ENOMEM;
+	/* the KV cache last: on a budget it takes what the rest leaves */
+	if (s->kv_rows == 0 && (s->kv_rows = kv_rows_in_budget(c, s)) == 0)
+		return PRIVAI_ENOMEM;
+	im->kv_rows = s->kv_rows;
+	size_t kv_halfs = (size_t)s->n_layer * (size_t)s->kv_rows * (size_t)s->kv_dim;
+	*kv_bytes = 2 * kv_halfs * sizeof(__half);
 	if ((im->k_cache = (__half *)cu_alloc(c, kv_halfs * sizeof(__half))) == NULL ||
-	    (im->v_cache = (__half *)cu_alloc(c, kv_halfs * sizeof(__half))) == NULL ||
-	    (s->max_tokens > MMV_MAX_TOKENS &&
-	     ((im->x16 = (__half *)cu_alloc(c, im->x16_len * sizeof(__half))) == NULL ||
-	      (im->w16 = (__half *)cu_alloc(c, im->w16_len * sizeof(__half))) == NULL)))
+	    (im->v_cache = (__half *)cu_alloc(c, kv_halfs * sizeof(__half))) == NULL)
 		return PRIVAI_ENOMEM;
 	return PRIVAI_OK;
 }
@@ -662,11 +694,29 @@ cu_destroy(struct compute *c)
 	free(c);
 }
 
+/* In compute_ops' order: C++ designators must follow it. */
 static const struct compute_ops cuda_ops = {
-	"cuda",      cu_destroy,        cu_reserve,        cu_alloc,     cu_release,   cu_upload,
-	cu_download, cu_prepare_weight, cu_release_weight, cu_set_batch, cu_get_rows,  cu_matmul,
-	cu_rmsnorm,  cu_add_rows,       cu_rope,           cu_kv_write,  cu_attention, cu_swiglu,
-	cu_add,      cu_gather_rows,
+	.name = "cuda",
+	.destroy = cu_destroy,
+	.reserve = cu_reserve,
+	.memory = cu_memory,
+	.alloc = cu_alloc,
+	.release = cu_release,
+	.upload = cu_upload,
+	.download = cu_download,
+	.prepare_weight = cu_prepare_weight,
+	.release_weight = cu_release_weight,
+	.set_batch = cu_set_batch,
+	.get_rows = cu_get_rows,
+	.matmul = cu_matmul,
+	.rmsnorm = cu_rmsnorm,
+	.add_rows = cu_add_rows,
+	.rope = cu_rope,
+	.kv_write = cu_kv_write,
+	.attention = cu_attention,
+	.swiglu = cu_swiglu,
+	.add = cu_add,
+	.gather_rows = cu_gather_rows,
 };
 
 /* ------------------------------------------------------------- entries */
