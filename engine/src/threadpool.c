@@ -1,20 +1,37 @@
 /*
- * Thread pool: one job at a time, published through a generation counter.
+ * Thread pool: one job at a time, cut into more parts than threads and
+ * handed out through one atomic counter, so that a thread the kernel has
+ * descheduled (another engine, a compile, the admin on the same CPUs)
+ * holds up at most the part it is in, never a fixed share of every job.
  *
- * run():   store fn/ctx, pending = n-1, generation++ (release), broadcast
- *          if any worker sleeps, do share 0, spin until pending == 0.
- * worker:  wait for generation to change (spin, then sleep), do share i,
- *          pending-- (release).
+ * The job state is one 64-bit word: the job's generation in the high half,
+ * the next part to take in the low half.  A part is taken with a
+ * compare-and-swap that also checks the generation, so a thread that
+ * slept through a whole job cannot take a part of the next one with the
+ * previous job's arguments.
+ *
+ * run():   store fn/ctx/parts, done = 0, state = (gen+1, 0) (release),
+ *          wake sleepers, take parts like everyone, then wait for done ==
+ *          parts: spin briefly, then sleep until the last part's thread
+ *          signals.
+ * worker:  wait for a new generation (spin briefly, then sleep), take
+ *          parts until none is left, done++ after each.
+ * Spins are short (tens of microseconds): long enough to bridge the gap
+ * between the back-to-back jobs of a decode step, short enough that a
+ * thread waiting on a descheduled peer gives its CPU back to that peer.
  */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "privai/status.h"
 #include "privai/threadpool.h"
 
-#define SPIN_ITERS 200000
+#define PARTS_PER_THREAD 4
+#define SPIN_ITERS 2000 /* pause instructions: about 20-100 us */
 
 struct worker {
 	struct threadpool *pool;
@@ -27,13 +44,17 @@ struct threadpool {
 	struct worker *workers;
 	threadpool_fn fn;
 	void *ctx;
-	atomic_uint generation;
-	atomic_int pending;
-	atomic_int sleepers;
+	atomic_int parts;
+	_Atomic uint64_t state; /* generation << 32 | next part */
+	atomic_int done;        /* parts finished in this generation */
+	atomic_int sleepers;    /* workers asleep on cv */
+	atomic_int waiting;     /* the caller asleep on done_cv */
 	atomic_int stop;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	pthread_cond_t cv, done_cv;
 };
+
+static _Thread_local int self_index;
 
 static void
 cpu_relax(void)
@@ -43,26 +64,69 @@ cpu_relax(void)
 #endif
 }
 
+int
+threadpool_self(void)
+{
+	return self_index;
+}
+
+int
+threadpool_parts(const struct threadpool *p)
+{
+	return p->n == 1 ? 1 : p->n * PARTS_PER_THREAD;
+}
+
+/* Take and run parts of generation `gen` until none is left. */
+static void
+take_parts(struct threadpool *p, uint32_t gen)
+{
+	uint64_t v = atomic_load_explicit(&p->state, memory_order_acquire);
+
+	for (;;) {
+		if ((uint32_t)(v >> 32) != gen ||
+		    (int)(uint32_t)v >= atomic_load_explicit(&p->parts, memory_order_relaxed))
+			return;
+		if (!atomic_compare_exchange_weak_explicit(&p->state, &v, v + 1, memory_order_acq_rel,
+							   memory_order_acquire))
+			continue;
+		int parts = atomic_load_explicit(&p->parts, memory_order_relaxed);
+		p->fn(p->ctx, (int)(uint32_t)v, parts);
+		if (atomic_fetch_add(&p->done, 1) + 1 == parts && atomic_load(&p->waiting)) {
+			pthread_mutex_lock(&p->mu);
+			pthread_cond_signal(&p->done_cv);
+			pthread_mutex_unlock(&p->mu);
+		}
+		v = atomic_load_explicit(&p->state, memory_order_acquire);
+	}
+}
+
+static uint32_t
+generation(struct threadpool *p)
+{
+	return (uint32_t)(atomic_load_explicit(&p->state, memory_order_acquire) >> 32);
+}
+
 static void *
 worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct threadpool *p = w->pool;
-	/* generation is 0 when workers are created; a job may be published
-	 * before this thread first runs, so do not read the counter here */
-	unsigned seen = 0;
+	/* generation 0 is "no job yet"; a job may be published before this
+	 * thread first runs, so do not read the counter here */
+	uint32_t seen = 0;
 
+	self_index = w->index;
 	for (;;) {
-		unsigned g;
+		uint32_t g;
 		int spins = 0;
-		while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
+		while ((g = generation(p)) == seen) {
 			if (++spins < SPIN_ITERS) {
 				cpu_relax();
 				continue;
 			}
 			pthread_mutex_lock(&p->mu);
 			atomic_fetch_add(&p->sleepers, 1);
-			while (atomic_load(&p->generation) == seen)
+			while (generation(p) == seen)
 				pthread_cond_wait(&p->cv, &p->mu);
 			atomic_fetch_sub(&p->sleepers, 1);
 			pthread_mutex_unlock(&p->mu);
@@ -71,8 +135,7 @@ worker_main(void *arg)
 		seen = g;
 		if (atomic_load(&p->stop))
 			return NULL;
-		p->fn(p->ctx, w->index, p->n);
-		atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+		take_parts(p, g);
 	}
 }
 
@@ -87,18 +150,41 @@ wake_all(struct threadpool *p)
 	}
 }
 
+/* Until every part of the job is done: the last of them may be running on
+ * a thread that is not scheduled now, so sleep rather than spin long. */
+static void
+wait_done(struct threadpool *p)
+{
+	int parts = atomic_load_explicit(&p->parts, memory_order_relaxed);
+
+	for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < parts; spins++) {
+		if (spins < SPIN_ITERS) {
+			cpu_relax();
+			continue;
+		}
+		pthread_mutex_lock(&p->mu);
+		atomic_store(&p->waiting, 1); /* seq_cst: pairs with done++ then the load of waiting */
+		while (atomic_load(&p->done) < parts)
+			pthread_cond_wait(&p->done_cv, &p->mu);
+		atomic_store(&p->waiting, 0);
+		pthread_mutex_unlock(&p->mu);
+		return;
+	}
+}
+
 int
 threadpool_new(int n_threads, struct threadpool **ret_pool)
 {
 	struct threadpool *p;
 
-	if (n_threads < 1)
+	if (n_threads < 1 || n_threads > 4096)
 		return PRIVAI_EINVAL;
 	if ((p = calloc(1, sizeof(*p))) == NULL)
 		return PRIVAI_ENOMEM;
 	p->n = n_threads;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
+	pthread_cond_init(&p->done_cv, NULL);
 	if ((p->workers = calloc((size_t)n_threads, sizeof(*p->workers))) == NULL) {
 		free(p);
 		return PRIVAI_ENOMEM;
@@ -123,13 +209,14 @@ threadpool_free(struct threadpool *p)
 		return;
 	atomic_store(&p->stop, 1);
 	pthread_mutex_lock(&p->mu);
-	atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+	atomic_fetch_add(&p->state, (uint64_t)1 << 32);
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 1; i < p->n; i++)
 		pthread_join(p->workers[i].thread, NULL);
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->cv);
+	pthread_cond_destroy(&p->done_cv);
 	free(p->workers);
 	free(p);
 }
@@ -147,17 +234,50 @@ threadpool_run(struct threadpool *p, threadpool_fn fn, void *ctx)
 		fn(ctx, 0, 1);
 		return;
 	}
+	uint32_t gen = generation(p) + 1;
 	p->fn = fn;
 	p->ctx = ctx;
-	atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
-	atomic_fetch_add(&p->generation, 1); /* seq_cst: pairs with sleepers++ */
+	atomic_store_explicit(&p->parts, threadpool_parts(p), memory_order_relaxed);
+	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+	atomic_store(&p->state, (uint64_t)gen << 32); /* seq_cst: publishes the above, pairs with sleepers++ */
 	wake_all(p);
-	fn(ctx, 0, p->n);
-	int spins = 0;
-	while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
-		if (++spins < SPIN_ITERS)
-			cpu_relax();
-		else
-			sched_yield();
+	take_parts(p, gen);
+	wait_done(p);
+}
+
+/* Physical cores among the CPUs this process may run on: hyperthread
+ * siblings share a core's units, and a pool wider than the allowed CPUs
+ * only makes its threads wait for each other. */
+int
+threadpool_default_threads(void)
+{
+	cpu_set_t set;
+	int n_allowed = 0, n_cores = 0;
+	unsigned char seen[4096] = { 0 };
+
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		return 1;
+	for (int cpu = 0; cpu < CPU_SETSIZE && cpu < 4096; cpu++) {
+		if (!CPU_ISSET(cpu, &set))
+			continue;
+		n_allowed++;
+		char path[96];
+		int first = cpu;
+		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
+		FILE *f = fopen(path, "r");
+		/* the list starts with the core's lowest CPU: count a core once */
+		if (f != NULL) {
+			if (fscanf(f, "%d", &first) != 1)
+				first = cpu;
+			fclose(f);
+		}
+		if (first < 0 || first >= 4096 || !seen[first]) {
+			if (first >= 0 && first < 4096)
+				seen[first] = 1;
+			n_cores++;
+		}
 	}
+	if (n_cores < 1)
+		n_cores = n_allowed;
+	return n_cores < 1 ? 1 : n_cores;
 }

@@ -7,6 +7,8 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include "testlib.h"
 #include "privai/gguf.h"
 #include "privai/model.h"
@@ -119,6 +121,31 @@ job(void *ctx, int ith, int nth)
 	atomic_fetch_add(sum, ith + 1 + 100 * nth);
 }
 
+/* Part 0 waits until every other part is done: under a fixed share per
+ * thread it would wait on parts queued behind it on its own thread and
+ * never finish; with parts handed out as threads come free it does. */
+struct waiter {
+	atomic_int done, bad_self;
+	int n_threads;
+};
+
+static void
+wait_for_others(void *ctx, int ith, int nth)
+{
+	struct waiter *w = ctx;
+	int self = threadpool_self();
+
+	if (self < 0 || self >= w->n_threads)
+		atomic_store(&w->bad_self, 1);
+	if (ith == 0) {
+		/* a deadlock guard, not a timing: 10 s is far beyond any schedule */
+		for (int i = 0; i < 10000 && atomic_load(&w->done) < nth - 1; i++)
+			usleep(1000);
+		return;
+	}
+	atomic_fetch_add(&w->done, 1);
+}
+
 static void
 test_threadpool(void)
 {
@@ -126,14 +153,28 @@ test_threadpool(void)
 	atomic_int sum = 0;
 
 	CHECK(threadpool_new(3, &p) == 0, "pool of 3");
+	int parts = threadpool_parts(p), want = 0;
+	for (int i = 0; i < parts; i++)
+		want += i + 1 + 100 * parts;
+	CHECK(parts >= 3, "a job is cut into at least a part per thread (%d)", parts);
 	for (int i = 0; i < 2000; i++)
 		threadpool_run(p, job, &sum);
-	CHECK(atomic_load(&sum) == 2000 * (1 + 2 + 3 + 300 * 3), "every thread ran every job");
+	CHECK(atomic_load(&sum) == 2000 * want, "every part of every job ran once");
 	usleep(300000); /* let workers fall asleep, then wake them */
 	threadpool_run(p, job, &sum);
-	CHECK(atomic_load(&sum) == 2001 * (1 + 2 + 3 + 300 * 3), "sleeping workers wake");
+	CHECK(atomic_load(&sum) == 2001 * want, "sleeping workers wake");
+	struct waiter w = { .n_threads = 3 };
+	threadpool_run(p, wait_for_others, &w);
+	CHECK(atomic_load(&w.done) == parts - 1,
+	      "parts go to free threads: one part waited on all the others (%d of %d)", atomic_load(&w.done),
+	      parts - 1);
+	CHECK(!atomic_load(&w.bad_self), "threadpool_self() names a thread of the pool");
 	threadpool_free(p);
 	CHECK(threadpool_new(0, &p) == PRIVAI_EINVAL, "zero threads refused");
+	int n = threadpool_default_threads();
+	cpu_set_t set;
+	CHECK(sched_getaffinity(0, sizeof(set), &set) == 0 && n >= 1 && n <= CPU_COUNT(&set),
+	      "the default pool fits the CPUs this process may use (%d of %d)", n, CPU_COUNT(&set));
 }
 
 /* A tiny model written with the writer, with one thing varied. */

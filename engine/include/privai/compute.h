@@ -127,7 +127,7 @@ struct compute {
 };
 
 struct compute_params {
-	int n_threads; /* CPU: pool threads; 0: every online CPU */
+	int n_threads; /* CPU: pool threads; 0: the physical cores this process may use */
 };
 
 /* The backend called `name` ("cpu", "cuda"; NULL is "cpu").  PRIVAI_OK,

@@ -75,7 +75,7 @@ void engine_model_free(struct engine_model *m);
 struct engine_ctx_params {
 	int n_ctx;          /* longest sequence; 0: the model's training context, capped at 4096 */
 	int n_batch;        /* tokens per forward pass; 0: 256 */
-	int n_threads;      /* CPU threads; 0: all online CPUs */
+	int n_threads;      /* CPU threads; 0: the physical cores this process may use */
 	int n_kv_blocks;    /* blocks in the KV pool; 0: enough for one sequence of n_ctx */
 	const char *device; /* the compute backend (compute.h): NULL or "cpu", "cuda" */
 	/* on a device, with n_kv_blocks 0: the share of its memory this

@@ -1,11 +1,16 @@
 /*
- * A fixed pool of worker threads created once at model load.
+ * A fixed pool of worker threads created once per context.
  *
- * threadpool_run() runs fn(ctx, i, n) for i in 0..n-1 on the n threads
- * (the calling thread is thread 0) and returns when all are done.  Workers
- * spin briefly between jobs, because a decode step issues hundreds of short
- * jobs and waking a sleeping thread costs more than most of them, and then
- * sleep on a condition variable so an idle engine uses no CPU.
+ * threadpool_run() cuts a job into threadpool_parts() parts and runs
+ * fn(ctx, i, parts) once for every part i, each on whichever pool thread
+ * takes it first (the calling thread is thread 0 and takes parts too), and
+ * returns when all are done.  Parts are handed out as threads come free,
+ * so a thread the kernel has descheduled (the CPUs are shared with other
+ * engines and services) delays one part, not a fixed share of every job.
+ * A part that needs per-thread scratch indexes it with threadpool_self().
+ * Workers spin a few tens of microseconds between jobs, because a decode
+ * step issues hundreds of short jobs and waking a sleeping thread costs
+ * more than most of them, and then sleep, so an idle engine uses no CPU.
  */
 #ifndef PRIVAI_THREADPOOL_H
 #define PRIVAI_THREADPOOL_H
@@ -19,6 +24,13 @@ struct threadpool;
 int threadpool_new(int n_threads, struct threadpool **ret_pool);
 void threadpool_free(struct threadpool *p);
 int threadpool_size(const struct threadpool *p);
+/* How many parts threadpool_run() cuts a job into (1 for one thread). */
+int threadpool_parts(const struct threadpool *p);
+/* The pool thread running the calling part: 0 .. threadpool_size() - 1. */
+int threadpool_self(void);
+/* The default pool size: physical cores among the CPUs this process may
+ * run on (sched_getaffinity, so a CPU set given by systemd is honoured). */
+int threadpool_default_threads(void);
 void threadpool_run(struct threadpool *p, threadpool_fn fn, void *ctx);
 
 #endif

@@ -26,7 +26,7 @@ usage(void)
 	     "  -n N                   tokens to generate (default 128; -1: until the end of context)\n"
 	     "  -i, --interactive      keep reading prompts from stdin into the same context\n"
 	     "  -c, --ctx N            context length (default: model's, at most 4096)\n"
-	     "  -t, --threads N        compute threads (default: all CPUs)\n"
+	     "  -t, --threads N        compute threads (default: the physical cores it may use)\n"
 	     "  --device NAME          compute backend: cpu (default) or cuda\n"
 	     "  --temp T               temperature (default 0.8; 0 = greedy)\n"
 	     "  --top-k K              (default 40; 0 = off)\n"

@@ -45,7 +45,7 @@ serve_usage(FILE *fp)
 	      "                         buffers and the KV cache (default 0.9)\n"
 	      "  --queue N              requests waiting beyond --parallel before 429 (default 256)\n"
 	      "  --chat-template NAME   llama2, llama3, mistral, chatml, phi3, gemma, deepseek, deepseek3\n"
-	      "  --threads N            compute threads (default: all CPUs)\n"
+	      "  --threads N            compute threads (default: the physical cores it may use)\n"
 	      "  --device NAME          backend: cpu (default) or cuda where the build has it\n"
 	      "  --gpus UUID[,UUID...]  with --device cuda: the GPUs or the one MIG instance to use\n"
 	      "  --tensor-parallel N    with --device cuda: GPUs the model is split over (default: all of --gpus)\n"

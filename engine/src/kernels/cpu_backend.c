@@ -184,12 +184,12 @@ q4_0_to_q8_0(const uint8_t *src, uint8_t *dst, size_t nb)
 #define GEMM_ROWS 4
 #define GEMM8_ROWS 8
 static void
-mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1, int ith)
+mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 {
 	const struct weight *w = j->w;
 	int64_t nb = w->cols / 32, groups = (j->n + GEMM_TOKENS - 1) / GEMM_TOKENS;
 	float out[GEMM_ROWS * 2 * GEMM_TOKENS];
-	struct thread_scratch *ts = &j->im->ts[ith];
+	struct thread_scratch *ts = &j->im->ts[threadpool_self()];
 	int32_t *wsum = ts->wsum;
 	float *wd = ts->wd;
 
@@ -291,13 +291,13 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 /* Decode batches of 2..15 tokens: one or two 8-token groups.  Q4_0 rows
  * are widened to Q8_0 a few at a time, their block sums taken on the way. */
 static void
-mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1, int ith)
+mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1)
 {
 	const struct weight *w = j->w;
 	int64_t nb = w->cols / 32, groups = (j->n + GEMM8_TOKENS - 1) / GEMM8_TOKENS;
 	const struct q8_tile8 *tiles = (const struct q8_tile8 *)j->im->tiles;
 	float out[GEMM8_ROWS * GEMM8_TOKENS];
-	struct thread_scratch *ts = &j->im->ts[ith];
+	struct thread_scratch *ts = &j->im->ts[threadpool_self()];
 	int16_t *sums = (int16_t *)ts->wsum; /* GEMM_ROWS x nb int32 of room */
 
 	/* Q4_0's widened rows fit GEMM_ROWS at a time; Q8_0 rows are read in place */
@@ -341,13 +341,13 @@ mm_worker(void *arg, int ith, int nth)
 
 	split(j->w->rows, ith, nth, &lo, &hi);
 	if (j->gemm)
-		mm_rows_gemm(j, lo, hi, ith);
+		mm_rows_gemm(j, lo, hi);
 	else if (j->gemm8)
-		mm_rows_gemm8(j, lo, hi, ith);
+		mm_rows_gemm8(j, lo, hi);
 	else if (j->quantized)
 		mm_rows_q8(j, lo, hi);
 	else
-		mm_rows_f32(j, lo, hi, j->im->ts[ith].row);
+		mm_rows_f32(j, lo, hi, j->im->ts[threadpool_self()].row);
 }
 
 static void
@@ -493,7 +493,7 @@ att_worker(void *arg, int ith, int nth)
 {
 	struct att_job *j = arg;
 	const struct cpu_kernels *k = j->im->k;
-	float *score = j->im->att_buf + (size_t)ith * j->im->att_len;
+	float *score = j->im->att_buf + (size_t)threadpool_self() * j->im->att_len;
 	int64_t lo, hi, total = (int64_t)j->n * j->n_head;
 	int group = j->n_head / j->n_head_kv;
 	float scale = 1.0f / sqrtf((float)j->head_dim);
@@ -763,7 +763,7 @@ compute_cpu_new(const struct compute_params *p, struct compute **ret, char *err)
 {
 	struct compute *c = calloc(1, sizeof(*c));
 	struct cpu_impl *im = calloc(1, sizeof(*im));
-	int n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	int n_threads = p->n_threads > 0 ? p->n_threads : threadpool_default_threads();
 	int r;
 
 	if (c == NULL || im == NULL) {
