@@ -245,6 +245,54 @@ test_kernels(const struct cpu_kernels *simd)
 	a = simd->dot_f16(wh, x, N - 3); /* an odd length exercises the tail */
 	b = ref->dot_f16(wh, x, N - 3);
 	CHECK(fabsf(a - b) <= 1e-3f * fabsf(b) + 1e-3f, "%s dot_f16 %g vs %g", simd->name, a, b);
+	for (int i = 0; i < N; i++)
+		wh[i] = f32_to_bf16(w[i]);
+	a = simd->dot_bf16(wh, x, N - 3);
+	b = ref->dot_bf16(wh, x, N - 3);
+	CHECK(fabsf(a - b) <= 1e-3f * fabsf(b) + 1e-3f, "%s dot_bf16 %g vs %g", simd->name, a, b);
+	simd->bf16_to_f32(wh, f1, 37);
+	ref->bf16_to_f32(wh, f2, 37);
+	CHECK(memcmp(f1, f2, sizeof(f1)) == 0, "%s bf16_to_f32", simd->name);
+}
+
+/* The float register tile against the scalar dot on odd shapes: a full
+ * tile, fewer rows, fewer tokens, one of each, and lengths that are not a
+ * multiple of the vector width (the masked tail). */
+static void
+test_gemm_f32(const struct cpu_kernels *k)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { LD = 301 };
+	static float w[GEMM_F32_ROWS * LD], x[GEMM_F32_TOKENS * LD];
+	static const int shapes[][3] = { { 4, 4, 256 }, { 4, 4, 37 }, { 3, 4, 100 }, { 4, 1, 299 },
+					 { 1, 1, 7 },   { 2, 3, 16 }, { 4, 4, 1 } };
+	float y[GEMM_F32_TOKENS * 8];
+
+	if (k->gemm_f32 == NULL) {
+		SKIP("%s has no float register tile (the per-token dot runs)", k->name);
+		return;
+	}
+	for (int i = 0; i < GEMM_F32_ROWS * LD; i++)
+		w[i] = sinf((float)i * 0.013f) * 2 - 0.5f;
+	for (int i = 0; i < GEMM_F32_TOKENS * LD; i++)
+		x[i] = cosf((float)i * 0.029f) * 3;
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		int nr = shapes[s][0], nt = shapes[s][1], n = shapes[s][2], bad = 0;
+		for (int i = 0; i < GEMM_F32_TOKENS * 8; i++)
+			y[i] = -12345.0f;
+		k->gemm_f32(w, LD, nr, x, LD, nt, (size_t)n, y, 8);
+		for (int t = 0; t < GEMM_F32_TOKENS; t++)
+			for (int r = 0; r < 8; r++) {
+				float got = y[t * 8 + r];
+				if (t >= nt || r >= nr) {
+					bad += got != -12345.0f; /* nothing outside the tile is written */
+					continue;
+				}
+				float want = ref->dot_f32(w + r * LD, x + t * LD, (size_t)n);
+				bad += !(fabsf(got - want) <= 1e-5f * fabsf(want) + 1e-4f);
+			}
+		CHECK(bad == 0, "%s gemm_f32 %d rows x %d tokens x %d: %d values off", k->name, nr, nt, n, bad);
+	}
 }
 
 /* The prefill GEMM against the scalar per-token dot, with a partial
@@ -300,6 +348,7 @@ main(void)
 	/* every SIMD level this CPU can run, not only the one it would pick */
 	const struct cpu_kernels *best = cpu_kernels_get();
 	test_kernels(best);
+	test_gemm_f32(best);
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());
 	if (strcmp(best->name, "scalar") == 0)

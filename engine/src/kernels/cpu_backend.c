@@ -32,7 +32,7 @@
 
 /* What one pool thread writes while multiplying: sized once by reserve(). */
 struct thread_scratch {
-	float *row;     /* one dequantized weight row */
+	float *row;     /* GEMM_F32_ROWS dequantized weight rows */
 	int32_t *wsum;  /* GEMM_ROWS x blocks: -128 * sum(w) */
 	float *wd;      /* GEMM_ROWS x blocks: weight scales */
 	float *wmin;    /* GEMM_ROWS x blocks: Q4_K offsets */
@@ -261,29 +261,52 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 	const struct weight *w = j->w;
 	const struct cpu_kernels *k = j->im->k;
 
-	if (w->type == TT_F16 && j->n <= 2) { /* decode: convert inside the dot */
+	if ((w->type == TT_F16 || w->type == TT_BF16) && j->n <= 2) { /* decode: convert inside the dot */
+		float (*dot)(const uint16_t *, const float *, size_t) = w->type == TT_F16 ? k->dot_f16 : k->dot_bf16;
 		for (int64_t r = r0; r < r1; r++)
 			for (int t = 0; t < j->n; t++)
 				j->y[(int64_t)t * w->rows + r] =
-					k->dot_f16((const uint16_t *)((const uint8_t *)w->data + r * w->row_bytes),
-						   j->x + (int64_t)t * w->cols, (size_t)w->cols);
+					dot((const uint16_t *)((const uint8_t *)w->data + r * w->row_bytes),
+					    j->x + (int64_t)t * w->cols, (size_t)w->cols);
 		return;
 	}
 
+	/* GEMM_F32_ROWS rows at a time as floats in buf, each multiplied with
+	 * every token of the tile: a register tile where the CPU has one */
 	for (int t0 = 0; t0 < j->n; t0 += TOKEN_TILE) {
 		int t1 = t0 + TOKEN_TILE < j->n ? t0 + TOKEN_TILE : j->n;
-		for (int64_t r = r0; r < r1; r++) {
-			const void *row = (const uint8_t *)w->data + r * w->row_bytes;
+		for (int64_t rb = r0; rb < r1; rb += GEMM_F32_ROWS) {
+			int nr = r1 - rb < GEMM_F32_ROWS ? (int)(r1 - rb) : GEMM_F32_ROWS;
 			const float *wr = buf;
-			if (w->type == TT_F32)
-				wr = row;
-			else if (w->type == TT_F16)
-				k->f16_to_f32(row, buf, (size_t)w->cols);
-			else
-				tensor_dequantize_row(w->type, row, buf, (size_t)w->cols);
-			for (int t = t0; t < t1; t++)
-				j->y[(int64_t)t * w->rows + r] =
-					k->dot_f32(wr, j->x + (int64_t)t * w->cols, (size_t)w->cols);
+			size_t ldw = (size_t)w->cols;
+			if (w->type == TT_F32) { /* read in place */
+				ldw = w->row_bytes / sizeof(float);
+				wr = (const float *)w->data + rb * (int64_t)ldw;
+			}
+			for (int r = 0; r < nr && w->type != TT_F32; r++) {
+				const void *row = (const uint8_t *)w->data + (rb + r) * w->row_bytes;
+				if (w->type == TT_F16)
+					k->f16_to_f32(row, buf + (size_t)r * ldw, (size_t)w->cols);
+				else if (w->type == TT_BF16)
+					k->bf16_to_f32(row, buf + (size_t)r * ldw, (size_t)w->cols);
+				else
+					tensor_dequantize_row(w->type, row, buf + (size_t)r * ldw, (size_t)w->cols);
+			}
+			for (int t = t0; t < t1; t += GEMM_F32_TOKENS) {
+				int nt = t1 - t < GEMM_F32_TOKENS ? t1 - t : GEMM_F32_TOKENS;
+				const float *xt = j->x + (int64_t)t * w->cols;
+				float *yt = j->y + (int64_t)t * w->rows + rb;
+				if (k->gemm_f32 != NULL) {
+					k->gemm_f32(wr, ldw, nr, xt, (size_t)w->cols, nt, (size_t)w->cols, yt,
+						    (size_t)w->rows);
+					continue;
+				}
+				for (int r = 0; r < nr; r++)
+					for (int u = 0; u < nt; u++)
+						yt[(int64_t)u * w->rows + r] =
+							k->dot_f32(wr + (size_t)r * ldw, xt + (int64_t)u * w->cols,
+								   (size_t)w->cols);
+			}
 		}
 	}
 }
@@ -827,7 +850,7 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 		for (int i = 0; i < nth; i++) {
 			struct thread_scratch *ts = &im->ts[i];
 			/* all five grow together with max_cols */
-			if (resize((void **)&ts->row, (size_t)max_cols * sizeof(float)) < 0 ||
+			if (resize((void **)&ts->row, GEMM_F32_ROWS * (size_t)max_cols * sizeof(float)) < 0 ||
 			    resize((void **)&ts->wsum, blocks * sizeof(int32_t)) < 0 ||
 			    resize((void **)&ts->wd, blocks * sizeof(float)) < 0 ||
 			    resize((void **)&ts->wmin, blocks * sizeof(float)) < 0 ||

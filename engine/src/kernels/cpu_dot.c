@@ -42,6 +42,23 @@ f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n)
 		dst[i] = fp16_to_f32(src[i]);
 }
 
+static float
+dot_bf16_scalar(const uint16_t *w, const float *x, size_t n)
+{
+	float s = 0.0f;
+
+	for (size_t i = 0; i < n; i++)
+		s += bf16_to_f32(w[i]) * x[i];
+	return s;
+}
+
+static void
+bf16_to_f32_scalar(const uint16_t *src, float *dst, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = bf16_to_f32(src[i]);
+}
+
 static void
 quantize_q8_scalar(const float *x, struct block_q8 *out, size_t n)
 {
@@ -114,6 +131,9 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL,
 	NULL,
+	NULL,
+	dot_bf16_scalar,
+	bf16_to_f32_scalar,
 };
 
 void
@@ -184,6 +204,43 @@ dot_f16_avx2(const uint16_t *w, const float *x, size_t n)
 	for (; i < n; i++)
 		s += _cvtsh_ss(w[i]) * x[i];
 	return s;
+}
+
+AVX2 static __m256
+bf16x8_avx2(const uint16_t *p)
+{
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+AVX2 static float
+dot_bf16_avx2(const uint16_t *w, const float *x, size_t n)
+{
+	__m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		s0 = _mm256_fmadd_ps(bf16x8_avx2(w + i), _mm256_loadu_ps(x + i), s0);
+		s1 = _mm256_fmadd_ps(bf16x8_avx2(w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
+	}
+	s0 = _mm256_add_ps(s0, s1);
+	__m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+	h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_add_ss(h, _mm_movehdup_ps(h));
+	float s = _mm_cvtss_f32(h);
+	for (; i < n; i++)
+		s += bf16_to_f32(w[i]) * x[i];
+	return s;
+}
+
+AVX2 static void
+bf16_to_f32_avx2(const uint16_t *src, float *dst, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, bf16x8_avx2(src + i));
+	for (; i < n; i++)
+		dst[i] = bf16_to_f32(src[i]);
 }
 
 AVX2 static void
@@ -287,9 +344,21 @@ dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 }
 
 static struct cpu_kernels k_avx2 = {
-	"avx2",        dot_f32_avx2, dot_f16_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2,
-	dot_q4_0_avx2, NULL,         NULL, /* k-quant dots: filled in by cpu_kernels_get */
-	NULL,          NULL,         NULL, /* no GEMM */
+	"avx2",
+	dot_f32_avx2,
+	dot_f16_avx2,
+	f16_to_f32_avx2,
+	quantize_q8_avx2,
+	dot_q8_0_avx2,
+	dot_q4_0_avx2,
+	NULL,
+	NULL, /* k-quant dots: filled in by cpu_kernels_get */
+	NULL,
+	NULL,
+	NULL, /* no GEMM */
+	NULL,
+	dot_bf16_avx2,
+	bf16_to_f32_avx2,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -326,6 +395,62 @@ dot_f16_avx512(const uint16_t *w, const float *x, size_t n)
 	for (; i < n; i++)
 		s += _cvtsh_ss(w[i]) * x[i];
 	return s;
+}
+
+/* A full 4 x 4 tile keeps its 16 sums in registers; the edges of a
+ * matrix (fewer rows or tokens) take the per-pair dot. */
+AVX512 static void
+gemm_f32_avx512(const float *w, size_t ldw, int nr, const float *x, size_t ldx, int nt, size_t n, float *y, size_t ldy)
+{
+	if (nr != GEMM_F32_ROWS || nt != GEMM_F32_TOKENS) {
+		for (int r = 0; r < nr; r++)
+			for (int t = 0; t < nt; t++)
+				y[(size_t)t * ldy + r] = dot_f32_avx512(w + (size_t)r * ldw, x + (size_t)t * ldx, n);
+		return;
+	}
+	const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
+	const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
+	__m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00,
+	       a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+	size_t i = 0;
+	__mmask16 m = 0xffff;
+
+	for (;;) {
+		if (i + 16 > n) {
+			if (i >= n)
+				break;
+			m = (__mmask16)((1u << (n - i)) - 1);
+		}
+		__m512 v0 = _mm512_maskz_loadu_ps(m, w0 + i), v1 = _mm512_maskz_loadu_ps(m, w1 + i);
+		__m512 v2 = _mm512_maskz_loadu_ps(m, w2 + i), v3 = _mm512_maskz_loadu_ps(m, w3 + i);
+		__m512 t = _mm512_maskz_loadu_ps(m, x0 + i);
+		a00 = _mm512_fmadd_ps(v0, t, a00);
+		a10 = _mm512_fmadd_ps(v1, t, a10);
+		a20 = _mm512_fmadd_ps(v2, t, a20);
+		a30 = _mm512_fmadd_ps(v3, t, a30);
+		t = _mm512_maskz_loadu_ps(m, x1 + i);
+		a01 = _mm512_fmadd_ps(v0, t, a01);
+		a11 = _mm512_fmadd_ps(v1, t, a11);
+		a21 = _mm512_fmadd_ps(v2, t, a21);
+		a31 = _mm512_fmadd_ps(v3, t, a31);
+		t = _mm512_maskz_loadu_ps(m, x2 + i);
+		a02 = _mm512_fmadd_ps(v0, t, a02);
+		a12 = _mm512_fmadd_ps(v1, t, a12);
+		a22 = _mm512_fmadd_ps(v2, t, a22);
+		a32 = _mm512_fmadd_ps(v3, t, a32);
+		t = _mm512_maskz_loadu_ps(m, x3 + i);
+		a03 = _mm512_fmadd_ps(v0, t, a03);
+		a13 = _mm512_fmadd_ps(v1, t, a13);
+		a23 = _mm512_fmadd_ps(v2, t, a23);
+		a33 = _mm512_fmadd_ps(v3, t, a33);
+		i += 16;
+	}
+#define OUT(r, t) y[(size_t)(t)*ldy + (r)] = _mm512_reduce_add_ps(a##r##t)
+	OUT(0, 0), OUT(1, 0), OUT(2, 0), OUT(3, 0);
+	OUT(0, 1), OUT(1, 1), OUT(2, 1), OUT(3, 1);
+	OUT(0, 2), OUT(1, 2), OUT(2, 2), OUT(3, 2);
+	OUT(0, 3), OUT(1, 3), OUT(2, 3), OUT(3, 3);
+#undef OUT
 }
 
 AVX512 static float
@@ -563,8 +688,21 @@ gemm8_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int16_t *
 }
 
 static struct cpu_kernels k_avx512 = {
-	"avx512-vnni",   dot_f32_avx512, dot_f16_avx512, f16_to_f32_avx2,       quantize_q8_avx2, dot_q8_0_avx512,
-	dot_q4_0_avx512, NULL,           NULL,           gemm_q8_0_prep_avx512, gemm_q8_0_avx512, gemm8_q8_0_avx512,
+	"avx512-vnni",
+	dot_f32_avx512,
+	dot_f16_avx512,
+	f16_to_f32_avx2,
+	quantize_q8_avx2,
+	dot_q8_0_avx512,
+	dot_q4_0_avx512,
+	NULL,
+	NULL,
+	gemm_q8_0_prep_avx512,
+	gemm_q8_0_avx512,
+	gemm8_q8_0_avx512,
+	gemm_f32_avx512,
+	dot_bf16_avx2,
+	bf16_to_f32_avx2,
 };
 #endif
 

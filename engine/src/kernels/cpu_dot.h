@@ -77,7 +77,21 @@ struct cpu_kernels {
 	 * bsum: each row's block sums (nb per row). */
 	void (*gemm8_q8_0)(const uint8_t *w, size_t row_bytes, int nrows, const int16_t *bsum, const struct q8_tile8 *x,
 			   size_t nb, float *y);
+	/* Float rows x tokens, one register tile: y[t * ldy + r] = w_r . x_t
+	 * for r < nr <= GEMM_F32_ROWS and t < nt <= GEMM_F32_TOKENS, rows ldw
+	 * floats apart, tokens ldx apart, n elements each.  Every weight
+	 * value loaded is used for nt tokens (the per-token dot loads two
+	 * values per multiply-add).  NULL where there is no kernel. */
+	void (*gemm_f32)(const float *w, size_t ldw, int nr, const float *x, size_t ldx, int nt, size_t n, float *y,
+			 size_t ldy);
+	/* bfloat16 weights, as dot_f16 and f16_to_f32 (a bfloat16 is the
+	 * top half of a float: a shift, no rounding) */
+	float (*dot_bf16)(const uint16_t *w, const float *x, size_t n);
+	void (*bf16_to_f32)(const uint16_t *src, float *dst, size_t n);
 };
+
+#define GEMM_F32_ROWS 4
+#define GEMM_F32_TOKENS 4
 
 /* cpu_dot_kquants.c */
 float dot_q4_k_scalar(const void *w, const struct block_q8 *x, size_t nb);
