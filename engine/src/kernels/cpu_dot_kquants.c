@@ -108,38 +108,59 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 	TARGET static float dot_q4_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)                      \
 	{                                                                                                              \
 		const uint8_t *b = w;                                                                                  \
-		__m256 acc = _mm256_setzero_ps();                                                                      \
-		float mins = 0.0f;                                                                                     \
+		/* two sums: one chain of multiply-adds would wait on its latency */                                   \
+		__m256 acc = _mm256_setzero_ps(), acc1 = acc, mins = acc;                                              \
 		const __m256i low = _mm256_set1_epi8(0xf);                                                             \
+		float dd[8];                                                                                           \
 		for (size_t i = 0; i < nb / 8; i++, b += 144, x += 8) {                                                \
-			float d = f16c_load(b), dmin = f16c_load(b + 2);                                               \
+			/* the eight 6-bit scales and mins at once, then each times   \
+			 * its activation block's scale: one vector per super-block */                                \
+			uint32_t u[3], sc[2], mn[2];                                                                   \
+			memcpy(u, b + 4, 12);                                                                          \
+			sc[0] = u[0] & 0x3f3f3f3f;                                                                     \
+			sc[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);                               \
+			mn[0] = u[1] & 0x3f3f3f3f;                                                                     \
+			mn[1] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);                        \
+			__m256 xd = _mm256_setr_ps(x[0].d, x[1].d, x[2].d, x[3].d, x[4].d, x[5].d, x[6].d, x[7].d);    \
+			__m256 xs =                                                                                    \
+				_mm256_setr_ps((float)x[0].sum, (float)x[1].sum, (float)x[2].sum, (float)x[3].sum,     \
+					       (float)x[4].sum, (float)x[5].sum, (float)x[6].sum, (float)x[7].sum);    \
+			__m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));   \
+			__m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn)));   \
+			_mm256_storeu_ps(dd, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(f16c_load(b)), scf), xd));     \
+			mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(f16c_load(b + 2)), mnf),                   \
+					       _mm256_mul_ps(xd, xs), mins);                                           \
 			for (int p = 0; p < 4; p++) {                                                                  \
 				__m256i raw = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * p));                  \
 				__m256i q0 = _mm256_and_si256(raw, low);                                               \
 				__m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);                         \
-				int sc0, m0, sc1, m1;                                                                  \
-				k4_scale_min(2 * p, b + 4, &sc0, &m0);                                                 \
-				k4_scale_min(2 * p + 1, b + 4, &sc1, &m1);                                             \
-				const struct block_q8 *x0 = &x[2 * p], *x1 = &x[2 * p + 1];                            \
-				__m256i p0 = U8I8(q0, _mm256_loadu_si256((const __m256i *)x0->q));                     \
-				__m256i p1 = U8I8(q1, _mm256_loadu_si256((const __m256i *)x1->q));                     \
-				acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc0 * x0->d), _mm256_cvtepi32_ps(p0), acc);   \
-				acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 * x1->d), _mm256_cvtepi32_ps(p1), acc);   \
-				mins += dmin * (m0 * x0->d * (float)x0->sum + m1 * x1->d * (float)x1->sum);            \
+				__m256i p0 = U8I8(q0, _mm256_loadu_si256((const __m256i *)x[2 * p].q));                \
+				__m256i p1 = U8I8(q1, _mm256_loadu_si256((const __m256i *)x[2 * p + 1].q));            \
+				acc = _mm256_fmadd_ps(_mm256_set1_ps(dd[2 * p]), _mm256_cvtepi32_ps(p0), acc);         \
+				acc1 = _mm256_fmadd_ps(_mm256_set1_ps(dd[2 * p + 1]), _mm256_cvtepi32_ps(p1), acc1);   \
 			}                                                                                              \
 		}                                                                                                      \
-		return hsum256(acc) - mins;                                                                            \
+		return hsum256(_mm256_add_ps(acc, acc1)) - hsum256(mins);                                              \
 	}                                                                                                              \
                                                                                                                        \
 	TARGET static float dot_q6_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)                      \
 	{                                                                                                              \
 		const uint8_t *b = w;                                                                                  \
-		__m256 acc = _mm256_setzero_ps();                                                                      \
+		__m256 acc = _mm256_setzero_ps(), acc1 = acc;                                                          \
 		const __m256i low = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);                                \
+		const __m256i half_idx[4] = { _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),                               \
+					      _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),                               \
+					      _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5),                               \
+					      _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7) };                             \
 		const __m256i m32 = _mm256_set1_epi8(32);                                                              \
 		for (size_t i = 0; i < nb / 8; i++, b += 210) {                                                        \
 			const int8_t *sc = (const int8_t *)(b + 192);                                                  \
 			float d = f16c_load(b + 208);                                                                  \
+			/* the sixteen scales as floats, eight per half super-block */                                 \
+			const __m256 sc_lo =                                                                           \
+				_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc)));        \
+			const __m256 sc_hi =                                                                           \
+				_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8))));  \
 			for (int h = 0; h < 2; h++, x += 4) {                                                          \
 				const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;                                \
 				__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);                                  \
@@ -160,22 +181,22 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6),    \
 											  three),                      \
 									 4));                                          \
+				const __m256 scf = h ? sc_hi : sc_lo;                                                  \
 				for (int k = 0; k < 4; k++) {                                                          \
 					__m256i xq = _mm256_loadu_si256((const __m256i *)x[k].q);                      \
 					/* (q - 32) * x = q * x - 32 * x, both from unsigned q */                      \
-					__m256i pq = U8I8(v[k], xq);                                                   \
-					__m256i px = U8I8(m32, xq);                                                    \
-					__m256i pr = _mm256_sub_epi32(pq, px);                                         \
-					__m256i scv = _mm256_setr_epi32(sc[8 * h + 2 * k], sc[8 * h + 2 * k],          \
-									sc[8 * h + 2 * k], sc[8 * h + 2 * k],          \
-									sc[8 * h + 2 * k + 1], sc[8 * h + 2 * k + 1],  \
-									sc[8 * h + 2 * k + 1], sc[8 * h + 2 * k + 1]); \
-					acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x[k].d),                              \
-							      _mm256_cvtepi32_ps(_mm256_mullo_epi32(pr, scv)), acc);   \
+					__m256i pr = _mm256_sub_epi32(U8I8(v[k], xq), U8I8(m32, xq));                  \
+					/* lanes 0-3 are the block's first 16 values, 4-7 its last */                  \
+					__m256 sv = _mm256_mul_ps(_mm256_permutevar8x32_ps(scf, half_idx[k]),          \
+								  _mm256_set1_ps(d * x[k].d));                         \
+					if (k & 1)                                                                     \
+						acc1 = _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(pr), acc1);              \
+					else                                                                           \
+						acc = _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(pr), acc);                \
 				}                                                                                      \
 			}                                                                                              \
 		}                                                                                                      \
-		return hsum256(acc);                                                                                   \
+		return hsum256(_mm256_add_ps(acc, acc1));                                                              \
 	}
 
 DEFINE_KQUANT_DOTS(avx2, AVX2, U8I8_AVX2)
