@@ -50,9 +50,6 @@ DEPS_STAMP = .deps-installed
 .PHONY: all deps run run-engine test test-unit test-cli fuzz bench clean deb image image-test lint lint-deep format format-check compile-commands
 .DEFAULT_GOAL := all
 
-NVML_DOUBLE = $(BUILD)/libnvml-double.so
-all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(FABRIC_BIN) $(FIRSTBOOT_BIN) $(NVML_DOUBLE) $(UNIT_BIN) $(CUDA_LIB)
-
 # The CUDA backend, whenever nvcc is here (not in the sanitizer build):
 # a shared object privai-engine dlopen()s only when a CUDA device is asked
 # for (engine/src/backends.c), so the engine itself never links CUDA.
@@ -66,11 +63,15 @@ ifneq ($(SAN),1)
 CUDA_LIB    = $(BUILD)/privai-cuda.so
 endif
 endif
-$(BUILD)/privai-cuda.so: $(CUDA_SRC) $(CUDA_DEPS)
+$(BUILD)/privai-cuda.so: $(CUDA_SRC) $(CUDA_DEPS) engine/src/status.c
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++20 -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Iengine/include -Iengine/src \
 		$(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -shared -cudart static \
-		-Xlinker -rpath,'$$ORIGIN:/usr/local/cuda/lib64' -o $@ $(CUDA_SRC) -lcublas
+		-Xlinker -rpath,'$$ORIGIN:/usr/local/cuda/lib64' -Xlinker -z,defs -o $@ $(CUDA_SRC) engine/src/status.c -lcublas
+
+NVML_DOUBLE = $(BUILD)/libnvml-double.so
+all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(FABRIC_BIN) $(FIRSTBOOT_BIN) $(NVML_DOUBLE) $(UNIT_BIN) $(CUDA_LIB)
+
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): scripts/install-deps.sh

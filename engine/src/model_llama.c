@@ -334,7 +334,7 @@ forward_layer(struct engine_ctx *c, int il, int n)
 }
 
 static int
-check_batch(const struct engine_ctx *c, const struct engine_batch *b, char *err)
+check_batch(const struct engine_ctx *c, const struct compute_batch *b, char *err)
 {
 	const struct model_hparams *hp = &c->model->hp;
 
@@ -362,19 +362,18 @@ check_batch(const struct engine_ctx *c, const struct engine_batch *b, char *err)
 }
 
 int
-engine_forward(struct engine_ctx *c, const struct engine_batch *b, float *logits, char *err)
+engine_forward(struct engine_ctx *c, const struct compute_batch *b, float *logits, char *err)
 {
 	const struct model_hparams *hp = &c->model->hp;
 	const struct compute_ops *op = c->compute->ops;
 	struct compute *cp = c->compute;
-	struct compute_batch cb = { b->n, b->tokens, b->pos, b->table, b->n_out, b->out_rows };
 	int r;
 
 	if ((r = check_batch(c, b, err)) < 0)
 		return r;
 	if (b->n_out > 0 && logits == NULL)
 		return privai_fail(err, PRIVAI_EINVAL, "%d logits rows asked for without a buffer", b->n_out);
-	op->set_batch(cp, &cb);
+	op->set_batch(cp, b);
 	op->get_rows(cp, &c->tok_embd, c->x);
 	for (int il = 0; il < hp->n_layer; il++)
 		forward_layer(c, il, b->n);
@@ -411,12 +410,12 @@ engine_decode(struct engine_ctx *c, const int32_t *tokens, int n, int logits_all
 		int last = done + nb == n;
 		int n_out = out == NULL ? 0 : (logits_all ? nb : (last ? 1 : 0));
 		float *dst = out == NULL ? NULL : (logits_all ? out + (size_t)done * hp->n_vocab : out);
-		struct engine_batch b = { .n = nb,
-					  .tokens = tokens + done,
-					  .n_out = n_out,
-					  .pos = c->d_pos,
-					  .table = c->d_table,
-					  .out_rows = c->d_rows };
+		struct compute_batch b = { .n = nb,
+					   .tokens = tokens + done,
+					   .n_out = n_out,
+					   .pos = c->d_pos,
+					   .table = c->d_table,
+					   .out_rows = c->d_rows };
 		for (int t = 0; t < nb; t++) {
 			c->d_pos[t] = c->n_past + t;
 			c->d_table[t] = c->seq0_table;

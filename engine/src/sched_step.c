@@ -442,7 +442,7 @@ sched_step(struct scheduler *s)
 	update_gauges(s);
 	pthread_mutex_unlock(&s->mu);
 
-	struct engine_batch eb = { b.n, s->b_tok, s->b_pos, s->b_table, b.n_out, s->b_rows };
+	struct compute_batch eb = { b.n, s->b_tok, s->b_pos, s->b_table, b.n_out, s->b_rows };
 	int rc = b.n > 0 ? engine_forward(s->ctx, &eb, s->logits, err) : PRIVAI_OK;
 
 	pthread_mutex_lock(&s->mu);

@@ -288,7 +288,7 @@ test_model_errors(void)
 		CHECK(engine_decode(c, toks, 13, 0, logits, err) == PRIVAI_ERANGE, "overflow after 4 used");
 		int32_t pos0 = 4, row0 = 0;
 		const int32_t *tab[1] = { (const int32_t[]){ 0 } };
-		struct engine_batch b = {
+		struct compute_batch b = {
 			.n = 1, .tokens = toks, .pos = &pos0, .table = tab, .n_out = 1, .out_rows = &row0
 		};
 		CHECK(engine_forward(c, &b, NULL, err) == PRIVAI_EINVAL && strstr(err, "without a buffer"),

@@ -73,7 +73,7 @@ static double
 run(struct engine_ctx *c, int n, int32_t *tok, int32_t *pos, const int32_t **table, int32_t *rows, float *out,
     char *err)
 {
-	struct engine_batch b = { n, tok, pos, table, n, rows };
+	struct compute_batch b = { n, tok, pos, table, n, rows };
 
 	return engine_forward(c, &b, out, err);
 }

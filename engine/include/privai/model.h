@@ -105,27 +105,19 @@ int engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params 
 void engine_ctx_free(struct engine_ctx *c);
 void engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info);
 
-/* One forward pass over tokens of any number of sequences.  Token i is
- * tokens[i] at position pos[i] of the sequence whose block table is
- * table[i]; the table must hold blocks for positions 0..pos[i], and the
- * cache must already hold that sequence's earlier positions (or they must
- * come earlier in this batch).  Logits are written for the tokens listed in
- * out_rows (n_out of them, in any order) to logits (n_out x n_vocab, host
- * memory; only these rows come back from the backend). */
-struct engine_batch {
-	int n;
-	const int32_t *tokens;
-	const int32_t *pos;
-	const int32_t *const *table;
-	int n_out;
-	const int32_t *out_rows;
-};
-
+/* One forward pass over tokens of any number of sequences, described by
+ * a struct compute_batch (compute.h): token i is tokens[i] at position
+ * pos[i] of the sequence whose block table is table[i]; the table must
+ * hold blocks for positions 0..pos[i], and the cache must already hold
+ * that sequence's earlier positions (or they must come earlier in this
+ * batch).  Logits are written for the tokens listed in out_rows (n_out of
+ * them, in any order) to logits (n_out x n_vocab, host memory; only these
+ * rows come back from the backend). */
 /* PRIVAI_EINVAL for an empty or oversized batch, a token outside the
  * vocabulary, a position outside the context, a block outside the pool or
  * rows asked for without `logits`; nothing is written then.  A backend's
  * failure (a lost device) is returned as its error. */
-int engine_forward(struct engine_ctx *c, const struct engine_batch *b, float *logits, char *err);
+int engine_forward(struct engine_ctx *c, const struct compute_batch *b, float *logits, char *err);
 
 /* Forget the single sequence engine_decode() runs (a new conversation). */
 void engine_ctx_reset(struct engine_ctx *c);

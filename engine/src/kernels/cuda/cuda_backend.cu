@@ -29,7 +29,9 @@
 
 #include "cuda_backend.h"
 #include "kernels/dequant_chunk.h"
-#include "privai/status.h"
+extern "C" {
+#include "privai/status.h" /* status.c is built into the library as C */
+}
 
 #define MMV_MAX_TOKENS 8           /* tokens the matrix-vector kernel keeps in registers */
 #define MMV_WARPS 4                /* rows (one per warp) per block */
@@ -64,19 +66,6 @@ impl_of(struct compute *c)
 	return (struct cuda_impl *)c->impl;
 }
 
-static int
-fail_msg(char *err, int status, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err != NULL) {
-		va_start(ap, fmt);
-		vsnprintf(err, PRIVAI_ERR_LEN, fmt, ap);
-		va_end(ap);
-	}
-	return status;
-}
-
 /* Note the first CUDA failure; later ones are usually its echoes. */
 static int
 check(struct cuda_impl *im, cudaError_t e, const char *what)
@@ -84,7 +73,7 @@ check(struct cuda_impl *im, cudaError_t e, const char *what)
 	if (e == cudaSuccess)
 		return 0;
 	if (!im->failed)
-		fail_msg(im->err, PRIVAI_EIO, "CUDA: %s: %s", what, cudaGetErrorString(e));
+		privai_fail(im->err, PRIVAI_EIO, "CUDA: %s: %s", what, cudaGetErrorString(e));
 	im->failed = 1;
 	return -1;
 }
@@ -385,8 +374,8 @@ cu_matmul_gemm(struct cuda_impl *im, const struct weight *w, const float *x, int
 				  (int)cols, im->x16, CUDA_R_16F, (int)cols, &zero, y + r0, CUDA_R_32F, (int)w->rows,
 				  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 		if (st != CUBLAS_STATUS_SUCCESS && !im->failed) {
-			fail_msg(im->err, PRIVAI_EIO, "cuBLAS: GEMM of %lld x %d x %lld failed (status %d)",
-				 (long long)nr, n, (long long)cols, (int)st);
+			privai_fail(im->err, PRIVAI_EIO, "cuBLAS: GEMM of %lld x %d x %lld failed (status %d)",
+				    (long long)nr, n, (long long)cols, (int)st);
 			im->failed = 1;
 		}
 	}
@@ -729,15 +718,15 @@ explain_no_device(cudaError_t e, char *err)
 
 	switch (e) {
 	case cudaErrorInsufficientDriver:
-		return fail_msg(err, PRIVAI_EUNAVAIL,
-				"no usable NVIDIA driver: libcuda.so.1 is missing or older than this CUDA %d.%d "
-				"build needs (%s)",
-				CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, cudaGetErrorString(e));
+		return privai_fail(err, PRIVAI_EUNAVAIL,
+				   "no usable NVIDIA driver: libcuda.so.1 is missing or older than this CUDA %d.%d "
+				   "build needs (%s)",
+				   CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, cudaGetErrorString(e));
 	case cudaErrorNoDevice:
-		return fail_msg(err, PRIVAI_EUNAVAIL, "the NVIDIA driver sees no GPU%s%s%s",
-				vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+		return privai_fail(err, PRIVAI_EUNAVAIL, "the NVIDIA driver sees no GPU%s%s%s",
+				   vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
 	default:
-		return fail_msg(err, PRIVAI_EUNAVAIL, "CUDA cannot start: %s", cudaGetErrorString(e));
+		return privai_fail(err, PRIVAI_EUNAVAIL, "CUDA cannot start: %s", cudaGetErrorString(e));
 	}
 }
 
@@ -769,7 +758,7 @@ privai_cuda_new(const struct compute_params *p, struct compute **ret, char *err)
 	if (c == NULL || im == NULL) {
 		free(c);
 		free(im);
-		return fail_msg(err, PRIVAI_ENOMEM, "out of memory");
+		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	}
 	c->ops = &cuda_ops;
 	c->impl = im;
@@ -780,13 +769,13 @@ privai_cuda_new(const struct compute_params *p, struct compute **ret, char *err)
 	if (cudaSetDevice(0) != cudaSuccess ||
 	    cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking) != cudaSuccess) {
 		cu_destroy(c);
-		return fail_msg(err, PRIVAI_EUNAVAIL, "CUDA cannot start a stream on the device");
+		return privai_fail(err, PRIVAI_EUNAVAIL, "CUDA cannot start a stream on the device");
 	}
 	if (cublasCreate(&im->blas) != CUBLAS_STATUS_SUCCESS ||
 	    cublasSetStream(im->blas, im->stream) != CUBLAS_STATUS_SUCCESS) {
 		cu_destroy(c);
-		return fail_msg(err, PRIVAI_EUNAVAIL, "cuBLAS cannot start (is libcublas from CUDA %d installed?)",
-				CUDART_VERSION / 1000);
+		return privai_fail(err, PRIVAI_EUNAVAIL, "cuBLAS cannot start (is libcublas from CUDA %d installed?)",
+				   CUDART_VERSION / 1000);
 	}
 	*ret = c;
 	return PRIVAI_OK;
