@@ -35,7 +35,7 @@ tg "$T/b" &
 pb=$!
 wait $pa $pb
 a=$(rate "$T/a") b=$(rate "$T/b")
-for i in $(seq 1 "$(nproc)"); do
+for _ in $(seq 1 "$(nproc)"); do
 	sh -c 'while :; do :; done' &
 	hogs="$hogs $!"
 done

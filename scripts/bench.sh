@@ -9,7 +9,7 @@ BUILD=${BUILD:-build}
 E=$BUILD/privai-engine
 THREADS=${THREADS:-2}
 REPS=${REPS:-3}
-TYPES=${TYPES:-"Q8_0 Q4_0 Q4_K_M F16"}
+TYPES=${TYPES:-"Q8_0 Q4_0 Q4_K_M F16 BF16"}
 dir=$BUILD/bench
 mkdir -p "$dir"
 shape="--dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 --vocab 32000"
