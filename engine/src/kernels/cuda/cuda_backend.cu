@@ -530,7 +530,8 @@ cu_alloc(struct compute *c, size_t bytes)
 		cudaGetLastError(); /* an allocation failure is not sticky: clear it */
 		return NULL;
 	}
-	if (check(im, cudaMemset(p, 0, bytes ? bytes : 1), "clearing new memory") < 0) {
+	/* on our stream: a non-blocking stream does not wait for the legacy one */
+	if (check(im, cudaMemsetAsync(p, 0, bytes ? bytes : 1, im->stream), "clearing new memory") < 0) {
 		cudaFree(p);
 		return NULL;
 	}
@@ -550,7 +551,12 @@ cu_upload(struct compute *c, void *dst, const void *src, size_t bytes)
 {
 	struct cuda_impl *im = impl_of(c);
 
-	return check(im, cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "upload") < 0 ? PRIVAI_EIO : PRIVAI_OK;
+	/* on our stream, then wait: a copy from pageable memory may return
+	 * before its DMA is done, and src may go once this returns */
+	if (check(im, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, im->stream), "upload") < 0 ||
+	    check(im, cudaStreamSynchronize(im->stream), "upload") < 0)
+		return PRIVAI_EIO;
+	return PRIVAI_OK;
 }
 
 static int
