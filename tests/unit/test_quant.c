@@ -264,8 +264,14 @@ test_gemm_f32(const struct cpu_kernels *k)
 	const struct cpu_kernels *ref = cpu_kernels_scalar();
 	enum { LD = 301 };
 	static float w[GEMM_F32_ROWS * LD], x[GEMM_F32_TOKENS * LD];
-	static const int shapes[][3] = { { 4, 4, 256 }, { 4, 4, 37 }, { 3, 4, 100 }, { 4, 1, 299 },
-					 { 1, 1, 7 },   { 2, 3, 16 }, { 4, 4, 1 } };
+	/* the full tile first, then every kind of edge */
+	static const int shapes[][3] = { { GEMM_F32_ROWS, GEMM_F32_TOKENS, 256 },
+					 { GEMM_F32_ROWS, GEMM_F32_TOKENS, 37 },
+					 { GEMM_F32_ROWS, GEMM_F32_TOKENS, 1 },
+					 { 3, 4, 100 },
+					 { 4, 1, 299 },
+					 { 1, 1, 7 },
+					 { 2, 3, 16 } };
 	float y[GEMM_F32_TOKENS * 8];
 
 	if (k->gemm_f32 == NULL) {

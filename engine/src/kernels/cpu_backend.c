@@ -28,7 +28,7 @@
 #include "cpu_dot.h"
 
 #define ROW_BLOCK 8   /* weight rows kept hot while the tokens stream by */
-#define TOKEN_TILE 64 /* float-path tokens per pass, bounds the x working set */
+#define TOKEN_TILE 48 /* float-path tokens per pass (a multiple of GEMM_F32_TOKENS), bounds the x working set */
 
 /* What one pool thread writes while multiplying: sized once by reserve(). */
 struct thread_scratch {

@@ -397,8 +397,8 @@ dot_f16_avx512(const uint16_t *w, const float *x, size_t n)
 	return s;
 }
 
-/* A full 4 x 4 tile keeps its 16 sums in registers; the edges of a
- * matrix (fewer rows or tokens) take the per-pair dot. */
+/* A full tile keeps its sums in registers; the edges of a matrix (fewer
+ * rows or tokens) take the per-pair dot. */
 AVX512 static void
 gemm_f32_avx512(const float *w, size_t ldw, int nr, const float *x, size_t ldx, int nt, size_t n, float *y, size_t ldy)
 {
@@ -408,10 +408,14 @@ gemm_f32_avx512(const float *w, size_t ldw, int nr, const float *x, size_t ldx, 
 				y[(size_t)t * ldy + r] = dot_f32_avx512(w + (size_t)r * ldw, x + (size_t)t * ldx, n);
 		return;
 	}
-	const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
-	const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
-	__m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00,
-	       a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+	__m512 a00 = _mm512_setzero_ps(), a01 = _mm512_setzero_ps(), a02 = _mm512_setzero_ps(),
+	       a03 = _mm512_setzero_ps(), a04 = _mm512_setzero_ps(), a05 = _mm512_setzero_ps(),
+	       a10 = _mm512_setzero_ps(), a11 = _mm512_setzero_ps(), a12 = _mm512_setzero_ps(),
+	       a13 = _mm512_setzero_ps(), a14 = _mm512_setzero_ps(), a15 = _mm512_setzero_ps(),
+	       a20 = _mm512_setzero_ps(), a21 = _mm512_setzero_ps(), a22 = _mm512_setzero_ps(),
+	       a23 = _mm512_setzero_ps(), a24 = _mm512_setzero_ps(), a25 = _mm512_setzero_ps(),
+	       a30 = _mm512_setzero_ps(), a31 = _mm512_setzero_ps(), a32 = _mm512_setzero_ps(),
+	       a33 = _mm512_setzero_ps(), a34 = _mm512_setzero_ps(), a35 = _mm512_setzero_ps();
 	size_t i = 0;
 	__mmask16 m = 0xffff;
 
@@ -421,36 +425,66 @@ gemm_f32_avx512(const float *w, size_t ldw, int nr, const float *x, size_t ldx, 
 				break;
 			m = (__mmask16)((1u << (n - i)) - 1);
 		}
-		__m512 v0 = _mm512_maskz_loadu_ps(m, w0 + i), v1 = _mm512_maskz_loadu_ps(m, w1 + i);
-		__m512 v2 = _mm512_maskz_loadu_ps(m, w2 + i), v3 = _mm512_maskz_loadu_ps(m, w3 + i);
-		__m512 t = _mm512_maskz_loadu_ps(m, x0 + i);
-		a00 = _mm512_fmadd_ps(v0, t, a00);
-		a10 = _mm512_fmadd_ps(v1, t, a10);
-		a20 = _mm512_fmadd_ps(v2, t, a20);
-		a30 = _mm512_fmadd_ps(v3, t, a30);
-		t = _mm512_maskz_loadu_ps(m, x1 + i);
-		a01 = _mm512_fmadd_ps(v0, t, a01);
-		a11 = _mm512_fmadd_ps(v1, t, a11);
-		a21 = _mm512_fmadd_ps(v2, t, a21);
-		a31 = _mm512_fmadd_ps(v3, t, a31);
-		t = _mm512_maskz_loadu_ps(m, x2 + i);
-		a02 = _mm512_fmadd_ps(v0, t, a02);
-		a12 = _mm512_fmadd_ps(v1, t, a12);
-		a22 = _mm512_fmadd_ps(v2, t, a22);
-		a32 = _mm512_fmadd_ps(v3, t, a32);
-		t = _mm512_maskz_loadu_ps(m, x3 + i);
-		a03 = _mm512_fmadd_ps(v0, t, a03);
-		a13 = _mm512_fmadd_ps(v1, t, a13);
-		a23 = _mm512_fmadd_ps(v2, t, a23);
-		a33 = _mm512_fmadd_ps(v3, t, a33);
+		__m512 v0 = _mm512_maskz_loadu_ps(m, w + 0 * ldw + i);
+		__m512 v1 = _mm512_maskz_loadu_ps(m, w + 1 * ldw + i);
+		__m512 v2 = _mm512_maskz_loadu_ps(m, w + 2 * ldw + i);
+		__m512 v3 = _mm512_maskz_loadu_ps(m, w + 3 * ldw + i);
+		__m512 xt = _mm512_maskz_loadu_ps(m, x + 0 * ldx + i);
+		a00 = _mm512_fmadd_ps(v0, xt, a00);
+		a10 = _mm512_fmadd_ps(v1, xt, a10);
+		a20 = _mm512_fmadd_ps(v2, xt, a20);
+		a30 = _mm512_fmadd_ps(v3, xt, a30);
+		xt = _mm512_maskz_loadu_ps(m, x + 1 * ldx + i);
+		a01 = _mm512_fmadd_ps(v0, xt, a01);
+		a11 = _mm512_fmadd_ps(v1, xt, a11);
+		a21 = _mm512_fmadd_ps(v2, xt, a21);
+		a31 = _mm512_fmadd_ps(v3, xt, a31);
+		xt = _mm512_maskz_loadu_ps(m, x + 2 * ldx + i);
+		a02 = _mm512_fmadd_ps(v0, xt, a02);
+		a12 = _mm512_fmadd_ps(v1, xt, a12);
+		a22 = _mm512_fmadd_ps(v2, xt, a22);
+		a32 = _mm512_fmadd_ps(v3, xt, a32);
+		xt = _mm512_maskz_loadu_ps(m, x + 3 * ldx + i);
+		a03 = _mm512_fmadd_ps(v0, xt, a03);
+		a13 = _mm512_fmadd_ps(v1, xt, a13);
+		a23 = _mm512_fmadd_ps(v2, xt, a23);
+		a33 = _mm512_fmadd_ps(v3, xt, a33);
+		xt = _mm512_maskz_loadu_ps(m, x + 4 * ldx + i);
+		a04 = _mm512_fmadd_ps(v0, xt, a04);
+		a14 = _mm512_fmadd_ps(v1, xt, a14);
+		a24 = _mm512_fmadd_ps(v2, xt, a24);
+		a34 = _mm512_fmadd_ps(v3, xt, a34);
+		xt = _mm512_maskz_loadu_ps(m, x + 5 * ldx + i);
+		a05 = _mm512_fmadd_ps(v0, xt, a05);
+		a15 = _mm512_fmadd_ps(v1, xt, a15);
+		a25 = _mm512_fmadd_ps(v2, xt, a25);
+		a35 = _mm512_fmadd_ps(v3, xt, a35);
 		i += 16;
 	}
-#define OUT(r, t) y[(size_t)(t)*ldy + (r)] = _mm512_reduce_add_ps(a##r##t)
-	OUT(0, 0), OUT(1, 0), OUT(2, 0), OUT(3, 0);
-	OUT(0, 1), OUT(1, 1), OUT(2, 1), OUT(3, 1);
-	OUT(0, 2), OUT(1, 2), OUT(2, 2), OUT(3, 2);
-	OUT(0, 3), OUT(1, 3), OUT(2, 3), OUT(3, 3);
-#undef OUT
+	y[(size_t)0 * ldy + 0] = _mm512_reduce_add_ps(a00);
+	y[(size_t)0 * ldy + 1] = _mm512_reduce_add_ps(a10);
+	y[(size_t)0 * ldy + 2] = _mm512_reduce_add_ps(a20);
+	y[(size_t)0 * ldy + 3] = _mm512_reduce_add_ps(a30);
+	y[(size_t)1 * ldy + 0] = _mm512_reduce_add_ps(a01);
+	y[(size_t)1 * ldy + 1] = _mm512_reduce_add_ps(a11);
+	y[(size_t)1 * ldy + 2] = _mm512_reduce_add_ps(a21);
+	y[(size_t)1 * ldy + 3] = _mm512_reduce_add_ps(a31);
+	y[(size_t)2 * ldy + 0] = _mm512_reduce_add_ps(a02);
+	y[(size_t)2 * ldy + 1] = _mm512_reduce_add_ps(a12);
+	y[(size_t)2 * ldy + 2] = _mm512_reduce_add_ps(a22);
+	y[(size_t)2 * ldy + 3] = _mm512_reduce_add_ps(a32);
+	y[(size_t)3 * ldy + 0] = _mm512_reduce_add_ps(a03);
+	y[(size_t)3 * ldy + 1] = _mm512_reduce_add_ps(a13);
+	y[(size_t)3 * ldy + 2] = _mm512_reduce_add_ps(a23);
+	y[(size_t)3 * ldy + 3] = _mm512_reduce_add_ps(a33);
+	y[(size_t)4 * ldy + 0] = _mm512_reduce_add_ps(a04);
+	y[(size_t)4 * ldy + 1] = _mm512_reduce_add_ps(a14);
+	y[(size_t)4 * ldy + 2] = _mm512_reduce_add_ps(a24);
+	y[(size_t)4 * ldy + 3] = _mm512_reduce_add_ps(a34);
+	y[(size_t)5 * ldy + 0] = _mm512_reduce_add_ps(a05);
+	y[(size_t)5 * ldy + 1] = _mm512_reduce_add_ps(a15);
+	y[(size_t)5 * ldy + 2] = _mm512_reduce_add_ps(a25);
+	y[(size_t)5 * ldy + 3] = _mm512_reduce_add_ps(a35);
 }
 
 AVX512 static float

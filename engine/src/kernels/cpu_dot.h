@@ -91,7 +91,7 @@ struct cpu_kernels {
 };
 
 #define GEMM_F32_ROWS 4
-#define GEMM_F32_TOKENS 4
+#define GEMM_F32_TOKENS 6
 
 /* cpu_dot_kquants.c */
 float dot_q4_k_scalar(const void *w, const struct block_q8 *x, size_t nb);
