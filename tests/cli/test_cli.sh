@@ -98,6 +98,10 @@ else
 	expect_fail "serve on a missing CUDA" "--device cuda: " "$E" serve -m "$DEMO" --port 0 --device cuda
 	expect_fail "run on a missing CUDA" "$(echo "$why" | cut -c1-30)" "$E" run -m "$DEMO" -p hi --device cuda
 fi
+# which kernel path each weight type takes on this CPU, from the backend's own decision
+echo "$feat" | grep -q '"cpu_paths":{.*"Q8_0":{"decode":"int8 [^"]*","prefill":"int8 [^"]*"}' && ok ||
+	bad "features --json lacks Q8_0's integer paths: $feat"
+echo "$feat" | grep -q '"F16":{"decode":"fused half-to-float dot"' && ok || bad "features --json lacks F16's decode path"
 expect_fail "CUDA library named but absent" "installed without its CUDA backend" \
 	env PRIVAI_CUDA_LIBRARY="$T/nope.so" "$E" run -m "$DEMO" -p hi --device cuda
 expect_fail "CUDA library that is something else" "not a privai CUDA backend" \

@@ -142,6 +142,10 @@ void compute_free(struct compute *c);
 int compute_cpu_threads(const struct compute *c);
 /* Which SIMD level the CPU backend picked ("avx512-vnni", "avx2", "scalar"). */
 const char *compute_cpu_simd_name(void);
+/* How the CPU backend multiplies weights of `type` (a GGUF type id) by a
+ * pass of n_tokens on this CPU ("int8 GEMM, 16-token tiles", "float
+ * register tile", ...); NULL for a type it cannot read. */
+const char *compute_cpu_path(uint32_t type, int n_tokens);
 
 /* Whether backend `name` can run here, without starting it: PRIVAI_OK
  * with a line about it in `info` (128 bytes; NULL allowed: "NVIDIA H100

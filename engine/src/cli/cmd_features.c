@@ -9,6 +9,7 @@
 #include "privai/chat.h"
 #include "privai/compute.h"
 #include "privai/status.h"
+#include "privai/tensor_type.h"
 #include "cli.h"
 
 /* ,"key":"value" with the value escaped (a library's message may hold
@@ -26,6 +27,27 @@ json_pair(int comma, const char *key, const char *value)
 			putchar(*p);
 	}
 	putchar('"');
+}
+
+/* How each weight type is multiplied on this CPU, for a decode step (one
+ * token) and a prompt (128 tokens): the CPU issue's "which path each type
+ * takes", from the same decision the backend acts on. */
+#define MAX_TYPE_ID 64
+static void
+print_paths(int json)
+{
+	int k = 0;
+
+	for (uint32_t t = 0; t < MAX_TYPE_ID; t++) {
+		const char *dec = compute_cpu_path(t, 1), *pre = compute_cpu_path(t, 128);
+		if (dec == NULL || pre == NULL)
+			continue;
+		if (json)
+			printf("%s\"%s\":{\"decode\":\"%s\",\"prefill\":\"%s\"}", k++ ? "," : "", tensor_type_name(t),
+			       dec, pre);
+		else
+			printf("  %-7s decode: %s; prefill: %s\n", tensor_type_name(t), dec, pre);
+	}
 }
 
 int
@@ -63,7 +85,9 @@ cmd_features(int argc, char **argv)
 		for (int i = 0, k = 0; i < n; i++)
 			if (!ok[i])
 				json_pair(k++, b[i], why[i]);
-		printf("},\"cpu_simd\":\"%s\",\"chat_templates\":[", compute_cpu_simd_name());
+		printf("},\"cpu_simd\":\"%s\",\"cpu_paths\":{", compute_cpu_simd_name());
+		print_paths(1);
+		fputs("},\"chat_templates\":[", stdout);
 		for (const char *const *t = chat_template_names(); *t != NULL; t++)
 			printf("%s\"%s\"", t == chat_template_names() ? "" : ",", *t);
 		fputs("]}\n", stdout);
@@ -71,6 +95,8 @@ cmd_features(int argc, char **argv)
 	}
 	for (int i = 0; i < n; i++)
 		printf("%-5s %s\n", b[i], ok[i] ? info[i] : why[i]);
+	puts("cpu paths:");
+	print_paths(0);
 	fputs("chat templates:", stdout);
 	for (const char *const *t = chat_template_names(); *t != NULL; t++)
 		printf(" %s", *t);

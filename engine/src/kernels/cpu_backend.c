@@ -233,6 +233,27 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 	}
 }
 
+/* F16 and BF16 decode converts inside the dot rather than a row at a
+ * time into a buffer: one or two tokens read the row once either way. */
+static int
+half_dot(uint32_t type, int n)
+{
+	return (type == TT_F16 || type == TT_BF16) && n <= 2;
+}
+
+/* How a matrix of `type` is multiplied by n tokens with kernels k: the one
+ * decision cpu_matmul() acts on and compute_cpu_path() reports. */
+static void
+mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, int *quantized, int *gemm, int *gemm8)
+{
+	*quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q6_K;
+	/* the GEMM pays off once a tile is mostly full */
+	*gemm = (type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K) && k->gemm_q8_0 != NULL && n >= GEMM_TOKENS;
+	/* a decode batch: 8-token tiles (one token is memory-bound on the dot) */
+	*gemm8 = !*gemm && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) && k->gemm8_q8_0 != NULL && n >= 2 &&
+		 n < GEMM_TOKENS;
+}
+
 static void
 mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 {
@@ -261,7 +282,7 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 	const struct weight *w = j->w;
 	const struct cpu_kernels *k = j->im->k;
 
-	if ((w->type == TT_F16 || w->type == TT_BF16) && j->n <= 2) { /* decode: convert inside the dot */
+	if (half_dot(w->type, j->n)) { /* decode: convert inside the dot */
 		float (*dot)(const uint16_t *, const float *, size_t) = w->type == TT_F16 ? k->dot_f16 : k->dot_bf16;
 		for (int64_t r = r0; r < r1; r++)
 			for (int t = 0; t < j->n; t++)
@@ -383,13 +404,7 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
 	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
-	j.quantized = w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K || w->type == TT_Q6_K;
-	/* the GEMM pays off once a tile is mostly full */
-	j.gemm = (w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_Q4_K) && im->k->gemm_q8_0 != NULL &&
-		 n >= GEMM_TOKENS;
-	/* a decode batch: 8-token tiles (one token is memory-bound on the dot) */
-	j.gemm8 = !j.gemm && ((w->type == TT_Q8_0 && j.bsum != NULL) || w->type == TT_Q4_0) &&
-		  im->k->gemm8_q8_0 != NULL && n >= 2 && n < GEMM_TOKENS;
+	mm_plan(im->k, w->type, j.bsum != NULL, n, &j.quantized, &j.gemm, &j.gemm8);
 	if (j.quantized)
 		threadpool_run(im->pool, mm_quantize_x, &j);
 	if (j.gemm)
@@ -747,6 +762,33 @@ const char *
 compute_cpu_simd_name(void)
 {
 	return choose_kernels()->name;
+}
+
+const char *
+compute_cpu_path(uint32_t type, int n_tokens)
+{
+	const struct cpu_kernels *k = choose_kernels();
+	int quantized, gemm, gemm8;
+
+	if (tensor_type_get(type) == NULL || !tensor_type_get(type)->can_dequant)
+		return NULL;
+	/* Q8_0 always has its block sums (prepare_weight) */
+	mm_plan(k, type, type == TT_Q8_0, n_tokens, &quantized, &gemm, &gemm8);
+	if (gemm)
+		return "int8 GEMM, 16-token tiles";
+	if (gemm8)
+		return "int8 GEMM, 8-token tiles";
+	if (quantized)
+		return "int8 dot per token";
+	if (half_dot(type, n_tokens))
+		return "fused half-to-float dot";
+	/* a pass narrower than the tile takes the tile's edge: the dot */
+	int tile = k->gemm_f32 != NULL && n_tokens >= GEMM_F32_TOKENS;
+	if (type == TT_F32)
+		return tile ? "float register tile" : "float dot per token";
+	if (type == TT_F16 || type == TT_BF16)
+		return tile ? "rows converted to float, register tile" : "rows converted to float, dot per token";
+	return tile ? "rows dequantized, float register tile" : "rows dequantized, float dot per token";
 }
 
 static void
