@@ -30,15 +30,6 @@ compute_backends(void)
 	return backends;
 }
 
-int
-compute_has_backend(const char *name)
-{
-	for (const char *const *b = backends; *b != NULL; b++)
-		if (strcmp(*b, name) == 0)
-			return 1;
-	return 0;
-}
-
 /* The library, loaded once and never unloaded (its ops table is used for
  * the life of the process). */
 static struct {

@@ -153,9 +153,8 @@ const char *compute_cpu_path(uint32_t type, int n_tokens);
  * CUDA backend's library is loaded on the first call that names it. */
 int compute_probe(const char *name, char *info, char *err);
 
-/* The backends this engine knows, NULL-terminated ("cpu", "cuda"), and
- * whether it knows one; compute_probe() says whether it can run. */
+/* The backends this engine knows, NULL-terminated ("cpu", "cuda");
+ * compute_probe() says whether one can run. */
 const char *const *compute_backends(void);
-int compute_has_backend(const char *name);
 
 #endif
