@@ -105,6 +105,9 @@ read_hparams(const struct gguf_file *f, struct model_hparams *hp, const struct a
 	hp->head_dim = hp->n_embd / hp->n_head;
 	if ((r = get_opt_u32(f, arch, "attention.key_length", &hp->head_dim, err)) < 0)
 		return r;
+	if (hp->head_dim < 2 || hp->head_dim > ENGINE_HEAD_DIM_MAX)
+		return privai_fail(err, PRIVAI_EUNSUPPORTED, "attention head size %d: this engine takes 2 to %d",
+				   hp->head_dim, ENGINE_HEAD_DIM_MAX);
 	hp->n_rot = hp->head_dim;
 	if ((r = get_opt_u32(f, arch, "rope.dimension_count", &hp->n_rot, err)) < 0)
 		return r;

@@ -198,38 +198,90 @@ def test_basic(s):
           and abs(lp[0]["logprob"] - lp[0]["top_logprobs"][0]["logprob"]) < 1e-5, "chat logprobs (greedy = top 1)")
 
 
-def json_prefix_ok(t):
-    """A complete JSON object, or text that a JSON object could still start with."""
-    t = t.lstrip()
-    return t.startswith("{")
+def json_prefix(t):
+    """'complete' when t is a JSON object (blanks around allowed), 'prefix' when
+    more text could still make it one, 'invalid' otherwise.  Decides by
+    completing the text the shortest way and parsing the result."""
+    try:
+        if isinstance(json.loads(t), dict):
+            return "complete"
+    except ValueError:
+        pass
+    s = t.lstrip()
+    if s == "":
+        return "prefix"
+    if not s.startswith("{"):
+        return "invalid"
+    stack, in_str, esc, key_next = [], False, 0, []
+    i = 0
+    while i < len(s):
+        ch = s[i]
+        if in_str:
+            if esc:
+                esc = esc - 1 if esc > 1 else (5 if ch == "u" else 0)
+            elif ch == "\\":
+                esc = 1
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if not stack or stack.pop() != ch:
+                return "invalid"
+            if not stack and s[i + 1:].strip():
+                return "invalid"
+        i += 1
+    tail = ""
+    if in_str:
+        tail = ("0" * (esc - 1) if esc > 1 else "n" if esc == 1 else "") + '"'
+    text = s + tail
+    body = text.rstrip()
+    literal = [body + lit[k:] for lit in ("true", "false", "null") for k in range(1, len(lit))
+               if body.endswith(lit[:k]) and body[:-k].rstrip()[-1:] in ":,["]
+    if literal:
+        text = literal[0]
+    elif body[-1:] in "-+.eE" and re.search(r"[-0-9][0-9.eE+-]*$", body):
+        text = body + "0"
+    elif body[-1:] == ":" or (body[-1:] in ",[" and stack and stack[-1] == "]"):
+        text = body + "0"
+    elif body[-1:] == "," and stack and stack[-1] == "}":
+        text = body + '"k":0'
+    elif body[-1:] == '"' and stack and stack[-1] == "}":
+        # a key without its value yet?
+        try:
+            json.loads(body + "".join(reversed(stack)))
+        except ValueError:
+            text = body + ":0"
+    try:
+        return "prefix" if isinstance(json.loads(text + "".join(reversed(stack))), dict) else "invalid"
+    except ValueError:
+        return "invalid"
 
 
 def test_json_mode(s):
+    # A model with random weights need not close its object within
+    # max_tokens; what it writes must be JSON all the same, and a reply
+    # that stops must be one whole object.  (That the mask ends the reply
+    # exactly at the closing brace is checked deterministically in
+    # tests/unit/test_json_constraint.c.)
     body = {"messages": [{"role": "user", "content": "Give me a JSON object describing a cat."}], "max_tokens": 200,
             "temperature": 0, "response_format": {"type": "json_object"}}
     st, j = s.request("POST", "/v1/chat/completions", body)
     content = j["choices"][0]["message"]["content"] if st == 200 else ""
     fin = j["choices"][0]["finish_reason"] if st == 200 else None
-    parsed = None
-    try:
-        parsed = json.loads(content)
-    except ValueError:
-        pass
-    check(st == 200 and fin == "stop" and isinstance(parsed, dict),
-          "json_object output parses as a JSON object (finish %s): %r" % (fin, content[:80]))
+    want = "complete" if fin == "stop" else "prefix"
+    check(st == 200 and fin in ("stop", "length") and content.strip() and json_prefix(content) == want,
+          "json_object output is JSON (finish %s, %s): %r" % (fin, json_prefix(content), content[:80]))
     st, ev = s.stream("/v1/chat/completions", dict(body, stream=True))
     check(stream_text(ev, True) == content, "JSON mode streamed equals whole")
     for seed in range(3):
         st, j = s.request("POST", "/v1/chat/completions", dict(body, temperature=1.0, seed=seed, max_tokens=40))
         c = j["choices"][0]["message"]["content"] if st == 200 else ""
         f = j["choices"][0]["finish_reason"] if st == 200 else None
-        ok = json_prefix_ok(c)
-        if f == "stop":
-            try:
-                ok = isinstance(json.loads(c), dict)
-            except ValueError:
-                ok = False
-        check(st == 200 and ok, "sampled JSON mode (seed %d, %s) stays JSON: %r" % (seed, f, c[:60]))
+        want = "complete" if f == "stop" else "prefix"
+        check(st == 200 and json_prefix(c) == want, "sampled JSON mode (seed %d, %s) stays JSON: %r" % (seed, f, c[:60]))
 
 
 def test_golden_logprobs(s):
@@ -282,7 +334,7 @@ def test_memory_metrics(s):
     # the tiny model: 4 layers, 4 KV heads of 32 dims; K and V per position
     blocks = s.metric("privai:kv_cache_blocks")
     kv = s.metric("privai:kv_cache_bytes")
-    value = 2 if DEVICE else 4  # half precision on CUDA, float32 on the CPU
+    value = 2  # half precision on every backend
     check(blocks and kv == blocks * 16 * 2 * 4 * 4 * 32 * value,
           "the KV pool's bytes in /metrics match its blocks (%s blocks, %s bytes)" % (blocks, kv))
     total, budget = s.metric("privai:device_memory_bytes"), s.metric("privai:device_memory_budget_bytes")

@@ -278,8 +278,8 @@ test_model_errors(void)
 		CHECK(strcmp(ci.device, "cpu") == 0 && ci.n_threads == 2 && ci.n_ctx == 16 && ci.n_kv_blocks == 1,
 		      "the context says what it was made of: %s, %d threads, %d positions, %d blocks", ci.device,
 		      ci.n_threads, ci.n_ctx, ci.n_kv_blocks);
-		CHECK(ci.kv_bytes == 2 * (size_t)m->hp.n_layer * ENGINE_KV_BLOCK * m->hp.n_head_kv * m->hp.head_dim * 4,
-		      "a float32 KV cache of one block per layer: %zu bytes", ci.kv_bytes);
+		CHECK(ci.kv_bytes == 2 * (size_t)m->hp.n_layer * ENGINE_KV_BLOCK * m->hp.n_head_kv * m->hp.head_dim * 2,
+		      "a half-precision KV cache of one block per layer: %zu bytes", ci.kv_bytes);
 		toks[1] = 9999;
 		CHECK(engine_decode(c, toks, 4, 0, logits, err) == PRIVAI_EINVAL && strstr(err, "9999"),
 		      "token id outside the vocabulary refused");

@@ -72,6 +72,10 @@ void engine_model_free(struct engine_model *m);
  * the attention kernel finds a position's row with a shift and a mask). */
 #define ENGINE_KV_BLOCK 16
 
+/* The widest attention head the backends' kernels take (keys and values
+ * of one head are held in registers or on the stack). */
+#define ENGINE_HEAD_DIM_MAX 256
+
 struct engine_ctx_params {
 	int n_ctx;          /* longest sequence; 0: the model's training context, capped at 4096 */
 	int n_batch;        /* tokens per forward pass; 0: 256 */

@@ -2,6 +2,8 @@
  * privai-engine bench: prompt processing (pp: one batched prefill of -p
  * tokens) and text generation (tg: -n tokens one at a time) in tokens per
  * second, mean and standard deviation over -r repetitions after a warm-up.
+ * With -d N both run after N tokens already in the cache (llama-bench's
+ * depth), where attention and the KV cache's bandwidth count.
  * It also measures read bandwidth by summing the model's own mapped
  * weights with the same number of threads, and reports the generation
  * bound that implies: bandwidth / bytes of weights read per token.
@@ -108,6 +110,20 @@ stats(const double *v, int n, double *mean, double *sd)
 	*sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
+/* An empty cache, then `depth` tokens in batches of up to n: what a
+ * test at that depth starts from. */
+static int
+fill_depth(struct engine_ctx *ctx, const int32_t *toks, int n, int depth, float *logits, char *err)
+{
+	engine_ctx_reset(ctx);
+	for (int done = 0; done < depth; done += n) {
+		int r = engine_decode(ctx, toks, depth - done < n ? depth - done : n, 0, logits, err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 int
 cmd_bench(int argc, char **argv)
 {
@@ -119,12 +135,12 @@ cmd_bench(int argc, char **argv)
 	};
 	const char *path = NULL;
 	struct engine_ctx_params cp = { 0 };
-	int c, n_pp = 128, n_tg = 32, reps = 3, json = 0, measure_bw = 1, rc = 1;
+	int c, n_pp = 128, n_tg = 32, depth = 0, reps = 3, json = 0, measure_bw = 1, rc = 1;
 	char err[PRIVAI_ERR_LEN];
 	struct cli_engine e;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "m:p:n:t:r:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:p:n:d:t:r:h", opts, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
 		case 'm':
@@ -135,6 +151,9 @@ cmd_bench(int argc, char **argv)
 			break;
 		case 'n':
 			bad = cli_parse_int("bench", "-n", optarg, 1, 65536, &n_tg);
+			break;
+		case 'd':
+			bad = cli_parse_int("bench", "-d", optarg, 0, 1 << 20, &depth);
 			break;
 		case 't':
 			bad = cli_parse_int("bench", "-t", optarg, 1, 1024, &cp.n_threads);
@@ -152,7 +171,8 @@ cmd_bench(int argc, char **argv)
 			measure_bw = 0;
 			break;
 		case 'h':
-			puts("usage: privai-engine bench -m MODEL [-p 128] [-n 32] [-t THREADS] [--device cpu|cuda] "
+			puts("usage: privai-engine bench -m MODEL [-p 128] [-n 32] [-d DEPTH] [-t THREADS] [--device "
+			     "cpu|cuda] "
 			     "[-r 3] "
 			     "[--json] [--no-bandwidth]");
 			return 0;
@@ -164,7 +184,7 @@ cmd_bench(int argc, char **argv)
 	}
 	if (path == NULL)
 		return cli_error("bench", "needs -m MODEL");
-	cp.n_ctx = n_pp > n_tg ? n_pp + 16 : n_tg + 16;
+	cp.n_ctx = depth + (n_pp > n_tg ? n_pp : n_tg) + 16;
 	cp.n_batch = n_pp;
 	if (cli_engine_open("bench", path, &cp, &e))
 		return 1;
@@ -181,23 +201,22 @@ cmd_bench(int argc, char **argv)
 	for (int i = 0; i < n_pp; i++)
 		toks[i] = (int32_t)((i * 7919u + 17) % (unsigned)V);
 	for (int rep = -1; rep < reps; rep++) { /* rep -1 warms up */
-		engine_ctx_reset(e.ctx);
+		if (fill_depth(e.ctx, toks, n_pp, depth, logits, err) < 0)
+			goto fail;
 		double t0 = now();
-		if (engine_decode(e.ctx, toks, n_pp, 0, logits, err) < 0) {
-			cli_error("bench", "%s", err);
-			goto out;
-		}
+		if (engine_decode(e.ctx, toks, n_pp, 0, logits, err) < 0)
+			goto fail;
 		double t1 = now();
-		engine_ctx_reset(e.ctx);
-		for (int i = 0; i < n_tg; i++)
-			if (engine_decode(e.ctx, &toks[i % n_pp], 1, 0, logits, err) < 0) {
-				cli_error("bench", "%s", err);
-				goto out;
-			}
+		if (fill_depth(e.ctx, toks, n_pp, depth, logits, err) < 0)
+			goto fail;
 		double t2 = now();
+		for (int i = 0; i < n_tg; i++)
+			if (engine_decode(e.ctx, &toks[i % n_pp], 1, 0, logits, err) < 0)
+				goto fail;
+		double t3 = now();
 		if (rep >= 0) {
 			pp[rep] = n_pp / (t1 - t0);
-			tg[rep] = n_tg / (t2 - t1);
+			tg[rep] = n_tg / (t3 - t2);
 		}
 	}
 	double pp_m, pp_sd, tg_m, tg_sd;
@@ -209,17 +228,21 @@ cmd_bench(int argc, char **argv)
 		bytes_tok -= (double)e.model->tok_embd.row_bytes * e.model->tok_embd.rows;
 	double bw = measure_bw ? read_bandwidth(e.model->file, nth) : 0, bound = bw > 0 ? bw * 1e9 / bytes_tok : 0;
 	if (json) {
-		printf("{\"model\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"n_prompt\":%d,\"n_gen\":%d,\"reps\":%d,"
+		printf("{\"model\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"n_prompt\":%d,\"n_gen\":%d,\"depth\":%d,"
+		       "\"reps\":%d,"
 		       "\"pp_tokens_per_s\":%.2f,\"pp_stddev\":%.2f,\"tg_tokens_per_s\":%.2f,\"tg_stddev\":%.2f,"
 		       "\"weight_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
 		       "\"tg_bound_tokens_per_s\":%.2f,\"tg_fraction_of_bound\":%.3f}\n",
-		       path, nth, compute_cpu_simd_name(), n_pp, n_tg, reps, pp_m, pp_sd, tg_m, tg_sd, bytes_tok, bw,
-		       bound, bound > 0 ? tg_m / bound : 0);
+		       path, nth, compute_cpu_simd_name(), n_pp, n_tg, depth, reps, pp_m, pp_sd, tg_m, tg_sd, bytes_tok,
+		       bw, bound, bound > 0 ? tg_m / bound : 0);
 	} else {
 		printf("| model | threads | simd | test | tokens/s |\n|---|---|---|---|---|\n");
-		printf("| %s | %d | %s | pp%d | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_pp, pp_m,
+		char at[32] = "";
+		if (depth > 0)
+			snprintf(at, sizeof(at), " @ d%d", depth);
+		printf("| %s | %d | %s | pp%d%s | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_pp, at, pp_m,
 		       pp_sd);
-		printf("| %s | %d | %s | tg%d | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_tg, tg_m,
+		printf("| %s | %d | %s | tg%d%s | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_tg, at, tg_m,
 		       tg_sd);
 		if (bw > 0)
 			printf("\nread bandwidth %.1f GB/s; %.1f MB of weights per token; tg bound %.2f tokens/s; "
@@ -227,6 +250,9 @@ cmd_bench(int argc, char **argv)
 			       bw, bytes_tok / 1e6, bound, 100 * tg_m / bound);
 	}
 	rc = 0;
+	goto out;
+fail:
+	cli_error("bench", "%s", err);
 out:
 	free(toks);
 	free(logits);

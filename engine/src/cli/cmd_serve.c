@@ -178,9 +178,8 @@ static int
 kv_blocks(const struct serve_opts *o, const struct engine_model *m, int n_ctx)
 {
 	const struct model_hparams *hp = &m->hp;
-	/* the CPU keeps K and V in float32, CUDA in half precision */
-	double value_bytes = strcmp(o->device, "cuda") == 0 ? 2.0 : 4.0;
-	double per_block = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * value_bytes * ENGINE_KV_BLOCK;
+	/* both backends keep K and V in half precision */
+	double per_block = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * 2.0 * ENGINE_KV_BLOCK;
 	long min = (n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
 	long want = o->kv_mib > 0 ? (long)(o->kv_mib * 1048576.0 / per_block) : (long)o->parallel * min;
 	if (o->kv_mib == 0 && want * per_block > 4096.0 * 1048576.0)

@@ -12,7 +12,7 @@
  * Backend memory is host memory here: alloc() is calloc, upload and
  * download are memcpy, and a prepared weight reads the file mapping in
  * place (with the block sums of a Q8_0 matrix beside it).  The KV cache
- * is float32, one pool per layer.
+ * is fp16, one pool per layer (cpu_attention.c reads it).
  */
 #include <assert.h>
 #include <math.h>
@@ -48,11 +48,9 @@ struct cpu_impl {
 	size_t xq_len;
 	struct q8_tile *tiles; /* the same, packed 16 tokens a tile, for the GEMM */
 	size_t tiles_len;
-	float *att_buf; /* per thread: att_len attention scores */
-	size_t att_buf_len, att_len;
 
-	struct compute_batch batch; /* set_batch(): read in place */
-	float *k_cache, *v_cache;   /* n_layer x kv_rows x kv_dim each */
+	struct compute_batch batch;  /* set_batch(): read in place */
+	uint16_t *k_cache, *v_cache; /* fp16, n_layer x kv_rows x kv_dim each */
 	int n_layer, kv_dim;
 	int64_t kv_rows;
 	int block_shift; /* log2(positions per KV block) */
@@ -514,54 +512,31 @@ cpu_rope(struct compute *c, float *x, int n_heads, int head_dim, int n_rot, cons
 }
 
 struct att_job {
-	struct cpu_impl *im;
+	const struct cpu_impl *im;
 	const float *q;
-	int n;
-	const int32_t *pos;
-	const int32_t *const *table;
-	int block_shift; /* log2(block size) */
-	const float *k, *v;
-	size_t stride;
+	const uint16_t *k, *v; /* this layer's pools */
 	int n_head, n_head_kv, head_dim;
+	int heads_per_item; /* query heads of one KV head served by one cpu_attend_f16 call */
 	float *out;
 };
 
 static void
 att_worker(void *arg, int ith, int nth)
 {
-	struct att_job *j = arg;
-	const struct cpu_kernels *k = j->im->k;
-	float *score = j->im->att_buf + (size_t)threadpool_self() * j->im->att_len;
-	int64_t lo, hi, total = (int64_t)j->n * j->n_head;
+	const struct att_job *j = arg;
+	const struct cpu_impl *im = j->im;
+	const struct compute_batch *b = &im->batch;
+	int hd = j->head_dim, hpi = j->heads_per_item, per_token = j->n_head / hpi;
 	int group = j->n_head / j->n_head_kv;
-	float scale = 1.0f / sqrtf((float)j->head_dim);
+	int64_t lo, hi;
 
-	split(total, ith, nth, &lo, &hi);
-	for (int64_t th = lo; th < hi; th++) {
-		int t = (int)(th / j->n_head), h = (int)(th % j->n_head), kvh = h / group;
-		const float *qh = j->q + ((int64_t)t * j->n_head + h) * j->head_dim;
-		float *oh = j->out + ((int64_t)t * j->n_head + h) * j->head_dim;
-		const int32_t *blocks = j->table[t];
-		int len = j->pos[t] + 1, bmask = (1 << j->block_shift) - 1;
-		float max = -INFINITY, sum = 0.0f;
-#define ROW(p) (((size_t)blocks[(p) >> j->block_shift] << j->block_shift) + (size_t)((p)&bmask))
-		for (int p = 0; p < len; p++) {
-			const float *kp = j->k + ROW(p) * j->stride + (size_t)kvh * j->head_dim;
-			score[p] = k->dot_f32(qh, kp, (size_t)j->head_dim) * scale;
-			max = score[p] > max ? score[p] : max;
-		}
-		for (int p = 0; p < len; p++) {
-			score[p] = expf(score[p] - max);
-			sum += score[p];
-		}
-		memset(oh, 0, sizeof(float) * (size_t)j->head_dim);
-		for (int p = 0; p < len; p++) {
-			const float *vp = j->v + ROW(p) * j->stride + (size_t)kvh * j->head_dim;
-			float wgt = score[p] / sum;
-			for (int d = 0; d < j->head_dim; d++)
-				oh[d] += wgt * vp[d];
-		}
-#undef ROW
+	split((int64_t)b->n * per_token, ith, nth, &lo, &hi);
+	for (int64_t it = lo; it < hi; it++) {
+		int t = (int)(it / per_token), h0 = (int)(it % per_token) * hpi, kvh = h0 / group;
+		size_t at = ((size_t)t * (size_t)j->n_head + (size_t)h0) * (size_t)hd;
+		struct kv_view kv = { j->k + (size_t)kvh * hd, j->v + (size_t)kvh * hd, (size_t)im->kv_dim, b->table[t],
+				      im->block_shift };
+		cpu_attend_f16(im->k, &kv, b->pos[t] + 1, j->q + at, hpi, hd, j->out + at);
 	}
 }
 
@@ -579,39 +554,53 @@ cpu_kv_write(struct compute *c, int layer, const float *k, const float *v)
 {
 	struct cpu_impl *im = impl_of(c);
 	const struct compute_batch *b = &im->batch;
-	size_t row = (size_t)im->kv_dim * sizeof(float);
+	size_t dim = (size_t)im->kv_dim;
 
 	assert(layer < im->n_layer);
 	for (int t = 0; t < b->n; t++) {
 		size_t off = kv_offset(im, layer, b->table[t], b->pos[t]);
-		memcpy(im->k_cache + off, k + (size_t)t * im->kv_dim, row);
-		memcpy(im->v_cache + off, v + (size_t)t * im->kv_dim, row);
+		im->k->f32_to_f16(k + (size_t)t * dim, im->k_cache + off, dim);
+		im->k->f32_to_f16(v + (size_t)t * dim, im->v_cache + off, dim);
 	}
+}
+
+/* Query heads per work item: all those of a KV head (its cache rows are
+ * then read once for them), fewer where that leaves threads without work,
+ * and never more than cpu_attend_f16 takes; always a divisor of the group. */
+static int
+att_heads_per_item(int n_tokens, int n_head, int group, int n_threads)
+{
+	int hpi = group;
+
+	while (hpi > ATT_HEADS_MAX || (hpi > 1 && (int64_t)n_tokens * (n_head / hpi) < 4 * (int64_t)n_threads)) {
+		int d = hpi - 1;
+		while (group % d != 0)
+			d--;
+		hpi = d;
+	}
+	return hpi;
 }
 
 static void
 cpu_attention(struct compute *c, int layer, const float *q, int n_head, int n_head_kv, int head_dim, float *out)
 {
 	struct cpu_impl *im = impl_of(c);
-	const struct compute_batch *b = &im->batch;
 	size_t layer_off = (size_t)layer * (size_t)im->kv_rows * (size_t)im->kv_dim;
-	struct att_job j = { im,
-			     q,
-			     b->n,
-			     b->pos,
-			     b->table,
-			     im->block_shift,
-			     im->k_cache + layer_off,
-			     im->v_cache + layer_off,
-			     (size_t)im->kv_dim,
-			     n_head,
-			     n_head_kv,
-			     head_dim,
-			     out };
+	int group = n_head / n_head_kv;
+	struct att_job j = {
+		.im = im,
+		.q = q,
+		.k = im->k_cache + layer_off,
+		.v = im->v_cache + layer_off,
+		.n_head = n_head,
+		.n_head_kv = n_head_kv,
+		.head_dim = head_dim,
+		.heads_per_item = att_heads_per_item(im->batch.n, n_head, group, threadpool_size(im->pool)),
+		.out = out,
+	};
 
-	assert(layer < im->n_layer && n_head_kv * head_dim == im->kv_dim);
-	for (int t = 0; t < b->n; t++)
-		assert((size_t)b->pos[t] < im->att_len);
+	assert(layer < im->n_layer && n_head_kv * head_dim == im->kv_dim && n_head % n_head_kv == 0);
+	assert(head_dim <= ATT_HEAD_DIM_MAX);
 	threadpool_run(im->pool, att_worker, &j);
 }
 
@@ -808,7 +797,6 @@ cpu_destroy(struct compute *c)
 		free(im->ts);
 		free(im->xq);
 		free(im->tiles);
-		free(im->att_buf);
 		free(im->k_cache);
 		free(im->v_cache);
 		threadpool_free(im->pool);
@@ -861,8 +849,8 @@ cpu_reserve_kv(struct cpu_impl *im, const struct compute_shape *s)
 	im->n_layer = s->n_layer;
 	im->kv_rows = s->kv_rows;
 	im->kv_dim = s->kv_dim;
-	im->k_cache = calloc(n ? n : 1, sizeof(float));
-	im->v_cache = calloc(n ? n : 1, sizeof(float));
+	im->k_cache = calloc(n ? n : 1, sizeof(uint16_t));
+	im->v_cache = calloc(n ? n : 1, sizeof(uint16_t));
 	return im->k_cache != NULL && im->v_cache != NULL ? PRIVAI_OK : PRIVAI_ENOMEM;
 }
 
@@ -880,9 +868,9 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 	struct cpu_impl *im = c->impl;
 	int nth = threadpool_size(im->pool);
 	int64_t max_cols = s->max_cols;
-	int max_tokens = s->max_tokens, max_ctx = s->max_ctx;
+	int max_tokens = s->max_tokens;
 
-	*kv_bytes = 2 * (size_t)s->n_layer * (size_t)s->kv_rows * (size_t)s->kv_dim * sizeof(float);
+	*kv_bytes = 2 * (size_t)s->n_layer * (size_t)s->kv_rows * (size_t)s->kv_dim * sizeof(uint16_t);
 	if (s->kv_rows <= 0)
 		return PRIVAI_EUNSUPPORTED;
 	if (im->ts == NULL && (im->ts = calloc((size_t)nth, sizeof(*im->ts))) == NULL)
@@ -904,10 +892,7 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 	if (ensure((void **)&im->xq, &im->xq_len,
 		   (size_t)max_tokens * (size_t)(max_cols / 32 + 1) * sizeof(struct block_q8)) < 0 ||
 	    ensure((void **)&im->tiles, &im->tiles_len,
-		   (size_t)(max_tokens / GEMM_TOKENS + 1) * (size_t)(max_cols / 32 + 1) * sizeof(struct q8_tile)) < 0 ||
-	    ensure((void **)&im->att_buf, &im->att_buf_len, (size_t)nth * (size_t)max_ctx * sizeof(float)) < 0)
+		   (size_t)(max_tokens / GEMM_TOKENS + 1) * (size_t)(max_cols / 32 + 1) * sizeof(struct q8_tile)) < 0)
 		return PRIVAI_ENOMEM;
-	if ((size_t)max_ctx > im->att_len)
-		im->att_len = (size_t)max_ctx;
 	return cpu_reserve_kv(im, s);
 }

@@ -134,6 +134,9 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	dot_bf16_scalar,
 	bf16_to_f32_scalar,
+	f32_to_f16_scalar,
+	axpy_f16_scalar,
+	exp_f32_scalar,
 };
 
 void
@@ -359,6 +362,9 @@ static struct cpu_kernels k_avx2 = {
 	NULL,
 	dot_bf16_avx2,
 	bf16_to_f32_avx2,
+	f32_to_f16_avx2,
+	axpy_f16_avx2,
+	exp_f32_avx2,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -737,6 +743,9 @@ static struct cpu_kernels k_avx512 = {
 	gemm_f32_avx512,
 	dot_bf16_avx2,
 	bf16_to_f32_avx2,
+	f32_to_f16_avx2,
+	axpy_f16_avx512,
+	exp_f32_avx2,
 };
 #endif
 

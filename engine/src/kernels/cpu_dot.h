@@ -88,6 +88,12 @@ struct cpu_kernels {
 	 * top half of a float: a shift, no rounding) */
 	float (*dot_bf16)(const uint16_t *w, const float *x, size_t n);
 	void (*bf16_to_f32)(const uint16_t *src, float *dst, size_t n);
+	/* The half-precision KV cache (cpu_attention.c): dst[i] = src[i]
+	 * rounded to the nearest fp16 (ties to even); y[i] += a * x[i] for
+	 * fp16 x; x[i] = exp(x[i]) to about 2e-7 relative. */
+	void (*f32_to_f16)(const float *src, uint16_t *dst, size_t n);
+	void (*axpy_f16)(float a, const uint16_t *x, float *y, size_t n);
+	void (*exp_f32)(float *x, size_t n);
 };
 
 #define GEMM_F32_ROWS 4
@@ -98,6 +104,36 @@ float dot_q4_k_scalar(const void *w, const struct block_q8 *x, size_t nb);
 float dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb);
 float (*dot_q4_k_simd(int avx512))(const void *, const struct block_q8 *, size_t);
 float (*dot_q6_k_simd(int avx512))(const void *, const struct block_q8 *, size_t);
+
+/* cpu_attention.c */
+void f32_to_f16_scalar(const float *src, uint16_t *dst, size_t n);
+void axpy_f16_scalar(float a, const uint16_t *x, float *y, size_t n);
+void exp_f32_scalar(float *x, size_t n);
+#if defined(__x86_64__)
+void f32_to_f16_avx2(const float *src, uint16_t *dst, size_t n);
+void axpy_f16_avx2(float a, const uint16_t *x, float *y, size_t n);
+void exp_f32_avx2(float *x, size_t n);
+void axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n);
+#endif
+
+/* One KV head's cached keys and values for one sequence: position p is
+ * row blocks[p >> block_shift] * 2^block_shift + p % 2^block_shift,
+ * its K values at k + row * stride (head_dim fp16), V likewise. */
+struct kv_view {
+	const uint16_t *k, *v;
+	size_t stride;
+	const int32_t *blocks;
+	int block_shift;
+};
+
+#define ATT_HEADS_MAX 8 /* query heads one call serves */
+#define ATT_HEAD_DIM_MAX 256
+
+/* out[g] = softmax(q[g] . K[0..len) / sqrt(hd)) . V[0..len) for the nh
+ * query heads q (nh x hd floats) that share the KV head kv; out is
+ * nh x hd.  nh <= ATT_HEADS_MAX, hd <= ATT_HEAD_DIM_MAX, len >= 1. */
+void cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, const float *q, int nh, int hd,
+		    float *out);
 
 /* The best kernels this CPU runs (never NULL). */
 const struct cpu_kernels *cpu_kernels_get(void);

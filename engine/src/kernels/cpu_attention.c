@@ -1,0 +1,193 @@
+/*
+ * Attention over the half-precision paged KV cache, and the small kernels
+ * it is built from (fp16 rounding, exp, a scaled fp16 row added to floats).
+ *
+ * One call serves the query heads that share a KV head (grouped-query
+ * attention): every cached position's K and V rows are read once for all
+ * of them, so the cache is streamed once per token and KV head instead of
+ * once per query head.  Positions go by in chunks of ATT_CHUNK with an
+ * online softmax (a running maximum and sum per head, the partial output
+ * rescaled when the maximum grows), so there is no buffer the length of
+ * the context and the exponentials are taken a vector at a time.
+ *
+ * The queries are rounded to fp16 first, as the cache is: llama.cpp's CPU
+ * path multiplies them in half precision too, and its logits are the
+ * reference the goldens hold.
+ */
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "privai/model.h"
+#include "privai/tensor_type.h"
+#include "cpu_dot.h"
+
+#define ATT_CHUNK 16
+
+_Static_assert(ATT_HEAD_DIM_MAX >= ENGINE_HEAD_DIM_MAX, "the model loader lets wider heads through");
+
+void
+f32_to_f16_scalar(const float *src, uint16_t *dst, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = f32_to_fp16(src[i]);
+}
+
+void
+axpy_f16_scalar(float a, const uint16_t *x, float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] += a * fp16_to_f32(x[i]);
+}
+
+void
+exp_f32_scalar(float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = expf(x[i]);
+}
+
+#if defined(__x86_64__)
+#include "cpu_x86.h"
+
+AVX2 void
+f32_to_f16_avx2(const float *src, uint16_t *dst, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *)(dst + i),
+				 _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+	for (; i < n; i++)
+		dst[i] = f32_to_fp16(src[i]);
+}
+
+AVX2 void
+axpy_f16_avx2(float a, const uint16_t *x, float *y, size_t n)
+{
+	__m256 va = _mm256_set1_ps(a);
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, v, _mm256_loadu_ps(y + i)));
+	}
+	for (; i < n; i++)
+		y[i] += a * _cvtsh_ss(x[i]);
+}
+
+/*
+ * exp(x) = 2^k * exp(r), k = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by
+ * its Taylor series to r^6 (truncation under 2e-7 relative).  x is
+ * clamped to [-87, 88] so 2^k stays a normal float: below -87 the true
+ * value is under 2e-38 and softmax weights that small do not count.
+ */
+#define EXP_LOG2E 1.44269504f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO -2.12194440e-4f
+
+AVX2 static __m256
+exp256(__m256 x)
+{
+	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+	__m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)),
+				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_LN2_HI), x);
+	r = _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_LN2_LO), r);
+	__m256 p = _mm256_set1_ps(1.0f / 720);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+AVX2 void
+exp_f32_avx2(float *x, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(x + i, exp256(_mm256_loadu_ps(x + i)));
+	if (i < n) {
+		float t[8] = { 0 };
+		memcpy(t, x + i, (n - i) * sizeof(float));
+		_mm256_storeu_ps(t, exp256(_mm256_loadu_ps(t)));
+		memcpy(x + i, t, (n - i) * sizeof(float));
+	}
+}
+
+AVX512 void
+axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n)
+{
+	__m512 va = _mm512_set1_ps(a);
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		__m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i)));
+		_mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, v, _mm512_loadu_ps(y + i)));
+	}
+	for (; i < n; i++)
+		y[i] += a * _cvtsh_ss(x[i]);
+}
+#endif
+
+void
+cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, const float *q, int nh, int hd,
+	       float *out)
+{
+	float qh[ATT_HEADS_MAX * ATT_HEAD_DIM_MAX], s[ATT_HEADS_MAX][ATT_CHUNK];
+	float m[ATT_HEADS_MAX], l[ATT_HEADS_MAX], scale = 1.0f / sqrtf((float)hd);
+	uint16_t half[ATT_HEADS_MAX * ATT_HEAD_DIM_MAX];
+	const uint16_t *kr[ATT_CHUNK], *vr[ATT_CHUNK];
+	size_t nq = (size_t)nh * (size_t)hd, bmask = ((size_t)1 << kv->block_shift) - 1;
+
+	assert(nh >= 1 && nh <= ATT_HEADS_MAX && hd >= 1 && hd <= ATT_HEAD_DIM_MAX && len >= 1);
+	k->f32_to_f16(q, half, nq);
+	k->f16_to_f32(half, qh, nq);
+	memset(out, 0, nq * sizeof(float));
+	for (int g = 0; g < nh; g++) {
+		m[g] = -INFINITY;
+		l[g] = 0.0f;
+	}
+	for (int p0 = 0; p0 < len; p0 += ATT_CHUNK) {
+		int nc = len - p0 < ATT_CHUNK ? len - p0 : ATT_CHUNK;
+		for (int i = 0; i < nc; i++) {
+			size_t p = (size_t)(p0 + i);
+			size_t row = ((size_t)kv->blocks[p >> kv->block_shift] << kv->block_shift) + (p & bmask);
+			kr[i] = kv->k + row * kv->stride;
+			vr[i] = kv->v + row * kv->stride;
+		}
+		for (int i = 0; i < nc; i++)
+			for (int g = 0; g < nh; g++)
+				s[g][i] = k->dot_f16(kr[i], qh + (size_t)g * hd, (size_t)hd) * scale;
+		for (int g = 0; g < nh; g++) {
+			float mx = s[g][0];
+			for (int i = 1; i < nc; i++)
+				mx = s[g][i] > mx ? s[g][i] : mx;
+			if (mx > m[g]) { /* rescale what was summed under the old maximum */
+				float c = expf(m[g] - mx), *o = out + (size_t)g * hd;
+				l[g] *= c;
+				for (int d = 0; d < hd; d++)
+					o[d] *= c;
+				m[g] = mx;
+			}
+			for (int i = 0; i < nc; i++)
+				s[g][i] -= m[g];
+			k->exp_f32(s[g], (size_t)nc);
+			for (int i = 0; i < nc; i++)
+				l[g] += s[g][i];
+		}
+		for (int i = 0; i < nc; i++)
+			for (int g = 0; g < nh; g++)
+				k->axpy_f16(s[g][i], vr[i], out + (size_t)g * hd, (size_t)hd);
+	}
+	for (int g = 0; g < nh; g++) {
+		float inv = 1.0f / l[g], *o = out + (size_t)g * hd;
+		for (int d = 0; d < hd; d++)
+			o[d] *= inv;
+	}
+}

@@ -1,0 +1,151 @@
+/*
+ * The CPU attention over the half-precision paged cache, against a
+ * reference written the obvious way (double precision, two passes over
+ * the scores), for every kernel set this CPU runs: one position, a
+ * partial chunk, several chunks, head sizes that are not a multiple of the
+ * vector width, one and several query heads per KV head, and block tables
+ * that scatter the positions.  The small kernels it is made of are checked
+ * against the scalar ones and against libm.
+ */
+#include <math.h>
+
+#include "testlib.h"
+#include "kernels/cpu_dot.h"
+#include "privai/tensor_type.h"
+
+#define MAX_POS 80
+#define BLOCK_SHIFT 3 /* 8 positions per block */
+
+static float
+rnd(unsigned *s)
+{
+	*s = *s * 1103515245u + 12345u;
+	return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* softmax(q . k / sqrt(hd)) . v with q, k, v as the half values they are */
+static void
+reference(const uint16_t *kc, const uint16_t *vc, size_t stride, const int32_t *blocks, int len, const float *q,
+	  int hd, double *out)
+{
+	double s[MAX_POS], max = -INFINITY, sum = 0;
+
+	for (int p = 0; p < len; p++) {
+		size_t row = ((size_t)blocks[p >> BLOCK_SHIFT] << BLOCK_SHIFT) + (size_t)(p & 7);
+		double d = 0;
+		for (int i = 0; i < hd; i++)
+			d += (double)fp16_to_f32(f32_to_fp16(q[i])) * fp16_to_f32(kc[row * stride + i]);
+		s[p] = d / sqrt((double)hd);
+		max = s[p] > max ? s[p] : max;
+	}
+	for (int p = 0; p < len; p++)
+		sum += (s[p] = exp(s[p] - max));
+	for (int i = 0; i < hd; i++)
+		out[i] = 0;
+	for (int p = 0; p < len; p++) {
+		size_t row = ((size_t)blocks[p >> BLOCK_SHIFT] << BLOCK_SHIFT) + (size_t)(p & 7);
+		for (int i = 0; i < hd; i++)
+			out[i] += s[p] / sum * fp16_to_f32(vc[row * stride + i]);
+	}
+}
+
+static void
+test_attend(const struct cpu_kernels *k)
+{
+	enum { ROWS = 128, KV_HEADS = 2 };
+	static const int lens[] = { 1, 5, 16, 17, 33, MAX_POS };
+	static const int hds[] = { 64, 80, 7 };
+	static const int nhs[] = { 1, 3, 4 };
+	/* positions 0..79 through 10 blocks out of 16, out of order */
+	static const int32_t blocks[] = { 9, 2, 15, 0, 7, 11, 3, 14, 5, 12 };
+	static uint16_t kc[ROWS * KV_HEADS * 80], vc[ROWS * KV_HEADS * 80];
+	float q[4 * 80], out[4 * 80];
+	double want[80], worst = 0;
+	unsigned seed = 7;
+	int bad = 0, runs = 0;
+
+	for (size_t i = 0; i < sizeof(kc) / sizeof(kc[0]); i++) {
+		kc[i] = f32_to_fp16(rnd(&seed) * 2);
+		vc[i] = f32_to_fp16(rnd(&seed));
+	}
+	for (size_t a = 0; a < sizeof(hds) / sizeof(hds[0]); a++)
+		for (size_t b = 0; b < sizeof(nhs) / sizeof(nhs[0]); b++)
+			for (size_t c = 0; c < sizeof(lens) / sizeof(lens[0]); c++) {
+				int hd = hds[a], nh = nhs[b], len = lens[c];
+				size_t stride = (size_t)KV_HEADS * (size_t)hd;
+				/* the second KV head: its values start hd into each row */
+				struct kv_view kv = { kc + hd, vc + hd, stride, blocks, BLOCK_SHIFT };
+				for (int i = 0; i < nh * hd; i++)
+					q[i] = rnd(&seed) * 3;
+				for (int i = 0; i < nh * hd + 1 && i < 4 * 80; i++)
+					out[i] = NAN;
+				cpu_attend_f16(k, &kv, len, q, nh, hd, out);
+				for (int g = 0; g < nh; g++) {
+					reference(kc + hd, vc + hd, stride, blocks, len, q + g * hd, hd, want);
+					for (int i = 0; i < hd; i++) {
+						double e = fabs(out[g * hd + i] - want[i]);
+						worst = e > worst ? e : worst;
+						bad += !(e <= 1e-5 + 1e-4 * fabs(want[i]));
+					}
+				}
+				if (nh * hd < 4 * 80)
+					bad += !isnan(out[nh * hd]); /* nothing written past the heads */
+				runs++;
+			}
+	CHECK(bad == 0, "%s attention over %d shapes: %d values off the reference (worst %.2e)", k->name, runs, bad,
+	      worst);
+}
+
+static void
+test_small_kernels(const struct cpu_kernels *k)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { N = 203 }; /* a tail after every vector width */
+	float x[N], y1[N], y2[N], e[N], arg[N];
+	uint16_t h1[N], h2[N];
+	unsigned seed = 3;
+	double worst = 0;
+
+	for (int i = 0; i < N; i++)
+		x[i] = rnd(&seed) * 1000;
+	x[0] = 65519.0f; /* rounds to 65504, the largest half */
+	x[1] = 1e-6f;    /* a subnormal half */
+	x[2] = 0.0f;
+	k->f32_to_f16(x, h1, N);
+	ref->f32_to_f16(x, h2, N);
+	CHECK(memcmp(h1, h2, sizeof(h1)) == 0, "%s f32_to_f16 rounds as the scalar version", k->name);
+	for (int i = 0; i < N; i++)
+		y1[i] = y2[i] = (float)i;
+	k->axpy_f16(0.37f, h1, y1, N);
+	ref->axpy_f16(0.37f, h1, y2, N);
+	int same = 1;
+	for (int i = 0; i < N; i++)
+		same &= fabsf(y1[i] - y2[i]) <= 1e-6f * fabsf(y2[i]) + 1e-6f;
+	CHECK(same, "%s axpy_f16 equals the scalar version", k->name);
+	for (int i = 0; i < N; i++)
+		arg[i] = e[i] = -100.0f + (float)i * 0.55f; /* -100 .. 11: under the clamp, through 0, over 1 */
+	k->exp_f32(e, N);
+	for (int i = 0; i < N; i++) {
+		double want = exp((double)arg[i]), err = fabs(e[i] - want) / want;
+		if (want > 1e-37)
+			worst = err > worst ? err : worst;
+		else if (e[i] > 1e-37f)
+			worst = 1;
+	}
+	CHECK(worst < 1e-6, "%s exp_f32 within %.1e relative of libm", k->name, worst);
+}
+
+int
+main(void)
+{
+	const struct cpu_kernels *best = cpu_kernels_get();
+
+	test_small_kernels(best);
+	test_attend(best);
+	test_attend(cpu_kernels_scalar());
+	if (strcmp(best->name, "avx512-vnni") == 0) {
+		test_small_kernels(cpu_kernels_avx2());
+		test_attend(cpu_kernels_avx2());
+	}
+	return test_summary();
+}
