@@ -25,8 +25,8 @@ rnd(unsigned *s)
 
 /* softmax(q . k / sqrt(hd)) . v with q, k, v as the half values they are */
 static void
-reference(const uint16_t *kc, const uint16_t *vc, size_t stride, const int32_t *blocks, int len, const float *q,
-	  int hd, double *out)
+reference(const uint16_t *kc, const uint16_t *vc, size_t stride, const int32_t *blocks, int len, const float *q, int hd,
+	  double *out)
 {
 	double s[MAX_POS], max = -INFINITY, sum = 0;
 

@@ -180,6 +180,61 @@ test_round_trips(void)
 	CHECK(tensor_type_get(31) == NULL && tensor_type_get(1000) == NULL, "unknown type ids");
 }
 
+/* The prefill GEMM's widened rows: the SIMD widening writes what the
+ * scalar one does, and both are the dequantized weights exactly. */
+static void
+test_widen(const struct cpu_kernels *simd, const float *w)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { N = 2048, NB = N / 32 };
+	static uint8_t wq[N], a[NB * 34], b[NB * 34];
+	static float deq[N];
+	int16_t sa[NB], sb[NB];
+	int32_t wsa[NB], wsb[NB];
+	float wda[NB], wdb[NB], wma[NB], wmb[NB];
+	int bad = 0;
+
+	tensor_quantize_row(TT_Q4_0, w, wq, N);
+	tensor_dequantize_row(TT_Q4_0, wq, deq, N);
+	simd->widen_q4_0(wq, a, NB, sa);
+	ref->widen_q4_0(wq, b, NB, sb);
+	CHECK(memcmp(a, b, sizeof(a)) == 0 && memcmp(sa, sb, sizeof(sa)) == 0, "%s widen_q4_0 as the scalar",
+	      simd->name);
+	for (int i = 0; i < N; i++) {
+		const uint8_t *blk = b + (i / 32) * 34;
+		uint16_t h;
+		memcpy(&h, blk, 2);
+		bad += fp16_to_f32(h) * (float)(int8_t)blk[2 + i % 32] != deq[i];
+	}
+	for (int k = 0, s = 0; k < NB; k++, s = 0) {
+		for (int i = 0; i < 32; i++)
+			s += (int8_t)b[k * 34 + 2 + i];
+		bad += s != sb[k];
+	}
+	CHECK(bad == 0, "widened Q4_0 rows are the dequantized weights and their sums (%d off)", bad);
+	tensor_quantize_row(TT_Q4_K, w, wq, N);
+	tensor_dequantize_row(TT_Q4_K, wq, deq, N);
+	simd->widen_q4_k(wq, a, NB, wsa, wda, wma);
+	ref->widen_q4_k(wq, b, NB, wsb, wdb, wmb);
+	int same = 1;
+	for (int k = 0; k < NB; k++)
+		same &= memcmp(a + k * 34 + 2, b + k * 34 + 2, 32) == 0 && wsa[k] == wsb[k] && wda[k] == wdb[k] &&
+			wma[k] == wmb[k];
+	CHECK(same, "%s widen_q4_k as the scalar", simd->name);
+	bad = 0;
+	for (int i = 0; i < N; i++) {
+		int k = i / 32, q = b[k * 34 + 2 + i % 32];
+		float v = wdb[k] * (float)q - wmb[k];
+		bad += fabsf(v - deq[i]) > 1e-6f * fabsf(deq[i]) + 1e-6f;
+	}
+	for (int k = 0, s = 0; k < NB; k++, s = 0) {
+		for (int i = 0; i < 32; i++)
+			s += b[k * 34 + 2 + i];
+		bad += -128 * s != wsb[k];
+	}
+	CHECK(bad == 0, "widened Q4_K rows are the dequantized weights and their sums (%d off)", bad);
+}
+
 static void
 test_kernels(const struct cpu_kernels *simd)
 {
@@ -253,6 +308,7 @@ test_kernels(const struct cpu_kernels *simd)
 	simd->bf16_to_f32(wh, f1, 37);
 	ref->bf16_to_f32(wh, f2, 37);
 	CHECK(memcmp(f1, f2, sizeof(f1)) == 0, "%s bf16_to_f32", simd->name);
+	test_widen(simd, w);
 }
 
 /* The float register tile against the scalar dot on odd shapes: a full

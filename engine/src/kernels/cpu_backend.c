@@ -133,50 +133,6 @@ mm_pack_tiles(void *arg, int ith, int nth)
 	}
 }
 
-/* Q4_K rows as 32-element int8 blocks (q in 0..15) with their float
- * scales d * sc_j, offsets dmin * m_j and -128 * sum(q), for the GEMM. */
-static void
-q4_k_widen(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
-{
-	for (size_t sb = 0; sb < nb / 8; sb++, src += 144) {
-		float d = fp16_to_f32((uint16_t)(src[0] | src[1] << 8));
-		float dmin = fp16_to_f32((uint16_t)(src[2] | src[3] << 8));
-		const uint8_t *sc = src + 4, *q = src + 16;
-		for (int j = 0; j < 8; j++, dst += 34) {
-			int s, m;
-			if (j < 4) {
-				s = sc[j] & 63;
-				m = sc[j + 4] & 63;
-			} else {
-				s = (sc[j + 4] & 0xf) | ((sc[j - 4] >> 6) << 4);
-				m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-			}
-			int32_t sum = 0;
-			for (int l = 0; l < 32; l++) {
-				uint8_t v = (j & 1) ? q[32 * (j / 2) + l] >> 4 : q[32 * (j / 2) + l] & 0xf;
-				dst[2 + l] = v;
-				sum += v;
-			}
-			size_t at = sb * 8 + (size_t)j;
-			wsum[at] = -128 * sum;
-			wd[at] = d * (float)s;
-			wmin[at] = dmin * (float)m;
-		}
-	}
-}
-
-static void
-q4_0_to_q8_0(const uint8_t *src, uint8_t *dst, size_t nb)
-{
-	for (size_t b = 0; b < nb; b++, src += 18, dst += 34) {
-		memcpy(dst, src, 2); /* the same fp16 scale */
-		for (int i = 0; i < 16; i++) {
-			dst[2 + i] = (uint8_t)(int8_t)((src[2 + i] & 0xf) - 8);
-			dst[2 + 16 + i] = (uint8_t)(int8_t)((src[2 + i] >> 4) - 8);
-		}
-	}
-}
-
 /* Rows in blocks of GEMM_ROWS stay in L1 while every 16-token group of
  * tiles streams past from L2. */
 #define GEMM_ROWS 4
@@ -202,8 +158,9 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 			wmin = ts->wmin;
 			row_bytes = (size_t)nb * 34;
 			for (int r = 0; r < nr; r++)
-				q4_k_widen(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes, (size_t)nb,
-					   wsum + (size_t)r * nb, wd + (size_t)r * nb, wmin + (size_t)r * nb);
+				j->im->k->widen_q4_k(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes,
+						     (size_t)nb, wsum + (size_t)r * nb, wd + (size_t)r * nb,
+						     wmin + (size_t)r * nb);
 			wrows = wide;
 		} else if (w->type == TT_Q4_0) {
 			/* d * (q - 8) is exactly a Q8_0 block: widen the rows once
@@ -211,8 +168,8 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 			uint8_t *wide = ts->wrows;
 			row_bytes = (size_t)nb * 34;
 			for (int r = 0; r < nr; r++)
-				q4_0_to_q8_0(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes,
-					     (size_t)nb);
+				j->im->k->widen_q4_0(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes,
+						     (size_t)nb, NULL);
 			wrows = wide;
 		}
 		if (w->type != TT_Q4_K)
@@ -352,16 +309,9 @@ mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1)
 		size_t row_bytes = w->row_bytes;
 		if (w->type == TT_Q4_0) {
 			row_bytes = (size_t)nb * 34;
-			for (int r = 0; r < nr; r++) {
-				uint8_t *dst = ts->wrows + (size_t)r * row_bytes;
-				q4_0_to_q8_0(wrows + (size_t)r * w->row_bytes, dst, (size_t)nb);
-				for (int64_t b = 0; b < nb; b++) {
-					int s = 0;
-					for (int i = 0; i < 32; i++)
-						s += (int8_t)dst[b * 34 + 2 + i];
-					sums[r * nb + b] = (int16_t)s;
-				}
-			}
+			for (int r = 0; r < nr; r++)
+				j->im->k->widen_q4_0(wrows + (size_t)r * w->row_bytes,
+						     ts->wrows + (size_t)r * row_bytes, (size_t)nb, sums + r * nb);
 			wrows = ts->wrows;
 		}
 		for (int64_t g = 0; g < groups; g++) {

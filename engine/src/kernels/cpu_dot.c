@@ -137,6 +137,8 @@ static const struct cpu_kernels k_scalar = {
 	f32_to_f16_scalar,
 	axpy_f16_scalar,
 	exp_f32_scalar,
+	widen_q4_0_scalar,
+	widen_q4_k_scalar,
 };
 
 void
@@ -365,6 +367,8 @@ static struct cpu_kernels k_avx2 = {
 	f32_to_f16_avx2,
 	axpy_f16_avx2,
 	exp_f32_avx2,
+	widen_q4_0_avx2,
+	widen_q4_k_avx2,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -746,6 +750,8 @@ static struct cpu_kernels k_avx512 = {
 	f32_to_f16_avx2,
 	axpy_f16_avx512,
 	exp_f32_avx2,
+	widen_q4_0_avx2,
+	widen_q4_k_avx2,
 };
 #endif
 

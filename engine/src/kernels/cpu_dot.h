@@ -94,6 +94,12 @@ struct cpu_kernels {
 	void (*f32_to_f16)(const float *src, uint16_t *dst, size_t n);
 	void (*axpy_f16)(float a, const uint16_t *x, float *y, size_t n);
 	void (*exp_f32)(float *x, size_t n);
+	/* 4-bit rows of nb 32-element blocks widened to 34-byte int8 blocks
+	 * for the GEMM (cpu_widen.c).  Q4_0: the same scale, q - 8, and each
+	 * block's sum into sums (unless NULL).  Q4_K: q in 0..15, with
+	 * wsum = -128 * sum(q), wd = d * sc, wmin = dmin * m per block. */
+	void (*widen_q4_0)(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums);
+	void (*widen_q4_k)(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
 };
 
 #define GEMM_F32_ROWS 4
@@ -114,6 +120,14 @@ void f32_to_f16_avx2(const float *src, uint16_t *dst, size_t n);
 void axpy_f16_avx2(float a, const uint16_t *x, float *y, size_t n);
 void exp_f32_avx2(float *x, size_t n);
 void axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n);
+#endif
+
+/* cpu_widen.c */
+void widen_q4_0_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums);
+void widen_q4_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
+#if defined(__x86_64__)
+void widen_q4_0_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums);
+void widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
 #endif
 
 /* One KV head's cached keys and values for one sequence: position p is

@@ -1,0 +1,125 @@
+/*
+ * Widening 4-bit weight rows into 34-byte int8 blocks (a Q8_0 block's
+ * layout) so that prefill multiplies them with the one int8 GEMM.  A row
+ * is widened once per batch and then used for every token of it, but at
+ * 128 tokens the scalar widening still cost as much as the GEMM itself
+ * (perf, Q4_K_M prefill on the 1B shape), so it has SIMD versions.
+ *
+ * Q4_0: d * (q - 8) is exactly a Q8_0 block (same fp16 scale).
+ * Q4_K: sub-block j of 32 is d * sc_j * q - dmin * m_j with q in 0..15;
+ * the int8 block holds q, and the scale, offset and -128 * sum(q) (what
+ * the GEMM's unsigned activations need taken off) go to wd, wmin, wsum.
+ */
+#include <string.h>
+
+#include "privai/tensor_type.h"
+#include "cpu_dot.h"
+
+static void
+k4_scale_min(int j, const uint8_t *q, int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+		*m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+	}
+}
+
+void
+widen_q4_0_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums)
+{
+	for (size_t b = 0; b < nb; b++, src += 18, dst += 34) {
+		int s = 0;
+		memcpy(dst, src, 2); /* the same fp16 scale */
+		for (int i = 0; i < 16; i++) {
+			int lo = (src[2 + i] & 0xf) - 8, hi = (src[2 + i] >> 4) - 8;
+			dst[2 + i] = (uint8_t)(int8_t)lo;
+			dst[2 + 16 + i] = (uint8_t)(int8_t)hi;
+			s += lo + hi;
+		}
+		if (sums != NULL)
+			sums[b] = (int16_t)s;
+	}
+}
+
+void
+widen_q4_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
+{
+	for (size_t sb = 0; sb < nb / 8; sb++, src += 144) {
+		uint16_t hd, hm;
+		memcpy(&hd, src, 2);
+		memcpy(&hm, src + 2, 2);
+		float d = fp16_to_f32(hd), dmin = fp16_to_f32(hm);
+		const uint8_t *q = src + 16;
+		for (int j = 0; j < 8; j++, dst += 34) {
+			int s, m;
+			k4_scale_min(j, src + 4, &s, &m);
+			int32_t sum = 0;
+			for (int l = 0; l < 32; l++) {
+				uint8_t v = (j & 1) ? q[32 * (j / 2) + l] >> 4 : q[32 * (j / 2) + l] & 0xf;
+				dst[2 + l] = v;
+				sum += v;
+			}
+			size_t at = sb * 8 + (size_t)j;
+			wsum[at] = -128 * sum;
+			wd[at] = d * (float)s;
+			wmin[at] = dmin * (float)m;
+		}
+	}
+}
+
+#if defined(__x86_64__)
+#include "cpu_x86.h"
+
+/* sum of the 32 unsigned bytes of v */
+AVX2 static inline int
+sum_u8(__m256i v)
+{
+	__m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+	__m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+	return (int)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
+}
+
+AVX2 void
+widen_q4_0_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums)
+{
+	const __m128i low = _mm_set1_epi8(0x0f);
+	const __m256i eight = _mm256_set1_epi8(8);
+
+	for (size_t b = 0; b < nb; b++, src += 18, dst += 34) {
+		__m128i p = _mm_loadu_si128((const __m128i *)(src + 2));
+		__m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(p, 4), low), _mm_and_si128(p, low));
+		memcpy(dst, src, 2);
+		_mm256_storeu_si256((__m256i *)(dst + 2), _mm256_sub_epi8(q, eight));
+		if (sums != NULL)
+			sums[b] = (int16_t)(sum_u8(q) - 8 * 32);
+	}
+}
+
+AVX2 void
+widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
+{
+	const __m256i low = _mm256_set1_epi8(0x0f);
+
+	for (size_t sb = 0; sb < nb / 8; sb++, src += 144) {
+		float d = f16c_load(src), dmin = f16c_load(src + 2);
+		for (int p = 0; p < 4; p++, dst += 68) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(src + 16 + 32 * p));
+			__m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+			_mm256_storeu_si256((__m256i *)(dst + 2), lo);
+			_mm256_storeu_si256((__m256i *)(dst + 36), hi);
+			size_t at = sb * 8 + 2 * (size_t)p;
+			wsum[at] = -128 * sum_u8(lo);
+			wsum[at + 1] = -128 * sum_u8(hi);
+			for (int k = 0; k < 2; k++) {
+				int s, m;
+				k4_scale_min(2 * p + k, src + 4, &s, &m);
+				wd[at + k] = d * (float)s;
+				wmin[at + k] = dmin * (float)m;
+			}
+		}
+	}
+}
+#endif
