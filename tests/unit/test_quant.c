@@ -233,6 +233,28 @@ test_widen(const struct cpu_kernels *simd, const float *w)
 		bad += -128 * s != wsb[k];
 	}
 	CHECK(bad == 0, "widened Q4_K rows are the dequantized weights and their sums (%d off)", bad);
+	tensor_quantize_row(TT_Q6_K, w, wq, N);
+	tensor_dequantize_row(TT_Q6_K, wq, deq, N);
+	int32_t ws6a[2 * NB], ws6b[2 * NB];
+	float wd6a[2 * NB], wd6b[2 * NB];
+	simd->widen_q6_k(wq, a, NB, ws6a, wd6a);
+	ref->widen_q6_k(wq, b, NB, ws6b, wd6b);
+	same = 1;
+	for (int k = 0; k < NB; k++)
+		same &= memcmp(a + k * 34 + 2, b + k * 34 + 2, 32) == 0;
+	CHECK(same && memcmp(ws6a, ws6b, sizeof(ws6a)) == 0 && memcmp(wd6a, wd6b, sizeof(wd6a)) == 0,
+	      "%s widen_q6_k as the scalar", simd->name);
+	bad = 0;
+	for (int i = 0; i < N; i++) {
+		int k = i / 32, q = (int8_t)b[k * 34 + 2 + i % 32];
+		bad += fabsf(wd6b[i / 16] * (float)q - deq[i]) > 1e-6f * fabsf(deq[i]) + 1e-6f;
+	}
+	for (int h = 0, s = 0; h < 2 * NB; h++, s = 0) {
+		for (int i = 0; i < 16; i++)
+			s += (int8_t)b[(h / 2) * 34 + 2 + (h % 2) * 16 + i];
+		bad += -128 * s != ws6b[h];
+	}
+	CHECK(bad == 0, "widened Q6_K rows are the dequantized weights and their half sums (%d off)", bad);
 }
 
 static void
@@ -398,6 +420,31 @@ test_gemm(void)
 			}
 	}
 	CHECK(bad == 0, "%s gemm_q8_0: %d of %d products differ from the scalar dot", k->name, bad, ROWS * NT);
+	if (k->gemm_q6_k == NULL)
+		return;
+	/* Q6_K: widened rows through their GEMM, one group and two, against the
+	 * per-token Q6_K dot */
+	static uint8_t w6[ROWS * COLS / 256 * 210], wide[4 * COLS / 32 * 34];
+	int32_t ws6[2 * 4 * COLS / 32];
+	float wd6[2 * 4 * COLS / 32];
+	tensor_quantize_row(TT_Q6_K, w, w6, ROWS * COLS);
+	bad = 0;
+	for (int r0 = 0; r0 < ROWS; r0 += 4) {
+		int nr = ROWS - r0 < 4 ? ROWS - r0 : 4;
+		size_t rb = COLS / 256 * 210;
+		for (int r = 0; r < nr; r++)
+			k->widen_q6_k(w6 + (size_t)(r0 + r) * rb, wide + (size_t)r * nb * 34, nb,
+				      ws6 + (size_t)r * 2 * nb, wd6 + (size_t)r * 2 * nb);
+		for (int ng = 1; ng <= 2; ng++) {
+			k->gemm_q6_k(wide, nb * 34, nr, ws6, wd6, tiles, nb, ng, nb, y);
+			for (int r = 0; r < nr; r++)
+				for (int t = 0; t < 16 * ng && t < NT; t++) {
+					float want = ref->dot_q6_k(w6 + (size_t)(r0 + r) * rb, xq + t * nb, nb);
+					bad += fabsf(y[r * 32 + t] - want) > 1e-4f * fabsf(want) + 1e-3f;
+				}
+		}
+	}
+	CHECK(bad == 0, "%s gemm_q6_k (one and two groups): %d products off the scalar dot", k->name, bad);
 }
 
 int

@@ -33,8 +33,8 @@
 /* What one pool thread writes while multiplying: sized once by reserve(). */
 struct thread_scratch {
 	float *row;     /* GEMM_F32_ROWS dequantized weight rows */
-	int32_t *wsum;  /* GEMM_ROWS x blocks: -128 * sum(w) */
-	float *wd;      /* GEMM_ROWS x blocks: weight scales */
+	int32_t *wsum;  /* GEMM_ROWS x blocks (x 2 for Q6_K's halves): -128 * sum(w) */
+	float *wd;      /* GEMM_ROWS x blocks (x 2 for Q6_K's halves): weight scales */
 	float *wmin;    /* GEMM_ROWS x blocks: Q4_K offsets */
 	uint8_t *wrows; /* GEMM_ROWS rows widened to Q8_0 blocks */
 };
@@ -162,6 +162,14 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 						     (size_t)nb, wsum + (size_t)r * nb, wd + (size_t)r * nb,
 						     wmin + (size_t)r * nb);
 			wrows = wide;
+		} else if (w->type == TT_Q6_K) {
+			/* two scales and sums per block: wsum and wd hold 2 * nb a row */
+			uint8_t *wide = ts->wrows;
+			row_bytes = (size_t)nb * 34;
+			for (int r = 0; r < nr; r++)
+				j->im->k->widen_q6_k(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes,
+						     (size_t)nb, wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb);
+			wrows = wide;
 		} else if (w->type == TT_Q4_0) {
 			/* d * (q - 8) is exactly a Q8_0 block: widen the rows once
 			 * per chunk and run the same GEMM on them */
@@ -172,12 +180,16 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 						     (size_t)nb, NULL);
 			wrows = wide;
 		}
-		if (w->type != TT_Q4_K)
+		if (w->type != TT_Q4_K && w->type != TT_Q6_K)
 			j->im->k->gemm_q8_0_prep(wrows, row_bytes, nr, (size_t)nb, wsum, wd);
 		for (int64_t g = 0; g < groups; g += 2) {
 			int ng = groups - g > 1 ? 2 : 1;
-			j->im->k->gemm_q8_0(wrows, row_bytes, nr, wsum, wd, wmin, j->im->tiles + g * nb, (size_t)nb, ng,
-					    (size_t)nb, out);
+			if (w->type == TT_Q6_K)
+				j->im->k->gemm_q6_k(wrows, row_bytes, nr, wsum, wd, j->im->tiles + g * nb, (size_t)nb,
+						    ng, (size_t)nb, out);
+			else
+				j->im->k->gemm_q8_0(wrows, row_bytes, nr, wsum, wd, wmin, j->im->tiles + g * nb,
+						    (size_t)nb, ng, (size_t)nb, out);
 			int nt = j->n - (int)g * GEMM_TOKENS;
 			if (nt > ng * GEMM_TOKENS)
 				nt = ng * GEMM_TOKENS;
@@ -203,7 +215,9 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, int *qu
 {
 	*quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q6_K;
 	/* the GEMM pays off once a tile is mostly full */
-	*gemm = (type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K) && k->gemm_q8_0 != NULL && n >= GEMM_TOKENS;
+	*gemm = (((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K) && k->gemm_q8_0 != NULL) ||
+		 (type == TT_Q6_K && k->gemm_q6_k != NULL)) &&
+		n >= GEMM_TOKENS;
 	/* a decode batch: 8-token tiles (one token is memory-bound on the dot) */
 	*gemm8 = !*gemm && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) && k->gemm8_q8_0 != NULL && n >= 2 &&
 		 n < GEMM_TOKENS;
@@ -826,7 +840,8 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 	if (im->ts == NULL && (im->ts = calloc((size_t)nth, sizeof(*im->ts))) == NULL)
 		return PRIVAI_ENOMEM;
 	if ((size_t)max_cols > im->row_buf_len) {
-		size_t blocks = GEMM_ROWS * (size_t)(max_cols / 32 + 1);
+		/* Q6_K keeps two sums and scales per block */
+		size_t blocks = 2 * GEMM_ROWS * (size_t)(max_cols / 32 + 1);
 		for (int i = 0; i < nth; i++) {
 			struct thread_scratch *ts = &im->ts[i];
 			/* all five grow together with max_cols */

@@ -139,6 +139,8 @@ static const struct cpu_kernels k_scalar = {
 	exp_f32_scalar,
 	widen_q4_0_scalar,
 	widen_q4_k_scalar,
+	widen_q6_k_scalar,
+	NULL,
 };
 
 void
@@ -369,6 +371,8 @@ static struct cpu_kernels k_avx2 = {
 	exp_f32_avx2,
 	widen_q4_0_avx2,
 	widen_q4_k_avx2,
+	widen_q6_k_avx2,
+	NULL,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -752,6 +756,8 @@ static struct cpu_kernels k_avx512 = {
 	exp_f32_avx2,
 	widen_q4_0_avx2,
 	widen_q4_k_avx2,
+	widen_q6_k_avx2,
+	gemm_q6_k_avx512,
 };
 #endif
 

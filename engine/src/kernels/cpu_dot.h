@@ -100,6 +100,13 @@ struct cpu_kernels {
 	 * wsum = -128 * sum(q), wd = d * sc, wmin = dmin * m per block. */
 	void (*widen_q4_0)(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums);
 	void (*widen_q4_k)(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
+	/* Q6_K: q - 32, and per 16-element half wsum = -128 * sum, wd = d * sc
+	 * (2 * nb of each) */
+	void (*widen_q6_k)(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+	/* gemm_q8_0 for widened Q6_K rows: two scales and sums per block,
+	 * y as gemm_q8_0's; NULL where there is no kernel */
+	void (*gemm_q6_k)(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
+			  const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y);
 };
 
 #define GEMM_F32_ROWS 4
@@ -125,9 +132,14 @@ void axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n);
 /* cpu_widen.c */
 void widen_q4_0_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums);
 void widen_q4_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
+void widen_q6_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 #if defined(__x86_64__)
 void widen_q4_0_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums);
 void widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
+void widen_q6_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+/* cpu_gemm_q6_k.c */
+void gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
+		      const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y);
 #endif
 
 /* One KV head's cached keys and values for one sequence: position p is

@@ -9,6 +9,9 @@
  * Q4_K: sub-block j of 32 is d * sc_j * q - dmin * m_j with q in 0..15;
  * the int8 block holds q, and the scale, offset and -128 * sum(q) (what
  * the GEMM's unsigned activations need taken off) go to wd, wmin, wsum.
+ * Q6_K: 16-element sub-blocks d * sc_k * (q - 32), q in 0..63; the int8
+ * block holds q - 32 for two of them, with two scales and two sums
+ * (gemm_q6_k).
  */
 #include <string.h>
 
@@ -70,6 +73,37 @@ widen_q4_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, fl
 	}
 }
 
+/* Q6_K super-block: ql[128] (low 4 bits), qh[64] (high 2), sc[16], d */
+void
+widen_q6_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd)
+{
+	for (size_t sb = 0; sb < nb / 8; sb++, src += 210) {
+		const uint8_t *ql = src, *qh = src + 128;
+		const int8_t *sc = (const int8_t *)(src + 192);
+		uint16_t h;
+		memcpy(&h, src + 208, 2);
+		float d = fp16_to_f32(h);
+		int8_t v[256];
+		for (int half = 0; half < 2; half++, ql += 64, qh += 32)
+			for (int l = 0; l < 32; l++) {
+				int8_t *o = v + 128 * half;
+				o[l] = (int8_t)(((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32);
+				o[l + 32] = (int8_t)(((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32);
+				o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+				o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+			}
+		for (int k = 0; k < 16; k++) { /* 16-element sub-blocks */
+			int32_t sum = 0;
+			for (int l = 0; l < 16; l++)
+				sum += v[16 * k + l];
+			wsum[sb * 16 + (size_t)k] = -128 * sum;
+			wd[sb * 16 + (size_t)k] = d * (float)sc[k];
+		}
+		for (int b = 0; b < 8; b++, dst += 34)
+			memcpy(dst + 2, v + 32 * b, 32);
+	}
+}
+
 #if defined(__x86_64__)
 #include "cpu_x86.h"
 
@@ -120,6 +154,51 @@ widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, floa
 				wmin[at + k] = dmin * (float)m;
 			}
 		}
+	}
+}
+/* sums of the two 16-byte halves of v, as unsigned bytes */
+AVX2 static inline void
+sum_u8_halves(__m256i v, int32_t *lo, int32_t *hi)
+{
+	__m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+	*lo = (int32_t)(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1));
+	*hi = (int32_t)(_mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3));
+}
+
+AVX2 void
+widen_q6_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd)
+{
+	const __m256i low = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+
+	for (size_t sb = 0; sb < nb / 8; sb++, src += 210) {
+		const uint8_t *ql = src, *qh = src + 128;
+		const int8_t *sc = (const int8_t *)(src + 192);
+		float d = f16c_load(src + 208);
+		int32_t *ws = wsum + sb * 16;
+		for (int half = 0; half < 2; half++, ql += 64, qh += 32) {
+			__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+			__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+			__m256i h = _mm256_loadu_si256((const __m256i *)qh);
+			__m256i q[4] = {
+				_mm256_or_si256(_mm256_and_si256(l0, low),
+						_mm256_slli_epi16(_mm256_and_si256(h, two), 4)),
+				_mm256_or_si256(_mm256_and_si256(l1, low),
+						_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), two), 4)),
+				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
+						_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), two), 4)),
+				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
+						_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), two), 4)),
+			};
+			for (int b = 0; b < 4; b++, dst += 34) {
+				int k = 8 * half + 2 * b;
+				_mm256_storeu_si256((__m256i *)(dst + 2), _mm256_sub_epi8(q[b], off));
+				sum_u8_halves(q[b], &ws[k], &ws[k + 1]);
+				ws[k] = -128 * (ws[k] - 32 * 16);
+				ws[k + 1] = -128 * (ws[k + 1] - 32 * 16);
+			}
+		}
+		for (int k = 0; k < 16; k++)
+			wd[sb * 16 + (size_t)k] = d * (float)sc[k];
 	}
 }
 #endif
