@@ -2,20 +2,64 @@
 # make bench: speed of privai-engine on synthetic models with Llama-3.2-1B's
 # shape (dim 2048, 16 layers, 32 heads, 8 KV heads, ffn 8192, vocab 32000),
 # one per weight type, generated once into $BUILD/bench.  Prints the table
-# rows and appends one JSON object per type to $BUILD/bench/results.jsonl.
+# rows and appends one JSON object per test to $BUILD/bench/results.jsonl.
+#
 # THREADS (default 2), REPS (default 3) and TYPES can be overridden.
+# DEPTH=2048 adds, per type, prompt processing of 512 tokens and generation
+# of 32 after DEPTH tokens already in the cache (llama-bench -p 512 -n 32
+# -d DEPTH; one repetition: filling the cache dominates the run).
+# LLAMA_BENCH=/path/to/llama-bench runs it on the same files with the same
+# threads, alternating with privai on each test, and prints both with their
+# ratio.  Nothing here builds llama.cpp.
 set -eu
 BUILD=${BUILD:-build}
 E=$BUILD/privai-engine
 THREADS=${THREADS:-2}
 REPS=${REPS:-3}
-TYPES=${TYPES:-"Q8_0 Q4_0 Q4_K_M F16 BF16"}
+TYPES=${TYPES:-"Q8_0 Q4_0 Q4_K_M Q5_K_M Q6_K F16 BF16"}
+DEPTH=${DEPTH:-0}
+LLAMA_BENCH=${LLAMA_BENCH:-}
 dir=$BUILD/bench
 mkdir -p "$dir"
 shape="--dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 --vocab 32000"
+pairs=$dir/side-by-side.txt
+: >"$pairs"
+
+# one test: privai, then llama-bench if given; a line "type test privai llama" to $pairs
+run_test() { # type model pp tg depth reps
+	p=$("$E" bench -m "$2" -p "$3" -n "$4" -d "$5" -t "$THREADS" -r "$6" --json)
+	echo "$p" | tee -a "$dir/results.jsonl"
+	[ -n "$LLAMA_BENCH" ] || return 0
+	depth_arg=""
+	[ "$5" -eq 0 ] || depth_arg="-d $5"
+	l=$("$LLAMA_BENCH" -m "$2" -p "$3" -n "$4" $depth_arg -t "$THREADS" -r "$6" -o jsonl 2>/dev/null) ||
+		{ echo "llama-bench failed on $2" >&2; return 0; }
+	echo "$l" | sed 's/^/llama.cpp: /'
+	python3 - "$1" "$3" "$4" "$5" "$p" "$l" >>"$pairs" <<'EOF'
+import json, sys
+t, pp, tg, depth, mine, theirs = sys.argv[1:7]
+mine = json.loads(mine)
+rows = [json.loads(x) for x in theirs.splitlines() if x.strip().startswith("{")]
+at = "" if depth == "0" else "@d" + depth
+for r in rows:
+    if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0:
+        print(t, "pp%s%s" % (pp, at), mine["pp_tokens_per_s"], r["avg_ts"])
+    elif r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
+        print(t, "tg%s%s" % (tg, at), mine["tg_tokens_per_s"], r["avg_ts"])
+EOF
+}
+
 for t in $TYPES; do
 	m=$dir/llama1b-$(echo "$t" | tr 'A-Z' 'a-z').gguf
 	[ -f "$m" ] || "$E" synth -o "$m" $shape --type "$t"
 	echo "== $t ($m)"
-	"$E" bench -m "$m" -p 128 -n 32 -t "$THREADS" -r "$REPS" --json | tee -a "$dir/results.jsonl"
+	run_test "$t" "$m" 128 32 0 "$REPS"
+	[ "$DEPTH" -eq 0 ] || run_test "$t" "$m" 512 32 "$DEPTH" 1
 done
+
+if [ -s "$pairs" ]; then
+	echo
+	echo "| type | test | privai tok/s | llama.cpp tok/s | privai / llama.cpp |"
+	echo "| --- | --- | --- | --- | --- |"
+	awk '{ printf "| %s | %s | %.1f | %.1f | %.2fx |\n", $1, $2, $3, $4, $3 / $4 }' "$pairs"
+fi

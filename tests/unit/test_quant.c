@@ -146,8 +146,8 @@ test_round_trips(void)
 		uint32_t type;
 		double bound; /* max relative RMS error on N(0,1) data */
 	} rt[] = {
-		{ TT_F16, 1e-3 },  { TT_BF16, 5e-3 },   { TT_Q8_0, 1e-2 },
-		{ TT_Q6_K, 3e-2 }, { TT_Q4_0, 1.2e-1 }, { TT_Q4_K, 1.2e-1 },
+		{ TT_F16, 1e-3 },    { TT_BF16, 5e-3 },   { TT_Q8_0, 1e-2 }, { TT_Q6_K, 3e-2 },
+		{ TT_Q4_0, 1.2e-1 }, { TT_Q4_K, 1.2e-1 }, { TT_Q5_K, 6e-2 },
 	};
 	enum { N = 4096 };
 	static float x[N], y[N];
@@ -233,6 +233,21 @@ test_widen(const struct cpu_kernels *simd, const float *w)
 		bad += -128 * s != wsb[k];
 	}
 	CHECK(bad == 0, "widened Q4_K rows are the dequantized weights and their sums (%d off)", bad);
+	tensor_quantize_row(TT_Q5_K, w, wq, N);
+	tensor_dequantize_row(TT_Q5_K, wq, deq, N);
+	simd->widen_q5_k(wq, a, NB, wsa, wda, wma);
+	ref->widen_q5_k(wq, b, NB, wsb, wdb, wmb);
+	same = 1;
+	for (int k = 0; k < NB; k++)
+		same &= memcmp(a + k * 34 + 2, b + k * 34 + 2, 32) == 0 && wsa[k] == wsb[k] && wda[k] == wdb[k] &&
+			wma[k] == wmb[k];
+	CHECK(same, "%s widen_q5_k as the scalar", simd->name);
+	bad = 0;
+	for (int i = 0; i < N; i++) {
+		int k = i / 32, q = b[k * 34 + 2 + i % 32];
+		bad += q > 31 || fabsf(wdb[k] * (float)q - wmb[k] - deq[i]) > 1e-6f * fabsf(deq[i]) + 1e-6f;
+	}
+	CHECK(bad == 0, "widened Q5_K rows are the dequantized weights (%d off)", bad);
 	tensor_quantize_row(TT_Q6_K, w, wq, N);
 	tensor_dequantize_row(TT_Q6_K, wq, deq, N);
 	int32_t ws6a[2 * NB], ws6b[2 * NB];
@@ -297,10 +312,14 @@ test_kernels(const struct cpu_kernels *simd)
 	static const struct {
 		uint32_t type;
 		const char *name;
-	} kq[] = { { TT_Q4_K, "Q4_K" }, { TT_Q6_K, "Q6_K" } };
-	for (int i = 0; i < 2; i++) {
-		float (*fs)(const void *, const struct block_q8 *, size_t) = i == 0 ? simd->dot_q4_k : simd->dot_q6_k;
-		float (*fr)(const void *, const struct block_q8 *, size_t) = i == 0 ? ref->dot_q4_k : ref->dot_q6_k;
+	} kq[] = { { TT_Q4_K, "Q4_K" }, { TT_Q5_K, "Q5_K" }, { TT_Q6_K, "Q6_K" } };
+	for (int i = 0; i < 3; i++) {
+		float (*fs)(const void *, const struct block_q8 *, size_t) = i == 0   ? simd->dot_q4_k
+									     : i == 1 ? simd->dot_q5_k
+										      : simd->dot_q6_k;
+		float (*fr)(const void *, const struct block_q8 *, size_t) = i == 0   ? ref->dot_q4_k
+									     : i == 1 ? ref->dot_q5_k
+										      : ref->dot_q6_k;
 		tensor_quantize_row(kq[i].type, w, wq, N);
 		tensor_dequantize_row(kq[i].type, wq, wf, N);
 		float want = ref->dot_f32(wf, xf, N), r = fr(wq, xr, N / 32), v = fs(wq, xr, N / 32);

@@ -35,18 +35,19 @@ gauss(uint64_t *s)
 	return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-/* Q4_K_M's mix: a few sensitive matrices get 6 bits (llama.cpp's rule). */
+/* Q4_K_M's and Q5_K_M's mixes: a few sensitive matrices get 6 bits
+ * (llama.cpp's rule). */
 static uint32_t
 type_for(const struct synth *s, const char *name, int layer)
 {
-	if (strcmp(s->type, "Q4_K_M") == 0) {
+	if (strcmp(s->type, "Q4_K_M") == 0 || strcmp(s->type, "Q5_K_M") == 0) {
 		int n = s->layers;
 		int more = layer >= 0 && (layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2);
 		if (strcmp(name, "output.weight") == 0)
 			return TT_Q6_K;
 		if ((strstr(name, "attn_v") || strstr(name, "ffn_down")) && more)
 			return TT_Q6_K;
-		return TT_Q4_K;
+		return s->type[1] == '4' ? TT_Q4_K : TT_Q5_K;
 	}
 	for (uint32_t t = 0; t < TT_COUNT; t++)
 		if (tensor_type_get(t) != NULL && strcasecmp(s->type, tensor_type_name(t)) == 0)
@@ -193,7 +194,8 @@ usage(void)
 	     "  --dim N --layers N --heads N --kv-heads N --ff N --ctx N\n"
 	     "  --vocab N            demo tokenizer padded to N tokens\n"
 	     "  --vocab-from GGUF    copy the tokenizer of another model\n"
-	     "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M (default Q8_0)\n"
+	     "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M\n"
+	     "                       (default Q8_0)\n"
 	     "  --rope-base F --tied --seed N\n"
 	     "Llama-3.2-1B's shape: --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 --vocab 32000");
 }
@@ -285,9 +287,11 @@ cmd_synth(int argc, char **argv)
 		return cli_error("synth", "--arch must be llama or qwen2");
 	if (s.dim % s.heads != 0 || s.heads % s.kv_heads != 0 || (s.dim / s.heads) % 2 != 0)
 		return cli_error("synth", "--dim must divide into --heads of even size, and --heads by --kv-heads");
-	if (strcmp(s.type, "Q4_K_M") != 0 &&
+	if (strcmp(s.type, "Q4_K_M") != 0 && strcmp(s.type, "Q5_K_M") != 0 &&
 	    (type_for(&s, "", -1) == TT_COUNT || tensor_quantize_row(type_for(&s, "", -1), NULL, NULL, 0) < 0))
-		return cli_error("synth", "--type '%s' cannot be written (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M)",
+		return cli_error("synth",
+				 "--type '%s' cannot be written (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K "
+				 "Q4_K_M Q5_K_M)",
 				 s.type);
 	s.rng = (uint64_t)s.seed * 0x9e3779b97f4a7c15ULL + 1;
 	if (build(&s, err) < 0)

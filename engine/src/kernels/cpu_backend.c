@@ -153,14 +153,15 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 	for (int64_t rb = r0; rb < r1; rb += GEMM_ROWS) {
 		int nr = r1 - rb < GEMM_ROWS ? (int)(r1 - rb) : GEMM_ROWS;
 		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
-		if (w->type == TT_Q4_K) {
+		if (w->type == TT_Q4_K || w->type == TT_Q5_K) {
 			uint8_t *wide = ts->wrows;
+			void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
+				w->type == TT_Q4_K ? j->im->k->widen_q4_k : j->im->k->widen_q5_k;
 			wmin = ts->wmin;
 			row_bytes = (size_t)nb * 34;
 			for (int r = 0; r < nr; r++)
-				j->im->k->widen_q4_k(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes,
-						     (size_t)nb, wsum + (size_t)r * nb, wd + (size_t)r * nb,
-						     wmin + (size_t)r * nb);
+				widen(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes, (size_t)nb,
+				      wsum + (size_t)r * nb, wd + (size_t)r * nb, wmin + (size_t)r * nb);
 			wrows = wide;
 		} else if (w->type == TT_Q6_K) {
 			/* two scales and sums per block: wsum and wd hold 2 * nb a row */
@@ -180,7 +181,7 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 						     (size_t)nb, NULL);
 			wrows = wide;
 		}
-		if (w->type != TT_Q4_K && w->type != TT_Q6_K)
+		if (w->type != TT_Q4_K && w->type != TT_Q5_K && w->type != TT_Q6_K)
 			j->im->k->gemm_q8_0_prep(wrows, row_bytes, nr, (size_t)nb, wsum, wd);
 		for (int64_t g = 0; g < groups; g += 2) {
 			int ng = groups - g > 1 ? 2 : 1;
@@ -213,9 +214,9 @@ half_dot(uint32_t type, int n)
 static void
 mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, int *quantized, int *gemm, int *gemm8)
 {
-	*quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q6_K;
+	*quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
 	/* the GEMM pays off once a tile is mostly full */
-	*gemm = (((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K) && k->gemm_q8_0 != NULL) ||
+	*gemm = (((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
 		 (type == TT_Q6_K && k->gemm_q6_k != NULL)) &&
 		n >= GEMM_TOKENS;
 	/* a decode batch: 8-token tiles (one token is memory-bound on the dot) */
@@ -232,6 +233,7 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 	float (*dot)(const void *, const struct block_q8 *, size_t) = w->type == TT_Q8_0   ? k->dot_q8_0
 								      : w->type == TT_Q4_0 ? k->dot_q4_0
 								      : w->type == TT_Q4_K ? k->dot_q4_k
+								      : w->type == TT_Q5_K ? k->dot_q5_k
 											   : k->dot_q6_k;
 
 	for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {

@@ -141,6 +141,8 @@ static const struct cpu_kernels k_scalar = {
 	widen_q4_k_scalar,
 	widen_q6_k_scalar,
 	NULL,
+	dot_q5_k_scalar,
+	widen_q5_k_scalar,
 };
 
 void
@@ -373,6 +375,8 @@ static struct cpu_kernels k_avx2 = {
 	widen_q4_k_avx2,
 	widen_q6_k_avx2,
 	NULL,
+	NULL, /* filled in by cpu_kernels_get */
+	widen_q5_k_avx2,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -758,6 +762,8 @@ static struct cpu_kernels k_avx512 = {
 	widen_q4_k_avx2,
 	widen_q6_k_avx2,
 	gemm_q6_k_avx512,
+	NULL,
+	widen_q5_k_avx2,
 };
 #endif
 
@@ -813,6 +819,8 @@ cpu_kernels_get(void)
 	/* the k-quant dots live in their own file; link them in here */
 	k_avx2.dot_q4_k = dot_q4_k_simd(0);
 	k_avx2.dot_q6_k = dot_q6_k_simd(0);
+	k_avx2.dot_q5_k = dot_q5_k_simd(0);
+	k_avx512.dot_q5_k = dot_q5_k_simd(1);
 	k_avx512.dot_q4_k = dot_q4_k_simd(1);
 	k_avx512.dot_q6_k = dot_q6_k_simd(1);
 	if (avx512)

@@ -107,6 +107,9 @@ struct cpu_kernels {
 	 * y as gemm_q8_0's; NULL where there is no kernel */
 	void (*gemm_q6_k)(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
 			  const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y);
+	/* Q5_K: the Q4_K dot and widening with the fifth bit */
+	float (*dot_q5_k)(const void *w, const struct block_q8 *x, size_t nb);
+	void (*widen_q5_k)(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
 };
 
 #define GEMM_F32_ROWS 4
@@ -114,8 +117,10 @@ struct cpu_kernels {
 
 /* cpu_dot_kquants.c */
 float dot_q4_k_scalar(const void *w, const struct block_q8 *x, size_t nb);
+float dot_q5_k_scalar(const void *w, const struct block_q8 *x, size_t nb);
 float dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb);
 float (*dot_q4_k_simd(int avx512))(const void *, const struct block_q8 *, size_t);
+float (*dot_q5_k_simd(int avx512))(const void *, const struct block_q8 *, size_t);
 float (*dot_q6_k_simd(int avx512))(const void *, const struct block_q8 *, size_t);
 
 /* cpu_attention.c */
@@ -132,8 +137,10 @@ void axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n);
 /* cpu_widen.c */
 void widen_q4_0_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums);
 void widen_q4_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
+void widen_q5_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
 void widen_q6_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 #if defined(__x86_64__)
+void widen_q5_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
 void widen_q4_0_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums);
 void widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
 void widen_q6_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);

@@ -9,6 +9,8 @@
  * Q4_K: sub-block j of 32 is d * sc_j * q - dmin * m_j with q in 0..15;
  * the int8 block holds q, and the scale, offset and -128 * sum(q) (what
  * the GEMM's unsigned activations need taken off) go to wd, wmin, wsum.
+ * Q5_K: Q4_K with a fifth bit (bit j of qh[l] for sub-block j), q in
+ * 0..31, through the same GEMM.
  * Q6_K: 16-element sub-blocks d * sc_k * (q - 32), q in 0..63; the int8
  * block holds q - 32 for two of them, with two scales and two sums
  * (gemm_q6_k).
@@ -62,6 +64,34 @@ widen_q4_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, fl
 			int32_t sum = 0;
 			for (int l = 0; l < 32; l++) {
 				uint8_t v = (j & 1) ? q[32 * (j / 2) + l] >> 4 : q[32 * (j / 2) + l] & 0xf;
+				dst[2 + l] = v;
+				sum += v;
+			}
+			size_t at = sb * 8 + (size_t)j;
+			wsum[at] = -128 * sum;
+			wd[at] = d * (float)s;
+			wmin[at] = dmin * (float)m;
+		}
+	}
+}
+
+/* Q5_K super-block: d, dmin, 12 bytes of scales, qh[32], qs[128] */
+void
+widen_q5_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
+{
+	for (size_t sb = 0; sb < nb / 8; sb++, src += 176) {
+		uint16_t hd, hm;
+		memcpy(&hd, src, 2);
+		memcpy(&hm, src + 2, 2);
+		float d = fp16_to_f32(hd), dmin = fp16_to_f32(hm);
+		const uint8_t *qh = src + 16, *q = src + 48;
+		for (int j = 0; j < 8; j++, dst += 34) {
+			int s, m;
+			k4_scale_min(j, src + 4, &s, &m);
+			int32_t sum = 0;
+			for (int l = 0; l < 32; l++) {
+				uint8_t lo = (j & 1) ? q[32 * (j / 2) + l] >> 4 : q[32 * (j / 2) + l] & 0xf;
+				uint8_t v = (uint8_t)(lo | (((qh[l] >> j) & 1) << 4));
 				dst[2 + l] = v;
 				sum += v;
 			}
@@ -156,6 +186,36 @@ widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, floa
 		}
 	}
 }
+AVX2 void
+widen_q5_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
+{
+	const __m256i low = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+
+	for (size_t sb = 0; sb < nb / 8; sb++, src += 176) {
+		float d = f16c_load(src), dmin = f16c_load(src + 2);
+		__m256i hb = _mm256_loadu_si256((const __m256i *)(src + 16));
+		for (int p = 0; p < 4; p++, dst += 68, hb = _mm256_srli_epi16(hb, 2)) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(src + 48 + 32 * p));
+			__m256i lo = _mm256_or_si256(_mm256_and_si256(q, low),
+						     _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+			__m256i hi =
+				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low),
+						_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
+			_mm256_storeu_si256((__m256i *)(dst + 2), lo);
+			_mm256_storeu_si256((__m256i *)(dst + 36), hi);
+			size_t at = sb * 8 + 2 * (size_t)p;
+			wsum[at] = -128 * sum_u8(lo);
+			wsum[at + 1] = -128 * sum_u8(hi);
+			for (int k = 0; k < 2; k++) {
+				int s, m;
+				k4_scale_min(2 * p + k, src + 4, &s, &m);
+				wd[at + k] = d * (float)s;
+				wmin[at + k] = dmin * (float)m;
+			}
+		}
+	}
+}
+
 /* sums of the two 16-byte halves of v, as unsigned bytes */
 AVX2 static inline void
 sum_u8_halves(__m256i v, int32_t *lo, int32_t *hi)
