@@ -30,10 +30,16 @@ run_test() { # type model pp tg depth reps
 	p=$("$E" bench -m "$2" -p "$3" -n "$4" -d "$5" -t "$THREADS" -r "$6" --json)
 	echo "$p" | tee -a "$dir/results.jsonl"
 	[ -n "$LLAMA_BENCH" ] || return 0
-	depth_arg=""
-	[ "$5" -eq 0 ] || depth_arg="-d $5"
-	l=$("$LLAMA_BENCH" -m "$2" -p "$3" -n "$4" $depth_arg -t "$THREADS" -r "$6" -o jsonl 2>/dev/null) ||
-		{ echo "llama-bench failed on $2" >&2; return 0; }
+	if [ "$5" -eq 0 ]; then
+		l=$("$LLAMA_BENCH" -m "$2" -p "$3" -n "$4" -t "$THREADS" -r "$6" -o jsonl 2>/dev/null) ||
+			{ echo "llama-bench failed on $2" >&2; return 0; }
+	elif "$LLAMA_BENCH" --help 2>&1 | grep -q -- --n-depth; then
+		l=$("$LLAMA_BENCH" -m "$2" -p "$3" -n "$4" -d "$5" -t "$THREADS" -r "$6" -o jsonl 2>/dev/null) ||
+			{ echo "llama-bench failed on $2" >&2; return 0; }
+	else
+		echo "this llama-bench has no -d (--n-depth): no side-by-side at depth $5" >&2
+		return 0
+	fi
 	echo "$l" | sed 's/^/llama.cpp: /'
 	python3 - "$1" "$3" "$4" "$5" "$p" "$l" >>"$pairs" <<'EOF'
 import json, sys

@@ -340,16 +340,19 @@ AVX2 static float
 dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 {
 	const uint8_t *b = w;
-	__m256 acc = _mm256_setzero_ps();
-	float corr = 0.0f;
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
 
+	/* as dot_q4_0_avx512: the offset inside the integer sum, two chains */
 	for (size_t i = 0; i < nb; i++, b += 18) {
-		float dd = f16c_load(b) * x[i].d;
-		__m256i p = mul_sum_u8i8_avx2(unpack_nibbles(b + 2), _mm256_loadu_si256((const __m256i *)x[i].q));
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), acc);
-		corr += dd * (float)(8 * x[i].sum);
+		__m256i p = _mm256_add_epi32(
+			mul_sum_u8i8_avx2(unpack_nibbles(b + 2), _mm256_loadu_si256((const __m256i *)x[i].q)),
+			_mm256_set1_epi32(-x[i].sum));
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b) * x[i].d), _mm256_cvtepi32_ps(p), acc0);
+		__m256 t = acc0; /* alternate the chains */
+		acc0 = acc1;
+		acc1 = t;
 	}
-	return hsum256(acc) - corr;
+	return hsum256(_mm256_add_ps(acc0, acc1));
 }
 
 static struct cpu_kernels k_avx2 = {
@@ -530,21 +533,31 @@ dot_q8_0_avx512(const void *w, const struct block_q8 *x, size_t nb)
 	return s;
 }
 
+/* sum((q - 8) * x) = sum(q * x) - 8 * sum(x): starting each of the 8
+ * lanes at -sum(x) takes the offset off inside the integer sum, so no
+ * scalar correction chain runs beside the vector one.  Two blocks a step
+ * on two accumulators: one fmadd chain is bound by its latency. */
 AVX512 static float
 dot_q4_0_avx512(const void *w, const struct block_q8 *x, size_t nb)
 {
 	const uint8_t *b = w;
-	__m256 acc = _mm256_setzero_ps();
-	float corr = 0.0f;
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+	size_t i = 0;
 
-	for (size_t i = 0; i < nb; i++, b += 18) {
-		float dd = f16c_load(b) * x[i].d;
-		__m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles(b + 2),
-						_mm256_loadu_si256((const __m256i *)x[i].q));
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), acc);
-		corr += dd * (float)(8 * x[i].sum);
+	for (; i + 2 <= nb; i += 2, b += 36) {
+		__m256i p0 = _mm256_dpbusd_epi32(_mm256_set1_epi32(-x[i].sum), unpack_nibbles(b + 2),
+						 _mm256_loadu_si256((const __m256i *)x[i].q));
+		__m256i p1 = _mm256_dpbusd_epi32(_mm256_set1_epi32(-x[i + 1].sum), unpack_nibbles(b + 20),
+						 _mm256_loadu_si256((const __m256i *)x[i + 1].q));
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b) * x[i].d), _mm256_cvtepi32_ps(p0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b + 18) * x[i + 1].d), _mm256_cvtepi32_ps(p1), acc1);
 	}
-	return hsum256(acc) - corr;
+	if (i < nb) {
+		__m256i p = _mm256_dpbusd_epi32(_mm256_set1_epi32(-x[i].sum), unpack_nibbles(b + 2),
+						_mm256_loadu_si256((const __m256i *)x[i].q));
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b) * x[i].d), _mm256_cvtepi32_ps(p), acc0);
+	}
+	return hsum256(_mm256_add_ps(acc0, acc1));
 }
 
 /* Sum of the 32 signed weights of a Q8_0 block. */
