@@ -410,6 +410,7 @@ main(void)
 		check_batch_vs_single(dir, TT_Q4_K, 1.5e-1);
 		check_batch_vs_single(dir, TT_Q5_K, 8e-2);
 		check_batch_vs_single(dir, TT_Q6_K, 5e-2);
+		check_batch_vs_single(dir, TT_BF16, 2e-2);
 	}
 	return test_summary();
 }

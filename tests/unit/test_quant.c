@@ -466,6 +466,50 @@ test_gemm(void)
 	CHECK(bad == 0, "%s gemm_q6_k (one and two groups): %d products off the scalar dot", k->name, bad);
 }
 
+/* The bfloat16 GEMM against double sums of the same bfloat16 values (the
+ * activations rounded as the tile packer rounds them): 11 rows (a partial
+ * row step), 27 tokens (a partial second tile), an odd number of pairs. */
+static void
+test_gemm_bf16(const struct cpu_kernels *k)
+{
+	enum { ROWS = 11, NT = 27, COLS = 70 };
+	static uint16_t w[ROWS * COLS];
+	static float x[NT * COLS], y[GEMM_BF16_ROWS * 32];
+	static uint32_t tiles[2 * 16 * COLS / 2];
+	int bad = 0;
+
+	if (k->gemm_bf16 == NULL) {
+		SKIP("no AVX512_BF16 on this CPU: the bfloat16 GEMM was not checked");
+		return;
+	}
+	for (int i = 0; i < ROWS * COLS; i++)
+		w[i] = f32_to_bf16(cosf((float)i * 0.37f));
+	for (int i = 0; i < NT * COLS; i++)
+		x[i] = sinf((float)i * 0.011f) * 3;
+	k->pack_bf16_tile(x, COLS, 16, COLS, tiles);
+	k->pack_bf16_tile(x + 16 * COLS, COLS, NT - 16, COLS, tiles + 16 * COLS / 2);
+	for (int r0 = 0; r0 < ROWS; r0 += GEMM_BF16_ROWS) {
+		int nr = ROWS - r0 < GEMM_BF16_ROWS ? ROWS - r0 : GEMM_BF16_ROWS;
+		for (int ng = 1; ng <= 2; ng++) {
+			k->gemm_bf16(w + r0 * COLS, COLS, nr, tiles, 16 * COLS / 2, ng, COLS, y);
+			for (int r = 0; r < nr; r++)
+				for (int t = 0; t < 16 * ng && t < NT; t++) {
+					double want = 0;
+					for (int c = 0; c < COLS; c++)
+						want += (double)bf16_to_f32(w[(r0 + r) * COLS + c]) *
+							bf16_to_f32(f32_to_bf16(x[t * COLS + c]));
+					bad += fabs(y[r * 32 + t] - want) > 1e-5 * fabs(want) + 1e-4;
+				}
+		}
+	}
+	/* padding lanes of the partial tile are zero, so they add nothing */
+	int pad = 0;
+	for (int kp = 0; kp < COLS / 2; kp++)
+		for (int j = NT - 16; j < 16; j++)
+			pad += tiles[16 * COLS / 2 + kp * 16 + j] != 0;
+	CHECK(bad == 0 && pad == 0, "%s gemm_bf16: %d products off, %d padding values set", k->name, bad, pad);
+}
+
 int
 main(void)
 {
@@ -477,6 +521,7 @@ main(void)
 	const struct cpu_kernels *best = cpu_kernels_get();
 	test_kernels(best);
 	test_gemm_f32(best);
+	test_gemm_bf16(best);
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());
 	if (strcmp(best->name, "scalar") == 0)

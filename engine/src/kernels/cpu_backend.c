@@ -48,6 +48,8 @@ struct cpu_impl {
 	size_t xq_len;
 	struct q8_tile *tiles; /* the same, packed 16 tokens a tile, for the GEMM */
 	size_t tiles_len;
+	uint32_t *xbf; /* bfloat16 activation tiles (struct cpu_kernels.pack_bf16_tile) */
+	size_t xbf_len;
 
 	struct compute_batch batch;  /* set_batch(): read in place */
 	uint16_t *k_cache, *v_cache; /* fp16, n_layer x kv_rows x kv_dim each */
@@ -107,6 +109,7 @@ struct mm_job {
 	int quantized; /* use xq and the int8 dot */
 	int gemm;      /* use tiles and the kernels' GEMM */
 	int gemm8;     /* use 8-token tiles (small decode batches) */
+	int bf16;      /* bfloat16 weights: tiles of bfloat16 activations, vdpbf16ps */
 };
 
 static void
@@ -201,6 +204,48 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 	}
 }
 
+/* bfloat16 activations, 16 tokens a tile, cols / 2 pairs each */
+static void
+mm_pack_bf16(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi, cols = j->w->cols, groups = (j->n + GEMM_BF16_TOKENS - 1) / GEMM_BF16_TOKENS;
+
+	split(groups, ith, nth, &lo, &hi);
+	for (int64_t g = lo; g < hi; g++) {
+		int nt = j->n - (int)g * GEMM_BF16_TOKENS;
+		j->im->k->pack_bf16_tile(j->x + g * GEMM_BF16_TOKENS * cols, (size_t)cols,
+					 nt < GEMM_BF16_TOKENS ? nt : GEMM_BF16_TOKENS, (size_t)cols,
+					 j->im->xbf + g * GEMM_BF16_TOKENS * (cols / 2));
+	}
+}
+
+static void
+mm_rows_bf16(struct mm_job *j, int64_t r0, int64_t r1)
+{
+	const struct weight *w = j->w;
+	int64_t half = w->cols / 2, groups = (j->n + GEMM_BF16_TOKENS - 1) / GEMM_BF16_TOKENS;
+	size_t tile = (size_t)half * GEMM_BF16_TOKENS; /* uint32 per group */
+	float out[GEMM_BF16_ROWS * 2 * GEMM_BF16_TOKENS];
+
+	for (int64_t rb = r0; rb < r1; rb += GEMM_BF16_ROWS) {
+		int nr = r1 - rb < GEMM_BF16_ROWS ? (int)(r1 - rb) : GEMM_BF16_ROWS;
+		const uint16_t *rows = (const uint16_t *)w->data + rb * w->cols;
+		for (int64_t g = 0; g < groups; g += 2) {
+			int ng = groups - g > 1 ? 2 : 1;
+			j->im->k->gemm_bf16(rows, (size_t)w->cols, nr, j->im->xbf + (size_t)g * tile, tile, ng,
+					    (size_t)w->cols, out);
+			int nt = j->n - (int)g * GEMM_BF16_TOKENS;
+			if (nt > ng * GEMM_BF16_TOKENS)
+				nt = ng * GEMM_BF16_TOKENS;
+			for (int r = 0; r < nr; r++)
+				for (int t = 0; t < nt; t++)
+					j->y[(g * GEMM_BF16_TOKENS + t) * w->rows + rb + r] =
+						out[r * 2 * GEMM_BF16_TOKENS + t];
+		}
+	}
+}
+
 /* F16 and BF16 decode converts inside the dot rather than a row at a
  * time into a buffer: one or two tokens read the row once either way. */
 static int
@@ -212,8 +257,10 @@ half_dot(uint32_t type, int n)
 /* How a matrix of `type` is multiplied by n tokens with kernels k: the one
  * decision cpu_matmul() acts on and compute_cpu_path() reports. */
 static void
-mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, int *quantized, int *gemm, int *gemm8)
+mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, int *quantized, int *gemm, int *gemm8,
+	int *bf16)
 {
+	*bf16 = type == TT_BF16 && k->gemm_bf16 != NULL && n >= GEMM_BF16_TOKENS;
 	*quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
 	/* the GEMM pays off once a tile is mostly full */
 	*gemm = (((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
@@ -348,7 +395,9 @@ mm_worker(void *arg, int ith, int nth)
 	int64_t lo, hi;
 
 	split(j->w->rows, ith, nth, &lo, &hi);
-	if (j->gemm)
+	if (j->bf16)
+		mm_rows_bf16(j, lo, hi);
+	else if (j->gemm)
 		mm_rows_gemm(j, lo, hi);
 	else if (j->gemm8)
 		mm_rows_gemm8(j, lo, hi);
@@ -363,16 +412,18 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 {
 	struct cpu_impl *im = impl_of(c);
 	const struct weight *w = &cw->w;
-	struct mm_job j = { im, w, cw->aux, x, n, y, 0, 0, 0 };
+	struct mm_job j = { im, w, cw->aux, x, n, y, 0, 0, 0, 0 };
 
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
 	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
-	mm_plan(im->k, w->type, j.bsum != NULL, n, &j.quantized, &j.gemm, &j.gemm8);
+	mm_plan(im->k, w->type, j.bsum != NULL, n, &j.quantized, &j.gemm, &j.gemm8, &j.bf16);
 	if (j.quantized)
 		threadpool_run(im->pool, mm_quantize_x, &j);
 	if (j.gemm)
 		threadpool_run(im->pool, mm_pack_tiles, &j);
+	if (j.bf16)
+		threadpool_run(im->pool, mm_pack_bf16, &j);
 	if (j.gemm8) {
 		int64_t nb = w->cols / 32;
 		for (int g = 0; g * GEMM8_TOKENS < n; g++)
@@ -723,12 +774,14 @@ const char *
 compute_cpu_path(uint32_t type, int n_tokens)
 {
 	const struct cpu_kernels *k = choose_kernels();
-	int quantized, gemm, gemm8;
+	int quantized, gemm, gemm8, bf16;
 
 	if (tensor_type_get(type) == NULL || !tensor_type_get(type)->can_dequant)
 		return NULL;
 	/* Q8_0 always has its block sums (prepare_weight) */
-	mm_plan(k, type, type == TT_Q8_0, n_tokens, &quantized, &gemm, &gemm8);
+	mm_plan(k, type, type == TT_Q8_0, n_tokens, &quantized, &gemm, &gemm8, &bf16);
+	if (bf16)
+		return "bfloat16 GEMM (vdpbf16ps), 16-token tiles";
 	if (gemm)
 		return "int8 GEMM, 16-token tiles";
 	if (gemm8)
@@ -763,6 +816,7 @@ cpu_destroy(struct compute *c)
 		free(im->ts);
 		free(im->xq);
 		free(im->tiles);
+		free(im->xbf);
 		free(im->k_cache);
 		free(im->v_cache);
 		threadpool_free(im->pool);
@@ -860,6 +914,10 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 		   (size_t)max_tokens * (size_t)(max_cols / 32 + 1) * sizeof(struct block_q8)) < 0 ||
 	    ensure((void **)&im->tiles, &im->tiles_len,
 		   (size_t)(max_tokens / GEMM_TOKENS + 1) * (size_t)(max_cols / 32 + 1) * sizeof(struct q8_tile)) < 0)
+		return PRIVAI_ENOMEM;
+	if (im->k->gemm_bf16 != NULL && ensure((void **)&im->xbf, &im->xbf_len,
+					       (size_t)(max_tokens / GEMM_BF16_TOKENS + 1) * GEMM_BF16_TOKENS *
+						       (size_t)(max_cols / 2 + 1) * sizeof(uint32_t)) < 0)
 		return PRIVAI_ENOMEM;
 	return cpu_reserve_kv(im, s);
 }

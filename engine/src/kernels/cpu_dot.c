@@ -143,6 +143,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	dot_q5_k_scalar,
 	widen_q5_k_scalar,
+	NULL,
+	NULL,
 };
 
 void
@@ -344,9 +346,9 @@ dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 
 	/* as dot_q4_0_avx512: the offset inside the integer sum, two chains */
 	for (size_t i = 0; i < nb; i++, b += 18) {
-		__m256i p = _mm256_add_epi32(
-			mul_sum_u8i8_avx2(unpack_nibbles(b + 2), _mm256_loadu_si256((const __m256i *)x[i].q)),
-			_mm256_set1_epi32(-x[i].sum));
+		__m256i p = _mm256_add_epi32(mul_sum_u8i8_avx2(unpack_nibbles(b + 2),
+							       _mm256_loadu_si256((const __m256i *)x[i].q)),
+					     _mm256_set1_epi32(-x[i].sum));
 		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b) * x[i].d), _mm256_cvtepi32_ps(p), acc0);
 		__m256 t = acc0; /* alternate the chains */
 		acc0 = acc1;
@@ -380,6 +382,8 @@ static struct cpu_kernels k_avx2 = {
 	NULL,
 	NULL, /* filled in by cpu_kernels_get */
 	widen_q5_k_avx2,
+	NULL,
+	NULL,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -777,6 +781,8 @@ static struct cpu_kernels k_avx512 = {
 	gemm_q6_k_avx512,
 	NULL,
 	widen_q5_k_avx2,
+	NULL, /* the bfloat16 GEMM: filled in by cpu_kernels_get where CPUID has it */
+	NULL,
 };
 #endif
 
@@ -803,12 +809,12 @@ cpu_kernels_scalar(void)
 /* CPUID and XGETBV: the instruction set and whether the OS saves its
  * registers (a hypervisor may hide AVX-512 state even on a capable CPU). */
 static void
-detect(int *avx2, int *avx512)
+detect(int *avx2, int *avx512, int *bf16)
 {
 	unsigned a, b, c, d, c1;
 	uint64_t xcr0 = 0;
 
-	*avx2 = *avx512 = 0;
+	*avx2 = *avx512 = *bf16 = 0;
 	if (!__get_cpuid(1, &a, &b, &c1, &d) || !(c1 & (1u << 27))) /* OSXSAVE */
 		return;
 	__asm__ volatile("xgetbv" : "=a"(a), "=d"(d) : "c"(0));
@@ -819,6 +825,8 @@ detect(int *avx2, int *avx512)
 	*avx2 = ((b >> 5) & 1) && fma && f16c;
 	*avx512 = *avx2 && (xcr0 & 0xe0) == 0xe0 && ((b >> 16) & 1) /* F */ && ((b >> 30) & 1) /* BW */ &&
 		  ((b >> 31) & 1) /* VL */ && ((c >> 11) & 1) /* VNNI */;
+	if (*avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d))
+		*bf16 = (a >> 5) & 1; /* AVX512_BF16 */
 }
 #endif
 
@@ -826,9 +834,13 @@ const struct cpu_kernels *
 cpu_kernels_get(void)
 {
 #if defined(__x86_64__)
-	int avx2, avx512;
+	int avx2, avx512, bf16;
 
-	detect(&avx2, &avx512);
+	detect(&avx2, &avx512, &bf16);
+	if (bf16) {
+		k_avx512.pack_bf16_tile = pack_bf16_tile_avx512;
+		k_avx512.gemm_bf16 = gemm_bf16_avx512;
+	}
 	/* the k-quant dots live in their own file; link them in here */
 	k_avx2.dot_q4_k = dot_q4_k_simd(0);
 	k_avx2.dot_q6_k = dot_q6_k_simd(0);

@@ -110,8 +110,19 @@ struct cpu_kernels {
 	/* Q5_K: the Q4_K dot and widening with the fifth bit */
 	float (*dot_q5_k)(const void *w, const struct block_q8 *x, size_t nb);
 	void (*widen_q5_k)(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
+	/* bfloat16 weights in prefill (cpu_gemm_bf16.c), NULL without
+	 * AVX512_BF16.  pack: nt <= 16 tokens (ldx floats apart) of cols
+	 * (even) elements into tile[k/2 * 16 + j] = token j's elements k and
+	 * k+1 as bfloat16 (nearest even), zeros past nt.  gemm: nrows rows
+	 * (ldw apart) x 1 or 2 such tiles (group_stride uint32 apart), y as
+	 * gemm_q8_0's: y[r * 32 + g * 16 + j]. */
+	void (*pack_bf16_tile)(const float *x, size_t ldx, int nt, size_t cols, uint32_t *tile);
+	void (*gemm_bf16)(const uint16_t *w, size_t ldw, int nrows, const uint32_t *x, size_t group_stride, int ngroups,
+			  size_t cols, float *y);
 };
 
+#define GEMM_BF16_TOKENS 16
+#define GEMM_BF16_ROWS 8 /* rows a step: 2 x 8 sums in registers */
 #define GEMM_F32_ROWS 4
 #define GEMM_F32_TOKENS 6
 
@@ -144,6 +155,10 @@ void widen_q5_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum,
 void widen_q4_0_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums);
 void widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
 void widen_q6_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+/* cpu_gemm_bf16.c (callable only where CPUID reports AVX512_BF16) */
+void pack_bf16_tile_avx512(const float *x, size_t ldx, int nt, size_t cols, uint32_t *tile);
+void gemm_bf16_avx512(const uint16_t *w, size_t ldw, int nrows, const uint32_t *x, size_t group_stride, int ngroups,
+		      size_t cols, float *y);
 /* cpu_gemm_q6_k.c */
 void gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
 		      const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y);
