@@ -22,17 +22,34 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static sqlite3 *db;
+static char path[] = "/tmp/privai-fuzz-store-XXXXXX";
+
+/* libFuzzer has no teardown hook; it ends with exit(), so the store and
+ * its WAL files go at exit rather than pile up in /tmp run after run. */
+static void
+remove_store(void)
+{
+	static const char *suffix[] = { "", "-wal", "-shm", "-journal" };
+	char p[sizeof(path) + 16];
+
+	sqlite3_close(db);
+	for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+		snprintf(p, sizeof(p), "%s%s", path, suffix[i]);
+		unlink(p);
+	}
+}
 
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	char path[] = "/tmp/privai-fuzz-store-XXXXXX", err[APP_ERR_LEN];
+	char err[APP_ERR_LEN];
 	int fd = mkstemp(path);
 
 	if (fd < 0)
 		abort();
 	close(fd);
 	unlink(path);
+	atexit(remove_store);
 	if (db_open(path, &db, err) != APP_OK ||
 	    db_exec(db,
 		    "INSERT INTO nodes (id, name, address, state, is_self, joined_at) VALUES "

@@ -7,6 +7,7 @@
  * the readers take as their root (as tests do with recorded hosts).
  */
 #include <errno.h>
+#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,21 @@ mkdirs(const char *path)
 		}
 }
 
+static int
+remove_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+/* libFuzzer ends with exit(): the fixture tree goes then */
+static void
+remove_root(void)
+{
+	(void)nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -68,6 +84,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 	snprintf(root, sizeof(root), "/tmp/privai-fuzz-sysfs-XXXXXX");
 	if (mkdtemp(root) == NULL)
 		abort();
+	atexit(remove_root);
 	for (size_t i = 0; i < N_FILES; i++) {
 		snprintf(p, sizeof(p), "%s%s", root, files[i]);
 		mkdirs(p);
