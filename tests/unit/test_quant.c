@@ -466,6 +466,62 @@ test_gemm(void)
 	CHECK(bad == 0, "%s gemm_q6_k (one and two groups): %d products off the scalar dot", k->name, bad);
 }
 
+/* Q4_0 repacked 8 rows to a group: the group dot equals the per-row dot,
+ * and widening a group gives exactly what widening each row gives. */
+static void
+test_q4_0x8(const struct cpu_kernels *k)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { ROWS = 16, COLS = 96, NB = COLS / 32 };
+	static float w[ROWS * COLS], x[COLS];
+	static uint8_t wq[ROWS * NB * 18], packed[ROWS * NB * 18], wide[8 * NB * 34], want[8 * NB * 34];
+	static struct block_q8 xq[NB];
+	int16_t sums[8 * NB], want_sums[8 * NB];
+	int bad = 0, bad_widen = 0;
+
+	if (k->gemv_q4_0x8 == NULL) {
+		SKIP("%s: no repacked Q4_0 kernels", k->name);
+		return;
+	}
+	for (int i = 0; i < ROWS * COLS; i++)
+		w[i] = sinf((float)i * 0.71f) * (1 + (float)(i % 7));
+	for (int i = 0; i < COLS; i++)
+		x[i] = cosf((float)i * 0.3f) * 2;
+	tensor_quantize_row(TT_Q4_0, w, wq, ROWS * COLS);
+	ref->quantize_q8(x, xq, COLS);
+	q4_0x8_repack(wq, NB * 18, 0, 1, NB, packed); /* in two calls, as threads do it */
+	q4_0x8_repack(wq, NB * 18, 1, ROWS / 8, NB, packed);
+	float row[COLS], deq[COLS];
+	int bad_row = 0;
+	for (int r = 0; r < ROWS; r++) {
+		q4_0x8_dequantize_row(packed + (size_t)(r / 8) * NB * Q4_0X8_BLOCK, NB, r % 8, row);
+		tensor_dequantize_row(TT_Q4_0, wq + (size_t)r * NB * 18, deq, COLS);
+		bad_row += memcmp(row, deq, sizeof(row)) != 0;
+	}
+	CHECK(bad_row == 0, "rows read back from the repacked groups are the file's rows (%d differ)", bad_row);
+	CHECK(memcmp(wq, packed, sizeof(wq)) != 0, "the repacked layout differs from the file's");
+	for (int g = 0; g < ROWS / 8; g++) {
+		const uint8_t *grp = packed + (size_t)g * NB * Q4_0X8_BLOCK;
+		float y[8], ys[8];
+		k->gemv_q4_0x8(grp, xq, NB, y);
+		gemv_q4_0x8_scalar(grp, xq, NB, ys);
+		for (int r = 0; r < 8; r++) {
+			float d = ref->dot_q4_0(wq + (size_t)(8 * g + r) * NB * 18, xq, NB);
+			bad += fabsf(y[r] - d) > 1e-4f * fabsf(d) + 1e-4f ||
+			       fabsf(ys[r] - d) > 1e-4f * fabsf(d) + 1e-4f;
+		}
+		k->widen_q4_0x8(grp, NB, wide, NB * 34, sums);
+		for (int r = 0; r < 8; r++)
+			ref->widen_q4_0(wq + (size_t)(8 * g + r) * NB * 18, want + (size_t)r * NB * 34, NB,
+					want_sums + r * NB);
+		bad_widen += memcmp(wide, want, sizeof(wide)) != 0 || memcmp(sums, want_sums, sizeof(sums)) != 0;
+		widen_q4_0x8_scalar(grp, NB, wide, NB * 34, sums);
+		bad_widen += memcmp(wide, want, sizeof(wide)) != 0 || memcmp(sums, want_sums, sizeof(sums)) != 0;
+	}
+	CHECK(bad == 0, "%s gemv_q4_0x8 (and scalar) equal the per-row dot: %d of %d off", k->name, bad, ROWS);
+	CHECK(bad_widen == 0, "%s widen_q4_0x8 (and scalar) equal widening each row", k->name);
+}
+
 /* The bfloat16 GEMM against double sums of the same bfloat16 values (the
  * activations rounded as the tile packer rounds them): 11 rows (a partial
  * row step), 27 tokens (a partial second tile), an odd number of pairs. */
@@ -522,6 +578,9 @@ main(void)
 	test_kernels(best);
 	test_gemm_f32(best);
 	test_gemm_bf16(best);
+	test_q4_0x8(best);
+	if (strcmp(best->name, "avx512-vnni") == 0)
+		test_q4_0x8(cpu_kernels_avx2());
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());
 	if (strcmp(best->name, "scalar") == 0)

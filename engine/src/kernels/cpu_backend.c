@@ -5,19 +5,25 @@
  * matmul is the hot spot.  Rows of the weight are split among threads; each
  * thread walks its rows in small blocks and, for every block, all the tokens
  * of the batch, so a weight row is read from memory once per batch (prefill
- * is matrix-matrix work, not n matrix-vector products).  Q8_0/Q4_0 weights
- * are multiplied in int8 against activations quantized once per call; other
- * types are dequantized a row at a time into a per-thread float buffer.
+ * is matrix-matrix work, not n matrix-vector products).  Quantized weights
+ * (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) are multiplied in int8 against
+ * activations quantized once per call, through GEMMs in prefill (4-bit and
+ * 6-bit rows widened to int8 blocks first, cpu_widen.c); BF16 uses
+ * vdpbf16ps where the CPU has it; other types are dequantized a row at a
+ * time into a per-thread float buffer.
  *
  * Backend memory is host memory here: alloc() is calloc, upload and
  * download are memcpy, and a prepared weight reads the file mapping in
- * place (with the block sums of a Q8_0 matrix beside it).  The KV cache
- * is fp16, one pool per layer (cpu_attention.c reads it).
+ * place, with what the backend keeps beside it: the block sums of a Q8_0
+ * matrix, or a Q4_0 matrix repacked 8 rows to a group (cpu_q4_0x8.c; every
+ * multiply reads that copy, get_rows the file).  The KV cache is fp16, one
+ * pool per layer (cpu_attention.c reads it).
  */
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "privai/compute.h"
@@ -103,6 +109,7 @@ struct mm_job {
 	struct cpu_impl *im;
 	const struct weight *w;
 	const int16_t *bsum; /* Q8_0's block sums, from prepare_weight() */
+	const uint8_t *x8;   /* Q4_0 repacked in groups of 8 rows (cpu_q4_0x8.c), or NULL */
 	const float *x;
 	int n;
 	float *y;
@@ -145,18 +152,24 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 {
 	const struct weight *w = j->w;
 	int64_t nb = w->cols / 32, groups = (j->n + GEMM_TOKENS - 1) / GEMM_TOKENS;
-	float out[GEMM_ROWS * 2 * GEMM_TOKENS];
+	float out[2 * GEMM_ROWS * 2 * GEMM_TOKENS]; /* a repacked Q4_0 group is 8 rows */
 	struct thread_scratch *ts = &j->im->ts[threadpool_self()];
 	int32_t *wsum = ts->wsum;
 	float *wd = ts->wd;
+	int step = j->x8 != NULL ? 8 : GEMM_ROWS;
 
 	size_t row_bytes = w->row_bytes;
 	float *wmin = NULL;
 
-	for (int64_t rb = r0; rb < r1; rb += GEMM_ROWS) {
-		int nr = r1 - rb < GEMM_ROWS ? (int)(r1 - rb) : GEMM_ROWS;
+	for (int64_t rb = r0; rb < r1; rb += step) {
+		int nr = r1 - rb < step ? (int)(r1 - rb) : step;
 		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
-		if (w->type == TT_Q4_K || w->type == TT_Q5_K) {
+		if (j->x8 != NULL) {
+			row_bytes = (size_t)nb * 34;
+			j->im->k->widen_q4_0x8(j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb,
+					       ts->wrows, row_bytes, NULL);
+			wrows = ts->wrows;
+		} else if (w->type == TT_Q4_K || w->type == TT_Q5_K) {
 			uint8_t *wide = ts->wrows;
 			void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
 				w->type == TT_Q4_K ? j->im->k->widen_q4_k : j->im->k->widen_q5_k;
@@ -283,6 +296,17 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 								      : w->type == TT_Q5_K ? k->dot_q5_k
 											   : k->dot_q6_k;
 
+	if (j->x8 != NULL) { /* r0, r1: multiples of 8 */
+		for (int64_t g = r0 / 8; g < r1 / 8; g++) {
+			const uint8_t *grp = j->x8 + (size_t)g * (size_t)nb * Q4_0X8_BLOCK;
+			for (int t = 0; t < j->n; t++) {
+				float y8[8];
+				k->gemv_q4_0x8(grp, j->im->xq + (int64_t)t * nb, (size_t)nb, y8);
+				memcpy(j->y + (int64_t)t * w->rows + 8 * g, y8, sizeof(y8));
+			}
+		}
+		return;
+	}
 	for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
 		int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
 		for (int t = 0; t < j->n; t++) {
@@ -362,15 +386,21 @@ mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1)
 	struct thread_scratch *ts = &j->im->ts[threadpool_self()];
 	int16_t *sums = (int16_t *)ts->wsum; /* GEMM_ROWS x nb int32 of room */
 
-	/* Q4_0's widened rows fit GEMM_ROWS at a time; Q8_0 rows are read in place */
-	int step = w->type == TT_Q4_0 ? GEMM_ROWS : GEMM8_ROWS;
+	/* Q4_0's widened rows fit GEMM_ROWS at a time (a repacked group, 8);
+	 * Q8_0 rows are read in place */
+	int step = j->x8 != NULL ? 8 : w->type == TT_Q4_0 ? GEMM_ROWS : GEMM8_ROWS;
 
 	for (int64_t rb = r0; rb < r1; rb += step) {
 		int nr = r1 - rb < step ? (int)(r1 - rb) : step;
 		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
 		const int16_t *bsum = j->bsum != NULL ? j->bsum + rb * nb : sums;
 		size_t row_bytes = w->row_bytes;
-		if (w->type == TT_Q4_0) {
+		if (j->x8 != NULL) {
+			row_bytes = (size_t)nb * 34;
+			j->im->k->widen_q4_0x8(j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb,
+					       ts->wrows, row_bytes, sums);
+			wrows = ts->wrows;
+		} else if (w->type == TT_Q4_0) {
 			row_bytes = (size_t)nb * 34;
 			for (int r = 0; r < nr; r++)
 				j->im->k->widen_q4_0(wrows + (size_t)r * w->row_bytes,
@@ -394,7 +424,13 @@ mm_worker(void *arg, int ith, int nth)
 	struct mm_job *j = arg;
 	int64_t lo, hi;
 
-	split(j->w->rows, ith, nth, &lo, &hi);
+	if (j->x8 != NULL) { /* whole groups of 8 rows */
+		split(j->w->rows / 8, ith, nth, &lo, &hi);
+		lo *= 8;
+		hi *= 8;
+	} else {
+		split(j->w->rows, ith, nth, &lo, &hi);
+	}
 	if (j->bf16)
 		mm_rows_bf16(j, lo, hi);
 	else if (j->gemm)
@@ -412,7 +448,9 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 {
 	struct cpu_impl *im = impl_of(c);
 	const struct weight *w = &cw->w;
-	struct mm_job j = { im, w, cw->aux, x, n, y, 0, 0, 0, 0 };
+	struct mm_job j = {
+		im, w, w->type == TT_Q8_0 ? cw->aux : NULL, w->type == TT_Q4_0 ? cw->aux : NULL, x, n, y, 0, 0, 0, 0
+	};
 
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
@@ -442,9 +480,16 @@ cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 	const struct compute_batch *b = &impl_of(c)->batch;
 	const struct weight *w = &cw->w;
 
-	for (int t = 0; t < b->n; t++)
-		tensor_dequantize_row(w->type, (const uint8_t *)w->data + (int64_t)b->tokens[t] * w->row_bytes,
-				      out + (int64_t)t * w->cols, (size_t)w->cols);
+	for (int t = 0; t < b->n; t++) {
+		int64_t r = b->tokens[t];
+		if (w->type == TT_Q4_0 && cw->aux != NULL) /* the repacked copy (prepare_q4_0) */
+			q4_0x8_dequantize_row((const uint8_t *)cw->aux +
+						      (size_t)(r / 8) * (size_t)(w->cols / 32) * Q4_0X8_BLOCK,
+					      (size_t)w->cols / 32, (int)(r % 8), out + (int64_t)t * w->cols);
+		else
+			tensor_dequantize_row(w->type, (const uint8_t *)w->data + r * w->row_bytes,
+					      out + (int64_t)t * w->cols, (size_t)w->cols);
+	}
 }
 
 /* Element-wise work split across the pool: rows for rmsnorm, ranges of
@@ -688,15 +733,60 @@ cpu_copy(struct compute *c, void *dst, const void *src, size_t bytes)
 /* The weight stays in the file mapping; a Q8_0 matrix gets the sum of
  * each block's 32 quants (6% of its size), so the small-batch kernel need
  * not derive them per call. */
+struct repack_job {
+	const struct weight *src;
+	uint8_t *dst;
+};
+
+static void
+repack_worker(void *arg, int ith, int nth)
+{
+	const struct repack_job *j = arg;
+	int64_t lo, hi;
+
+	split(j->src->rows / 8, ith, nth, &lo, &hi);
+	q4_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
+}
+
+/* Q4_0 rows in groups of 8 (cpu_q4_0x8.c) where the CPU has the kernels
+ * and the rows divide, repacked by the pool (a 70B model is ~38 GB).
+ * Every use reads the copy afterwards, get_rows too, so the file's pages
+ * are handed back: the resident size stays about the model's, not twice.
+ * The copy asks for transparent huge pages: fewer faults and TLB misses. */
+static int
+prepare_q4_0(const struct cpu_impl *im, const struct weight *src, struct compute_weight *dst)
+{
+	size_t bytes = (size_t)src->rows * ((size_t)src->cols / 32) * 18, page = (size_t)sysconf(_SC_PAGESIZE);
+	void *packed = NULL;
+
+	if (im->k->gemv_q4_0x8 == NULL || src->rows % 8 != 0 || src->cols % 32 != 0)
+		return PRIVAI_OK;
+	if (posix_memalign(&packed, (size_t)2 << 20, bytes) != 0)
+		return PRIVAI_ENOMEM;
+	(void)madvise(packed, bytes, MADV_HUGEPAGE); /* a hint: THP may be off */
+	struct repack_job j = { src, packed };
+	threadpool_run(im->pool, repack_worker, &j);
+	uintptr_t from = ((uintptr_t)src->data + page - 1) & ~(uintptr_t)(page - 1);
+	uintptr_t to = ((uintptr_t)src->data + bytes) & ~(uintptr_t)(page - 1);
+	/* whole pages only (neighbours keep theirs); PAGEOUT, not DONTNEED,
+	 * because it never loses data: a file's clean pages are dropped, a
+	 * buffer's (gguf_open_buffer) would go to swap or stay */
+	if (to > from)
+		(void)madvise((void *)from, to - from, MADV_PAGEOUT);
+	dst->aux = packed;
+	return PRIVAI_OK;
+}
+
 static int
 cpu_prepare_weight(struct compute *c, const struct weight *src, struct compute_weight *dst)
 {
 	int64_t nb = src->cols / 32;
 	int16_t *bsum;
 
-	(void)c;
 	dst->w = *src;
 	dst->aux = NULL;
+	if (src->type == TT_Q4_0)
+		return prepare_q4_0(impl_of(c), src, dst);
 	if (src->type != TT_Q8_0)
 		return PRIVAI_OK;
 	if ((bsum = malloc((size_t)(src->rows * nb) * sizeof(int16_t) + 1)) == NULL)
@@ -782,6 +872,9 @@ compute_cpu_path(uint32_t type, int n_tokens)
 	mm_plan(k, type, type == TT_Q8_0, n_tokens, &quantized, &gemm, &gemm8, &bf16);
 	if (bf16)
 		return "bfloat16 GEMM (vdpbf16ps), 16-token tiles";
+	/* Q4_0 with the repack kernels (and rows in eights, as every model's are) */
+	if (type == TT_Q4_0 && k->gemv_q4_0x8 != NULL && !gemm && !gemm8)
+		return "int8, 8 rows interleaved at load";
 	if (gemm)
 		return "int8 GEMM, 16-token tiles";
 	if (gemm8)

@@ -145,6 +145,8 @@ static const struct cpu_kernels k_scalar = {
 	widen_q5_k_scalar,
 	NULL,
 	NULL,
+	NULL, /* no Q4_0 repack: the file's layout */
+	NULL,
 };
 
 void
@@ -384,6 +386,8 @@ static struct cpu_kernels k_avx2 = {
 	widen_q5_k_avx2,
 	NULL,
 	NULL,
+	gemv_q4_0x8_avx2,
+	widen_q4_0x8_avx2,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -783,6 +787,8 @@ static struct cpu_kernels k_avx512 = {
 	widen_q5_k_avx2,
 	NULL, /* the bfloat16 GEMM: filled in by cpu_kernels_get where CPUID has it */
 	NULL,
+	gemv_q4_0x8_avx512,
+	widen_q4_0x8_avx2,
 };
 #endif
 

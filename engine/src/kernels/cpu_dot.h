@@ -119,6 +119,13 @@ struct cpu_kernels {
 	void (*pack_bf16_tile)(const float *x, size_t ldx, int nt, size_t cols, uint32_t *tile);
 	void (*gemm_bf16)(const uint16_t *w, size_t ldw, int nrows, const uint32_t *x, size_t group_stride, int ngroups,
 			  size_t cols, float *y);
+	/* Q4_0 repacked 8 rows to a group (cpu_q4_0x8.c); NULL (no repack)
+	 * where there is no SIMD kernel.  gemv: y[r] = row r . x for the 8
+	 * rows of group grp (nb blocks).  widen: the 8 rows as 34-byte int8
+	 * blocks, dst_row_bytes apart, and each block's sum into sums[r * nb +
+	 * b] unless NULL (what widen_q4_0 writes for one row). */
+	void (*gemv_q4_0x8)(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
+	void (*widen_q4_0x8)(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums);
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -143,6 +150,20 @@ void f32_to_f16_avx2(const float *src, uint16_t *dst, size_t n);
 void axpy_f16_avx2(float a, const uint16_t *x, float *y, size_t n);
 void exp_f32_avx2(float *x, size_t n);
 void axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n);
+#endif
+
+/* cpu_q4_0x8.c: bytes per block of an 8-row group (8 x 18) */
+#define Q4_0X8_BLOCK 144
+/* groups [g0, g1) of the rows at src (row_bytes apart) into dst, which
+ * holds all groups; row r of a group back to floats */
+void q4_0x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nb, uint8_t *dst);
+void q4_0x8_dequantize_row(const uint8_t *grp, size_t nb, int r, float *out);
+void gemv_q4_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
+void widen_q4_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums);
+#if defined(__x86_64__)
+void gemv_q4_0x8_avx2(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
+void gemv_q4_0x8_avx512(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
+void widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums);
 #endif
 
 /* cpu_widen.c */
