@@ -78,10 +78,15 @@ pack_scale_min_k4(uint8_t *q, int j, int sc, int m)
 	}
 }
 
+/* Q4_K, and with five_bits Q5_K (32 levels; the fifth bit of sub-block
+ * s's values is bit s of qh[l], the layout dq_q5_k reads). */
 static void
-q_q4_k(const float *x, uint8_t *b, size_t nb)
+q_q4_k_q5_k(const float *x, uint8_t *b, size_t nb, int five_bits)
 {
-	for (size_t i = 0; i < nb; i++, x += QK_K, b += 144) {
+	size_t bytes = five_bits ? 176 : 144;
+	float levels = five_bits ? 31.0f : 15.0f;
+
+	for (size_t i = 0; i < nb; i++, x += QK_K, b += bytes) {
 		float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
 		for (int s = 0; s < 8; s++) {
 			float lo = 0.0f, hi = 0.0f;
@@ -89,14 +94,14 @@ q_q4_k(const float *x, uint8_t *b, size_t nb)
 				lo = fminf(lo, x[32 * s + l]);
 				hi = fmaxf(hi, x[32 * s + l]);
 			}
-			scale[s] = (hi - lo) / 15.0f;
+			scale[s] = (hi - lo) / levels;
 			min[s] = -lo; /* stored as a positive offset */
 			max_scale = fmaxf(max_scale, scale[s]);
 			max_min = fmaxf(max_min, min[s]);
 		}
 		float d = max_scale / 63.0f, dmin = max_min / 63.0f;
-		uint8_t *sc = b + 4, *qs = b + 16;
-		memset(b, 0, 144);
+		uint8_t *sc = b + 4, *qh = b + 16, *qs = b + (five_bits ? 48 : 16);
+		memset(b, 0, bytes);
 		wr_f16(b, d);
 		wr_f16(b + 2, dmin);
 		d = fp16_to_f32(f32_to_fp16(d));
@@ -107,50 +112,12 @@ q_q4_k(const float *x, uint8_t *b, size_t nb)
 			pack_scale_min_k4(sc, s, ls, lm);
 			float dl = d * ls, ml = dmin * lm;
 			for (int l = 0; l < 32; l++) {
-				int q = dl > 0 ? clampi((int)lroundf((x[32 * s + l] + ml) / dl), 0, 15) : 0;
+				int q = dl > 0 ? clampi((int)lroundf((x[32 * s + l] + ml) / dl), 0, (int)levels) : 0;
 				/* pair (2p, 2p+1) of sub-blocks shares 32 bytes: low then high nibble */
 				uint8_t *dst = qs + 32 * (s / 2) + l;
-				*dst = (uint8_t)((s & 1) ? (*dst | (q << 4)) : (*dst | q));
-			}
-		}
-	}
-}
-
-/* Q4_K's scheme with 32 levels: the fifth bit of sub-block s's values is
- * bit s of qh[l] (the layout dq_q5_k reads). */
-static void
-q_q5_k(const float *x, uint8_t *b, size_t nb)
-{
-	for (size_t i = 0; i < nb; i++, x += QK_K, b += 176) {
-		float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
-		for (int s = 0; s < 8; s++) {
-			float lo = 0.0f, hi = 0.0f;
-			for (int l = 0; l < 32; l++) {
-				lo = fminf(lo, x[32 * s + l]);
-				hi = fmaxf(hi, x[32 * s + l]);
-			}
-			scale[s] = (hi - lo) / 31.0f;
-			min[s] = -lo;
-			max_scale = fmaxf(max_scale, scale[s]);
-			max_min = fmaxf(max_min, min[s]);
-		}
-		float d = max_scale / 63.0f, dmin = max_min / 63.0f;
-		uint8_t *sc = b + 4, *qh = b + 16, *qs = b + 48;
-		memset(b, 0, 176);
-		wr_f16(b, d);
-		wr_f16(b + 2, dmin);
-		d = fp16_to_f32(f32_to_fp16(d));
-		dmin = fp16_to_f32(f32_to_fp16(dmin));
-		for (int s = 0; s < 8; s++) {
-			int ls = d > 0 ? clampi((int)lroundf(scale[s] / d), 0, 63) : 0;
-			int lm = dmin > 0 ? clampi((int)lroundf(min[s] / dmin), 0, 63) : 0;
-			pack_scale_min_k4(sc, s, ls, lm);
-			float dl = d * ls, ml = dmin * lm;
-			for (int l = 0; l < 32; l++) {
-				int q = dl > 0 ? clampi((int)lroundf((x[32 * s + l] + ml) / dl), 0, 31) : 0;
-				uint8_t *dst = qs + 32 * (s / 2) + l;
 				*dst = (uint8_t)((s & 1) ? (*dst | ((q & 0xf) << 4)) : (*dst | (q & 0xf)));
-				qh[l] = (uint8_t)(qh[l] | ((q >> 4) << s));
+				if (five_bits)
+					qh[l] = (uint8_t)(qh[l] | ((q >> 4) << s));
 			}
 		}
 	}
@@ -222,10 +189,10 @@ tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n)
 		q_q4_0(src, b, n / 32);
 		return 0;
 	case TT_Q4_K:
-		q_q4_k(src, b, n / QK_K);
+		q_q4_k_q5_k(src, b, n / QK_K, 0);
 		return 0;
 	case TT_Q5_K:
-		q_q5_k(src, b, n / QK_K);
+		q_q4_k_q5_k(src, b, n / QK_K, 1);
 		return 0;
 	case TT_Q6_K:
 		q_q6_k(src, b, n / QK_K);

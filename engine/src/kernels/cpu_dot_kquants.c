@@ -48,22 +48,27 @@ q6_unpack_half(const uint8_t *ql, const uint8_t *qh, uint8_t *out)
 	}
 }
 
-float
-dot_q4_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
+/* Q4_K, and with five_bits Q5_K (fifth bits in qh[32] before the nibbles) */
+static float
+dot_k45_scalar(const void *w, const struct block_q8 *x, size_t nb, int five_bits)
 {
 	const uint8_t *b = w;
 	float s = 0.0f;
 
-	for (size_t i = 0; i < nb / 8; i++, b += 144, x += 8) {
+	for (size_t i = 0; i < nb / 8; i++, b += five_bits ? 176 : 144, x += 8) {
 		float d = f16(b), dmin = f16(b + 2);
-		const uint8_t *q = b + 16;
+		const uint8_t *qh = b + 16, *q = b + (five_bits ? 48 : 16);
 		for (int j = 0; j < 8; j++) {
 			int sc, m;
 			k4_scale_min(j, b + 4, &sc, &m);
 			const uint8_t *qq = q + 32 * (j / 2);
 			int32_t acc = 0;
-			for (int l = 0; l < 32; l++)
-				acc += ((j & 1) ? (qq[l] >> 4) : (qq[l] & 0xf)) * x[j].q[l];
+			for (int l = 0; l < 32; l++) {
+				int v = (j & 1) ? (qq[l] >> 4) : (qq[l] & 0xf);
+				if (five_bits)
+					v |= ((qh[l] >> j) & 1) << 4;
+				acc += v * x[j].q[l];
+			}
 			s += x[j].d * (d * sc * (float)acc - dmin * m * (float)x[j].sum);
 		}
 	}
@@ -71,27 +76,15 @@ dot_q4_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 }
 
 float
+dot_q4_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
+{
+	return dot_k45_scalar(w, x, nb, 0);
+}
+
+float
 dot_q5_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 {
-	const uint8_t *b = w;
-	float s = 0.0f;
-
-	for (size_t i = 0; i < nb / 8; i++, b += 176, x += 8) {
-		float d = f16(b), dmin = f16(b + 2);
-		const uint8_t *qh = b + 16, *q = b + 48;
-		for (int j = 0; j < 8; j++) {
-			int sc, m;
-			k4_scale_min(j, b + 4, &sc, &m);
-			const uint8_t *qq = q + 32 * (j / 2);
-			int32_t acc = 0;
-			for (int l = 0; l < 32; l++) {
-				int v = ((j & 1) ? (qq[l] >> 4) : (qq[l] & 0xf)) | (((qh[l] >> j) & 1) << 4);
-				acc += v * x[j].q[l];
-			}
-			s += x[j].d * (d * sc * (float)acc - dmin * m * (float)x[j].sum);
-		}
-	}
-	return s;
+	return dot_k45_scalar(w, x, nb, 1);
 }
 
 float
@@ -129,52 +122,16 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 
 /* One template, compiled for AVX2 and for AVX-512 VNNI. */
 #define DEFINE_KQUANT_DOTS(SUFFIX, TARGET, U8I8)                                                                       \
-	TARGET static float dot_q4_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)                      \
-	{                                                                                                              \
-		const uint8_t *b = w;                                                                                  \
-		/* two sums: one chain of multiply-adds would wait on its latency */                                   \
-		__m256 acc = _mm256_setzero_ps(), acc1 = acc, mins = acc;                                              \
-		const __m256i low = _mm256_set1_epi8(0xf);                                                             \
-		float dd[8];                                                                                           \
-		for (size_t i = 0; i < nb / 8; i++, b += 144, x += 8) {                                                \
-			/* the eight 6-bit scales and mins at once, then each times   \
-			 * its activation block's scale: one vector per super-block */                                \
-			uint32_t u[3], sc[2], mn[2];                                                                   \
-			memcpy(u, b + 4, 12);                                                                          \
-			sc[0] = u[0] & 0x3f3f3f3f;                                                                     \
-			sc[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);                               \
-			mn[0] = u[1] & 0x3f3f3f3f;                                                                     \
-			mn[1] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);                        \
-			__m256 xd = _mm256_setr_ps(x[0].d, x[1].d, x[2].d, x[3].d, x[4].d, x[5].d, x[6].d, x[7].d);    \
-			__m256 xs =                                                                                    \
-				_mm256_setr_ps((float)x[0].sum, (float)x[1].sum, (float)x[2].sum, (float)x[3].sum,     \
-					       (float)x[4].sum, (float)x[5].sum, (float)x[6].sum, (float)x[7].sum);    \
-			__m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));   \
-			__m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn)));   \
-			_mm256_storeu_ps(dd, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(f16c_load(b)), scf), xd));     \
-			mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(f16c_load(b + 2)), mnf),                   \
-					       _mm256_mul_ps(xd, xs), mins);                                           \
-			for (int p = 0; p < 4; p++) {                                                                  \
-				__m256i raw = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * p));                  \
-				__m256i q0 = _mm256_and_si256(raw, low);                                               \
-				__m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);                         \
-				__m256i p0 = U8I8(q0, _mm256_loadu_si256((const __m256i *)x[2 * p].q));                \
-				__m256i p1 = U8I8(q1, _mm256_loadu_si256((const __m256i *)x[2 * p + 1].q));            \
-				acc = _mm256_fmadd_ps(_mm256_set1_ps(dd[2 * p]), _mm256_cvtepi32_ps(p0), acc);         \
-				acc1 = _mm256_fmadd_ps(_mm256_set1_ps(dd[2 * p + 1]), _mm256_cvtepi32_ps(p1), acc1);   \
-			}                                                                                              \
-		}                                                                                                      \
-		return hsum256(_mm256_add_ps(acc, acc1)) - hsum256(mins);                                              \
-	}                                                                                                              \
-                                                                                                                       \
-	TARGET static float dot_q5_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)                      \
+	TARGET static inline                                                                                           \
+		__attribute__((always_inline)) float dot_k45_##SUFFIX(const void *w, const struct block_q8 *x,         \
+								      size_t nb, int five_bits)                        \
 	{                                                                                                              \
 		const uint8_t *b = w;                                                                                  \
 		/* two sums: one chain of multiply-adds would wait on its latency */                                   \
 		__m256 acc = _mm256_setzero_ps(), acc1 = acc, mins = acc;                                              \
 		const __m256i low = _mm256_set1_epi8(0xf), one = _mm256_set1_epi8(1);                                  \
 		float dd[8];                                                                                           \
-		for (size_t i = 0; i < nb / 8; i++, b += 176, x += 8) {                                                \
+		for (size_t i = 0; i < nb / 8; i++, b += five_bits ? 176 : 144, x += 8) {                              \
 			/* the eight 6-bit scales and mins at once, then each times   \
 			 * its activation block's scale: one vector per super-block */                                \
 			uint32_t u[3], sc[2], mn[2];                                                                   \
@@ -189,13 +146,15 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 					       (float)x[4].sum, (float)x[5].sum, (float)x[6].sum, (float)x[7].sum);    \
 			__m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));   \
 			__m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn)));   \
-			__m256i hb = _mm256_loadu_si256((const __m256i *)(b + 16));                                    \
+			__m256i hb =                                                                                   \
+				five_bits ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();    \
 			_mm256_storeu_ps(dd, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(f16c_load(b)), scf), xd));     \
 			mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(f16c_load(b + 2)), mnf),                   \
 					       _mm256_mul_ps(xd, xs), mins);                                           \
 			for (int p = 0; p < 4; p++) {                                                                  \
-				__m256i raw = _mm256_loadu_si256((const __m256i *)(b + 48 + 32 * p));                  \
-				__m256i hq = _mm256_srli_epi16(hb, 2 * p); /* fifth bits of 2p, 2p+1 */                \
+				__m256i raw =                                                                          \
+					_mm256_loadu_si256((const __m256i *)(b + (five_bits ? 48 : 16) + 32 * p));     \
+				__m256i hq = _mm256_srli_epi16(hb, 2 * p); /* Q5_K's fifth bits of 2p, 2p+1 */         \
 				__m256i q0 = _mm256_or_si256(_mm256_and_si256(raw, low),                               \
 							     _mm256_slli_epi16(_mm256_and_si256(hq, one), 4));         \
 				__m256i q1 =                                                                           \
@@ -210,6 +169,16 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 			}                                                                                              \
 		}                                                                                                      \
 		return hsum256(_mm256_add_ps(acc, acc1)) - hsum256(mins);                                              \
+	}                                                                                                              \
+                                                                                                                       \
+	TARGET static float dot_q4_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)                      \
+	{                                                                                                              \
+		return dot_k45_##SUFFIX(w, x, nb, 0);                                                                  \
+	}                                                                                                              \
+                                                                                                                       \
+	TARGET static float dot_q5_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)                      \
+	{                                                                                                              \
+		return dot_k45_##SUFFIX(w, x, nb, 1);                                                                  \
 	}                                                                                                              \
                                                                                                                        \
 	TARGET static float dot_q6_k_##SUFFIX(const void *w, const struct block_q8 *x, size_t nb)                      \

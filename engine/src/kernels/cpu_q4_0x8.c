@@ -89,7 +89,8 @@ gemv_q4_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, floa
 			for (int s = 0; s < 4; s++)
 				for (int i = 0; i < 4; i++) {
 					uint8_t byte = grp[16 + 32 * s + 4 * r + i];
-					acc += ((byte & 0xf) - 8) * x[b].q[4 * s + i] + ((byte >> 4) - 8) * x[b].q[16 + 4 * s + i];
+					acc += ((byte & 0xf) - 8) * x[b].q[4 * s + i] +
+					       ((byte >> 4) - 8) * x[b].q[16 + 4 * s + i];
 				}
 			y[r] += fp16_to_f32(h) * x[b].d * (float)acc;
 		}
@@ -108,8 +109,8 @@ gemv_q4_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, floa
 	__m256i c1 = _mm256_loadu_si256((const __m256i *)(grp + 48));                                                  \
 	__m256i c2 = _mm256_loadu_si256((const __m256i *)(grp + 80));                                                  \
 	__m256i c3 = _mm256_loadu_si256((const __m256i *)(grp + 112));                                                 \
-	/* four independent chains: one would wait on vpdpbusd's latency */                                          \
-	__m256i pa = _mm256_set1_epi32(-8 * x[b].sum), pb = _mm256_setzero_si256(), pc = pb, pd = pb;                 \
+	/* four independent chains: one would wait on vpdpbusd's latency */                                            \
+	__m256i pa = _mm256_set1_epi32(-8 * x[b].sum), pb = _mm256_setzero_si256(), pc = pb, pd = pb;                  \
 	pa = U8I8_ACC(pa, _mm256_and_si256(c0, low), _mm256_set1_epi32(xw[0]));                                        \
 	pb = U8I8_ACC(pb, _mm256_and_si256(c1, low), _mm256_set1_epi32(xw[1]));                                        \
 	pc = U8I8_ACC(pc, _mm256_and_si256(c2, low), _mm256_set1_epi32(xw[2]));                                        \
@@ -120,7 +121,8 @@ gemv_q4_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, floa
 	pd = U8I8_ACC(pd, _mm256_and_si256(_mm256_srli_epi16(c3, 4), low), _mm256_set1_epi32(xw[7]));                  \
 	__m256i p = _mm256_add_epi32(_mm256_add_epi32(pa, pb), _mm256_add_epi32(pc, pd))
 
-#define U8I8_ACC_AVX2(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)))
+#define U8I8_ACC_AVX2(acc, a, b)                                                                                       \
+	_mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)))
 #define U8I8_ACC_VNNI(acc, a, b) _mm256_dpbusd_epi32(acc, a, b)
 
 #define DEFINE_GEMV_Q4_0X8(SUFFIX, TARGET, U8I8_ACC)                                                                   \
@@ -173,7 +175,7 @@ widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_by
 		__m256i v[8];
 		for (int s = 0; s < 4; s++) {
 			__m256i c = _mm256_loadu_si256((const __m256i *)(grp + 16 + 32 * s));
-			v[s] = _mm256_and_si256(c, low);                             /* elements 4s.. of each row */
+			v[s] = _mm256_and_si256(c, low);                           /* elements 4s.. of each row */
 			v[s + 4] = _mm256_and_si256(_mm256_srli_epi16(c, 4), low); /* elements 16+4s.. */
 		}
 		transpose8x8(v); /* v[r]: row r's 32 values in order, 0..15 */
@@ -183,7 +185,8 @@ widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_by
 			_mm256_storeu_si256((__m256i *)(o + 2), _mm256_sub_epi8(v[r], eight));
 			if (sums != NULL) {
 				__m256i sad = _mm256_sad_epu8(v[r], _mm256_setzero_si256());
-				__m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+				__m128i h =
+					_mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
 				sums[(size_t)r * nb + b] =
 					(int16_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1) - 8 * 32);
 			}

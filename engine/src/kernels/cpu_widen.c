@@ -49,21 +49,24 @@ widen_q4_0_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums)
 	}
 }
 
-void
-widen_q4_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
+/* Q4_K, and with five_bits Q5_K (its fifth bits in qh[32] before qs) */
+static void
+widen_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin, int five_bits)
 {
-	for (size_t sb = 0; sb < nb / 8; sb++, src += 144) {
+	for (size_t sb = 0; sb < nb / 8; sb++, src += five_bits ? 176 : 144) {
 		uint16_t hd, hm;
 		memcpy(&hd, src, 2);
 		memcpy(&hm, src + 2, 2);
 		float d = fp16_to_f32(hd), dmin = fp16_to_f32(hm);
-		const uint8_t *q = src + 16;
+		const uint8_t *qh = src + 16, *q = src + (five_bits ? 48 : 16);
 		for (int j = 0; j < 8; j++, dst += 34) {
 			int s, m;
 			k4_scale_min(j, src + 4, &s, &m);
 			int32_t sum = 0;
 			for (int l = 0; l < 32; l++) {
 				uint8_t v = (j & 1) ? q[32 * (j / 2) + l] >> 4 : q[32 * (j / 2) + l] & 0xf;
+				if (five_bits)
+					v = (uint8_t)(v | (((qh[l] >> j) & 1) << 4));
 				dst[2 + l] = v;
 				sum += v;
 			}
@@ -75,32 +78,16 @@ widen_q4_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, fl
 	}
 }
 
-/* Q5_K super-block: d, dmin, 12 bytes of scales, qh[32], qs[128] */
+void
+widen_q4_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
+{
+	widen_k_scalar(src, dst, nb, wsum, wd, wmin, 0);
+}
+
 void
 widen_q5_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
 {
-	for (size_t sb = 0; sb < nb / 8; sb++, src += 176) {
-		uint16_t hd, hm;
-		memcpy(&hd, src, 2);
-		memcpy(&hm, src + 2, 2);
-		float d = fp16_to_f32(hd), dmin = fp16_to_f32(hm);
-		const uint8_t *qh = src + 16, *q = src + 48;
-		for (int j = 0; j < 8; j++, dst += 34) {
-			int s, m;
-			k4_scale_min(j, src + 4, &s, &m);
-			int32_t sum = 0;
-			for (int l = 0; l < 32; l++) {
-				uint8_t lo = (j & 1) ? q[32 * (j / 2) + l] >> 4 : q[32 * (j / 2) + l] & 0xf;
-				uint8_t v = (uint8_t)(lo | (((qh[l] >> j) & 1) << 4));
-				dst[2 + l] = v;
-				sum += v;
-			}
-			size_t at = sb * 8 + (size_t)j;
-			wsum[at] = -128 * sum;
-			wd[at] = d * (float)s;
-			wmin[at] = dmin * (float)m;
-		}
-	}
+	widen_k_scalar(src, dst, nb, wsum, wd, wmin, 1);
 }
 
 /* Q6_K super-block: ql[128] (low 4 bits), qh[64] (high 2), sc[16], d */
@@ -162,40 +149,19 @@ widen_q4_0_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums)
 	}
 }
 
-AVX2 void
-widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
-{
-	const __m256i low = _mm256_set1_epi8(0x0f);
-
-	for (size_t sb = 0; sb < nb / 8; sb++, src += 144) {
-		float d = f16c_load(src), dmin = f16c_load(src + 2);
-		for (int p = 0; p < 4; p++, dst += 68) {
-			__m256i q = _mm256_loadu_si256((const __m256i *)(src + 16 + 32 * p));
-			__m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
-			_mm256_storeu_si256((__m256i *)(dst + 2), lo);
-			_mm256_storeu_si256((__m256i *)(dst + 36), hi);
-			size_t at = sb * 8 + 2 * (size_t)p;
-			wsum[at] = -128 * sum_u8(lo);
-			wsum[at + 1] = -128 * sum_u8(hi);
-			for (int k = 0; k < 2; k++) {
-				int s, m;
-				k4_scale_min(2 * p + k, src + 4, &s, &m);
-				wd[at + k] = d * (float)s;
-				wmin[at + k] = dmin * (float)m;
-			}
-		}
-	}
-}
-AVX2 void
-widen_q5_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
+/* Q4_K, and with five_bits Q5_K; the fifth bits, 2 sub-blocks a step, come
+ * from qh shifted down 2 each step (srli on 16-bit lanes, masked per byte) */
+AVX2 static inline __attribute__((always_inline)) void
+widen_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin, int five_bits)
 {
 	const __m256i low = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
 
-	for (size_t sb = 0; sb < nb / 8; sb++, src += 176) {
+	for (size_t sb = 0; sb < nb / 8; sb++, src += five_bits ? 176 : 144) {
 		float d = f16c_load(src), dmin = f16c_load(src + 2);
-		__m256i hb = _mm256_loadu_si256((const __m256i *)(src + 16));
+		const uint8_t *qs = src + (five_bits ? 48 : 16);
+		__m256i hb = five_bits ? _mm256_loadu_si256((const __m256i *)(src + 16)) : _mm256_setzero_si256();
 		for (int p = 0; p < 4; p++, dst += 68, hb = _mm256_srli_epi16(hb, 2)) {
-			__m256i q = _mm256_loadu_si256((const __m256i *)(src + 48 + 32 * p));
+			__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
 			__m256i lo = _mm256_or_si256(_mm256_and_si256(q, low),
 						     _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
 			__m256i hi =
@@ -214,6 +180,18 @@ widen_q5_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, floa
 			}
 		}
 	}
+}
+
+AVX2 void
+widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
+{
+	widen_k_avx2(src, dst, nb, wsum, wd, wmin, 0);
+}
+
+AVX2 void
+widen_q5_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin)
+{
+	widen_k_avx2(src, dst, nb, wsum, wd, wmin, 1);
 }
 
 /* sums of the two 16-byte halves of v, as unsigned bytes */
