@@ -564,6 +564,24 @@ test_gemm_bf16(const struct cpu_kernels *k)
 		for (int j = NT - 16; j < 16; j++)
 			pad += tiles[16 * COLS / 2 + kp * 16 + j] != 0;
 	CHECK(bad == 0 && pad == 0, "%s gemm_bf16: %d products off, %d padding values set", k->name, bad, pad);
+	/* decode: rounding as the scalar rounding, a dot of odd length */
+	uint16_t xb[NT * COLS];
+	int round_bad = 0;
+	k->f32_to_bf16(x, xb, NT * COLS - 5);
+	for (int i = 0; i < NT * COLS - 5; i++)
+		round_bad += xb[i] != f32_to_bf16(x[i]);
+	/* lengths through the tail alone, the 32-wide loop and the 128-wide one */
+	static const int lens[] = { 1, 31, 32, 63, 128, 129, 200, 700 };
+	bad = 0;
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		double want = 0;
+		for (int c = 0; c < lens[i]; c++)
+			want += (double)bf16_to_f32(w[c]) * bf16_to_f32(xb[c]);
+		float got = k->dot_bf16_bf16(w, xb, (size_t)lens[i]);
+		bad += fabs(got - want) > 1e-5 * fabs(want) + 1e-4;
+	}
+	CHECK(round_bad == 0 && bad == 0, "%s bfloat16 decode: %d roundings differ, %d dots off", k->name, round_bad,
+	      bad);
 }
 
 int

@@ -324,6 +324,17 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 	const struct weight *w = j->w;
 	const struct cpu_kernels *k = j->im->k;
 
+	if (half_dot(w->type, j->n) && w->type == TT_BF16 && k->dot_bf16_bf16 != NULL) {
+		/* the tokens were rounded to bfloat16 by cpu_matmul */
+		const uint16_t *xb = (const uint16_t *)j->im->xbf;
+		for (int64_t r = r0; r < r1; r++)
+			for (int t = 0; t < j->n; t++)
+				j->y[(int64_t)t * w->rows + r] =
+					k->dot_bf16_bf16((const uint16_t *)((const uint8_t *)w->data +
+									    r * w->row_bytes),
+							 xb + (int64_t)t * w->cols, (size_t)w->cols);
+		return;
+	}
 	if (half_dot(w->type, j->n)) { /* decode: convert inside the dot */
 		float (*dot)(const uint16_t *, const float *, size_t) = w->type == TT_F16 ? k->dot_f16 : k->dot_bf16;
 		for (int64_t r = r0; r < r1; r++)
@@ -462,6 +473,10 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 		threadpool_run(im->pool, mm_pack_tiles, &j);
 	if (j.bf16)
 		threadpool_run(im->pool, mm_pack_bf16, &j);
+	else if (w->type == TT_BF16 && half_dot(w->type, n) && im->k->dot_bf16_bf16 != NULL)
+		for (int t = 0; t < n; t++) /* a token or two: not worth the pool */
+			im->k->f32_to_bf16(x + (int64_t)t * w->cols, (uint16_t *)im->xbf + (int64_t)t * w->cols,
+					   (size_t)w->cols);
 	if (j.gemm8) {
 		int64_t nb = w->cols / 32;
 		for (int g = 0; g * GEMM8_TOKENS < n; g++)
@@ -881,6 +896,8 @@ compute_cpu_path(uint32_t type, int n_tokens)
 		return "int8 GEMM, 8-token tiles";
 	if (quantized)
 		return "int8 dot per token";
+	if (type == TT_BF16 && half_dot(type, n_tokens) && k->dot_bf16_bf16 != NULL)
+		return "bfloat16 dot (vdpbf16ps), activations rounded to bfloat16";
 	if (half_dot(type, n_tokens))
 		return "fused half-to-float dot";
 	/* a pass narrower than the tile takes the tile's edge: the dot */

@@ -147,6 +147,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL, /* no Q4_0 repack: the file's layout */
 	NULL,
+	NULL,
+	NULL,
 };
 
 void
@@ -388,6 +390,8 @@ static struct cpu_kernels k_avx2 = {
 	NULL,
 	gemv_q4_0x8_avx2,
 	widen_q4_0x8_avx2,
+	NULL,
+	NULL,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -789,6 +793,8 @@ static struct cpu_kernels k_avx512 = {
 	NULL,
 	gemv_q4_0x8_avx512,
 	widen_q4_0x8_avx2,
+	NULL,
+	NULL,
 };
 #endif
 
@@ -846,6 +852,8 @@ cpu_kernels_get(void)
 	if (bf16) {
 		k_avx512.pack_bf16_tile = pack_bf16_tile_avx512;
 		k_avx512.gemm_bf16 = gemm_bf16_avx512;
+		k_avx512.f32_to_bf16 = f32_to_bf16_avx512;
+		k_avx512.dot_bf16_bf16 = dot_bf16_bf16_avx512;
 	}
 	/* the k-quant dots live in their own file; link them in here */
 	k_avx2.dot_q4_k = dot_q4_k_simd(0);

@@ -126,6 +126,11 @@ struct cpu_kernels {
 	 * b] unless NULL (what widen_q4_0 writes for one row). */
 	void (*gemv_q4_0x8)(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
 	void (*widen_q4_0x8)(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums);
+	/* bfloat16 decode with vdpbf16ps (NULL without AVX512_BF16): the
+	 * activations rounded to bfloat16 once a token, then a dot of two
+	 * bfloat16 rows */
+	void (*f32_to_bf16)(const float *x, uint16_t *out, size_t n);
+	float (*dot_bf16_bf16)(const uint16_t *w, const uint16_t *x, size_t n);
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -180,6 +185,8 @@ void widen_q6_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum,
 void pack_bf16_tile_avx512(const float *x, size_t ldx, int nt, size_t cols, uint32_t *tile);
 void gemm_bf16_avx512(const uint16_t *w, size_t ldw, int nrows, const uint32_t *x, size_t group_stride, int ngroups,
 		      size_t cols, float *y);
+void f32_to_bf16_avx512(const float *x, uint16_t *out, size_t n);
+float dot_bf16_bf16_avx512(const uint16_t *w, const uint16_t *x, size_t n);
 /* cpu_gemm_q6_k.c */
 void gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
 		      const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y);
