@@ -120,6 +120,14 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 #define U8I8_AVX2(a, b) _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
 #define U8I8_VNNI(a, b) _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b)
 
+/* Decode streams each row once: ask for the super-blocks 2 KB ahead (the
+ * hardware prefetcher restarts at every 4 KB page), a line per 64 bytes. */
+#define KQ_PREFETCH(b, bytes)                                                                                          \
+	do {                                                                                                           \
+		for (int pf = 0; pf < (bytes); pf += 64)                                                               \
+			_mm_prefetch((const char *)(b) + 2048 + pf, _MM_HINT_T0);                                      \
+	} while (0)
+
 /* One template, compiled for AVX2 and for AVX-512 VNNI. */
 #define DEFINE_KQUANT_DOTS(SUFFIX, TARGET, U8I8)                                                                       \
 	TARGET static inline                                                                                           \
@@ -132,6 +140,7 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 		const __m256i low = _mm256_set1_epi8(0xf), one = _mm256_set1_epi8(1);                                  \
 		float dd[8];                                                                                           \
 		for (size_t i = 0; i < nb / 8; i++, b += five_bits ? 176 : 144, x += 8) {                              \
+			KQ_PREFETCH(b, 176);                                                                           \
 			/* the eight 6-bit scales and mins at once, then each times   \
 			 * its activation block's scale: one vector per super-block */                                \
 			uint32_t u[3], sc[2], mn[2];                                                                   \
@@ -192,6 +201,7 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 					      _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7) };                             \
 		const __m256i m32 = _mm256_set1_epi8(32);                                                              \
 		for (size_t i = 0; i < nb / 8; i++, b += 210) {                                                        \
+			KQ_PREFETCH(b, 210);                                                                           \
 			const int8_t *sc = (const int8_t *)(b + 192);                                                  \
 			float d = f16c_load(b + 208);                                                                  \
 			/* the sixteen scales as floats, eight per half super-block */                                 \

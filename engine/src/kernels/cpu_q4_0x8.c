@@ -130,6 +130,9 @@ gemv_q4_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, floa
 	{                                                                                                              \
 		__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                         \
 		for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK) {                                                 \
+			_mm_prefetch((const char *)grp + 2048, _MM_HINT_T0); /* 2 KB ahead, 3 lines a block */         \
+			_mm_prefetch((const char *)grp + 2048 + 64, _MM_HINT_T0);                                      \
+			_mm_prefetch((const char *)grp + 2048 + 128, _MM_HINT_T0);                                     \
 			Q4_0X8_BLOCK_SUMS(U8I8_ACC);                                                                   \
 			__m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp)),               \
 						 _mm256_set1_ps(x[b].d));                                              \
