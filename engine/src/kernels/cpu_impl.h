@@ -1,0 +1,68 @@
+/*
+ * The CPU backend's private state, shared by cpu_backend.c (the operations
+ * other than matmul, memory, the KV cache) and cpu_matmul.c (matmul and
+ * the weights as the CPU holds them).
+ */
+#ifndef PRIVAI_CPU_IMPL_H
+#define PRIVAI_CPU_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "privai/compute.h"
+#include "privai/threadpool.h"
+#include "cpu_dot.h"
+
+#define GEMM_ROWS 4 /* int8 GEMM rows a step: they stay in L1 while the token tiles stream by */
+
+/* What one pool thread writes while multiplying: sized once by reserve(). */
+struct thread_scratch {
+	float *row;     /* GEMM_F32_ROWS dequantized weight rows */
+	int32_t *wsum;  /* GEMM_ROWS x blocks (x 2 for Q6_K's halves): -128 * sum(w) */
+	float *wd;      /* GEMM_ROWS x blocks (x 2 for Q6_K's halves): weight scales */
+	float *wmin;    /* GEMM_ROWS x blocks: Q4_K offsets */
+	uint8_t *wrows; /* GEMM_ROWS rows widened to Q8_0 blocks */
+};
+
+struct cpu_impl {
+	struct threadpool *pool;
+	const struct cpu_kernels *k;
+	struct thread_scratch *ts; /* one per pool thread */
+	size_t row_buf_len;        /* columns each ts[i].row holds */
+	struct block_q8 *xq;       /* quantized activations */
+	size_t xq_len;
+	struct q8_tile *tiles; /* the same, packed 16 tokens a tile, for the GEMM */
+	size_t tiles_len;
+	uint32_t *xbf; /* bfloat16 activation tiles (struct cpu_kernels.pack_bf16_tile) */
+	size_t xbf_len;
+
+	struct compute_batch batch;  /* set_batch(): read in place */
+	uint16_t *k_cache, *v_cache; /* fp16, n_layer x kv_rows x kv_dim each */
+	int n_layer, kv_dim;
+	int64_t kv_rows;
+	int block_shift; /* log2(positions per KV block) */
+};
+
+static inline struct cpu_impl *
+impl_of(struct compute *c)
+{
+	return c->impl;
+}
+
+/* Part ith of nth of [0, total). */
+static inline void
+split(int64_t total, int ith, int nth, int64_t *lo, int64_t *hi)
+{
+	*lo = total * ith / nth;
+	*hi = total * (ith + 1) / nth;
+}
+
+/* cpu_matmul.c */
+void cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, int n, float *y);
+void cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out);
+int cpu_prepare_weight(struct compute *c, const struct weight *src, struct compute_weight *dst);
+void cpu_release_weight(struct compute *c, struct compute_weight *w);
+/* What compute_cpu_path() reports, for kernels k. */
+const char *cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens);
+
+#endif

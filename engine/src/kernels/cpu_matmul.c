@@ -1,0 +1,540 @@
+/*
+ * The CPU backend's matmul and the weights as it holds them.
+ *
+ * Rows of the weight are split among threads; each thread walks its rows
+ * in small blocks and, for every block, all the tokens of the batch, so a
+ * weight row is read from memory once per batch (prefill is matrix-matrix
+ * work, not n matrix-vector products).  mm_plan() picks the path for a
+ * type and a token count, and compute_cpu_path() reports the same choice:
+ * int8 GEMMs for quantized weights in prefill (4- and 6-bit rows widened
+ * first, cpu_widen.c), int8 dots in decode (Q4_0 from its 8-row groups,
+ * cpu_q4_0x8.c), vdpbf16ps for BF16 where the CPU has AVX512_BF16, and
+ * float register tiles for the rest.
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "privai/status.h"
+#include "privai/tensor_type.h"
+#include "cpu_impl.h"
+
+#define ROW_BLOCK 8   /* weight rows kept hot while the tokens stream by */
+#define TOKEN_TILE 48 /* float-path tokens per pass (a multiple of GEMM_F32_TOKENS), bounds the x working set */
+
+/* ---------------------------------------------------------------- matmul */
+
+struct mm_job {
+	struct cpu_impl *im;
+	const struct weight *w;
+	const int16_t *bsum; /* Q8_0's block sums, from prepare_weight() */
+	const uint8_t *x8;   /* Q4_0 repacked in groups of 8 rows (cpu_q4_0x8.c), or NULL */
+	const float *x;
+	int n;
+	float *y;
+	int quantized; /* use xq and the int8 dot */
+	int gemm;      /* use tiles and the kernels' GEMM */
+	int gemm8;     /* use 8-token tiles (small decode batches) */
+	int bf16;      /* bfloat16 weights: tiles of bfloat16 activations, vdpbf16ps */
+};
+
+static void
+mm_quantize_x(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi, nb = j->w->cols / 32;
+
+	split(j->n, ith, nth, &lo, &hi);
+	for (int64_t t = lo; t < hi; t++)
+		j->im->k->quantize_q8(j->x + t * j->w->cols, j->im->xq + t * nb, (size_t)j->w->cols);
+}
+
+static void
+mm_pack_tiles(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi, nb = j->w->cols / 32, groups = (j->n + GEMM_TOKENS - 1) / GEMM_TOKENS;
+
+	split(groups, ith, nth, &lo, &hi);
+	for (int64_t g = lo; g < hi; g++) {
+		int nt = j->n - (int)g * GEMM_TOKENS < GEMM_TOKENS ? j->n - (int)g * GEMM_TOKENS : GEMM_TOKENS;
+		q8_tile_pack(j->im->xq + g * GEMM_TOKENS * nb, nt, (size_t)nb, j->im->tiles + g * nb);
+	}
+}
+
+/* Rows in blocks of GEMM_ROWS stay in L1 while every 16-token group of
+ * tiles streams past from L2. */
+#define GEMM8_ROWS 8
+static void
+mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
+{
+	const struct weight *w = j->w;
+	int64_t nb = w->cols / 32, groups = (j->n + GEMM_TOKENS - 1) / GEMM_TOKENS;
+	float out[2 * GEMM_ROWS * 2 * GEMM_TOKENS]; /* a repacked Q4_0 group is 8 rows */
+	struct thread_scratch *ts = &j->im->ts[threadpool_self()];
+	int32_t *wsum = ts->wsum;
+	float *wd = ts->wd;
+	int step = j->x8 != NULL ? 8 : GEMM_ROWS;
+
+	size_t row_bytes = w->row_bytes;
+	float *wmin = NULL;
+
+	for (int64_t rb = r0; rb < r1; rb += step) {
+		int nr = r1 - rb < step ? (int)(r1 - rb) : step;
+		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
+		if (j->x8 != NULL) {
+			row_bytes = (size_t)nb * 34;
+			j->im->k->widen_q4_0x8(j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb,
+					       ts->wrows, row_bytes, NULL);
+			wrows = ts->wrows;
+		} else if (w->type == TT_Q4_K || w->type == TT_Q5_K) {
+			uint8_t *wide = ts->wrows;
+			void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
+				w->type == TT_Q4_K ? j->im->k->widen_q4_k : j->im->k->widen_q5_k;
+			wmin = ts->wmin;
+			row_bytes = (size_t)nb * 34;
+			for (int r = 0; r < nr; r++)
+				widen(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes, (size_t)nb,
+				      wsum + (size_t)r * nb, wd + (size_t)r * nb, wmin + (size_t)r * nb);
+			wrows = wide;
+		} else if (w->type == TT_Q6_K) {
+			/* two scales and sums per block: wsum and wd hold 2 * nb a row */
+			uint8_t *wide = ts->wrows;
+			row_bytes = (size_t)nb * 34;
+			for (int r = 0; r < nr; r++)
+				j->im->k->widen_q6_k(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes,
+						     (size_t)nb, wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb);
+			wrows = wide;
+		} else if (w->type == TT_Q4_0) {
+			/* d * (q - 8) is exactly a Q8_0 block: widen the rows once
+			 * per chunk and run the same GEMM on them */
+			uint8_t *wide = ts->wrows;
+			row_bytes = (size_t)nb * 34;
+			for (int r = 0; r < nr; r++)
+				j->im->k->widen_q4_0(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes,
+						     (size_t)nb, NULL);
+			wrows = wide;
+		}
+		if (w->type != TT_Q4_K && w->type != TT_Q5_K && w->type != TT_Q6_K)
+			j->im->k->gemm_q8_0_prep(wrows, row_bytes, nr, (size_t)nb, wsum, wd);
+		for (int64_t g = 0; g < groups; g += 2) {
+			int ng = groups - g > 1 ? 2 : 1;
+			if (w->type == TT_Q6_K)
+				j->im->k->gemm_q6_k(wrows, row_bytes, nr, wsum, wd, j->im->tiles + g * nb, (size_t)nb,
+						    ng, (size_t)nb, out);
+			else
+				j->im->k->gemm_q8_0(wrows, row_bytes, nr, wsum, wd, wmin, j->im->tiles + g * nb,
+						    (size_t)nb, ng, (size_t)nb, out);
+			int nt = j->n - (int)g * GEMM_TOKENS;
+			if (nt > ng * GEMM_TOKENS)
+				nt = ng * GEMM_TOKENS;
+			for (int r = 0; r < nr; r++)
+				for (int t = 0; t < nt; t++)
+					j->y[(g * GEMM_TOKENS + t) * w->rows + rb + r] = out[r * 2 * GEMM_TOKENS + t];
+		}
+	}
+}
+
+/* bfloat16 activations, 16 tokens a tile, cols / 2 pairs each */
+static void
+mm_pack_bf16(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi, cols = j->w->cols, groups = (j->n + GEMM_BF16_TOKENS - 1) / GEMM_BF16_TOKENS;
+
+	split(groups, ith, nth, &lo, &hi);
+	for (int64_t g = lo; g < hi; g++) {
+		int nt = j->n - (int)g * GEMM_BF16_TOKENS;
+		j->im->k->pack_bf16_tile(j->x + g * GEMM_BF16_TOKENS * cols, (size_t)cols,
+					 nt < GEMM_BF16_TOKENS ? nt : GEMM_BF16_TOKENS, (size_t)cols,
+					 j->im->xbf + g * GEMM_BF16_TOKENS * (cols / 2));
+	}
+}
+
+static void
+mm_rows_bf16(struct mm_job *j, int64_t r0, int64_t r1)
+{
+	const struct weight *w = j->w;
+	int64_t half = w->cols / 2, groups = (j->n + GEMM_BF16_TOKENS - 1) / GEMM_BF16_TOKENS;
+	size_t tile = (size_t)half * GEMM_BF16_TOKENS; /* uint32 per group */
+	float out[GEMM_BF16_ROWS * 2 * GEMM_BF16_TOKENS];
+
+	for (int64_t rb = r0; rb < r1; rb += GEMM_BF16_ROWS) {
+		int nr = r1 - rb < GEMM_BF16_ROWS ? (int)(r1 - rb) : GEMM_BF16_ROWS;
+		const uint16_t *rows = (const uint16_t *)w->data + rb * w->cols;
+		for (int64_t g = 0; g < groups; g += 2) {
+			int ng = groups - g > 1 ? 2 : 1;
+			j->im->k->gemm_bf16(rows, (size_t)w->cols, nr, j->im->xbf + (size_t)g * tile, tile, ng,
+					    (size_t)w->cols, out);
+			int nt = j->n - (int)g * GEMM_BF16_TOKENS;
+			if (nt > ng * GEMM_BF16_TOKENS)
+				nt = ng * GEMM_BF16_TOKENS;
+			for (int r = 0; r < nr; r++)
+				for (int t = 0; t < nt; t++)
+					j->y[(g * GEMM_BF16_TOKENS + t) * w->rows + rb + r] =
+						out[r * 2 * GEMM_BF16_TOKENS + t];
+		}
+	}
+}
+
+/* F16 and BF16 decode converts inside the dot rather than a row at a
+ * time into a buffer: one or two tokens read the row once either way. */
+static int
+half_dot(uint32_t type, int n)
+{
+	return (type == TT_F16 || type == TT_BF16) && n <= 2;
+}
+
+/* How a matrix of `type` is multiplied by n tokens with kernels k: the one
+ * decision cpu_matmul() acts on and compute_cpu_path() reports. */
+static void
+mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, int *quantized, int *gemm, int *gemm8,
+	int *bf16)
+{
+	*bf16 = type == TT_BF16 && k->gemm_bf16 != NULL && n >= GEMM_BF16_TOKENS;
+	*quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
+	/* the GEMM pays off once a tile is mostly full */
+	*gemm = (((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
+		 (type == TT_Q6_K && k->gemm_q6_k != NULL)) &&
+		n >= GEMM_TOKENS;
+	/* a decode batch: 8-token tiles (one token is memory-bound on the dot) */
+	*gemm8 = !*gemm && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) && k->gemm8_q8_0 != NULL && n >= 2 &&
+		 n < GEMM_TOKENS;
+}
+
+static void
+mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
+{
+	const struct weight *w = j->w;
+	int64_t nb = w->cols / 32;
+	const struct cpu_kernels *k = j->im->k;
+	float (*dot)(const void *, const struct block_q8 *, size_t) = w->type == TT_Q8_0   ? k->dot_q8_0
+								      : w->type == TT_Q4_0 ? k->dot_q4_0
+								      : w->type == TT_Q4_K ? k->dot_q4_k
+								      : w->type == TT_Q5_K ? k->dot_q5_k
+											   : k->dot_q6_k;
+
+	if (j->x8 != NULL) { /* r0, r1: multiples of 8 */
+		for (int64_t g = r0 / 8; g < r1 / 8; g++) {
+			const uint8_t *grp = j->x8 + (size_t)g * (size_t)nb * Q4_0X8_BLOCK;
+			for (int t = 0; t < j->n; t++) {
+				float y8[8];
+				k->gemv_q4_0x8(grp, j->im->xq + (int64_t)t * nb, (size_t)nb, y8);
+				memcpy(j->y + (int64_t)t * w->rows + 8 * g, y8, sizeof(y8));
+			}
+		}
+		return;
+	}
+	for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
+		int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
+		for (int t = 0; t < j->n; t++) {
+			const struct block_q8 *xb = j->im->xq + (int64_t)t * nb;
+			float *yt = j->y + (int64_t)t * w->rows;
+			for (int64_t r = rb; r < re; r++)
+				yt[r] = dot((const uint8_t *)w->data + r * w->row_bytes, xb, (size_t)nb);
+		}
+	}
+}
+
+static void
+mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
+{
+	const struct weight *w = j->w;
+	const struct cpu_kernels *k = j->im->k;
+
+	if (half_dot(w->type, j->n) && w->type == TT_BF16 && k->dot_bf16_bf16 != NULL) {
+		/* the tokens were rounded to bfloat16 by cpu_matmul */
+		const uint16_t *xb = (const uint16_t *)j->im->xbf;
+		for (int64_t r = r0; r < r1; r++)
+			for (int t = 0; t < j->n; t++)
+				j->y[(int64_t)t * w->rows + r] =
+					k->dot_bf16_bf16((const uint16_t *)((const uint8_t *)w->data +
+									    r * w->row_bytes),
+							 xb + (int64_t)t * w->cols, (size_t)w->cols);
+		return;
+	}
+	if (half_dot(w->type, j->n)) { /* decode: convert inside the dot */
+		float (*dot)(const uint16_t *, const float *, size_t) = w->type == TT_F16 ? k->dot_f16 : k->dot_bf16;
+		for (int64_t r = r0; r < r1; r++)
+			for (int t = 0; t < j->n; t++)
+				j->y[(int64_t)t * w->rows + r] =
+					dot((const uint16_t *)((const uint8_t *)w->data + r * w->row_bytes),
+					    j->x + (int64_t)t * w->cols, (size_t)w->cols);
+		return;
+	}
+
+	/* GEMM_F32_ROWS rows at a time as floats in buf, each multiplied with
+	 * every token of the tile: a register tile where the CPU has one */
+	for (int t0 = 0; t0 < j->n; t0 += TOKEN_TILE) {
+		int t1 = t0 + TOKEN_TILE < j->n ? t0 + TOKEN_TILE : j->n;
+		for (int64_t rb = r0; rb < r1; rb += GEMM_F32_ROWS) {
+			int nr = r1 - rb < GEMM_F32_ROWS ? (int)(r1 - rb) : GEMM_F32_ROWS;
+			const float *wr = buf;
+			size_t ldw = (size_t)w->cols;
+			if (w->type == TT_F32) { /* read in place */
+				ldw = w->row_bytes / sizeof(float);
+				wr = (const float *)w->data + rb * (int64_t)ldw;
+			}
+			for (int r = 0; r < nr && w->type != TT_F32; r++) {
+				const void *row = (const uint8_t *)w->data + (rb + r) * w->row_bytes;
+				if (w->type == TT_F16)
+					k->f16_to_f32(row, buf + (size_t)r * ldw, (size_t)w->cols);
+				else if (w->type == TT_BF16)
+					k->bf16_to_f32(row, buf + (size_t)r * ldw, (size_t)w->cols);
+				else
+					tensor_dequantize_row(w->type, row, buf + (size_t)r * ldw, (size_t)w->cols);
+			}
+			for (int t = t0; t < t1; t += GEMM_F32_TOKENS) {
+				int nt = t1 - t < GEMM_F32_TOKENS ? t1 - t : GEMM_F32_TOKENS;
+				const float *xt = j->x + (int64_t)t * w->cols;
+				float *yt = j->y + (int64_t)t * w->rows + rb;
+				if (k->gemm_f32 != NULL) {
+					k->gemm_f32(wr, ldw, nr, xt, (size_t)w->cols, nt, (size_t)w->cols, yt,
+						    (size_t)w->rows);
+					continue;
+				}
+				for (int r = 0; r < nr; r++)
+					for (int u = 0; u < nt; u++)
+						yt[(int64_t)u * w->rows + r] =
+							k->dot_f32(wr + (size_t)r * ldw, xt + (int64_t)u * w->cols,
+								   (size_t)w->cols);
+			}
+		}
+	}
+}
+
+/* Decode batches of 2..15 tokens: one or two 8-token groups.  Q4_0 rows
+ * are widened to Q8_0 a few at a time, their block sums taken on the way. */
+static void
+mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1)
+{
+	const struct weight *w = j->w;
+	int64_t nb = w->cols / 32, groups = (j->n + GEMM8_TOKENS - 1) / GEMM8_TOKENS;
+	const struct q8_tile8 *tiles = (const struct q8_tile8 *)j->im->tiles;
+	float out[GEMM8_ROWS * GEMM8_TOKENS];
+	struct thread_scratch *ts = &j->im->ts[threadpool_self()];
+	int16_t *sums = (int16_t *)ts->wsum; /* GEMM_ROWS x nb int32 of room */
+
+	/* Q4_0's widened rows fit GEMM_ROWS at a time (a repacked group, 8);
+	 * Q8_0 rows are read in place */
+	int step = j->x8 != NULL ? 8 : w->type == TT_Q4_0 ? GEMM_ROWS : GEMM8_ROWS;
+
+	for (int64_t rb = r0; rb < r1; rb += step) {
+		int nr = r1 - rb < step ? (int)(r1 - rb) : step;
+		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
+		const int16_t *bsum = j->bsum != NULL ? j->bsum + rb * nb : sums;
+		size_t row_bytes = w->row_bytes;
+		if (j->x8 != NULL) {
+			row_bytes = (size_t)nb * 34;
+			j->im->k->widen_q4_0x8(j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb,
+					       ts->wrows, row_bytes, sums);
+			wrows = ts->wrows;
+		} else if (w->type == TT_Q4_0) {
+			row_bytes = (size_t)nb * 34;
+			for (int r = 0; r < nr; r++)
+				j->im->k->widen_q4_0(wrows + (size_t)r * w->row_bytes,
+						     ts->wrows + (size_t)r * row_bytes, (size_t)nb, sums + r * nb);
+			wrows = ts->wrows;
+		}
+		for (int64_t g = 0; g < groups; g++) {
+			j->im->k->gemm8_q8_0(wrows, row_bytes, nr, bsum, tiles + g * nb, (size_t)nb, out);
+			int nt = j->n - (int)g * GEMM8_TOKENS < GEMM8_TOKENS ? j->n - (int)g * GEMM8_TOKENS
+									     : GEMM8_TOKENS;
+			for (int r = 0; r < nr; r++)
+				for (int t = 0; t < nt; t++)
+					j->y[(g * GEMM8_TOKENS + t) * w->rows + rb + r] = out[r * GEMM8_TOKENS + t];
+		}
+	}
+}
+
+static void
+mm_worker(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi;
+
+	if (j->x8 != NULL) { /* whole groups of 8 rows */
+		split(j->w->rows / 8, ith, nth, &lo, &hi);
+		lo *= 8;
+		hi *= 8;
+	} else {
+		split(j->w->rows, ith, nth, &lo, &hi);
+	}
+	if (j->bf16)
+		mm_rows_bf16(j, lo, hi);
+	else if (j->gemm)
+		mm_rows_gemm(j, lo, hi);
+	else if (j->gemm8)
+		mm_rows_gemm8(j, lo, hi);
+	else if (j->quantized)
+		mm_rows_q8(j, lo, hi);
+	else
+		mm_rows_f32(j, lo, hi, j->im->ts[threadpool_self()].row);
+}
+
+void
+cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, int n, float *y)
+{
+	struct cpu_impl *im = impl_of(c);
+	const struct weight *w = &cw->w;
+	struct mm_job j = {
+		im, w, w->type == TT_Q8_0 ? cw->aux : NULL, w->type == TT_Q4_0 ? cw->aux : NULL, x, n, y, 0, 0, 0, 0
+	};
+
+	/* reserve() sized every buffer; exceeding it is a caller bug */
+	assert((size_t)w->cols <= im->row_buf_len);
+	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
+	mm_plan(im->k, w->type, j.bsum != NULL, n, &j.quantized, &j.gemm, &j.gemm8, &j.bf16);
+	if (j.quantized)
+		threadpool_run(im->pool, mm_quantize_x, &j);
+	if (j.gemm)
+		threadpool_run(im->pool, mm_pack_tiles, &j);
+	if (j.bf16)
+		threadpool_run(im->pool, mm_pack_bf16, &j);
+	else if (w->type == TT_BF16 && half_dot(w->type, n) && im->k->dot_bf16_bf16 != NULL)
+		for (int t = 0; t < n; t++) /* a token or two: not worth the pool */
+			im->k->f32_to_bf16(x + (int64_t)t * w->cols, (uint16_t *)im->xbf + (int64_t)t * w->cols,
+					   (size_t)w->cols);
+	if (j.gemm8) {
+		int64_t nb = w->cols / 32;
+		for (int g = 0; g * GEMM8_TOKENS < n; g++)
+			q8_tile8_pack(im->xq + (int64_t)g * GEMM8_TOKENS * nb,
+				      n - g * GEMM8_TOKENS < GEMM8_TOKENS ? n - g * GEMM8_TOKENS : GEMM8_TOKENS,
+				      (size_t)nb, (struct q8_tile8 *)im->tiles + (int64_t)g * nb);
+	}
+	threadpool_run(im->pool, mm_worker, &j);
+}
+
+void
+cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
+{
+	const struct compute_batch *b = &impl_of(c)->batch;
+	const struct weight *w = &cw->w;
+
+	for (int t = 0; t < b->n; t++) {
+		int64_t r = b->tokens[t];
+		if (w->type == TT_Q4_0 && cw->aux != NULL) /* the repacked copy (prepare_q4_0) */
+			q4_0x8_dequantize_row((const uint8_t *)cw->aux +
+						      (size_t)(r / 8) * (size_t)(w->cols / 32) * Q4_0X8_BLOCK,
+					      (size_t)w->cols / 32, (int)(r % 8), out + (int64_t)t * w->cols);
+		else
+			tensor_dequantize_row(w->type, (const uint8_t *)w->data + r * w->row_bytes,
+					      out + (int64_t)t * w->cols, (size_t)w->cols);
+	}
+}
+
+/* ------------------------------------------------------ prepared weights */
+
+struct repack_job {
+	const struct weight *src;
+	uint8_t *dst;
+};
+
+static void
+repack_worker(void *arg, int ith, int nth)
+{
+	const struct repack_job *j = arg;
+	int64_t lo, hi;
+
+	split(j->src->rows / 8, ith, nth, &lo, &hi);
+	q4_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
+}
+
+/* Q4_0 rows in groups of 8 (cpu_q4_0x8.c) where the CPU has the kernels
+ * and the rows divide, repacked by the pool (a 70B model is ~38 GB).
+ * Every use reads the copy afterwards, get_rows too, so the file's pages
+ * are handed back: the resident size stays about the model's, not twice.
+ * The copy asks for transparent huge pages: fewer faults and TLB misses. */
+static int
+prepare_q4_0(const struct cpu_impl *im, const struct weight *src, struct compute_weight *dst)
+{
+	size_t bytes = (size_t)src->rows * ((size_t)src->cols / 32) * 18, page = (size_t)sysconf(_SC_PAGESIZE);
+	void *packed = NULL;
+
+	if (im->k->gemv_q4_0x8 == NULL || src->rows % 8 != 0 || src->cols % 32 != 0)
+		return PRIVAI_OK;
+	if (posix_memalign(&packed, (size_t)2 << 20, bytes) != 0)
+		return PRIVAI_ENOMEM;
+	(void)madvise(packed, bytes, MADV_HUGEPAGE); /* a hint: THP may be off */
+	struct repack_job j = { src, packed };
+	threadpool_run(im->pool, repack_worker, &j);
+	uintptr_t from = ((uintptr_t)src->data + page - 1) & ~(uintptr_t)(page - 1);
+	uintptr_t to = ((uintptr_t)src->data + bytes) & ~(uintptr_t)(page - 1);
+	/* whole pages only (neighbours keep theirs); PAGEOUT, not DONTNEED,
+	 * because it never loses data: a file's clean pages are dropped, a
+	 * buffer's (gguf_open_buffer) would go to swap or stay */
+	if (to > from)
+		(void)madvise((void *)from, to - from, MADV_PAGEOUT);
+	dst->aux = packed;
+	return PRIVAI_OK;
+}
+
+int
+cpu_prepare_weight(struct compute *c, const struct weight *src, struct compute_weight *dst)
+{
+	int64_t nb = src->cols / 32;
+	int16_t *bsum;
+
+	dst->w = *src;
+	dst->aux = NULL;
+	if (src->type == TT_Q4_0)
+		return prepare_q4_0(impl_of(c), src, dst);
+	if (src->type != TT_Q8_0)
+		return PRIVAI_OK;
+	if ((bsum = malloc((size_t)(src->rows * nb) * sizeof(int16_t) + 1)) == NULL)
+		return PRIVAI_ENOMEM;
+	for (int64_t r = 0; r < src->rows; r++)
+		for (int64_t b = 0; b < nb; b++) {
+			const int8_t *q = (const int8_t *)src->data + r * (int64_t)src->row_bytes + b * 34 + 2;
+			int s = 0;
+			for (int i = 0; i < 32; i++)
+				s += q[i];
+			bsum[r * nb + b] = (int16_t)s;
+		}
+	dst->aux = bsum;
+	return PRIVAI_OK;
+}
+
+void
+cpu_release_weight(struct compute *c, struct compute_weight *w)
+{
+	(void)c;
+	free(w->aux);
+	w->aux = NULL;
+}
+
+const char *
+cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
+{
+	int quantized, gemm, gemm8, bf16;
+
+	if (tensor_type_get(type) == NULL || !tensor_type_get(type)->can_dequant)
+		return NULL;
+	/* Q8_0 always has its block sums (prepare_weight) */
+	mm_plan(k, type, type == TT_Q8_0, n_tokens, &quantized, &gemm, &gemm8, &bf16);
+	if (bf16)
+		return "bfloat16 GEMM (vdpbf16ps), 16-token tiles";
+	/* Q4_0 with the repack kernels (and rows in eights, as every model's are) */
+	if (type == TT_Q4_0 && k->gemv_q4_0x8 != NULL && !gemm && !gemm8)
+		return "int8, 8 rows interleaved at load";
+	if (gemm)
+		return "int8 GEMM, 16-token tiles";
+	if (gemm8)
+		return "int8 GEMM, 8-token tiles";
+	if (quantized)
+		return "int8 dot per token";
+	if (type == TT_BF16 && half_dot(type, n_tokens) && k->dot_bf16_bf16 != NULL)
+		return "bfloat16 dot (vdpbf16ps), activations rounded to bfloat16";
+	if (half_dot(type, n_tokens))
+		return "fused half-to-float dot";
+	/* a pass narrower than the tile takes the tile's edge: the dot */
+	int tile = k->gemm_f32 != NULL && n_tokens >= GEMM_F32_TOKENS;
+	if (type == TT_F32)
+		return tile ? "float register tile" : "float dot per token";
+	if (type == TT_F16 || type == TT_BF16)
+		return tile ? "rows converted to float, register tile" : "rows converted to float, dot per token";
+	return tile ? "rows dequantized, float register tile" : "rows dequantized, float dot per token";
+}
+
