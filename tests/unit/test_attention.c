@@ -79,7 +79,7 @@ test_attend(const struct cpu_kernels *k)
 					q[i] = rnd(&seed) * 3;
 				for (int i = 0; i < nh * hd + 1 && i < 4 * 80; i++)
 					out[i] = NAN;
-				cpu_attend_f16(k, &kv, len, q, nh, hd, out);
+				cpu_attend_f16(k, &kv, len, q, nh, hd, (int)(c & 1), out);
 				for (int g = 0; g < nh; g++) {
 					reference(kc + hd, vc + hd, stride, blocks, len, q + g * hd, hd, want);
 					for (int i = 0; i < hd; i++) {

@@ -137,7 +137,7 @@ axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n)
 
 void
 cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, const float *q, int nh, int hd,
-	       float *out)
+	       int prefetch, float *out)
 {
 	float qh[ATT_HEADS_MAX * ATT_HEAD_DIM_MAX], s[ATT_HEADS_MAX][ATT_CHUNK];
 	float m[ATT_HEADS_MAX], l[ATT_HEADS_MAX], scale = 1.0f / sqrtf((float)hd);
@@ -160,6 +160,18 @@ cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, c
 			size_t row = ((size_t)kv->blocks[p >> kv->block_shift] << kv->block_shift) + (p & bmask);
 			kr[i] = kv->k + row * kv->stride;
 			vr[i] = kv->v + row * kv->stride;
+		}
+		/* One head's K and V are hd values in rows kv_dim apart: a stride
+		 * the hardware prefetcher does not follow, so in decode each
+		 * position was a miss.  Ask for the next chunk's rows while this
+		 * one computes (in prefill the other tokens have brought them). */
+		for (int i = 0; prefetch && i < ATT_CHUNK && p0 + ATT_CHUNK + i < len; i++) {
+			size_t p = (size_t)(p0 + ATT_CHUNK + i);
+			size_t row = ((size_t)kv->blocks[p >> kv->block_shift] << kv->block_shift) + (p & bmask);
+			for (size_t off = 0; off < (size_t)hd * sizeof(uint16_t); off += 64) {
+				__builtin_prefetch((const char *)(kv->k + row * kv->stride) + off);
+				__builtin_prefetch((const char *)(kv->v + row * kv->stride) + off);
+			}
 		}
 		for (int i = 0; i < nc; i++)
 			for (int g = 0; g < nh; g++)

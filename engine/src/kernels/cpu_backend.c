@@ -132,6 +132,8 @@ cpu_rope(struct compute *c, float *x, int n_heads, int head_dim, int n_rot, cons
 	}
 }
 
+#define ATT_PREFETCH_TOKENS 16 /* batches up to this size prefetch the KV rows */
+
 struct att_job {
 	const struct cpu_impl *im;
 	const float *q;
@@ -157,7 +159,8 @@ att_worker(void *arg, int ith, int nth)
 		size_t at = ((size_t)t * (size_t)j->n_head + (size_t)h0) * (size_t)hd;
 		struct kv_view kv = { j->k + (size_t)kvh * hd, j->v + (size_t)kvh * hd, (size_t)im->kv_dim, b->table[t],
 				      im->block_shift };
-		cpu_attend_f16(im->k, &kv, b->pos[t] + 1, j->q + at, hpi, hd, j->out + at);
+		/* a decode batch: each sequence's rows are read by one token */
+		cpu_attend_f16(im->k, &kv, b->pos[t] + 1, j->q + at, hpi, hd, b->n <= ATT_PREFETCH_TOKENS, j->out + at);
 	}
 }
 

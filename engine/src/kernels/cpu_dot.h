@@ -207,9 +207,11 @@ struct kv_view {
 
 /* out[g] = softmax(q[g] . K[0..len) / sqrt(hd)) . V[0..len) for the nh
  * query heads q (nh x hd floats) that share the KV head kv; out is
- * nh x hd.  nh <= ATT_HEADS_MAX, hd <= ATT_HEAD_DIM_MAX, len >= 1. */
+ * nh x hd.  nh <= ATT_HEADS_MAX, hd <= ATT_HEAD_DIM_MAX, len >= 1.
+ * prefetch: ask for the cache rows a chunk ahead (decode, where no other
+ * token of the batch reads them). */
 void cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, const float *q, int nh, int hd,
-		    float *out);
+		    int prefetch, float *out);
 
 /* The best kernels this CPU runs (never NULL). */
 const struct cpu_kernels *cpu_kernels_get(void);

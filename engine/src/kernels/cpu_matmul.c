@@ -537,4 +537,3 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return tile ? "rows converted to float, register tile" : "rows converted to float, dot per token";
 	return tile ? "rows dequantized, float register tile" : "rows dequantized, float dot per token";
 }
-
