@@ -135,6 +135,15 @@ axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n)
 }
 #endif
 
+/* The pool row holding position p of the sequence. */
+static inline size_t
+kv_row(const struct kv_view *kv, int p)
+{
+	size_t mask = ((size_t)1 << kv->block_shift) - 1;
+
+	return ((size_t)kv->blocks[(size_t)p >> kv->block_shift] << kv->block_shift) + ((size_t)p & mask);
+}
+
 void
 cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, const float *q, int nh, int hd,
 	       int prefetch, float *out)
@@ -143,7 +152,7 @@ cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, c
 	float m[ATT_HEADS_MAX], l[ATT_HEADS_MAX], scale = 1.0f / sqrtf((float)hd);
 	uint16_t half[ATT_HEADS_MAX * ATT_HEAD_DIM_MAX];
 	const uint16_t *kr[ATT_CHUNK], *vr[ATT_CHUNK];
-	size_t nq = (size_t)nh * (size_t)hd, bmask = ((size_t)1 << kv->block_shift) - 1;
+	size_t nq = (size_t)nh * (size_t)hd;
 
 	assert(nh >= 1 && nh <= ATT_HEADS_MAX && hd >= 1 && hd <= ATT_HEAD_DIM_MAX && len >= 1);
 	k->f32_to_f16(q, half, nq);
@@ -156,8 +165,7 @@ cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, c
 	for (int p0 = 0; p0 < len; p0 += ATT_CHUNK) {
 		int nc = len - p0 < ATT_CHUNK ? len - p0 : ATT_CHUNK;
 		for (int i = 0; i < nc; i++) {
-			size_t p = (size_t)(p0 + i);
-			size_t row = ((size_t)kv->blocks[p >> kv->block_shift] << kv->block_shift) + (p & bmask);
+			size_t row = kv_row(kv, p0 + i);
 			kr[i] = kv->k + row * kv->stride;
 			vr[i] = kv->v + row * kv->stride;
 		}
@@ -166,8 +174,7 @@ cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, c
 		 * position was a miss.  Ask for the next chunk's rows while this
 		 * one computes (in prefill the other tokens have brought them). */
 		for (int i = 0; prefetch && i < ATT_CHUNK && p0 + ATT_CHUNK + i < len; i++) {
-			size_t p = (size_t)(p0 + ATT_CHUNK + i);
-			size_t row = ((size_t)kv->blocks[p >> kv->block_shift] << kv->block_shift) + (p & bmask);
+			size_t row = kv_row(kv, p0 + ATT_CHUNK + i);
 			for (size_t off = 0; off < (size_t)hd * sizeof(uint16_t); off += 64) {
 				__builtin_prefetch((const char *)(kv->k + row * kv->stride) + off);
 				__builtin_prefetch((const char *)(kv->v + row * kv->stride) + off);
