@@ -53,8 +53,10 @@ mkdir -p "$STAGE/shl/debian"
 printf 'Source: privai\n\nPackage: privai\nArchitecture: amd64\n' > "$STAGE/shl/debian/control"
 DEPENDS=$(cd "$STAGE/shl" && dpkg-shlibdeps -O $(for b in "$R"/usr/bin/*; do printf -- '-e%s ' "$b"; done) 2>/dev/null |
 	sed -n 's/^shlibs:Depends=//p')
-# the engines are units of user privai's manager, reached on its session bus
-DEPENDS="$DEPENDS, systemd (>= 252), dbus-user-session"
+# the engines are units of user privai's manager, reached on its session bus;
+# oneDNN is dlopen()ed by the engine (engine/src/kernels/cpu_onednn.c), so
+# dpkg-shlibdeps cannot see it
+DEPENDS="$DEPENDS, systemd (>= 252), dbus-user-session, libdnnl2"
 SIZE_KB=$(du -sk --exclude=DEBIAN "$R" | cut -f1)
 sed -e "s/@VERSION@/$VERSION/" -e "s/@SIZE_KB@/$SIZE_KB/" -e "s/@DEPENDS@/$DEPENDS/" \
 	"$TOP/packaging/debian/control.in" > "$R/DEBIAN/control"

@@ -146,6 +146,9 @@ const char *compute_cpu_simd_name(void);
  * pass of n_tokens on this CPU ("int8 GEMM, 16-token tiles", "float
  * register tile", ...); NULL for a type it cannot read. */
 const char *compute_cpu_path(uint32_t type, int n_tokens);
+/* Whether the CPU backend uses oneDNN: its version and the implementation
+ * it runs bfloat16 matmuls on, or why not. */
+const char *compute_cpu_onednn(void);
 
 /* Whether backend `name` can run here, without starting it: PRIVAI_OK
  * with a line about it in `info` (128 bytes; NULL allowed: "NVIDIA H100

@@ -85,7 +85,9 @@ cmd_features(int argc, char **argv)
 		for (int i = 0, k = 0; i < n; i++)
 			if (!ok[i])
 				json_pair(k++, b[i], why[i]);
-		printf("},\"cpu_simd\":\"%s\",\"cpu_paths\":{", compute_cpu_simd_name());
+		printf("},\"cpu_simd\":\"%s\"", compute_cpu_simd_name());
+		json_pair(1, "cpu_onednn", compute_cpu_onednn());
+		fputs(",\"cpu_paths\":{", stdout);
 		print_paths(1);
 		fputs("},\"chat_templates\":[", stdout);
 		for (const char *const *t = chat_template_names(); *t != NULL; t++)
@@ -95,6 +97,7 @@ cmd_features(int argc, char **argv)
 	}
 	for (int i = 0; i < n; i++)
 		printf("%-5s %s\n", b[i], ok[i] ? info[i] : why[i]);
+	printf("onednn %s\n", compute_cpu_onednn());
 	puts("cpu paths:");
 	print_paths(0);
 	fputs("chat templates:", stdout);

@@ -22,10 +22,10 @@
 #include "privai/threadpool.h"
 #include "backend_new.h"
 #include "cpu_impl.h"
+#include "cpu_onednn.h"
 
-/* Grow the per-call scratch; returns 0 or -1. */
-static int
-ensure(void **p, size_t *len, size_t need)
+int
+cpu_ensure(void **p, size_t *len, size_t need)
 {
 	if (*len >= need)
 		return 0;
@@ -350,6 +350,12 @@ compute_cpu_path(uint32_t type, int n_tokens)
 	return cpu_matmul_path(choose_kernels(), type, n_tokens);
 }
 
+const char *
+compute_cpu_onednn(void)
+{
+	return cpu_onednn_status();
+}
+
 static void
 cpu_destroy(struct compute *c)
 {
@@ -461,14 +467,15 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 		}
 		im->row_buf_len = (size_t)max_cols;
 	}
-	if (ensure((void **)&im->xq, &im->xq_len,
-		   (size_t)max_tokens * (size_t)(max_cols / 32 + 1) * sizeof(struct block_q8)) < 0 ||
-	    ensure((void **)&im->tiles, &im->tiles_len,
-		   (size_t)(max_tokens / GEMM_TOKENS + 1) * (size_t)(max_cols / 32 + 1) * sizeof(struct q8_tile)) < 0)
+	if (cpu_ensure((void **)&im->xq, &im->xq_len,
+		       (size_t)max_tokens * (size_t)(max_cols / 32 + 1) * sizeof(struct block_q8)) < 0 ||
+	    cpu_ensure((void **)&im->tiles, &im->tiles_len,
+		       (size_t)(max_tokens / GEMM_TOKENS + 1) * (size_t)(max_cols / 32 + 1) * sizeof(struct q8_tile)) <
+		    0)
 		return PRIVAI_ENOMEM;
-	if (im->k->gemm_bf16 != NULL && ensure((void **)&im->xbf, &im->xbf_len,
-					       (size_t)(max_tokens / GEMM_BF16_TOKENS + 1) * GEMM_BF16_TOKENS *
-						       (size_t)(max_cols / 2 + 1) * sizeof(uint32_t)) < 0)
+	if (im->k->gemm_bf16 != NULL && cpu_ensure((void **)&im->xbf, &im->xbf_len,
+						   (size_t)(max_tokens / GEMM_BF16_TOKENS + 1) * GEMM_BF16_TOKENS *
+							   (size_t)(max_cols / 2 + 1) * sizeof(uint32_t)) < 0)
 		return PRIVAI_ENOMEM;
 	return cpu_reserve_kv(im, s);
 }

@@ -57,6 +57,10 @@ split(int64_t total, int ith, int nth, int64_t *lo, int64_t *hi)
 	*hi = total * (ith + 1) / nth;
 }
 
+/* cpu_backend.c: grow a scratch buffer to need bytes; returns 0 or -1
+ * (*p unchanged on failure). */
+int cpu_ensure(void **p, size_t *len, size_t need);
+
 /* cpu_matmul.c */
 void cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, int n, float *y);
 void cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out);

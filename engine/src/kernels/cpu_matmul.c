@@ -8,10 +8,12 @@
  * type and a token count, and compute_cpu_path() reports the same choice:
  * int8 GEMMs for quantized weights in prefill (4- and 6-bit rows widened
  * first, cpu_widen.c), int8 dots in decode (Q4_0 from its 8-row groups,
- * cpu_q4_0x8.c), vdpbf16ps for BF16 where the CPU has AVX512_BF16, and
- * float register tiles for the rest.
+ * cpu_q4_0x8.c), oneDNN's bfloat16 matmul for BF16 where it is installed
+ * (cpu_onednn.c), else vdpbf16ps where the CPU has AVX512_BF16, and float
+ * register tiles for the rest.
  */
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -20,6 +22,7 @@
 #include "privai/status.h"
 #include "privai/tensor_type.h"
 #include "cpu_impl.h"
+#include "cpu_onednn.h"
 
 #define ROW_BLOCK 8   /* weight rows kept hot while the tokens stream by */
 #define TOKEN_TILE 48 /* float-path tokens per pass (a multiple of GEMM_F32_TOKENS), bounds the x working set */
@@ -38,6 +41,7 @@ struct mm_job {
 	int gemm;      /* use tiles and the kernels' GEMM */
 	int gemm8;     /* use 8-token tiles (small decode batches) */
 	int bf16;      /* bfloat16 weights: tiles of bfloat16 activations, vdpbf16ps */
+	int onednn;    /* bfloat16 weights: oneDNN's matmul (the flags above are the fallback) */
 };
 
 static void
@@ -153,6 +157,12 @@ mm_pack_bf16(void *arg, int ith, int nth)
 	}
 }
 
+/* Rows a chunk: their weights (64 x 2 x cols bytes) stay in L2 while every
+ * token group passes, and each group's outputs are whole cache lines of y
+ * written while hot (rows outer and groups inner wrote every line of y
+ * twice, half each time, a miss each: a quarter of the GEMM's time). */
+#define BF16_ROW_CHUNK 64
+
 static void
 mm_rows_bf16(struct mm_job *j, int64_t r0, int64_t r1)
 {
@@ -161,20 +171,23 @@ mm_rows_bf16(struct mm_job *j, int64_t r0, int64_t r1)
 	size_t tile = (size_t)half * GEMM_BF16_TOKENS; /* uint32 per group */
 	float out[GEMM_BF16_ROWS * 2 * GEMM_BF16_TOKENS];
 
-	for (int64_t rb = r0; rb < r1; rb += GEMM_BF16_ROWS) {
-		int nr = r1 - rb < GEMM_BF16_ROWS ? (int)(r1 - rb) : GEMM_BF16_ROWS;
-		const uint16_t *rows = (const uint16_t *)w->data + rb * w->cols;
+	for (int64_t rc = r0; rc < r1; rc += BF16_ROW_CHUNK) {
+		int64_t rce = r1 - rc < BF16_ROW_CHUNK ? r1 : rc + BF16_ROW_CHUNK;
 		for (int64_t g = 0; g < groups; g += 2) {
 			int ng = groups - g > 1 ? 2 : 1;
-			j->im->k->gemm_bf16(rows, (size_t)w->cols, nr, j->im->xbf + (size_t)g * tile, tile, ng,
-					    (size_t)w->cols, out);
 			int nt = j->n - (int)g * GEMM_BF16_TOKENS;
 			if (nt > ng * GEMM_BF16_TOKENS)
 				nt = ng * GEMM_BF16_TOKENS;
-			for (int r = 0; r < nr; r++)
-				for (int t = 0; t < nt; t++)
-					j->y[(g * GEMM_BF16_TOKENS + t) * w->rows + rb + r] =
-						out[r * 2 * GEMM_BF16_TOKENS + t];
+			for (int64_t rb = rc; rb < rce; rb += GEMM_BF16_ROWS) {
+				int nr = rce - rb < GEMM_BF16_ROWS ? (int)(rce - rb) : GEMM_BF16_ROWS;
+				j->im->k->gemm_bf16((const uint16_t *)w->data + rb * w->cols, (size_t)w->cols, nr,
+						    j->im->xbf + (size_t)g * tile, tile, ng, (size_t)w->cols, out);
+				for (int t = 0; t < nt; t++) {
+					float *yr = j->y + (g * GEMM_BF16_TOKENS + t) * w->rows + rb;
+					for (int r = 0; r < nr; r++)
+						yr[r] = out[r * 2 * GEMM_BF16_TOKENS + t];
+				}
+			}
 		}
 	}
 }
@@ -191,9 +204,20 @@ half_dot(uint32_t type, int n)
  * decision cpu_matmul() acts on and compute_cpu_path() reports. */
 static void
 mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, int *quantized, int *gemm, int *gemm8,
-	int *bf16)
+	int *bf16, int *onednn)
 {
-	*bf16 = type == TT_BF16 && k->gemm_bf16 != NULL && n >= GEMM_BF16_TOKENS;
+	const char *dn = NULL;
+
+	/* vdpbf16ps tiles from 3 tokens: the tile's padding costs less than
+	 * converting every row to float (BF16 pp8 doubles) */
+	*bf16 = type == TT_BF16 && k->gemm_bf16 != NULL && !half_dot(type, n);
+	/* oneDNN where it wins: AMX tiles, or a CPU without AVX512_BF16,
+	 * where ours would convert rows to float (2.3x, docs/performance.md);
+	 * beside our own vdpbf16ps GEMM it lost (pp128 150 against 195 here).
+	 * Never under PRIVAI_SIMD=scalar, the reference the rest is checked
+	 * against. */
+	*onednn = type == TT_BF16 && n >= ONEDNN_MIN_TOKENS && strcmp(k->name, "scalar") != 0 &&
+		  (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !*bf16 || strstr(dn, "amx") != NULL);
 	*quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
 	/* the GEMM pays off once a tile is mostly full */
 	*gemm = (((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
@@ -374,19 +398,54 @@ mm_worker(void *arg, int ith, int nth)
 		mm_rows_f32(j, lo, hi, j->im->ts[threadpool_self()].row);
 }
 
+static void
+mm_to_bf16(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi, cols = j->w->cols;
+	uint16_t *xb = (uint16_t *)j->im->xbf;
+
+	split(j->n, ith, nth, &lo, &hi);
+	for (int64_t t = lo; t < hi; t++) {
+		if (j->im->k->f32_to_bf16 != NULL)
+			j->im->k->f32_to_bf16(j->x + t * cols, xb + t * cols, (size_t)cols);
+		else
+			for (int64_t i = 0; i < cols; i++)
+				xb[t * cols + i] = f32_to_bf16(j->x[t * cols + i]);
+	}
+}
+
+/* The activations rounded to bfloat16 on our pool, the product on
+ * oneDNN's threads (ours sleep meanwhile).  Returns 0, or -1 to fall back
+ * on our own kernels. */
+static int
+mm_onednn(struct mm_job *j)
+{
+	struct cpu_impl *im = j->im;
+	const struct weight *w = j->w;
+
+	if (cpu_ensure((void **)&im->xbf, &im->xbf_len, (size_t)j->n * (size_t)w->cols * sizeof(uint16_t)) < 0)
+		return -1;
+	threadpool_run(im->pool, mm_to_bf16, j);
+	return cpu_onednn_matmul_bf16((const uint16_t *)w->data, w->rows, w->cols, (const uint16_t *)im->xbf, j->n,
+				      j->y, threadpool_size(im->pool));
+}
+
 void
 cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, int n, float *y)
 {
 	struct cpu_impl *im = impl_of(c);
 	const struct weight *w = &cw->w;
 	struct mm_job j = {
-		im, w, w->type == TT_Q8_0 ? cw->aux : NULL, w->type == TT_Q4_0 ? cw->aux : NULL, x, n, y, 0, 0, 0, 0
+		im, w, w->type == TT_Q8_0 ? cw->aux : NULL, w->type == TT_Q4_0 ? cw->aux : NULL, x, n, y, 0, 0, 0, 0, 0
 	};
 
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
 	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
-	mm_plan(im->k, w->type, j.bsum != NULL, n, &j.quantized, &j.gemm, &j.gemm8, &j.bf16);
+	mm_plan(im->k, w->type, j.bsum != NULL, n, &j.quantized, &j.gemm, &j.gemm8, &j.bf16, &j.onednn);
+	if (j.onednn && mm_onednn(&j) == 0)
+		return;
 	if (j.quantized)
 		threadpool_run(im->pool, mm_quantize_x, &j);
 	if (j.gemm)
@@ -508,12 +567,17 @@ cpu_release_weight(struct compute *c, struct compute_weight *w)
 const char *
 cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 {
-	int quantized, gemm, gemm8, bf16;
+	static char onednn_path[96];
+	int quantized, gemm, gemm8, bf16, onednn;
 
 	if (tensor_type_get(type) == NULL || !tensor_type_get(type)->can_dequant)
 		return NULL;
 	/* Q8_0 always has its block sums (prepare_weight) */
-	mm_plan(k, type, type == TT_Q8_0, n_tokens, &quantized, &gemm, &gemm8, &bf16);
+	mm_plan(k, type, type == TT_Q8_0, n_tokens, &quantized, &gemm, &gemm8, &bf16, &onednn);
+	if (onednn) {
+		snprintf(onednn_path, sizeof(onednn_path), "oneDNN bfloat16 matmul (%s)", cpu_onednn_bf16());
+		return onednn_path;
+	}
 	if (bf16)
 		return "bfloat16 GEMM (vdpbf16ps), 16-token tiles";
 	/* Q4_0 with the repack kernels (and rows in eights, as every model's are) */

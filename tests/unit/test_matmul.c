@@ -1,0 +1,131 @@
+/*
+ * The CPU backend's matmul through its public operations, against a
+ * double-precision reference, for the half types on every path it picks:
+ * one and two tokens (the dots), 3 and 8 (a decode batch: a tile mostly
+ * padding), 17 and 40 (partial tiles), 130 (past oneDNN's 128-token
+ * chunk), on row counts that are not a multiple of any row block (5) and
+ * that cross the BF16 GEMM's 64-row chunk in a thread's share (600); for every kernel set
+ * this CPU runs (PRIVAI_SIMD), and with oneDNN forced (PRIVAI_ONEDNN=1)
+ * where the library is installed.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "testlib.h"
+#include "privai/compute.h"
+#include "privai/status.h"
+#include "privai/tensor_type.h"
+#include "kernels/cpu_onednn.h"
+
+#define COLS 96
+#define MAX_ROWS 600
+#define MAX_TOKENS 130
+
+static float x[MAX_TOKENS * COLS], y[MAX_TOKENS * MAX_ROWS];
+static uint16_t wh[MAX_ROWS * COLS];
+
+static float
+value(unsigned i, float scale)
+{
+	return sinf((float)i * 0.61f + 0.3f) * scale;
+}
+
+/* How far y is from the reference: the worst error over the row's sum of
+ * |w x|, so cancellation does not make a tolerance meaningless. */
+static double
+worst_error(uint32_t type, int rows, int n)
+{
+	/* bfloat16 kernels (ours and oneDNN's) round the activations too */
+	int round_x = type == TT_BF16 && strstr(compute_cpu_path(type, n), "bfloat16") != NULL;
+	double worst = 0;
+
+	for (int t = 0; t < n; t++)
+		for (int r = 0; r < rows; r++) {
+			double want = 0, mag = 0;
+			for (int c = 0; c < COLS; c++) {
+				double w = type == TT_F16 ? fp16_to_f32(wh[r * COLS + c]) : bf16_to_f32(wh[r * COLS + c]);
+				double a = round_x ? bf16_to_f32(f32_to_bf16(x[t * COLS + c])) : x[t * COLS + c];
+				want += w * a;
+				mag += fabs(w * a);
+			}
+			double e = fabs(y[t * rows + r] - want) / (mag + 1e-6);
+			if (isnan(e) || e > worst) /* a value never written stays NaN */
+				worst = e;
+		}
+	return worst;
+}
+
+static void
+check_type(struct compute *c, uint32_t type, const char *mode)
+{
+	static const int rowss[] = { 5, 70, MAX_ROWS };
+	static const int ns[] = { 1, 2, 3, 8, 17, 40, MAX_TOKENS };
+
+	for (int i = 0; i < MAX_ROWS * COLS; i++)
+		wh[i] = type == TT_F16 ? f32_to_fp16(value((unsigned)i, 1.0f)) : f32_to_bf16(value((unsigned)i, 1.0f));
+	for (int i = 0; i < MAX_TOKENS * COLS; i++)
+		x[i] = value((unsigned)i * 7u + 3u, 2.0f);
+	for (size_t ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++) {
+		int rows = rowss[ri];
+		struct weight w = { type, rows, COLS, COLS * sizeof(uint16_t), wh };
+		struct compute_weight cw;
+		if (c->ops->prepare_weight(c, &w, &cw) != PRIVAI_OK) {
+			CHECK(0, "prepare_weight %s", tensor_type_name(type));
+			return;
+		}
+		for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+			int n = ns[ni];
+			for (int i = 0; i < n * rows; i++)
+				y[i] = NAN;
+			c->ops->matmul(c, &cw, x, n, y);
+			double e = worst_error(type, rows, n);
+			/* fp32 sums: a few ulps of float over the magnitude */
+			CHECK(e < 1e-5, "%s %s %d rows x %d tokens (%s): error %.3g", mode, tensor_type_name(type),
+			      rows, n, compute_cpu_path(type, n), e);
+		}
+		c->ops->release_weight(c, &cw);
+	}
+}
+
+static void
+check_level(const char *simd)
+{
+	struct compute_params p = { 2 };
+	struct compute *c;
+	char err[PRIVAI_ERR_LEN];
+	struct compute_shape s = { COLS > MAX_ROWS ? COLS : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };
+	size_t kv_bytes;
+
+	setenv("PRIVAI_SIMD", simd, 1);
+	if (compute_new("cpu", &p, &c, err) != PRIVAI_OK || c->ops->reserve(c, &s, &kv_bytes) != PRIVAI_OK) {
+		CHECK(0, "cpu backend: %s", err);
+		return;
+	}
+	check_type(c, TT_F16, compute_cpu_simd_name());
+	check_type(c, TT_BF16, compute_cpu_simd_name());
+	compute_free(c);
+}
+
+int
+main(void)
+{
+	check_level("scalar");
+	check_level("avx2");
+	check_level("best");
+
+	/* oneDNN forced where our own GEMM would win */
+	const char *status = compute_cpu_onednn();
+	if (cpu_onednn_bf16() == NULL) {
+		/* the build installs libdnnl-dev: only a CPU oneDNN has no
+		 * bfloat16 matmul for may skip */
+		CHECK(strstr(status, ".so") == NULL, "oneDNN should load: %s", status);
+		SKIP("oneDNN's bfloat16 matmul was not checked: %s", status);
+	} else {
+		setenv("PRIVAI_ONEDNN", "1", 1);
+		check_level("best");
+		CHECK(strstr(compute_cpu_path(TT_BF16, 8), "oneDNN") != NULL, "PRIVAI_ONEDNN=1 gives %s",
+		      compute_cpu_path(TT_BF16, 8));
+		unsetenv("PRIVAI_ONEDNN");
+	}
+	return test_summary();
+}
