@@ -344,20 +344,30 @@ check_batch_vs_single(const char *dir, uint32_t type, double tol_ref)
 		      "%s: batches of 2..15 vs token-by-token logits differ by %.3g", tensor_type_name(type),
 		      sqrt(ds / gs));
 		free(small);
-		double d = 0, g = 0, e = 0;
+		double d = 0, g = 0, e = 0, es = 0;
 		const float *ref = gold + (size_t)(n - 1) * V;
 		for (int v = 0; v < V; v++) {
 			d += (batch[v] - single[v]) * (double)(batch[v] - single[v]);
 			e += (batch[v] - ref[v]) * (double)(batch[v] - ref[v]);
+			es += (single[v] - ref[v]) * (double)(single[v] - ref[v]);
 			g += (double)ref[v] * ref[v];
 		}
 		/* not bit-equal: a different summation order can flip the int8
-		 * rounding of a later activation; a wrong kernel is off by >1e-1 */
-		CHECK(sqrt(d / g) <= 1e-2, "%s: batched vs token-by-token logits differ by %.3g",
+		 * rounding of a later activation; a wrong kernel is off by >1e-1.
+		 * Q6_K decode quantizes activations in blocks of 256 (Q8_K, as
+		 * llama.cpp does), prefill in blocks of 32: the two paths differ
+		 * by 1.0e-2 where they differed by 2.2e-3, while each stays
+		 * 3.4e-2 from the f16 reference (checked below for both) */
+		double tol_paths = type == TT_Q6_K ? 2e-2 : 1e-2;
+		CHECK(sqrt(d / g) <= tol_paths, "%s: batched vs token-by-token logits differ by %.3g",
 		      tensor_type_name(type), sqrt(d / g));
 		CHECK(sqrt(e / g) <= tol_ref, "%s: %.3g from the f16 reference", tensor_type_name(type), sqrt(e / g));
-		printf("%s re-quantized: batched vs single %.1e, small batches vs single %.1e, vs f16 reference %.1e\n",
-		       tensor_type_name(type), sqrt(d / g), sqrt(ds / gs), sqrt(e / g));
+		/* the decode path is as close to the reference as prefill */
+		CHECK(sqrt(es / g) <= tol_ref, "%s: token by token %.3g from the f16 reference", tensor_type_name(type),
+		      sqrt(es / g));
+		printf("%s re-quantized: batched vs single %.1e, small batches vs single %.1e, vs f16 reference %.1e "
+		       "(token by token %.1e)\n",
+		       tensor_type_name(type), sqrt(d / g), sqrt(ds / gs), sqrt(e / g), sqrt(es / g));
 	} else {
 		CHECK(0, "%s decode: %s", tensor_type_name(type), err);
 	}

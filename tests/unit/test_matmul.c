@@ -43,7 +43,8 @@ worst_error(uint32_t type, int rows, int n)
 		for (int r = 0; r < rows; r++) {
 			double want = 0, mag = 0;
 			for (int c = 0; c < COLS; c++) {
-				double w = type == TT_F16 ? fp16_to_f32(wh[r * COLS + c]) : bf16_to_f32(wh[r * COLS + c]);
+				double w =
+					type == TT_F16 ? fp16_to_f32(wh[r * COLS + c]) : bf16_to_f32(wh[r * COLS + c]);
 				double a = round_x ? bf16_to_f32(f32_to_bf16(x[t * COLS + c])) : x[t * COLS + c];
 				want += w * a;
 				mag += fabs(w * a);

@@ -352,6 +352,77 @@ test_kernels(const struct cpu_kernels *simd)
 	test_widen(simd, w);
 }
 
+/* Q6_K decode on Q8_K activations: quantizing equals the scalar version,
+ * the dot equals the scalar one and the float dot of the dequantized
+ * operands, on ordinary rows and on a block at every extreme (q = 63 and
+ * 0, scales 127 and -128, activations at +-127) where an int16 step of
+ * the SIMD sum would overflow if the bound were wrong. */
+static void
+test_q8k(const struct cpu_kernels *simd)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { N = 2048 };
+	static float x[N], w[N], wf[N], xf[N];
+	static uint8_t wq[N / 256 * 210];
+	static struct block_q8k xs[N / 256], xr[N / 256];
+
+	for (int i = 0; i < N; i++) {
+		/* one block of large values, to vary the per-256 scale */
+		x[i] = sinf((float)i * 0.37f) * (i / 256 == 3 ? 40.0f : 3.0f);
+		w[i] = cosf((float)i * 0.11f);
+	}
+	simd->quantize_q8k(x, xs, N);
+	ref->quantize_q8k(x, xr, N);
+	int same = 1, sums = 1;
+	for (int b = 0; b < N / 256; b++) {
+		same &= xs[b].d == xr[b].d && memcmp(xs[b].q, xr[b].q, 256) == 0 &&
+			memcmp(xs[b].bsum, xr[b].bsum, sizeof(xr[b].bsum)) == 0;
+		for (int j = 0; j < 16; j++) {
+			int sum = 0;
+			for (int l = 0; l < 16; l++)
+				sum += xr[b].q[16 * j + l];
+			sums &= sum == xr[b].bsum[j];
+		}
+	}
+	CHECK(same, "%s quantize_q8k equals the scalar version", simd->name);
+	CHECK(sums, "quantize_q8k's 16-value sums");
+	tensor_quantize_row(TT_Q6_K, w, wq, N);
+	tensor_dequantize_row(TT_Q6_K, wq, wf, N);
+	for (int i = 0; i < N; i++)
+		xf[i] = xr[i / 256].d * xr[i / 256].q[i % 256];
+	float want = ref->dot_f32(wf, xf, N), r = ref->dot_q6_k_q8k(wq, xr, N / 256),
+	      v = simd->dot_q6_k_q8k(wq, xr, N / 256);
+	CHECK(fabsf(r - want) <= 1e-4f * fabsf(want) + 1e-3f, "Q6_K x Q8_K scalar dot %g vs float %g", r, want);
+	CHECK(fabsf(v - want) <= 1e-4f * fabsf(want) + 1e-3f, "Q6_K x Q8_K %s dot %g vs float %g", simd->name, v, want);
+	/* the extremes: each quarter of the block a different sign pattern */
+	uint8_t blk[210];
+	struct block_q8k xe;
+	memset(blk, 0xff, 192);     /* every q = 63 */
+	memset(blk + 64, 0x00, 64); /* second half's low nibbles: q = 48 */
+	for (int j = 0; j < 16; j++)
+		blk[192 + j] = (uint8_t)(j % 2 ? -128 : 127);
+	uint16_t one = f32_to_fp16(1.0f);
+	memcpy(blk + 208, &one, 2);
+	xe.d = 1.0f;
+	for (int l = 0; l < 256; l++)
+		xe.q[l] = (int8_t)((l / 64) % 2 ? -127 : 127);
+	for (int j = 0; j < 16; j++) {
+		int sum = 0;
+		for (int l = 0; l < 16; l++)
+			sum += xe.q[16 * j + l];
+		xe.bsum[j] = (int16_t)sum;
+	}
+	double exact = 0;
+	float wblk[256];
+	tensor_dequantize_row(TT_Q6_K, blk, wblk, 256);
+	for (int l = 0; l < 256; l++)
+		exact += (double)wblk[l] * xe.q[l];
+	r = ref->dot_q6_k_q8k(blk, &xe, 1);
+	v = simd->dot_q6_k_q8k(blk, &xe, 1);
+	CHECK(r == (float)exact && v == (float)exact, "Q6_K x Q8_K at the extremes: scalar %g, %s %g, exact %g", r,
+	      simd->name, v, exact);
+}
+
 /* The float register tile against the scalar dot on odd shapes: a full
  * tile, fewer rows, fewer tokens, one of each, and lengths that are not a
  * multiple of the vector width (the masked tail). */
@@ -594,6 +665,9 @@ main(void)
 	/* every SIMD level this CPU can run, not only the one it would pick */
 	const struct cpu_kernels *best = cpu_kernels_get();
 	test_kernels(best);
+	test_q8k(best);
+	if (strcmp(best->name, "avx512-vnni") == 0)
+		test_q8k(cpu_kernels_avx2());
 	test_gemm_f32(best);
 	test_gemm_bf16(best);
 	test_q4_0x8(best);

@@ -374,6 +374,7 @@ cpu_destroy(struct compute *c)
 		free(im->xq);
 		free(im->tiles);
 		free(im->xbf);
+		free(im->xk);
 		free(im->k_cache);
 		free(im->v_cache);
 		threadpool_free(im->pool);

@@ -149,6 +149,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL,
 	NULL,
+	quantize_q8k_scalar,
+	dot_q6_k_q8k_scalar,
 };
 
 void
@@ -392,6 +394,8 @@ static struct cpu_kernels k_avx2 = {
 	widen_q4_0x8_avx2,
 	NULL,
 	NULL,
+	quantize_q8k_avx2,
+	NULL, /* filled in by cpu_kernels_get */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -796,6 +800,8 @@ static struct cpu_kernels k_avx512 = {
 	widen_q4_0x8_avx2,
 	NULL,
 	NULL,
+	quantize_q8k_avx2,
+	NULL, /* filled in by cpu_kernels_get */
 };
 #endif
 
@@ -863,6 +869,8 @@ cpu_kernels_get(void)
 	k_avx512.dot_q5_k = dot_q5_k_simd(1);
 	k_avx512.dot_q4_k = dot_q4_k_simd(1);
 	k_avx512.dot_q6_k = dot_q6_k_simd(1);
+	k_avx2.dot_q6_k_q8k = dot_q6_k_q8k_simd(0);
+	k_avx512.dot_q6_k_q8k = dot_q6_k_q8k_simd(1);
 	if (avx512)
 		return &k_avx512;
 	if (avx2)

@@ -19,6 +19,16 @@ struct block_q8 {
 	int8_t q[32];
 };
 
+/* Activations for the Q6_K decode dot, one scale per 256 values (as
+ * llama.cpp's Q8_K): the dot then sums a whole Q6_K super-block in
+ * integers and goes to float once, where 32-value blocks each need their
+ * own float step.  bsum[j] = sum of q[16j .. 16j+15], for Q6_K's -32. */
+struct block_q8k {
+	float d;
+	int16_t bsum[16];
+	int8_t q[256];
+};
+
 /* Activations of 16 tokens for one 32-element block, laid out for the
  * VNNI GEMM: q[s] holds, in 32-bit lane j, bytes 4s..4s+3 of token j's
  * block plus 128 (so they are unsigned); d[j] is token j's scale (0 for a
@@ -131,6 +141,10 @@ struct cpu_kernels {
 	 * bfloat16 rows */
 	void (*f32_to_bf16)(const float *x, uint16_t *out, size_t n);
 	float (*dot_bf16_bf16)(const uint16_t *w, const uint16_t *x, size_t n);
+	/* Q6_K decode on Q8_K activations: n (a multiple of 256) values
+	 * quantized, and a row of nsb super-blocks times them */
+	void (*quantize_q8k)(const float *x, struct block_q8k *out, size_t n);
+	float (*dot_q6_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -145,6 +159,12 @@ float dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb);
 float (*dot_q4_k_simd(int avx512))(const void *, const struct block_q8 *, size_t);
 float (*dot_q5_k_simd(int avx512))(const void *, const struct block_q8 *, size_t);
 float (*dot_q6_k_simd(int avx512))(const void *, const struct block_q8 *, size_t);
+void quantize_q8k_scalar(const float *x, struct block_q8k *out, size_t n);
+float dot_q6_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
+float (*dot_q6_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
+#if defined(__x86_64__)
+void quantize_q8k_avx2(const float *x, struct block_q8k *out, size_t n);
+#endif
 
 /* cpu_attention.c */
 void f32_to_f16_scalar(const float *src, uint16_t *dst, size_t n);

@@ -9,6 +9,7 @@
  * Q6_K: w = d * sc_k * (q - 32) over sub-blocks k of 16, q in 0..63.
  * The scalar versions are the reference the SIMD ones are tested against.
  */
+#include <math.h>
 #include <string.h>
 
 #include "privai/tensor_type.h"
@@ -108,6 +109,46 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 				s += d * x[k].d * (float)(sc[8 * h + 2 * k] * a0 + sc[8 * h + 2 * k + 1] * a1);
 			}
 		}
+	}
+	return s;
+}
+
+void
+quantize_q8k_scalar(const float *x, struct block_q8k *out, size_t n)
+{
+	for (size_t b = 0; b < n / 256; b++, x += 256) {
+		float amax = 0.0f;
+		for (int j = 0; j < 256; j++)
+			amax = fmaxf(amax, fabsf(x[j]));
+		float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		for (int j = 0; j < 16; j++) {
+			int32_t sum = 0;
+			for (int l = 0; l < 16; l++) {
+				out[b].q[16 * j + l] = (int8_t)lrintf(x[16 * j + l] * id);
+				sum += out[b].q[16 * j + l];
+			}
+			out[b].bsum[j] = (int16_t)sum;
+		}
+		out[b].d = d;
+	}
+}
+
+float
+dot_q6_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
+{
+	const uint8_t *b = w;
+	float s = 0.0f;
+	uint8_t q[128];
+
+	for (size_t i = 0; i < nsb; i++, b += 210, x++) {
+		const int8_t *sc = (const int8_t *)(b + 192);
+		int32_t acc = 0;
+		for (int h = 0; h < 2; h++) {
+			q6_unpack_half(b + 64 * h, b + 128 + 32 * h, q);
+			for (int l = 0; l < 128; l++)
+				acc += sc[8 * h + l / 16] * (q[l] - 32) * x->q[128 * h + l];
+		}
+		s += f16(b + 208) * x->d * (float)acc;
 	}
 	return s;
 }
@@ -249,6 +290,119 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 
 DEFINE_KQUANT_DOTS(avx2, AVX2, U8I8_AVX2)
 DEFINE_KQUANT_DOTS(avx512, AVX512, U8I8_VNNI)
+
+/* int32 lanes += pairs of int16 products: one vpdpwssd with VNNI */
+#define MADD16_AVX2(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+#define MADD16_VNNI(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
+
+/* Q6_K against Q8_K activations: a super-block is summed in int32 (the
+ * bytes multiplied in pairs, the pairs times their 16-value scale, -32
+ * taken once from the activations' 16-value sums) and converted once. */
+#define DEFINE_Q6K_Q8K_DOT(SUFFIX, TARGET, MADD16)                                                                     \
+	TARGET static float dot_q6_k_q8k_##SUFFIX(const void *w, const struct block_q8k *x, size_t nsb)                \
+	{                                                                                                              \
+		const uint8_t *b = w;                                                                                  \
+		__m256 acc = _mm256_setzero_ps();                                                                      \
+		const __m256i low = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);                                \
+		/* int16 lanes 0-7 (a 32-value block's first 16) take scale 2k,   \
+		 * lanes 8-15 scale 2k+1, of the half's eight in each lane */                                    \
+		const __m256i pick[4] = {                                                                              \
+			_mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, \
+					 2, 3, 2, 3, 2, 3),                                                            \
+			_mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, \
+					 6, 7, 6, 7, 6, 7),                                                            \
+			_mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10,   \
+					 11, 10, 11, 10, 11, 10, 11, 10, 11),                                          \
+			_mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14,   \
+					 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15),                          \
+		};                                                                                                     \
+		for (size_t i = 0; i < nsb; i++, b += 210, x++) {                                                      \
+			KQ_PREFETCH(b, 210);                                                                           \
+			__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));              \
+			/* 32 * sum_j sc_j * bsum_j: the -32 of every value */                                         \
+			__m256i off =                                                                                  \
+				_mm256_slli_epi32(_mm256_madd_epi16(sc16,                                              \
+								    _mm256_loadu_si256((const __m256i *)x->bsum)),     \
+						  5);                                                                  \
+			__m256i dots = _mm256_setzero_si256();                                                         \
+			for (int h = 0; h < 2; h++) {                                                                  \
+				const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;                                \
+				/* the half's eight scales in both 128-bit lanes */                                    \
+				__m256i sch = h ? _mm256_permute4x64_epi64(sc16, 0xee)                                 \
+						: _mm256_permute4x64_epi64(sc16, 0x44);                                \
+				__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);                                  \
+				__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));                           \
+				__m256i hh = _mm256_loadu_si256((const __m256i *)qh);                                  \
+				__m256i v[4];                                                                          \
+				v[0] = _mm256_or_si256(_mm256_and_si256(l0, low),                                      \
+						       _mm256_slli_epi16(_mm256_and_si256(hh, three), 4));             \
+				v[1] = _mm256_or_si256(_mm256_and_si256(l1, low),                                      \
+						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2),    \
+											  three),                      \
+									 4));                                          \
+				v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),                \
+						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4),    \
+											  three),                      \
+									 4));                                          \
+				v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),                \
+						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6),    \
+											  three),                      \
+									 4));                                          \
+				for (int k = 0; k < 4; k++) {                                                          \
+					__m256i xq = _mm256_loadu_si256((const __m256i *)(x->q + 128 * h + 32 * k));   \
+					/* pairs of 0..63 times -127..127: within int16 */                             \
+					__m256i p16 = _mm256_maddubs_epi16(v[k], xq);                                  \
+					dots = MADD16(dots, p16, _mm256_shuffle_epi8(sch, pick[k]));                   \
+				}                                                                                      \
+			}                                                                                              \
+			acc = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b + 208) * x->d),                               \
+					      _mm256_cvtepi32_ps(_mm256_sub_epi32(dots, off)), acc);                   \
+		}                                                                                                      \
+		return hsum256(acc);                                                                                   \
+	}
+
+DEFINE_Q6K_Q8K_DOT(avx2, AVX2, MADD16_AVX2)
+DEFINE_Q6K_Q8K_DOT(avx512, AVX512, MADD16_VNNI)
+
+float (*dot_q6_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t)
+{
+	return avx512 ? dot_q6_k_q8k_avx512 : dot_q6_k_q8k_avx2;
+}
+
+AVX2 void
+quantize_q8k_avx2(const float *x, struct block_q8k *out, size_t n)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+
+	for (size_t b = 0; b < n / 256; b++, x += 256) {
+		__m256 m = _mm256_setzero_ps();
+		for (int j = 0; j < 32; j++)
+			m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * j)));
+		__m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+		m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+		float d = _mm_cvtss_f32(m4) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		__m256 mul = _mm256_set1_ps(id);
+		for (int j = 0; j < 8; j++) { /* 32 values: two 16-value sums */
+			const float *xj = x + 32 * j;
+			__m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xj), mul));
+			__m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xj + 8), mul));
+			__m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xj + 16), mul));
+			__m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xj + 24), mul));
+			/* the two sums: lanes of i0 + i1 and of i2 + i3, added across */
+			__m256i s01 = _mm256_add_epi32(i0, i1), s23 = _mm256_add_epi32(i2, i3);
+			__m256i h = _mm256_hadd_epi32(s01, s23); /* 128-bit lanes: s01 pairs, s23 pairs */
+			h = _mm256_hadd_epi32(h, h);
+			__m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+			out[b].bsum[2 * j] = (int16_t)_mm_cvtsi128_si32(t);
+			out[b].bsum[2 * j + 1] = (int16_t)_mm_extract_epi32(t, 1);
+			__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+			p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+			_mm256_storeu_si256((__m256i *)(out[b].q + 32 * j), p);
+		}
+		out[b].d = d;
+	}
+}
 
 float (*dot_q4_k_simd(int avx512))(const void *, const struct block_q8 *, size_t)
 {

@@ -31,6 +31,8 @@ struct cpu_impl {
 	size_t row_buf_len;        /* columns each ts[i].row holds */
 	struct block_q8 *xq;       /* quantized activations */
 	size_t xq_len;
+	struct block_q8k *xk; /* the same in 256-value blocks (Q6_K decode), grown on first use */
+	size_t xk_len;
 	struct q8_tile *tiles; /* the same, packed 16 tokens a tile, for the GEMM */
 	size_t tiles_len;
 	uint32_t *xbf; /* bfloat16 activation tiles (struct cpu_kernels.pack_bf16_tile) */

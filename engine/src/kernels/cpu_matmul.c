@@ -29,6 +29,17 @@
 
 /* ---------------------------------------------------------------- matmul */
 
+/* How a matmul runs: mm_plan() decides, cpu_matmul() acts on it and
+ * compute_cpu_path() reports it. */
+struct mm_plan {
+	int quantized; /* use xq and the int8 dot */
+	int q8k;       /* Q6_K decode: the activations as Q8_K (xk) and its dot */
+	int gemm;      /* use tiles and the kernels' GEMM */
+	int gemm8;     /* use 8-token tiles (small decode batches) */
+	int bf16;      /* bfloat16 weights: tiles of bfloat16 activations, vdpbf16ps */
+	int onednn;    /* bfloat16 weights: oneDNN's matmul (the flags above are the fallback) */
+};
+
 struct mm_job {
 	struct cpu_impl *im;
 	const struct weight *w;
@@ -37,11 +48,7 @@ struct mm_job {
 	const float *x;
 	int n;
 	float *y;
-	int quantized; /* use xq and the int8 dot */
-	int gemm;      /* use tiles and the kernels' GEMM */
-	int gemm8;     /* use 8-token tiles (small decode batches) */
-	int bf16;      /* bfloat16 weights: tiles of bfloat16 activations, vdpbf16ps */
-	int onednn;    /* bfloat16 weights: oneDNN's matmul (the flags above are the fallback) */
+	struct mm_plan p;
 };
 
 static void
@@ -52,7 +59,10 @@ mm_quantize_x(void *arg, int ith, int nth)
 
 	split(j->n, ith, nth, &lo, &hi);
 	for (int64_t t = lo; t < hi; t++)
-		j->im->k->quantize_q8(j->x + t * j->w->cols, j->im->xq + t * nb, (size_t)j->w->cols);
+		if (j->p.q8k)
+			j->im->k->quantize_q8k(j->x + t * j->w->cols, j->im->xk + t * (nb / 8), (size_t)j->w->cols);
+		else
+			j->im->k->quantize_q8(j->x + t * j->w->cols, j->im->xq + t * nb, (size_t)j->w->cols);
 }
 
 static void
@@ -203,29 +213,32 @@ half_dot(uint32_t type, int n)
 /* How a matrix of `type` is multiplied by n tokens with kernels k: the one
  * decision cpu_matmul() acts on and compute_cpu_path() reports. */
 static void
-mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, int *quantized, int *gemm, int *gemm8,
-	int *bf16, int *onednn)
+mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, struct mm_plan *p)
 {
 	const char *dn = NULL;
 
 	/* vdpbf16ps tiles from 3 tokens: the tile's padding costs less than
 	 * converting every row to float (BF16 pp8 doubles) */
-	*bf16 = type == TT_BF16 && k->gemm_bf16 != NULL && !half_dot(type, n);
+	p->bf16 = type == TT_BF16 && k->gemm_bf16 != NULL && !half_dot(type, n);
 	/* oneDNN where it wins: AMX tiles, or a CPU without AVX512_BF16,
 	 * where ours would convert rows to float (2.3x, docs/performance.md);
 	 * beside our own vdpbf16ps GEMM it lost (pp128 150 against 195 here).
 	 * Never under PRIVAI_SIMD=scalar, the reference the rest is checked
 	 * against. */
-	*onednn = type == TT_BF16 && n >= ONEDNN_MIN_TOKENS && strcmp(k->name, "scalar") != 0 &&
-		  (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !*bf16 || strstr(dn, "amx") != NULL);
-	*quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
+	p->onednn = type == TT_BF16 && n >= ONEDNN_MIN_TOKENS && strcmp(k->name, "scalar") != 0 &&
+		    (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !p->bf16 || strstr(dn, "amx") != NULL);
+	p->quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
 	/* the GEMM pays off once a tile is mostly full */
-	*gemm = (((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
+	p->gemm =
+		(((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
 		 (type == TT_Q6_K && k->gemm_q6_k != NULL)) &&
 		n >= GEMM_TOKENS;
 	/* a decode batch: 8-token tiles (one token is memory-bound on the dot) */
-	*gemm8 = !*gemm && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) && k->gemm8_q8_0 != NULL && n >= 2 &&
-		 n < GEMM_TOKENS;
+	p->gemm8 = !p->gemm && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) && k->gemm8_q8_0 != NULL && n >= 2 &&
+		   n < GEMM_TOKENS;
+	/* Q6_K decode: one scale per 256 activations, integer sums per
+	 * super-block (Q6_K tg32 +7-23 %, docs/performance.md) */
+	p->q8k = type == TT_Q6_K && p->quantized && !p->gemm && k->dot_q6_k_q8k != NULL;
 }
 
 static void
@@ -247,6 +260,19 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 				float y8[8];
 				k->gemv_q4_0x8(grp, j->im->xq + (int64_t)t * nb, (size_t)nb, y8);
 				memcpy(j->y + (int64_t)t * w->rows + 8 * g, y8, sizeof(y8));
+			}
+		}
+		return;
+	}
+	if (j->p.q8k) {
+		for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
+			int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
+			for (int t = 0; t < j->n; t++) {
+				const struct block_q8k *xb = j->im->xk + (int64_t)t * (nb / 8);
+				float *yt = j->y + (int64_t)t * w->rows;
+				for (int64_t r = rb; r < re; r++)
+					yt[r] = k->dot_q6_k_q8k((const uint8_t *)w->data + r * w->row_bytes, xb,
+								(size_t)nb / 8);
 			}
 		}
 		return;
@@ -386,13 +412,13 @@ mm_worker(void *arg, int ith, int nth)
 	} else {
 		split(j->w->rows, ith, nth, &lo, &hi);
 	}
-	if (j->bf16)
+	if (j->p.bf16)
 		mm_rows_bf16(j, lo, hi);
-	else if (j->gemm)
+	else if (j->p.gemm)
 		mm_rows_gemm(j, lo, hi);
-	else if (j->gemm8)
+	else if (j->p.gemm8)
 		mm_rows_gemm8(j, lo, hi);
-	else if (j->quantized)
+	else if (j->p.quantized)
 		mm_rows_q8(j, lo, hi);
 	else
 		mm_rows_f32(j, lo, hi, j->im->ts[threadpool_self()].row);
@@ -436,27 +462,29 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 {
 	struct cpu_impl *im = impl_of(c);
 	const struct weight *w = &cw->w;
-	struct mm_job j = {
-		im, w, w->type == TT_Q8_0 ? cw->aux : NULL, w->type == TT_Q4_0 ? cw->aux : NULL, x, n, y, 0, 0, 0, 0, 0
-	};
+	struct mm_job j = { im, w,    w->type == TT_Q8_0 ? cw->aux : NULL, w->type == TT_Q4_0 ? cw->aux : NULL, x, n,
+			    y,  { 0 } };
 
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
 	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
-	mm_plan(im->k, w->type, j.bsum != NULL, n, &j.quantized, &j.gemm, &j.gemm8, &j.bf16, &j.onednn);
-	if (j.onednn && mm_onednn(&j) == 0)
+	mm_plan(im->k, w->type, j.bsum != NULL, n, &j.p);
+	if (j.p.q8k && cpu_ensure((void **)&im->xk, &im->xk_len,
+				  (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0)
+		j.p.q8k = 0; /* out of memory: the 32-value blocks, already sized */
+	if (j.p.onednn && mm_onednn(&j) == 0)
 		return;
-	if (j.quantized)
+	if (j.p.quantized)
 		threadpool_run(im->pool, mm_quantize_x, &j);
-	if (j.gemm)
+	if (j.p.gemm)
 		threadpool_run(im->pool, mm_pack_tiles, &j);
-	if (j.bf16)
+	if (j.p.bf16)
 		threadpool_run(im->pool, mm_pack_bf16, &j);
 	else if (w->type == TT_BF16 && half_dot(w->type, n) && im->k->dot_bf16_bf16 != NULL)
 		for (int t = 0; t < n; t++) /* a token or two: not worth the pool */
 			im->k->f32_to_bf16(x + (int64_t)t * w->cols, (uint16_t *)im->xbf + (int64_t)t * w->cols,
 					   (size_t)w->cols);
-	if (j.gemm8) {
+	if (j.p.gemm8) {
 		int64_t nb = w->cols / 32;
 		for (int g = 0; g * GEMM8_TOKENS < n; g++)
 			q8_tile8_pack(im->xq + (int64_t)g * GEMM8_TOKENS * nb,
@@ -568,26 +596,28 @@ const char *
 cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 {
 	static char onednn_path[96];
-	int quantized, gemm, gemm8, bf16, onednn;
+	struct mm_plan p;
 
 	if (tensor_type_get(type) == NULL || !tensor_type_get(type)->can_dequant)
 		return NULL;
 	/* Q8_0 always has its block sums (prepare_weight) */
-	mm_plan(k, type, type == TT_Q8_0, n_tokens, &quantized, &gemm, &gemm8, &bf16, &onednn);
-	if (onednn) {
+	mm_plan(k, type, type == TT_Q8_0, n_tokens, &p);
+	if (p.onednn) {
 		snprintf(onednn_path, sizeof(onednn_path), "oneDNN bfloat16 matmul (%s)", cpu_onednn_bf16());
 		return onednn_path;
 	}
-	if (bf16)
+	if (p.bf16)
 		return "bfloat16 GEMM (vdpbf16ps), 16-token tiles";
 	/* Q4_0 with the repack kernels (and rows in eights, as every model's are) */
-	if (type == TT_Q4_0 && k->gemv_q4_0x8 != NULL && !gemm && !gemm8)
+	if (type == TT_Q4_0 && k->gemv_q4_0x8 != NULL && !p.gemm && !p.gemm8)
 		return "int8, 8 rows interleaved at load";
-	if (gemm)
+	if (p.gemm)
 		return "int8 GEMM, 16-token tiles";
-	if (gemm8)
+	if (p.gemm8)
 		return "int8 GEMM, 8-token tiles";
-	if (quantized)
+	if (p.q8k)
+		return "int8 dot per token, activations in 256-value blocks";
+	if (p.quantized)
 		return "int8 dot per token";
 	if (type == TT_BF16 && half_dot(type, n_tokens) && k->dot_bf16_bf16 != NULL)
 		return "bfloat16 dot (vdpbf16ps), activations rounded to bfloat16";

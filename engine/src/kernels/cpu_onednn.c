@@ -72,7 +72,7 @@ matmul_pd(int64_t m, int64_t rows, int64_t cols, dnnl_memory_desc_t md[3])
 {
 	dnnl_matmul_desc_t mm;
 	dnnl_primitive_desc_t pd;
-	dnnl_dims_t sd = {m, cols}, wd = {cols, rows}, dd = {m, rows};
+	dnnl_dims_t sd = { m, cols }, wd = { cols, rows }, dd = { m, rows };
 
 	/* the weights are rows x cols row major: cols x rows with strides
 	 * (1, cols), oneDNN's "ba", read in place */
@@ -105,7 +105,8 @@ dn_load(void)
 	}
 #ifdef ONEDNN_UNDER_ASAN
 	/* LeakSanitizer's exit check crashes stopping libgomp's threads */
-	snprintf(dn.status, sizeof(dn.status), "not used: an AddressSanitizer build (its leak check cannot stop OpenMP's threads)");
+	snprintf(dn.status, sizeof(dn.status),
+		 "not used: an AddressSanitizer build (its leak check cannot stop OpenMP's threads)");
 	return;
 #endif
 	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
@@ -150,8 +151,8 @@ dn_load(void)
 			 v->major, v->minor, v->patch, impl);
 	} else {
 		snprintf(dn.impl, sizeof(dn.impl), "%s", impl);
-		snprintf(dn.status, sizeof(dn.status), "oneDNN %d.%d.%d available, bfloat16 matmul on %s", v->major, v->minor,
-			 v->patch, dn.impl);
+		snprintf(dn.status, sizeof(dn.status), "oneDNN %d.%d.%d available, bfloat16 matmul on %s", v->major,
+			 v->minor, v->patch, dn.impl);
 	}
 	if (pd != NULL)
 		dn.pd_destroy(pd);
@@ -186,19 +187,20 @@ matmul_chunk(dnnl_stream_t s, const uint16_t *w, int64_t rows, int64_t cols, con
 	dnnl_memory_desc_t md[3];
 	dnnl_primitive_desc_t pd = matmul_pd(m, rows, cols, md);
 	dnnl_primitive_t p = NULL;
-	dnnl_memory_t mem[3] = {NULL, NULL, NULL};
+	dnnl_memory_t mem[3] = { NULL, NULL, NULL };
 	int r = -1;
 
 	if (pd == NULL)
 		return -1;
 	/* oneDNN takes non-const handles; it only reads the source and weights */
-	if (dn.prim_create(&p, pd) == dnnl_success && dn.mem_create(&mem[0], &md[0], dn.engine, (void *)x) == dnnl_success &&
+	if (dn.prim_create(&p, pd) == dnnl_success &&
+	    dn.mem_create(&mem[0], &md[0], dn.engine, (void *)x) == dnnl_success &&
 	    dn.mem_create(&mem[1], &md[1], dn.engine, (void *)w) == dnnl_success &&
 	    dn.mem_create(&mem[2], &md[2], dn.engine, y) == dnnl_success) {
 		dnnl_exec_arg_t args[3] = {
-			{DNNL_ARG_SRC, mem[0]},
-			{DNNL_ARG_WEIGHTS, mem[1]},
-			{DNNL_ARG_DST, mem[2]},
+			{ DNNL_ARG_SRC, mem[0] },
+			{ DNNL_ARG_WEIGHTS, mem[1] },
+			{ DNNL_ARG_DST, mem[2] },
 		};
 		if (dn.execute(p, s, 3, args) == dnnl_success && dn.stream_wait(s) == dnnl_success)
 			r = 0;
@@ -213,8 +215,7 @@ matmul_chunk(dnnl_stream_t s, const uint16_t *w, int64_t rows, int64_t cols, con
 }
 
 int
-cpu_onednn_matmul_bf16(const uint16_t *w, int64_t rows, int64_t cols, const uint16_t *x, int n, float *y,
-		       int n_threads)
+cpu_onednn_matmul_bf16(const uint16_t *w, int64_t rows, int64_t cols, const uint16_t *x, int n, float *y, int n_threads)
 {
 	dnnl_stream_t s;
 	int chunks = (n + ONEDNN_CHUNK - 1) / ONEDNN_CHUNK, r = 0;
