@@ -489,6 +489,13 @@ def test_deployments(adm, a, o, v, demo_id, up_id):
     dep, key, port = r.json["id"], r.json["api_key"], r.json["port"]
     d = wait_for(lambda: (lambda j: j if j["state"] in ("ready", "failed") else None)(deployment(v, dep)), timeout=90)
     check(d and d["state"] == "ready" and d["pid"] > 0, "deployment ready", d)
+    if d:
+        # one thread of its own: a child process runs with that affinity
+        allowed = None
+        with open(f"/proc/{d['pid']}/status") as f:
+            allowed = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("Cpus_allowed_list:")]
+        check(d.get("cpus") is not None and d["cpus"].isdigit() and allowed == [d["cpus"]],
+              "a placement with one thread runs on one CPU of its own", (d.get("cpus"), allowed))
     r = o.post(f"/api/v1/deployments/{dep}/v1/chat/completions",
                {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5})
     check(r.status == 200 and r.json["choices"][0]["message"]["role"] == "assistant", "chat through the admin", r)

@@ -143,6 +143,56 @@ def test_unit(adm, a, xdg):
     return d
 
 
+def test_cpu_sets(a, xdg, demo):
+    """A placement with threads gets CPUs of its own, through CPUAffinity= and
+    AllowedCPUs=; the node's CPUs are not handed out twice unless asked."""
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        print(f"SKIP: CPU sets need two CPUs, this machine gives {cpus}")
+        return
+    model = demo["model_id"]
+    got = []
+    for name in ("pin-a", "pin-b"):
+        r = a.post("/api/v1/deployments", {"name": name, "model": model, "placement": {"kind": "cpu", "threads": 1}})
+        check(r.status == 201, f"{name}: one thread of its own", r)
+        if r.status != 201:
+            return
+        d = ready(a, r.json["id"])
+        check(d is not None and d.get("cpus") is not None and d["cpus"].isdigit(), f"{name} runs on one CPU", d)
+        if d is None or not d.get("cpus"):
+            return
+        p = unit_props(xdg, d["unit"], "CPUAffinity", "AllowedCPUs")
+        check(p.get("CPUAffinity") == d["cpus"] and p.get("AllowedCPUs") == d["cpus"],
+              f"{name}'s unit has CPUAffinity= and AllowedCPUs= {d['cpus']}", p)
+        check(proc_status(d["pid"], "Cpus_allowed_list") == d["cpus"], f"the kernel runs {name} on CPU {d['cpus']}",
+              proc_status(d["pid"], "Cpus_allowed_list"))
+        got.append(d)
+    check(got[0]["cpus"] != got[1]["cpus"], "two placements with a thread each get different CPUs",
+          [d["cpus"] for d in got])
+    if cpus == 2:
+        r = a.post("/api/v1/deployments", {"name": "pin-c", "model": model, "placement": {"kind": "cpu", "threads": 1}})
+        check(r.status == 409 and r.json["error"]["code"] == "cpus_exhausted" and
+              r.json["error"]["field"] == "placement.threads" and "pin-a (1)" in r.json["error"]["message"] and
+              "pin-b (1)" in r.json["error"]["message"], "a third is refused, naming who holds the CPUs", r)
+        r = a.post("/api/v1/deployments", {"name": "pin-c", "model": model,
+                                           "placement": {"kind": "cpu", "threads": 1, "oversubscribe": True}})
+        check(r.status == 201 and r.json["placement"] == {"kind": "cpu", "threads": 1, "oversubscribe": True},
+              "placement.oversubscribe lets it share", r)
+        if r.status == 201:
+            a.request("DELETE", f"/api/v1/deployments/{r.json['id']}")
+    # stopped, a deployment gives its CPUs back; started again, it is checked again
+    r = a.request("PATCH", f"/api/v1/deployments/{got[0]['id']}", {"desired": "stopped"})
+    check(r.status == 200, "pin-a stopped", r)
+    r = a.post("/api/v1/deployments", {"name": "pin-d", "model": model, "placement": {"kind": "cpu", "threads": 1}})
+    check(r.status == 201, "its CPU is free again", r)
+    if cpus == 2:
+        r2 = a.request("PATCH", f"/api/v1/deployments/{got[0]['id']}", {"desired": "running"})
+        check(r2.status == 409 and r2.json["error"]["code"] == "cpus_exhausted",
+              "starting pin-a again while pin-b and pin-d hold the CPUs is refused", r2)
+    for d in got + ([r.json] if r.status == 201 else []):
+        a.request("DELETE", f"/api/v1/deployments/{d['id']}")
+
+
 def test_killed_engine(a, xdg, d):
     restarts = d["restarts"]
     os.kill(d["pid"], signal.SIGKILL)
@@ -316,6 +366,7 @@ def main():
         a.login("admin", PW)
         d, d2 = test_unit(adm, a, xdg), None
         if d is not None:
+            test_cpu_sets(a, xdg, d)
             d = test_killed_engine(a, xdg, d) or d
             d = test_stop_start(a, xdg, d) or d
             a, d2 = test_admin_restart(adm, a, xdg, d)

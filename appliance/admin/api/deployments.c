@@ -30,6 +30,7 @@
 	"SELECT d.id, d.name, d.model_id, m.name AS model, d.placement, d.options, d.port, d.desired, "                \
 	"d.state, d.reason, d.pid, d.unit, d.restarts, d.started_at, d.created_at, d.updated_at, "                     \
 	"coalesce(n.name, (SELECT name FROM nodes WHERE is_self = 1)) AS node, d.leader_id, "                          \
+	"CASE WHEN d.pid IS NOT NULL THEN d.cpus END AS cpus, "                                                        \
 	"CASE WHEN d.node_id IS NULL THEN 'http://127.0.0.1:' || d.port || '/v1' "                                     \
 	"ELSE n.url || '/api/v1/cluster/deployments/' || d.id || '/v1' END AS endpoint "                               \
 	"FROM deployments d JOIN models m ON m.id = d.model_id LEFT JOIN nodes n ON n.id = d.node_id"
@@ -148,18 +149,90 @@ gpu_placement(struct req *r, const cJSON *p, const struct placing *pl, int64_t n
 	return text;
 }
 
-/* placement: {"kind": "cpu", "threads": N[, "node": NAME]} or
+/* A CPU placement with threads > 0 holds that many of its node's CPUs for
+ * itself (deploy/supervisor.c gives its engine a CPU set of its own, as
+ * Kubernetes' static CPU manager does for guaranteed pods); those of the
+ * running deployments on a node add up to at most its CPUs, unless the
+ * placement says oversubscribe.  0 after checking, -1 after replying. */
+static int
+cpus_free(struct req *r, int64_t node_id, int64_t self_id, int64_t threads, long cpus, const char *node)
+{
+	sqlite3_stmt *st;
+	char holders[512] = "";
+	size_t len = 0;
+	int64_t held = 0;
+
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT name, json_extract(placement, '$.threads') FROM deployments WHERE desired = "
+			       "'running' AND id != ?2 AND leader_id IS NULL AND json_extract(placement, '$.kind') = "
+			       "'cpu' AND json_extract(placement, '$.threads') > 0 AND NOT coalesce(json_extract("
+			       "placement, '$.oversubscribe'), 0) AND CASE WHEN ?1 = 0 THEN node_id IS NULL ELSE "
+			       "node_id = ?1 END ORDER BY id",
+			       -1, &st, NULL) != SQLITE_OK) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return -1;
+	}
+	sqlite3_bind_int64(st, 1, node_id);
+	sqlite3_bind_int64(st, 2, self_id);
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		held += sqlite3_column_int64(st, 1);
+		if (len < sizeof(holders))
+			len += (size_t)snprintf(holders + len, sizeof(holders) - len, "%s%s (%lld)", len ? ", " : "",
+						(const char *)sqlite3_column_text(st, 0),
+						(long long)sqlite3_column_int64(st, 1));
+	}
+	sqlite3_finalize(st);
+	if (held + threads <= cpus)
+		return 0;
+	reply_error(r, 409, "cpus_exhausted", "placement.threads",
+		    "node %s has %ld CPUs and %lld are held by %s: at most %lld threads are free; ask for fewer, "
+		    "stop one of those, or set placement.oversubscribe to share CPUs",
+		    node, cpus, (long long)held, holders, (long long)(cpus - held > 0 ? cpus - held : 0));
+	return -1;
+}
+
+/* A stopped CPU deployment asked to run again: cpus_free() on its stored
+ * placement. */
+static int
+cpus_recheck(struct req *r, int64_t node_id, const char *node, const char *placement, int64_t id)
+{
+	cJSON *p = cJSON_Parse(placement);
+	const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(p, "kind"));
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int rc = 0;
+
+	if (kind != NULL && strcmp(kind, "cpu") == 0 && cJSON_GetNumberValue(cJSON_GetObjectItem(p, "threads")) > 0 &&
+	    !cJSON_IsTrue(cJSON_GetObjectItem(p, "oversubscribe"))) {
+		sqlite3_stmt *st;
+		if (node_id > 0 &&
+		    sqlite3_prepare_v2(r->a->db, "SELECT cpu_cores FROM nodes WHERE id = ?1 AND cpu_cores > 0", -1, &st,
+				       NULL) == SQLITE_OK) {
+			sqlite3_bind_int64(st, 1, node_id);
+			if (sqlite3_step(st) == SQLITE_ROW)
+				cpus = sqlite3_column_int(st, 0);
+			sqlite3_finalize(st);
+		}
+		rc = cpus_free(r, node_id, id, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(p, "threads")), cpus,
+			       node_id > 0 ? node : r->a->cfg.node_name);
+	}
+	cJSON_Delete(p);
+	return rc;
+}
+
+/* placement: {"kind": "cpu", "threads": N[, "oversubscribe": B][, "node": NAME]} or
  * {"kind": "gpu", "gpus": [...] | "count": N[, "tensor_parallel": N]
  * [, "node": NAME]}, stored with the node's name when it is another
  * node. */
 static char *
 placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t *node_id)
 {
-	static const char *const known[] = { "kind", "threads", "gpus", "count", "node", "tensor_parallel", NULL };
+	static const char *const known[] = { "kind",  "threads", "oversubscribe",   "gpus",
+					     "count", "node",    "tensor_parallel", NULL };
 	const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "placement");
 	const char *kind;
 	int64_t threads;
 	long cpus;
+	int oversubscribe;
 
 	*node_id = 0;
 	if (p == NULL)
@@ -176,6 +249,11 @@ placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t
 	}
 	if ((*node_id = node_field(r, p, &cpus)) < 0)
 		return NULL;
+	if (cJSON_GetObjectItemCaseSensitive(p, "oversubscribe") != NULL && strcmp(kind, "cpu") != 0) {
+		reply_error(r, 422, "invalid_field", "placement.oversubscribe",
+			    "placement.oversubscribe is for kind cpu, not gpu");
+		return NULL;
+	}
 	if (strcmp(kind, "gpu") == 0)
 		return gpu_placement(r, p, pl, *node_id);
 	for (const char *const *g = (const char *const[]){ "gpus", "count", "tensor_parallel", NULL }; *g != NULL; g++)
@@ -191,9 +269,15 @@ placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t
 			    (long long)threads);
 		return NULL;
 	}
+	const char *node_name = *node_id ? cJSON_GetStringValue(cJSON_GetObjectItem(p, "node")) : r->a->cfg.node_name;
+	if (field_bool(r, p, "oversubscribe", 0, &oversubscribe) < 0 ||
+	    (threads > 0 && !oversubscribe && cpus_free(r, *node_id, pl->self_id, threads, cpus, node_name) < 0))
+		return NULL;
 	cJSON *out = cJSON_CreateObject();
 	cJSON_AddStringToObject(out, "kind", "cpu");
 	cJSON_AddNumberToObject(out, "threads", (double)threads);
+	if (oversubscribe)
+		cJSON_AddTrueToObject(out, "oversubscribe");
 	if (*node_id > 0)
 		cJSON_AddStringToObject(out, "node", cJSON_GetStringValue(cJSON_GetObjectItem(p, "node")));
 	char *text = cJSON_PrintUnformatted(out);
@@ -468,6 +552,9 @@ h_update(struct req *r)
 			reply_error(r, (unsigned)e.status, e.code, e.field, "%s", e.msg);
 			goto out;
 		}
+		/* and its CPUs may have gone to others likewise */
+		if (cpus_recheck(r, node_id, cur.node, cur.placement, id) < 0)
+			goto out;
 	}
 	if (db_begin(r->a->db) != SQLITE_OK ||
 	    sqlite3_prepare_v2(r->a->db,

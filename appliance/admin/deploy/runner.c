@@ -428,7 +428,7 @@ runner_close(struct runner *r)
 }
 
 static int
-start_child(char *const argv[], int log_fd, pid_t *pid, char *err)
+start_child(char *const argv[], int log_fd, const struct engine_cpus *cpus, pid_t *pid, char *err)
 {
 	pid_t parent = getpid();
 	pid_t child = fork();
@@ -447,6 +447,8 @@ start_child(char *const argv[], int log_fd, pid_t *pid, char *err)
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (CPU_COUNT(&cpus->set) > 0 && sched_setaffinity(0, sizeof(cpus->set), &cpus->set) != 0)
+			_exit(127);
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -483,6 +485,49 @@ append_exec_start(sd_bus_message *m, char *const argv[])
  * can enforce.  ProtectKernelTunables= is left out: remounting /proc/sys
  * fails in some container sandboxes (exit 226), and this set is the one
  * the suite runs under a real manager. */
+/* A CPU or NUMA node set as systemd takes it: a bit mask in bytes, CPU
+ * 8i + j as bit j of byte i. */
+static int
+append_mask(sd_bus_message *m, const char *name, const cpu_set_t *set)
+{
+	uint8_t bytes[CPU_SETSIZE / 8] = { 0 };
+	size_t len = 0;
+	int rc;
+
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, set)) {
+			bytes[c / 8] |= (uint8_t)(1u << (c % 8));
+			len = (size_t)c / 8 + 1;
+		}
+	if ((rc = sd_bus_message_open_container(m, 'r', "sv")) < 0 || (rc = sd_bus_message_append(m, "s", name)) < 0 ||
+	    (rc = sd_bus_message_open_container(m, 'v', "ay")) < 0 ||
+	    (rc = sd_bus_message_append_array(m, 'y', bytes, len)) < 0 || (rc = sd_bus_message_close_container(m)) < 0)
+		return rc;
+	return sd_bus_message_close_container(m);
+}
+
+/* The engine's CPUs: CPUAffinity= works under any manager; AllowedCPUs=
+ * (a cgroup's cpuset, which the engine cannot widen) where the manager
+ * has the cpuset controller, and its NUMA node's memory with it. */
+static int
+append_cpus(sd_bus_message *m, const struct engine_cpus *cpus)
+{
+	int rc;
+
+	if (CPU_COUNT(&cpus->set) == 0)
+		return 0;
+	if ((rc = append_mask(m, "CPUAffinity", &cpus->set)) < 0 ||
+	    (rc = append_mask(m, "AllowedCPUs", &cpus->set)) < 0)
+		return rc;
+	if (cpus->node >= 0) {
+		cpu_set_t nodes;
+		CPU_ZERO(&nodes);
+		CPU_SET(cpus->node, &nodes);
+		return append_mask(m, "AllowedMemoryNodes", &nodes);
+	}
+	return 0;
+}
+
 static int
 append_properties(struct runner *r, sd_bus_message *m, const char *description, const char *log_path)
 {
@@ -508,7 +553,7 @@ append_properties(struct runner *r, sd_bus_message *m, const char *description, 
 /* One StartTransientUnit call: <0 with e set when the manager refuses. */
 static int
 call_start(struct runner *r, const char *unit, const char *description, char *const argv[], const char *log_path,
-	   sd_bus_error *e)
+	   const struct engine_cpus *cpus, sd_bus_error *e)
 {
 	sd_bus_message *m = NULL;
 	int rc;
@@ -517,8 +562,9 @@ call_start(struct runner *r, const char *unit, const char *description, char *co
 		    0 &&
 	    (rc = sd_bus_message_append(m, "ss", unit, "fail")) >= 0 &&
 	    (rc = sd_bus_message_open_container(m, 'a', "(sv)")) >= 0 &&
-	    (rc = append_properties(r, m, description, log_path)) >= 0 && (rc = append_exec_start(m, argv)) >= 0 &&
-	    (rc = sd_bus_message_close_container(m)) >= 0 && (rc = sd_bus_message_append(m, "a(sa(sv))", 0)) >= 0)
+	    (rc = append_properties(r, m, description, log_path)) >= 0 && (rc = append_cpus(m, cpus)) >= 0 &&
+	    (rc = append_exec_start(m, argv)) >= 0 && (rc = sd_bus_message_close_container(m)) >= 0 &&
+	    (rc = sd_bus_message_append(m, "a(sa(sv))", 0)) >= 0)
 		rc = sd_bus_call(r->bus, m, 0, e, NULL);
 	sd_bus_message_unref(m);
 	return rc;
@@ -556,8 +602,8 @@ await_start(struct runner *r, const char *unit, pid_t *pid, char *err)
 }
 
 static int
-start_unit(struct runner *r, int64_t id, const char *description, char *const argv[], const char *log_path, pid_t *pid,
-	   char *err)
+start_unit(struct runner *r, int64_t id, const char *description, char *const argv[], const char *log_path,
+	   const struct engine_cpus *cpus, pid_t *pid, char *err)
 {
 	sd_bus_error e = SD_BUS_ERROR_NULL;
 	char unit[96];
@@ -567,7 +613,8 @@ start_unit(struct runner *r, int64_t id, const char *description, char *const ar
 	call_unit(r, "ResetFailedUnit", unit); /* a failed unit of that name would block the start */
 	/* A stopped unit of that name may not be unloaded yet (the manager
 	 * collects it a moment later): wait for that, not for a running one. */
-	for (int tries = 0; (rc = call_start(r, unit, description, argv, log_path, &e)) < 0 && tries < 50; tries++) {
+	for (int tries = 0; (rc = call_start(r, unit, description, argv, log_path, cpus, &e)) < 0 && tries < 50;
+	     tries++) {
 		struct unit_state st;
 		char ignored[APP_ERR_LEN];
 		if (!sd_bus_error_has_name(&e, "org.freedesktop.systemd1.UnitExists") ||
@@ -588,11 +635,11 @@ start_unit(struct runner *r, int64_t id, const char *description, char *const ar
 
 int
 runner_start(struct runner *r, int64_t id, const char *description, char *const argv[], const char *log_path,
-	     int log_fd, pid_t *pid, char *err)
+	     int log_fd, const struct engine_cpus *cpus, pid_t *pid, char *err)
 {
 	if (r->bus == NULL)
-		return start_child(argv, log_fd, pid, err);
-	return start_unit(r, id, description, argv, log_path, pid, err);
+		return start_child(argv, log_fd, cpus, pid, err);
+	return start_unit(r, id, description, argv, log_path, cpus, pid, err);
 }
 
 int

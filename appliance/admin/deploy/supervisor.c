@@ -22,6 +22,7 @@
 #include "store/db.h"
 #include "deploy/runner.h"
 #include "deploy/supervisor.h"
+#include "deploy/cpuset.h"
 
 #define TICK_MS 500
 #define STOP_GRACE_MS 30000
@@ -35,9 +36,11 @@ struct proc {
 	int ready;
 	int fails; /* exits since it was last ready */
 	int64_t backoff_until_ms;
-	int64_t stop_sent_ms; /* 0: no SIGTERM sent */
-	atomic_int restart;   /* asked to restart with new settings */
-	char key[72];         /* the admin's own key on this engine */
+	int64_t stop_sent_ms;    /* 0: no SIGTERM sent */
+	atomic_int restart;      /* asked to restart with new settings */
+	char key[72];            /* the admin's own key on this engine */
+	struct engine_cpus cpus; /* where it runs (deploy/cpuset.h) */
+	int dedicated;           /* its CPUs are its own: others are given none of them */
 	struct proc *next;
 };
 
@@ -264,6 +267,49 @@ proc_free(struct proc *p)
 	free(p);
 }
 
+static void keep_cpus(struct admin *a, int64_t id, const struct engine_cpus *cpus);
+
+/* Whether placement holds CPUs of its own: threads > 0, not
+ * oversubscribed (what api/deployments.c counts against a node's CPUs);
+ * *threads is its thread count. */
+static int
+holds_cpus(const char *placement, int *threads)
+{
+	cJSON *pl = cJSON_Parse(placement);
+	const cJSON *t = cJSON_GetObjectItem(pl, "threads");
+	int own;
+
+	*threads = cJSON_IsNumber(t) && t->valueint > 0 ? t->valueint : 0;
+	own = *threads > 0 && !cJSON_IsTrue(cJSON_GetObjectItem(pl, "oversubscribe"));
+	cJSON_Delete(pl);
+	return own;
+}
+
+/* The CPUs w's engine is given: `threads` of its own, from one NUMA node
+ * where it can, or else the CPUs no other engine holds (deploy/cpuset.h);
+ * the lowest free ones when oversubscribed.  Empty (anywhere) if this
+ * process's own affinity cannot be read. */
+static void
+choose_cpus(struct supervisor *s, const struct want *w, struct proc *self)
+{
+	cpu_set_t avail, held;
+	int threads;
+
+	self->dedicated = holds_cpus(w->placement, &threads);
+	self->cpus.node = -1;
+	CPU_ZERO(&self->cpus.set);
+	if (sched_getaffinity(0, sizeof(avail), &avail) != 0)
+		return;
+	CPU_ZERO(&held);
+	for (const struct proc *p = s->procs; p != NULL; p = p->next)
+		if (p != self && p->pid > 0 && p->dedicated)
+			CPU_OR(&held, &held, &p->cpus.set);
+	if (threads > 0)
+		cpuset_pick(&avail, &held, threads, "/sys", &self->cpus.set, &self->cpus.node);
+	else
+		cpuset_shared(&avail, &held, &self->cpus.set);
+}
+
 static int
 spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, size_t why_size)
 {
@@ -309,7 +355,8 @@ spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, siz
 	struct stat before;
 	if (fstat(log, &before) != 0)
 		before.st_size = 0;
-	int rc = runner_start(s->runner, w->id, desc, argv, path, log, &pid, err);
+	choose_cpus(s, w, p);
+	int rc = runner_start(s->runner, w->id, desc, argv, path, log, &p->cpus, &pid, err);
 	close(log);
 	if (rc != APP_OK) {
 		/* an engine that ran and died at once says why in its log */
@@ -327,6 +374,7 @@ spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, siz
 	p->pid = pid;
 	p->ready = 0;
 	pthread_mutex_unlock(&s->mu);
+	keep_cpus(s->a, w->id, &p->cpus);
 	p->stop_sent_ms = 0;
 	return 0;
 }
@@ -633,6 +681,24 @@ keep_started_at(struct admin *a, int64_t id, int64_t at)
 	pthread_mutex_unlock(&a->db_mu);
 }
 
+/* Where the engine of deployment id runs, for the API. */
+static void
+keep_cpus(struct admin *a, int64_t id, const struct engine_cpus *cpus)
+{
+	sqlite3_stmt *st;
+	char err[APP_ERR_LEN], list[512];
+
+	cpuset_format(&cpus->set, list, sizeof(list));
+	pthread_mutex_lock(&a->db_mu);
+	if (db_prepare(a->db, "UPDATE deployments SET cpus = ?1 WHERE id = ?2", &st, NULL) == APP_OK) {
+		sqlite3_bind_text(st, 1, list[0] ? list : NULL, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int64(st, 2, id);
+	}
+	if (db_write(a->db, st, err) != APP_OK)
+		log_warn("deployment %lld: its CPUs not kept: %s", (long long)id, err);
+	pthread_mutex_unlock(&a->db_mu);
+}
+
 /* Engines a previous run left running under systemd that still run what
  * this run would start are kept, with a fresh admin key; the others are
  * stopped before anything starts.  A note for the log in a->adopt_note. */
@@ -659,6 +725,12 @@ adopt(struct supervisor *s)
 		p->id = w[i].id;
 		p->port = w[i].port;
 		p->pid = pid;
+		/* the CPUs it was given by the run that started it */
+		int threads;
+		p->dedicated = holds_cpus(w[i].placement, &threads);
+		p->cpus.node = -1;
+		if (sched_getaffinity(pid, sizeof(p->cpus.set), &p->cpus.set) != 0)
+			CPU_ZERO(&p->cpus.set);
 		new_key(p->key, sizeof(p->key));
 		pthread_mutex_lock(&s->a->db_mu);
 		int kerr = write_keys(s->a, p->id, p->key);
@@ -669,6 +741,7 @@ adopt(struct supervisor *s)
 		s->procs = p;
 		set_row(s, p->id, "loading", NULL, pid, 0);
 		keep_started_at(s->a, p->id, runner_started_at(pid));
+		keep_cpus(s->a, p->id, &p->cpus);
 		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", kept ? ", " : "", w[i].name);
 		kept++;
 	}
