@@ -22,8 +22,6 @@
 #include "privai/tensor_type.h"
 #include "cpu_dot.h"
 
-#define ATT_CHUNK 16
-
 _Static_assert(ATT_HEAD_DIM_MAX >= ENGINE_HEAD_DIM_MAX, "the model loader lets wider heads through");
 
 void
@@ -133,6 +131,101 @@ axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n)
 	for (; i < n; i++)
 		y[i] += a * _cvtsh_ss(x[i]);
 }
+
+/* Lane i of the result: the sum of the 16 lanes of a[i].  Pairs of
+ * vectors fold halves and quarters into one another, then the in-lane
+ * sums and a final permute put each position's sum in its lane: about
+ * three instructions a sum where a reduce-add each would take eight. */
+AVX512 static __m512
+sum_lanes16(const __m512 a[16])
+{
+	__m512 c[8], e[4];
+
+	for (int k = 0; k < 8; k++) /* a[2k] in quarters 0-1, a[2k+1] in 2-3 */
+		c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
+				     _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xee));
+	for (int m = 0; m < 4; m++) /* quarter j: four partial sums of a[4m + j] */
+		e[m] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * m], c[2 * m + 1], 0x88),
+				     _mm512_shuffle_f32x4(c[2 * m], c[2 * m + 1], 0xdd));
+	__m512 g = _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(2, 0, 2, 0)),
+				 _mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(3, 1, 3, 1)));
+	__m512 h = _mm512_add_ps(_mm512_shuffle_ps(e[2], e[3], _MM_SHUFFLE(2, 0, 2, 0)),
+				 _mm512_shuffle_ps(e[2], e[3], _MM_SHUFFLE(3, 1, 3, 1)));
+	/* quarter j, element t: the sum of a[4t + j] */
+	__m512 k = _mm512_add_ps(_mm512_shuffle_ps(g, h, _MM_SHUFFLE(2, 0, 2, 0)),
+				 _mm512_shuffle_ps(g, h, _MM_SHUFFLE(3, 1, 3, 1)));
+	return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), k);
+}
+
+/* The chunk's K rows as floats once, then each head's 16 dots at once. */
+AVX512 void
+att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale, float *s)
+{
+	float kf[ATT_CHUNK * ATT_HEAD_DIM_MAX] __attribute__((aligned(64)));
+	int nv = hd / 16;
+
+	for (int i = 0; i < ATT_CHUNK; i++)
+		for (int v = 0; v < nv; v++)
+			_mm512_store_ps(kf + i * hd + 16 * v,
+					i < nc ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr[i] + 16 * v)))
+					       : _mm512_setzero_ps());
+	for (int g = 0; g < nh; g++) {
+		const float *q = qh + (size_t)g * hd;
+		__m512 acc[ATT_CHUNK];
+#pragma GCC unroll 16
+		for (int i = 0; i < ATT_CHUNK; i++)
+			acc[i] = _mm512_setzero_ps();
+		for (int v = 0; v < nv; v++) {
+			__m512 qv = _mm512_loadu_ps(q + 16 * v);
+#pragma GCC unroll 16
+			for (int i = 0; i < ATT_CHUNK; i++)
+				acc[i] = _mm512_fmadd_ps(qv, _mm512_load_ps(kf + i * hd + 16 * v), acc[i]);
+		}
+		_mm512_storeu_ps(s + (size_t)g * ATT_CHUNK, _mm512_mul_ps(sum_lanes16(acc), _mm512_set1_ps(scale)));
+	}
+}
+
+/* 64 values of up to 4 heads' outputs stay in registers while the chunk's
+ * V rows go by, each row converted once for the 4 heads. */
+AVX512 void
+att_pv_f16_avx512(const uint16_t *const *vr, int nc, const float *s, int nh, int hd, float *out)
+{
+	for (int d0 = 0; d0 < hd; d0 += 64) {
+		int nv = hd - d0 < 64 ? (hd - d0) / 16 : 4;
+		for (int g0 = 0; g0 < nh; g0 += 4) {
+			int ng = nh - g0 < 4 ? nh - g0 : 4;
+			__m512 acc[4][4];
+#pragma GCC unroll 4
+			for (int g = 0; g < 4; g++)
+#pragma GCC unroll 4
+				for (int v = 0; v < 4; v++)
+					acc[g][v] = g < ng && v < nv
+							    ? _mm512_loadu_ps(out + (size_t)(g0 + g) * hd + d0 + 16 * v)
+							    : _mm512_setzero_ps();
+			for (int i = 0; i < nc; i++) {
+				__m512 vv[4];
+#pragma GCC unroll 4
+				for (int v = 0; v < 4; v++)
+					vv[v] = v < nv ? _mm512_cvtph_ps(_mm256_loadu_si256(
+								 (const __m256i *)(vr[i] + d0 + 16 * v)))
+						       : _mm512_setzero_ps();
+#pragma GCC unroll 4
+				for (int g = 0; g < 4; g++) {
+					__m512 w = _mm512_set1_ps(g < ng ? s[(size_t)(g0 + g) * ATT_CHUNK + i] : 0.0f);
+#pragma GCC unroll 4
+					for (int v = 0; v < 4; v++)
+						acc[g][v] = _mm512_fmadd_ps(w, vv[v], acc[g][v]);
+				}
+			}
+#pragma GCC unroll 4
+			for (int g = 0; g < 4; g++)
+#pragma GCC unroll 4
+				for (int v = 0; v < 4; v++)
+					if (g < ng && v < nv)
+						_mm512_storeu_ps(out + (size_t)(g0 + g) * hd + d0 + 16 * v, acc[g][v]);
+		}
+	}
+}
 #endif
 
 /* The pool row holding position p of the sequence. */
@@ -153,6 +246,8 @@ cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, c
 	uint16_t half[ATT_HEADS_MAX * ATT_HEAD_DIM_MAX];
 	const uint16_t *kr[ATT_CHUNK], *vr[ATT_CHUNK];
 	size_t nq = (size_t)nh * (size_t)hd;
+	/* whole chunks at a time where there are kernels for them */
+	int fast = k->att_scores_f16 != NULL && hd % 16 == 0;
 
 	assert(nh >= 1 && nh <= ATT_HEADS_MAX && hd >= 1 && hd <= ATT_HEAD_DIM_MAX && len >= 1);
 	k->f32_to_f16(q, half, nq);
@@ -180,9 +275,12 @@ cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, c
 				__builtin_prefetch((const char *)(kv->v + row * kv->stride) + off);
 			}
 		}
-		for (int i = 0; i < nc; i++)
-			for (int g = 0; g < nh; g++)
-				s[g][i] = k->dot_f16(kr[i], qh + (size_t)g * hd, (size_t)hd) * scale;
+		if (fast)
+			k->att_scores_f16(kr, nc, qh, nh, hd, scale, &s[0][0]);
+		else
+			for (int i = 0; i < nc; i++)
+				for (int g = 0; g < nh; g++)
+					s[g][i] = k->dot_f16(kr[i], qh + (size_t)g * hd, (size_t)hd) * scale;
 		for (int g = 0; g < nh; g++) {
 			float mx = s[g][0];
 			for (int i = 1; i < nc; i++)
@@ -200,9 +298,12 @@ cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, c
 			for (int i = 0; i < nc; i++)
 				l[g] += s[g][i];
 		}
-		for (int i = 0; i < nc; i++)
-			for (int g = 0; g < nh; g++)
-				k->axpy_f16(s[g][i], vr[i], out + (size_t)g * hd, (size_t)hd);
+		if (fast)
+			k->att_pv_f16(vr, nc, &s[0][0], nh, hd, out);
+		else
+			for (int i = 0; i < nc; i++)
+				for (int g = 0; g < nh; g++)
+					k->axpy_f16(s[g][i], vr[i], out + (size_t)g * hd, (size_t)hd);
 	}
 	for (int g = 0; g < nh; g++) {
 		float inv = 1.0f / l[g], *o = out + (size_t)g * hd;

@@ -151,6 +151,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	quantize_q8k_scalar,
 	dot_q6_k_q8k_scalar,
+	NULL, /* attention a position at a time */
+	NULL,
 };
 
 void
@@ -396,6 +398,8 @@ static struct cpu_kernels k_avx2 = {
 	NULL,
 	quantize_q8k_avx2,
 	NULL, /* filled in by cpu_kernels_get */
+	NULL, /* attention a position at a time */
+	NULL,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -802,6 +806,8 @@ static struct cpu_kernels k_avx512 = {
 	NULL,
 	quantize_q8k_avx2,
 	NULL, /* filled in by cpu_kernels_get */
+	att_scores_f16_avx512,
+	att_pv_f16_avx512,
 };
 #endif
 

@@ -145,6 +145,14 @@ struct cpu_kernels {
 	 * quantized, and a row of nsb super-blocks times them */
 	void (*quantize_q8k)(const float *x, struct block_q8k *out, size_t n);
 	float (*dot_q6_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
+	/* Attention over one chunk of nc <= ATT_CHUNK cached positions for nh
+	 * query heads of hd values (hd a multiple of 16; NULL where there is
+	 * no kernel, cpu_attend_f16 then goes a position at a time).
+	 * scores: s[g * ATT_CHUNK + i] = scale * qh[g] . K row kr[i].
+	 * pv: out[g] += sum over i of s[g * ATT_CHUNK + i] * V row vr[i]. */
+	void (*att_scores_f16)(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale,
+			       float *s);
+	void (*att_pv_f16)(const uint16_t *const *vr, int nc, const float *s, int nh, int hd, float *out);
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -207,6 +215,9 @@ void gemm_bf16_avx512(const uint16_t *w, size_t ldw, int nrows, const uint32_t *
 		      size_t cols, float *y);
 void f32_to_bf16_avx512(const float *x, uint16_t *out, size_t n);
 float dot_bf16_bf16_avx512(const uint16_t *w, const uint16_t *x, size_t n);
+/* cpu_attention.c */
+void att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale, float *s);
+void att_pv_f16_avx512(const uint16_t *const *vr, int nc, const float *s, int nh, int hd, float *out);
 /* cpu_gemm_q6_k.c */
 void gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
 		      const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y);
@@ -222,6 +233,7 @@ struct kv_view {
 	int block_shift;
 };
 
+#define ATT_CHUNK 16    /* cached positions a step of cpu_attend_f16 */
 #define ATT_HEADS_MAX 8 /* query heads one call serves */
 #define ATT_HEAD_DIM_MAX 256
 
