@@ -72,8 +72,7 @@ main(void)
 	      "three CPUs: node 1, the one with three free: %s on node %d", list(&out), node);
 	CHECK(cpuset_pick(&avail, &held, 2, root, &out, &node) == 2 && strcmp(list(&out), "5-6") == 0 && node == 1,
 	      "two CPUs: the node with the most free: %s on node %d", list(&out), node);
-	CHECK(cpuset_pick(&avail, &held, 4, root, &out, &node) == 4 && strcmp(list(&out), "2-3,5-6") == 0 &&
-		      node == -1,
+	CHECK(cpuset_pick(&avail, &held, 4, root, &out, &node) == 4 && strcmp(list(&out), "2-3,5-6") == 0 && node == -1,
 	      "four CPUs, no node with four free: the lowest free ones, %s on node %d", list(&out), node);
 
 	held = set_of((const int[]){ 0, 1, 2, 3, 4, 5, 6 }, 7);

@@ -71,8 +71,7 @@ take(const cpu_set_t *from, int n, cpu_set_t *out)
 }
 
 int
-cpuset_pick(const cpu_set_t *avail, const cpu_set_t *held, int n, const char *sysfs_root, cpu_set_t *out,
-	    int *node)
+cpuset_pick(const cpu_set_t *avail, const cpu_set_t *held, int n, const char *sysfs_root, cpu_set_t *out, int *node)
 {
 	cpu_set_t nodes[MAX_NODES];
 	int ids[MAX_NODES], nn = read_nodes(sysfs_root, nodes, ids), best = -1, best_free = 0;
