@@ -169,6 +169,24 @@ dot_q6_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
 			_mm_prefetch((const char *)(b) + 2048 + pf, _MM_HINT_T0);                                      \
 	} while (0)
 
+/* A Q6_K half super-block's 128 values (0..63) as four vectors of 32
+ * bytes, in the order q6_unpack_half() writes them; low = 0x0f and
+ * three = 0x03 in every byte. */
+#define Q6_UNPACK_HALF(ql, qh, low, three, v)                                                                          \
+	do {                                                                                                           \
+		__m256i l0_ = _mm256_loadu_si256((const __m256i *)(ql));                                               \
+		__m256i l1_ = _mm256_loadu_si256((const __m256i *)((ql) + 32));                                        \
+		__m256i hh_ = _mm256_loadu_si256((const __m256i *)(qh));                                               \
+		(v)[0] = _mm256_or_si256(_mm256_and_si256(l0_, low),                                                   \
+					 _mm256_slli_epi16(_mm256_and_si256(hh_, three), 4));                          \
+		(v)[1] = _mm256_or_si256(_mm256_and_si256(l1_, low),                                                   \
+					 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh_, 2), three), 4));    \
+		(v)[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0_, 4), low),                             \
+					 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh_, 4), three), 4));    \
+		(v)[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1_, 4), low),                             \
+					 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh_, 6), three), 4));    \
+	} while (0)
+
 /* One template, compiled for AVX2 and for AVX-512 VNNI. */
 #define DEFINE_KQUANT_DOTS(SUFFIX, TARGET, U8I8)                                                                       \
 	TARGET static inline                                                                                           \
@@ -252,24 +270,8 @@ dot_q6_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
 				_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8))));  \
 			for (int h = 0; h < 2; h++, x += 4) {                                                          \
 				const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;                                \
-				__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);                                  \
-				__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));                           \
-				__m256i hh = _mm256_loadu_si256((const __m256i *)qh);                                  \
 				__m256i v[4];                                                                          \
-				v[0] = _mm256_or_si256(_mm256_and_si256(l0, low),                                      \
-						       _mm256_slli_epi16(_mm256_and_si256(hh, three), 4));             \
-				v[1] = _mm256_or_si256(_mm256_and_si256(l1, low),                                      \
-						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2),    \
-											  three),                      \
-									 4));                                          \
-				v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),                \
-						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4),    \
-											  three),                      \
-									 4));                                          \
-				v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),                \
-						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6),    \
-											  three),                      \
-									 4));                                          \
+				Q6_UNPACK_HALF(ql, qh, low, three, v);                                                 \
 				const __m256 scf = h ? sc_hi : sc_lo;                                                  \
 				for (int k = 0; k < 4; k++) {                                                          \
 					__m256i xq = _mm256_loadu_si256((const __m256i *)x[k].q);                      \
@@ -330,24 +332,8 @@ DEFINE_KQUANT_DOTS(avx512, AVX512, U8I8_VNNI)
 				/* the half's eight scales in both 128-bit lanes */                                    \
 				__m256i sch = h ? _mm256_permute4x64_epi64(sc16, 0xee)                                 \
 						: _mm256_permute4x64_epi64(sc16, 0x44);                                \
-				__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);                                  \
-				__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));                           \
-				__m256i hh = _mm256_loadu_si256((const __m256i *)qh);                                  \
 				__m256i v[4];                                                                          \
-				v[0] = _mm256_or_si256(_mm256_and_si256(l0, low),                                      \
-						       _mm256_slli_epi16(_mm256_and_si256(hh, three), 4));             \
-				v[1] = _mm256_or_si256(_mm256_and_si256(l1, low),                                      \
-						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2),    \
-											  three),                      \
-									 4));                                          \
-				v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),                \
-						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4),    \
-											  three),                      \
-									 4));                                          \
-				v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),                \
-						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6),    \
-											  three),                      \
-									 4));                                          \
+				Q6_UNPACK_HALF(ql, qh, low, three, v);                                                 \
 				for (int k = 0; k < 4; k++) {                                                          \
 					__m256i xq = _mm256_loadu_si256((const __m256i *)(x->q + 128 * h + 32 * k));   \
 					/* pairs of 0..63 times -127..127: within int16 */                             \

@@ -566,6 +566,11 @@ cpu_prepare_weight(struct compute *c, const struct weight *src, struct compute_w
 
 	dst->w = *src;
 	dst->aux = NULL;
+	/* oneDNN (for BF16) is loaded at model load, not in the first
+	 * forward: loading sets OMP_WAIT_POLICY, and setenv() must not race
+	 * the getenv() of a server's threads */
+	if (src->type == TT_BF16)
+		(void)cpu_onednn_bf16();
 	if (src->type == TT_Q4_0)
 		return prepare_q4_0(impl_of(c), src, dst);
 	if (src->type != TT_Q8_0)
