@@ -151,6 +151,7 @@ def test_cpu_sets(a, xdg, demo):
         print(f"SKIP: CPU sets need two CPUs, this machine gives {cpus}")
         return
     model = demo["model_id"]
+    every = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
     got = []
     for name in ("pin-a", "pin-b"):
         r = a.post("/api/v1/deployments", {"name": name, "model": model, "placement": {"kind": "cpu", "threads": 1}})
@@ -167,6 +168,14 @@ def test_cpu_sets(a, xdg, demo):
         check(proc_status(d["pid"], "Cpus_allowed_list") == d["cpus"], f"the kernel runs {name} on CPU {d['cpus']}",
               proc_status(d["pid"], "Cpus_allowed_list"))
         got.append(d)
+        if name == "pin-a" and cpus == 2:
+            # the demo deployment (threads 0) moves off pin-a's CPU, in place
+            other = str(({0, 1} - {int(d["cpus"])}).pop())
+            moved = wait_for(lambda: proc_status(demo["pid"], "Cpus_allowed_list") == other and
+                             deployment(a, demo["id"]).get("cpus") == other, timeout=10)
+            check(moved, "an engine without threads of its own leaves the CPU pin-a took",
+                  (proc_status(demo["pid"], "Cpus_allowed_list"), deployment(a, demo["id"]).get("cpus")))
+            check(deployment(a, demo["id"])["pid"] == demo["pid"], "moved without a restart")
     check(got[0]["cpus"] != got[1]["cpus"], "two placements with a thread each get different CPUs",
           [d["cpus"] for d in got])
     if cpus == 2:
@@ -191,6 +200,9 @@ def test_cpu_sets(a, xdg, demo):
               "starting pin-a again while pin-b and pin-d hold the CPUs is refused", r2)
     for d in got + ([r.json] if r.status == 201 else []):
         a.request("DELETE", f"/api/v1/deployments/{d['id']}")
+    # with no CPU held any more, the demo deployment has all of them again
+    back = wait_for(lambda: proc_status(demo["pid"], "Cpus_allowed_list") in (every, f"0-{cpus - 1}"), timeout=30)
+    check(back, "it gets the CPUs back when they are given up", proc_status(demo["pid"], "Cpus_allowed_list"))
 
 
 def test_killed_engine(a, xdg, d):

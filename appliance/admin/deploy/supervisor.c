@@ -1,6 +1,7 @@
 /* Starting, watching, restarting and stopping engine processes. */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -41,6 +42,7 @@ struct proc {
 	char key[72];            /* the admin's own key on this engine */
 	struct engine_cpus cpus; /* where it runs (deploy/cpuset.h) */
 	int dedicated;           /* its CPUs are its own: others are given none of them */
+	int pooled;              /* threads 0: it runs on the CPUs no engine holds, as they change */
 	struct proc *next;
 };
 
@@ -296,6 +298,7 @@ choose_cpus(struct supervisor *s, const struct want *w, struct proc *self)
 	int threads;
 
 	self->dedicated = holds_cpus(w->placement, &threads);
+	self->pooled = threads == 0;
 	self->cpus.node = -1;
 	CPU_ZERO(&self->cpus.set);
 	if (sched_getaffinity(0, sizeof(avail), &avail) != 0)
@@ -308,6 +311,55 @@ choose_cpus(struct supervisor *s, const struct want *w, struct proc *self)
 		cpuset_pick(&avail, &held, threads, "/sys", &self->cpus.set, &self->cpus.node);
 	else
 		cpuset_shared(&avail, &held, &self->cpus.set);
+}
+
+/* Every thread of process pid onto set; 0, or -1 when one could not be
+ * moved (it may have ended meanwhile: the others still were). */
+static int
+set_process_affinity(pid_t pid, const cpu_set_t *set)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *d;
+	int rc = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if ((d = opendir(path)) == NULL)
+		return -1;
+	while ((de = readdir(d)) != NULL) {
+		char *end;
+		long tid = strtol(de->d_name, &end, 10);
+		if (end != de->d_name && *end == '\0' && sched_setaffinity((pid_t)tid, sizeof(*set), set) != 0)
+			rc = -1;
+	}
+	closedir(d);
+	return rc;
+}
+
+/* The engines without CPUs of their own follow the pool: off the CPUs
+ * an engine with threads took since they started, back onto those it
+ * gave up.  Their threads are moved in place (no restart, so no request
+ * is lost); an engine keeps the thread count it started with. */
+static void
+reshare(struct supervisor *s)
+{
+	cpu_set_t avail, held, pool;
+
+	if (sched_getaffinity(0, sizeof(avail), &avail) != 0)
+		return;
+	CPU_ZERO(&held);
+	for (const struct proc *p = s->procs; p != NULL; p = p->next)
+		if (p->pid > 0 && p->dedicated)
+			CPU_OR(&held, &held, &p->cpus.set);
+	cpuset_shared(&avail, &held, &pool);
+	for (struct proc *p = s->procs; p != NULL; p = p->next) {
+		if (p->pid <= 0 || !p->pooled || CPU_COUNT(&p->cpus.set) == 0 || CPU_EQUAL(&p->cpus.set, &pool))
+			continue;
+		if (set_process_affinity(p->pid, &pool) == 0) {
+			p->cpus.set = pool;
+			keep_cpus(s->a, p->id, &p->cpus);
+		}
+	}
 }
 
 static int
@@ -615,6 +667,7 @@ reconcile(struct supervisor *s)
 		}
 	}
 	free_wants(w, n);
+	reshare(s);
 }
 
 static void *
@@ -728,6 +781,7 @@ adopt(struct supervisor *s)
 		/* the CPUs it was given by the run that started it */
 		int threads;
 		p->dedicated = holds_cpus(w[i].placement, &threads);
+		p->pooled = threads == 0;
 		p->cpus.node = -1;
 		if (sched_getaffinity(pid, sizeof(p->cpus.set), &p->cpus.set) != 0)
 			CPU_ZERO(&p->cpus.set);
