@@ -75,6 +75,10 @@ main(void)
 	CHECK(cpuset_pick(&avail, &held, 4, root, &out, &node) == 4 && strcmp(list(&out), "2-3,5-6") == 0 && node == -1,
 	      "four CPUs, no node with four free: the lowest free ones, %s on node %d", list(&out), node);
 
+	held = set_of((const int[]){ 4, 5 }, 2);
+	CHECK(cpuset_pick(&avail, &held, 2, root, &out, &node) == 2 && strcmp(list(&out), "0-1") == 0 && node == 0,
+	      "the node with the most free, not the last that fits: %s on node %d", list(&out), node);
+
 	held = set_of((const int[]){ 0, 1, 2, 3, 4, 5, 6 }, 7);
 	CHECK(cpuset_pick(&avail, &held, 3, root, &out, &node) == 3 && strcmp(list(&out), "0-1,7") == 0,
 	      "oversubscribed: the free one, then the lowest held: %s", list(&out));
