@@ -3,8 +3,9 @@
  * reference written the obvious way (double precision, two passes over
  * the scores), for every kernel set this CPU runs: one position, a
  * partial chunk, several chunks, head sizes that are not a multiple of the
- * vector width, one and several query heads per KV head, and block tables
- * that scatter the positions.  The small kernels it is made of are checked
+ * vector width, one and several query heads per KV head, one token and
+ * runs of a prompt's tokens (each seeing one position more than the one
+ * before), and block tables that scatter the positions.  The small kernels it is made of are checked
  * against the scalar ones and against libm.
  */
 #include <math.h>
@@ -52,14 +53,14 @@ reference(const uint16_t *kc, const uint16_t *vc, size_t stride, const int32_t *
 static void
 test_attend(const struct cpu_kernels *k)
 {
-	enum { ROWS = 128, KV_HEADS = 2 };
+	enum { ROWS = 128, KV_HEADS = 2, PAD = 3 };
 	static const int lens[] = { 1, 5, 16, 17, 33, MAX_POS };
 	static const int hds[] = { 64, 80, 7, 256 }; /* the chunk kernels: 4, 5 and 16 vectors */
 	static const int nhs[] = { 1, 3, 4, 8 };     /* 8: two batches of heads in the output kernel */
 	/* positions 0..79 through 10 blocks out of 16, out of order */
 	static const int32_t blocks[] = { 9, 2, 15, 0, 7, 11, 3, 14, 5, 12 };
 	static uint16_t kc[ROWS * KV_HEADS * 256], vc[ROWS * KV_HEADS * 256];
-	static float q[8 * 256], out[8 * 256 + 1];
+	static float q[ATT_ROWS_MAX * (256 + PAD)], out[ATT_ROWS_MAX * (256 + PAD)];
 	double want[256], worst = 0;
 	unsigned seed = 7;
 	int bad = 0, runs = 0;
@@ -70,27 +71,39 @@ test_attend(const struct cpu_kernels *k)
 	}
 	for (size_t a = 0; a < sizeof(hds) / sizeof(hds[0]); a++)
 		for (size_t b = 0; b < sizeof(nhs) / sizeof(nhs[0]); b++)
-			for (size_t c = 0; c < sizeof(lens) / sizeof(lens[0]); c++) {
-				int hd = hds[a], nh = nhs[b], len = lens[c];
-				size_t stride = (size_t)KV_HEADS * (size_t)hd;
-				/* the second KV head: its values start hd into each row */
-				struct kv_view kv = { kc + hd, vc + hd, stride, blocks, BLOCK_SHIFT };
-				for (int i = 0; i < nh * hd; i++)
-					q[i] = rnd(&seed) * 3;
-				for (int i = 0; i < nh * hd + 1; i++)
-					out[i] = NAN;
-				cpu_attend_f16(k, &kv, len, q, nh, hd, (int)(c & 1), out);
-				for (int g = 0; g < nh; g++) {
-					reference(kc + hd, vc + hd, stride, blocks, len, q + g * hd, hd, want);
-					for (int i = 0; i < hd; i++) {
-						double e = fabs(out[g * hd + i] - want[i]);
-						worst = e > worst ? e : worst;
-						bad += !(e <= 1e-5 + 1e-4 * fabs(want[i]));
+			for (size_t c = 0; c < sizeof(lens) / sizeof(lens[0]); c++)
+				/* one token (decode), two, and as many as a call takes
+				 * (a prompt: 8 to 32 query rows, masked at the end) */
+				for (int nt = 1; nt <= ATT_ROWS_MAX / nhs[b];
+				     nt = nt == 1 ? 2 : ATT_ROWS_MAX / nhs[b]) {
+					int hd = hds[a], nh = nhs[b];
+					int len = lens[c] + nt - 1 <= MAX_POS ? lens[c] : MAX_POS - nt + 1;
+					size_t stride = (size_t)KV_HEADS * (size_t)hd, qs = (size_t)nh * hd + PAD;
+					/* the second KV head: its values start hd into each row */
+					struct kv_view kv = { kc + hd, vc + hd, stride, blocks, BLOCK_SHIFT };
+					for (size_t i = 0; i < (size_t)nt * qs; i++) {
+						q[i] = rnd(&seed) * 3;
+						out[i] = NAN;
 					}
+					cpu_attend_f16(k, &kv, len, nt, q, qs, nh, hd, (int)(c & 1), out);
+					for (int t = 0; t < nt; t++) {
+						for (int g = 0; g < nh; g++) {
+							const float *o = out + t * qs + (size_t)g * hd;
+							reference(kc + hd, vc + hd, stride, blocks, len + t,
+								  q + t * qs + (size_t)g * hd, hd, want);
+							for (int i = 0; i < hd; i++) {
+								double e = fabs(o[i] - want[i]);
+								worst = e > worst ? e : worst;
+								bad += !(e <= 1e-5 + 1e-4 * fabs(want[i]));
+							}
+						}
+						for (int i = 0; i < PAD; i++) /* nothing written between tokens */
+							bad += !isnan(out[t * qs + (size_t)nh * hd + i]);
+					}
+					runs++;
+					if (nt == ATT_ROWS_MAX / nh)
+						break;
 				}
-				bad += !isnan(out[nh * hd]); /* nothing written past the heads */
-				runs++;
-			}
 	CHECK(bad == 0, "%s attention over %d shapes: %d values off the reference (worst %.2e)", k->name, runs, bad,
 	      worst);
 }

@@ -118,6 +118,54 @@ exp_f32_avx2(float *x, size_t n)
 	}
 }
 
+AVX512 static __m512
+exp512(__m512 x)
+{
+	x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+	__m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EXP_LOG2E)),
+					_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(EXP_LN2_HI), x);
+	r = _mm512_fnmadd_ps(k, _mm512_set1_ps(EXP_LN2_LO), r);
+	__m512 p = _mm512_set1_ps(1.0f / 720);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	__m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+	return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+/* The online softmax step of a chunk, a row in one vector: row r's
+ * scores past seen[r] are masked, the row maximum m[r] and sum l[r]
+ * carried on, and c[r] set to the factor the output summed so far is
+ * rescaled by (1 where the maximum held). */
+AVX512 void
+att_softmax_avx512(float *s, int nr, const int *seen, float *m, float *l, float *c)
+{
+	for (int r = 0; r < nr; r++) {
+		float *row = s + (size_t)r * ATT_CHUNK;
+		if (seen[r] <= 0) {
+			_mm512_storeu_ps(row, _mm512_setzero_ps());
+			c[r] = 1.0f;
+			continue;
+		}
+		__mmask16 in = (__mmask16)(seen[r] >= ATT_CHUNK ? 0xffff : (1u << seen[r]) - 1);
+		__m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), in, row);
+		float mx = _mm512_reduce_max_ps(v);
+		c[r] = 1.0f;
+		if (mx > m[r]) {
+			c[r] = expf(m[r] - mx);
+			l[r] *= c[r];
+			m[r] = mx;
+		}
+		__m512 e = _mm512_maskz_mov_ps(in, exp512(_mm512_sub_ps(v, _mm512_set1_ps(m[r]))));
+		l[r] += _mm512_reduce_add_ps(e);
+		_mm512_storeu_ps(row, e);
+	}
+}
+
 AVX512 void
 axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n)
 {
@@ -185,10 +233,89 @@ att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh
 	}
 }
 
-/* 64 values of up to 4 heads' outputs stay in registers while the chunk's
- * V rows go by, each row converted once for the 4 heads. */
+/* a[m] = column m of the 16 x 16 floats a[0..15]: 64 shuffles.  Three
+ * rounds interleave pairs of rows 1, 2 and then 4 values at a time, a
+ * fourth moves the 128-bit quarters into place. */
+AVX512 static void
+transpose16(__m512 a[16])
+{
+	__m512 b[16], c[16];
+
+#pragma GCC unroll 8
+	for (int k = 0; k < 8; k++) {
+		b[2 * k] = _mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]);
+		b[2 * k + 1] = _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]);
+	}
+	/* c[4k + m], quarter q: column 4q + m of rows 4k .. 4k + 3 */
+#pragma GCC unroll 4
+	for (int k = 0; k < 4; k++)
+#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {
+			__m512d lo = _mm512_castps_pd(b[4 * k + h]), hi = _mm512_castps_pd(b[4 * k + 2 + h]);
+			c[4 * k + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, hi));
+			c[4 * k + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, hi));
+		}
+#pragma GCC unroll 4
+	for (int m = 0; m < 4; m++) {
+		__m512 d0 = _mm512_shuffle_f32x4(c[m], c[4 + m], 0x44), d1 = _mm512_shuffle_f32x4(c[m], c[4 + m], 0xee);
+		__m512 d2 = _mm512_shuffle_f32x4(c[8 + m], c[12 + m], 0x44);
+		__m512 d3 = _mm512_shuffle_f32x4(c[8 + m], c[12 + m], 0xee);
+		a[m] = _mm512_shuffle_f32x4(d0, d2, 0x88);
+		a[4 + m] = _mm512_shuffle_f32x4(d0, d2, 0xdd);
+		a[8 + m] = _mm512_shuffle_f32x4(d1, d3, 0x88);
+		a[12 + m] = _mm512_shuffle_f32x4(d1, d3, 0xdd);
+	}
+}
+
+/* nb query rows against the transposed chunk kt (kt[d * 16 + i] = K row
+ * i, value d): for each value, one load of 16 positions and one
+ * broadcast multiply-add a row, no sums across lanes. */
+#define ATT_ROWS_KERNEL(nb)                                                                                            \
+	AVX512 static void att_rows##nb(const float *kt, const float *q, int hd, float scale, float *s)                \
+	{                                                                                                              \
+		__m512 acc[nb];                                                                                        \
+		_Pragma("GCC unroll 8") for (int b = 0; b < nb; b++) acc[b] = _mm512_setzero_ps();                     \
+		for (int d = 0; d < hd; d++) {                                                                         \
+			__m512 kv = _mm512_load_ps(kt + 16 * d);                                                       \
+			_Pragma("GCC unroll 8") for (int b = 0; b < nb; b++) acc[b] =                                  \
+				_mm512_fmadd_ps(_mm512_set1_ps(q[b * hd + d]), kv, acc[b]);                            \
+		}                                                                                                      \
+		_Pragma("GCC unroll 8") for (int b = 0; b < nb; b++)                                                   \
+			_mm512_storeu_ps(s + b * ATT_CHUNK, _mm512_mul_ps(acc[b], _mm512_set1_ps(scale)));             \
+	}
+ATT_ROWS_KERNEL(8)
+ATT_ROWS_KERNEL(1)
+
+/* Many query rows (a prompt's tokens): the chunk transposed once, so that
+ * the rows need no sums across lanes. */
 AVX512 void
-att_pv_f16_avx512(const uint16_t *const *vr, int nc, const float *s, int nh, int hd, float *out)
+att_scores_rows_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale, float *s)
+{
+	float kt[ATT_HEAD_DIM_MAX * ATT_CHUNK] __attribute__((aligned(64)));
+	int r = 0;
+
+	for (int v = 0; v < hd / 16; v++) {
+		__m512 a[16];
+#pragma GCC unroll 16
+		for (int i = 0; i < ATT_CHUNK; i++)
+			a[i] = i < nc ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr[i] + 16 * v)))
+				      : _mm512_setzero_ps();
+		transpose16(a);
+#pragma GCC unroll 16
+		for (int m = 0; m < 16; m++)
+			_mm512_store_ps(kt + (16 * v + m) * ATT_CHUNK, a[m]);
+	}
+	for (; r + 8 <= nr; r += 8)
+		att_rows8(kt, qh + (size_t)r * hd, hd, scale, s + (size_t)r * ATT_CHUNK);
+	for (; r < nr; r++)
+		att_rows1(kt, qh + (size_t)r * hd, hd, scale, s + (size_t)r * ATT_CHUNK);
+}
+
+/* 64 values of up to 4 heads' outputs stay in registers while the chunk's
+ * V rows go by, each row converted once for the 4 heads; the outputs are
+ * rescaled as they are loaded. */
+AVX512 void
+att_pv_f16_avx512(const uint16_t *const *vr, int nc, const float *s, const float *c, int nh, int hd, float *out)
 {
 	for (int d0 = 0; d0 < hd; d0 += 64) {
 		int nv = hd - d0 < 64 ? (hd - d0) / 16 : 4;
@@ -199,9 +326,12 @@ att_pv_f16_avx512(const uint16_t *const *vr, int nc, const float *s, int nh, int
 			for (int g = 0; g < 4; g++)
 #pragma GCC unroll 4
 				for (int v = 0; v < 4; v++)
-					acc[g][v] = g < ng && v < nv
-							    ? _mm512_loadu_ps(out + (size_t)(g0 + g) * hd + d0 + 16 * v)
-							    : _mm512_setzero_ps();
+					acc[g][v] =
+						g < ng && v < nv
+							? _mm512_mul_ps(_mm512_loadu_ps(out + (size_t)(g0 + g) * hd +
+											d0 + 16 * v),
+									_mm512_set1_ps(c[g0 + g]))
+							: _mm512_setzero_ps();
 			for (int i = 0; i < nc; i++) {
 				__m512 vv[4];
 #pragma GCC unroll 4
@@ -237,28 +367,90 @@ kv_row(const struct kv_view *kv, int p)
 	return ((size_t)kv->blocks[(size_t)p >> kv->block_shift] << kv->block_shift) + ((size_t)p & mask);
 }
 
-void
-cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, const float *q, int nh, int hd,
-	       int prefetch, float *out)
+/* att_softmax for one row where there is no kernel for it. */
+static void
+softmax_step(const struct cpu_kernels *k, float *s, int seen, int nc, float *m, float *l, float *c)
 {
-	float qh[ATT_HEADS_MAX * ATT_HEAD_DIM_MAX], s[ATT_HEADS_MAX][ATT_CHUNK];
-	float m[ATT_HEADS_MAX], l[ATT_HEADS_MAX], scale = 1.0f / sqrtf((float)hd);
+	*c = 1.0f;
+	if (seen > 0) {
+		float mx = s[0];
+		for (int i = 1; i < seen; i++)
+			mx = s[i] > mx ? s[i] : mx;
+		if (mx > *m) {
+			*c = expf(*m - mx);
+			*l *= *c;
+			*m = mx;
+		}
+		for (int i = 0; i < seen; i++)
+			s[i] -= *m;
+		k->exp_f32(s, (size_t)seen);
+		for (int i = 0; i < seen; i++)
+			*l += s[i];
+	}
+	for (int i = seen > 0 ? seen : 0; i < nc; i++) /* past the row's last position */
+		s[i] = 0.0f;
+}
+
+/* s[r][i] = scale * row r of qh . K row kr[i], i < nc. */
+static void
+chunk_scores(const struct cpu_kernels *k, int fast, const uint16_t *const *kr, int nc, const float *qh, int nr, int hd,
+	     float scale, float s[][ATT_CHUNK])
+{
+	if (fast && nr >= 8 && k->att_scores_rows_f16 != NULL)
+		k->att_scores_rows_f16(kr, nc, qh, nr, hd, scale, &s[0][0]);
+	else if (fast)
+		k->att_scores_f16(kr, nc, qh, nr, hd, scale, &s[0][0]);
+	else
+		for (int i = 0; i < nc; i++)
+			for (int r = 0; r < nr; r++)
+				s[r][i] = k->dot_f16(kr[i], qh + (size_t)r * hd, (size_t)hd) * scale;
+}
+
+/* o[r] = c[r] * o[r] + sum over i < nc of s[r][i] * V row vr[i]. */
+static void
+chunk_values(const struct cpu_kernels *k, int fast, const uint16_t *const *vr, int nc, float s[][ATT_CHUNK],
+	     const float *c, int nr, int hd, float *o)
+{
+	if (fast) {
+		k->att_pv_f16(vr, nc, &s[0][0], c, nr, hd, o);
+		return;
+	}
+	for (int r = 0; r < nr; r++)
+		for (int d = 0; c[r] != 1.0f && d < hd; d++)
+			o[(size_t)r * hd + d] *= c[r];
+	for (int i = 0; i < nc; i++)
+		for (int r = 0; r < nr; r++)
+			if (s[r][i] != 0.0f)
+				k->axpy_f16(s[r][i], vr[i], o + (size_t)r * hd, (size_t)hd);
+}
+
+void
+cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, int nt, const float *q, size_t stride,
+	       int nh, int hd, int prefetch, float *out)
+{
+	float qh[ATT_ROWS_MAX * ATT_HEAD_DIM_MAX], o[ATT_ROWS_MAX * ATT_HEAD_DIM_MAX], s[ATT_ROWS_MAX][ATT_CHUNK];
+	float m[ATT_ROWS_MAX], l[ATT_ROWS_MAX], c[ATT_ROWS_MAX], scale = 1.0f / sqrtf((float)hd);
+	int seen[ATT_ROWS_MAX];
 	uint16_t half[ATT_HEADS_MAX * ATT_HEAD_DIM_MAX];
 	const uint16_t *kr[ATT_CHUNK], *vr[ATT_CHUNK];
 	size_t nq = (size_t)nh * (size_t)hd;
+	int nr = nt * nh, end = len + nt - 1; /* query rows; positions the last token sees */
 	/* whole chunks at a time where there are kernels for them */
 	int fast = k->att_scores_f16 != NULL && hd % 16 == 0;
 
-	assert(nh >= 1 && nh <= ATT_HEADS_MAX && hd >= 1 && hd <= ATT_HEAD_DIM_MAX && len >= 1);
-	k->f32_to_f16(q, half, nq);
-	k->f16_to_f32(half, qh, nq);
-	memset(out, 0, nq * sizeof(float));
-	for (int g = 0; g < nh; g++) {
-		m[g] = -INFINITY;
-		l[g] = 0.0f;
+	assert(nh >= 1 && nh <= ATT_HEADS_MAX && nr <= ATT_ROWS_MAX && hd >= 1 && hd <= ATT_HEAD_DIM_MAX);
+	assert(len >= 1 && nt >= 1);
+	for (int t = 0; t < nt; t++) {
+		k->f32_to_f16(q + (size_t)t * stride, half, nq);
+		k->f16_to_f32(half, qh + (size_t)t * nq, nq);
 	}
-	for (int p0 = 0; p0 < len; p0 += ATT_CHUNK) {
-		int nc = len - p0 < ATT_CHUNK ? len - p0 : ATT_CHUNK;
+	memset(o, 0, (size_t)nr * (size_t)hd * sizeof(float));
+	for (int r = 0; r < nr; r++) {
+		m[r] = -INFINITY;
+		l[r] = 0.0f;
+	}
+	for (int p0 = 0; p0 < end; p0 += ATT_CHUNK) {
+		int nc = end - p0 < ATT_CHUNK ? end - p0 : ATT_CHUNK;
 		for (int i = 0; i < nc; i++) {
 			size_t row = kv_row(kv, p0 + i);
 			kr[i] = kv->k + row * kv->stride;
@@ -268,46 +460,29 @@ cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, c
 		 * the hardware prefetcher does not follow, so in decode each
 		 * position was a miss.  Ask for the next chunk's rows while this
 		 * one computes (in prefill the other tokens have brought them). */
-		for (int i = 0; prefetch && i < ATT_CHUNK && p0 + ATT_CHUNK + i < len; i++) {
+		for (int i = 0; prefetch && i < ATT_CHUNK && p0 + ATT_CHUNK + i < end; i++) {
 			size_t row = kv_row(kv, p0 + ATT_CHUNK + i);
 			for (size_t off = 0; off < (size_t)hd * sizeof(uint16_t); off += 64) {
 				__builtin_prefetch((const char *)(kv->k + row * kv->stride) + off);
 				__builtin_prefetch((const char *)(kv->v + row * kv->stride) + off);
 			}
 		}
-		if (fast)
-			k->att_scores_f16(kr, nc, qh, nh, hd, scale, &s[0][0]);
-		else
-			for (int i = 0; i < nc; i++)
-				for (int g = 0; g < nh; g++)
-					s[g][i] = k->dot_f16(kr[i], qh + (size_t)g * hd, (size_t)hd) * scale;
-		for (int g = 0; g < nh; g++) {
-			float mx = s[g][0];
-			for (int i = 1; i < nc; i++)
-				mx = s[g][i] > mx ? s[g][i] : mx;
-			if (mx > m[g]) { /* rescale what was summed under the old maximum */
-				float c = expf(m[g] - mx), *o = out + (size_t)g * hd;
-				l[g] *= c;
-				for (int d = 0; d < hd; d++)
-					o[d] *= c;
-				m[g] = mx;
-			}
-			for (int i = 0; i < nc; i++)
-				s[g][i] -= m[g];
-			k->exp_f32(s[g], (size_t)nc);
-			for (int i = 0; i < nc; i++)
-				l[g] += s[g][i];
+		chunk_scores(k, fast, kr, nc, qh, nr, hd, scale, s);
+		for (int r = 0; r < nr; r++) { /* token r / nh sees positions up to len + r / nh - 1 */
+			int n = len + r / nh - p0;
+			seen[r] = n < nc ? n : nc;
 		}
-		if (fast)
-			k->att_pv_f16(vr, nc, &s[0][0], nh, hd, out);
+		if (fast && k->att_softmax != NULL)
+			k->att_softmax(&s[0][0], nr, seen, m, l, c);
 		else
-			for (int i = 0; i < nc; i++)
-				for (int g = 0; g < nh; g++)
-					k->axpy_f16(s[g][i], vr[i], out + (size_t)g * hd, (size_t)hd);
+			for (int r = 0; r < nr; r++)
+				softmax_step(k, s[r], seen[r], nc, &m[r], &l[r], &c[r]);
+		chunk_values(k, fast, vr, nc, s, c, nr, hd, o);
 	}
-	for (int g = 0; g < nh; g++) {
-		float inv = 1.0f / l[g], *o = out + (size_t)g * hd;
+	for (int r = 0; r < nr; r++) {
+		float inv = 1.0f / l[r], *dst = out + (size_t)(r / nh) * stride + (size_t)(r % nh) * hd;
+		const float *src = o + (size_t)r * hd;
 		for (int d = 0; d < hd; d++)
-			o[d] *= inv;
+			dst[d] = src[d] * inv;
 	}
 }

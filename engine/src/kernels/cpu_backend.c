@@ -140,27 +140,45 @@ struct att_job {
 	const uint16_t *k, *v; /* this layer's pools */
 	int n_head, n_head_kv, head_dim;
 	int heads_per_item; /* query heads of one KV head served by one cpu_attend_f16 call */
+	int tile;           /* tokens an item: a prompt's run of them shares each cache read */
 	float *out;
 };
 
+/* Token t continues t - 1's sequence at the next position. */
+static int
+continues_run(const struct compute_batch *b, int t)
+{
+	return t > 0 && b->table[t] == b->table[t - 1] && b->pos[t] == b->pos[t - 1] + 1;
+}
+
+/* Items are (tile of tokens, heads) pairs taken last first: in a prompt
+ * the later tokens see more of the cache, and handing out the largest
+ * parts first keeps the last part taken a short one. */
 static void
 att_worker(void *arg, int ith, int nth)
 {
 	const struct att_job *j = arg;
 	const struct cpu_impl *im = j->im;
 	const struct compute_batch *b = &im->batch;
-	int hd = j->head_dim, hpi = j->heads_per_item, per_token = j->n_head / hpi;
+	int hd = j->head_dim, hpi = j->heads_per_item, per_tile = j->n_head / hpi;
 	int group = j->n_head / j->n_head_kv;
-	int64_t lo, hi;
+	int64_t n_items = (int64_t)((b->n + j->tile - 1) / j->tile) * per_tile, lo, hi;
+	size_t stride = (size_t)j->n_head * (size_t)hd;
 
-	split((int64_t)b->n * per_token, ith, nth, &lo, &hi);
-	for (int64_t it = lo; it < hi; it++) {
-		int t = (int)(it / per_token), h0 = (int)(it % per_token) * hpi, kvh = h0 / group;
-		size_t at = ((size_t)t * (size_t)j->n_head + (size_t)h0) * (size_t)hd;
-		struct kv_view kv = { j->k + (size_t)kvh * hd, j->v + (size_t)kvh * hd, (size_t)im->kv_dim, b->table[t],
-				      im->block_shift };
-		/* a decode batch: each sequence's rows are read by one token */
-		cpu_attend_f16(im->k, &kv, b->pos[t] + 1, j->q + at, hpi, hd, b->n <= ATT_PREFETCH_TOKENS, j->out + at);
+	split(n_items, ith, nth, &lo, &hi);
+	for (int64_t it = n_items - 1 - lo; it > n_items - 1 - hi; it--) {
+		int t0 = (int)(it / per_tile) * j->tile, h0 = (int)(it % per_tile) * hpi, kvh = h0 / group;
+		int t1 = t0 + j->tile < b->n ? t0 + j->tile : b->n;
+		for (int t = t0, nt; t < t1; t += nt) {
+			for (nt = 1; t + nt < t1 && continues_run(b, t + nt); nt++)
+				;
+			size_t at = (size_t)t * stride + (size_t)h0 * (size_t)hd;
+			struct kv_view kv = { j->k + (size_t)kvh * hd, j->v + (size_t)kvh * hd, (size_t)im->kv_dim,
+					      b->table[t], im->block_shift };
+			/* a decode batch: each sequence's rows are read by one token */
+			cpu_attend_f16(im->k, &kv, b->pos[t] + 1, nt, j->q + at, stride, hpi, hd,
+				       b->n <= ATT_PREFETCH_TOKENS, j->out + at);
+		}
 	}
 }
 
@@ -205,12 +223,30 @@ att_heads_per_item(int n_tokens, int n_head, int group, int n_threads)
 	return hpi;
 }
 
+/* Tokens an item: as many as fill cpu_attend_f16's rows where most of the
+ * batch is prompt (runs of positions of one sequence), while that still
+ * leaves every thread several items; one in a batch of decode steps. */
+static int
+att_tile_tokens(const struct compute_batch *b, int n_items_per_token, int hpi, int n_threads)
+{
+	int continued = 0, tile = ATT_ROWS_MAX / hpi;
+
+	for (int t = 1; t < b->n; t++)
+		continued += continues_run(b, t);
+	if (2 * continued < b->n)
+		return 1;
+	while (tile > 1 && (int64_t)((b->n + tile - 1) / tile) * n_items_per_token < 4 * (int64_t)n_threads)
+		tile /= 2;
+	return tile;
+}
+
 static void
 cpu_attention(struct compute *c, int layer, const float *q, int n_head, int n_head_kv, int head_dim, float *out)
 {
 	struct cpu_impl *im = impl_of(c);
 	size_t layer_off = (size_t)layer * (size_t)im->kv_rows * (size_t)im->kv_dim;
-	int group = n_head / n_head_kv;
+	int group = n_head / n_head_kv, n_threads = threadpool_size(im->pool);
+	int hpi = att_heads_per_item(im->batch.n, n_head, group, n_threads);
 	struct att_job j = {
 		.im = im,
 		.q = q,
@@ -219,7 +255,8 @@ cpu_attention(struct compute *c, int layer, const float *q, int n_head, int n_he
 		.n_head = n_head,
 		.n_head_kv = n_head_kv,
 		.head_dim = head_dim,
-		.heads_per_item = att_heads_per_item(im->batch.n, n_head, group, threadpool_size(im->pool)),
+		.heads_per_item = hpi,
+		.tile = att_tile_tokens(&im->batch, n_head / hpi, hpi, n_threads),
 		.out = out,
 	};
 

@@ -153,6 +153,8 @@ static const struct cpu_kernels k_scalar = {
 	dot_q6_k_q8k_scalar,
 	NULL, /* attention a position at a time */
 	NULL,
+	NULL,
+	NULL,
 };
 
 void
@@ -399,6 +401,8 @@ static struct cpu_kernels k_avx2 = {
 	quantize_q8k_avx2,
 	NULL, /* filled in by cpu_kernels_get */
 	NULL, /* attention a position at a time */
+	NULL,
+	NULL,
 	NULL,
 };
 
@@ -808,6 +812,8 @@ static struct cpu_kernels k_avx512 = {
 	NULL, /* filled in by cpu_kernels_get */
 	att_scores_f16_avx512,
 	att_pv_f16_avx512,
+	att_scores_rows_f16_avx512,
+	att_softmax_avx512,
 };
 #endif
 

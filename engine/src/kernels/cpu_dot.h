@@ -146,13 +146,22 @@ struct cpu_kernels {
 	void (*quantize_q8k)(const float *x, struct block_q8k *out, size_t n);
 	float (*dot_q6_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
 	/* Attention over one chunk of nc <= ATT_CHUNK cached positions for nh
-	 * query heads of hd values (hd a multiple of 16; NULL where there is
+	 * query rows of hd values (hd a multiple of 16; NULL where there is
 	 * no kernel, cpu_attend_f16 then goes a position at a time).
 	 * scores: s[g * ATT_CHUNK + i] = scale * qh[g] . K row kr[i].
-	 * pv: out[g] += sum over i of s[g * ATT_CHUNK + i] * V row vr[i]. */
+	 * pv: out[g] = c[g] * out[g] + sum over i of s[g * ATT_CHUNK + i] * V row vr[i]. */
 	void (*att_scores_f16)(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale,
 			       float *s);
-	void (*att_pv_f16)(const uint16_t *const *vr, int nc, const float *s, int nh, int hd, float *out);
+	void (*att_pv_f16)(const uint16_t *const *vr, int nc, const float *s, const float *c, int nh, int hd,
+			   float *out);
+	/* scores again, for 8 rows or more (NULL where there is none) */
+	void (*att_scores_rows_f16)(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,
+				    float *s);
+	/* The online softmax step over a chunk's scores (NULL: in C): row r
+	 * sees seen[r] <= ATT_CHUNK positions (none if <= 0; the rest are
+	 * zeroed), s[r] becomes exp(s[r] - m[r]) with the running maximum
+	 * m[r] and sum l[r] carried on, c[r] = exp(old m[r] - new m[r]). */
+	void (*att_softmax)(float *s, int nr, const int *seen, float *m, float *l, float *c);
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -217,7 +226,10 @@ void f32_to_bf16_avx512(const float *x, uint16_t *out, size_t n);
 float dot_bf16_bf16_avx512(const uint16_t *w, const uint16_t *x, size_t n);
 /* cpu_attention.c */
 void att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale, float *s);
-void att_pv_f16_avx512(const uint16_t *const *vr, int nc, const float *s, int nh, int hd, float *out);
+void att_scores_rows_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,
+				float *s);
+void att_pv_f16_avx512(const uint16_t *const *vr, int nc, const float *s, const float *c, int nh, int hd, float *out);
+void att_softmax_avx512(float *s, int nr, const int *seen, float *m, float *l, float *c);
 /* cpu_gemm_q6_k.c */
 void gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
 		      const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y);
@@ -234,16 +246,22 @@ struct kv_view {
 };
 
 #define ATT_CHUNK 16    /* cached positions a step of cpu_attend_f16 */
-#define ATT_HEADS_MAX 8 /* query heads one call serves */
+#define ATT_HEADS_MAX 8 /* query heads of one token one call serves */
+#define ATT_ROWS_MAX 32 /* query rows (tokens x heads) one call serves */
 #define ATT_HEAD_DIM_MAX 256
 
-/* out[g] = softmax(q[g] . K[0..len) / sqrt(hd)) . V[0..len) for the nh
- * query heads q (nh x hd floats) that share the KV head kv; out is
- * nh x hd.  nh <= ATT_HEADS_MAX, hd <= ATT_HEAD_DIM_MAX, len >= 1.
+/* Attention for nt consecutive tokens of one sequence and nh query heads
+ * that share the KV head kv: token t sees cached positions [0, len + t)
+ * and its heads' queries are nh x hd floats at q + t * stride;
+ * out + t * stride receives softmax(q . K / sqrt(hd)) . V for each head.
+ * Every cached row a chunk brings in serves all nt x nh query rows, so a
+ * prompt's tokens share the reads and conversions of the cache the way
+ * one token's heads do.  nh <= ATT_HEADS_MAX, nt * nh <= ATT_ROWS_MAX,
+ * hd <= ATT_HEAD_DIM_MAX, len >= 1.
  * prefetch: ask for the cache rows a chunk ahead (decode, where no other
  * token of the batch reads them). */
-void cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, const float *q, int nh, int hd,
-		    int prefetch, float *out);
+void cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, int nt, const float *q,
+		    size_t stride, int nh, int hd, int prefetch, float *out);
 
 /* The best kernels this CPU runs (never NULL). */
 const struct cpu_kernels *cpu_kernels_get(void);
