@@ -1,6 +1,7 @@
 /*
  * The CPU backend's matmul through its public operations, against a
- * double-precision reference, for the half types on every path it picks:
+ * double-precision reference, for the half types and the quantized ones
+ * (their dequantized weights) on every path it picks:
  * one and two tokens (the dots), 3 and 8 (a decode batch: a tile mostly
  * padding), 17 and 40 (partial tiles), 130 (past oneDNN's 128-token
  * chunk), on row counts that are not a multiple of any row block (5) and
@@ -17,12 +18,14 @@
 #include "privai/tensor_type.h"
 #include "kernels/cpu_onednn.h"
 
-#define COLS 96
+#define COLS 96   /* half types: 6 vectors, not a multiple of 64 */
+#define QCOLS 256 /* quantized types: one super-block of the k-quants */
 #define MAX_ROWS 600
 #define MAX_TOKENS 130
 
-static float x[MAX_TOKENS * COLS], y[MAX_TOKENS * MAX_ROWS];
-static uint16_t wh[MAX_ROWS * COLS];
+static float x[MAX_TOKENS * QCOLS], y[MAX_TOKENS * MAX_ROWS];
+static float wf[MAX_ROWS * QCOLS]; /* the weights as the kernels see them */
+static uint8_t wbytes[MAX_ROWS * QCOLS * sizeof(uint16_t)];
 
 static float
 value(unsigned i, float scale)
@@ -30,10 +33,16 @@ value(unsigned i, float scale)
 	return sinf((float)i * 0.61f + 0.3f) * scale;
 }
 
+static int
+is_half(uint32_t type)
+{
+	return type == TT_F16 || type == TT_BF16;
+}
+
 /* How far y is from the reference: the worst error over the row's sum of
  * |w x|, so cancellation does not make a tolerance meaningless. */
 static double
-worst_error(uint32_t type, int rows, int n)
+worst_error(uint32_t type, int rows, int cols, int n)
 {
 	/* bfloat16 kernels (ours and oneDNN's) round the activations too */
 	int round_x = type == TT_BF16 && strstr(compute_cpu_path(type, n), "bfloat16") != NULL;
@@ -42,10 +51,9 @@ worst_error(uint32_t type, int rows, int n)
 	for (int t = 0; t < n; t++)
 		for (int r = 0; r < rows; r++) {
 			double want = 0, mag = 0;
-			for (int c = 0; c < COLS; c++) {
-				double w =
-					type == TT_F16 ? fp16_to_f32(wh[r * COLS + c]) : bf16_to_f32(wh[r * COLS + c]);
-				double a = round_x ? bf16_to_f32(f32_to_bf16(x[t * COLS + c])) : x[t * COLS + c];
+			for (int c = 0; c < cols; c++) {
+				double w = wf[r * cols + c];
+				double a = round_x ? bf16_to_f32(f32_to_bf16(x[t * cols + c])) : x[t * cols + c];
 				want += w * a;
 				mag += fabs(w * a);
 			}
@@ -56,19 +64,41 @@ worst_error(uint32_t type, int rows, int n)
 	return worst;
 }
 
+/* The weights of `type`, rows x cols, in wbytes, and as floats in wf. */
+static void
+make_weights(uint32_t type, int rows, int cols)
+{
+	size_t row_bytes = tensor_type_row_bytes(type, (uint64_t)cols);
+	float row[QCOLS];
+	int bad = 0;
+
+	for (int r = 0; r < rows; r++) {
+		for (int c = 0; c < cols; c++)
+			row[c] = value((unsigned)(r * cols + c), 1.0f);
+		bad += tensor_quantize_row(type, row, wbytes + (size_t)r * row_bytes, (size_t)cols) != PRIVAI_OK;
+		bad += tensor_dequantize_row(type, wbytes + (size_t)r * row_bytes, wf + (size_t)r * cols,
+					     (size_t)cols) != PRIVAI_OK;
+	}
+	if (bad > 0)
+		CHECK(0, "%d %s rows would not quantize", bad, tensor_type_name(type));
+}
+
 static void
 check_type(struct compute *c, uint32_t type, const char *mode)
 {
 	static const int rowss[] = { 5, 70, MAX_ROWS };
 	static const int ns[] = { 1, 2, 3, 8, 17, 40, MAX_TOKENS };
+	int cols = is_half(type) ? COLS : QCOLS;
+	/* fp32 sums: a few ulps of float over the magnitude; the int8 paths
+	 * round the activations to 8 bits (6.6e-4 measured at worst) */
+	double bound = is_half(type) ? 1e-5 : 2e-3;
 
-	for (int i = 0; i < MAX_ROWS * COLS; i++)
-		wh[i] = type == TT_F16 ? f32_to_fp16(value((unsigned)i, 1.0f)) : f32_to_bf16(value((unsigned)i, 1.0f));
-	for (int i = 0; i < MAX_TOKENS * COLS; i++)
+	for (int i = 0; i < MAX_TOKENS * cols; i++)
 		x[i] = value((unsigned)i * 7u + 3u, 2.0f);
 	for (size_t ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++) {
 		int rows = rowss[ri];
-		struct weight w = { type, rows, COLS, COLS * sizeof(uint16_t), wh };
+		make_weights(type, rows, cols);
+		struct weight w = { type, rows, cols, tensor_type_row_bytes(type, (uint64_t)cols), wbytes };
 		struct compute_weight cw;
 		if (c->ops->prepare_weight(c, &w, &cw) != PRIVAI_OK) {
 			CHECK(0, "prepare_weight %s", tensor_type_name(type));
@@ -79,9 +109,8 @@ check_type(struct compute *c, uint32_t type, const char *mode)
 			for (int i = 0; i < n * rows; i++)
 				y[i] = NAN;
 			c->ops->matmul(c, &cw, x, n, y);
-			double e = worst_error(type, rows, n);
-			/* fp32 sums: a few ulps of float over the magnitude */
-			CHECK(e < 1e-5, "%s %s %d rows x %d tokens (%s): error %.3g", mode, tensor_type_name(type),
+			double e = worst_error(type, rows, cols, n);
+			CHECK(e < bound, "%s %s %d rows x %d tokens (%s): error %.3g", mode, tensor_type_name(type),
 			      rows, n, compute_cpu_path(type, n), e);
 		}
 		c->ops->release_weight(c, &cw);
@@ -94,7 +123,8 @@ check_level(const char *simd)
 	struct compute_params p = { 2 };
 	struct compute *c;
 	char err[PRIVAI_ERR_LEN];
-	struct compute_shape s = { COLS > MAX_ROWS ? COLS : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };
+	struct compute_shape s = { QCOLS > MAX_ROWS ? QCOLS : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };
+	static const uint32_t quantized[] = { TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q5_K, TT_Q6_K };
 	size_t kv_bytes;
 
 	setenv("PRIVAI_SIMD", simd, 1);
@@ -104,6 +134,8 @@ check_level(const char *simd)
 	}
 	check_type(c, TT_F16, compute_cpu_simd_name());
 	check_type(c, TT_BF16, compute_cpu_simd_name());
+	for (size_t i = 0; i < sizeof(quantized) / sizeof(quantized[0]); i++)
+		check_type(c, quantized[i], compute_cpu_simd_name());
 	compute_free(c);
 }
 

@@ -406,6 +406,7 @@ cpu_destroy(struct compute *c)
 			free(im->ts[i].wd);
 			free(im->ts[i].wmin);
 			free(im->ts[i].wrows);
+			free(im->ts[i].ystage);
 		}
 		free(im->ts);
 		free(im->xq);
@@ -504,6 +505,12 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 				return PRIVAI_ENOMEM;
 		}
 		im->row_buf_len = (size_t)max_cols;
+	}
+	if (max_tokens > im->ystage_tokens) {
+		for (int i = 0; i < nth; i++)
+			if (resize((void **)&im->ts[i].ystage, Y_STAGE_ROWS * (size_t)max_tokens * sizeof(float)) < 0)
+				return PRIVAI_ENOMEM;
+		im->ystage_tokens = max_tokens;
 	}
 	if (cpu_ensure((void **)&im->xq, &im->xq_len,
 		       (size_t)max_tokens * (size_t)(max_cols / 32 + 1) * sizeof(struct block_q8)) < 0 ||

@@ -22,13 +22,19 @@ struct thread_scratch {
 	float *wd;      /* GEMM_ROWS x blocks (x 2 for Q6_K's halves): weight scales */
 	float *wmin;    /* GEMM_ROWS x blocks: Q4_K offsets */
 	uint8_t *wrows; /* GEMM_ROWS rows widened to Q8_0 blocks */
+	float *ystage;  /* Y_STAGE_ROWS outputs of every token, a token's together */
 };
+
+/* Outputs of this many weight rows (a cache line of y) are gathered
+ * before they are stored, so that each line of y is written once. */
+#define Y_STAGE_ROWS 16
 
 struct cpu_impl {
 	struct threadpool *pool;
 	const struct cpu_kernels *k;
 	struct thread_scratch *ts; /* one per pool thread */
 	size_t row_buf_len;        /* columns each ts[i].row holds */
+	int ystage_tokens;         /* tokens each ts[i].ystage holds */
 	struct block_q8 *xq;       /* quantized activations */
 	size_t xq_len;
 	struct block_q8k *xk; /* the same in 256-value blocks (Q6_K decode), grown on first use */

@@ -91,6 +91,12 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 	int32_t *wsum = ts->wsum;
 	float *wd = ts->wd;
 	int step = j->x8 != NULL ? 8 : GEMM_ROWS;
+	/* y is token-major: rows from 4 or 8 weight rows would be a few
+	 * floats in each token's line, every line written again by the next
+	 * blocks, and lines a multiple of 4 KiB apart compete for the same
+	 * cache set.  The outputs wait in ts->ystage until a line is full. */
+	float *stage = ts->ystage;
+	int staged = 0;
 
 	size_t row_bytes = w->row_bytes;
 	float *wmin = NULL;
@@ -144,9 +150,17 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 			int nt = j->n - (int)g * GEMM_TOKENS;
 			if (nt > ng * GEMM_TOKENS)
 				nt = ng * GEMM_TOKENS;
+			float *st = stage + g * GEMM_TOKENS * Y_STAGE_ROWS + staged;
 			for (int r = 0; r < nr; r++)
 				for (int t = 0; t < nt; t++)
-					j->y[(g * GEMM_TOKENS + t) * w->rows + rb + r] = out[r * 2 * GEMM_TOKENS + t];
+					st[t * Y_STAGE_ROWS + r] = out[r * 2 * GEMM_TOKENS + t];
+		}
+		staged += nr;
+		if (staged + step > Y_STAGE_ROWS || rb + nr >= r1) {
+			for (int t = 0; t < j->n; t++)
+				memcpy(j->y + (int64_t)t * w->rows + rb + nr - staged, stage + t * Y_STAGE_ROWS,
+				       (size_t)staged * sizeof(float));
+			staged = 0;
 		}
 	}
 }
@@ -468,6 +482,7 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
 	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
+	assert(n <= im->ystage_tokens);
 	mm_plan(im->k, w->type, j.bsum != NULL, n, &j.p);
 	if (j.p.q8k && cpu_ensure((void **)&im->xk, &im->xk_len,
 				  (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0)
