@@ -331,8 +331,10 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 
 	/* GEMM_F32_ROWS rows at a time as floats in buf, each multiplied with
 	 * every token of the tile: a register tile where the CPU has one */
+	float *stage = j->im->ts[threadpool_self()].ystage; /* as in mm_rows_gemm */
+
 	for (int t0 = 0; t0 < j->n; t0 += TOKEN_TILE) {
-		int t1 = t0 + TOKEN_TILE < j->n ? t0 + TOKEN_TILE : j->n;
+		int t1 = t0 + TOKEN_TILE < j->n ? t0 + TOKEN_TILE : j->n, staged = 0;
 		for (int64_t rb = r0; rb < r1; rb += GEMM_F32_ROWS) {
 			int nr = r1 - rb < GEMM_F32_ROWS ? (int)(r1 - rb) : GEMM_F32_ROWS;
 			const float *wr = buf;
@@ -353,17 +355,24 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 			for (int t = t0; t < t1; t += GEMM_F32_TOKENS) {
 				int nt = t1 - t < GEMM_F32_TOKENS ? t1 - t : GEMM_F32_TOKENS;
 				const float *xt = j->x + (int64_t)t * w->cols;
-				float *yt = j->y + (int64_t)t * w->rows + rb;
+				float *st = stage + (t - t0) * Y_STAGE_ROWS + staged;
 				if (k->gemm_f32 != NULL) {
-					k->gemm_f32(wr, ldw, nr, xt, (size_t)w->cols, nt, (size_t)w->cols, yt,
-						    (size_t)w->rows);
+					k->gemm_f32(wr, ldw, nr, xt, (size_t)w->cols, nt, (size_t)w->cols, st,
+						    Y_STAGE_ROWS);
 					continue;
 				}
 				for (int r = 0; r < nr; r++)
 					for (int u = 0; u < nt; u++)
-						yt[(int64_t)u * w->rows + r] =
+						st[u * Y_STAGE_ROWS + r] =
 							k->dot_f32(wr + (size_t)r * ldw, xt + (int64_t)u * w->cols,
 								   (size_t)w->cols);
+			}
+			staged += nr;
+			if (staged + GEMM_F32_ROWS > Y_STAGE_ROWS || rb + nr >= r1) {
+				for (int t = t0; t < t1; t++)
+					memcpy(j->y + (int64_t)t * w->rows + rb + nr - staged,
+					       stage + (t - t0) * Y_STAGE_ROWS, (size_t)staged * sizeof(float));
+				staged = 0;
 			}
 		}
 	}
