@@ -4,7 +4,8 @@
  * (their dequantized weights) on every path it picks:
  * one and two tokens (the dots), 3 and 8 (a decode batch: a tile mostly
  * padding), 17 and 40 (partial tiles), 130 (past oneDNN's 128-token
- * chunk), on row counts that are not a multiple of any row block (5) and
+ * chunk), on 96 and 300 columns (two panels of the packed float GEMM, the
+ * second ending mid-vector), on row counts that are not a multiple of any row block (5) and
  * that cross the BF16 GEMM's 64-row chunk in a thread's share (600); for every kernel set
  * this CPU runs (PRIVAI_SIMD), and with oneDNN forced (PRIVAI_ONEDNN=1)
  * where the library is installed.
@@ -19,13 +20,14 @@
 #include "kernels/cpu_onednn.h"
 
 #define COLS 96   /* half types: 6 vectors, not a multiple of 64 */
+#define COLS2 300 /* half types again: past a packed panel (256), ending mid-vector */
 #define QCOLS 256 /* quantized types: one super-block of the k-quants */
 #define MAX_ROWS 600
 #define MAX_TOKENS 130
 
-static float x[MAX_TOKENS * QCOLS], y[MAX_TOKENS * MAX_ROWS];
-static float wf[MAX_ROWS * QCOLS]; /* the weights as the kernels see them */
-static uint8_t wbytes[MAX_ROWS * QCOLS * sizeof(uint16_t)];
+static float x[MAX_TOKENS * COLS2], y[MAX_TOKENS * MAX_ROWS];
+static float wf[MAX_ROWS * COLS2]; /* the weights as the kernels see them */
+static uint8_t wbytes[MAX_ROWS * COLS2 * sizeof(float)];
 
 static float
 value(unsigned i, float scale)
@@ -33,10 +35,11 @@ value(unsigned i, float scale)
 	return sinf((float)i * 0.61f + 0.3f) * scale;
 }
 
+/* float sums throughout (the rest quantize the activations to 8 bits) */
 static int
-is_half(uint32_t type)
+is_float(uint32_t type)
 {
-	return type == TT_F16 || type == TT_BF16;
+	return type == TT_F16 || type == TT_BF16 || type == TT_F32;
 }
 
 /* How far y is from the reference: the worst error over the row's sum of
@@ -69,7 +72,7 @@ static void
 make_weights(uint32_t type, int rows, int cols)
 {
 	size_t row_bytes = tensor_type_row_bytes(type, (uint64_t)cols);
-	float row[QCOLS];
+	float row[COLS2];
 	int bad = 0;
 
 	for (int r = 0; r < rows; r++) {
@@ -84,14 +87,13 @@ make_weights(uint32_t type, int rows, int cols)
 }
 
 static void
-check_type(struct compute *c, uint32_t type, const char *mode)
+check_type(struct compute *c, uint32_t type, int cols, const char *mode)
 {
 	static const int rowss[] = { 5, 70, MAX_ROWS };
 	static const int ns[] = { 1, 2, 3, 8, 17, 40, MAX_TOKENS };
-	int cols = is_half(type) ? COLS : QCOLS;
 	/* fp32 sums: a few ulps of float over the magnitude; the int8 paths
 	 * round the activations to 8 bits (6.6e-4 measured at worst) */
-	double bound = is_half(type) ? 1e-5 : 2e-3;
+	double bound = is_float(type) ? 1e-5 : 2e-3;
 
 	for (int i = 0; i < MAX_TOKENS * cols; i++)
 		x[i] = value((unsigned)i * 7u + 3u, 2.0f);
@@ -110,8 +112,8 @@ check_type(struct compute *c, uint32_t type, const char *mode)
 				y[i] = NAN;
 			c->ops->matmul(c, &cw, x, n, y);
 			double e = worst_error(type, rows, cols, n);
-			CHECK(e < bound, "%s %s %d rows x %d tokens (%s): error %.3g", mode, tensor_type_name(type),
-			      rows, n, compute_cpu_path(type, n), e);
+			CHECK(e < bound, "%s %s %d x %d x %d tokens (%s): error %.3g", mode, tensor_type_name(type),
+			      rows, cols, n, compute_cpu_path(type, n), e);
 		}
 		c->ops->release_weight(c, &cw);
 	}
@@ -123,7 +125,7 @@ check_level(const char *simd)
 	struct compute_params p = { 2 };
 	struct compute *c;
 	char err[PRIVAI_ERR_LEN];
-	struct compute_shape s = { QCOLS > MAX_ROWS ? QCOLS : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };
+	struct compute_shape s = { COLS2 > MAX_ROWS ? COLS2 : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };
 	static const uint32_t quantized[] = { TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q5_K, TT_Q6_K };
 	size_t kv_bytes;
 
@@ -132,10 +134,13 @@ check_level(const char *simd)
 		CHECK(0, "cpu backend: %s", err);
 		return;
 	}
-	check_type(c, TT_F16, compute_cpu_simd_name());
-	check_type(c, TT_BF16, compute_cpu_simd_name());
+	check_type(c, TT_F16, COLS, compute_cpu_simd_name());
+	check_type(c, TT_F16, COLS2, compute_cpu_simd_name());
+	check_type(c, TT_BF16, COLS, compute_cpu_simd_name());
+	check_type(c, TT_BF16, COLS2, compute_cpu_simd_name());
+	check_type(c, TT_F32, COLS2, compute_cpu_simd_name());
 	for (size_t i = 0; i < sizeof(quantized) / sizeof(quantized[0]); i++)
-		check_type(c, quantized[i], compute_cpu_simd_name());
+		check_type(c, quantized[i], QCOLS, compute_cpu_simd_name());
 	compute_free(c);
 }
 

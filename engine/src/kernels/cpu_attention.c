@@ -233,40 +233,6 @@ att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh
 	}
 }
 
-/* a[m] = column m of the 16 x 16 floats a[0..15]: 64 shuffles.  Three
- * rounds interleave pairs of rows 1, 2 and then 4 values at a time, a
- * fourth moves the 128-bit quarters into place. */
-AVX512 static void
-transpose16(__m512 a[16])
-{
-	__m512 b[16], c[16];
-
-#pragma GCC unroll 8
-	for (int k = 0; k < 8; k++) {
-		b[2 * k] = _mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]);
-		b[2 * k + 1] = _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]);
-	}
-	/* c[4k + m], quarter q: column 4q + m of rows 4k .. 4k + 3 */
-#pragma GCC unroll 4
-	for (int k = 0; k < 4; k++)
-#pragma GCC unroll 2
-		for (int h = 0; h < 2; h++) {
-			__m512d lo = _mm512_castps_pd(b[4 * k + h]), hi = _mm512_castps_pd(b[4 * k + 2 + h]);
-			c[4 * k + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, hi));
-			c[4 * k + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, hi));
-		}
-#pragma GCC unroll 4
-	for (int m = 0; m < 4; m++) {
-		__m512 d0 = _mm512_shuffle_f32x4(c[m], c[4 + m], 0x44), d1 = _mm512_shuffle_f32x4(c[m], c[4 + m], 0xee);
-		__m512 d2 = _mm512_shuffle_f32x4(c[8 + m], c[12 + m], 0x44);
-		__m512 d3 = _mm512_shuffle_f32x4(c[8 + m], c[12 + m], 0xee);
-		a[m] = _mm512_shuffle_f32x4(d0, d2, 0x88);
-		a[4 + m] = _mm512_shuffle_f32x4(d0, d2, 0xdd);
-		a[8 + m] = _mm512_shuffle_f32x4(d1, d3, 0x88);
-		a[12 + m] = _mm512_shuffle_f32x4(d1, d3, 0xdd);
-	}
-}
-
 /* nb query rows against the transposed chunk kt (kt[d * 16 + i] = K row
  * i, value d): for each value, one load of 16 positions and one
  * broadcast multiply-add a row, no sums across lanes. */

@@ -407,6 +407,7 @@ cpu_destroy(struct compute *c)
 			free(im->ts[i].wmin);
 			free(im->ts[i].wrows);
 			free(im->ts[i].ystage);
+			free(im->ts[i].panel);
 		}
 		free(im->ts);
 		free(im->xq);
@@ -506,6 +507,9 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 		}
 		im->row_buf_len = (size_t)max_cols;
 	}
+	for (int i = 0; i < nth && im->k->gemm_f32_packed != NULL; i++)
+		if (im->ts[i].panel == NULL && (im->ts[i].panel = malloc(PANEL_FLOATS * sizeof(float))) == NULL)
+			return PRIVAI_ENOMEM;
 	if (max_tokens > im->ystage_tokens) {
 		for (int i = 0; i < nth; i++)
 			if (resize((void **)&im->ts[i].ystage, Y_STAGE_ROWS * (size_t)max_tokens * sizeof(float)) < 0)

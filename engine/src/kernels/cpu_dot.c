@@ -155,6 +155,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL,
 	NULL,
+	NULL, /* the row-tile float GEMM */
+	NULL,
 };
 
 void
@@ -403,6 +405,8 @@ static struct cpu_kernels k_avx2 = {
 	NULL, /* attention a position at a time */
 	NULL,
 	NULL,
+	NULL,
+	NULL, /* the row-tile float GEMM */
 	NULL,
 };
 
@@ -814,6 +818,8 @@ static struct cpu_kernels k_avx512 = {
 	att_pv_f16_avx512,
 	att_scores_rows_f16_avx512,
 	att_softmax_avx512,
+	pack_f32_panel_avx512,
+	gemm_f32_packed_avx512,
 };
 #endif
 

@@ -162,11 +162,21 @@ struct cpu_kernels {
 	 * zeroed), s[r] becomes exp(s[r] - m[r]) with the running maximum
 	 * m[r] and sum l[r] carried on, c[r] = exp(old m[r] - new m[r]). */
 	void (*att_softmax)(float *s, int nr, const int *seen, float *m, float *l, float *c);
+	/* The packed float GEMM (cpu_gemm_f32.c; NULL where there is none).
+	 * pack: rows r < nr <= GEMM_PK_ROWS of w (ldw apart), columns k < kc,
+	 * into a[k * GEMM_PK_ROWS + r] (rows past nr zero).
+	 * gemm: c[t * GEMM_PK_ROWS + r] = (add ? c[..] : 0) + sum over k < kc
+	 * of a[k * GEMM_PK_ROWS + r] * x[t * ldx + k], t < nt. */
+	void (*pack_f32_panel)(const float *w, size_t ldw, int nr, size_t kc, float *a);
+	void (*gemm_f32_packed)(const float *a, size_t kc, const float *x, size_t ldx, int nt, float *c, int add);
 };
 
 #define GEMM_BF16_TOKENS 16
 #define GEMM_BF16_ROWS 8 /* rows a step: 2 x 8 sums in registers */
 #define GEMM_F32_ROWS 4
+#define GEMM_PK_ROWS 48    /* rows of a packed float panel: 3 vectors */
+#define GEMM_PK_COLS 256   /* columns of a panel (48 KiB) */
+#define GEMM_PK_TOKENS 192 /* tokens a pass over the weights: their panel columns stay in L2 */
 #define GEMM_F32_TOKENS 6
 
 /* cpu_dot_kquants.c */
@@ -229,6 +239,8 @@ void att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, i
 void att_scores_rows_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,
 				float *s);
 void att_pv_f16_avx512(const uint16_t *const *vr, int nc, const float *s, const float *c, int nh, int hd, float *out);
+void pack_f32_panel_avx512(const float *w, size_t ldw, int nr, size_t kc, float *a);
+void gemm_f32_packed_avx512(const float *a, size_t kc, const float *x, size_t ldx, int nt, float *c, int add);
 void att_softmax_avx512(float *s, int nr, const int *seen, float *m, float *l, float *c);
 /* cpu_gemm_q6_k.c */
 void gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,

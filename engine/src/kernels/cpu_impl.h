@@ -23,7 +23,10 @@ struct thread_scratch {
 	float *wmin;    /* GEMM_ROWS x blocks: Q4_K offsets */
 	uint8_t *wrows; /* GEMM_ROWS rows widened to Q8_0 blocks */
 	float *ystage;  /* Y_STAGE_ROWS outputs of every token, a token's together */
+	float *panel;   /* the packed float GEMM: PANEL_FLOATS (rows, their panel, the outputs) */
 };
+
+#define PANEL_FLOATS (2 * GEMM_PK_ROWS * GEMM_PK_COLS + GEMM_PK_ROWS * GEMM_PK_TOKENS)
 
 /* Outputs of this many weight rows (a cache line of y) are gathered
  * before they are stored, so that each line of y is written once. */

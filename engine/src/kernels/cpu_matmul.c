@@ -302,6 +302,52 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 	}
 }
 
+/* Columns [k0, k0 + kc) of weight row r as floats. */
+static void
+mm_row_segment(const struct cpu_kernels *k, const struct weight *w, int64_t r, int64_t k0, size_t kc, float *out)
+{
+	const uint8_t *row = (const uint8_t *)w->data + r * w->row_bytes;
+
+	if (w->type == TT_F16)
+		k->f16_to_f32((const uint16_t *)row + k0, out, kc);
+	else if (w->type == TT_BF16)
+		k->bf16_to_f32((const uint16_t *)row + k0, out, kc);
+	else
+		memcpy(out, row + k0 * (int64_t)sizeof(float), kc * sizeof(float));
+}
+
+/* The packed float GEMM (cpu_gemm_f32.c): for each pass of up to
+ * GEMM_PK_TOKENS tokens, every GEMM_PK_ROWS rows of the thread's share
+ * are converted and packed a panel of columns at a time, each panel
+ * multiplied with all the pass's tokens, and the rows' outputs stored a
+ * token at a time once the last panel is in. */
+static void
+mm_rows_packed(struct mm_job *j, int64_t r0, int64_t r1)
+{
+	const struct weight *w = j->w;
+	const struct cpu_kernels *k = j->im->k;
+	float *rows = j->im->ts[threadpool_self()].panel, *a = rows + GEMM_PK_ROWS * GEMM_PK_COLS;
+	float *c = a + GEMM_PK_ROWS * GEMM_PK_COLS;
+
+	for (int t0 = 0; t0 < j->n; t0 += GEMM_PK_TOKENS) {
+		int nt = j->n - t0 < GEMM_PK_TOKENS ? j->n - t0 : GEMM_PK_TOKENS;
+		for (int64_t rc = r0; rc < r1; rc += GEMM_PK_ROWS) {
+			int nr = r1 - rc < GEMM_PK_ROWS ? (int)(r1 - rc) : GEMM_PK_ROWS;
+			for (int64_t k0 = 0; k0 < w->cols; k0 += GEMM_PK_COLS) {
+				size_t kc = (size_t)(w->cols - k0 < GEMM_PK_COLS ? w->cols - k0 : GEMM_PK_COLS);
+				for (int r = 0; r < nr; r++)
+					mm_row_segment(k, w, rc + r, k0, kc, rows + (size_t)r * GEMM_PK_COLS);
+				k->pack_f32_panel(rows, GEMM_PK_COLS, nr, kc, a);
+				k->gemm_f32_packed(a, kc, j->x + (int64_t)t0 * w->cols + k0, (size_t)w->cols, nt, c,
+						   k0 > 0);
+			}
+			for (int t = 0; t < nt; t++)
+				memcpy(j->y + (int64_t)(t0 + t) * w->rows + rc, c + (size_t)t * GEMM_PK_ROWS,
+				       (size_t)nr * sizeof(float));
+		}
+	}
+}
+
 static void
 mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 {
@@ -329,6 +375,10 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 		return;
 	}
 
+	if (k->gemm_f32_packed != NULL && (w->type == TT_F16 || w->type == TT_BF16 || w->type == TT_F32)) {
+		mm_rows_packed(j, r0, r1);
+		return;
+	}
 	/* GEMM_F32_ROWS rows at a time as floats in buf, each multiplied with
 	 * every token of the tile: a register tile where the CPU has one */
 	float *stage = j->im->ts[threadpool_self()].ystage; /* as in mm_rows_gemm */
