@@ -32,7 +32,8 @@ pack_f32_panel_avx512(const float *w, size_t ldw, int nr, size_t kc, float *a)
 #pragma GCC unroll 16
 			for (int i = 0; i < 16; i++) {
 				int r = 16 * g + i;
-				v[i] = r < nr ? _mm512_maskz_loadu_ps(m, w + (size_t)r * ldw + k0) : _mm512_setzero_ps();
+				v[i] = r < nr ? _mm512_maskz_loadu_ps(m, w + (size_t)r * ldw + k0)
+					      : _mm512_setzero_ps();
 			}
 			transpose16(v);
 			for (size_t i = 0; i < 16 && k0 + i < kc; i++)
@@ -43,28 +44,28 @@ pack_f32_panel_avx512(const float *w, size_t ldw, int nr, size_t kc, float *a)
 
 /* c[t * GEMM_PK_ROWS + r] (+)= sum over k < kc of a[k][r] * x[t][k], for
  * the 48 rows and NT tokens. */
-#define PACKED_KERNEL(NT)                                                                                        \
-	AVX512 static void gemm_packed##NT(const float *a, size_t kc, const float *x, size_t ldx, float *c,      \
-					   int add)                                                              \
-	{                                                                                                        \
-		__m512 acc[3][NT];                                                                               \
-		_Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) _Pragma("GCC unroll 3") for (int v = 0;    \
-												 v < 3; v++)    \
-			acc[v][t] = add ? _mm512_loadu_ps(c + t * GEMM_PK_ROWS + 16 * v) : _mm512_setzero_ps(); \
-		for (size_t k = 0; k < kc; k++) {                                                                \
-			__m512 a0 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS), a1 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS + 16), \
-			       a2 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS + 32);                                  \
-			_Pragma("GCC unroll 8") for (int t = 0; t < NT; t++)                                   \
-			{                                                                                        \
-				__m512 b = _mm512_set1_ps(x[t * ldx + k]);                                       \
-				acc[0][t] = _mm512_fmadd_ps(a0, b, acc[0][t]);                                   \
-				acc[1][t] = _mm512_fmadd_ps(a1, b, acc[1][t]);                                   \
-				acc[2][t] = _mm512_fmadd_ps(a2, b, acc[2][t]);                                   \
-			}                                                                                        \
-		}                                                                                                \
-		_Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) _Pragma("GCC unroll 3") for (int v = 0;    \
-												 v < 3; v++)    \
-			_mm512_storeu_ps(c + t * GEMM_PK_ROWS + 16 * v, acc[v][t]);                              \
+#define PACKED_KERNEL(NT)                                                                                              \
+	AVX512 static void gemm_packed##NT(const float *a, size_t kc, const float *x, size_t ldx, float *c, int add)   \
+	{                                                                                                              \
+		__m512 acc[3][NT];                                                                                     \
+		_Pragma("GCC unroll 8") for (int t = 0; t < NT; t++)                                                   \
+			_Pragma("GCC unroll 3") for (int v = 0; v < 3; v++) acc[v][t] =                                \
+				add ? _mm512_loadu_ps(c + t * GEMM_PK_ROWS + 16 * v) : _mm512_setzero_ps();            \
+		for (size_t k = 0; k < kc; k++) {                                                                      \
+			__m512 a0 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS),                                             \
+			       a1 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS + 16),                                        \
+			       a2 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS + 32);                                        \
+			_Pragma("GCC unroll 8") for (int t = 0; t < NT; t++)                                           \
+			{                                                                                              \
+				__m512 b = _mm512_set1_ps(x[t * ldx + k]);                                             \
+				acc[0][t] = _mm512_fmadd_ps(a0, b, acc[0][t]);                                         \
+				acc[1][t] = _mm512_fmadd_ps(a1, b, acc[1][t]);                                         \
+				acc[2][t] = _mm512_fmadd_ps(a2, b, acc[2][t]);                                         \
+			}                                                                                              \
+		}                                                                                                      \
+		_Pragma("GCC unroll 8") for (int t = 0; t < NT; t++)                                                   \
+			_Pragma("GCC unroll 3") for (int v = 0; v < 3; v++)                                            \
+				_mm512_storeu_ps(c + t * GEMM_PK_ROWS + 16 * v, acc[v][t]);                            \
 	}
 PACKED_KERNEL(8)
 PACKED_KERNEL(1)
