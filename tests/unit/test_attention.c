@@ -50,8 +50,9 @@ reference(const uint16_t *kc, const uint16_t *vc, size_t stride, const int32_t *
 	}
 }
 
+/* mode: 0 (decode's scores kernel) or ATT_PROMPT (the prompt's) */
 static void
-test_attend(const struct cpu_kernels *k)
+test_attend(const struct cpu_kernels *k, unsigned mode)
 {
 	enum { ROWS = 128, KV_HEADS = 2, PAD = 3 };
 	static const int lens[] = { 1, 5, 16, 17, 33, MAX_POS };
@@ -85,7 +86,8 @@ test_attend(const struct cpu_kernels *k)
 						q[i] = rnd(&seed) * 3;
 						out[i] = NAN;
 					}
-					cpu_attend_f16(k, &kv, len, nt, q, qs, nh, hd, (int)(c & 1), out);
+					cpu_attend_f16(k, &kv, len, nt, q, qs, nh, hd,
+						       mode | (c & 1 ? ATT_PREFETCH : 0), out);
 					for (int t = 0; t < nt; t++) {
 						for (int g = 0; g < nh; g++) {
 							const float *o = out + t * qs + (size_t)g * hd;
@@ -104,8 +106,8 @@ test_attend(const struct cpu_kernels *k)
 					if (nt == ATT_ROWS_MAX / nh)
 						break;
 				}
-	CHECK(bad == 0, "%s attention over %d shapes: %d values off the reference (worst %.2e)", k->name, runs, bad,
-	      worst);
+	CHECK(bad == 0, "%s %s attention over %d shapes: %d values off the reference (worst %.2e)", k->name,
+	      mode ? "prompt" : "decode", runs, bad, worst);
 }
 
 static void
@@ -153,11 +155,12 @@ main(void)
 	const struct cpu_kernels *best = cpu_kernels_get();
 
 	test_small_kernels(best);
-	test_attend(best);
-	test_attend(cpu_kernels_scalar());
+	test_attend(best, 0);
+	test_attend(best, ATT_PROMPT);
+	test_attend(cpu_kernels_scalar(), 0);
 	if (strcmp(best->name, "avx512-vnni") == 0) {
 		test_small_kernels(cpu_kernels_avx2());
-		test_attend(cpu_kernels_avx2());
+		test_attend(cpu_kernels_avx2(), 0);
 	}
 	return test_summary();
 }

@@ -359,10 +359,10 @@ softmax_step(const struct cpu_kernels *k, float *s, int seen, int nc, float *m, 
 
 /* s[r][i] = scale * row r of qh . K row kr[i], i < nc. */
 static void
-chunk_scores(const struct cpu_kernels *k, int fast, const uint16_t *const *kr, int nc, const float *qh, int nr, int hd,
-	     float scale, float s[][ATT_CHUNK])
+chunk_scores(const struct cpu_kernels *k, int fast, int prompt, const uint16_t *const *kr, int nc, const float *qh,
+	     int nr, int hd, float scale, float s[][ATT_CHUNK])
 {
-	if (fast && nr >= 8 && k->att_scores_rows_f16 != NULL)
+	if (fast && prompt && k->att_scores_rows_f16 != NULL)
 		k->att_scores_rows_f16(kr, nc, qh, nr, hd, scale, &s[0][0]);
 	else if (fast)
 		k->att_scores_f16(kr, nc, qh, nr, hd, scale, &s[0][0]);
@@ -392,7 +392,7 @@ chunk_values(const struct cpu_kernels *k, int fast, const uint16_t *const *vr, i
 
 void
 cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, int nt, const float *q, size_t stride,
-	       int nh, int hd, int prefetch, float *out)
+	       int nh, int hd, unsigned flags, float *out)
 {
 	float qh[ATT_ROWS_MAX * ATT_HEAD_DIM_MAX], o[ATT_ROWS_MAX * ATT_HEAD_DIM_MAX], s[ATT_ROWS_MAX][ATT_CHUNK];
 	float m[ATT_ROWS_MAX], l[ATT_ROWS_MAX], c[ATT_ROWS_MAX], scale = 1.0f / sqrtf((float)hd);
@@ -426,14 +426,14 @@ cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, i
 		 * the hardware prefetcher does not follow, so in decode each
 		 * position was a miss.  Ask for the next chunk's rows while this
 		 * one computes (in prefill the other tokens have brought them). */
-		for (int i = 0; prefetch && i < ATT_CHUNK && p0 + ATT_CHUNK + i < end; i++) {
+		for (int i = 0; (flags & ATT_PREFETCH) && i < ATT_CHUNK && p0 + ATT_CHUNK + i < end; i++) {
 			size_t row = kv_row(kv, p0 + ATT_CHUNK + i);
 			for (size_t off = 0; off < (size_t)hd * sizeof(uint16_t); off += 64) {
 				__builtin_prefetch((const char *)(kv->k + row * kv->stride) + off);
 				__builtin_prefetch((const char *)(kv->v + row * kv->stride) + off);
 			}
 		}
-		chunk_scores(k, fast, kr, nc, qh, nr, hd, scale, s);
+		chunk_scores(k, fast, (flags & ATT_PROMPT) != 0, kr, nc, qh, nr, hd, scale, s);
 		for (int r = 0; r < nr; r++) { /* token r / nh sees positions up to len + r / nh - 1 */
 			int n = len + r / nh - p0;
 			seen[r] = n < nc ? n : nc;

@@ -176,8 +176,9 @@ att_worker(void *arg, int ith, int nth)
 			struct kv_view kv = { j->k + (size_t)kvh * hd, j->v + (size_t)kvh * hd, (size_t)im->kv_dim,
 					      b->table[t], im->block_shift };
 			/* a decode batch: each sequence's rows are read by one token */
-			cpu_attend_f16(im->k, &kv, b->pos[t] + 1, nt, j->q + at, stride, hpi, hd,
-				       b->n <= ATT_PREFETCH_TOKENS, j->out + at);
+			unsigned flags =
+				(b->n <= ATT_PREFETCH_TOKENS ? ATT_PREFETCH : 0) | (j->tile > 1 ? ATT_PROMPT : 0);
+			cpu_attend_f16(im->k, &kv, b->pos[t] + 1, nt, j->q + at, stride, hpi, hd, flags, j->out + at);
 		}
 	}
 }

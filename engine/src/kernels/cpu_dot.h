@@ -154,7 +154,8 @@ struct cpu_kernels {
 			       float *s);
 	void (*att_pv_f16)(const uint16_t *const *vr, int nc, const float *s, const float *c, int nh, int hd,
 			   float *out);
-	/* scores again, for 8 rows or more (NULL where there is none) */
+	/* scores again, for prompts: the chunk transposed once, no sums
+	 * across lanes (NULL where there is none) */
 	void (*att_scores_rows_f16)(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,
 				    float *s);
 	/* The online softmax step over a chunk's scores (NULL: in C): row r
@@ -270,10 +271,15 @@ struct kv_view {
  * prompt's tokens share the reads and conversions of the cache the way
  * one token's heads do.  nh <= ATT_HEADS_MAX, nt * nh <= ATT_ROWS_MAX,
  * hd <= ATT_HEAD_DIM_MAX, len >= 1.
- * prefetch: ask for the cache rows a chunk ahead (decode, where no other
- * token of the batch reads them). */
+ * flags: ATT_PREFETCH asks for the cache rows a chunk ahead (decode,
+ * where no other token of the batch reads them); ATT_PROMPT takes the
+ * scores kernel for many rows even for a run of one token, so that in a
+ * prompt batch a row's result does not depend on how the batch was cut
+ * (a prefix in the cache gives the logits of a full run). */
+#define ATT_PREFETCH 1u
+#define ATT_PROMPT 2u
 void cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, int nt, const float *q,
-		    size_t stride, int nh, int hd, int prefetch, float *out);
+		    size_t stride, int nh, int hd, unsigned flags, float *out);
 
 /* The best kernels this CPU runs (never NULL). */
 const struct cpu_kernels *cpu_kernels_get(void);
