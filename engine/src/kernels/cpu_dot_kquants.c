@@ -219,7 +219,8 @@ dot_q6_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
 			_mm256_storeu_ps(dd, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(f16c_load(b)), scf), xd));     \
 			mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(f16c_load(b + 2)), mnf),                   \
 					       _mm256_mul_ps(xd, xs), mins);                                           \
-			for (int p = 0; p < 4; p++) {                                                                  \
+			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
+			{                                                                                              \
 				__m256i raw =                                                                          \
 					_mm256_loadu_si256((const __m256i *)(b + (five_bits ? 48 : 16) + 32 * p));     \
 				__m256i hq = _mm256_srli_epi16(hb, 2 * p); /* Q5_K's fifth bits of 2p, 2p+1 */         \
@@ -326,23 +327,33 @@ DEFINE_KQUANT_DOTS(avx512, AVX512, U8I8_VNNI)
 				_mm256_slli_epi32(_mm256_madd_epi16(sc16,                                              \
 								    _mm256_loadu_si256((const __m256i *)x->bsum)),     \
 						  5);                                                                  \
-			__m256i dots = _mm256_setzero_si256();                                                         \
-			for (int h = 0; h < 2; h++) {                                                                  \
+			/* four chains: one would wait on vpdpwssd's latency 8 times */                                \
+			__m256i dots[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),    \
+					    _mm256_setzero_si256() };                                                  \
+			_Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)                                            \
+			{                                                                                              \
 				const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;                                \
 				/* the half's eight scales in both 128-bit lanes */                                    \
 				__m256i sch = h ? _mm256_permute4x64_epi64(sc16, 0xee)                                 \
 						: _mm256_permute4x64_epi64(sc16, 0x44);                                \
 				__m256i v[4];                                                                          \
 				Q6_UNPACK_HALF(ql, qh, low, three, v);                                                 \
-				for (int k = 0; k < 4; k++) {                                                          \
+				_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)                                    \
+				{                                                                                      \
 					__m256i xq = _mm256_loadu_si256((const __m256i *)(x->q + 128 * h + 32 * k));   \
 					/* pairs of 0..63 times -127..127: within int16 */                             \
 					__m256i p16 = _mm256_maddubs_epi16(v[k], xq);                                  \
-					dots = MADD16(dots, p16, _mm256_shuffle_epi8(sch, pick[k]));                   \
+					dots[k] = MADD16(dots[k], p16, _mm256_shuffle_epi8(sch, pick[k]));             \
 				}                                                                                      \
 			}                                                                                              \
 			acc = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b + 208) * x->d),                               \
-					      _mm256_cvtepi32_ps(_mm256_sub_epi32(dots, off)), acc);                   \
+					      _mm256_cvtepi32_ps(                                                      \
+						      _mm256_sub_epi32(_mm256_add_epi32(_mm256_add_epi32(dots[0],      \
+													 dots[1]),     \
+											_mm256_add_epi32(dots[2],      \
+													 dots[3])),    \
+								       off)),                                          \
+					      acc);                                                                    \
 		}                                                                                                      \
 		return hsum256(acc);                                                                                   \
 	}
