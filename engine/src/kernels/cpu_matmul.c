@@ -224,6 +224,14 @@ half_dot(uint32_t type, int n)
 	return (type == TT_F16 || type == TT_BF16) && n <= 2;
 }
 
+/* Float weights through the packed GEMM (cpu_gemm_f32.c): from one full
+ * 8-token tile, below which packing a panel costs more than it saves. */
+static int
+packed_f32(const struct cpu_kernels *k, uint32_t type, int n)
+{
+	return k->gemm_f32_packed != NULL && n >= 8 && (type == TT_F16 || type == TT_BF16 || type == TT_F32);
+}
+
 /* How a matrix of `type` is multiplied by n tokens with kernels k: the one
  * decision cpu_matmul() acts on and compute_cpu_path() reports. */
 static void
@@ -375,7 +383,7 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 		return;
 	}
 
-	if (k->gemm_f32_packed != NULL && (w->type == TT_F16 || w->type == TT_BF16 || w->type == TT_F32)) {
+	if (packed_f32(k, w->type, j->n)) {
 		mm_rows_packed(j, r0, r1);
 		return;
 	}
@@ -702,6 +710,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return "bfloat16 dot (vdpbf16ps), activations rounded to bfloat16";
 	if (half_dot(type, n_tokens))
 		return "fused half-to-float dot";
+	if (packed_f32(k, type, n_tokens))
+		return "float GEMM on packed 48-row panels, 8-token tiles";
 	/* a pass narrower than the tile takes the tile's edge: the dot */
 	int tile = k->gemm_f32 != NULL && n_tokens >= GEMM_F32_TOKENS;
 	if (type == TT_F32)
