@@ -224,12 +224,14 @@ half_dot(uint32_t type, int n)
 	return (type == TT_F16 || type == TT_BF16) && n <= 2;
 }
 
-/* Float weights through the packed GEMM (cpu_gemm_f32.c): from one full
- * 8-token tile, below which packing a panel costs more than it saves. */
+/* Float weights through the packed GEMM (cpu_gemm_f32.c) wherever decode
+ * does not take the dot (3 tokens and more, as half_dot): one path for
+ * every prompt, so a token's logits do not depend on how many tokens its
+ * batch had (test_paged reruns a prefix in a batch of 6 against one of 34). */
 static int
 packed_f32(const struct cpu_kernels *k, uint32_t type, int n)
 {
-	return k->gemm_f32_packed != NULL && n >= 8 && (type == TT_F16 || type == TT_BF16 || type == TT_F32);
+	return k->gemm_f32_packed != NULL && n > 2 && (type == TT_F16 || type == TT_BF16 || type == TT_F32);
 }
 
 /* How a matrix of `type` is multiplied by n tokens with kernels k: the one
