@@ -354,11 +354,12 @@ check_batch_vs_single(const char *dir, uint32_t type, double tol_ref)
 		}
 		/* not bit-equal: a different summation order can flip the int8
 		 * rounding of a later activation; a wrong kernel is off by >1e-1.
-		 * Q6_K decode quantizes activations in blocks of 256 (Q8_K, as
+		 * K-quant decode quantizes activations in blocks of 256 (Q8_K, as
 		 * llama.cpp does), prefill in blocks of 32: the two paths differ
-		 * by 1.0e-2 where they differed by 2.2e-3, while each stays
-		 * 3.4e-2 from the f16 reference (checked below for both) */
-		double tol_paths = type == TT_Q6_K ? 2e-2 : 1e-2;
+		 * by about 1e-2 (Q6_K 1.0e-2 where it was 2.2e-3, Q4_K 1.1e-2
+		 * where it was 4.2e-3), while each stays as far from the f16
+		 * reference as before (checked below for both) */
+		double tol_paths = type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K ? 2e-2 : 1e-2;
 		CHECK(sqrt(d / g) <= tol_paths, "%s: batched vs token-by-token logits differ by %.3g",
 		      tensor_type_name(type), sqrt(d / g));
 		CHECK(sqrt(e / g) <= tol_ref, "%s: %.3g from the f16 reference", tensor_type_name(type), sqrt(e / g));

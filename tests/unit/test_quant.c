@@ -423,6 +423,119 @@ test_q8k(const struct cpu_kernels *simd)
 	      simd->name, v, exact);
 }
 
+/* Q4_K and Q5_K decode on Q8_K activations: the dot equals the float
+ * dot of the dequantized operands, scalar and SIMD, on ordinary rows and
+ * on a block at the extremes (every q and 6-bit scale and min at its
+ * largest, activations at +-127), where an int16 step of the SIMD sum
+ * would overflow if its bound were wrong. */
+static void
+test_k45_q8k(const struct cpu_kernels *simd)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { N = 2048 };
+	static float x[N], w[N], wf[N], xf[N];
+	static uint8_t wq[N / 256 * 176];
+	static struct block_q8k xr[N / 256];
+
+	for (int i = 0; i < N; i++) {
+		x[i] = sinf((float)i * 0.37f) * (i / 256 == 3 ? 40.0f : 3.0f);
+		w[i] = cosf((float)i * 0.11f) + 0.3f * sinf((float)i * 0.05f);
+	}
+	ref->quantize_q8k(x, xr, N);
+	for (int i = 0; i < N; i++)
+		xf[i] = xr[i / 256].d * xr[i / 256].q[i % 256];
+	for (int five = 0; five < 2; five++) {
+		uint32_t type = five ? TT_Q5_K : TT_Q4_K;
+		float (*fr)(const void *, const struct block_q8k *, size_t) =
+			five ? ref->dot_q5_k_q8k : ref->dot_q4_k_q8k;
+		float (*fs)(const void *, const struct block_q8k *, size_t) =
+			five ? simd->dot_q5_k_q8k : simd->dot_q4_k_q8k;
+		tensor_quantize_row(type, w, wq, N);
+		tensor_dequantize_row(type, wq, wf, N);
+		float want = ref->dot_f32(wf, xf, N), r = fr(wq, xr, N / 256), v = fs(wq, xr, N / 256);
+		CHECK(fabsf(r - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s x Q8_K scalar dot %g vs float %g",
+		      tensor_type_name(type), r, want);
+		CHECK(fabsf(v - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s x Q8_K %s dot %g vs float %g",
+		      tensor_type_name(type), simd->name, v, want);
+		/* the extremes: q = 15 (31), scales and mins 63, d = dmin = 1 */
+		uint8_t blk[176];
+		struct block_q8k xe;
+		uint16_t one = f32_to_fp16(1.0f);
+		memset(blk, 0xff, sizeof(blk));
+		memcpy(blk, &one, 2);
+		memcpy(blk + 2, &one, 2);
+		xe.d = 1.0f;
+		for (int l = 0; l < 256; l++)
+			xe.q[l] = (int8_t)((l / 48) % 2 ? -127 : 127);
+		for (int j = 0; j < 16; j++) {
+			int sum = 0;
+			for (int l = 0; l < 16; l++)
+				sum += xe.q[16 * j + l];
+			xe.bsum[j] = (int16_t)sum;
+		}
+		double exact = 0;
+		float wblk[256];
+		tensor_dequantize_row(type, blk, wblk, 256);
+		for (int l = 0; l < 256; l++)
+			exact += (double)wblk[l] * xe.q[l];
+		r = fr(blk, &xe, 1);
+		v = fs(blk, &xe, 1);
+		CHECK(fabs(r - exact) <= 1e-6 * fabs(exact) && fabs(v - exact) <= 1e-6 * fabs(exact),
+		      "%s x Q8_K at the extremes: scalar %g, %s %g, exact %g", tensor_type_name(type), r, simd->name, v,
+		      exact);
+	}
+}
+
+/* Q4_K repacked 8 rows to a group: rows read back are the file's, and the
+ * group dot (SIMD and scalar) equals each row's dot on Q8_K activations;
+ * 16 rows of 2 super-blocks, repacked in two calls as threads do it. */
+static void
+test_q4_kx8(const struct cpu_kernels *k)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { ROWS = 16, COLS = 512, NSB = COLS / 256 };
+	static float w[ROWS * COLS], x[COLS];
+	static uint8_t wq[ROWS * NSB * 144], packed[ROWS * NSB * 144], again[ROWS * NSB * 144];
+	static struct block_q8k xk[NSB];
+	int bad = 0, bad_row = 0;
+
+	if (k->gemv_q4_kx8 == NULL) {
+		SKIP("%s: no repacked Q4_K kernels", k->name);
+		return;
+	}
+	for (int i = 0; i < ROWS * COLS; i++)
+		w[i] = sinf((float)i * 0.71f) * (1 + (float)(i % 7)) + 0.5f * cosf((float)i * 0.013f);
+	for (int i = 0; i < COLS; i++)
+		x[i] = cosf((float)i * 0.3f) * 2;
+	tensor_quantize_row(TT_Q4_K, w, wq, ROWS * COLS);
+	ref->quantize_q8k(x, xk, COLS);
+	q4_kx8_repack(wq, NSB * 144, 0, 1, NSB, packed);
+	q4_kx8_repack(wq, NSB * 144, 1, ROWS / 8, NSB, packed);
+	CHECK(memcmp(wq, packed, sizeof(wq)) != 0, "the repacked Q4_K layout differs from the file's");
+	k->repack_q4_kx8(wq, NSB * 144, 1, ROWS / 8, NSB, again);
+	k->repack_q4_kx8(wq, NSB * 144, 0, 1, NSB, again);
+	CHECK(memcmp(again, packed, sizeof(again)) == 0, "%s repack_q4_kx8 equals the scalar repack", k->name);
+	for (int r = 0; r < ROWS; r++) {
+		float row[COLS], deq[COLS];
+		q4_kx8_dequantize_row(packed + (size_t)(r / 8) * NSB * Q4_KX8_BLOCK, NSB, r % 8, row);
+		tensor_dequantize_row(TT_Q4_K, wq + (size_t)r * NSB * 144, deq, COLS);
+		bad_row += memcmp(row, deq, sizeof(row)) != 0;
+	}
+	CHECK(bad_row == 0, "Q4_K rows read back from the repacked groups are the file's rows (%d differ)", bad_row);
+	for (int g = 0; g < ROWS / 8; g++) {
+		const uint8_t *grp = packed + (size_t)g * NSB * Q4_KX8_BLOCK;
+		float y[8], ys[8];
+		k->gemv_q4_kx8(grp, xk, NSB, y);
+		gemv_q4_kx8_scalar(grp, xk, NSB, ys);
+		for (int r = 0; r < 8; r++) {
+			float d = ref->dot_q4_k_q8k(wq + (size_t)(8 * g + r) * NSB * 144, xk, NSB);
+			bad += fabsf(y[r] - d) > 1e-5f * fabsf(d) + 1e-4f ||
+			       fabsf(ys[r] - d) > 1e-5f * fabsf(d) + 1e-4f;
+		}
+	}
+	CHECK(bad == 0, "%s gemv_q4_kx8 (and scalar) equal the per-row dot: %d of %d off", k->name, bad, ROWS);
+}
+
 /* The float register tile against the scalar dot on odd shapes: a full
  * tile, fewer rows, fewer tokens, one of each, and lengths that are not a
  * multiple of the vector width (the masked tail). */
@@ -671,8 +784,13 @@ main(void)
 	test_gemm_f32(best);
 	test_gemm_bf16(best);
 	test_q4_0x8(best);
-	if (strcmp(best->name, "avx512-vnni") == 0)
+	test_k45_q8k(best);
+	test_q4_kx8(best);
+	if (strcmp(best->name, "avx512-vnni") == 0) {
 		test_q4_0x8(cpu_kernels_avx2());
+		test_k45_q8k(cpu_kernels_avx2());
+		test_q4_kx8(cpu_kernels_avx2());
+	}
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());
 	if (strcmp(best->name, "scalar") == 0)

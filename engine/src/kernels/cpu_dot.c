@@ -157,6 +157,10 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL, /* the row-tile float GEMM */
 	NULL,
+	dot_q4_k_q8k_scalar,
+	dot_q5_k_q8k_scalar,
+	NULL, /* no Q4_K repack: the file's layout */
+	q4_kx8_repack,
 };
 
 void
@@ -408,6 +412,10 @@ static struct cpu_kernels k_avx2 = {
 	NULL,
 	NULL, /* the row-tile float GEMM */
 	NULL,
+	NULL, /* filled in by cpu_kernels_get */
+	NULL,
+	gemv_q4_kx8_avx2,
+	q4_kx8_repack_avx2,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -820,6 +828,10 @@ static struct cpu_kernels k_avx512 = {
 	att_softmax_avx512,
 	pack_f32_panel_avx512,
 	gemm_f32_packed_avx512,
+	NULL, /* filled in by cpu_kernels_get */
+	NULL,
+	gemv_q4_kx8_avx512,
+	q4_kx8_repack_avx2,
 };
 #endif
 
@@ -889,6 +901,10 @@ cpu_kernels_get(void)
 	k_avx512.dot_q6_k = dot_q6_k_simd(1);
 	k_avx2.dot_q6_k_q8k = dot_q6_k_q8k_simd(0);
 	k_avx512.dot_q6_k_q8k = dot_q6_k_q8k_simd(1);
+	k_avx2.dot_q4_k_q8k = dot_q4_k_q8k_simd(0);
+	k_avx512.dot_q4_k_q8k = dot_q4_k_q8k_simd(1);
+	k_avx2.dot_q5_k_q8k = dot_q5_k_q8k_simd(0);
+	k_avx512.dot_q5_k_q8k = dot_q5_k_q8k_simd(1);
 	if (avx512)
 		return &k_avx512;
 	if (avx2)

@@ -170,6 +170,14 @@ struct cpu_kernels {
 	 * of a[k * GEMM_PK_ROWS + r] * x[t * ldx + k], t < nt. */
 	void (*pack_f32_panel)(const float *w, size_t ldw, int nr, size_t kc, float *a);
 	void (*gemm_f32_packed)(const float *a, size_t kc, const float *x, size_t ldx, int nt, float *c, int add);
+	/* Q4_K and Q5_K decode on Q8_K activations, as dot_q6_k_q8k */
+	float (*dot_q4_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
+	float (*dot_q5_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
+	/* Q4_K repacked 8 rows to a group (cpu_q4_kx8.c), NULL (no repack)
+	 * where there is no SIMD kernel: y[r] = row r . x for the group's 8
+	 * rows of nsb super-blocks */
+	void (*gemv_q4_kx8)(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
+	void (*repack_q4_kx8)(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -190,6 +198,10 @@ float (*dot_q6_k_simd(int avx512))(const void *, const struct block_q8 *, size_t
 void quantize_q8k_scalar(const float *x, struct block_q8k *out, size_t n);
 float dot_q6_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
 float (*dot_q6_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
+float dot_q4_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
+float dot_q5_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
+float (*dot_q4_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
+float (*dot_q5_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
 #if defined(__x86_64__)
 void quantize_q8k_avx2(const float *x, struct block_q8k *out, size_t n);
 #endif
@@ -217,6 +229,20 @@ void widen_q4_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst
 void gemv_q4_0x8_avx2(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
 void gemv_q4_0x8_avx512(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
 void widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums);
+#endif
+
+/* cpu_q4_kx8.c: bytes per super-block of an 8-row group (8 x 144) */
+#define Q4_KX8_BLOCK 1152
+/* as the Q4_0 ones; unpack: row r of a group's super-block back to the
+ * file's 144 bytes */
+void q4_kx8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+void q4_kx8_unpack(const uint8_t *grp, int r, uint8_t *blk);
+void q4_kx8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out);
+void gemv_q4_kx8_scalar(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
+#if defined(__x86_64__)
+void gemv_q4_kx8_avx2(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
+void gemv_q4_kx8_avx512(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
+void q4_kx8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 #endif
 
 /* cpu_widen.c */

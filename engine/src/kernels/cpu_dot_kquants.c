@@ -153,6 +153,49 @@ dot_q6_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
 	return s;
 }
 
+/* Q4_K (Q5_K with five_bits) against Q8_K activations: each super-block
+ * summed in integers, sc_j * sum(q * x) and m_j * sum(x) over its eight
+ * sub-blocks, then scaled once by d and dmin. */
+static float
+dot_k45_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb, int five_bits)
+{
+	const uint8_t *b = w;
+	float s = 0.0f;
+
+	for (size_t i = 0; i < nsb; i++, b += five_bits ? 176 : 144, x++) {
+		const uint8_t *qh = b + 16, *q = b + (five_bits ? 48 : 16);
+		int32_t acc = 0, macc = 0;
+		for (int j = 0; j < 8; j++) {
+			int sc, m;
+			k4_scale_min(j, b + 4, &sc, &m);
+			const uint8_t *qq = q + 32 * (j / 2);
+			int32_t dot = 0;
+			for (int l = 0; l < 32; l++) {
+				int v = (j & 1) ? (qq[l] >> 4) : (qq[l] & 0xf);
+				if (five_bits)
+					v |= ((qh[l] >> j) & 1) << 4;
+				dot += v * x->q[32 * j + l];
+			}
+			acc += sc * dot;
+			macc += m * (x->bsum[2 * j] + x->bsum[2 * j + 1]);
+		}
+		s += x->d * (f16(b) * (float)acc - f16(b + 2) * (float)macc);
+	}
+	return s;
+}
+
+float
+dot_q4_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
+{
+	return dot_k45_q8k_scalar(w, x, nsb, 0);
+}
+
+float
+dot_q5_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
+{
+	return dot_k45_q8k_scalar(w, x, nsb, 1);
+}
+
 #if defined(__x86_64__)
 #include "cpu_x86.h"
 
@@ -360,6 +403,102 @@ DEFINE_KQUANT_DOTS(avx512, AVX512, U8I8_VNNI)
 
 DEFINE_Q6K_Q8K_DOT(avx2, AVX2, MADD16_AVX2)
 DEFINE_Q6K_Q8K_DOT(avx512, AVX512, MADD16_VNNI)
+
+/* The twelve bytes of a Q4_K/Q5_K super-block's 6-bit scales and mins
+ * (k4_scale_min) unpacked in a vector: bytes 0-7 the scales, 8-15 the
+ * mins.  Reads 16 bytes from p: the 4 after are the block's quants. */
+AVX2 static inline __m128i
+k4_scales_mins(const uint8_t *p)
+{
+	__m128i v = _mm_loadu_si128((const __m128i *)p);           /* words u0 u1 u2 */
+	__m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x3f));        /* sc0-3, m0-3 */
+	__m128i t = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 2, 2)); /* u2 u2 u0 u1 */
+	/* low four bits of sc4-7 and m4-7 from u2, top two from u0 and u1 */
+	__m128i hi4 = _mm_and_si128(_mm_srlv_epi32(t, _mm_setr_epi32(0, 4, 0, 0)), _mm_set1_epi8(0x0f));
+	__m128i top = _mm_and_si128(_mm_srli_epi32(t, 2), _mm_set1_epi8(0x30));
+	__m128i hi = _mm_or_si128(hi4, _mm_shuffle_epi32(top, _MM_SHUFFLE(3, 2, 3, 2)));
+	return _mm_unpacklo_epi32(lo, hi); /* sc0-3 sc4-7 m0-3 m4-7 */
+}
+
+/* Q4_K and Q5_K against Q8_K activations: per sub-block one vpmaddubsw
+ * (q * x in pairs, within int16: 31 * 127 * 2) and one vpdpwssd with its
+ * scale, where the 32-value dot converted and scaled every sub-block in
+ * float (compute-bound at about 17 GB/s a core here); the mins come from
+ * the activations' 16-value sums, one vpmaddwd a super-block. */
+#define DEFINE_K45_Q8K_DOT(SUFFIX, TARGET, MADD16)                                                                     \
+	TARGET static inline                                                                                           \
+		__attribute__((always_inline)) float dot_k45_q8k_##SUFFIX(const void *w, const struct block_q8k *x,    \
+									  size_t nsb, int five_bits)                   \
+	{                                                                                                              \
+		const uint8_t *b = w;                                                                                  \
+		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
+		const __m256i low = _mm256_set1_epi8(0xf), one = _mm256_set1_epi8(1);                                  \
+		for (size_t i = 0; i < nsb; i++, b += five_bits ? 176 : 144, x++) {                                    \
+			KQ_PREFETCH(b, 176);                                                                           \
+			__m128i smv = k4_scales_mins(b + 4);                                                           \
+			/* m_j twice, against the sums of values 16(2j).. and 16(2j+1).. */                            \
+			__m256i mdot = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(smv, smv)),            \
+							 _mm256_loadu_si256((const __m256i *)x->bsum));                \
+			/* the scales as int16 in both 128-bit lanes, for vpshufb */                                   \
+			__m256i sc = _mm256_permute4x64_epi64(_mm256_cvtepu8_epi16(smv), 0x44);                        \
+			__m256i hb =                                                                                   \
+				five_bits ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();    \
+			/* four chains: one would wait on vpdpwssd's latency 8 times */                                \
+			__m256i dots[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),    \
+					    _mm256_setzero_si256() };                                                  \
+			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
+			{                                                                                              \
+				__m256i raw =                                                                          \
+					_mm256_loadu_si256((const __m256i *)(b + (five_bits ? 48 : 16) + 32 * p));     \
+				__m256i hq = _mm256_srli_epi16(hb, 2 * p); /* Q5_K's fifth bits of 2p, 2p+1 */         \
+				__m256i q0 = _mm256_or_si256(_mm256_and_si256(raw, low),                               \
+							     _mm256_slli_epi16(_mm256_and_si256(hq, one), 4));         \
+				__m256i q1 =                                                                           \
+					_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low),              \
+							_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hq, 1),   \
+											   one),                       \
+									  4));                                         \
+				/* int16 scale 2p, then 2p+1, in every lane */                                         \
+				__m256i s0 = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0100 + 0x0404 * p))); \
+				__m256i s1 = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0302 + 0x0404 * p))); \
+				__m256i p0 =                                                                           \
+					_mm256_maddubs_epi16(q0,                                                       \
+							     _mm256_loadu_si256((const __m256i *)(x->q + 64 * p)));    \
+				__m256i p1 = _mm256_maddubs_epi16(q1, _mm256_loadu_si256(                              \
+									      (const __m256i *)(x->q + 64 * p + 32))); \
+				dots[p] = MADD16(MADD16(dots[p], p0, s0), p1, s1);                                     \
+			}                                                                                              \
+			__m256i dot = _mm256_add_epi32(_mm256_add_epi32(dots[0], dots[1]),                             \
+						       _mm256_add_epi32(dots[2], dots[3]));                            \
+			acc = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b) * x->d), _mm256_cvtepi32_ps(dot), acc);      \
+			mins = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b + 2) * x->d), _mm256_cvtepi32_ps(mdot),      \
+					       mins);                                                                  \
+		}                                                                                                      \
+		return hsum256(_mm256_sub_ps(acc, mins));                                                              \
+	}                                                                                                              \
+                                                                                                                       \
+	TARGET static float dot_q4_k_q8k_##SUFFIX(const void *w, const struct block_q8k *x, size_t nsb)                \
+	{                                                                                                              \
+		return dot_k45_q8k_##SUFFIX(w, x, nsb, 0);                                                             \
+	}                                                                                                              \
+                                                                                                                       \
+	TARGET static float dot_q5_k_q8k_##SUFFIX(const void *w, const struct block_q8k *x, size_t nsb)                \
+	{                                                                                                              \
+		return dot_k45_q8k_##SUFFIX(w, x, nsb, 1);                                                             \
+	}
+
+DEFINE_K45_Q8K_DOT(avx2, AVX2, MADD16_AVX2)
+DEFINE_K45_Q8K_DOT(avx512, AVX512, MADD16_VNNI)
+
+float (*dot_q4_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t)
+{
+	return avx512 ? dot_q4_k_q8k_avx512 : dot_q4_k_q8k_avx2;
+}
+
+float (*dot_q5_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t)
+{
+	return avx512 ? dot_q5_k_q8k_avx512 : dot_q5_k_q8k_avx2;
+}
 
 float (*dot_q6_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t)
 {

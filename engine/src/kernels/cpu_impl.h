@@ -40,7 +40,7 @@ struct cpu_impl {
 	int ystage_tokens;         /* tokens each ts[i].ystage holds */
 	struct block_q8 *xq;       /* quantized activations */
 	size_t xq_len;
-	struct block_q8k *xk; /* the same in 256-value blocks (Q6_K decode), grown on first use */
+	struct block_q8k *xk; /* the same in 256-value blocks (k-quant decode), grown on first use */
 	size_t xk_len;
 	struct q8_tile *tiles; /* the same, packed 16 tokens a tile, for the GEMM */
 	size_t tiles_len;

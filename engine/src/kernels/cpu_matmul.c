@@ -7,8 +7,8 @@
  * work, not n matrix-vector products).  mm_plan() picks the path for a
  * type and a token count, and compute_cpu_path() reports the same choice:
  * int8 GEMMs for quantized weights in prefill (4- and 6-bit rows widened
- * first, cpu_widen.c), int8 dots in decode (Q4_0 from its 8-row groups,
- * cpu_q4_0x8.c), oneDNN's bfloat16 matmul for BF16 where it is installed
+ * first, cpu_widen.c), int8 dots in decode (Q4_0 and Q4_K from their
+ * 8-row groups, cpu_q4_0x8.c and cpu_q4_kx8.c), oneDNN's bfloat16 matmul for BF16 where it is installed
  * (cpu_onednn.c), else vdpbf16ps where the CPU has AVX512_BF16, and float
  * register tiles for the rest.
  */
@@ -33,7 +33,7 @@
  * compute_cpu_path() reports it. */
 struct mm_plan {
 	int quantized; /* use xq and the int8 dot */
-	int q8k;       /* Q6_K decode: the activations as Q8_K (xk) and its dot */
+	int q8k;       /* K-quant decode: the activations as Q8_K (xk) and its dot */
 	int gemm;      /* use tiles and the kernels' GEMM */
 	int gemm8;     /* use 8-token tiles (small decode batches) */
 	int bf16;      /* bfloat16 weights: tiles of bfloat16 activations, vdpbf16ps */
@@ -44,7 +44,7 @@ struct mm_job {
 	struct cpu_impl *im;
 	const struct weight *w;
 	const int16_t *bsum; /* Q8_0's block sums, from prepare_weight() */
-	const uint8_t *x8;   /* Q4_0 repacked in groups of 8 rows (cpu_q4_0x8.c), or NULL */
+	const uint8_t *x8;   /* Q4_0 or Q4_K repacked in groups of 8 rows (cpu_q4_0x8.c, cpu_q4_kx8.c), or NULL */
 	const float *x;
 	int n;
 	float *y;
@@ -104,10 +104,22 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 	for (int64_t rb = r0; rb < r1; rb += step) {
 		int nr = r1 - rb < step ? (int)(r1 - rb) : step;
 		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
-		if (j->x8 != NULL) {
+		if (j->x8 != NULL && w->type == TT_Q4_0) {
 			row_bytes = (size_t)nb * 34;
 			j->im->k->widen_q4_0x8(j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb,
 					       ts->wrows, row_bytes, NULL);
+			wrows = ts->wrows;
+		} else if (j->x8 != NULL) { /* Q4_K: each super-block back to the file's layout */
+			const uint8_t *grp = j->x8 + (size_t)(rb / 8) * (size_t)(nb / 8) * Q4_KX8_BLOCK;
+			wmin = ts->wmin;
+			row_bytes = (size_t)nb * 34;
+			for (int64_t i = 0; i < nb / 8; i++, grp += Q4_KX8_BLOCK)
+				for (int r = 0; r < 8; r++) {
+					uint8_t blk[144];
+					size_t o = (size_t)r * (size_t)nb + (size_t)i * 8;
+					q4_kx8_unpack(grp, r, blk);
+					j->im->k->widen_q4_k(blk, ts->wrows + o * 34, 8, wsum + o, wd + o, wmin + o);
+				}
 			wrows = ts->wrows;
 		} else if (w->type == TT_Q4_K || w->type == TT_Q5_K) {
 			uint8_t *wide = ts->wrows;
@@ -260,9 +272,11 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, struct 
 	/* a decode batch: 8-token tiles (one token is memory-bound on the dot) */
 	p->gemm8 = !p->gemm && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) && k->gemm8_q8_0 != NULL && n >= 2 &&
 		   n < GEMM_TOKENS;
-	/* Q6_K decode: one scale per 256 activations, integer sums per
-	 * super-block (Q6_K tg32 +7-23 %, docs/performance.md) */
-	p->q8k = type == TT_Q6_K && p->quantized && !p->gemm && k->dot_q6_k_q8k != NULL;
+	/* K-quant decode: one scale per 256 activations, integer sums per
+	 * super-block (docs/performance.md: Q6_K tg32 +7-23 %) */
+	p->q8k = p->quantized && !p->gemm &&
+		 ((type == TT_Q6_K && k->dot_q6_k_q8k != NULL) || (type == TT_Q4_K && k->dot_q4_k_q8k != NULL) ||
+		  (type == TT_Q5_K && k->dot_q5_k_q8k != NULL));
 }
 
 static void
@@ -277,7 +291,18 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 								      : w->type == TT_Q5_K ? k->dot_q5_k
 											   : k->dot_q6_k;
 
-	if (j->x8 != NULL) { /* r0, r1: multiples of 8 */
+	if (j->x8 != NULL && w->type == TT_Q4_K) { /* r0, r1: multiples of 8 */
+		for (int64_t g = r0 / 8; g < r1 / 8; g++) {
+			const uint8_t *grp = j->x8 + (size_t)g * (size_t)(nb / 8) * Q4_KX8_BLOCK;
+			for (int t = 0; t < j->n; t++) {
+				float y8[8];
+				k->gemv_q4_kx8(grp, j->im->xk + (int64_t)t * (nb / 8), (size_t)nb / 8, y8);
+				memcpy(j->y + (int64_t)t * w->rows + 8 * g, y8, sizeof(y8));
+			}
+		}
+		return;
+	}
+	if (j->x8 != NULL) { /* Q4_0; r0, r1: multiples of 8 */
 		for (int64_t g = r0 / 8; g < r1 / 8; g++) {
 			const uint8_t *grp = j->x8 + (size_t)g * (size_t)nb * Q4_0X8_BLOCK;
 			for (int t = 0; t < j->n; t++) {
@@ -289,14 +314,16 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 		return;
 	}
 	if (j->p.q8k) {
+		float (*dot8k)(const void *, const struct block_q8k *, size_t) = w->type == TT_Q4_K   ? k->dot_q4_k_q8k
+										 : w->type == TT_Q5_K ? k->dot_q5_k_q8k
+												      : k->dot_q6_k_q8k;
 		for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
 			int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
 			for (int t = 0; t < j->n; t++) {
 				const struct block_q8k *xb = j->im->xk + (int64_t)t * (nb / 8);
 				float *yt = j->y + (int64_t)t * w->rows;
 				for (int64_t r = rb; r < re; r++)
-					yt[r] = k->dot_q6_k_q8k((const uint8_t *)w->data + r * w->row_bytes, xb,
-								(size_t)nb / 8);
+					yt[r] = dot8k((const uint8_t *)w->data + r * w->row_bytes, xb, (size_t)nb / 8);
 			}
 		}
 		return;
@@ -545,8 +572,8 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 {
 	struct cpu_impl *im = impl_of(c);
 	const struct weight *w = &cw->w;
-	struct mm_job j = { im, w,    w->type == TT_Q8_0 ? cw->aux : NULL, w->type == TT_Q4_0 ? cw->aux : NULL, x, n,
-			    y,  { 0 } };
+	const uint8_t *x8 = w->type == TT_Q4_0 || w->type == TT_Q4_K ? cw->aux : NULL;
+	struct mm_job j = { im, w, w->type == TT_Q8_0 ? cw->aux : NULL, x8, x, n, y, { 0 } };
 
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
@@ -554,8 +581,11 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 	assert(n <= im->ystage_tokens);
 	mm_plan(im->k, w->type, j.bsum != NULL, n, &j.p);
 	if (j.p.q8k && cpu_ensure((void **)&im->xk, &im->xk_len,
-				  (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0)
+				  (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0) {
 		j.p.q8k = 0; /* out of memory: the 32-value blocks, already sized */
+		if (w->type == TT_Q4_K && !j.p.gemm)
+			j.x8 = NULL; /* and the file's rows (the repacked groups take Q8_K) */
+	}
 	if (j.p.onednn && mm_onednn(&j) == 0)
 		return;
 	if (j.p.quantized)
@@ -586,10 +616,14 @@ cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 
 	for (int t = 0; t < b->n; t++) {
 		int64_t r = b->tokens[t];
-		if (w->type == TT_Q4_0 && cw->aux != NULL) /* the repacked copy (prepare_q4_0) */
+		if (w->type == TT_Q4_0 && cw->aux != NULL) /* the repacked copy (prepare_repacked) */
 			q4_0x8_dequantize_row((const uint8_t *)cw->aux +
 						      (size_t)(r / 8) * (size_t)(w->cols / 32) * Q4_0X8_BLOCK,
 					      (size_t)w->cols / 32, (int)(r % 8), out + (int64_t)t * w->cols);
+		else if (w->type == TT_Q4_K && cw->aux != NULL)
+			q4_kx8_dequantize_row((const uint8_t *)cw->aux +
+						      (size_t)(r / 8) * (size_t)(w->cols / 256) * Q4_KX8_BLOCK,
+					      (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
 		else
 			tensor_dequantize_row(w->type, (const uint8_t *)w->data + r * w->row_bytes,
 					      out + (int64_t)t * w->cols, (size_t)w->cols);
@@ -599,6 +633,7 @@ cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 /* ------------------------------------------------------ prepared weights */
 
 struct repack_job {
+	const struct cpu_kernels *k;
 	const struct weight *src;
 	uint8_t *dst;
 };
@@ -610,26 +645,33 @@ repack_worker(void *arg, int ith, int nth)
 	int64_t lo, hi;
 
 	split(j->src->rows / 8, ith, nth, &lo, &hi);
-	q4_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
+	if (j->src->type == TT_Q4_0)
+		q4_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
+	else
+		j->k->repack_q4_kx8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
 }
 
-/* Q4_0 rows in groups of 8 (cpu_q4_0x8.c) where the CPU has the kernels
- * and the rows divide, repacked by the pool (a 70B model is ~38 GB).
- * Every use reads the copy afterwards, get_rows too, so the file's pages
- * are handed back: the resident size stays about the model's, not twice.
- * The copy asks for transparent huge pages: fewer faults and TLB misses. */
+/* Q4_0 and Q4_K rows in groups of 8 (cpu_q4_0x8.c, cpu_q4_kx8.c) where
+ * the CPU has the kernels and the rows divide, repacked by the pool (a 70B
+ * model is ~38 GB).  Every use reads the copy afterwards, get_rows too, so
+ * the file's pages are handed back: the resident size stays about the
+ * model's, not twice.  The copy asks for transparent huge pages: fewer
+ * faults and TLB misses. */
 static int
-prepare_q4_0(const struct cpu_impl *im, const struct weight *src, struct compute_weight *dst)
+prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct compute_weight *dst)
 {
-	size_t bytes = (size_t)src->rows * ((size_t)src->cols / 32) * 18, page = (size_t)sysconf(_SC_PAGESIZE);
+	const struct tensor_type_info *ti = tensor_type_get(src->type);
+	size_t bytes = (size_t)src->rows * ((size_t)src->cols / ti->block_elems) * ti->block_bytes;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	void *packed = NULL;
+	int kernels = src->type == TT_Q4_0 ? im->k->gemv_q4_0x8 != NULL : im->k->gemv_q4_kx8 != NULL;
 
-	if (im->k->gemv_q4_0x8 == NULL || src->rows % 8 != 0 || src->cols % 32 != 0)
+	if (!kernels || src->rows % 8 != 0 || src->cols % ti->block_elems != 0)
 		return PRIVAI_OK;
 	if (posix_memalign(&packed, (size_t)2 << 20, bytes) != 0)
 		return PRIVAI_ENOMEM;
 	(void)madvise(packed, bytes, MADV_HUGEPAGE); /* a hint: THP may be off */
-	struct repack_job j = { src, packed };
+	struct repack_job j = { im->k, src, packed };
 	threadpool_run(im->pool, repack_worker, &j);
 	uintptr_t from = ((uintptr_t)src->data + page - 1) & ~(uintptr_t)(page - 1);
 	uintptr_t to = ((uintptr_t)src->data + bytes) & ~(uintptr_t)(page - 1);
@@ -655,8 +697,8 @@ cpu_prepare_weight(struct compute *c, const struct weight *src, struct compute_w
 	 * the getenv() of a server's threads */
 	if (src->type == TT_BF16)
 		(void)cpu_onednn_bf16();
-	if (src->type == TT_Q4_0)
-		return prepare_q4_0(impl_of(c), src, dst);
+	if (src->type == TT_Q4_0 || src->type == TT_Q4_K)
+		return prepare_repacked(impl_of(c), src, dst);
 	if (src->type != TT_Q8_0)
 		return PRIVAI_OK;
 	if ((bsum = malloc((size_t)(src->rows * nb) * sizeof(int16_t) + 1)) == NULL)
@@ -700,6 +742,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	/* Q4_0 with the repack kernels (and rows in eights, as every model's are) */
 	if (type == TT_Q4_0 && k->gemv_q4_0x8 != NULL && !p.gemm && !p.gemm8)
 		return "int8, 8 rows interleaved at load";
+	if (type == TT_Q4_K && k->gemv_q4_kx8 != NULL && p.q8k)
+		return "int8, 8 rows interleaved at load, activations in 256-value blocks";
 	if (p.gemm)
 		return "int8 GEMM, 16-token tiles";
 	if (p.gemm8)

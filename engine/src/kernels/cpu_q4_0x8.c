@@ -121,10 +121,6 @@ gemv_q4_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, floa
 	pd = U8I8_ACC(pd, _mm256_and_si256(_mm256_srli_epi16(c3, 4), low), _mm256_set1_epi32(xw[7]));                  \
 	__m256i p = _mm256_add_epi32(_mm256_add_epi32(pa, pb), _mm256_add_epi32(pc, pd))
 
-#define U8I8_ACC_AVX2(acc, a, b)                                                                                       \
-	_mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)))
-#define U8I8_ACC_VNNI(acc, a, b) _mm256_dpbusd_epi32(acc, a, b)
-
 #define DEFINE_GEMV_Q4_0X8(SUFFIX, TARGET, U8I8_ACC)                                                                   \
 	TARGET void gemv_q4_0x8_##SUFFIX(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y)            \
 	{                                                                                                              \
@@ -146,28 +142,6 @@ gemv_q4_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, floa
 
 DEFINE_GEMV_Q4_0X8(avx2, AVX2, U8I8_ACC_AVX2)
 DEFINE_GEMV_Q4_0X8(avx512, AVX512, U8I8_ACC_VNNI)
-
-/* Transpose 8 x 8 32-bit words: in[k] lane r -> out[r] lane k. */
-AVX2 static inline void
-transpose8x8(__m256i *v)
-{
-	__m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
-	__m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
-	__m256i t4 = _mm256_unpacklo_epi32(v[4], v[5]), t5 = _mm256_unpackhi_epi32(v[4], v[5]);
-	__m256i t6 = _mm256_unpacklo_epi32(v[6], v[7]), t7 = _mm256_unpackhi_epi32(v[6], v[7]);
-	__m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-	__m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-	__m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
-	__m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
-	v[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
-	v[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
-	v[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
-	v[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
-	v[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
-	v[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
-	v[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
-	v[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
-}
 
 AVX2 void
 widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums)

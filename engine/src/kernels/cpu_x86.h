@@ -12,6 +12,13 @@
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
+/* acc + sums of 4 products of unsigned bytes of a by signed bytes of b
+ * per 32-bit lane: vpdpbusd with VNNI, two steps without (the byte pairs'
+ * sums must fit int16) */
+#define U8I8_ACC_AVX2(acc, a, b)                                                                                       \
+	_mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)))
+#define U8I8_ACC_VNNI(acc, a, b) _mm256_dpbusd_epi32(acc, a, b)
+
 /* One fp16 scale with the F16C instruction (the portable converter is a
  * branchy function: calling it per 32-weight block costs more than the dot). */
 AVX2 static inline float
@@ -30,6 +37,28 @@ hsum256(__m256 v)
 	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
 	s = _mm_add_ss(s, _mm_movehdup_ps(s));
 	return _mm_cvtss_f32(s);
+}
+
+/* Transpose 8 x 8 32-bit words: in[k] lane r -> out[r] lane k. */
+AVX2 static inline void
+transpose8x8(__m256i *v)
+{
+	__m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+	__m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+	__m256i t4 = _mm256_unpacklo_epi32(v[4], v[5]), t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+	__m256i t6 = _mm256_unpacklo_epi32(v[6], v[7]), t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+	__m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+	__m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+	__m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+	__m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+	v[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+	v[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+	v[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+	v[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+	v[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+	v[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+	v[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+	v[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
 }
 
 /* a[m] = column m of the 16 x 16 floats a[0..15]: 64 shuffles.  Three
