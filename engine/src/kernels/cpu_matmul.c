@@ -24,8 +24,9 @@
 #include "cpu_impl.h"
 #include "cpu_onednn.h"
 
-#define ROW_BLOCK 8   /* weight rows kept hot while the tokens stream by */
-#define TOKEN_TILE 48 /* float-path tokens per pass (a multiple of GEMM_F32_TOKENS), bounds the x working set */
+#define ROW_BLOCK 8           /* weight rows kept hot while the tokens stream by */
+#define TOKEN_TILE 48         /* float-path tokens per pass (a multiple of GEMM_F32_TOKENS), bounds the x working set */
+#define QUANTIZE_INLINE 16384 /* activations quantized on the calling thread up to this many values */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -588,7 +589,13 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 	}
 	if (j.p.onednn && mm_onednn(&j) == 0)
 		return;
-	if (j.p.quantized)
+	/* a decode step's activations (a few thousand values) are quantized
+	 * faster than the pool hands out and collects the job: every job is
+	 * a barrier, and a barrier is where a thread the kernel preempted
+	 * holds up the others (docs/performance.md, "Shared CPUs") */
+	if (j.p.quantized && (size_t)n * (size_t)w->cols <= QUANTIZE_INLINE)
+		mm_quantize_x(&j, 0, 1);
+	else if (j.p.quantized)
 		threadpool_run(im->pool, mm_quantize_x, &j);
 	if (j.p.gemm)
 		threadpool_run(im->pool, mm_pack_tiles, &j);
