@@ -486,54 +486,66 @@ test_k45_q8k(const struct cpu_kernels *simd)
 	}
 }
 
-/* Q4_K repacked 8 rows to a group: rows read back are the file's, and the
- * group dot (SIMD and scalar) equals each row's dot on Q8_K activations;
- * 16 rows of 2 super-blocks, repacked in two calls as threads do it. */
+/* Q4_K and Q5_K repacked 8 rows to a group: rows read back are the
+ * file's, the kernel's repack equals the scalar one, and the group dot
+ * (SIMD and scalar) equals each row's dot on Q8_K activations; 16 rows of
+ * 2 super-blocks, repacked in two calls as threads do it. */
 static void
-test_q4_kx8(const struct cpu_kernels *k)
+test_kx8(const struct cpu_kernels *k)
 {
 	const struct cpu_kernels *ref = cpu_kernels_scalar();
 	enum { ROWS = 16, COLS = 512, NSB = COLS / 256 };
 	static float w[ROWS * COLS], x[COLS];
-	static uint8_t wq[ROWS * NSB * 144], packed[ROWS * NSB * 144], again[ROWS * NSB * 144];
+	static uint8_t wq[ROWS * NSB * 176], packed[ROWS * NSB * 176], again[ROWS * NSB * 176];
 	static struct block_q8k xk[NSB];
-	int bad = 0, bad_row = 0;
 
-	if (k->gemv_q4_kx8 == NULL) {
-		SKIP("%s: no repacked Q4_K kernels", k->name);
+	if (k->gemv_q4_kx8 == NULL || k->gemv_q5_kx8 == NULL) {
+		SKIP("%s: no repacked Q4_K/Q5_K kernels", k->name);
 		return;
 	}
 	for (int i = 0; i < ROWS * COLS; i++)
 		w[i] = sinf((float)i * 0.71f) * (1 + (float)(i % 7)) + 0.5f * cosf((float)i * 0.013f);
 	for (int i = 0; i < COLS; i++)
 		x[i] = cosf((float)i * 0.3f) * 2;
-	tensor_quantize_row(TT_Q4_K, w, wq, ROWS * COLS);
 	ref->quantize_q8k(x, xk, COLS);
-	q4_kx8_repack(wq, NSB * 144, 0, 1, NSB, packed);
-	q4_kx8_repack(wq, NSB * 144, 1, ROWS / 8, NSB, packed);
-	CHECK(memcmp(wq, packed, sizeof(wq)) != 0, "the repacked Q4_K layout differs from the file's");
-	k->repack_q4_kx8(wq, NSB * 144, 1, ROWS / 8, NSB, again);
-	k->repack_q4_kx8(wq, NSB * 144, 0, 1, NSB, again);
-	CHECK(memcmp(again, packed, sizeof(again)) == 0, "%s repack_q4_kx8 equals the scalar repack", k->name);
-	for (int r = 0; r < ROWS; r++) {
-		float row[COLS], deq[COLS];
-		q4_kx8_dequantize_row(packed + (size_t)(r / 8) * NSB * Q4_KX8_BLOCK, NSB, r % 8, row);
-		tensor_dequantize_row(TT_Q4_K, wq + (size_t)r * NSB * 144, deq, COLS);
-		bad_row += memcmp(row, deq, sizeof(row)) != 0;
-	}
-	CHECK(bad_row == 0, "Q4_K rows read back from the repacked groups are the file's rows (%d differ)", bad_row);
-	for (int g = 0; g < ROWS / 8; g++) {
-		const uint8_t *grp = packed + (size_t)g * NSB * Q4_KX8_BLOCK;
-		float y[8], ys[8];
-		k->gemv_q4_kx8(grp, xk, NSB, y);
-		gemv_q4_kx8_scalar(grp, xk, NSB, ys);
-		for (int r = 0; r < 8; r++) {
-			float d = ref->dot_q4_k_q8k(wq + (size_t)(8 * g + r) * NSB * 144, xk, NSB);
-			bad += fabsf(y[r] - d) > 1e-5f * fabsf(d) + 1e-4f ||
-			       fabsf(ys[r] - d) > 1e-5f * fabsf(d) + 1e-4f;
+	for (int five = 0; five < 2; five++) {
+		uint32_t type = five ? TT_Q5_K : TT_Q4_K;
+		size_t sb = five ? 176 : 144, bytes = ROWS * NSB * sb;
+		void (*gemv)(const uint8_t *, const struct block_q8k *, size_t, float *) =
+			five ? k->gemv_q5_kx8 : k->gemv_q4_kx8;
+		int bad = 0, bad_row = 0;
+		tensor_quantize_row(type, w, wq, ROWS * COLS);
+		kx8_repack(wq, NSB * sb, 0, 1, NSB, five, packed);
+		kx8_repack(wq, NSB * sb, 1, ROWS / 8, NSB, five, packed);
+		CHECK(memcmp(wq, packed, bytes) != 0, "the repacked %s layout differs from the file's",
+		      tensor_type_name(type));
+		k->repack_kx8(wq, NSB * sb, 1, ROWS / 8, NSB, five, again);
+		k->repack_kx8(wq, NSB * sb, 0, 1, NSB, five, again);
+		CHECK(memcmp(again, packed, bytes) == 0, "%s repack_kx8 equals the scalar repack (%s)", k->name,
+		      tensor_type_name(type));
+		for (int r = 0; r < ROWS; r++) {
+			float row[COLS], deq[COLS];
+			kx8_dequantize_row(packed + (size_t)(r / 8) * NSB * KX8_BLOCK(five), NSB, r % 8, five, row);
+			tensor_dequantize_row(type, wq + (size_t)r * NSB * sb, deq, COLS);
+			bad_row += memcmp(row, deq, sizeof(row)) != 0;
 		}
+		CHECK(bad_row == 0, "%s rows read back from the repacked groups are the file's rows (%d differ)",
+		      tensor_type_name(type), bad_row);
+		for (int g = 0; g < ROWS / 8; g++) {
+			const uint8_t *grp = packed + (size_t)g * NSB * KX8_BLOCK(five);
+			float y[8], ys[8];
+			gemv(grp, xk, NSB, y);
+			gemv_kx8_scalar(grp, xk, NSB, five, ys);
+			for (int r = 0; r < 8; r++) {
+				const uint8_t *row = wq + (size_t)(8 * g + r) * NSB * sb;
+				float d = five ? ref->dot_q5_k_q8k(row, xk, NSB) : ref->dot_q4_k_q8k(row, xk, NSB);
+				bad += fabsf(y[r] - d) > 1e-5f * fabsf(d) + 1e-4f ||
+				       fabsf(ys[r] - d) > 1e-5f * fabsf(d) + 1e-4f;
+			}
+		}
+		CHECK(bad == 0, "%s %s group dot (and scalar) equals the per-row dot: %d of %d off", k->name,
+		      tensor_type_name(type), bad, ROWS);
 	}
-	CHECK(bad == 0, "%s gemv_q4_kx8 (and scalar) equal the per-row dot: %d of %d off", k->name, bad, ROWS);
 }
 
 /* The float register tile against the scalar dot on odd shapes: a full
@@ -785,11 +797,11 @@ main(void)
 	test_gemm_bf16(best);
 	test_q4_0x8(best);
 	test_k45_q8k(best);
-	test_q4_kx8(best);
+	test_kx8(best);
 	if (strcmp(best->name, "avx512-vnni") == 0) {
 		test_q4_0x8(cpu_kernels_avx2());
 		test_k45_q8k(cpu_kernels_avx2());
-		test_q4_kx8(cpu_kernels_avx2());
+		test_kx8(cpu_kernels_avx2());
 	}
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());

@@ -159,8 +159,9 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	dot_q4_k_q8k_scalar,
 	dot_q5_k_q8k_scalar,
-	NULL, /* no Q4_K repack: the file's layout */
-	q4_kx8_repack,
+	NULL, /* no Q4_K/Q5_K repack: the file's layout */
+	kx8_repack,
+	NULL,
 };
 
 void
@@ -415,7 +416,8 @@ static struct cpu_kernels k_avx2 = {
 	NULL, /* filled in by cpu_kernels_get */
 	NULL,
 	gemv_q4_kx8_avx2,
-	q4_kx8_repack_avx2,
+	kx8_repack_avx2,
+	gemv_q5_kx8_avx2,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -831,7 +833,8 @@ static struct cpu_kernels k_avx512 = {
 	NULL, /* filled in by cpu_kernels_get */
 	NULL,
 	gemv_q4_kx8_avx512,
-	q4_kx8_repack_avx2,
+	kx8_repack_avx2,
+	gemv_q5_kx8_avx512,
 };
 #endif
 

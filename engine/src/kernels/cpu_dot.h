@@ -173,11 +173,13 @@ struct cpu_kernels {
 	/* Q4_K and Q5_K decode on Q8_K activations, as dot_q6_k_q8k */
 	float (*dot_q4_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
 	float (*dot_q5_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
-	/* Q4_K repacked 8 rows to a group (cpu_q4_kx8.c), NULL (no repack)
-	 * where there is no SIMD kernel: y[r] = row r . x for the group's 8
-	 * rows of nsb super-blocks */
+	/* Q4_K and Q5_K repacked 8 rows to a group (cpu_kquants_x8.c), NULL
+	 * (no repack) where there is no SIMD kernel: y[r] = row r . x for the
+	 * group's 8 rows of nsb super-blocks; repack as kx8_repack */
 	void (*gemv_q4_kx8)(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
-	void (*repack_q4_kx8)(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+	void (*repack_kx8)(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five,
+			   uint8_t *dst);
+	void (*gemv_q5_kx8)(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -231,18 +233,21 @@ void gemv_q4_0x8_avx512(const uint8_t *grp, const struct block_q8 *x, size_t nb,
 void widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums);
 #endif
 
-/* cpu_q4_kx8.c: bytes per super-block of an 8-row group (8 x 144) */
-#define Q4_KX8_BLOCK 1152
+/* cpu_kquants_x8.c: Q4_K (five 0) and Q5_K (five 1) rows in groups of 8;
+ * bytes per super-block of a group: 8 x 144 or 8 x 176 */
+#define KX8_BLOCK(five) ((five) ? 1408 : 1152)
 /* as the Q4_0 ones; unpack: row r of a group's super-block back to the
- * file's 144 bytes */
-void q4_kx8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
-void q4_kx8_unpack(const uint8_t *grp, int r, uint8_t *blk);
-void q4_kx8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out);
-void gemv_q4_kx8_scalar(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
+ * file's bytes */
+void kx8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five, uint8_t *dst);
+void kx8_unpack(const uint8_t *grp, int r, int five, uint8_t *blk);
+void kx8_dequantize_row(const uint8_t *grp, size_t nsb, int r, int five, float *out);
+void gemv_kx8_scalar(const uint8_t *grp, const struct block_q8k *x, size_t nsb, int five, float *y);
 #if defined(__x86_64__)
 void gemv_q4_kx8_avx2(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
 void gemv_q4_kx8_avx512(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
-void q4_kx8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+void gemv_q5_kx8_avx2(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
+void gemv_q5_kx8_avx512(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
+void kx8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five, uint8_t *dst);
 #endif
 
 /* cpu_widen.c */

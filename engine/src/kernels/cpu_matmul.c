@@ -8,7 +8,7 @@
  * type and a token count, and compute_cpu_path() reports the same choice:
  * int8 GEMMs for quantized weights in prefill (4- and 6-bit rows widened
  * first, cpu_widen.c), int8 dots in decode (Q4_0 and Q4_K from their
- * 8-row groups, cpu_q4_0x8.c and cpu_q4_kx8.c), oneDNN's bfloat16 matmul for BF16 where it is installed
+ * 8-row groups, cpu_q4_0x8.c and cpu_kquants_x8.c), oneDNN's bfloat16 matmul for BF16 where it is installed
  * (cpu_onednn.c), else vdpbf16ps where the CPU has AVX512_BF16, and float
  * register tiles for the rest.
  */
@@ -45,7 +45,7 @@ struct mm_job {
 	struct cpu_impl *im;
 	const struct weight *w;
 	const int16_t *bsum; /* Q8_0's block sums, from prepare_weight() */
-	const uint8_t *x8;   /* Q4_0 or Q4_K repacked in groups of 8 rows (cpu_q4_0x8.c, cpu_q4_kx8.c), or NULL */
+	const uint8_t *x8;   /* Q4_0, Q4_K or Q5_K in groups of 8 rows (cpu_q4_0x8.c, cpu_kquants_x8.c), or NULL */
 	const float *x;
 	int n;
 	float *y;
@@ -110,16 +110,19 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 			j->im->k->widen_q4_0x8(j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb,
 					       ts->wrows, row_bytes, NULL);
 			wrows = ts->wrows;
-		} else if (j->x8 != NULL) { /* Q4_K: each super-block back to the file's layout */
-			const uint8_t *grp = j->x8 + (size_t)(rb / 8) * (size_t)(nb / 8) * Q4_KX8_BLOCK;
+		} else if (j->x8 != NULL) { /* Q4_K, Q5_K: each super-block back to the file's layout */
+			int five = w->type == TT_Q5_K;
+			const uint8_t *grp = j->x8 + (size_t)(rb / 8) * (size_t)(nb / 8) * KX8_BLOCK(five);
+			void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
+				five ? j->im->k->widen_q5_k : j->im->k->widen_q4_k;
 			wmin = ts->wmin;
 			row_bytes = (size_t)nb * 34;
-			for (int64_t i = 0; i < nb / 8; i++, grp += Q4_KX8_BLOCK)
+			for (int64_t i = 0; i < nb / 8; i++, grp += KX8_BLOCK(five))
 				for (int r = 0; r < 8; r++) {
-					uint8_t blk[144];
+					uint8_t blk[176];
 					size_t o = (size_t)r * (size_t)nb + (size_t)i * 8;
-					q4_kx8_unpack(grp, r, blk);
-					j->im->k->widen_q4_k(blk, ts->wrows + o * 34, 8, wsum + o, wd + o, wmin + o);
+					kx8_unpack(grp, r, five, blk);
+					widen(blk, ts->wrows + o * 34, 8, wsum + o, wd + o, wmin + o);
 				}
 			wrows = ts->wrows;
 		} else if (w->type == TT_Q4_K || w->type == TT_Q5_K) {
@@ -292,12 +295,15 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 								      : w->type == TT_Q5_K ? k->dot_q5_k
 											   : k->dot_q6_k;
 
-	if (j->x8 != NULL && w->type == TT_Q4_K) { /* r0, r1: multiples of 8 */
+	if (j->x8 != NULL && w->type != TT_Q4_0) { /* Q4_K, Q5_K; r0, r1: multiples of 8 */
+		int five = w->type == TT_Q5_K;
+		void (*gemv)(const uint8_t *, const struct block_q8k *, size_t, float *) =
+			five ? k->gemv_q5_kx8 : k->gemv_q4_kx8;
 		for (int64_t g = r0 / 8; g < r1 / 8; g++) {
-			const uint8_t *grp = j->x8 + (size_t)g * (size_t)(nb / 8) * Q4_KX8_BLOCK;
+			const uint8_t *grp = j->x8 + (size_t)g * (size_t)(nb / 8) * KX8_BLOCK(five);
 			for (int t = 0; t < j->n; t++) {
 				float y8[8];
-				k->gemv_q4_kx8(grp, j->im->xk + (int64_t)t * (nb / 8), (size_t)nb / 8, y8);
+				gemv(grp, j->im->xk + (int64_t)t * (nb / 8), (size_t)nb / 8, y8);
 				memcpy(j->y + (int64_t)t * w->rows + 8 * g, y8, sizeof(y8));
 			}
 		}
@@ -573,7 +579,7 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 {
 	struct cpu_impl *im = impl_of(c);
 	const struct weight *w = &cw->w;
-	const uint8_t *x8 = w->type == TT_Q4_0 || w->type == TT_Q4_K ? cw->aux : NULL;
+	const uint8_t *x8 = w->type == TT_Q4_0 || w->type == TT_Q4_K || w->type == TT_Q5_K ? cw->aux : NULL;
 	struct mm_job j = { im, w, w->type == TT_Q8_0 ? cw->aux : NULL, x8, x, n, y, { 0 } };
 
 	/* reserve() sized every buffer; exceeding it is a caller bug */
@@ -584,7 +590,7 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 	if (j.p.q8k && cpu_ensure((void **)&im->xk, &im->xk_len,
 				  (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0) {
 		j.p.q8k = 0; /* out of memory: the 32-value blocks, already sized */
-		if (w->type == TT_Q4_K && !j.p.gemm)
+		if ((w->type == TT_Q4_K || w->type == TT_Q5_K) && !j.p.gemm)
 			j.x8 = NULL; /* and the file's rows (the repacked groups take Q8_K) */
 	}
 	if (j.p.onednn && mm_onednn(&j) == 0)
@@ -627,10 +633,11 @@ cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 			q4_0x8_dequantize_row((const uint8_t *)cw->aux +
 						      (size_t)(r / 8) * (size_t)(w->cols / 32) * Q4_0X8_BLOCK,
 					      (size_t)w->cols / 32, (int)(r % 8), out + (int64_t)t * w->cols);
-		else if (w->type == TT_Q4_K && cw->aux != NULL)
-			q4_kx8_dequantize_row((const uint8_t *)cw->aux +
-						      (size_t)(r / 8) * (size_t)(w->cols / 256) * Q4_KX8_BLOCK,
-					      (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
+		else if ((w->type == TT_Q4_K || w->type == TT_Q5_K) && cw->aux != NULL)
+			kx8_dequantize_row((const uint8_t *)cw->aux + (size_t)(r / 8) * (size_t)(w->cols / 256) *
+									      KX8_BLOCK(w->type == TT_Q5_K),
+					   (size_t)w->cols / 256, (int)(r % 8), w->type == TT_Q5_K,
+					   out + (int64_t)t * w->cols);
 		else
 			tensor_dequantize_row(w->type, (const uint8_t *)w->data + r * w->row_bytes,
 					      out + (int64_t)t * w->cols, (size_t)w->cols);
@@ -655,10 +662,11 @@ repack_worker(void *arg, int ith, int nth)
 	if (j->src->type == TT_Q4_0)
 		q4_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
 	else
-		j->k->repack_q4_kx8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
+		j->k->repack_kx8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256,
+				 j->src->type == TT_Q5_K, j->dst);
 }
 
-/* Q4_0 and Q4_K rows in groups of 8 (cpu_q4_0x8.c, cpu_q4_kx8.c) where
+/* Q4_0, Q4_K and Q5_K rows in groups of 8 (cpu_q4_0x8.c, cpu_kquants_x8.c) where
  * the CPU has the kernels and the rows divide, repacked by the pool (a 70B
  * model is ~38 GB).  Every use reads the copy afterwards, get_rows too, so
  * the file's pages are handed back: the resident size stays about the
@@ -671,7 +679,9 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 	size_t bytes = (size_t)src->rows * ((size_t)src->cols / ti->block_elems) * ti->block_bytes;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	void *packed = NULL;
-	int kernels = src->type == TT_Q4_0 ? im->k->gemv_q4_0x8 != NULL : im->k->gemv_q4_kx8 != NULL;
+	int kernels = src->type == TT_Q4_0   ? im->k->gemv_q4_0x8 != NULL
+		      : src->type == TT_Q4_K ? im->k->gemv_q4_kx8 != NULL
+					     : im->k->gemv_q5_kx8 != NULL;
 
 	if (!kernels || src->rows % 8 != 0 || src->cols % ti->block_elems != 0)
 		return PRIVAI_OK;
@@ -704,7 +714,7 @@ cpu_prepare_weight(struct compute *c, const struct weight *src, struct compute_w
 	 * the getenv() of a server's threads */
 	if (src->type == TT_BF16)
 		(void)cpu_onednn_bf16();
-	if (src->type == TT_Q4_0 || src->type == TT_Q4_K)
+	if (src->type == TT_Q4_0 || src->type == TT_Q4_K || src->type == TT_Q5_K)
 		return prepare_repacked(impl_of(c), src, dst);
 	if (src->type != TT_Q8_0)
 		return PRIVAI_OK;
@@ -749,7 +759,7 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	/* Q4_0 with the repack kernels (and rows in eights, as every model's are) */
 	if (type == TT_Q4_0 && k->gemv_q4_0x8 != NULL && !p.gemm && !p.gemm8)
 		return "int8, 8 rows interleaved at load";
-	if (type == TT_Q4_K && k->gemv_q4_kx8 != NULL && p.q8k)
+	if (((type == TT_Q4_K && k->gemv_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemv_q5_kx8 != NULL)) && p.q8k)
 		return "int8, 8 rows interleaved at load, activations in 256-value blocks";
 	if (p.gemm)
 		return "int8 GEMM, 16-token tiles";

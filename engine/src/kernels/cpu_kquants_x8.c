@@ -1,0 +1,233 @@
+/*
+ * Q4_K and Q5_K weights repacked at load, 8 rows interleaved, for decode.
+ *
+ * A Q4_K super-block (256 weights, 144 bytes) is an fp16 d and dmin,
+ * twelve bytes of 6-bit scales and mins for its eight 32-value
+ * sub-blocks, and 128 bytes of nibbles: 32-byte chunk p holds sub-block
+ * 2p in its low nibbles and 2p+1 in its high ones.  Q5_K (176 bytes) adds
+ * 32 bytes of fifth bits before the nibbles: bit j of byte l belongs to
+ * value l of sub-block j.  The per-row dot (cpu_dot_kquants.c) needs a
+ * vpmaddubsw, a scale shuffle and a vpdpwssd for every 32 values, and
+ * generation stayed compute-bound at about 20 GB/s a core.  With 8 rows
+ * side by side, one row per 32-bit lane, a vpdpbusd with 4 activation
+ * bytes broadcast advances all 8 rows by 4 values, and a sub-block's
+ * scale is a lane-wise multiply of the 8 sums (37 GB/s a core on the
+ * same data; docs/performance.md).
+ *
+ * An 8-row group stores, per super-block (KX8_BLOCK: 8 times the file's
+ * super-block, the same size):
+ *   0    d of the 8 rows (fp16), one vcvtph2ps for all
+ *   16   dmin of the 8 rows
+ *   32   the scales' first 32-bit word of the 8 rows, 64 the second,
+ *        96 the third: the 6-bit unpacking runs on all 8 rows at once
+ *   128 + 32s   (Q5_K only) fifth-bit bytes 4s..4s+3 of each row
+ *   q + 256p + 32s, q = 128 (Q4_K) or 384 (Q5_K): bytes 4s..4s+3 of each
+ *        row's chunk p: low nibbles are values 4s.. of sub-block 2p, high
+ *        nibbles values 4s.. of sub-block 2p+1
+ * with row r in bytes 4r..4r+3 of every 32.  Prefill unpacks a group's
+ * super-blocks back to the file's layout and widens them as it widens
+ * file rows.
+ */
+#include <string.h>
+
+#include "privai/tensor_type.h"
+#include "cpu_dot.h"
+
+/* Where a super-block's parts are in the file's layout and in a group's. */
+#define SB_BYTES(five) ((five) ? 176 : 144)
+#define FILE_QS(five) ((five) ? 48 : 16)
+#define GROUP_QS(five) ((five) ? 384 : 128)
+
+void
+kx8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five, uint8_t *dst)
+{
+	dst += (size_t)g0 * nsb * KX8_BLOCK(five);
+	for (int64_t g = g0; g < g1; g++)
+		for (size_t i = 0; i < nsb; i++, dst += KX8_BLOCK(five))
+			for (int r = 0; r < 8; r++) {
+				const uint8_t *b = src + (size_t)(8 * g + r) * row_bytes + i * SB_BYTES(five);
+				memcpy(dst + 2 * r, b, 2);
+				memcpy(dst + 16 + 2 * r, b + 2, 2);
+				for (int k = 0; k < 3; k++)
+					memcpy(dst + 32 + 32 * k + 4 * r, b + 4 + 4 * k, 4);
+				for (int s = 0; s < 8 && five; s++)
+					memcpy(dst + 128 + 32 * s + 4 * r, b + 16 + 4 * s, 4);
+				for (int p = 0; p < 4; p++)
+					for (int s = 0; s < 8; s++)
+						memcpy(dst + GROUP_QS(five) + 256 * p + 32 * s + 4 * r,
+						       b + FILE_QS(five) + 32 * p + 4 * s, 4);
+			}
+}
+
+void
+kx8_unpack(const uint8_t *grp, int r, int five, uint8_t *blk)
+{
+	memcpy(blk, grp + 2 * r, 2);
+	memcpy(blk + 2, grp + 16 + 2 * r, 2);
+	for (int k = 0; k < 3; k++)
+		memcpy(blk + 4 + 4 * k, grp + 32 + 32 * k + 4 * r, 4);
+	for (int s = 0; s < 8 && five; s++)
+		memcpy(blk + 16 + 4 * s, grp + 128 + 32 * s + 4 * r, 4);
+	for (int p = 0; p < 4; p++)
+		for (int s = 0; s < 8; s++)
+			memcpy(blk + FILE_QS(five) + 32 * p + 4 * s, grp + GROUP_QS(five) + 256 * p + 32 * s + 4 * r,
+			       4);
+}
+
+void
+kx8_dequantize_row(const uint8_t *grp, size_t nsb, int r, int five, float *out)
+{
+	uint8_t blk[176];
+
+	for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(five), out += 256) {
+		kx8_unpack(grp, r, five, blk);
+		tensor_dequantize_row(five ? TT_Q5_K : TT_Q4_K, blk, out, 256);
+	}
+}
+
+void
+gemv_kx8_scalar(const uint8_t *grp, const struct block_q8k *x, size_t nsb, int five, float *y)
+{
+	uint8_t blk[176];
+
+	for (int r = 0; r < 8; r++)
+		y[r] = 0.0f;
+	for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(five))
+		for (int r = 0; r < 8; r++) {
+			kx8_unpack(grp, r, five, blk);
+			y[r] += five ? dot_q5_k_q8k_scalar(blk, x + i, 1) : dot_q4_k_q8k_scalar(blk, x + i, 1);
+		}
+}
+
+#if defined(__x86_64__)
+#include "cpu_x86.h"
+
+/* Sub-block scales (or mins) j of the 8 rows as int32 lanes, from the
+ * words holding bytes j - j % 4 .. of each row (sh = 8 * (j % 4)). */
+#define KX8_BYTE(v, sh) _mm256_and_si256(_mm256_srli_epi32(v, sh), _mm256_set1_epi32(0xff))
+
+/* Fifth bit `bit` of each byte of h moved to bit 4 (bit is a constant
+ * once the loops are unrolled; 16-bit shifts are safe after the mask). */
+#define KX8_BIT4(h, bit)                                                                                               \
+	((bit) <= 4 ? _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8((char)(1 << (bit)))),                     \
+					(bit) <= 4 ? 4 - (bit) : 0)                                                    \
+		    : _mm256_srli_epi16(_mm256_and_si256(h, _mm256_set1_epi8((char)(1 << (bit)))),                     \
+					(bit) > 4 ? (bit)-4 : 0))
+
+/* One 8-row group times one Q8_K token, for FIVE = 0 (Q4_K) or 1 (Q5_K). */
+#define DEFINE_GEMV_KX8(NAME, TARGET, U8I8_ACC, FIVE)                                                                  \
+	TARGET void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                          \
+	{                                                                                                              \
+		const __m256i low = _mm256_set1_epi8(0xf), six = _mm256_set1_epi8(0x3f), top = _mm256_set1_epi8(0x30); \
+		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
+		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
+			/* one line 4 KB ahead: the prefetcher restarts at each page;  \
+			 * asking for all 18 lines of a block measured slower */                               \
+			_mm_prefetch((const char *)grp + 4096, _MM_HINT_T0);                                           \
+			__m256i u0 = _mm256_loadu_si256((const __m256i *)(grp + 32));                                  \
+			__m256i u1 = _mm256_loadu_si256((const __m256i *)(grp + 64));                                  \
+			__m256i u2 = _mm256_loadu_si256((const __m256i *)(grp + 96));                                  \
+			/* the 6-bit unpacking of k4_scale_min, 8 rows at once */                                      \
+			__m256i sc[2] = { _mm256_and_si256(u0, six),                                                   \
+					  _mm256_or_si256(_mm256_and_si256(u2, low),                                   \
+							  _mm256_and_si256(_mm256_srli_epi32(u0, 2), top)) };          \
+			__m256i mn[2] = { _mm256_and_si256(u1, six),                                                   \
+					  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), low),             \
+							  _mm256_and_si256(_mm256_srli_epi32(u1, 2), top)) };          \
+			/* sub-block j's activation sum, 16 values at a time in Q8_K */                                \
+			int32_t xs[8];                                                                                 \
+			for (int j = 0; j < 8; j++)                                                                    \
+				xs[j] = x->bsum[2 * j] + x->bsum[2 * j + 1];                                           \
+			__m256i dot = _mm256_setzero_si256(), msum = dot;                                              \
+			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
+			{                                                                                              \
+				const uint8_t *c = grp + GROUP_QS(FIVE) + 256 * p;                                     \
+				int32_t xw[16];                                                                        \
+				memcpy(xw, x->q + 64 * p, 64);                                                         \
+				/* two chains a sub-block: one would wait on latency */                                \
+				__m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;                        \
+				_Pragma("GCC unroll 4") for (int s = 0; s < 8; s += 2)                                 \
+				{                                                                                      \
+					__m256i c0 = _mm256_loadu_si256((const __m256i *)(c + 32 * s));                \
+					__m256i c1 = _mm256_loadu_si256((const __m256i *)(c + 32 * s + 32));           \
+					__m256i l0 = _mm256_and_si256(c0, low), l1 = _mm256_and_si256(c1, low);        \
+					__m256i h0 = _mm256_and_si256(_mm256_srli_epi16(c0, 4), low);                  \
+					__m256i h1 = _mm256_and_si256(_mm256_srli_epi16(c1, 4), low);                  \
+					if (FIVE) {                                                                    \
+						__m256i f0 =                                                           \
+							_mm256_loadu_si256((const __m256i *)(grp + 128 + 32 * s));     \
+						__m256i f1 =                                                           \
+							_mm256_loadu_si256((const __m256i *)(grp + 160 + 32 * s));     \
+						l0 = _mm256_or_si256(l0, KX8_BIT4(f0, 2 * p));                         \
+						l1 = _mm256_or_si256(l1, KX8_BIT4(f1, 2 * p));                         \
+						h0 = _mm256_or_si256(h0, KX8_BIT4(f0, 2 * p + 1));                     \
+						h1 = _mm256_or_si256(h1, KX8_BIT4(f1, 2 * p + 1));                     \
+					}                                                                              \
+					a0 = U8I8_ACC(a0, l0, _mm256_set1_epi32(xw[s]));                               \
+					a1 = U8I8_ACC(a1, l1, _mm256_set1_epi32(xw[s + 1]));                           \
+					b0 = U8I8_ACC(b0, h0, _mm256_set1_epi32(xw[8 + s]));                           \
+					b1 = U8I8_ACC(b1, h1, _mm256_set1_epi32(xw[9 + s]));                           \
+				}                                                                                      \
+				/* sub-blocks 2p and 2p+1: bytes 2p % 4 and the next */                                \
+				int sh = 16 * (p & 1);                                                                 \
+				dot = _mm256_add_epi32(dot,                                                            \
+						       _mm256_add_epi32(_mm256_mullo_epi32(_mm256_add_epi32(a0, a1),   \
+											   KX8_BYTE(sc[p / 2], sh)),   \
+									_mm256_mullo_epi32(_mm256_add_epi32(b0, b1),   \
+											   KX8_BYTE(sc[p / 2],         \
+												    sh + 8))));        \
+				msum = _mm256_add_epi32(msum,                                                          \
+							_mm256_add_epi32(_mm256_mullo_epi32(KX8_BYTE(mn[p / 2], sh),   \
+											    _mm256_set1_epi32(         \
+												    xs[2 * p])),       \
+									 _mm256_mullo_epi32(KX8_BYTE(mn[p / 2],        \
+												     sh + 8),          \
+											    _mm256_set1_epi32(         \
+												    xs[2 * p + 1])))); \
+			}                                                                                              \
+			__m256 xd = _mm256_set1_ps(x->d);                                                              \
+			acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp)),    \
+							    xd),                                                       \
+					      _mm256_cvtepi32_ps(dot), acc);                                           \
+			mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtph_ps(                                          \
+								     _mm_loadu_si128((const __m128i *)(grp + 16))),    \
+							     xd),                                                      \
+					       _mm256_cvtepi32_ps(msum), mins);                                        \
+		}                                                                                                      \
+		_mm256_storeu_ps(y, _mm256_sub_ps(acc, mins));                                                         \
+	}
+
+DEFINE_GEMV_KX8(gemv_q4_kx8_avx2, AVX2, U8I8_ACC_AVX2, 0)
+DEFINE_GEMV_KX8(gemv_q4_kx8_avx512, AVX512, U8I8_ACC_VNNI, 0)
+DEFINE_GEMV_KX8(gemv_q5_kx8_avx2, AVX2, U8I8_ACC_AVX2, 1)
+DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
+
+/* kx8_repack with each chunk's 8 x 8 words transposed in registers: the
+ * 4-byte copies made loading a model several times slower. */
+AVX2 void
+kx8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five, uint8_t *dst)
+{
+	dst += (size_t)g0 * nsb * KX8_BLOCK(five);
+	for (int64_t g = g0; g < g1; g++)
+		for (size_t i = 0; i < nsb; i++, dst += KX8_BLOCK(five)) {
+			const uint8_t *sb = src + (size_t)(8 * g) * row_bytes + i * SB_BYTES(five), *b = sb;
+			for (int r = 0; r < 8; r++, b += row_bytes) {
+				memcpy(dst + 2 * r, b, 2);
+				memcpy(dst + 16 + 2 * r, b + 2, 2);
+				for (int k = 0; k < 3; k++)
+					memcpy(dst + 32 + 32 * k + 4 * r, b + 4 + 4 * k, 4);
+			}
+			/* the fifth bits (Q5_K), then the four quant chunks */
+			for (int p = five ? -1 : 0; p < 4; p++) {
+				const uint8_t *from = p < 0 ? sb + 16 : sb + FILE_QS(five) + 32 * p;
+				uint8_t *to = p < 0 ? dst + 128 : dst + GROUP_QS(five) + 256 * p;
+				__m256i v[8];
+				for (int r = 0; r < 8; r++)
+					v[r] = _mm256_loadu_si256((const __m256i *)(from + (size_t)r * row_bytes));
+				transpose8x8(v); /* v[s] lane r: row r's word s */
+				for (int s = 0; s < 8; s++)
+					_mm256_storeu_si256((__m256i *)(to + 32 * s), v[s]);
+			}
+		}
+}
+#endif
