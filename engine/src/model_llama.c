@@ -298,6 +298,19 @@ engine_ctx_reset(struct engine_ctx *c)
 	c->n_past = 0;
 }
 
+/* y[i] = w[i] x for weights sharing their input, in one backend call
+ * where the backend can. */
+static void
+matmuls(struct compute *cp, const struct compute_weight *const *w, int nw, const float *x, int n, float *const *y)
+{
+	if (cp->ops->matmul_n != NULL) {
+		cp->ops->matmul_n(cp, w, nw, x, n, y);
+		return;
+	}
+	for (int i = 0; i < nw; i++)
+		cp->ops->matmul(cp, w[i], x, n, y[i]);
+}
+
 /* One layer for the batch set on the backend (n tokens). */
 static void
 forward_layer(struct engine_ctx *c, int il, int n)
@@ -307,11 +320,11 @@ forward_layer(struct engine_ctx *c, int il, int n)
 	const struct compute_ops *op = c->compute->ops;
 	struct compute *cp = c->compute;
 	int qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+	const struct compute_weight *qkv[3] = { &L->wq, &L->wk, &L->wv }, *gate_up[2] = { &L->w_gate, &L->w_up };
+	float *qkv_out[3] = { c->q, c->k, c->v }, *gate_up_out[2] = { c->hb, c->hb2 };
 
 	op->rmsnorm(cp, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps, c->xb);
-	op->matmul(cp, &L->wq, c->xb, n, c->q);
-	op->matmul(cp, &L->wk, c->xb, n, c->k);
-	op->matmul(cp, &L->wv, c->xb, n, c->v);
+	matmuls(cp, qkv, 3, c->xb, n, qkv_out);
 	if (L->bq != NULL)
 		op->add_rows(cp, c->q, L->bq, n, qd);
 	if (L->bk != NULL)
@@ -326,8 +339,7 @@ forward_layer(struct engine_ctx *c, int il, int n)
 	op->add(cp, c->x, c->xb, (size_t)n * hp->n_embd);
 
 	op->rmsnorm(cp, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps, c->xb);
-	op->matmul(cp, &L->w_gate, c->xb, n, c->hb);
-	op->matmul(cp, &L->w_up, c->xb, n, c->hb2);
+	matmuls(cp, gate_up, 2, c->xb, n, gate_up_out);
 	op->swiglu(cp, c->hb, c->hb2, (size_t)n * hp->n_ff);
 	op->matmul(cp, &L->w_down, c->hb, n, c->xb);
 	op->add(cp, c->x, c->xb, (size_t)n * hp->n_embd);

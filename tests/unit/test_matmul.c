@@ -119,6 +119,54 @@ check_type(struct compute *c, uint32_t type, int cols, const char *mode)
 	}
 }
 
+/* matmul_n (Q, K and V; gate and up in one call) gives each weight
+ * exactly what matmul gives it: three weights of `type` (64, 16 and 24
+ * rows, 8-row groups where the type is repacked) and one of another type
+ * (the call computes it on its own), for decode and prefill sizes. */
+static void
+check_fused(struct compute *c, uint32_t type, uint32_t other, int cols)
+{
+	static const int rows[4] = { 64, 16, 24, 8 };
+	static const int ns[] = { 1, 3, 8, 17, 40 };
+	static uint8_t wq[4][64 * COLS2 * sizeof(float)];
+	static float ys[4][MAX_TOKENS * 64], y1[MAX_TOKENS * 64];
+	struct compute_weight cw[4];
+	const struct compute_weight *ws[4] = { &cw[0], &cw[1], &cw[3], &cw[2] };
+	float *out[4] = { ys[0], ys[1], ys[3], ys[2] };
+	int bad = 0;
+
+	for (int i = 0; i < 4; i++) {
+		uint32_t t = i == 3 ? other : type;
+		size_t rb = tensor_type_row_bytes(t, (uint64_t)cols);
+		float row[COLS2];
+		for (int r = 0; r < rows[i]; r++) {
+			for (int k = 0; k < cols; k++)
+				row[k] = value((unsigned)((i * 97 + r) * cols + k), 1.0f);
+			tensor_quantize_row(t, row, wq[i] + (size_t)r * rb, (size_t)cols);
+		}
+		struct weight w = { t, rows[i], cols, rb, wq[i] };
+		if (c->ops->prepare_weight(c, &w, &cw[i]) != PRIVAI_OK) {
+			CHECK(0, "prepare_weight %s", tensor_type_name(t));
+			return;
+		}
+	}
+	for (int i = 0; i < MAX_TOKENS * cols; i++)
+		x[i] = value((unsigned)i * 5u + 1u, 2.0f);
+	for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+		int n = ns[ni];
+		c->ops->matmul_n(c, ws, 4, x, n, out);
+		for (int i = 0; i < 4; i++) {
+			c->ops->matmul(c, &cw[i], x, n, y1);
+			bad += memcmp(y1, ys[i], (size_t)n * (size_t)rows[i] * sizeof(float)) != 0;
+		}
+	}
+	CHECK(bad == 0, "%s matmul_n of %s weights (and one %s) equals matmul: %d of %d differ",
+	      compute_cpu_simd_name(), tensor_type_name(type), tensor_type_name(other), bad,
+	      (int)(4 * sizeof(ns) / sizeof(ns[0])));
+	for (int i = 0; i < 4; i++)
+		c->ops->release_weight(c, &cw[i]);
+}
+
 static void
 check_level(const char *simd)
 {
@@ -139,8 +187,12 @@ check_level(const char *simd)
 	check_type(c, TT_BF16, COLS, compute_cpu_simd_name());
 	check_type(c, TT_BF16, COLS2, compute_cpu_simd_name());
 	check_type(c, TT_F32, COLS2, compute_cpu_simd_name());
-	for (size_t i = 0; i < sizeof(quantized) / sizeof(quantized[0]); i++)
+	for (size_t i = 0; i < sizeof(quantized) / sizeof(quantized[0]); i++) {
 		check_type(c, quantized[i], QCOLS, compute_cpu_simd_name());
+		check_fused(c, quantized[i], quantized[(i + 1) % 5], QCOLS);
+	}
+	check_fused(c, TT_F16, TT_BF16, COLS2);
+	check_fused(c, TT_BF16, TT_F16, COLS);
 	compute_free(c);
 }
 

@@ -119,6 +119,12 @@ struct compute_ops {
 	void (*add)(struct compute *c, float *a, const float *b, size_t count);
 	/* out[i] = x[out_rows[i]] for i < n_out, rows of dim elements. */
 	void (*gather_rows)(struct compute *c, const float *x, int dim, float *out);
+	/* matmul of nw (at most 16) weights with the same x: y[i] = w[i] x,
+	 * each as matmul() computes it, where a backend can share the work on
+	 * x and the hand-offs (Q, K and V; gate and up).  NULL: the caller
+	 * calls matmul() for each. */
+	void (*matmul_n)(struct compute *c, const struct compute_weight *const *w, int nw, const float *x, int n,
+			 float *const *y);
 };
 
 struct compute {

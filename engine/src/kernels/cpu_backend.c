@@ -359,6 +359,7 @@ static const struct compute_ops cpu_ops = {
 	.swiglu = cpu_swiglu,
 	.add = cpu_add,
 	.gather_rows = cpu_gather_rows,
+	.matmul_n = cpu_matmul_n,
 };
 
 static const struct cpu_kernels *

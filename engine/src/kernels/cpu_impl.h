@@ -74,6 +74,8 @@ int cpu_ensure(void **p, size_t *len, size_t need);
 
 /* cpu_matmul.c */
 void cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, int n, float *y);
+void cpu_matmul_n(struct compute *c, const struct compute_weight *const *cw, int nw, const float *x, int n,
+		  float *const *y);
 void cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out);
 int cpu_prepare_weight(struct compute *c, const struct weight *src, struct compute_weight *dst);
 void cpu_release_weight(struct compute *c, struct compute_weight *w);

@@ -516,19 +516,10 @@ mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1)
 	}
 }
 
+/* Rows [lo, hi) of the job's weight, on the path its plan chose. */
 static void
-mm_worker(void *arg, int ith, int nth)
+mm_rows(struct mm_job *j, int64_t lo, int64_t hi)
 {
-	struct mm_job *j = arg;
-	int64_t lo, hi;
-
-	if (j->x8 != NULL) { /* whole groups of 8 rows */
-		split(j->w->rows / 8, ith, nth, &lo, &hi);
-		lo *= 8;
-		hi *= 8;
-	} else {
-		split(j->w->rows, ith, nth, &lo, &hi);
-	}
 	if (j->p.bf16)
 		mm_rows_bf16(j, lo, hi);
 	else if (j->p.gemm)
@@ -539,6 +530,49 @@ mm_worker(void *arg, int ith, int nth)
 		mm_rows_q8(j, lo, hi);
 	else
 		mm_rows_f32(j, lo, hi, j->im->ts[threadpool_self()].row);
+}
+
+/* Rows a part takes whole: a repacked group is 8 rows. */
+static int64_t
+mm_unit(const struct mm_job *j)
+{
+	return j->x8 != NULL ? 8 : 1;
+}
+
+static void
+mm_worker(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi, unit = mm_unit(j);
+
+	split(j->w->rows / unit, ith, nth, &lo, &hi);
+	mm_rows(j, lo * unit, hi * unit);
+}
+
+/* Several weights times the same activations, as one pool job: the
+ * parts cut the weights' rows laid end to end. */
+#define MM_MAX_FUSED 4
+struct mm_multi {
+	struct mm_job *jobs;
+	int n_jobs;
+	int64_t unit;
+};
+
+static void
+mm_multi_worker(void *arg, int ith, int nth)
+{
+	const struct mm_multi *m = arg;
+	int64_t total = 0, lo, hi;
+
+	for (int k = 0; k < m->n_jobs; k++)
+		total += m->jobs[k].w->rows / m->unit;
+	split(total, ith, nth, &lo, &hi);
+	for (int k = 0, off = 0; k < m->n_jobs && off < hi; off += (int)(m->jobs[k].w->rows / m->unit), k++) {
+		int64_t units = m->jobs[k].w->rows / m->unit;
+		int64_t a = lo > off ? lo : off, b = hi < off + units ? hi : off + units;
+		if (a < b)
+			mm_rows(&m->jobs[k], (a - off) * m->unit, (b - off) * m->unit);
+	}
 }
 
 static void
@@ -574,51 +608,109 @@ mm_onednn(struct mm_job *j)
 				      j->y, threadpool_size(im->pool));
 }
 
-void
-cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, int n, float *y)
+/* A job for weight cw, its plan made and its activations quantized,
+ * packed or rounded as the plan needs; returns 1 when oneDNN did the
+ * whole product (nothing left to run), else 0. */
+static int
+mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x, int n, float *y, struct mm_job *j)
 {
-	struct cpu_impl *im = impl_of(c);
 	const struct weight *w = &cw->w;
 	const uint8_t *x8 = w->type == TT_Q4_0 || w->type == TT_Q4_K || w->type == TT_Q5_K ? cw->aux : NULL;
-	struct mm_job j = { im, w, w->type == TT_Q8_0 ? cw->aux : NULL, x8, x, n, y, { 0 } };
 
+	*j = (struct mm_job){ im, w, w->type == TT_Q8_0 ? cw->aux : NULL, x8, x, n, y, { 0 } };
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
 	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
 	assert(n <= im->ystage_tokens);
-	mm_plan(im->k, w->type, j.bsum != NULL, n, &j.p);
-	if (j.p.q8k && cpu_ensure((void **)&im->xk, &im->xk_len,
-				  (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0) {
-		j.p.q8k = 0; /* out of memory: the 32-value blocks, already sized */
-		if ((w->type == TT_Q4_K || w->type == TT_Q5_K) && !j.p.gemm)
-			j.x8 = NULL; /* and the file's rows (the repacked groups take Q8_K) */
+	mm_plan(im->k, w->type, j->bsum != NULL, n, &j->p);
+	if (j->p.q8k && cpu_ensure((void **)&im->xk, &im->xk_len,
+				   (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0) {
+		j->p.q8k = 0; /* out of memory: the 32-value blocks, already sized */
+		if ((w->type == TT_Q4_K || w->type == TT_Q5_K) && !j->p.gemm)
+			j->x8 = NULL; /* and the file's rows (the repacked groups take Q8_K) */
 	}
-	if (j.p.onednn && mm_onednn(&j) == 0)
-		return;
+	if (j->p.onednn && mm_onednn(j) == 0)
+		return 1;
 	/* a decode step's activations (a few thousand values) are quantized
 	 * faster than the pool hands out and collects the job: every job is
 	 * a barrier, and a barrier is where a thread the kernel preempted
 	 * holds up the others (docs/performance.md, "Shared CPUs") */
-	if (j.p.quantized && (size_t)n * (size_t)w->cols <= QUANTIZE_INLINE)
-		mm_quantize_x(&j, 0, 1);
-	else if (j.p.quantized)
-		threadpool_run(im->pool, mm_quantize_x, &j);
-	if (j.p.gemm)
-		threadpool_run(im->pool, mm_pack_tiles, &j);
-	if (j.p.bf16)
-		threadpool_run(im->pool, mm_pack_bf16, &j);
+	if (j->p.quantized && (size_t)n * (size_t)w->cols <= QUANTIZE_INLINE)
+		mm_quantize_x(j, 0, 1);
+	else if (j->p.quantized)
+		threadpool_run(im->pool, mm_quantize_x, j);
+	if (j->p.gemm)
+		threadpool_run(im->pool, mm_pack_tiles, j);
+	if (j->p.bf16)
+		threadpool_run(im->pool, mm_pack_bf16, j);
 	else if (w->type == TT_BF16 && half_dot(w->type, n) && im->k->dot_bf16_bf16 != NULL)
 		for (int t = 0; t < n; t++) /* a token or two: not worth the pool */
 			im->k->f32_to_bf16(x + (int64_t)t * w->cols, (uint16_t *)im->xbf + (int64_t)t * w->cols,
 					   (size_t)w->cols);
-	if (j.p.gemm8) {
+	if (j->p.gemm8) {
 		int64_t nb = w->cols / 32;
 		for (int g = 0; g * GEMM8_TOKENS < n; g++)
 			q8_tile8_pack(im->xq + (int64_t)g * GEMM8_TOKENS * nb,
 				      n - g * GEMM8_TOKENS < GEMM8_TOKENS ? n - g * GEMM8_TOKENS : GEMM8_TOKENS,
 				      (size_t)nb, (struct q8_tile8 *)im->tiles + (int64_t)g * nb);
 	}
-	threadpool_run(im->pool, mm_worker, &j);
+	return 0;
+}
+
+void
+cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, int n, float *y)
+{
+	struct cpu_impl *im = impl_of(c);
+	struct mm_job j;
+
+	if (mm_prepare(im, cw, x, n, y, &j) == 0)
+		threadpool_run(im->pool, mm_worker, &j);
+}
+
+/* Can weight b share a's prepared activations (same type and width, the
+ * same plan) and its part boundaries (8-row units where a repack needs
+ * them)? */
+static int
+mm_fusable(const struct mm_job *a, const struct compute_weight *b)
+{
+	const uint8_t *x8 = b->w.type == TT_Q4_0 || b->w.type == TT_Q4_K || b->w.type == TT_Q5_K ? b->aux : NULL;
+
+	return b->w.type == a->w->type && b->w.cols == a->w->cols && (x8 != NULL) == (a->x8 != NULL) &&
+	       (b->w.type == TT_Q8_0) == (a->bsum != NULL) && !a->p.onednn;
+}
+
+void
+cpu_matmul_n(struct compute *c, const struct compute_weight *const *cw, int nw, const float *x, int n, float *const *y)
+{
+	struct cpu_impl *im = impl_of(c);
+	struct mm_job jobs[MM_MAX_FUSED];
+	int nj = 1, alone[16] = { 0 };
+
+	if (nw < 1)
+		return;
+	assert(nw <= 16);
+	if (mm_prepare(im, cw[0], x, n, y[0], &jobs[0]) != 0) {
+		for (int i = 1; i < nw; i++)
+			cpu_matmul(c, cw[i], x, n, y[i]);
+		return;
+	}
+	/* the others reuse what mm_prepare() made of x for the first */
+	for (int i = 1; i < nw; i++) {
+		if (nj < MM_MAX_FUSED && mm_fusable(&jobs[0], cw[i])) {
+			jobs[nj] = jobs[0];
+			jobs[nj].w = &cw[i]->w;
+			jobs[nj].bsum = jobs[0].bsum != NULL ? cw[i]->aux : NULL;
+			jobs[nj].x8 = jobs[0].x8 != NULL ? cw[i]->aux : NULL;
+			jobs[nj++].y = y[i];
+		} else {
+			alone[i] = 1;
+		}
+	}
+	struct mm_multi m = { jobs, nj, mm_unit(&jobs[0]) };
+	threadpool_run(im->pool, mm_multi_worker, &m);
+	for (int i = 1; i < nw; i++) /* the rest, one at a time */
+		if (alone[i])
+			cpu_matmul(c, cw[i], x, n, y[i]);
 }
 
 void
