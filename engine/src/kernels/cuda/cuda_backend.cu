@@ -712,6 +712,7 @@ static const struct compute_ops cuda_ops = {
 	.swiglu = cu_swiglu,
 	.add = cu_add,
 	.gather_rows = cu_gather_rows,
+	.matmul_n = NULL, /* one matmul per weight */
 };
 
 /* ------------------------------------------------------------- entries */
