@@ -105,6 +105,36 @@ test_sampler(void)
 		      "unfiltered sampling follows softmax(l / T) (worst %.4f), never a masked token", worst);
 	}
 
+	/* a constraint masks all but two tokens of an odd-sized vocabulary
+	 * (the last one unmasked: the vector tail), the rest of the logits
+	 * far apart: the draw never leaves the two */
+	{
+		enum { N = 1003 };
+		static float lm[N];
+		int outside = 0, cnt5 = 0;
+		for (int i = 0; i < N; i++)
+			lm[i] = -INFINITY;
+		lm[5] = 3.0f;
+		lm[N - 1] = 2.0f;
+		sampler_params_default(&p);
+		p.temperature = 1.0f;
+		p.top_k = 0;
+		p.top_p = 1;
+		p.min_p = 0;
+		p.seed = 7;
+		sampler_new(&p, N, &a);
+		for (int i = 0; i < 20000; i++) {
+			int32_t t = sampler_sample(a, lm);
+			outside += t != 5 && t != N - 1;
+			cnt5 += t == 5;
+		}
+		sampler_free(a);
+		double want = 1.0 / (1.0 + exp(-1.0)); /* e^3 / (e^3 + e^2) */
+		CHECK(outside == 0 && fabs(cnt5 / 20000.0 - want) < 0.01,
+		      "masked tokens are never drawn (%d were); token 5 %.4f of draws, softmax %.4f", outside,
+		      cnt5 / 20000.0, want);
+	}
+
 	sampler_params_default(&p);
 	p.top_p = 0;
 	CHECK(sampler_params_validate(&p, err) < 0 && strstr(err, "top_p"), "top_p 0 refused");
