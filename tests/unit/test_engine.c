@@ -17,6 +17,18 @@
 #include "privai/threadpool.h"
 #include "privai/tokenizer.h"
 
+/* Sampling without filters (the OpenAI defaults) at temperature t. */
+static void
+unfiltered(struct sampler_params *p, float t, uint64_t seed)
+{
+	sampler_params_default(p);
+	p->temperature = t;
+	p->top_k = 0;
+	p->top_p = 1;
+	p->min_p = 0;
+	p->seed = seed;
+}
+
 static void
 test_sampler(void)
 {
@@ -40,12 +52,7 @@ test_sampler(void)
 	CHECK(sampler_sample(g, logits) != 123, "repeat penalty moves greedy off a repeated token");
 	sampler_free(g);
 
-	sampler_params_default(&p);
-	p.temperature = 1.5f;
-	p.top_k = 0;
-	p.top_p = 1;
-	p.min_p = 0;
-	p.seed = 99;
+	unfiltered(&p, 1.5f, 99);
 	sampler_new(&p, V, &a);
 	sampler_new(&p, V, &b);
 	int same = 1, differs = 0;
@@ -84,12 +91,7 @@ test_sampler(void)
 	{
 		static const float l4[6] = { 0.0f, 1.0f, 2.0f, -INFINITY, 0.5f, -INFINITY };
 		int cnt[6] = { 0 };
-		sampler_params_default(&p);
-		p.temperature = 0.7f;
-		p.top_k = 0;
-		p.top_p = 1;
-		p.min_p = 0;
-		p.seed = 5;
+		unfiltered(&p, 0.7f, 5);
 		sampler_new(&p, 6, &a);
 		for (int i = 0; i < 40000; i++)
 			cnt[sampler_sample(a, l4)]++;
@@ -116,12 +118,7 @@ test_sampler(void)
 			lm[i] = -INFINITY;
 		lm[5] = 3.0f;
 		lm[N - 1] = 2.0f;
-		sampler_params_default(&p);
-		p.temperature = 1.0f;
-		p.top_k = 0;
-		p.top_p = 1;
-		p.min_p = 0;
-		p.seed = 7;
+		unfiltered(&p, 1.0f, 7);
 		sampler_new(&p, N, &a);
 		for (int i = 0; i < 20000; i++) {
 			int32_t t = sampler_sample(a, lm);

@@ -352,6 +352,35 @@ test_kernels(const struct cpu_kernels *simd)
 	test_widen(simd, w);
 }
 
+/* Q8_K activations of scale 1 at +127 and -127 in alternating runs of
+ * `run` values, with their 16-value sums. */
+static void
+q8k_extremes(struct block_q8k *xe, int run)
+{
+	xe->d = 1.0f;
+	for (int l = 0; l < 256; l++)
+		xe->q[l] = (int8_t)((l / run) % 2 ? -127 : 127);
+	for (int j = 0; j < 16; j++) {
+		int sum = 0;
+		for (int l = 0; l < 16; l++)
+			sum += xe->q[16 * j + l];
+		xe->bsum[j] = (int16_t)sum;
+	}
+}
+
+/* The exact dot of one super-block of `type` with xe, in double. */
+static double
+exact_block_dot(uint32_t type, const uint8_t *blk, const struct block_q8k *xe)
+{
+	float wblk[256];
+	double exact = 0;
+
+	tensor_dequantize_row(type, blk, wblk, 256);
+	for (int l = 0; l < 256; l++)
+		exact += (double)wblk[l] * xe->q[l];
+	return exact;
+}
+
 /* Q6_K decode on Q8_K activations: quantizing equals the scalar version,
  * the dot equals the scalar one and the float dot of the dequantized
  * operands, on ordinary rows and on a block at every extreme (q = 63 and
@@ -403,20 +432,8 @@ test_q8k(const struct cpu_kernels *simd)
 		blk[192 + j] = (uint8_t)(j % 2 ? -128 : 127);
 	uint16_t one = f32_to_fp16(1.0f);
 	memcpy(blk + 208, &one, 2);
-	xe.d = 1.0f;
-	for (int l = 0; l < 256; l++)
-		xe.q[l] = (int8_t)((l / 64) % 2 ? -127 : 127);
-	for (int j = 0; j < 16; j++) {
-		int sum = 0;
-		for (int l = 0; l < 16; l++)
-			sum += xe.q[16 * j + l];
-		xe.bsum[j] = (int16_t)sum;
-	}
-	double exact = 0;
-	float wblk[256];
-	tensor_dequantize_row(TT_Q6_K, blk, wblk, 256);
-	for (int l = 0; l < 256; l++)
-		exact += (double)wblk[l] * xe.q[l];
+	q8k_extremes(&xe, 64);
+	double exact = exact_block_dot(TT_Q6_K, blk, &xe);
 	r = ref->dot_q6_k_q8k(blk, &xe, 1);
 	v = simd->dot_q6_k_q8k(blk, &xe, 1);
 	CHECK(r == (float)exact && v == (float)exact, "Q6_K x Q8_K at the extremes: scalar %g, %s %g, exact %g", r,
@@ -464,20 +481,8 @@ test_k45_q8k(const struct cpu_kernels *simd)
 		memset(blk, 0xff, sizeof(blk));
 		memcpy(blk, &one, 2);
 		memcpy(blk + 2, &one, 2);
-		xe.d = 1.0f;
-		for (int l = 0; l < 256; l++)
-			xe.q[l] = (int8_t)((l / 48) % 2 ? -127 : 127);
-		for (int j = 0; j < 16; j++) {
-			int sum = 0;
-			for (int l = 0; l < 16; l++)
-				sum += xe.q[16 * j + l];
-			xe.bsum[j] = (int16_t)sum;
-		}
-		double exact = 0;
-		float wblk[256];
-		tensor_dequantize_row(type, blk, wblk, 256);
-		for (int l = 0; l < 256; l++)
-			exact += (double)wblk[l] * xe.q[l];
+		q8k_extremes(&xe, 48);
+		double exact = exact_block_dot(type, blk, &xe);
 		r = fr(blk, &xe, 1);
 		v = fs(blk, &xe, 1);
 		CHECK(fabs(r - exact) <= 1e-6 * fabs(exact) && fabs(v - exact) <= 1e-6 * fabs(exact),

@@ -49,7 +49,25 @@ q6_unpack_half(const uint8_t *ql, const uint8_t *qh, uint8_t *out)
 	}
 }
 
-/* Q4_K, and with five_bits Q5_K (fifth bits in qh[32] before the nibbles) */
+/* Sub-block j (32 values) of the Q4_K/Q5_K super-block at b times the
+ * int8 activations xq: q in 0..15, or 0..31 with Q5_K's fifth bits (in
+ * qh[32] before the nibbles). */
+static int32_t
+k45_sub_dot(const uint8_t *b, int j, const int8_t *xq, int five_bits)
+{
+	const uint8_t *qh = b + 16, *qq = b + (five_bits ? 48 : 16) + 32 * (j / 2);
+	int32_t dot = 0;
+
+	for (int l = 0; l < 32; l++) {
+		int v = (j & 1) ? (qq[l] >> 4) : (qq[l] & 0xf);
+		if (five_bits)
+			v |= ((qh[l] >> j) & 1) << 4;
+		dot += v * xq[l];
+	}
+	return dot;
+}
+
+/* Q4_K, and with five_bits Q5_K */
 static float
 dot_k45_scalar(const void *w, const struct block_q8 *x, size_t nb, int five_bits)
 {
@@ -58,18 +76,10 @@ dot_k45_scalar(const void *w, const struct block_q8 *x, size_t nb, int five_bits
 
 	for (size_t i = 0; i < nb / 8; i++, b += five_bits ? 176 : 144, x += 8) {
 		float d = f16(b), dmin = f16(b + 2);
-		const uint8_t *qh = b + 16, *q = b + (five_bits ? 48 : 16);
 		for (int j = 0; j < 8; j++) {
 			int sc, m;
 			k4_scale_min(j, b + 4, &sc, &m);
-			const uint8_t *qq = q + 32 * (j / 2);
-			int32_t acc = 0;
-			for (int l = 0; l < 32; l++) {
-				int v = (j & 1) ? (qq[l] >> 4) : (qq[l] & 0xf);
-				if (five_bits)
-					v |= ((qh[l] >> j) & 1) << 4;
-				acc += v * x[j].q[l];
-			}
+			int32_t acc = k45_sub_dot(b, j, x[j].q, five_bits);
 			s += x[j].d * (d * sc * (float)acc - dmin * m * (float)x[j].sum);
 		}
 	}
@@ -163,20 +173,11 @@ dot_k45_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb, int fiv
 	float s = 0.0f;
 
 	for (size_t i = 0; i < nsb; i++, b += five_bits ? 176 : 144, x++) {
-		const uint8_t *qh = b + 16, *q = b + (five_bits ? 48 : 16);
 		int32_t acc = 0, macc = 0;
 		for (int j = 0; j < 8; j++) {
 			int sc, m;
 			k4_scale_min(j, b + 4, &sc, &m);
-			const uint8_t *qq = q + 32 * (j / 2);
-			int32_t dot = 0;
-			for (int l = 0; l < 32; l++) {
-				int v = (j & 1) ? (qq[l] >> 4) : (qq[l] & 0xf);
-				if (five_bits)
-					v |= ((qh[l] >> j) & 1) << 4;
-				dot += v * x->q[32 * j + l];
-			}
-			acc += sc * dot;
+			acc += sc * k45_sub_dot(b, j, x->q + 32 * j, five_bits);
 			macc += m * (x->bsum[2 * j] + x->bsum[2 * j + 1]);
 		}
 		s += x->d * (f16(b) * (float)acc - f16(b + 2) * (float)macc);
