@@ -391,6 +391,9 @@ def test_bench_tool(s):
     check(r.returncode == 2 and "--concurrency" in r.stderr, "privai-bench refuses a bad option")
 
 
+MODEL_ID = "tiny-llama-spm-f16.gguf"
+
+
 def test_bad_input(s):
     cases = [
         ('{"prompt": "x", "max_tokens": 4', 400, None, "truncated JSON"),
@@ -410,6 +413,11 @@ def test_bad_input(s):
         ('{"messages": [{"role": "wizard", "content": "x"}]}', 400, "messages", "unknown role"),
         ('{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}', 400,
          "response_format", "unknown response_format"),
+        ('{"prompt": "x", "stop": ""}', 400, "stop", "an empty stop string"),
+        ('{"prompt": "x", "max_tokens": 2} trailing', 400, None, "bytes after the JSON object"),
+        ('{"prompt": "x", "max_tokens": 2}{"prompt": "y"}', 400, None, "two JSON objects"),
+        ('{"prompt": "cut\\u0000here", "max_tokens": 2}', 400, "prompt", "U+0000 in a prompt"),
+        ('{"messages": [{"role": "user", "content": "a\\u0000b"}]}', 400, "messages", "U+0000 in a message"),
     ]
     for raw, want, param, what in cases:
         path = "/v1/chat/completions" if "messages" in raw else "/v1/completions"
@@ -422,6 +430,15 @@ def test_bad_input(s):
     check(st in (200, 400), "invalid UTF-8 in a prompt: %d" % st)
     st, j = s.request("POST", "/v1/completions", raw=b"x" * (10 << 20))
     check(st == 413 and j["error"]["code"] == "request_too_large", "10 MB body -> 413 (%d)" % st)
+    st, j = s.request("POST", "/v1/completions", raw=b'{"prompt": "a\\\\u0000b", "max_tokens": 2}')
+    check(st == 200, "an escaped backslash before u0000 is text, not U+0000 (%d)" % st)
+    st, j = s.request("POST", "/tokenize", raw='{"prompt": "x"} junk')
+    check(st == 400, "/tokenize: bytes after the JSON object -> 400 (%d)" % st)
+    st, j = s.request("GET", "/v1/models/" + MODEL_ID)
+    check(st == 200 and j.get("id") == MODEL_ID and j.get("object") == "model",
+          "GET /v1/models/{id} (the SDK's models.retrieve) -> the model (%d %s)" % (st, j))
+    st, j = s.request("GET", "/v1/models/gpt-4")
+    check(st == 404 and j["error"]["code"] == "model_not_found", "GET /v1/models/{other} -> 404 (%d %s)" % (st, j))
     st, j = s.request("GET", "/v1/nothing")
     check(st == 404 and j["error"]["type"] == "not_found_error", "unknown path -> 404")
     st, j = s.request("GET", "/v1/completions")

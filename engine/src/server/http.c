@@ -119,36 +119,56 @@ authorized(struct server *s, struct MHD_Connection *c)
 	return ok;
 }
 
-static int
-handle_models(struct server *s, struct MHD_Connection *c)
+static cJSON *
+model_object(const struct server *s)
 {
-	cJSON *root = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data"), *m;
+	cJSON *m = cJSON_CreateObject();
 
-	cJSON_AddStringToObject(root, "object", "list");
-	cJSON_AddItemToArray(data, m = cJSON_CreateObject());
 	cJSON_AddStringToObject(m, "id", s->cfg.model_id);
 	cJSON_AddStringToObject(m, "object", "model");
 	cJSON_AddNumberToObject(m, "created", (double)s->created);
 	cJSON_AddStringToObject(m, "owned_by", "privai");
 	cJSON_AddNumberToObject(m, "max_model_len", s->n_ctx);
+	return m;
+}
+
+static int
+handle_models(struct server *s, struct MHD_Connection *c)
+{
+	cJSON *root = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data");
+
+	cJSON_AddStringToObject(root, "object", "list");
+	cJSON_AddItemToArray(data, model_object(s));
 	char *js = cJSON_PrintUnformatted(root);
 	cJSON_Delete(root);
+	return http_send_json(c, 200, js);
+}
+
+/* GET /v1/models/{id}: the OpenAI SDK's models.retrieve() */
+static int
+handle_model(struct server *s, struct MHD_Connection *c, const char *id)
+{
+	if (strcmp(id, s->cfg.model_id) != 0)
+		return http_send_error(c, 404, "not_found_error", "model_not_found", "model",
+				       "the model `%.100s` does not exist; this server serves `%s`", id,
+				       s->cfg.model_id);
+	cJSON *m = model_object(s);
+	char *js = cJSON_PrintUnformatted(m);
+	cJSON_Delete(m);
 	return http_send_json(c, 200, js);
 }
 
 static int
 handle_tokenize(struct server *s, struct MHD_Connection *c, const char *body, size_t len)
 {
-	cJSON *j = cJSON_ParseWithLength(body, len), *add;
-	const cJSON *p = j ? cJSON_GetObjectItem(j, "prompt") : NULL;
 	char err[PRIVAI_ERR_LEN];
 	int32_t *ids = NULL;
 	int n = 0, rc;
+	cJSON *j = http_body_object(c, body, len, &rc), *add;
+	const cJSON *p = j ? cJSON_GetObjectItem(j, "prompt") : NULL;
 
-	if (j == NULL || !cJSON_IsObject(j)) {
-		cJSON_Delete(j);
-		return http_send_error(c, 400, "invalid_request_error", NULL, NULL, "the body is not a JSON object");
-	}
+	if (j == NULL)
+		return rc;
 	if (!cJSON_IsString(p)) {
 		cJSON_Delete(j);
 		return http_send_error(c, 400, "invalid_request_error", NULL, "prompt", "prompt must be a string");
@@ -175,10 +195,12 @@ handle_tokenize(struct server *s, struct MHD_Connection *c, const char *body, si
 static int
 handle_detokenize(struct server *s, struct MHD_Connection *c, const char *body, size_t len)
 {
-	cJSON *j = cJSON_ParseWithLength(body, len);
+	int V = tokenizer_n_vocab(s->tok), n = 0, rc;
+	cJSON *j = http_body_object(c, body, len, &rc);
 	const cJSON *t = j ? cJSON_GetObjectItem(j, "tokens") : NULL, *it;
-	int V = tokenizer_n_vocab(s->tok), n = 0;
 
+	if (j == NULL)
+		return rc;
 	if (!cJSON_IsArray(t)) {
 		cJSON_Delete(j);
 		return http_send_error(c, 400, "invalid_request_error", NULL, "tokens",
@@ -228,7 +250,8 @@ route(struct server *s, struct MHD_Connection *c, const char *url, const char *m
 		return send_text(c, 200, "text/plain; version=0.0.4",
 				 serving_metrics_text(&s->metrics, s->sched, s->cfg.model_id));
 	}
-	int known = strcmp(url, "/v1/models") == 0 || strcmp(url, "/v1/completions") == 0 ||
+	const char *model_id = strncmp(url, "/v1/models/", 11) == 0 ? url + 11 : NULL;
+	int known = strcmp(url, "/v1/models") == 0 || model_id != NULL || strcmp(url, "/v1/completions") == 0 ||
 		    strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/tokenize") == 0 ||
 		    strcmp(url, "/detokenize") == 0;
 	if (!known)
@@ -241,6 +264,8 @@ route(struct server *s, struct MHD_Connection *c, const char *url, const char *m
 		return http_send_error(c, 503, "service_unavailable", "loading", NULL, "the model is still loading");
 	if (strcmp(url, "/v1/models") == 0 && get)
 		return handle_models(s, c);
+	if (model_id != NULL && get)
+		return handle_model(s, c, model_id);
 	if (!post)
 		return http_send_error(c, 405, "invalid_request_error", "method_not_allowed", NULL,
 				       "%s does not accept %s", url, method);

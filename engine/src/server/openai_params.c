@@ -238,6 +238,8 @@ parse_stop(struct gen_params *g, const cJSON *stop)
 
 	if (stop == NULL || cJSON_IsNull(stop))
 		return 0;
+	if (cJSON_IsString(stop) && stop->valuestring[0] == '\0')
+		return bad(g, "stop", "a stop sequence must be a non-empty string");
 	if (cJSON_IsString(stop))
 		return (g->stops[g->n_stops++] = strdup(stop->valuestring)) ? 0 : bad(g, "stop", "out of memory");
 	if (!cJSON_IsArray(stop) || cJSON_GetArraySize(stop) > GEN_MAX_STOPS)

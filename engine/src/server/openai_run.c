@@ -563,12 +563,10 @@ api_completions(struct server *s, struct MHD_Connection *conn, const char *body,
 	snprintf(j->id, sizeof(j->id), "%s-%lx%08lx", chat ? "chatcmpl" : "cmpl", (unsigned long)j->created,
 		 (unsigned long)atomic_fetch_add(&s->next_id, 1));
 	gen_params_init(&j->g, chat);
-	cJSON *json = cJSON_ParseWithLength(body, len);
-	if (json == NULL || !cJSON_IsObject(json)) {
-		cJSON_Delete(json);
+	cJSON *json = http_body_object(conn, body, len, &rc);
+	if (json == NULL) {
 		job_free(j);
-		return http_send_error(conn, 400, "invalid_request_error", "invalid_json", NULL,
-				       "the body is not a JSON object (%zu bytes)", len);
+		return rc;
 	}
 	rc = gen_params_parse(&j->g, json, s->tok, s->chat, s->cfg.model_id);
 	cJSON_Delete(json);

@@ -62,6 +62,9 @@ void server_stop(struct server *s);
 int http_send_json(struct MHD_Connection *c, unsigned status, char *json);
 int http_send_error(struct MHD_Connection *c, unsigned status, const char *type, const char *code, const char *param,
 		    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The body as a JSON object (http_body.c), or NULL with *rc the result of
+ * the 400 sent: not JSON, bytes after the object, or U+0000 in a string. */
+struct cJSON *http_body_object(struct MHD_Connection *c, const char *body, size_t len, int *rc);
 /* 1 when the client has closed its end of the connection. */
 int http_client_gone(struct MHD_Connection *c);
 
