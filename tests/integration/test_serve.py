@@ -414,6 +414,13 @@ def test_bad_input(s):
         ('{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}', 400,
          "response_format", "unknown response_format"),
         ('{"prompt": "x", "stop": ""}', 400, "stop", "an empty stop string"),
+        ('{"prompt": "x", "max_tokens": 2, "temprature": 0.5}', 400, "temprature", "a misspelt field"),
+        ('{"prompt": "x", "max_tokens": 2, "logit_bias": {"5": -100}}', 400, "logit_bias", "logit_bias (not built)"),
+        ('{"prompt": "x", "max_tokens": 2, "best_of": 3}', 400, "best_of", "best_of beyond n"),
+        ('{"prompt": "x", "max_tokens": 2, "suffix": "end"}', 400, "suffix", "suffix"),
+        ('{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}',
+         400, "tools", "tools (not built)"),
+        ('{"messages": [{"role": "user", "content": "x"}], "echo": true}', 400, "echo", "echo on chat"),
         ('{"prompt": "x", "max_tokens": 2} trailing', 400, None, "bytes after the JSON object"),
         ('{"prompt": "x", "max_tokens": 2}{"prompt": "y"}', 400, None, "two JSON objects"),
         ('{"prompt": "cut\\u0000here", "max_tokens": 2}', 400, "prompt", "U+0000 in a prompt"),
@@ -432,6 +439,12 @@ def test_bad_input(s):
     check(st == 413 and j["error"]["code"] == "request_too_large", "10 MB body -> 413 (%d)" % st)
     st, j = s.request("POST", "/v1/completions", raw=b'{"prompt": "a\\\\u0000b", "max_tokens": 2}')
     check(st == 200, "an escaped backslash before u0000 is text, not U+0000 (%d)" % st)
+    st, j = s.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "user": "u-1", "best_of": 1,
+                                                  "logit_bias": {}, "stream": False})
+    check(st == 200, "accepted fields that change nothing: user, best_of 1, an empty logit_bias (%d %s)" % (st, j))
+    st, j = s.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
+                                                       "tool_choice": "none", "user": "u-1"})
+    check(st == 200, "chat with tool_choice none and user (%d %s)" % (st, j))
     st, j = s.request("POST", "/tokenize", raw='{"prompt": "x"} junk')
     check(st == 400, "/tokenize: bytes after the JSON object -> 400 (%d)" % st)
     st, j = s.request("GET", "/v1/models/" + MODEL_ID)
@@ -474,6 +487,16 @@ def test_queue_full():
     check(429 in results and 200 in results and set(results) <= {200, 429},
           "a full queue answers 429 and serves the rest: %s" % sorted(results))
     check(s.stop() == 0, "exit 0")
+
+
+def test_allow_unknown_fields():
+    s = Server("--allow-unknown-fields")
+    check(s.wait_ready(), "server with --allow-unknown-fields ready")
+    st, j = s.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "temprature": 0.5})
+    check(st == 200, "--allow-unknown-fields lets an unknown field through (%d %s)" % (st, j))
+    st, j = s.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "logit_bias": {"5": -100}})
+    check(st == 400 and j["error"]["param"] == "logit_bias", "but a known field it cannot honour stays refused")
+    check(s.stop() == 0, "exit 0 after SIGTERM")
 
 
 def test_keys_and_drain():
@@ -592,7 +615,7 @@ def main():
     alive = s.p.poll() is None
     check(alive, "the server survived everything above")
     check(s.stop() == 0, "exit 0 after SIGTERM")
-    for t in (test_queue_full, test_keys_and_drain, test_startup_errors_and_notify):
+    for t in (test_queue_full, test_allow_unknown_fields, test_keys_and_drain, test_startup_errors_and_notify):
         try:
             t()
         except Exception as e:

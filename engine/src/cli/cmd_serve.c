@@ -26,6 +26,7 @@ struct serve_opts {
 	int tensor_parallel;
 	float gpu_mem; /* --gpu-memory-utilization: the share of the GPU the KV pool may fill up to */
 	int port, n_ctx, parallel, batch, threads, queue, kv_mib, drain_s, max_body_mib, max_conn;
+	int allow_unknown; /* --allow-unknown-fields */
 };
 
 static void
@@ -51,7 +52,8 @@ serve_usage(FILE *fp)
 	      "  --tensor-parallel N    with --device cuda: GPUs the model is split over (default: all of --gpus)\n"
 	      "  --max-body-mib N       largest request body (default 4)\n"
 	      "  --max-connections N    concurrent connections (default 256)\n"
-	      "  --drain-timeout S      seconds SIGTERM waits for running requests (default 30)\n",
+	      "  --drain-timeout S      seconds SIGTERM waits for running requests (default 30)\n"
+	      "  --allow-unknown-fields let request fields no endpoint reads through (default: 400 naming them)\n",
 	      fp);
 }
 
@@ -76,6 +78,9 @@ parse(int argc, char **argv, struct serve_opts *o)
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			serve_usage(stdout);
 			exit(0);
+		} else if (strcmp(a, "--allow-unknown-fields") == 0) {
+			o->allow_unknown = 1;
+			continue; /* takes no value */
 		} else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
 			o->model = v;
 		} else if (strcmp(a, "--host") == 0) {
@@ -248,9 +253,13 @@ cmd_serve(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	snprintf(name, sizeof(name), "%s", o.name ? o.name : o.model);
-	cfg = (struct server_config){
-		o.host, o.port, o.key_file, o.name ? o.name : basename(name), (size_t)o.max_body_mib << 20, o.max_conn
-	};
+	cfg = (struct server_config){ .host = o.host,
+				      .port = o.port,
+				      .api_key_file = o.key_file,
+				      .model_id = o.name ? o.name : basename(name),
+				      .max_body = (size_t)o.max_body_mib << 20,
+				      .max_connections = o.max_conn,
+				      .allow_unknown_fields = o.allow_unknown };
 	if (server_start(&srv, &cfg, err) < 0)
 		return cli_error("serve", "%s", err);
 	fprintf(stderr, "privai-engine serve: listening on %s:%d, loading %s\n", cfg.host, srv.port, o.model);

@@ -19,6 +19,7 @@
 
 struct gen_params {
 	int chat;
+	int allow_unknown; /* --allow-unknown-fields: fields no endpoint reads pass */
 	int stream, include_usage, echo;
 	int n;
 	int max_tokens; /* -1: the rest of the context (chat) or 16 (completions) */
@@ -34,7 +35,8 @@ struct gen_params {
 	int n_prompts;
 	/* on error */
 	char err[512];
-	const char *err_param;
+	const char *err_param; /* a literal, or param_buf */
+	char param_buf[64];
 	int not_found;
 };
 

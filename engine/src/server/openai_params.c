@@ -306,6 +306,103 @@ parse_sampling(struct gen_params *g, const cJSON *j)
 		       : 0;
 }
 
+/* The fields each endpoint reads: OpenAI's, and vLLM's extensions that
+ * privai implements.  Any other is refused by name, as vLLM refuses them,
+ * unless the server runs with --allow-unknown-fields: a misspelt
+ * "temprature" must not silently sample at the default. */
+static const char *const common_fields[] = { "model",
+					     "max_tokens",
+					     "temperature",
+					     "top_p",
+					     "top_k",
+					     "min_p",
+					     "presence_penalty",
+					     "frequency_penalty",
+					     "repetition_penalty",
+					     "seed",
+					     "n",
+					     "stop",
+					     "stream",
+					     "stream_options",
+					     "ignore_eos",
+					     "min_tokens",
+					     "logprobs",
+					     "user",
+					     "logit_bias",
+					     "best_of",
+					     NULL };
+static const char *const completion_fields[] = { "prompt", "echo", "suffix", NULL };
+static const char *const chat_fields[] = {
+	"messages",    "max_completion_tokens", "top_logprobs", "response_format", "tools",
+	"tool_choice", "parallel_tool_calls",   "functions",    "function_call",   NULL
+};
+
+static int
+listed(const char *const *names, const char *name)
+{
+	for (; *names != NULL; names++)
+		if (strcmp(*names, name) == 0)
+			return 1;
+	return 0;
+}
+
+static int
+check_fields(struct gen_params *g, const cJSON *j)
+{
+	const cJSON *f;
+
+	if (g->allow_unknown)
+		return 0;
+	cJSON_ArrayForEach (f, j) {
+		if (listed(common_fields, f->string) || listed(g->chat ? chat_fields : completion_fields, f->string))
+			continue;
+		snprintf(g->param_buf, sizeof(g->param_buf), "%s", f->string);
+		bad(g, NULL,
+		    "unknown field \"%.60s\" for %s (the server would ignore it; start it with "
+		    "--allow-unknown-fields to let such fields through)",
+		    f->string, g->chat ? "/v1/chat/completions" : "/v1/completions");
+		g->err_param = g->param_buf;
+		return -1;
+	}
+	return 0;
+}
+
+static int
+is_empty(const cJSON *v)
+{
+	return v == NULL || cJSON_IsNull(v) || ((cJSON_IsArray(v) || cJSON_IsObject(v)) && v->child == NULL);
+}
+
+/* Fields privai knows but cannot honour yet: refused, never ignored (even
+ * with --allow-unknown-fields), unless they ask for nothing. */
+static int
+check_unsupported(struct gen_params *g, const cJSON *j)
+{
+	const cJSON *v;
+
+	if (!is_empty(v = cJSON_GetObjectItem(j, "logit_bias")))
+		return bad(g, "logit_bias",
+			   cJSON_IsObject(v) ? "logit_bias is not supported yet"
+					     : "logit_bias must be an object of token id -> bias");
+	v = cJSON_GetObjectItem(j, "best_of");
+	if (!is_empty(v) && (!cJSON_IsNumber(v) || v->valuedouble != (double)g->n))
+		return bad(g, "best_of", "best_of must equal n (%d): choosing the best of more is not supported", g->n);
+	v = cJSON_GetObjectItem(j, "suffix");
+	if (!is_empty(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
+		return bad(g, "suffix", "suffix (fill in the middle) is not supported");
+	if (!is_empty(cJSON_GetObjectItem(j, "tools")) || !is_empty(cJSON_GetObjectItem(j, "functions")))
+		return bad(g, cJSON_GetObjectItem(j, "tools") ? "tools" : "functions",
+			   "tool calling is not supported yet: the model would answer in text");
+	static const char *const choices[] = { "tool_choice", "function_call" };
+	for (int i = 0; i < 2; i++) {
+		v = cJSON_GetObjectItem(j, choices[i]);
+		if (!is_empty(v) && !(cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0))
+			return bad(g, choices[i], "%s other than \"none\" needs tools, which are not supported yet",
+				   choices[i]);
+	}
+	return 0;
+}
+
 void
 gen_params_init(struct gen_params *g, int chat)
 {
@@ -335,7 +432,9 @@ gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *t
 		return bad(g, "model", "the model `%.100s` does not exist; this server serves `%s`",
 			   cJSON_IsString(model) ? model->valuestring : "?", model_id);
 	}
-	if (parse_sampling(g, j) < 0 || get_int(g, j, "n", 1, GEN_MAX_N, &g->n) < 0 ||
+	if (check_fields(g, j) < 0)
+		return -1;
+	if (parse_sampling(g, j) < 0 || get_int(g, j, "n", 1, GEN_MAX_N, &g->n) < 0 || check_unsupported(g, j) < 0 ||
 	    get_int(g, j, "min_tokens", 0, 1 << 24, &g->min_tokens) < 0 ||
 	    get_bool(g, j, "ignore_eos", &g->ignore_eos) < 0 || get_bool(g, j, "stream", &g->stream) < 0 ||
 	    (!g->chat && get_bool(g, j, "echo", &g->echo) < 0) || parse_logprobs(g, j) < 0 ||

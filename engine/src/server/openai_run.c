@@ -563,6 +563,7 @@ api_completions(struct server *s, struct MHD_Connection *conn, const char *body,
 	snprintf(j->id, sizeof(j->id), "%s-%lx%08lx", chat ? "chatcmpl" : "cmpl", (unsigned long)j->created,
 		 (unsigned long)atomic_fetch_add(&s->next_id, 1));
 	gen_params_init(&j->g, chat);
+	j->g.allow_unknown = s->cfg.allow_unknown_fields;
 	cJSON *json = http_body_object(conn, body, len, &rc);
 	if (json == NULL) {
 		job_free(j);

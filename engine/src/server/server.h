@@ -28,6 +28,7 @@ struct server_config {
 	const char *model_id;     /* the name clients use in "model" */
 	size_t max_body;          /* request bodies beyond this get 413 */
 	int max_connections;
+	int allow_unknown_fields; /* fields no endpoint reads pass instead of a 400 */
 };
 
 struct server {
