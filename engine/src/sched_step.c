@@ -55,6 +55,14 @@ index_of(struct seq **arr, int n, const struct seq *q)
 	return -1;
 }
 
+/* What a request the client cancelled finishes as: its own reason (a stop
+ * sequence it found), an abort for everything on abort_all. */
+static enum finish_reason
+cancel_reason(const struct scheduler *s, const struct sched_request *r)
+{
+	return r->cancelled && !s->abort_all && r->cancelled_as != FINISH_NONE ? r->cancelled_as : FINISH_ABORT;
+}
+
 /* Under the lock: drop cancelled requests (all of them on abort_all). */
 static void
 reap_cancelled(struct scheduler *s)
@@ -66,7 +74,7 @@ reap_cancelled(struct scheduler *s)
 		if (r->cancelled || s->abort_all) {
 			*link = r->next;
 			s->n_queued--;
-			finish_locked(s, r, FINISH_ABORT, NULL);
+			finish_locked(s, r, cancel_reason(s, r), NULL);
 		} else {
 			s->q_tail = r;
 			link = &r->next;
@@ -77,7 +85,7 @@ reap_cancelled(struct scheduler *s)
 		if (q->req->cancelled || s->abort_all) {
 			remove_at(s->running, &s->n_running, i);
 			s->n_active--;
-			finish_locked(s, q->req, FINISH_ABORT, NULL);
+			finish_locked(s, q->req, cancel_reason(s, q->req), NULL);
 			seq_free(s, q);
 		}
 	}
@@ -87,7 +95,7 @@ reap_cancelled(struct scheduler *s)
 			remove_at(s->preempted, &s->n_preempted, i);
 			s->n_active--;
 			s->n_preempted_shared--;
-			finish_locked(s, q->req, FINISH_ABORT, NULL);
+			finish_locked(s, q->req, cancel_reason(s, q->req), NULL);
 			seq_free(s, q);
 		}
 	}

@@ -198,15 +198,28 @@ scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeo
 	return n;
 }
 
-void
-scheduler_cancel(struct scheduler *s, struct sched_request *r)
+static void
+cancel_as(struct scheduler *s, struct sched_request *r, enum finish_reason why)
 {
 	pthread_mutex_lock(&s->mu);
-	if (r->finish == FINISH_NONE) {
+	if (r->finish == FINISH_NONE && !r->cancelled) {
 		r->cancelled = 1;
+		r->cancelled_as = why;
 		pthread_cond_signal(&s->wake);
 	}
 	pthread_mutex_unlock(&s->mu);
+}
+
+void
+scheduler_cancel(struct scheduler *s, struct sched_request *r)
+{
+	cancel_as(s, r, FINISH_ABORT);
+}
+
+void
+scheduler_stop(struct scheduler *s, struct sched_request *r)
+{
+	cancel_as(s, r, FINISH_STOP);
 }
 
 int

@@ -321,6 +321,25 @@ def test_concurrency(s):
     check(same == 16, "16 concurrent streams equal their sequential greedy outputs (%d of 16)" % same)
 
 
+def test_stop_metrics(s):
+    """A completion that ends on a stop string counts as finished_reason="stop", not "abort"."""
+    body = {"prompt": "The quick brown fox", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    st, j = s.request("POST", "/v1/completions", body)
+    text = j["choices"][0]["text"]
+    stop = text[3:6] if len(text.strip()) >= 6 else text[:2]
+    name = 'vllm:request_success_total'
+    def count(reason):
+        _, t = s.request("GET", "/metrics")
+        m = re.search(r'^%s\{[^}]*finished_reason="%s"\} (\S+)$' % (re.escape(name), reason), t, re.M)
+        return float(m.group(1)) if m else None
+    stop0, abort0 = count("stop"), count("abort")
+    st, j = s.request("POST", "/v1/completions", dict(body, stop=stop))
+    check(st == 200 and j["choices"][0]["finish_reason"] == "stop", "a stop string ends the completion (%s)" % j)
+    stop1, abort1 = count("stop"), count("abort")
+    check(stop0 is not None and stop1 == stop0 + 1 and abort1 == abort0,
+          "metrics count a stop-string finish as stop (stop %s -> %s, abort %s -> %s)" % (stop0, stop1, abort0, abort1))
+
+
 def test_prefix_cache(s):
     before = s.metric("vllm:prefix_cache_hits_total")
     long_prompt = "In the beginning " * 20
@@ -607,7 +626,7 @@ def main():
         return 0
     s = Server()
     check(s.wait_ready(), "server ready")
-    for t in (test_basic, test_json_mode, test_golden_logprobs, test_concurrency, test_prefix_cache, test_memory_metrics, test_disconnect, test_bench_tool, test_bad_input):
+    for t in (test_basic, test_json_mode, test_golden_logprobs, test_concurrency, test_stop_metrics, test_prefix_cache, test_memory_metrics, test_disconnect, test_bench_tool, test_bad_input):
         try:
             t(s)
         except Exception as e:  # a crash of one group must not hide the others

@@ -69,6 +69,7 @@ struct sched_request {
 
 	/* set by the client under the lock */
 	int cancelled;
+	enum finish_reason cancelled_as; /* FINISH_STOP: the client found a stop sequence */
 
 	/* scheduler internals */
 	int refs;
@@ -130,6 +131,9 @@ int scheduler_submit(struct scheduler *s, struct sched_request *r, char *err);
 int scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeout_ms, enum finish_reason *finish);
 /* The client lost interest: finish the request and free its blocks. */
 void scheduler_cancel(struct scheduler *s, struct sched_request *r);
+/* The client found a stop sequence in the text: finish the request as
+ * FINISH_STOP (what the metrics count), not as an abort. */
+void scheduler_stop(struct scheduler *s, struct sched_request *r);
 
 /* Lock and unlock around reading a request's outputs. */
 void scheduler_lock(struct scheduler *s);

@@ -140,7 +140,7 @@ advance(struct job *j, struct choice *c)
 		}
 	}
 	if (c->finish == FINISH_STOP) {
-		scheduler_cancel(s, c->r);
+		scheduler_stop(s, c->r);
 		return;
 	}
 	if (f != FINISH_NONE)
