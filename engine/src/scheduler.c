@@ -198,6 +198,12 @@ scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeo
 	return n;
 }
 
+int
+scheduler_max_queue(const struct scheduler *s)
+{
+	return s->p.max_queue;
+}
+
 static void
 cancel_as(struct scheduler *s, struct sched_request *r, enum finish_reason why)
 {

@@ -118,6 +118,9 @@ void scheduler_free(struct scheduler *s);
 /* A request with everything zeroed, refs 1 (the client's), buffers sized
  * for max_tokens and the logprob settings.  NULL when out of memory. */
 struct sched_request *sched_request_new(int n_prompt, int max_tokens, int top_logprobs, int prompt_logprobs);
+/* How many requests the queue holds at most (scheduler_params.max_queue):
+ * a burst of more is refused however idle the scheduler is. */
+int scheduler_max_queue(const struct scheduler *s);
 /* Drop one reference; the last frees the request. */
 void sched_request_put(struct scheduler *s, struct sched_request *r);
 

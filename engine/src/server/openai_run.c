@@ -492,9 +492,18 @@ make_choices(struct job *j, char *err)
 {
 	struct server *s = j->srv;
 	static atomic_ulong seed_counter;
+	int n_ch = j->g.n_prompts * j->g.n;
 
-	j->n_ch = j->g.n_prompts * j->g.n;
-	j->ch = calloc((size_t)j->n_ch, sizeof(*j->ch));
+	/* the choices are queued at once: more than the queue holds can
+	 * never be admitted, and a retry (429) would not help */
+	if (n_ch > scheduler_max_queue(s->sched))
+		return privai_fail(err, PRIVAI_EINVAL,
+				   "this request has %d choices (prompts x n); the server queues at most %d at once "
+				   "(serve --queue)",
+				   n_ch, scheduler_max_queue(s->sched));
+	j->ch = calloc((size_t)n_ch, sizeof(*j->ch));
+	if (j->ch != NULL)
+		j->n_ch = n_ch; /* job_free() walks n_ch choices */
 	if (j->ch == NULL)
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	for (int p = 0; p < j->g.n_prompts; p++) {
