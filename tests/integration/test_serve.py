@@ -291,6 +291,17 @@ def test_golden_logprobs(s):
     worst = max(abs(lp[i] - log_softmax_at(rows[i - 1], ids[i])) for i in range(1, len(ids))) if len(lp) == len(ids) else 9
     check(st == 200 and lp[0] is None and worst < 0.02,
           "echo logprobs of token ids match log_softmax(golden) (worst %.2e over %d)" % (worst, len(ids) - 1))
+    # echo + logprobs: each token's text_offset is where it starts in the
+    # returned text (prompt then completion), as OpenAI's legacy API gives
+    st, j = s.request("POST", "/v1/completions", {"prompt": "The quick brown fox jumps", "max_tokens": 4,
+                                                  "temperature": 0, "ignore_eos": True, "echo": True, "logprobs": 1})
+    ch = j["choices"][0] if st == 200 else {}
+    lp = ch.get("logprobs") or {}
+    offs, toks, text = lp.get("text_offset", []), lp.get("tokens", []), ch.get("text", "")
+    rising = all(offs[i] <= offs[i + 1] for i in range(len(offs) - 1))
+    check(st == 200 and len(offs) == len(toks) and offs[0] == 0 and rising and offs[-1] > 0 and offs[-1] < len(text)
+          and len(set(offs[:5])) >= 4,
+          "echo + logprobs: text_offset rises through the prompt and the completion (%s, text %r)" % (offs, text))
     # the first generated token's logprob against the last golden row
     st, j = s.request("POST", "/v1/completions", {"prompt": ids, "max_tokens": 1, "temperature": 0, "logprobs": 3})
     top = j["choices"][0]["logprobs"]["top_logprobs"][0] if st == 200 else {}

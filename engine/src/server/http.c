@@ -224,7 +224,7 @@ handle_detokenize(struct server *s, struct MHD_Connection *c, const char *body, 
 	cJSON_Delete(j);
 	struct strbuf out;
 	strbuf_init(&out);
-	detok_append(s->tok, ids, n, &out);
+	detok_append(s->tok, ids, n, &out, NULL);
 	free(ids);
 	char *text = strbuf_take(&out);
 	cJSON *root = cJSON_CreateObject();

@@ -46,7 +46,8 @@ int gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenize
 		     const char *model_id);
 void gen_params_free(struct gen_params *g);
 
-/* Append the text of ids (valid token ids) to out, whole characters only. */
-void detok_append(const struct tokenizer *tok, const int32_t *ids, int n, struct strbuf *out);
+/* Append the text of ids (valid token ids) to out, whole characters only;
+ * offs (n entries, or NULL) gets where each token's text starts in out. */
+void detok_append(const struct tokenizer *tok, const int32_t *ids, int n, struct strbuf *out, size_t *offs);
 
 #endif

@@ -24,6 +24,7 @@ struct choice {
 	struct strbuf text;
 	size_t echo_len; /* leading bytes of text that are the echoed prompt */
 	size_t *offs;    /* text offset of each generated token */
+	size_t *poffs;   /* with echo and logprobs: text offset of each prompt token */
 	size_t sent;     /* bytes of text already streamed */
 	int seen, lp_sent;
 	int no_gen; /* echo with max_tokens 0: the one token generated is dropped */
@@ -49,15 +50,18 @@ struct job {
 /* ------------------------------------------------------------ text */
 
 void
-detok_append(const struct tokenizer *tok, const int32_t *ids, int n, struct strbuf *out)
+detok_append(const struct tokenizer *tok, const int32_t *ids, int n, struct strbuf *out, size_t *offs)
 {
 	struct detok_stream ds = { 0 };
 	char piece[64];
 	int k;
 
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
+		if (offs != NULL)
+			offs[i] = out->len;
 		if ((k = detok_stream_push(&ds, tok, ids[i], piece, sizeof(piece))) > 0)
 			strbuf_append(out, piece, (size_t)k);
+	}
 	if ((k = detok_stream_flush(&ds, piece, sizeof(piece))) > 0)
 		strbuf_append(out, piece, (size_t)k);
 }
@@ -233,7 +237,7 @@ logprobs_json(const struct job *j, const struct choice *c, int from, int to, int
 				cJSON_AddItemToArray(tlp, cJSON_CreateNumber(r->prompt_logprob[i]));
 				add_top(tops, tok, r->prompt_top + (size_t)i * ntop, ntop, 0);
 			}
-			cJSON_AddItemToArray(offs, cJSON_CreateNumber(0));
+			cJSON_AddItemToArray(offs, cJSON_CreateNumber(c->poffs != NULL ? (double)c->poffs[i] : 0));
 		}
 	}
 	for (int i = from; i < to && !c->no_gen; i++) {
@@ -420,6 +424,7 @@ job_free(struct job *j)
 		}
 		strbuf_free(&c->text);
 		free(c->offs);
+		free(c->poffs);
 	}
 	free(j->ch);
 	strbuf_free(&j->pending);
@@ -543,7 +548,9 @@ make_choices(struct job *j, char *err)
 				j->g.has_seed ? j->g.sp.seed + (uint64_t)k
 					      : (uint64_t)time(NULL) * 2654435761u + atomic_fetch_add(&seed_counter, 1);
 			if (j->g.echo) {
-				detok_append(s->tok, j->g.prompts[p], plen, &c->text);
+				if (echo_lp && (c->poffs = calloc((size_t)plen, sizeof(size_t))) == NULL)
+					return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+				detok_append(s->tok, j->g.prompts[p], plen, &c->text, c->poffs);
 				c->echo_len = c->text.len;
 			}
 		}
