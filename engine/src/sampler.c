@@ -23,7 +23,10 @@ struct sampler {
 	float *prob;       /* (n_vocab) the unfiltered draw's terms */
 	int32_t *recent;   /* ring of the last repeat_last_n tokens */
 	int n_recent, recent_head;
-	int32_t *count; /* (n_vocab) occurrences in the ring */
+	int32_t *count;    /* (n_vocab) occurrences in the ring */
+	int32_t *bias_ids; /* (n_bias) logit_bias, a copy of the caller's */
+	float *bias;
+	int n_bias;
 	uint64_t rng;
 };
 
@@ -93,6 +96,19 @@ sampler_new(const struct sampler_params *p, int n_vocab, struct sampler **ret)
 		sampler_free(s);
 		return PRIVAI_ENOMEM;
 	}
+	if (p->n_logit_bias > 0) {
+		s->bias_ids = malloc((size_t)p->n_logit_bias * sizeof(int32_t));
+		s->bias = malloc((size_t)p->n_logit_bias * sizeof(float));
+		if (s->bias_ids == NULL || s->bias == NULL) {
+			sampler_free(s);
+			return PRIVAI_ENOMEM;
+		}
+		memcpy(s->bias_ids, p->logit_bias_ids, (size_t)p->n_logit_bias * sizeof(int32_t));
+		memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof(float));
+		s->n_bias = p->n_logit_bias;
+	}
+	s->p.logit_bias_ids = NULL; /* the caller's arrays may go */
+	s->p.logit_bias = NULL;
 	s->rng = p->seed;
 	*ret = s;
 	return PRIVAI_OK;
@@ -106,6 +122,8 @@ sampler_free(struct sampler *s)
 	free(s->cand);
 	free(s->prob);
 	free(s->count);
+	free(s->bias_ids);
+	free(s->bias);
 	free(s->recent);
 	free(s);
 }
@@ -265,17 +283,24 @@ sampler_sample(struct sampler *s, const float *logits)
 	int n = s->n_vocab, k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
 	int unsorted = p->temperature > 0.0f && k == n && p->top_p >= 1.0f && p->min_p <= 0.0f;
 
-	/* without penalties (the OpenAI defaults) the logits are the candidates */
-	if (unsorted && p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f)
+	/* without penalties or a bias (the OpenAI defaults) the logits are the
+	 * candidates */
+	if (unsorted && s->n_bias == 0 && p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+	    p->presence_penalty == 0.0f)
 		return sample_unsorted(s, logits, n);
+	for (int i = 0; i < n; i++)
+		s->cand[i] = (struct cand){ i, logits[i], 0.0f };
+	/* the bias first, as a logits processor would, then the penalties */
+	for (int b = 0; b < s->n_bias; b++)
+		if (s->bias_ids[b] >= 0 && s->bias_ids[b] < n)
+			s->cand[s->bias_ids[b]].logit += s->bias[b];
 	for (int i = 0; i < n; i++) {
-		float l = logits[i];
 		int32_t c = s->count[i];
 		if (c > 0) {
+			float l = s->cand[i].logit;
 			l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
-			l -= (float)c * p->frequency_penalty + p->presence_penalty;
+			s->cand[i].logit = l - ((float)c * p->frequency_penalty + p->presence_penalty);
 		}
-		s->cand[i] = (struct cand){ i, l, 0.0f };
 	}
 	if (p->temperature <= 0.0f) {
 		int best = 0;

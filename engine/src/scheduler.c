@@ -95,6 +95,8 @@ sched_request_free(struct sched_request *r)
 	free(r->out_top);
 	free(r->prompt_logprob);
 	free(r->prompt_top);
+	free(r->bias_ids);
+	free(r->bias);
 	free(r);
 }
 

@@ -355,6 +355,40 @@ def test_stop_metrics(s):
           "metrics count a stop-string finish as stop (stop %s -> %s, abort %s -> %s)" % (stop0, stop1, abort0, abort1))
 
 
+def token_id(s, text):
+    """The id of a token from its text: the last piece of the text tokenized
+    (SPM may put a lone space first), checked by detokenizing it."""
+    st, t = s.request("POST", "/tokenize", {"prompt": text.strip(), "add_special_tokens": False})
+    ids = t.get("tokens", [])[-1:] if st == 200 else []
+    st, d = s.request("POST", "/detokenize", {"tokens": ids})
+    return ids[0] if len(ids) == 1 and d.get("prompt", "").strip() == text.strip() else None
+
+
+def test_logit_bias(s):
+    """logit_bias -100 on the greedy token moves the argmax off it; +100 on
+    the runner-up makes it the argmax."""
+    body = {"prompt": "The quick brown fox", "max_tokens": 1, "temperature": 0, "ignore_eos": True, "logprobs": 10}
+    st, j = s.request("POST", "/v1/completions", body)
+    lp = j["choices"][0]["logprobs"] if st == 200 else {}
+    first = lp["tokens"][0] if lp else ""
+    top = lp["top_logprobs"][0] if lp else {}
+    # a runner-up whose id its text gives back (a word piece with its space)
+    second = [t for t in sorted(top, key=lambda t: -top[t]) if t != first and t.startswith(" ") and token_id(s, t)][:1]
+    ids = [token_id(s, first)] + [token_id(s, t) for t in second]
+    check(len(ids) == 2 and None not in ids, "the greedy token %r and a runner-up %s have ids %s" % (first, second, ids))
+    if len(ids) != 2 or None in ids:
+        return
+    st, j = s.request("POST", "/v1/completions", dict(body, logit_bias={str(ids[0]): -100}))
+    other = j["choices"][0]["logprobs"]["tokens"][0] if st == 200 else None
+    check(st == 200 and other != first, "logit_bias -100 on %d moves greedy off %r (%s)" % (ids[0], first, other))
+    st, j = s.request("POST", "/v1/completions", dict(body, logit_bias={str(ids[1]): 100}))
+    got = j["choices"][0]["logprobs"]["tokens"][0] if st == 200 else None
+    check(st == 200 and got == second[0], "logit_bias +100 on a runner-up %r makes it greedy (%r)" % (second[0], got))
+    st, j = s.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1,
+                                                       "temperature": 0, "logit_bias": {str(ids[1]): 100}})
+    check(st == 200, "chat takes logit_bias too (%d %s)" % (st, j))
+
+
 def test_prefix_cache(s):
     before = s.metric("vllm:prefix_cache_hits_total")
     long_prompt = "In the beginning " * 20
@@ -449,7 +483,10 @@ def test_bad_input(s):
          "response_format", "unknown response_format"),
         ('{"prompt": "x", "stop": ""}', 400, "stop", "an empty stop string"),
         ('{"prompt": "x", "max_tokens": 2, "temprature": 0.5}', 400, "temprature", "a misspelt field"),
-        ('{"prompt": "x", "max_tokens": 2, "logit_bias": {"5": -100}}', 400, "logit_bias", "logit_bias (not built)"),
+        ('{"prompt": "x", "max_tokens": 2, "logit_bias": {"abc": -100}}', 400, "logit_bias", "logit_bias key not an id"),
+        ('{"prompt": "x", "max_tokens": 2, "logit_bias": {"99999999": 1}}', 400, "logit_bias", "logit_bias id too big"),
+        ('{"prompt": "x", "max_tokens": 2, "logit_bias": {"5": 101}}', 400, "logit_bias", "logit_bias beyond 100"),
+        ('{"prompt": "x", "max_tokens": 2, "logit_bias": [5]}', 400, "logit_bias", "logit_bias not an object"),
         ('{"prompt": "x", "max_tokens": 2, "best_of": 3}', 400, "best_of", "best_of beyond n"),
         ('{"prompt": "x", "max_tokens": 2, "suffix": "end"}', 400, "suffix", "suffix"),
         ('{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}',
@@ -531,8 +568,8 @@ def test_allow_unknown_fields():
     check(s.wait_ready(), "server with --allow-unknown-fields ready")
     st, j = s.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "temprature": 0.5})
     check(st == 200, "--allow-unknown-fields lets an unknown field through (%d %s)" % (st, j))
-    st, j = s.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "logit_bias": {"5": -100}})
-    check(st == 400 and j["error"]["param"] == "logit_bias", "but a known field it cannot honour stays refused")
+    st, j = s.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "suffix": "end"})
+    check(st == 400 and j["error"]["param"] == "suffix", "but a known field it cannot honour stays refused")
     check(s.stop() == 0, "exit 0 after SIGTERM")
 
 
@@ -644,7 +681,7 @@ def main():
         return 0
     s = Server()
     check(s.wait_ready(), "server ready")
-    for t in (test_basic, test_json_mode, test_golden_logprobs, test_concurrency, test_stop_metrics, test_prefix_cache, test_memory_metrics, test_disconnect, test_bench_tool, test_bad_input):
+    for t in (test_basic, test_json_mode, test_golden_logprobs, test_concurrency, test_stop_metrics, test_logit_bias, test_prefix_cache, test_memory_metrics, test_disconnect, test_bench_tool, test_bad_input):
         try:
             t(s)
         except Exception as e:  # a crash of one group must not hide the others

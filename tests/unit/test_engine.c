@@ -132,6 +132,38 @@ test_sampler(void)
 		      cnt5 / 20000.0, want);
 	}
 
+	/* logit_bias: added to the logits before everything else (OpenAI's
+	 * and vLLM's semantics); the sampler keeps its own copy */
+	{
+		int32_t ids[2] = { 123, 7 };
+		float bias[2] = { -100.0f, 0.0f };
+		sampler_params_default(&p);
+		p.temperature = 0;
+		p.logit_bias_ids = ids;
+		p.logit_bias = bias;
+		p.n_logit_bias = 2;
+		sampler_new(&p, V, &a);
+		ids[0] = 0; /* the caller's arrays may go */
+		CHECK(sampler_sample(a, logits) != 123, "logit_bias -100 moves greedy off the argmax");
+		sampler_free(a);
+		ids[0] = 7;
+		bias[0] = 100.0f;
+		p.n_logit_bias = 1;
+		sampler_new(&p, V, &a);
+		CHECK(sampler_sample(a, logits) == 7, "logit_bias +100 makes token 7 the greedy choice");
+		sampler_free(a);
+		unfiltered(&p, 1.0f, 3);
+		p.logit_bias_ids = ids;
+		p.logit_bias = bias;
+		p.n_logit_bias = 1;
+		sampler_new(&p, V, &a);
+		int all7 = 1;
+		for (int i = 0; i < 50; i++)
+			all7 &= sampler_sample(a, logits) == 7;
+		CHECK(all7, "logit_bias +100 holds for unfiltered sampling too");
+		sampler_free(a);
+	}
+
 	sampler_params_default(&p);
 	p.top_p = 0;
 	CHECK(sampler_params_validate(&p, err) < 0 && strstr(err, "top_p"), "top_p 0 refused");

@@ -18,6 +18,12 @@ struct sampler_params {
 	float presence_penalty;  /* 0: off; OpenAI semantics */
 	float frequency_penalty; /* 0: off */
 	uint64_t seed;
+	/* logit_bias: logit_bias[i] added to token logit_bias_ids[i]'s logit
+	 * before the penalties and everything else (vLLM applies it as a
+	 * logits processor); the caller's arrays, copied by sampler_new */
+	const int32_t *logit_bias_ids;
+	const float *logit_bias;
+	int n_logit_bias;
 };
 
 /* Defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties

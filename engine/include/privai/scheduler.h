@@ -50,7 +50,9 @@ struct sched_request {
 	int max_tokens; /* > 0 */
 	int min_tokens; /* end-of-generation tokens are masked until then */
 	int ignore_eos;
-	struct sampler_params sampling;
+	struct sampler_params sampling; /* its logit_bias arrays: bias_ids, bias below */
+	int32_t *bias_ids;              /* logit_bias, owned (freed with the request) */
+	float *bias;
 	int top_logprobs;    /* -1: none; else logprob of each token and the top N */
 	int prompt_logprobs; /* also for prompt tokens 1.. (echo); no prefix cache then */
 	struct token_constraint *constraint;

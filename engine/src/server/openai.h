@@ -28,6 +28,9 @@ struct gen_params {
 	int json_mode;
 	int has_seed;
 	struct sampler_params sp;
+	int32_t *bias_ids; /* logit_bias (sp points at these) */
+	float *bias;
+	int n_bias;
 	char *stops[GEN_MAX_STOPS];
 	int n_stops;
 	int32_t *prompts[GEN_MAX_PROMPTS];

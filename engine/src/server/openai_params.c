@@ -373,6 +373,42 @@ is_empty(const cJSON *v)
 	return v == NULL || cJSON_IsNull(v) || ((cJSON_IsArray(v) || cJSON_IsObject(v)) && v->child == NULL);
 }
 
+#define GEN_MAX_BIAS 1024
+
+/* logit_bias: {"token id": bias in [-100, 100]} for ids of the vocabulary */
+static int
+parse_logit_bias(struct gen_params *g, const cJSON *lb, const struct tokenizer *tok)
+{
+	int n = cJSON_GetArraySize(lb), V = tokenizer_n_vocab(tok), i = 0;
+	const cJSON *e;
+
+	if (lb == NULL || cJSON_IsNull(lb) || (cJSON_IsObject(lb) && n == 0))
+		return 0;
+	if (!cJSON_IsObject(lb))
+		return bad(g, "logit_bias", "logit_bias must be an object of token id -> bias");
+	if (n > GEN_MAX_BIAS)
+		return bad(g, "logit_bias", "logit_bias has %d entries; at most %d", n, GEN_MAX_BIAS);
+	if ((g->bias_ids = malloc((size_t)n * sizeof(int32_t))) == NULL ||
+	    (g->bias = malloc((size_t)n * sizeof(float))) == NULL)
+		return bad(g, "logit_bias", "out of memory");
+	cJSON_ArrayForEach (e, lb) {
+		char *end = NULL;
+		long id = strtol(e->string, &end, 10);
+		if (e->string[0] == '\0' || *end != '\0' || id < 0 || id >= V)
+			return bad(g, "logit_bias", "logit_bias key \"%.40s\" is not a token id in 0..%d", e->string,
+				   V - 1);
+		if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)
+			return bad(g, "logit_bias", "logit_bias[\"%.40s\"] must be a number in [-100, 100]", e->string);
+		g->bias_ids[i] = (int32_t)id;
+		g->bias[i++] = (float)e->valuedouble;
+	}
+	g->n_bias = n;
+	g->sp.logit_bias_ids = g->bias_ids;
+	g->sp.logit_bias = g->bias;
+	g->sp.n_logit_bias = n;
+	return 0;
+}
+
 /* Fields privai knows but cannot honour yet: refused, never ignored (even
  * with --allow-unknown-fields), unless they ask for nothing. */
 static int
@@ -380,10 +416,6 @@ check_unsupported(struct gen_params *g, const cJSON *j)
 {
 	const cJSON *v;
 
-	if (!is_empty(v = cJSON_GetObjectItem(j, "logit_bias")))
-		return bad(g, "logit_bias",
-			   cJSON_IsObject(v) ? "logit_bias is not supported yet"
-					     : "logit_bias must be an object of token id -> bias");
 	v = cJSON_GetObjectItem(j, "best_of");
 	if (!is_empty(v) && (!cJSON_IsNumber(v) || v->valuedouble != (double)g->n))
 		return bad(g, "best_of", "best_of must equal n (%d): choosing the best of more is not supported", g->n);
@@ -432,7 +464,7 @@ gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *t
 		return bad(g, "model", "the model `%.100s` does not exist; this server serves `%s`",
 			   cJSON_IsString(model) ? model->valuestring : "?", model_id);
 	}
-	if (check_fields(g, j) < 0)
+	if (check_fields(g, j) < 0 || parse_logit_bias(g, cJSON_GetObjectItem(j, "logit_bias"), tok) < 0)
 		return -1;
 	if (parse_sampling(g, j) < 0 || get_int(g, j, "n", 1, GEN_MAX_N, &g->n) < 0 || check_unsupported(g, j) < 0 ||
 	    get_int(g, j, "min_tokens", 0, 1 << 24, &g->min_tokens) < 0 ||
@@ -475,4 +507,6 @@ gen_params_free(struct gen_params *g)
 		free(g->prompts[i]);
 	for (int i = 0; i < g->n_stops; i++)
 		free(g->stops[i]);
+	free(g->bias_ids);
+	free(g->bias);
 }

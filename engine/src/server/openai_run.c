@@ -542,6 +542,16 @@ make_choices(struct job *j, char *err)
 			c->r->min_tokens = j->g.min_tokens;
 			c->r->ignore_eos = j->g.ignore_eos;
 			c->r->sampling = j->g.sp;
+			if (j->g.n_bias > 0) { /* the request's own copy: it may outlive the job */
+				size_t nb = (size_t)j->g.n_bias;
+				if ((c->r->bias_ids = malloc(nb * sizeof(int32_t))) == NULL ||
+				    (c->r->bias = malloc(nb * sizeof(float))) == NULL)
+					return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+				memcpy(c->r->bias_ids, j->g.bias_ids, nb * sizeof(int32_t));
+				memcpy(c->r->bias, j->g.bias, nb * sizeof(float));
+				c->r->sampling.logit_bias_ids = c->r->bias_ids;
+				c->r->sampling.logit_bias = c->r->bias;
+			}
 			if (j->g.json_mode && (c->r->constraint = json_constraint_new(s->json_vocab)) == NULL)
 				return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 			c->r->sampling.seed =
