@@ -351,6 +351,8 @@ check_fields(struct gen_params *g, const cJSON *j)
 {
 	const cJSON *f;
 
+	if (!cJSON_IsObject(j))
+		return bad(g, NULL, "the body must be a JSON object");
 	if (g->allow_unknown)
 		return 0;
 	cJSON_ArrayForEach (f, j) {
