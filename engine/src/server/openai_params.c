@@ -346,6 +346,8 @@ listed(const char *const *names, const char *name)
 	return 0;
 }
 
+#define GEN_MAX_FIELDS 128
+
 static int
 check_fields(struct gen_params *g, const cJSON *j)
 {
@@ -353,6 +355,20 @@ check_fields(struct gen_params *g, const cJSON *j)
 
 	if (!cJSON_IsObject(j))
 		return bad(g, NULL, "the body must be a JSON object");
+	/* a bound first: the check below compares every pair of fields */
+	if (cJSON_GetArraySize(j) > GEN_MAX_FIELDS)
+		return bad(g, NULL, "the body has %d fields; a request has at most %d", cJSON_GetArraySize(j),
+			   GEN_MAX_FIELDS);
+	/* cJSON keeps both of a repeated key and reads the first: which one a
+	 * client meant is not ours to guess */
+	for (f = j->child; f != NULL; f = f->next)
+		for (const cJSON *e = j->child; e != f; e = e->next)
+			if (strcmp(e->string, f->string) == 0) {
+				snprintf(g->param_buf, sizeof(g->param_buf), "%s", f->string);
+				bad(g, NULL, "the field \"%.60s\" is given twice", f->string);
+				g->err_param = g->param_buf;
+				return -1;
+			}
 	if (g->allow_unknown)
 		return 0;
 	cJSON_ArrayForEach (f, j) {
