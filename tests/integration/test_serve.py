@@ -547,6 +547,121 @@ def test_bad_input(s):
     st, j = s.request("POST", "/v1/completions", {"prompt": "still there?", "max_tokens": 2})
     check(st == 200, "serving after 2000 dropped connections (%d)" % st)
 
+class Trickler:
+    """Slow clients: each connection sends a request line, then one header
+    line a second and never finishes; one that is dropped reconnects, as a
+    real slowloris does, until stop()."""
+
+    def __init__(self, port, n, sources):
+        self.port, self.sources = port, sources
+        self.stopped = threading.Event()
+        self.socks = [self._open(i) for i in range(n)]
+        self.t0 = time.monotonic()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _open(self, i):
+        try:
+            c = socket.create_connection(("127.0.0.1", self.port), timeout=2,
+                                         source_address=(self.sources[i % len(self.sources)], 0))
+            c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            return c
+        except OSError:
+            return None
+
+    def _run(self):
+        while not self.stopped.wait(1.0):
+            for i, c in enumerate(self.socks):
+                try:
+                    c.sendall(b"X-Slow: 1\r\n")
+                except (OSError, AttributeError):
+                    if c is not None:
+                        c.close()
+                    self.socks[i] = self._open(i)
+
+    def stop(self):
+        self.stopped.set()
+        self.t.join()
+        for c in self.socks:
+            if c is not None:
+                c.close()
+
+
+def timed(f):
+    t0 = time.monotonic()
+    try:
+        r = f()
+    except OSError as e:
+        r = repr(e)
+    return time.monotonic() - t0, r
+
+
+def dropped(s, reason):
+    _, text = s.request("GET", "/metrics")
+    m = re.search(r'^privai:http_connections_dropped_total\{reason="%s"\} (\S+)$' % reason, text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def test_slow_clients():
+    """300 slowloris connections must not starve anyone (issue 22): the
+    guard drops those that do not finish their headers in time, and at a
+    cap the one waiting longest for its headers makes room."""
+    s = Server("--header-timeout", "2")
+    check(s.wait_ready(), "server with --header-timeout 2 ready")
+    limit = 1.0 * SLOW
+    for phase, sources, me in (("from 3 other addresses", ["127.0.0.2", "127.0.0.3", "127.0.0.4"], "127.0.0.1"),
+                               ("from the client's own address", ["127.0.0.1"], "127.0.0.1")):
+        tr = Trickler(s.port, 300, sources)
+        for when in (0.3, 2.5, 4.5):  # before and after the header deadline has passed
+            while time.monotonic() - tr.t0 < when:
+                time.sleep(0.05)
+            dt, r = timed(lambda: s.request("GET", "/health", timeout=5))
+            check(dt < limit and r[0] == 200, "%s, t=%.1fs: /health in %.2fs (%s)" % (phase, when, dt, r))
+            dt, r = timed(lambda: s.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 4}, timeout=5))
+            check(dt < limit and r[0] == 200, "%s, t=%.1fs: a completion in %.2fs (%s)" % (phase, when, dt, r))
+        tr.stop()
+    drops = {k: dropped(s, k) for k in ("header_timeout", "server_full", "client_full")}
+    check(all(v is not None and v > 0 for v in drops.values()), "every drop reason was used: %s" % drops)
+    # a body sent at 10 bytes a second is dropped after the header timeout
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 1000\r\n\r\n")
+    t0, closed = time.monotonic(), None
+    while time.monotonic() - t0 < 8:
+        try:
+            c.sendall(b"          ")
+            c.settimeout(0.1)
+            if c.recv(1) == b"":
+                closed = time.monotonic() - t0
+                break
+        except socket.timeout:
+            pass
+        except OSError:
+            closed = time.monotonic() - t0
+            break
+    c.close()
+    check(closed is not None and 2 <= closed < 5, "a 10 B/s body is dropped after the header timeout (%s)" % closed)
+    check((dropped(s, "slow_body") or 0) >= 1, "slow_body counted")
+    # a keep-alive connection serves several requests, then idles out
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+    ok = True
+    for _ in range(3):
+        c.request("GET", "/health")
+        r = c.getresponse()
+        ok = ok and r.status == 200 and r.read() == b"ok\n"
+        time.sleep(0.5)
+    check(ok, "keep-alive: three requests on one connection")
+    c.sock.settimeout(6)
+    t0 = time.monotonic()
+    try:
+        gone = c.sock.recv(1) == b""
+    except OSError:
+        gone = True
+    check(gone and time.monotonic() - t0 < 4, "an idle keep-alive connection is closed after the header timeout")
+    c.close()
+    check(s.p.poll() is None, "the server survived the slow clients")
+    check(s.stop() == 0, "exit 0 after SIGTERM")
+
 
 def test_queue_full():
     s = Server("--parallel", "1", "--queue", "1")
@@ -594,6 +709,15 @@ def test_keys_and_drain():
     check(st == 401, "wrong key -> 401")
     st, _ = s.request("POST", "/v1/completions", body, {"Authorization": "Bearer first-key-0001"})
     check(st == 200, "right key -> 200")
+    # a client without a key is answered before it may send its body
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=5 * SLOW)
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n")
+    try:
+        head = c.recv(4096)
+    except OSError as e:
+        head = repr(e).encode()
+    c.close()
+    check(head.startswith(b"HTTP/1.1 401"), "no key: 401 before the body (%r)" % head[:40])
 
     hashed = subprocess.run([ENGINE, "hash-key"], input="second-key-002\n", capture_output=True, text=True).stdout.strip()
     check(hashed.startswith("sha256:") and len(hashed) == 71, "hash-key prints sha256:HEX")
@@ -692,7 +816,7 @@ def main():
     alive = s.p.poll() is None
     check(alive, "the server survived everything above")
     check(s.stop() == 0, "exit 0 after SIGTERM")
-    for t in (test_queue_full, test_allow_unknown_fields, test_keys_and_drain, test_startup_errors_and_notify):
+    for t in (test_slow_clients, test_queue_full, test_allow_unknown_fields, test_keys_and_drain, test_startup_errors_and_notify):
         try:
             t()
         except Exception as e:

@@ -26,6 +26,8 @@ struct serve_opts {
 	int tensor_parallel;
 	float gpu_mem; /* --gpu-memory-utilization: the share of the GPU the KV pool may fill up to */
 	int port, n_ctx, parallel, batch, threads, queue, kv_mib, drain_s, max_body_mib, max_conn;
+	int max_conn_client; /* -1: half of max_conn */
+	float header_timeout, min_body_rate;
 	int allow_unknown; /* --allow-unknown-fields */
 };
 
@@ -52,6 +54,10 @@ serve_usage(FILE *fp)
 	      "  --tensor-parallel N    with --device cuda: GPUs the model is split over (default: all of --gpus)\n"
 	      "  --max-body-mib N       largest request body (default 4)\n"
 	      "  --max-connections N    concurrent connections (default 256)\n"
+	      "  --max-connections-per-client N  of them from one address (default: half; 0: no cap);\n"
+	      "                         beyond a cap, the connection longest waiting for headers is closed\n"
+	      "  --header-timeout S     seconds a client has to send its request headers (default 10)\n"
+	      "  --min-body-rate B      bytes a second a request body must average (default 1024; 0: none)\n"
 	      "  --drain-timeout S      seconds SIGTERM waits for running requests (default 30)\n"
 	      "  --allow-unknown-fields let request fields no endpoint reads through (default: 400 naming them)\n",
 	      fp);
@@ -70,6 +76,9 @@ parse(int argc, char **argv, struct serve_opts *o)
 				  .drain_s = 30,
 				  .max_body_mib = 4,
 				  .max_conn = 256,
+				  .max_conn_client = -1,
+				  .header_timeout = 10.0f,
+				  .min_body_rate = 1024.0f,
 				  .device = "cpu",
 				  .gpu_mem = 0.9f };
 	for (int i = 1; i < argc; i++) {
@@ -119,6 +128,16 @@ parse(int argc, char **argv, struct serve_opts *o)
 			rc = cli_parse_int(cmd, a, v, 1, 1024, &o->max_body_mib);
 		} else if (strcmp(a, "--max-connections") == 0) {
 			rc = cli_parse_int(cmd, a, v, 1, 65536, &o->max_conn);
+		} else if (strcmp(a, "--max-connections-per-client") == 0) {
+			rc = cli_parse_int(cmd, a, v, 0, 65536, &o->max_conn_client);
+		} else if (strcmp(a, "--header-timeout") == 0) {
+			rc = cli_parse_float(cmd, a, v, &o->header_timeout);
+			if (rc == 0 && !(o->header_timeout >= 0.1f && o->header_timeout <= 3600.0f))
+				rc = cli_error(cmd, "--header-timeout must be between 0.1 and 3600 seconds");
+		} else if (strcmp(a, "--min-body-rate") == 0) {
+			rc = cli_parse_float(cmd, a, v, &o->min_body_rate);
+			if (rc == 0 && !(o->min_body_rate >= 0.0f && o->min_body_rate <= 1e9f))
+				rc = cli_error(cmd, "--min-body-rate must be between 0 and 1e9 bytes a second");
 		} else if (strcmp(a, "--drain-timeout") == 0) {
 			rc = cli_parse_int(cmd, a, v, 0, 3600, &o->drain_s);
 		} else {
@@ -259,6 +278,9 @@ cmd_serve(int argc, char **argv)
 				      .model_id = o.name ? o.name : basename(name),
 				      .max_body = (size_t)o.max_body_mib << 20,
 				      .max_connections = o.max_conn,
+				      .max_connections_per_client = o.max_conn_client,
+				      .header_timeout = o.header_timeout,
+				      .min_body_rate = o.min_body_rate,
 				      .allow_unknown_fields = o.allow_unknown };
 	if (server_start(&srv, &cfg, err) < 0)
 		return cli_error("serve", "%s", err);

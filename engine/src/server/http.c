@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "privai/status.h"
+#include "server/http_guard.h"
 #include "server/json_constraint.h"
 #include "server/openai.h"
 #include "server/server.h"
@@ -117,6 +118,22 @@ authorized(struct server *s, struct MHD_Connection *c)
 		ok = h != NULL && strncmp(h, "Bearer ", 7) == 0 && api_keys_check(s->keys, h + 7, strlen(h + 7));
 	pthread_mutex_unlock(&s->keys_mu);
 	return ok;
+}
+
+static int
+unauthorized(struct MHD_Connection *c)
+{
+	return http_send_error(c, 401, "authentication_error", "invalid_api_key", NULL,
+			       "a valid API key is required (Authorization: Bearer KEY)");
+}
+
+/* The paths behind the API key. */
+static int
+endpoint_known(const char *url)
+{
+	return strcmp(url, "/v1/models") == 0 || strncmp(url, "/v1/models/", 11) == 0 ||
+	       strcmp(url, "/v1/completions") == 0 || strcmp(url, "/v1/chat/completions") == 0 ||
+	       strcmp(url, "/tokenize") == 0 || strcmp(url, "/detokenize") == 0;
 }
 
 static cJSON *
@@ -235,6 +252,30 @@ handle_detokenize(struct server *s, struct MHD_Connection *c, const char *body, 
 	return http_send_json(c, 200, js);
 }
 
+/* The serving metrics, then the HTTP edge's own. */
+static char *
+metrics_text(struct server *s)
+{
+	static const char *reason[DROP_REASONS] = { "header_timeout", "slow_body", "server_full", "client_full" };
+	uint64_t drops[DROP_REASONS];
+	char *text = serving_metrics_text(&s->metrics, s->sched, s->cfg.model_id);
+	struct strbuf out;
+
+	if (text == NULL)
+		return NULL;
+	strbuf_init(&out);
+	strbuf_puts(&out, text);
+	free(text);
+	http_guard_drops(s->guard, drops);
+	strbuf_printf(&out, "# HELP privai:http_connections_dropped_total Connections the server closed to keep slow "
+			    "or surplus clients from starving others.\n"
+			    "# TYPE privai:http_connections_dropped_total counter\n");
+	for (int i = 0; i < DROP_REASONS; i++)
+		strbuf_printf(&out, "privai:http_connections_dropped_total{reason=\"%s\"} %llu\n", reason[i],
+			      (unsigned long long)drops[i]);
+	return strbuf_take(&out);
+}
+
 static int
 route(struct server *s, struct MHD_Connection *c, const char *url, const char *method, const char *body, size_t len)
 {
@@ -247,19 +288,14 @@ route(struct server *s, struct MHD_Connection *c, const char *url, const char *m
 	if (strcmp(url, "/metrics") == 0 && get) {
 		if (!atomic_load(&s->ready))
 			return send_text(c, 503, "text/plain", strdup("loading\n"));
-		return send_text(c, 200, "text/plain; version=0.0.4",
-				 serving_metrics_text(&s->metrics, s->sched, s->cfg.model_id));
+		return send_text(c, 200, "text/plain; version=0.0.4", metrics_text(s));
 	}
 	const char *model_id = strncmp(url, "/v1/models/", 11) == 0 ? url + 11 : NULL;
-	int known = strcmp(url, "/v1/models") == 0 || model_id != NULL || strcmp(url, "/v1/completions") == 0 ||
-		    strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/tokenize") == 0 ||
-		    strcmp(url, "/detokenize") == 0;
-	if (!known)
+	if (!endpoint_known(url))
 		return http_send_error(c, 404, "not_found_error", "not_found", NULL, "no such path: %s %s", method,
 				       url);
 	if (!authorized(s, c))
-		return http_send_error(c, 401, "authentication_error", "invalid_api_key", NULL,
-				       "a valid API key is required (Authorization: Bearer KEY)");
+		return unauthorized(c);
 	if (!atomic_load(&s->ready))
 		return http_send_error(c, 503, "service_unavailable", "loading", NULL, "the model is still loading");
 	if (strcmp(url, "/v1/models") == 0 && get)
@@ -291,11 +327,17 @@ access_handler(void *cls, struct MHD_Connection *c, const char *url, const char 
 		strbuf_init(&st->body);
 		*con_cls = st;
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+		const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+		http_guard_headers(c, (cl != NULL && strtoull(cl, NULL, 10) > 0) || te != NULL);
 		if (cl != NULL && strtoull(cl, NULL, 10) > s->cfg.max_body)
 			st->too_big = 1;
+		/* a client without a key gets its 401 before it may send a body */
+		if (endpoint_known(url) && !authorized(s, c))
+			return unauthorized(c);
 		return MHD_YES;
 	}
 	if (*upload_data_size > 0) {
+		http_guard_body(c, *upload_data_size);
 		if (!st->too_big && st->body.len + *upload_data_size > s->cfg.max_body) {
 			st->too_big = 1;
 			strbuf_free(&st->body);
@@ -305,6 +347,7 @@ access_handler(void *cls, struct MHD_Connection *c, const char *url, const char 
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
+	http_guard_busy(c);
 	if (st->too_big)
 		return http_send_error(c, 413, "invalid_request_error", "request_too_large", NULL,
 				       "the request body exceeds %zu bytes", s->cfg.max_body);
@@ -318,6 +361,7 @@ completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestT
 {
 	struct conn_state *st = *con_cls;
 
+	http_guard_idle(c);
 	if (st != NULL) {
 		strbuf_free(&st->body);
 		free(st);
@@ -338,6 +382,10 @@ server_start(struct server *s, const struct server_config *cfg, char *err)
 		s->cfg.max_body = 4 << 20;
 	if (s->cfg.max_connections <= 0)
 		s->cfg.max_connections = 256;
+	if (s->cfg.max_connections_per_client < 0)
+		s->cfg.max_connections_per_client = s->cfg.max_connections / 2;
+	if (s->cfg.header_timeout <= 0)
+		s->cfg.header_timeout = 10;
 	s->created = (long)time(NULL);
 	pthread_mutex_init(&s->keys_mu, NULL);
 	if (cfg->api_key_file != NULL) {
@@ -350,14 +398,27 @@ server_start(struct server *s, const struct server_config *cfg, char *err)
 	sa.sin_port = htons((uint16_t)cfg->port);
 	if (inet_pton(AF_INET, s->cfg.host, &sa.sin_addr) != 1)
 		return privai_fail(err, PRIVAI_EINVAL, "--host %s is not an IPv4 address", s->cfg.host);
+	struct http_guard_config gc = { .max_total = s->cfg.max_connections,
+					.max_per_client = s->cfg.max_connections_per_client,
+					.header_timeout = s->cfg.header_timeout,
+					.min_body_rate = s->cfg.min_body_rate };
+	if ((s->guard = http_guard_new(&gc)) == NULL)
+		return privai_fail(err, PRIVAI_ENOMEM, "cannot start the connection guard");
+	/* libmicrohttpd's own limit leaves room for connections the guard
+	 * has dropped but whose threads have not yet closed them */
+	unsigned mhd_limit = (unsigned)s->cfg.max_connections + 64 + (unsigned)s->cfg.max_connections / 4;
 	s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC, 0,
 				     NULL, NULL, access_handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-				     MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
-				     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE,
-				     (size_t)(512 << 10), MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
-	if (s->daemon == NULL)
+				     MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+				     (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 << 10),
+				     MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+				     http_guard_notify, s->guard, MHD_OPTION_END);
+	if (s->daemon == NULL) {
+		http_guard_free(s->guard);
+		s->guard = NULL;
 		return privai_fail(err, PRIVAI_EIO, "cannot listen on %s:%d (in use, or not allowed)", s->cfg.host,
 				   cfg->port);
+	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = di != NULL ? di->port : cfg->port;
 	return PRIVAI_OK;
@@ -408,6 +469,8 @@ server_stop(struct server *s)
 	if (s->daemon != NULL)
 		MHD_stop_daemon(s->daemon);
 	s->daemon = NULL;
+	http_guard_free(s->guard);
+	s->guard = NULL;
 	api_keys_free(s->keys);
 	s->keys = NULL;
 	json_vocab_free(s->json_vocab);

@@ -22,18 +22,22 @@ struct MHD_Daemon;
 struct MHD_Connection;
 
 struct server_config {
-	const char *host;         /* listen address, default 127.0.0.1 */
-	int port;                 /* 0: any free port (see server_port) */
-	const char *api_key_file; /* NULL: no authentication */
-	const char *model_id;     /* the name clients use in "model" */
-	size_t max_body;          /* request bodies beyond this get 413 */
-	int max_connections;
-	int allow_unknown_fields; /* fields no endpoint reads pass instead of a 400 */
+	const char *host;               /* listen address, default 127.0.0.1 */
+	int port;                       /* 0: any free port (see server_port) */
+	const char *api_key_file;       /* NULL: no authentication */
+	const char *model_id;           /* the name clients use in "model" */
+	size_t max_body;                /* request bodies beyond this get 413 */
+	int max_connections;            /* held at once, default 256 */
+	int max_connections_per_client; /* from one address; 0: no cap; <0: half of max_connections */
+	double header_timeout;          /* seconds a client has to send its request headers, default 10 */
+	double min_body_rate;           /* bytes a second a request body must average; 0: no floor */
+	int allow_unknown_fields;       /* fields no endpoint reads pass instead of a 400 */
 };
 
 struct server {
 	struct server_config cfg;
 	struct MHD_Daemon *daemon;
+	struct http_guard *guard; /* drops slow and surplus connections */
 	int port;
 	atomic_int ready;
 	/* valid once ready */
