@@ -17,7 +17,7 @@
 set -u
 BUILD=${BUILD:-build}
 FUZZ_SECONDS=${FUZZ_SECONDS:-10}
-FUZZ_TARGETS=${FUZZ_TARGETS:-gguf openai chat_template json_constraint admin_json sysfs}
+FUZZ_TARGETS=${FUZZ_TARGETS:-gguf openai chat_template json_constraint json_schema admin_json sysfs}
 out=$BUILD/fuzz
 obj=$out/obj
 mkdir -p "$obj" "$out/artifacts"

@@ -372,6 +372,25 @@ json_vocab_free(struct json_vocab *v)
 	free(v);
 }
 
+int
+json_vocab_size(const struct json_vocab *v)
+{
+	return v->n;
+}
+
+int
+json_vocab_is_eog(const struct json_vocab *v, int32_t id)
+{
+	return v->eog[id];
+}
+
+int
+json_vocab_piece(const struct json_vocab *v, int32_t id, const char **ret)
+{
+	*ret = v->blob + v->off[id];
+	return v->len[id];
+}
+
 struct json_state {
 	struct token_constraint c;
 	const struct json_vocab *v;

@@ -15,6 +15,10 @@ struct json_vocab;
 /* NULL when out of memory. */
 struct json_vocab *json_vocab_new(const struct tokenizer *tok);
 void json_vocab_free(struct json_vocab *v);
+int json_vocab_size(const struct json_vocab *v);
+int json_vocab_is_eog(const struct json_vocab *v, int32_t id);
+/* Token id's text (control tokens: empty); returns its length. */
+int json_vocab_piece(const struct json_vocab *v, int32_t id, const char **ret);
 
 /* A fresh constraint for one request (freed through its release hook);
  * NULL when out of memory.  The vocab must outlive it. */

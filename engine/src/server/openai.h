@@ -13,6 +13,8 @@
 #include "server/chat_template.h"
 #include "server/strbuf.h"
 
+struct json_schema;
+
 #define GEN_MAX_PROMPTS 64
 #define GEN_MAX_STOPS 4
 #define GEN_MAX_N 16
@@ -26,6 +28,7 @@ struct gen_params {
 	int min_tokens, ignore_eos;
 	int logprobs; /* -1: none; else the number of top alternatives */
 	int json_mode;
+	struct json_schema *schema; /* response_format json_schema: compiled, owned */
 	int has_seed;
 	struct sampler_params sp;
 	int32_t *bias_ids; /* logit_bias (sp points at these) */

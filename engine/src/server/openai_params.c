@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "privai/status.h"
+#include "server/json_schema.h"
 #include "server/openai.h"
 
 static int bad(struct gen_params *g, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -270,6 +271,38 @@ parse_logprobs(struct gen_params *g, const cJSON *j)
 	return 0;
 }
 
+static int listed(const char *const *names, const char *name);
+static const char *const json_schema_fields[] = { "name", "description", "schema", "strict", NULL };
+
+/* response_format.json_schema: {name, description?, schema, strict?} */
+static int
+parse_json_schema(struct gen_params *g, const cJSON *js)
+{
+	const cJSON *name = cJSON_GetObjectItem(js, "name"), *schema = cJSON_GetObjectItem(js, "schema");
+	const cJSON *strict = cJSON_GetObjectItem(js, "strict"), *k;
+	char why[400];
+
+	if (!cJSON_IsObject(js))
+		return bad(g, "response_format", "response_format.json_schema must be an object");
+	cJSON_ArrayForEach (k, js)
+		if (!listed(json_schema_fields, k->string))
+			return bad(g, "response_format", "response_format.json_schema.%.40s is not a known field",
+				   k->string);
+	if (!cJSON_IsString(name) || name->valuestring[0] == '\0' || strlen(name->valuestring) > 64 ||
+	    strspn(name->valuestring, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+		    strlen(name->valuestring))
+		return bad(g, "response_format",
+			   "response_format.json_schema.name must be 1-64 letters, digits, _ or -");
+	if (strict != NULL && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
+		return bad(g, "response_format", "response_format.json_schema.strict must be a boolean");
+	if (schema == NULL)
+		return bad(g, "response_format", "response_format.json_schema.schema is required");
+	/* strict or not, the schema is enforced: one it cannot enforce is refused */
+	if (json_schema_compile(schema, &g->schema, why, sizeof(why)) < 0)
+		return bad(g, "response_format", "response_format.json_schema.schema %s", why);
+	return 0;
+}
+
 static int
 parse_response_format(struct gen_params *g, const cJSON *rf)
 {
@@ -286,7 +319,10 @@ parse_response_format(struct gen_params *g, const cJSON *rf)
 		g->json_mode = 1;
 		return 0;
 	}
-	return bad(g, "response_format", "response_format type \"%.40s\" is not supported (text, json_object)",
+	if (strcmp(type->valuestring, "json_schema") == 0)
+		return parse_json_schema(g, cJSON_GetObjectItem(rf, "json_schema"));
+	return bad(g, "response_format",
+		   "response_format type \"%.40s\" is not supported (text, json_object, json_schema)",
 		   type->valuestring);
 }
 
@@ -527,4 +563,6 @@ gen_params_free(struct gen_params *g)
 		free(g->stops[i]);
 	free(g->bias_ids);
 	free(g->bias);
+	json_schema_unref(g->schema);
+	g->schema = NULL;
 }

@@ -14,6 +14,7 @@
 
 #include "privai/status.h"
 #include "server/json_constraint.h"
+#include "server/json_schema.h"
 #include "server/openai.h"
 #include "server/server.h"
 
@@ -553,6 +554,10 @@ make_choices(struct job *j, char *err)
 				c->r->sampling.logit_bias = c->r->bias;
 			}
 			if (j->g.json_mode && (c->r->constraint = json_constraint_new(s->json_vocab)) == NULL)
+				return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+			if (j->g.schema != NULL &&
+			    (c->r->constraint = json_schema_constraint_new(s->json_vocab, j->g.schema, NULL, NULL)) ==
+				    NULL)
 				return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 			c->r->sampling.seed =
 				j->g.has_seed ? j->g.sp.seed + (uint64_t)k
