@@ -586,7 +586,7 @@ int
 detok_stream_push(struct detok_stream *s, const struct tokenizer *t, int32_t id, char *out, size_t cap)
 {
 	char small[512], *buf = small;
-	int plen = tokenizer_piece(t, id, 0, NULL, 0);
+	int plen = tokenizer_piece(t, id, s->show_special, NULL, 0);
 	size_t total, written;
 
 	if (plen < 0)
@@ -595,7 +595,7 @@ detok_stream_push(struct detok_stream *s, const struct tokenizer *t, int32_t id,
 	if (total > sizeof(small) && (buf = malloc(total)) == NULL)
 		return 0;
 	memcpy(buf, s->pending, (size_t)s->n_pending);
-	tokenizer_piece(t, id, 0, buf + s->n_pending, (size_t)plen);
+	tokenizer_piece(t, id, s->show_special, buf + s->n_pending, (size_t)plen);
 	size_t used = emit_complete(buf, total, 0, out, cap, &written);
 	s->n_pending = (int)(total - used);
 	memcpy(s->pending, buf + used, (size_t)s->n_pending);

@@ -34,6 +34,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	(void)chat_family_detect(text);
 	enum chat_family fam = (enum chat_family)(data[0] % (CHAT_DEEPSEEK3 + 1));
 	/* a message: a role byte, then its text up to a NUL (text[size] is one) */
+	memset(m, 0, sizeof(m));
 	for (size_t i = 1; i < size && n < MAX_MESSAGES; n++) {
 		m[n].role = (enum chat_role)(data[i] % 3);
 		m[n].content = text + i + 1;
@@ -41,6 +42,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	strbuf_init(&out);
 	(void)chat_render(fam, m, n, &out, err, sizeof(err));
+	strbuf_free(&out);
+	/* with tools: role bytes 3 mod 4 are tool results, and an assistant
+	 * message's text is also the arguments of a call */
+	static const char *const fns[] = { "{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}" };
+	struct chat_tool_call calls[MAX_MESSAGES];
+	struct chat_tools tools = { fns, data[0] & 1 };
+	for (int k = 0, i = 1; k < n; k++) {
+		m[k].role = (enum chat_role)(data[i] % 4);
+		calls[k] = (struct chat_tool_call){ "id", "f", m[k].content };
+		m[k].calls = m[k].role == ROLE_ASSISTANT && (data[i] & 4) ? &calls[k] : NULL;
+		m[k].n_calls = m[k].calls != NULL;
+		m[k].tool_call_id = m[k].role == ROLE_TOOL ? "id" : NULL;
+		i += 1 + (int)strlen(m[k].content) + 1;
+	}
+	strbuf_init(&out);
+	(void)chat_render_tools(fam, m, n, &tools, &out, err, sizeof(err));
 	strbuf_free(&out);
 	free(text);
 	return 0;

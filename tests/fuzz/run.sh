@@ -36,9 +36,13 @@ if [ ! -f "$BUILD/gen/admin_schema.c" ]; then
 fi
 srcs="$(ls engine/src/*.c engine/src/kernels/*.c engine/src/server/*.c appliance/lib/*.c) \
 $(ls appliance/admin/*.c appliance/admin/*/*.c | grep -v '^appliance/admin/main/') $BUILD/gen/admin_schema.c"
+# a header changed since an object was built may change its layout: the
+# newest header counts as a dependency of every object
+newest_h=$(ls -t engine/include/privai/*.h engine/src/*.h engine/src/*/*.h appliance/lib/*.h appliance/admin/*.h \
+	appliance/admin/*/*.h 2>/dev/null | head -1)
 for s in $srcs; do
 	o=$obj/$(echo "$s" | tr / _).o
-	[ "$o" -nt "$s" ] || echo "$s $o"
+	{ [ "$o" -nt "$s" ] && [ "$o" -nt "$newest_h" ]; } || echo "$s $o"
 done | xargs -r -n 2 -P "$(nproc)" sh -c \
 	'clang '"$FLAGS -fsanitize=fuzzer-no-link $INC"' -c "$0" -o "$1" 2>>'"$out"'/build.log || echo "$0" >>'"$out"'/failed'
 if [ -s "$out/failed" ]; then

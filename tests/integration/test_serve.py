@@ -569,7 +569,7 @@ def test_bad_input(s):
         ('{"prompt": "x", "max_tokens": 2, "best_of": 3}', 400, "best_of", "best_of beyond n"),
         ('{"prompt": "x", "max_tokens": 2, "suffix": "end"}', 400, "suffix", "suffix"),
         ('{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}',
-         400, "tools", "tools (not built)"),
+         400, "tools", "tools with a template that has no tool-call format (llama2)"),
         ('{"messages": [{"role": "user", "content": "x"}], "echo": true}', 400, "echo", "echo on chat"),
         ('{"prompt": "x", "max_tokens": 2} trailing', 400, None, "bytes after the JSON object"),
         ('{"prompt": "x", "max_tokens": 2}{"prompt": "y"}', 400, None, "two JSON objects"),
@@ -739,6 +739,94 @@ def test_slow_clients():
     check(s.stop() == 0, "exit 0 after SIGTERM")
 
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                                    "unit": {"enum": ["C", "F"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+CLOCK = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 8}},
+                                       "required": ["tz"], "additionalProperties": False}}}
+
+
+def valid_calls(calls, tools):
+    import jsonschema
+    by_name = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
+    try:
+        for c in calls:
+            assert c["type"] == "function" and c["id"] and c["function"]["name"] in by_name
+            jsonschema.validate(json.loads(c["function"]["arguments"]), by_name[c["function"]["name"]])
+        return len(calls) > 0
+    except (AssertionError, KeyError, ValueError, jsonschema.ValidationError) as e:
+        print("   invalid call:", calls, e)
+        return False
+
+
+def test_tool_calls():
+    """tools with tool_choice required and named: decoding is constrained
+    so the calls parse and their arguments validate; a conversation that
+    carries the calls and their results back is accepted (issue 22)."""
+    s = Server("--chat-template", "chatml")
+    check(s.wait_ready(), "server with the chatml template ready")
+    tools = [WEATHER, CLOCK]
+    ask = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    for seed in range(4):
+        # one call each: with random weights a model allowed several
+        # keeps adding them until max_tokens
+        st, j = s.request("POST", "/v1/chat/completions", {"messages": ask, "tools": tools, "tool_choice": "required",
+                                                           "parallel_tool_calls": False, "max_tokens": 200,
+                                                           "seed": seed})
+        ch = j["choices"][0] if st == 200 else {}
+        msg = ch.get("message", {})
+        check(st == 200 and ch["finish_reason"] == "tool_calls" and msg["content"] is None
+              and valid_calls(msg.get("tool_calls", []), tools),
+              "required (seed %d): tool_calls that validate (%d %s)" % (seed, st, json.dumps(j)[:300]))
+    body = {"messages": ask, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+            "max_tokens": 100, "seed": 7, "n": 2, "parallel_tool_calls": False}
+    st, j = s.request("POST", "/v1/chat/completions", body)
+    ok = st == 200 and len(j["choices"]) == 2
+    for ch in j.get("choices", []):
+        calls = ch["message"].get("tool_calls", [])
+        ok = ok and ch["finish_reason"] == "stop" and len(calls) == 1 and calls[0]["function"]["name"] == "get_time"
+        ok = ok and valid_calls(calls, tools)
+    check(ok, "named function, n=2: one get_time call each, finish stop (%d %s)" % (st, json.dumps(j)[:300]))
+    # streamed: the call arrives in a delta with its index, the same call as whole
+    body = {"messages": ask, "tools": tools, "tool_choice": "required", "max_tokens": 200, "seed": 3,
+            "parallel_tool_calls": False}
+    st, j = s.request("POST", "/v1/chat/completions", body)
+    st2, ev = s.stream("/v1/chat/completions", dict(body, stream=True))
+    deltas = [tc for e in ev[:-1] for ch in e.get("choices", []) for tc in ch["delta"].get("tool_calls", [])]
+    fins = [ch["finish_reason"] for e in ev[:-1] for ch in e.get("choices", []) if ch["finish_reason"]]
+    whole = j["choices"][0]["message"].get("tool_calls", []) if st == 200 else []
+    same = [(d["index"], d["function"]["name"], d["function"]["arguments"]) for d in deltas] == \
+        [(i, c["function"]["name"], c["function"]["arguments"]) for i, c in enumerate(whole)]
+    check(st2 == 200 and same and fins == ["tool_calls"] and all(d["id"].startswith("call_") for d in deltas),
+          "streamed calls equal the whole response's (%s; %s)" % (deltas, whole))
+    # the round trip: the assistant's calls (content null) and the tool's result go back
+    call = whole[0] if whole else {"id": "call_x", "type": "function",
+                                   "function": {"name": "get_weather", "arguments": "{}"}}
+    conv = ask + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                  {"role": "tool", "tool_call_id": call["id"], "content": "{\"temp\": 3}"}]
+    st, j = s.request("POST", "/v1/chat/completions", {"messages": conv, "tools": tools, "max_tokens": 8})
+    check(st == 200 and j["choices"][0]["message"]["role"] == "assistant",
+          "a conversation carrying tool calls and a tool result is answered (%d %s)" % (st, j))
+    st, j = s.request("POST", "/v1/chat/completions", {"messages": conv, "max_tokens": 4})
+    check(st == 200, "the same without tools offered (%d %s)" % (st, j))
+    for body, param, what in (
+            ({"messages": ask, "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+                "type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}}}}]}, "tools",
+             "a parameters keyword it cannot enforce"),
+            ({"messages": ask, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+             "tool_choice", "tool_choice naming no tool"),
+            ({"messages": ask + [{"role": "tool", "content": "x"}]}, "messages", "a tool message without tool_call_id"),
+            ({"messages": ask, "tools": tools, "tool_choice": "required",
+              "response_format": {"type": "json_object"}}, "tool_choice", "required with response_format"),
+            ({"messages": ask, "functions": [{"name": "f"}]}, "functions", "the deprecated functions")):
+        st, j = s.request("POST", "/v1/chat/completions", body)
+        check(st == 400 and j["error"]["param"] == param, "%s -> 400 %s (%d %s)" % (what, param, st, j))
+    check(s.stop() == 0, "exit 0 after SIGTERM")
+
+
 def test_queue_full():
     s = Server("--parallel", "1", "--queue", "1")
     s.wait_ready()
@@ -892,7 +980,7 @@ def main():
     alive = s.p.poll() is None
     check(alive, "the server survived everything above")
     check(s.stop() == 0, "exit 0 after SIGTERM")
-    for t in (test_slow_clients, test_queue_full, test_allow_unknown_fields, test_keys_and_drain, test_startup_errors_and_notify):
+    for t in (test_tool_calls, test_slow_clients, test_queue_full, test_allow_unknown_fields, test_keys_and_drain, test_startup_errors_and_notify):
         try:
             t()
         except Exception as e:

@@ -8,10 +8,10 @@
 #include "server/chat_template.h"
 
 static const struct chat_message conv[] = {
-	{ ROLE_SYSTEM, "S" },
-	{ ROLE_USER, "U1" },
-	{ ROLE_ASSISTANT, "A1" },
-	{ ROLE_USER, "U2" },
+	{ .role = ROLE_SYSTEM, .content = "S" },
+	{ .role = ROLE_USER, .content = "U1" },
+	{ .role = ROLE_ASSISTANT, .content = "A1" },
+	{ .role = ROLE_USER, .content = "U2" },
 };
 
 static void
@@ -75,8 +75,10 @@ main(void)
 	/* what a family cannot express */
 	struct strbuf b;
 	char err[256];
-	static const struct chat_message two_users[] = { { ROLE_USER, "a" }, { ROLE_USER, "b" } };
-	static const struct chat_message late_sys[] = { { ROLE_USER, "a" }, { ROLE_SYSTEM, "s" } };
+	static const struct chat_message two_users[] = { { .role = ROLE_USER, .content = "a" },
+							 { .role = ROLE_USER, .content = "b" } };
+	static const struct chat_message late_sys[] = { { .role = ROLE_USER, .content = "a" },
+							{ .role = ROLE_SYSTEM, .content = "s" } };
 	strbuf_init(&b);
 	CHECK(chat_render(CHAT_LLAMA2, two_users, 2, &b, err, sizeof(err)) == -1 && strstr(err, "alternate"),
 	      "llama2 refuses two user turns in a row: %s", err);

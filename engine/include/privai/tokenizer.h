@@ -60,6 +60,7 @@ const char *tokenizer_token_text(const struct tokenizer *t, int32_t id);
 struct detok_stream {
 	char pending[8];
 	int n_pending;
+	int show_special; /* control tokens' text too (tool-call markers) */
 };
 
 /* Append token id's bytes; writes the complete UTF-8 prefix into out

@@ -12,6 +12,7 @@
 #include "privai/tokenizer.h"
 #include "server/chat_template.h"
 #include "server/strbuf.h"
+#include "server/tool_calls.h"
 
 struct json_schema;
 
@@ -28,7 +29,8 @@ struct gen_params {
 	int min_tokens, ignore_eos;
 	int logprobs; /* -1: none; else the number of top alternatives */
 	int json_mode;
-	struct json_schema *schema; /* response_format json_schema: compiled, owned */
+	struct json_schema *schema; /* response_format json_schema, or a forced tool call: owned */
+	struct tool_set tools;
 	int has_seed;
 	struct sampler_params sp;
 	int32_t *bias_ids; /* logit_bias (sp points at these) */

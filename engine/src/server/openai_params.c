@@ -12,6 +12,7 @@
 #include "privai/status.h"
 #include "server/json_schema.h"
 #include "server/openai.h"
+#include "server/tool_calls.h"
 
 static int bad(struct gen_params *g, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -171,10 +172,126 @@ message_text(struct gen_params *g, const cJSON *content, struct strbuf *out)
 	return 0;
 }
 
+/* An assistant message's tool_calls into calls[]; 0 or -1. */
+static int
+message_calls(struct gen_params *g, const cJSON *tc, int i, struct chat_message *cm)
+{
+	const cJSON *c;
+	int k = 0, n = cJSON_GetArraySize(tc);
+	struct chat_tool_call *calls;
+
+	if (!cJSON_IsArray(tc) || n > TOOLS_MAX)
+		return bad(g, "messages", "messages[%d].tool_calls must be an array of at most %d calls", i, TOOLS_MAX);
+	if (n == 0)
+		return 0;
+	if ((calls = calloc((size_t)n, sizeof(*calls))) == NULL)
+		return bad(g, "messages", "out of memory");
+	cm->calls = calls;
+	cJSON_ArrayForEach (c, tc) {
+		const cJSON *id = cJSON_GetObjectItem(c, "id"), *fn = cJSON_GetObjectItem(c, "function");
+		const cJSON *name = cJSON_GetObjectItem(fn, "name"), *args = cJSON_GetObjectItem(fn, "arguments");
+		if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !cJSON_IsString(args) ||
+		    (id != NULL && !cJSON_IsString(id)))
+			return bad(g, "messages",
+				   "messages[%d].tool_calls[%d] needs function.name and function.arguments as strings",
+				   i, k);
+		calls[k].id = id != NULL ? id->valuestring : NULL;
+		calls[k].name = name->valuestring;
+		calls[k++].arguments = args->valuestring;
+		cm->n_calls = k;
+	}
+	return 0;
+}
+
+static int
+parse_role(struct gen_params *g, const cJSON *m, int i, enum chat_role *ret)
+{
+	const cJSON *role = cJSON_GetObjectItem(m, "role");
+	static const struct {
+		const char *name;
+		enum chat_role role;
+	} roles[] = { { "system", ROLE_SYSTEM },
+		      { "developer", ROLE_SYSTEM },
+		      { "user", ROLE_USER },
+		      { "assistant", ROLE_ASSISTANT },
+		      { "tool", ROLE_TOOL } };
+
+	if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+		return bad(g, "messages", "messages[%d] needs a string role", i);
+	for (size_t k = 0; k < sizeof(roles) / sizeof(roles[0]); k++)
+		if (strcmp(role->valuestring, roles[k].name) == 0) {
+			*ret = roles[k].role;
+			return 0;
+		}
+	return bad(g, "messages", "messages[%d] has role \"%.40s\"; use system, user, assistant or tool", i,
+		   role->valuestring);
+}
+
+/* One message: its role, text, tool calls or the call it answers. */
+static int
+parse_message(struct gen_params *g, const cJSON *m, int i, struct chat_message *cm, struct strbuf *text)
+{
+	const cJSON *content = cJSON_GetObjectItem(m, "content"), *tc = cJSON_GetObjectItem(m, "tool_calls");
+	const cJSON *tcid = cJSON_GetObjectItem(m, "tool_call_id");
+
+	if (parse_role(g, m, i, &cm->role) < 0)
+		return -1;
+	if (tc != NULL && !cJSON_IsNull(tc)) {
+		if (cm->role != ROLE_ASSISTANT)
+			return bad(g, "messages", "messages[%d]: only an assistant message has tool_calls", i);
+		if (message_calls(g, tc, i, cm) < 0)
+			return -1;
+	}
+	if (cm->role == ROLE_TOOL) {
+		if (!cJSON_IsString(tcid))
+			return bad(g, "messages", "messages[%d]: a tool message needs tool_call_id", i);
+		cm->tool_call_id = tcid->valuestring;
+	}
+	/* an assistant that only calls tools sends content null or none */
+	if (!(cm->n_calls > 0 && (content == NULL || cJSON_IsNull(content))) && message_text(g, content, text) < 0)
+		return -1;
+	if (strbuf_failed(text))
+		return bad(g, "messages", "out of memory");
+	cm->content = text->s ? text->s : "";
+	return 0;
+}
+
+static int
+render_messages(struct gen_params *g, const struct chat_message *cm, int n, int with_tools, enum chat_family fam,
+		const struct tokenizer *tok)
+{
+	struct strbuf prompt;
+	char err[256];
+	int rc;
+	const char **fns = NULL;
+	int offered = g->tools.choice != TOOL_CHOICE_NONE ? g->tools.n : 0;
+
+	strbuf_init(&prompt);
+	if (with_tools) {
+		if ((fns = calloc((size_t)offered + 1, sizeof(char *))) == NULL)
+			return bad(g, "messages", "out of memory");
+		for (int k = 0; k < offered; k++)
+			fns[k] = g->tools.t[k].function;
+		struct chat_tools t = { fns, offered };
+		rc = chat_render_tools(fam, cm, n, &t, &prompt, err, sizeof(err));
+	} else {
+		rc = chat_render(fam, cm, n, &prompt, err, sizeof(err));
+	}
+	if (rc < 0)
+		rc = bad(g, with_tools && !chat_family_has_tools(fam) ? "tools" : "messages", "%s", err);
+	else if (strbuf_failed(&prompt))
+		rc = bad(g, "messages", "out of memory");
+	else
+		rc = encode(g, tok, prompt.s ? prompt.s : "", 0);
+	strbuf_free(&prompt);
+	free(fns);
+	return rc;
+}
+
 static int
 parse_messages(struct gen_params *g, const cJSON *msgs, const struct tokenizer *tok, enum chat_family fam)
 {
-	int n = cJSON_GetArraySize(msgs), i = 0, rc = 0;
+	int n = cJSON_GetArraySize(msgs), i = 0, rc = 0, with_tools = g->tools.n > 0;
 	const cJSON *m;
 
 	if (!cJSON_IsArray(msgs) || n == 0)
@@ -187,46 +304,18 @@ parse_messages(struct gen_params *g, const cJSON *msgs, const struct tokenizer *
 		return bad(g, "messages", "out of memory");
 	}
 	cJSON_ArrayForEach (m, msgs) {
-		const cJSON *role = cJSON_GetObjectItem(m, "role");
 		strbuf_init(&texts[i]);
-		if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
-			rc = bad(g, "messages", "messages[%d] needs a string role", i);
+		if ((rc = parse_message(g, m, i, &cm[i], &texts[i])) < 0)
 			break;
-		}
-		const char *r = role->valuestring;
-		if (strcmp(r, "system") == 0 || strcmp(r, "developer") == 0)
-			cm[i].role = ROLE_SYSTEM;
-		else if (strcmp(r, "user") == 0)
-			cm[i].role = ROLE_USER;
-		else if (strcmp(r, "assistant") == 0)
-			cm[i].role = ROLE_ASSISTANT;
-		else {
-			rc = bad(g, "messages", "messages[%d] has role \"%.40s\"; use system, user or assistant", i, r);
-			break;
-		}
-		if ((rc = message_text(g, cJSON_GetObjectItem(m, "content"), &texts[i])) < 0)
-			break;
-		if (strbuf_failed(&texts[i])) {
-			rc = bad(g, "messages", "out of memory");
-			break;
-		}
-		cm[i].content = texts[i].s ? texts[i].s : "";
+		with_tools |= cm[i].n_calls > 0 || cm[i].role == ROLE_TOOL;
 		i++;
 	}
-	if (rc == 0) {
-		struct strbuf prompt;
-		char err[256];
-		strbuf_init(&prompt);
-		if (chat_render(fam, cm, n, &prompt, err, sizeof(err)) < 0)
-			rc = bad(g, "messages", "%s", err);
-		else if (strbuf_failed(&prompt))
-			rc = bad(g, "messages", "out of memory");
-		else
-			rc = encode(g, tok, prompt.s ? prompt.s : "", 0);
-		strbuf_free(&prompt);
-	}
-	for (int k = 0; k < n; k++)
+	if (rc == 0)
+		rc = render_messages(g, cm, n, with_tools, fam, tok);
+	for (int k = 0; k < n; k++) {
 		strbuf_free(&texts[k]);
+		free((void *)cm[k].calls);
+	}
 	free(texts);
 	free(cm);
 	return rc;
@@ -273,6 +362,27 @@ parse_logprobs(struct gen_params *g, const cJSON *j)
 
 static int listed(const char *const *names, const char *name);
 static const char *const json_schema_fields[] = { "name", "description", "schema", "strict", NULL };
+
+static int
+parse_tools(struct gen_params *g, const cJSON *j)
+{
+	const char *param = "tools";
+
+	if (tools_parse(cJSON_GetObjectItem(j, "tools"), cJSON_GetObjectItem(j, "tool_choice"),
+			cJSON_GetObjectItem(j, "parallel_tool_calls"), &g->tools, g->err, sizeof(g->err), &param) < 0) {
+		g->err_param = param;
+		return -1;
+	}
+	if (g->tools.choice == TOOL_CHOICE_REQUIRED || g->tools.choice == TOOL_CHOICE_NAMED) {
+		if (g->json_mode || g->schema != NULL)
+			return bad(g, "tool_choice",
+				   "a forced tool_choice and response_format cannot both shape the output");
+		char why[400];
+		if ((g->schema = tools_forced_schema(&g->tools, why, sizeof(why))) == NULL)
+			return bad(g, "tools", "the tools cannot be forced together: %s", why);
+	}
+	return 0;
+}
 
 /* response_format.json_schema: {name, description?, schema, strict?} */
 static int
@@ -476,16 +586,12 @@ check_unsupported(struct gen_params *g, const cJSON *j)
 	v = cJSON_GetObjectItem(j, "suffix");
 	if (!is_empty(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
 		return bad(g, "suffix", "suffix (fill in the middle) is not supported");
-	if (!is_empty(cJSON_GetObjectItem(j, "tools")) || !is_empty(cJSON_GetObjectItem(j, "functions")))
-		return bad(g, cJSON_GetObjectItem(j, "tools") ? "tools" : "functions",
-			   "tool calling is not supported yet: the model would answer in text");
-	static const char *const choices[] = { "tool_choice", "function_call" };
-	for (int i = 0; i < 2; i++) {
-		v = cJSON_GetObjectItem(j, choices[i]);
-		if (!is_empty(v) && !(cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0))
-			return bad(g, choices[i], "%s other than \"none\" needs tools, which are not supported yet",
-				   choices[i]);
-	}
+	/* the deprecated forms of tools and tool_choice */
+	if (!is_empty(cJSON_GetObjectItem(j, "functions")))
+		return bad(g, "functions", "functions is deprecated and not supported: send tools");
+	v = cJSON_GetObjectItem(j, "function_call");
+	if (!is_empty(v) && !(cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0))
+		return bad(g, "function_call", "function_call is deprecated and not supported: send tool_choice");
 	return 0;
 }
 
@@ -544,7 +650,7 @@ gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *t
 				   "stream_options must be an object with a boolean include_usage");
 	}
 	if (g->chat) {
-		if (parse_response_format(g, cJSON_GetObjectItem(j, "response_format")) < 0)
+		if (parse_response_format(g, cJSON_GetObjectItem(j, "response_format")) < 0 || parse_tools(g, j) < 0)
 			return -1;
 		return parse_messages(g, cJSON_GetObjectItem(j, "messages"), tok, fam);
 	}
@@ -565,4 +671,5 @@ gen_params_free(struct gen_params *g)
 	free(g->bias);
 	json_schema_unref(g->schema);
 	g->schema = NULL;
+	tools_free(&g->tools);
 }

@@ -31,6 +31,10 @@ struct choice {
 	int no_gen; /* echo with max_tokens 0: the one token generated is dropped */
 	enum finish_reason finish;
 	int final_sent;
+	/* tool calling: what the finished output held */
+	int tools_done;
+	struct tool_call *calls;
+	int n_calls;
 };
 
 struct job {
@@ -102,6 +106,26 @@ token_string(const struct tokenizer *tok, int32_t id)
 	return strbuf_take(&b);
 }
 
+/* A finished choice's output read as tool calls; text before them
+ * stays the content (without trailing whitespace). */
+static void
+finish_tools(struct job *j, struct choice *c)
+{
+	size_t content_len;
+
+	if (c->tools_done || j->g.tools.choice == TOOL_CHOICE_NONE)
+		return;
+	c->tools_done = 1;
+	int n = tools_parse_output(&j->g.tools, j->srv->chat, c->text.s ? c->text.s : "", &c->calls, &content_len);
+	if (n <= 0)
+		return; /* plain text (or out of memory: the text all the same) */
+	c->n_calls = n;
+	if (content_len < c->sent)
+		content_len = c->sent; /* already streamed */
+	c->text.len = content_len;
+	c->text.s[content_len] = '\0';
+}
+
 /* Bring the choice up to date with its request; find stop sequences. */
 static void
 advance(struct job *j, struct choice *c)
@@ -146,10 +170,13 @@ advance(struct job *j, struct choice *c)
 	}
 	if (c->finish == FINISH_STOP) {
 		scheduler_stop(s, c->r);
+		finish_tools(j, c);
 		return;
 	}
-	if (f != FINISH_NONE)
+	if (f != FINISH_NONE) {
 		c->finish = c->no_gen ? FINISH_LENGTH : f;
+		finish_tools(j, c);
+	}
 }
 
 /* Bytes of text that can be sent now: all of it once finished, else all but
@@ -161,6 +188,12 @@ sendable(const struct job *j, const struct choice *c)
 
 	if (c->finish != FINISH_NONE)
 		return end;
+	/* a tool call is sent whole once the output is complete; a forced
+	 * one is all call */
+	if (j->g.tools.choice == TOOL_CHOICE_AUTO)
+		end = tools_hold_from(j->srv->chat, c->text.s ? c->text.s : "", end);
+	else if (j->g.tools.choice != TOOL_CHOICE_NONE)
+		end = c->sent;
 	size_t hold = j->max_stop > 0 ? j->max_stop - 1 : 0;
 	end = end > hold ? end - hold : 0;
 	while (end > c->sent && ((unsigned char)c->text.s[end] & 0xC0) == 0x80)
@@ -278,10 +311,32 @@ add_usage(const struct job *j, cJSON *o)
 	cJSON_AddNumberToObject(u, "total_tokens", j->prompt_tokens + gen);
 }
 
+/* The calls as OpenAI writes them (with index in a stream's delta). */
 static void
-add_finish(cJSON *o, const struct choice *c)
+add_tool_calls(cJSON *o, const struct choice *c, int with_index)
 {
-	const char *f = finish_reason_name(c->finish);
+	cJSON *arr = cJSON_AddArrayToObject(o, "tool_calls");
+
+	for (int i = 0; i < c->n_calls; i++) {
+		cJSON *tc = cJSON_CreateObject(), *fn;
+		if (with_index)
+			cJSON_AddNumberToObject(tc, "index", i);
+		cJSON_AddStringToObject(tc, "id", c->calls[i].id);
+		cJSON_AddStringToObject(tc, "type", "function");
+		fn = cJSON_AddObjectToObject(tc, "function");
+		cJSON_AddStringToObject(fn, "name", c->calls[i].name);
+		cJSON_AddStringToObject(fn, "arguments", c->calls[i].arguments);
+		cJSON_AddItemToArray(arr, tc);
+	}
+}
+
+static void
+add_finish(cJSON *o, const struct job *j, const struct choice *c)
+{
+	/* OpenAI answers a forced function with stop, a chosen call with tool_calls */
+	const char *f = c->n_calls > 0 && c->finish == FINISH_STOP && j->g.tools.choice != TOOL_CHOICE_NAMED
+				? "tool_calls"
+				: finish_reason_name(c->finish);
 
 	if (f != NULL)
 		cJSON_AddStringToObject(o, "finish_reason", f);
@@ -302,7 +357,12 @@ whole_response(struct job *j)
 		if (j->g.chat) {
 			cJSON *m = cJSON_AddObjectToObject(ch, "message");
 			cJSON_AddStringToObject(m, "role", "assistant");
-			cJSON_AddStringToObject(m, "content", text);
+			if (c->n_calls > 0 && text[0] == '\0')
+				cJSON_AddNullToObject(m, "content");
+			else
+				cJSON_AddStringToObject(m, "content", text);
+			if (c->n_calls > 0)
+				add_tool_calls(m, c, 0);
 		} else {
 			cJSON_AddStringToObject(ch, "text", text);
 		}
@@ -310,7 +370,7 @@ whole_response(struct job *j)
 			cJSON_AddItemToObject(ch, "logprobs", logprobs_json(j, c, 0, c->seen, j->g.echo));
 		else
 			cJSON_AddNullToObject(ch, "logprobs");
-		add_finish(ch, c);
+		add_finish(ch, j, c);
 		cJSON_AddItemToArray(choices, ch);
 	}
 	add_usage(j, o);
@@ -348,6 +408,8 @@ emit_choice_chunk(struct job *j, struct choice *c, size_t end)
 		cJSON *d = cJSON_AddObjectToObject(ch, "delta");
 		if (end > c->sent)
 			cJSON_AddStringToObject(d, "content", delta ? delta : "");
+		if (done && c->n_calls > 0)
+			add_tool_calls(d, c, 1);
 	} else {
 		cJSON_AddStringToObject(ch, "text", delta ? delta : "");
 	}
@@ -359,7 +421,7 @@ emit_choice_chunk(struct job *j, struct choice *c, size_t end)
 	else
 		cJSON_AddNullToObject(ch, "logprobs");
 	if (done)
-		add_finish(ch, c);
+		add_finish(ch, j, c);
 	else
 		cJSON_AddNullToObject(ch, "finish_reason");
 	cJSON_AddItemToArray(choices, ch);
@@ -426,6 +488,7 @@ job_free(struct job *j)
 		strbuf_free(&c->text);
 		free(c->offs);
 		free(c->poffs);
+		tool_calls_free(c->calls, c->n_calls);
 	}
 	free(j->ch);
 	strbuf_free(&j->pending);
@@ -535,6 +598,8 @@ make_choices(struct job *j, char *err)
 			c->prompt_index = p;
 			c->no_gen = no_gen;
 			strbuf_init(&c->text);
+			/* tool-call markers are control tokens in some families */
+			c->ds.show_special = j->g.tools.choice == TOOL_CHOICE_AUTO;
 			c->r = sched_request_new(plen, mt > 0 ? mt : 1, j->g.logprobs, echo_lp);
 			c->offs = calloc((size_t)mt + 1, sizeof(size_t));
 			if (c->r == NULL || c->offs == NULL)
