@@ -32,7 +32,7 @@ finish_locked(struct scheduler *s, struct sched_request *r, enum finish_reason f
 	if (why != NULL)
 		snprintf(r->error, sizeof(r->error), "%s", why);
 	if (s->p.observer.finished != NULL)
-		s->p.observer.finished(s->p.observer.arg, f, now - r->t_arrival);
+		s->p.observer.finished(s->p.observer.arg, r);
 	pthread_cond_broadcast(&r->cond);
 	if (--r->refs == 0)
 		sched_request_free(r);

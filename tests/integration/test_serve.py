@@ -360,6 +360,39 @@ def test_json_schema(s):
     check(st == 400 and "name" in j["error"]["message"], "json_schema without a name -> 400 (%d)" % st)
 
 
+def test_guided(s):
+    """vLLM's guided_regex, guided_choice and guided_json extension fields,
+    on both endpoints."""
+    ok = True
+    for seed in range(4):
+        st, j = s.request("POST", "/v1/completions", {"prompt": "Date:", "guided_regex": "[0-9]{4}-[0-9]{2}-[0-9]{2}",
+                                                      "max_tokens": 30, "seed": seed})
+        text = j["choices"][0]["text"] if st == 200 else ""
+        ok = ok and j["choices"][0]["finish_reason"] == "stop" and re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text)
+        st, j = s.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Mood?"}],
+                                                           "guided_choice": ["happy", "sad", "so-so (meh)"],
+                                                           "max_tokens": 30, "seed": seed})
+        text = j["choices"][0]["message"]["content"] if st == 200 else ""
+        ok = ok and j["choices"][0]["finish_reason"] == "stop" and text in ("happy", "sad", "so-so (meh)")
+        if not ok:
+            print("   guided output:", seed, st, j)
+            break
+    check(ok, "guided_regex and guided_choice outputs match in full, 4 seeds each")
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
+    st, j = s.request("POST", "/v1/completions", {"prompt": "JSON:", "guided_json": json.dumps(schema), "max_tokens": 60})
+    text = j["choices"][0]["text"] if st == 200 else ""
+    check(st == 200 and j["choices"][0]["finish_reason"] == "stop" and list(json.loads(text)) == ["a"],
+          "guided_json (as a string) on /v1/completions: %r" % text)
+    for body, param, what in (({"prompt": "x", "guided_regex": "(unclosed"}, "guided_regex", "a bad regex"),
+                              ({"prompt": "x", "guided_regex": "a", "guided_choice": ["a"]}, "guided_regex",
+                               "two shapes at once"),
+                              ({"prompt": "x", "guided_choice": "a"}, "guided_choice", "guided_choice not a list"),
+                              ({"prompt": "x", "guided_json": {"type": "string", "format": "email"}}, "guided_json",
+                               "guided_json with an unsupported keyword")):
+        st, j = s.request("POST", "/v1/completions", body)
+        check(st == 400 and j["error"]["param"] == param, "%s -> 400 %s (%d %s)" % (what, param, st, j))
+
+
 def test_golden_logprobs(s):
     ids, rows = golden(1)
     st, j = s.request("POST", "/v1/completions", {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1})
@@ -438,6 +471,28 @@ def token_id(s, text):
     ids = t.get("tokens", [])[-1:] if st == 200 else []
     st, d = s.request("POST", "/detokenize", {"tokens": ids})
     return ids[0] if len(ids) == 1 and d.get("prompt", "").strip() == text.strip() else None
+
+
+def test_request_histograms(s):
+    """vLLM's per-request histograms: prompt and generation lengths,
+    max_tokens, prefill, decode and inference times (issue 22)."""
+    names = ["vllm:request_%s_%s" % (h, k) for h in ("prompt_tokens", "generation_tokens", "params_max_tokens",
+                                                     "prefill_time_seconds", "decode_time_seconds",
+                                                     "inference_time_seconds") for k in ("sum", "count")]
+    before = {n: s.metric(n) or 0.0 for n in names}
+    st, j = s.request("POST", "/v1/completions", {"prompt": "count the tokens", "max_tokens": 7, "ignore_eos": True})
+    after = {n: s.metric(n) or 0.0 for n in names}
+    d = {n: after[n] - before[n] for n in names}
+    p = j["usage"]["prompt_tokens"] if st == 200 else -1
+    ok = st == 200 and all(d[n] == 1 for n in names if n.endswith("_count"))
+    ok = ok and d["vllm:request_prompt_tokens_sum"] == p and d["vllm:request_generation_tokens_sum"] == 7
+    ok = ok and d["vllm:request_params_max_tokens_sum"] == 7
+    t = [d["vllm:request_%s_time_seconds_sum" % k] for k in ("prefill", "decode", "inference")]
+    ok = ok and all(x > 0 for x in t) and abs(t[0] + t[1] - t[2]) < 1e-6
+    check(ok, "one request moves each per-request histogram once, with its own figures: %s" % d)
+    _, text = s.request("GET", "/metrics")
+    check('vllm:request_generation_tokens_bucket{model_name="tiny-llama-spm-f16.gguf",le="10"}' in text,
+          "token histograms use vLLM's 1-2-5 buckets")
 
 
 def test_logit_bias(s):
@@ -972,7 +1027,7 @@ def main():
         return 0
     s = Server()
     check(s.wait_ready(), "server ready")
-    for t in (test_basic, test_json_mode, test_json_schema, test_golden_logprobs, test_concurrency, test_stop_metrics, test_logit_bias, test_prefix_cache, test_memory_metrics, test_disconnect, test_bench_tool, test_bad_input):
+    for t in (test_basic, test_json_mode, test_json_schema, test_guided, test_golden_logprobs, test_concurrency, test_stop_metrics, test_request_histograms, test_logit_bias, test_prefix_cache, test_memory_metrics, test_disconnect, test_bench_tool, test_bad_input):
         try:
             t(s)
         except Exception as e:  # a crash of one group must not hide the others

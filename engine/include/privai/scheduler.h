@@ -91,7 +91,9 @@ struct sched_observer {
 	/* a token was generated: first says whether it is the request's first
 	 * (gap_s is then the time to first token, else the inter-token time) */
 	void (*token)(void *arg, int first, double gap_s);
-	void (*finished)(void *arg, enum finish_reason f, double e2e_s);
+	/* a request finished: r->finish says how, its t_* fields when (its
+	 * t_first is 0 when it produced no token) */
+	void (*finished)(void *arg, const struct sched_request *r);
 	void (*preempted)(void *arg);
 	void (*forward)(void *arg, int n_tokens); /* one forward pass of n_tokens */
 };

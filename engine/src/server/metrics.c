@@ -18,6 +18,11 @@ static const double latency_bounds[] = {
 	30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 };
 
+/* vLLM's 1-2-5 series for token counts */
+static const double token_bounds[] = {
+	1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000,
+};
+
 #define NBOUNDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 void
@@ -36,6 +41,10 @@ histogram_init(struct histogram *h, enum hist_kind kind)
 	case HIST_LATENCY:
 		h->bounds = latency_bounds;
 		h->n_bounds = NBOUNDS(latency_bounds);
+		break;
+	case HIST_TOKENS:
+		h->bounds = token_bounds;
+		h->n_bounds = NBOUNDS(token_bounds);
 		break;
 	}
 }
@@ -60,6 +69,12 @@ serving_metrics_init(struct serving_metrics *m)
 	histogram_init(&m->itl, HIST_ITL);
 	histogram_init(&m->e2e, HIST_LATENCY);
 	histogram_init(&m->queue, HIST_LATENCY);
+	histogram_init(&m->prompt_len, HIST_TOKENS);
+	histogram_init(&m->gen_len, HIST_TOKENS);
+	histogram_init(&m->max_tokens, HIST_TOKENS);
+	histogram_init(&m->prefill, HIST_LATENCY);
+	histogram_init(&m->decode, HIST_LATENCY);
+	histogram_init(&m->inference, HIST_LATENCY);
 }
 
 static void
@@ -141,6 +156,13 @@ render(struct strbuf *b, const struct serving_metrics *m, const struct sched_gau
 	histogram(b, "vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", lbl, &m->itl);
 	histogram(b, "vllm:e2e_request_latency_seconds", "Request latency from arrival to finish.", lbl, &m->e2e);
 	histogram(b, "vllm:request_queue_time_seconds", "Time from arrival to first scheduling.", lbl, &m->queue);
+	histogram(b, "vllm:request_prompt_tokens", "Prompt tokens of each finished request.", lbl, &m->prompt_len);
+	histogram(b, "vllm:request_generation_tokens", "Tokens generated for each finished request.", lbl, &m->gen_len);
+	histogram(b, "vllm:request_params_max_tokens", "The max_tokens of each finished request.", lbl, &m->max_tokens);
+	histogram(b, "vllm:request_prefill_time_seconds", "From first scheduling to the first token.", lbl,
+		  &m->prefill);
+	histogram(b, "vllm:request_decode_time_seconds", "From the first token to the finish.", lbl, &m->decode);
+	histogram(b, "vllm:request_inference_time_seconds", "From first scheduling to the finish.", lbl, &m->inference);
 	gauge(b, "privai:kv_cache_blocks", "KV cache blocks in the pool.", lbl, g->kv_blocks);
 	gauge(b, "privai:kv_cache_blocks_cached", "Unused KV blocks kept for prefix hits.", lbl, g->kv_blocks_cached);
 	counter(b, "privai:forward_passes_total", "Batched forward passes run.", lbl, m->forward_passes);
@@ -193,12 +215,21 @@ on_token(void *arg, int first, double gap_s)
 }
 
 static void
-on_finished(void *arg, enum finish_reason f, double e2e_s)
+on_finished(void *arg, const struct sched_request *r)
 {
 	struct serving_metrics *m = arg;
 
-	m->success[f]++;
-	histogram_observe(&m->e2e, e2e_s);
+	m->success[r->finish]++;
+	histogram_observe(&m->e2e, r->t_finish - r->t_arrival);
+	histogram_observe(&m->prompt_len, r->n_prompt);
+	histogram_observe(&m->gen_len, r->n_out);
+	histogram_observe(&m->max_tokens, r->max_tokens);
+	if (r->t_scheduled > 0)
+		histogram_observe(&m->inference, r->t_finish - r->t_scheduled);
+	if (r->t_scheduled > 0 && r->t_first > 0) {
+		histogram_observe(&m->prefill, r->t_first - r->t_scheduled);
+		histogram_observe(&m->decode, r->t_finish - r->t_first);
+	}
 }
 
 static void

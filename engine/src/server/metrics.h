@@ -22,7 +22,7 @@ struct histogram {
 	double sum;
 };
 
-enum hist_kind { HIST_TTFT, HIST_ITL, HIST_LATENCY };
+enum hist_kind { HIST_TTFT, HIST_ITL, HIST_LATENCY, HIST_TOKENS };
 
 void histogram_init(struct histogram *h, enum hist_kind kind);
 void histogram_observe(struct histogram *h, double v);
@@ -34,6 +34,10 @@ struct serving_metrics {
 	uint64_t success[5]; /* by finish_reason */
 	uint64_t forward_passes, batched_tokens;
 	struct histogram ttft, itl, e2e, queue;
+	/* per finished request, as vLLM keeps them */
+	struct histogram prompt_len, gen_len, max_tokens; /* in tokens */
+	struct histogram prefill, decode, inference;      /* seconds: first scheduled to first token,
+							   * first token to finish, and both */
 	/* set once the context exists: what its memory went to */
 	double kv_cache_bytes;      /* the KV pool, as the backend stores it */
 	double device_memory_bytes; /* the GPU's memory; 0 on the CPU */

@@ -30,6 +30,7 @@ struct gen_params {
 	int logprobs; /* -1: none; else the number of top alternatives */
 	int json_mode;
 	struct json_schema *schema; /* response_format json_schema, or a forced tool call: owned */
+	char *regex;                /* guided_regex or guided_choice as a pattern: owned */
 	struct tool_set tools;
 	int has_seed;
 	struct sampler_params sp;

@@ -12,6 +12,7 @@
 #include "privai/status.h"
 #include "server/json_schema.h"
 #include "server/openai.h"
+#include "server/regex_constraint.h"
 #include "server/tool_calls.h"
 
 static int bad(struct gen_params *g, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -363,6 +364,56 @@ parse_logprobs(struct gen_params *g, const cJSON *j)
 static int listed(const char *const *names, const char *name);
 static const char *const json_schema_fields[] = { "name", "description", "schema", "strict", NULL };
 
+static int is_empty(const cJSON *v);
+
+/* vLLM's extension fields: guided_json (a schema), guided_regex,
+ * guided_choice (strings); one shape for the output at most. */
+static int
+parse_guided(struct gen_params *g, const cJSON *j)
+{
+	const cJSON *gj = cJSON_GetObjectItem(j, "guided_json"), *gr = cJSON_GetObjectItem(j, "guided_regex");
+	const cJSON *gc = cJSON_GetObjectItem(j, "guided_choice"), *c;
+	int n = (g->json_mode || g->schema != NULL) + !is_empty(gj) + !is_empty(gr) + !is_empty(gc);
+	char why[400];
+
+	if (n > 1)
+		return bad(g,
+			   !is_empty(gj)   ? "guided_json"
+			   : !is_empty(gr) ? "guided_regex"
+					   : "guided_choice",
+			   "response_format, guided_json, guided_regex and guided_choice each shape the output; send "
+			   "one");
+	if (!is_empty(gj)) {
+		cJSON *parsed = cJSON_IsString(gj) ? cJSON_Parse(gj->valuestring) : NULL;
+		if (!cJSON_IsObject(gj) && !cJSON_IsObject(parsed)) {
+			cJSON_Delete(parsed);
+			return bad(g, "guided_json",
+				   "guided_json must be a JSON Schema (an object, or one as a string)");
+		}
+		int rc = json_schema_compile(parsed != NULL ? parsed : gj, &g->schema, why, sizeof(why));
+		cJSON_Delete(parsed);
+		return rc < 0 ? bad(g, "guided_json", "guided_json %s", why) : 0;
+	}
+	if (!is_empty(gr)) {
+		if (!cJSON_IsString(gr) || regex_check(gr->valuestring, why, sizeof(why)) < 0)
+			return bad(g, "guided_regex", "guided_regex %s", cJSON_IsString(gr) ? why : "must be a string");
+		return (g->regex = strdup(gr->valuestring)) != NULL ? 0 : bad(g, "guided_regex", "out of memory");
+	}
+	if (!is_empty(gc)) {
+		const char *choices[64];
+		int k = 0;
+		if (!cJSON_IsArray(gc) || cJSON_GetArraySize(gc) > 64)
+			return bad(g, "guided_choice", "guided_choice must be an array of 1 to 64 strings");
+		cJSON_ArrayForEach (c, gc) {
+			if (!cJSON_IsString(c) || c->valuestring[0] == '\0')
+				return bad(g, "guided_choice", "guided_choice[%d] must be a non-empty string", k);
+			choices[k++] = c->valuestring;
+		}
+		return (g->regex = regex_of_choices(choices, k)) != NULL ? 0 : bad(g, "guided_choice", "out of memory");
+	}
+	return 0;
+}
+
 static int
 parse_tools(struct gen_params *g, const cJSON *j)
 {
@@ -374,9 +425,10 @@ parse_tools(struct gen_params *g, const cJSON *j)
 		return -1;
 	}
 	if (g->tools.choice == TOOL_CHOICE_REQUIRED || g->tools.choice == TOOL_CHOICE_NAMED) {
-		if (g->json_mode || g->schema != NULL)
+		if (g->json_mode || g->schema != NULL || g->regex != NULL)
 			return bad(g, "tool_choice",
-				   "a forced tool_choice and response_format cannot both shape the output");
+				   "a forced tool_choice and response_format (or guided_*) cannot both shape the "
+				   "output");
 		char why[400];
 		if ((g->schema = tools_forced_schema(&g->tools, why, sizeof(why))) == NULL)
 			return bad(g, "tools", "the tools cannot be forced together: %s", why);
@@ -476,8 +528,11 @@ static const char *const common_fields[] = { "model",
 					     "user",
 					     "logit_bias",
 					     "best_of",
+					     "guided_json",
+					     "guided_regex",
+					     "guided_choice",
 					     NULL };
-static const char *const completion_fields[] = { "prompt", "echo", "suffix", NULL };
+static const char *const completion_fields[] = { "prompt", "echo", "suffix", "response_format", NULL };
 static const char *const chat_fields[] = {
 	"messages",    "max_completion_tokens", "top_logprobs", "response_format", "tools",
 	"tool_choice", "parallel_tool_calls",   "functions",    "function_call",   NULL
@@ -649,8 +704,10 @@ gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *t
 			return bad(g, "stream_options",
 				   "stream_options must be an object with a boolean include_usage");
 	}
+	if (parse_response_format(g, cJSON_GetObjectItem(j, "response_format")) < 0 || parse_guided(g, j) < 0)
+		return -1;
 	if (g->chat) {
-		if (parse_response_format(g, cJSON_GetObjectItem(j, "response_format")) < 0 || parse_tools(g, j) < 0)
+		if (parse_tools(g, j) < 0)
 			return -1;
 		return parse_messages(g, cJSON_GetObjectItem(j, "messages"), tok, fam);
 	}
@@ -671,5 +728,7 @@ gen_params_free(struct gen_params *g)
 	free(g->bias);
 	json_schema_unref(g->schema);
 	g->schema = NULL;
+	free(g->regex);
+	g->regex = NULL;
 	tools_free(&g->tools);
 }

@@ -15,6 +15,7 @@
 #include "privai/status.h"
 #include "server/json_constraint.h"
 #include "server/json_schema.h"
+#include "server/regex_constraint.h"
 #include "server/openai.h"
 #include "server/server.h"
 
@@ -619,6 +620,9 @@ make_choices(struct job *j, char *err)
 				c->r->sampling.logit_bias = c->r->bias;
 			}
 			if (j->g.json_mode && (c->r->constraint = json_constraint_new(s->json_vocab)) == NULL)
+				return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+			if (j->g.regex != NULL &&
+			    (c->r->constraint = regex_constraint_new(s->json_vocab, j->g.regex)) == NULL)
 				return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 			if (j->g.schema != NULL &&
 			    (c->r->constraint = json_schema_constraint_new(s->json_vocab, j->g.schema, NULL, NULL)) ==
