@@ -168,6 +168,12 @@ BROWSER_DEPS = tests/browser/node_modules/.package-lock.json
 $(BROWSER_DEPS): tests/browser/package.json tests/browser/package-lock.json | $(DEPS_STAMP)
 	cd tests/browser && npm ci --no-audit --no-fund --loglevel=error
 
+# The OpenAI SDK suite's one npm package (the official openai client),
+# pinned by package-lock.json.
+SDK_DEPS = tests/sdk/node_modules/.package-lock.json
+$(SDK_DEPS): tests/sdk/package.json tests/sdk/package-lock.json | $(DEPS_STAMP)
+	cd tests/sdk && npm ci --no-audit --no-fund --loglevel=error
+
 # `make test`: the plain build and the ASan+UBSan build, every suite on
 # both, then the console in Chromium and the fuzzer.  `make test SAN=1`:
 # the sanitizer build alone.  `make test IMAGE_TEST=1` also builds the
@@ -176,10 +182,10 @@ $(BROWSER_DEPS): tests/browser/package.json tests/browser/package-lock.json | $(
 # runs all five).
 export IMAGE_TEST
 ifeq ($(SAN),1)
-test: all $(DEMO_MODEL) $(BROWSER_DEPS)
+test: all $(DEMO_MODEL) $(BROWSER_DEPS) $(SDK_DEPS)
 	@BUILDS=$(BUILD) SKIP_FUZZ=1 tests/run-all.sh
 else
-test: all $(DEMO_MODEL) $(BROWSER_DEPS) $(if $(IMAGE_TEST),image)
+test: all $(DEMO_MODEL) $(BROWSER_DEPS) $(SDK_DEPS) $(if $(IMAGE_TEST),image)
 	@$(MAKE) --no-print-directory SAN=1 all build-san/demo/privai-demo.gguf >/dev/null
 	@BUILDS="$(BUILD) build-san" tests/run-all.sh
 endif

@@ -1,0 +1,182 @@
+// privai-engine serve driven by the official OpenAI SDK for JavaScript
+// (pinned in package.json), as an application developer would: models,
+// chat and completions whole and streamed, tool calls round-tripped
+// (plain and streamed, through the SDK's own stream helper), json_schema
+// through the SDK's parse helper, logit_bias of -100 and +100 moving the
+// argmax, errors as the SDK's typed exceptions, and a stop-string finish
+// counted as stop in /metrics.
+//
+// usage: node tests/sdk/openai.test.mjs BUILD_DIR
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import OpenAI from 'openai';
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..', '..');
+const BUILD = path.resolve(ROOT, process.argv[2] || 'build');
+const FIX = process.env.PRIVAI_FIXTURES || path.resolve(ROOT, '..', 'shared', 'fixtures');
+const MODEL = path.join(FIX, 'models', 'tiny-llama-spm-f16.gguf');
+let passed = 0, failed = 0;
+
+function check(cond, what, detail = '') {
+  if (cond) passed++;
+  else { failed++; console.log(`FAIL: ${what} ${detail}`); }
+}
+
+function startServer() {
+  const p = spawn(path.join(BUILD, 'privai-engine'), ['serve', '-m', MODEL, '--port', '0', '--threads', '2', '--ctx', '512',
+    '--chat-template', 'chatml', '--model-name', 'tiny'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start: ${log}`)), 60000);
+    p.stderr.on('data', (d) => {
+      log += d;
+      const m = log.match(/listening on [0-9.]+:(\d+)/);
+      if (m && log.includes('ready:')) { clearTimeout(timer); resolve({ proc: p, port: Number(m[1]) }); }
+    });
+    p.on('exit', () => { clearTimeout(timer); reject(new Error(`server exited: ${log}`)); });
+  });
+}
+
+const WEATHER = {
+  type: 'function',
+  function: {
+    name: 'get_weather', description: 'The weather in a city now',
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 }, unit: { enum: ['C', 'F'] } },
+      required: ['city', 'unit'], additionalProperties: false },
+  },
+};
+
+async function tools(client) {
+  const ask = [{ role: 'user', content: 'What is the weather in Oslo?' }];
+  const r = await client.chat.completions.create({ model: 'tiny', messages: ask, tools: [WEATHER], tool_choice: 'required',
+    parallel_tool_calls: false, max_tokens: 120, seed: 1 });
+  const call = r.choices[0].message.tool_calls?.[0];
+  const args = call ? JSON.parse(call.function.arguments) : {};
+  check(r.choices[0].finish_reason === 'tool_calls' && call?.function.name === 'get_weather' &&
+    typeof args.city === 'string' && ['C', 'F'].includes(args.unit), 'tool_choice required: a call the SDK reads',
+    JSON.stringify(r.choices[0]));
+  // the round trip: the assistant's message as the SDK returned it, then the tool's result
+  const again = await client.chat.completions.create({ model: 'tiny', tools: [WEATHER], max_tokens: 8,
+    messages: [...ask, r.choices[0].message, { role: 'tool', tool_call_id: call?.id ?? 'x', content: '{"temp": 3}' }] });
+  check(again.choices[0].message.role === 'assistant', 'the conversation with the call and its result is answered');
+  // streamed, accumulated by the SDK's own helper
+  const stream = client.chat.completions.stream({ model: 'tiny', messages: ask, tools: [WEATHER],
+    tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 120, seed: 2 });
+  const final = await stream.finalChatCompletion();
+  const sc = final.choices[0].message.tool_calls?.[0];
+  let sargs = null;
+  try { sargs = JSON.parse(sc?.function.arguments ?? ''); } catch { /* checked below */ }
+  check(sc?.function.name === 'get_weather' && sargs && typeof sargs.city === 'string',
+    'a named tool call streamed, accumulated by chat.completions.stream()', JSON.stringify(final.choices[0]));
+}
+
+async function structured(client) {
+  const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 10 }, age: { type: 'integer' } },
+    required: ['name', 'age'], additionalProperties: false };
+  const r = await client.chat.completions.parse({ model: 'tiny', max_tokens: 80, seed: 3,
+    messages: [{ role: 'user', content: 'A person, as JSON.' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'person', schema, strict: true } } });
+  const p = r.choices[0].message.parsed;
+  check(r.choices[0].finish_reason === 'stop' && p && typeof p.name === 'string' && Number.isInteger(p.age) &&
+    Object.keys(p).length === 2, 'json_schema through chat.completions.parse()', JSON.stringify(r.choices[0].message));
+}
+
+async function bias(client, base) {
+  const post = async (p, body) => (await fetch(`${base}${p}`, { method: 'POST',
+    headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) })).json();
+  const first = async (logitBias) => (await client.completions.create({ model: 'tiny', prompt: 'The weather',
+    max_tokens: 1, temperature: 0, logprobs: 5, logit_bias: logitBias })).choices[0];
+  // the id a piece of text stands for, when it is one token
+  const idOf = async (text) => {
+    const ids = (await post('/tokenize', { prompt: text, add_special_tokens: false })).tokens;
+    const back = (await post('/detokenize', { tokens: ids.slice(-1) })).prompt;
+    return back === text ? ids.at(-1) : null;
+  };
+  const base0 = await first({});
+  const top = base0.text;
+  const alts = Object.keys(base0.logprobs.top_logprobs[0]).filter((t) => t !== top);
+  let runnerUp = null, runnerUpId = null;
+  for (const t of alts) if (runnerUpId === null && (runnerUpId = await idOf(t)) !== null) runnerUp = t;
+  const without = (await first({ [await idOf(top)]: -100 })).text;
+  const forced = runnerUpId !== null ? (await first({ [runnerUpId]: 100 })).text : null;
+  check(without !== top && runnerUp !== null && forced === runnerUp,
+    'logit_bias -100 moves the argmax off the greedy token, +100 makes a runner-up the argmax',
+    `top ${JSON.stringify(top)}, with -100 ${JSON.stringify(without)}, runner-up ${JSON.stringify(runnerUp)} -> ${JSON.stringify(forced)}`);
+}
+
+async function errors(client) {
+  const cases = [
+    [() => client.completions.create({ model: 'tiny', prompt: 'x', temprature: 0.5 }), 400, 'temprature'],
+    [() => client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }],
+      tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'integer', minimum: 1 } } }] }), 400, 'tools'],
+    [() => client.completions.create({ model: 'gpt-4', prompt: 'x' }), 404, 'model'],
+  ];
+  for (const [call, status, param] of cases) {
+    try {
+      await call();
+      check(false, `expected ${status} ${param}`);
+    } catch (e) {
+      check(e instanceof OpenAI.APIError && e.status === status && e.param === param,
+        `the SDK raises ${status} with param ${param}`, `${e.status} ${e.param} ${e.message}`);
+    }
+  }
+}
+
+async function main() {
+  const srv = await startServer();
+  const base = `http://127.0.0.1:${srv.port}`;
+  const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'none', maxRetries: 0 });
+  const groups = {
+    async models() {
+      const list = await client.models.list();
+      const m = await client.models.retrieve('tiny');
+      check(list.data.length === 1 && list.data[0].id === 'tiny' && m.id === 'tiny', 'models.list and models.retrieve');
+    },
+    async chat() {
+      const r = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 8, seed: 4 });
+      const s = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 8, seed: 4, stream: true, stream_options: { include_usage: true } });
+      let text = '', usage = null;
+      for await (const ev of s) {
+        text += ev.choices[0]?.delta?.content ?? '';
+        usage = ev.usage ?? usage;
+      }
+      check(text === r.choices[0].message.content && usage?.completion_tokens === r.usage.completion_tokens,
+        'chat streamed equals whole, usage in the last chunk');
+    },
+    tools: () => tools(client),
+    structured: () => structured(client),
+    bias: () => bias(client, base),
+    errors: () => errors(client),
+    async stopMetric() {
+      const metric = async () => {
+        const t = await (await fetch(`${base}/metrics`)).text();
+        const m = t.match(/^vllm:request_success_total\{[^}]*finished_reason="stop"\} (\d+)/m);
+        return m ? Number(m[1]) : -1;
+      };
+      const r = await client.completions.create({ model: 'tiny', prompt: 'a b c', max_tokens: 40, temperature: 0,
+        ignore_eos: true });
+      const stop = r.choices[0].text.trim().split(/\s+/)[1] ?? r.choices[0].text.slice(2, 4);
+      const before = await metric();
+      const s = await client.completions.create({ model: 'tiny', prompt: 'a b c', max_tokens: 40, temperature: 0,
+        ignore_eos: true, stop });
+      // the scheduler counts the finish once it has dropped the sequence
+      let after = await metric();
+      for (let i = 0; i < 40 && after !== before + 1; i++) {
+        await new Promise((res) => setTimeout(res, 50));
+        after = await metric();
+      }
+      check(s.choices[0].finish_reason === 'stop' && after === before + 1, 'a stop-string finish counts as stop',
+        `stop ${JSON.stringify(stop)}: ${before} -> ${after}, ${JSON.stringify(s.choices[0])}`);
+    },
+  };
+  for (const [name, f] of Object.entries(groups)) {
+    try { await f(); } catch (e) { check(false, `${name} raised`, e.stack); }
+  }
+  srv.proc.kill('SIGTERM');
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((e) => { console.log(`FAIL: ${e.stack}`); console.log(`${passed} passed, ${failed + 1} failed`); process.exit(1); });
