@@ -98,6 +98,7 @@ engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info)
 	info->n_batch = c->n_batch;
 	info->n_kv_blocks = c->n_kv_blocks;
 	info->n_vocab = c->model->hp.n_vocab;
+	info->n_embd = c->model->hp.n_embd;
 	info->kv_bytes = c->kv_bytes;
 	info->n_past = c->n_past;
 	info->device = c->compute->ops->name;
@@ -376,6 +377,12 @@ check_batch(const struct engine_ctx *c, const struct compute_batch *b, char *err
 int
 engine_forward(struct engine_ctx *c, const struct compute_batch *b, float *logits, char *err)
 {
+	return engine_forward_ex(c, b, logits, NULL, err);
+}
+
+int
+engine_forward_ex(struct engine_ctx *c, const struct compute_batch *b, float *logits, float *hidden, char *err)
+{
 	const struct model_hparams *hp = &c->model->hp;
 	const struct compute_ops *op = c->compute->ops;
 	struct compute *cp = c->compute;
@@ -394,6 +401,8 @@ engine_forward(struct engine_ctx *c, const struct compute_batch *b, float *logit
 	/* the rows wanted, gathered into att (n x max(qd, n_embd) floats) */
 	op->gather_rows(cp, c->x, hp->n_embd, c->att);
 	op->rmsnorm(cp, c->att, c->output_norm, b->n_out, hp->n_embd, hp->rms_eps, c->xb);
+	if (hidden != NULL && (r = op->download(cp, hidden, c->xb, (size_t)b->n_out * hp->n_embd * sizeof(float))) < 0)
+		return privai_fail(err, r, "the %s backend failed in a forward pass", op->name);
 	op->matmul(cp, c->output, c->xb, b->n_out, c->logits);
 	if ((r = op->download(cp, logits, c->logits, (size_t)b->n_out * hp->n_vocab * sizeof(float))) < 0)
 		return privai_fail(err, r, "the %s backend failed in a forward pass", op->name);

@@ -54,6 +54,8 @@ struct scheduler {
 	int n_eog;
 	int32_t *b_tok, *b_pos, *b_rows;
 	float *logits; /* n_batch x n_vocab: the rows a forward pass brings back */
+	float *hidden; /* n_batch x n_embd: their final hidden states, for embeddings */
+	int n_embd;
 	const int32_t **b_table;
 };
 

@@ -147,7 +147,9 @@ admit(struct scheduler *s)
 			break;
 		}
 		r = q->req;
-		int hits = r->prompt_logprobs ? 0 : kv_seq_match_prefix(s->pool, &q->kv, q->tokens, q->n_tokens);
+		/* every prompt row is needed by prompt logprobs and mean pooling */
+		int all_rows = r->prompt_logprobs || r->pooling == SCHED_POOL_MEAN;
+		int hits = all_rows ? 0 : kv_seq_match_prefix(s->pool, &q->kv, q->tokens, q->n_tokens);
 		if (hits < 0 || kv_seq_reserve(s->pool, &q->kv, q->n_tokens) < 0) {
 			kv_seq_release(s->pool, &q->kv);
 			if (!resumed)
@@ -169,7 +171,7 @@ admit(struct scheduler *s)
 			/* prompt logprobs compute every prompt token: no cache was asked */
 			if (s->p.observer.scheduled != NULL)
 				s->p.observer.scheduled(s->p.observer.arg, r->t_scheduled - r->t_arrival, r->n_prompt,
-							!r->prompt_logprobs, hits);
+							!all_rows, hits);
 		}
 		s->running[s->n_running++] = q;
 	}
@@ -191,6 +193,8 @@ preempt_one(struct scheduler *s, const struct seq *keep)
 	remove_at(s->running, &s->n_running, index_of(s->running, s->n_running, victim));
 	kv_seq_release(s->pool, &victim->kv);
 	victim->n_computed = 0;
+	if (victim->req->pooling == SCHED_POOL_MEAN) /* its sum starts over with the recomputation */
+		memset(victim->req->embedding, 0, (size_t)s->n_embd * sizeof(float));
 	s->preempted[s->n_preempted++] = victim;
 	s->n_preempted_shared++;
 	if (s->p.observer.preempted != NULL)
@@ -200,14 +204,16 @@ preempt_one(struct scheduler *s, const struct seq *keep)
 
 struct step_batch {
 	int n, n_out;
+	int hidden; /* an embedding request is in it: bring the hidden states back */
 };
 
 static void
 add_chunk(struct scheduler *s, struct seq *q, int chunk, struct step_batch *b)
 {
 	const struct sched_request *r = q->req;
-	int want_all = r->prompt_logprobs && q->n_computed < r->n_prompt;
+	int want_all = (r->prompt_logprobs && q->n_computed < r->n_prompt) || r->pooling == SCHED_POOL_MEAN;
 
+	b->hidden |= r->pooling != SCHED_POOL_NONE;
 	q->chunk = chunk;
 	q->row0 = b->n_out;
 	q->sample = q->n_computed + chunk == q->n_tokens;
@@ -228,7 +234,7 @@ build_batch(struct scheduler *s, struct step_batch *b)
 {
 	int budget = s->n_batch;
 
-	b->n = b->n_out = 0;
+	b->n = b->n_out = b->hidden = 0;
 	for (int i = 0; i < s->n_running; i++)
 		s->running[i]->chunk = 0;
 	for (int pass = 0; pass < 2; pass++) {
@@ -371,6 +377,35 @@ record_prompt_logprobs(struct scheduler *s, struct seq *q, const float *logits)
 	}
 }
 
+/* Under the lock: an embedding request's rows of this chunk, summed for
+ * mean pooling or taken when last; 1 when the request is done. */
+static int
+pool_rows(struct scheduler *s, struct seq *q)
+{
+	struct sched_request *r = q->req;
+	int D = s->n_embd;
+	float *e = r->embedding;
+
+	if (r->pooling == SCHED_POOL_MEAN)
+		for (int t = 0; t < q->chunk; t++) {
+			const float *h = s->hidden + (size_t)(q->row0 + t) * D;
+			for (int d = 0; d < D; d++)
+				e[d] += h[d];
+		}
+	if (!q->sample)
+		return 0;
+	if (r->pooling == SCHED_POOL_LAST)
+		memcpy(e, s->hidden + (size_t)q->row0 * D, (size_t)D * sizeof(float));
+	double norm = 0;
+	for (int d = 0; d < D; d++)
+		norm += (double)e[d] * e[d];
+	norm = sqrt(norm);
+	for (int d = 0; d < D; d++)
+		e[d] = norm > 0 ? (float)(e[d] / norm) : 0.0f;
+	finish_locked(s, r, FINISH_STOP, NULL);
+	return 1;
+}
+
 /* Under the lock, after the forward pass. */
 static void
 publish(struct scheduler *s, const struct step_batch *b)
@@ -384,6 +419,16 @@ publish(struct scheduler *s, const struct step_batch *b)
 		struct seq *q = s->running[i];
 		if (q->chunk == 0)
 			continue;
+		if (q->req->pooling != SCHED_POOL_NONE) {
+			q->n_computed += q->chunk;
+			kv_seq_commit(s->pool, &q->kv, q->tokens, q->n_computed);
+			if (pool_rows(s, q)) {
+				remove_at(s->running, &s->n_running, i--);
+				s->n_active--;
+				seq_free(s, q);
+			}
+			continue;
+		}
 		int n_rows =
 			q->req->prompt_logprobs && q->n_computed < q->req->n_prompt ? q->chunk : (q->sample ? 1 : 0);
 		if (n_rows == q->chunk && q->req->prompt_logprobs)
@@ -451,7 +496,7 @@ sched_step(struct scheduler *s)
 	pthread_mutex_unlock(&s->mu);
 
 	struct compute_batch eb = { b.n, s->b_tok, s->b_pos, s->b_table, b.n_out, s->b_rows };
-	int rc = b.n > 0 ? engine_forward(s->ctx, &eb, s->logits, err) : PRIVAI_OK;
+	int rc = b.n > 0 ? engine_forward_ex(s->ctx, &eb, s->logits, b.hidden ? s->hidden : NULL, err) : PRIVAI_OK;
 
 	pthread_mutex_lock(&s->mu);
 	if (rc < 0) {

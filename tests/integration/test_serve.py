@@ -660,6 +660,8 @@ def test_bad_input(s):
           "GET /v1/models/{id} (the SDK's models.retrieve) -> the model (%d %s)" % (st, j))
     st, j = s.request("GET", "/v1/models/gpt-4")
     check(st == 404 and j["error"]["code"] == "model_not_found", "GET /v1/models/{other} -> 404 (%d %s)" % (st, j))
+    st, j = s.request("POST", "/v1/embeddings", {"input": "x"})
+    check(st == 400 and j["error"]["code"] == "embeddings_disabled", "embeddings without --embeddings -> 400 (%d)" % st)
     st, j = s.request("GET", "/v1/nothing")
     check(st == 404 and j["error"]["type"] == "not_found_error", "unknown path -> 404")
     st, j = s.request("GET", "/v1/completions")
@@ -882,6 +884,42 @@ def test_tool_calls():
     check(s.stop() == 0, "exit 0 after SIGTERM")
 
 
+def test_embeddings():
+    """/v1/embeddings through the continuous batcher (issue 22): shapes,
+    unit norm, the same text and its token ids give the same vector, a
+    batch equals its inputs one at a time, base64 equals float."""
+    import base64
+    s = Server("--embeddings", "--pooling", "mean")
+    check(s.wait_ready(), "server with --embeddings ready")
+    texts = ["The weather in Oslo", "Tomorrow it rains", "The weather in Oslo"]
+    st, j = s.request("POST", "/v1/embeddings", {"input": texts, "model": "tiny-llama-spm-f16.gguf"})
+    vecs = [d["embedding"] for d in j["data"]] if st == 200 else []
+    dim = len(vecs[0]) if vecs else 0
+    norms = [math.sqrt(sum(x * x for x in v)) for v in vecs]
+    check(st == 200 and [d["index"] for d in j["data"]] == [0, 1, 2] and dim > 0 and
+          all(len(v) == dim for v in vecs) and all(abs(n - 1) < 1e-5 for n in norms) and vecs[0] == vecs[2] and
+          vecs[0] != vecs[1] and j["usage"]["prompt_tokens"] > 0,
+          "three inputs: %d dims each, norms %s, equal texts equal" % (dim, [round(n, 6) for n in norms]))
+    one = s.request("POST", "/v1/embeddings", {"input": texts[1]})[1]
+    check(one.get("data", [{}])[0].get("embedding") == vecs[1], "a batch equals its inputs one at a time")
+    ids = s.request("POST", "/tokenize", {"prompt": texts[1]})[1]["tokens"]
+    by_ids = s.request("POST", "/v1/embeddings", {"input": [ids]})[1]
+    check(by_ids.get("data", [{}])[0].get("embedding") == vecs[1], "token ids embed as their text does")
+    b64 = s.request("POST", "/v1/embeddings", {"input": texts[1], "encoding_format": "base64"})[1]
+    raw = base64.b64decode(b64["data"][0]["embedding"]) if "data" in b64 else b""
+    check(list(struct.unpack("<%df" % dim, raw)) == [float(struct.unpack("<f", struct.pack("<f", x))[0])
+                                                      for x in vecs[1]] if len(raw) == 4 * dim else False,
+          "base64 is the little-endian float32 of the same vector")
+    for body, param, what in (({"input": ""}, "input", "an empty string"),
+                              ({"input": texts[0], "dimensions": 3}, "dimensions", "other dimensions"),
+                              ({"input": ["x"] * 257}, "input", "257 inputs"),
+                              ({"input": [[1, -5]]}, "input", "a token id out of range"),
+                              ({"input": "x", "pooling": "cls"}, "pooling", "an unknown field")):
+        st, j = s.request("POST", "/v1/embeddings", body)
+        check(st == 400 and j["error"]["param"] == param, "embeddings: %s -> 400 %s (%d %s)" % (what, param, st, j))
+    check(s.stop() == 0, "exit 0 after SIGTERM")
+
+
 def test_queue_full():
     s = Server("--parallel", "1", "--queue", "1")
     s.wait_ready()
@@ -1035,7 +1073,7 @@ def main():
     alive = s.p.poll() is None
     check(alive, "the server survived everything above")
     check(s.stop() == 0, "exit 0 after SIGTERM")
-    for t in (test_tool_calls, test_slow_clients, test_queue_full, test_allow_unknown_fields, test_keys_and_drain, test_startup_errors_and_notify):
+    for t in (test_embeddings, test_tool_calls, test_slow_clients, test_queue_full, test_allow_unknown_fields, test_keys_and_drain, test_startup_errors_and_notify):
         try:
             t()
         except Exception as e:

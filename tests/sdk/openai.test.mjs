@@ -3,7 +3,7 @@
 // chat and completions whole and streamed, tool calls round-tripped
 // (plain and streamed, through the SDK's own stream helper), json_schema
 // through the SDK's parse helper, logit_bias of -100 and +100 moving the
-// argmax, errors as the SDK's typed exceptions, and a stop-string finish
+// argmax, embeddings, errors as the SDK's typed exceptions, and a stop-string finish
 // counted as stop in /metrics.
 //
 // usage: node tests/sdk/openai.test.mjs BUILD_DIR
@@ -24,7 +24,7 @@ function check(cond, what, detail = '') {
 
 function startServer() {
   const p = spawn(path.join(BUILD, 'privai-engine'), ['serve', '-m', MODEL, '--port', '0', '--threads', '2', '--ctx', '512',
-    '--chat-template', 'chatml', '--model-name', 'tiny'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    '--chat-template', 'chatml', '--model-name', 'tiny', '--embeddings'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start: ${log}`)), 60000);
@@ -144,6 +144,13 @@ async function main() {
       }
       check(text === r.choices[0].message.content && usage?.completion_tokens === r.usage.completion_tokens,
         'chat streamed equals whole, usage in the last chunk');
+    },
+    async embeddings() {
+      // the SDK asks for base64 and decodes it itself
+      const r = await client.embeddings.create({ model: 'tiny', input: ['hello there', 'goodbye'] });
+      const norms = r.data.map((d) => Math.sqrt(d.embedding.reduce((a, x) => a + x * x, 0)));
+      check(r.data.length === 2 && r.data[0].embedding.length > 0 && norms.every((n) => Math.abs(n - 1) < 1e-5) &&
+        r.usage.prompt_tokens > 0, 'embeddings.create: two unit vectors', JSON.stringify(norms));
     },
     tools: () => tools(client),
     structured: () => structured(client),

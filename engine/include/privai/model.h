@@ -96,6 +96,7 @@ struct engine_ctx;
 struct engine_ctx_info {
 	int n_ctx, n_batch, n_kv_blocks;
 	int n_vocab;        /* the model's: a row of logits */
+	int n_embd;         /* a row of hidden state */
 	size_t kv_bytes;    /* the KV cache, as the backend stores it */
 	int n_past;         /* positions engine_decode()'s sequence holds */
 	const char *device; /* the backend's name */
@@ -122,6 +123,10 @@ void engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info);
  * rows asked for without `logits`; nothing is written then.  A backend's
  * failure (a lost device) is returned as its error. */
 int engine_forward(struct engine_ctx *c, const struct compute_batch *b, float *logits, char *err);
+/* The same, and when hidden is not NULL the final hidden state of each
+ * output row (after the output norm, before the LM head: n_out x n_embd,
+ * host memory), which embeddings pool. */
+int engine_forward_ex(struct engine_ctx *c, const struct compute_batch *b, float *logits, float *hidden, char *err);
 
 /* Forget the single sequence engine_decode() runs (a new conversation). */
 void engine_ctx_reset(struct engine_ctx *c);

@@ -43,6 +43,8 @@ struct token_constraint {
 	void *state;
 };
 
+enum { SCHED_POOL_NONE, SCHED_POOL_MEAN, SCHED_POOL_LAST };
+
 struct sched_request {
 	/* set by the client before submit, read-only afterwards */
 	int32_t *prompt;
@@ -56,6 +58,12 @@ struct sched_request {
 	int top_logprobs;    /* -1: none; else logprob of each token and the top N */
 	int prompt_logprobs; /* also for prompt tokens 1.. (echo); no prefix cache then */
 	struct token_constraint *constraint;
+	/* an embedding of the prompt instead of generation: SCHED_POOL_MEAN
+	 * or SCHED_POOL_LAST of the final hidden states, L2-normalised into
+	 * embedding (n_embd floats, calloc'd by the client, freed with the
+	 * request); finishes with FINISH_STOP and no tokens */
+	int pooling;
+	float *embedding;
 
 	/* written by the scheduler, read by the client under the lock */
 	int32_t *out;                     /* (max_tokens) generated ids */

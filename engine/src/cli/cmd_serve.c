@@ -28,7 +28,9 @@ struct serve_opts {
 	int port, n_ctx, parallel, batch, threads, queue, kv_mib, drain_s, max_body_mib, max_conn;
 	int max_conn_client; /* -1: half of max_conn */
 	float header_timeout, min_body_rate;
-	int allow_unknown; /* --allow-unknown-fields */
+	int allow_unknown;   /* --allow-unknown-fields */
+	int embeddings;      /* --embeddings */
+	const char *pooling; /* --pooling mean|last */
 };
 
 static void
@@ -59,7 +61,10 @@ serve_usage(FILE *fp)
 	      "  --header-timeout S     seconds a client has to send its request headers (default 10)\n"
 	      "  --min-body-rate B      bytes a second a request body must average (default 1024; 0: none)\n"
 	      "  --drain-timeout S      seconds SIGTERM waits for running requests (default 30)\n"
-	      "  --allow-unknown-fields let request fields no endpoint reads through (default: 400 naming them)\n",
+	      "  --allow-unknown-fields let request fields no endpoint reads through (default: 400 naming them)\n"
+	      "  --embeddings           serve /v1/embeddings (on by itself for a model whose GGUF says how\n"
+	      "                         it pools); pooled as the GGUF says, else the last token\n"
+	      "  --pooling mean|last    pool embeddings so (implies --embeddings)\n",
 	      fp);
 }
 
@@ -90,6 +95,13 @@ parse(int argc, char **argv, struct serve_opts *o)
 		} else if (strcmp(a, "--allow-unknown-fields") == 0) {
 			o->allow_unknown = 1;
 			continue; /* takes no value */
+		} else if (strcmp(a, "--embeddings") == 0) {
+			o->embeddings = 1;
+			continue;
+		} else if (strcmp(a, "--pooling") == 0) {
+			o->pooling = v;
+			if (v != NULL && strcmp(v, "mean") != 0 && strcmp(v, "last") != 0)
+				rc = cli_error(cmd, "--pooling must be mean or last, not '%s'", v);
 		} else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
 			o->model = v;
 		} else if (strcmp(a, "--host") == 0) {
@@ -173,6 +185,39 @@ parse(int argc, char **argv, struct serve_opts *o)
 				 o->device, why);
 	if (o->chat_template != NULL && chat_family_by_name(o->chat_template) == CHAT_NONE)
 		return cli_error(cmd, "unknown chat template '%s' (known: %s)", o->chat_template, chat_family_names());
+	return 0;
+}
+
+/* How /v1/embeddings pools: --pooling, else the GGUF's
+ * {arch}.pooling_type (which also turns embeddings on), else the last
+ * token with --embeddings; SCHED_POOL_NONE when not served. */
+static int
+pick_pooling(const struct serve_opts *o, const struct gguf_file *f, int *ret)
+{
+	const char *arch = NULL;
+	char key[128];
+	uint32_t type = 0;
+
+	*ret = SCHED_POOL_NONE;
+	if (o->pooling != NULL) {
+		*ret = strcmp(o->pooling, "mean") == 0 ? SCHED_POOL_MEAN : SCHED_POOL_LAST;
+		return 0;
+	}
+	if (gguf_get_str(f, "general.architecture", &arch, NULL) == 0 && arch != NULL) {
+		snprintf(key, sizeof(key), "%s.pooling_type", arch);
+		if (gguf_get_u32(f, key, &type, NULL) == 0 && type != 0) {
+			/* llama.cpp's numbering: 1 mean, 2 cls, 3 last, 4 rank */
+			if (type != 1 && type != 3)
+				return cli_error("serve",
+						 "%s is %u (cls or rank pooling), which this engine does not do; "
+						 "pass --pooling mean|last to pool otherwise",
+						 key, type);
+			*ret = type == 1 ? SCHED_POOL_MEAN : SCHED_POOL_LAST;
+			return 0;
+		}
+	}
+	if (o->embeddings)
+		*ret = SCHED_POOL_LAST;
 	return 0;
 }
 
@@ -289,7 +334,9 @@ cmd_serve(int argc, char **argv)
 	const char *delay = getenv("PRIVAI_SERVE_LOAD_DELAY_MS");
 	if (delay != NULL)
 		usleep((useconds_t)atoi(delay) * 1000);
-	if (cli_engine_open("serve", o.model, NULL, &e) != 0 || pick_chat(&o, e.model->file, &chat) != 0) {
+	int pooling;
+	if (cli_engine_open("serve", o.model, NULL, &e) != 0 || pick_chat(&o, e.model->file, &chat) != 0 ||
+	    pick_pooling(&o, e.model->file, &pooling) != 0) {
 		server_stop(&srv);
 		cli_engine_close(&e);
 		return 1;
@@ -315,6 +362,8 @@ cmd_serve(int argc, char **argv)
 	srv.metrics.kv_cache_bytes = (double)ci.kv_bytes;
 	srv.metrics.device_memory_bytes = (double)ci.mem_total;
 	srv.metrics.device_budget_bytes = (double)ci.mem_budget;
+	srv.pooling = pooling;
+	srv.n_embd = ci.n_embd;
 	if (server_set_ready(&srv, sched, e.tok, chat, ci.n_ctx, err) < 0) {
 		server_stop(&srv);
 		scheduler_free(sched);
@@ -324,9 +373,13 @@ cmd_serve(int argc, char **argv)
 	sd_notifyf(0, "READY=1\nSTATUS=serving %s", cfg.model_id);
 	fprintf(stderr,
 		"privai-engine serve: ready: model %s on %s, context %d, %d sequences, KV %d blocks (%zu MiB), "
-		"chat template %s, %s\n",
+		"chat template %s, embeddings %s, %s\n",
 		cfg.model_id, ci.device, ci.n_ctx, o.parallel, ci.n_kv_blocks, ci.kv_bytes >> 20,
-		chat_family_name(chat), o.key_file ? "API keys required" : "no API keys");
+		chat_family_name(chat),
+		pooling == SCHED_POOL_MEAN   ? "mean"
+		: pooling == SCHED_POOL_LAST ? "last-token"
+					     : "off",
+		o.key_file ? "API keys required" : "no API keys");
 	run_until_signalled(&srv, sched, o.drain_s);
 	server_stop(&srv);
 	scheduler_free(sched);

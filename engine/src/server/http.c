@@ -133,7 +133,7 @@ endpoint_known(const char *url)
 {
 	return strcmp(url, "/v1/models") == 0 || strncmp(url, "/v1/models/", 11) == 0 ||
 	       strcmp(url, "/v1/completions") == 0 || strcmp(url, "/v1/chat/completions") == 0 ||
-	       strcmp(url, "/tokenize") == 0 || strcmp(url, "/detokenize") == 0;
+	       strcmp(url, "/v1/embeddings") == 0 || strcmp(url, "/tokenize") == 0 || strcmp(url, "/detokenize") == 0;
 }
 
 static cJSON *
@@ -309,6 +309,8 @@ route(struct server *s, struct MHD_Connection *c, const char *url, const char *m
 		return api_completions(s, c, body, len, 0);
 	if (strcmp(url, "/v1/chat/completions") == 0)
 		return api_completions(s, c, body, len, 1);
+	if (strcmp(url, "/v1/embeddings") == 0)
+		return api_embeddings(s, c, body, len);
 	if (strcmp(url, "/tokenize") == 0)
 		return handle_tokenize(s, c, body, len);
 	return handle_detokenize(s, c, body, len);

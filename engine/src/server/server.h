@@ -47,6 +47,8 @@ struct server {
 	enum chat_family chat;
 	struct json_vocab *json_vocab; /* token texts for JSON mode */
 	int n_ctx;
+	int pooling; /* SCHED_POOL_*: how /v1/embeddings pools; NONE: not served */
+	int n_embd;
 	long created;
 	/* swapped on reload */
 	pthread_mutex_t keys_mu;
@@ -75,5 +77,6 @@ int http_client_gone(struct MHD_Connection *c);
 
 /* Endpoints in openai_*.c */
 int api_completions(struct server *s, struct MHD_Connection *c, const char *body, size_t len, int chat);
+int api_embeddings(struct server *s, struct MHD_Connection *c, const char *body, size_t len); /* openai_embed.c */
 
 #endif
