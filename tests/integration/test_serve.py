@@ -495,6 +495,27 @@ def test_request_histograms(s):
           "token histograms use vLLM's 1-2-5 buckets")
 
 
+def test_best_of(s):
+    """best_of > n: the n choices of highest cumulative logprob among
+    best_of sampled (the same seeds as n=best_of), best first."""
+    body = {"prompt": "Once upon", "max_tokens": 6, "seed": 11, "temperature": 2.0, "logprobs": 0}
+    st, j = s.request("POST", "/v1/completions", dict(body, n=6))
+    every = sorted(((sum(c["logprobs"]["token_logprobs"]), c["text"]) for c in j["choices"]), reverse=True) \
+        if st == 200 else []
+    st2, j2 = s.request("POST", "/v1/completions", dict(body, n=2, best_of=6))
+    got = [(sum(c["logprobs"]["token_logprobs"]), c["text"]) for c in j2["choices"]] if st2 == 200 else []
+    check(st2 == 200 and [c["index"] for c in j2["choices"]] == [0, 1] and len(got) == 2 and
+          all(abs(a[0] - b[0]) < 1e-9 for a, b in zip(got, every[:2])) and got[0][0] >= got[1][0] and
+          j2["usage"]["completion_tokens"] == j["usage"]["completion_tokens"] and len(set(t for _, t in every)) > 1,
+          "best_of 6, n 2: the two most likely of the six, best first (%s of %s)" % (got, every))
+    st, j = s.request("POST", "/v1/completions", dict(body, n=2, best_of=6, logprobs=None))
+    check(st == 200 and all(c["logprobs"] is None for c in j["choices"]), "best_of without logprobs shows none")
+    for extra, what in (({"n": 3, "best_of": 2}, "best_of below n"), ({"best_of": 21}, "best_of above 20"),
+                        ({"n": 1, "best_of": 2, "stream": True}, "best_of streamed")):
+        st, j = s.request("POST", "/v1/completions", dict(body, **extra))
+        check(st == 400 and j["error"]["param"] == "best_of", "%s -> 400 best_of (%d %s)" % (what, st, j))
+
+
 def test_logit_bias(s):
     """logit_bias -100 on the greedy token moves the argmax off it; +100 on
     the runner-up makes it the argmax."""
@@ -621,7 +642,7 @@ def test_bad_input(s):
         ('{"prompt": "x", "max_tokens": 2, "logit_bias": {"99999999": 1}}', 400, "logit_bias", "logit_bias id too big"),
         ('{"prompt": "x", "max_tokens": 2, "logit_bias": {"5": 101}}', 400, "logit_bias", "logit_bias beyond 100"),
         ('{"prompt": "x", "max_tokens": 2, "logit_bias": [5]}', 400, "logit_bias", "logit_bias not an object"),
-        ('{"prompt": "x", "max_tokens": 2, "best_of": 3}', 400, "best_of", "best_of beyond n"),
+        ('{"messages": [{"role": "user", "content": "x"}], "best_of": 3}', 400, "best_of", "best_of on chat"),
         ('{"prompt": "x", "max_tokens": 2, "suffix": "end"}', 400, "suffix", "suffix"),
         ('{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}',
          400, "tools", "tools with a template that has no tool-call format (llama2)"),
@@ -1065,7 +1086,7 @@ def main():
         return 0
     s = Server()
     check(s.wait_ready(), "server ready")
-    for t in (test_basic, test_json_mode, test_json_schema, test_guided, test_golden_logprobs, test_concurrency, test_stop_metrics, test_request_histograms, test_logit_bias, test_prefix_cache, test_memory_metrics, test_disconnect, test_bench_tool, test_bad_input):
+    for t in (test_basic, test_json_mode, test_json_schema, test_guided, test_golden_logprobs, test_concurrency, test_stop_metrics, test_request_histograms, test_best_of, test_logit_bias, test_prefix_cache, test_memory_metrics, test_disconnect, test_bench_tool, test_bad_input):
         try:
             t(s)
         except Exception as e:  # a crash of one group must not hide the others

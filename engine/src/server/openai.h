@@ -19,12 +19,14 @@ struct json_schema;
 #define GEN_MAX_PROMPTS 64
 #define GEN_MAX_STOPS 4
 #define GEN_MAX_N 16
+#define GEN_MAX_BEST_OF 20
 
 struct gen_params {
 	int chat;
 	int allow_unknown; /* --allow-unknown-fields: fields no endpoint reads pass */
 	int stream, include_usage, echo;
 	int n;
+	int best_of;    /* choices made per prompt (>= n); the n most likely are returned */
 	int max_tokens; /* -1: the rest of the context (chat) or 16 (completions) */
 	int min_tokens, ignore_eos;
 	int logprobs; /* -1: none; else the number of top alternatives */

@@ -636,8 +636,16 @@ check_unsupported(struct gen_params *g, const cJSON *j)
 	const cJSON *v;
 
 	v = cJSON_GetObjectItem(j, "best_of");
-	if (!is_empty(v) && (!cJSON_IsNumber(v) || v->valuedouble != (double)g->n))
-		return bad(g, "best_of", "best_of must equal n (%d): choosing the best of more is not supported", g->n);
+	g->best_of = g->n;
+	if (!is_empty(v)) {
+		if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble || v->valuedouble < g->n ||
+		    v->valuedouble > GEN_MAX_BEST_OF)
+			return bad(g, "best_of", "best_of must be a whole number from n (%d) to %d", g->n,
+				   GEN_MAX_BEST_OF);
+		g->best_of = (int)v->valuedouble;
+		if (g->best_of > g->n && g->chat)
+			return bad(g, "best_of", "best_of is for /v1/completions; chat has no best_of");
+	}
 	v = cJSON_GetObjectItem(j, "suffix");
 	if (!is_empty(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
 		return bad(g, "suffix", "suffix (fill in the middle) is not supported");
@@ -689,6 +697,8 @@ gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *t
 		return -1;
 	if (get_int(g, j, "seed", -2147483647L - 1, 2147483647L, &seed) < 0)
 		return -1;
+	if (g->best_of > g->n && g->stream)
+		return bad(g, "best_of", "best_of above n cannot be streamed: the best are known only at the end");
 	g->has_seed = cJSON_GetObjectItem(j, "seed") != NULL && !cJSON_IsNull(cJSON_GetObjectItem(j, "seed"));
 	g->sp.seed = (uint64_t)(uint32_t)seed;
 	if (g->sp.top_k < 0)

@@ -345,13 +345,53 @@ add_finish(cJSON *o, const struct job *j, const struct choice *c)
 		cJSON_AddNullToObject(o, "finish_reason");
 }
 
+static double
+cumulative_logprob(const struct choice *c)
+{
+	double sum = 0;
+
+	for (int i = 0; i < c->seen; i++)
+		sum += c->r->out_logprob[i];
+	return sum;
+}
+
+/* best_of > n: each prompt's n choices of highest cumulative logprob, in
+ * that order, renumbered; the rest are dropped from the answer. */
+static void
+select_best(struct job *j, int *order, int *ret_n)
+{
+	int per = j->g.best_of, n = 0;
+
+	for (int p = 0; p < j->g.n_prompts; p++) {
+		int taken[GEN_MAX_BEST_OF] = { 0 };
+		for (int rank = 0; rank < j->g.n; rank++) {
+			int best = -1;
+			for (int k = 0; k < per; k++)
+				if (!taken[k] && (best < 0 || cumulative_logprob(&j->ch[p * per + k]) >
+								      cumulative_logprob(&j->ch[p * per + best])))
+					best = k;
+			if (best < 0)
+				break; /* cannot happen: n <= best_of */
+			taken[best] = 1;
+			j->ch[p * per + best].index = p * j->g.n + rank;
+			order[n++] = p * per + best;
+		}
+	}
+	*ret_n = n;
+}
+
 static char *
 whole_response(struct job *j)
 {
 	cJSON *o = envelope(j, 0), *choices = cJSON_AddArrayToObject(o, "choices");
+	int order[GEN_MAX_PROMPTS * GEN_MAX_BEST_OF], n_order = j->n_ch;
 
-	for (int i = 0; i < j->n_ch; i++) {
-		struct choice *c = &j->ch[i];
+	for (int i = 0; i < j->n_ch; i++)
+		order[i] = i;
+	if (j->g.best_of > j->g.n)
+		select_best(j, order, &n_order);
+	for (int oi = 0; oi < n_order; oi++) {
+		struct choice *c = &j->ch[order[oi]];
 		cJSON *ch = cJSON_CreateObject();
 		cJSON_AddNumberToObject(ch, "index", c->index);
 		const char *text = c->text.s ? c->text.s : "";
@@ -562,13 +602,15 @@ make_choices(struct job *j, char *err)
 {
 	struct server *s = j->srv;
 	static atomic_ulong seed_counter;
-	int n_ch = j->g.n_prompts * j->g.n;
+	int per = j->g.best_of; /* choices made per prompt; the best n are kept */
+	int n_ch = j->g.n_prompts * per;
 
 	/* the choices are queued at once: more than the queue holds can
 	 * never be admitted, and a retry (429) would not help */
 	if (n_ch > scheduler_max_queue(s->sched))
 		return privai_fail(err, PRIVAI_EINVAL,
-				   "this request has %d choices (prompts x n); the server queues at most %d at once "
+				   "this request has %d choices (prompts x best_of); the server queues at most %d at "
+				   "once "
 				   "(serve --queue)",
 				   n_ch, scheduler_max_queue(s->sched));
 	j->ch = calloc((size_t)n_ch, sizeof(*j->ch));
@@ -592,16 +634,18 @@ make_choices(struct job *j, char *err)
 			return privai_fail(err, PRIVAI_EINVAL, "min_tokens (%d) exceeds max_tokens (%d)",
 					   j->g.min_tokens, mt);
 		j->prompt_tokens += plen;
-		for (int k = 0; k < j->g.n; k++) {
-			struct choice *c = &j->ch[p * j->g.n + k];
+		for (int k = 0; k < per; k++) {
+			struct choice *c = &j->ch[p * per + k];
 			int echo_lp = j->g.echo && j->g.logprobs >= 0;
-			c->index = p * j->g.n + k;
+			c->index = p * per + k;
 			c->prompt_index = p;
 			c->no_gen = no_gen;
 			strbuf_init(&c->text);
 			/* tool-call markers are control tokens in some families */
 			c->ds.show_special = j->g.tools.choice == TOOL_CHOICE_AUTO;
-			c->r = sched_request_new(plen, mt > 0 ? mt : 1, j->g.logprobs, echo_lp);
+			/* ranking by best_of needs each token's logprob */
+			int lp = j->g.logprobs < 0 && per > j->g.n ? 0 : j->g.logprobs;
+			c->r = sched_request_new(plen, mt > 0 ? mt : 1, lp, echo_lp);
 			c->offs = calloc((size_t)mt + 1, sizeof(size_t));
 			if (c->r == NULL || c->offs == NULL)
 				return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
