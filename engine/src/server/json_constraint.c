@@ -391,6 +391,26 @@ json_vocab_piece(const struct json_vocab *v, int32_t id, const char **ret)
 	return v->len[id];
 }
 
+void
+json_vocab_mask(const struct json_vocab *v, float *logits, int n_vocab, int can_end,
+		int (*allows)(void *state, int32_t id), void *state)
+{
+	int allowed = 0;
+
+	for (int i = 0; i < n_vocab && i < v->n; i++) {
+		if (logits[i] == -INFINITY)
+			continue;
+		int ok = v->eog[i] ? can_end : allows(state, i);
+		if (!ok)
+			logits[i] = -INFINITY;
+		allowed += ok;
+	}
+	if (allowed == 0)
+		for (int i = 0; i < n_vocab && i < v->n; i++)
+			if (v->eog[i])
+				logits[i] = 0;
+}
+
 struct json_state {
 	struct token_constraint c;
 	const struct json_vocab *v;
@@ -412,34 +432,23 @@ feed(struct jrec *j, const struct json_vocab *v, int32_t id, int first)
 	return 0;
 }
 
+static int
+js_allows(void *state, int32_t id)
+{
+	struct json_state *s = state;
+	struct jrec j = s->j;
+
+	if (s->v->len[id] == 0 || s->j.state == J_DONE)
+		return 0;
+	return feed(&j, s->v, id, !s->started) == 0;
+}
+
 static void
 js_mask(void *state, float *logits, int n_vocab)
 {
 	struct json_state *s = state;
-	const struct json_vocab *v = s->v;
-	int allowed = 0;
 
-	for (int i = 0; i < n_vocab && i < v->n; i++) {
-		if (logits[i] == -INFINITY)
-			continue;
-		int ok;
-		if (v->eog[i]) {
-			ok = s->j.state == J_DONE;
-		} else if (v->len[i] == 0 || s->j.state == J_DONE) {
-			ok = 0;
-		} else {
-			struct jrec j = s->j;
-			ok = feed(&j, v, i, !s->started) == 0;
-		}
-		if (!ok)
-			logits[i] = -INFINITY;
-		allowed += ok;
-	}
-	/* a vocabulary that cannot continue: let it end rather than sample nothing */
-	if (allowed == 0)
-		for (int i = 0; i < n_vocab && i < v->n; i++)
-			if (v->eog[i])
-				logits[i] = 0;
+	json_vocab_mask(s->v, logits, n_vocab, s->j.state == J_DONE, js_allows, s);
 }
 
 static void

@@ -17,6 +17,11 @@ struct json_vocab *json_vocab_new(const struct tokenizer *tok);
 void json_vocab_free(struct json_vocab *v);
 int json_vocab_size(const struct json_vocab *v);
 int json_vocab_is_eog(const struct json_vocab *v, int32_t id);
+/* The mask every constraint applies: a token stays when allows(state, id)
+ * says so, end-of-generation when can_end; when nothing is left the end
+ * is let through rather than sample nothing. */
+void json_vocab_mask(const struct json_vocab *v, float *logits, int n_vocab, int can_end,
+		     int (*allows)(void *state, int32_t id), void *state);
 /* Token id's text (control tokens: empty); returns its length. */
 int json_vocab_piece(const struct json_vocab *v, int32_t id, const char **ret);
 

@@ -493,14 +493,12 @@ step_container(struct cand *k, struct frame *f, int c)
 	return push(k, F_VALUE, n->items != NULL ? n->items : &schema_any) != NULL ? 1 : -1;
 }
 
-/* Feed byte c (at x->pos of x->text) to every candidate. */
+/* Drop the candidates marked dead; 0, or -1 when none is left. */
 static int
-set_step(struct cset *s, int c, const struct run_ctx *x)
+set_compact(struct cset *s)
 {
 	int n = 0;
 
-	for (int i = 0; i < s->n; i++)
-		s->c[i].dead = cand_step(s, i, c, x) < 0;
 	for (int i = 0; i < s->n; i++)
 		if (!s->c[i].dead) {
 			if (i != n)
@@ -511,25 +509,27 @@ set_step(struct cset *s, int c, const struct run_ctx *x)
 	return n > 0 ? 0 : -1;
 }
 
+/* Feed byte c (at x->pos of x->text) to every candidate. */
+static int
+set_step(struct cset *s, int c, const struct run_ctx *x)
+{
+	for (int i = 0; i < s->n; i++)
+		s->c[i].dead = cand_step(s, i, c, x) < 0;
+	return set_compact(s);
+}
+
 /* After a token: strings under a pattern must still be able to match. */
 static int
 set_check_patterns(struct cset *s, const struct run_ctx *x)
 {
-	int n = 0;
-
 	for (int i = 0; i < s->n; i++) {
 		const struct cand *k = &s->c[i];
 		const struct frame *f = k->depth > 0 ? &k->f[k->depth - 1] : NULL;
 		/* a token that ends inside a character fails too (PCRE2 calls a
 		 * cut character invalid UTF-8): only whole characters are tried */
-		if (f != NULL && f->kind == F_STR && f->node->pattern != NULL && !pattern_ok(x, f, 0))
-			continue;
-		if (i != n)
-			cand_copy(&s->c[n], &s->c[i]);
-		n++;
+		s->c[i].dead = f != NULL && f->kind == F_STR && f->node->pattern != NULL && !pattern_ok(x, f, 0);
 	}
-	s->n = n;
-	return n > 0 ? 0 : -1;
+	return set_compact(s);
 }
 
 static int
@@ -654,31 +654,21 @@ feed_token(struct schema_state *st, struct cset *set, int32_t id)
 	return set_check_patterns(set, &x);
 }
 
+static int
+schema_allows(void *state, int32_t id)
+{
+	struct schema_state *st = state;
+
+	set_copy(&st->scratch, &st->set);
+	return feed_token(st, &st->scratch, id) == 0;
+}
+
 static void
 schema_mask(void *state, float *logits, int n_vocab)
 {
 	struct schema_state *st = state;
-	int allowed = 0, can_end = set_can_end(&st->set), nv = json_vocab_size(st->v);
 
-	for (int i = 0; i < n_vocab && i < nv; i++) {
-		if (logits[i] == -INFINITY)
-			continue;
-		int ok;
-		if (json_vocab_is_eog(st->v, i)) {
-			ok = can_end;
-		} else {
-			set_copy(&st->scratch, &st->set);
-			ok = feed_token(st, &st->scratch, i) == 0;
-		}
-		if (!ok)
-			logits[i] = -INFINITY;
-		allowed += ok;
-	}
-	/* a vocabulary that cannot continue: let it end rather than sample nothing */
-	if (allowed == 0)
-		for (int i = 0; i < n_vocab && i < nv; i++)
-			if (json_vocab_is_eog(st->v, i))
-				logits[i] = 0;
+	json_vocab_mask(st->v, logits, n_vocab, set_can_end(&st->set), schema_allows, st);
 }
 
 static void

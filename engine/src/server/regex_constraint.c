@@ -105,31 +105,21 @@ with_token(struct regex_state *st, int32_t id)
 	return st->len + (size_t)n;
 }
 
+static int
+rx_allows(void *state, int32_t id)
+{
+	struct regex_state *st = state;
+	size_t len = with_token(st, id);
+
+	return len > 0 && match(st, len) > 0;
+}
+
 static void
 rx_mask(void *state, float *logits, int n_vocab)
 {
 	struct regex_state *st = state;
-	int nv = json_vocab_size(st->v), allowed = 0, complete = match(st, st->len) == 2;
 
-	for (int i = 0; i < n_vocab && i < nv; i++) {
-		if (logits[i] == -INFINITY)
-			continue;
-		int ok;
-		if (json_vocab_is_eog(st->v, i)) {
-			ok = complete;
-		} else {
-			size_t len = with_token(st, i);
-			ok = len > 0 && match(st, len) > 0;
-		}
-		if (!ok)
-			logits[i] = -INFINITY;
-		allowed += ok;
-	}
-	/* nothing can continue: let it end rather than sample nothing */
-	if (allowed == 0)
-		for (int i = 0; i < n_vocab && i < nv; i++)
-			if (json_vocab_is_eog(st->v, i))
-				logits[i] = 0;
+	json_vocab_mask(st->v, logits, n_vocab, match(st, st->len) == 2, rx_allows, st);
 }
 
 static void
