@@ -180,7 +180,7 @@ out:
 static void
 h_delete(struct req *r)
 {
-	char path[PATH_MAX], source[16], name[160];
+	char path[PATH_MAX], source[16], name[160], state[16] = "";
 	sqlite3_stmt *st;
 	int64_t id = arg_id(r, 0, "model");
 	int found = 0, deployments = 0;
@@ -189,7 +189,7 @@ h_delete(struct req *r)
 		return;
 	if (sqlite3_prepare_v2(r->a->db,
 			       "SELECT path, source, name, (SELECT count(*) FROM deployments d WHERE "
-			       "d.model_id = m.id) FROM models m WHERE id = ?",
+			       "d.model_id = m.id), state FROM models m WHERE id = ?",
 			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, id);
 		if (sqlite3_step(st) == SQLITE_ROW) {
@@ -198,6 +198,8 @@ h_delete(struct req *r)
 			snprintf(source, sizeof(source), "%s", (const char *)sqlite3_column_text(st, 1));
 			snprintf(name, sizeof(name), "%s", (const char *)sqlite3_column_text(st, 2));
 			deployments = sqlite3_column_int(st, 3);
+			snprintf(state, sizeof(state), "%s",
+				 sqlite3_column_text(st, 4) ? (const char *)sqlite3_column_text(st, 4) : "");
 		}
 		sqlite3_finalize(st);
 	}
@@ -210,7 +212,9 @@ h_delete(struct req *r)
 			    deployments);
 		return;
 	}
-	if (model_fetch_cancel(r->a, id)) {
+	/* a download that has marked its row failed or ready does nothing
+	 * more to it, though its thread may not have ended yet */
+	if (strcmp(state, "importing") == 0 && model_fetch_cancel(r->a, id)) {
 		reply_error(r, 409, "importing", NULL,
 			    "model %lld is still downloading; it was asked to stop, "
 			    "delete it again once it has failed",
