@@ -281,6 +281,8 @@ compile_typed(struct compiler *c, const cJSON *j, enum snode_kind kind, const ch
 				return fail(c, path, "pattern is not a regular expression PCRE2 reads (%s at %zu)",
 					    (const char *)msg, (size_t)eo);
 			}
+			/* matched per vocabulary token: machine code, where PCRE2 has it */
+			(void)pcre2_jit_compile(n->pattern, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
 			uint32_t opts = 0;
 			pcre2_pattern_info(n->pattern, PCRE2_INFO_ALLOPTIONS, &opts);
 			n->pattern_anchored = (opts & PCRE2_ANCHORED) != 0;
