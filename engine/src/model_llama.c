@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "privai/lora.h"
 #include "privai/model.h"
 
 #define DEFAULT_CTX_CAP 4096
@@ -44,6 +45,11 @@ struct engine_ctx {
 	int32_t *seq0_table;
 	int32_t *d_pos, *d_rows;
 	const int32_t **d_table;
+	/* LoRA adapters (host memory, CPU backend only) and, during a
+	 * forward pass, each token's (1-based; 0 none) */
+	struct lora_adapter *lora[ENGINE_MAX_LORA];
+	int n_lora;
+	const int32_t *adapter;
 };
 
 /* Everything the forward pass reads or writes, in one list, so that
@@ -326,6 +332,8 @@ forward_layer(struct engine_ctx *c, int il, int n)
 
 	op->rmsnorm(cp, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps, c->xb);
 	matmuls(cp, qkv, 3, c->xb, n, qkv_out);
+	for (int t = 0; c->adapter != NULL && t < 3; t++)
+		lora_apply(c->lora, c->n_lora, c->adapter, il, (enum lora_target)(LORA_Q + t), c->xb, n, qkv_out[t]);
 	if (L->bq != NULL)
 		op->add_rows(cp, c->q, L->bq, n, qd);
 	if (L->bk != NULL)
@@ -337,12 +345,16 @@ forward_layer(struct engine_ctx *c, int il, int n)
 	op->kv_write(cp, il, c->k, c->v);
 	op->attention(cp, il, c->q, hp->n_head, hp->n_head_kv, hp->head_dim, c->att);
 	op->matmul(cp, &L->wo, c->att, n, c->xb);
+	lora_apply(c->lora, c->n_lora, c->adapter, il, LORA_O, c->att, n, c->xb);
 	op->add(cp, c->x, c->xb, (size_t)n * hp->n_embd);
 
 	op->rmsnorm(cp, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps, c->xb);
 	matmuls(cp, gate_up, 2, c->xb, n, gate_up_out);
+	lora_apply(c->lora, c->n_lora, c->adapter, il, LORA_GATE, c->xb, n, c->hb);
+	lora_apply(c->lora, c->n_lora, c->adapter, il, LORA_UP, c->xb, n, c->hb2);
 	op->swiglu(cp, c->hb, c->hb2, (size_t)n * hp->n_ff);
 	op->matmul(cp, &L->w_down, c->hb, n, c->xb);
+	lora_apply(c->lora, c->n_lora, c->adapter, il, LORA_DOWN, c->hb, n, c->xb);
 	op->add(cp, c->x, c->xb, (size_t)n * hp->n_embd);
 }
 
@@ -377,11 +389,24 @@ check_batch(const struct engine_ctx *c, const struct compute_batch *b, char *err
 int
 engine_forward(struct engine_ctx *c, const struct compute_batch *b, float *logits, char *err)
 {
-	return engine_forward_ex(c, b, logits, NULL, err);
+	return engine_forward_ex(c, b, NULL, logits, NULL, err);
 }
 
 int
-engine_forward_ex(struct engine_ctx *c, const struct compute_batch *b, float *logits, float *hidden, char *err)
+engine_ctx_add_lora(struct engine_ctx *c, struct lora_adapter *a, char *err)
+{
+	if (strcmp(c->compute->ops->name, "cpu") != 0)
+		return privai_fail(err, PRIVAI_EINVAL, "LoRA adapters run on the cpu backend only (this is %s)",
+				   c->compute->ops->name);
+	if (c->n_lora == ENGINE_MAX_LORA)
+		return privai_fail(err, PRIVAI_EINVAL, "at most %d LoRA adapters", ENGINE_MAX_LORA);
+	c->lora[c->n_lora++] = a;
+	return c->n_lora;
+}
+
+int
+engine_forward_ex(struct engine_ctx *c, const struct compute_batch *b, const int32_t *adapter, float *logits,
+		  float *hidden, char *err)
 {
 	const struct model_hparams *hp = &c->model->hp;
 	const struct compute_ops *op = c->compute->ops;
@@ -390,12 +415,18 @@ engine_forward_ex(struct engine_ctx *c, const struct compute_batch *b, float *lo
 
 	if ((r = check_batch(c, b, err)) < 0)
 		return r;
+	for (int i = 0; adapter != NULL && i < b->n; i++)
+		if (adapter[i] < 0 || adapter[i] > c->n_lora)
+			return privai_fail(err, PRIVAI_EINVAL, "token %d asks for adapter %d of %d", i, adapter[i],
+					   c->n_lora);
+	c->adapter = c->n_lora > 0 ? adapter : NULL;
 	if (b->n_out > 0 && logits == NULL)
 		return privai_fail(err, PRIVAI_EINVAL, "%d logits rows asked for without a buffer", b->n_out);
 	op->set_batch(cp, b);
 	op->get_rows(cp, &c->tok_embd, c->x);
 	for (int il = 0; il < hp->n_layer; il++)
 		forward_layer(c, il, b->n);
+	c->adapter = NULL;
 	if (b->n_out == 0)
 		return PRIVAI_OK;
 	/* the rows wanted, gathered into att (n x max(qd, n_embd) floats) */

@@ -53,8 +53,9 @@ struct scheduler {
 	int32_t *eog;
 	int n_eog;
 	int32_t *b_tok, *b_pos, *b_rows;
-	float *logits; /* n_batch x n_vocab: the rows a forward pass brings back */
-	float *hidden; /* n_batch x n_embd: their final hidden states, for embeddings */
+	float *logits;      /* n_batch x n_vocab: the rows a forward pass brings back */
+	float *hidden;      /* n_batch x n_embd: their final hidden states, for embeddings */
+	int32_t *b_adapter; /* n_batch: each token's LoRA adapter (0 none) */
 	int n_embd;
 	const int32_t **b_table;
 };

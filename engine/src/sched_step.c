@@ -149,7 +149,8 @@ admit(struct scheduler *s)
 		r = q->req;
 		/* every prompt row is needed by prompt logprobs and mean pooling */
 		int all_rows = r->prompt_logprobs || r->pooling == SCHED_POOL_MEAN;
-		int hits = all_rows ? 0 : kv_seq_match_prefix(s->pool, &q->kv, q->tokens, q->n_tokens);
+		/* an adapter's keys differ from the base model's: never shared */
+		int hits = all_rows || r->adapter ? 0 : kv_seq_match_prefix(s->pool, &q->kv, q->tokens, q->n_tokens);
 		if (hits < 0 || kv_seq_reserve(s->pool, &q->kv, q->n_tokens) < 0) {
 			kv_seq_release(s->pool, &q->kv);
 			if (!resumed)
@@ -204,7 +205,8 @@ preempt_one(struct scheduler *s, const struct seq *keep)
 
 struct step_batch {
 	int n, n_out;
-	int hidden; /* an embedding request is in it: bring the hidden states back */
+	int hidden;  /* an embedding request is in it: bring the hidden states back */
+	int adapter; /* a LoRA request is in it */
 };
 
 static void
@@ -214,6 +216,7 @@ add_chunk(struct scheduler *s, struct seq *q, int chunk, struct step_batch *b)
 	int want_all = (r->prompt_logprobs && q->n_computed < r->n_prompt) || r->pooling == SCHED_POOL_MEAN;
 
 	b->hidden |= r->pooling != SCHED_POOL_NONE;
+	b->adapter |= r->adapter != 0;
 	q->chunk = chunk;
 	q->row0 = b->n_out;
 	q->sample = q->n_computed + chunk == q->n_tokens;
@@ -222,6 +225,7 @@ add_chunk(struct scheduler *s, struct seq *q, int chunk, struct step_batch *b)
 		s->b_tok[i] = q->tokens[q->n_computed + t];
 		s->b_pos[i] = q->n_computed + t;
 		s->b_table[i] = q->kv.blocks;
+		s->b_adapter[i] = r->adapter;
 		if (want_all || (q->sample && t == chunk - 1))
 			s->b_rows[b->n_out++] = i;
 	}
@@ -234,7 +238,7 @@ build_batch(struct scheduler *s, struct step_batch *b)
 {
 	int budget = s->n_batch;
 
-	b->n = b->n_out = b->hidden = 0;
+	b->n = b->n_out = b->hidden = b->adapter = 0;
 	for (int i = 0; i < s->n_running; i++)
 		s->running[i]->chunk = 0;
 	for (int pass = 0; pass < 2; pass++) {
@@ -421,7 +425,8 @@ publish(struct scheduler *s, const struct step_batch *b)
 			continue;
 		if (q->req->pooling != SCHED_POOL_NONE) {
 			q->n_computed += q->chunk;
-			kv_seq_commit(s->pool, &q->kv, q->tokens, q->n_computed);
+			if (q->req->adapter == 0)
+				kv_seq_commit(s->pool, &q->kv, q->tokens, q->n_computed);
 			if (pool_rows(s, q)) {
 				remove_at(s->running, &s->n_running, i--);
 				s->n_active--;
@@ -434,7 +439,8 @@ publish(struct scheduler *s, const struct step_batch *b)
 		if (n_rows == q->chunk && q->req->prompt_logprobs)
 			record_prompt_logprobs(s, q, logits);
 		q->n_computed += q->chunk;
-		kv_seq_commit(s->pool, &q->kv, q->tokens, q->n_computed);
+		if (q->req->adapter == 0) /* an adapter's blocks are not for others */
+			kv_seq_commit(s->pool, &q->kv, q->tokens, q->n_computed);
 		if (!q->sample)
 			continue;
 		float *L = logits + (size_t)(q->row0 + n_rows - 1) * V;
@@ -496,7 +502,9 @@ sched_step(struct scheduler *s)
 	pthread_mutex_unlock(&s->mu);
 
 	struct compute_batch eb = { b.n, s->b_tok, s->b_pos, s->b_table, b.n_out, s->b_rows };
-	int rc = b.n > 0 ? engine_forward_ex(s->ctx, &eb, s->logits, b.hidden ? s->hidden : NULL, err) : PRIVAI_OK;
+	int rc = b.n > 0 ? engine_forward_ex(s->ctx, &eb, b.adapter ? s->b_adapter : NULL, s->logits,
+					     b.hidden ? s->hidden : NULL, err)
+			 : PRIVAI_OK;
 
 	pthread_mutex_lock(&s->mu);
 	if (rc < 0) {

@@ -308,9 +308,10 @@ scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok, const struct 
 	s->logits = calloc((size_t)ci.n_batch * (size_t)V, sizeof(float));
 	s->n_embd = ci.n_embd;
 	s->hidden = calloc((size_t)ci.n_batch * (size_t)ci.n_embd, sizeof(float));
-	if (s->logits == NULL || s->hidden == NULL || s->running == NULL || s->preempted == NULL || s->b_tok == NULL ||
-	    s->b_pos == NULL || s->b_rows == NULL || s->b_table == NULL || s->eog == NULL ||
-	    kv_pool_new(ci.n_kv_blocks, ENGINE_KV_BLOCK, &s->pool) < 0) {
+	s->b_adapter = calloc((size_t)ci.n_batch, sizeof(int32_t));
+	if (s->logits == NULL || s->hidden == NULL || s->b_adapter == NULL || s->running == NULL ||
+	    s->preempted == NULL || s->b_tok == NULL || s->b_pos == NULL || s->b_rows == NULL || s->b_table == NULL ||
+	    s->eog == NULL || kv_pool_new(ci.n_kv_blocks, ENGINE_KV_BLOCK, &s->pool) < 0) {
 		scheduler_free(s);
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for the scheduler");
 	}
@@ -346,6 +347,7 @@ scheduler_free(struct scheduler *s)
 	free(s->b_tok);
 	free(s->logits);
 	free(s->hidden);
+	free(s->b_adapter);
 	free(s->b_pos);
 	free(s->b_rows);
 	free(s->b_table);

@@ -112,6 +112,8 @@ expect_fail "a GPU memory share of 0" "above 0" "$E" serve -m "$DEMO" --port 0 -
 expect_fail "a header timeout of 0" "between 0.1 and 3600" "$E" serve -m "$DEMO" --port 0 --header-timeout 0
 expect_fail "a negative body rate" "between 0 and 1e9" "$E" serve -m "$DEMO" --port 0 --min-body-rate -5
 expect_fail "a per-client cap that is not a number" "--max-connections-per-client" "$E" serve -m "$DEMO" --port 0 --max-connections-per-client lots
+expect_fail "--lora without NAME=" "NAME=PATH" "$E" serve -m "$DEMO" --port 0 --lora adapter.gguf
+expect_fail "lora merge without an adapter" "merge needs" "$E" lora merge -m "$DEMO" -o /tmp/never.gguf
 expect_fail "unknown device" "no compute backend 'tpu'" "$E" eval -m "$DEMO" --prompt-ids 1,2 --dump-logits "$T/x" --device tpu
 
 echo "cli: $pass checks"

@@ -123,10 +123,20 @@ void engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info);
  * rows asked for without `logits`; nothing is written then.  A backend's
  * failure (a lost device) is returned as its error. */
 int engine_forward(struct engine_ctx *c, const struct compute_batch *b, float *logits, char *err);
-/* The same, and when hidden is not NULL the final hidden state of each
- * output row (after the output norm, before the LM head: n_out x n_embd,
- * host memory), which embeddings pool. */
-int engine_forward_ex(struct engine_ctx *c, const struct compute_batch *b, float *logits, float *hidden, char *err);
+/* The same, with adapter (NULL: none) giving each token's LoRA adapter
+ * (1-based, as engine_ctx_add_lora numbered them; 0 none), and when
+ * hidden is not NULL the final hidden state of each output row (after the
+ * output norm, before the LM head: n_out x n_embd, host memory), which
+ * embeddings pool. */
+int engine_forward_ex(struct engine_ctx *c, const struct compute_batch *b, const int32_t *adapter, float *logits,
+		      float *hidden, char *err);
+
+#define ENGINE_MAX_LORA 16
+struct lora_adapter;
+/* Make adapter a (privai/lora.h; the caller keeps and frees it, after the
+ * context) available to forward passes; returns its 1-based number, or
+ * PRIVAI_EINVAL (not the cpu backend, or too many). */
+int engine_ctx_add_lora(struct engine_ctx *c, struct lora_adapter *a, char *err);
 
 /* Forget the single sequence engine_decode() runs (a new conversation). */
 void engine_ctx_reset(struct engine_ctx *c);

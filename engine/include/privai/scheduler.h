@@ -64,6 +64,9 @@ struct sched_request {
 	 * request); finishes with FINISH_STOP and no tokens */
 	int pooling;
 	float *embedding;
+	/* the LoRA adapter to run with (engine_ctx_add_lora's number; 0 the
+	 * base model); its KV blocks are never shared through the prefix cache */
+	int adapter;
 
 	/* written by the scheduler, read by the client under the lock */
 	int32_t *out;                     /* (max_tokens) generated ids */

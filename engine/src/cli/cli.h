@@ -26,6 +26,7 @@ int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_lora(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_hash_key(int argc, char **argv);
 int cmd_features(int argc, char **argv);

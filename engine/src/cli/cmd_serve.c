@@ -18,6 +18,7 @@
 
 #include "cli.h"
 #include "privai/compute.h"
+#include "privai/lora.h"
 #include "privai/scheduler.h"
 #include "server/server.h"
 
@@ -28,8 +29,10 @@ struct serve_opts {
 	int port, n_ctx, parallel, batch, threads, queue, kv_mib, drain_s, max_body_mib, max_conn;
 	int max_conn_client; /* -1: half of max_conn */
 	float header_timeout, min_body_rate;
-	int allow_unknown;   /* --allow-unknown-fields */
-	int embeddings;      /* --embeddings */
+	int allow_unknown;                 /* --allow-unknown-fields */
+	int embeddings;                    /* --embeddings */
+	const char *lora[ENGINE_MAX_LORA]; /* --lora NAME=PATH */
+	int n_lora;
 	const char *pooling; /* --pooling mean|last */
 };
 
@@ -64,7 +67,9 @@ serve_usage(FILE *fp)
 	      "  --allow-unknown-fields let request fields no endpoint reads through (default: 400 naming them)\n"
 	      "  --embeddings           serve /v1/embeddings (on by itself for a model whose GGUF says how\n"
 	      "                         it pools); pooled as the GGUF says, else the last token\n"
-	      "  --pooling mean|last    pool embeddings so (implies --embeddings)\n",
+	      "  --pooling mean|last    pool embeddings so (implies --embeddings)\n"
+	      "  --lora NAME=PATH       a LoRA adapter (GGUF), served as model NAME (or MODEL:NAME); up to 16,\n"
+	      "                         applied on the fly (cpu backend)\n",
 	      fp);
 }
 
@@ -98,6 +103,14 @@ parse(int argc, char **argv, struct serve_opts *o)
 		} else if (strcmp(a, "--embeddings") == 0) {
 			o->embeddings = 1;
 			continue;
+		} else if (strcmp(a, "--lora") == 0) {
+			const char *eq = v != NULL ? strchr(v, '=') : NULL;
+			if (v != NULL && (eq == NULL || eq == v || eq[1] == '\0' || memchr(v, ':', (size_t)(eq - v))))
+				rc = cli_error(cmd, "--lora takes NAME=PATH (a name without ':'), not '%s'", v);
+			else if (v != NULL && o->n_lora == ENGINE_MAX_LORA)
+				rc = cli_error(cmd, "at most %d --lora adapters", ENGINE_MAX_LORA);
+			else if (v != NULL)
+				o->lora[o->n_lora++] = v;
 		} else if (strcmp(a, "--pooling") == 0) {
 			o->pooling = v;
 			if (v != NULL && strcmp(v, "mean") != 0 && strcmp(v, "last") != 0)
@@ -219,6 +232,43 @@ pick_pooling(const struct serve_opts *o, const struct gguf_file *f, int *ret)
 	if (o->embeddings)
 		*ret = SCHED_POOL_LAST;
 	return 0;
+}
+
+/* The --lora adapters, loaded and handed to the context in order (so the
+ * first is adapter 1), their names to the server. */
+static int
+load_loras(const struct serve_opts *o, struct cli_engine *e, struct lora_adapter **loras, struct server *srv, char *err)
+{
+	int r;
+
+	for (int i = 0; i < o->n_lora; i++) {
+		const char *eq = strchr(o->lora[i], '=');
+		char *name = strndup(o->lora[i], (size_t)(eq - o->lora[i]));
+		if (name == NULL)
+			return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+		for (int k = 0; k < srv->n_lora; k++)
+			if (strcmp(srv->lora_names[k], name) == 0) {
+				privai_fail(err, PRIVAI_EINVAL, "--lora %s is given twice", name);
+				free(name);
+				return PRIVAI_EINVAL;
+			}
+		srv->lora_names[srv->n_lora++] = name;
+		if ((r = lora_load(eq + 1, e->model, 1.0f, &loras[i], err)) < 0)
+			return r;
+		if ((r = engine_ctx_add_lora(e->ctx, loras[i], err)) < 0)
+			return r;
+	}
+	return PRIVAI_OK;
+}
+
+static void
+free_loras(struct lora_adapter **loras, struct server *srv)
+{
+	for (int i = 0; i < ENGINE_MAX_LORA; i++)
+		lora_free(loras[i]);
+	for (int i = 0; i < srv->n_lora; i++)
+		free(srv->lora_names[i]);
+	srv->n_lora = 0;
 }
 
 /* The chat format: named, else recognised from the model's template. */
@@ -352,9 +402,12 @@ cmd_serve(int argc, char **argv)
 		cp.n_kv_blocks = kv_blocks(&o, e.model, n_ctx);
 	serving_metrics_init(&srv.metrics);
 	struct scheduler_params sp = { o.parallel, o.queue, serving_metrics_observer(&srv.metrics) };
-	if (engine_ctx_new(e.model, &cp, &e.ctx, err) < 0 || scheduler_new(e.ctx, e.tok, &sp, &sched, err) < 0) {
+	struct lora_adapter *loras[ENGINE_MAX_LORA] = { 0 };
+	if (engine_ctx_new(e.model, &cp, &e.ctx, err) < 0 || load_loras(&o, &e, loras, &srv, err) < 0 ||
+	    scheduler_new(e.ctx, e.tok, &sp, &sched, err) < 0) {
 		server_stop(&srv);
 		cli_engine_close(&e);
+		free_loras(loras, &srv);
 		return cli_error("serve", "%s", err);
 	}
 	struct engine_ctx_info ci;
@@ -384,6 +437,7 @@ cmd_serve(int argc, char **argv)
 	server_stop(&srv);
 	scheduler_free(sched);
 	cli_engine_close(&e);
+	free_loras(loras, &srv);
 	return 0;
 }
 

@@ -100,6 +100,7 @@ usage(FILE *fp)
 	      "  bench     -m MODEL [-p 128] [-n 32] [-t THREADS] [--json] speed\n"
 	      "  quantize  IN.gguf OUT.gguf TYPE                          F32/F16 -> Q8_0/Q4_0/Q4_K/Q6_K\n"
 	      "  synth     -o OUT.gguf [shape options] | --demo            synthetic model\n"
+	      "  lora      synth|merge -m MODEL ...                        LoRA adapters: a random one, or merged\n"
 	      "  serve     -m MODEL [--host --port --api-key-file ...]    OpenAI-compatible server\n"
 	      "  hash-key                                                 hash an API key read from stdin\n"
 	      "  features  [--json]                                       backends this build has\n"
@@ -115,10 +116,10 @@ main(int argc, char **argv)
 		const char *name;
 		int (*fn)(int, char **);
 	} cmds[] = {
-		{ "run", cmd_run },           { "eval", cmd_eval },   { "tokenize", cmd_tokenize },
-		{ "info", cmd_info },         { "bench", cmd_bench }, { "quantize", cmd_quantize },
-		{ "synth", cmd_synth },       { "serve", cmd_serve }, { "hash-key", cmd_hash_key },
-		{ "features", cmd_features },
+		{ "run", cmd_run },           { "eval", cmd_eval },         { "tokenize", cmd_tokenize },
+		{ "info", cmd_info },         { "bench", cmd_bench },       { "quantize", cmd_quantize },
+		{ "synth", cmd_synth },       { "lora", cmd_lora },         { "serve", cmd_serve },
+		{ "hash-key", cmd_hash_key }, { "features", cmd_features },
 	};
 
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {

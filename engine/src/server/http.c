@@ -149,6 +149,18 @@ model_object(const struct server *s)
 	return m;
 }
 
+/* An adapter as vLLM lists one: its own id, the base model as parent. */
+static cJSON *
+adapter_object(const struct server *s, int i)
+{
+	cJSON *m = model_object(s);
+
+	cJSON_ReplaceItemInObject(m, "id", cJSON_CreateString(s->lora_names[i]));
+	cJSON_AddStringToObject(m, "parent", s->cfg.model_id);
+	cJSON_AddStringToObject(m, "root", s->cfg.model_id);
+	return m;
+}
+
 static int
 handle_models(struct server *s, struct MHD_Connection *c)
 {
@@ -156,6 +168,8 @@ handle_models(struct server *s, struct MHD_Connection *c)
 
 	cJSON_AddStringToObject(root, "object", "list");
 	cJSON_AddItemToArray(data, model_object(s));
+	for (int i = 0; i < s->n_lora; i++)
+		cJSON_AddItemToArray(data, adapter_object(s, i));
 	char *js = cJSON_PrintUnformatted(root);
 	cJSON_Delete(root);
 	return http_send_json(c, 200, js);
@@ -165,6 +179,13 @@ handle_models(struct server *s, struct MHD_Connection *c)
 static int
 handle_model(struct server *s, struct MHD_Connection *c, const char *id)
 {
+	for (int i = 0; i < s->n_lora; i++)
+		if (strcmp(id, s->lora_names[i]) == 0) {
+			cJSON *m = adapter_object(s, i);
+			char *js = cJSON_PrintUnformatted(m);
+			cJSON_Delete(m);
+			return http_send_json(c, 200, js);
+		}
 	if (strcmp(id, s->cfg.model_id) != 0)
 		return http_send_error(c, 404, "not_found_error", "model_not_found", "model",
 				       "the model `%.100s` does not exist; this server serves `%s`", id,

@@ -23,7 +23,10 @@ struct json_schema;
 
 struct gen_params {
 	int chat;
-	int allow_unknown; /* --allow-unknown-fields: fields no endpoint reads pass */
+	int allow_unknown;             /* --allow-unknown-fields: fields no endpoint reads pass */
+	const char *const *lora_names; /* the server's adapters, set before parsing */
+	int n_lora;
+	int adapter; /* the one the request names (1-based), 0 the base model */
 	int stream, include_usage, echo;
 	int n;
 	int best_of;    /* choices made per prompt (>= n); the n most likely are returned */

@@ -531,6 +531,7 @@ static const char *const common_fields[] = { "model",
 					     "guided_json",
 					     "guided_regex",
 					     "guided_choice",
+					     "lora",
 					     NULL };
 static const char *const completion_fields[] = { "prompt", "echo", "suffix", "response_format", NULL };
 static const char *const chat_fields[] = {
@@ -658,6 +659,44 @@ check_unsupported(struct gen_params *g, const cJSON *j)
 	return 0;
 }
 
+/* The LoRA adapter a model name picks: NAME, or MODEL:NAME; 0 none. */
+static int
+adapter_named(const struct gen_params *g, const char *name, const char *model_id)
+{
+	size_t ml = strlen(model_id);
+
+	if (strncmp(name, model_id, ml) == 0 && name[ml] == ':')
+		name += ml + 1;
+	for (int i = 0; i < g->n_lora; i++)
+		if (strcmp(g->lora_names[i], name) == 0)
+			return i + 1;
+	return 0;
+}
+
+/* "model" names the base model or one of its adapters (as vLLM lists
+ * them); the "lora" field may name the adapter instead. */
+static int
+resolve_model(struct gen_params *g, const cJSON *j, const char *model_id)
+{
+	const cJSON *model = cJSON_GetObjectItem(j, "model"), *lora = cJSON_GetObjectItem(j, "lora");
+	const char *name = model != NULL && cJSON_IsString(model) ? model->valuestring : NULL;
+
+	if (model != NULL && !cJSON_IsNull(model) && (name == NULL || strcmp(name, model_id) != 0) &&
+	    (name == NULL || (g->adapter = adapter_named(g, name, model_id)) == 0)) {
+		g->not_found = 1;
+		return bad(g, "model", "the model `%.100s` does not exist; this server serves `%s`%s",
+			   name != NULL ? name : "?", model_id,
+			   g->n_lora > 0 ? " and its adapters (GET /v1/models)" : "");
+	}
+	if (lora != NULL && !cJSON_IsNull(lora)) {
+		int k = cJSON_IsString(lora) ? adapter_named(g, lora->valuestring, model_id) : 0;
+		if (k == 0 || (g->adapter != 0 && g->adapter != k))
+			return bad(g, "lora", "lora names no adapter of this server, or another than model does");
+		g->adapter = k;
+	}
+	return 0;
+}
+
 void
 gen_params_init(struct gen_params *g, int chat)
 {
@@ -678,15 +717,11 @@ int
 gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *tok, enum chat_family fam,
 		 const char *model_id)
 {
-	const cJSON *model = cJSON_GetObjectItem(j, "model"), *so;
+	const cJSON *so;
 	int seed = -1;
 
-	if (model != NULL && !cJSON_IsNull(model) &&
-	    (!cJSON_IsString(model) || strcmp(model->valuestring, model_id) != 0)) {
-		g->not_found = 1;
-		return bad(g, "model", "the model `%.100s` does not exist; this server serves `%s`",
-			   cJSON_IsString(model) ? model->valuestring : "?", model_id);
-	}
+	if (resolve_model(g, j, model_id) < 0)
+		return -1;
 	if (check_fields(g, j) < 0 || parse_logit_bias(g, cJSON_GetObjectItem(j, "logit_bias"), tok) < 0)
 		return -1;
 	if (parse_sampling(g, j) < 0 || get_int(g, j, "n", 1, GEN_MAX_N, &g->n) < 0 || check_unsupported(g, j) < 0 ||

@@ -651,6 +651,7 @@ make_choices(struct job *j, char *err)
 				return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 			memcpy(c->r->prompt, j->g.prompts[p], (size_t)plen * sizeof(int32_t));
 			c->r->min_tokens = j->g.min_tokens;
+			c->r->adapter = j->g.adapter;
 			c->r->ignore_eos = j->g.ignore_eos;
 			c->r->sampling = j->g.sp;
 			if (j->g.n_bias > 0) { /* the request's own copy: it may outlive the job */
@@ -713,6 +714,8 @@ api_completions(struct server *s, struct MHD_Connection *conn, const char *body,
 		job_free(j);
 		return rc;
 	}
+	j->g.lora_names = (const char *const *)s->lora_names;
+	j->g.n_lora = s->n_lora;
 	rc = gen_params_parse(&j->g, json, s->tok, s->chat, s->cfg.model_id);
 	cJSON_Delete(json);
 	if (rc < 0) {

@@ -47,7 +47,9 @@ struct server {
 	enum chat_family chat;
 	struct json_vocab *json_vocab; /* token texts for JSON mode */
 	int n_ctx;
-	int pooling; /* SCHED_POOL_*: how /v1/embeddings pools; NONE: not served */
+	int pooling;                       /* SCHED_POOL_*: how /v1/embeddings pools; NONE: not served */
+	char *lora_names[ENGINE_MAX_LORA]; /* LoRA adapters, numbered from 1 in this order */
+	int n_lora;
 	int n_embd;
 	long created;
 	/* swapped on reload */
