@@ -75,8 +75,7 @@ parse_name(const char *name, int *ret_layer, enum lora_target *ret_t, int *ret_i
 }
 
 static int
-load_pairs(const struct gguf_file *f, const struct engine_model *m, struct lora_adapter *a, float *ret_alpha_rank,
-	   char *err)
+load_pairs(const struct gguf_file *f, const struct engine_model *m, struct lora_adapter *a, char *err)
 {
 	int r;
 
@@ -109,7 +108,6 @@ load_pairs(const struct gguf_file *f, const struct engine_model *m, struct lora_
 		p->rank = rank;
 		p->n_in = (int)w->cols;
 		p->n_out = (int)w->rows;
-		*ret_alpha_rank = (float)rank;
 		a->n_pairs++;
 	}
 	/* every B has its A */
@@ -128,7 +126,7 @@ lora_load(const char *path, const struct engine_model *m, float scale, struct lo
 	struct gguf_file *f = NULL;
 	struct lora_adapter *a;
 	const char *type = NULL, *arch = NULL;
-	float alpha = 0, rank = 0;
+	float alpha = 0;
 	int r;
 
 	if ((r = gguf_open(path, &f, err)) < 0)
@@ -152,15 +150,22 @@ lora_load(const char *path, const struct engine_model *m, float scale, struct lo
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
 	}
 	a->n_layer = m->hp.n_layer;
-	if ((r = load_pairs(f, m, a, &rank, err)) < 0) {
+	if ((r = load_pairs(f, m, a, err)) < 0) {
 		lora_free(a);
 		gguf_close(f);
 		return r;
 	}
-	/* without alpha the update is used as trained: scale 1 */
+	/* alpha / rank per pair, as llama.cpp scales them; without alpha the
+	 * update is used as trained (scale 1) */
 	if (gguf_get_f32(f, "adapter.lora.alpha", &alpha, NULL) < 0 || alpha <= 0)
-		alpha = rank;
-	a->scale = alpha / rank * scale;
+		alpha = 0;
+	a->alpha = alpha;
+	for (int l = 0; l < a->n_layer; l++)
+		for (int t = 0; t < LORA_TARGETS; t++) {
+			struct lora_pair *p = &a->pairs[l][t];
+			if (p->rank > 0)
+				p->scale = (alpha > 0 ? alpha / (float)p->rank : 1.0f) * scale;
+		}
 	gguf_close(f);
 	*ret = a;
 	return PRIVAI_OK;
@@ -203,7 +208,7 @@ lora_apply(struct lora_adapter *const *adapters, int n_adapters, const int32_t *
 			float s = 0;
 			for (int i = 0; i < p->n_in; i++)
 				s += ar[i] * xt[i];
-			mid[r] = s * a->scale;
+			mid[r] = s * p->scale;
 		}
 		for (int o = 0; o < p->n_out; o++) {
 			const float *bo = p->b + (size_t)o * p->rank;
@@ -264,7 +269,7 @@ lora_merge_write(const struct engine_model *m, const struct lora_adapter *a, con
 		}
 		for (int o = 0; o < p->n_out; o++)
 			for (int k = 0; k < p->rank; k++) {
-				float bk = a->scale * p->b[(size_t)o * p->rank + k];
+				float bk = p->scale * p->b[(size_t)o * p->rank + k];
 				const float *ak = p->a + (size_t)k * p->n_in;
 				float *row = wf + (size_t)o * p->n_in;
 				for (int c = 0; c < p->n_in; c++)

@@ -204,8 +204,8 @@ main(void)
 		CHECK(0, "adapter and merged model: %s", err);
 		goto out;
 	}
-	CHECK(a->n_pairs == 5 * base->hp.n_layer && fabsf(a->scale - ALPHA / RANK) < 1e-6f,
-	      "%d pairs loaded, scale %.2f", a->n_pairs, a->scale);
+	CHECK(a->n_pairs == 5 * base->hp.n_layer && fabsf(a->pairs[0][LORA_Q].scale - ALPHA / RANK) < 1e-6f,
+	      "%d pairs loaded, scale %.2f", a->n_pairs, a->pairs[0][LORA_Q].scale);
 	for (int i = 0; i < n; i++)
 		ids[i] = (int32_t)(1 + (i * 7919) % (base->hp.n_vocab - 1));
 	int V = base->hp.n_vocab;

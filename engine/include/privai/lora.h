@@ -20,12 +20,13 @@ enum lora_target { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN
 
 struct lora_pair {
 	int rank, n_in, n_out;
-	float *a; /* (rank, n_in) row-major */
-	float *b; /* (n_out, rank) */
+	float scale; /* alpha / this pair's rank, times the user's scale */
+	float *a;    /* (rank, n_in) row-major */
+	float *b;    /* (n_out, rank) */
 };
 
 struct lora_adapter {
-	float scale; /* alpha / rank (times the user's scale) */
+	float alpha; /* adapter.lora.alpha; 0 without it (each pair at scale 1) */
 	int n_layer;
 	struct lora_pair (*pairs)[LORA_TARGETS]; /* (n_layer); rank 0: not adapted */
 	int n_pairs;
