@@ -198,6 +198,8 @@ lora_apply(struct lora_adapter *const *adapters, int n_adapters, const int32_t *
 		if (k < 1 || k > n_adapters)
 			continue;
 		const struct lora_adapter *a = adapters[k - 1];
+		if (a == NULL)
+			continue; /* unloaded: the scheduler lets no request of it run */
 		const struct lora_pair *p = &a->pairs[layer][target];
 		if (p->rank == 0)
 			continue;

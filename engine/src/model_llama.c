@@ -398,10 +398,33 @@ engine_ctx_add_lora(struct engine_ctx *c, struct lora_adapter *a, char *err)
 	if (strcmp(c->compute->ops->name, "cpu") != 0)
 		return privai_fail(err, PRIVAI_EINVAL, "LoRA adapters run on the cpu backend only (this is %s)",
 				   c->compute->ops->name);
+	for (int k = 0; k < c->n_lora; k++)
+		if (c->lora[k] == NULL) { /* a number an unloaded adapter left */
+			c->lora[k] = a;
+			return k + 1;
+		}
 	if (c->n_lora == ENGINE_MAX_LORA)
 		return privai_fail(err, PRIVAI_EINVAL, "at most %d LoRA adapters", ENGINE_MAX_LORA);
 	c->lora[c->n_lora++] = a;
 	return c->n_lora;
+}
+
+struct lora_adapter *
+engine_ctx_remove_lora(struct engine_ctx *c, int k)
+{
+	struct lora_adapter *a;
+
+	if (k < 1 || k > c->n_lora)
+		return NULL;
+	a = c->lora[k - 1];
+	c->lora[k - 1] = NULL;
+	return a;
+}
+
+int
+engine_ctx_lora_loaded(const struct engine_ctx *c, int k)
+{
+	return k >= 1 && k <= c->n_lora && c->lora[k - 1] != NULL;
 }
 
 int

@@ -43,7 +43,10 @@ struct scheduler {
 	int n_active; /* running + preempted */
 	int n_preempted_shared;
 	int draining, stopping, abort_all;
-	struct sched_gauges gauges; /* running and the KV pool's, as of the last step */
+	int in_forward;                      /* a forward pass runs (without the lock) */
+	pthread_cond_t forward_done;         /* ... and has ended */
+	int lora_users[ENGINE_MAX_LORA + 1]; /* requests queued or running per adapter */
+	struct sched_gauges gauges;          /* running and the KV pool's, as of the last step */
 
 	/* scheduler thread only */
 	struct seq **running;

@@ -29,6 +29,8 @@ finish_locked(struct scheduler *s, struct sched_request *r, enum finish_reason f
 
 	r->finish = f;
 	r->t_finish = now;
+	if (r->adapter > 0 && r->adapter <= ENGINE_MAX_LORA)
+		s->lora_users[r->adapter]--;
 	if (why != NULL)
 		snprintf(r->error, sizeof(r->error), "%s", why);
 	if (s->p.observer.finished != NULL)
@@ -499,6 +501,7 @@ sched_step(struct scheduler *s)
 	}
 	build_batch(s, &b);
 	update_gauges(s);
+	s->in_forward = 1; /* adapters are not added or taken out meanwhile */
 	pthread_mutex_unlock(&s->mu);
 
 	struct compute_batch eb = { b.n, s->b_tok, s->b_pos, s->b_table, b.n_out, s->b_rows };
@@ -507,6 +510,8 @@ sched_step(struct scheduler *s)
 			 : PRIVAI_OK;
 
 	pthread_mutex_lock(&s->mu);
+	s->in_forward = 0;
+	pthread_cond_broadcast(&s->forward_done);
 	if (rc < 0) {
 		/* an engine refusal is a scheduler bug: fail the batch, not the server */
 		for (int i = s->n_running - 1; i >= 0; i--) {

@@ -156,7 +156,11 @@ scheduler_submit(struct scheduler *s, struct sched_request *r, char *err)
 		rc = privai_fail(err, PRIVAI_EUNAVAIL, "the server is shutting down");
 	} else if (s->n_queued >= s->p.max_queue) {
 		rc = privai_fail(err, PRIVAI_EBUSY, "the request queue is full (%d waiting)", s->n_queued);
+	} else if (r->adapter != 0 && !engine_ctx_lora_loaded(s->ctx, r->adapter)) {
+		rc = privai_fail(err, PRIVAI_EINVAL, "the LoRA adapter was unloaded");
 	} else {
+		if (r->adapter > 0)
+			s->lora_users[r->adapter]++;
 		r->refs++;
 		r->next = NULL;
 		if (s->q_tail != NULL)
@@ -291,6 +295,7 @@ scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok, const struct 
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->wake, NULL);
 	pthread_cond_init(&s->idle, NULL);
+	pthread_cond_init(&s->forward_done, NULL);
 	s->mutex_ready = 1;
 	if ((long)ci.n_kv_blocks * ENGINE_KV_BLOCK < ci.n_ctx) {
 		scheduler_free(s);
@@ -356,6 +361,7 @@ scheduler_free(struct scheduler *s)
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->wake);
 		pthread_cond_destroy(&s->idle);
+		pthread_cond_destroy(&s->forward_done);
 	}
 	free(s);
 }
@@ -368,4 +374,36 @@ scheduler_main(void *arg)
 	while (sched_step(s))
 		;
 	return NULL;
+}
+
+int
+scheduler_lora_add(struct scheduler *s, struct lora_adapter *a, char *err)
+{
+	int k;
+
+	pthread_mutex_lock(&s->mu);
+	while (s->in_forward)
+		pthread_cond_wait(&s->forward_done, &s->mu);
+	k = engine_ctx_add_lora(s->ctx, a, err);
+	pthread_mutex_unlock(&s->mu);
+	return k;
+}
+
+int
+scheduler_lora_remove(struct scheduler *s, int k, struct lora_adapter **ret, char *err)
+{
+	int rc = PRIVAI_OK;
+
+	pthread_mutex_lock(&s->mu);
+	while (s->in_forward)
+		pthread_cond_wait(&s->forward_done, &s->mu);
+	if (!engine_ctx_lora_loaded(s->ctx, k))
+		rc = privai_fail(err, PRIVAI_EINVAL, "no adapter %d", k);
+	else if (s->lora_users[k] > 0)
+		rc = privai_fail(err, PRIVAI_EBUSY, "%d request(s) use the adapter; unload it when they are done",
+				 s->lora_users[k]);
+	else
+		*ret = engine_ctx_remove_lora(s->ctx, k);
+	pthread_mutex_unlock(&s->mu);
+	return rc;
 }

@@ -985,7 +985,44 @@ def test_lora():
     for kw, param in (({"model": "nope"}, "model"), ({"lora": "nope"}, "lora")):
         st, j = s.request("POST", "/v1/completions", dict(body, **kw))
         check(st in (400, 404) and j["error"]["param"] == param, "an unknown adapter -> %s (%d %s)" % (param, st, j))
+    st, j = s.request("POST", "/v1/load_lora_adapter", {"lora_name": "rt", "lora_path": ad})
+    check(st == 400 and j["error"]["code"] == "runtime_lora_disabled", "no run-time loading without --lora-dir (%d)" % st)
     check(s.stop() == 0 and srv2.stop() == 0, "both exit 0 after SIGTERM")
+    # loaded and unloaded while serving, from --lora-dir only
+    s = Server("--lora-dir", d)
+    check(s.wait_ready(), "server with --lora-dir ready")
+    load = {"lora_name": "rt", "lora_path": "ad.gguf"}
+    st, j = s.request("POST", "/v1/load_lora_adapter", load)
+    listed = [m["id"] for m in s.request("GET", "/v1/models")[1].get("data", [])]
+    check(st == 200 and "rt" in listed and text(s, model="rt") == want,
+          "loaded at run time, listed, answers as the merged model (%d %s %s)" % (st, j, listed))
+    for req, code, what in ((load, 409, "the same name twice"),
+                            ({"lora_name": "x", "lora_path": "../" + os.path.basename(d) + "/ad.gguf/.."}, 400,
+                             "a path out of --lora-dir"),
+                            ({"lora_name": "x", "lora_path": MODEL}, 400, "a file outside --lora-dir"),
+                            ({"lora_name": "a b", "lora_path": "ad.gguf"}, 400, "a bad name")):
+        st, j = s.request("POST", "/v1/load_lora_adapter", req)
+        check(st == code, "load %s -> %d (%d %s)" % (what, code, st, j))
+    # not while a request uses it
+    got = {}
+    long = threading.Thread(target=lambda: got.setdefault(
+        "r", s.request("POST", "/v1/completions", dict(body, model="rt", max_tokens=300))))
+    long.start()
+    for _ in range(100):
+        if (s.metric("vllm:num_requests_running") or 0) >= 1:
+            break
+        time.sleep(0.05)
+    st, j = s.request("POST", "/v1/unload_lora_adapter", {"lora_name": "rt"})
+    long.join()
+    check(st == 409 and j["error"]["code"] == "lora_in_use" and got["r"][0] == 200,
+          "not unloaded while a request runs on it (%d %s; the request %s)" % (st, j, str(got.get("r"))[:120]))
+    st, j = s.request("POST", "/v1/unload_lora_adapter", {"lora_name": "rt"})
+    st2, j2 = s.request("POST", "/v1/completions", dict(body, model="rt"))
+    st3, _ = s.request("POST", "/v1/unload_lora_adapter", {"lora_name": "rt"})
+    check(st == 200 and st2 == 404 and st3 == 404, "unloaded: the name is gone (%d %d %d)" % (st, st2, st3))
+    st, j = s.request("POST", "/v1/load_lora_adapter", load)
+    check(st == 200 and text(s, model="rt") == want and text(s) == base, "loaded again, same answers (%d)" % st)
+    check(s.stop() == 0, "exit 0 after SIGTERM")
     for f in (ad, merged):
         os.unlink(f)
     os.rmdir(d)

@@ -137,6 +137,12 @@ struct lora_adapter;
  * context) available to forward passes; returns its 1-based number, or
  * PRIVAI_EINVAL (not the cpu backend, or too many). */
 int engine_ctx_add_lora(struct engine_ctx *c, struct lora_adapter *a, char *err);
+/* Take adapter number k out (its number may be reused); returns it for
+ * the caller to free, NULL when k names none.  Neither call may overlap a
+ * forward pass (the scheduler serialises them: scheduler_lora_add). */
+struct lora_adapter *engine_ctx_remove_lora(struct engine_ctx *c, int k);
+/* Whether adapter number k is loaded. */
+int engine_ctx_lora_loaded(const struct engine_ctx *c, int k);
 
 /* Forget the single sequence engine_decode() runs (a new conversation). */
 void engine_ctx_reset(struct engine_ctx *c);

@@ -153,6 +153,14 @@ void scheduler_cancel(struct scheduler *s, struct sched_request *r);
  * FINISH_STOP (what the metrics count), not as an abort. */
 void scheduler_stop(struct scheduler *s, struct sched_request *r);
 
+/* Add a LoRA adapter between forward passes (engine_ctx_add_lora); its
+ * number, or an error.  The caller keeps the adapter until it is removed. */
+int scheduler_lora_add(struct scheduler *s, struct lora_adapter *a, char *err);
+/* Take adapter k out between forward passes, into *ret (the caller frees
+ * it); PRIVAI_EBUSY while requests queued or running use it, PRIVAI_EINVAL
+ * when k is not loaded.  A request naming it afterwards is refused. */
+int scheduler_lora_remove(struct scheduler *s, int k, struct lora_adapter **ret, char *err);
+
 /* Lock and unlock around reading a request's outputs. */
 void scheduler_lock(struct scheduler *s);
 void scheduler_unlock(struct scheduler *s);

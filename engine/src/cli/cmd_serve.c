@@ -32,6 +32,7 @@ struct serve_opts {
 	int allow_unknown;                 /* --allow-unknown-fields */
 	int embeddings;                    /* --embeddings */
 	const char *lora[ENGINE_MAX_LORA]; /* --lora NAME=PATH */
+	const char *lora_dir;              /* --lora-dir DIR */
 	int n_lora;
 	const char *pooling; /* --pooling mean|last */
 };
@@ -69,7 +70,9 @@ serve_usage(FILE *fp)
 	      "                         it pools); pooled as the GGUF says, else the last token\n"
 	      "  --pooling mean|last    pool embeddings so (implies --embeddings)\n"
 	      "  --lora NAME=PATH       a LoRA adapter (GGUF), served as model NAME (or MODEL:NAME); up to 16,\n"
-	      "                         applied on the fly (cpu backend)\n",
+	      "                         applied on the fly (cpu backend)\n"
+	      "  --lora-dir DIR         allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter, for\n"
+	      "                         adapter files under DIR\n",
 	      fp);
 }
 
@@ -111,6 +114,8 @@ parse(int argc, char **argv, struct serve_opts *o)
 				rc = cli_error(cmd, "at most %d --lora adapters", ENGINE_MAX_LORA);
 			else if (v != NULL)
 				o->lora[o->n_lora++] = v;
+		} else if (strcmp(a, "--lora-dir") == 0) {
+			o->lora_dir = v;
 		} else if (strcmp(a, "--pooling") == 0) {
 			o->pooling = v;
 			if (v != NULL && strcmp(v, "mean") != 0 && strcmp(v, "last") != 0)
@@ -234,41 +239,35 @@ pick_pooling(const struct serve_opts *o, const struct gguf_file *f, int *ret)
 	return 0;
 }
 
-/* The --lora adapters, loaded and handed to the context in order (so the
- * first is adapter 1), their names to the server. */
+/* The --lora adapters, loaded and handed to the context, their names to
+ * the server under the numbers the context gave them. */
 static int
-load_loras(const struct serve_opts *o, struct cli_engine *e, struct lora_adapter **loras, struct server *srv, char *err)
+load_loras(const struct serve_opts *o, struct cli_engine *e, struct server *srv, char *err)
 {
 	int r;
 
+	srv->model = e->model;
 	for (int i = 0; i < o->n_lora; i++) {
 		const char *eq = strchr(o->lora[i], '=');
+		struct lora_adapter *a = NULL;
 		char *name = strndup(o->lora[i], (size_t)(eq - o->lora[i]));
 		if (name == NULL)
 			return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
-		for (int k = 0; k < srv->n_lora; k++)
-			if (strcmp(srv->lora_names[k], name) == 0) {
-				privai_fail(err, PRIVAI_EINVAL, "--lora %s is given twice", name);
-				free(name);
-				return PRIVAI_EINVAL;
-			}
-		srv->lora_names[srv->n_lora++] = name;
-		if ((r = lora_load(eq + 1, e->model, 1.0f, &loras[i], err)) < 0)
-			return r;
-		if ((r = engine_ctx_add_lora(e->ctx, loras[i], err)) < 0)
-			return r;
+		if (server_find_lora(srv, name) != 0) {
+			privai_fail(err, PRIVAI_EINVAL, "--lora %s is given twice", name);
+			free(name);
+			return PRIVAI_EINVAL;
+		}
+		if ((r = lora_load(eq + 1, e->model, 1.0f, &a, err)) < 0 ||
+		    (r = engine_ctx_add_lora(e->ctx, a, err)) <= 0) {
+			lora_free(a);
+			free(name);
+			return r < 0 ? r : PRIVAI_EINVAL;
+		}
+		srv->lora_names[r - 1] = name;
+		srv->lora_ptr[r - 1] = a;
 	}
 	return PRIVAI_OK;
-}
-
-static void
-free_loras(struct lora_adapter **loras, struct server *srv)
-{
-	for (int i = 0; i < ENGINE_MAX_LORA; i++)
-		lora_free(loras[i]);
-	for (int i = 0; i < srv->n_lora; i++)
-		free(srv->lora_names[i]);
-	srv->n_lora = 0;
 }
 
 /* The chat format: named, else recognised from the model's template. */
@@ -376,7 +375,8 @@ cmd_serve(int argc, char **argv)
 				      .max_connections_per_client = o.max_conn_client,
 				      .header_timeout = o.header_timeout,
 				      .min_body_rate = o.min_body_rate,
-				      .allow_unknown_fields = o.allow_unknown };
+				      .allow_unknown_fields = o.allow_unknown,
+				      .lora_dir = o.lora_dir };
 	if (server_start(&srv, &cfg, err) < 0)
 		return cli_error("serve", "%s", err);
 	fprintf(stderr, "privai-engine serve: listening on %s:%d, loading %s\n", cfg.host, srv.port, o.model);
@@ -402,12 +402,11 @@ cmd_serve(int argc, char **argv)
 		cp.n_kv_blocks = kv_blocks(&o, e.model, n_ctx);
 	serving_metrics_init(&srv.metrics);
 	struct scheduler_params sp = { o.parallel, o.queue, serving_metrics_observer(&srv.metrics) };
-	struct lora_adapter *loras[ENGINE_MAX_LORA] = { 0 };
-	if (engine_ctx_new(e.model, &cp, &e.ctx, err) < 0 || load_loras(&o, &e, loras, &srv, err) < 0 ||
+	if (engine_ctx_new(e.model, &cp, &e.ctx, err) < 0 || load_loras(&o, &e, &srv, err) < 0 ||
 	    scheduler_new(e.ctx, e.tok, &sp, &sched, err) < 0) {
+		server_free_loras(&srv);
 		server_stop(&srv);
 		cli_engine_close(&e);
-		free_loras(loras, &srv);
 		return cli_error("serve", "%s", err);
 	}
 	struct engine_ctx_info ci;
@@ -437,7 +436,7 @@ cmd_serve(int argc, char **argv)
 	server_stop(&srv);
 	scheduler_free(sched);
 	cli_engine_close(&e);
-	free_loras(loras, &srv);
+	server_free_loras(&srv);
 	return 0;
 }
 

@@ -133,7 +133,9 @@ endpoint_known(const char *url)
 {
 	return strcmp(url, "/v1/models") == 0 || strncmp(url, "/v1/models/", 11) == 0 ||
 	       strcmp(url, "/v1/completions") == 0 || strcmp(url, "/v1/chat/completions") == 0 ||
-	       strcmp(url, "/v1/embeddings") == 0 || strcmp(url, "/tokenize") == 0 || strcmp(url, "/detokenize") == 0;
+	       strcmp(url, "/v1/embeddings") == 0 || strcmp(url, "/v1/load_lora_adapter") == 0 ||
+	       strcmp(url, "/v1/unload_lora_adapter") == 0 || strcmp(url, "/tokenize") == 0 ||
+	       strcmp(url, "/detokenize") == 0;
 }
 
 static cJSON *
@@ -168,8 +170,11 @@ handle_models(struct server *s, struct MHD_Connection *c)
 
 	cJSON_AddStringToObject(root, "object", "list");
 	cJSON_AddItemToArray(data, model_object(s));
-	for (int i = 0; i < s->n_lora; i++)
-		cJSON_AddItemToArray(data, adapter_object(s, i));
+	pthread_mutex_lock(&s->lora_mu);
+	for (int i = 0; i < ENGINE_MAX_LORA; i++)
+		if (s->lora_names[i] != NULL)
+			cJSON_AddItemToArray(data, adapter_object(s, i));
+	pthread_mutex_unlock(&s->lora_mu);
 	char *js = cJSON_PrintUnformatted(root);
 	cJSON_Delete(root);
 	return http_send_json(c, 200, js);
@@ -179,13 +184,15 @@ handle_models(struct server *s, struct MHD_Connection *c)
 static int
 handle_model(struct server *s, struct MHD_Connection *c, const char *id)
 {
-	for (int i = 0; i < s->n_lora; i++)
-		if (strcmp(id, s->lora_names[i]) == 0) {
-			cJSON *m = adapter_object(s, i);
-			char *js = cJSON_PrintUnformatted(m);
-			cJSON_Delete(m);
-			return http_send_json(c, 200, js);
-		}
+	int k = server_find_lora(s, id);
+	if (k > 0) {
+		pthread_mutex_lock(&s->lora_mu);
+		cJSON *m = s->lora_names[k - 1] != NULL ? adapter_object(s, k - 1) : model_object(s);
+		pthread_mutex_unlock(&s->lora_mu);
+		char *js = cJSON_PrintUnformatted(m);
+		cJSON_Delete(m);
+		return http_send_json(c, 200, js);
+	}
 	if (strcmp(id, s->cfg.model_id) != 0)
 		return http_send_error(c, 404, "not_found_error", "model_not_found", "model",
 				       "the model `%.100s` does not exist; this server serves `%s`", id,
@@ -332,6 +339,10 @@ route(struct server *s, struct MHD_Connection *c, const char *url, const char *m
 		return api_completions(s, c, body, len, 1);
 	if (strcmp(url, "/v1/embeddings") == 0)
 		return api_embeddings(s, c, body, len);
+	if (strcmp(url, "/v1/load_lora_adapter") == 0)
+		return api_load_lora(s, c, body, len);
+	if (strcmp(url, "/v1/unload_lora_adapter") == 0)
+		return api_unload_lora(s, c, body, len);
 	if (strcmp(url, "/tokenize") == 0)
 		return handle_tokenize(s, c, body, len);
 	return handle_detokenize(s, c, body, len);
@@ -411,6 +422,7 @@ server_start(struct server *s, const struct server_config *cfg, char *err)
 		s->cfg.header_timeout = 10;
 	s->created = (long)time(NULL);
 	pthread_mutex_init(&s->keys_mu, NULL);
+	pthread_mutex_init(&s->lora_mu, NULL);
 	if (cfg->api_key_file != NULL) {
 		int rc = api_keys_load(cfg->api_key_file, &s->keys, err);
 		if (rc < 0)
@@ -499,4 +511,5 @@ server_stop(struct server *s)
 	json_vocab_free(s->json_vocab);
 	s->json_vocab = NULL;
 	pthread_mutex_destroy(&s->keys_mu);
+	pthread_mutex_destroy(&s->lora_mu);
 }

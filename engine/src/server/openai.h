@@ -23,9 +23,9 @@ struct json_schema;
 
 struct gen_params {
 	int chat;
-	int allow_unknown;             /* --allow-unknown-fields: fields no endpoint reads pass */
-	const char *const *lora_names; /* the server's adapters, set before parsing */
-	int n_lora;
+	int allow_unknown;                             /* --allow-unknown-fields: fields no endpoint reads pass */
+	int (*find_lora)(void *arg, const char *name); /* an adapter's number, 0 none; NULL: no adapters */
+	void *find_lora_arg;
 	int adapter; /* the one the request names (1-based), 0 the base model */
 	int stream, include_usage, echo;
 	int n;

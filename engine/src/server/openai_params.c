@@ -667,10 +667,7 @@ adapter_named(const struct gen_params *g, const char *name, const char *model_id
 
 	if (strncmp(name, model_id, ml) == 0 && name[ml] == ':')
 		name += ml + 1;
-	for (int i = 0; i < g->n_lora; i++)
-		if (strcmp(g->lora_names[i], name) == 0)
-			return i + 1;
-	return 0;
+	return g->find_lora != NULL ? g->find_lora(g->find_lora_arg, name) : 0;
 }
 
 /* "model" names the base model or one of its adapters (as vLLM lists
@@ -686,7 +683,7 @@ resolve_model(struct gen_params *g, const cJSON *j, const char *model_id)
 		g->not_found = 1;
 		return bad(g, "model", "the model `%.100s` does not exist; this server serves `%s`%s",
 			   name != NULL ? name : "?", model_id,
-			   g->n_lora > 0 ? " and its adapters (GET /v1/models)" : "");
+			   g->find_lora != NULL ? " and its adapters (GET /v1/models)" : "");
 	}
 	if (lora != NULL && !cJSON_IsNull(lora)) {
 		int k = cJSON_IsString(lora) ? adapter_named(g, lora->valuestring, model_id) : 0;

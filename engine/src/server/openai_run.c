@@ -714,8 +714,8 @@ api_completions(struct server *s, struct MHD_Connection *conn, const char *body,
 		job_free(j);
 		return rc;
 	}
-	j->g.lora_names = (const char *const *)s->lora_names;
-	j->g.n_lora = s->n_lora;
+	j->g.find_lora = server_find_lora;
+	j->g.find_lora_arg = s;
 	rc = gen_params_parse(&j->g, json, s->tok, s->chat, s->cfg.model_id);
 	cJSON_Delete(json);
 	if (rc < 0) {

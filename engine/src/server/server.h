@@ -32,6 +32,7 @@ struct server_config {
 	double header_timeout;          /* seconds a client has to send its request headers, default 10 */
 	double min_body_rate;           /* bytes a second a request body must average; 0: no floor */
 	int allow_unknown_fields;       /* fields no endpoint reads pass instead of a 400 */
+	const char *lora_dir;           /* adapters may be loaded at run time from here; NULL: not */
 };
 
 struct server {
@@ -47,9 +48,13 @@ struct server {
 	enum chat_family chat;
 	struct json_vocab *json_vocab; /* token texts for JSON mode */
 	int n_ctx;
-	int pooling;                       /* SCHED_POOL_*: how /v1/embeddings pools; NONE: not served */
-	char *lora_names[ENGINE_MAX_LORA]; /* LoRA adapters, numbered from 1 in this order */
-	int n_lora;
+	int pooling; /* SCHED_POOL_*: how /v1/embeddings pools; NONE: not served */
+	/* LoRA adapters by number - 1 (NULL: none), changed at run time
+	 * through /v1/load_lora_adapter when cfg.lora_dir is set */
+	pthread_mutex_t lora_mu;
+	char *lora_names[ENGINE_MAX_LORA];
+	struct lora_adapter *lora_ptr[ENGINE_MAX_LORA];
+	const struct engine_model *model;
 	int n_embd;
 	long created;
 	/* swapped on reload */
@@ -80,5 +85,12 @@ int http_client_gone(struct MHD_Connection *c);
 /* Endpoints in openai_*.c */
 int api_completions(struct server *s, struct MHD_Connection *c, const char *body, size_t len, int chat);
 int api_embeddings(struct server *s, struct MHD_Connection *c, const char *body, size_t len); /* openai_embed.c */
+/* lora_admin.c: the adapter a model name picks (1-based; 0 none), and
+ * vLLM's endpoints that load and unload adapters at run time */
+int server_find_lora(void *server, const char *name);
+int api_load_lora(struct server *s, struct MHD_Connection *c, const char *body, size_t len);
+int api_unload_lora(struct server *s, struct MHD_Connection *c, const char *body, size_t len);
+/* Free every adapter and name (after the scheduler has stopped). */
+void server_free_loras(struct server *s);
 
 #endif
