@@ -76,6 +76,8 @@ def test_whole_gpus(c, fdir):
     check("--device" in argv and argv[argv.index("--device") + 1] == "cuda" and
           argv[argv.index("--gpus") + 1] == ",".join(uuid[0:2]) and argv[argv.index("--tensor-parallel") + 1] == "2"
           and "--threads" not in argv, "the engine gets --device cuda --gpus UUID,UUID --tensor-parallel 2", argv)
+    check("--max-connections-per-client" in argv and argv[argv.index("--max-connections-per-client") + 1] == "0",
+          "the engine has no per-address cap: every client comes through the admin, from loopback", argv)
     held = {g["index"]: g["deployment"] for g in c.get("/api/v1/gpus").json["data"]}
     check(held[0] == "tp2" and held[1] == "tp2" and held[2] is None, "GET /gpus says which deployment holds each",
           held)

@@ -190,6 +190,11 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	ARG("%s", w->name);
 	ARG("--api-key-file");
 	ARG("%s/api-keys", dir);
+	/* every client reaches the engine through this admin, from loopback:
+	 * the engine's per-address cap would cap them all together (the
+	 * admin limits its own clients) */
+	ARG("--max-connections-per-client");
+	ARG("0");
 	if ((v = cJSON_GetObjectItem(pl, "threads")) != NULL && cJSON_IsNumber(v) && v->valueint > 0) {
 		ARG("--threads");
 		ARG("%d", v->valueint);
