@@ -880,6 +880,20 @@ def test_tool_calls():
         [(i, c["function"]["name"], c["function"]["arguments"]) for i, c in enumerate(whole)]
     check(st2 == 200 and same and fins == ["tool_calls"] and all(d["id"].startswith("call_") for d in deltas),
           "streamed calls equal the whole response's (%s; %s)" % (deltas, whole))
+    # a named function's arguments stream as they are written
+    body = {"messages": ask, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "max_tokens": 100, "seed": 5}
+    st, j = s.request("POST", "/v1/chat/completions", body)
+    whole_args = j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] if st == 200 else None
+    st2, ev = s.stream("/v1/chat/completions", dict(body, stream=True))
+    named = [tc for e in ev[:-1] for ch in e.get("choices", []) for tc in ch["delta"].get("tool_calls", [])]
+    pieces = [d["function"]["arguments"] for d in named]
+    check(st2 == 200 and named and named[0].get("id", "").startswith("call_") and
+          named[0]["function"].get("name") == "get_weather" and all("id" not in d for d in named[1:]) and
+          all(d["index"] == 0 for d in named) and sum(1 for p in pieces if p) > 1 and whole_args is not None and
+          json.loads("".join(pieces)) == json.loads(whole_args),
+          "a named call's arguments stream piece by piece and add up to the whole's (%d deltas; %r vs %r)" %
+          (len(named), "".join(pieces), whole_args))
     # the round trip: the assistant's calls (content null) and the tool's result go back
     call = whole[0] if whole else {"id": "call_x", "type": "function",
                                    "function": {"name": "get_weather", "arguments": "{}"}}

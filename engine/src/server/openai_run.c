@@ -36,6 +36,7 @@ struct choice {
 	int tools_done;
 	struct tool_call *calls;
 	int n_calls;
+	char *stream_call_id; /* a named call streamed as it is written: its id */
 };
 
 struct job {
@@ -121,6 +122,8 @@ finish_tools(struct job *j, struct choice *c)
 	if (n <= 0)
 		return; /* plain text (or out of memory: the text all the same) */
 	c->n_calls = n;
+	if (j->g.stream && j->g.tools.choice == TOOL_CHOICE_NAMED)
+		return; /* the arguments went out as they came */
 	if (content_len < c->sent)
 		content_len = c->sent; /* already streamed */
 	c->text.len = content_len;
@@ -193,8 +196,8 @@ sendable(const struct job *j, const struct choice *c)
 	 * one is all call */
 	if (j->g.tools.choice == TOOL_CHOICE_AUTO)
 		end = tools_hold_from(j->srv->chat, c->text.s ? c->text.s : "", end);
-	else if (j->g.tools.choice != TOOL_CHOICE_NONE)
-		end = c->sent;
+	else if (j->g.tools.choice == TOOL_CHOICE_REQUIRED)
+		end = c->sent; /* calls are picked out of the array once it is whole */
 	size_t hold = j->max_stop > 0 ? j->max_stop - 1 : 0;
 	end = end > hold ? end - hold : 0;
 	while (end > c->sent && ((unsigned char)c->text.s[end] & 0xC0) == 0x80)
@@ -434,6 +437,31 @@ emit_event(struct job *j, cJSON *o)
 	free(js);
 }
 
+/* A named function's arguments are the output itself, so they stream as
+ * written: the first delta carries the call's id, type and name, each
+ * one after it the next piece of the arguments (as OpenAI streams them). */
+static void
+add_argument_delta(struct job *j, struct choice *c, cJSON *d, const char *piece)
+{
+	cJSON *arr, *tc, *fn;
+
+	if (piece == NULL && c->stream_call_id != NULL)
+		return;
+	arr = cJSON_AddArrayToObject(d, "tool_calls");
+	tc = cJSON_CreateObject();
+	cJSON_AddNumberToObject(tc, "index", 0);
+	fn = cJSON_CreateObject();
+	if (c->stream_call_id == NULL) {
+		c->stream_call_id = tool_call_new_id(j->srv->chat);
+		cJSON_AddStringToObject(tc, "id", c->stream_call_id ? c->stream_call_id : "call_0");
+		cJSON_AddStringToObject(tc, "type", "function");
+		cJSON_AddStringToObject(fn, "name", j->g.tools.t[j->g.tools.named].name);
+	}
+	cJSON_AddStringToObject(fn, "arguments", piece != NULL ? piece : "");
+	cJSON_AddItemToObject(tc, "function", fn);
+	cJSON_AddItemToArray(arr, tc);
+}
+
 /* One chunk for choice c with its new text (and logprobs), plus its
  * finish_reason when it has finished and everything is out. */
 static void
@@ -447,9 +475,11 @@ emit_choice_chunk(struct job *j, struct choice *c, size_t end)
 	cJSON_AddNumberToObject(ch, "index", c->index);
 	if (j->g.chat) {
 		cJSON *d = cJSON_AddObjectToObject(ch, "delta");
-		if (end > c->sent)
+		if (j->g.tools.choice == TOOL_CHOICE_NAMED)
+			add_argument_delta(j, c, d, end > c->sent ? delta : NULL);
+		else if (end > c->sent)
 			cJSON_AddStringToObject(d, "content", delta ? delta : "");
-		if (done && c->n_calls > 0)
+		if (done && c->n_calls > 0 && j->g.tools.choice != TOOL_CHOICE_NAMED)
 			add_tool_calls(d, c, 1);
 	} else {
 		cJSON_AddStringToObject(ch, "text", delta ? delta : "");
@@ -530,6 +560,7 @@ job_free(struct job *j)
 		free(c->offs);
 		free(c->poffs);
 		tool_calls_free(c->calls, c->n_calls);
+		free(c->stream_call_id);
 	}
 	free(j->ch);
 	strbuf_free(&j->pending);

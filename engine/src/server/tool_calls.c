@@ -280,8 +280,8 @@ tools_forced_schema(const struct tool_set *ts, char *err, size_t errlen)
 
 /* ------------------------------------------------------------ output */
 
-static char *
-new_call_id(enum chat_family f)
+char *
+tool_call_new_id(enum chat_family f)
 {
 	static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 	unsigned char r[24];
@@ -329,7 +329,7 @@ add_call(struct calls *c, const struct tool_set *ts, enum chat_family f, const c
 		c->cap = cap;
 	}
 	struct tool_call *tc = &c->v[c->n];
-	tc->id = new_call_id(f);
+	tc->id = tool_call_new_id(f);
 	tc->name = strdup(name);
 	tc->arguments = cJSON_PrintUnformatted(args);
 	c->n++;

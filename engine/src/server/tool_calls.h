@@ -60,6 +60,8 @@ struct json_schema *tools_forced_schema(const struct tool_set *ts, char *err, si
 int tools_parse_output(const struct tool_set *ts, enum chat_family f, const char *raw, struct tool_call **ret_calls,
 		       size_t *ret_content_len);
 void tool_calls_free(struct tool_call *calls, int n);
+/* A new call id ("call_" and 24 letters and digits; Mistral's 9), malloc'd. */
+char *tool_call_new_id(enum chat_family f);
 
 /* Where in text a call may begin (the family's marker, or a tail that
  * could grow into one); len when nowhere.  Streaming holds text from
