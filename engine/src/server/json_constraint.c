@@ -56,6 +56,18 @@ is_digit(int c)
 	return c >= '0' && c <= '9';
 }
 
+int
+json_utf8_tail(int c)
+{
+	if ((c & 0xE0) == 0xC0 && c >= 0xC2)
+		return 1;
+	if ((c & 0xF0) == 0xE0)
+		return 2;
+	if ((c & 0xF8) == 0xF0 && c <= 0xF4)
+		return 3;
+	return -1;
+}
+
 /* A value just ended: back to the container. */
 static void
 value_done(struct jrec *j)
@@ -194,14 +206,10 @@ step(struct jrec *j, int c)
 		if (c < 0x20)
 			return -1;
 		if (c >= 0x80) {
-			if ((c & 0xE0) == 0xC0 && c >= 0xC2)
-				j->utf8 = 1;
-			else if ((c & 0xF0) == 0xE0)
-				j->utf8 = 2;
-			else if ((c & 0xF8) == 0xF0 && c <= 0xF4)
-				j->utf8 = 3;
-			else
+			int tail = json_utf8_tail(c);
+			if (tail < 0)
 				return -1;
+			j->utf8 = (unsigned char)tail;
 		}
 		return 0;
 	case J_ESCAPE:

@@ -29,6 +29,11 @@ int json_vocab_piece(const struct json_vocab *v, int32_t id, const char **ret);
  * NULL when out of memory.  The vocab must outlive it. */
 struct token_constraint *json_constraint_new(const struct json_vocab *v);
 
+/* How many continuation bytes UTF-8 lead byte c (>= 0x80) announces; -1
+ * when c cannot begin a character (a stray continuation, an overlong or
+ * out-of-range lead). */
+int json_utf8_tail(int c);
+
 /* For tests: 1 when text (len bytes) is a complete JSON object, 0 when it
  * is a proper prefix of one, -1 when it can never become one. */
 int json_prefix_check(const char *text, size_t len);

@@ -411,14 +411,10 @@ step_string(struct cand *k, struct frame *f, int c, const struct run_ctx *x)
 	if (c == '\\')
 		f->st = ST_ESC;
 	else if (c >= 0x80) {
-		if ((c & 0xE0) == 0xC0 && c >= 0xC2)
-			f->aux = 1;
-		else if ((c & 0xF0) == 0xE0)
-			f->aux = 2;
-		else if ((c & 0xF8) == 0xF0 && c <= 0xF4)
-			f->aux = 3;
-		else
+		int tail = json_utf8_tail(c);
+		if (tail < 0)
 			return -1;
+		f->aux = (uint8_t)tail;
 	}
 	return 0;
 }

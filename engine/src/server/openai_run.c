@@ -367,11 +367,13 @@ select_best(struct job *j, int *order, int *ret_n)
 
 	for (int p = 0; p < j->g.n_prompts; p++) {
 		int taken[GEN_MAX_BEST_OF] = { 0 };
+		double score[GEN_MAX_BEST_OF];
+		for (int k = 0; k < per; k++)
+			score[k] = cumulative_logprob(&j->ch[p * per + k]);
 		for (int rank = 0; rank < j->g.n; rank++) {
 			int best = -1;
 			for (int k = 0; k < per; k++)
-				if (!taken[k] && (best < 0 || cumulative_logprob(&j->ch[p * per + k]) >
-								      cumulative_logprob(&j->ch[p * per + best])))
+				if (!taken[k] && (best < 0 || score[k] > score[best]))
 					best = k;
 			if (best < 0)
 				break; /* cannot happen: n <= best_of */

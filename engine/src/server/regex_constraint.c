@@ -93,16 +93,12 @@ viable(struct regex_state *st, size_t len)
 	return rc >= 0 || rc == PCRE2_ERROR_PARTIAL;
 }
 
-/* The output with token id after it, in st->text; its new length, or 0
- * when the token adds nothing. */
+/* The output with a token's text p (n bytes) after it, in st->text; its
+ * new length, or 0 when the token adds nothing.  The text is what the
+ * client sees: a continuation's first token keeps its leading space. */
 static size_t
-with_token(struct regex_state *st, int32_t id)
+with_piece(struct regex_state *st, const char *p, int n)
 {
-	const char *p;
-	int n = json_vocab_piece(st->v, id, &p);
-
-	/* the text as the client sees it: a continuation's first token
-	 * keeps its leading space */
 	if (n <= 0)
 		return 0;
 	if (st->len + (size_t)n > st->cap) {
@@ -126,7 +122,7 @@ rx_allows(void *state, int32_t id)
 
 	if (n <= 0 || ((unsigned char)p[0] < 0x80 && !st->next_ok[(unsigned char)p[0]]))
 		return 0;
-	size_t len = with_token(st, id);
+	size_t len = with_piece(st, p, n);
 	return len > 0 && viable(st, len);
 }
 
@@ -153,7 +149,9 @@ rx_accept(void *state, int32_t id)
 
 	if (id < 0 || id >= json_vocab_size(st->v) || json_vocab_is_eog(st->v, id))
 		return;
-	size_t len = with_token(st, id);
+	const char *p;
+	int n = json_vocab_piece(st->v, id, &p);
+	size_t len = with_piece(st, p, n);
 	if (len > 0)
 		st->len = len;
 }
