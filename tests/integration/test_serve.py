@@ -1017,10 +1017,11 @@ def test_lora():
                             ({"lora_name": "a b", "lora_path": "ad.gguf"}, 400, "a bad name")):
         st, j = s.request("POST", "/v1/load_lora_adapter", req)
         check(st == code, "load %s -> %d (%d %s)" % (what, code, st, j))
-    # not while a request uses it
+    # not while a request uses it (eight choices of 300 tokens: long enough
+    # that the unload comes while they run, even on a loaded machine)
     got = {}
     long = threading.Thread(target=lambda: got.setdefault(
-        "r", s.request("POST", "/v1/completions", dict(body, model="rt", max_tokens=300))))
+        "r", s.request("POST", "/v1/completions", dict(body, model="rt", max_tokens=300, n=8))))
     long.start()
     for _ in range(100):
         if (s.metric("vllm:num_requests_running") or 0) >= 1:
