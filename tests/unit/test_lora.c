@@ -4,14 +4,17 @@
  * W + (alpha / rank) B A merged in (float32), then compares the logits of
  * the base model run with the adapter on the fly to the merged model's;
  * a batch mixing tokens with and without the adapter gives the base rows
- * exactly as the base model alone; bad adapters are refused by name.
+ * exactly as the base model alone; bad adapters are refused by name; the
+ * scheduler will not unload an adapter a queued or running request uses.
  */
 #include <math.h>
 #include <unistd.h>
 
 #include "testlib.h"
 #include "privai/lora.h"
+#include "privai/scheduler.h"
 #include "privai/tensor_type.h"
+#include "privai/tokenizer.h"
 
 #define RANK 4
 #define ALPHA 8.0f
@@ -180,6 +183,63 @@ test_refusals(const struct engine_model *m, const char *base_path, const char *d
 	unlink(path);
 }
 
+/* An adapter cannot be unloaded while a request holds it: the request
+ * counts as a user from its submission (so the refusal does not depend on
+ * timing), the unload succeeds once it is cancelled and collected, and a
+ * request for the unloaded adapter is refused. */
+static void
+test_unload_in_use(const struct engine_model *m, struct lora_adapter *a)
+{
+	struct engine_ctx_params cp = { .n_ctx = 128, .n_batch = 32, .n_threads = 2, .device = "cpu" };
+	struct scheduler_params sp = { .max_seqs = 2, .max_queue = 4 };
+	struct engine_ctx *c = NULL;
+	struct scheduler *s = NULL;
+	struct tokenizer *tok = NULL;
+	struct lora_adapter *out = NULL;
+	char err[PRIVAI_ERR_LEN];
+
+	if (tokenizer_load(m->file, &tok, err) < 0 || engine_ctx_new(m, &cp, &c, err) < 0 ||
+	    scheduler_new(c, tok, &sp, &s, err) < 0) {
+		CHECK(0, "scheduler: %s", err);
+		goto out;
+	}
+	int k = scheduler_lora_add(s, a, err);
+	CHECK(k == 1, "adapter added as %d: %s", k, err);
+	struct sched_request *r = sched_request_new(8, 100, -1, 0);
+	if (r == NULL)
+		goto out;
+	for (int i = 0; i < 8; i++)
+		r->prompt[i] = 1 + i;
+	sampler_params_default(&r->sampling);
+	r->ignore_eos = 1;
+	r->adapter = k;
+	CHECK(scheduler_submit(s, r, err) == 0, "submit with the adapter: %s", err);
+	int rc = scheduler_lora_remove(s, k, &out, err);
+	CHECK(rc == PRIVAI_EBUSY && out == NULL && strstr(err, "1 request(s) use the adapter"),
+	      "unload while a request holds it: %d %s", rc, err);
+	scheduler_cancel(s, r);
+	enum finish_reason f = FINISH_NONE;
+	for (int i = 0; i < 60 && f == FINISH_NONE; i++)
+		scheduler_wait(s, r, r->max_tokens, 1000, &f);
+	sched_request_put(s, r);
+	rc = scheduler_lora_remove(s, k, &out, err);
+	CHECK(rc == 0 && out == a, "unload once the request is done: %d %s", rc, err);
+	struct sched_request *late = sched_request_new(8, 4, -1, 0);
+	if (late != NULL) {
+		for (int i = 0; i < 8; i++)
+			late->prompt[i] = 1 + i;
+		sampler_params_default(&late->sampling);
+		late->adapter = k;
+		CHECK(scheduler_submit(s, late, err) == PRIVAI_EINVAL && strstr(err, "unloaded"),
+		      "a request for the unloaded adapter is refused: %s", err);
+		sched_request_put(s, late);
+	}
+out:
+	scheduler_free(s);
+	engine_ctx_free(c);
+	tokenizer_free(tok);
+}
+
 int
 main(void)
 {
@@ -241,6 +301,7 @@ main(void)
 	free(plain);
 	free(mixed);
 	test_refusals(base, base_path, tmp);
+	test_unload_in_use(base, a);
 out:
 	lora_free(a);
 	engine_model_free(merged);
