@@ -52,6 +52,7 @@ for BUILD in $BUILDS; do
 	run_suite "$BUILD/admin remote deployments (HTTP)" python3 tests/integration/test_admin_remote.py "$BUILD"
 	run_suite "$BUILD/admin streaming proxy (HTTP)" python3 tests/integration/test_admin_stream.py "$BUILD"
 	run_suite "$BUILD/admin resumable uploads (HTTP)" python3 tests/integration/test_admin_uploads.py "$BUILD"
+	run_suite "$BUILD/admin LoRA adapters (HTTP)" python3 tests/integration/test_admin_lora.py "$BUILD"
 	run_suite "$BUILD/admin GPU placements (HTTP)" python3 tests/integration/test_admin_gpu_deploy.py "$BUILD"
 	run_suite "$BUILD/admin TLS (HTTPS)" python3 tests/integration/test_admin_tls.py "$BUILD"
 	run_suite "$BUILD/admin engine units (systemd)" python3 tests/integration/test_admin_units.py "$BUILD"

@@ -126,7 +126,7 @@ demo(struct admin *a, const char *path, char *err)
 		model_meta_free(&m);
 		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	}
-	rc = model_insert(a->db, "demo", real, "path", (int64_t)sb.st_size, NULL, &m, admin_now(), &model_id, err);
+	rc = model_insert(a->db, "demo", real, "path", (int64_t)sb.st_size, NULL, &m, 0, admin_now(), &model_id, err);
 	/* a model without a template of its own chats in ChatML */
 	const char *options = m.chat_template == NULL ? "{\"chat_template\":\"chatml\"}" : "{}";
 	int port = rc == APP_OK ? deploy_pick_port(a) : -1;
@@ -229,8 +229,8 @@ day0_one(struct admin *a, const char *path, char *name, size_t nsize, char *err)
 	name_from_path(path, base, sizeof(base)); /* the name given: real may be a link's target */
 	snprintf(name, nsize, "%s", base);
 	/* a name taken (by a model or an upload's reservation): the next one */
-	for (int i = 2; (rc = model_insert(a->db, name, real, "path", (int64_t)sb.st_size, NULL, &m, admin_now(), &id,
-					   err)) == APP_EBUSY &&
+	for (int i = 2; (rc = model_insert(a->db, name, real, "path", (int64_t)sb.st_size, NULL, &m, 0, admin_now(),
+					   &id, err)) == APP_EBUSY &&
 			i < 100;
 	     i++)
 		snprintf(name, nsize, "%s-%d", base, i);

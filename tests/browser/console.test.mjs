@@ -201,7 +201,8 @@ async function main() {
     await page.locator('pre', { hasText: 'kv_bytes_per_token' }).waitFor();
     check(true, 'model details and sizing shown');
     const dl = page.locator('dl', { hasText: 'Architecture' });
-    check(await dl.locator('dt').first().textContent() === 'Architecture' && await dl.locator('dd').first().textContent() === 'llama' &&
+    check(await dl.locator('dt').first().textContent() === 'Kind' && await dl.locator('dd').first().textContent() === 'model' &&
+      await dl.locator('dt').nth(2).textContent() === 'Architecture' && await dl.locator('dd').nth(2).textContent() === 'llama' &&
       !(await dl.textContent()).includes('[object'), 'the GGUF metadata is drawn as terms and values', await dl.textContent());
     // an upload left half-way is listed, and can be discarded
     await page.evaluate(async () => {

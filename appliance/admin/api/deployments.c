@@ -315,8 +315,10 @@ model_field(struct req *r, const cJSON *j)
 		reply_error(r, 422, "missing_field", "model", "model (a model's id or name) is required");
 		return APP_EINVAL;
 	}
-	if (sqlite3_prepare_v2(r->a->db, "SELECT id FROM models WHERE id = ?1 OR name = ?2", -1, &st, NULL) !=
-	    SQLITE_OK) {
+	if (sqlite3_prepare_v2(r->a->db,
+			       "SELECT m.id, m.kind = 'lora', b.name FROM models m LEFT JOIN models b ON "
+			       "b.id = m.base_model_id WHERE m.id = ?1 OR m.name = ?2",
+			       -1, &st, NULL) != SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		return APP_EINVAL;
 	}
@@ -324,10 +326,19 @@ model_field(struct req *r, const cJSON *j)
 		sqlite3_bind_int64(st, 1, (int64_t)m->valuedouble);
 	else
 		sqlite3_bind_text(st, 2, m->valuestring, -1, SQLITE_TRANSIENT);
-	if (sqlite3_step(st) == SQLITE_ROW)
+	if (sqlite3_step(st) == SQLITE_ROW) {
 		id = sqlite3_column_int64(st, 0);
+		if (sqlite3_column_int(st, 1)) {
+			reply_error(r, 422, "lora_adapter", "model",
+				    "model %lld is a LoRA adapter of '%s': deploy '%s', whose deployments serve the "
+				    "adapter by its name",
+				    (long long)id, (const char *)sqlite3_column_text(st, 2),
+				    (const char *)sqlite3_column_text(st, 2));
+			id = APP_EINVAL;
+		}
+	}
 	sqlite3_finalize(st);
-	if (id < 0)
+	if (id == -1)
 		reply_error(r, 422, "invalid_field", "model", "no such model");
 	return id;
 }

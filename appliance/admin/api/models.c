@@ -2,7 +2,9 @@
  * /api/v1/models: register a GGUF from a directory the appliance allows
  * (--model-root), by upload or by URL (models/download.c); list, describe, delete;
  * size a model for a GPU type (gpu/sizing.c).  Every file is read with the
- * engine's validating GGUF reader before a row is written.
+ * engine's validating GGUF reader before a row is written.  A LoRA adapter
+ * names the model it adapts (base_model) and is checked against it; the
+ * running deployments of its base load it at once (deploy/lora_sync.c).
  */
 #include <pthread.h>
 #include <errno.h>
@@ -24,12 +26,16 @@
 #include "models/models.h"
 #include "store/rows.h"
 #include "http/spool.h"
+#include "deploy/deployments.h"
+#include "api/uploads.h"
 
 #define MODEL_FIELDS                                                                                                   \
 	"SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, quantization, "           \
 	"context_length, n_layer, n_head, n_head_kv, head_dim, n_embd, n_vocab, kv_latent, tokenizer, "                \
 	"chat_template IS NOT NULL AS has_chat_template, error, bytes_done, url, created_at, "                         \
-	"(SELECT count(*) FROM deployments d WHERE d.model_id = models.id) AS deployments"
+	"(SELECT count(*) FROM deployments d WHERE d.model_id = models.id) AS deployments, kind, base_model_id, "      \
+	"(SELECT b.name FROM models b WHERE b.id = models.base_model_id) AS base_model, lora_rank, lora_alpha, "       \
+	"(SELECT count(*) FROM models l WHERE l.base_model_id = models.id) AS adapters"
 #define MODEL_COLUMNS MODEL_FIELDS " FROM models"
 
 /* The real path of a model file inside an allowed root: no traversal,
@@ -61,6 +67,24 @@ allowed_path(struct admin *a, const char *path, char *real, int64_t *size, char 
 	return app_fail(err, APP_EINVAL, "%s is outside the model directories this appliance allows", path);
 }
 
+void
+models_reply_row(struct req *r, unsigned status, int64_t id, int64_t base_id, const char *name, const char *path)
+{
+	int found, busy;
+	cJSON *row = row_json(rows_prepare(r->a->db, MODEL_COLUMNS " WHERE id = ?1", 1, &id), &found);
+
+	if (row == NULL) {
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return;
+	}
+	if (base_id > 0) {
+		cJSON *sync = deploy_lora_sync(r->a, base_id, name, path, 1, &busy);
+		if (sync != NULL)
+			cJSON_AddItemToObject(row, "served_by", sync);
+	}
+	reply_json(r, status, row);
+}
+
 static void
 h_list(struct req *r)
 {
@@ -79,7 +103,7 @@ h_get(struct req *r)
 /* POST /api/v1/models with a "url": check it against the allowed hosts,
  * insert an 'importing' row and download in the background; replies. */
 static void
-model_fetch_start(struct req *r, const cJSON *body, const char *name)
+model_fetch_start(struct req *r, const cJSON *body, const char *name, const char *base)
 {
 	char host[300], err[APP_ERR_LEN];
 	const char *url, *sha;
@@ -106,8 +130,16 @@ model_fetch_start(struct req *r, const cJSON *body, const char *name)
 			    host);
 		return;
 	}
-	int64_t id;
-	int rc = model_fetch_begin(r->a, name, url, sha, -1, NULL, NULL, r->now, 0, &id, err);
+	int64_t id, base_id = 0;
+	char base_path[PATH_MAX], kind[16];
+	if (base[0] != '\0') {
+		int found = model_find(r->a->db, base, &base_id, base_path, sizeof(base_path), kind, sizeof(kind));
+		if (found != APP_OK || strcmp(kind, "model") != 0) {
+			reply_error(r, 422, "invalid_field", "base_model", "no ready model '%s' to adapt", base);
+			return;
+		}
+	}
+	int rc = model_fetch_begin(r->a, name, url, sha, -1, NULL, NULL, base_id, r->now, 0, &id, err);
 	if (rc != APP_OK) {
 		reply_status(r, rc, "name", err);
 		return;
@@ -122,16 +154,17 @@ model_fetch_start(struct req *r, const cJSON *body, const char *name)
 static void
 h_register(struct req *r)
 {
-	static const char *const known[] = { "name", "path", "url", "sha256", NULL };
+	static const char *const known[] = { "name", "path", "url", "sha256", "base_model", NULL };
 	char real[PATH_MAX], err[APP_ERR_LEN];
 	struct model_meta m;
-	const char *name, *path;
-	int64_t size = 0, id;
+	const char *name, *path, *base;
+	int64_t size = 0, id, base_id;
 	cJSON *j;
 
 	if ((j = body_object(r)) == NULL)
 		return;
-	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 128, NULL)) == NULL)
+	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 128, NULL)) == NULL ||
+	    (base = field_str(r, j, "base_model", 0, 128, ""), r->status))
 		goto out;
 	if (!model_name_ok(name)) {
 		reply_error(r, 422, "invalid_field", "name",
@@ -144,7 +177,7 @@ h_register(struct req *r)
 	 * the store's lock, which is taken for the row only */
 	if (cJSON_GetObjectItemCaseSensitive(j, "url") != NULL) {
 		pthread_mutex_lock(&r->a->db_mu);
-		model_fetch_start(r, j, name);
+		model_fetch_start(r, j, name, base);
 		pthread_mutex_unlock(&r->a->db_mu);
 		goto out;
 	}
@@ -160,7 +193,13 @@ h_register(struct req *r)
 		goto out;
 	}
 	pthread_mutex_lock(&r->a->db_mu);
-	rc = model_insert(r->a->db, name, real, "path", size, NULL, &m, r->now, &id, err);
+	if ((rc = model_base_check(r->a->db, name, &m, real, base, &base_id, err)) != APP_OK) {
+		model_meta_free(&m);
+		reply_status(r, rc, "base_model", err);
+		pthread_mutex_unlock(&r->a->db_mu);
+		goto out;
+	}
+	rc = model_insert(r->a->db, name, real, "path", size, NULL, &m, base_id, r->now, &id, err);
 	model_meta_free(&m);
 	if (rc != APP_OK) {
 		reply_status(r, rc, "name", err);
@@ -170,26 +209,55 @@ h_register(struct req *r)
 	model_hash_kick(r->a); /* its SHA-256 follows in the background */
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "path", real);
+	if (base_id > 0)
+		cJSON_AddNumberToObject(d, "base_model_id", (double)base_id);
 	req_audit(r, "model.create", name, "ok", d);
-	reply_query(r, 201, MODEL_COLUMNS " WHERE id = ?1", 1, &id, "model");
+	models_reply_row(r, 201, id, base_id, name, real);
 	pthread_mutex_unlock(&r->a->db_mu);
 out:
 	cJSON_Delete(j);
 }
 
+/* An adapter about to be deleted leaves the engines of its base first:
+ * 0, or -1 after replying 409 when one still holds it (a request uses it,
+ * or it did not answer), so that nothing serves an adapter that is gone. */
+static int
+unload_everywhere(struct req *r, int64_t id, int64_t base_id, const char *name)
+{
+	int busy;
+	cJSON *sync = deploy_lora_sync(r->a, base_id, name, NULL, 0, &busy);
+	const cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItem(sync, "failed"), 0);
+
+	if (sync == NULL) {
+		reply_error(r, 500, "internal", NULL, "out of memory");
+		return -1;
+	}
+	if (f != NULL) {
+		reply_error(r, 409, busy ? "in_use" : "unload_failed", NULL,
+			    "adapter %lld is still loaded by deployment %lld (%s); try again%s", (long long)id,
+			    (long long)cJSON_GetObjectItem(f, "deployment")->valuedouble,
+			    cJSON_GetObjectItem(f, "error")->valuestring, busy ? " when its requests are done" : "");
+		cJSON_Delete(sync);
+		return -1;
+	}
+	cJSON_Delete(sync);
+	return 0;
+}
+
 static void
 h_delete(struct req *r)
 {
-	char path[PATH_MAX], source[16], name[160], state[16] = "";
+	char path[PATH_MAX], source[16], name[160], state[16] = "", adapters[600] = "";
 	sqlite3_stmt *st;
-	int64_t id = arg_id(r, 0, "model");
+	int64_t id = arg_id(r, 0, "model"), base_id = 0;
 	int found = 0, deployments = 0;
 
 	if (id < 0)
 		return;
 	if (sqlite3_prepare_v2(r->a->db,
 			       "SELECT path, source, name, (SELECT count(*) FROM deployments d WHERE "
-			       "d.model_id = m.id), state FROM models m WHERE id = ?",
+			       "d.model_id = m.id), state, coalesce(base_model_id, 0), (SELECT group_concat(name, "
+			       "', ') FROM models l WHERE l.base_model_id = m.id) FROM models m WHERE id = ?",
 			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, id);
 		if (sqlite3_step(st) == SQLITE_ROW) {
@@ -200,11 +268,19 @@ h_delete(struct req *r)
 			deployments = sqlite3_column_int(st, 3);
 			snprintf(state, sizeof(state), "%s",
 				 sqlite3_column_text(st, 4) ? (const char *)sqlite3_column_text(st, 4) : "");
+			base_id = sqlite3_column_int64(st, 5);
+			msg_fmt(adapters, sizeof(adapters), "%s",
+				sqlite3_column_text(st, 6) ? (const char *)sqlite3_column_text(st, 6) : "");
 		}
 		sqlite3_finalize(st);
 	}
 	if (!found) {
 		reply_error(r, 404, "not_found", NULL, "no model %lld", (long long)id);
+		return;
+	}
+	if (adapters[0] != '\0') {
+		reply_error(r, 409, "in_use", NULL, "model %lld has LoRA adapters (%s); delete them first",
+			    (long long)id, adapters);
 		return;
 	}
 	if (deployments > 0) {
@@ -221,6 +297,8 @@ h_delete(struct req *r)
 			    (long long)id);
 		return;
 	}
+	if (base_id > 0 && strcmp(state, "ready") == 0 && unload_everywhere(r, id, base_id, name) < 0)
+		return;
 	if (db_delete_id(r->a->db, "models", id) < 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		return;
@@ -272,8 +350,15 @@ model_upload_begin(struct req *r)
 		reply_error(r, 409, "conflict", "name", "a model named '%s' exists", name);
 		return;
 	}
-	if ((u = upload_begin_in(r, r->a->models_dir, r->a->cfg.max_upload_bytes)) != NULL)
+	const char *base = query_arg(r, "base_model");
+	if (base != NULL && strlen(base) > 128) {
+		reply_error(r, 422, "invalid_field", "base_model", "?base_model= is a model's name or id");
+		return;
+	}
+	if ((u = upload_begin_in(r, r->a->models_dir, r->a->cfg.max_upload_bytes)) != NULL) {
 		snprintf(u->name, sizeof(u->name), "%s", name);
+		snprintf(u->base, sizeof(u->base), "%s", base != NULL ? base : "");
+	}
 }
 
 static void
@@ -282,7 +367,7 @@ model_upload_end(struct req *r)
 	struct upload *u;
 	char hex[65], final[PATH_MAX + 200], err[APP_ERR_LEN];
 	struct model_meta m;
-	int64_t id;
+	int64_t id, base_id;
 	int rc;
 
 	if ((u = upload_finish(r, hex)) == NULL)
@@ -305,7 +390,13 @@ model_upload_end(struct req *r)
 		upload_discard(r);
 		return;
 	}
-	rc = model_insert(r->a->db, u->name, final, "upload", u->sp.bytes, hex, &m, r->now, &id, err);
+	if ((rc = model_base_check(r->a->db, u->name, &m, u->sp.tmp, u->base, &base_id, err)) != APP_OK) {
+		model_meta_free(&m);
+		upload_discard(r);
+		reply_status(r, rc, "base_model", err);
+		return;
+	}
+	rc = model_insert(r->a->db, u->name, final, "upload", u->sp.bytes, hex, &m, base_id, r->now, &id, err);
 	model_meta_free(&m);
 	if (rc != APP_OK) {
 		upload_discard(r);
@@ -325,11 +416,10 @@ model_upload_end(struct req *r)
 	cJSON_AddNumberToObject(d, "bytes", (double)u->sp.bytes);
 	cJSON_AddStringToObject(d, "sha256", hex);
 	req_audit(r, "model.upload", u->name, "ok", d);
+	char uname[sizeof(u->name)];
+	snprintf(uname, sizeof(uname), "%s", u->name);
 	upload_discard(r);
-	reply_query(r, 201,
-		    "SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, "
-		    "quantization, context_length FROM models WHERE id = ?1",
-		    1, &id, "model");
+	models_reply_row(r, 201, id, base_id, uname, final);
 }
 
 static const struct stream_ops model_upload_ops = {

@@ -93,6 +93,13 @@ h_sizing(struct req *r)
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		return;
 	}
+	if (rc == APP_EINVAL) {
+		reply_error(r, 422, "lora_adapter", NULL,
+			    "model %lld is a LoRA adapter: it runs inside its base model's deployments, so size "
+			    "the base model",
+			    (long long)id);
+		return;
+	}
 	if (rc != APP_OK) {
 		reply_error(r, 404, "not_found", NULL, "no ready model %lld", (long long)id);
 		return;

@@ -46,7 +46,7 @@
 #define UPLOAD_IDLE_S (72 * 3600)
 #define UPLOAD_FIELDS                                                                                                  \
 	"id, name, size_bytes, received, sha256, created_by, created_at, updated_at, "                                 \
-	"updated_at + 259200 AS expires_at FROM uploads"
+	"updated_at + 259200 AS expires_at, base_model FROM uploads"
 
 _Static_assert(sizeof(((struct admin *)0)->uploads_busy) / sizeof(int64_t) == UPLOADS_MAX, "one busy slot per upload");
 _Static_assert(UPLOAD_IDLE_S == 259200, "expires_at in UPLOAD_FIELDS");
@@ -191,9 +191,9 @@ model_named(sqlite3 *db, const char *name)
 static void
 h_create(struct req *r)
 {
-	static const char *const known[] = { "name", "size", "sha256", NULL };
+	static const char *const known[] = { "name", "size", "sha256", "base_model", NULL };
 	char path[PATH_MAX + 64], target[200];
-	const char *name, *sha;
+	const char *name, *sha, *base;
 	int64_t size, holder, id;
 	struct statvfs vfs;
 	sqlite3_stmt *st;
@@ -203,7 +203,8 @@ h_create(struct req *r)
 		return;
 	if (fields_known(r, j, known) < 0 || (name = field_str(r, j, "name", 1, 128, NULL)) == NULL ||
 	    field_int(r, j, "size", 1, 1, r->a->cfg.max_upload_bytes, 0, &size) < 0 ||
-	    (sha = field_str(r, j, "sha256", 0, 64, "")) == NULL)
+	    (sha = field_str(r, j, "sha256", 0, 64, "")) == NULL ||
+	    (base = field_str(r, j, "base_model", 0, 128, "")) == NULL)
 		goto out;
 	if (!model_name_ok(name)) {
 		reply_error(r, 422, "invalid_field", "name",
@@ -235,7 +236,7 @@ h_create(struct req *r)
 			    (long long)(vfs.f_bavail * vfs.f_frsize), (long long)size);
 	} else if (sqlite3_prepare_v2(r->a->db,
 				      "INSERT INTO uploads (name, size_bytes, sha256, created_by, created_at, "
-				      "updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+				      "updated_at, base_model) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)",
 				      -1, &st, NULL) != SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 	} else {
@@ -245,6 +246,8 @@ h_create(struct req *r)
 			sqlite3_bind_text(st, 3, sha, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_text(st, 4, r->authed ? r->who.name : "anonymous", -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 5, r->now);
+		if (base[0] != '\0')
+			sqlite3_bind_text(st, 6, base, -1, SQLITE_TRANSIENT);
 		int rc = sqlite3_step(st);
 		sqlite3_finalize(st);
 		id = sqlite3_last_insert_rowid(r->a->db);
@@ -496,7 +499,9 @@ put_finish(struct req *r, struct put *p)
 	unsigned char digest[crypto_hash_sha256_BYTES];
 	char hex[65], part[PATH_MAX + 64], final[PATH_MAX + 200], err[APP_ERR_LEN], target[200];
 	struct model_meta m;
-	int64_t model_id;
+	int64_t model_id, base_id;
+	char base[160] = "";
+	sqlite3_stmt *st;
 	int rc;
 
 	crypto_hash_sha256_final(&p->h, digest);
@@ -529,6 +534,20 @@ put_finish(struct req *r, struct put *p)
 			    p->name, (long long)p->id);
 		return;
 	}
+	if (sqlite3_prepare_v2(r->a->db, "SELECT base_model FROM uploads WHERE id = ?", -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, p->id);
+		if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != NULL)
+			snprintf(base, sizeof(base), "%s", (const char *)sqlite3_column_text(st, 0));
+		sqlite3_finalize(st);
+	}
+	/* an adapter whose base is gone (or a file that is not the adapter
+	 * it was said to be) cannot be mended by sending more */
+	if ((rc = model_base_check(r->a->db, p->name, &m, part, base, &base_id, err)) != APP_OK) {
+		model_meta_free(&m);
+		reply_error(r, 422, "invalid_field", "base_model", "%s; upload %lld is removed", err, (long long)p->id);
+		upload_remove(r->a, p->id);
+		return;
+	}
 	if (db_begin(r->a->db) != SQLITE_OK) {
 		model_meta_free(&m);
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
@@ -538,7 +557,8 @@ put_finish(struct req *r, struct put *p)
 	if (db_delete_id(r->a->db, "uploads", p->id) < 0)
 		rc = app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(r->a->db));
 	else
-		rc = model_insert(r->a->db, p->name, final, "upload", p->size, hex, &m, r->now, &model_id, err);
+		rc = model_insert(r->a->db, p->name, final, "upload", p->size, hex, &m, base_id, r->now, &model_id,
+				  err);
 	model_meta_free(&m);
 	if (rc != APP_OK) {
 		db_rollback(r->a->db);
@@ -566,10 +586,7 @@ put_finish(struct req *r, struct put *p)
 	cJSON_AddNumberToObject(d, "bytes", (double)p->size);
 	cJSON_AddStringToObject(d, "sha256", hex);
 	req_audit(r, "model.upload", target, "ok", d);
-	reply_query(r, 201,
-		    "SELECT id, name, state, source, path, size_bytes, sha256, architecture, parameters, "
-		    "quantization, context_length FROM models WHERE id = ?1",
-		    1, &model_id, "model");
+	models_reply_row(r, 201, model_id, base_id, p->name, final);
 }
 
 static void

@@ -13,4 +13,11 @@ struct admin;
  * the store's mutex. */
 void uploads_sweep(struct admin *a, int64_t now, int at_start);
 
+struct req;
+/* Reply status with model id's row as GET /api/v1/models/{id} lists it;
+ * for a LoRA adapter (base_id > 0), with what the engines of its base's
+ * running deployments said when told to load it (api/models.c).  The
+ * caller holds the store's mutex. */
+void models_reply_row(struct req *r, unsigned status, int64_t id, int64_t base_id, const char *name, const char *path);
+
 #endif

@@ -224,17 +224,17 @@ ensure_model(struct admin *a, const struct membership *ms, const struct spec *s,
 	sqlite3_finalize(st);
 	int rc = APP_OK;
 	if (id == 0) {
-		rc = model_fetch_begin(a, s->model_name, url, s->sha, s->size, ms->pin, ms->secret, now, 0, &id, e);
+		rc = model_fetch_begin(a, s->model_name, url, s->sha, s->size, ms->pin, ms->secret, 0, now, 0, &id, e);
 		if (rc == APP_EBUSY) {
 			/* a model of this node's own has the name: the copy takes
 			 * another (engines serve the deployment's name, not the
 			 * model's, and the copy is found again by its URL) */
 			char alt[160];
 			snprintf(alt, sizeof(alt), "%.90s.from-leader-%lld", s->model_name, (long long)s->model_id);
-			rc = model_fetch_begin(a, alt, url, s->sha, s->size, ms->pin, ms->secret, now, 0, &id, e);
+			rc = model_fetch_begin(a, alt, url, s->sha, s->size, ms->pin, ms->secret, 0, now, 0, &id, e);
 		}
 	} else if (strcmp(state, "failed") == 0 && created < now - FETCH_RETRY_S)
-		rc = model_fetch_begin(a, s->model_name, url, s->sha, s->size, ms->pin, ms->secret, now, id, &id, e);
+		rc = model_fetch_begin(a, s->model_name, url, s->sha, s->size, ms->pin, ms->secret, 0, now, id, &id, e);
 	if (rc == APP_EBUSY)
 		return app_fail(err, APP_EINVAL,
 				"models named '%s' and '%s.from-leader-%lld' are on this node already; rename or "

@@ -49,4 +49,14 @@ int64_t deploy_pick_node(struct admin *a, int64_t from, long threads);
  * the array moved for each.  The caller holds the store's mutex. */
 int deploy_move_all(struct admin *a, int64_t node, int is_self, const char *why, cJSON *moved, char *err);
 
+/* Tell the running engines of model base_id's deployments on this node to
+ * load LoRA adapter name from path (load 1), or to unload it (load 0).
+ * Deployments on other nodes are not told: adapters are not yet shipped
+ * to members.  The reply's {"loaded"|"unloaded": [ids], "failed":
+ * [{"deployment", "error"}], "other_nodes": [ids]}, NULL when out of
+ * memory; *busy is set when an engine refused an unload because requests
+ * use the adapter.  The caller holds the store's mutex; each engine has
+ * 10 s to answer. */
+cJSON *deploy_lora_sync(struct admin *a, int64_t base_id, const char *name, const char *path, int load, int *busy);
+
 #endif

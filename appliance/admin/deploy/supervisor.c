@@ -24,6 +24,7 @@
 #include "deploy/runner.h"
 #include "deploy/supervisor.h"
 #include "deploy/cpuset.h"
+#include "models/models.h"
 
 #define TICK_MS 500
 #define STOP_GRACE_MS 30000
@@ -71,7 +72,12 @@ struct want {
 	int model_ready;
 	int port;
 	char *placement, *options;
+	char *loras; /* JSON array of "NAME=PATH", the base model's ready LoRA adapters */
 };
+
+/* serve's arguments: 20 of its own, two per adapter and per directory
+ * adapters may be loaded from at run time (the model roots) */
+#define ENGINE_ARGC (24 + 2 * ADAPTERS_MAX + 2 * ADMIN_MAX_MODEL_ROOTS)
 
 int
 deploy_file(struct admin *a, int64_t id, const char *name, char *out, size_t size)
@@ -230,6 +236,21 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 		ARG("--chat-template");
 		ARG("%s", v->valuestring);
 	}
+	/* the base model's adapters, served by name; those registered
+	 * while it runs are loaded through the engine from the directories
+	 * models come from (deploy/lora_sync.c) */
+	cJSON *loras = cJSON_Parse(w->loras != NULL ? w->loras : "[]");
+	int n_lora = 0;
+	cJSON_ArrayForEach (v, loras)
+		if (cJSON_IsString(v) && n_lora++ < ADAPTERS_MAX) {
+			ARG("--lora");
+			ARG("%s", v->valuestring);
+		}
+	cJSON_Delete(loras);
+	for (int i = 0; i < a->cfg.n_model_roots; i++) { /* the model directory is one */
+		ARG("--lora-dir");
+		ARG("%s", a->cfg.model_roots[i]);
+	}
 #undef ARG
 	argv[n] = NULL;
 	cJSON_Delete(pl);
@@ -370,7 +391,7 @@ reshare(struct supervisor *s)
 static int
 spawn(struct supervisor *s, const struct want *w, struct proc *p, char *why, size_t why_size)
 {
-	char *argv[40], buf[40][4200], dir[4096], key[sizeof(p->key)];
+	char *argv[ENGINE_ARGC], buf[ENGINE_ARGC][4200], dir[4096], key[sizeof(p->key)];
 
 	if (deploy_file(s->a, w->id, NULL, dir, sizeof(dir)) != APP_OK) {
 		msg_fmt(why, why_size, "the deployment directory's path is longer than %zu bytes", sizeof(dir) - 1);
@@ -500,8 +521,10 @@ load_wants(struct admin *a, struct want **ret)
 	pthread_mutex_lock(&a->db_mu);
 	if (sqlite3_prepare_v2(a->db,
 			       "SELECT d.id, d.name, d.desired = 'running', d.state, m.path, m.state = 'ready', "
-			       "d.port, d.placement, d.options FROM deployments d JOIN models m ON m.id = d.model_id "
-			       "WHERE d.node_id IS NULL",
+			       "d.port, d.placement, d.options, (SELECT json_group_array(name || '=' || path) FROM "
+			       "(SELECT name, path FROM models l WHERE l.base_model_id = m.id AND l.kind = 'lora' "
+			       "AND l.state = 'ready' ORDER BY l.id)) FROM deployments d JOIN models m ON "
+			       "m.id = d.model_id WHERE d.node_id IS NULL",
 			       -1, &st, NULL) != SQLITE_OK) {
 		pthread_mutex_unlock(&a->db_mu);
 		return APP_EIO;
@@ -524,6 +547,7 @@ load_wants(struct admin *a, struct want **ret)
 		x->port = sqlite3_column_int(st, 6);
 		x->placement = strdup((const char *)sqlite3_column_text(st, 7));
 		x->options = strdup((const char *)sqlite3_column_text(st, 8));
+		x->loras = strdup((const char *)sqlite3_column_text(st, 9));
 	}
 	sqlite3_finalize(st);
 	pthread_mutex_unlock(&a->db_mu);
@@ -537,6 +561,7 @@ free_wants(struct want *w, int n)
 	for (int i = 0; i < n; i++) {
 		free(w[i].placement);
 		free(w[i].options);
+		free(w[i].loras);
 	}
 	free(w);
 }
@@ -763,7 +788,7 @@ keep_cpus(struct admin *a, int64_t id, const struct engine_cpus *cpus)
 static void
 adopt(struct supervisor *s)
 {
-	char *argv[40], buf[40][4200], why[300], names[400] = "";
+	char *argv[ENGINE_ARGC], buf[ENGINE_ARGC][4200], why[300], names[400] = "";
 	struct want *w;
 	int n = load_wants(s->a, &w), kept = 0, replaced = 0;
 

@@ -38,6 +38,7 @@ struct upload {
 	struct spool sp;
 	char name[160];
 	char want_sha[65]; /* from ?sha256=, or "" */
+	char base[160];    /* a model upload's ?base_model= (LoRA adapters), or "" */
 };
 
 /* For a stream's begin: check ?sha256= and the Content-Length against

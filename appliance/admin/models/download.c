@@ -24,6 +24,7 @@
 #include "store/db.h"
 #include "models/models.h"
 #include "store/settings.h"
+#include "deploy/deployments.h"
 
 struct fetch {
 	struct admin *a;
@@ -31,6 +32,7 @@ struct fetch {
 	char name[160], url[2100], want_sha[65], tmp[PATH_MAX + 64], final[PATH_MAX + 200];
 	char pin[128], secret_hdr[128]; /* a fetch from the leader: its key pin and our node secret */
 	int64_t want_size;              /* -1: unknown */
+	int64_t base_id;                /* > 0: a LoRA adapter of this model */
 	int fd;
 	crypto_hash_sha256_state h;
 	int64_t bytes, last_report_ms;
@@ -213,6 +215,13 @@ finish(struct fetch *f, char *err)
 		return app_fail(err, APP_EIO, "fsync: %s", strerror(errno));
 	if (model_meta_read(f->tmp, &m, err) != APP_OK)
 		return APP_EIO;
+	pthread_mutex_lock(&f->a->db_mu);
+	int fits = model_base_fits(f->a->db, f->name, &m, f->tmp, f->base_id, err);
+	pthread_mutex_unlock(&f->a->db_mu);
+	if (fits != APP_OK) {
+		model_meta_free(&m);
+		return fits;
+	}
 	if (rename(f->tmp, f->final) != 0) {
 		model_meta_free(&m);
 		return app_fail(err, APP_EIO, "cannot move the download into place: %s", strerror(errno));
@@ -225,8 +234,8 @@ finish(struct fetch *f, char *err)
 				   "sha256 = ?2, architecture = ?3, parameters = ?4, quantization = ?5, "
 				   "context_length = ?6, n_layer = ?7, n_head = ?8, n_head_kv = ?9, head_dim = ?10, "
 				   "tokenizer = ?11, chat_template = ?12, n_embd = ?13, n_vocab = ?14, kv_latent = "
-				   "?15, "
-				   "weight_bytes = ?16 WHERE id = ?17",
+				   "?15, weight_bytes = ?16, kind = ?18, lora_rank = ?19, lora_alpha = ?20 WHERE id = "
+				   "?17",
 				   -1, &st, NULL) == SQLITE_OK;
 	if (ok) {
 		sqlite3_bind_int64(st, 1, f->bytes);
@@ -234,23 +243,41 @@ finish(struct fetch *f, char *err)
 		sqlite3_bind_text(st, 3, m.architecture, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 4, m.parameters);
 		sqlite3_bind_text(st, 5, m.quantization, -1, SQLITE_TRANSIENT);
-		sqlite3_bind_int(st, 6, m.context_length);
-		sqlite3_bind_int(st, 7, m.n_layer);
-		sqlite3_bind_int(st, 8, m.n_head);
-		sqlite3_bind_int(st, 9, m.n_head_kv);
-		sqlite3_bind_int(st, 10, m.head_dim);
+		if (!m.lora) { /* an adapter's shape columns stay NULL */
+			sqlite3_bind_int(st, 6, m.context_length);
+			sqlite3_bind_int(st, 7, m.n_layer);
+			sqlite3_bind_int(st, 8, m.n_head);
+			sqlite3_bind_int(st, 9, m.n_head_kv);
+			sqlite3_bind_int(st, 10, m.head_dim);
+			sqlite3_bind_int(st, 13, m.n_embd);
+			sqlite3_bind_int(st, 14, m.n_vocab);
+		}
 		sqlite3_bind_text(st, 11, m.tokenizer, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_text(st, 12, m.chat_template, -1, SQLITE_TRANSIENT);
-		sqlite3_bind_int(st, 13, m.n_embd);
-		sqlite3_bind_int(st, 14, m.n_vocab);
 		sqlite3_bind_int(st, 15, m.kv_latent);
 		sqlite3_bind_int64(st, 16, m.weight_bytes);
 		sqlite3_bind_int64(st, 17, f->id);
+		sqlite3_bind_text(st, 18, m.lora ? "lora" : "model", -1, SQLITE_STATIC);
+		if (m.lora) {
+			sqlite3_bind_int(st, 19, m.lora_rank);
+			sqlite3_bind_double(st, 20, m.lora_alpha);
+		}
 		ok = sqlite3_step(st) == SQLITE_DONE;
 		sqlite3_finalize(st);
 	}
 	if (ok)
 		audit_download(f, "ok", "sha256", hex);
+	if (ok && m.lora) {
+		/* the running deployments of its base serve it from now on */
+		int busy;
+		cJSON *sync = deploy_lora_sync(f->a, f->base_id, f->name, f->final, 1, &busy);
+		const cJSON *fail;
+		cJSON_ArrayForEach (fail, cJSON_GetObjectItem(sync, "failed"))
+			log_warn("adapter %s: deployment %lld did not load it: %s", f->name,
+				 (long long)cJSON_GetObjectItem(fail, "deployment")->valuedouble,
+				 cJSON_GetObjectItem(fail, "error")->valuestring);
+		cJSON_Delete(sync);
+	}
 	pthread_mutex_unlock(&f->a->db_mu);
 	model_meta_free(&m);
 	if (!ok) {
@@ -278,7 +305,7 @@ fetch_main(void *arg)
 
 int
 model_fetch_begin(struct admin *a, const char *name, const char *url, const char *sha, int64_t size, const char *pin,
-		  const char *secret, int64_t now, int64_t reuse_id, int64_t *ret_id, char *err)
+		  const char *secret, int64_t base_id, int64_t now, int64_t reuse_id, int64_t *ret_id, char *err)
 {
 	struct fetch *f;
 	sqlite3_stmt *st;
@@ -288,6 +315,7 @@ model_fetch_begin(struct admin *a, const char *name, const char *url, const char
 	f->a = a;
 	f->fd = -1;
 	f->want_size = size;
+	f->base_id = base_id;
 	snprintf(f->name, sizeof(f->name), "%s", name);
 	snprintf(f->url, sizeof(f->url), "%s", url);
 	snprintf(f->want_sha, sizeof(f->want_sha), "%s", sha != NULL ? sha : "");
@@ -321,13 +349,17 @@ model_fetch_begin(struct admin *a, const char *name, const char *url, const char
 		return app_fail(err, APP_EBUSY, "a file %s.gguf is already in the model directory", name);
 	} else if (sqlite3_prepare_v2(a->db,
 				      "INSERT INTO models (name, path, size_bytes, architecture, source, url, "
-				      "state, created_at) VALUES (?1, ?2, ?3, '', 'url', ?4, 'importing', ?5)",
+				      "state, created_at, base_model_id) VALUES (?1, ?2, ?3, '', 'url', ?4, "
+				      "'importing', "
+				      "?5, ?6)",
 				      -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_text(st, 2, f->final, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 3, size > 0 ? size : 0);
 		sqlite3_bind_text(st, 4, url, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_int64(st, 5, now);
+		if (base_id > 0)
+			sqlite3_bind_int64(st, 6, base_id);
 	} else {
 		free(f);
 		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));

@@ -68,6 +68,90 @@ copy_str(const struct gguf_file *f, const char *key, char *out, size_t size)
 		snprintf(out, size, "%s", s);
 }
 
+/* general.type "adapter": a LoRA adapter's rank, alpha and size (m->lora
+ * set); any other kind of adapter is refused by name.  APP_OK for a model
+ * too (m->lora 0). */
+static int
+adapter_meta(const struct gguf_file *f, const char *path, struct model_meta *m, char *err)
+{
+	const char *type = NULL, *kind = NULL;
+
+	if (gguf_get_str(f, "general.type", &type, NULL) != 0 || strcmp(type, "adapter") != 0)
+		return APP_OK;
+	if (gguf_get_str(f, "adapter.type", &kind, NULL) != 0 || strcmp(kind, "lora") != 0)
+		return app_fail(err, APP_EFORMAT, "%s: an adapter of type '%s'; only LoRA adapters are supported", path,
+				kind != NULL ? kind : "(none)");
+	m->lora = 1;
+	if (gguf_get_f32(f, "adapter.lora.alpha", &m->lora_alpha, NULL) != 0)
+		m->lora_alpha = 0;
+	for (uint64_t i = 0; i < f->n_tensors; i++) {
+		const struct gguf_tensor *t = &f->tensors[i];
+		size_t n = strlen(t->name);
+		m->parameters += (int64_t)t->n_elems;
+		m->weight_bytes += (int64_t)t->n_bytes;
+		if (n > 7 && strcmp(t->name + n - 7, ".lora_a") == 0 && t->n_dims == 2 && (int)t->ne[1] > m->lora_rank)
+			m->lora_rank = (int)t->ne[1];
+	}
+	if (m->lora_rank <= 0)
+		return app_fail(err, APP_EFORMAT, "%s: a LoRA adapter without a single .lora_a tensor", path);
+	snprintf(m->quantization, sizeof(m->quantization), "%s",
+		 tensor_type_name(f->n_tensors > 0 ? f->tensors[0].type : 0));
+	return APP_OK;
+}
+
+int
+model_lora_fits(const char *path, const char *base_path, char *err)
+{
+	struct gguf_file *f = NULL, *b = NULL;
+	const char *arch = "", *base_arch = "";
+	char w[300];
+	int rc;
+
+	if ((rc = gguf_open(path, &f, err)) != APP_OK || (rc = gguf_open(base_path, &b, err)) != APP_OK)
+		goto out;
+	gguf_get_str(f, "general.architecture", &arch, NULL);
+	gguf_get_str(b, "general.architecture", &base_arch, NULL);
+	if (strcmp(arch, base_arch) != 0) {
+		rc = app_fail(err, APP_EFORMAT, "the adapter is for a %s model, the base model is %s", arch, base_arch);
+		goto out;
+	}
+	for (uint64_t i = 0; i < f->n_tensors; i++) {
+		const struct gguf_tensor *ta = &f->tensors[i], *tb, *tw;
+		size_t n = strlen(ta->name);
+		if (n <= 7 || strcmp(ta->name + n - 7, ".lora_a") != 0)
+			continue;
+		snprintf(w, sizeof(w), "%.*s.lora_b", (int)(n - 7), ta->name);
+		tb = gguf_find_tensor(f, w);
+		snprintf(w, sizeof(w), "%.*s", (int)(n - 7), ta->name);
+		tw = gguf_find_tensor(b, w);
+		if (tb == NULL) {
+			rc = app_fail(err, APP_EFORMAT, "%s has no %s.lora_b", ta->name, w);
+			goto out;
+		}
+		if (tw == NULL) {
+			rc = app_fail(err, APP_EFORMAT, "%s adapts %s, which the base model does not have", ta->name,
+				      w);
+			goto out;
+		}
+		if (ta->n_dims != 2 || tb->n_dims != 2 || tw->n_dims != 2 || ta->ne[0] != tw->ne[0] ||
+		    tb->ne[1] != tw->ne[1] || ta->ne[1] != tb->ne[0]) {
+			rc = app_fail(err, APP_EFORMAT,
+				      "%s is %llux%llu and its lora_b %llux%llu, which do not fit the base model's "
+				      "%s of %llux%llu",
+				      ta->name, (unsigned long long)ta->ne[1], (unsigned long long)ta->ne[0],
+				      (unsigned long long)tb->ne[1], (unsigned long long)tb->ne[0], w,
+				      (unsigned long long)tw->ne[1], (unsigned long long)tw->ne[0]);
+			goto out;
+		}
+	}
+out:
+	if (f != NULL)
+		gguf_close(f);
+	if (b != NULL)
+		gguf_close(b);
+	return rc;
+}
+
 int
 model_meta_read(const char *path, struct model_meta *m, char *err)
 {
@@ -87,6 +171,10 @@ model_meta_read(const char *path, struct model_meta *m, char *err)
 		return app_fail(err, APP_EFORMAT, "%s: no general.architecture key", path);
 	}
 	copy_str(f, "general.name", m->name, sizeof(m->name));
+	if ((rc = adapter_meta(f, path, m, err)) != APP_OK || m->lora) {
+		gguf_close(f);
+		return rc;
+	}
 	const char *a = m->architecture;
 	if (arch_int(f, a, "block_count", &m->n_layer) < 0 || arch_int(f, a, "attention.head_count", &m->n_head) < 0 ||
 	    arch_int(f, a, "embedding_length", &m->n_embd) < 0 || m->n_layer <= 0 || m->n_head <= 0 || m->n_embd <= 0) {

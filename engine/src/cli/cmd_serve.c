@@ -29,11 +29,11 @@ struct serve_opts {
 	int port, n_ctx, parallel, batch, threads, queue, kv_mib, drain_s, max_body_mib, max_conn;
 	int max_conn_client; /* -1: half of max_conn */
 	float header_timeout, min_body_rate;
-	int allow_unknown;                 /* --allow-unknown-fields */
-	int embeddings;                    /* --embeddings */
-	const char *lora[ENGINE_MAX_LORA]; /* --lora NAME=PATH */
-	const char *lora_dir;              /* --lora-dir DIR */
-	int n_lora;
+	int allow_unknown;                          /* --allow-unknown-fields */
+	int embeddings;                             /* --embeddings */
+	const char *lora[ENGINE_MAX_LORA];          /* --lora NAME=PATH */
+	const char *lora_dir[SERVER_MAX_LORA_DIRS]; /* --lora-dir DIR, repeatable */
+	int n_lora, n_lora_dir;
 	const char *pooling; /* --pooling mean|last */
 };
 
@@ -72,7 +72,7 @@ serve_usage(FILE *fp)
 	      "  --lora NAME=PATH       a LoRA adapter (GGUF), served as model NAME (or MODEL:NAME); up to 16,\n"
 	      "                         applied on the fly (cpu backend)\n"
 	      "  --lora-dir DIR         allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter, for\n"
-	      "                         adapter files under DIR\n",
+	      "                         adapter files under DIR (up to 16 directories)\n",
 	      fp);
 }
 
@@ -115,7 +115,10 @@ parse(int argc, char **argv, struct serve_opts *o)
 			else if (v != NULL)
 				o->lora[o->n_lora++] = v;
 		} else if (strcmp(a, "--lora-dir") == 0) {
-			o->lora_dir = v;
+			if (v != NULL && o->n_lora_dir == SERVER_MAX_LORA_DIRS)
+				rc = cli_error(cmd, "at most %d --lora-dir directories", SERVER_MAX_LORA_DIRS);
+			else if (v != NULL)
+				o->lora_dir[o->n_lora_dir++] = v;
 		} else if (strcmp(a, "--pooling") == 0) {
 			o->pooling = v;
 			if (v != NULL && strcmp(v, "mean") != 0 && strcmp(v, "last") != 0)
@@ -376,7 +379,8 @@ cmd_serve(int argc, char **argv)
 				      .header_timeout = o.header_timeout,
 				      .min_body_rate = o.min_body_rate,
 				      .allow_unknown_fields = o.allow_unknown,
-				      .lora_dir = o.lora_dir };
+				      .n_lora_dirs = o.n_lora_dir };
+	memcpy(cfg.lora_dirs, o.lora_dir, sizeof(o.lora_dir));
 	if (server_start(&srv, &cfg, err) < 0)
 		return cli_error("serve", "%s", err);
 	fprintf(stderr, "privai-engine serve: listening on %s:%d, loading %s\n", cfg.host, srv.port, o.model);

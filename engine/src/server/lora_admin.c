@@ -59,7 +59,7 @@ read_body(struct server *s, struct MHD_Connection *c, const char *body, size_t l
 	int rc;
 	cJSON *j;
 
-	if (s->cfg.lora_dir == NULL) {
+	if (s->cfg.n_lora_dirs == 0) {
 		http_send_error(c, 400, "invalid_request_error", "runtime_lora_disabled", NULL,
 				"adapters are loaded at run time only from a directory: start the server with "
 				"--lora-dir DIR");
@@ -84,9 +84,11 @@ read_body(struct server *s, struct MHD_Connection *c, const char *body, size_t l
 	return j;
 }
 
-/* path resolved under dir into out; 0, or -1 when it is not a file there. */
+/* path resolved under one of the --lora-dir directories into out (a
+ * relative path: under the first where it exists); 0, or -1 when it is
+ * not a file under any. */
 static int
-resolve_under(const char *dir, const char *path, char *out)
+resolve_under_one(const char *dir, const char *path, char *out)
 {
 	char root[PATH_MAX], joined[PATH_MAX * 2];
 	size_t n;
@@ -99,7 +101,16 @@ resolve_under(const char *dir, const char *path, char *out)
 	if (realpath(joined, out) == NULL)
 		return -1;
 	n = strlen(root);
-	return strncmp(out, root, n) == 0 && out[n] == '/' ? 0 : -1;
+	return strncmp(out, root, n) == 0 && (out[n] == '/' || (n == 1 && root[0] == '/')) ? 0 : -1;
+}
+
+static int
+resolve_under(const struct server_config *cfg, const char *path, char *out)
+{
+	for (int i = 0; i < cfg->n_lora_dirs; i++)
+		if (resolve_under_one(cfg->lora_dirs[i], path, out) == 0)
+			return 0;
+	return -1;
 }
 
 /* Loads and unloads one at a time: they are rare, and two loads of one
@@ -131,9 +142,9 @@ api_load_lora(struct server *s, struct MHD_Connection *c, const char *body, size
 	if (server_find_lora(s, name) != 0 || strcmp(name, s->cfg.model_id) == 0) {
 		rc = http_send_error(c, 409, "invalid_request_error", "lora_exists", "lora_name",
 				     "an adapter or model named %s is already served", name);
-	} else if (resolve_under(s->cfg.lora_dir, path, full) < 0) {
+	} else if (resolve_under(&s->cfg, path, full) < 0) {
 		rc = http_send_error(c, 400, "invalid_request_error", NULL, "lora_path",
-				     "lora_path must name a file under the server's --lora-dir");
+				     "lora_path must name a file under one of the server's --lora-dir directories");
 	} else if (lora_load(full, s->model, 1.0f, &a, err) < 0) {
 		rc = http_send_error(c, 400, "invalid_request_error", NULL, "lora_path", "%s", err);
 	} else if ((k = scheduler_lora_add(s->sched, a, err)) <= 0) {

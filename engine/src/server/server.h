@@ -21,6 +21,8 @@
 struct MHD_Daemon;
 struct MHD_Connection;
 
+#define SERVER_MAX_LORA_DIRS 16
+
 struct server_config {
 	const char *host;               /* listen address, default 127.0.0.1 */
 	int port;                       /* 0: any free port (see server_port) */
@@ -32,7 +34,9 @@ struct server_config {
 	double header_timeout;          /* seconds a client has to send its request headers, default 10 */
 	double min_body_rate;           /* bytes a second a request body must average; 0: no floor */
 	int allow_unknown_fields;       /* fields no endpoint reads pass instead of a 400 */
-	const char *lora_dir;           /* adapters may be loaded at run time from here; NULL: not */
+	/* adapters may be loaded at run time from files under these; none: not */
+	const char *lora_dirs[SERVER_MAX_LORA_DIRS];
+	int n_lora_dirs;
 };
 
 struct server {
@@ -50,7 +54,7 @@ struct server {
 	int n_ctx;
 	int pooling; /* SCHED_POOL_*: how /v1/embeddings pools; NONE: not served */
 	/* LoRA adapters by number - 1 (NULL: none), changed at run time
-	 * through /v1/load_lora_adapter when cfg.lora_dir is set */
+	 * through /v1/load_lora_adapter when cfg.lora_dirs has any */
 	pthread_mutex_t lora_mu;
 	char *lora_names[ENGINE_MAX_LORA];
 	struct lora_adapter *lora_ptr[ENGINE_MAX_LORA];

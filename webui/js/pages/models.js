@@ -1,5 +1,6 @@
 // Models: the list, import (path on the appliance, a resumable upload with
 // a progress bar, or URL), details with the GGUF's metadata, sizing, delete.
+// A LoRA adapter is imported the same ways, naming the model it adapts.
 import { api, upload } from '../api.js';
 import { h, badge, bytes, table, act, say, formValues, field } from '../ui.js';
 import { can } from '../session.js';
@@ -38,10 +39,14 @@ async function sendParts(u, file, onProgress) {
   }
 }
 
+// The optional base of a LoRA adapter, in each import form.
+const baseField = () => field('Base model (LoRA adapters only)', h('input', { name: 'base_model', maxlength: 128, size: 14 }));
+
 function importForms(refresh) {
   const byPath = h('form', { class: 'inline', 'aria-label': 'Register a model from a path' },
     field('Name', h('input', { name: 'name', required: true, maxlength: 128 })),
     field('Path on the appliance', h('input', { name: 'path', required: true, size: 40 })),
+    baseField(),
     h('button', { type: 'submit' }, 'Register'));
   byPath.addEventListener('submit', (e) => {
     e.preventDefault();
@@ -52,6 +57,7 @@ function importForms(refresh) {
   const up = h('form', { class: 'inline', 'aria-label': 'Upload a GGUF file' },
     field('Name', h('input', { name: 'name', required: true, maxlength: 128 })),
     field('GGUF file', h('input', { name: 'file', type: 'file', accept: '.gguf', required: true })),
+    baseField(),
     h('button', { type: 'submit' }, 'Upload'));
   up.addEventListener('submit', (e) => {
     e.preventDefault();
@@ -60,7 +66,9 @@ function importForms(refresh) {
       bar.hidden = false;
       pct.textContent = 'Checksumming…';
       const sum = await sha256(file);
-      const u = await api('POST', '/api/v1/uploads', { name: up.name.value, size: file.size, ...(sum ? { sha256: sum } : {}) });
+      const base = up.base_model.value;
+      const u = await api('POST', '/api/v1/uploads', { name: up.name.value, size: file.size, ...(sum ? { sha256: sum } : {}),
+        ...(base ? { base_model: base } : {}) });
       await sendParts(u, file, progress);
       pct.textContent = 'Uploaded and checked';
       up.reset();
@@ -109,6 +117,7 @@ function importForms(refresh) {
     field('Name', h('input', { name: 'name', required: true, maxlength: 128 })),
     field('URL (a host allowed in Settings)', h('input', { name: 'url', type: 'url', required: true, size: 40 })),
     field('SHA-256 (optional)', h('input', { name: 'sha256', size: 20 })),
+    baseField(),
     h('button', { type: 'submit' }, 'Download'));
   byUrl.addEventListener('submit', (e) => {
     e.preventDefault();
@@ -121,10 +130,17 @@ function importForms(refresh) {
 
 function details(m) {
   const out = h('div', {});
-  const rows = [['Architecture', m.architecture], ['Parameters', m.parameters?.toLocaleString()], ['Quantization', m.quantization],
+  const rows = [['Kind', m.kind === 'lora' ? `LoRA adapter of ${m.base_model}` : 'model'], ['LoRA rank', m.lora_rank], ['LoRA alpha', m.lora_alpha],
+    ['Adapters', m.kind === 'lora' ? null : m.adapters],
+    ['Architecture', m.architecture], ['Parameters', m.parameters?.toLocaleString()], ['Quantization', m.quantization],
     ['Context', m.context_length], ['Layers', m.n_layer], ['Heads', m.n_head], ['KV heads', m.n_head_kv], ['Head dim', m.head_dim],
     ['Tokenizer', m.tokenizer], ['Size', bytes(m.size_bytes)], ['SHA-256', m.sha256], ['Source', m.source], ['Path', m.path]];
   out.append(h('dl', {}, rows.filter((r) => r[1] !== undefined && r[1] !== null).map(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))])));
+  if (m.kind === 'lora') {
+    // it runs inside its base's deployments, which serve it by name
+    out.append(h('p', {}, `Served by every deployment of ${m.base_model} under the model name "${m.name}".`));
+    return out;
+  }
   const sizing = h('div', {});
   const form = h('form', { class: 'inline', 'aria-label': 'Sizing' },
     field('GPU', h('select', { name: 'gpu' }, ['H100-80GB', 'H200-141GB', 'A100-80GB', 'A100-40GB'].map((g) => h('option', {}, g)))),
@@ -150,6 +166,7 @@ export default async function models(main) {
     list.replaceChildren(table('Registered models', [
       { label: 'Name', value: (m) => h('button', { class: 'link', type: 'button', onclick: () => detail.replaceChildren(h('div', { class: 'card' }, h('h2', {}, m.name), details(m))) }, m.name) },
       { label: 'State', value: (m) => [badge(m.state), m.state === 'importing' ? ` ${bytes(m.bytes_done)}` : '', m.error ? ` ${m.error}` : ''] },
+      { label: 'Kind', value: (m) => m.kind === 'lora' ? `LoRA of ${m.base_model}` : 'model' },
       { label: 'Architecture', value: (m) => m.architecture || '—' },
       { label: 'Quantization', value: (m) => m.quantization || '—' },
       { label: 'Size', value: (m) => bytes(m.size_bytes) },
