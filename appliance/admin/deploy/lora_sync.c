@@ -82,7 +82,7 @@ engine_message(const struct answer *ans, char *out, size_t size)
 	cJSON *j = cJSON_Parse(ans->text);
 	const cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "message");
 
-	snprintf(out, size, "%s", cJSON_IsString(m) ? m->valuestring : ans->text);
+	msg_fmt(out, size, "%s", cJSON_IsString(m) ? m->valuestring : ans->text);
 	cJSON_Delete(j);
 	return out;
 }
