@@ -90,6 +90,46 @@ get_id(const struct gguf_file *f, const char *key, int32_t dflt, int n_vocab)
 	return (int32_t)v;
 }
 
+/* The fill-in-the-middle tokens: llama.cpp's keys, the older CodeLlama
+ * ones, else the spellings the code model families use (all of them
+ * written prefix, suffix, middle: PSM order). */
+static void
+find_fim(struct tokenizer *t, const struct gguf_file *f)
+{
+	static const char *const keys[][3] = {
+		{ "tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
+		  "tokenizer.ggml.fim_mid_token_id" },
+		{ "tokenizer.ggml.prefix_token_id", "tokenizer.ggml.suffix_token_id",
+		  "tokenizer.ggml.middle_token_id" },
+	};
+	static const char *const spelled[][3] = {
+		{ "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>" }, /* Qwen2.5-Coder */
+		{ "<fim_prefix>", "<fim_suffix>", "<fim_middle>" },       /* StarCoder */
+		{ "<fim-prefix>", "<fim-suffix>", "<fim-middle>" },       /* SantaCoder */
+		{ "<\xef\xbd\x9c"
+		  "fim\xe2\x96\x81"
+		  "begin\xef\xbd\x9c>",
+		  "<\xef\xbd\x9c"
+		  "fim\xe2\x96\x81"
+		  "hole\xef\xbd\x9c>",
+		  "<\xef\xbd\x9c"
+		  "fim\xe2\x96\x81"
+		  "end\xef\xbd\x9c>" }, /* DeepSeek-Coder: <｜fim▁begin｜> ... */
+		{ "\xe2\x96\x81<PRE>", "\xe2\x96\x81<SUF>", "\xe2\x96\x81<MID>" }, /* CodeLlama: ▁<PRE> ... */
+		{ "<PRE>", "<SUF>", "<MID>" },
+	};
+	size_t nk = sizeof(keys) / sizeof(keys[0]), ns = sizeof(spelled) / sizeof(spelled[0]);
+
+	for (size_t k = 0; k < nk + ns; k++) {
+		for (int i = 0; i < 3; i++)
+			t->fim[i] = k < nk ? get_id(f, keys[k][i], -1, t->n_vocab)
+					   : strmap_get(&t->vocab, spelled[k - nk][i], strlen(spelled[k - nk][i]));
+		if (t->fim[0] >= 0 && t->fim[1] >= 0 && t->fim[2] >= 0)
+			return;
+	}
+	t->fim[0] = t->fim[1] = t->fim[2] = -1;
+}
+
 int
 load_string_table(const struct gguf_file *f, const char *key, uint64_t max_n, char **ret_arena, struct strmap *map,
 		  uint64_t *ret_n, char *err)
@@ -244,6 +284,7 @@ tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, char *err)
 	t->eos = get_id(f, "tokenizer.ggml.eos_token_id", t->kind == TOK_SPM ? 2 : -1, t->n_vocab);
 	t->eot = get_id(f, "tokenizer.ggml.eot_token_id", -1, t->n_vocab);
 	t->unk = get_id(f, "tokenizer.ggml.unknown_token_id", t->kind == TOK_SPM ? 0 : -1, t->n_vocab);
+	find_fim(t, f);
 	t->add_bos = t->kind == TOK_SPM;
 	if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &flag, NULL) == PRIVAI_OK)
 		t->add_bos = flag;
@@ -288,6 +329,13 @@ tokenizer_eos(const struct tokenizer *t)
 {
 	return t->eos;
 }
+int
+tokenizer_fim(const struct tokenizer *t, int32_t ids[3])
+{
+	memcpy(ids, t->fim, sizeof(t->fim));
+	return t->fim[0] >= 0 ? 0 : -1;
+}
+
 int
 tokenizer_adds_bos(const struct tokenizer *t)
 {

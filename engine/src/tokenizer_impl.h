@@ -27,6 +27,7 @@ struct tokenizer {
 	char *arena;
 	char *merge_arena; /* merge strings the merges map points into */
 	int32_t bos, eos, eot, unk;
+	int32_t fim[3]; /* fill in the middle: prefix, suffix, middle; -1 when none */
 	int add_bos, add_space_prefix, ignore_merges;
 	int32_t byte_token[256]; /* SPM <0xXX> ids, -1 if absent */
 	int32_t *special;        /* ids of control/user-defined/unknown tokens, longest first */

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -643,7 +644,7 @@ def test_bad_input(s):
         ('{"prompt": "x", "max_tokens": 2, "logit_bias": {"5": 101}}', 400, "logit_bias", "logit_bias beyond 100"),
         ('{"prompt": "x", "max_tokens": 2, "logit_bias": [5]}', 400, "logit_bias", "logit_bias not an object"),
         ('{"messages": [{"role": "user", "content": "x"}], "best_of": 3}', 400, "best_of", "best_of on chat"),
-        ('{"prompt": "x", "max_tokens": 2, "suffix": "end"}', 400, "suffix", "suffix"),
+        ('{"prompt": "x", "max_tokens": 2, "suffix": "end"}', 400, "suffix", "suffix on a model without FIM tokens"),
         ('{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}',
          400, "tools", "tools with a template that has no tool-call format (llama2)"),
         ('{"messages": [{"role": "user", "content": "x"}], "echo": true}', 400, "echo", "echo on chat"),
@@ -1053,6 +1054,50 @@ def test_queue_full():
     check(s.stop() == 0, "exit 0")
 
 
+def test_fim():
+    """Fill in the middle (suffix, issue 22) on models whose vocabulary has
+    FIM tokens, found by their GGUF keys or by Qwen2.5-Coder's spelling:
+    the request runs [BOS] PRE prefix SUF suffix MID, exactly as the same
+    ids sent as a token prompt do; token prompts and echo with a suffix
+    are refused by name (a model without FIM tokens: test_bad_input)."""
+    d = tempfile.mkdtemp()
+    prefix, suffix = "def add(a, b):\n    ", "\n    return c\n"
+    for how in ("keys", "text"):
+        path = os.path.join(d, "fim-%s.gguf" % how)
+        p = subprocess.run([ENGINE, "synth", "--vocab-from", MODEL, "--fim", how, "--type", "F16", "-o", path],
+                           capture_output=True, text=True)
+        check(p.returncode == 0, "synth --fim %s (%s)" % (how, p.stderr))
+        s = Server(model=path)
+        ready = s.wait_ready()
+        check(ready, "FIM model (%s) ready" % how)
+        if not ready:
+            continue
+        _, pre = s.request("POST", "/tokenize", {"prompt": prefix, "add_special_tokens": False})
+        _, suf = s.request("POST", "/tokenize", {"prompt": suffix, "add_special_tokens": False})
+        V = 32003
+        ids = [1, V - 3] + pre["tokens"] + [V - 2] + suf["tokens"] + [V - 1]
+        # the first tokens' log-probabilities follow the whole prompt, where a
+        # small random model's greedy text may not
+        ask = {"max_tokens": 4, "temperature": 0, "ignore_eos": True, "logprobs": 5}
+        st, j = s.request("POST", "/v1/completions", dict(ask, prompt=prefix, suffix=suffix))
+        st2, j2 = s.request("POST", "/v1/completions", dict(ask, prompt=ids))
+        st3, j3 = s.request("POST", "/v1/completions", dict(ask, prompt=[1, V - 2] + suf["tokens"] + [V - 3] +
+                                                                 pre["tokens"] + [V - 1]))
+        lp = [c["choices"][0]["logprobs"]["top_logprobs"] if c.get("choices") else None for c in (j, j2, j3)]
+        check(st == 200 and st2 == 200 and j["usage"]["prompt_tokens"] == len(ids) and
+              j["choices"][0]["text"] == j2["choices"][0]["text"] and lp[0] == lp[1] and lp[0] != lp[2],
+              "(%s) suffix runs [BOS] PRE prefix SUF suffix MID: %d %d %s / %s" %
+              (how, st, st2, j.get("usage"), j2.get("usage")))
+        for body, param, what in (({"prompt": [1, 2, 3], "suffix": "x"}, "suffix", "token ids with a suffix"),
+                                  ({"prompt": ["a", [1, 2]], "suffix": "x"}, "suffix", "a token prompt among text"),
+                                  ({"prompt": "a", "suffix": "x", "echo": True}, "echo", "echo with a suffix"),
+                                  ({"prompt": "a", "suffix": 5}, "suffix", "a suffix that is not text")):
+            st, j = s.request("POST", "/v1/completions", dict(ask, **body))
+            check(st == 400 and j["error"]["param"] == param, "(%s) refused: %s (%d %s)" % (how, what, st, j))
+        s.stop()
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def test_allow_unknown_fields():
     s = Server("--allow-unknown-fields")
     check(s.wait_ready(), "server with --allow-unknown-fields ready")
@@ -1188,7 +1233,7 @@ def main():
     alive = s.p.poll() is None
     check(alive, "the server survived everything above")
     check(s.stop() == 0, "exit 0 after SIGTERM")
-    for t in (test_lora, test_embeddings, test_tool_calls, test_slow_clients, test_queue_full, test_allow_unknown_fields, test_keys_and_drain, test_startup_errors_and_notify):
+    for t in (test_lora, test_fim, test_embeddings, test_tool_calls, test_slow_clients, test_queue_full, test_allow_unknown_fields, test_keys_and_drain, test_startup_errors_and_notify):
         try:
             t()
         except Exception as e:

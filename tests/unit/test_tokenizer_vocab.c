@@ -1,7 +1,8 @@
 /*
  * Every tokenizer vector in the shared fixtures (vocab/NAME.gguf.inp/.out)
  * must come out token for token as the reference produced it, with special
- * handling off and no BOS.
+ * handling off and no BOS.  StarCoder's vocabulary has fill-in-the-middle
+ * tokens, found by their spelling; the others have none.
  */
 #include "testlib.h"
 #include "privai/gguf.h"
@@ -26,6 +27,15 @@ check_vocab(const char *dir, const char *name)
 		gguf_close(f);
 		return;
 	}
+	int32_t fim[3];
+	int has_fim = tokenizer_fim(t, fim) == 0;
+	if (strcmp(name, "starcoder") == 0)
+		CHECK(has_fim && strcmp(tokenizer_token_text(t, fim[0]), "<fim_prefix>") == 0 &&
+			      strcmp(tokenizer_token_text(t, fim[1]), "<fim_suffix>") == 0 &&
+			      strcmp(tokenizer_token_text(t, fim[2]), "<fim_middle>") == 0,
+		      "%s: its fill-in-the-middle tokens are found", name);
+	else
+		CHECK(!has_fim, "%s: no fill-in-the-middle tokens", name);
 	snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-%s.gguf.inp", dir, name);
 	char *inp = read_file(path, &inp_len);
 	snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-%s.gguf.out", dir, name);

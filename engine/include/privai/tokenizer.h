@@ -34,6 +34,10 @@ int tokenizer_n_vocab(const struct tokenizer *t);
 int32_t tokenizer_bos(const struct tokenizer *t); /* -1 when none */
 int32_t tokenizer_eos(const struct tokenizer *t);
 int tokenizer_adds_bos(const struct tokenizer *t);
+/* The fill-in-the-middle tokens (prefix, suffix, middle) in ids: 0, or -1
+ * when the vocabulary has none (by GGUF key or by a code model family's
+ * spelling). */
+int tokenizer_fim(const struct tokenizer *t, int32_t ids[3]);
 /* End-of-generation: eos, eot or another id the vocab marks as such. */
 int tokenizer_is_eog(const struct tokenizer *t, int32_t id);
 const char *tokenizer_model_name(const struct tokenizer *t); /* "llama", "gpt2" */

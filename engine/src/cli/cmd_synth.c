@@ -2,7 +2,8 @@
  * privai-engine synth: write a model with random weights and a real
  * tokenizer, of any llama-family shape, so tests and benchmarks can use a
  * 1B-class model without downloading one.  The tokenizer is copied from
- * another GGUF (--vocab-from) or is the project's own demo tokenizer.
+ * another GGUF (--vocab-from) or is the project's own demo tokenizer;
+ * --fim adds fill-in-the-middle tokens to a copied one.
  */
 #include <getopt.h>
 #include <math.h>
@@ -17,6 +18,7 @@
 struct synth {
 	const char *out, *vocab_from, *arch;
 	int dim, layers, heads, kv_heads, ff, ctx, vocab, tied, seed;
+	int fim; /* append <|fim_prefix|> <|fim_suffix|> <|fim_middle|>: 1 with their GGUF keys, 2 spelled only */
 	float rope_base;
 	char type[16];
 	uint64_t rng;
@@ -118,6 +120,38 @@ add_metadata(struct synth *s, struct gguf_writer *w, char *err)
 	return r ? privai_fail(err, PRIVAI_EINVAL, "cannot write metadata") : 0;
 }
 
+/* kv with the three fill-in-the-middle tokens appended (tokens, scores,
+ * token types); any other key as it is. */
+static int
+set_kv_fim(struct gguf_writer *w, const struct gguf_kv *kv)
+{
+	static const char *const fim[3] = { "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>" };
+	size_t esz = kv->arr_type == GGUF_STRING ? sizeof(char *) : 4;
+	int r;
+
+	if (kv->type != GGUF_ARRAY ||
+	    (strcmp(kv->key, "tokenizer.ggml.tokens") != 0 && strcmp(kv->key, "tokenizer.ggml.scores") != 0 &&
+	     strcmp(kv->key, "tokenizer.ggml.token_type") != 0))
+		return gguf_writer_set_kv(w, kv);
+	char *arr = malloc((kv->arr_n + 3) * esz);
+	if (arr == NULL)
+		return PRIVAI_ENOMEM;
+	memcpy(arr, kv->v.arr, kv->arr_n * esz);
+	for (int i = 0; i < 3; i++) {
+		const char *text = fim[i];
+		float score = 0;
+		int32_t control = 3; /* llama.cpp's token type CONTROL */
+		memcpy(arr + (kv->arr_n + (size_t)i) * esz,
+		       kv->arr_type == GGUF_STRING ? (const void *)&text
+		       : kv->arr_type == GGUF_F32  ? (const void *)&score
+						   : (const void *)&control,
+		       esz);
+	}
+	r = gguf_writer_set_arr(w, kv->key, kv->arr_type, arr, kv->arr_n + 3);
+	free(arr);
+	return r;
+}
+
 static int
 copy_vocab(struct synth *s, struct gguf_writer *w, char *err)
 {
@@ -134,12 +168,16 @@ copy_vocab(struct synth *s, struct gguf_writer *w, char *err)
 	for (uint64_t i = 0; i < f->n_kv; i++) {
 		if (strncmp(f->kv[i].key, "tokenizer.", 10) != 0)
 			continue;
-		if ((r = gguf_writer_set_kv(w, &f->kv[i])) < 0)
+		if ((r = s->fim ? set_kv_fim(w, &f->kv[i]) : gguf_writer_set_kv(w, &f->kv[i])) < 0)
 			break;
 		if (strcmp(f->kv[i].key, "tokenizer.ggml.tokens") == 0)
-			s->vocab = (int)f->kv[i].arr_n;
+			s->vocab = (int)f->kv[i].arr_n + (s->fim ? 3 : 0);
 	}
 	gguf_close(f);
+	if (r == 0 && s->fim == 1 && s->vocab > 0)
+		r = gguf_writer_set_u32(w, "tokenizer.ggml.fim_pre_token_id", (uint32_t)s->vocab - 3) |
+		    gguf_writer_set_u32(w, "tokenizer.ggml.fim_suf_token_id", (uint32_t)s->vocab - 2) |
+		    gguf_writer_set_u32(w, "tokenizer.ggml.fim_mid_token_id", (uint32_t)s->vocab - 1);
 	if (r == 0 && s->vocab == 0)
 		r = privai_fail(err, PRIVAI_EFORMAT, "%s has no tokenizer.ggml.tokens", s->vocab_from);
 	return r < 0 ? privai_fail(err, r, "cannot copy the tokenizer of %s", s->vocab_from) : 0;
@@ -194,6 +232,8 @@ usage(void)
 	     "  --dim N --layers N --heads N --kv-heads N --ff N --ctx N\n"
 	     "  --vocab N            demo tokenizer padded to N tokens\n"
 	     "  --vocab-from GGUF    copy the tokenizer of another model\n"
+	     "  --fim keys|text      add fill-in-the-middle tokens to it, with their GGUF keys or\n"
+	     "                       only spelled as Qwen2.5-Coder spells them\n"
 	     "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M\n"
 	     "                       (default Q8_0)\n"
 	     "  --rope-base F --tied --seed N\n"
@@ -204,14 +244,23 @@ int
 cmd_synth(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "demo", no_argument, NULL, 'D' },      { "arch", required_argument, NULL, 'a' },
-		{ "dim", required_argument, NULL, 1 },   { "layers", required_argument, NULL, 2 },
-		{ "heads", required_argument, NULL, 3 }, { "kv-heads", required_argument, NULL, 4 },
-		{ "ff", required_argument, NULL, 5 },    { "ctx", required_argument, NULL, 6 },
-		{ "vocab", required_argument, NULL, 7 }, { "vocab-from", required_argument, NULL, 8 },
-		{ "type", required_argument, NULL, 9 },  { "rope-base", required_argument, NULL, 10 },
-		{ "tied", no_argument, NULL, 11 },       { "seed", required_argument, NULL, 12 },
-		{ "help", no_argument, NULL, 'h' },      { NULL, 0, NULL, 0 },
+		{ "demo", no_argument, NULL, 'D' },
+		{ "arch", required_argument, NULL, 'a' },
+		{ "dim", required_argument, NULL, 1 },
+		{ "layers", required_argument, NULL, 2 },
+		{ "heads", required_argument, NULL, 3 },
+		{ "kv-heads", required_argument, NULL, 4 },
+		{ "ff", required_argument, NULL, 5 },
+		{ "ctx", required_argument, NULL, 6 },
+		{ "vocab", required_argument, NULL, 7 },
+		{ "vocab-from", required_argument, NULL, 8 },
+		{ "type", required_argument, NULL, 9 },
+		{ "rope-base", required_argument, NULL, 10 },
+		{ "tied", no_argument, NULL, 11 },
+		{ "seed", required_argument, NULL, 12 },
+		{ "fim", required_argument, NULL, 13 },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
 	struct synth s = { .arch = "llama",
 			   .dim = 256,
@@ -272,6 +321,11 @@ cmd_synth(int argc, char **argv)
 		case 12:
 			bad = cli_parse_int("synth", "--seed", optarg, 0, 0x7fffffff, &s.seed);
 			break;
+		case 13:
+			s.fim = strcmp(optarg, "keys") == 0 ? 1 : strcmp(optarg, "text") == 0 ? 2 : -1;
+			if (s.fim < 0)
+				return cli_error("synth", "--fim takes keys or text, not '%s'", optarg);
+			break;
 		case 'h':
 			usage();
 			return 0;
@@ -283,6 +337,8 @@ cmd_synth(int argc, char **argv)
 		return 1;
 	if (s.out == NULL)
 		return cli_error("synth", "needs -o OUT.gguf (see --help)");
+	if (s.fim && s.vocab_from == NULL)
+		return cli_error("synth", "--fim adds to a copied tokenizer: give --vocab-from");
 	if (strcmp(s.arch, "llama") != 0 && strcmp(s.arch, "qwen2") != 0)
 		return cli_error("synth", "--arch must be llama or qwen2");
 	if (s.dim % s.heads != 0 || s.heads % s.kv_heads != 0 || (s.dim / s.heads) % 2 != 0)

@@ -36,6 +36,7 @@ struct gen_params {
 	int json_mode;
 	struct json_schema *schema; /* response_format json_schema, or a forced tool call: owned */
 	char *regex;                /* guided_regex or guided_choice as a pattern: owned */
+	char *suffix;               /* completions: fill in the middle before this text; owned */
 	struct tool_set tools;
 	int has_seed;
 	struct sampler_params sp;

@@ -107,6 +107,44 @@ token_array(struct gen_params *g, const cJSON *arr, int32_t **ret, int *ret_n)
 	return 0;
 }
 
+/* Fill in the middle, as llama.cpp's server lays it out (PSM):
+ * [BOS] PRE prompt SUF suffix MID, the model then writes the middle. */
+static int
+encode_fim(struct gen_params *g, const struct tokenizer *tok, const char *text, int add_bos)
+{
+	char err[PRIVAI_ERR_LEN];
+	int32_t fim[3], *pre = NULL, *suf = NULL, *ids;
+	int np = 0, ns = 0, n = 0;
+
+	if (tokenizer_fim(tok, fim) < 0)
+		return bad(g, "suffix",
+			   "suffix (fill in the middle) needs a model whose vocabulary has fill-in-the-middle tokens "
+			   "(tokenizer.ggml.fim_pre_token_id and its kin, or a code model's <|fim_prefix|>, "
+			   "<fim_prefix>, <PRE>); this one has none");
+	if (tokenizer_encode(tok, text, strlen(text), 0, 1, &pre, &np, err) < 0 ||
+	    tokenizer_encode(tok, g->suffix, strlen(g->suffix), 0, 1, &suf, &ns, err) < 0) {
+		free(pre);
+		return bad(g, pre == NULL ? "prompt" : "suffix", "%s", err);
+	}
+	if ((ids = malloc((size_t)(np + ns + 4) * sizeof(int32_t))) == NULL) {
+		free(pre);
+		free(suf);
+		return bad(g, "prompt", "out of memory");
+	}
+	if (add_bos && tokenizer_bos(tok) >= 0)
+		ids[n++] = tokenizer_bos(tok);
+	ids[n++] = fim[0];
+	memcpy(ids + n, pre, (size_t)np * sizeof(int32_t));
+	n += np;
+	ids[n++] = fim[1];
+	memcpy(ids + n, suf, (size_t)ns * sizeof(int32_t));
+	n += ns;
+	ids[n++] = fim[2];
+	free(pre);
+	free(suf);
+	return add_prompt(g, ids, n);
+}
+
 static int
 encode(struct gen_params *g, const struct tokenizer *tok, const char *text, int add_bos)
 {
@@ -114,6 +152,8 @@ encode(struct gen_params *g, const struct tokenizer *tok, const char *text, int 
 	int32_t *ids = NULL;
 	int n = 0;
 
+	if (g->suffix != NULL)
+		return encode_fim(g, tok, text, add_bos);
 	if (tokenizer_encode(tok, text, strlen(text), add_bos, 1, &ids, &n, err) < 0)
 		return bad(g, "prompt", "%s", err);
 	return add_prompt(g, ids, n);
@@ -130,6 +170,8 @@ parse_prompt(struct gen_params *g, const cJSON *p, const struct tokenizer *tok)
 		return encode(g, tok, p->valuestring, add_bos);
 	if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
 		return bad(g, "prompt", "prompt must be a string, an array of strings, or token ids");
+	if (g->suffix != NULL && !cJSON_IsString(p->child))
+		return bad(g, "suffix", "suffix (fill in the middle) takes a text prompt, not token ids");
 	if (cJSON_IsNumber(p->child)) {
 		int32_t *ids;
 		int n;
@@ -144,6 +186,9 @@ parse_prompt(struct gen_params *g, const cJSON *p, const struct tokenizer *tok)
 			if (encode(g, tok, it->valuestring, add_bos) < 0)
 				return -1;
 		} else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) > 0) {
+			if (g->suffix != NULL)
+				return bad(g, "suffix",
+					   "suffix (fill in the middle) takes text prompts, not token ids");
 			if (token_array(g, it, &ids, &n) < 0 || add_prompt(g, ids, n) < 0)
 				return -1;
 		} else {
@@ -648,8 +693,12 @@ check_unsupported(struct gen_params *g, const cJSON *j)
 			return bad(g, "best_of", "best_of is for /v1/completions; chat has no best_of");
 	}
 	v = cJSON_GetObjectItem(j, "suffix");
-	if (!is_empty(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
-		return bad(g, "suffix", "suffix (fill in the middle) is not supported");
+	if (!is_empty(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0')) {
+		if (!cJSON_IsString(v))
+			return bad(g, "suffix", "suffix must be a string");
+		if ((g->suffix = strdup(v->valuestring)) == NULL)
+			return bad(g, "suffix", "out of memory");
+	}
 	/* the deprecated forms of tools and tool_choice */
 	if (!is_empty(cJSON_GetObjectItem(j, "functions")))
 		return bad(g, "functions", "functions is deprecated and not supported: send tools");
@@ -756,6 +805,9 @@ gen_params_parse(struct gen_params *g, const cJSON *j, const struct tokenizer *t
 	const cJSON *p = cJSON_GetObjectItem(j, "prompt");
 	if (p == NULL)
 		return bad(g, "prompt", "prompt is required");
+	/* echo would show the prefix and suffix run together */
+	if (g->suffix != NULL && g->echo)
+		return bad(g, "echo", "echo cannot be combined with suffix (fill in the middle)");
 	return parse_prompt(g, p, tok);
 }
 
@@ -772,5 +824,7 @@ gen_params_free(struct gen_params *g)
 	g->schema = NULL;
 	free(g->regex);
 	g->regex = NULL;
+	free(g->suffix);
+	g->suffix = NULL;
 	tools_free(&g->tools);
 }
