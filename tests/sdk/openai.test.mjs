@@ -3,11 +3,14 @@
 // chat and completions whole and streamed, tool calls round-tripped
 // (plain and streamed, through the SDK's own stream helper), json_schema
 // through the SDK's parse helper, logit_bias of -100 and +100 moving the
-// argmax, embeddings, errors as the SDK's typed exceptions, and a stop-string finish
-// counted as stop in /metrics.
+// argmax, embeddings, errors as the SDK's typed exceptions, a stop-string finish
+// counted as stop in /metrics, a LoRA adapter against the merged-weights
+// model, and suffix (fill in the middle) on a model with FIM tokens.
 //
 // usage: node tests/sdk/openai.test.mjs BUILD_DIR
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 
@@ -22,9 +25,9 @@ function check(cond, what, detail = '') {
   else { failed++; console.log(`FAIL: ${what} ${detail}`); }
 }
 
-function startServer() {
-  const p = spawn(path.join(BUILD, 'privai-engine'), ['serve', '-m', MODEL, '--port', '0', '--threads', '2', '--ctx', '512',
-    '--chat-template', 'chatml', '--model-name', 'tiny', '--embeddings'], { stdio: ['ignore', 'ignore', 'pipe'] });
+function startServer(model = MODEL, extra = ['--embeddings']) {
+  const p = spawn(path.join(BUILD, 'privai-engine'), ['serve', '-m', model, '--port', '0', '--threads', '2', '--ctx', '512',
+    '--chat-template', 'chatml', '--model-name', 'tiny', ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start: ${log}`)), 60000);
@@ -122,10 +125,72 @@ async function errors(client) {
   }
 }
 
+function engine(...args) {
+  const r = spawnSync(path.join(BUILD, 'privai-engine'), args, { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`privai-engine ${args.join(' ')}: ${r.stderr}`);
+}
+
+// One greedy completion's text and its first tokens' top log-probabilities.
+async function greedy(client, model, extra = {}) {
+  const r = await client.completions.create({ model, prompt: 'The weather in Oslo today is', max_tokens: 6,
+    temperature: 0, ignore_eos: true, logprobs: 3, ...extra });
+  return { text: r.choices[0].text, lp: r.choices[0].logprobs.top_logprobs.slice(0, 2) };
+}
+
+// The same text and top tokens, log-probabilities within tol (float
+// sums in another order: batched, or weights merged in float32).
+function same(a, b, tol = 2e-3) {
+  return a.text === b.text && a.lp.every((o, i) => Object.keys(o).join() === Object.keys(b.lp[i]).join() &&
+    Object.keys(o).every((k) => Math.abs(o[k] - b.lp[i][k]) <= tol));
+}
+const show = (...g) => g.map((x) => JSON.stringify(x)).join(' / ');
+
+// A LoRA adapter served beside its base answers as the merged model does.
+async function lora(tmp) {
+  const ad = path.join(tmp, 'ad.gguf'), merged = path.join(tmp, 'merged.gguf');
+  engine('lora', 'synth', '-m', MODEL, '-o', ad, '--rank', '8');
+  engine('lora', 'merge', '-m', MODEL, '--lora', ad, '-o', merged);
+  const a = await startServer(MODEL, ['--lora', `ad=${ad}`]), b = await startServer(merged, []);
+  try {
+    const ca = new OpenAI({ baseURL: `http://127.0.0.1:${a.port}/v1`, apiKey: 'none', maxRetries: 0 });
+    const cb = new OpenAI({ baseURL: `http://127.0.0.1:${b.port}/v1`, apiKey: 'none', maxRetries: 0 });
+    const ids = (await ca.models.list()).data.map((m) => `${m.id}<${m.parent ?? ''}`);
+    check(ids.join() === 'tiny<,ad<tiny', 'models.list names the adapter with its parent', ids.join());
+    const [withAd, prefixed, plain, ref] = await Promise.all([greedy(ca, 'ad'), greedy(ca, 'tiny:ad'), greedy(ca, 'tiny'),
+      greedy(cb, 'tiny')]);
+    check(same(withAd, ref) && same(prefixed, ref) && !same(plain, ref, 0.1),
+      'the adapter answers as the merged model, the base does not', show(withAd, ref, plain));
+  } finally {
+    a.proc.kill('SIGTERM');
+    b.proc.kill('SIGTERM');
+  }
+}
+
+// suffix: the prompt runs as PRE prefix SUF suffix MID (the model's FIM
+// tokens are the last three ids of its vocabulary).
+async function fim(tmp) {
+  const m = path.join(tmp, 'fim.gguf');
+  engine('synth', '--vocab-from', MODEL, '--fim', 'keys', '--type', 'F16', '-o', m);
+  const s = await startServer(m, []);
+  try {
+    const c = new OpenAI({ baseURL: `http://127.0.0.1:${s.port}/v1`, apiKey: 'none', maxRetries: 0 });
+    const tok = async (text) => (await (await fetch(`http://127.0.0.1:${s.port}/tokenize`, { method: 'POST',
+      body: JSON.stringify({ prompt: text, add_special_tokens: false }) })).json()).tokens;
+    const ids = [1, 32000, ...await tok('The weather in Oslo today is'), 32001, ...await tok(' and cold.'), 32002];
+    const withSuffix = await greedy(c, 'tiny', { suffix: ' and cold.' }), asIds = await greedy(c, 'tiny', { prompt: ids });
+    const swapped = await greedy(c, 'tiny', { prompt: [1, 32001, ...ids.slice(2, -1), 32002] });
+    check(same(withSuffix, asIds, 1e-4) && !same(withSuffix, swapped, 1e-4),
+      'completions.create with suffix runs PRE prefix SUF suffix MID', show(withSuffix, asIds, swapped));
+  } finally {
+    s.proc.kill('SIGTERM');
+  }
+}
+
 async function main() {
   const srv = await startServer();
   const base = `http://127.0.0.1:${srv.port}`;
   const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'none', maxRetries: 0 });
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'privai-sdk-'));
   const groups = {
     async models() {
       const list = await client.models.list();
@@ -156,6 +221,8 @@ async function main() {
     structured: () => structured(client),
     bias: () => bias(client, base),
     errors: () => errors(client),
+    lora: () => lora(tmp),
+    fim: () => fim(tmp),
     async stopMetric() {
       const metric = async () => {
         const t = await (await fetch(`${base}/metrics`)).text();
@@ -182,6 +249,7 @@ async function main() {
     try { await f(); } catch (e) { check(false, `${name} raised`, e.stack); }
   }
   srv.proc.kill('SIGTERM');
+  fs.rmSync(tmp, { recursive: true, force: true });
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
 }
