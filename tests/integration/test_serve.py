@@ -881,6 +881,22 @@ def test_tool_calls():
         [(i, c["function"]["name"], c["function"]["arguments"]) for i, c in enumerate(whole)]
     check(st2 == 200 and same and fins == ["tool_calls"] and all(d["id"].startswith("call_") for d in deltas),
           "streamed calls equal the whole response's (%s; %s)" % (deltas, whole))
+    # required with parallel calls, cut short by max_tokens (random weights
+    # keep adding calls): each call streams as soon as its element closes,
+    # and the whole response has the same closed calls, no content
+    body = {"messages": ask, "tools": tools, "tool_choice": "required", "max_tokens": 150, "seed": 3}
+    st, j = s.request("POST", "/v1/chat/completions", body)
+    st2, ev = s.stream("/v1/chat/completions", dict(body, stream=True))
+    at = [(i, tc) for i, e in enumerate(ev[:-1]) for ch in e.get("choices", []) for tc in ch["delta"].get("tool_calls", [])]
+    fin = [i for i, e in enumerate(ev[:-1]) for ch in e.get("choices", []) if ch["finish_reason"]]
+    ch = j["choices"][0] if st == 200 else {}
+    whole = ch.get("message", {}).get("tool_calls") or []
+    check(st == 200 and st2 == 200 and ch["finish_reason"] == "length" and ch["message"]["content"] is None and
+          len(whole) >= 2 and [(tc["index"], tc["function"]["name"], tc["function"]["arguments"]) for _, tc in at] ==
+          [(i, c["function"]["name"], c["function"]["arguments"]) for i, c in enumerate(whole)] and
+          fin and at[0][0] < at[-1][0] < fin[0],
+          "required calls stream one by one as each closes, as the whole response has them (%s; %s; finish at %s)" %
+          ([(i, tc["function"]["name"]) for i, tc in at], json.dumps(ch)[:300], fin))
     # a named function's arguments stream as they are written
     body = {"messages": ask, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
             "max_tokens": 100, "seed": 5}

@@ -19,6 +19,65 @@
 #include "server/openai.h"
 #include "server/server.h"
 
+/* Where a scan of a JSON array's text has got to: the elements at depth
+ * 1 that have closed are the calls of tool_choice required. */
+struct element_scan {
+	size_t pos, start;
+	int depth, in_str, esc;
+};
+
+/* The next element of the array in t[0..len) to close after st->pos: 1
+ * with it at t[*start..*end), or 0 when none has (st keeps the place). */
+static int
+next_element(const char *t, size_t len, struct element_scan *st, size_t *start, size_t *end)
+{
+	for (; st->pos < len; st->pos++) {
+		char ch = t[st->pos];
+		if (st->in_str) {
+			if (st->esc)
+				st->esc = 0;
+			else if (ch == '\\')
+				st->esc = 1;
+			else if (ch == '"')
+				st->in_str = 0;
+		} else if (ch == '"') {
+			st->in_str = 1;
+		} else if (ch == '{' || ch == '[') {
+			if (st->depth++ == 1)
+				st->start = st->pos;
+		} else if ((ch == '}' || ch == ']') && --st->depth == 1) {
+			*start = st->start;
+			*end = ++st->pos;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* The {"name", "parameters"} element at t[0..len) as a call with a new
+ * id; 0, or -1 when it is not one. */
+static int
+element_call(enum chat_family fam, const char *t, size_t len, struct tool_call *call)
+{
+	cJSON *o = cJSON_ParseWithLength(t, len);
+	const cJSON *name = cJSON_GetObjectItem(o, "name"), *params = cJSON_GetObjectItem(o, "parameters");
+
+	memset(call, 0, sizeof(*call));
+	if (cJSON_IsString(name) && cJSON_IsObject(params)) {
+		call->arguments = cJSON_PrintUnformatted(params);
+		call->name = strdup(name->valuestring);
+		call->id = tool_call_new_id(fam);
+	}
+	cJSON_Delete(o);
+	if (call->arguments == NULL || call->name == NULL || call->id == NULL) {
+		free(call->id);
+		free(call->name);
+		cJSON_free(call->arguments);
+		return -1;
+	}
+	return 0;
+}
+
 struct choice {
 	struct sched_request *r;
 	int index, prompt_index;
@@ -37,6 +96,10 @@ struct choice {
 	struct tool_call *calls;
 	int n_calls;
 	char *stream_call_id; /* a named call streamed as it is written: its id */
+	/* required, streamed: each call goes out once its array element has
+	 * closed; calls_sent of them have */
+	struct element_scan scan;
+	int calls_sent, scan_off;
 };
 
 struct job {
@@ -108,6 +171,32 @@ token_string(const struct tokenizer *tok, int32_t id)
 	return strbuf_take(&b);
 }
 
+/* tool_choice required cut short by max_tokens: the calls whose elements
+ * closed (what a stream of it sent), no content.  How many, or 0. */
+static int
+closed_calls(struct job *j, struct choice *c, size_t *content_len)
+{
+	struct element_scan st = { 0 };
+	size_t a, b;
+	int n = 0;
+
+	while (c->text.s != NULL && next_element(c->text.s, c->text.len, &st, &a, &b)) {
+		struct tool_call *more = realloc(c->calls, (size_t)(n + 1) * sizeof(*more));
+		if (more == NULL)
+			break;
+		c->calls = more;
+		if (element_call(j->srv->chat, c->text.s + a, b - a, &c->calls[n]) < 0)
+			break;
+		n++;
+	}
+	if (n == 0) {
+		free(c->calls);
+		c->calls = NULL;
+	}
+	*content_len = 0;
+	return n;
+}
+
 /* A finished choice's output read as tool calls; text before them
  * stays the content (without trailing whitespace). */
 static void
@@ -119,6 +208,8 @@ finish_tools(struct job *j, struct choice *c)
 		return;
 	c->tools_done = 1;
 	int n = tools_parse_output(&j->g.tools, j->srv->chat, c->text.s ? c->text.s : "", &c->calls, &content_len);
+	if (n <= 0 && j->g.tools.choice == TOOL_CHOICE_REQUIRED && c->finish == FINISH_LENGTH)
+		n = closed_calls(j, c, &content_len);
 	if (n <= 0)
 		return; /* plain text (or out of memory: the text all the same) */
 	c->n_calls = n;
@@ -317,11 +408,11 @@ add_usage(const struct job *j, cJSON *o)
 
 /* The calls as OpenAI writes them (with index in a stream's delta). */
 static void
-add_tool_calls(cJSON *o, const struct choice *c, int with_index)
+add_tool_calls(cJSON *o, const struct choice *c, int with_index, int from)
 {
 	cJSON *arr = cJSON_AddArrayToObject(o, "tool_calls");
 
-	for (int i = 0; i < c->n_calls; i++) {
+	for (int i = from; i < c->n_calls; i++) {
 		cJSON *tc = cJSON_CreateObject(), *fn;
 		if (with_index)
 			cJSON_AddNumberToObject(tc, "index", i);
@@ -408,7 +499,7 @@ whole_response(struct job *j)
 			else
 				cJSON_AddStringToObject(m, "content", text);
 			if (c->n_calls > 0)
-				add_tool_calls(m, c, 0);
+				add_tool_calls(m, c, 0, 0);
 		} else {
 			cJSON_AddStringToObject(ch, "text", text);
 		}
@@ -464,6 +555,39 @@ add_argument_delta(struct job *j, struct choice *c, cJSON *d, const char *piece)
 	cJSON_AddItemToArray(arr, tc);
 }
 
+/* tool_choice required, streamed: the output is a JSON array of
+ * {"name", "parameters"} in either order (decoding is held to it), so
+ * each call is sent whole as soon as its element closes rather than all
+ * at the end.  An element that does not parse ends the early sending: the
+ * calls from there on go out with the finish. */
+static void
+add_closed_calls(struct job *j, struct choice *c, cJSON *d)
+{
+	struct tool_call call;
+	cJSON *arr = NULL;
+	size_t a, b;
+
+	while (!c->scan_off && c->text.s != NULL && next_element(c->text.s, c->text.len, &c->scan, &a, &b)) {
+		if (element_call(j->srv->chat, c->text.s + a, b - a, &call) < 0) {
+			c->scan_off = 1;
+			break;
+		}
+		if (arr == NULL)
+			arr = cJSON_AddArrayToObject(d, "tool_calls");
+		cJSON *tc = cJSON_CreateObject(), *fn;
+		cJSON_AddNumberToObject(tc, "index", c->calls_sent++);
+		cJSON_AddStringToObject(tc, "id", call.id);
+		cJSON_AddStringToObject(tc, "type", "function");
+		fn = cJSON_AddObjectToObject(tc, "function");
+		cJSON_AddStringToObject(fn, "name", call.name);
+		cJSON_AddStringToObject(fn, "arguments", call.arguments);
+		cJSON_AddItemToArray(arr, tc);
+		free(call.id);
+		free(call.name);
+		cJSON_free(call.arguments);
+	}
+}
+
 /* One chunk for choice c with its new text (and logprobs), plus its
  * finish_reason when it has finished and everything is out. */
 static void
@@ -481,8 +605,10 @@ emit_choice_chunk(struct job *j, struct choice *c, size_t end)
 			add_argument_delta(j, c, d, end > c->sent ? delta : NULL);
 		else if (end > c->sent)
 			cJSON_AddStringToObject(d, "content", delta ? delta : "");
-		if (done && c->n_calls > 0 && j->g.tools.choice != TOOL_CHOICE_NAMED)
-			add_tool_calls(d, c, 1);
+		if (j->g.tools.choice == TOOL_CHOICE_REQUIRED)
+			add_closed_calls(j, c, d);
+		if (done && c->n_calls > c->calls_sent && j->g.tools.choice != TOOL_CHOICE_NAMED)
+			add_tool_calls(d, c, 1, c->calls_sent);
 	} else {
 		cJSON_AddStringToObject(ch, "text", delta ? delta : "");
 	}
