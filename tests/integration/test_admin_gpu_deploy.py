@@ -66,6 +66,14 @@ def test_whole_gpus(c, fdir):
           "the node reports its engine's backends", self_node["inventory"].get("engine"))
     gpus = c.get("/api/v1/gpus").json["data"]
     uuid = [g["uuid"] for g in gpus]
+    # a LoRA adapter of the model: adapters run on the CPU backend only, so
+    # a GPU placement starts without it rather than not at all
+    ad = os.path.join(fdir, "ad.gguf")
+    p = subprocess.run([os.path.join(BUILD, "privai-engine"), "lora", "synth", "-m", DEMO, "-o", ad],
+                       capture_output=True, text=True)
+    r = c.post("/api/v1/models/upload?name=ad&base_model=demo", raw=open(ad, "rb").read() if p.returncode == 0 else b"",
+               headers={"Content-Type": "application/octet-stream"})
+    check(r.status == 201 and r.json["kind"] == "lora", "an adapter of the model registered", (p.stderr, r))
     r = deploy(c, "tp2", {"kind": "gpu", "gpus": [0, 1]})
     check(r.status == 201 and r.json["placement"] == {"kind": "gpu", "gpus": uuid[0:2], "tensor_parallel": 2},
           "two GPUs by index, stored by UUID with tensor_parallel 2", r)
@@ -76,6 +84,7 @@ def test_whole_gpus(c, fdir):
     check("--device" in argv and argv[argv.index("--device") + 1] == "cuda" and
           argv[argv.index("--gpus") + 1] == ",".join(uuid[0:2]) and argv[argv.index("--tensor-parallel") + 1] == "2"
           and "--threads" not in argv, "the engine gets --device cuda --gpus UUID,UUID --tensor-parallel 2", argv)
+    check("--lora" not in argv and "--lora-dir" in argv, "a GPU engine starts without the CPU-only adapters", argv)
     check("--max-connections-per-client" in argv and argv[argv.index("--max-connections-per-client") + 1] == "0",
           "the engine has no per-address cap: every client comes through the admin, from loopback", argv)
     held = {g["index"]: g["deployment"] for g in c.get("/api/v1/gpus").json["data"]}

@@ -238,8 +238,11 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	}
 	/* the base model's adapters, served by name; those registered
 	 * while it runs are loaded through the engine from the directories
-	 * models come from (deploy/lora_sync.c) */
-	cJSON *loras = cJSON_Parse(w->loras != NULL ? w->loras : "[]");
+	 * models come from (deploy/lora_sync.c).  Adapters run on the CPU
+	 * backend only: a GPU placement starts without them (a load then
+	 * says why in served_by.failed) rather than not at all. */
+	int on_gpu = cJSON_IsArray(cJSON_GetObjectItem(pl, "gpus"));
+	cJSON *loras = cJSON_Parse(w->loras != NULL && !on_gpu ? w->loras : "[]");
 	int n_lora = 0;
 	cJSON_ArrayForEach (v, loras)
 		if (cJSON_IsString(v) && n_lora++ < ADAPTERS_MAX) {
