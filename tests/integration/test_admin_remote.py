@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 
@@ -140,6 +141,35 @@ def test_placed(adm, b, o, v, bc, nid):
         r = bc.request(method, path, body)
         check(r.status == 409 and r.error_code() == "leader_owned", f"node-b's own console: {method} refused", r)
     return dep, demo, key
+
+
+def test_adapters(tmp, o, bc, dep):
+    """A LoRA adapter of the model, registered on the leader, reaches
+    node-b with its next heartbeats and is served there; deleted on the
+    leader, it goes from node-b too."""
+    ad = os.path.join(tmp, "ad.gguf")
+    p = subprocess.run([os.path.join(BUILD, "privai-engine"), "lora", "synth", "-m", DEMO, "-o", ad, "--rank", "8"],
+                       capture_output=True, text=True)
+    r = o.post("/api/v1/models/upload?name=ad&base_model=demo", raw=open(ad, "rb").read() if p.returncode == 0 else b"",
+               headers={"Content-Type": "application/octet-stream"})
+    check(r.status == 201 and r.json["served_by"]["other_nodes"] == [dep],
+          "an adapter registered on the leader names the deployment on node-b", (p.stderr, r))
+    ad_id = r.json.get("id")
+    m = wait_for(lambda: [x for x in bc.get("/api/v1/models").json["data"] if x["name"] == "ad" and x["state"] == "ready"], 30)
+    check(m and m[0]["kind"] == "lora" and m[0]["base_model"] == "demo" and m[0]["sha256"] == r.json.get("sha256"),
+          "node-b fetched it as an adapter of its copy of the model", m)
+
+    def ask(model):
+        r = o.post(f"/api/v1/deployments/{dep}/v1/completions", {"model": model, "prompt": "Hello there", "max_tokens": 2,
+                                                                  "temperature": 0, "logprobs": 3})
+        return (r.status, r.json["choices"][0]["logprobs"]["top_logprobs"] if r.status == 200 else r.json)
+    got = wait_for(lambda: (lambda x: x if x[0] == 200 else None)(ask("ad")), 15)
+    base = ask("far")
+    check(got and base[0] == 200 and got[1] != base[1], "node-b's engine serves it by name (%s vs %s)" % (got, base))
+    check(o.request("DELETE", f"/api/v1/models/{ad_id}").status == 204, "the adapter deleted on the leader")
+    check(wait_for(lambda: not [x for x in bc.get("/api/v1/models").json["data"] if x["name"] == "ad"], 30),
+          "and on node-b")
+    check(ask("ad")[0] == 404, "where its engine no longer serves it", ask("ad"))
 
 
 def test_lifecycle(adm, b, o, bc, nid, dep, secret):
@@ -461,6 +491,7 @@ def main():
         check(r.status == 422 and r.json["error"]["field"] == "placement.threads" and "node-b" in
               r.json["error"]["message"], "threads checked against node-b's CPUs", r)
         dep, demo, key = test_placed(adm, b, o, v, bc, nid)
+        test_adapters(tmp, o, bc, dep)
         test_lifecycle(adm, b, o, bc, nid, dep, secret)
         bc = b.client()
         bc.login("admin", PW)

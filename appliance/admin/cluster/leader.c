@@ -36,6 +36,36 @@ key_hashes(sqlite3 *db, int64_t id)
 	return keys;
 }
 
+/* The ready LoRA adapters of model id, as a member fetches them
+ * (cluster/member_adapters.c). */
+static cJSON *
+adapters_of(sqlite3 *db, int64_t id)
+{
+	cJSON *list = cJSON_CreateArray();
+	sqlite3_stmt *st;
+
+	if (list == NULL ||
+	    sqlite3_prepare_v2(db,
+			       "SELECT id, name, sha256, size_bytes FROM models WHERE base_model_id = ?1 "
+			       "AND kind = 'lora' AND state = 'ready' ORDER BY id",
+			       -1, &st, NULL) != SQLITE_OK)
+		return list;
+	sqlite3_bind_int64(st, 1, id);
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		cJSON *m = cJSON_CreateObject();
+		cJSON_AddNumberToObject(m, "id", (double)sqlite3_column_int64(st, 0));
+		cJSON_AddStringToObject(m, "name", (const char *)sqlite3_column_text(st, 1));
+		if (sqlite3_column_type(st, 2) == SQLITE_TEXT)
+			cJSON_AddStringToObject(m, "sha256", (const char *)sqlite3_column_text(st, 2));
+		else
+			cJSON_AddNullToObject(m, "sha256");
+		cJSON_AddNumberToObject(m, "size_bytes", (double)sqlite3_column_int64(st, 3));
+		cJSON_AddItemToArray(list, m);
+	}
+	sqlite3_finalize(st);
+	return list;
+}
+
 cJSON *
 remote_specs(struct admin *a, int64_t node_id)
 {
@@ -65,6 +95,7 @@ remote_specs(struct admin *a, int64_t node_id)
 		else
 			cJSON_AddNullToObject(m, "sha256"); /* a registered path is not hashed */
 		cJSON_AddNumberToObject(m, "size_bytes", (double)sqlite3_column_int64(st, 8));
+		cJSON_AddItemToObject(m, "adapters", adapters_of(a->db, sqlite3_column_int64(st, 5)));
 		cJSON_AddItemToObject(d, "model", m);
 		cJSON_AddItemToObject(d, "keys", key_hashes(a->db, id));
 		cJSON_AddItemToArray(list, d);

@@ -13,6 +13,7 @@
 #include "jsonnum.h"
 #include "strfmt.h"
 #include "admin.h"
+#include "log.h"
 #include "store/db.h"
 #include "deploy/deployments.h"
 #include "models/models.h"
@@ -21,7 +22,6 @@
 
 #define MAX_SPECS 256
 #define MAX_KEYS 64
-#define FETCH_RETRY_S 60
 
 /* One deployment the leader placed here, checked. */
 struct spec {
@@ -233,7 +233,7 @@ ensure_model(struct admin *a, const struct membership *ms, const struct spec *s,
 			snprintf(alt, sizeof(alt), "%.90s.from-leader-%lld", s->model_name, (long long)s->model_id);
 			rc = model_fetch_begin(a, alt, url, s->sha, s->size, ms->pin, ms->secret, 0, now, 0, &id, e);
 		}
-	} else if (strcmp(state, "failed") == 0 && created < now - FETCH_RETRY_S)
+	} else if (strcmp(state, "failed") == 0 && created < now - MEMBER_FETCH_RETRY_S)
 		rc = model_fetch_begin(a, s->model_name, url, s->sha, s->size, ms->pin, ms->secret, 0, now, id, &id, e);
 	if (rc == APP_EBUSY)
 		return app_fail(err, APP_EINVAL,
@@ -460,6 +460,13 @@ member_sync(struct admin *a, const struct membership *ms, const cJSON *reply)
 		if (spec_parse(a, e, &s, err) == 0 && (s.id = id) > 0 &&
 		    ensure_model(a, ms, &s, now, &model_id, err) == 0)
 			rc = upsert(a, ms, &s, model_id, draining, now, err);
+		if (rc >= 0 &&
+		    member_sync_adapters(a, ms,
+					 cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e, "model"),
+									  "adapters"),
+					 model_id, now, err) < 0)
+			/* the deployment runs without it: not a failure of the deployment */
+			log_warn("deployment %lld from the leader: %s", (long long)id, err);
 		if (rc < 0) {
 			note_error(a, id, err);
 		} else {
@@ -512,7 +519,7 @@ member_reports(struct admin *a)
 				snprintf(reason, sizeof(reason),
 					 "the model could not be fetched from the leader: %.600s "
 					 "(tried again within %d s)",
-					 (const char *)sqlite3_column_text(st, 8), FETCH_RETRY_S);
+					 (const char *)sqlite3_column_text(st, 8), MEMBER_FETCH_RETRY_S);
 				why = reason;
 			} else if (strcmp(mstate, "importing") == 0 && strcmp(state, "pending") == 0) {
 				snprintf(reason, sizeof(reason),

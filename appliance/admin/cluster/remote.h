@@ -66,6 +66,17 @@ int remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_
 
 /* --- on a member --- */
 
+/* A fetch from the leader that failed is tried again after this long. */
+#define MEMBER_FETCH_RETRY_S 60
+
+/* Make the local copies of a deployment's LoRA adapters match the
+ * leader's list (its spec's model.adapters; NULL from a leader without
+ * them): fetch the new ones to adapt local model base_id once it is
+ * ready, drop those no longer listed.  0, or -1 with why (the others are
+ * still done).  The caller holds the store's mutex. */
+int member_sync_adapters(struct admin *a, const struct membership *ms, const cJSON *list, int64_t base_id, int64_t now,
+			 char *err);
+
 /* The heartbeat's "deployments": what this node runs for the leader,
  * and the specs it could not take.  The caller holds the store's mutex. */
 cJSON *member_reports(struct admin *a);
