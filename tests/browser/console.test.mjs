@@ -198,7 +198,7 @@ async function main() {
     await row.getByRole('button', { name: 'tiny-q4', exact: true }).click();
     await page.getByRole('heading', { name: 'tiny-q4', level: 2 }).waitFor();
     await page.getByRole('button', { name: 'Size it' }).click();
-    await page.locator('pre', { hasText: 'kv_bytes_per_token' }).waitFor();
+    await page.locator('dl.facts', { hasText: 'KV cache per token' }).waitFor();
     check(true, 'model details and sizing shown');
     const dl = page.locator('dl', { hasText: 'Architecture' });
     check(await dl.locator('dt').first().textContent() === 'Kind' && await dl.locator('dd').first().textContent() === 'model' &&

@@ -1,7 +1,7 @@
 // The console's shell: sign-in, the navigation, and one page at a time
 // (#/name in the URL, so the back button and bookmarks work).
 import { api, setCsrf } from './api.js';
-import { h, say, act, field } from './ui.js';
+import { h, say, act, field, clearErrors } from './ui.js';
 import dashboard from './pages/dashboard.js';
 import models from './pages/models.js';
 import deployments from './pages/deployments.js';
@@ -10,11 +10,13 @@ import nodes from './pages/nodes.js';
 import users from './pages/users.js';
 import audit from './pages/audit.js';
 import settings from './pages/settings.js';
+import host from './pages/host.js';
+import sizing from './pages/sizing.js';
 import { session } from './session.js';
 
-const pages = { dashboard, models, deployments, gpus, nodes, users, audit, settings };
+const pages = { dashboard, models, deployments, gpus, nodes, host, sizing, users, audit, settings };
 const titles = { dashboard: 'Dashboard', models: 'Models', deployments: 'Deployments', gpus: 'GPUs & partitions',
-  nodes: 'Nodes', users: 'Users & tokens', audit: 'Audit log', settings: 'Settings' };
+  nodes: 'Nodes', host: 'Host', sizing: 'Sizing', users: 'Users & tokens', audit: 'Audit log', settings: 'Settings' };
 const ctx = session;
 let cleanup = null;
 
@@ -50,6 +52,9 @@ function showLogin(message) {
 
 function changePassword() {
   if (cleanup) { cleanup(); cleanup = null; }
+  // nothing else is open to this account until the password is its own
+  document.querySelector('.top').hidden = true;
+  document.title = 'Change your password · privai console';
   const err = h('p', { class: 'error-text', role: 'alert' });
   const form = h('form', { class: 'card' },
     h('p', {}, 'This account has a one-time password. Choose your own to go on.'),
@@ -75,7 +80,6 @@ async function start() {
     ctx.me = await api('GET', '/api/v1/auth/me', undefined, { quiet: true });
   } catch { showLogin(); return; }
   if (ctx.me.csrf_token) setCsrf(ctx.me.csrf_token);
-  document.querySelector('.top').hidden = false;
   document.getElementById('who').textContent = `${ctx.me.user.name} (${ctx.me.user.role})`;
   for (const a of document.querySelectorAll('#nav a[data-role="admin"]'))
     a.parentElement.hidden = ctx.me.user.role !== 'admin';
@@ -90,6 +94,8 @@ async function route() {
   const name = (location.hash.match(/^#\/([a-z]+)/) || [])[1] || 'dashboard';
   const page = pages[name] || dashboard;
   if (cleanup) { cleanup(); cleanup = null; }
+  document.querySelector('.top').hidden = false;
+  clearErrors();
   for (const a of document.querySelectorAll('#nav a'))
     if (a.getAttribute('href') === `#/${name}`) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
   document.title = `${titles[name] || 'Dashboard'} · privai console`;

@@ -25,10 +25,64 @@ export function svg(tag, attrs = {}) {
 
 export function say(message, isError = false) {
   const box = document.getElementById('status');
+  // the same message again (a button pressed twice) is said once, for longer
+  for (const old of box.children)
+    if (old.textContent === message && old.classList.contains('error') === isError) old.remove();
   // errors interrupt a screen reader (alert); other news waits its turn (the box is polite)
   const d = h('div', { class: isError ? 'error' : '', role: isError ? 'alert' : undefined }, message);
   box.append(d);
   setTimeout(() => d.remove(), isError ? 12000 : 5000);
+}
+
+// Errors belong to the page that caused them: the next page starts clean.
+export function clearErrors() {
+  for (const d of [...document.querySelectorAll('#status .error')]) d.remove();
+}
+
+// Mark the control of form that a refusal names (its field, or the last
+// part of a dotted one: "placement.threads"), with the reason beside it;
+// the mark goes when the control is edited.  1 when one was marked.
+function markField(form, fieldName, message) {
+  if (!form || !fieldName) return 0;
+  const control = form.elements.namedItem(fieldName) || form.elements.namedItem(fieldName.split('.').pop());
+  if (!control || !control.id) return 0;
+  const id = `${control.id}-error`;
+  let note = document.getElementById(id);
+  if (!note) {
+    note = h('div', { class: 'error-text field-error', id });
+    control.insertAdjacentElement('afterend', note);
+  }
+  note.textContent = message;
+  control.setAttribute('aria-invalid', 'true');
+  control.setAttribute('aria-describedby', id);
+  control.addEventListener('input', () => {
+    control.removeAttribute('aria-invalid');
+    control.removeAttribute('aria-describedby');
+    note.remove();
+  }, { once: true });
+  control.focus();
+  return 1;
+}
+
+// A secret shown once (a token, a key, a command), with a button that
+// copies it.
+export function secret(text, attrs = {}) {
+  const box = h('div', { class: 'secret', ...attrs }, text);
+  const copy = h('button', { type: 'button', class: 'secondary copy', 'aria-label': `Copy ${attrs['aria-label'] || 'it'}`,
+    onclick: async () => {
+      try {
+        await navigator.clipboard.writeText(text);
+        say('Copied');
+      } catch {
+        // no clipboard (a plain-http console): select it for the user to copy
+        const range = document.createRange();
+        range.selectNodeContents(box);
+        getSelection().removeAllRanges();
+        getSelection().addRange(range);
+        say('Selected: press Ctrl+C to copy');
+      }
+    } }, 'Copy');
+  return h('div', { class: 'secret-row' }, box, copy);
 }
 
 export function badge(state) {
@@ -86,6 +140,7 @@ export async function act(button, fn, done) {
     if (done) say(done);
     return r;
   } catch (e) {
+    markField(button?.form, e.field, e.message);
     say(e.field ? `${e.message} (${e.field})` : e.message, true);
     return undefined;
   } finally {

@@ -89,10 +89,9 @@ h_token_create(struct req *r)
 	cJSON_AddStringToObject(o, "leader_url", r->a->cfg.advertise_url);
 	if (r->a->tls_pin[0] != '\0')
 		cJSON_AddStringToObject(o, "leader_pin", r->a->tls_pin);
-	snprintf(cmd, sizeof(cmd),
-		 "privai-admin --join %s%s%s (with PRIVAI_JOIN_TOKEN=%s in its environment "
-		 "or config)",
-		 r->a->cfg.advertise_url, r->a->tls_pin[0] ? " --join-pin " : "", r->a->tls_pin, token);
+	/* one line a shell on the new node takes as it is */
+	snprintf(cmd, sizeof(cmd), "PRIVAI_JOIN_TOKEN=%s privai-admin --join %s%s%s", token, r->a->cfg.advertise_url,
+		 r->a->tls_pin[0] ? " --join-pin " : "", r->a->tls_pin);
 	cJSON_AddStringToObject(o, "command", cmd);
 	reply_json(r, 201, o);
 out:

@@ -3,7 +3,7 @@
 // deployment on another node is run by that node's privai-admin; this
 // console holds the row and reaches its engine through that node.
 import { api, apiStream } from '../api.js';
-import { h, badge, table, act, say, formValues, when, field } from '../ui.js';
+import { h, badge, table, act, say, formValues, when, field, secret as secretBox } from '../ui.js';
 import { can } from '../session.js';
 
 // The form's placement: GPUs by index or UUID when some are named, else CPU.
@@ -48,7 +48,7 @@ function createForm(modelsList, nodesList, refresh) {
     if (v.node) placement.node = v.node;
     act(form.querySelector('button'), async () => {
       const d = await api('POST', '/api/v1/deployments', { name: v.name, model: Number(v.model), placement, options });
-      secret.replaceChildren(h('p', {}, `API key for ${d.name} (shown once):`), h('div', { class: 'secret' }, d.api_key));
+      secret.replaceChildren(h('p', {}, `API key for ${d.name} (shown once):`), secretBox(d.api_key, { 'aria-label': 'the API key' }));
       form.reset();
       refresh();
     }, 'Deployment created');
@@ -107,7 +107,8 @@ async function keysBox(d) {
       { label: 'Name', value: (k) => k.name }, { label: 'Created', value: (k) => when(k.created_at) },
       { label: 'Revoked', value: (k) => when(k.revoked_at) },
       { label: 'Actions', value: (k) => k.revoked_at ? '' : h('button', { class: 'danger', type: 'button', 'aria-label': `Revoke key ${k.name}`,
-        onclick: (e) => act(e.target, async () => { await api('DELETE', `/api/v1/deployments/${d.id}/keys/${k.id}`); refresh(); }, 'Key revoked') }, 'Revoke') },
+        onclick: (e) => confirm(`Revoke key ${k.name}? Applications using it are refused from now on.`) &&
+          act(e.target, async () => { await api('DELETE', `/api/v1/deployments/${d.id}/keys/${k.id}`); refresh(); }, 'Key revoked') }, 'Revoke') },
     ], r.data), form, secret);
   }
   const secret = h('div', { 'aria-live': 'polite' });
@@ -118,7 +119,7 @@ async function keysBox(d) {
     act(form.querySelector('button'), async () => {
       const k = await api('POST', `/api/v1/deployments/${d.id}/keys`, { name: form.name.value });
       await refresh();
-      secret.replaceChildren(h('p', {}, 'New key (shown once):'), h("div", { class: "secret" }, k.api_key));
+      secret.replaceChildren(h('p', {}, 'New key (shown once):'), secretBox(k.api_key, { 'aria-label': 'the new key' }));
     });
   });
   await refresh();

@@ -1,6 +1,7 @@
 // A node's host health, as its heartbeats carry it: the last preflight
 // report (privai-tune check) and privai-fabric's status.  The report keeps
 // only the checks that warn or fail, with their fixes.
+import { api } from '../api.js';
 import { h, badge, when, table } from '../ui.js';
 
 function preflightSummary(p) {
@@ -51,4 +52,15 @@ export function hostProblems(nodes) {
     { label: 'Expected', value: (r) => r.expected },
     { label: 'Fix', value: (r) => r.fix },
   ], rows, 'No host check failed or warned.');
+}
+
+// The Host page: each node's preflight and fabric state, its failing and
+// warning checks first, with their fixes.
+export default async function host(main) {
+  const r = await api('GET', '/api/v1/nodes');
+  const nodes = r.data.filter((n) => n.state !== 'removed');
+  for (const n of nodes)
+    main.append(h('section', { class: 'card', 'aria-label': `Host ${n.name}` },
+      h('h2', {}, `${n.name}${n.is_self ? ' (this node)' : ''}`), hostSummary(n), hostProblems([n])));
+  if (!nodes.length) main.append(h('p', { class: 'muted' }, 'No nodes.'));
 }

@@ -4,6 +4,7 @@
 import { api, upload } from '../api.js';
 import { h, badge, bytes, table, act, say, formValues, field } from '../ui.js';
 import { can } from '../session.js';
+import { sizingTable, GPU_TYPES } from './sizing.js';
 
 async function sha256(file) {
   // crypto.subtle is on https or localhost only, and hashes a whole buffer:
@@ -135,7 +136,7 @@ function details(m) {
     ['Architecture', m.architecture], ['Parameters', m.parameters?.toLocaleString()], ['Quantization', m.quantization],
     ['Context', m.context_length], ['Layers', m.n_layer], ['Heads', m.n_head], ['KV heads', m.n_head_kv], ['Head dim', m.head_dim],
     ['Tokenizer', m.tokenizer], ['Size', bytes(m.size_bytes)], ['SHA-256', m.sha256], ['Source', m.source], ['Path', m.path]];
-  out.append(h('dl', {}, rows.filter((r) => r[1] !== undefined && r[1] !== null).map(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))])));
+  out.append(h('dl', { class: 'facts' }, rows.filter((r) => r[1] !== undefined && r[1] !== null).map(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))])));
   if (m.kind === 'lora') {
     // it runs inside its base's deployments, which serve it by name
     out.append(h('p', {}, `Served by every deployment of ${m.base_model} under the model name "${m.name}".`));
@@ -143,7 +144,7 @@ function details(m) {
   }
   const sizing = h('div', {});
   const form = h('form', { class: 'inline', 'aria-label': 'Sizing' },
-    field('GPU', h('select', { name: 'gpu' }, ['H100-80GB', 'H200-141GB', 'A100-80GB', 'A100-40GB'].map((g) => h('option', {}, g)))),
+    field('GPU', h('select', { name: 'gpu' }, GPU_TYPES.map((g) => h('option', {}, g)))),
     field('Context', h('input', { name: 'context', type: 'number', min: 1, value: Math.min(m.context_length || 4096, 8192) })),
     field('Concurrency', h('input', { name: 'concurrency', type: 'number', min: 1, value: 16 })),
     h('button', { type: 'submit' }, 'Size it'));
@@ -151,7 +152,7 @@ function details(m) {
     e.preventDefault();
     act(form.querySelector('button'), async () => {
       const s = await api('GET', `/api/v1/models/${m.id}/sizing?${new URLSearchParams(formValues(form))}`);
-      sizing.replaceChildren(h('pre', {}, JSON.stringify(s, null, 2)));
+      sizing.replaceChildren(sizingTable(s));
     });
   });
   out.append(h('h3', {}, 'Sizing'), form, sizing);

@@ -1,7 +1,7 @@
 // Nodes: this one and those that joined; join tokens, drain and remove
 // (stopping or moving the deployments), resume.
 import { api } from '../api.js';
-import { h, badge, bytes, table, act, say, when, field } from '../ui.js';
+import { h, badge, bytes, table, act, say, when, field, secret } from '../ui.js';
 import { can } from '../session.js';
 import { hostSummary, hostProblems } from './host.js';
 
@@ -55,7 +55,9 @@ export default async function nodes(main) {
       act(form.querySelector('button'), async () => {
         const t = await api('POST', '/api/v1/nodes/join-tokens', { ttl_minutes: Number(form.ttl_minutes.value) });
         tokenOut.replaceChildren(h('p', {}, `One-time join token, valid until ${when(t.expires_at)} (shown once). On the new node run:`),
-          h('div', { class: 'secret', id: 'join-command' }, t.command), h('div', { class: 'secret', id: 'join-token' }, t.token));
+          secret(t.command, { id: 'join-command', 'aria-label': 'the join command' }),
+          h('p', {}, 'or give the token alone to its first boot (cloud-init join_token):'),
+          secret(t.token, { id: 'join-token', 'aria-label': 'the join token' }));
       });
     });
     main.append(h('section', { class: 'card', 'aria-label': 'Join a node' }, h('h2', {}, 'Join a node'), form, tokenOut));

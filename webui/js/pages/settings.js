@@ -39,8 +39,9 @@ export default async function settings(main, ctx) {
       { label: 'Actions', value: (b) => h('div', { class: 'actions' },
         h('button', { type: 'button', class: 'secondary', 'aria-label': `Restore ${b.name}`, onclick: (e) => confirm(`Replace the whole database with ${b.name}?`) &&
           act(e.target, () => api('POST', '/api/v1/system/restore', { name: b.name }), 'Restored; sign in again if asked') }, 'Restore'),
-        h('button', { type: 'button', class: 'danger', 'aria-label': `Delete ${b.name}`, onclick: (e) => act(e.target, async () => {
-          await api('DELETE', `/api/v1/system/backups/${encodeURIComponent(b.name)}`); refresh(); }, 'Backup deleted') }, 'Delete')) },
+        h('button', { type: 'button', class: 'danger', 'aria-label': `Delete ${b.name}`, onclick: (e) => confirm(`Delete backup ${b.name}? It cannot be restored afterwards.`) &&
+          act(e.target, async () => {
+            await api('DELETE', `/api/v1/system/backups/${encodeURIComponent(b.name)}`); refresh(); }, 'Backup deleted') }, 'Delete')) },
     ], r.data, 'No backups yet.'));
   }
   const file = h('input', { type: 'file', accept: '.db', required: true });

@@ -1,6 +1,6 @@
 // Users (admins only) and everyone's own API tokens.
 import { api } from '../api.js';
-import { h, table, act, formValues, when, field } from '../ui.js';
+import { h, table, act, formValues, when, field, secret } from '../ui.js';
 import { can } from '../session.js';
 
 async function usersSection(main) {
@@ -9,8 +9,10 @@ async function usersSection(main) {
     const r = await api('GET', '/api/v1/users');
     list.replaceChildren(table('Users', [
       { label: 'Name', value: (u) => u.name },
-      { label: 'Role', value: (u) => h('select', { 'aria-label': `Role of ${u.name}`, onchange: (e) => act(null, async () => {
-        await api('PATCH', `/api/v1/users/${u.id}`, { role: e.target.value }); refresh(); }, 'Role changed') },
+      { label: 'Role', value: (u) => h('select', { 'aria-label': `Role of ${u.name}`, onchange: (e) => {
+        if (!confirm(`Make ${u.name} ${e.target.value === 'admin' ? 'an' : 'a'} ${e.target.value}?`)) { e.target.value = u.role; return; }
+        act(null, async () => { await api('PATCH', `/api/v1/users/${u.id}`, { role: e.target.value }); refresh(); }, 'Role changed');
+      } },
         ['viewer', 'operator', 'admin'].map((x) => h('option', { selected: x === u.role }, x))) },
       { label: 'Created', value: (u) => when(u.created_at) },
       { label: 'Actions', value: (u) => h('button', { type: 'button', class: 'danger', 'aria-label': `Delete user ${u.name}`,
@@ -40,7 +42,8 @@ async function tokensSection(main, me) {
       { label: 'Expires', value: (t) => when(t.expires_at) }, { label: 'Last used', value: (t) => when(t.last_used_at) },
       { label: 'Revoked', value: (t) => when(t.revoked_at) },
       { label: 'Actions', value: (t) => t.revoked_at ? '' : h('button', { type: 'button', class: 'danger', 'aria-label': `Revoke token ${t.name}`,
-        onclick: (e) => act(e.target, async () => { await api('DELETE', `/api/v1/tokens/${t.id}`); refresh(); }, 'Token revoked') }, 'Revoke') },
+        onclick: (e) => confirm(`Revoke token ${t.name}? Whatever uses it stops working.`) &&
+          act(e.target, async () => { await api('DELETE', `/api/v1/tokens/${t.id}`); refresh(); }, 'Token revoked') }, 'Revoke') },
     ], r.data));
   }
   const scopes = ['read', ...(can('operator') ? ['write'] : []), ...(can('admin') ? ['admin'] : [])];
@@ -52,8 +55,11 @@ async function tokensSection(main, me) {
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     act(form.querySelector('button'), async () => {
-      const t = await api('POST', '/api/v1/tokens', formValues(form));
-      out.replaceChildren(h('p', {}, 'New token (shown once; use it as "Authorization: Bearer ..."):'), h('div', { class: 'secret' }, t.token));
+      // the API takes scopes as a list; the form picks the widest one
+      const v = formValues(form);
+      const t = await api('POST', '/api/v1/tokens', { ...v, scopes: [v.scopes] });
+      out.replaceChildren(h('p', {}, 'New token (shown once; use it as "Authorization: Bearer ..."):'),
+        secret(t.token, { 'aria-label': 'the new token' }));
       form.reset();
       refresh();
     });
