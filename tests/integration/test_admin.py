@@ -501,6 +501,8 @@ def test_deployments(adm, a, o, v, demo_id, up_id):
     check(r.status == 200 and r.json["choices"][0]["message"]["role"] == "assistant", "chat through the admin", r)
     r = v.post(f"/api/v1/deployments/{dep}/v1/chat/completions", {"messages": []})
     check(r.status == 403, "viewer cannot use the proxy", r)
+    r = o.get(f"/api/v1/deployments/{dep}/v1/models")
+    check(r.status == 200 and [m["id"] for m in r.json["data"]] == ["chat"], "GET /v1/models through the admin", r)
     test_stream(o, dep)
     check(engine_chat(port, key) == 200, "the endpoint takes the deployment's key")
     check(engine_chat(port, None) == 401 and engine_chat(port, "sk-wrong") == 401, "the endpoint refuses others")

@@ -118,6 +118,17 @@ def test_placed(adm, b, o, v, bc, nid):
     check(chat_via_node(b.port, dep, None) == 401 and chat_via_node(b.port, dep, "sk-wrong") == 401,
           "node-b's endpoint refuses no key and a wrong key")
     check(chat_via_node(b.port, dep + 1000, key) == 404, "node-b: no such deployment 404")
+    # an OpenAI SDK pointed at the endpoint lists and retrieves its model
+    auth = {"Authorization": "Bearer " + key}
+    st, body = raw(b.port, "GET", f"/api/v1/cluster/deployments/{dep}/v1/models", headers=auth)
+    st2, body2 = raw(b.port, "GET", f"/api/v1/cluster/deployments/{dep}/v1/models/far", headers=auth)
+    check(st == 200 and [m["id"] for m in json.loads(body)["data"]] == ["far"] and st2 == 200 and
+          json.loads(body2)["id"] == "far", "GET /v1/models and /v1/models/far at node-b's endpoint", (st, body, st2))
+    st, _ = raw(b.port, "GET", f"/api/v1/cluster/deployments/{dep}/v1/models")
+    st2, _ = raw(b.port, "GET", f"/api/v1/cluster/deployments/{dep}/v1/models", headers={"Authorization": "Bearer sk-wrong"})
+    check(st == 401 and st2 == 401, "its models need the deployment's key", (st, st2))
+    r = o.get(f"/api/v1/deployments/{dep}/v1/models")
+    check(r.status == 200 and [m["id"] for m in r.json["data"]] == ["far"], "and through the leader's proxy", r)
     r = v.get(f"/api/v1/deployments/{dep}/metrics")
     check(r.status == 200 and b"vllm:num_requests_running" in r.body, "metrics through the leader", r.status)
     st, _ = raw(b.port, "GET", f"/api/v1/cluster/deployments/{dep}/metrics", headers={"Authorization": "Bearer " + key})

@@ -260,6 +260,12 @@ h_metrics(struct req *r)
 	proxy(r, "/metrics", 0);
 }
 
+static void
+h_models(struct req *r)
+{
+	proxy(r, "/v1/models", 0);
+}
+
 const struct route api_deploy_ops_routes[] = {
 	{ "GET", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_keys, NULL, NULL },
 	{ "POST", "/api/v1/deployments/{id}/keys", ROLE_OPERATOR, 0, h_key_create, NULL, "deployment.key_create" },
@@ -271,5 +277,6 @@ const struct route api_deploy_ops_routes[] = {
 	  h_chat, NULL, NULL },
 	{ "POST", "/api/v1/deployments/{id}/v1/completions", ROLE_OPERATOR, ROUTE_UNLOCKED | ROUTE_READ_ONLY,
 	  h_completions, NULL, NULL },
+	{ "GET", "/api/v1/deployments/{id}/v1/models", ROLE_OPERATOR, ROUTE_UNLOCKED, h_models, NULL, NULL },
 	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

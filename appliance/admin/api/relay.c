@@ -60,8 +60,11 @@ leader_only(struct req *r)
 	return APP_EDENIED;
 }
 
+/* Pass the request on to the engine: with the caller's key (the engine
+ * checks it) for what an application sends, with the admin's own for
+ * what only the leader reads (metrics). */
 static void
-relay(struct req *r, const char *engine_path, int post)
+relay(struct req *r, const char *engine_path, int post, int as_caller)
 {
 	char url[128], key[80], auth[128], who[96];
 	const char *caller = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Authorization");
@@ -70,7 +73,7 @@ relay(struct req *r, const char *engine_path, int post)
 
 	/* the engine checks the key; without one the answer is 401 here,
 	 * so an anonymous caller learns nothing, not even which ids exist */
-	if (post && (caller == NULL || strncmp(caller, "Bearer ", 7) != 0)) {
+	if (as_caller && (caller == NULL || strncmp(caller, "Bearer ", 7) != 0)) {
 		reply_error(r, 401, "unauthenticated", NULL,
 			    "send the deployment's API key (Authorization: Bearer ...)");
 		return;
@@ -86,10 +89,10 @@ relay(struct req *r, const char *engine_path, int post)
 		return;
 	}
 	msg_fmt(who, sizeof(who), "the engine of deployment %s", r->arg[0]);
-	if (post) {
+	if (as_caller) {
 		if (caller != NULL && strlen(caller) >= sizeof(auth))
 			caller = NULL;
-		deploy_forward(r, url, caller, NULL, 1, who);
+		deploy_forward(r, url, caller, NULL, post, who);
 	} else {
 		snprintf(auth, sizeof(auth), "Bearer %s", key);
 		deploy_forward(r, url, auth, NULL, 0, who);
@@ -101,20 +104,42 @@ relay(struct req *r, const char *engine_path, int post)
 static void
 h_chat(struct req *r)
 {
-	relay(r, "/v1/chat/completions", 1);
+	relay(r, "/v1/chat/completions", 1, 1);
 }
 
 static void
 h_completions(struct req *r)
 {
-	relay(r, "/v1/completions", 1);
+	relay(r, "/v1/completions", 1, 1);
+}
+
+/* what the deployment serves (its name and adapters), so an OpenAI SDK
+ * pointed at the endpoint lists and retrieves models as it expects */
+static void
+h_models(struct req *r)
+{
+	relay(r, "/v1/models", 0, 1);
+}
+
+static void
+h_model(struct req *r)
+{
+	char path[300];
+
+	if (str_fmt(path, sizeof(path), "/v1/models/%s", r->arg[1]) != APP_OK ||
+	    strspn(r->arg[1], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") !=
+		    strlen(r->arg[1])) {
+		reply_error(r, 404, "not_found", NULL, "no such model");
+		return;
+	}
+	relay(r, path, 0, 1);
 }
 
 static void
 h_metrics(struct req *r)
 {
 	if (leader_only(r) == 0)
-		relay(r, "/metrics", 0);
+		relay(r, "/metrics", 0, 0);
 }
 
 static void
@@ -131,6 +156,10 @@ const struct route api_relay_routes[] = {
 	  ROUTE_PUBLIC | ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_chat, NULL, NULL },
 	{ "POST", "/api/v1/cluster/deployments/{id}/v1/completions", ROLE_VIEWER,
 	  ROUTE_PUBLIC | ROUTE_UNLOCKED | ROUTE_READ_ONLY, h_completions, NULL, NULL },
+	{ "GET", "/api/v1/cluster/deployments/{id}/v1/models", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_models,
+	  NULL, NULL },
+	{ "GET", "/api/v1/cluster/deployments/{id}/v1/models/{model}", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED,
+	  h_model, NULL, NULL },
 	{ "GET", "/api/v1/cluster/deployments/{id}/metrics", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_metrics,
 	  NULL, NULL },
 	{ "GET", "/api/v1/cluster/deployments/{id}/logs", ROLE_VIEWER, ROUTE_PUBLIC | ROUTE_UNLOCKED, h_logs, NULL,
