@@ -161,6 +161,43 @@ async function main() {
     check(width <= 1366, 'the audit log fits 1366 px', width);
     await page.screenshot({ path: path.join(SHOTS, 'fix-audit-1366.png') });
 
+    // the audit log pages rather than stopping at a cap: 130 more entries
+    const made = await page.evaluate(async () => {
+      const { api } = await import('/js/api.js');
+      let n = 0;
+      try {
+        for (; n < 130; n++) await api('POST', '/api/v1/tokens', { name: `t${n}`, scopes: ['read'] });
+      } catch (e) { return `${n}: ${e.message}`; }
+      return n;
+    });
+    check(made === 130, '130 tokens made through the API', made);
+    await visit(page, 'dashboard', 'Dashboard');
+    await visit(page, 'audit', 'Audit log');
+    await page.locator('td', { hasText: 'token.create' }).first().waitFor();
+    const firstPage = await page.locator('tbody tr').count();
+    await page.getByRole('button', { name: 'Older entries' }).click();
+    await page.getByText(/entries before #/).waitFor();
+    const older = await page.locator('tbody tr').count();
+    const oldest = await page.locator('td', { hasText: 'user.create' }).count();
+    await page.getByRole('button', { name: 'Newer entries' }).click();
+    await page.getByText(/^ 100 entries $/).waitFor();
+    check(firstPage === 100 && older > 30 && oldest > 0, 'the audit log pages: 100, then the older entries down to the first',
+      `${firstPage} ${older} ${oldest}`);
+
+    // a table sorts by the column whose header is pressed, then the other way
+    await visit(page, 'users', 'Users & tokens');
+    const names = async () => (await page.locator('table', { hasText: 'API tokens' }).locator('tbody tr td:first-child').allTextContents());
+    await page.getByRole('button', { name: 'Name', exact: true }).last().click();
+    const up = await names();
+    await page.getByRole('button', { name: /^Name/ }).last().click();
+    const down = await names();
+    const cmp = (a, b) => a.localeCompare(b, undefined, { numeric: true });
+    check(up.join() === [...up].sort(cmp).join() && down.join() === [...down].sort((a, b) => cmp(b, a)).join() &&
+      up[0] === 'ci' && down[0] === 't129' &&
+      await page.locator('th[aria-sort="descending"]').count() === 1, 'a table sorts by a column, both ways', `${up.slice(0, 5)} / ${down.slice(0, 5)}`);
+    check(await page.getByRole('group', { name: 'Pages of API tokens' }).count() === 1 && up.length === 50,
+      '131 tokens show 50 at a time, with a pager', up.length);
+
     // deleting a backup asks first
     await visit(page, 'settings', 'Settings');
     await page.getByRole('button', { name: 'Back up now' }).click();

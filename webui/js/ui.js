@@ -101,13 +101,63 @@ export function when(t) {
   return t ? new Date(t * 1000).toLocaleString() : '—';
 }
 
-// A table: columns [{label, value(row) -> node|string}].
-export function table(caption, columns, rows, empty = 'None yet.') {
+// How each table is sorted and which page it shows, by caption: pages
+// redraw their tables every few seconds, and the reader's choice stays.
+const tableState = new Map();
+const PAGE_ROWS = 50;
+
+// A cell's text, to sort by: the column's sort(row), else what it shows.
+function cellText(c, r) {
+  const v = c.sort ? c.sort(r) : c.value(r);
+  if (typeof v === 'number') return v;
+  const holder = h('span', {}, v);
+  return holder.textContent;
+}
+
+// A table: columns [{label, value(row) -> node|string, sort?(row) ->
+// number|string, or sort: false}].  A column header sorts by it (again:
+// the other way); past opts.pageRows rows (50) it pages.
+export function table(caption, columns, rows, empty = 'None yet.', opts = {}) {
+  const pageRows = opts.pageRows || PAGE_ROWS;
   if (!rows.length) return h('p', { class: 'muted' }, empty);
-  return h('table', {},
-    h('caption', { class: 'muted', style: 'text-align:left' }, caption),
-    h('thead', {}, h('tr', {}, columns.map((c) => h('th', { scope: 'col' }, c.label)))),
-    h('tbody', {}, rows.map((r) => h('tr', {}, columns.map((c) => h('td', {}, c.value(r)))))));
+  const st = tableState.get(caption) || { col: -1, dir: 1, page: 0 };
+  tableState.set(caption, st);
+  const wrap = h('div', { class: 'table' });
+  function draw() {
+    let shown = rows;
+    if (st.col >= 0 && st.col < columns.length) {
+      const c = columns[st.col];
+      const keyed = rows.map((r) => [cellText(c, r), r]);
+      keyed.sort((a, b) => st.dir * (typeof a[0] === 'number' && typeof b[0] === 'number' ? a[0] - b[0]
+        : String(a[0]).localeCompare(String(b[0]), undefined, { numeric: true })));
+      shown = keyed.map((k) => k[1]);
+    }
+    const pages = Math.max(1, Math.ceil(shown.length / pageRows));
+    st.page = Math.min(st.page, pages - 1);
+    const from = st.page * pageRows;
+    const head = columns.map((c, i) => {
+      if (c.sort === false || c.label === 'Actions') return h('th', { scope: 'col' }, c.label);
+      const sorted = st.col === i;
+      return h('th', { scope: 'col', 'aria-sort': sorted ? (st.dir > 0 ? 'ascending' : 'descending') : 'none' },
+        h('button', { type: 'button', class: 'sort', onclick: () => {
+          st.dir = sorted ? -st.dir : 1;
+          st.col = i;
+          draw();
+        } }, c.label, sorted ? (st.dir > 0 ? ' ▲' : ' ▼') : ''));
+    });
+    const parts = [h('table', {},
+      h('caption', { class: 'muted', style: 'text-align:left' }, caption),
+      h('thead', {}, h('tr', {}, head)),
+      h('tbody', {}, shown.slice(from, from + pageRows).map((r) => h('tr', {}, columns.map((c) => h('td', {}, c.value(r)))))))];
+    if (pages > 1)
+      parts.push(h('div', { class: 'pager', role: 'group', 'aria-label': `Pages of ${caption}` },
+        h('button', { type: 'button', class: 'secondary', disabled: st.page === 0, onclick: () => { st.page--; draw(); } }, 'Previous'),
+        h('span', {}, ` ${from + 1}–${Math.min(from + pageRows, shown.length)} of ${shown.length} `),
+        h('button', { type: 'button', class: 'secondary', disabled: st.page >= pages - 1, onclick: () => { st.page++; draw(); } }, 'Next')));
+    wrap.replaceChildren(...parts);
+  }
+  draw();
+  return wrap;
 }
 
 // A small line chart of the last values, drawn as SVG.

@@ -170,7 +170,7 @@ export default async function models(main) {
       { label: 'Kind', value: (m) => m.kind === 'lora' ? `LoRA of ${m.base_model}` : 'model' },
       { label: 'Architecture', value: (m) => m.architecture || '—' },
       { label: 'Quantization', value: (m) => m.quantization || '—' },
-      { label: 'Size', value: (m) => bytes(m.size_bytes) },
+      { label: 'Size', value: (m) => bytes(m.size_bytes), sort: (m) => m.size_bytes },
       { label: 'Actions', value: (m) => can('operator') ? h('button', { class: 'danger', type: 'button', 'aria-label': `Delete ${m.name}`,
         onclick: (e) => confirm(`Delete model ${m.name}?`) && act(e.target, async () => { await api('DELETE', `/api/v1/models/${m.id}`); refresh(); }, 'Model deleted') }, 'Delete') : '' },
     ], r.data, 'No models yet.'));
