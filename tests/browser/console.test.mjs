@@ -8,6 +8,7 @@
 // usage: node tests/browser/console.test.mjs BUILD_DIR SCREENSHOT_DIR
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -256,6 +257,47 @@ async function main() {
     const answer = page.locator('.msg.assistant').first();
     check((await answer.textContent()).length > 0 && await answer.getAttribute('aria-busy') === null,
       'the streamed answer is shown whole once it ends');
+    // a system prompt and a temperature go with the chat; Stop ends a long
+    // answer and keeps what was written
+    await chat.getByLabel('System prompt (optional)').fill('You are terse.');
+    await chat.getByLabel('Temperature').fill('0');
+    await chat.getByLabel('Max tokens').fill('400');
+    await chat.getByLabel('Message').fill('Tell me a long story');
+    // the tiny model writes 400 tokens faster than a click: this answer
+    // comes from a loopback server that writes one word every 200 ms
+    const slow = http.createServer((q, res) => {
+      res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Access-Control-Allow-Origin': '*' });
+      let n = 0;
+      const tick = setInterval(() => {
+        if (res.destroyed || n++ > 100) { clearInterval(tick); res.end(); return; }
+        res.write(`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: ` word${n}` }, finish_reason: null }] })}\n\n`);
+      }, 200);
+      q.on('close', () => clearInterval(tick));
+    });
+    await new Promise((ok) => slow.listen(0, '127.0.0.1', ok));
+    let body = null;
+    await page.route('**/v1/chat/completions', (r) => {
+      body = r.request().postDataJSON();
+      return r.continue({ url: `http://127.0.0.1:${slow.address().port}/slow` });
+    });
+    await chat.getByRole('button', { name: 'Send' }).click();
+    await page.locator('.msg.assistant[aria-busy]', { hasText: /word2/ }).waitFor({ timeout: 20000 });
+    await chat.getByRole('button', { name: 'Stop' }).click();
+    await page.locator('.chat .muted', { hasText: 'finish: stopped' }).waitFor({ timeout: 20000 });
+    await page.unroute('**/v1/chat/completions');
+    slow.close();
+    check(body.messages[0].role === 'system' && body.messages[0].content === 'You are terse.' && body.temperature === 0 &&
+      (await page.locator('.msg.assistant').nth(1).textContent()).length > 0 && await chat.getByRole('button', { name: 'Stop' }).isDisabled(),
+    'the chat sends its system prompt and temperature; Stop ends the answer and keeps it', JSON.stringify(body).slice(0, 200));
+    // answers are read as Markdown, built from text only
+    const md = await page.evaluate(async () => {
+      const { markdown } = await import('/js/markdown.js');
+      const d = markdown('Some **bold** and `code`:\n\n```c\nint x = 1 < 2;\n```\n- one\n- two <img src=x onerror=alert(1)>');
+      return { strong: d.querySelectorAll('strong').length, code: d.querySelector('pre code')?.textContent, li: d.querySelectorAll('li').length,
+        img: d.querySelectorAll('img').length, text: d.textContent };
+    });
+    check(md.strong === 1 && md.code === 'int x = 1 < 2;' && md.li === 2 && md.img === 0 && md.text.includes('<img src=x'),
+      'Markdown: bold, code blocks and lists, and markup stays text', JSON.stringify(md));
     await page.getByRole('button', { name: 'Show the last 200 lines' }).click();
     await page.locator('pre[aria-label="Engine log"]', { hasText: /\S/ }).waitFor();
     check(true, 'engine log shown');

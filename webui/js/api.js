@@ -42,10 +42,10 @@ export async function api(method, path, body, opts = {}) {
 // A streamed completion (server-sent events): onEvent gets each event's
 // JSON as it arrives; resolves when the stream says [DONE].  A refusal
 // before the stream starts is an ApiError like any other.
-export async function apiStream(path, body, onEvent) {
+export async function apiStream(path, body, onEvent, signal) {
   const headers = { 'Content-Type': 'application/json' };
   if (csrf) headers['X-CSRF-Token'] = csrf;
-  const r = await fetch(path, { method: 'POST', headers, credentials: 'same-origin', body: JSON.stringify(body) });
+  const r = await fetch(path, { method: 'POST', headers, credentials: 'same-origin', body: JSON.stringify(body), signal });
   if (!r.ok) {
     if (r.status === 401) window.dispatchEvent(new CustomEvent('privai:signed-out'));
     throw new ApiError(r.status, safeJson(await r.text()));

@@ -3,6 +3,7 @@
 // deployment on another node is run by that node's privai-admin; this
 // console holds the row and reaches its engine through that node.
 import { api, apiStream } from '../api.js';
+import { markdown } from '../markdown.js';
 import { h, badge, table, act, say, formValues, when, field, secret as secretBox } from '../ui.js';
 import { can } from '../session.js';
 
@@ -59,10 +60,15 @@ function createForm(modelsList, nodesList, refresh) {
 function chatBox(d) {
   const log = h('div', { class: 'chat', 'aria-live': 'polite' });
   const history = [];
-  const form = h('form', { class: 'inline', 'aria-label': `Chat with ${d.name}` },
-    field('Message', h('input', { name: 'content', required: true })),
-    field('Max tokens', h('input', { name: 'max_tokens', type: 'number', min: 1, max: 4096, value: 32 })),
-    h('button', { type: 'submit' }, 'Send'));
+  let running = null; // the AbortController of the answer being written
+  const stop = h('button', { type: 'button', class: 'secondary', disabled: true, onclick: () => running && running.abort() }, 'Stop');
+  const form = h('form', { class: 'chat-form', 'aria-label': `Chat with ${d.name}` },
+    field('System prompt (optional)', h('textarea', { name: 'system', rows: 2 })),
+    h('div', { class: 'inline-row' },
+      field('Message', h('input', { name: 'content', required: true, size: 50 })),
+      field('Temperature', h('input', { name: 'temperature', type: 'number', min: 0, max: 2, step: 0.1, value: 0.7 })),
+      field('Max tokens', h('input', { name: 'max_tokens', type: 'number', min: 1, max: 4096, value: 32 })),
+      h('button', { type: 'submit' }, 'Send'), stop));
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     const content = form.content.value;
@@ -73,26 +79,36 @@ function chatBox(d) {
     // region reads the finished line (the growing text is aria-busy)
     const answer = h('div', { class: 'msg assistant', 'aria-busy': 'true' });
     log.append(answer);
-    act(form.querySelector('button'), async () => {
-      let usage = null, finish = null;
+    running = new AbortController();
+    stop.disabled = false;
+    act(form.querySelector('button[type="submit"]'), async () => {
+      let usage = null, finish = null, text = '';
+      const system = form.system.value.trim();
       try {
         await apiStream(`/api/v1/deployments/${d.id}/v1/chat/completions`,
-          { model: d.name, messages: history, max_tokens: Number(form.max_tokens.value), stream: true,
+          { model: d.name, messages: system ? [{ role: 'system', content: system }, ...history] : history,
+            max_tokens: Number(form.max_tokens.value), temperature: Number(form.temperature.value), stream: true,
             stream_options: { include_usage: true } },
           (ev) => {
             const c = ev.choices && ev.choices[0];
-            if (c && c.delta && c.delta.content) answer.textContent += c.delta.content;
+            if (c && c.delta && c.delta.content) answer.textContent = (text += c.delta.content);
             if (c && c.finish_reason) finish = c.finish_reason;
             if (ev.usage) usage = ev.usage;
-          });
+          }, running.signal);
       } catch (e) {
-        if (!answer.textContent) answer.remove();
-        history.pop();
-        throw e;
+        if (e.name !== 'AbortError') {
+          if (!text) answer.remove();
+          history.pop();
+          throw e;
+        }
+        finish = 'stopped'; // what came before the stop stays
       } finally {
         answer.removeAttribute('aria-busy');
+        running = null;
+        stop.disabled = true;
       }
-      history.push({ role: 'assistant', content: answer.textContent });
+      answer.replaceChildren(markdown(text));
+      history.push({ role: 'assistant', content: text });
       log.append(h('div', { class: 'muted' }, `${usage ? usage.completion_tokens : '?'} tokens, finish: ${finish}`));
     });
   });
