@@ -211,6 +211,30 @@ async function main() {
     const backups = await (await page.request.get(`${admin.url}/api/v1/system/backups`)).json();
     check(/Delete/.test(asked) && backups.data.some((x) => x.name === name), 'deleting a backup asks first; dismissed, it stays', asked);
 
+    // every page at 1366 and at 800 px: no page is wider than the screen;
+    // at 800 the sections are behind a Menu button
+    for (const width of [1366, 800]) {
+      await page.setViewportSize({ width, height: 900 });
+      for (const [hash, title] of [['dashboard', 'Dashboard'], ['models', 'Models'], ['deployments', 'Deployments'],
+        ['gpus', 'GPUs & partitions'], ['nodes', 'Nodes'], ['host', 'Host'], ['sizing', 'Sizing'],
+        ['users', 'Users & tokens'], ['audit', 'Audit log'], ['settings', 'Settings']]) {
+        await visit(page, hash, title);
+        const w = await page.evaluate(() => document.documentElement.scrollWidth);
+        check(w <= width, `${hash} fits ${width} px`, w);
+        await page.screenshot({ path: path.join(SHOTS, `page-${hash}-${width}.png`), fullPage: true });
+      }
+    }
+    const menu = page.getByRole('button', { name: 'Menu' });
+    const link = page.locator('#nav a[href="#/models"]');
+    const closed = await link.isHidden();
+    await menu.click();
+    const opened = await link.isVisible() && await menu.getAttribute('aria-expanded') === 'true';
+    await link.click();
+    await page.getByRole('heading', { level: 1, name: 'Models' }).waitFor();
+    check(closed && opened && await link.isHidden(), 'at 800 px the sections open from Menu and close once one is chosen');
+    await page.setViewportSize({ width: 1366, height: 900 });
+    check(await menu.isHidden() && await link.isVisible(), 'at 1366 px they are a sidebar, no Menu button');
+
     // a one-time password: the change-password page shows no navigation
     await page.getByRole('button', { name: 'Sign out' }).click();
     await signIn(page, 'olga', PW);

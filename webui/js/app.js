@@ -124,6 +124,16 @@ async function route() {
 }
 
 window.addEventListener('hashchange', route);
+// narrow screens: the sections open from the Menu button and close once one is chosen
+const toggle = document.getElementById('nav-toggle');
+toggle.addEventListener('click', () => {
+  const open = document.querySelector('.top').classList.toggle('open');
+  toggle.setAttribute('aria-expanded', String(open));
+});
+window.addEventListener('hashchange', () => {
+  document.querySelector('.top').classList.remove('open');
+  toggle.setAttribute('aria-expanded', 'false');
+});
 window.addEventListener('privai:signed-out', () => showLogin('Your session ended; sign in again.'));
 window.addEventListener('privai:password-change-required', () => {
   if (ctx.me) { ctx.me.must_change_password = true; changePassword(); }
