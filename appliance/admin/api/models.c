@@ -131,13 +131,10 @@ model_fetch_start(struct req *r, const cJSON *body, const char *name, const char
 		return;
 	}
 	int64_t id, base_id = 0;
-	char base_path[PATH_MAX], kind[16];
-	if (base[0] != '\0') {
-		int found = model_find(r->a->db, base, &base_id, base_path, sizeof(base_path), kind, sizeof(kind));
-		if (found != APP_OK || strcmp(kind, "model") != 0) {
-			reply_error(r, 422, "invalid_field", "base_model", "no ready model '%s' to adapt", base);
-			return;
-		}
+	int is_adapter = 0;
+	if (base[0] != '\0' && (model_find(r->a->db, base, &base_id, &is_adapter) != APP_OK || is_adapter)) {
+		reply_error(r, 422, "invalid_field", "base_model", "no ready model '%s' to adapt", base);
+		return;
 	}
 	int rc = model_fetch_begin(r->a, name, url, sha, -1, NULL, NULL, base_id, r->now, 0, &id, err);
 	if (rc != APP_OK) {

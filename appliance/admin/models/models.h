@@ -36,9 +36,9 @@ int model_base_check(sqlite3 *db, const char *name, const struct model_meta *m, 
 int model_base_fits(sqlite3 *db, const char *name, const struct model_meta *m, const char *file, int64_t base_id,
 		    char *err);
 
-/* A ready model's id and path by its name or id: APP_OK or APP_ENOTFOUND. */
-int model_find(sqlite3 *db, const char *name_or_id, int64_t *id, char *path, size_t path_size, char *kind,
-	       size_t kind_size);
+/* A ready model's id by its name or id (a name first), and whether it is
+ * a LoRA adapter: APP_OK, APP_ENOTFOUND or APP_EIO. */
+int model_find(sqlite3 *db, const char *name_or_id, int64_t *id, int *is_adapter);
 
 /* APP_EBUSY with err saying why an insert of name hit a constraint:
  * a model of that name, or an upload that reserves it. */

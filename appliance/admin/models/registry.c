@@ -32,7 +32,7 @@ model_name_clash(sqlite3 *db, const char *name, char *err)
 }
 
 int
-model_find(sqlite3 *db, const char *name_or_id, int64_t *id, char *path, size_t path_size, char *kind, size_t kind_size)
+model_find(sqlite3 *db, const char *name_or_id, int64_t *id, int *is_adapter)
 {
 	sqlite3_stmt *st;
 	int rc = APP_ENOTFOUND;
@@ -40,16 +40,15 @@ model_find(sqlite3 *db, const char *name_or_id, int64_t *id, char *path, size_t 
 	long long n = strtoll(name_or_id, &end, 10);
 
 	if (sqlite3_prepare_v2(db,
-			       "SELECT id, path, kind FROM models WHERE (name = ?1 OR id = ?2) AND state = 'ready' "
+			       "SELECT id, kind = 'lora' FROM models WHERE (name = ?1 OR id = ?2) AND state = 'ready' "
 			       "ORDER BY name = ?1 DESC LIMIT 1",
 			       -1, &st, NULL) != SQLITE_OK)
 		return APP_EIO;
 	sqlite3_bind_text(st, 1, name_or_id, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(st, 2, *end == '\0' && end != name_or_id ? n : -1);
-	if (sqlite3_step(st) == SQLITE_ROW &&
-	    str_fmt(path, path_size, "%s", (const char *)sqlite3_column_text(st, 1)) == APP_OK &&
-	    str_fmt(kind, kind_size, "%s", (const char *)sqlite3_column_text(st, 2)) == APP_OK) {
+	if (sqlite3_step(st) == SQLITE_ROW) {
 		*id = sqlite3_column_int64(st, 0);
+		*is_adapter = sqlite3_column_int(st, 1);
 		rc = APP_OK;
 	}
 	sqlite3_finalize(st);
@@ -106,11 +105,10 @@ int
 model_base_check(sqlite3 *db, const char *name, const struct model_meta *m, const char *file, const char *base,
 		 int64_t *base_id, char *err)
 {
-	char path[4096], kind[16];
+	int is_adapter;
 
 	*base_id = 0;
-	if (base != NULL && base[0] != '\0' &&
-	    model_find(db, base, base_id, path, sizeof(path), kind, sizeof(kind)) != APP_OK)
+	if (base != NULL && base[0] != '\0' && model_find(db, base, base_id, &is_adapter) != APP_OK)
 		return app_fail(err, APP_EINVAL, "no ready model '%s' to adapt", base);
 	int rc = model_base_fits(db, name, m, file, *base_id, err);
 	if (rc != APP_OK)
