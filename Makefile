@@ -46,6 +46,7 @@ UNIT_SRC   = $(wildcard tests/unit/test_*.c)
 UNIT_BIN   = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEMO_MODEL = $(BUILD)/demo/privai-demo.gguf
 DEPS_STAMP = .deps-installed
+WEBUI_VENDOR = webui/vendor/uPlot.esm.js
 
 .PHONY: all deps run run-engine test test-unit test-cli fuzz bench clean deb image image-test lint lint-deep format format-check compile-commands
 .DEFAULT_GOAL := all
@@ -70,7 +71,8 @@ $(BUILD)/privai-cuda.so: $(CUDA_SRC) $(CUDA_DEPS) engine/src/status.c
 		-Xlinker -rpath,'$$ORIGIN:/usr/local/cuda/lib64' -Xlinker -z,defs -o $@ $(CUDA_SRC) engine/src/status.c -lcublas
 
 NVML_DOUBLE = $(BUILD)/libnvml-double.so
-all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(FABRIC_BIN) $(FIRSTBOOT_BIN) $(NVML_DOUBLE) $(UNIT_BIN) $(CUDA_LIB)
+all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(FABRIC_BIN) $(FIRSTBOOT_BIN) $(NVML_DOUBLE) $(UNIT_BIN) $(CUDA_LIB) \
+     $(WEBUI_VENDOR)
 
 
 deps: $(DEPS_STAMP)
@@ -161,6 +163,16 @@ run: $(ADMIN_BIN) $(ENGINE_BIN) $(DEMO_MODEL)
 
 run-engine: $(ENGINE_BIN) $(DEMO_MODEL)
 	$(ENGINE_BIN) run -m $(MODEL) -i -n 64 -p "$(PROMPT)"
+
+# What the console takes from npm (uPlot, for the metrics charts), pinned
+# by webui/package-lock.json and copied into webui/vendor/ with its
+# licence: the console loads nothing from anywhere but the appliance.
+webui/node_modules/.package-lock.json: webui/package.json webui/package-lock.json | $(DEPS_STAMP)
+	cd webui && npm ci --no-audit --no-fund --loglevel=error
+$(WEBUI_VENDOR): webui/node_modules/.package-lock.json
+	mkdir -p webui/vendor
+	cp webui/node_modules/uplot/dist/uPlot.esm.js webui/node_modules/uplot/dist/uPlot.min.css webui/vendor/
+	cp webui/node_modules/uplot/LICENSE webui/vendor/uPlot.LICENSE.txt
 
 # The browser tests' one npm package (playwright-core; it drives Debian's
 # chromium and downloads no browser), pinned by package-lock.json.

@@ -35,7 +35,9 @@ install -m 0644 "$TOP"/appliance/systemd/*.service "$TOP"/appliance/systemd/*.ti
 install -m 0644 "$TOP/appliance/systemd/preset/90-privai.preset" "$R/usr/lib/systemd/system-preset/"
 install -m 0644 "$TOP/appliance/systemd/sysusers/privai.conf" "$R/usr/lib/sysusers.d/"
 cp -r "$TOP/webui" "$R/usr/share/privai/webui"
-rm -f "$R/usr/share/privai/webui/README.md"
+rm -rf "$R/usr/share/privai/webui/README.md" "$R/usr/share/privai/webui/node_modules" \
+	"$R/usr/share/privai/webui/package.json" "$R/usr/share/privai/webui/package-lock.json"
+test -f "$R/usr/share/privai/webui/vendor/uPlot.esm.js" || { echo "build-deb: webui/vendor is missing (make all)" >&2; exit 1; }
 install -m 0644 "$BUILD/demo/privai-demo.gguf" "$R/usr/share/privai/demo/"
 install -m 0644 "$TOP/packaging/appliance.conf" "$R/etc/privai/appliance.conf"
 install -d "$R/usr/lib/systemd/network"

@@ -42,6 +42,8 @@ struct admin_config {
 	int heartbeat_s;                    /* seconds between heartbeats; a node silent for 3 is unreachable */
 	const char *webui_dir;              /* the console's static files */
 	int engine_runner;                  /* enum runner_mode: how engines run (deploy/runner.h) */
+	int metrics_interval_s;             /* between samples of the metrics history */
+	int metrics_keep_hours;             /* how long samples are kept */
 };
 
 struct supervisor;
@@ -109,6 +111,7 @@ struct admin {
 	struct cluster *cluster;           /* heartbeats and the unreachable watch (cluster/cluster.c) */
 	struct backup_sched *backup_sched; /* scheduled backups (backup/schedule.c) */
 	struct hasher *hasher;             /* SHA-256 of models registered by path (models/hash.c) */
+	struct metrics *metrics;           /* the metrics history's sampler (metrics/sampler.c) */
 };
 
 /* An audit row (store/audit.h) for something with nobody waiting on the

@@ -250,12 +250,61 @@ nvmlDeviceGetGpuInstanceId(struct nvmlDevice_st *d, unsigned int *id)
 	return OK;
 }
 
+/* A MIG device's memory is its profile's; a quarter of it in use. */
 int
 nvmlDeviceGetMemoryInfo(struct nvmlDevice_st *d, nvmlMemory_t *m)
 {
 	m->total = 85520809984ull; /* 81559 MiB, as an H100 80GB HBM3 reports */
-	m->used = 609222656ull;
+	m->used = 609222656ull + (unsigned long long)d->index * 1073741824ull;
+	if (d->parent != NULL)
+		for (int g = 0; g < MAX_GI; g++)
+			if (d->parent->gis[g].used && d->parent->gis[g].id == d->gi_id) {
+				int p = profile_by_id(d->parent->gis[g].profile_id);
+				m->total = p >= 0 ? profiles[p].mb << 20 : 0;
+				m->used = m->total / 4;
+			}
 	m->free = m->total - m->used;
+	return OK;
+}
+
+/* Telemetry, recorded per GPU so a test can tell them apart: GPU i is
+ * 20 + 10 i % busy, 31 + i degrees C, 70 + i W; GPU 7 has had 2
+ * uncorrected ECC errors, GPU i i corrected ones.  A MIG device has no
+ * utilization, temperature or power of its own, as with the driver. */
+int
+nvmlDeviceGetUtilizationRates(struct nvmlDevice_st *d, nvmlUtilization_t *u)
+{
+	if (d->parent != NULL)
+		return NOT_SUPPORTED;
+	u->gpu = 20 + 10 * (unsigned)d->index;
+	u->memory = 5 + (unsigned)d->index;
+	return OK;
+}
+
+int
+nvmlDeviceGetTemperature(struct nvmlDevice_st *d, int sensor, unsigned int *t)
+{
+	if (d->parent != NULL || sensor != 0)
+		return NOT_SUPPORTED;
+	*t = 31 + (unsigned)d->index;
+	return OK;
+}
+
+int
+nvmlDeviceGetPowerUsage(struct nvmlDevice_st *d, unsigned int *mw)
+{
+	if (d->parent != NULL)
+		return NOT_SUPPORTED;
+	*mw = 70000 + 1000 * (unsigned)d->index;
+	return OK;
+}
+
+int
+nvmlDeviceGetTotalEccErrors(struct nvmlDevice_st *d, int type, int counter, unsigned long long *n)
+{
+	if (d->parent != NULL || counter != 0)
+		return NOT_SUPPORTED;
+	*n = type == 0 ? (unsigned long long)d->index : d->index == 7 ? 2 : 0;
 	return OK;
 }
 

@@ -7,37 +7,13 @@
 #include "status.h"
 #include "gpu/nvml.h"
 #include "gpu/nvml_abi.h"
+#include "gpu/nvml_api.h"
 
 #define NVML_SUCCESS 0
 #define GI_PROFILE_INDEXES 10 /* NVML_GPU_INSTANCE_PROFILE_1_SLICE .. _1_SLICE_REV2 */
 
-struct nvml_api {
-	void *lib;
-	nvmlReturn_t (*init)(void);
-	nvmlReturn_t (*shutdown)(void);
-	const char *(*error_string)(nvmlReturn_t);
-	nvmlReturn_t (*count)(unsigned int *);
-	nvmlReturn_t (*by_index)(unsigned int, nvmlDevice_t *);
-	nvmlReturn_t (*by_uuid)(const char *, nvmlDevice_t *);
-	nvmlReturn_t (*name)(nvmlDevice_t, char *, unsigned int);
-	nvmlReturn_t (*uuid)(nvmlDevice_t, char *, unsigned int);
-	nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t *);
-	nvmlReturn_t (*pci)(nvmlDevice_t, nvmlPciInfo_t *);
-	nvmlReturn_t (*mig_mode)(nvmlDevice_t, unsigned int *, unsigned int *);
-	nvmlReturn_t (*gi_profile)(nvmlDevice_t, unsigned int, nvmlGpuInstanceProfileInfo_t *);
-	nvmlReturn_t (*gi_list)(nvmlDevice_t, unsigned int, nvmlGpuInstance_t *, unsigned int *);
-	nvmlReturn_t (*gi_info)(nvmlGpuInstance_t, nvmlGpuInstanceInfo_t *);
-	nvmlReturn_t (*gi_create)(nvmlDevice_t, unsigned int, const nvmlGpuInstancePlacement_t *, nvmlGpuInstance_t *);
-	nvmlReturn_t (*gi_destroy)(nvmlGpuInstance_t);
-	nvmlReturn_t (*ci_profile)(nvmlGpuInstance_t, unsigned int, unsigned int, nvmlComputeInstanceProfileInfo_t *);
-	nvmlReturn_t (*ci_create)(nvmlGpuInstance_t, unsigned int, nvmlComputeInstance_t *);
-	nvmlReturn_t (*mig_max)(nvmlDevice_t, unsigned int *);
-	nvmlReturn_t (*mig_by_index)(nvmlDevice_t, unsigned int, nvmlDevice_t *);
-	nvmlReturn_t (*gi_id)(nvmlDevice_t, unsigned int *);
-};
-
-static int
-load(struct nvml_api *api, char *err)
+int
+nvml_load(struct nvml_api *api, char *err)
 {
 	const char *path = getenv("PRIVAI_NVML_LIB");
 
@@ -85,8 +61,8 @@ load(struct nvml_api *api, char *err)
 	return APP_OK;
 }
 
-static void
-unload(struct nvml_api *api)
+void
+nvml_unload(struct nvml_api *api)
 {
 	api->shutdown();
 	dlclose(api->lib);
@@ -151,12 +127,12 @@ nvml_inventory(struct nvml_gpu *gpus, int max, int *n, char *err)
 	int rc;
 
 	*n = 0;
-	if ((rc = load(&api, err)) != APP_OK)
+	if ((rc = nvml_load(&api, err)) != APP_OK)
 		return rc;
 	nvmlReturn_t r = api.count(&count);
 	if (r != NVML_SUCCESS) {
 		rc = app_fail(err, APP_EIO, "nvmlDeviceGetCount: %s", api.error_string(r));
-		unload(&api);
+		nvml_unload(&api);
 		return rc;
 	}
 	for (unsigned i = 0; i < count && *n < max; i++) {
@@ -186,7 +162,7 @@ nvml_inventory(struct nvml_gpu *gpus, int max, int *n, char *err)
 		}
 		(*n)++;
 	}
-	unload(&api);
+	nvml_unload(&api);
 	return APP_OK;
 }
 
@@ -201,7 +177,7 @@ nvml_apply_layout(const char *uuid, const struct nvml_instance *want, int n, cha
 	nvmlReturn_t r;
 	int rc;
 
-	if ((rc = load(&api, err)) != APP_OK)
+	if ((rc = nvml_load(&api, err)) != APP_OK)
 		return rc;
 	if ((r = api.by_uuid(uuid, &dev)) != NVML_SUCCESS) {
 		rc = app_fail(err, APP_ENOTFOUND, "GPU %s: %s", uuid, api.error_string(r));
@@ -250,6 +226,6 @@ nvml_apply_layout(const char *uuid, const struct nvml_instance *want, int n, cha
 	}
 	rc = APP_OK;
 out:
-	unload(&api);
+	nvml_unload(&api);
 	return rc;
 }

@@ -39,4 +39,20 @@ int nvml_inventory(struct nvml_gpu *gpus, int max, int *n, char *err);
  * given (MIG mode must already be enabled: it is never changed here). */
 int nvml_apply_layout(const char *uuid, const struct nvml_instance *inst, int n, char *err);
 
+/* What NVML says a GPU, or a MIG instance, is doing now.  A reading NVML
+ * does not give (a MIG device has no utilization or temperature of its
+ * own; an older driver may lack a call) is NAN. */
+struct nvml_reading {
+	char uuid[96];   /* GPU-... or MIG-... */
+	char parent[96]; /* a MIG instance's GPU, else "" */
+	double util_pct, mem_util_pct;
+	double mem_used_bytes, mem_total_bytes;
+	double temp_c, power_w;
+	double ecc_corrected, ecc_uncorrected; /* volatile counts: since the driver loaded */
+};
+
+/* A reading of every GPU and every MIG instance NVML sees; APP_ENOTFOUND
+ * without NVML, as nvml_inventory. */
+int nvml_read_all(struct nvml_reading *out, int max, int *n, char *err);
+
 #endif

@@ -14,6 +14,9 @@ typedef struct {
 	unsigned long long total, free, used;
 } nvmlMemory_t;
 typedef struct {
+	unsigned int gpu, memory; /* percent of the last sample period busy */
+} nvmlUtilization_t;
+typedef struct {
 	char busIdLegacy[16];
 	unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
 	char busId[32];

@@ -40,6 +40,7 @@
 #include "seed.h"
 #include "deploy/supervisor.h"
 #include "deploy/runner.h"
+#include "metrics/sampler.h"
 #include "http/tls.h"
 #include "http/tls_live.h"
 
@@ -74,6 +75,10 @@ usage(FILE *fp)
 	      "  --join-pin PIN       sha256//BASE64 of that console's TLS key, as its join token showed\n"
 	      "                       (PRIVAI_JOIN_PIN); without it the certificate must verify\n"
 	      "  --heartbeat-s N      seconds between heartbeats (PRIVAI_HEARTBEAT_S; default 10)\n"
+	      "  --metrics-interval-s N  seconds between samples of the metrics history\n"
+	      "                       (PRIVAI_METRICS_INTERVAL_S; default 60)\n"
+	      "  --metrics-keep-hours N  hours of metrics history kept (PRIVAI_METRICS_KEEP_HOURS;\n"
+	      "                       default 48, at least 24)\n"
 	      "  --sys-root DIR       read /proc and /sys under DIR (PRIVAI_SYS_ROOT; default /)\n"
 	      "  --preflight-file F   privai-tune's last preflight report, shown in the console\n"
 	      "                       (PRIVAI_PREFLIGHT_FILE; default /run/privai/preflight.json)\n"
@@ -145,7 +150,8 @@ parse_int(const char *opt, const char *s, long lo, long hi, long *out)
 
 struct options {
 	struct admin_config cfg;
-	const char *ports, *runner, *port, *max_gib, *demo_model, *roots, *login_rate, *heartbeat, *join_token_file;
+	const char *ports, *runner, *port, *max_gib, *demo_model, *roots, *login_rate, *heartbeat, *join_token_file,
+		*metrics_every, *metrics_keep;
 	const char *day0_models;
 	int list_routes, json;
 	char engine_default[PATH_MAX + 16];
@@ -219,6 +225,8 @@ env_defaults(struct options *o)
 	o->day0_models = env("PRIVAI_DAY0_MODELS", NULL);
 	o->login_rate = env("PRIVAI_LOGIN_RATE", "10");
 	o->heartbeat = env("PRIVAI_HEARTBEAT_S", "10");
+	o->metrics_every = env("PRIVAI_METRICS_INTERVAL_S", "60");
+	o->metrics_keep = env("PRIVAI_METRICS_KEEP_HOURS", "48");
 	o->join_token_file = env("PRIVAI_JOIN_TOKEN_FILE", NULL);
 	c->sys_root = env("PRIVAI_SYS_ROOT", "/");
 	c->preflight_file = env("PRIVAI_PREFLIGHT_FILE", "/run/privai/preflight.json");
@@ -260,6 +268,8 @@ read_options(int argc, char **argv, struct options *o)
 		{ "--join-token-file", &o->join_token_file },
 		{ "--join-pin", &c->join_pin },
 		{ "--heartbeat-s", &o->heartbeat },
+		{ "--metrics-interval-s", &o->metrics_every },
+		{ "--metrics-keep-hours", &o->metrics_keep },
 		{ "--sys-root", &c->sys_root },
 		{ "--preflight-file", &c->preflight_file },
 		{ "--fabric-socket", &c->fabric_socket },
@@ -312,7 +322,7 @@ static int
 resolve_values(struct options *o)
 {
 	struct admin_config *c = &o->cfg;
-	long port, gib, lo, hi, rate, hb;
+	long port, gib, lo, hi, rate, hb, every, keep;
 	enum runner_mode mode;
 
 	if (parse_int("--port",
@@ -321,6 +331,8 @@ resolve_values(struct options *o)
 			       : "8443",
 		      0, 65535, &port) < 0 ||
 	    parse_int("--heartbeat-s", o->heartbeat, 1, 3600, &hb) < 0 ||
+	    parse_int("--metrics-interval-s", o->metrics_every, 1, 3600, &every) < 0 ||
+	    parse_int("--metrics-keep-hours", o->metrics_keep, 24, 24 * 366, &keep) < 0 ||
 	    parse_int("--login-rate", o->login_rate, 1, 10000, &rate) < 0 ||
 	    parse_int("--max-upload-gib", o->max_gib, 1, 1 << 20, &gib) < 0)
 		return APP_EINVAL;
@@ -350,6 +362,8 @@ resolve_values(struct options *o)
 	c->engine_port_hi = (int)hi;
 	c->login_per_minute = (int)rate;
 	c->heartbeat_s = (int)hb;
+	c->metrics_interval_s = (int)every;
+	c->metrics_keep_hours = (int)keep;
 	return APP_OK;
 }
 
@@ -779,11 +793,12 @@ main(int argc, char **argv)
 	    (rc = setup_tls(&a, err)) != APP_OK || (rc = supervisor_start(&a, &a.sup, err)) != APP_OK ||
 	    (rc = httpd_start(&a, err)) != APP_OK || (rc = setup_node(&a, err)) != APP_OK ||
 	    (rc = cluster_start(&a, err)) != APP_OK || (rc = model_hash_start(&a, err)) != APP_OK ||
-	    (rc = backup_sched_start(&a, err)) != APP_OK) {
+	    (rc = backup_sched_start(&a, err)) != APP_OK || (rc = metrics_start(&a, err)) != APP_OK) {
 		log_error("%s", err);
 		httpd_stop(&a);
 		cluster_stop(&a);
 		model_hash_stop(&a);
+		backup_sched_stop(&a);
 		supervisor_stop(a.sup);
 		if (a.db != NULL)
 			db_close(a.db);
@@ -811,6 +826,7 @@ main(int argc, char **argv)
 	model_fetch_shutdown(&a);
 	model_hash_stop(&a);
 	backup_sched_stop(&a);
+	metrics_stop(&a);
 	supervisor_stop(a.sup);
 	db_close(a.db);
 	ratelimit_destroy(&a.login_limit);

@@ -1,0 +1,163 @@
+/*
+ * The metrics history over HTTP (metrics/sampler.h keeps it):
+ *   GET /api/v1/metrics/subjects   what was sampled lately
+ *   GET /api/v1/metrics/history?subject=S&range=1h|6h|24h|48h
+ * A history answers columns, the shape charting libraries take: "t" the
+ * sample times, and under "series" one array per value with null where a
+ * sample lacks it.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "status.h"
+#include "admin.h"
+#include "http/httpd.h"
+
+#define MAX_NAMES 24
+#define MAX_POINTS 200000
+
+static const struct {
+	const char *name;
+	int64_t seconds;
+} ranges[] = { { "1h", 3600 }, { "6h", 6 * 3600 }, { "24h", 24 * 3600 }, { "48h", 48 * 3600 }, { "7d", 7 * 86400 } };
+
+/* node:N, deployment:N, gpu:GPU-..., mig:MIG-... */
+static int
+subject_ok(const char *s)
+{
+	static const char *const kinds[] = { "node:", "deployment:", "gpu:", "mig:" };
+	size_t k = 0, n;
+
+	while (k < sizeof(kinds) / sizeof(kinds[0]) && strncmp(s, kinds[k], strlen(kinds[k])) != 0)
+		k++;
+	if (k == sizeof(kinds) / sizeof(kinds[0]))
+		return 0;
+	s += strlen(kinds[k]);
+	for (n = 0; s[n] != '\0'; n++)
+		if (!isalnum((unsigned char)s[n]) && s[n] != '-')
+			return 0;
+	return n >= 1 && n <= 100;
+}
+
+static void
+h_subjects(struct req *r)
+{
+	int64_t since = admin_now() - (r->a->cfg.metrics_interval_s * 3 > 600 ? r->a->cfg.metrics_interval_s * 3 : 600);
+
+	reply_query(r, 200,
+		    "SELECT subject, max(ts) AS last, json_group_array(DISTINCT name) AS names FROM metric_samples "
+		    "WHERE ts >= ?1 GROUP BY subject ORDER BY subject",
+		    1, &since, NULL);
+}
+
+static int
+name_index(cJSON *series, const char *names[], int *n, const char *name)
+{
+	for (int i = 0; i < *n; i++)
+		if (strcmp(names[i], name) == 0)
+			return i;
+	if (*n == MAX_NAMES)
+		return -1;
+	cJSON *col = cJSON_AddArrayToObject(series, name);
+	if (col == NULL)
+		return -1;
+	names[*n] = col->string;
+	return (*n)++;
+}
+
+/* Each column padded with nulls to `len` entries. */
+static int
+pad(cJSON *series, int len)
+{
+	for (cJSON *col = series->child; col != NULL; col = col->next)
+		while (cJSON_GetArraySize(col) < len)
+			if (!cJSON_AddItemToArray(col, cJSON_CreateNull()))
+				return -1;
+	return 0;
+}
+
+static cJSON *
+history(sqlite3 *db, const char *subject, int64_t from)
+{
+	sqlite3_stmt *st;
+	const char *names[MAX_NAMES];
+	int n_names = 0, len = 0, points = 0, rc;
+	int64_t last_ts = -1;
+	cJSON *o = cJSON_CreateObject(), *t = cJSON_AddArrayToObject(o, "t"),
+	      *series = cJSON_AddObjectToObject(o, "series");
+
+	if (t == NULL || series == NULL ||
+	    sqlite3_prepare_v2(db,
+			       "SELECT ts, name, value FROM metric_samples WHERE subject = ?1 AND ts >= ?2 "
+			       "ORDER BY ts, name",
+			       -1, &st, NULL) != SQLITE_OK) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	sqlite3_bind_text(st, 1, subject, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, from);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && points++ < MAX_POINTS) {
+		int64_t ts = sqlite3_column_int64(st, 0);
+		int k = name_index(series, names, &n_names, (const char *)sqlite3_column_text(st, 1));
+		if (ts != last_ts) {
+			if (pad(series, len) != 0 || !cJSON_AddItemToArray(t, cJSON_CreateNumber((double)ts)))
+				break;
+			len++;
+			last_ts = ts;
+		}
+		cJSON *col = k >= 0 ? cJSON_GetObjectItemCaseSensitive(series, names[k]) : NULL;
+		if (col == NULL)
+			continue;
+		while (cJSON_GetArraySize(col) < len - 1)
+			cJSON_AddItemToArray(col, cJSON_CreateNull());
+		double v = sqlite3_column_double(st, 2);
+		cJSON_AddItemToArray(col, isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
+	}
+	sqlite3_finalize(st);
+	if ((rc != SQLITE_DONE && rc != SQLITE_ROW) || pad(series, len) != 0) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+static void
+h_history(struct req *r)
+{
+	const char *subject = query_arg(r, "subject"), *range = query_arg(r, "range");
+	int64_t seconds = 0, now = admin_now();
+
+	if (subject == NULL || !subject_ok(subject)) {
+		reply_error(r, 422, "invalid_field", "subject",
+			    "subject must be node:ID, deployment:ID, gpu:UUID or mig:UUID");
+		return;
+	}
+	for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++)
+		if (strcmp(range != NULL ? range : "1h", ranges[i].name) == 0)
+			seconds = ranges[i].seconds;
+	if (seconds == 0) {
+		reply_error(r, 422, "invalid_field", "range", "range must be 1h, 6h, 24h, 48h or 7d");
+		return;
+	}
+	cJSON *o = history(r->a->db, subject, now - seconds);
+	if (o == NULL) {
+		reply_error(r, 500, "internal", NULL, "cannot read the metrics history: %s", sqlite3_errmsg(r->a->db));
+		return;
+	}
+	cJSON_AddStringToObject(o, "subject", subject);
+	cJSON_AddNumberToObject(o, "from", (double)(now - seconds));
+	cJSON_AddNumberToObject(o, "to", (double)now);
+	cJSON_AddNumberToObject(o, "interval_s", r->a->cfg.metrics_interval_s);
+	cJSON_AddNumberToObject(o, "keep_hours", r->a->cfg.metrics_keep_hours);
+	reply_json(r, 200, o);
+}
+
+const struct route api_metrics_routes[] = {
+	{ "GET", "/api/v1/metrics/subjects", ROLE_VIEWER, 0, h_subjects, NULL, NULL },
+	{ "GET", "/api/v1/metrics/history", ROLE_VIEWER, 0, h_history, NULL, NULL },
+	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
+};
