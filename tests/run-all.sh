@@ -54,6 +54,7 @@ for BUILD in $BUILDS; do
 	run_suite "$BUILD/admin resumable uploads (HTTP)" python3 tests/integration/test_admin_uploads.py "$BUILD"
 	run_suite "$BUILD/admin LoRA adapters (HTTP)" python3 tests/integration/test_admin_lora.py "$BUILD"
 	run_suite "$BUILD/admin metrics history (HTTP)" python3 tests/integration/test_admin_metrics.py "$BUILD"
+	run_suite "$BUILD/admin tasks (HTTP)" python3 tests/integration/test_admin_tasks.py "$BUILD"
 	run_suite "$BUILD/admin GPU placements (HTTP)" python3 tests/integration/test_admin_gpu_deploy.py "$BUILD"
 	run_suite "$BUILD/admin TLS (HTTPS)" python3 tests/integration/test_admin_tls.py "$BUILD"
 	run_suite "$BUILD/admin engine units (systemd)" python3 tests/integration/test_admin_units.py "$BUILD"
@@ -77,7 +78,7 @@ run_suite "lint (layers, cppcheck, clang-tidy, clang-format)" env BUILD="$BUILD"
 # the console in headless Chromium, once, against the first build
 run_suite "$BUILD/console (Chromium)" node tests/browser/console.test.mjs "$BUILD" "$BUILD/screenshots"
 run_suite "$BUILD/console fixes (Chromium)" node tests/browser/console_fixes.test.mjs "$BUILD" "$BUILD/screenshots"
-run_suite "$BUILD/console metrics (Chromium)" node tests/browser/console_metrics.test.mjs "$BUILD" "$BUILD/screenshots"
+run_suite "$BUILD/console metrics and tasks (Chromium)" node tests/browser/console_ops.test.mjs "$BUILD" "$BUILD/screenshots"
 # the appliance booted in qemu (make test IMAGE_TEST=1 builds the image first)
 if [ "${IMAGE_TEST:-}" = "1" ]; then
 	run_suite "image boot: seed, reboot by BIOS (qemu)" python3 tests/image/boot_test.py build/image 1,2

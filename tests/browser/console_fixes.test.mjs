@@ -215,7 +215,7 @@ async function main() {
     // at 800 the sections are behind a Menu button
     for (const width of [1366, 800]) {
       await page.setViewportSize({ width, height: 900 });
-      for (const [hash, title] of [['dashboard', 'Dashboard'], ['metrics', 'Metrics'], ['models', 'Models'], ['deployments', 'Deployments'],
+      for (const [hash, title] of [['dashboard', 'Dashboard'], ['metrics', 'Metrics'], ['tasks', 'Tasks'], ['models', 'Models'], ['deployments', 'Deployments'],
         ['gpus', 'GPUs & partitions'], ['nodes', 'Nodes'], ['host', 'Host'], ['sizing', 'Sizing'],
         ['users', 'Users & tokens'], ['audit', 'Audit log'], ['settings', 'Settings']]) {
         await visit(page, hash, title);

@@ -116,18 +116,31 @@ function cellText(c, r) {
 
 // A table: columns [{label, value(row) -> node|string, sort?(row) ->
 // number|string, or sort: false}].  A column header sorts by it (again:
-// the other way); past opts.pageRows rows (50) it pages.
+// the other way); past opts.pageRows rows (50) it pages; past 5 rows a
+// filter box keeps the rows with its words in any cell.
 export function table(caption, columns, rows, empty = 'None yet.', opts = {}) {
   const pageRows = opts.pageRows || PAGE_ROWS;
   if (!rows.length) return h('p', { class: 'muted' }, empty);
-  const st = tableState.get(caption) || { col: -1, dir: 1, page: 0 };
+  const st = tableState.get(caption) || { col: -1, dir: 1, page: 0, filter: '' };
   tableState.set(caption, st);
   const wrap = h('div', { class: 'table' });
+  const filterable = rows.length > 5 && opts.filter !== false;
+  // a page redrawing its table every few seconds must not take the box
+  // from someone typing in it
+  const typing = filterable && document.activeElement?.dataset?.filter === caption;
+  const box = filterable ? h('input', { type: 'search', class: 'filter', 'data-filter': caption, value: st.filter,
+    'aria-label': `Filter ${caption}`, placeholder: 'Filter' }) : null;
+  const texts = new Map();
+  const rowText = (r) => {
+    if (!texts.has(r)) texts.set(r, columns.map((c) => String(cellText({ value: c.value }, r))).join(' ').toLowerCase());
+    return texts.get(r);
+  };
   function draw() {
-    let shown = rows;
+    const words = st.filter.toLowerCase().split(/\s+/).filter(Boolean);
+    let shown = words.length ? rows.filter((r) => words.every((w) => rowText(r).includes(w))) : rows;
     if (st.col >= 0 && st.col < columns.length) {
       const c = columns[st.col];
-      const keyed = rows.map((r) => [cellText(c, r), r]);
+      const keyed = shown.map((r) => [cellText(c, r), r]);
       keyed.sort((a, b) => st.dir * (typeof a[0] === 'number' && typeof b[0] === 'number' ? a[0] - b[0]
         : String(a[0]).localeCompare(String(b[0]), undefined, { numeric: true })));
       shown = keyed.map((k) => k[1]);
@@ -145,7 +158,7 @@ export function table(caption, columns, rows, empty = 'None yet.', opts = {}) {
           draw();
         } }, c.label, sorted ? (st.dir > 0 ? ' ▲' : ' ▼') : ''));
     });
-    const parts = [h('table', {},
+    const parts = [...(box ? [box] : []), shown.length ? '' : h('p', { class: 'muted' }, 'No row has those words.'), h('table', {},
       h('caption', { class: 'muted', style: 'text-align:left' }, caption),
       h('thead', {}, h('tr', {}, head)),
       h('tbody', {}, shown.slice(from, from + pageRows).map((r) => h('tr', {}, columns.map((c) => h('td', {}, c.value(r)))))))];
@@ -155,6 +168,17 @@ export function table(caption, columns, rows, empty = 'None yet.', opts = {}) {
         h('span', {}, ` ${from + 1}–${Math.min(from + pageRows, shown.length)} of ${shown.length} `),
         h('button', { type: 'button', class: 'secondary', disabled: st.page >= pages - 1, onclick: () => { st.page++; draw(); } }, 'Next')));
     wrap.replaceChildren(...parts);
+  }
+  if (box) {
+    box.addEventListener('input', () => {
+      st.filter = box.value;
+      st.page = 0;
+      const at = box.selectionStart;
+      draw();
+      box.focus();
+      box.setSelectionRange(at, at);
+    });
+    if (typing) queueMicrotask(() => { box.focus(); box.setSelectionRange(box.value.length, box.value.length); });
   }
   draw();
   return wrap;

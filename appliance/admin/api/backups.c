@@ -18,6 +18,7 @@
 #include "admin.h"
 #include "store/db.h"
 #include "http/httpd.h"
+#include "store/tasks.h"
 #include "backup/backups.h"
 #include "models/models.h"
 #include "http/spool.h"
@@ -67,7 +68,11 @@ h_backup_create(struct req *r)
 			     "no name for the backup: its path is too long, or a hundred were made this second");
 		return;
 	}
+	char ref[100];
+	snprintf(ref, sizeof(ref), "backup:%s", name);
+	task_begin(r->a->db, "backup.create", ref, name, r->who.name, r->now);
 	rc = db_backup(r->a->db, path, err);
+	task_finish(r->a->db, ref, rc == APP_OK, rc == APP_OK ? "written" : err, r->now);
 	if (rc != APP_OK) {
 		reply_status(r, rc, NULL, err);
 		return;
@@ -169,6 +174,11 @@ h_restore(struct req *r)
 		return;
 	}
 	int rc = db_restore(r->a->db, path, err);
+	/* written after: a restore replaces the store, tasks too */
+	char ref[140];
+	snprintf(ref, sizeof(ref), "restore:%s", name);
+	task_begin(r->a->db, "backup.restore", ref, name, r->who.name, r->now);
+	task_finish(r->a->db, ref, rc == APP_OK, rc == APP_OK ? "the store was replaced by the backup" : err, r->now);
 	if (rc != APP_OK) {
 		reply_status(r, rc, "name", err);
 	} else {

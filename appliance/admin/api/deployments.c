@@ -20,6 +20,7 @@
 #include "api/deployments.h"
 #include "deploy/placement.h"
 #include "http/httpd.h"
+#include "store/tasks.h"
 #include "models/models.h"
 #include "store/rows.h"
 #include "deploy/supervisor.h"
@@ -604,8 +605,15 @@ h_update(struct req *r)
 		goto out;
 	}
 	snprintf(target, sizeof(target), "deployment/%lld", (long long)id);
-	if (moved != NULL)
+	if (moved != NULL) {
+		char ref[40], *detail = cJSON_PrintUnformatted(moved);
+		snprintf(ref, sizeof(ref), "move:%lld", (long long)id);
+		task_begin(r->a->db, "deployment.move", ref, target, r->who.name, r->now);
+		task_update(r->a->db, ref, -1, detail != NULL ? detail : "moved", r->now);
+		task_finish(r->a->db, ref, 1, "moved; the new node starts it (see its deployment.start task)", r->now);
+		free(detail);
 		req_audit(r, "deployment.move", target, "ok", moved);
+	}
 	cJSON *d = cJSON_CreateObject();
 	if (desired != NULL)
 		cJSON_AddStringToObject(d, "desired", desired);

@@ -16,6 +16,7 @@
 #include "store/db.h"
 #include "deploy/placement.h"
 #include "http/httpd.h"
+#include "store/tasks.h"
 #include "gpu/mig.h"
 #include "gpu/mig_apply.h"
 #include "store/rows.h"
@@ -291,7 +292,15 @@ h_mig_put(struct req *r)
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddItemToObject(d, "instances", layout_json(in, n));
 	cJSON_AddStringToObject(d, "node", g.node);
-	if (g.is_self && mig_apply_gpu(r->a, g.id, err) != APP_OK) {
+	char ref[140];
+	snprintf(ref, sizeof(ref), "mig:%s", g.uuid);
+	task_begin(r->a->db, "gpu.mig", ref, g.uuid, r->who.name, r->now);
+	task_update(r->a->db, ref, -1, g.is_self ? "applying the layout through NVML" : "stored; its node applies it",
+		    r->now);
+	int applied = g.is_self ? mig_apply_gpu(r->a, g.id, err) : APP_OK;
+	task_finish(r->a->db, ref, applied == APP_OK,
+		    applied == APP_OK ? (g.is_self ? "applied" : "stored for its node") : err, r->now);
+	if (applied != APP_OK) {
 		cJSON_AddStringToObject(d, "error", err);
 		req_audit(r, "gpu.mig", g.uuid, "ok", d);
 		reply_error(r, 502, "nvml_failed", NULL, "the layout is stored but NVML refused it: %s", err);

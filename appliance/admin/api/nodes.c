@@ -19,6 +19,7 @@
 #include "store/db.h"
 #include "api/deployments.h"
 #include "http/httpd.h"
+#include "store/tasks.h"
 #include "cluster/nodes.h"
 #include "cluster/remote.h"
 #include "store/rows.h"
@@ -229,6 +230,12 @@ h_join(struct req *r)
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "url", url);
 	req_audit(r, "node.join", name, "ok", d);
+	char ref[40], line[600];
+	snprintf(ref, sizeof(ref), "node:%lld", (long long)id);
+	snprintf(line, sizeof(line), "joined from %s with a join token; reached at %s", r->addr, url);
+	task_begin(r->a->db, "node.join", ref, name, "join token", r->now);
+	task_update(r->a->db, ref, -1, line, r->now);
+	task_finish(r->a->db, ref, 1, "a member of the cluster: heartbeats follow", r->now);
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddNumberToObject(o, "node_id", (double)id);
 	cJSON_AddStringToObject(o, "secret", secret);

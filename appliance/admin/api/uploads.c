@@ -38,6 +38,7 @@
 #include "admin.h"
 #include "log.h"
 #include "store/db.h"
+#include "store/tasks.h"
 #include "http/httpd.h"
 #include "models/meta.h"
 #include "models/models.h"
@@ -59,7 +60,15 @@ struct put {
 	int fd;
 	crypto_hash_sha256_state h; /* over the first `received` bytes */
 	char name[160], want_sha[65];
+	int64_t shown_ms; /* when the task's progress was last stored */
 };
+
+/* The task of upload id ("upload:ID"). */
+static void
+task_ref(int64_t id, char *ref, size_t size)
+{
+	snprintf(ref, size, "upload:%lld", (long long)id);
+}
 
 /* STATE/models/.part-ID; APP_ERANGE when it does not fit. */
 static int
@@ -88,11 +97,14 @@ busy_set(struct admin *a, int64_t id, int on)
 		}
 }
 
+/* Its bytes and row go; its task ends, failed, saying why. */
 static void
-upload_remove(struct admin *a, int64_t id)
+upload_remove(struct admin *a, int64_t id, const char *why)
 {
-	char path[PATH_MAX + 64];
+	char path[PATH_MAX + 64], ref[40];
 
+	task_ref(id, ref, sizeof(ref));
+	task_finish(a->db, ref, 0, why, admin_now());
 	if (part_path(a, id, path, sizeof(path)) == APP_OK)
 		unlink(path);
 	if (db_delete_id(a->db, "uploads", id) < 0)
@@ -114,7 +126,7 @@ uploads_sweep(struct admin *a, int64_t now, int at_start)
 	}
 	for (int i = 0; i < n; i++)
 		if (!busy(a, stale[i]))
-			upload_remove(a, stale[i]);
+			upload_remove(a, stale[i], "untouched for 72 hours: removed");
 	if (!at_start)
 		return;
 	/* a row whose file is gone cannot go on; a file with no row is a crash's */
@@ -268,6 +280,10 @@ h_create(struct req *r)
 		cJSON_AddNumberToObject(d, "size", (double)size);
 		snprintf(target, sizeof(target), "upload/%lld (%s)", (long long)id, name);
 		req_audit(r, "model.upload_begin", target, "ok", d);
+		char ref[40];
+		task_ref(id, ref, sizeof(ref));
+		task_begin(r->a->db, "upload", ref, name, r->who.name, r->now);
+		task_update(r->a->db, ref, 0, "waiting for the bytes", r->now);
 		reply_query(r, 201, "SELECT " UPLOAD_FIELDS " WHERE id = ?1", 1, &id, "upload");
 	}
 out:
@@ -303,7 +319,9 @@ h_delete(struct req *r)
 			    (long long)id);
 		return;
 	}
-	upload_remove(r->a, id);
+	char why[120];
+	snprintf(why, sizeof(why), "discarded by %s", r->who.name);
+	upload_remove(r->a, id, why);
 	if (sqlite3_changes(r->a->db) == 0) {
 		reply_error(r, 404, "not_found", NULL, "no upload %lld", (long long)id);
 		return;
@@ -336,6 +354,10 @@ put_keep(struct admin *a, struct put *p, int64_t now)
 			p->kept = p->received;
 		sqlite3_finalize(st);
 	}
+	char ref[40], line[120];
+	task_ref(p->id, ref, sizeof(ref));
+	snprintf(line, sizeof(line), "%lld of %lld bytes kept", (long long)p->kept, (long long)p->size);
+	task_update(a->db, ref, (double)p->kept / (double)p->size, line, now);
 	pthread_mutex_unlock(&a->db_mu);
 }
 
@@ -441,6 +463,12 @@ put_begin(struct req *r)
 		}
 		busy_set(r->a, id, 1);
 		r->stream = p;
+		char ref[40], line[120];
+		task_ref(id, ref, sizeof(ref));
+		/* a task ended by a restart goes on as a new one */
+		task_begin(r->a->db, "upload", ref, p->name, r->who.name, r->now);
+		snprintf(line, sizeof(line), "a part from byte %lld", (long long)offset);
+		task_update(r->a->db, ref, (double)offset / (double)p->size, line, r->now);
 	}
 	sqlite3_finalize(st);
 unlock:
@@ -488,6 +516,15 @@ put_data(struct req *r, const char *buf, size_t n)
 	}
 	crypto_hash_sha256_update(&p->h, (const unsigned char *)buf, n);
 	p->received += (int64_t)n;
+	int64_t ms = admin_mono_ms();
+	if (ms - p->shown_ms >= 1000) { /* the task view's progress, without a write per chunk */
+		char ref[40];
+		p->shown_ms = ms;
+		task_ref(p->id, ref, sizeof(ref));
+		pthread_mutex_lock(&r->a->db_mu);
+		task_update(r->a->db, ref, (double)p->received / (double)p->size, NULL, admin_now());
+		pthread_mutex_unlock(&r->a->db_mu);
+	}
 	return 0;
 }
 
@@ -517,13 +554,13 @@ put_finish(struct req *r, struct put *p)
 	if (p->want_sha[0] != '\0' && strcmp(hex, p->want_sha) != 0) {
 		reply_error(r, 422, "checksum_mismatch", "sha256", "upload %lld's SHA-256 is %s, not %s; it is removed",
 			    (long long)p->id, hex, p->want_sha);
-		upload_remove(r->a, p->id);
+		upload_remove(r->a, p->id, r->error);
 		return;
 	}
 	if ((rc = model_meta_read(part, &m, err)) != APP_OK) {
 		reply_error(r, 422, "bad_file", NULL, "not a usable GGUF file: %s; upload %lld is removed",
 			    strchr(err, ':') ? strchr(err, ':') + 2 : err, (long long)p->id);
-		upload_remove(r->a, p->id);
+		upload_remove(r->a, p->id, r->error);
 		return;
 	}
 	if (access(final, F_OK) == 0) {
@@ -545,7 +582,7 @@ put_finish(struct req *r, struct put *p)
 	if ((rc = model_base_check(r->a->db, p->name, &m, part, base, &base_id, err)) != APP_OK) {
 		model_meta_free(&m);
 		reply_error(r, 422, "invalid_field", "base_model", "%s; upload %lld is removed", err, (long long)p->id);
-		upload_remove(r->a, p->id);
+		upload_remove(r->a, p->id, r->error);
 		return;
 	}
 	if (db_begin(r->a->db) != SQLITE_OK) {
@@ -586,6 +623,11 @@ put_finish(struct req *r, struct put *p)
 	cJSON_AddNumberToObject(d, "bytes", (double)p->size);
 	cJSON_AddStringToObject(d, "sha256", hex);
 	req_audit(r, "model.upload", target, "ok", d);
+	char ref[40], result[400];
+	task_ref(p->id, ref, sizeof(ref));
+	snprintf(result, sizeof(result), "model %s registered (%lld bytes, SHA-256 %.16s...)", p->name,
+		 (long long)p->size, hex);
+	task_finish(r->a->db, ref, 1, result, r->now);
 	models_reply_row(r, 201, model_id, base_id, p->name, final);
 }
 

@@ -23,6 +23,7 @@
 #include "backup/backups.h"
 #include "store/db.h"
 #include "store/settings.h"
+#include "store/tasks.h"
 #include "worker.h"
 
 #define AUTO_PREFIX "privai-auto-"
@@ -122,8 +123,12 @@ make_backup(struct backup_sched *s, const char *dir, int64_t now)
 	else if (backup_new_name(dir, "privai-auto", now, name, sizeof(name), path, sizeof(path)) != APP_OK)
 		rc = app_fail(err, APP_ERANGE, "no name for a backup in %s", dir);
 	pthread_mutex_lock(&a->db_mu);
+	char ref[100];
+	snprintf(ref, sizeof(ref), "backup:%s", name[0] ? name : "scheduled");
+	task_begin(a->db, "backup.create", ref, name[0] ? name : "scheduled backup", "system", now);
 	if (rc == APP_OK)
 		rc = db_backup(a->db, path, err);
+	task_finish(a->db, ref, rc == APP_OK, rc == APP_OK ? "written (scheduled)" : err, now);
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddBoolToObject(d, "scheduled", 1);
 	if (rc != APP_OK)

@@ -21,6 +21,7 @@
 #include "admin.h"
 #include "log.h"
 #include "store/db.h"
+#include "store/tasks.h"
 #include "deploy/runner.h"
 #include "deploy/supervisor.h"
 #include "deploy/cpuset.h"
@@ -86,6 +87,33 @@ deploy_file(struct admin *a, int64_t id, const char *name, char *out, size_t siz
 		       name ? name : "");
 }
 
+/* A start is a task (store/tasks.h) from loading until ready, failed or
+ * stopped; the caller holds the store's mutex. */
+static void
+start_task(struct admin *a, int64_t id, const char *state, const char *reason)
+{
+	char ref[40], name[160] = "deployment";
+	int64_t now = admin_now();
+	sqlite3_stmt *st;
+
+	snprintf(ref, sizeof(ref), "deployment:%lld", (long long)id);
+	if (strcmp(state, "loading") == 0) {
+		if (sqlite3_prepare_v2(a->db, "SELECT name FROM deployments WHERE id = ?1", -1, &st, NULL) ==
+		    SQLITE_OK) {
+			sqlite3_bind_int64(st, 1, id);
+			if (sqlite3_step(st) == SQLITE_ROW)
+				snprintf(name, sizeof(name), "%s", (const char *)sqlite3_column_text(st, 0));
+			sqlite3_finalize(st);
+		}
+		task_begin(a->db, "deployment.start", ref, name, "system", now);
+		task_update(a->db, ref, -1, "the engine started and is loading the model", now);
+	} else if (strcmp(state, "ready") == 0) {
+		task_finish(a->db, ref, 1, "ready: the engine answers", now);
+	} else if (strcmp(state, "failed") == 0 || strcmp(state, "stopped") == 0) {
+		task_finish(a->db, ref, 0, reason != NULL ? reason : state, now);
+	}
+}
+
 static void
 set_row(struct supervisor *s, int64_t id, const char *state, const char *reason, pid_t pid, int restarted)
 {
@@ -120,6 +148,8 @@ set_row(struct supervisor *s, int64_t id, const char *state, const char *reason,
 	}
 	if (db_write(a->db, st, err) != APP_OK)
 		log_warn("deployment %lld: state %s not recorded: %s", (long long)id, state, err);
+	else if (sqlite3_changes(a->db) > 0)
+		start_task(a, id, state, reason);
 	pthread_mutex_unlock(&a->db_mu);
 }
 

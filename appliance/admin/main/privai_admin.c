@@ -29,6 +29,7 @@
 #include "gpu/mig_apply.h"
 #include "cluster/nodes.h"
 #include "store/db.h"
+#include "store/tasks.h"
 #include "deploy/engine_probe.h"
 #include "api/deployments.h"
 #include "api/routes.h"
@@ -549,6 +550,7 @@ clean_interrupted(struct admin *a)
 		    "WHERE state = 'importing'",
 		    err) != APP_OK)
 		log_warn("imports cut short by the restart stay 'importing': %s", err);
+	task_abandon_all(a->db, admin_now());
 	uploads_sweep(a, admin_now(), 1);
 	if (d == NULL)
 		return;

@@ -25,6 +25,7 @@
 #include "log.h"
 #include "store/db.h"
 #include "models/models.h"
+#include "store/tasks.h"
 #include "worker.h"
 
 #define HASH_BLOCK (4 << 20)
@@ -51,10 +52,30 @@ skipped(const struct hasher *h, int64_t id)
 	return 0;
 }
 
+/* The hashing of model id as a task (store/tasks.h): begun, moved on,
+ * or ended with `result` (ok < 0: still running). */
+static void
+hash_task(struct hasher *h, int64_t id, const char *path, double progress, int ok, const char *result)
+{
+	char ref[40];
+	const char *base = strrchr(path, '/');
+
+	snprintf(ref, sizeof(ref), "hash:%lld", (long long)id);
+	pthread_mutex_lock(&h->a->db_mu);
+	if (progress == 0)
+		task_begin(h->a->db, "model.hash", ref, base != NULL ? base + 1 : path, "system", admin_now());
+	if (ok < 0)
+		task_update(h->a->db, ref, progress, NULL, admin_now());
+	else
+		task_finish(h->a->db, ref, ok, result, admin_now());
+	pthread_mutex_unlock(&h->a->db_mu);
+}
+
 static void
 skip(struct hasher *h, int64_t id, const struct stat *sb, const char *path, const char *why)
 {
 	log_warn("model %lld (%s): no SHA-256: %s", (long long)id, path, why);
+	hash_task(h, id, path, -1, 0, why);
 	if (h->n_skipped < HASH_MAX_SKIPPED) {
 		h->skipped[h->n_skipped].id = id;
 		h->skipped[h->n_skipped].size = sb != NULL ? (int64_t)sb->st_size : -1;
@@ -152,6 +173,8 @@ hash_one(struct hasher *h, int64_t id, int64_t size, const char *path)
 	}
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	crypto_hash_sha256_init(&s);
+	hash_task(h, id, path, 0, -1, NULL);
+	int64_t shown = admin_mono_ms();
 	for (off_t off = 0;;) {
 		ssize_t n = pread(fd, buf, HASH_BLOCK, off);
 		if (n < 0 && errno == EINTR)
@@ -166,6 +189,10 @@ hash_one(struct hasher *h, int64_t id, int64_t size, const char *path)
 		/* read once: leave the page cache to the engines */
 		posix_fadvise(fd, off, n, POSIX_FADV_DONTNEED);
 		off += n;
+		if (admin_mono_ms() - shown >= 1000) {
+			shown = admin_mono_ms();
+			hash_task(h, id, path, size > 0 ? (double)off / (double)size : 0, -1, NULL);
+		}
 		if (worker_stopping(&h->w))
 			goto out; /* done again from the start next time */
 	}
@@ -180,6 +207,8 @@ hash_one(struct hasher *h, int64_t id, int64_t size, const char *path)
 	crypto_hash_sha256_final(&s, digest);
 	sodium_bin2hex(hex, sizeof(hex), digest, sizeof(digest));
 	store(h, id, path, size, hex);
+	snprintf(why, sizeof(why), "SHA-256 %s", hex);
+	hash_task(h, id, path, -1, 1, why);
 out:
 	if (fd >= 0)
 		close(fd);

@@ -1,13 +1,17 @@
-// The console's metrics page (issue 23) in headless Chromium against a
+// The console's metrics and tasks pages (issue 23) in headless Chromium against a
 // live privai-admin that samples every second: this node from a procfs
 // fixture, the eight GPUs and two MIG instances of the NVML double, and a
 // real engine serving the tiny fixture model.  Each chart is drawn by
 // uPlot with its axes and units, the newest values read as NVML and the
 // fixture give them, the range buttons ask the server for that range.
+// The tasks page shows an upload's progress while its bytes arrive and
+// how it ended, and a deployment's start; a table's filter box keeps the
+// rows with its words.
 //
-// usage: node tests/browser/console_metrics.test.mjs BUILD_DIR SCREENSHOT_DIR
+// usage: node tests/browser/console_ops.test.mjs BUILD_DIR SCREENSHOT_DIR
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -58,13 +62,80 @@ function startAdmin(tmp) {
   });
 }
 
-async function visit(page, hash) {
+async function visit(page, hash, title = 'Metrics') {
   await page.goto(`${page.baseUrl}/#/${hash}`);
-  await page.getByRole('heading', { level: 1, name: 'Metrics' }).waitFor();
+  await page.getByRole('heading', { level: 1, name: title }).waitFor();
   await page.locator('#main:not([aria-busy])').waitFor();
 }
 
 const caption = (page, title) => page.locator(`figure[data-chart="${title}"] figcaption`);
+
+// PUT half the body, then a little more once a second has passed (the
+// server stores progress at most once a second, as bytes come), and leave
+// the request open; resolves with the function that sends the rest.
+function slowPut(admin, cookie, csrf, id, size) {
+  const u = new URL(admin.url);
+  return new Promise((resolve) => {
+    const req = http.request({ host: u.hostname, port: u.port, method: 'PUT', path: `/api/v1/uploads/${id}?offset=0`,
+      headers: { Cookie: cookie, 'X-CSRF-Token': csrf, 'Content-Type': 'application/octet-stream', 'Content-Length': size } });
+    const answered = new Promise((ok) => req.on('response', (res) => { res.resume(); res.on('end', () => ok(res.statusCode)); }));
+    req.write(Buffer.alloc(size / 2));
+    setTimeout(() => {
+      req.write(Buffer.alloc(4096));
+      setTimeout(() => resolve(() => { req.end(Buffer.alloc(size / 2 - 4096)); return answered; }), 700);
+    }, 1300);
+  });
+}
+
+async function tasksPage(page, admin, csrf) {
+  const cookie = (await page.context().cookies()).map((c) => `${c.name}=${c.value}`).join('; ');
+  const size = 8 << 20;
+  const up = await (await page.request.post(`${admin.url}/api/v1/uploads`, { data: { name: 'slow', size },
+    headers: { 'X-CSRF-Token': csrf } })).json();
+  const finish = await slowPut(admin, cookie, csrf, up.id, size);
+  await page.locator('#nav a[href="#/tasks"]').click();
+  await page.getByRole('heading', { level: 1, name: 'Tasks' }).waitFor();
+  await page.locator('#main:not([aria-busy])').waitFor();
+  const row = page.locator('tr', { hasText: 'slow' });
+  await row.waitFor();
+  const mid = Number(await row.locator('progress').getAttribute('value'));
+  check(/running/.test(await row.textContent()) && mid >= 45 && mid <= 55 && /\d+ %/.test(await row.textContent()),
+    'an upload under way shows its progress from the server (about 50 %)', `${mid} ${await row.textContent()}`);
+  await page.screenshot({ path: path.join(SHOTS, 'tasks-upload-running-1366.png'), fullPage: true });
+  const status = await finish();
+  // the page polls each second while a task runs: the end shows by itself
+  await page.locator('tr', { hasText: 'slow' }).filter({ hasText: 'failed' }).waitFor({ timeout: 10000 }).catch(() => {});
+  const ended = await page.locator('tr', { hasText: 'slow' }).textContent();
+  check(status === 422 && /failed/.test(ended) && /not a usable GGUF file/.test(ended),
+    'the upload\'s end shows without a reload: failed, with the reason', `${status} ${ended}`);
+  const start = page.locator('tr', { hasText: 'Deployment start' }).filter({ hasText: 'tiny' });
+  check(/done/.test(await start.textContent()) && /100 %/.test(await start.textContent()) && /ready/.test(await start.textContent()),
+    'the deployment\'s start is a task, done', await start.textContent());
+  await start.getByRole('button', { name: /^Log of task/ }).click();
+  const log = page.locator('section[aria-label^="Log of task"] pre');
+  await log.waitFor();
+  check(/loading the model/.test(await log.textContent()) && /done/.test(await log.textContent()), 'a task\'s log',
+    await log.textContent());
+  await page.reload();
+  await page.getByRole('heading', { level: 1, name: 'Tasks' }).waitFor();
+  await page.locator('tr', { hasText: 'slow' }).waitFor();
+  check(await page.locator('tr', { hasText: 'slow' }).filter({ hasText: 'failed' }).count() === 1, 'kept after a reload');
+  await page.screenshot({ path: path.join(SHOTS, 'tasks-1366.png'), fullPage: true });
+
+  // the filter box, on a table of more than 5 rows (the audit log)
+  await visit(page, 'audit', 'Audit log');
+  const rows = page.locator('table tbody tr');
+  const before = await rows.count();
+  const box = page.getByLabel('Filter Audit entries, newest first');
+  await box.fill('upload_begin');
+  const after = await rows.allTextContents();
+  check(before > 5 && after.length >= 1 && after.length < before && after.every((t) => t.includes('upload_begin')),
+    'a table\'s filter keeps the rows with its words', `${before} -> ${after.length}`);
+  await box.fill('no-such-words-anywhere');
+  check(await rows.count() === 0 && await page.getByText('No row has those words.').isVisible(), 'and says when none has them');
+  await box.fill('');
+  check(await rows.count() === before, 'emptied, every row is back');
+}
 
 async function main() {
   fs.mkdirSync(SHOTS, { recursive: true });
@@ -182,6 +253,8 @@ async function main() {
     const w = await page.evaluate(() => document.documentElement.scrollWidth);
     check(w <= 800, 'the metrics page fits 800 px', w);
     await page.screenshot({ path: path.join(SHOTS, 'metrics-deployment-800.png'), fullPage: true });
+    await page.setViewportSize({ width: 1366, height: 900 });
+    await tasksPage(page, admin, csrf);
     check(errors.length === 0, 'no script errors', errors.join(' | '));
   } catch (e) {
     check(false, 'the suite ran to the end', e.stack);
