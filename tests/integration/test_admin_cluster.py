@@ -209,6 +209,25 @@ def test_join_rest(adm, a, o, tmp):
     check(r.status == 200 and r.json["state"] == "ready" and r.json["mig"] == [], "heartbeat answered", r)
     r = anon.post(f"/api/v1/nodes/1/heartbeat", {}, headers={"X-Privai-Node-Secret": secret})
     check(r.status == 401, "a secret is for its own node only", r)
+    # the metrics a member sends: its node as node:self, its GPUs; what is
+    # malformed is refused by name, another node's subject too
+    now = int(time.time())
+    for rows, says in (("x", "array"), ([["gpu:GPU-1", "Temp", now, 1]], "metrics[0]"),
+                       ([["gpu:GPU-1", "temp_c", now + 0.5, 1]], "metrics[0]"),
+                       ([["node:1", "cpu_pct", now, 1]], "is not node:self"),
+                       ([["gpu:GPU 1", "temp_c", now, 1]], "is not node:self")):
+        r = anon.post(hb, {"metrics": rows}, headers={"X-Privai-Node-Secret": secret})
+        check(r.status == 422 and r.json["error"]["field"] == "metrics" and says in r.json["error"]["message"],
+              f"heartbeat metrics {rows!r} refused", r)
+    r = anon.post(hb, {"metrics": [["node:self", "cpu_pct", now, 12.5], ["gpu:GPU-raw-1", "temp_c", now, 40],
+                                   ["deployment:1", "tokens_per_s", now, 9], ["gpu:GPU-raw-1", "temp_c", now - 999999, 1]]},
+                  headers={"X-Privai-Node-Secret": secret})
+    h = a.get(f"/api/v1/metrics/history?subject=node:{nid}").json
+    g = a.get("/api/v1/metrics/history?subject=gpu:GPU-raw-1").json
+    d = a.get("/api/v1/metrics/history?subject=deployment:1").json
+    check(r.status == 200 and h["series"].get("cpu_pct") == [12.5] and g["series"].get("temp_c") == [40] and
+          "tokens_per_s" not in d["series"], "a member's samples kept under its node; another node's deployment "
+          "and a sample too old left out", (h, g, d))
     check(o.request("DELETE", f"/api/v1/nodes/{nid}").status == 403, "operator cannot remove a node")
     r = a.request("DELETE", f"/api/v1/nodes/{nid}")
     check(r.status == 204, "remove", r)
@@ -226,7 +245,8 @@ def test_second_admin(adm, a, o, tmp):
     tok = a.post("/api/v1/nodes/join-tokens", {}).json["token"]
     env = dict(nvml_env(tmp, 1), PRIVAI_JOIN_TOKEN=tok)
     b = Admin(BUILD, os.path.join(tmp, "b"), PW, ports="19120-19129", env_extra=env,
-              extra=["--node-name", "node-b", "--join", f"http://127.0.0.1:{adm.port}", "--heartbeat-s", "1"])
+              extra=["--node-name", "node-b", "--join", f"http://127.0.0.1:{adm.port}", "--heartbeat-s", "1",
+                     "--metrics-interval-s", "1"])
     try:
         node = wait_for(lambda: [n for n in a.get("/api/v1/nodes").json["data"] if n["name"] == "node-b"], 15)
         check(node and node[0]["state"] == "ready" and node[0]["gpu_count"] == 8 and
@@ -239,6 +259,16 @@ def test_second_admin(adm, a, o, tmp):
               "secret" not in r.json["membership"], "node-b is a member", r)
         gb = [g for g in a.get("/api/v1/gpus").json["data"] if g["node"] == "node-b"]
         check(len(gb) == 8 and gb[0]["uuid"].endswith("000000010000"), "node-b's GPUs, its own UUIDs", gb[:1])
+        # node-b's history reaches the leader with its heartbeats
+        mine = bc.get("/api/v1/nodes").json["data"][0]["id"]
+        there = wait_for(lambda: a.get(f"/api/v1/metrics/history?subject=node:{nid}").json["series"].get(
+            "mem_total_bytes"), 15)
+        here = bc.get(f"/api/v1/metrics/history?subject=node:{mine}").json["series"].get("mem_total_bytes")
+        check(there and here and there[-1] == here[-1], "node-b's memory charted on the leader, as node-b sampled it",
+              (there, here))
+        g3 = wait_for(lambda: a.get(f"/api/v1/metrics/history?subject=gpu:{gb[3]['uuid']}").json["series"].get(
+            "temp_c"), 15)
+        check(g3 and g3[-1] == 34, "and its GPU 3's temperature", g3)
         r = a.request("PUT", f"/api/v1/gpus/{gb[5]['id']}/mig", {"instances": [{"profile": "4g.40gb"},
                                                                                {"profile": "3g.40gb"}]})
         check(r.status == 202 and all(x["state"] == "planned" for x in r.json["layout"]), "remote layout planned", r)

@@ -6,7 +6,6 @@
  * sample times, and under "series" one array per value with null where a
  * sample lacks it.
  */
-#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include "status.h"
 #include "admin.h"
 #include "http/httpd.h"
+#include "metrics/remote.h"
 
 #define MAX_NAMES 24
 #define MAX_POINTS 200000
@@ -24,24 +24,6 @@ static const struct {
 	const char *name;
 	int64_t seconds;
 } ranges[] = { { "1h", 3600 }, { "6h", 6 * 3600 }, { "24h", 24 * 3600 }, { "48h", 48 * 3600 }, { "7d", 7 * 86400 } };
-
-/* node:N, deployment:N, gpu:GPU-..., mig:MIG-... */
-static int
-subject_ok(const char *s)
-{
-	static const char *const kinds[] = { "node:", "deployment:", "gpu:", "mig:" };
-	size_t k = 0, n;
-
-	while (k < sizeof(kinds) / sizeof(kinds[0]) && strncmp(s, kinds[k], strlen(kinds[k])) != 0)
-		k++;
-	if (k == sizeof(kinds) / sizeof(kinds[0]))
-		return 0;
-	s += strlen(kinds[k]);
-	for (n = 0; s[n] != '\0'; n++)
-		if (!isalnum((unsigned char)s[n]) && s[n] != '-')
-			return 0;
-	return n >= 1 && n <= 100;
-}
 
 static void
 h_subjects(struct req *r)
@@ -131,7 +113,7 @@ h_history(struct req *r)
 	const char *subject = query_arg(r, "subject"), *range = query_arg(r, "range");
 	int64_t seconds = 0, now = admin_now();
 
-	if (subject == NULL || !subject_ok(subject)) {
+	if (subject == NULL || !metrics_subject_ok(subject)) {
 		reply_error(r, 422, "invalid_field", "subject",
 			    "subject must be node:ID, deployment:ID, gpu:UUID or mig:UUID");
 		return;

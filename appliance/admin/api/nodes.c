@@ -20,6 +20,7 @@
 #include "api/deployments.h"
 #include "http/httpd.h"
 #include "store/tasks.h"
+#include "metrics/remote.h"
 #include "cluster/nodes.h"
 #include "cluster/remote.h"
 #include "store/rows.h"
@@ -337,7 +338,7 @@ pin_ok(const char *s)
 static void
 h_heartbeat(struct req *r)
 {
-	static const char *const known[] = { "report", "mig_results", "deployments", "tls_pin", NULL };
+	static const char *const known[] = { "report", "mig_results", "deployments", "tls_pin", "metrics", NULL };
 	char state[16] = "", err[APP_ERR_LEN];
 	const char *pin;
 	int64_t id = arg_id(r, 0, "node");
@@ -366,6 +367,12 @@ h_heartbeat(struct req *r)
 	if (remote_record(r->a->db, id, cJSON_GetObjectItemCaseSensitive(j, "deployments"), r->now, err) != APP_OK) {
 		db_rollback(r->a->db);
 		reply_error(r, 422, "invalid_field", "deployments", "%s", err);
+		goto out;
+	}
+	if (metrics_store_remote(r->a->db, id, cJSON_GetObjectItemCaseSensitive(j, "metrics"), r->now,
+				 r->a->cfg.metrics_keep_hours, err) != APP_OK) {
+		db_rollback(r->a->db);
+		reply_error(r, 422, "invalid_field", "metrics", "%s", err);
 		goto out;
 	}
 	int back = strcmp(state, "unreachable") == 0;

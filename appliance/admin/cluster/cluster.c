@@ -20,6 +20,7 @@
 #include "cluster/nodes.h"
 #include "cluster/remote.h"
 #include "deploy/supervisor.h"
+#include "metrics/remote.h"
 
 #define MAX_REPLY (1 << 20)
 
@@ -30,8 +31,9 @@ struct cluster {
 	pthread_cond_t cv;
 	int stop;
 	int64_t next_beat;
-	int interval;       /* the joined console's heartbeat_s once it said */
-	cJSON *mig_results; /* to send with the next heartbeat */
+	int interval;         /* the joined console's heartbeat_s once it said */
+	cJSON *mig_results;   /* to send with the next heartbeat */
+	int64_t metrics_sent; /* the newest sample the leader took (metrics/remote.h) */
 };
 
 struct buf {
@@ -275,8 +277,10 @@ heartbeat(struct cluster *c, const struct membership *m)
 	c->mig_results = cJSON_CreateArray();
 	if (a->tls_pin[0] != '\0')
 		cJSON_AddStringToObject(body, "tls_pin", a->tls_pin);
+	int64_t metrics_last;
 	pthread_mutex_lock(&a->db_mu);
 	cJSON_AddItemToObject(body, "deployments", member_reports(a));
+	cJSON_AddItemToObject(body, "metrics", metrics_since(a->db, a->self_node_id, c->metrics_sent, &metrics_last));
 	pthread_mutex_unlock(&a->db_mu);
 	int rc = post_json(url, m->pin, m->secret, body, &status, &reply, err);
 	cJSON_Delete(body);
@@ -298,6 +302,7 @@ heartbeat(struct cluster *c, const struct membership *m)
 			supervisor_kick(a->sup);
 		}
 		note_result(a, NULL, state);
+		c->metrics_sent = metrics_last; /* else sent again: the leader keeps one of each */
 		double hb = cJSON_GetNumberValue(cJSON_GetObjectItem(reply, "heartbeat_s"));
 		if (hb >= 1 && hb <= 3600)
 			c->interval = (int)hb; /* it judges reachability by its own */
