@@ -181,6 +181,17 @@ sample_engines(struct metrics *m, int64_t now_ms)
 		sqlite3_finalize(st);
 	}
 	pthread_mutex_unlock(&a->db_mu);
+	/* forget the engines of deployments stopped or gone, so their slots
+	 * serve new ones */
+	int kept = 0;
+	for (int i = 0; i < m->n_prev; i++) {
+		int live = 0;
+		for (int k = 0; k < n && !live; k++)
+			live = ids[k] == m->prev[i].id;
+		if (live)
+			m->prev[kept++] = m->prev[i];
+	}
+	m->n_prev = kept;
 	for (int i = 0; i < n; i++) {
 		char key[80];
 		int port;
