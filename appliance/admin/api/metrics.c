@@ -36,29 +36,32 @@ h_subjects(struct req *r)
 		    1, &since, NULL);
 }
 
-static int
-name_index(cJSON *series, const char *names[], int *n, const char *name)
+/* A column of the answer: its array and how many entries it has, kept
+ * here because cJSON counts an array by walking it. */
+struct column {
+	cJSON *values;
+	int len;
+};
+
+static struct column *
+column_of(cJSON *series, struct column *cols, int *n, const char *name)
 {
 	for (int i = 0; i < *n; i++)
-		if (strcmp(names[i], name) == 0)
-			return i;
-	if (*n == MAX_NAMES)
-		return -1;
-	cJSON *col = cJSON_AddArrayToObject(series, name);
-	if (col == NULL)
-		return -1;
-	names[*n] = col->string;
-	return (*n)++;
+		if (strcmp(cols[i].values->string, name) == 0)
+			return &cols[i];
+	if (*n == MAX_NAMES || (cols[*n].values = cJSON_AddArrayToObject(series, name)) == NULL)
+		return NULL;
+	cols[*n].len = 0;
+	return &cols[(*n)++];
 }
 
-/* Each column padded with nulls to `len` entries. */
+/* c padded with nulls to len entries */
 static int
-pad(cJSON *series, int len)
+pad(struct column *c, int len)
 {
-	for (cJSON *col = series->child; col != NULL; col = col->next)
-		while (cJSON_GetArraySize(col) < len)
-			if (!cJSON_AddItemToArray(col, cJSON_CreateNull()))
-				return -1;
+	for (; c->len < len; c->len++)
+		if (!cJSON_AddItemToArray(c->values, cJSON_CreateNull()))
+			return -1;
 	return 0;
 }
 
@@ -66,8 +69,8 @@ static cJSON *
 history(sqlite3 *db, const char *subject, int64_t from)
 {
 	sqlite3_stmt *st;
-	const char *names[MAX_NAMES];
-	int n_names = 0, len = 0, points = 0, rc;
+	struct column cols[MAX_NAMES];
+	int n_cols = 0, len = 0, points = 0, rc, ok = 1;
 	int64_t last_ts = -1;
 	cJSON *o = cJSON_CreateObject(), *t = cJSON_AddArrayToObject(o, "t"),
 	      *series = cJSON_AddObjectToObject(o, "series");
@@ -82,25 +85,25 @@ history(sqlite3 *db, const char *subject, int64_t from)
 	}
 	sqlite3_bind_text(st, 1, subject, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 2, from);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW && points++ < MAX_POINTS) {
+	while (ok && (rc = sqlite3_step(st)) == SQLITE_ROW && points++ < MAX_POINTS) {
 		int64_t ts = sqlite3_column_int64(st, 0);
-		int k = name_index(series, names, &n_names, (const char *)sqlite3_column_text(st, 1));
 		if (ts != last_ts) {
-			if (pad(series, len) != 0 || !cJSON_AddItemToArray(t, cJSON_CreateNumber((double)ts)))
-				break;
+			ok = cJSON_AddItemToArray(t, cJSON_CreateNumber((double)ts));
 			len++;
 			last_ts = ts;
 		}
-		cJSON *col = k >= 0 ? cJSON_GetObjectItemCaseSensitive(series, names[k]) : NULL;
-		if (col == NULL)
+		struct column *c = column_of(series, cols, &n_cols, (const char *)sqlite3_column_text(st, 1));
+		if (c == NULL)
 			continue;
-		while (cJSON_GetArraySize(col) < len - 1)
-			cJSON_AddItemToArray(col, cJSON_CreateNull());
 		double v = sqlite3_column_double(st, 2);
-		cJSON_AddItemToArray(col, isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
+		ok = ok && pad(c, len - 1) == 0 &&
+		     cJSON_AddItemToArray(c->values, isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
+		c->len++;
 	}
 	sqlite3_finalize(st);
-	if ((rc != SQLITE_DONE && rc != SQLITE_ROW) || pad(series, len) != 0) {
+	for (int i = 0; ok && i < n_cols; i++)
+		ok = pad(&cols[i], len) == 0;
+	if (!ok || (rc != SQLITE_DONE && rc != SQLITE_ROW)) {
 		cJSON_Delete(o);
 		return NULL;
 	}

@@ -61,6 +61,21 @@ nvml_load(struct nvml_api *api, char *err)
 	return APP_OK;
 }
 
+int
+nvml_open(struct nvml_api *api, unsigned int *count, char *err)
+{
+	int rc = nvml_load(api, err);
+
+	if (rc != APP_OK)
+		return rc;
+	nvmlReturn_t r = api->count(count);
+	if (r != NVML_SUCCESS) {
+		rc = app_fail(err, APP_EIO, "nvmlDeviceGetCount: %s", api->error_string(r));
+		nvml_unload(api);
+	}
+	return rc;
+}
+
 void
 nvml_unload(struct nvml_api *api)
 {
@@ -127,14 +142,8 @@ nvml_inventory(struct nvml_gpu *gpus, int max, int *n, char *err)
 	int rc;
 
 	*n = 0;
-	if ((rc = nvml_load(&api, err)) != APP_OK)
+	if ((rc = nvml_open(&api, &count, err)) != APP_OK)
 		return rc;
-	nvmlReturn_t r = api.count(&count);
-	if (r != NVML_SUCCESS) {
-		rc = app_fail(err, APP_EIO, "nvmlDeviceGetCount: %s", api.error_string(r));
-		nvml_unload(&api);
-		return rc;
-	}
 	for (unsigned i = 0; i < count && *n < max; i++) {
 		nvmlDevice_t dev;
 		nvmlMemory_t mem;

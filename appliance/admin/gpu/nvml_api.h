@@ -35,6 +35,8 @@ struct nvml_api {
 /* Open NVML (PRIVAI_NVML_LIB, else libnvidia-ml.so.1) and initialise it:
  * APP_ENOTFOUND without the library (a CPU-only node). */
 int nvml_load(struct nvml_api *api, char *err);
+/* nvml_load, then the number of GPUs; unloaded again when that fails. */
+int nvml_open(struct nvml_api *api, unsigned int *count, char *err);
 void nvml_unload(struct nvml_api *api);
 
 #endif

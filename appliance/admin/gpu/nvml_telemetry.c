@@ -100,18 +100,12 @@ nvml_read_all(struct nvml_reading *out, int max, int *n, char *err)
 	int rc;
 
 	*n = 0;
-	if ((rc = nvml_load(&api, err)) != APP_OK)
+	if ((rc = nvml_open(&api, &count, err)) != APP_OK)
 		return rc;
 	*(void **)&t.util = dlsym(api.lib, "nvmlDeviceGetUtilizationRates");
 	*(void **)&t.temp = dlsym(api.lib, "nvmlDeviceGetTemperature");
 	*(void **)&t.power = dlsym(api.lib, "nvmlDeviceGetPowerUsage");
 	*(void **)&t.ecc = dlsym(api.lib, "nvmlDeviceGetTotalEccErrors");
-	nvmlReturn_t r = api.count(&count);
-	if (r != NVML_SUCCESS) {
-		rc = app_fail(err, APP_EIO, "nvmlDeviceGetCount: %s", api.error_string(r));
-		nvml_unload(&api);
-		return rc;
-	}
 	for (unsigned i = 0; i < count && *n < max; i++) {
 		nvmlDevice_t dev;
 		struct nvml_reading *g = &out[*n];
