@@ -70,9 +70,19 @@ $(BUILD)/privai-cuda.so: $(CUDA_SRC) $(CUDA_DEPS) engine/src/status.c
 		$(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -shared -cudart static \
 		-Xlinker -rpath,'$$ORIGIN:/usr/local/cuda/lib64' -Xlinker -z,defs -o $@ $(CUDA_SRC) engine/src/status.c -lcublas
 
+# The MPI collectives of a model split over CPU ranks (--tp N under
+# mpirun): a shared object privai-engine dlopen()s only then
+# (engine/src/collectives.c), so an engine that never runs split does not
+# need Open MPI.
+MPI_LIB = $(BUILD)/privai-mpi.so
+$(MPI_LIB): $(wildcard engine/src/dist/*.c) engine/src/status.c engine/include/privai/collective.h | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(shell pkg-config --cflags ompi-c) -fPIC -shared -Wl,-z,defs -o $@ \
+		$(wildcard engine/src/dist/*.c) engine/src/status.c $(shell pkg-config --libs ompi-c)
+
 NVML_DOUBLE = $(BUILD)/libnvml-double.so
 all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(FABRIC_BIN) $(FIRSTBOOT_BIN) $(NVML_DOUBLE) $(UNIT_BIN) $(CUDA_LIB) \
-     $(WEBUI_VENDOR)
+     $(MPI_LIB) $(WEBUI_VENDOR)
 
 
 deps: $(DEPS_STAMP)

@@ -31,6 +31,11 @@ if [ -f "$BUILD/privai-cuda.so" ]; then
 	install -m 0644 "$BUILD/privai-cuda.so" "$R/usr/lib/privai/privai-cuda.so"
 	strip --strip-unneeded "$R/usr/lib/privai/privai-cuda.so"
 fi
+# the MPI collectives of a model split over CPU ranks (--tp N under
+# mpirun), dlopen()ed from the same place
+install -d "$R/usr/lib/privai"
+install -m 0644 "$BUILD/privai-mpi.so" "$R/usr/lib/privai/privai-mpi.so"
+strip --strip-unneeded "$R/usr/lib/privai/privai-mpi.so"
 install -m 0644 "$TOP"/appliance/systemd/*.service "$TOP"/appliance/systemd/*.timer "$R/usr/lib/systemd/system/"
 install -m 0644 "$TOP/appliance/systemd/preset/90-privai.preset" "$R/usr/lib/systemd/system-preset/"
 install -m 0644 "$TOP/appliance/systemd/sysusers/privai.conf" "$R/usr/lib/sysusers.d/"
@@ -56,9 +61,10 @@ printf 'Source: privai\n\nPackage: privai\nArchitecture: amd64\n' > "$STAGE/shl/
 DEPENDS=$(cd "$STAGE/shl" && dpkg-shlibdeps -O $(for b in "$R"/usr/bin/*; do printf -- '-e%s ' "$b"; done) 2>/dev/null |
 	sed -n 's/^shlibs:Depends=//p')
 # the engines are units of user privai's manager, reached on its session bus;
-# oneDNN is dlopen()ed by the engine (engine/src/kernels/cpu_onednn.c), so
-# dpkg-shlibdeps cannot see it
-DEPENDS="$DEPENDS, systemd (>= 252), dbus-user-session, libdnnl2"
+# oneDNN is dlopen()ed by the engine (engine/src/kernels/cpu_onednn.c), and
+# Open MPI by privai-mpi.so, which the engine dlopen()s: dpkg-shlibdeps
+# sees neither; mpirun starts the ranks of a split model
+DEPENDS="$DEPENDS, systemd (>= 252), dbus-user-session, libdnnl2, libopenmpi3, openmpi-bin"
 SIZE_KB=$(du -sk --exclude=DEBIAN "$R" | cut -f1)
 sed -e "s/@VERSION@/$VERSION/" -e "s/@SIZE_KB@/$SIZE_KB/" -e "s/@DEPENDS@/$DEPENDS/" \
 	"$TOP/packaging/debian/control.in" > "$R/DEBIAN/control"

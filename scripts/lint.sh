@@ -38,6 +38,7 @@ flags_for() {
 	appliance/tune/*) f="$f -Iappliance/tune" ;;
 	appliance/fabric/*) f="$f -Iappliance/fabric -Iappliance/fabric/main" ;;
 	provisioning/*) f="$f -Iappliance/admin -Iprovisioning/firstboot -I/usr/include/libxml2" ;;
+	engine/src/dist/*) f="$f $(pkg-config --cflags ompi-c)" ;;
 	esac
 	echo "$f"
 }

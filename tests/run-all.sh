@@ -45,6 +45,7 @@ for BUILD in $BUILDS; do
 	run_suite "$BUILD/cli" tests/cli/test_cli.sh
 	run_suite "$BUILD/serve (HTTP)" python3 tests/integration/test_serve.py
 	run_suite "$BUILD/serve through the OpenAI SDK (node)" node tests/sdk/openai.test.mjs "$BUILD"
+	run_suite "$BUILD/tensor parallel (mpirun)" python3 tests/integration/test_engine_tp.py "$BUILD"
 	run_suite "$BUILD/admin (HTTP)" python3 tests/integration/test_admin.py "$BUILD"
 	run_suite "$BUILD/admin as an attacker (HTTP)" python3 tests/integration/test_admin_attack.py "$BUILD"
 	run_suite "$BUILD/admin cluster (HTTP)" python3 tests/integration/test_admin_cluster.py "$BUILD"

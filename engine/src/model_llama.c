@@ -13,44 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "privai/collective.h"
 #include "privai/lora.h"
-#include "privai/model.h"
+#include "model_ctx.h"
 
 #define DEFAULT_CTX_CAP 4096
 #define DEFAULT_BATCH 256
-
-/* A layer's weights, norms and biases as the context's backend holds
- * them; the biases are NULL for llama. */
-struct ctx_layer {
-	struct compute_weight wq, wk, wv, wo, w_gate, w_up, w_down;
-	float *attn_norm, *ffn_norm;
-	float *bq, *bk, *bv;
-};
-
-struct engine_ctx {
-	const struct engine_model *model;
-	struct compute *compute;
-	int n_ctx, n_batch, n_kv_blocks;
-	size_t kv_bytes;
-	size_t mem_total, mem_budget; /* the device's, and this context's share; 0 on the CPU */
-	/* the model, prepared for the backend (backend memory) */
-	struct compute_weight tok_embd, output_own;
-	const struct compute_weight *output; /* &tok_embd when the model ties them */
-	float *output_norm, *inv_freq;
-	struct ctx_layer *layers;
-	/* activations for up to n_batch tokens (backend memory) */
-	float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits;
-	/* the single sequence engine_decode() runs: blocks 0.. in order (host) */
-	int n_past;
-	int32_t *seq0_table;
-	int32_t *d_pos, *d_rows;
-	const int32_t **d_table;
-	/* LoRA adapters (host memory, CPU backend only) and, during a
-	 * forward pass, each token's (1-based; 0 none) */
-	struct lora_adapter *lora[ENGINE_MAX_LORA];
-	int n_lora;
-	const int32_t *adapter;
-};
 
 /* Everything the forward pass reads or writes, in one list, so that
  * allocation and release cannot drift apart. */
@@ -76,6 +44,7 @@ engine_ctx_free(struct engine_ctx *c)
 {
 	if (c == NULL)
 		return;
+	tp_ctx_end(c);
 	struct compute *cp = c->compute;
 	if (cp != NULL) {
 		float **bufs[] = CTX_BUFFERS(c);
@@ -90,6 +59,7 @@ engine_ctx_free(struct engine_ctx *c)
 		compute_free(cp);
 	}
 	free(c->layers);
+	tp_owned_free(&c->owned);
 	free(c->seq0_table);
 	free(c->d_table);
 	free(c->d_pos);
@@ -111,6 +81,9 @@ engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info)
 	info->n_threads = compute_cpu_threads(c->compute);
 	info->mem_total = c->mem_total;
 	info->mem_budget = c->mem_budget;
+	info->tp_rank = c->part.rank;
+	info->tp_size = c->part.size;
+	info->weight_bytes = tp_part_weight_bytes(c->model, &c->part);
 }
 
 static int
@@ -143,13 +116,20 @@ upload_floats(struct compute *cp, const float *src, size_t n, float **dst)
 	return cp->ops->upload(cp, *dst, src, n * sizeof(float));
 }
 
+/* Layer `il` as this rank holds it (all of it alone), made the backend's. */
 static int
-prepare_layer(struct compute *cp, const struct model_hparams *hp, const struct model_layer *src, struct ctx_layer *L)
+prepare_layer(struct engine_ctx *c, int il, struct ctx_layer *L)
 {
-	size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
+	const struct model_hparams *hp = &c->model->hp;
+	struct compute *cp = c->compute;
+	size_t qd = (size_t)c->part.n_head * hp->head_dim, kvd = (size_t)c->part.n_head_kv * hp->head_dim;
+	struct model_layer view, *src = &view;
+	int r;
+
+	if ((r = tp_layer_view(hp, &c->part, &c->model->layers[il], &view, &c->owned)) < 0)
+		return r;
 	const struct weight *from[] = { &src->wq, &src->wk, &src->wv, &src->wo, &src->w_gate, &src->w_up, &src->w_down };
 	struct compute_weight *to[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-	int r;
 
 	for (size_t i = 0; i < sizeof(to) / sizeof(to[0]); i++)
 		if ((r = cp->ops->prepare_weight(cp, from[i], to[i])) < 0)
@@ -175,8 +155,10 @@ prepare_model(struct engine_ctx *c)
 	if ((r = cp->ops->prepare_weight(cp, &m->tok_embd, &c->tok_embd)) < 0)
 		return r;
 	c->output = &c->tok_embd;
-	if (m->output.data != m->tok_embd.data) {
-		if ((r = cp->ops->prepare_weight(cp, &m->output, &c->output_own)) < 0)
+	/* a rank of a group computes the logits of its slice of the vocabulary */
+	if (m->output.data != m->tok_embd.data || c->part.size > 1) {
+		struct weight out = tp_weight_rows(&m->output, c->part.vocab0, c->part.n_vocab);
+		if ((r = cp->ops->prepare_weight(cp, &out, &c->output_own)) < 0)
 			return r;
 		c->output = &c->output_own;
 	}
@@ -186,7 +168,7 @@ prepare_model(struct engine_ctx *c)
 	if ((c->layers = calloc((size_t)hp->n_layer, sizeof(*c->layers))) == NULL)
 		return PRIVAI_ENOMEM;
 	for (int i = 0; i < hp->n_layer; i++)
-		if ((r = prepare_layer(cp, hp, &m->layers[i], &c->layers[i])) < 0)
+		if ((r = prepare_layer(c, i, &c->layers[i])) < 0)
 			return r;
 	return PRIVAI_OK;
 }
@@ -198,10 +180,11 @@ reserve_buffers(struct engine_ctx *c, double mem_fraction, char *err)
 {
 	const struct model_hparams *hp = &c->model->hp;
 	struct compute *cp = c->compute;
-	size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
+	const struct tp_part *pt = &c->part;
+	size_t kvd = (size_t)pt->n_head_kv * hp->head_dim, qd = (size_t)pt->n_head * hp->head_dim;
 	size_t nb = (size_t)c->n_batch, wide = qd > (size_t)hp->n_embd ? qd : (size_t)hp->n_embd;
 	struct compute_shape shape = {
-		.max_cols = hp->n_ff > (int)wide ? hp->n_ff : (int64_t)wide,
+		.max_cols = pt->n_ff > (int)wide ? pt->n_ff : (int64_t)wide,
 		.max_tokens = c->n_batch,
 		.max_ctx = c->n_ctx,
 		.n_layer = hp->n_layer,
@@ -211,7 +194,7 @@ reserve_buffers(struct engine_ctx *c, double mem_fraction, char *err)
 	};
 	float **bufs[] = CTX_BUFFERS(c);
 	size_t floats[] = { nb * hp->n_embd, nb * wide,     nb * qd,       nb * kvd,        nb * kvd,
-			    nb * wide,       nb * hp->n_ff, nb * hp->n_ff, nb * hp->n_vocab };
+			    nb * wide,       nb * pt->n_ff, nb * pt->n_ff, nb * pt->n_vocab };
 	size_t free_b = 0;
 	int r;
 
@@ -265,38 +248,48 @@ alloc_seq0(struct engine_ctx *c)
 	return PRIVAI_OK;
 }
 
+static int
+ctx_build(struct engine_ctx *c, const struct engine_ctx_params *p, char *err)
+{
+	struct compute_params cpp = { .n_threads = p->n_threads };
+	int r;
+
+	if (p->mem_fraction < 0 || p->mem_fraction > 1)
+		return privai_fail(err, PRIVAI_EINVAL, "a memory share of %g (0 to 1 allowed)", p->mem_fraction);
+	if ((r = ctx_size(c, p, err)) < 0 || (r = compute_new(p->device, &cpp, &c->compute, err)) < 0 ||
+	    (r = tp_ctx_begin(c, p->group, err)) < 0)
+		return r;
+	if ((r = prepare_model(c)) < 0)
+		return privai_fail(err, r, "cannot prepare the model's weights (%.0f MiB) for the %s backend",
+				   (double)tp_part_weight_bytes(c->model, &c->part) / (1 << 20), c->compute->ops->name);
+	if ((r = reserve_buffers(c, p->n_kv_blocks > 0 ? 0 : p->mem_fraction, err)) < 0)
+		return r;
+	if ((r = alloc_seq0(c)) < 0)
+		return privai_fail(err, r, "out of memory");
+	return PRIVAI_OK;
+}
+
 int
 engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p, struct engine_ctx **ret_ctx, char *err)
 {
 	struct engine_ctx *c = calloc(1, sizeof(*c));
-	struct compute_params cpp = { .n_threads = p->n_threads };
 	int r;
 
 	if (c == NULL)
-		return privai_fail(err, PRIVAI_ENOMEM, "out of memory");
-	c->model = m;
-	if (p->mem_fraction < 0 || p->mem_fraction > 1) {
-		r = privai_fail(err, PRIVAI_EINVAL, "a memory share of %g (0 to 1 allowed)", p->mem_fraction);
-		goto fail;
+		r = privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+	else {
+		c->model = m;
+		r = ctx_build(c, p, err);
 	}
-	if ((r = ctx_size(c, p, err)) < 0 || (r = compute_new(p->device, &cpp, &c->compute, err)) < 0)
-		goto fail;
-	if ((r = prepare_model(c)) < 0) {
-		privai_fail(err, r, "cannot prepare the model's weights (%.0f MiB) for the %s backend",
-			    (double)m->weight_bytes / (1 << 20), c->compute->ops->name);
-		goto fail;
-	}
-	if ((r = reserve_buffers(c, p->n_kv_blocks > 0 ? 0 : p->mem_fraction, err)) < 0)
-		goto fail;
-	if ((r = alloc_seq0(c)) < 0) {
-		privai_fail(err, r, "out of memory");
-		goto fail;
+	/* a rank that failed must not leave its peers waiting for it */
+	if (p->group != NULL)
+		r = tp_ctx_agree(c, p->group, r, err);
+	if (r < 0) {
+		engine_ctx_free(c);
+		return r;
 	}
 	*ret_ctx = c;
 	return PRIVAI_OK;
-fail:
-	engine_ctx_free(c);
-	return r;
 }
 
 void
@@ -326,7 +319,8 @@ forward_layer(struct engine_ctx *c, int il, int n)
 	const struct ctx_layer *L = &c->layers[il];
 	const struct compute_ops *op = c->compute->ops;
 	struct compute *cp = c->compute;
-	int qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+	const struct tp_part *pt = &c->part;
+	int qd = pt->n_head * hp->head_dim, kvd = pt->n_head_kv * hp->head_dim;
 	const struct compute_weight *qkv[3] = { &L->wq, &L->wk, &L->wv }, *gate_up[2] = { &L->w_gate, &L->w_up };
 	float *qkv_out[3] = { c->q, c->k, c->v }, *gate_up_out[2] = { c->hb, c->hb2 };
 
@@ -340,26 +334,28 @@ forward_layer(struct engine_ctx *c, int il, int n)
 		op->add_rows(cp, c->k, L->bk, n, kvd);
 	if (L->bv != NULL)
 		op->add_rows(cp, c->v, L->bv, n, kvd);
-	op->rope(cp, c->q, hp->n_head, hp->head_dim, hp->n_rot, c->inv_freq, hp->rope_neox);
-	op->rope(cp, c->k, hp->n_head_kv, hp->head_dim, hp->n_rot, c->inv_freq, hp->rope_neox);
+	op->rope(cp, c->q, pt->n_head, hp->head_dim, hp->n_rot, c->inv_freq, hp->rope_neox);
+	op->rope(cp, c->k, pt->n_head_kv, hp->head_dim, hp->n_rot, c->inv_freq, hp->rope_neox);
 	op->kv_write(cp, il, c->k, c->v);
-	op->attention(cp, il, c->q, hp->n_head, hp->n_head_kv, hp->head_dim, c->att);
+	op->attention(cp, il, c->q, pt->n_head, pt->n_head_kv, hp->head_dim, c->att);
 	op->matmul(cp, &L->wo, c->att, n, c->xb);
 	lora_apply(c->lora, c->n_lora, c->adapter, il, LORA_O, c->att, n, c->xb);
+	tp_allreduce(c, c->xb, (size_t)n * hp->n_embd);
 	op->add(cp, c->x, c->xb, (size_t)n * hp->n_embd);
 
 	op->rmsnorm(cp, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps, c->xb);
 	matmuls(cp, gate_up, 2, c->xb, n, gate_up_out);
 	lora_apply(c->lora, c->n_lora, c->adapter, il, LORA_GATE, c->xb, n, c->hb);
 	lora_apply(c->lora, c->n_lora, c->adapter, il, LORA_UP, c->xb, n, c->hb2);
-	op->swiglu(cp, c->hb, c->hb2, (size_t)n * hp->n_ff);
+	op->swiglu(cp, c->hb, c->hb2, (size_t)n * pt->n_ff);
 	op->matmul(cp, &L->w_down, c->hb, n, c->xb);
 	lora_apply(c->lora, c->n_lora, c->adapter, il, LORA_DOWN, c->hb, n, c->xb);
+	tp_allreduce(c, c->xb, (size_t)n * hp->n_embd);
 	op->add(cp, c->x, c->xb, (size_t)n * hp->n_embd);
 }
 
-static int
-check_batch(const struct engine_ctx *c, const struct compute_batch *b, char *err)
+int
+model_check_batch(const struct engine_ctx *c, const struct compute_batch *b, char *err)
 {
 	const struct model_hparams *hp = &c->model->hp;
 
@@ -398,6 +394,9 @@ engine_ctx_add_lora(struct engine_ctx *c, struct lora_adapter *a, char *err)
 	if (strcmp(c->compute->ops->name, "cpu") != 0)
 		return privai_fail(err, PRIVAI_EINVAL, "LoRA adapters run on the cpu backend only (this is %s)",
 				   c->compute->ops->name);
+	if (c->group != NULL)
+		return privai_fail(err, PRIVAI_EINVAL, "LoRA adapters do not run on a model split over %d ranks",
+				   c->part.size);
 	for (int k = 0; k < c->n_lora; k++)
 		if (c->lora[k] == NULL) { /* a number an unloaded adapter left */
 			c->lora[k] = a;
@@ -431,25 +430,42 @@ int
 engine_forward_ex(struct engine_ctx *c, const struct compute_batch *b, const int32_t *adapter, float *logits,
 		  float *hidden, char *err)
 {
-	const struct model_hparams *hp = &c->model->hp;
-	const struct compute_ops *op = c->compute->ops;
-	struct compute *cp = c->compute;
 	int r;
 
-	if ((r = check_batch(c, b, err)) < 0)
+	if (c->group != NULL && c->part.rank != 0)
+		return privai_fail(err, PRIVAI_EINVAL, "rank %d of the group follows rank 0 (engine_follow)",
+				   c->part.rank);
+	if ((r = model_check_batch(c, b, err)) < 0)
 		return r;
 	for (int i = 0; adapter != NULL && i < b->n; i++)
 		if (adapter[i] < 0 || adapter[i] > c->n_lora)
 			return privai_fail(err, PRIVAI_EINVAL, "token %d asks for adapter %d of %d", i, adapter[i],
 					   c->n_lora);
-	c->adapter = c->n_lora > 0 ? adapter : NULL;
 	if (b->n_out > 0 && logits == NULL)
 		return privai_fail(err, PRIVAI_EINVAL, "%d logits rows asked for without a buffer", b->n_out);
+	if (c->group != NULL && (r = tp_send_step(c, b, err)) < 0)
+		return r;
+	c->adapter = c->n_lora > 0 ? adapter : NULL;
+	r = model_forward_run(c, b, logits, hidden, err);
+	c->adapter = NULL;
+	return r;
+}
+
+int
+model_forward_run(struct engine_ctx *c, const struct compute_batch *b, float *logits, float *hidden, char *err)
+{
+	const struct model_hparams *hp = &c->model->hp;
+	const struct compute_ops *op = c->compute->ops;
+	struct compute *cp = c->compute;
+	int r;
+
+	c->tp_status = PRIVAI_OK;
 	op->set_batch(cp, b);
 	op->get_rows(cp, &c->tok_embd, c->x);
 	for (int il = 0; il < hp->n_layer; il++)
 		forward_layer(c, il, b->n);
-	c->adapter = NULL;
+	if (c->tp_status < 0)
+		return privai_fail(err, c->tp_status, "%s", c->tp_err);
 	if (b->n_out == 0)
 		return PRIVAI_OK;
 	/* the rows wanted, gathered into att (n x max(qd, n_embd) floats) */
@@ -458,6 +474,8 @@ engine_forward_ex(struct engine_ctx *c, const struct compute_batch *b, const int
 	if (hidden != NULL && (r = op->download(cp, hidden, c->xb, (size_t)b->n_out * hp->n_embd * sizeof(float))) < 0)
 		return privai_fail(err, r, "the %s backend failed in a forward pass", op->name);
 	op->matmul(cp, c->output, c->xb, b->n_out, c->logits);
+	if (c->group != NULL)
+		return tp_gather_logits(c, b->n_out, logits, err);
 	if ((r = op->download(cp, logits, c->logits, (size_t)b->n_out * hp->n_vocab * sizeof(float))) < 0)
 		return privai_fail(err, r, "the %s backend failed in a forward pass", op->name);
 	return PRIVAI_OK;

@@ -170,7 +170,8 @@ tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n)
 
 	switch (type) {
 	case TT_F32:
-		memcpy(dst, src, n * 4);
+		if (n > 0) /* n 0 asks whether the type can be written (synth) */
+			memcpy(dst, src, n * 4);
 		return 0;
 	case TT_F16:
 		for (size_t i = 0; i < n; i++)

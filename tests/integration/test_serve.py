@@ -505,8 +505,11 @@ def test_best_of(s):
         if st == 200 else []
     st2, j2 = s.request("POST", "/v1/completions", dict(body, n=2, best_of=6))
     got = [(sum(c["logprobs"]["token_logprobs"]), c["text"]) for c in j2["choices"]] if st2 == 200 else []
+    # a choice's logprobs move by ~1e-5 with the batch it was decoded in
+    # (two runs batch the six differently), so two of the same text tie
     check(st2 == 200 and [c["index"] for c in j2["choices"]] == [0, 1] and len(got) == 2 and
-          all(abs(a[0] - b[0]) < 1e-9 for a, b in zip(got, every[:2])) and got[0][0] >= got[1][0] and
+          all(abs(a[0] - b[0]) < 1e-4 and a[1] == b[1] for a, b in zip(got, every[:2])) and
+          got[0][0] >= got[1][0] - 1e-4 and
           j2["usage"]["completion_tokens"] == j["usage"]["completion_tokens"] and len(set(t for _, t in every)) > 1,
           "best_of 6, n 2: the two most likely of the six, best first (%s of %s)" % (got, every))
     st, j = s.request("POST", "/v1/completions", dict(body, n=2, best_of=6, logprobs=None))

@@ -86,6 +86,11 @@ struct engine_ctx_params {
 	 * context may hold (vLLM's --gpu-memory-utilization); the KV pool
 	 * gets what the weights and buffers leave.  0: one sequence's worth. */
 	double mem_fraction;
+	/* the tensor-parallel group this context is one rank of
+	 * (privai/collective.h); NULL: the whole model here.  Every rank
+	 * creates its context with the same parameters; rank 0 then runs
+	 * forward passes and the others engine_follow(). */
+	struct coll *group;
 };
 
 /* A context: the backend with the model's weights prepared for it, the
@@ -95,14 +100,16 @@ struct engine_ctx;
 
 struct engine_ctx_info {
 	int n_ctx, n_batch, n_kv_blocks;
-	int n_vocab;        /* the model's: a row of logits */
-	int n_embd;         /* a row of hidden state */
-	size_t kv_bytes;    /* the KV cache, as the backend stores it */
-	int n_past;         /* positions engine_decode()'s sequence holds */
-	const char *device; /* the backend's name */
-	int n_threads;      /* CPU threads; 0 on another backend */
-	size_t mem_total;   /* the device's memory; 0 on the CPU */
-	size_t mem_budget;  /* mem_fraction of it; 0 without a budget */
+	int n_vocab;          /* the model's: a row of logits */
+	int n_embd;           /* a row of hidden state */
+	size_t kv_bytes;      /* the KV cache, as the backend stores it */
+	int n_past;           /* positions engine_decode()'s sequence holds */
+	const char *device;   /* the backend's name */
+	int n_threads;        /* CPU threads; 0 on another backend */
+	size_t mem_total;     /* the device's memory; 0 on the CPU */
+	size_t mem_budget;    /* mem_fraction of it; 0 without a budget */
+	int tp_rank, tp_size; /* this context's rank in its group; 0 of 1 alone */
+	size_t weight_bytes;  /* of the model's layer and output weights, those this rank holds */
 };
 
 int engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params *p, struct engine_ctx **ret_ctx,
@@ -143,6 +150,12 @@ int engine_ctx_add_lora(struct engine_ctx *c, struct lora_adapter *a, char *err)
 struct lora_adapter *engine_ctx_remove_lora(struct engine_ctx *c, int k);
 /* Whether adapter number k is loaded. */
 int engine_ctx_lora_loaded(const struct engine_ctx *c, int k);
+
+/* On a rank other than 0 of a group: run every forward pass rank 0
+ * runs, as it sends them, until rank 0's context is freed.  PRIVAI_OK
+ * then; an error when the group failed (a peer that died or hung ends
+ * every rank's process first: privai/collective.h). */
+int engine_follow(struct engine_ctx *c, char *err);
 
 /* Forget the single sequence engine_decode() runs (a new conversation). */
 void engine_ctx_reset(struct engine_ctx *c);

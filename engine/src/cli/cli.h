@@ -33,6 +33,7 @@ int cmd_features(int argc, char **argv);
 
 #endif
 
+#include "privai/collective.h"
 #include "privai/tokenizer.h"
 
 /* A loaded model with its tokenizer and (optionally) a context. */
@@ -46,3 +47,29 @@ struct cli_engine {
  * errors itself.  Returns 0 or 1 (the exit status). */
 int cli_engine_open(const char *cmd, const char *path, const struct engine_ctx_params *cp, struct cli_engine *e);
 void cli_engine_close(struct cli_engine *e);
+
+/* A model split over the ranks of a tensor-parallel group (tp.c):
+ * --tp N under mpirun -np N; --tp-deadline S bounds a rank's wait for
+ * its peers inside a step. */
+struct cli_tp {
+	int size;          /* 1: no group */
+	double deadline_s; /* 0: the transport's default */
+	struct coll *group;
+};
+#define CLI_TP_OPTIONS                                                                                                 \
+	{ "tp", required_argument, NULL, 0x7401 },                                                                     \
+	{                                                                                                              \
+		"tp-deadline", required_argument, NULL, 0x7402                                                         \
+	}
+/* Parse a CLI_TP_OPTIONS option `c` into tp: -1 when c is not one, else 0 or 1 (reported). */
+int cli_tp_option(const char *cmd, int c, const char *arg, struct cli_tp *tp);
+/* Join the group when tp->size > 1: 0, or 1 (reported). */
+int cli_tp_join(const char *cmd, struct cli_tp *tp);
+/* Report an error; on a rank of a group, end every rank (no return). */
+int cli_tp_fail(const char *cmd, const struct cli_tp *tp, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Whether this process is a rank other than 0, which only follows. */
+int cli_tp_follower(const struct cli_tp *tp);
+/* Follow rank 0's forward passes until it stops: 0, or the group ends. */
+int cli_tp_follow(const char *cmd, struct cli_tp *tp, struct engine_ctx *ctx);
+/* Leave the group (every rank, after freeing its context). */
+void cli_tp_leave(struct cli_tp *tp);

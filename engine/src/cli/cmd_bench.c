@@ -128,20 +128,32 @@ int
 cmd_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "model", required_argument, NULL, 'm' },  { "threads", required_argument, NULL, 't' },
-		{ "device", required_argument, NULL, 'D' }, { "reps", required_argument, NULL, 'r' },
-		{ "json", no_argument, NULL, 'j' },         { "no-bandwidth", no_argument, NULL, 'B' },
-		{ "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
+		{ "model", required_argument, NULL, 'm' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "device", required_argument, NULL, 'D' },
+		{ "reps", required_argument, NULL, 'r' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "no-bandwidth", no_argument, NULL, 'B' },
+		{ "help", no_argument, NULL, 'h' },
+		CLI_TP_OPTIONS,
+		{ NULL, 0, NULL, 0 },
 	};
 	const char *path = NULL;
 	struct engine_ctx_params cp = { 0 };
-	int c, n_pp = 128, n_tg = 32, depth = 0, reps = 3, json = 0, measure_bw = 1, rc = 1;
+	int c, t, n_pp = 128, n_tg = 32, depth = 0, reps = 3, json = 0, measure_bw = 1, rc = 1;
+	struct cli_tp tp = { .size = 1 };
+	struct coll_stats tg0 = { 0 }, tg1 = { 0 };
 	char err[PRIVAI_ERR_LEN];
 	struct cli_engine e;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:p:n:d:t:r:h", opts, NULL)) != -1) {
 		int bad = 0;
+		if ((t = cli_tp_option("bench", c, optarg, &tp)) >= 0) {
+			if (t)
+				return 1;
+			continue;
+		}
 		switch (c) {
 		case 'm':
 			path = optarg;
@@ -174,7 +186,8 @@ cmd_bench(int argc, char **argv)
 			puts("usage: privai-engine bench -m MODEL [-p 128] [-n 32] [-d DEPTH] [-t THREADS] [--device "
 			     "cpu|cuda] "
 			     "[-r 3] "
-			     "[--json] [--no-bandwidth]");
+			     "[--json] [--no-bandwidth] [--tp N [--tp-deadline S]] (--tp N: under mpirun -np N; "
+			     "rank 0 prints)");
 			return 0;
 		default:
 			return 2;
@@ -186,8 +199,20 @@ cmd_bench(int argc, char **argv)
 		return cli_error("bench", "needs -m MODEL");
 	cp.n_ctx = depth + (n_pp > n_tg ? n_pp : n_tg) + 16;
 	cp.n_batch = n_pp;
-	if (cli_engine_open("bench", path, &cp, &e))
+	if (cli_tp_join("bench", &tp))
 		return 1;
+	cp.group = tp.group;
+	if (cli_engine_open("bench", path, &cp, &e))
+		return cli_tp_fail("bench", &tp, "%s: cannot be benchmarked", path);
+	if (cli_tp_follower(&tp)) {
+		rc = cli_tp_follow("bench", &tp, e.ctx);
+		cli_engine_close(&e);
+		cli_tp_leave(&tp);
+		return rc;
+	}
+	/* the transfer time of one node's memory says nothing of a group's */
+	if (tp.group != NULL)
+		measure_bw = 0;
 	struct engine_ctx_info ci;
 	engine_ctx_info(e.ctx, &ci);
 	int V = e.model->hp.n_vocab, nth = ci.n_threads;
@@ -210,10 +235,14 @@ cmd_bench(int argc, char **argv)
 		if (fill_depth(e.ctx, toks, n_pp, depth, logits, err) < 0)
 			goto fail;
 		double t2 = now();
+		if (tp.group != NULL)
+			tg0 = tp.group->stats;
 		for (int i = 0; i < n_tg; i++)
 			if (engine_decode(e.ctx, &toks[i % n_pp], 1, 0, logits, err) < 0)
 				goto fail;
 		double t3 = now();
+		if (tp.group != NULL)
+			tg1 = tp.group->stats;
 		if (rep >= 0) {
 			pp[rep] = n_pp / (t1 - t0);
 			tg[rep] = n_tg / (t3 - t2);
@@ -227,14 +256,24 @@ cmd_bench(int argc, char **argv)
 	if (e.model->output.data != e.model->tok_embd.data)
 		bytes_tok -= (double)e.model->tok_embd.row_bytes * e.model->tok_embd.rows;
 	double bw = measure_bw ? read_bandwidth(e.model->file, nth) : 0, bound = bw > 0 ? bw * 1e9 / bytes_tok : 0;
+	/* what the group's all-reduces cost a generated token (the last rep) */
+	double ar_n = (double)(tg1.n_allreduce - tg0.n_allreduce) / n_tg;
+	double ar_bytes = (double)(tg1.allreduce_bytes - tg0.allreduce_bytes) / n_tg;
+	double ar_ms = (tg1.allreduce_s - tg0.allreduce_s) * 1e3 / n_tg;
 	if (json) {
 		printf("{\"model\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"n_prompt\":%d,\"n_gen\":%d,\"depth\":%d,"
 		       "\"reps\":%d,"
 		       "\"pp_tokens_per_s\":%.2f,\"pp_stddev\":%.2f,\"tg_tokens_per_s\":%.2f,\"tg_stddev\":%.2f,"
 		       "\"weight_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
-		       "\"tg_bound_tokens_per_s\":%.2f,\"tg_fraction_of_bound\":%.3f}\n",
+		       "\"tg_bound_tokens_per_s\":%.2f,\"tg_fraction_of_bound\":%.3f",
 		       path, nth, compute_cpu_simd_name(), n_pp, n_tg, depth, reps, pp_m, pp_sd, tg_m, tg_sd, bytes_tok,
 		       bw, bound, bound > 0 ? tg_m / bound : 0);
+		if (tp.group != NULL)
+			printf(",\"tp\":%d,\"tp_transport\":\"%s\",\"tp_allreduce_per_token\":%g,"
+			       "\"tp_allreduce_bytes_per_token\":%.0f,\"tp_allreduce_ms_per_token\":%.4f,"
+			       "\"tp_weight_bytes_rank0\":%zu",
+			       tp.size, tp.group->ops->name, ar_n, ar_bytes, ar_ms, ci.weight_bytes);
+		printf("}\n");
 	} else {
 		printf("| model | threads | simd | test | tokens/s |\n|---|---|---|---|---|\n");
 		char at[32] = "";
@@ -248,6 +287,13 @@ cmd_bench(int argc, char **argv)
 			printf("\nread bandwidth %.1f GB/s; %.1f MB of weights per token; tg bound %.2f tokens/s; "
 			       "tg reaches %.0f%% of it\n",
 			       bw, bytes_tok / 1e6, bound, 100 * tg_m / bound);
+		if (tp.group != NULL)
+			printf("\ntensor parallel: %d ranks over %s; a generated token takes %g all-reduces of %.1f "
+			       "KiB "
+			       "in all, %.3f ms inside them (waits for slower ranks included); rank 0 holds %.1f MiB "
+			       "of weights\n",
+			       tp.size, tp.group->ops->name, ar_n, ar_bytes / 1024, ar_ms,
+			       (double)ci.weight_bytes / (1 << 20));
 	}
 	rc = 0;
 	goto out;
@@ -259,5 +305,6 @@ out:
 	free(pp);
 	free(tg);
 	cli_engine_close(&e);
+	cli_tp_leave(&tp);
 	return rc;
 }

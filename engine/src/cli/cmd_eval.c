@@ -20,16 +20,23 @@ cmd_eval(int argc, char **argv)
 		{ "threads", required_argument, NULL, 't' },
 		{ "device", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
+		CLI_TP_OPTIONS,
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *model_path = NULL, *ids_arg = NULL, *out_path = NULL;
 	struct engine_ctx_params cp = { 0 };
+	struct cli_tp tp = { .size = 1 };
 	char err[PRIVAI_ERR_LEN];
-	int c, n_ids = 0, rc = 1;
+	int c, t, n_ids = 0, rc = 1;
 	int32_t *ids = NULL;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
+		if ((t = cli_tp_option("eval", c, optarg, &tp)) >= 0) {
+			if (t)
+				return 1;
+			continue;
+		}
 		switch (c) {
 		case 'm':
 			model_path = optarg;
@@ -49,7 +56,8 @@ cmd_eval(int argc, char **argv)
 			break;
 		case 'h':
 			puts("usage: privai-engine eval -m MODEL --prompt-ids 1,2,3 --dump-logits FILE [-t N] "
-			     "[--device cpu|cuda]");
+			     "[--device cpu|cuda] [--tp N [--tp-deadline S]] (--tp N: under mpirun -np N; rank 0 "
+			     "writes the file)");
 			return 0;
 		default:
 			return 2;
@@ -59,18 +67,23 @@ cmd_eval(int argc, char **argv)
 		return cli_error("eval", "needs -m MODEL, --prompt-ids and --dump-logits");
 	if (cli_parse_ids("eval", ids_arg, &ids, &n_ids))
 		return 1;
+	if (cli_tp_join("eval", &tp)) {
+		free(ids);
+		return 1;
+	}
 
 	struct engine_model *m = NULL;
 	struct engine_ctx *ctx = NULL;
 	float *logits = NULL;
 	FILE *fp = NULL;
 	if (engine_model_load(model_path, &m, err) < 0) {
-		cli_error("eval", "%s: %s", model_path, err);
+		cli_tp_fail("eval", &tp, "%s: %s", model_path, err);
 		goto out;
 	}
 	/* a context exactly as long as the prompt: the default cap (4096)
 	 * must not refuse a longer prompt the model was trained for */
 	cp.n_ctx = n_ids;
+	cp.group = tp.group;
 	if (n_ids > m->hp.n_ctx_train) {
 		cli_error("eval", "prompt of %d tokens is longer than the model's context of %d", n_ids,
 			  m->hp.n_ctx_train);
@@ -78,6 +91,10 @@ cmd_eval(int argc, char **argv)
 	}
 	if (engine_ctx_new(m, &cp, &ctx, err) < 0) {
 		cli_error("eval", "%s", err);
+		goto out;
+	}
+	if (cli_tp_follower(&tp)) {
+		rc = cli_tp_follow("eval", &tp, ctx);
 		goto out;
 	}
 	struct engine_ctx_info ci;
@@ -107,5 +124,6 @@ out:
 	free(ids);
 	engine_ctx_free(ctx);
 	engine_model_free(m);
+	cli_tp_leave(&tp);
 	return rc;
 }

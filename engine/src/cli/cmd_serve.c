@@ -35,6 +35,7 @@ struct serve_opts {
 	const char *lora_dir[SERVER_MAX_LORA_DIRS]; /* --lora-dir DIR, repeatable */
 	int n_lora, n_lora_dir;
 	const char *pooling; /* --pooling mean|last */
+	struct cli_tp tp;    /* --tp N: CPU ranks under mpirun */
 };
 
 static void
@@ -58,6 +59,10 @@ serve_usage(FILE *fp)
 	      "  --device NAME          backend: cpu (default) or cuda where the build has it\n"
 	      "  --gpus UUID[,UUID...]  with --device cuda: the GPUs or the one MIG instance to use\n"
 	      "  --tensor-parallel N    with --device cuda: GPUs the model is split over (default: all of --gpus)\n"
+	      "  --tp N                 the model split over N CPU ranks: run under mpirun -np N; rank 0\n"
+	      "                         serves HTTP, the others follow its forward passes\n"
+	      "  --tp-deadline S        seconds a rank waits for a peer inside a step before the group\n"
+	      "                         stops, naming the rank that did not answer (default 60)\n"
 	      "  --max-body-mib N       largest request body (default 4)\n"
 	      "  --max-connections N    concurrent connections (default 256)\n"
 	      "  --max-connections-per-client N  of them from one address (default: half; 0: no cap);\n"
@@ -92,6 +97,7 @@ parse(int argc, char **argv, struct serve_opts *o)
 				  .max_conn_client = -1,
 				  .header_timeout = 10.0f,
 				  .min_body_rate = 1024.0f,
+				  .tp = { .size = 1 },
 				  .device = "cpu",
 				  .gpu_mem = 0.9f };
 	for (int i = 1; i < argc; i++) {
@@ -139,6 +145,10 @@ parse(int argc, char **argv, struct serve_opts *o)
 			o->gpus = v;
 		} else if (strcmp(a, "--tensor-parallel") == 0) {
 			rc = cli_parse_int(cmd, a, v, 1, 64, &o->tensor_parallel);
+		} else if (strcmp(a, "--tp") == 0) {
+			rc = cli_tp_option(cmd, 0x7401, v, &o->tp);
+		} else if (strcmp(a, "--tp-deadline") == 0) {
+			rc = cli_tp_option(cmd, 0x7402, v, &o->tp);
 		} else if (strcmp(a, "--port") == 0) {
 			rc = cli_parse_int(cmd, a, v, 0, 65535, &o->port);
 		} else if (strcmp(a, "--ctx") == 0) {
@@ -196,6 +206,10 @@ parse(int argc, char **argv, struct serve_opts *o)
 				 "--gpus %s: this engine runs on one GPU or MIG instance; tensor parallel "
 				 "across several is not built yet",
 				 o->gpus);
+	if (o->tp.size > 1 && strcmp(o->device, "cpu") != 0)
+		return cli_error(cmd, "--tp splits a model over CPU ranks (MPI); over GPUs (NCCL) it is not built yet");
+	if (o->tp.size > 1 && (o->n_lora > 0 || o->n_lora_dir > 0))
+		return cli_error(cmd, "LoRA adapters do not run on a model split over ranks (--tp %d)", o->tp.size);
 	if (o->gpus != NULL && setenv("CUDA_VISIBLE_DEVICES", o->gpus, 1) != 0)
 		return cli_error(cmd, "cannot set CUDA_VISIBLE_DEVICES");
 	/* the admin checks 'features' before it asks for a GPU; this is for
@@ -346,6 +360,49 @@ run_until_signalled(struct server *srv, struct scheduler *sched, int drain_s)
 	return 0;
 }
 
+/* The context every rank of a group creates alike: the same sizes, or
+ * their caches would not line up. */
+static struct engine_ctx_params
+ctx_params(const struct serve_opts *o, const struct engine_model *m)
+{
+	struct engine_ctx_params cp = { .n_ctx = o->n_ctx,
+					.n_batch = o->batch,
+					.n_threads = o->threads,
+					.device = o->device,
+					.group = o->tp.group };
+	int n_ctx = o->n_ctx > 0 ? o->n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+
+	/* on a GPU, as vLLM: the pool gets what the budget leaves */
+	if (strcmp(o->device, "cuda") == 0 && o->kv_mib == 0)
+		cp.mem_fraction = o->gpu_mem;
+	else
+		cp.n_kv_blocks = kv_blocks(o, m, n_ctx);
+	return cp;
+}
+
+/* A rank other than 0: no HTTP, no scheduler; its part of every forward
+ * pass rank 0 runs, until rank 0 stops.  SIGTERM stays blocked: rank 0
+ * drains and then stops the group. */
+static int
+serve_follow(struct serve_opts *o)
+{
+	struct engine_ctx_params cp;
+	struct cli_engine e;
+	char err[PRIVAI_ERR_LEN];
+	int rc = 1;
+
+	if (cli_engine_open("serve", o->model, NULL, &e) != 0)
+		return cli_tp_fail("serve", &o->tp, "%s: the model cannot be loaded on this rank", o->model);
+	cp = ctx_params(o, e.model);
+	if (engine_ctx_new(e.model, &cp, &e.ctx, err) < 0)
+		cli_error("serve", "rank %d: %s", o->tp.group->rank, err);
+	else
+		rc = cli_tp_follow("serve", &o->tp, e.ctx);
+	cli_engine_close(&e);
+	cli_tp_leave(&o->tp);
+	return rc;
+}
+
 int
 cmd_serve(int argc, char **argv)
 {
@@ -368,6 +425,10 @@ cmd_serve(int argc, char **argv)
 	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	if (cli_tp_join("serve", &o.tp))
+		return 1;
+	if (cli_tp_follower(&o.tp))
+		return serve_follow(&o);
 	snprintf(name, sizeof(name), "%s", o.name ? o.name : o.model);
 	cfg = (struct server_config){ .host = o.host,
 				      .port = o.port,
@@ -382,7 +443,7 @@ cmd_serve(int argc, char **argv)
 				      .n_lora_dirs = o.n_lora_dir };
 	memcpy(cfg.lora_dirs, o.lora_dir, sizeof(o.lora_dir));
 	if (server_start(&srv, &cfg, err) < 0)
-		return cli_error("serve", "%s", err);
+		return cli_tp_fail("serve", &o.tp, "%s", err);
 	fprintf(stderr, "privai-engine serve: listening on %s:%d, loading %s\n", cfg.host, srv.port, o.model);
 	/* lets the integration test see /health answer 503 while loading */
 	const char *delay = getenv("PRIVAI_SERVE_LOAD_DELAY_MS");
@@ -393,17 +454,9 @@ cmd_serve(int argc, char **argv)
 	    pick_pooling(&o, e.model->file, &pooling) != 0) {
 		server_stop(&srv);
 		cli_engine_close(&e);
-		return 1;
+		return cli_tp_fail("serve", &o.tp, "%s: the model cannot be served", o.model);
 	}
-	struct engine_ctx_params cp = {
-		.n_ctx = o.n_ctx, .n_batch = o.batch, .n_threads = o.threads, .device = o.device
-	};
-	int n_ctx = o.n_ctx > 0 ? o.n_ctx : (e.model->hp.n_ctx_train < 4096 ? e.model->hp.n_ctx_train : 4096);
-	/* on a GPU, as vLLM: the pool gets what the budget leaves */
-	if (strcmp(o.device, "cuda") == 0 && o.kv_mib == 0)
-		cp.mem_fraction = o.gpu_mem;
-	else
-		cp.n_kv_blocks = kv_blocks(&o, e.model, n_ctx);
+	struct engine_ctx_params cp = ctx_params(&o, e.model);
 	serving_metrics_init(&srv.metrics);
 	struct scheduler_params sp = { o.parallel, o.queue, serving_metrics_observer(&srv.metrics) };
 	if (engine_ctx_new(e.model, &cp, &e.ctx, err) < 0 || load_loras(&o, &e, &srv, err) < 0 ||
@@ -411,6 +464,7 @@ cmd_serve(int argc, char **argv)
 		server_free_loras(&srv);
 		server_stop(&srv);
 		cli_engine_close(&e);
+		cli_tp_leave(&o.tp);
 		return cli_error("serve", "%s", err);
 	}
 	struct engine_ctx_info ci;
@@ -424,8 +478,12 @@ cmd_serve(int argc, char **argv)
 		server_stop(&srv);
 		scheduler_free(sched);
 		cli_engine_close(&e);
+		cli_tp_leave(&o.tp);
 		return cli_error("serve", "%s", err);
 	}
+	if (ci.tp_size > 1)
+		fprintf(stderr, "privai-engine serve: split over %d ranks (%s); rank 0 holds %.1f MiB of weights\n",
+			ci.tp_size, o.tp.group->ops->name, (double)ci.weight_bytes / (1 << 20));
 	sd_notifyf(0, "READY=1\nSTATUS=serving %s", cfg.model_id);
 	fprintf(stderr,
 		"privai-engine serve: ready: model %s on %s, context %d, %d sequences, KV %d blocks (%zu MiB), "
@@ -440,6 +498,7 @@ cmd_serve(int argc, char **argv)
 	server_stop(&srv);
 	scheduler_free(sched);
 	cli_engine_close(&e);
+	cli_tp_leave(&o.tp);
 	server_free_loras(&srv);
 	return 0;
 }

@@ -1,0 +1,82 @@
+/*
+ * The commands that run a model split over the ranks of a
+ * tensor-parallel group (--tp N under mpirun -np N): eval, bench, serve.
+ * Every rank runs the same command line; rank 0 does the command's work
+ * and the others follow its forward passes.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "cli.h"
+
+int
+cli_tp_join(const char *cmd, struct cli_tp *tp)
+{
+	struct coll_params p = { .size = tp->size, .deadline_s = tp->deadline_s };
+	char err[PRIVAI_ERR_LEN];
+
+	tp->group = NULL;
+	if (tp->size <= 1)
+		return 0;
+	if (coll_new("mpi", &p, &tp->group, err) < 0)
+		return cli_error(cmd, "%s", err);
+	return 0;
+}
+
+int
+cli_tp_fail(const char *cmd, const struct cli_tp *tp, const char *fmt, ...)
+{
+	char msg[PRIVAI_ERR_LEN + 256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (tp == NULL || tp->group == NULL)
+		return cli_error(cmd, "%s", msg);
+	/* a rank that stops alone leaves its peers waiting: end them all */
+	char why[sizeof(msg) + 64];
+	snprintf(why, sizeof(why), "privai-engine %s: %s", cmd, msg);
+	tp->group->ops->abort(tp->group, 1, why);
+	return 1;
+}
+
+int
+cli_tp_follower(const struct cli_tp *tp)
+{
+	return tp->group != NULL && tp->group->rank != 0;
+}
+
+int
+cli_tp_follow(const char *cmd, struct cli_tp *tp, struct engine_ctx *ctx)
+{
+	char err[PRIVAI_ERR_LEN];
+
+	if (engine_follow(ctx, err) < 0)
+		return cli_tp_fail(cmd, tp, "%s", err);
+	return 0;
+}
+
+void
+cli_tp_leave(struct cli_tp *tp)
+{
+	coll_free(tp->group);
+	tp->group = NULL;
+}
+
+int
+cli_tp_option(const char *cmd, int c, const char *arg, struct cli_tp *tp)
+{
+	float s;
+
+	if (c == 0x7401)
+		return cli_parse_int(cmd, "--tp", arg, 1, 4096, &tp->size);
+	if (c != 0x7402)
+		return -1;
+	if (cli_parse_float(cmd, "--tp-deadline", arg, &s))
+		return 1;
+	if (!(s >= 1 && s <= 86400))
+		return cli_error(cmd, "--tp-deadline must be 1 to 86400 seconds, got '%s'", arg);
+	tp->deadline_s = s;
+	return 0;
+}

@@ -1,0 +1,361 @@
+#!/usr/bin/env python3
+"""privai-engine split over ranks (tensor parallel) under Open MPI's mpirun.
+
+Real processes, real MPI (Open MPI from Debian, shared memory between the
+ranks of this machine):
+  - eval --tp 2 and --tp 4 (oversubscribed on 2 cores) write the same
+    logits as one rank, on every fixture model and on synthetic ones that
+    the fixtures lack (F32 weights, qwen2 biases, K-quants);
+  - rank counts that cannot work are refused with the reason;
+  - serve --tp 2 answers a chat completion with the same text as one rank,
+    its follower sleeps while the server is idle, a follower that hangs
+    takes the group down naming it, one that dies is named by mpirun, and
+    SIGTERM drains the group;
+  - bench --tp 2 reports what the all-reduces cost per token.
+Standard library only.  Prints "N passed, N failed".
+"""
+import array
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+BUILD = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("BUILD", "build")
+ENGINE = os.path.join(BUILD, "privai-engine")
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIX = os.environ.get("PRIVAI_FIXTURES", os.path.join(HERE, "..", "..", "..", "shared", "fixtures"))
+SAN = "san" in BUILD
+SLOW = 3 if SAN else 1
+
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL", what)
+        sys.stdout.flush()
+
+
+def mpi_env():
+    e = dict(os.environ)
+    # CI runs as root; mpirun refuses that unless told it is meant
+    e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+             # containers often forbid the cross-process copy (ptrace) shared memory would use
+             OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    if SAN:
+        # Open MPI keeps its own allocations to the end: not ours to report.
+        # Its components stay loaded so that the stacks name them.
+        e.update(LSAN_OPTIONS="suppressions=%s:fast_unwind_on_malloc=0:print_suppressions=0"
+                 % os.path.join(HERE, "..", "lsan-mpi.supp"),
+                 OMPI_MCA_mca_base_component_disable_dlclose="1")
+    return e
+
+
+def mpirun(n, args, timeout=120):
+    cmd = ["mpirun", "--oversubscribe", "-np", str(n), ENGINE] + args
+    return subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=timeout * SLOW)
+
+
+def floats(path):
+    a = array.array("f")
+    with open(path, "rb") as f:
+        a.frombytes(f.read())
+    return a
+
+
+def rel_l2(a, b):
+    num = math.sqrt(sum((x - y) * (x - y) for x, y in zip(a, b)))
+    den = math.sqrt(sum(x * x for x in a))
+    return num / den if den else num
+
+
+def eval_alone(model, ids, out):
+    r = subprocess.run([ENGINE, "eval", "-m", model, "--prompt-ids", ids, "--dump-logits", out, "-t", "1"],
+                       capture_output=True, text=True, timeout=120 * SLOW)
+    return r.returncode == 0
+
+
+def compare_tp(name, model, ids, bound, sizes=(2, 4), tmp="/tmp", golden=None, golden_bound=None):
+    alone = os.path.join(tmp, "alone.f32")
+    if not eval_alone(model, ids, alone):
+        check(False, "%s: eval alone" % name)
+        return
+    want = floats(alone)
+    for n in sizes:
+        out = os.path.join(tmp, "tp%d.f32" % n)
+        if os.path.exists(out):
+            os.unlink(out)
+        r = mpirun(n, ["eval", "--tp", str(n), "-m", model, "--prompt-ids", ids, "--dump-logits", out, "-t", "1"])
+        check(r.returncode == 0, "%s tp %d: exit %d: %s" % (name, n, r.returncode, r.stderr[-800:]))
+        if r.returncode != 0 or not os.path.exists(out):
+            continue
+        got = floats(out)
+        check(len(got) == len(want), "%s tp %d: %d logits, %d alone" % (name, n, len(got), len(want)))
+        e = rel_l2(want, got)
+        check(e <= bound, "%s tp %d: relative L2 %.3g to one rank (bound %g)" % (name, n, e, bound))
+        print("   %s tp %d: relative L2 to one rank %.2g" % (name, n, e))
+        if golden is not None:
+            g = floats(golden)
+            row = len(g) // len(ids.split(","))
+            eg = max(rel_l2(g[i:i + row], got[i:i + row]) for i in range(0, len(g), row))
+            check(eg <= golden_bound, "%s tp %d: worst position %.3g from llama.cpp's logits" % (name, n, eg))
+
+
+def synth(path, *args):
+    r = subprocess.run([ENGINE, "synth", "-o", path] + list(args), capture_output=True, text=True)
+    check(r.returncode == 0, "synth %s: %s" % (args, r.stderr))
+
+
+def test_logits(tmp):
+    # the fixture models, against one rank and llama.cpp's own logits
+    for m, bound, gbound in (("tiny-llama-spm-f16", 1e-4, 2e-3), ("tiny-llama-spm-q8_0", 2e-3, 2e-2),
+                             ("tiny-llama-spm-q4_0", 2e-3, 2e-2), ("tiny-llama3-bpe-q8_0", 2e-3, 2e-2)):
+        with open(os.path.join(FIX, "golden", m + ".p1.json")) as f:
+            ids = ",".join(str(i) for i in json.load(f)["prompt_ids"])
+        compare_tp(m, os.path.join(FIX, "models", m + ".gguf"), ids, bound, tmp=tmp,
+                   golden=os.path.join(FIX, "golden", m + ".p1.logits.f32"), golden_bound=gbound)
+    ids = ",".join(str((i * 7919 + 11) % 4000) for i in range(40))
+    # F32 weights: the issue's 1e-5.  On one and two layers; random weights
+    # grow rounding with depth (the scalar and AVX-512 paths of one engine
+    # differ by 5e-5 at four layers), which test_tp.c covers with 1e-4.
+    for layers in (1, 2):
+        p = os.path.join(tmp, "f32-%d.gguf" % layers)
+        synth(p, "--type", "F32", "--dim", "256", "--layers", str(layers), "--heads", "8", "--kv-heads", "4",
+              "--ff", "768", "--vocab", "4000")
+        compare_tp("synthetic F32, %d layer(s)" % layers, p, ids, 1e-5, tmp=tmp)
+    # qwen2: Q, K and V biases sliced with their rows; 2 KV heads shared by 2 ranks each at tp 4
+    p = os.path.join(tmp, "qwen2.gguf")
+    synth(p, "--arch", "qwen2", "--type", "Q8_0", "--dim", "256", "--layers", "2", "--heads", "8", "--kv-heads", "2",
+          "--ff", "512", "--vocab", "4000")
+    compare_tp("synthetic qwen2 Q8_0", p, ids, 2e-3, tmp=tmp)
+    # K-quants: 256-value blocks, so tp 2 of 512 columns works and tp 4 would cut them
+    p = os.path.join(tmp, "q4km.gguf")
+    synth(p, "--type", "Q4_K_M", "--dim", "512", "--layers", "1", "--heads", "8", "--kv-heads", "8", "--ff", "1024",
+          "--vocab", "4000")
+    compare_tp("synthetic Q4_K_M", p, ids, 2e-3, sizes=(2,), tmp=tmp)
+    r = mpirun(4, ["eval", "--tp", "4", "-m", p, "--prompt-ids", ids, "--dump-logits", os.path.join(tmp, "x"),
+                   "-t", "1"])
+    check(r.returncode != 0 and "blk.0.attn_output.weight is Q4_K, stored in blocks of 256 values" in r.stderr
+          and "would cut a block" in r.stderr, "Q4_K at tp 4 refused by name: %s" % r.stderr[-400:])
+
+
+def test_refusals(tmp):
+    model = os.path.join(FIX, "models", "tiny-llama-spm-q8_0.gguf")
+    out = os.path.join(tmp, "x.f32")
+    t0 = time.time()
+    r = mpirun(3, ["eval", "--tp", "3", "-m", model, "--prompt-ids", "1,2,3", "--dump-logits", out])
+    check(r.returncode != 0 and "the model's 8 attention heads do not divide among 3 ranks (rank counts that "
+          "work: 1, 2, 4, 8)" in r.stderr, "tp 3 refused with the counts that work: %s" % r.stderr[-400:])
+    check(time.time() - t0 < 30 * SLOW, "the refusal ends every rank (%.1f s)" % (time.time() - t0))
+    r = subprocess.run([ENGINE, "eval", "--tp", "2", "-m", model, "--prompt-ids", "1,2,3", "--dump-logits", out],
+                       capture_output=True, text=True, env=mpi_env(), timeout=60)
+    check(r.returncode != 0 and "--tp 2, but the MPI launcher started 1 rank (run it under mpirun -np 2)"
+          in r.stderr, "--tp without mpirun says how to run it: %s" % r.stderr)
+    r = subprocess.run([ENGINE, "serve", "--tp", "2", "--device", "cuda", "-m", model], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode != 0 and "over GPUs (NCCL) it is not built yet" in r.stderr,
+          "serve --tp on cuda refused: %s" % r.stderr)
+    r = subprocess.run([ENGINE, "serve", "--tp", "2", "--lora", "a=b.gguf", "-m", model], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode != 0 and "LoRA adapters do not run on a model split" in r.stderr, "LoRA with --tp refused")
+    r = subprocess.run([ENGINE, "eval", "--tp-deadline", "0", "-m", model], capture_output=True, text=True)
+    check(r.returncode != 0 and "--tp-deadline must be 1 to 86400 seconds" in r.stderr, "a bad deadline refused")
+
+
+class Group:
+    """serve --tp N under mpirun, its log read as it comes."""
+
+    def __init__(self, n, model, *args):
+        self.port = free_port()
+        self.log_path = tempfile.mktemp(prefix="tp-serve-")
+        self.logf = open(self.log_path, "w")
+        self.p = subprocess.Popen(["mpirun", "--oversubscribe", "-np", str(n), ENGINE, "serve", "--tp", str(n),
+                                   "-m", model, "--port", str(self.port), "--threads", "1", "--ctx", "512",
+                                   "--parallel", "4", "--chat-template", "llama2", "--model-name", "m"] + list(args),
+                                  stdout=self.logf, stderr=subprocess.STDOUT, env=mpi_env())
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def wait_ready(self):
+        for _ in range(int(60 * SLOW / 0.2)):
+            if "ready:" in self.log():
+                return True
+            if self.p.poll() is not None:
+                return False
+            time.sleep(0.2)
+        return False
+
+    def rank_pid(self, rank):
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read().split(b"\0")
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if (os.path.basename(cmd[0]) == b"privai-engine" and str(self.port).encode() in cmd
+                    and ("OMPI_COMM_WORLD_RANK=%d" % rank).encode() in env):
+                return int(pid)
+        return None
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        self.logf.close()
+        os.unlink(self.log_path)
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def chat(port, timeout=60):
+    body = {"model": "m", "messages": [{"role": "user", "content": "Private AI keeps data on premises."}],
+            "max_tokens": 24, "temperature": 0}
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout * SLOW) as r:
+        return json.load(r)["choices"][0]["message"]["content"]
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_serve(tmp):
+    model = os.path.join(FIX, "models", "tiny-llama-spm-q8_0.gguf")
+    alone = subprocess.Popen([ENGINE, "serve", "-m", model, "--port", "0", "--threads", "1", "--ctx", "512",
+                              "--parallel", "4", "--chat-template", "llama2", "--model-name", "m"],
+                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        port = None
+        for line in alone.stderr:
+            m = re.search(r"listening on [0-9.]+:(\d+)", line)
+            port = int(m.group(1)) if m else port
+            if "ready:" in line:
+                break
+        want = chat(port)
+    finally:
+        alone.kill()
+        alone.wait()
+
+    g = Group(2, model, "--tp-deadline", "3")
+    try:
+        check(g.wait_ready(), "serve --tp 2 gets ready: %s" % g.log()[-600:])
+        check("split over 2 ranks (mpi); rank 0 holds" in g.log(), "the server says it is split")
+        got = chat(g.port)
+        check(got == want and len(want) > 0, "the same text at temperature 0 split and alone: %r / %r" % (got, want))
+        # a second request: the followers' caches kept up with rank 0's
+        check(chat(g.port) == want, "and again, from the prefix cache")
+        follower = g.rank_pid(1)
+        check(follower is not None, "rank 1 is found")
+        if follower:
+            c0 = cpu_seconds(follower)
+            time.sleep(2)
+            used = cpu_seconds(follower) - c0
+            check(used < 0.3 * SLOW, "an idle follower sleeps: %.2f s of CPU in 2 s" % used)
+            # a follower that stops answering: rank 0 gives up after the deadline and names it
+            os.kill(follower, signal.SIGSTOP)
+            try:
+                chat(g.port, timeout=20)
+                check(False, "a request to a group with a hung rank fails")
+            except Exception:
+                pass
+            try:
+                g.p.wait(30 * SLOW)
+            except subprocess.TimeoutExpired:
+                pass
+            check(g.p.poll() is not None, "the group is down after a rank hung")
+            check(re.search(r"rank 0 of 2 \(.*\): .* waited \d+ s \(deadline 3 s\); no answer from rank 1 \(hung or "
+                            r"dead: the group stops\)", g.log()), "the message names rank 1: %s" % g.log()[-800:])
+            check(g.rank_pid(1) is None, "no rank is left behind")
+    finally:
+        g.stop()
+
+    g = Group(2, model)
+    try:
+        check(g.wait_ready(), "a second group gets ready")
+        follower = g.rank_pid(1)
+        if follower:
+            os.kill(follower, signal.SIGKILL)
+            try:
+                g.p.wait(30 * SLOW)
+            except subprocess.TimeoutExpired:
+                pass
+            check(g.p.poll() not in (None, 0), "a dead rank ends the group (exit %s)" % g.p.poll())
+            check("process rank 1" in g.log() and "signal 9" in g.log(), "mpirun names the dead rank: %s"
+                  % g.log()[-600:])
+            check(g.rank_pid(0) is None, "rank 0 is gone too")
+    finally:
+        g.stop()
+
+    g = Group(2, model)
+    try:
+        check(g.wait_ready(), "a third group gets ready")
+        chat(g.port)
+        g.p.send_signal(signal.SIGTERM)
+        try:
+            g.p.wait(40 * SLOW)
+        except subprocess.TimeoutExpired:
+            pass
+        check(g.p.poll() is not None and "stopped (0 requests cancelled" in g.log(),
+              "SIGTERM drains rank 0, which stops the followers: %s" % g.log()[-400:])
+        check(g.rank_pid(1) is None, "the follower is gone")
+    finally:
+        g.stop()
+
+
+def test_bench():
+    model = os.path.join(FIX, "models", "tiny-llama-spm-q8_0.gguf")
+    r = mpirun(2, ["bench", "--tp", "2", "-m", model, "-p", "32", "-n", "8", "-r", "1", "-t", "1", "--json"])
+    check(r.returncode == 0, "bench --tp 2: %s" % r.stderr[-400:])
+    try:
+        j = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        j = {}
+    # two all-reduces a layer, each a row of hidden state (256 floats) per token
+    check(j.get("tp") == 2 and j.get("tp_allreduce_per_token") == 8, "8 all-reduces per token: %s" % j)
+    check(j.get("tp_allreduce_bytes_per_token") == 8 * 256 * 4, "8 KiB per token: %s" % j)
+    check(j.get("tp_weight_bytes_rank0", 0) > 0, "rank 0's weights reported: %s" % j)
+
+
+def main():
+    if shutil.which("mpirun") is None:
+        print("FAIL mpirun not found (openmpi-bin; make deps installs it)")
+        print("0 passed, 1 failed")
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        test_logits(tmp)
+        test_refusals(tmp)
+        test_serve(tmp)
+        test_bench()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
