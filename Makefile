@@ -80,9 +80,18 @@ $(MPI_LIB): $(wildcard engine/src/dist/*.c) engine/src/status.c engine/include/p
 	$(CC) $(CFLAGS_ALL) $(shell pkg-config --cflags ompi-c) -fPIC -shared -Wl,-z,defs -o $@ \
 		$(wildcard engine/src/dist/*.c) engine/src/status.c $(shell pkg-config --libs ompi-c)
 
+# Gloo's collectives, for ranks started apart (each node's privai-admin
+# starts its own) that meet at --dist-init HOST:PORT
+GLOO_LIB = $(BUILD)/privai-gloo.so
+$(GLOO_LIB): engine/src/dist/coll_gloo.cc engine/src/status.c engine/include/privai/collective.h | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(OPT) $(SANFLAGS) -Iengine/include -fPIC -c engine/src/status.c -o $(BUILD)/gloo-status.o
+	$(CXX) -std=c++17 -Wall -Wextra -Werror -Wno-unused-parameter $(OPT) $(SANFLAGS) -Iengine/include -fPIC \
+		-shared -Wl,-z,defs -o $@ engine/src/dist/coll_gloo.cc $(BUILD)/gloo-status.o -lgloo -pthread
+
 NVML_DOUBLE = $(BUILD)/libnvml-double.so
 all: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN) $(TUNE_BIN) $(FABRIC_BIN) $(FIRSTBOOT_BIN) $(NVML_DOUBLE) $(UNIT_BIN) $(CUDA_LIB) \
-     $(MPI_LIB) $(WEBUI_VENDOR)
+     $(MPI_LIB) $(GLOO_LIB) $(WEBUI_VENDOR)
 
 
 deps: $(DEPS_STAMP)

@@ -31,11 +31,14 @@ if [ -f "$BUILD/privai-cuda.so" ]; then
 	install -m 0644 "$BUILD/privai-cuda.so" "$R/usr/lib/privai/privai-cuda.so"
 	strip --strip-unneeded "$R/usr/lib/privai/privai-cuda.so"
 fi
-# the MPI collectives of a model split over CPU ranks (--tp N under
-# mpirun), dlopen()ed from the same place
+# the collectives of a model split over CPU ranks, dlopen()ed from the
+# same place: MPI (--tp N under mpirun) and Gloo (ranks started apart by
+# each node's admin, meeting at --dist-init)
 install -d "$R/usr/lib/privai"
-install -m 0644 "$BUILD/privai-mpi.so" "$R/usr/lib/privai/privai-mpi.so"
-strip --strip-unneeded "$R/usr/lib/privai/privai-mpi.so"
+for so in privai-mpi.so privai-gloo.so; do
+	install -m 0644 "$BUILD/$so" "$R/usr/lib/privai/$so"
+	strip --strip-unneeded "$R/usr/lib/privai/$so"
+done
 install -m 0644 "$TOP"/appliance/systemd/*.service "$TOP"/appliance/systemd/*.timer "$R/usr/lib/systemd/system/"
 install -m 0644 "$TOP/appliance/systemd/preset/90-privai.preset" "$R/usr/lib/systemd/system-preset/"
 install -m 0644 "$TOP/appliance/systemd/sysusers/privai.conf" "$R/usr/lib/sysusers.d/"
@@ -64,7 +67,7 @@ DEPENDS=$(cd "$STAGE/shl" && dpkg-shlibdeps -O $(for b in "$R"/usr/bin/*; do pri
 # oneDNN is dlopen()ed by the engine (engine/src/kernels/cpu_onednn.c), and
 # Open MPI by privai-mpi.so, which the engine dlopen()s: dpkg-shlibdeps
 # sees neither; mpirun starts the ranks of a split model
-DEPENDS="$DEPENDS, systemd (>= 252), dbus-user-session, libdnnl2, libopenmpi3, openmpi-bin"
+DEPENDS="$DEPENDS, systemd (>= 252), dbus-user-session, libdnnl2, libopenmpi3, openmpi-bin, libgloo0"
 SIZE_KB=$(du -sk --exclude=DEBIAN "$R" | cut -f1)
 sed -e "s/@VERSION@/$VERSION/" -e "s/@SIZE_KB@/$SIZE_KB/" -e "s/@DEPENDS@/$DEPENDS/" \
 	"$TOP/packaging/debian/control.in" > "$R/DEBIAN/control"

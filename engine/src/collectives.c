@@ -1,7 +1,7 @@
 /*
  * Joining a tensor-parallel group (privai/collective.h).  The transports
- * are plugins: the MPI one links Open MPI, which an engine that never
- * runs split need not have.
+ * are plugins: the MPI one links Open MPI and the Gloo one Gloo, which an
+ * engine that never runs split need not have.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -11,34 +11,59 @@
 #include "privai/status.h"
 #include "plugin.h"
 
-static struct {
+struct transport {
+	const char *name, *file, *env, *what, *entry;
 	pthread_once_t once;
 	char err[PRIVAI_ERR_LEN];
 	privai_coll_new_fn *make;
-} mpi = { PTHREAD_ONCE_INIT, "", NULL };
+};
+
+static struct transport transports[] = {
+	{ "mpi", PRIVAI_MPI_LIBRARY, "PRIVAI_MPI_LIBRARY", "its MPI collectives", PRIVAI_MPI_NEW, PTHREAD_ONCE_INIT, "",
+	  NULL },
+	{ "gloo", PRIVAI_GLOO_LIBRARY, "PRIVAI_GLOO_LIBRARY", "its Gloo collectives", PRIVAI_GLOO_NEW,
+	  PTHREAD_ONCE_INIT, "", NULL },
+};
 
 static void
-mpi_load(void)
+load(struct transport *t)
 {
-	void *h = plugin_open(PRIVAI_MPI_LIBRARY, "PRIVAI_MPI_LIBRARY", "its MPI collectives", mpi.err);
+	void *h = plugin_open(t->file, t->env, t->what, t->err);
 
-	if (h != NULL && (mpi.make = (privai_coll_new_fn *)dlsym(h, PRIVAI_MPI_NEW)) == NULL)
-		privai_fail(mpi.err, PRIVAI_EUNAVAIL, "%s is not privai's MPI collectives (no %s)", PRIVAI_MPI_LIBRARY,
-			    PRIVAI_MPI_NEW);
+	if (h != NULL && (t->make = (privai_coll_new_fn *)dlsym(h, t->entry)) == NULL)
+		privai_fail(t->err, PRIVAI_EUNAVAIL, "%s is not privai's %s collectives (no %s)", t->file, t->name,
+			    t->entry);
+}
+
+static void
+load_mpi(void)
+{
+	load(&transports[0]);
+}
+
+static void
+load_gloo(void)
+{
+	load(&transports[1]);
 }
 
 int
 coll_new(const char *name, const struct coll_params *p, struct coll **ret, char *err)
 {
+	struct transport *t = NULL;
+
 	if (p->size < 1)
 		return privai_fail(err, PRIVAI_EINVAL, "a group of %d ranks", p->size);
-	if (name == NULL || strcmp(name, "mpi") != 0)
-		return privai_fail(err, PRIVAI_EUNSUPPORTED, "no collectives '%s' (known: mpi)",
+	for (size_t i = 0; name != NULL && i < sizeof(transports) / sizeof(transports[0]); i++)
+		if (strcmp(name, transports[i].name) == 0)
+			t = &transports[i];
+	if (t == NULL)
+		return privai_fail(err, PRIVAI_EUNSUPPORTED, "no collectives '%s' (known: mpi, gloo)",
 				   name == NULL ? "(null)" : name);
-	pthread_once(&mpi.once, mpi_load);
-	if (mpi.make == NULL)
-		return privai_fail(err, PRIVAI_EUNAVAIL, "%s", mpi.err);
-	return mpi.make(p, ret, err);
+	pthread_once(&t->once, t == &transports[0] ? load_mpi : load_gloo);
+	if (t->make == NULL)
+		return privai_fail(err, PRIVAI_EUNAVAIL, "%s", t->err);
+	return t->make(p, ret, err);
 }
 
 void

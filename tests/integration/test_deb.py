@@ -61,7 +61,8 @@ def main():
         if os.path.exists(os.path.join(BUILD, "privai-cuda.so")):
             check("./usr/lib/privai/privai-cuda.so" in rows, "the package holds the CUDA backend where the engine "
                   "looks for it (../lib/privai from /usr/bin)")
-        check("./usr/lib/privai/privai-mpi.so" in rows, "the package holds the MPI collectives beside it")
+        for so in ("privai-mpi.so", "privai-gloo.so"):
+            check("./usr/lib/privai/" + so in rows, f"the package holds the collectives {so} beside it")
         check(all(owner == "root/root" for _, owner in rows.values()), "everything owned by root")
         check(all(mode[0] != "-" or mode[-2] != "w" for mode, _ in rows.values()), "nothing world-writable")
         check(all(rows[w][0] == "-rwxr-xr-x" for w in WANT if w.startswith("./usr/bin/")), "binaries 0755")
@@ -70,7 +71,7 @@ def main():
         deps = re.search(r"Depends: (.*)", info).group(1) if "Depends:" in info else ""
         for lib in ("libc6", "libcjson1", "libmicrohttpd12", "libsodium23", "libsqlite3-0", "libsystemd0",
                     "libyaml-0-2", "libxml2", "libgnutls30", "libcurl4", "systemd", "dbus-user-session",
-                    "libopenmpi3", "openmpi-bin"):
+                    "libopenmpi3", "openmpi-bin", "libgloo0"):
             check(re.search(rf"(^|, ){re.escape(lib)}( |,|$)", deps), f"Depends names {lib}", deps)
         x = os.path.join(tmp, "x")
         subprocess.run(["dpkg-deb", "-R", deb, x], check=True)

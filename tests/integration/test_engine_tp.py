@@ -11,7 +11,10 @@ ranks of this machine):
     its follower sleeps while the server is idle, a follower that hangs
     takes the group down naming it, one that dies is named by mpirun, and
     SIGTERM drains the group;
-  - bench --tp 2 reports what the all-reduces cost per token.
+  - bench --tp 2 reports what the all-reduces cost per token;
+  - ranks started apart (as each node's privai-admin starts its own) meet
+    at --dist-init over Gloo: the same logits, the same served text, and
+    a hung or dead rank named by the one that waited for it.
 Standard library only.  Prints "N passed, N failed".
 """
 import array
@@ -259,6 +262,7 @@ def test_serve(tmp):
             if "ready:" in line:
                 break
         want = chat(port)
+        SERVED["alone"] = want
     finally:
         alone.kill()
         alone.wait()
@@ -343,6 +347,108 @@ def test_bench():
     check(j.get("tp_weight_bytes_rank0", 0) > 0, "rank 0's weights reported: %s" % j)
 
 
+def start_apart(n, args, log_dir):
+    """n engine processes of one group, started apart, rank n-1 first:
+    rank 0 (which listens at --dist-init) comes last, as it may."""
+    port = free_port()
+    procs = []
+    for rank in reversed(range(n)):
+        log = open(os.path.join(log_dir, "rank%d.log" % rank), "w")
+        procs.append((rank, log, subprocess.Popen([ENGINE] + args + ["--tp", str(n), "--node-rank", str(rank),
+                                                                      "--dist-init", "127.0.0.1:%d" % port],
+                                                  stdout=log, stderr=subprocess.STDOUT, env=mpi_env())))
+        time.sleep(0.3)
+    return sorted(procs)
+
+
+def log_of(log_dir, rank):
+    with open(os.path.join(log_dir, "rank%d.log" % rank)) as f:
+        return f.read()
+
+
+def test_apart(tmp):
+    m = "tiny-llama3-bpe-q8_0"
+    model = os.path.join(FIX, "models", m + ".gguf")
+    with open(os.path.join(FIX, "golden", m + ".p1.json")) as f:
+        ids = ",".join(str(i) for i in json.load(f)["prompt_ids"])
+    alone = os.path.join(tmp, "alone.f32")
+    eval_alone(model, ids, alone)
+    for n in (2, 4):
+        out = os.path.join(tmp, "apart%d.f32" % n)
+        procs = start_apart(n, ["eval", "-m", model, "--prompt-ids", ids, "--dump-logits", out, "-t", "1"], tmp)
+        codes = [p.wait(120 * SLOW) for _, _, p in procs]
+        check(codes == [0] * n, "eval in %d processes started apart: exits %s: %s" % (n, codes, log_of(tmp, 0)[-400:]))
+        if os.path.exists(out):
+            e = rel_l2(floats(alone), floats(out))
+            check(e <= 2e-3, "%s over Gloo, %d ranks: relative L2 %.3g to one rank" % (m, n, e))
+            print("   %s over Gloo, %d ranks: relative L2 to one rank %.2g" % (m, n, e))
+    for args, want in ((["--node-rank", "1"], "--node-rank and --nnodes go with --dist-init HOST:PORT"),
+                       (["--dist-init", "127.0.0.1:1", "--node-rank", "2"], "--node-rank 2 of a group of 2 (0 to 1)"),
+                       (["--dist-init", "127.0.0.1:1", "--nnodes", "3"], "--nnodes 3 with --tp 2: CPU ranks are one a node"),
+                       (["--dist-init", "no-port"], "--dist-init takes HOST:PORT, not 'no-port'")):
+        r = subprocess.run([ENGINE, "eval", "--tp", "2", "-m", model, "--prompt-ids", "1", "--dump-logits",
+                            os.path.join(tmp, "x")] + args, capture_output=True, text=True, timeout=60)
+        check(r.returncode != 0 and want in r.stderr, "refused: %s (%s)" % (want, r.stderr.strip()))
+
+    # serve: rank 0 answers, rank 1 follows; then rank 1 hangs, then a group whose rank 1 dies
+    model = os.path.join(FIX, "models", "tiny-llama-spm-q8_0.gguf")
+    for fault in ("hang", "death"):
+        port = free_port()
+        procs = start_apart(2, ["serve", "-m", model, "--port", str(port), "--threads", "1", "--ctx", "512",
+                                "--parallel", "4", "--chat-template", "llama2", "--model-name", "m",
+                                "--tp-deadline", "3"], tmp)
+        try:
+            for _ in range(int(60 * SLOW / 0.2)):
+                if "ready:" in log_of(tmp, 0) or procs[0][2].poll() is not None:
+                    break
+                time.sleep(0.2)
+            check("split over 2 ranks (gloo)" in log_of(tmp, 0), "rank 0 serves a group over Gloo: %s"
+                  % log_of(tmp, 0)[-400:])
+            got = chat(port)
+            check(got == SERVED.get("alone"), "the same text as one rank: %r / %r" % (got, SERVED.get("alone")))
+            follower = procs[1][2].pid
+            if fault == "hang":
+                c0 = cpu_seconds(follower)
+                time.sleep(2)
+                used = cpu_seconds(follower) - c0
+                check(used < 0.3 * SLOW, "an idle Gloo follower sleeps: %.2f s of CPU in 2 s" % used)
+                os.kill(follower, signal.SIGSTOP)
+            else:
+                os.kill(follower, signal.SIGKILL)
+                procs[1][2].wait()
+            try:
+                chat(port, timeout=30)
+                check(False, "a request to a group with a %s rank fails" % fault)
+            except Exception:
+                pass
+            try:
+                procs[0][2].wait(30 * SLOW)
+            except subprocess.TimeoutExpired:
+                pass
+            check(procs[0][2].poll() not in (None, 0), "rank 0 ends after its peer's %s" % fault)
+            check(re.search(r"rank 0 of 2 \(.*\): an? .* of step \d+ failed \(.*\); no answer from rank 1 \(hung "
+                            r"or dead: the group stops\)", log_of(tmp, 0)), "rank 0 names rank 1 after its %s: %s"
+                  % (fault, log_of(tmp, 0)[-500:]))
+            if fault == "hang":
+                os.kill(follower, signal.SIGCONT)
+                try:
+                    procs[1][2].wait(30 * SLOW)
+                except subprocess.TimeoutExpired:
+                    pass
+                check(procs[1][2].poll() not in (None, 0) and "no answer from rank 0" in log_of(tmp, 1),
+                      "the hung rank, woken, finds rank 0 gone and ends: %s" % log_of(tmp, 1)[-300:])
+        finally:
+            for _, log, p in procs:
+                if p.poll() is None:
+                    os.kill(p.pid, signal.SIGCONT)
+                    p.kill()
+                    p.wait()
+                log.close()
+
+
+SERVED = {}
+
+
 def main():
     if shutil.which("mpirun") is None:
         print("FAIL mpirun not found (openmpi-bin; make deps installs it)")
@@ -353,6 +459,7 @@ def main():
         test_refusals(tmp)
         test_serve(tmp)
         test_bench()
+        test_apart(tmp)
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

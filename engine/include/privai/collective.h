@@ -64,18 +64,28 @@ struct coll {
 struct coll_params {
 	int size;          /* ranks the caller expects (--tp); the transport must agree */
 	double deadline_s; /* longest wait for a peer inside a step; 0: 60 */
+	/* gloo: where the ranks meet (HOST:PORT, rank 0 listens there), this
+	 * process's rank, and how long the others may take to come (0: 300 s);
+	 * mpi: the launcher says (NULL, 0, 0) */
+	const char *init;
+	int rank;
+	double join_s;
 };
 
-/* Join the group of transport `name` ("mpi"): PRIVAI_OK, PRIVAI_EUNAVAIL
- * when its library cannot be loaded (err names it), PRIVAI_EINVAL when
- * the transport started a different number of ranks than p->size. */
+/* Join the group of transport `name`: "mpi" (ranks mpirun started) or
+ * "gloo" (ranks started apart, meeting at p->init).  PRIVAI_OK,
+ * PRIVAI_EUNAVAIL when its library cannot be loaded (err names it) or
+ * the others do not come, PRIVAI_EINVAL when the transport started a
+ * different number of ranks than p->size. */
 int coll_new(const char *name, const struct coll_params *p, struct coll **ret, char *err);
 /* Leave the group (every rank must); NULL is allowed. */
 void coll_free(struct coll *g);
 
-/* The plugin's entry point, as privai-mpi.so exports it. */
+/* The plugins' entry points, as privai-mpi.so and privai-gloo.so export them. */
 typedef int privai_coll_new_fn(const struct coll_params *p, struct coll **ret, char *err);
 #define PRIVAI_MPI_LIBRARY "privai-mpi.so"
 #define PRIVAI_MPI_NEW "privai_coll_mpi_new"
+#define PRIVAI_GLOO_LIBRARY "privai-gloo.so"
+#define PRIVAI_GLOO_NEW "privai_coll_gloo_new"
 
 #endif

@@ -49,18 +49,23 @@ int cli_engine_open(const char *cmd, const char *path, const struct engine_ctx_p
 void cli_engine_close(struct cli_engine *e);
 
 /* A model split over the ranks of a tensor-parallel group (tp.c):
- * --tp N under mpirun -np N; --tp-deadline S bounds a rank's wait for
- * its peers inside a step. */
+ * --tp N under mpirun -np N (Open MPI), or --tp N --dist-init HOST:PORT
+ * --node-rank R in each of N processes started apart (Gloo over TCP: one
+ * rank a node, --nnodes N); --tp-deadline S bounds a rank's wait for its
+ * peers inside a step. */
 struct cli_tp {
 	int size;          /* 1: no group */
 	double deadline_s; /* 0: the transport's default */
+	const char *init;  /* --dist-init, or NULL: MPI */
+	int rank, nnodes;  /* --node-rank, --nnodes (0: not given) */
 	struct coll *group;
 };
-#define CLI_TP_OPTIONS                                                                                                 \
-	{ "tp", required_argument, NULL, 0x7401 },                                                                     \
-	{                                                                                                              \
-		"tp-deadline", required_argument, NULL, 0x7402                                                         \
-	}
+/* clang-format off */
+#define CLI_TP_OPTIONS \
+	{ "tp", required_argument, NULL, 0x7401 }, { "tp-deadline", required_argument, NULL, 0x7402 }, \
+	{ "dist-init", required_argument, NULL, 0x7403 }, { "node-rank", required_argument, NULL, 0x7404 }, \
+	{ "nnodes", required_argument, NULL, 0x7405 }
+/* clang-format on */
 /* Parse a CLI_TP_OPTIONS option `c` into tp: -1 when c is not one, else 0 or 1 (reported). */
 int cli_tp_option(const char *cmd, int c, const char *arg, struct cli_tp *tp);
 /* Join the group when tp->size > 1: 0, or 1 (reported). */

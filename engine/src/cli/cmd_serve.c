@@ -63,6 +63,10 @@ serve_usage(FILE *fp)
 	      "                         serves HTTP, the others follow its forward passes\n"
 	      "  --tp-deadline S        seconds a rank waits for a peer inside a step before the group\n"
 	      "                         stops, naming the rank that did not answer (default 60)\n"
+	      "  --dist-init HOST:PORT  with --tp N: ranks started apart (one a node, each by its own\n"
+	      "                         admin) meet here, where rank 0 listens; Gloo over TCP, not MPI\n"
+	      "  --node-rank R          this process's rank in such a group (0 serves HTTP)\n"
+	      "  --nnodes N             the nodes of such a group (equal to --tp on CPUs)\n"
 	      "  --max-body-mib N       largest request body (default 4)\n"
 	      "  --max-connections N    concurrent connections (default 256)\n"
 	      "  --max-connections-per-client N  of them from one address (default: half; 0: no cap);\n"
@@ -149,6 +153,12 @@ parse(int argc, char **argv, struct serve_opts *o)
 			rc = cli_tp_option(cmd, 0x7401, v, &o->tp);
 		} else if (strcmp(a, "--tp-deadline") == 0) {
 			rc = cli_tp_option(cmd, 0x7402, v, &o->tp);
+		} else if (strcmp(a, "--dist-init") == 0) {
+			rc = cli_tp_option(cmd, 0x7403, v, &o->tp);
+		} else if (strcmp(a, "--node-rank") == 0) {
+			rc = cli_tp_option(cmd, 0x7404, v, &o->tp);
+		} else if (strcmp(a, "--nnodes") == 0) {
+			rc = cli_tp_option(cmd, 0x7405, v, &o->tp);
 		} else if (strcmp(a, "--port") == 0) {
 			rc = cli_parse_int(cmd, a, v, 0, 65535, &o->port);
 		} else if (strcmp(a, "--ctx") == 0) {

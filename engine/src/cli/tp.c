@@ -12,13 +12,20 @@
 int
 cli_tp_join(const char *cmd, struct cli_tp *tp)
 {
-	struct coll_params p = { .size = tp->size, .deadline_s = tp->deadline_s };
+	struct coll_params p = { .size = tp->size, .deadline_s = tp->deadline_s, .init = tp->init, .rank = tp->rank };
 	char err[PRIVAI_ERR_LEN];
 
 	tp->group = NULL;
+	if (tp->init == NULL && (tp->rank != 0 || tp->nnodes != 0))
+		return cli_error(cmd, "--node-rank and --nnodes go with --dist-init HOST:PORT");
+	/* a CPU group has one rank a node */
+	if (tp->nnodes != 0 && tp->nnodes != tp->size)
+		return cli_error(cmd, "--nnodes %d with --tp %d: CPU ranks are one a node", tp->nnodes, tp->size);
+	if (tp->init != NULL && tp->rank >= tp->size)
+		return cli_error(cmd, "--node-rank %d of a group of %d (0 to %d)", tp->rank, tp->size, tp->size - 1);
 	if (tp->size <= 1)
 		return 0;
-	if (coll_new("mpi", &p, &tp->group, err) < 0)
+	if (coll_new(tp->init != NULL ? "gloo" : "mpi", &p, &tp->group, err) < 0)
 		return cli_error(cmd, "%s", err);
 	return 0;
 }
@@ -71,6 +78,14 @@ cli_tp_option(const char *cmd, int c, const char *arg, struct cli_tp *tp)
 
 	if (c == 0x7401)
 		return cli_parse_int(cmd, "--tp", arg, 1, 4096, &tp->size);
+	if (c == 0x7403) {
+		tp->init = arg;
+		return 0;
+	}
+	if (c == 0x7404)
+		return cli_parse_int(cmd, "--node-rank", arg, 0, 4095, &tp->rank);
+	if (c == 0x7405)
+		return cli_parse_int(cmd, "--nnodes", arg, 1, 4096, &tp->nnodes);
 	if (c != 0x7402)
 		return -1;
 	if (cli_parse_float(cmd, "--tp-deadline", arg, &s))
