@@ -156,7 +156,9 @@ prepare_model(struct engine_ctx *c)
 		return r;
 	c->output = &c->tok_embd;
 	/* a rank of a group computes the logits of its slice of the vocabulary */
-	if (m->output.data != m->tok_embd.data || c->part.size > 1) {
+	if (c->part.n_vocab == 0) {
+		c->output = &c->output_own; /* never used: this rank computes no logits */
+	} else if (m->output.data != m->tok_embd.data || c->part.size > 1) {
 		struct weight out = tp_weight_rows(&m->output, c->part.vocab0, c->part.n_vocab);
 		if ((r = cp->ops->prepare_weight(cp, &out, &c->output_own)) < 0)
 			return r;
@@ -194,7 +196,7 @@ reserve_buffers(struct engine_ctx *c, double mem_fraction, char *err)
 	};
 	float **bufs[] = CTX_BUFFERS(c);
 	size_t floats[] = { nb * hp->n_embd, nb * wide,     nb * qd,       nb * kvd,        nb * kvd,
-			    nb * wide,       nb * pt->n_ff, nb * pt->n_ff, nb * pt->n_vocab };
+			    nb * wide,       nb * pt->n_ff, nb * pt->n_ff, nb * (pt->n_vocab > 0 ? pt->n_vocab : 1) };
 	size_t free_b = 0;
 	int r;
 
@@ -473,7 +475,8 @@ model_forward_run(struct engine_ctx *c, const struct compute_batch *b, float *lo
 	op->rmsnorm(cp, c->att, c->output_norm, b->n_out, hp->n_embd, hp->rms_eps, c->xb);
 	if (hidden != NULL && (r = op->download(cp, hidden, c->xb, (size_t)b->n_out * hp->n_embd * sizeof(float))) < 0)
 		return privai_fail(err, r, "the %s backend failed in a forward pass", op->name);
-	op->matmul(cp, c->output, c->xb, b->n_out, c->logits);
+	if (c->part.n_vocab > 0)
+		op->matmul(cp, c->output, c->xb, b->n_out, c->logits);
 	if (c->group != NULL)
 		return tp_gather_logits(c, b->n_out, logits, err);
 	if ((r = op->download(cp, logits, c->logits, (size_t)b->n_out * hp->n_vocab * sizeof(float))) < 0)

@@ -259,17 +259,19 @@ tp_gather_logits(struct engine_ctx *c, int n_out, float *logits, char *err)
 	if (r < 0)
 		return privai_fail(err, r, "the %s backend failed in a forward pass", op->name);
 	for (int k = 0; k < size; k++) {
-		int v0 = (int)((int64_t)V * k / size), v1 = (int)((int64_t)V * (k + 1) / size);
-		c->gather_counts[k] = n_out * (v1 - v0);
+		int v0, n;
+		tp_vocab_slice(V, size, k, c->part.whole_output, &v0, &n);
+		c->gather_counts[k] = n_out * n;
 	}
 	if ((r = g->ops->gather(g, c->logits_part, c->gather_counts, c->logits_all, err)) < 0 || g->rank != 0)
 		return r;
 	/* rank k's slice is n_out rows of its vocabulary columns */
 	const float *from = c->logits_all;
 	for (int k = 0; k < size; k++) {
-		int v0 = (int)((int64_t)V * k / size), v1 = (int)((int64_t)V * (k + 1) / size);
-		for (int i = 0; i < n_out; i++, from += v1 - v0)
-			memcpy(logits + (size_t)i * V + v0, from, (size_t)(v1 - v0) * sizeof(float));
+		int v0, n;
+		tp_vocab_slice(V, size, k, c->part.whole_output, &v0, &n);
+		for (int i = 0; i < n_out; i++, from += n)
+			memcpy(logits + (size_t)i * V + v0, from, (size_t)n * sizeof(float));
 	}
 	return PRIVAI_OK;
 }

@@ -75,9 +75,10 @@ tp_part_plan(const struct engine_model *m, int rank, int size, struct tp_part *p
 	}
 	p->n_ff = hp->n_ff / size;
 	p->ff0 = rank * p->n_ff;
-	p->vocab0 = (int)((int64_t)hp->n_vocab * rank / size);
-	p->n_vocab = (int)((int64_t)hp->n_vocab * (rank + 1) / size) - p->vocab0;
-	if (p->n_vocab < 1)
+	const char *out = getenv("PRIVAI_TP_OUTPUT");
+	p->whole_output = size > 1 && out != NULL && strcmp(out, "rank0") == 0;
+	tp_vocab_slice(hp->n_vocab, size, rank, p->whole_output, &p->vocab0, &p->n_vocab);
+	if (hp->n_vocab < size)
 		return privai_fail(err, PRIVAI_EINVAL, "a vocabulary of %d tokens among %d ranks", hp->n_vocab, size);
 	for (int il = 0; size > 1 && il < hp->n_layer; il++)
 		if ((r = check_cut(&m->layers[il].wo, "attn_output.weight", il, (int64_t)p->n_head * hp->head_dim, size,
@@ -85,6 +86,18 @@ tp_part_plan(const struct engine_model *m, int rank, int size, struct tp_part *p
 		    (r = check_cut(&m->layers[il].w_down, "ffn_down.weight", il, p->n_ff, size, err)) < 0)
 			return r;
 	return PRIVAI_OK;
+}
+
+void
+tp_vocab_slice(int n_vocab, int size, int rank, int whole_output, int *v0, int *n)
+{
+	if (whole_output) {
+		*v0 = 0;
+		*n = rank == 0 ? n_vocab : 0;
+		return;
+	}
+	*v0 = (int)((int64_t)n_vocab * rank / size);
+	*n = (int)((int64_t)n_vocab * (rank + 1) / size) - *v0;
 }
 
 struct weight

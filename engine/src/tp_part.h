@@ -27,8 +27,15 @@ struct tp_part {
 	int n_head, head0;       /* query heads of this rank, the first one's index */
 	int n_head_kv, kv_head0; /* KV heads it holds */
 	int n_ff, ff0;           /* MLP hidden width */
-	int n_vocab, vocab0;     /* logits rows */
+	int n_vocab, vocab0;     /* logits rows (0 on ranks > 0 with whole_output) */
+	/* rank 0 computes every logit and the others none: not how the engine
+	 * runs, but what docs/performance.md measures the vocabulary split
+	 * against (PRIVAI_TP_OUTPUT=rank0) */
+	int whole_output;
 };
+
+/* The logits rows [*v0, *v0 + *n) rank `rank` of `size` computes. */
+void tp_vocab_slice(int n_vocab, int size, int rank, int whole_output, int *v0, int *n);
 
 /* Rank `rank` of `size`'s part of a model with hyperparameters hp, or
  * PRIVAI_EINVAL with the reason a split cannot work (heads or the MLP

@@ -4,6 +4,8 @@
  * headroom and 2 GiB runtime per GPU), plus the rules on their own:
  * head divisibility, whole nodes beyond one, bad input refused.
  */
+#include <math.h>
+
 #include "status.h"
 #include "testlib.h"
 #include "gpu/sizing.h"
@@ -36,9 +38,13 @@ main(void)
 {
 	static const struct {
 		int gpus, nodes;
-	} want[] = { { 16, 2 }, { 16, 2 }, { 16, 2 }, { 32, 4 }, { 4, 1 }, { 40, 5 } };
+	} want[] = { { 16, 2 }, { 16, 2 }, { 16, 2 }, { 32, 4 }, { 4, 1 } };
 
-	for (size_t i = 0; i < sizeof(reference) / sizeof(reference[0]); i++) {
+	/* Scout at its 10M context: one KV head's cache is 240 GiB, and GPUs beyond 8 share KV heads */
+	struct sizing_result scout = size(&reference[5], "H100-80GB", 0, 1);
+	CHECK(scout.gpus == 0 && strstr(scout.why, "240.0 GiB of KV cache (one KV head at 10485760 tokens"),
+	      "Scout at 10M tokens does not fit: %s", scout.why);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		struct sizing_result r = size(&reference[i], "H100-80GB", 0, 1);
 		CHECK(r.gpus == want[i].gpus && r.nodes == want[i].nodes, "%s: %d GPUs on %d nodes (want %d on %d): %s",
 		      reference[i].name, r.gpus, r.nodes, want[i].gpus, want[i].nodes, r.why);
@@ -55,9 +61,19 @@ main(void)
 	CHECK(r.gpus == 4 && r.nodes == 1, "Scout at 128k: %d GPUs (%s)", r.gpus, r.why);
 	struct sizing_result c8 = size(&reference[5], "H100-80GB", 131072, 8);
 	CHECK(c8.kv_bytes_total == 8 * r.kv_bytes_total && c8.gpus > r.gpus, "8 sequences need more: %d GPUs", c8.gpus);
-	/* within a node any divisor of the heads: Mixtral's 3.8 GPUs of memory -> 4; on H200 -> 3 (divides 48) */
+	/* within a node a divisor of the heads that splits or shares the KV heads: Mixtral on H200 has the
+	 * memory of 3 GPUs, but 3 neither divides its 8 KV heads nor is divided by them (the engine refuses it) */
 	r = size(&reference[4], "H200-141GB", 0, 1);
-	CHECK(r.gpus == 3 && r.nodes == 1, "Mixtral on H200: %d GPUs (%s)", r.gpus, r.why);
+	CHECK(r.gpus == 4 && r.nodes == 1 && strstr(r.why, "splits or shares the KV heads"),
+	      "Mixtral on H200: %d GPUs (%s)", r.gpus, r.why);
+	/* KV heads shared: 405B's 8 KV heads on 16 GPUs, each GPU holds one (1/8 of the cache, not 1/16) */
+	r = size(&reference[0], "H100-80GB", 0, 1);
+	CHECK(fabs(r.per_gpu_used - (405e9 * 2 / 16 + r.kv_bytes_total / 8 + 2.0 * 1073741824.0)) < 1e3,
+	      "405B on 16 GPUs: each holds 1/8 of the KV cache (%.1f GiB used)", r.per_gpu_used / 1073741824.0);
+	/* MLA: every GPU holds the whole latent cache */
+	r = size(&reference[1], "H100-80GB", 0, 1);
+	CHECK(fabs(r.per_gpu_used - (671e9 / 16 + r.kv_bytes_total + 2.0 * 1073741824.0)) < 1e3,
+	      "R1 on 16 GPUs: each holds the whole latent cache (%.1f GiB used)", r.per_gpu_used / 1073741824.0);
 
 	/* bad input */
 	struct sizing_request bad = { .model = { "x", 1e9, 0, 8, 8, 64, 0, 4096 }, .gpu = *sizing_gpu("H100-80GB") };

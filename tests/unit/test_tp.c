@@ -407,6 +407,10 @@ main(void)
 		if (i == 0) {
 			compare(m, models[i].file, 2, work_long, "400 tokens", models[i].bound);
 			check_refusals(m);
+			/* the layout docs/performance.md measures the split against */
+			setenv("PRIVAI_TP_OUTPUT", "rank0", 1);
+			compare(m, models[i].file, 2, work_two_seqs, "logits on rank 0 alone", models[i].bound);
+			unsetenv("PRIVAI_TP_OUTPUT");
 		}
 		engine_model_free(m);
 	}

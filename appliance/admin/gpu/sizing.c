@@ -50,12 +50,29 @@ bad(struct sizing_result *res, const char *why)
 	return APP_EINVAL;
 }
 
-/* A tensor-parallel size: divides the heads; within a node any such
+/* A tensor-parallel size: divides the heads, and splits the KV heads or
+ * shares them (the engine's rule, engine/src/tp_part.c, and vLLM's; an
+ * MLA latent is cached whole on every rank); within a node any such
  * count, beyond it whole nodes only. */
 static int
-valid_tp(int g, int heads, int per_node)
+valid_tp(int g, const struct model_shape *m, int per_node)
 {
-	return heads % g == 0 && (g <= per_node || g % per_node == 0);
+	int kv_ok = m->kv_latent > 0 || m->kv_heads % g == 0 || g % m->kv_heads == 0;
+
+	return m->heads % g == 0 && kv_ok && (g <= per_node || g % per_node == 0);
+}
+
+/* The KV cache one of g GPUs holds, as the engine splits it: its share
+ * of the KV heads; one whole head when g exceeds them (g / kv_heads GPUs
+ * hold each); all of an MLA latent, which every rank caches in full. */
+static double
+kv_per_gpu(const struct model_shape *m, double kv_total, int g)
+{
+	if (m->kv_latent > 0)
+		return kv_total;
+	if (m->kv_heads % g == 0)
+		return kv_total / g;
+	return kv_total / m->kv_heads;
 }
 
 int
@@ -79,22 +96,42 @@ sizing_compute(const struct sizing_request *r, struct sizing_result *res)
 	res->total_bytes = m->weight_bytes + res->kv_bytes_total;
 	if (!(res->per_gpu_usable > 0))
 		return bad(res, "headroom and runtime leave no memory on this GPU");
-	int need = (int)ceil(res->total_bytes / res->per_gpu_usable);
-	for (int g = need < 1 ? 1 : need; g <= r->max_gpus; g++) {
-		if (!valid_tp(g, m->heads, r->gpus_per_node))
+	/* the fewest GPUs whose share fits, counting memory as the engine
+	 * holds it: weights split, the KV cache split, shared or whole */
+	int need = 0;
+	for (int g = 1; g <= r->max_gpus && need == 0; g++)
+		if (m->weight_bytes / g + kv_per_gpu(m, res->kv_bytes_total, g) <= res->per_gpu_usable)
+			need = g;
+	for (int g = need < 1 ? r->max_gpus + 1 : need; g <= r->max_gpus; g++) {
+		if (!valid_tp(g, m, r->gpus_per_node))
 			continue;
+		double kv = kv_per_gpu(m, res->kv_bytes_total, g);
+		if (m->weight_bytes / g + kv > res->per_gpu_usable)
+			continue; /* a larger share of a shared KV cache */
 		res->gpus = g;
 		res->nodes = (g + r->gpus_per_node - 1) / r->gpus_per_node;
-		res->per_gpu_used = res->total_bytes / g + r->runtime_bytes;
+		res->per_gpu_used = m->weight_bytes / g + kv + r->runtime_bytes;
 		if (g == need)
-			snprintf(res->why, sizeof(res->why), "memory: %.1f GiB over %.1f GiB usable per GPU needs %d",
-				 res->total_bytes / GIB, res->per_gpu_usable / GIB, need);
+			snprintf(res->why, sizeof(res->why),
+				 "memory: %.1f GiB of weights over %d GPUs and %.1f GiB of KV cache each fit %.1f GiB "
+				 "usable per GPU",
+				 m->weight_bytes / GIB, g, kv / GIB, res->per_gpu_usable / GIB);
 		else
 			snprintf(res->why, sizeof(res->why),
-				 "memory needs %d GPUs; %d is the next count that divides %d heads%s", need, g,
-				 m->heads, g > r->gpus_per_node ? " in whole nodes" : "");
+				 "memory needs %d GPUs; %d is the next count that divides %d heads%s%s", need, g,
+				 m->heads, m->kv_latent > 0 ? "" : " and splits or shares the KV heads",
+				 g > r->gpus_per_node ? " in whole nodes" : "");
 		return 0;
 	}
-	snprintf(res->why, sizeof(res->why), "does not fit in %d GPUs", r->max_gpus);
+	/* more GPUs share, never split, the last KV head (or an MLA latent) */
+	double least_kv = m->kv_latent > 0 ? res->kv_bytes_total : res->kv_bytes_total / m->kv_heads;
+	if (least_kv > res->per_gpu_usable)
+		snprintf(res->why, sizeof(res->why),
+			 "does not fit: each GPU holds at least %.1f GiB of KV cache (%s at %d tokens x %d), more than "
+			 "%.1f GiB usable; a shorter context or fewer sequences would",
+			 least_kv / GIB, m->kv_latent > 0 ? "the whole MLA latent" : "one KV head", r->context,
+			 r->concurrency, res->per_gpu_usable / GIB);
+	else
+		snprintf(res->why, sizeof(res->why), "does not fit in %d GPUs", r->max_gpus);
 	return 0;
 }
