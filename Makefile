@@ -275,6 +275,7 @@ bench: $(ENGINE_BIN) $(BENCH_BIN) $(ADMIN_BIN)
 	@BUILD=$(BUILD) scripts/bench-constrained.py
 	@BUILD=$(BUILD) scripts/bench-shared-cpu.sh
 	@BUILD=$(BUILD) MODEL=$(BUILD)/bench/llama1b-q8_0.gguf N=32 scripts/bench-shared-cpu.sh
+	@BUILD=$(BUILD) scripts/bench-tp.sh
 
 clean:
 	rm -rf build build-san
