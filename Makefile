@@ -83,10 +83,10 @@ $(MPI_LIB): $(wildcard engine/src/dist/*.c) engine/src/status.c engine/include/p
 # Gloo's collectives, for ranks started apart (each node's privai-admin
 # starts its own) that meet at --dist-init HOST:PORT
 GLOO_LIB = $(BUILD)/privai-gloo.so
-$(GLOO_LIB): engine/src/dist/coll_gloo.cc engine/src/status.c engine/include/privai/collective.h | $(DEPS_STAMP)
+$(GLOO_LIB): engine/src/dist/coll_gloo.cc engine/src/dist/rendezvous.h engine/src/status.c engine/include/privai/collective.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) $(WARN) $(OPT) $(SANFLAGS) -Iengine/include -fPIC -c engine/src/status.c -o $(BUILD)/gloo-status.o
-	$(CXX) -std=c++17 -Wall -Wextra -Werror -Wno-unused-parameter $(OPT) $(SANFLAGS) -Iengine/include -fPIC \
+	$(CXX) -std=c++17 -Wall -Wextra -Werror -Wno-unused-parameter $(OPT) $(SANFLAGS) -Iengine/include -Iengine/src -fPIC \
 		-shared -Wl,-z,defs -o $@ engine/src/dist/coll_gloo.cc $(BUILD)/gloo-status.o -lgloo -pthread
 
 NVML_DOUBLE = $(BUILD)/libnvml-double.so

@@ -20,24 +20,7 @@
  * store and read who else did, and end its process naming the ranks that
  * did not answer: the others' operations then fail in turn.
  */
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <chrono>
-#include <condition_variable>
-#include <cstdio>
-#include <cstring>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <vector>
 
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
@@ -47,236 +30,44 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "dist/rendezvous.h"
+
 extern "C" {
 #include "privai/collective.h"
-#include "privai/status.h"
 }
 
 namespace {
 
+using privai_dist::StoreClient;
+using privai_dist::StoreServer;
 using std::chrono::milliseconds;
 
-/* ---- the rendezvous store: rank 0 serves it, every rank is a client ---- */
-
-int
-write_all(int fd, const void *p, size_t n)
-{
-	const char *c = static_cast<const char *>(p);
-	while (n > 0) {
-		ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
-		if (w <= 0)
-			return -1;
-		c += w;
-		n -= static_cast<size_t>(w);
-	}
-	return 0;
-}
-
-int
-read_all(int fd, void *p, size_t n)
-{
-	char *c = static_cast<char *>(p);
-	while (n > 0) {
-		ssize_t r = ::recv(fd, c, n, 0);
-		if (r <= 0)
-			return -1;
-		c += r;
-		n -= static_cast<size_t>(r);
-	}
-	return 0;
-}
-
-/* One request: op ('S' set, 'G' get when set, 'T' try: an empty answer
- * when unset), key, and for 'S' the value.  Keys and values are small. */
-constexpr uint32_t kMaxItem = 1 << 20;
-
-class StoreServer {
+/* Gloo's view of the rendezvous store. */
+class GlooStore : public gloo::rendezvous::Store {
       public:
-	~StoreServer()
+	explicit GlooStore(StoreClient &c) : c_(c)
 	{
-		{
-			std::lock_guard<std::mutex> g(mu_);
-			stopping_ = true;
-			cv_.notify_all();
-		}
-		if (fd_ >= 0)
-			::shutdown(fd_, SHUT_RDWR);
-		if (accept_.joinable())
-			accept_.join();
-		if (fd_ >= 0)
-			::close(fd_);
-		{
-			std::lock_guard<std::mutex> g(mu_);
-			for (int c : clients_)
-				::shutdown(c, SHUT_RDWR); /* each client thread ends on its closed socket */
-		}
-		for (auto &t : threads_)
-			t.join();
 	}
-
-	int listen_on(const struct sockaddr_storage &a, socklen_t len, char *err)
-	{
-		int one = 1;
-		fd_ = ::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd_ < 0 || setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-		    ::bind(fd_, reinterpret_cast<const struct sockaddr *>(&a), len) != 0 || ::listen(fd_, 64) != 0)
-			return privai_fail(err, PRIVAI_EIO, "rank 0 cannot listen on the --dist-init address: %s",
-					   strerror(errno));
-		accept_ = std::thread([this] { accept_loop(); });
-		return PRIVAI_OK;
-	}
-
-      private:
-	void accept_loop()
-	{
-		for (;;) {
-			int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-			if (c < 0)
-				return;
-			std::lock_guard<std::mutex> g(mu_);
-			if (stopping_) {
-				::close(c);
-				return;
-			}
-			clients_.push_back(c);
-			threads_.emplace_back([this, c] { serve(c); });
-		}
-	}
-
-	void serve(int c)
-	{
-		for (;;) {
-			char op;
-			uint32_t klen, vlen;
-			if (read_all(c, &op, 1) < 0 || read_all(c, &klen, 4) < 0 || klen > kMaxItem)
-				break;
-			std::string key(klen, '\0');
-			if (read_all(c, key.data(), klen) < 0)
-				break;
-			if (op == 'S') {
-				if (read_all(c, &vlen, 4) < 0 || vlen > kMaxItem)
-					break;
-				std::vector<char> v(vlen);
-				if (read_all(c, v.data(), vlen) < 0)
-					break;
-				std::lock_guard<std::mutex> g(mu_);
-				kv_[key] = std::move(v);
-				cv_.notify_all();
-				continue;
-			}
-			std::vector<char> v;
-			{
-				std::unique_lock<std::mutex> g(mu_);
-				if (op == 'G')
-					cv_.wait(g, [&] { return stopping_ || kv_.count(key) != 0; });
-				if (kv_.count(key) != 0)
-					v = kv_[key];
-			}
-			vlen = static_cast<uint32_t>(v.size());
-			if (write_all(c, &vlen, 4) < 0 || write_all(c, v.data(), v.size()) < 0)
-				break;
-		}
-		std::lock_guard<std::mutex> g(mu_);
-		::close(c);
-		clients_.erase(std::remove(clients_.begin(), clients_.end(), c), clients_.end());
-	}
-
-	int fd_ = -1;
-	bool stopping_ = false; /* under mu_ */
-	std::thread accept_;
-	std::vector<std::thread> threads_;
-	std::vector<int> clients_;
-	std::mutex mu_;
-	std::condition_variable cv_;
-	std::map<std::string, std::vector<char>> kv_;
-};
-
-class StoreClient : public gloo::rendezvous::Store {
-      public:
-	~StoreClient() override
-	{
-		if (fd_ >= 0)
-			::close(fd_);
-	}
-
-	/* Rank 0 may start after the others: try until `patience`. */
-	int connect_to(const struct sockaddr_storage &a, socklen_t len, double patience_s, char *err)
-	{
-		auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(patience_s);
-		for (;;) {
-			fd_ = ::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-			if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<const struct sockaddr *>(&a), len) == 0)
-				break;
-			int e = errno;
-			if (fd_ >= 0)
-				::close(fd_);
-			fd_ = -1;
-			if (std::chrono::steady_clock::now() > until)
-				return privai_fail(err, PRIVAI_EUNAVAIL,
-						   "rank 0's rendezvous at the --dist-init address does not answer "
-						   "(%s, after %.0f s)",
-						   strerror(e), patience_s);
-			std::this_thread::sleep_for(milliseconds(200));
-		}
-		int one = 1;
-		setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		return PRIVAI_OK;
-	}
-
-	/* A bound on every answer from now on (the rendezvous is done). */
-	void answer_within(double s)
-	{
-		struct timeval tv = { static_cast<time_t>(s), static_cast<suseconds_t>((s - (time_t)s) * 1e6) };
-		setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	}
-
 	void set(const std::string &key, const std::vector<char> &data) override
 	{
-		std::lock_guard<std::mutex> g(mu_);
-		uint32_t k = static_cast<uint32_t>(key.size()), v = static_cast<uint32_t>(data.size());
-		if (write_all(fd_, "S", 1) < 0 || write_all(fd_, &k, 4) < 0 || write_all(fd_, key.data(), k) < 0 ||
-		    write_all(fd_, &v, 4) < 0 || write_all(fd_, data.data(), v) < 0)
-			throw gloo::IoException("the rendezvous store does not answer");
+		c_.set(key, data);
 	}
-
 	std::vector<char> get(const std::string &key) override
 	{
-		return ask('G', key);
+		return c_.get(key);
 	}
-
-	/* The value, or empty when the key is unset (never blocks on it). */
-	std::vector<char> try_get(const std::string &key)
-	{
-		return ask('T', key);
-	}
-
 	void wait(const std::vector<std::string> &keys) override
 	{
 		for (const auto &k : keys)
-			(void)get(k);
+			(void)c_.get(k);
 	}
-
 	void wait(const std::vector<std::string> &keys, const milliseconds &) override
 	{
 		wait(keys);
 	}
 
       private:
-	std::vector<char> ask(char op, const std::string &key)
-	{
-		std::lock_guard<std::mutex> g(mu_);
-		uint32_t k = static_cast<uint32_t>(key.size()), v = 0;
-		if (write_all(fd_, &op, 1) < 0 || write_all(fd_, &k, 4) < 0 || write_all(fd_, key.data(), k) < 0 ||
-		    read_all(fd_, &v, 4) < 0 || v > kMaxItem)
-			throw gloo::IoException("the rendezvous store does not answer");
-		std::vector<char> out(v);
-		if (read_all(fd_, out.data(), v) < 0)
-			throw gloo::IoException("the rendezvous store does not answer");
-		return out;
-	}
-
-	int fd_ = -1;
-	std::mutex mu_;
+	StoreClient &c_;
 };
 
 /* ---- the group ---- */
@@ -314,27 +105,12 @@ gloo_abort(struct coll *g, int code, const char *why)
 group_failed(GlooGroup *G, const char *what, const std::exception &e)
 {
 	struct coll *g = &G->g;
-	char msg[1024];
-	std::string key = "failed/" + std::to_string(G->step) + "/";
-	size_t len = (size_t)snprintf(msg, sizeof(msg), "%s of step %ld failed (%.300s); no answer from rank", what,
-				      G->step, e.what());
-	try {
-		G->store->answer_within(3);
-		G->store->set(key + std::to_string(g->rank), std::vector<char>(1, 1));
-		std::this_thread::sleep_for(milliseconds(2000));
-		int k = 0;
-		for (int r = 0; r < g->size && len < sizeof(msg); r++)
-			if (r != g->rank && G->store->try_get(key + std::to_string(r)).empty())
-				len += (size_t)snprintf(msg + len, sizeof(msg) - len, "%s %d", k++ ? "," : "", r);
-		if (k == 0 && len < sizeof(msg))
-			snprintf(msg + len, sizeof(msg) - len, "s: none (every rank saw it fail)");
-	} catch (const std::exception &) {
-		snprintf(msg + len, sizeof(msg) - len, " 0, which holds the rendezvous");
-	}
-	len = strlen(msg);
-	if (len < sizeof(msg))
-		snprintf(msg + len, sizeof(msg) - len, " (hung or dead: the group stops)");
-	gloo_abort(g, 3, msg);
+	char head[512];
+	snprintf(head, sizeof(head), "%s of step %ld failed (%.300s); no answer from rank", what, G->step, e.what());
+	std::string msg = head;
+	privai_dist::missing_ranks(*G->store, G->step, g->rank, g->size, msg);
+	msg += " (hung or dead: the group stops)";
+	gloo_abort(g, 3, msg.c_str());
 }
 
 int
@@ -444,47 +220,6 @@ const struct coll_ops gloo_ops = {
 	"gloo", "host", gloo_allreduce_sum, gloo_bcast, gloo_gather, gloo_agree, gloo_abort, gloo_destroy,
 };
 
-/* HOST:PORT (or [V6]:PORT) resolved. */
-int
-resolve(const char *init, struct sockaddr_storage *a, socklen_t *len, char *err)
-{
-	std::string s(init);
-	size_t colon = s.rfind(':');
-	if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
-		return privai_fail(err, PRIVAI_EINVAL, "--dist-init takes HOST:PORT, not '%.100s'", init);
-	std::string host = s.substr(0, colon), port = s.substr(colon + 1);
-	if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-		host = host.substr(1, host.size() - 2);
-	struct addrinfo hints = {}, *res = nullptr;
-	hints.ai_socktype = SOCK_STREAM;
-	int r = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
-	if (r != 0 || res == nullptr)
-		return privai_fail(err, PRIVAI_EINVAL, "--dist-init %.100s: %s", init, gai_strerror(r));
-	memcpy(a, res->ai_addr, res->ai_addrlen);
-	*len = res->ai_addrlen;
-	freeaddrinfo(res);
-	return PRIVAI_OK;
-}
-
-/* The address of this machine that reaches rank 0: the one Gloo's
- * connections are made from. */
-std::string
-local_address_towards(const struct sockaddr_storage &a, socklen_t len)
-{
-	struct sockaddr_storage me = {};
-	socklen_t mlen = sizeof(me);
-	char host[NI_MAXHOST] = "";
-	int fd = ::socket(a.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-	if (fd >= 0 && ::connect(fd, reinterpret_cast<const struct sockaddr *>(&a), len) == 0 &&
-	    getsockname(fd, reinterpret_cast<struct sockaddr *>(&me), &mlen) == 0)
-		getnameinfo(reinterpret_cast<struct sockaddr *>(&me), mlen, host, sizeof(host), nullptr, 0,
-			    NI_NUMERICHOST);
-	if (fd >= 0)
-		::close(fd);
-	return host;
-}
-
 } // namespace
 
 extern "C" int privai_coll_gloo_new(const struct coll_params *p, struct coll **ret, char *err);
@@ -499,7 +234,7 @@ privai_coll_gloo_new(const struct coll_params *p, struct coll **ret, char *err)
 	if (p->init == nullptr || p->rank < 0 || p->rank >= p->size)
 		return privai_fail(err, PRIVAI_EINVAL, "rank %d of a group of %d, meeting at %s", p->rank, p->size,
 				   p->init ? p->init : "(no --dist-init)");
-	if ((r = resolve(p->init, &a, &len, err)) < 0)
+	if ((r = privai_dist::resolve(p->init, &a, &len, err)) < 0)
 		return r;
 	std::unique_ptr<GlooGroup> G;
 	try {
@@ -519,12 +254,13 @@ privai_coll_gloo_new(const struct coll_params *p, struct coll **ret, char *err)
 		G->store = std::make_shared<StoreClient>();
 		if ((r = G->store->connect_to(a, len, p->join_s > 0 ? p->join_s : 300, err)) < 0)
 			return r;
-		gloo::transport::tcp::attr attr(local_address_towards(a, len).c_str());
+		gloo::transport::tcp::attr attr(privai_dist::local_address_towards(a, len).c_str());
 		auto dev = gloo::transport::tcp::CreateDevice(attr);
 		G->ctx = std::make_shared<gloo::rendezvous::Context>(p->rank, p->size);
 		/* the mesh forms when every rank has come: as long as joining may take */
 		G->ctx->setTimeout(milliseconds(static_cast<long long>((p->join_s > 0 ? p->join_s : 300) * 1000)));
-		G->ctx->connectFullMesh(*G->store, dev);
+		GlooStore gs(*G->store);
+		G->ctx->connectFullMesh(gs, dev);
 		G->ctx->setTimeout(G->deadline);
 	} catch (const std::exception &e) {
 		return privai_fail(err, PRIVAI_EIO, "rank %d of %d cannot join the group at %s: %.300s", p->rank,
