@@ -61,9 +61,17 @@ CUDA_DEPS   = $(wildcard engine/src/kernels/cuda/*.h) engine/src/kernels/dequant
 	      engine/include/privai/compute.h engine/include/privai/status.h
 ifneq ($(NVCC),)
 ifneq ($(SAN),1)
-CUDA_LIB    = $(BUILD)/privai-cuda.so
+CUDA_LIB    = $(BUILD)/privai-cuda.so $(BUILD)/privai-nccl.so
 endif
 endif
+# NCCL's collectives for GPU ranks (--tp N --device cuda --dist-init), a
+# plugin of their own so that a CUDA backend never split needs no NCCL
+$(BUILD)/privai-nccl.so: engine/src/dist/coll_nccl.cu engine/src/dist/rendezvous.h engine/include/privai/collective.h \
+		engine/src/status.c
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++20 -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Iengine/include -Iengine/src \
+		-shared -cudart static -Xlinker -rpath,'$$ORIGIN:/usr/local/cuda/lib64' -Xlinker -z,defs -o $@ \
+		engine/src/dist/coll_nccl.cu engine/src/status.c -lnccl -lpthread
 $(BUILD)/privai-cuda.so: $(CUDA_SRC) $(CUDA_DEPS) engine/src/status.c
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++20 -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Iengine/include -Iengine/src \

@@ -26,11 +26,14 @@ done
 # the CUDA backend, where this build has one: privai-engine dlopen()s it
 # from ../lib/privai when --device cuda is asked for (cuBLAS comes with
 # the NVIDIA driver stack, not from this package)
-if [ -f "$BUILD/privai-cuda.so" ]; then
+# (cuBLAS comes with the NVIDIA driver stack, not from this package), and
+# NCCL's collectives for GPU ranks beside it
+for so in privai-cuda.so privai-nccl.so; do
+	[ -f "$BUILD/$so" ] || continue
 	install -d "$R/usr/lib/privai"
-	install -m 0644 "$BUILD/privai-cuda.so" "$R/usr/lib/privai/privai-cuda.so"
-	strip --strip-unneeded "$R/usr/lib/privai/privai-cuda.so"
-fi
+	install -m 0644 "$BUILD/$so" "$R/usr/lib/privai/$so"
+	strip --strip-unneeded "$R/usr/lib/privai/$so"
+done
 # the collectives of a model split over CPU ranks, dlopen()ed from the
 # same place: MPI (--tp N under mpirun) and Gloo (ranks started apart by
 # each node's admin, meeting at --dist-init)

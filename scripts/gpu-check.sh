@@ -71,8 +71,26 @@ run() {
 		done
 		echo "== serving suite (serve --device cuda)"
 		BUILD="$S/bin" python3 tests/integration/test_serve.py || echo "FAILED: serving suite"
+		nccl
 		if [ "${BENCH:-0}" = 1 ]; then bench; fi
 	} 2>&1 | tee "$log"
+}
+
+# NCCL as far as one GPU allows: the plugin builds with this machine's
+# nvcc, two ranks meet at --dist-init and NCCL initialises; on one GPU it
+# must then refuse two ranks on one device (NCCL's "Duplicate GPU"), which
+# is the expected end here.  Split logits against one rank need 2 GPUs.
+nccl() {
+	echo "== build privai-nccl.so"
+	make -s NVCC="${NVCC:-nvcc}" BUILD="$S/bin" "$S/bin/privai-nccl.so" || { echo "FAILED: privai-nccl.so"; return; }
+	m=$S/fixtures/models/$(echo "$models" | cut -d' ' -f1).gguf
+	echo "== eval --tp 2 --device cuda, both ranks on GPU 0 (expected: NCCL refuses a duplicate GPU)"
+	PRIVAI_NCCL_LIBRARY="$S/bin/privai-nccl.so" NCCL_DEBUG=WARN "$S/bin/privai-engine" eval --device cuda --tp 2 \
+		--node-rank 1 --dist-init 127.0.0.1:29600 -m "$m" --prompt-ids 1,2,3 --dump-logits /tmp/nccl1.f32 &
+	PRIVAI_NCCL_LIBRARY="$S/bin/privai-nccl.so" NCCL_DEBUG=WARN "$S/bin/privai-engine" eval --device cuda --tp 2 \
+		--node-rank 0 --dist-init 127.0.0.1:29600 -m "$m" --prompt-ids 1,2,3 --dump-logits /tmp/nccl0.f32 ||
+		echo "(exit $?)"
+	wait || true
 }
 
 # Speed: synthetic models of Llama-3.2-1B's and Llama-3.1-8B's shapes,

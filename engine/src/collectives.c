@@ -23,6 +23,8 @@ static struct transport transports[] = {
 	  NULL },
 	{ "gloo", PRIVAI_GLOO_LIBRARY, "PRIVAI_GLOO_LIBRARY", "its Gloo collectives", PRIVAI_GLOO_NEW,
 	  PTHREAD_ONCE_INIT, "", NULL },
+	{ "nccl", PRIVAI_NCCL_LIBRARY, "PRIVAI_NCCL_LIBRARY", "its NCCL collectives", PRIVAI_NCCL_NEW,
+	  PTHREAD_ONCE_INIT, "", NULL },
 };
 
 static void
@@ -47,6 +49,12 @@ load_gloo(void)
 	load(&transports[1]);
 }
 
+static void
+load_nccl(void)
+{
+	load(&transports[2]);
+}
+
 int
 coll_new(const char *name, const struct coll_params *p, struct coll **ret, char *err)
 {
@@ -58,9 +66,9 @@ coll_new(const char *name, const struct coll_params *p, struct coll **ret, char 
 		if (strcmp(name, transports[i].name) == 0)
 			t = &transports[i];
 	if (t == NULL)
-		return privai_fail(err, PRIVAI_EUNSUPPORTED, "no collectives '%s' (known: mpi, gloo)",
+		return privai_fail(err, PRIVAI_EUNSUPPORTED, "no collectives '%s' (known: mpi, gloo, nccl)",
 				   name == NULL ? "(null)" : name);
-	pthread_once(&t->once, t == &transports[0] ? load_mpi : load_gloo);
+	pthread_once(&t->once, t == &transports[0] ? load_mpi : t == &transports[1] ? load_gloo : load_nccl);
 	if (t->make == NULL)
 		return privai_fail(err, PRIVAI_EUNAVAIL, "%s", t->err);
 	return t->make(p, ret, err);

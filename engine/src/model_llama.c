@@ -195,8 +195,9 @@ reserve_buffers(struct engine_ctx *c, double mem_fraction, char *err)
 		.block_size = ENGINE_KV_BLOCK,
 	};
 	float **bufs[] = CTX_BUFFERS(c);
-	size_t floats[] = { nb * hp->n_embd, nb * wide,     nb * qd,       nb * kvd,        nb * kvd,
-			    nb * wide,       nb * pt->n_ff, nb * pt->n_ff, nb * (pt->n_vocab > 0 ? pt->n_vocab : 1) };
+	size_t floats[] = { nb * hp->n_embd, nb * wide,     nb * qd,
+			    nb * kvd,        nb * kvd,      nb * wide,
+			    nb * pt->n_ff,   nb * pt->n_ff, nb * (pt->n_vocab > 0 ? pt->n_vocab : 1) };
 	size_t free_b = 0;
 	int r;
 

@@ -165,10 +165,20 @@ def test_refusals(tmp):
                        capture_output=True, text=True, env=mpi_env(), timeout=60)
     check(r.returncode != 0 and "--tp 2, but the MPI launcher started 1 rank (run it under mpirun -np 2)"
           in r.stderr, "--tp without mpirun says how to run it: %s" % r.stderr)
-    r = subprocess.run([ENGINE, "serve", "--tp", "2", "--device", "cuda", "-m", model], capture_output=True,
-                       text=True, timeout=60)
-    check(r.returncode != 0 and "over GPUs (NCCL) it is not built yet" in r.stderr,
-          "serve --tp on cuda refused: %s" % r.stderr)
+    r = subprocess.run([ENGINE, "eval", "--tp", "2", "--device", "cuda", "-m", model, "--prompt-ids", "1",
+                        "--dump-logits", out], capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "GPU ranks meet at --dist-init HOST:PORT (NCCL's bootstrap), one process a GPU"
+          in r.stderr, "GPU ranks without --dist-init refused: %s" % r.stderr)
+    if os.path.exists(os.path.join(BUILD, "privai-nccl.so")) and not os.path.exists("/dev/nvidia0"):
+        # the NCCL plugin loads, and a rank without a GPU says so rather than hang its peer
+        port = free_port()
+        args = ["eval", "--device", "cuda", "--tp", "2", "--dist-init", "127.0.0.1:%d" % port, "-m", model,
+                "--prompt-ids", "1", "--dump-logits", out]
+        p1 = subprocess.Popen([ENGINE] + args + ["--node-rank", "1"], stderr=subprocess.PIPE, text=True)
+        r = subprocess.run([ENGINE] + args + ["--node-rank", "0"], capture_output=True, text=True, timeout=60)
+        e1 = p1.communicate(timeout=60)[1]
+        check(r.returncode != 0 and p1.returncode != 0 and "rank 0 has no usable CUDA device" in r.stderr and
+              "rank 1 has no usable CUDA device" in e1, "NCCL ranks without a GPU refused: %s / %s" % (r.stderr, e1))
     r = subprocess.run([ENGINE, "serve", "--tp", "2", "--lora", "a=b.gguf", "-m", model], capture_output=True,
                        text=True, timeout=60)
     check(r.returncode != 0 and "LoRA adapters do not run on a model split" in r.stderr, "LoRA with --tp refused")

@@ -72,8 +72,9 @@ struct coll_params {
 	double join_s;
 };
 
-/* Join the group of transport `name`: "mpi" (ranks mpirun started) or
- * "gloo" (ranks started apart, meeting at p->init).  PRIVAI_OK,
+/* Join the group of transport `name`: "mpi" (ranks mpirun started),
+ * "gloo" (CPU ranks started apart, meeting at p->init) or "nccl" (GPU
+ * ranks, one a process, meeting there too).  PRIVAI_OK,
  * PRIVAI_EUNAVAIL when its library cannot be loaded (err names it) or
  * the others do not come, PRIVAI_EINVAL when the transport started a
  * different number of ranks than p->size. */
@@ -87,5 +88,7 @@ typedef int privai_coll_new_fn(const struct coll_params *p, struct coll **ret, c
 #define PRIVAI_MPI_NEW "privai_coll_mpi_new"
 #define PRIVAI_GLOO_LIBRARY "privai-gloo.so"
 #define PRIVAI_GLOO_NEW "privai_coll_gloo_new"
+#define PRIVAI_NCCL_LIBRARY "privai-nccl.so"
+#define PRIVAI_NCCL_NEW "privai_coll_nccl_new"
 
 #endif

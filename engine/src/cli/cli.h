@@ -58,6 +58,7 @@ struct cli_tp {
 	double deadline_s; /* 0: the transport's default */
 	const char *init;  /* --dist-init, or NULL: MPI */
 	int rank, nnodes;  /* --node-rank, --nnodes (0: not given) */
+	int gpu;           /* the ranks run on GPUs (--device cuda): NCCL */
 	struct coll *group;
 };
 /* clang-format off */

@@ -199,6 +199,7 @@ cmd_bench(int argc, char **argv)
 		return cli_error("bench", "needs -m MODEL");
 	cp.n_ctx = depth + (n_pp > n_tg ? n_pp : n_tg) + 16;
 	cp.n_batch = n_pp;
+	tp.gpu = cp.device != NULL && strcmp(cp.device, "cuda") == 0;
 	if (cli_tp_join("bench", &tp))
 		return 1;
 	cp.group = tp.group;

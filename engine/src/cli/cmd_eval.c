@@ -67,6 +67,7 @@ cmd_eval(int argc, char **argv)
 		return cli_error("eval", "needs -m MODEL, --prompt-ids and --dump-logits");
 	if (cli_parse_ids("eval", ids_arg, &ids, &n_ids))
 		return 1;
+	tp.gpu = cp.device != NULL && strcmp(cp.device, "cuda") == 0;
 	if (cli_tp_join("eval", &tp)) {
 		free(ids);
 		return 1;

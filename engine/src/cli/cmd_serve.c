@@ -216,8 +216,7 @@ parse(int argc, char **argv, struct serve_opts *o)
 				 "--gpus %s: this engine runs on one GPU or MIG instance; tensor parallel "
 				 "across several is not built yet",
 				 o->gpus);
-	if (o->tp.size > 1 && strcmp(o->device, "cpu") != 0)
-		return cli_error(cmd, "--tp splits a model over CPU ranks (MPI); over GPUs (NCCL) it is not built yet");
+	o->tp.gpu = strcmp(o->device, "cuda") == 0;
 	if (o->tp.size > 1 && (o->n_lora > 0 || o->n_lora_dir > 0))
 		return cli_error(cmd, "LoRA adapters do not run on a model split over ranks (--tp %d)", o->tp.size);
 	if (o->gpus != NULL && setenv("CUDA_VISIBLE_DEVICES", o->gpus, 1) != 0)
