@@ -55,22 +55,56 @@ load_nccl(void)
 	load(&transports[2]);
 }
 
-int
-coll_new(const char *name, const struct coll_params *p, struct coll **ret, char *err)
+/* The transport called name, loaded; NULL with err when it cannot be. */
+static struct transport *
+loaded(const char *name, char *err)
 {
 	struct transport *t = NULL;
 
-	if (p->size < 1)
-		return privai_fail(err, PRIVAI_EINVAL, "a group of %d ranks", p->size);
 	for (size_t i = 0; name != NULL && i < sizeof(transports) / sizeof(transports[0]); i++)
 		if (strcmp(name, transports[i].name) == 0)
 			t = &transports[i];
-	if (t == NULL)
-		return privai_fail(err, PRIVAI_EUNSUPPORTED, "no collectives '%s' (known: mpi, gloo, nccl)",
-				   name == NULL ? "(null)" : name);
+	if (t == NULL) {
+		privai_fail(err, PRIVAI_EUNSUPPORTED, "no collectives '%s' (known: mpi, gloo, nccl)",
+			    name == NULL ? "(null)" : name);
+		return NULL;
+	}
 	pthread_once(&t->once, t == &transports[0] ? load_mpi : t == &transports[1] ? load_gloo : load_nccl);
-	if (t->make == NULL)
-		return privai_fail(err, PRIVAI_EUNAVAIL, "%s", t->err);
+	if (t->make == NULL) {
+		privai_fail(err, PRIVAI_EUNAVAIL, "%s", t->err);
+		return NULL;
+	}
+	return t;
+}
+
+const char *const *
+coll_transports(void)
+{
+	static const char *const names[] = { "mpi", "gloo", "nccl", NULL };
+
+	return names;
+}
+
+int
+coll_probe(const char *name, char *err)
+{
+	struct transport *t = loaded(name, err);
+
+	return t != NULL ? PRIVAI_OK
+			 : (strcmp(name, "mpi") == 0 || strcmp(name, "gloo") == 0 || strcmp(name, "nccl") == 0
+				    ? PRIVAI_EUNAVAIL
+				    : PRIVAI_EUNSUPPORTED);
+}
+
+int
+coll_new(const char *name, const struct coll_params *p, struct coll **ret, char *err)
+{
+	struct transport *t;
+
+	if (p->size < 1)
+		return privai_fail(err, PRIVAI_EINVAL, "a group of %d ranks", p->size);
+	if ((t = loaded(name, err)) == NULL)
+		return coll_probe(name, NULL);
 	return t->make(p, ret, err);
 }
 

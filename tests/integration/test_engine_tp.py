@@ -182,6 +182,19 @@ def test_refusals(tmp):
     r = subprocess.run([ENGINE, "serve", "--tp", "2", "--lora", "a=b.gguf", "-m", model], capture_output=True,
                        text=True, timeout=60)
     check(r.returncode != 0 and "LoRA adapters do not run on a model split" in r.stderr, "LoRA with --tp refused")
+    # features says which transports load here, and why one does not
+    j = json.loads(subprocess.run([ENGINE, "features", "--json"], capture_output=True, text=True).stdout)
+    check("mpi" in j.get("collectives", []) and "gloo" in j.get("collectives", []),
+          "features lists the MPI and Gloo collectives: %s" % j.get("collectives"))
+    env = dict(os.environ, PRIVAI_GLOO_LIBRARY="/nonexistent/privai-gloo.so")
+    j = json.loads(subprocess.run([ENGINE, "features", "--json"], capture_output=True, text=True, env=env).stdout)
+    check("gloo" not in j.get("collectives", []) and "privai-gloo.so not found: /nonexistent/privai-gloo.so"
+          in j.get("collectives_unavailable", {}).get("gloo", ""), "a missing plugin is named: %s"
+          % j.get("collectives_unavailable"))
+    r = subprocess.run([ENGINE, "eval", "--tp", "2", "--dist-init", "127.0.0.1:1", "-m", model, "--prompt-ids", "1",
+                        "--dump-logits", out], capture_output=True, text=True, env=env, timeout=60)
+    check(r.returncode != 0 and "without its Gloo collectives" in r.stderr, "--tp without the plugin says which: %s"
+          % r.stderr.strip())
     r = subprocess.run([ENGINE, "eval", "--tp-deadline", "0", "-m", model], capture_output=True, text=True)
     check(r.returncode != 0 and "--tp-deadline must be 1 to 86400 seconds" in r.stderr, "a bad deadline refused")
 

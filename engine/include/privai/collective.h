@@ -79,6 +79,13 @@ struct coll_params {
  * the others do not come, PRIVAI_EINVAL when the transport started a
  * different number of ranks than p->size. */
 int coll_new(const char *name, const struct coll_params *p, struct coll **ret, char *err);
+/* Whether transport `name` can be loaded here (its plugin and the
+ * libraries it needs), without joining anything: PRIVAI_OK, or
+ * coll_new()'s error for a missing one. */
+int coll_probe(const char *name, char *err);
+/* The transports this engine knows, NULL-terminated ("mpi", "gloo", "nccl"). */
+const char *const *coll_transports(void);
+
 /* Leave the group (every rank must); NULL is allowed. */
 void coll_free(struct coll *g);
 

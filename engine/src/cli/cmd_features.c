@@ -89,6 +89,18 @@ cmd_features(int argc, char **argv)
 		json_pair(1, "cpu_onednn", compute_cpu_onednn());
 		fputs(",\"cpu_paths\":{", stdout);
 		print_paths(1);
+		/* the transports a model split over ranks can use here */
+		const char *const *tr = coll_transports();
+		int k = 0;
+		fputs("},\"collectives\":[", stdout);
+		for (int i = 0; tr[i] != NULL; i++)
+			if (coll_probe(tr[i], why[0]) == PRIVAI_OK)
+				printf("%s\"%s\"", k++ ? "," : "", tr[i]);
+		fputs("],\"collectives_unavailable\":{", stdout);
+		k = 0;
+		for (int i = 0; tr[i] != NULL; i++)
+			if (coll_probe(tr[i], why[0]) != PRIVAI_OK)
+				json_pair(k++, tr[i], why[0]);
 		fputs("},\"chat_templates\":[", stdout);
 		for (const char *const *t = chat_template_names(); *t != NULL; t++)
 			printf("%s\"%s\"", t == chat_template_names() ? "" : ",", *t);
@@ -98,6 +110,8 @@ cmd_features(int argc, char **argv)
 	for (int i = 0; i < n; i++)
 		printf("%-5s %s\n", b[i], ok[i] ? info[i] : why[i]);
 	printf("onednn %s\n", compute_cpu_onednn());
+	for (const char *const *t = coll_transports(); *t != NULL; t++)
+		printf("tp/%-4s %s\n", *t, coll_probe(*t, why[0]) == PRIVAI_OK ? "available" : why[0]);
 	puts("cpu paths:");
 	print_paths(0);
 	fputs("chat templates:", stdout);
