@@ -96,7 +96,7 @@ tp_ctx_end(struct engine_ctx *c)
 	if (g != NULL && c->tp_live && g->rank == 0) {
 		memset(c->step, 0, STEP_FIRST * sizeof(int32_t));
 		c->step[0] = STEP_STOP;
-		(void)g->ops->bcast(g, c->step, STEP_FIRST * sizeof(int32_t), 0, err);
+		(void)g->ops->bcast(g, c->step, STEP_FIRST * sizeof(int32_t), COLL_STEP_BEGIN, err);
 	}
 	c->tp_live = 0;
 	free(c->logits_part);
@@ -113,12 +113,12 @@ tp_ctx_end(struct engine_ctx *c)
 
 /* Send the step's second message when the first could not hold it. */
 static int
-bcast_rest(struct engine_ctx *c, size_t words, int idle, char *err)
+bcast_rest(struct engine_ctx *c, size_t words, char *err)
 {
 	if (STEP_HEAD + words <= STEP_FIRST)
 		return PRIVAI_OK;
 	return c->group->ops->bcast(c->group, c->step + STEP_FIRST, (STEP_HEAD + words - STEP_FIRST) * sizeof(int32_t),
-				    idle, err);
+				    0, err);
 }
 
 int
@@ -167,9 +167,9 @@ tp_send_step(struct engine_ctx *c, const struct compute_batch *b, char *err)
 	c->step[2] = b->n_out;
 	c->step[3] = n_tables;
 	c->step[4] = (int32_t)words;
-	if ((r = c->group->ops->bcast(c->group, c->step, STEP_FIRST * sizeof(int32_t), 0, err)) < 0)
+	if ((r = c->group->ops->bcast(c->group, c->step, STEP_FIRST * sizeof(int32_t), COLL_STEP_BEGIN, err)) < 0)
 		return r;
-	return bcast_rest(c, words, 0, err);
+	return bcast_rest(c, words, err);
 }
 
 /* A follower: the next step into *b, or *stop.  A step that does not
@@ -181,7 +181,7 @@ recv_step(struct engine_ctx *c, struct compute_batch *b, int *stop, char *err)
 	int32_t *h;
 	int r;
 
-	if ((r = g->ops->bcast(g, c->step, STEP_FIRST * sizeof(int32_t), 1, err)) < 0)
+	if ((r = g->ops->bcast(g, c->step, STEP_FIRST * sizeof(int32_t), COLL_STEP_BEGIN | COLL_NO_DEADLINE, err)) < 0)
 		return r;
 	h = c->step;
 	if (h[0] == STEP_STOP) {
@@ -194,7 +194,7 @@ recv_step(struct engine_ctx *c, struct compute_batch *b, int *stop, char *err)
 	    words < 3 * (size_t)n + (size_t)n_out + 2 * (size_t)n_tables || words > most)
 		return privai_fail(err, PRIVAI_EFORMAT, "rank 0 sent a step this rank cannot read (op %d, %d tokens)",
 				   h[0], n);
-	if ((r = step_reserve(c, STEP_HEAD + words, err)) < 0 || (r = bcast_rest(c, words, 0, err)) < 0)
+	if ((r = step_reserve(c, STEP_HEAD + words, err)) < 0 || (r = bcast_rest(c, words, err)) < 0)
 		return r;
 	int32_t *tok = c->step + STEP_HEAD, *pos = tok + n, *rows = pos + n, *tab_of = rows + n_out;
 	int32_t *tab_len = tab_of + n, *blocks = tab_len + n_tables, *end = c->step + STEP_HEAD + words;

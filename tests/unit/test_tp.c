@@ -60,11 +60,11 @@ t_allreduce(struct coll *g, float *buf, size_t count, char *err)
 }
 
 static int
-t_bcast(struct coll *g, void *buf, size_t bytes, int idle, char *err)
+t_bcast(struct coll *g, void *buf, size_t bytes, int flags, char *err)
 {
 	struct tgroup *t = tg(g);
 
-	(void)idle;
+	(void)flags;
 	(void)err;
 	if (g->rank == 0)
 		t->ptr[0] = buf;

@@ -31,6 +31,8 @@ struct coll_stats {
 
 struct coll;
 
+enum coll_bcast_flags { COLL_STEP_BEGIN = 1, COLL_NO_DEADLINE = 2 };
+
 struct coll_ops {
 	const char *name;   /* "mpi", "nccl" */
 	const char *memory; /* where allreduce_sum's buffer lives: "host" or "cuda" */
@@ -38,9 +40,10 @@ struct coll_ops {
 	 * count floats.  Bounded by the group's deadline. */
 	int (*allreduce_sum)(struct coll *g, float *buf, size_t count, char *err);
 	/* rank 0's `bytes` at buf, copied to every rank's buf (host memory).
-	 * With idle set the wait has no deadline: a follower waiting for the
-	 * next step of a server that has nothing to do. */
-	int (*bcast)(struct coll *g, void *buf, size_t bytes, int idle, char *err);
+	 * flags: COLL_STEP_BEGIN on a step's first message (steps are
+	 * counted there, for messages), COLL_NO_DEADLINE where a follower
+	 * waits for the next step as long as the server has nothing to do. */
+	int (*bcast)(struct coll *g, void *buf, size_t bytes, int flags, char *err);
 	/* each rank's counts[rank] floats at `in`, concatenated in rank order
 	 * into rank 0's `out` (host memory; others may pass NULL). */
 	int (*gather)(struct coll *g, const float *in, const int *counts, float *out, char *err);

@@ -136,7 +136,7 @@ gloo_allreduce_sum(struct coll *g, float *buf, size_t count, char *)
 }
 
 int
-gloo_bcast(struct coll *g, void *buf, size_t bytes, int idle, char *)
+gloo_bcast(struct coll *g, void *buf, size_t bytes, int flags, char *)
 {
 	GlooGroup *G = group_of(g);
 	try {
@@ -144,12 +144,12 @@ gloo_bcast(struct coll *g, void *buf, size_t bytes, int idle, char *)
 		o.setOutput(static_cast<uint8_t *>(buf), bytes);
 		o.setRoot(0);
 		o.setTag(G->tag++);
-		o.setTimeout(idle ? milliseconds(24LL * 3600 * 1000) : G->deadline);
+		o.setTimeout((flags & COLL_NO_DEADLINE) ? milliseconds(24LL * 3600 * 1000) : G->deadline);
 		gloo::broadcast(o);
 	} catch (const std::exception &e) {
 		group_failed(G, "a step's broadcast", e);
 	}
-	if (idle || g->rank == 0)
+	if (flags & COLL_STEP_BEGIN)
 		G->step++;
 	g->stats.n_steps++;
 	g->stats.step_bytes += bytes;

@@ -184,7 +184,7 @@ mpi_allreduce_sum(struct coll *g, float *buf, size_t count, char *err)
 }
 
 static int
-mpi_bcast(struct coll *g, void *buf, size_t bytes, int idle, char *err)
+mpi_bcast(struct coll *g, void *buf, size_t bytes, int flags, char *err)
 {
 	struct mpi_group *m = group_of(g);
 	MPI_Request req;
@@ -194,10 +194,10 @@ mpi_bcast(struct coll *g, void *buf, size_t bytes, int idle, char *err)
 		return privai_fail(err, PRIVAI_ERANGE, "a broadcast of %zu bytes", bytes);
 	if ((rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, m->comm, &req)) != MPI_SUCCESS)
 		return mpi_fail(err, rc, "a broadcast");
-	if ((rc = wait_for(m, &req, idle, "a step's broadcast", err)) < 0)
+	if ((rc = wait_for(m, &req, (flags & COLL_NO_DEADLINE) != 0, "a step's broadcast", err)) < 0)
 		return rc;
 	/* a step begins with its description */
-	if (idle || g->rank == 0) {
+	if (flags & COLL_STEP_BEGIN) {
 		m->at.step++;
 		m->at.op = 0;
 	}

@@ -166,7 +166,7 @@ nccl_allreduce_sum(struct coll *g, float *buf, size_t count, char *)
 }
 
 int
-nccl_bcast(struct coll *g, void *buf, size_t bytes, int idle, char *err)
+nccl_bcast(struct coll *g, void *buf, size_t bytes, int flags, char *err)
 {
 	NcclGroup *G = group_of(g);
 	int r;
@@ -176,10 +176,10 @@ nccl_bcast(struct coll *g, void *buf, size_t bytes, int idle, char *err)
 	if (g->rank == 0 && cudaMemcpy(G->scratch, buf, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
 		group_failed(G, "a step's broadcast", "a copy to the device failed");
 	check(G, ncclBroadcast(G->scratch, G->scratch, bytes, ncclUint8, 0, G->comm, G->stream), "a step's broadcast");
-	wait_stream(G, idle, "a step's broadcast");
+	wait_stream(G, (flags & COLL_NO_DEADLINE) != 0, "a step's broadcast");
 	if (g->rank != 0 && cudaMemcpy(buf, G->scratch, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
 		group_failed(G, "a step's broadcast", "a copy from the device failed");
-	if (idle || g->rank == 0)
+	if (flags & COLL_STEP_BEGIN)
 		G->step++;
 	g->stats.n_steps++;
 	g->stats.step_bytes += bytes;
