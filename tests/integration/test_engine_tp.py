@@ -298,6 +298,22 @@ def test_serve(tmp):
         check(got == want and len(want) > 0, "the same text at temperature 0 split and alone: %r / %r" % (got, want))
         # a second request: the followers' caches kept up with rank 0's
         check(chat(g.port) == want, "and again, from the prefix cache")
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % g.port, timeout=30) as r:
+            text = r.read().decode()
+        ar = re.search(r'^privai:tp_allreduce_total\{[^}]*\} (\d+)$', text, re.M)
+        ab = re.search(r'^privai:tp_allreduce_bytes_total\{[^}]*\} (\d+)$', text, re.M)
+        check(re.search(r'^privai:tp_ranks\{[^}]*\} 2$', text, re.M) and ar and ab and int(ar.group(1)) > 0 and
+              re.search(r'^privai:tp_allreduce_seconds_total\{[^}]*\} [0-9.]+$', text, re.M),
+              "/metrics counts the all-reduces: %s" % [l for l in text.splitlines() if "tp_" in l])
+        # two a layer of 4 layers: 8 a forward pass, each a hidden row of 256 floats (1 KiB) a token
+        def num(name):
+            m = re.search(r'^%s\{[^}]*\} (\d+)$' % re.escape(name), text, re.M)
+            return int(m.group(1)) if m else -1
+        passes, tokens = num("privai:forward_passes_total"), num("privai:batched_tokens_total")
+        check(passes > 0 and num("privai:tp_steps_total") == passes and num("privai:tp_allreduce_total") == 8 * passes
+              and num("privai:tp_allreduce_bytes_total") == 8 * 1024 * tokens,
+              "8 all-reduces a pass, 1 KiB a token each: passes %d, tokens %d, %s" %
+              (passes, tokens, [l for l in text.splitlines() if l.startswith("privai:tp_")]))
         follower = g.rank_pid(1)
         check(follower is not None, "rank 1 is found")
         if follower:

@@ -481,6 +481,8 @@ cmd_serve(int argc, char **argv)
 	srv.metrics.kv_cache_bytes = (double)ci.kv_bytes;
 	srv.metrics.device_memory_bytes = (double)ci.mem_total;
 	srv.metrics.device_budget_bytes = (double)ci.mem_budget;
+	srv.metrics.tp_group = o.tp.group;
+	srv.metrics.tp_weight_bytes = (double)ci.weight_bytes;
 	srv.pooling = pooling;
 	srv.n_embd = ci.n_embd;
 	if (server_set_ready(&srv, sched, e.tok, chat, ci.n_ctx, err) < 0) {

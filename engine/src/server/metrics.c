@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "privai/collective.h"
 #include "privai/scheduler.h"
 #include "server/metrics.h"
 
@@ -97,6 +98,14 @@ gauge(struct strbuf *b, const char *name, const char *help, const char *lbl, dou
 	strbuf_printf(b, "%s{%s} %.17g\n", name, lbl, v);
 }
 
+/* A counter of seconds. */
+static void
+counter_s(struct strbuf *b, const char *name, const char *help, const char *lbl, double v)
+{
+	head(b, name, "counter", help);
+	strbuf_printf(b, "%s{%s} %.9f\n", name, lbl, v);
+}
+
 static void
 histogram(struct strbuf *b, const char *name, const char *help, const char *lbl, const struct histogram *h)
 {
@@ -168,6 +177,18 @@ render(struct strbuf *b, const struct serving_metrics *m, const struct sched_gau
 	counter(b, "privai:forward_passes_total", "Batched forward passes run.", lbl, m->forward_passes);
 	counter(b, "privai:batched_tokens_total", "Tokens run through forward passes.", lbl, m->batched_tokens);
 	gauge(b, "privai:kv_cache_bytes", "Bytes of the KV cache pool.", lbl, m->kv_cache_bytes);
+	if (m->tp_group != NULL) {
+		const struct coll_stats *t = &m->tp_group->stats;
+		gauge(b, "privai:tp_ranks", "Ranks the model is split over (tensor parallel).", lbl, m->tp_group->size);
+		gauge(b, "privai:tp_weight_bytes", "Bytes of weights this rank (rank 0) holds.", lbl,
+		      m->tp_weight_bytes);
+		counter(b, "privai:tp_allreduce_total", "All-reduces of partial activations.", lbl, t->n_allreduce);
+		counter(b, "privai:tp_allreduce_bytes_total", "Bytes this rank contributed to them.", lbl,
+			t->allreduce_bytes);
+		counter_s(b, "privai:tp_allreduce_seconds_total",
+			  "Seconds inside them, waits for slower ranks included.", lbl, t->allreduce_s);
+		counter(b, "privai:tp_steps_total", "Forward passes sent to the other ranks.", lbl, t->n_steps);
+	}
 	if (m->device_memory_bytes > 0) {
 		gauge(b, "privai:device_memory_bytes", "Memory of the GPU the engine runs on.", lbl,
 		      m->device_memory_bytes);

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "privai/collective.h"
 #include "privai/scheduler.h"
 #include "server/strbuf.h"
 
@@ -42,6 +43,11 @@ struct serving_metrics {
 	double kv_cache_bytes;      /* the KV pool, as the backend stores it */
 	double device_memory_bytes; /* the GPU's memory; 0 on the CPU */
 	double device_budget_bytes; /* --gpu-memory-utilization of it; 0 without a budget */
+	/* a model split over ranks (privai/collective.h): the group, whose
+	 * counters the forward passes move (read here without a lock: a
+	 * scrape may see a pass's counts partly added), and rank 0's weights */
+	const struct coll *tp_group;
+	double tp_weight_bytes;
 };
 
 void serving_metrics_init(struct serving_metrics *m);
