@@ -51,6 +51,7 @@ for BUILD in $BUILDS; do
 	run_suite "$BUILD/admin cluster (HTTP)" python3 tests/integration/test_admin_cluster.py "$BUILD"
 	run_suite "$BUILD/admin host health (HTTP)" python3 tests/integration/test_admin_host.py "$BUILD"
 	run_suite "$BUILD/admin remote deployments (HTTP)" python3 tests/integration/test_admin_remote.py "$BUILD"
+	run_suite "$BUILD/admin deployments split over nodes (HTTP)" python3 tests/integration/test_admin_group.py "$BUILD"
 	run_suite "$BUILD/admin streaming proxy (HTTP)" python3 tests/integration/test_admin_stream.py "$BUILD"
 	run_suite "$BUILD/admin resumable uploads (HTTP)" python3 tests/integration/test_admin_uploads.py "$BUILD"
 	run_suite "$BUILD/admin LoRA adapters (HTTP)" python3 tests/integration/test_admin_lora.py "$BUILD"

@@ -27,13 +27,18 @@
 
 /* endpoint: where a client with one of its keys reaches the engine: on
  * this node's loopback, or through the console of the node that runs it */
-#define DEPLOY_FIELDS                                                                                                  \
-	"SELECT d.id, d.name, d.model_id, m.name AS model, d.placement, d.options, d.port, d.desired, "                \
-	"d.state, d.reason, d.pid, d.unit, d.restarts, d.started_at, d.created_at, d.updated_at, "                     \
-	"coalesce(n.name, (SELECT name FROM nodes WHERE is_self = 1)) AS node, d.leader_id, "                          \
-	"CASE WHEN d.pid IS NOT NULL THEN d.cpus END AS cpus, "                                                        \
-	"CASE WHEN d.node_id IS NULL THEN 'http://127.0.0.1:' || d.port || '/v1' "                                     \
-	"ELSE n.url || '/api/v1/cluster/deployments/' || d.id || '/v1' END AS endpoint "                               \
+#define DEPLOY_FIELDS                                                                                                                                                         \
+	"SELECT d.id, d.name, d.model_id, m.name AS model, d.placement, d.options, d.port, d.desired, "                                                                       \
+	"d.state, d.reason, d.pid, d.unit, d.restarts, d.started_at, d.created_at, d.updated_at, "                                                                            \
+	"coalesce(n.name, (SELECT name FROM nodes WHERE is_self = 1)) AS node, d.leader_id, "                                                                                 \
+	"CASE WHEN d.pid IS NOT NULL THEN d.cpus END AS cpus, "                                                                                                               \
+	"CASE WHEN d.node_id IS NULL THEN 'http://127.0.0.1:' || d.port || '/v1' "                                                                                            \
+	"ELSE n.url || '/api/v1/cluster/deployments/' || d.id || '/v1' END AS endpoint, " /* a split deployment: rank 0 is its own engine, the others the nodes' followers */ \
+	"CASE WHEN json_extract(d.placement, '$.ranks') IS NOT NULL THEN (SELECT json_group_array(json(x)) FROM "                                                             \
+	"(SELECT 0 AS k, json_object('rank', 0, 'node', (SELECT name FROM nodes WHERE is_self = 1), 'state', "                                                                \
+	"d.state, 'reason', d.reason) AS x UNION ALL SELECT r.rank, json_object('rank', r.rank, 'node', rn.name, "                                                            \
+	"'state', r.state, 'reason', r.reason) FROM deployment_ranks r JOIN nodes rn ON rn.id = r.node_id "                                                                   \
+	"WHERE r.deployment_id = d.id ORDER BY 1)) END AS ranks "                                                                                                             \
 	"FROM deployments d JOIN models m ON m.id = d.model_id LEFT JOIN nodes n ON n.id = d.node_id"
 
 /* What a placement is checked with besides itself. */
@@ -227,8 +232,8 @@ cpus_recheck(struct req *r, int64_t node_id, const char *node, const char *place
 static char *
 placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t *node_id)
 {
-	static const char *const known[] = { "kind",  "threads", "oversubscribe",   "gpus",
-					     "count", "node",    "tensor_parallel", NULL };
+	static const char *const known[] = { "kind", "threads",         "oversubscribe", "gpus", "count",
+					     "node", "tensor_parallel", "ranks",         NULL };
 	const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "placement");
 	const char *kind;
 	int64_t threads;
@@ -255,8 +260,14 @@ placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t
 			    "placement.oversubscribe is for kind cpu, not gpu");
 		return NULL;
 	}
-	if (strcmp(kind, "gpu") == 0)
+	if (strcmp(kind, "gpu") == 0) {
+		if (cJSON_GetObjectItemCaseSensitive(p, "ranks") != NULL) {
+			reply_error(r, 422, "unsupported", "placement.ranks",
+				    "placement.ranks splits a model over CPU nodes; over GPUs it is not built yet");
+			return NULL;
+		}
 		return gpu_placement(r, p, pl, *node_id);
+	}
 	for (const char *const *g = (const char *const[]){ "gpus", "count", "tensor_parallel", NULL }; *g != NULL; g++)
 		if (cJSON_GetObjectItemCaseSensitive(p, *g) != NULL) {
 			reply_error(r, 422, "invalid_field", *g, "placement.%s is for kind gpu, not cpu", *g);
@@ -279,6 +290,11 @@ placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t
 	cJSON_AddNumberToObject(out, "threads", (double)threads);
 	if (oversubscribe)
 		cJSON_AddTrueToObject(out, "oversubscribe");
+	if (cJSON_GetObjectItemCaseSensitive(p, "ranks") != NULL &&
+	    deploy_ranks_field(r, p, pl->model_id, *node_id, threads, out) < 0) {
+		cJSON_Delete(out);
+		return NULL;
+	}
 	if (*node_id > 0)
 		cJSON_AddStringToObject(out, "node", cJSON_GetStringValue(cJSON_GetObjectItem(p, "node")));
 	char *text = cJSON_PrintUnformatted(out);
@@ -469,6 +485,10 @@ h_create(struct req *r)
 		goto out;
 	}
 	id = sqlite3_last_insert_rowid(r->a->db);
+	if (deploy_store_ranks(r, id, placement) < 0) {
+		db_rollback(r->a->db);
+		goto out;
+	}
 	int64_t key_id;
 	if (deploy_key_create(r->a->db, id, "default", r->now, key, &key_id, err) != APP_OK ||
 	    db_commit(r->a->db) != 0) {
@@ -596,6 +616,10 @@ h_update(struct req *r)
 	    (rc = deploy_move(r->a, id, new_node, placement, NULL, &moved, err)) != APP_OK) {
 		db_rollback(r->a->db);
 		reply_status(r, rc, "placement.node", err);
+		goto out;
+	}
+	if (placement != NULL && deploy_store_ranks(r, id, placement) < 0) {
+		db_rollback(r->a->db);
 		goto out;
 	}
 	if (db_commit(r->a->db) != SQLITE_OK) {

@@ -6,6 +6,7 @@
 #ifndef PRIVAI_ADMIN_API_DEPLOYMENTS_H
 #define PRIVAI_ADMIN_API_DEPLOYMENTS_H
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 
 #include "deploy/deployments.h"
@@ -28,6 +29,16 @@ int deploy_refuse_if_leader_owned(struct req *r, int64_t id);
 /* Reply with the tail of deployment id's engine log on this node
  * (the "lines" query, 1..10000, default 200). */
 void deploy_reply_log(struct req *r, int64_t id);
+
+/* placement.ranks of a CPU placement (api/deployment_ranks.c): the
+ * nodes the model is split over, rank 0 this node first; checked against
+ * the nodes, the model's heads and this node's engine, and added to out.
+ * 0, or -1 after replying. */
+int deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t node_id, int64_t threads, cJSON *out);
+/* Store deployment id's follower ranks as its placement names them (none
+ * when it is not split) and pick its rank 0's rendezvous port once;
+ * inside the caller's transaction.  0, or -1 after replying. */
+int deploy_store_ranks(struct req *r, int64_t id, const char *placement);
 
 /* The deployment's row with "api_key" added. */
 void reply_deployment_with_key(struct req *r, unsigned status, int64_t id, const char *key);

@@ -653,8 +653,8 @@ const struct route api_nodes_routes[] = {
 };
 
 /* GET /api/v1/nodes/{id}/models/{model}/file: a model a deployment
- * placed on that node needs, or a LoRA adapter of it, for that node only
- * (its secret). */
+ * placed on that node needs (or a rank of it that node runs), or a LoRA
+ * adapter of it, for that node only (its secret). */
 static void
 h_model_file(struct req *r)
 {
@@ -667,7 +667,8 @@ h_model_file(struct req *r)
 	if (sqlite3_prepare_v2(r->a->db,
 			       "SELECT m.path FROM models m WHERE m.id = ?1 AND m.state = 'ready' AND "
 			       "EXISTS (SELECT 1 FROM deployments d WHERE d.model_id IN (m.id, m.base_model_id) AND "
-			       "d.node_id = ?2)",
+			       "(d.node_id = ?2 OR EXISTS (SELECT 1 FROM deployment_ranks r WHERE r.deployment_id = "
+			       "d.id AND r.node_id = ?2)))",
 			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, model);
 		sqlite3_bind_int64(st, 2, node);

@@ -14,6 +14,7 @@
 #include "store/db.h"
 #include "cluster/nodes.h"
 #include "cluster/remote.h"
+#include "deploy/deployments.h"
 
 #define MAX_REPORTS 1024
 #define MAX_REASON 700
@@ -66,27 +67,63 @@ adapters_of(sqlite3 *db, int64_t id)
 	return list;
 }
 
+/* The placement a member runs rank `rank` of split deployment with
+ * placement `pl` (rank 0 here) under: its threads, and where to meet the
+ * others (rank 0 listens on the host this console is reached at). */
+static cJSON *
+follower_placement(struct admin *a, const char *pl, int rank)
+{
+	cJSON *p = cJSON_Parse(pl), *out = cJSON_CreateObject();
+	char host[256], init[320];
+
+	if (out == NULL || deploy_url_host(a->cfg.advertise_url, host, sizeof(host)) != APP_OK ||
+	    str_fmt(init, sizeof(init), "%s:%d", host,
+		    (int)cJSON_GetNumberValue(cJSON_GetObjectItem(p, "dist_port"))) != APP_OK) {
+		cJSON_Delete(p);
+		cJSON_Delete(out);
+		return NULL;
+	}
+	cJSON_AddStringToObject(out, "kind", "cpu");
+	cJSON_AddNumberToObject(out, "threads", cJSON_GetNumberValue(cJSON_GetObjectItem(p, "threads")));
+	cJSON_AddNumberToObject(out, "rank", rank);
+	cJSON_AddNumberToObject(out, "tp", cJSON_GetArraySize(cJSON_GetObjectItem(p, "ranks")));
+	cJSON_AddStringToObject(out, "dist_init", init);
+	cJSON_Delete(p);
+	return out;
+}
+
 cJSON *
 remote_specs(struct admin *a, int64_t node_id)
 {
 	cJSON *list = cJSON_CreateArray();
 	sqlite3_stmt *st;
 
-	if (list == NULL || sqlite3_prepare_v2(a->db,
-					       "SELECT d.id, d.name, d.desired, d.placement, d.options, m.id, "
-					       "m.name, m.sha256, m.size_bytes FROM deployments d JOIN models m "
-					       "ON m.id = d.model_id WHERE d.node_id = ?1 AND m.state = 'ready' "
-					       "ORDER BY d.id",
-					       -1, &st, NULL) != SQLITE_OK)
+	/* the deployments placed there, and the follower ranks it runs of
+	 * this node's split ones */
+	if (list == NULL ||
+	    sqlite3_prepare_v2(a->db,
+			       "SELECT d.id, d.name, d.desired, d.placement, d.options, m.id, "
+			       "m.name, m.sha256, m.size_bytes, NULL FROM deployments d JOIN models m "
+			       "ON m.id = d.model_id WHERE d.node_id = ?1 AND m.state = 'ready' "
+			       "UNION ALL SELECT d.id, d.name, d.desired, d.placement, d.options, m.id, "
+			       "m.name, m.sha256, m.size_bytes, r.rank FROM deployment_ranks r JOIN "
+			       "deployments d ON d.id = r.deployment_id JOIN models m ON m.id = "
+			       "d.model_id WHERE r.node_id = ?1 AND d.node_id IS NULL AND m.state = "
+			       "'ready' ORDER BY 1",
+			       -1, &st, NULL) != SQLITE_OK)
 		return list;
 	sqlite3_bind_int64(st, 1, node_id);
 	while (sqlite3_step(st) == SQLITE_ROW) {
 		cJSON *d = cJSON_CreateObject(), *m = cJSON_CreateObject();
 		int64_t id = sqlite3_column_int64(st, 0);
+		const char *pl = (const char *)sqlite3_column_text(st, 3);
 		cJSON_AddNumberToObject(d, "id", (double)id);
 		cJSON_AddStringToObject(d, "name", (const char *)sqlite3_column_text(st, 1));
 		cJSON_AddStringToObject(d, "desired", (const char *)sqlite3_column_text(st, 2));
-		cJSON_AddItemToObject(d, "placement", cJSON_Parse((const char *)sqlite3_column_text(st, 3)));
+		cJSON_AddItemToObject(d, "placement",
+				      sqlite3_column_type(st, 9) == SQLITE_INTEGER
+					      ? follower_placement(a, pl, sqlite3_column_int(st, 9))
+					      : cJSON_Parse(pl));
 		cJSON_AddItemToObject(d, "options", cJSON_Parse((const char *)sqlite3_column_text(st, 4)));
 		cJSON_AddNumberToObject(m, "id", (double)sqlite3_column_int64(st, 5));
 		cJSON_AddStringToObject(m, "name", (const char *)sqlite3_column_text(st, 6));
@@ -181,6 +218,28 @@ remote_record(sqlite3 *db, int64_t node_id, const cJSON *reports, int64_t now, c
 		sqlite3_bind_int64(st, 5, now);
 		sqlite3_bind_int64(st, 6, id);
 		sqlite3_bind_int64(st, 7, node_id);
+		if (sqlite3_step(st) != SQLITE_DONE) {
+			sqlite3_finalize(st);
+			return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
+		}
+	}
+	sqlite3_finalize(st);
+	/* the same reports of a follower rank this node runs of a split one */
+	if (sqlite3_prepare_v2(db,
+			       "UPDATE deployment_ranks SET state = ?1, reason = ?2, updated_at = CASE WHEN state IS "
+			       "?1 "
+			       "THEN updated_at ELSE ?3 END WHERE deployment_id = ?4 AND node_id = ?5",
+			       -1, &st, NULL) != SQLITE_OK)
+		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));
+	cJSON_ArrayForEach (e, reports) {
+		int64_t id;
+		report_int(e, "id", 1, INT64_C(1) << 53, 0, &id);
+		sqlite3_reset(st);
+		sqlite3_bind_text(st, 1, cJSON_GetStringValue(cJSON_GetObjectItem(e, "state")), -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(st, 2, cJSON_GetStringValue(cJSON_GetObjectItem(e, "reason")), -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int64(st, 3, now);
+		sqlite3_bind_int64(st, 4, id);
+		sqlite3_bind_int64(st, 5, node_id);
 		if (sqlite3_step(st) != SQLITE_DONE) {
 			sqlite3_finalize(st);
 			return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(db));

@@ -3,6 +3,7 @@
  * leader's specs from a heartbeat answer, checked as any outside input,
  * into rows this node's supervisor runs, and report their states back.
  */
+#include <ctype.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,31 @@ gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err)
 	return 0;
 }
 
+/* A follower rank of one of the leader's split deployments: which rank
+ * of how many, and where rank 0 listens for the others (HOST:PORT, as
+ * the engine's --dist-init takes it). */
+static int
+follower_spec(const cJSON *p, int64_t threads, struct spec *s, char *err)
+{
+	const char *init = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "dist_init"));
+	int64_t rank, tp;
+
+	if (int_in(p, "rank", 1, 4095, &rank) < 0 || int_in(p, "tp", 2, 4096, &tp) < 0 || rank >= tp)
+		return app_fail(err, APP_EINVAL, "placement.rank must be 1..tp-1 and placement.tp 2..4096");
+	if (threads < 1)
+		return app_fail(err, APP_EINVAL, "a follower rank needs placement.threads");
+	size_t n = init != NULL ? strlen(init) : 0;
+	int ok = n > 2 && n < 300 && strchr(init, ':') != NULL;
+	for (size_t i = 0; ok && i < n; i++)
+		ok = isalnum((unsigned char)init[i]) || strchr(".-:[]", init[i]) != NULL;
+	if (!ok)
+		return app_fail(err, APP_EINVAL, "placement.dist_init must be HOST:PORT");
+	snprintf(s->placement, sizeof(s->placement),
+		 "{\"kind\":\"cpu\",\"threads\":%lld,\"rank\":%lld,\"tp\":%lld,\"dist_init\":\"%s\"}",
+		 (long long)threads, (long long)rank, (long long)tp, init);
+	return 0;
+}
+
 /* Check one spec; 0, or -1 with the reason. */
 static int
 spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err)
@@ -159,10 +185,14 @@ spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err)
 		if (gpu_spec(a, p, s, err) < 0)
 			return APP_EINVAL;
 	} else {
-		cJSON_ArrayForEach (v, p)
-			if (strcmp(v->string, "kind") != 0 && strcmp(v->string, "threads") != 0 &&
-			    strcmp(v->string, "node") != 0)
+		static const char *const known[] = { "kind", "threads", "node", "rank", "tp", "dist_init", NULL };
+		cJSON_ArrayForEach (v, p) {
+			int ok = 0;
+			for (int i = 0; known[i] != NULL && !ok; i++)
+				ok = strcmp(v->string, known[i]) == 0;
+			if (!ok)
 				return app_fail(err, APP_EINVAL, "unknown placement field '%.40s'", v->string);
+		}
 		if (cJSON_GetObjectItemCaseSensitive(p, "threads") != NULL &&
 		    int_in(p, "threads", 0, 1024, &threads) < 0)
 			return app_fail(err, APP_EINVAL, "placement.threads must be an integer in 0..1024");
@@ -170,6 +200,8 @@ spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err)
 			return app_fail(err, APP_EINVAL, "placement.threads is %lld; this node has %ld CPUs",
 					(long long)threads, sysconf(_SC_NPROCESSORS_ONLN));
 		snprintf(s->placement, sizeof(s->placement), "{\"kind\":\"cpu\",\"threads\":%lld}", (long long)threads);
+		if (cJSON_GetObjectItemCaseSensitive(p, "rank") != NULL && follower_spec(p, threads, s, err) < 0)
+			return APP_EINVAL;
 	}
 	if (deploy_options_parse(cJSON_GetObjectItemCaseSensitive(e, "options"), &s->options, field, sizeof(field), err,
 				 APP_ERR_LEN) < 0)

@@ -3,6 +3,7 @@
  * request, a leader's spec on a member, day 0): serving options checked
  * and rebuilt, an engine port picked, an API key made (deploy/deployments.h).
  */
+#include <curl/curl.h>
 #include <netinet/in.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -122,11 +123,32 @@ port_free(int port)
 }
 
 int
+deploy_url_host(const char *url, char *out, size_t size)
+{
+	CURLU *u = curl_url();
+	char *host = NULL;
+	int rc = APP_EINVAL;
+
+	if (u != NULL && url != NULL && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK && strlen(host) < size) {
+		snprintf(out, size, "%s", host);
+		rc = APP_OK;
+	}
+	curl_free(host);
+	curl_url_cleanup(u);
+	return rc;
+}
+
+int
 deploy_pick_port(struct admin *a)
 {
 	sqlite3_stmt *st;
 
-	if (sqlite3_prepare_v2(a->db, "SELECT 1 FROM deployments WHERE port = ?", -1, &st, NULL) != SQLITE_OK)
+	/* an engine's port, or the rendezvous of a split one's ranks */
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT 1 FROM deployments WHERE port = ?1 OR json_extract(placement, '$.dist_port') = "
+			       "?1",
+			       -1, &st, NULL) != SQLITE_OK)
 		return APP_EBUSY;
 	for (int port = a->cfg.engine_port_lo; port <= a->cfg.engine_port_hi; port++) {
 		sqlite3_reset(st);

@@ -23,6 +23,10 @@ int deploy_key_create(sqlite3 *db, int64_t deployment_id, const char *name, int6
 
 /* The first port of the engine range that no deployment holds and
  * nothing else has bound; APP_EBUSY when none. */
+/* The host of an http(s) URL (the console's --advertise-url, where a
+ * split deployment's rank 0 listens for its ranks), without its port;
+ * APP_EINVAL when it does not parse. */
+int deploy_url_host(const char *url, char *out, size_t size);
 int deploy_pick_port(struct admin *a);
 
 /* Check serving options (ctx, parallel, batch, kv_cache_mib,

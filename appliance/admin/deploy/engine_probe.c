@@ -102,6 +102,15 @@ engine_report_clean(const cJSON *e)
 			if (names != NULL && name_ok(v))
 				cJSON_AddItemToArray(names, cJSON_CreateString(v->valuestring));
 	}
+	/* the transports a split model's ranks can meet over (tensor parallel) */
+	const cJSON *coll = cJSON_GetObjectItemCaseSensitive(e, "collectives");
+	if (cJSON_IsArray(coll) && cJSON_GetArraySize(coll) <= MAX_BACKENDS) {
+		cJSON *names = cJSON_AddArrayToObject(o, "collectives");
+		cJSON_ArrayForEach (v, coll)
+			if (names != NULL && name_ok(v))
+				cJSON_AddItemToArray(names, cJSON_CreateString(v->valuestring));
+	}
+	copy_lines(o, e, "collectives_unavailable");
 	/* why a node has no backends, as its admin saw it, at most 300 bytes */
 	if (cJSON_IsString(error) && cJSON_GetArraySize(b) == 0) {
 		char why[301];

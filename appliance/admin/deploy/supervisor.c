@@ -22,6 +22,7 @@
 #include "log.h"
 #include "store/db.h"
 #include "store/tasks.h"
+#include "deploy/deployments.h"
 #include "deploy/runner.h"
 #include "deploy/supervisor.h"
 #include "deploy/cpuset.h"
@@ -235,6 +236,28 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 		ARG("--threads");
 		ARG("%d", v->valueint);
 	}
+	/* a rank of a model split over nodes: rank 0 here listens for the
+	 * others on the host other nodes reach this console at; a follower
+	 * (a member's rank) meets it where the leader said */
+	const cJSON *ranks = cJSON_GetObjectItem(pl, "ranks"), *rank = cJSON_GetObjectItem(pl, "rank");
+	int split = cJSON_IsArray(ranks) || cJSON_IsNumber(rank);
+	if (cJSON_IsArray(ranks)) {
+		char host[256];
+		ARG("--tp");
+		ARG("%d", cJSON_GetArraySize(ranks));
+		ARG("--node-rank");
+		ARG("0");
+		ARG("--dist-init");
+		cut |= deploy_url_host(a->cfg.advertise_url, host, sizeof(host)) != APP_OK;
+		ARG("%s:%d", host, (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "dist_port")));
+	} else if (cJSON_IsNumber(rank)) {
+		ARG("--tp");
+		ARG("%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "tp")));
+		ARG("--node-rank");
+		ARG("%d", rank->valueint);
+		ARG("--dist-init");
+		ARG("%s", cJSON_GetStringValue(cJSON_GetObjectItem(pl, "dist_init")));
+	}
 	if ((v = cJSON_GetObjectItem(pl, "gpus")) != NULL && cJSON_IsArray(v)) {
 		/* the GPUs by UUID, which stay the same across reboots and
 		 * driver reloads where indexes may not (deploy/placement.h) */
@@ -272,7 +295,8 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	 * backend only: a GPU placement starts without them (a load then
 	 * says why in served_by.failed) rather than not at all. */
 	int on_gpu = cJSON_IsArray(cJSON_GetObjectItem(pl, "gpus"));
-	cJSON *loras = cJSON_Parse(w->loras != NULL && !on_gpu ? w->loras : "[]");
+	/* nor a split one (the engine refuses adapters on a split model) */
+	cJSON *loras = cJSON_Parse(w->loras != NULL && !on_gpu && !split ? w->loras : "[]");
 	int n_lora = 0;
 	cJSON_ArrayForEach (v, loras)
 		if (cJSON_IsString(v) && n_lora++ < ADAPTERS_MAX) {
@@ -280,7 +304,7 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 			ARG("%s", v->valuestring);
 		}
 	cJSON_Delete(loras);
-	for (int i = 0; i < a->cfg.n_model_roots; i++) { /* the model directory is one */
+	for (int i = 0; i < a->cfg.n_model_roots && !split; i++) { /* the model directory is one */
 		ARG("--lora-dir");
 		ARG("%s", a->cfg.model_roots[i]);
 	}
@@ -289,6 +313,19 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	cJSON_Delete(pl);
 	cJSON_Delete(op);
 	return cut ? APP_ERANGE : n;
+}
+
+/* A follower rank of a model split over nodes (a member runs it for the
+ * leader) answers no HTTP: running is all it can be seen to do; rank 0
+ * on the leader is ready only once every rank has joined. */
+static int
+follows(const char *placement)
+{
+	cJSON *pl = cJSON_Parse(placement);
+	int f = cJSON_IsNumber(cJSON_GetObjectItem(pl, "rank"));
+
+	cJSON_Delete(pl);
+	return f;
 }
 
 static int
@@ -721,12 +758,12 @@ reconcile(struct supervisor *s)
 				p->backoff_until_ms = now + BACKOFF_MAX_MS;
 				set_row(s, w[i].id, "failed", why, 0, 0);
 			}
-		} else if (p->pid > 0 && !p->ready && healthy(p->port)) {
+		} else if (p->pid > 0 && !p->ready && (follows(w[i].placement) || healthy(p->port))) {
 			pthread_mutex_lock(&s->mu);
 			p->ready = 1;
 			pthread_mutex_unlock(&s->mu);
 			p->fails = 0;
-			set_row(s, w[i].id, "ready", NULL, p->pid, 0);
+			set_row(s, w[i].id, "ready", follows(w[i].placement) ? "follows rank 0" : NULL, p->pid, 0);
 		}
 	}
 	free_wants(w, n);

@@ -261,6 +261,8 @@ privai_coll_gloo_new(const struct coll_params *p, struct coll **ret, char *err)
 		G->ctx->setTimeout(milliseconds(static_cast<long long>((p->join_s > 0 ? p->join_s : 300) * 1000)));
 		GlooStore gs(*G->store);
 		G->ctx->connectFullMesh(gs, dev);
+		if (G->server)
+			G->server->close_door();
 		G->ctx->setTimeout(G->deadline);
 	} catch (const std::exception &e) {
 		return privai_fail(err, PRIVAI_EIO, "rank %d of %d cannot join the group at %s: %.300s", p->rank,

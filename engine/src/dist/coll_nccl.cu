@@ -339,6 +339,8 @@ privai_coll_nccl_new(const struct coll_params *p, struct coll **ret, char *err)
 					   ncclGetErrorString(nr));
 		if ((r = init_done(G.get(), join, err)) < 0)
 			return r;
+		if (G->server)
+			G->server->close_door();
 	} catch (const std::exception &e) {
 		return privai_fail(err, PRIVAI_EIO, "rank %d of %d cannot join the group at %s: %.300s", p->rank,
 				   p->size, p->init, e.what());

@@ -118,6 +118,22 @@ class StoreServer {
 		return PRIVAI_OK;
 	}
 
+	/* The group has formed: no rank may join it now.  A rank started
+	 * again after its peer died would otherwise read the formed
+	 * group's addresses and connect into it; refused, it keeps trying
+	 * until rank 0 starts again with a new store.  The ranks that
+	 * joined keep their connections (missing_ranks uses them). */
+	void close_door()
+	{
+		if (fd_ >= 0)
+			::shutdown(fd_, SHUT_RDWR);
+		if (accept_.joinable())
+			accept_.join();
+		if (fd_ >= 0)
+			::close(fd_);
+		fd_ = -1;
+	}
+
       private:
 	void accept_loop()
 	{

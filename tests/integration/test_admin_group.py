@@ -1,0 +1,139 @@
+"""A deployment split over two nodes (tensor parallel), against two live
+privai-admins on loopback: the leader runs rank 0 and serves; node-b
+learns of its follower rank from the heartbeat answer, fetches the model,
+runs the rank with its own supervisor and reports it; the ranks meet at
+the leader's --dist-init port over Gloo.  A chat completion through the
+leader's proxy says what the same model says on one node; a killed
+follower is restarted and the group answers again; bad placements are
+refused by name; deleting the deployment stops the follower.
+
+usage: python3 tests/integration/test_admin_group.py BUILD_DIR"""
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from adminlib import Admin, check, clean_up, summary, users, wait_for  # noqa: E402
+
+BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEMO = os.path.join(ROOT, BUILD, "demo", "privai-demo.gguf")
+PW = "correct horse battery staple"
+SLOW = 3 if "san" in BUILD else 1
+ASK = {"messages": [{"role": "user", "content": "Private AI keeps data on premises."}], "max_tokens": 16,
+       "temperature": 0}
+
+
+def dep_of(c, dep):
+    r = c.get(f"/api/v1/deployments/{dep}")
+    return r.json if r.status == 200 else None
+
+
+def chat(o, dep):
+    r = o.post(f"/api/v1/deployments/{dep}/v1/chat/completions", ASK)
+    return r.json["choices"][0]["message"]["content"] if r.status == 200 else None
+
+
+def follower_of(bc, dep):
+    rows = [d for d in bc.get("/api/v1/deployments").json["data"] if d["leader_id"] == dep]
+    return rows[0] if rows else None
+
+
+def test_refused(o):
+    for placement, field, words in (
+            ({"kind": "cpu", "threads": 1, "ranks": ["leader"]}, "placement.ranks", "2 to 16 node names"),
+            ({"kind": "cpu", "threads": 1, "ranks": ["node-b", "leader"]}, "placement.ranks", "must be this node"),
+            ({"kind": "cpu", "threads": 1, "ranks": ["leader", "leader"]}, "placement.ranks", "named twice"),
+            ({"kind": "cpu", "threads": 1, "ranks": ["leader", "nowhere"]}, "placement.ranks", "is no node"),
+            ({"kind": "cpu", "threads": 0, "ranks": ["leader", "node-b"]}, "placement.threads", "needs placement.threads"),
+            ({"kind": "cpu", "threads": 1, "node": "node-b", "ranks": ["leader", "node-b"]}, "placement.node",
+             "rank 0 runs on this node"),
+            ({"kind": "gpu", "count": 1, "ranks": ["leader", "node-b"]}, "placement.ranks", "over GPUs it is not built")):
+        r = o.post("/api/v1/deployments", {"name": "bad", "model": "demo", "placement": placement})
+        check(r.status == 422 and r.json["error"]["field"] == field and words in r.json["error"]["message"],
+              f"refused: {words}", r)
+
+
+def test_split(o, bc):
+    # the same model on one node, for the text a split must give
+    r = o.post("/api/v1/deployments", {"name": "solo", "model": "demo", "placement": {"kind": "cpu", "threads": 1},
+                                       "options": {"ctx": 256, "chat_template": "chatml"}})
+    check(r.status == 201, "one-node deployment created", r)
+    solo = r.json["id"]
+    d = wait_for(lambda: (lambda j: j if j and j["state"] in ("ready", "failed") else None)(dep_of(o, solo)),
+                 90 * SLOW)
+    want = chat(o, solo) if d and d["state"] == "ready" else None
+    check(want, "one node answers", d)
+    o.request("DELETE", f"/api/v1/deployments/{solo}")
+
+    r = o.post("/api/v1/deployments", {"name": "split", "model": "demo",
+                                       "placement": {"kind": "cpu", "threads": 1, "ranks": ["leader", "node-b"]},
+                                       "options": {"ctx": 256, "chat_template": "chatml"}})
+    check(r.status == 201 and r.json["placement"]["ranks"] == ["leader", "node-b"] and
+          isinstance(r.json["placement"].get("dist_port"), int) and
+          [(k["rank"], k["node"]) for k in r.json["ranks"]] == [(0, "leader"), (1, "node-b")],
+          "split deployment created: rank 0 here, rank 1 on node-b, a rendezvous port", r)
+    dep = r.json["id"]
+    d = wait_for(lambda: (lambda j: j if j and j["state"] in ("ready", "failed") and j["ranks"][1]["state"] == "ready"
+                          else None)(dep_of(o, dep)), 120 * SLOW)
+    check(d and d["state"] == "ready" and d["ranks"][1]["state"] == "ready" and
+          d["ranks"][1]["reason"] == "follows rank 0", "both ranks up: rank 0 ready, node-b's follower running", d)
+    f = follower_of(bc, dep)
+    check(f and f["pid"] and f["placement"].get("rank") == 1 and f["placement"].get("tp") == 2 and
+          f["placement"].get("dist_init", "").endswith(":%d" % d["placement"]["dist_port"]),
+          "node-b runs rank 1, meeting rank 0 at the leader's port", f)
+    got = chat(o, dep)
+    check(got == want, "the same text split over two nodes as on one: %r / %r" % (got, want))
+    log = o.get(f"/api/v1/deployments/{dep}/logs?lines=40")
+    check(log.status == 200 and b"split over 2 ranks (gloo)" in log.body, "rank 0's log says it is split", log.status)
+
+    # a follower killed: node-b starts it again, and the group answers again
+    if f and f["pid"]:
+        os.kill(f["pid"], signal.SIGKILL)
+        deadline, again = time.time() + 150 * SLOW, None
+        while time.time() < deadline and again != want:
+            again = chat(o, dep)
+            if again != want:
+                time.sleep(2)
+        check(again == want, "after rank 1 was killed the group answers again, the same text", again)
+        f2 = follower_of(bc, dep)
+        check(f2 and f2["pid"] and f2["pid"] != f["pid"], "node-b restarted its rank", f2)
+
+    r = o.request("DELETE", f"/api/v1/deployments/{dep}")
+    check(r.status == 204, "split deployment deleted", r)
+    check(wait_for(lambda: follower_of(bc, dep) is None, 30 * SLOW), "node-b dropped its rank")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="privai-group-test-")
+    adm = Admin(BUILD, os.path.join(tmp, "leader"), PW, ports="19150-19154",
+                extra=["--node-name", "leader", "--heartbeat-s", "1", "--demo-model", DEMO, "--login-rate", "1000"])
+    b = None
+    try:
+        a, o, v = users(adm, PW)
+        tok = a.post("/api/v1/nodes/join-tokens", {}).json["token"]
+        b = Admin(BUILD, os.path.join(tmp, "b"), PW, ports="19155-19159", env_extra={"PRIVAI_JOIN_TOKEN": tok},
+                  extra=["--node-name", "node-b", "--join", f"http://127.0.0.1:{adm.port}", "--heartbeat-s", "1"])
+        node = wait_for(lambda: [n for n in a.get("/api/v1/nodes").json["data"] if n["name"] == "node-b"], 15)
+        check(node and node[0]["state"] == "ready", "node-b joined", node)
+        bc = b.client()
+        bc.login("admin", PW)
+        test_refused(o)
+        test_split(o, bc)
+        check(adm.stop() == 0 and b.stop() == 0, "SIGTERM: both exit cleanly")
+    except Exception:
+        check(False, "the suite ran to the end")
+        raise
+    finally:
+        adm.stop(signal.SIGKILL)
+        if b is not None:
+            b.stop(signal.SIGKILL)
+        clean_up(tmp, 80)
+    return summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
