@@ -395,6 +395,45 @@ async function main() {
       'a chat completion came back from node-b through the leader');
     await shot(page, '05b-deployment-on-node-b');
 
+    // the same model split over the leader and node-b (tensor parallel):
+    // rank 0 here, rank 1 on node-b; the console lists both ranks
+    await visit(page, 'deployments', 'Deployments');
+    const sf = page.getByRole('form', { name: 'New deployment' });
+    await sf.getByLabel('Name').fill('tiny-split');
+    await sf.getByLabel('Model').selectOption({ label: 'tiny-q4' });
+    await sf.getByLabel('CPU threads (0: all)').fill('1');
+    await sf.getByLabel(/^Tensor-parallel ranks/).fill('leader, node-b');
+    await sf.getByLabel('Context').fill('256');
+    await sf.getByLabel('Chat template').selectOption('llama2');
+    await sf.getByRole('button', { name: 'Deploy' }).click();
+    const srow = page.locator('tr', { hasText: 'tiny-split' });
+    await srow.getByText('ready', { exact: true }).waitFor({ timeout: 120000 });
+    check(await srow.locator('td').nth(3).textContent() === 'leader + node-b' &&
+      (await srow.locator('td').nth(4).textContent()).includes('split over 2 nodes (tensor parallel), 1 threads a rank'),
+      'tiny-split runs on the leader and node-b', await srow.textContent());
+    // node-b's report of its rank comes with its next heartbeat
+    for (let i = 0; i < 60; i++) {
+      const d = (await (await page.request.get(`${page.baseUrl}/api/v1/deployments`)).json()).data.find((x) => x.name === 'tiny-split');
+      if (d && d.ranks && d.ranks[1].state === 'ready') break;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    await srow.getByRole('button', { name: 'tiny-split', exact: true }).click();
+    const ranks = page.getByRole('table', { name: 'Ranks of tiny-split' });
+    await ranks.locator('tr', { hasText: 'node-b' }).getByText('ready', { exact: true }).waitFor({ timeout: 30000 });
+    check(await ranks.locator('tbody tr').count() === 2 &&
+      (await ranks.locator('tr', { hasText: 'node-b' }).textContent()).includes('follows rank 0'),
+      'the detail lists rank 0 on the leader and rank 1 on node-b, following');
+    const schat = page.getByRole('form', { name: 'Chat with tiny-split' });
+    await schat.getByLabel('Message').fill('Hello two nodes');
+    await schat.getByRole('button', { name: 'Send' }).click();
+    await page.locator('.chat .muted').waitFor({ timeout: 60000 });
+    check(/\d+ tokens, finish: (length|stop)/.test(await page.locator('.chat .muted').first().textContent()),
+      'a chat completion came back from the split model');
+    await shot(page, '05c-deployment-split');
+    page.once('dialog', (d) => d.accept());
+    await srow.getByRole('button', { name: 'Delete tiny-split' }).click();
+    await srow.waitFor({ state: 'detached', timeout: 20000 });
+
     await visit(page, 'nodes', 'Nodes');
     await brow.getByText('ready').waitFor();
     page.once('dialog', (d) => d.accept());

@@ -7,11 +7,28 @@ import { markdown } from '../markdown.js';
 import { h, badge, table, act, say, formValues, when, field, secret as secretBox } from '../ui.js';
 import { can } from '../session.js';
 
-// The form's placement: GPUs by index or UUID when some are named, else CPU.
+// The form's placement: GPUs by index or UUID when some are named, else
+// CPU, split over the nodes named in ranks when there are any.
 function placementOf(v) {
-  const gpus = String(v.gpus || '').split(',').map((x) => x.trim()).filter((x) => x)
-    .map((x) => (/^[0-9]+$/.test(x) ? Number(x) : x));
-  return gpus.length ? { kind: 'gpu', gpus } : { kind: 'cpu', threads: v.threads || 0 };
+  const list = (s) => String(s || '').split(',').map((x) => x.trim()).filter((x) => x);
+  const gpus = list(v.gpus).map((x) => (/^[0-9]+$/.test(x) ? Number(x) : x));
+  if (gpus.length) return { kind: 'gpu', gpus };
+  const ranks = list(v.ranks);
+  return ranks.length ? { kind: 'cpu', threads: v.threads || 0, ranks } : { kind: 'cpu', threads: v.threads || 0 };
+}
+
+// Where a deployment runs: its node, or the nodes of its ranks.
+function nodesOf(d) {
+  return d.ranks ? d.ranks.map((r) => r.node).join(' + ') : d.node;
+}
+
+// A split deployment's ranks, each with its node and state.
+function ranksTable(d) {
+  return table(`Ranks of ${d.name}`, [
+    { label: 'Rank', value: (r) => String(r.rank) },
+    { label: 'Node', value: (r) => r.node },
+    { label: 'State', value: (r) => [badge(r.state), r.reason ? h('div', { class: 'muted' }, r.reason) : ''] },
+  ], d.ranks, '');
 }
 
 function createForm(modelsList, nodesList, refresh) {
@@ -23,6 +40,8 @@ function createForm(modelsList, nodesList, refresh) {
     field('Node', h('select', { name: 'node' },
       usable.map((n) => h('option', { value: n.name }, n.is_self ? `${n.name} (this node)` : `${n.name} (${n.cpu_cores || '?'} CPUs)`)))),
     field('CPU threads (0: all)', h('input', { name: 'threads', type: 'number', min: 0, value: 0 })),
+    field('Tensor-parallel ranks (one a cluster member, this one first, comma-separated; empty: no split)',
+      h('input', { name: 'ranks', placeholder: 'e.g. leader, node-b' })),
     field('GPUs (indexes or GPU-/MIG- UUIDs, comma-separated; empty: CPU)',
       h('input', { name: 'gpus', placeholder: 'e.g. 0,1 or MIG-…' })),
     field('Context', h('input', { name: 'ctx', type: 'number', min: 16, placeholder: 'model default' })),
@@ -46,7 +65,7 @@ function createForm(modelsList, nodesList, refresh) {
     const options = {};
     for (const k of ['ctx', 'parallel', 'chat_template']) if (v[k] !== undefined) options[k] = v[k];
     const placement = placementOf(v);
-    if (v.node) placement.node = v.node;
+    if (v.node && !placement.ranks) placement.node = v.node;
     act(form.querySelector('button'), async () => {
       const d = await api('POST', '/api/v1/deployments', { name: v.name, model: Number(v.model), placement, options });
       secret.replaceChildren(h('p', {}, `API key for ${d.name} (shown once):`), secretBox(d.api_key, { 'aria-label': 'the API key' }));
@@ -163,6 +182,10 @@ function scaleBox(d, nodesList, onDone) {
     for (const k of ['parallel', 'ctx']) { if (v[k] === undefined) delete options[k]; else options[k] = v[k]; }
     const placement = placementOf(v);
     placement.node = v.node || d.node;
+    if (d.placement.ranks && placement.kind === 'cpu') { // a split deployment stays split
+      placement.ranks = d.placement.ranks;
+      delete placement.node;
+    }
     act(form.querySelector('button'), async () => {
       await api('PATCH', `/api/v1/deployments/${d.id}`, { placement, options });
       onDone();
@@ -173,9 +196,10 @@ function scaleBox(d, nodesList, onDone) {
 
 async function detail(d, pane, nodes, onChange) {
   const parts = [h('h2', {}, d.name, ' ', badge(d.state)),
-    h('p', {}, 'OpenAI endpoint: ', h('code', {}, d.endpoint), ` · model ${d.model} · node ${d.node} · restarts ${d.restarts}`,
+    h('p', {}, 'OpenAI endpoint: ', h('code', {}, d.endpoint), ` · model ${d.model} · node ${nodesOf(d)} · restarts ${d.restarts}`,
       d.unit ? h('span', {}, ' · systemd unit ', h('code', {}, d.unit)) : ''),
     d.reason ? h('p', { class: 'error-text' }, d.reason) : '',
+    d.ranks ? ranksTable(d) : '',
     d.leader_id ? h('p', { class: 'muted' }, 'The cluster\'s leader placed this deployment here; change it on the leader\'s console.') : ''];
   if (can('operator') && !d.leader_id) {
     if (d.placement.kind === 'cpu') parts.push(scaleBox(d, nodes, onChange));
@@ -200,8 +224,10 @@ export default async function deployments(main) {
       { label: 'Name', value: (d) => h('button', { class: 'link', type: 'button', onclick: () => detail(d, pane, nodes, refresh) }, d.name) },
       { label: 'Model', value: (d) => d.model },
       { label: 'State', value: (d) => [badge(d.state), d.reason ? h('div', { class: 'muted' }, d.reason) : ''] },
-      { label: 'Node', value: (d) => d.node },
-      { label: 'Placement', value: (d) => d.placement.kind === 'cpu' ? `CPU, ${d.placement.threads || 'all'} threads`
+      { label: 'Node', value: (d) => nodesOf(d) },
+      { label: 'Placement', value: (d) => d.placement.kind === 'cpu' ? (d.placement.ranks
+        ? `CPU, split over ${d.placement.ranks.length} nodes (tensor parallel), ${d.placement.threads} threads a rank`
+        : `CPU, ${d.placement.threads || 'all'} threads`)
         : `${d.placement.gpus.length === 1 && d.placement.gpus[0].startsWith('MIG-') ? 'MIG instance' : `${d.placement.gpus.length} GPU${d.placement.gpus.length > 1 ? 's' : ''}`} (tensor parallel ${d.placement.tensor_parallel})` },
       { label: 'Endpoint', value: (d) => h('code', {}, d.endpoint) },
       { label: 'Actions', value: (d) => can('operator') && !d.leader_id ? h('div', { class: 'actions' },
