@@ -4,7 +4,8 @@ learns of its follower rank from the heartbeat answer, fetches the model,
 runs the rank with its own supervisor and reports it; the ranks meet at
 the leader's --dist-init port over Gloo.  A chat completion through the
 leader's proxy says what the same model says on one node; a killed
-follower is restarted and the group answers again; bad placements are
+follower is restarted and the group answers again; draining node-b stops
+the group and it starts again after the resume; bad placements are
 refused by name; deleting the deployment stops the follower.
 
 usage: python3 tests/integration/test_admin_group.py BUILD_DIR"""
@@ -101,6 +102,19 @@ def test_split(o, bc):
         check(again == want, "after rank 1 was killed the group answers again, the same text", again)
         f2 = follower_of(bc, dep)
         check(f2 and f2["pid"] and f2["pid"] != f["pid"], "node-b restarted its rank", f2)
+
+    # draining node-b stops the group (a rank is not moved: the nodes are the placement's)
+    nid = [n for n in o.get("/api/v1/nodes").json["data"] if n["name"] == "node-b"][0]["id"]
+    r = o.post(f"/api/v1/nodes/{nid}/drain", {})
+    d = dep_of(o, dep)
+    check(r.status == 200 and d["desired"] == "stopped" and "node-b, which was drained" in (d["reason"] or ""),
+          "draining node-b stops the split deployment, saying why", d)
+    check(wait_for(lambda: (lambda f: f is None or f["state"] == "stopped")(follower_of(bc, dep)), 30 * SLOW),
+          "node-b stops its rank")
+    o.post(f"/api/v1/nodes/{nid}/resume", {})
+    o.request("PATCH", f"/api/v1/deployments/{dep}", {"desired": "running"})
+    d = wait_for(lambda: (lambda j: j if j and j["state"] == "ready" else None)(dep_of(o, dep)), 120 * SLOW)
+    check(d and chat(o, dep) == want, "started again after the resume, the same text", d)
 
     r = o.request("DELETE", f"/api/v1/deployments/{dep}")
     check(r.status == 204, "split deployment deleted", r)

@@ -167,3 +167,26 @@ fail:
 	cJSON_Delete(pl);
 	return rc;
 }
+
+int
+deploy_stop_split_on(struct req *r, int64_t node_id, int is_self, const char *node, const char *why)
+{
+	sqlite3_stmt *st;
+	char reason[300];
+
+	snprintf(reason, sizeof(reason),
+		 "stopped: a rank of it ran on node %.64s, which was %.40s; name other nodes in placement.ranks "
+		 "and start it again",
+		 node, why);
+	if (db_prepare(r->a->db,
+		       "UPDATE deployments SET desired = 'stopped', drained = 2, reason = ?3 WHERE desired = 'running' "
+		       "AND "
+		       "json_extract(placement, '$.ranks') IS NOT NULL AND leader_id IS NULL AND CASE WHEN ?2 THEN "
+		       "node_id IS NULL ELSE id IN (SELECT deployment_id FROM deployment_ranks WHERE node_id = ?1) END",
+		       &st, NULL) != APP_OK)
+		return APP_EIO;
+	sqlite3_bind_int64(st, 1, node_id);
+	sqlite3_bind_int(st, 2, is_self);
+	sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
+	return db_write(r->a->db, st, NULL);
+}

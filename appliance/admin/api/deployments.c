@@ -590,7 +590,9 @@ h_update(struct req *r)
 	}
 	if (db_begin(r->a->db) != SQLITE_OK ||
 	    sqlite3_prepare_v2(r->a->db,
-			       "UPDATE deployments SET desired = coalesce(?1, desired), "
+			       /* started again by hand: no longer stopped by a node's going */
+			       "UPDATE deployments SET desired = coalesce(?1, desired), drained = CASE WHEN ?1 = "
+			       "'running' AND drained = 2 THEN 0 ELSE drained END, "
 			       "placement = coalesce(?2, placement), options = coalesce(?3, options), "
 			       "updated_at = ?4 WHERE id = ?5",
 			       -1, &st, NULL) != SQLITE_OK) {

@@ -40,6 +40,12 @@ int deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t 
  * inside the caller's transaction.  0, or -1 after replying. */
 int deploy_store_ranks(struct req *r, int64_t id, const char *placement);
 
+/* Stop the split deployments a node going away (drained, removed) holds
+ * a rank of: is_self, rank 0 here; else a follower there.  They are not
+ * moved: placement.ranks names the nodes, and only its owner changes it.
+ * Inside the caller's transaction; the store's result code. */
+int deploy_stop_split_on(struct req *r, int64_t node_id, int is_self, const char *node, const char *why);
+
 /* The deployment's row with "api_key" added. */
 void reply_deployment_with_key(struct req *r, unsigned status, int64_t id, const char *key);
 

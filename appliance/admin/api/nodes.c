@@ -511,6 +511,8 @@ set_state(struct req *r, const char *action, int to_draining)
 		    ((moved = cJSON_CreateArray()) == NULL ||
 		     deploy_move_all(r->a, id, is_self, "node drained", moved, err) != APP_OK))
 			rc = APP_EIO;
+		if (rc == 0 && deploy_stop_split_on(r, id, is_self, name, "drained") != APP_OK)
+			rc = APP_EIO;
 		if (rc == 0 && is_self)
 			rc = node_self_drain(r->a->db, 1);
 	} else {
@@ -592,7 +594,7 @@ h_remove(struct req *r)
 		    "UPDATE deployments SET desired = 'stopped', state = 'stopped', reason = 'its node was removed; "
 		    "move it to another node (placement.node) or delete it' WHERE node_id = ?1",
 		    id) < 0 ||
-	    db_commit(r->a->db) < 0) {
+	    deploy_stop_split_on(r, id, 0, name, "removed") != APP_OK || db_commit(r->a->db) < 0) {
 		reply_error(r, 500, "internal", NULL, "%s", err[0] ? err : sqlite3_errmsg(r->a->db));
 		db_rollback(r->a->db);
 		cJSON_Delete(moved);

@@ -186,7 +186,9 @@ deploy_move_all(struct admin *a, int64_t node, int is_self, const char *why, cJS
 			       "SELECT id, name, CASE WHEN json_extract(placement, '$.kind') = 'gpu' THEN -1 "
 			       "ELSE coalesce(json_extract(placement, '$.threads'), 0) END FROM "
 			       "deployments WHERE desired = 'running' AND leader_id IS NULL AND CASE WHEN ?2 THEN "
-			       "node_id IS NULL ELSE node_id = ?1 END ORDER BY id",
+			       "node_id IS NULL ELSE node_id = ?1 END "
+			       /* a split one is not moved: its ranks stop (deploy_stop_split_on) */
+			       "AND json_extract(placement, '$.ranks') IS NULL ORDER BY id",
 			       -1, &st, NULL) != SQLITE_OK)
 		return app_fail(err, APP_EIO, "database: %s", sqlite3_errmsg(a->db));
 	sqlite3_bind_int64(st, 1, node);

@@ -127,8 +127,9 @@ set_row(struct supervisor *s, int64_t id, const char *state, const char *reason,
 	pthread_mutex_lock(&a->db_mu);
 	if (sqlite3_prepare_v2(a->db,
 			       "UPDATE deployments SET state = ?1, pid = ?3, unit = ?7, "
-			       /* a drain's reason stays while the drain does */
-			       "reason = CASE WHEN ?2 IS NULL AND drained = 1 THEN reason ELSE ?2 END, "
+			       /* a drain's reason stays while the drain does (2: a node
+			        * holding a rank of a split one went away) */
+			       "reason = CASE WHEN ?2 IS NULL AND drained != 0 THEN reason ELSE ?2 END, "
 			       "restarts = restarts + ?4, updated_at = ?5, "
 			       "started_at = CASE WHEN ?1 = 'loading' THEN ?5 ELSE started_at END WHERE id = ?6 "
 			       "AND node_id IS NULL", /* a row moved away is its new node's */
