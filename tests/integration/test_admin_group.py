@@ -90,6 +90,14 @@ def test_split(o, bc):
     check(got == want, "the same text split over two nodes as on one: %r / %r" % (got, want))
     log = o.get(f"/api/v1/deployments/{dep}/logs?lines=40")
     check(log.status == 200 and b"split over 2 ranks (gloo)" in log.body, "rank 0's log says it is split", log.status)
+    # rank 1's log, from node-b through its relay: the engine's line as it started there
+    log1 = o.get(f"/api/v1/deployments/{dep}/logs?rank=1&lines=40")
+    check(log1.status == 200 and b"rank 1 of 2 (gloo) follows rank 0" in log1.body,
+          "rank 1's log comes from node-b", (log1.status, log1.body[-300:]))
+    r = o.get(f"/api/v1/deployments/{dep}/logs?rank=7")
+    check(r.status == 404 and "no rank 7" in r.json["error"]["message"], "a rank it does not have: 404", r)
+    r = o.get(f"/api/v1/deployments/{dep}/logs?rank=x")
+    check(r.status == 422 and r.json["error"]["field"] == "rank", "a bad rank: 422", r)
 
     # a follower killed: node-b starts it again, and the group answers again
     if f and f["pid"]:

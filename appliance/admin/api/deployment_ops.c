@@ -178,9 +178,10 @@ deploy_reply_log(struct req *r, int64_t id)
 static void
 h_logs(struct req *r)
 {
-	const char *q = query_arg(r, "lines");
+	const char *q = query_arg(r, "lines"), *rq = query_arg(r, "rank");
 	char base[700], pin[128], why[400], url[800], auth[128], *end;
 	int64_t id = arg_id(r, 0, "deployment");
+	long rank = 0;
 
 	if (id < 0)
 		return;
@@ -188,7 +189,14 @@ h_logs(struct req *r)
 		reply_error(r, 422, "invalid_field", "lines", "lines must be an integer in 1..10000");
 		return;
 	}
-	int where = remote_target(r->a, id, 0, base, sizeof(base), pin, sizeof(pin), why, sizeof(why));
+	/* a split deployment's other ranks log on their own nodes */
+	if (rq != NULL && ((rank = strtol(rq, &end, 10)) < 0 || *end != '\0' || rank > 4095)) {
+		reply_error(r, 422, "invalid_field", "rank", "rank must be an integer in 0..4095");
+		return;
+	}
+	int where = rank > 0 ? remote_rank_target(r->a, id, (int)rank, base, sizeof(base), pin, sizeof(pin), why,
+						  sizeof(why))
+			     : remote_target(r->a, id, 0, base, sizeof(base), pin, sizeof(pin), why, sizeof(why));
 	if (where == APP_ENOTFOUND)
 		reply_error(r, 404, "not_found", NULL, "%s", why);
 	else if (where < 0)

@@ -375,3 +375,41 @@ heartbeat_store(sqlite3 *db, int64_t id, const cJSON *mig_results, const char *p
 	sqlite3_bind_text(st, 3, pin, -1, SQLITE_TRANSIENT);
 	return db_write(db, st, err);
 }
+
+int
+remote_rank_target(struct admin *a, int64_t id, int rank, char *base, size_t base_size, char *pin, size_t pin_size,
+		   char *why, size_t why_size)
+{
+	sqlite3_stmt *st;
+	int rc = APP_ENOTFOUND;
+
+	snprintf(why, why_size, "deployment %lld has no rank %d on another node", (long long)id, rank);
+	pin[0] = '\0';
+	pthread_mutex_lock(&a->db_mu);
+	if (sqlite3_prepare_v2(a->db,
+			       "SELECT n.name, n.state, coalesce(n.url, ''), coalesce(n.tls_pin, '') FROM "
+			       "deployment_ranks r JOIN nodes n ON n.id = r.node_id WHERE r.deployment_id = ?1 AND "
+			       "r.rank = ?2",
+			       -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, id);
+		sqlite3_bind_int(st, 2, rank);
+		if (sqlite3_step(st) == SQLITE_ROW) {
+			const char *node = (const char *)sqlite3_column_text(st, 0);
+			const char *state = (const char *)sqlite3_column_text(st, 1);
+			const char *url = (const char *)sqlite3_column_text(st, 2);
+			rc = APP_EUNAVAIL;
+			if ((strcmp(state, "ready") != 0 && strcmp(state, "draining") != 0) || url[0] == '\0')
+				snprintf(why, why_size, "rank %d runs on node %s, which is %s", rank, node, state);
+			else if (str_fmt(base, base_size, "%s/api/v1/cluster/deployments/%lld", url, (long long)id) !=
+				 APP_OK)
+				msg_fmt(why, why_size, "node %s's URL is too long", node);
+			else {
+				rc = 1;
+				snprintf(pin, pin_size, "%s", (const char *)sqlite3_column_text(st, 3));
+			}
+		}
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&a->db_mu);
+	return rc;
+}

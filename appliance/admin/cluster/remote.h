@@ -64,6 +64,12 @@ int heartbeat_store(sqlite3 *db, int64_t id, const cJSON *mig_results, const cha
 int remote_target(struct admin *a, int64_t id, int need_ready, char *base, size_t base_size, char *pin, size_t pin_size,
 		  char *why, size_t why_size);
 
+/* Where rank `rank` (1..) of split deployment id runs, as remote_target
+ * says it for a deployment: 1 with base and pin, APP_EUNAVAIL (its node
+ * is not reachable) or APP_ENOTFOUND (no such rank) with why. */
+int remote_rank_target(struct admin *a, int64_t id, int rank, char *base, size_t base_size, char *pin, size_t pin_size,
+		       char *why, size_t why_size);
+
 /* --- on a member --- */
 
 /* A fetch from the leader that failed is tried again after this long. */

@@ -403,10 +403,18 @@ serve_follow(struct serve_opts *o)
 	if (cli_engine_open("serve", o->model, NULL, &e) != 0)
 		return cli_tp_fail("serve", &o->tp, "%s: the model cannot be loaded on this rank", o->model);
 	cp = ctx_params(o, e.model);
-	if (engine_ctx_new(e.model, &cp, &e.ctx, err) < 0)
+	if (engine_ctx_new(e.model, &cp, &e.ctx, err) < 0) {
 		cli_error("serve", "rank %d: %s", o->tp.group->rank, err);
-	else
+	} else {
+		struct engine_ctx_info ci;
+		engine_ctx_info(e.ctx, &ci);
+		fprintf(stderr,
+			"privai-engine serve: rank %d of %d (%s) follows rank 0; it holds %.1f MiB of weights\n",
+			ci.tp_rank, ci.tp_size, o->tp.group->ops->name, (double)ci.weight_bytes / (1 << 20));
 		rc = cli_tp_follow("serve", &o->tp, e.ctx);
+		fprintf(stderr, "privai-engine serve: rank %d: %s\n", ci.tp_rank,
+			rc == 0 ? "rank 0 stopped the group" : "the group failed");
+	}
 	cli_engine_close(&e);
 	cli_tp_leave(&o->tp);
 	return rc;
