@@ -429,6 +429,21 @@ def test_apart(tmp):
                             os.path.join(tmp, "x")] + args, capture_output=True, text=True, timeout=60)
         check(r.returncode != 0 and want in r.stderr, "refused: %s (%s)" % (want, r.stderr.strip()))
 
+    # a follower told to stop while rank 0 never comes (its admin died): it ends by itself
+    model_f = os.path.join(FIX, "models", "tiny-llama-spm-q8_0.gguf")
+    p = subprocess.Popen([ENGINE, "serve", "--tp", "2", "--node-rank", "1", "--dist-init", "127.0.0.1:%d" % free_port(),
+                          "-m", model_f, "--drain-timeout", "1"], stderr=subprocess.PIPE, text=True)
+    time.sleep(1)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    try:
+        err = p.communicate(timeout=40 * SLOW)[1]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        err = p.communicate()[1]
+    check(p.returncode not in (None, 0) and "no stop from rank 0 in 11 s: ending" in err and time.time() - t0 < 30 * SLOW,
+          "a lone follower ends 11 s after SIGTERM: %s" % err.strip())
+
     # serve: rank 0 answers, rank 1 follows; then rank 1 hangs, then a group whose rank 1 dies
     model = os.path.join(FIX, "models", "tiny-llama-spm-q8_0.gguf")
     for fault in ("hang", "death"):

@@ -9,6 +9,7 @@
  */
 #include <libgen.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,12 +390,48 @@ ctx_params(const struct serve_opts *o, const struct engine_model *m)
 	return cp;
 }
 
+/* A follower told to stop (mpirun forwards SIGTERM; the admin's child
+ * runner sends it when the admin dies) waits for rank 0 to drain and stop
+ * the group, and ends by itself if rank 0 never does. */
+static void *
+follower_watchdog(void *arg)
+{
+	const struct serve_opts *o = arg;
+	sigset_t set;
+	int sig;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	if (sigwait(&set, &sig) == 0) {
+		sleep((unsigned)o->drain_s + 10);
+		fprintf(stderr,
+			"privai-engine serve: a follower rank: signal %d and no stop from rank 0 in %d s: ending\n",
+			sig, o->drain_s + 10);
+		_exit(1);
+	}
+	return NULL;
+}
+
 /* A rank other than 0: no HTTP, no scheduler; its part of every forward
- * pass rank 0 runs, until rank 0 stops.  SIGTERM stays blocked: rank 0
- * drains and then stops the group. */
+ * pass rank 0 runs, until rank 0 stops.  SIGTERM does not end it at once:
+ * rank 0 drains and then stops the group (follower_watchdog). */
+static void
+start_watchdog(struct serve_opts *o)
+{
+	static int started;
+	pthread_t dog;
+
+	if (!started && pthread_create(&dog, NULL, follower_watchdog, o) == 0) {
+		pthread_detach(dog);
+		started = 1;
+	}
+}
+
 static int
 serve_follow(struct serve_opts *o)
 {
+	start_watchdog(o);
 	struct engine_ctx_params cp;
 	struct cli_engine e;
 	char err[PRIVAI_ERR_LEN];
@@ -442,6 +479,10 @@ cmd_serve(int argc, char **argv)
 	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* a follower started apart knows its rank already: its watchdog runs
+	 * while it waits for the others too */
+	if (o.tp.init != NULL && o.tp.rank > 0)
+		start_watchdog(&o);
 	if (cli_tp_join("serve", &o.tp))
 		return 1;
 	if (cli_tp_follower(&o.tp))

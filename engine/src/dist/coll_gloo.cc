@@ -202,7 +202,9 @@ gloo_agree(struct coll *g, int ok, char *)
 		o.setOutput(&all, 1);
 		o.setReduceFunction(static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::min<int>));
 		o.setTag(G->tag++);
-		o.setTimeout(milliseconds(24LL * 3600 * 1000)); /* ranks load their parts at their own pace */
+		/* ranks load their parts at their own pace, but a rank that never
+		 * comes must not hold the others for ever */
+		o.setTimeout(milliseconds(30LL * 60 * 1000));
 		gloo::allreduce(o);
 	} catch (const std::exception &e) {
 		group_failed(G, "an agreement", e);

@@ -228,6 +228,8 @@ class StoreClient {
 		}
 		int one = 1;
 		setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		/* a peer that never comes must not hold this rank forever */
+		answer_within(patience_s);
 		return PRIVAI_OK;
 	}
 
