@@ -105,12 +105,7 @@ gloo_abort(struct coll *g, int code, const char *why)
 group_failed(GlooGroup *G, const char *what, const std::exception &e)
 {
 	struct coll *g = &G->g;
-	char head[512];
-	snprintf(head, sizeof(head), "%s of step %ld failed (%.300s); no answer from rank", what, G->step, e.what());
-	std::string msg = head;
-	privai_dist::missing_ranks(*G->store, G->step, g->rank, g->size, msg);
-	msg += " (hung or dead: the group stops)";
-	gloo_abort(g, 3, msg.c_str());
+	gloo_abort(g, 3, privai_dist::failure_message(*G->store, what, G->step, e.what(), g->rank, g->size).c_str());
 }
 
 int
@@ -162,10 +157,8 @@ int
 gloo_gather(struct coll *g, const float *in, const int *counts, float *out, char *err)
 {
 	GlooGroup *G = group_of(g);
-	size_t most = 0;
+	size_t most = privai_dist::largest(counts, g->size);
 
-	for (int r = 0; r < g->size; r++)
-		most = std::max(most, static_cast<size_t>(counts[r]));
 	try {
 		G->pad_in.assign(most, 0.0f);
 		std::copy(in, in + counts[g->rank], G->pad_in.begin());
@@ -187,8 +180,7 @@ gloo_gather(struct coll *g, const float *in, const int *counts, float *out, char
 		group_failed(G, "a gather of logits", e);
 	}
 	if (g->rank == 0)
-		for (int r = 0, at = 0; r < g->size; at += counts[r], r++)
-			std::copy_n(G->pad_out.begin() + static_cast<long>(most) * r, counts[r], out + at);
+		privai_dist::unpad(G->pad_out.data(), most, counts, g->size, out);
 	return PRIVAI_OK;
 }
 

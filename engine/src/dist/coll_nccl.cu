@@ -76,12 +76,8 @@ nccl_abort(struct coll *g, int code, const char *why)
 [[noreturn]] void
 group_failed(NcclGroup *G, const char *what, const char *cause)
 {
-	char head[512];
-	snprintf(head, sizeof(head), "%s of step %ld failed (%.300s); no answer from rank", what, G->step, cause);
-	std::string msg = head;
-	privai_dist::missing_ranks(*G->store, G->step, G->g.rank, G->g.size, msg);
-	msg += " (hung or dead: the group stops)";
-	nccl_abort(&G->g, 3, msg.c_str());
+	nccl_abort(&G->g, 3,
+		   privai_dist::failure_message(*G->store, what, G->step, cause, G->g.rank, G->g.size).c_str());
 }
 
 double
@@ -192,11 +188,9 @@ int
 nccl_gather(struct coll *g, const float *in, const int *counts, float *out, char *err)
 {
 	NcclGroup *G = group_of(g);
-	size_t most = 0;
+	size_t most = privai_dist::largest(counts, g->size);
 	int r;
 
-	for (int k = 0; k < g->size; k++)
-		most = std::max(most, static_cast<size_t>(counts[k]));
 	size_t each = most * sizeof(float);
 	if ((r = reserve_scratch(G, each * (size_t)(g->size + 1), err)) < 0)
 		return r;
@@ -215,8 +209,7 @@ nccl_gather(struct coll *g, const float *in, const int *counts, float *out, char
 	}
 	if (cudaMemcpy(G->pad.data(), all, each * (size_t)g->size, cudaMemcpyDeviceToHost) != cudaSuccess)
 		group_failed(G, "a gather of logits", "a copy from the device failed");
-	for (int k = 0, at = 0; k < g->size; at += counts[k], k++)
-		std::copy_n(G->pad.begin() + static_cast<long>(most) * k, counts[k], out + at);
+	privai_dist::unpad(G->pad.data(), most, counts, g->size, out);
 	return PRIVAI_OK;
 }
 

@@ -341,6 +341,37 @@ missing_ranks(StoreClient &store, long step, int rank, int size, std::string &ms
 	}
 }
 
+/* The line a rank ends the group with after `what` of step `step`
+ * failed for `cause`: the ranks that did not answer (missing_ranks). */
+inline std::string
+failure_message(StoreClient &store, const char *what, long step, const char *cause, int rank, int size)
+{
+	char head[512];
+	snprintf(head, sizeof(head), "%s of step %ld failed (%.300s); no answer from rank", what, step, cause);
+	std::string msg = head;
+	missing_ranks(store, step, rank, size, msg);
+	return msg + " (hung or dead: the group stops)";
+}
+
+/* Transports whose gather takes one count for every rank send the
+ * largest, padded: the largest of counts[0..size), and the ranks'
+ * values without their padding, concatenated into out. */
+inline size_t
+largest(const int *counts, int size)
+{
+	size_t most = 0;
+	for (int r = 0; r < size; r++)
+		most = std::max(most, static_cast<size_t>(counts[r]));
+	return most;
+}
+
+inline void
+unpad(const float *padded, size_t most, const int *counts, int size, float *out)
+{
+	for (int r = 0, at = 0; r < size; at += counts[r], r++)
+		std::copy_n(padded + most * static_cast<size_t>(r), counts[r], out + at);
+}
+
 } // namespace privai_dist
 
 #endif
