@@ -231,3 +231,19 @@ def stream_text(resp):
             text += (ch.get("delta") or {}).get("content") or ch.get("text") or ""
     return text, n, usage, done
 
+
+
+def leader_and_node_b(build, tmp, password, demo, leader_ports, b_ports):
+    """A leader console with the demo model and a node-b that joined it
+    with a token made there, both beating every second.  Returns the two
+    Admins (node-b None when it failed to start) and the leader's admin,
+    operator and viewer clients; node-b has joined when this returns."""
+    adm = Admin(build, os.path.join(tmp, "leader"), password, ports=leader_ports,
+                extra=["--node-name", "leader", "--heartbeat-s", "1", "--demo-model", demo, "--login-rate", "1000"])
+    a, o, v = users(adm, password)
+    tok = a.post("/api/v1/nodes/join-tokens", {}).json["token"]
+    b = Admin(build, os.path.join(tmp, "b"), password, ports=b_ports, env_extra={"PRIVAI_JOIN_TOKEN": tok},
+              extra=["--node-name", "node-b", "--join", f"http://127.0.0.1:{adm.port}", "--heartbeat-s", "1"])
+    node = wait_for(lambda: [n for n in a.get("/api/v1/nodes").json["data"] if n["name"] == "node-b"], 15)
+    check(node and node[0]["state"] == "ready", "node-b joined", node)
+    return adm, b, a, o, v, node[0]["id"] if node else None

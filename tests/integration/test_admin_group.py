@@ -17,7 +17,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from adminlib import Admin, check, clean_up, summary, users, wait_for  # noqa: E402
+from adminlib import check, clean_up, leader_and_node_b, summary, wait_for  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -131,16 +131,9 @@ def test_split(o, bc):
 
 def main():
     tmp = tempfile.mkdtemp(prefix="privai-group-test-")
-    adm = Admin(BUILD, os.path.join(tmp, "leader"), PW, ports="19150-19154",
-                extra=["--node-name", "leader", "--heartbeat-s", "1", "--demo-model", DEMO, "--login-rate", "1000"])
-    b = None
+    adm = b = None
     try:
-        a, o, v = users(adm, PW)
-        tok = a.post("/api/v1/nodes/join-tokens", {}).json["token"]
-        b = Admin(BUILD, os.path.join(tmp, "b"), PW, ports="19155-19159", env_extra={"PRIVAI_JOIN_TOKEN": tok},
-                  extra=["--node-name", "node-b", "--join", f"http://127.0.0.1:{adm.port}", "--heartbeat-s", "1"])
-        node = wait_for(lambda: [n for n in a.get("/api/v1/nodes").json["data"] if n["name"] == "node-b"], 15)
-        check(node and node[0]["state"] == "ready", "node-b joined", node)
+        adm, b, a, o, v, nid = leader_and_node_b(BUILD, tmp, PW, DEMO, "19150-19154", "19155-19159")
         bc = b.client()
         bc.login("admin", PW)
         test_refused(o)
@@ -150,7 +143,8 @@ def main():
         check(False, "the suite ran to the end")
         raise
     finally:
-        adm.stop(signal.SIGKILL)
+        if adm is not None:
+            adm.stop(signal.SIGKILL)
         if b is not None:
             b.stop(signal.SIGKILL)
         clean_up(tmp, 80)

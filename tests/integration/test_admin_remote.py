@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from adminlib import Admin, Client, check, clean_up, stream_text, summary, users, wait_for  # noqa: E402
+from adminlib import Admin, Client, check, clean_up, leader_and_node_b, stream_text, summary, wait_for  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -481,17 +481,9 @@ def raw_refused(port):
 
 def main():
     tmp = tempfile.mkdtemp(prefix="privai-remote-test-")
-    adm = Admin(BUILD, os.path.join(tmp, "leader"), PW, ports="19140-19144",
-                extra=["--node-name", "leader", "--heartbeat-s", "1", "--demo-model", DEMO, "--login-rate", "1000"])
-    b = None
+    adm = b = None
     try:
-        a, o, v = users(adm, PW)
-        tok = a.post("/api/v1/nodes/join-tokens", {}).json["token"]
-        b = Admin(BUILD, os.path.join(tmp, "b"), PW, ports="19145-19149", env_extra={"PRIVAI_JOIN_TOKEN": tok},
-                  extra=["--node-name", "node-b", "--join", f"http://127.0.0.1:{adm.port}", "--heartbeat-s", "1"])
-        node = wait_for(lambda: [n for n in a.get("/api/v1/nodes").json["data"] if n["name"] == "node-b"], 15)
-        check(node and node[0]["state"] == "ready", "node-b joined", node)
-        nid = node[0]["id"]
+        adm, b, a, o, v, nid = leader_and_node_b(BUILD, tmp, PW, DEMO, "19140-19144", "19145-19149")
         bc = b.client()
         bc.login("admin", PW)
         db = sqlite3.connect(os.path.join(tmp, "b", "privai.db"))
@@ -517,7 +509,8 @@ def main():
         check(False, "the suite ran to the end")
         raise
     finally:
-        adm.stop(signal.SIGKILL)
+        if adm is not None:
+            adm.stop(signal.SIGKILL)
         if b is not None:
             b.stop(signal.SIGKILL)
         clean_up(tmp, 60)
