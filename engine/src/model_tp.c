@@ -16,13 +16,18 @@
  *   tokens[n] pos[n] out_rows[n_out] table_of[n] table_len[n_tables]
  *   and the tables' block numbers, one after the other.
  * Tokens of one sequence share a table, sent once.
+ *
+ * An idle rank 0 sends a ping now and then (engine_ping): a step of
+ * its own followed by a one-value all-reduce, so that a rank that died
+ * or hung while nothing was asked ends the group then, not at the next
+ * request, and what runs the group can start it again.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model_ctx.h"
 
-enum { STEP_FORWARD = 1, STEP_STOP = 2 };
+enum { STEP_FORWARD = 1, STEP_STOP = 2, STEP_PING = 3 };
 #define STEP_HEAD 5
 #define STEP_FIRST 1024
 
@@ -172,18 +177,51 @@ tp_send_step(struct engine_ctx *c, const struct compute_batch *b, char *err)
 	return bcast_rest(c, words, err);
 }
 
+/* The ping's all-reduce, on every rank: one value, so that each rank
+ * hears from every other one. */
+static int
+ping_round(struct engine_ctx *c, char *err)
+{
+	float one = 1.0f;
+
+	return c->group->ops->allreduce_sum(c->group, &one, 1, err);
+}
+
+int
+engine_ping(struct engine_ctx *c, char *err)
+{
+	struct coll *g = c->group;
+	int r;
+
+	if (g == NULL || !c->tp_live || g->rank != 0)
+		return PRIVAI_OK;
+	/* a ping is not the model's traffic: the counts stay those of the
+	 * forward passes (/metrics, bench) */
+	struct coll_stats counted = g->stats;
+	memset(c->step, 0, STEP_HEAD * sizeof(int32_t));
+	c->step[0] = STEP_PING;
+	if ((r = g->ops->bcast(g, c->step, STEP_FIRST * sizeof(int32_t), COLL_STEP_BEGIN, err)) == PRIVAI_OK)
+		r = ping_round(c, err);
+	g->stats = counted;
+	return r;
+}
+
 /* A follower: the next step into *b, or *stop.  A step that does not
  * parse means rank 0 and this rank disagree on what they run. */
 static int
 recv_step(struct engine_ctx *c, struct compute_batch *b, int *stop, char *err)
 {
 	struct coll *g = c->group;
-	int32_t *h;
+	int32_t *h = c->step;
 	int r;
 
-	if ((r = g->ops->bcast(g, c->step, STEP_FIRST * sizeof(int32_t), COLL_STEP_BEGIN | COLL_NO_DEADLINE, err)) < 0)
-		return r;
-	h = c->step;
+	do {
+		r = g->ops->bcast(g, c->step, STEP_FIRST * sizeof(int32_t), COLL_STEP_BEGIN | COLL_NO_DEADLINE, err);
+		if (r == PRIVAI_OK && h[0] == STEP_PING)
+			r = ping_round(c, err);
+		if (r < 0)
+			return r;
+	} while (h[0] == STEP_PING);
 	if (h[0] == STEP_STOP) {
 		*stop = 1;
 		return PRIVAI_OK;

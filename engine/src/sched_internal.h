@@ -30,6 +30,7 @@ struct scheduler {
 	const struct tokenizer *tok;
 	struct scheduler_params p;
 	int n_vocab, n_ctx, n_batch;
+	int grouped; /* rank 0 of a tensor-parallel group: pinged when idle */
 	struct kv_pool *pool;
 	pthread_t thread;
 	int thread_started, mutex_ready;

@@ -4,6 +4,7 @@
  * sampling and publishing.  See scheduler.c for who owns what.
  */
 #include <assert.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -466,6 +467,39 @@ update_gauges(struct scheduler *s)
 	s->gauges.kv_blocks_cached = st.n_cached;
 }
 
+/* How often an idle rank 0 checks that its group still answers: a rank
+ * that died while nothing was asked is noticed this soon (plus the
+ * group's deadline when it hung), not at the next request. */
+#define PING_MS 2000
+
+/* Nothing to run: wait for work, under the lock.  Rank 0 of a group
+ * pings it when the wait runs out; a rank that does not answer ends
+ * the group there (privai/collective.h), and whoever runs it restarts
+ * it whole. */
+static void
+idle_wait(struct scheduler *s)
+{
+	struct timespec ts;
+	char err[PRIVAI_ERR_LEN];
+
+	if (!s->grouped) {
+		pthread_cond_wait(&s->wake, &s->mu);
+		return;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += PING_MS / 1000;
+	if (pthread_cond_timedwait(&s->wake, &s->mu, &ts) != ETIMEDOUT || s->stopping || s->q_head != NULL)
+		return;
+	s->in_forward = 1;
+	pthread_mutex_unlock(&s->mu);
+	/* every transport ends the process on a failed collective; were one
+	 * not to, the next forward pass would fail its requests with it */
+	(void)engine_ping(s->ctx, err);
+	pthread_mutex_lock(&s->mu);
+	s->in_forward = 0;
+	pthread_cond_broadcast(&s->forward_done);
+}
+
 int
 sched_step(struct scheduler *s)
 {
@@ -494,7 +528,7 @@ sched_step(struct scheduler *s)
 			finish_locked(s, r, FINISH_ERROR, "the KV cache cannot hold this request");
 		} else if (s->q_head == NULL) {
 			update_gauges(s);
-			pthread_cond_wait(&s->wake, &s->mu);
+			idle_wait(s);
 		}
 		pthread_mutex_unlock(&s->mu);
 		return 1;

@@ -286,6 +286,7 @@ scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok, const struct 
 	s->n_vocab = V;
 	s->n_ctx = ci.n_ctx;
 	s->n_batch = ci.n_batch;
+	s->grouped = ci.tp_size > 1;
 	if (s->p.max_seqs < 1)
 		s->p.max_seqs = 1;
 	if (s->p.max_seqs > ci.n_batch)

@@ -157,6 +157,12 @@ int engine_ctx_lora_loaded(const struct engine_ctx *c, int k);
  * every rank's process first: privai/collective.h). */
 int engine_follow(struct engine_ctx *c, char *err);
 
+/* On rank 0 of a group, idle: check that every rank still answers (a
+ * step that runs no pass, and an all-reduce of one value).  A rank that
+ * died or hung ends the group as a failed forward pass would; PRIVAI_OK
+ * at once on a context that is not rank 0 of a group. */
+int engine_ping(struct engine_ctx *c, char *err);
+
 /* Forget the single sequence engine_decode() runs (a new conversation). */
 void engine_ctx_reset(struct engine_ctx *c);
 
