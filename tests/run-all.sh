@@ -16,8 +16,8 @@ run_suite() {
 	echo "== $name"
 	out=$("$@" 2>&1)
 	rc=$?
-	echo "$out" | grep -v '^[0-9]* passed, [0-9]* failed' | sed 's/^/   /' | tail -40
-	line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
+	echo "$out" | grep -av '^[0-9]* passed, [0-9]* failed' | sed 's/^/   /' | tail -40
+	line=$(echo "$out" | grep -aE '^[0-9]+ passed, [0-9]+ failed' | tail -1)
 	p=$(echo "$line" | sed -n 's/^\([0-9]*\) passed.*/\1/p')
 	f=$(echo "$line" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')
 	k=$(echo "$line" | sed -n 's/.* \([0-9]*\) skipped.*/\1/p')

@@ -27,6 +27,9 @@ LIBS="-lpcre2-8 -lm -lcjson -lmicrohttpd -lsodium -lsystemd -lsqlite3 -lcurl -lg
 pass=0
 fail=0
 
+# sanitizer reports quote the input: keep the log text
+printable() { LC_ALL=C tr -c '[:print:]\n\t' '?'; }
+
 # the code under test, instrumented once (objects kept between runs) and
 # archived, so each harness links only what it uses
 if [ ! -f "$BUILD/gen/admin_schema.c" ]; then
@@ -76,7 +79,7 @@ for t in $FUZZ_TARGETS; do
 	fi
 	if [ -d "tests/fuzz/regressions/$t" ] &&
 		! "$bin" -rss_limit_mb=4096 tests/fuzz/regressions/"$t"/* >"$out/regressions-$t.log" 2>&1; then
-		tail -40 "$out/regressions-$t.log" >&2
+		tail -40 "$out/regressions-$t.log" | printable >&2
 		echo "fuzz: $t: a saved regression input fails again (tests/fuzz/regressions/$t)"
 		fail=$((fail + 1))
 		continue
@@ -84,13 +87,24 @@ for t in $FUZZ_TARGETS; do
 	mkdir -p "$out/corpus-$t"
 	seeds=tests/fuzz/corpus/$t
 	[ "$t" = gguf ] && seeds=$out/seeds-gguf
+	touch "$out/started-$t"
 	if "$bin" "$out/corpus-$t" "$seeds" -max_total_time="$FUZZ_SECONDS" -max_len=262144 -rss_limit_mb=4096 \
 		-artifact_prefix="$out/artifacts/$t-" -print_final_stats=1 >"$out/fuzz-$t.log" 2>&1; then
 		runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/fuzz-$t.log" | grep -o '[0-9]*$')
 		echo "fuzz: $t survived ${runs:-?} inputs in ${FUZZ_SECONDS}s"
 		pass=$((pass + 1))
 	else
-		tail -40 "$out/fuzz-$t.log" >&2
+		# a CI log shows only the suite's last lines, and the input may be
+		# binary: the sanitizer's verdict, then the input in base64, so
+		# that a crash seen only in CI can be replayed here
+		{
+			grep -a -m 4 -E 'ERROR|SUMMARY|runtime error' "$out/fuzz-$t.log"
+			grep -a -m 6 -E '^ +#[0-9]+ ' "$out/fuzz-$t.log" | cut -c1-160
+		} | printable >&2
+		for a in $(find "$out/artifacts" -name "$t-*" -newer "$out/started-$t"); do
+			echo "fuzz: $t: input $(basename "$a") ($(wc -c <"$a") bytes), base64:"
+			head -c 1024 "$a" | base64
+		done
 		echo "fuzz: $t: crash, input saved under $out/artifacts"
 		fail=$((fail + 1))
 	fi
