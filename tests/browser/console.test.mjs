@@ -423,6 +423,9 @@ async function main() {
     check(await ranks.locator('tbody tr').count() === 2 &&
       (await ranks.locator('tr', { hasText: 'node-b' }).textContent()).includes('follows rank 0'),
       'the detail lists rank 0 on the leader and rank 1 on node-b, following');
+    const ranksUp = page.locator('p', { hasText: '2 of 2 ranks up' }).first();
+    check(await ranksUp.waitFor({ timeout: 30000 }).then(() => true, () => false) &&
+      await ranksUp.getAttribute('class') === 'muted', 'the detail counts the ranks up, as a note, not an error');
     const schat = page.getByRole('form', { name: 'Chat with tiny-split' });
     await schat.getByLabel('Message').fill('Hello two nodes');
     await schat.getByRole('button', { name: 'Send' }).click();

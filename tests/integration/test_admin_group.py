@@ -99,9 +99,25 @@ def test_split(o, bc):
     r = o.get(f"/api/v1/deployments/{dep}/logs?rank=x")
     check(r.status == 422 and r.json["error"]["field"] == "rank", "a bad rank: 422", r)
 
-    # a follower killed: node-b starts it again, and the group answers again
+    check(d and d["reason"] == "2 of 2 ranks up", "the group's reason counts its ranks", d and d["reason"])
+
+    # a follower killed: rank 0's ping finds it gone and ends the group,
+    # so the leader restarts rank 0 with nothing asked; node-b starts its
+    # rank again, and the group answers again
     if f and f["pid"]:
+        before = d["restarts"]
         os.kill(f["pid"], signal.SIGKILL)
+        seen, why = set(), []
+
+        def restarted():
+            j = dep_of(o, dep)
+            if j:
+                seen.add(j["state"])
+                why.extend([j["reason"]] if "rank 1" in (j["reason"] or "") else [])
+            return j if j and j["restarts"] > before else None
+        d2 = wait_for(restarted, 60 * SLOW, 0.2)
+        check(d2, "with nothing asked, rank 0 ends the group and is restarted (states seen: %s)" % sorted(seen), d2)
+        check(any("no answer from rank 1" in w for w in why), "the leader says rank 1 did not answer", why[-1:])
         deadline, again = time.time() + 150 * SLOW, None
         while time.time() < deadline and again != want:
             again = chat(o, dep)

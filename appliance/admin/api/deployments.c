@@ -25,11 +25,26 @@
 #include "store/rows.h"
 #include "deploy/supervisor.h"
 
+/* A split deployment is one group: while rank 0 serves, a follower rank
+ * that is not running makes it degraded (rank 0 ends the group itself
+ * within seconds, and it starts again whole); while it starts, its
+ * reason counts the ranks up. */
+#define SPLIT_RANKS_DOWN                                                                                               \
+	"EXISTS (SELECT 1 FROM deployment_ranks r WHERE r.deployment_id = d.id AND r.state IN ('failed', 'stopped', "  \
+	"'pending'))"
+#define SPLIT_RANKS_UP                                                                                                 \
+	"((d.state = 'ready') + (SELECT count(*) FROM deployment_ranks r WHERE r.deployment_id = d.id AND r.state = "  \
+	"'ready'))"
+
 /* endpoint: where a client with one of its keys reaches the engine: on
  * this node's loopback, or through the console of the node that runs it */
 #define DEPLOY_FIELDS                                                                                                                                                         \
 	"SELECT d.id, d.name, d.model_id, m.name AS model, d.placement, d.options, d.port, d.desired, "                                                                       \
-	"d.state, d.reason, d.pid, d.unit, d.restarts, d.started_at, d.created_at, d.updated_at, "                                                                            \
+	"CASE WHEN d.state = 'ready' AND " SPLIT_RANKS_DOWN " THEN 'degraded' ELSE d.state END AS state, "                                                                    \
+	"coalesce(d.reason, CASE WHEN d.state IN ('loading', 'ready') AND json_extract(d.placement, '$.ranks') IS "                                                           \
+	"NOT NULL THEN "                                                                                                                                                      \
+	"printf('%d of %d ranks up', " SPLIT_RANKS_UP ", json_array_length(d.placement, '$.ranks')) END) AS reason, "                                                         \
+	"d.pid, d.unit, d.restarts, d.started_at, d.created_at, d.updated_at, "                                                                                               \
 	"coalesce(n.name, (SELECT name FROM nodes WHERE is_self = 1)) AS node, d.leader_id, "                                                                                 \
 	"CASE WHEN d.pid IS NOT NULL THEN d.cpus END AS cpus, "                                                                                                               \
 	"CASE WHEN d.node_id IS NULL THEN 'http://127.0.0.1:' || d.port || '/v1' "                                                                                            \

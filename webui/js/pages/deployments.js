@@ -198,7 +198,7 @@ async function detail(d, pane, nodes, onChange) {
   const parts = [h('h2', {}, d.name, ' ', badge(d.state)),
     h('p', {}, 'OpenAI endpoint: ', h('code', {}, d.endpoint), ` · model ${d.model} · node ${nodesOf(d)} · restarts ${d.restarts}`,
       d.unit ? h('span', {}, ' · systemd unit ', h('code', {}, d.unit)) : ''),
-    d.reason ? h('p', { class: 'error-text' }, d.reason) : '',
+    d.reason ? h('p', { class: ['failed', 'degraded'].includes(d.state) ? 'error-text' : 'muted' }, d.reason) : '',
     d.ranks ? ranksTable(d) : '',
     d.leader_id ? h('p', { class: 'muted' }, 'The cluster\'s leader placed this deployment here; change it on the leader\'s console.') : ''];
   if (can('operator') && !d.leader_id) {
