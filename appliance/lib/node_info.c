@@ -1,5 +1,6 @@
 /* This node's CPUs, NUMA layout, memory and NICs, from /proc and /sys. */
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,10 +93,26 @@ cpuinfo_value(char *line, const char *key)
 	return v;
 }
 
+/* A topology id (physical id, core id): 0..65535, or -1 for anything
+ * else, so that a bad line is skipped rather than overflowing a key. */
+static int
+topology_id(const char *v)
+{
+	char *end;
+	long n;
+
+	errno = 0;
+	n = strtol(v, &end, 10);
+	if (errno != 0 || end == v || n < 0 || n > 65535)
+		return -1;
+	return (int)n;
+}
+
 static void
 read_cpuinfo(const char *root, struct node_info *ni)
 {
-	static _Thread_local int core_key[MAX_CPUS], socket_seen[256];
+	static _Thread_local long long core_key[MAX_CPUS];
+	static _Thread_local int socket_seen[256];
 	char line[8192];
 	int phys = -1, n_keys = 0;
 	const char *v;
@@ -112,11 +129,13 @@ read_cpuinfo(const char *root, struct node_info *ni)
 		else if ((v = cpuinfo_value(line, "model name")) != NULL && ni->cpu_model[0] == '\0')
 			snprintf(ni->cpu_model, sizeof(ni->cpu_model), "%s", v);
 		else if ((v = cpuinfo_value(line, "physical id")) != NULL) {
-			phys = atoi(v);
+			phys = topology_id(v);
 			if (phys >= 0 && phys < 256 && !socket_seen[phys]++)
 				ni->cpu_sockets++;
-		} else if ((v = cpuinfo_value(line, "core id")) != NULL && phys >= 0 && n_keys < MAX_CPUS) {
-			int key = phys * 65536 + atoi(v), seen = 0;
+		} else if ((v = cpuinfo_value(line, "core id")) != NULL && phys >= 0 && topology_id(v) >= 0 &&
+			   n_keys < MAX_CPUS) {
+			long long key = (long long)phys * 65536 + topology_id(v);
+			int seen = 0;
 			for (int i = 0; i < n_keys && !seen; i++)
 				seen = core_key[i] == key;
 			if (!seen) {

@@ -51,6 +51,9 @@ main(void)
 	CHECK(strstr(ni.missing, "/proc/meminfo") && strstr(ni.missing, "/sys/class/net") &&
 		      strstr(ni.missing, "osrelease"),
 	      "garbage: missing sources named: '%s'", ni.missing);
+	/* ids past 65535 or below 0 are skipped, not multiplied into a key */
+	CHECK(ni.cpu_sockets == 1 && ni.cpu_cores == 1, "garbage: one socket and one core of sane ids: %d %d",
+	      ni.cpu_sockets, ni.cpu_cores);
 
 	node_info_read("/nonexistent-root", &ni);
 	CHECK(strstr(ni.missing, "/proc/cpuinfo") && ni.cpu_threads == 0, "no tree: cpuinfo named missing");
