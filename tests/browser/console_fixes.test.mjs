@@ -149,7 +149,11 @@ async function main() {
         await page.getByRole('button', { name: 'Size this shape' }).click();
         await page.locator('dl.facts', { hasText: 'KV cache per token' }).waitFor();
         check(await page.locator('dl.facts dd').nth(9).textContent() === '4', 'sizing a 70B shape answers 4 GPUs, as a table',
-          await page.locator('dl.facts').textContent());
+          await page.locator('dl.facts').first().textContent());
+        const cpu = page.getByRole('region', { name: 'On this cluster\'s CPUs' });
+        check(/Ranksdoes not fit/.test(await cpu.locator('dl').textContent()) &&
+          /does not fit in the memory of 1 node: 130\.4 GiB of weights/.test(await cpu.textContent()),
+          'on this one node\'s CPUs, 70B at 16 bits does not fit, and it says why', await cpu.textContent());
       }
       await page.screenshot({ path: path.join(SHOTS, `fix-${hash}.png`), fullPage: true });
     }

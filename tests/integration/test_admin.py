@@ -391,6 +391,15 @@ def test_models(adm, a, o, v, roots):
     r = v.get(f"/api/v1/models/{demo_id}/sizing?gpu=H100-80GB&context=2048&concurrency=4")
     kv = 2 * 4 * 4 * 32 * 2
     check(r.status == 200 and r.json["gpus"] == 1 and r.json["kv_bytes_per_token"] == kv, "sizing a registered model", r)
+    cores = [n for n in v.get("/api/v1/nodes").json["data"] if n["is_self"]][0]["cpu_cores"]
+    cpu = r.json.get("cpu") or {}
+    check(cpu.get("ranks") == 1 and cpu.get("placement") == {"kind": "cpu", "threads": cores} and
+          "one node holds it" in cpu.get("why", ""), "sizing: on CPUs this node holds it, with its cores", cpu)
+    r = v.get(f"/api/v1/models/{demo_id}/sizing?gpu=H100-80GB&context=2048&concurrency=65536")
+    cpu = r.json.get("cpu") or {}
+    check(r.status == 200 and cpu.get("ranks") == 0 and "placement" not in cpu and
+          "does not fit in the memory of 1 node" in cpu.get("why", ""),
+          "sizing: 256 GiB of KV cache does not fit this node's memory", cpu)
     r = v.get(f"/api/v1/models/{demo_id}/sizing?gpu=Z80")
     check(r.status == 422 and r.json["error"]["field"] == "gpu", "sizing: unknown GPU 422", r)
     r = v.post("/api/v1/sizing", {"gpu": "H100-80GB", "parameters": 70_000_000_000, "bits_per_weight": 16,

@@ -58,6 +58,27 @@ def test_refused(o):
               f"refused: {words}", r)
 
 
+def test_sizing(o):
+    """The sizing answer proposes the split when one node's memory is too
+    small: a KV cache between what one node and two nodes leave a rank."""
+    G = 1 << 30
+    demo = [m for m in o.get("/api/v1/models").json["data"] if m["name"] == "demo"][0]["id"]
+    nodes = {n["name"]: n for n in o.get("/api/v1/nodes").json["data"]}
+    mem = min(nodes["leader"]["memory_bytes"], nodes["node-b"]["memory_bytes"])
+    usable = mem - max(mem / 10, 2 * G)
+    r = o.get(f"/api/v1/models/{demo}/sizing?context=1024")
+    w, per_seq = r.json["weights_bytes"], r.json["kv_bytes_per_token"] * 1024
+    # one node: w + T + 2 GiB > usable; two: w/2 + T/2 + 2 GiB <= usable (4 KV heads split)
+    want_kv = 1.5 * usable - 3 * G - w
+    r = o.get(f"/api/v1/models/{demo}/sizing?context=1024&concurrency={int(want_kv // per_seq)}")
+    cpu = r.json.get("cpu") or {}
+    check(r.status == 200 and cpu.get("ranks") == 2 and
+          cpu.get("placement") == {"kind": "cpu", "threads": min(nodes["leader"]["cpu_cores"], nodes["node-b"]["cpu_cores"]),
+                                   "ranks": ["leader", "node-b"]} and
+          cpu["per_rank_bytes"] <= cpu["usable_bytes_per_node"] and "split over 2 nodes" in cpu["why"],
+          "sizing proposes the split over leader and node-b when one node is too small", cpu)
+
+
 def test_split(o, bc):
     # the same model on one node, for the text a split must give
     r = o.post("/api/v1/deployments", {"name": "solo", "model": "demo", "placement": {"kind": "cpu", "threads": 1},
@@ -153,6 +174,7 @@ def main():
         bc = b.client()
         bc.login("admin", PW)
         test_refused(o)
+        test_sizing(o)
         test_split(o, bc)
         check(adm.stop() == 0 and b.stop() == 0, "SIGTERM: both exit cleanly")
     except Exception:

@@ -5,6 +5,7 @@
  * head divisibility, whole nodes beyond one, bad input refused.
  */
 #include <math.h>
+#include <string.h>
 
 #include "status.h"
 #include "testlib.h"
@@ -74,6 +75,45 @@ main(void)
 	r = size(&reference[1], "H100-80GB", 0, 1);
 	CHECK(fabs(r.per_gpu_used - (671e9 / 16 + r.kv_bytes_total + 2.0 * 1073741824.0)) < 1e3,
 	      "R1 on 16 GPUs: each holds the whole latent cache (%.1f GiB used)", r.per_gpu_used / 1073741824.0);
+
+	/* CPU nodes, one rank each, this node first: 405B (BF16, 754 GiB) at 8k tokens */
+	{
+		const double G = 1073741824.0, big[] = { 512 * G, 512 * G, 512 * G, 512 * G },
+			     first_small[] = { 256 * G, 512 * G, 512 * G, 512 * G }, small[] = { 64 * G, 64 * G };
+		struct sizing_request q = { .model = reference[0], .gpu = *sizing_gpu("H100-80GB"), .context = 8192 };
+		struct sizing_result gr;
+		struct cpu_split cs;
+		sizing_defaults(&q);
+		CHECK(sizing_compute(&q, &gr) == 0, "405B at 8k sized");
+		sizing_cpu_split(&q, &gr, big, 4, &cs);
+		CHECK(cs.ranks == 2 && fabs(cs.per_rank_bytes - (405e9 + gr.kv_bytes_total / 2 + 2 * G)) < 1e3 &&
+			      fabs(cs.usable_bytes - 512 * G * 0.9) < 1e3 && strstr(cs.why, "split over 2 nodes"),
+		      "405B on 512 GiB nodes: 2 ranks of %.1f GiB (%s)", cs.per_rank_bytes / G, cs.why);
+		/* the first node (rank 0's) is small: 2 do not hold it, 3 does not divide 128 heads, 4 do */
+		sizing_cpu_split(&q, &gr, first_small, 4, &cs);
+		CHECK(cs.ranks == 4, "405B with a 256 GiB first node: 4 ranks (%d: %s)", cs.ranks, cs.why);
+		sizing_cpu_split(&q, &gr, small, 2, &cs);
+		CHECK(cs.ranks == 0 && strstr(cs.why, "does not fit in the memory of 2 nodes"),
+		      "405B on two 64 GiB "
+		      "nodes: %s",
+		      cs.why);
+		sizing_cpu_split(&q, &gr, small, 0, &cs);
+		CHECK(cs.ranks == 0 && strstr(cs.why, "no node"), "no nodes: %s", cs.why);
+		/* a small model stays on one node; a node keeps at least 2 GiB */
+		struct sizing_request q8 = { .model = { "8B", 16e9, 32, 32, 8, 128, 0, 131072 },
+					     .gpu = *sizing_gpu("H100-80GB"),
+					     .context = 8192 };
+		sizing_defaults(&q8);
+		CHECK(sizing_compute(&q8, &gr) == 0, "8B sized");
+		sizing_cpu_split(&q8, &gr, small, 2, &cs);
+		CHECK(cs.ranks == 1 && strstr(cs.why, "one node holds it"), "8B on one node: %s", cs.why);
+		const double tiny[] = { 16 * G, 16 * G };
+		sizing_cpu_split(&q8, &gr, tiny, 2, &cs);
+		CHECK(cs.ranks == 2 && fabs(cs.usable_bytes - 14 * G) < 1e3,
+		      "8B on 16 GiB nodes: 2 ranks, 14 GiB "
+		      "usable each (%d, %.1f)",
+		      cs.ranks, cs.usable_bytes / G);
+	}
 
 	/* bad input */
 	struct sizing_request bad = { .model = { "x", 1e9, 0, 8, 8, 64, 0, 4096 }, .gpu = *sizing_gpu("H100-80GB") };

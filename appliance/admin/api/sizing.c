@@ -1,7 +1,8 @@
 /*
  * Sizing over HTTP: for a registered model (its GGUF shape) or for a
  * model described in a form, on a GPU type: weights, KV per token, KV for
- * context x concurrency, headroom, and the GPU and node count (gpu/sizing.c).
+ * context x concurrency, headroom, and the GPU and node count; and on
+ * this cluster's CPU nodes, the ranks and the placement (gpu/sizing.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,70 @@ sizing_json(const struct sizing_request *q, const struct sizing_result *s)
 	return o;
 }
 
+/* The same model on this cluster's CPU nodes (gpu/sizing.h): the
+ * fewest ready nodes, this one first and then the largest, whose memory
+ * holds a rank each, and the placement that deploys it.  NULL on a
+ * database error. */
+static cJSON *
+cpu_split_json(sqlite3 *db, const struct sizing_request *q, const struct sizing_result *s)
+{
+	double bytes[SIZING_MAX_RANKS];
+	char names[SIZING_MAX_RANKS][64];
+	int cores[SIZING_MAX_RANKS], n = 0;
+	sqlite3_stmt *st;
+	struct cpu_split cs;
+
+	if (sqlite3_prepare_v2(db,
+			       "SELECT name, memory_bytes, coalesce(cpu_cores, 0), is_self FROM nodes WHERE state = "
+			       "'ready' AND memory_bytes > 0 ORDER BY is_self DESC, memory_bytes DESC, id",
+			       -1, &st, NULL) != SQLITE_OK)
+		return NULL;
+	while (n < SIZING_MAX_RANKS && sqlite3_step(st) == SQLITE_ROW) {
+		if (n == 0 && sqlite3_column_int(st, 3) != 1)
+			break; /* rank 0 serves from this node: without it, no split */
+		snprintf(names[n], sizeof(names[n]), "%s", (const char *)sqlite3_column_text(st, 0));
+		bytes[n] = sqlite3_column_double(st, 1);
+		cores[n] = sqlite3_column_int(st, 2);
+		n++;
+	}
+	sqlite3_finalize(st);
+	sizing_cpu_split(q, s, bytes, n, &cs);
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "ranks", cs.ranks);
+	cJSON_AddNumberToObject(o, "per_rank_bytes", cs.per_rank_bytes);
+	cJSON_AddNumberToObject(o, "usable_bytes_per_node", cs.usable_bytes);
+	cJSON_AddStringToObject(o, "why", cs.why);
+	if (cs.ranks < 1)
+		return o;
+	int threads = cores[0];
+	for (int i = 1; i < cs.ranks; i++)
+		threads = cores[i] < threads ? cores[i] : threads;
+	cJSON *p = cJSON_AddObjectToObject(o, "placement");
+	cJSON_AddStringToObject(p, "kind", "cpu");
+	cJSON_AddNumberToObject(p, "threads", threads > 0 ? threads : 1);
+	if (cs.ranks > 1) {
+		cJSON *ranks = cJSON_AddArrayToObject(p, "ranks");
+		for (int i = 0; i < cs.ranks; i++)
+			cJSON_AddItemToArray(ranks, cJSON_CreateString(names[i]));
+	}
+	return o;
+}
+
+/* The answer: on GPUs, and on this cluster's CPU nodes. */
+static void
+reply_sized(struct req *r, const struct sizing_request *q, const struct sizing_result *s)
+{
+	cJSON *o = sizing_json(q, s), *cpu = cpu_split_json(r->a->db, q, s);
+
+	if (cpu == NULL) {
+		cJSON_Delete(o);
+		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+		return;
+	}
+	cJSON_AddItemToObject(o, "cpu", cpu);
+	reply_json(r, 200, o);
+}
+
 static void
 h_sizing(struct req *r)
 {
@@ -114,7 +179,7 @@ h_sizing(struct req *r)
 		reply_error(r, 422, "invalid_field", NULL, "%s", s.why);
 		return;
 	}
-	reply_json(r, 200, sizing_json(&q, &s));
+	reply_sized(r, &q, &s);
 }
 
 /* A model described by hand: parameters (with bits per weight) or
@@ -173,7 +238,7 @@ h_sizing_form(struct req *r)
 	if (sizing_compute(&q, &s) < 0)
 		reply_error(r, 422, "invalid_field", NULL, "%s", s.why);
 	else
-		reply_json(r, 200, sizing_json(&q, &s));
+		reply_sized(r, &q, &s);
 out:
 	cJSON_Delete(j);
 }

@@ -135,3 +135,51 @@ sizing_compute(const struct sizing_request *r, struct sizing_result *res)
 		snprintf(res->why, sizeof(res->why), "does not fit in %d GPUs", r->max_gpus);
 	return 0;
 }
+
+/* What a node leaves its rank: a tenth of its memory, at least 2 GiB,
+ * stays with the system and the page cache. */
+static double
+node_usable(double bytes)
+{
+	double kept = bytes / 10 > 2.0 * GIB ? bytes / 10 : 2.0 * GIB;
+
+	return bytes - kept;
+}
+
+void
+sizing_cpu_split(const struct sizing_request *r, const struct sizing_result *res, const double *node_bytes, int n_nodes,
+		 struct cpu_split *out)
+{
+	const struct model_shape *m = &r->model;
+	double smallest = 0;
+	int most = n_nodes < SIZING_MAX_RANKS ? n_nodes : SIZING_MAX_RANKS;
+
+	memset(out, 0, sizeof(*out));
+	for (int n = 1; n <= most; n++) {
+		double u = node_usable(node_bytes[n - 1]);
+		smallest = n == 1 || u < smallest ? u : smallest;
+		if (n > 1 && !valid_tp(n, m, SIZING_MAX_RANKS))
+			continue;
+		double need = m->weight_bytes / n + kv_per_gpu(m, res->kv_bytes_total, n) + r->runtime_bytes;
+		if (need > smallest)
+			continue;
+		out->ranks = n;
+		out->per_rank_bytes = need;
+		out->usable_bytes = smallest;
+		if (n == 1)
+			snprintf(out->why, sizeof(out->why), "one node holds it: %.1f GiB of the %.1f GiB it leaves",
+				 need / GIB, smallest / GIB);
+		else
+			snprintf(out->why, sizeof(out->why),
+				 "split over %d nodes, a rank each: %.1f GiB a rank, and the smallest node leaves %.1f "
+				 "GiB",
+				 n, need / GIB, smallest / GIB);
+		return;
+	}
+	if (n_nodes < 1)
+		snprintf(out->why, sizeof(out->why), "no node to place it on");
+	else
+		snprintf(out->why, sizeof(out->why),
+			 "does not fit in the memory of %d node%s: %.1f GiB of weights and %.1f GiB of KV cache", most,
+			 most == 1 ? "" : "s", m->weight_bytes / GIB, res->kv_bytes_total / GIB);
+}

@@ -46,6 +46,23 @@ struct sizing_result {
 	char why[256];       /* one line: what decided the count */
 };
 
+/* A model on CPU nodes split over ranks (tensor parallel, one rank a
+ * node): the fewest of the nodes given, in their order (this node
+ * first: rank 0 serves from it), whose memory holds each rank's share. */
+#define SIZING_MAX_RANKS 16
+struct cpu_split {
+	int ranks;             /* 0: does not fit in the nodes given */
+	double per_rank_bytes; /* weights and KV cache a rank holds, plus its buffers */
+	double usable_bytes;   /* of the smallest node taken: what it leaves a rank */
+	char why[256];
+};
+
+/* node_bytes[i]: node i's memory.  Each node keeps a tenth of it (at
+ * least 2 GiB) for the system and the page cache, and a rank adds
+ * r->runtime_bytes of buffers. */
+void sizing_cpu_split(const struct sizing_request *r, const struct sizing_result *res, const double *node_bytes,
+		      int n_nodes, struct cpu_split *out);
+
 /* Fill sensible defaults (6 GiB headroom, 2 GiB runtime, f16 KV, 8 GPUs a
  * node, up to 1024 GPUs) into the fields left zero. */
 void sizing_defaults(struct sizing_request *r);

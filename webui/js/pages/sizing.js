@@ -18,7 +18,20 @@ export function sizingTable(s) {
   ];
   return h('div', { class: 'sizing' },
     h('dl', { class: 'facts' }, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v === undefined || v === null ? '—' : String(v))])),
-    s.why ? h('p', {}, s.why) : '');
+    s.why ? h('p', {}, s.why) : '', s.cpu ? cpuSplit(s.cpu) : '');
+}
+
+// The same model on this cluster's CPU nodes: how many ranks, and the
+// placement that deploys it (split over nodes when one is too small).
+function cpuSplit(c) {
+  const where = c.placement && c.placement.ranks ? `split over ${c.placement.ranks.join(' + ')}`
+    : c.ranks ? 'on this node' : 'does not fit';
+  return h('section', { 'aria-label': 'On this cluster\'s CPUs' }, h('h3', {}, 'On this cluster\'s CPUs'),
+    h('dl', { class: 'facts' },
+      h('dt', {}, 'Ranks'), h('dd', {}, c.ranks ? `${c.ranks} (${where})` : where),
+      h('dt', {}, 'Memory a rank holds'), h('dd', {}, c.ranks ? bytes(c.per_rank_bytes) : '—')),
+    h('p', {}, c.why),
+    c.placement ? h('p', {}, 'Placement to deploy it with: ', h('code', {}, JSON.stringify(c.placement))) : '');
 }
 
 const numeric = (name, label, attrs = {}) => field(label, h('input', { name, type: 'number', min: 1, ...attrs }));
