@@ -106,7 +106,9 @@ expect_fail "CUDA library named but absent" "installed without its CUDA backend"
 	env PRIVAI_CUDA_LIBRARY="$T/nope.so" "$E" run -m "$DEMO" -p hi --device cuda
 expect_fail "CUDA library that is something else" "not a privai CUDA backend" \
 	env PRIVAI_CUDA_LIBRARY="$PWD/$BUILD/libnvml-double.so" "$E" bench -m "$DEMO" -p 4 -n 2 --device cuda
-expect_fail "two GPUs (tensor parallel) not built yet" "not built yet" "$E" serve -m "$DEMO" --port 0 --device cuda --gpus GPU-a,GPU-b
+expect_fail "two GPUs in one process refused, saying how to split" \
+	"--tp N --nnodes M --dist-init HOST:PORT starts a rank a GPU" \
+	"$E" serve -m "$DEMO" --port 0 --device cuda --gpus GPU-a,GPU-b
 expect_fail "a GPU memory share above 1" "at most 1" "$E" serve -m "$DEMO" --port 0 --device cuda --gpu-memory-utilization 1.5
 expect_fail "a GPU memory share of 0" "above 0" "$E" serve -m "$DEMO" --port 0 --device cuda --gpu-memory-utilization 0
 expect_fail "a header timeout of 0" "between 0.1 and 3600" "$E" serve -m "$DEMO" --port 0 --header-timeout 0

@@ -14,7 +14,10 @@ ranks of this machine):
   - bench --tp 2 reports what the all-reduces cost per token;
   - ranks started apart (as each node's privai-admin starts its own) meet
     at --dist-init over Gloo: the same logits, the same served text, and
-    a hung or dead rank named by the one that waited for it.
+    a hung or dead rank named by the one that waited for it;
+  - --nnodes: one process a node starts the node's other ranks (pinned
+    apart on CPUs, a device each on GPUs): the same logits and text, and
+    no rank outlives its node's process or fails unnamed.
 Standard library only.  Prints "N passed, N failed".
 """
 import array
@@ -423,7 +426,7 @@ def test_apart(tmp):
             print("   %s over Gloo, %d ranks: relative L2 to one rank %.2g" % (m, n, e))
     for args, want in ((["--node-rank", "1"], "--node-rank and --nnodes go with --dist-init HOST:PORT"),
                        (["--dist-init", "127.0.0.1:1", "--node-rank", "2"], "--node-rank 2 of a group of 2 (0 to 1)"),
-                       (["--dist-init", "127.0.0.1:1", "--nnodes", "3"], "--nnodes 3 with --tp 2: CPU ranks are one a node"),
+                       (["--dist-init", "127.0.0.1:1", "--nnodes", "3"], "--nnodes 3 does not divide --tp 2"),
                        (["--dist-init", "no-port"], "--dist-init takes HOST:PORT, not 'no-port'")):
         r = subprocess.run([ENGINE, "eval", "--tp", "2", "-m", model, "--prompt-ids", "1", "--dump-logits",
                             os.path.join(tmp, "x")] + args, capture_output=True, text=True, timeout=60)
@@ -497,6 +500,135 @@ def test_apart(tmp):
                 log.close()
 
 
+def children_of(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_node_ranks(tmp):
+    """--nnodes: one process a node starts the node's other ranks."""
+    m = "tiny-llama3-bpe-q8_0"
+    model = os.path.join(FIX, "models", m + ".gguf")
+    with open(os.path.join(FIX, "golden", m + ".p1.json")) as f:
+        ids = ",".join(str(i) for i in json.load(f)["prompt_ids"])
+    alone = os.path.join(tmp, "alone-nodes.f32")
+    eval_alone(model, ids, alone)
+    # 4 ranks on 2 "nodes" (two processes here), and 2 ranks in one process
+    for tp, nnodes in ((4, 2), (2, 1)):
+        out, port = os.path.join(tmp, "nodes-%d-%d.f32" % (tp, nnodes)), free_port()
+        procs = []
+        for node in reversed(range(nnodes)):
+            log = open(os.path.join(tmp, "node%d.log" % node), "w")
+            procs.append((node, log, subprocess.Popen(
+                [ENGINE, "eval", "-m", model, "--prompt-ids", ids, "--dump-logits", out, "-t", "1", "--tp", str(tp),
+                 "--nnodes", str(nnodes), "--node-rank", str(node), "--dist-init", "127.0.0.1:%d" % port],
+                stdout=log, stderr=subprocess.STDOUT, env=mpi_env())))
+        codes = [p.wait(120 * SLOW) for _, _, p in sorted(procs)]
+        for _, log, _ in procs:
+            log.close()
+        logs = "".join(open(os.path.join(tmp, "node%d.log" % n)).read() for n in range(nnodes))
+        check(codes == [0] * nnodes, "eval --tp %d --nnodes %d: exits %s: %s" % (tp, nnodes, codes, logs[-400:]))
+        started = sorted(int(r) for r in re.findall(r"rank (\d+) of %d on this node" % tp, logs))
+        check(started == list(range(tp)), "each node's process starts its %d ranks: %s" % (tp // nnodes, started))
+        if os.path.exists(out):
+            e = rel_l2(floats(alone), floats(out))
+            check(e <= 2e-3, "%s, %d ranks over %d node processes: relative L2 %.3g to one rank" % (m, tp, nnodes, e))
+    for args, want in ((["--tp", "2", "--nnodes", "3"], "--nnodes 3 does not divide --tp 2"),
+                       (["--tp", "4", "--nnodes", "2", "--node-rank", "2"], "--node-rank 2 of 2 nodes (0 to 1)")):
+        r = subprocess.run([ENGINE, "eval", "-m", model, "--prompt-ids", "1", "--dump-logits", os.path.join(tmp, "x"),
+                            "--dist-init", "127.0.0.1:1"] + args, capture_output=True, text=True, timeout=60)
+        check(r.returncode != 0 and want in r.stderr, "refused: %s (%s)" % (want, r.stderr.strip()))
+    # GPU ranks: one device each, from CUDA_VISIBLE_DEVICES (no GPU here: the devices are named, then refused)
+    env = dict(mpi_env(), CUDA_VISIBLE_DEVICES="GPU-a,GPU-b,GPU-c")
+    r = subprocess.run([ENGINE, "eval", "--device", "cuda", "-m", model, "--prompt-ids", "1", "--dump-logits",
+                        os.path.join(tmp, "x"), "--tp", "2", "--nnodes", "1", "--dist-init", "127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    check(r.returncode != 0 and "2 ranks a node (--tp 2 over --nnodes 1) take 2 GPUs, one each; "
+          "CUDA_VISIBLE_DEVICES lists 3" in r.stderr, "GPUs that are not one a rank refused: %s" % r.stderr.strip())
+    env["CUDA_VISIBLE_DEVICES"] = "GPU-a,GPU-b"
+    r = subprocess.run([ENGINE, "eval", "--device", "cuda", "-m", model, "--prompt-ids", "1", "--dump-logits",
+                        os.path.join(tmp, "x"), "--tp", "2", "--nnodes", "1", "--dist-init", "127.0.0.1:%d" % free_port()],
+                       capture_output=True, text=True, timeout=120, env=env)
+    check(re.search(r"rank 0 of 2 on this node \(pid \d+, GPU GPU-a\)", r.stderr) and
+          re.search(r"rank 1 of 2 on this node \(pid \d+, GPU GPU-b\)", r.stderr),
+          "each GPU rank gets its own device: %s" % r.stderr.strip()[-400:])
+
+    # serve: one process, two ranks, pinned apart; the same text as one rank
+    model = os.path.join(FIX, "models", "tiny-llama-spm-q8_0.gguf")
+    # a child that dies before the group forms (node 1 never comes, so no
+    # peer would notice): its node's process ends at once, naming it; a
+    # hung child whose node's process is killed dies with it
+    for fault in ("child", "parent", None):
+        port, log_path = free_port(), os.path.join(tmp, "node-serve.log")
+        log = open(log_path, "w")
+        tp = ["--tp", "4", "--nnodes", "2"] if fault == "child" else ["--tp", "2", "--nnodes", "1"]
+        p = subprocess.Popen([ENGINE, "serve", "-m", model, "--port", str(port), "--threads", "1", "--ctx", "512",
+                              "--parallel", "4", "--chat-template", "llama2", "--model-name", "m",
+                              "--dist-init", "127.0.0.1:%d" % free_port(), "--tp-deadline", "3"] + tp,
+                             stdout=log, stderr=subprocess.STDOUT, env=mpi_env())
+        try:
+            for _ in range(int(60 * SLOW / 0.2)):
+                text = open(log_path).read()
+                if p.poll() is not None or ("ready:" in text if fault != "child" else "rank 1 of 4 on this" in text):
+                    break
+                time.sleep(0.2)
+            kids = children_of(p.pid)
+            check(len(kids) == 1, "serve %s runs its second rank as its child: %s" % (" ".join(tp), kids))
+            if fault is None:
+                got = chat(port)
+                check(got == SERVED.get("alone"), "the same text as one rank: %r / %r" % (got, SERVED.get("alone")))
+                if kids and os.cpu_count() >= 2:
+                    cpus = [open("/proc/%d/status" % q).read().split("Cpus_allowed_list:")[1].split()[0]
+                            for q in (p.pid, kids[0])]
+                    check(cpus[0] != cpus[1], "the two ranks are pinned to CPUs of their own: %s" % cpus)
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(40 * SLOW)
+                except subprocess.TimeoutExpired:
+                    pass
+                check(p.poll() == 0 and not any(alive(k) for k in kids), "SIGTERM stops both ranks (exit %s)" % p.poll())
+            elif fault == "child" and kids:
+                os.kill(kids[0], signal.SIGKILL)
+                try:
+                    p.wait(10 * SLOW)
+                except subprocess.TimeoutExpired:
+                    pass
+                check(p.poll() not in (None, 0) and re.search(
+                    r"rank 1 of 4 \(pid %d, started by this node's first rank\) was killed by signal 9: the group "
+                    r"stops" % kids[0], open(log_path).read()),
+                      "a child rank dead before the group formed ends its node's process, named: %s"
+                      % open(log_path).read()[-300:])
+            elif fault == "parent" and kids:
+                os.kill(kids[0], signal.SIGSTOP)
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()
+                gone = False
+                for _ in range(int(10 / 0.1)):
+                    if not alive(kids[0]):
+                        gone = True
+                        break
+                    time.sleep(0.1)
+                check(gone, "a node's process killed: its child rank, hung, dies with it")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            for k in children_of(p.pid):
+                os.kill(k, signal.SIGKILL)
+            log.close()
+
+
 SERVED = {}
 
 
@@ -511,6 +643,7 @@ def main():
         test_serve(tmp)
         test_bench()
         test_apart(tmp)
+        test_node_ranks(tmp)
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

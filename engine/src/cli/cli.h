@@ -50,17 +50,27 @@ void cli_engine_close(struct cli_engine *e);
 
 /* A model split over the ranks of a tensor-parallel group (tp.c):
  * --tp N under mpirun -np N (Open MPI), or --tp N --dist-init HOST:PORT
- * --node-rank R in each of N processes started apart (Gloo over TCP: one
- * rank a node, --nnodes N); --tp-deadline S bounds a rank's wait for its
- * peers inside a step. */
+ * --node-rank R in each of N processes started apart (Gloo over TCP, or
+ * NCCL on GPUs), or with --nnodes M in one process a node, which starts
+ * the node's N/M ranks (tp_local.c); --tp-deadline S bounds a rank's
+ * wait for its peers inside a step. */
 struct cli_tp {
-	int size;          /* 1: no group */
-	double deadline_s; /* 0: the transport's default */
-	const char *init;  /* --dist-init, or NULL: MPI */
-	int rank, nnodes;  /* --node-rank, --nnodes (0: not given) */
-	int gpu;           /* the ranks run on GPUs (--device cuda): NCCL */
+	int size;            /* 1: no group */
+	double deadline_s;   /* 0: the transport's default */
+	const char *init;    /* --dist-init, or NULL: MPI */
+	int rank, nnodes;    /* --node-rank, --nnodes (0: not given) */
+	int gpu;             /* the ranks run on GPUs (--device cuda): NCCL */
+	const char *devices; /* --gpus: one a rank of this node, or NULL */
 	struct coll *group;
 };
+
+/* The command line main() was given, for the ranks a node starts. */
+extern char **cli_argv;
+/* Start this node's other ranks (tp->size / tp->nnodes of them in all)
+ * and make tp->rank this process's rank: 0, or 1 (reported). */
+int cli_tp_local_start(const char *cmd, struct cli_tp *tp);
+/* Wait up to `seconds` for the ranks this process started to end. */
+void cli_tp_local_wait(double seconds);
 /* clang-format off */
 #define CLI_TP_OPTIONS \
 	{ "tp", required_argument, NULL, 0x7401 }, { "tp-deadline", required_argument, NULL, 0x7402 }, \

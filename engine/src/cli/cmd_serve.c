@@ -66,8 +66,11 @@ serve_usage(FILE *fp)
 	      "                         stops, naming the rank that did not answer (default 60)\n"
 	      "  --dist-init HOST:PORT  with --tp N: ranks started apart (one a node, each by its own\n"
 	      "                         admin) meet here, where rank 0 listens; Gloo over TCP, not MPI\n"
-	      "  --node-rank R          this process's rank in such a group (0 serves HTTP)\n"
-	      "  --nnodes N             the nodes of such a group (equal to --tp on CPUs)\n"
+	      "  --node-rank R          this process's rank in such a group (0 serves HTTP); with\n"
+	      "                         --nnodes, this node's number\n"
+	      "  --nnodes M             one process a node: it starts the node's --tp/M ranks, pinned\n"
+	      "                         to a NUMA node or a share of the CPUs each, or a GPU each\n"
+	      "                         (the k-th of --gpus)\n"
 	      "  --max-body-mib N       largest request body (default 4)\n"
 	      "  --max-connections N    concurrent connections (default 256)\n"
 	      "  --max-connections-per-client N  of them from one address (default: half; 0: no cap);\n"
@@ -210,14 +213,16 @@ parse(int argc, char **argv, struct serve_opts *o)
 		return cli_error(cmd, "unknown --device '%s' (cpu or cuda)", o->device);
 	if (strcmp(o->device, "cpu") == 0 && (o->gpus != NULL || o->tensor_parallel > 0))
 		return cli_error(cmd, "--gpus and --tensor-parallel are for --device cuda");
-	/* one GPU or one MIG instance, which the CUDA backend then sees as
-	 * device 0; several are the tensor-parallel work, not built yet */
-	if (o->gpus != NULL && (strchr(o->gpus, ',') != NULL || o->tensor_parallel > 1))
+	/* one GPU or one MIG instance a process, which the CUDA backend then
+	 * sees as device 0; several are a node's ranks, one a GPU (--tp N
+	 * --nnodes M: tp_local.c gives each its own) */
+	if (o->gpus != NULL && (strchr(o->gpus, ',') != NULL || o->tensor_parallel > 1) && o->tp.nnodes == 0)
 		return cli_error(cmd,
-				 "--gpus %s: this engine runs on one GPU or MIG instance; tensor parallel "
-				 "across several is not built yet",
+				 "--gpus %s: a process runs on one GPU or MIG instance; to split a model over "
+				 "several, --tp N --nnodes M --dist-init HOST:PORT starts a rank a GPU",
 				 o->gpus);
 	o->tp.gpu = strcmp(o->device, "cuda") == 0;
+	o->tp.devices = o->gpus;
 	if (o->tp.size > 1 && (o->n_lora > 0 || o->n_lora_dir > 0))
 		return cli_error(cmd, "LoRA adapters do not run on a model split over ranks (--tp %d)", o->tp.size);
 	if (o->gpus != NULL && setenv("CUDA_VISIBLE_DEVICES", o->gpus, 1) != 0)

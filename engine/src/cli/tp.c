@@ -18,17 +18,18 @@ cli_tp_join(const char *cmd, struct cli_tp *tp)
 	tp->group = NULL;
 	if (tp->init == NULL && (tp->rank != 0 || tp->nnodes != 0))
 		return cli_error(cmd, "--node-rank and --nnodes go with --dist-init HOST:PORT");
-	/* a CPU group has one rank a node; GPU ranks are one a GPU, N to a node */
-	if (tp->nnodes != 0 && !tp->gpu && tp->nnodes != tp->size)
-		return cli_error(cmd, "--nnodes %d with --tp %d: CPU ranks are one a node", tp->nnodes, tp->size);
-	if (tp->nnodes != 0 && tp->gpu && tp->size % tp->nnodes != 0)
+	/* --nnodes: this process is a node's first rank and starts the rest */
+	if (tp->nnodes != 0 && tp->size % tp->nnodes != 0)
 		return cli_error(cmd, "--nnodes %d does not divide --tp %d", tp->nnodes, tp->size);
 	if (tp->gpu && tp->size > 1 && tp->init == NULL)
 		return cli_error(cmd, "GPU ranks meet at --dist-init HOST:PORT (NCCL's bootstrap), one process a GPU");
-	if (tp->init != NULL && tp->rank >= tp->size)
+	if (tp->init != NULL && tp->nnodes == 0 && tp->rank >= tp->size)
 		return cli_error(cmd, "--node-rank %d of a group of %d (0 to %d)", tp->rank, tp->size, tp->size - 1);
 	if (tp->size <= 1)
 		return 0;
+	if (tp->nnodes != 0 && cli_tp_local_start(cmd, tp))
+		return 1;
+	p.rank = tp->rank;
 	if (coll_new(tp->gpu ? "nccl" : tp->init != NULL ? "gloo" : "mpi", &p, &tp->group, err) < 0)
 		return cli_error(cmd, "%s", err);
 	return 0;
@@ -73,6 +74,8 @@ cli_tp_leave(struct cli_tp *tp)
 {
 	coll_free(tp->group);
 	tp->group = NULL;
+	/* the ranks this one started end once rank 0 has stopped the group */
+	cli_tp_local_wait(15);
 }
 
 int
