@@ -3,7 +3,7 @@ double (8 x H100).
 
 The engine here is fake_engine.py answering `features --json` with the
 CUDA backend: this checks what the admin decides and the command line it
-gives the engine (--device cuda --gpus UUID,... --tensor-parallel N), not a
+gives the engine (--device cuda --gpus UUID,... --tp N --nnodes 1), not a
 GPU's work, which needs the engine's CUDA backend.  The last part runs the
 real engine, which has no CUDA backend, and checks that GPU placements are
 refused up front with the reason.
@@ -75,16 +75,23 @@ def test_whole_gpus(c, fdir):
                headers={"Content-Type": "application/octet-stream"})
     check(r.status == 201 and r.json["kind"] == "lora", "an adapter of the model registered", (p.stderr, r))
     r = deploy(c, "tp2", {"kind": "gpu", "gpus": [0, 1]})
-    check(r.status == 201 and r.json["placement"] == {"kind": "gpu", "gpus": uuid[0:2], "tensor_parallel": 2},
-          "two GPUs by index, stored by UUID with tensor_parallel 2", r)
+    dist = r.json["placement"].get("dist_port") if r.status == 201 else None
+    check(r.status == 201 and r.json["placement"] == {"kind": "gpu", "gpus": uuid[0:2], "tensor_parallel": 2,
+                                                      "dist_port": dist} and isinstance(dist, int),
+          "two GPUs by index, stored by UUID with tensor_parallel 2 and a port for the ranks to meet on", r)
     tp2 = r.json["id"]
     d = ready(c, tp2)
     check(d is not None, "the deployment on two GPUs is ready", d)
     argv = engine_argv(fdir, d["port"]) if d else []
-    check("--device" in argv and argv[argv.index("--device") + 1] == "cuda" and
-          argv[argv.index("--gpus") + 1] == ",".join(uuid[0:2]) and argv[argv.index("--tensor-parallel") + 1] == "2"
-          and "--threads" not in argv, "the engine gets --device cuda --gpus UUID,UUID --tensor-parallel 2", argv)
-    check("--lora" not in argv and "--lora-dir" in argv, "a GPU engine starts without the CPU-only adapters", argv)
+    def after(opt):
+        return argv[argv.index(opt) + 1] if opt in argv else None
+    # a rank a GPU (NCCL's way): the engine starts the second itself, and they meet on loopback
+    check(after("--device") == "cuda" and after("--gpus") == ",".join(uuid[0:2]) and after("--tp") == "2" and
+          after("--nnodes") == "1" and after("--dist-init") == "127.0.0.1:%s" % dist and "--threads" not in argv
+          and "--tensor-parallel" not in argv,
+          "the engine gets --device cuda --gpus UUID,UUID --tp 2 --nnodes 1 --dist-init 127.0.0.1:PORT", argv)
+    check("--lora" not in argv and "--lora-dir" not in argv,
+          "an engine split over GPUs starts without adapters (it refuses them)", argv)
     check("--max-connections-per-client" in argv and argv[argv.index("--max-connections-per-client") + 1] == "0",
           "the engine has no per-address cap: every client comes through the admin, from loopback", argv)
     held = {g["index"]: g["deployment"] for g in c.get("/api/v1/gpus").json["data"]}

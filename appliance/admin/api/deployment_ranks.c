@@ -100,8 +100,9 @@ deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t node
 
 /* The follower ranks of deployment id as its placement names them
  * (none when it is not split), and the port its rank 0 listens on for
- * them, picked once; inside the caller's transaction.  0, or -1 after
- * replying. */
+ * them, picked once; a placement on several GPUs of this node (a rank a
+ * GPU, started by the engine: --nnodes 1) gets that port too.  Inside
+ * the caller's transaction.  0, or -1 after replying. */
 int
 deploy_store_ranks(struct req *r, int64_t id, const char *placement)
 {
@@ -117,7 +118,7 @@ deploy_store_ranks(struct req *r, int64_t id, const char *placement)
 		goto fail;
 	sqlite3_finalize(st);
 	st = NULL;
-	if (!cJSON_IsArray(ranks)) {
+	if (!cJSON_IsArray(ranks) && cJSON_GetArraySize(cJSON_GetObjectItem(pl, "gpus")) < 2) {
 		cJSON_Delete(pl);
 		return 0;
 	}
@@ -126,8 +127,8 @@ deploy_store_ranks(struct req *r, int64_t id, const char *placement)
 		if (port < 0) {
 			cJSON_Delete(pl);
 			reply_error(r, 409, "no_port", NULL,
-				    "every engine port %d-%d is taken (a split deployment's "
-				    "ranks meet on one of them)",
+				    "every engine port %d-%d is taken (the ranks of a deployment "
+				    "split over nodes or GPUs meet on one of them)",
 				    r->a->cfg.engine_port_lo, r->a->cfg.engine_port_hi);
 			return -1;
 		}
@@ -142,6 +143,10 @@ deploy_store_ranks(struct req *r, int64_t id, const char *placement)
 			goto fail;
 		sqlite3_finalize(st);
 		st = NULL;
+	}
+	if (!cJSON_IsArray(ranks)) {
+		cJSON_Delete(pl);
+		return 0;
 	}
 	if (db_prepare(r->a->db,
 		       "INSERT INTO deployment_ranks (deployment_id, rank, node_id, state, updated_at) "

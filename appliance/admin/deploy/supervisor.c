@@ -241,7 +241,7 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	 * others on the host other nodes reach this console at; a follower
 	 * (a member's rank) meets it where the leader said */
 	const cJSON *ranks = cJSON_GetObjectItem(pl, "ranks"), *rank = cJSON_GetObjectItem(pl, "rank");
-	int split = cJSON_IsArray(ranks) || cJSON_IsNumber(rank);
+	int split = cJSON_IsArray(ranks) || cJSON_IsNumber(rank) || cJSON_GetArraySize(cJSON_GetObjectItem(pl, "gpus")) > 1;
 	if (cJSON_IsArray(ranks)) {
 		char host[256];
 		ARG("--tp");
@@ -274,8 +274,16 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 							"%s%s", len ? "," : "", g->valuestring);
 		cut |= len >= sizeof(buf[k]);
 		argv[n++] = buf[k++];
-		ARG("--tensor-parallel");
-		ARG("%d", cJSON_GetArraySize(v));
+		/* several: one process a GPU (NCCL's way), which the engine
+		 * starts itself and whose ranks meet on loopback */
+		if (cJSON_GetArraySize(v) > 1) {
+			ARG("--tp");
+			ARG("%d", cJSON_GetArraySize(v));
+			ARG("--nnodes");
+			ARG("1");
+			ARG("--dist-init");
+			ARG("127.0.0.1:%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "dist_port")));
+		}
 	}
 	static const char *const opt[][2] = { { "ctx", "--ctx" },
 					      { "parallel", "--parallel" },
