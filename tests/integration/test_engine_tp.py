@@ -564,6 +564,30 @@ def test_node_ranks(tmp):
           re.search(r"rank 1 of 2 on this node \(pid \d+, GPU GPU-b\)", r.stderr),
           "each GPU rank gets its own device: %s" % r.stderr.strip()[-400:])
 
+    # NCCL's settings from privai-fabric's directory: the topology file and
+    # nccl.env, a variable already set winning; a line that is not one refused
+    conf = os.path.join(tmp, "etc-privai")
+    os.makedirs(conf, exist_ok=True)
+    with open(os.path.join(conf, "nccl-topo.xml"), "w") as f:
+        f.write('<system version="1"/>\n')
+    with open(os.path.join(conf, "nccl.env"), "w") as f:
+        f.write("# from privai-fabric\nNCCL_IB_HCA=mlx5_0,mlx5_1\n\nNCCL_SOCKET_IFNAME=ens1f0\n")
+    env = dict(mpi_env(), CUDA_VISIBLE_DEVICES="GPU-a,GPU-b", PRIVAI_NCCL_CONFIG_DIR=conf, NCCL_SOCKET_IFNAME="eth9")
+    env.pop("NCCL_TOPO_FILE", None)
+    env.pop("NCCL_IB_HCA", None)
+    gpu_eval = [ENGINE, "eval", "--device", "cuda", "-m", model, "--prompt-ids", "1", "--dump-logits",
+                os.path.join(tmp, "x"), "--tp", "2", "--nnodes", "1", "--dist-init", "127.0.0.1:%d" % free_port()]
+    r = subprocess.run(gpu_eval, capture_output=True, text=True, timeout=120, env=env)
+    check("NCCL settings: NCCL_TOPO_FILE=%s/nccl-topo.xml (privai-fabric's topology), NCCL_IB_HCA=mlx5_0,mlx5_1 "
+          "(nccl.env)\n" % conf in r.stderr, "GPU ranks take the fabric's topology file and nccl.env, the "
+          "environment's NCCL_SOCKET_IFNAME kept: %s" % r.stderr.strip()[-400:])
+    with open(os.path.join(conf, "nccl.env"), "a") as f:
+        f.write("LD_PRELOAD=/tmp/x.so\n")
+    r = subprocess.run(gpu_eval, capture_output=True, text=True, timeout=120, env=env)
+    check(r.returncode != 0 and "nccl.env:5: not an NCCL setting (NCCL_NAME=VALUE, printable): 'LD_PRELOAD=/tmp/x.so'"
+          in r.stderr and "on this node" not in r.stderr, "a line of nccl.env that is not NCCL's is refused "
+          "before any rank starts: %s" % r.stderr.strip())
+
     # serve: one process, two ranks, pinned apart; the same text as one rank
     model = os.path.join(FIX, "models", "tiny-llama-spm-q8_0.gguf")
     # a child that dies before the group forms (node 1 never comes, so no

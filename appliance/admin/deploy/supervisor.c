@@ -241,7 +241,8 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	 * others on the host other nodes reach this console at; a follower
 	 * (a member's rank) meets it where the leader said */
 	const cJSON *ranks = cJSON_GetObjectItem(pl, "ranks"), *rank = cJSON_GetObjectItem(pl, "rank");
-	int split = cJSON_IsArray(ranks) || cJSON_IsNumber(rank) || cJSON_GetArraySize(cJSON_GetObjectItem(pl, "gpus")) > 1;
+	int split =
+		cJSON_IsArray(ranks) || cJSON_IsNumber(rank) || cJSON_GetArraySize(cJSON_GetObjectItem(pl, "gpus")) > 1;
 	if (cJSON_IsArray(ranks)) {
 		char host[256];
 		ARG("--tp");

@@ -64,6 +64,11 @@ struct cli_tp {
 	struct coll *group;
 };
 
+/* GPU ranks: NCCL's topology file and nccl.env from
+ * PRIVAI_NCCL_CONFIG_DIR (/etc/privai) into the environment, unless set
+ * there already (tp_nccl_env.c): 0, or 1 (reported). */
+int cli_tp_nccl_env(const char *cmd);
+
 /* The command line main() was given, for the ranks a node starts. */
 extern char **cli_argv;
 /* Start this node's other ranks (tp->size / tp->nnodes of them in all)

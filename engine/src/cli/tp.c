@@ -27,6 +27,9 @@ cli_tp_join(const char *cmd, struct cli_tp *tp)
 		return cli_error(cmd, "--node-rank %d of a group of %d (0 to %d)", tp->rank, tp->size, tp->size - 1);
 	if (tp->size <= 1)
 		return 0;
+	/* before the node's ranks start, which take this environment */
+	if (tp->gpu && cli_tp_nccl_env(cmd))
+		return 1;
 	if (tp->nnodes != 0 && cli_tp_local_start(cmd, tp))
 		return 1;
 	p.rank = tp->rank;
