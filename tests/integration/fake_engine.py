@@ -115,7 +115,7 @@ class Handler(BaseHTTPRequestHandler):
 
 def main():
     if sys.argv[1:2] == ["features"]:
-        print(os.environ.get("FAKE_ENGINE_FEATURES", '{"backends":["cpu","cuda"],"cpu_simd":"scalar"}'))
+        print(os.environ.get("FAKE_ENGINE_FEATURES", '{"backends":["cpu","cuda"],"cpu_simd":"scalar","collectives":["gloo","nccl"]}'))
         return
     port = int(sys.argv[sys.argv.index("--port") + 1])
     with open(os.path.join(DIR, f"argv-{port}"), "w") as f:

@@ -213,6 +213,93 @@ def test_no_cuda(c):
     check(out.returncode == 1 and "are for --device cuda" in out.stderr, "--gpus without --device cuda", out.stderr)
 
 
+def test_group(tmp, engine, fdir):
+    """A GPU group over two nodes (tensor parallel 4: 2 GPUs on the leader,
+    2 on gpu-b): the leader picks each node's GPUs, starts rank 0's node
+    process and sends gpu-b its part; each engine gets its GPUs, --tp 4
+    --nnodes 2, its node's number and where to meet."""
+    def env(node):
+        return {"PRIVAI_NVML_LIB": DOUBLE, "PRIVAI_NVML_DOUBLE_NODE": str(node), "PRIVAI_NVML_DOUBLE_MIG": "0",
+                "PRIVAI_NVML_DOUBLE_STATE": os.path.join(tmp, "g%d.nvml" % node), "FAKE_ENGINE_DIR": fdir}
+    lead = Admin(BUILD, os.path.join(tmp, "g-leader"), PW, ports="19190-19194", env_extra=env(1),
+                 extra=["--node-name", "gpu-leader", "--heartbeat-s", "1", "--demo-model", DEMO, "--engine", engine])
+    b = None
+    try:
+        c = lead.client()
+        c.login("admin", PW)
+        tok = c.post("/api/v1/nodes/join-tokens", {}).json["token"]
+        b = Admin(BUILD, os.path.join(tmp, "g-b"), PW, ports="19195-19199", env_extra=dict(env(2), PRIVAI_JOIN_TOKEN=tok),
+                  extra=["--node-name", "gpu-b", "--join", f"http://127.0.0.1:{lead.port}", "--heartbeat-s", "1",
+                         "--engine", engine])
+
+        def gpus_of(node):
+            return [g["uuid"] for g in sorted((g for g in c.get("/api/v1/gpus").json["data"] if g["node"] == node),
+                                              key=lambda g: g["index"])]
+        check(wait_for(lambda: len(gpus_of("gpu-b")) == 8, 30), "gpu-b joined with its 8 GPUs")
+        ul, ub = gpus_of("gpu-leader"), gpus_of("gpu-b")
+        check(len(ul) == 8 and not set(ul) & set(ub), "the two nodes' GPUs have UUIDs of their own", (ul, ub))
+
+        r = deploy(c, "group", {"kind": "gpu", "count": 2, "ranks": ["gpu-leader", "gpu-b"]})
+        pl = r.json.get("placement", {}) if r.status == 201 else {}
+        check(r.status == 201 and pl.get("tensor_parallel") == 4 and pl.get("count") == 2 and
+              pl.get("gpus") == ul[0:2] and pl.get("rank_gpus") == [ul[0:2], ub[0:2]] and
+              isinstance(pl.get("dist_port"), int) and pl.get("ranks") == ["gpu-leader", "gpu-b"],
+              "2 GPUs on each of two nodes: tensor parallel 4, each node's GPUs picked, a port to meet on", r)
+        dep = r.json["id"] if r.status == 201 else None
+        d = ready(c, dep) if dep else None
+        argv = engine_argv(fdir, d["port"]) if d else []
+
+        def after(args, opt):
+            return args[args.index(opt) + 1] if opt in args else None
+        want = {"--device": "cuda", "--gpus": ",".join(ul[0:2]), "--tp": "4", "--nnodes": "2", "--node-rank": "0",
+                "--dist-init": "127.0.0.1:%s" % pl.get("dist_port")}
+        check(d and {k: after(argv, k) for k in want} == want and "--lora-dir" not in argv,
+              "the leader's engine is node 0 of the group, on its two GPUs", argv)
+        bc = b.client()
+        bc.login("admin", PW)
+
+        def follower():
+            rows = [x for x in bc.get("/api/v1/deployments").json["data"] if x["leader_id"] == dep]
+            return rows[0] if rows and rows[0]["state"] == "ready" else None
+        f = wait_for(follower, 30)
+        fargv = engine_argv(fdir, f["port"]) if f else []
+        want.update({"--gpus": ",".join(ub[0:2]), "--node-rank": "1"})
+        check(f and f["placement"].get("rank") == 1 and {k: after(fargv, k) for k in want} == want,
+              "gpu-b's engine is node 1, on its own two GPUs, meeting the leader's", (f, fargv))
+        held = {g["uuid"]: g["deployment"] for g in c.get("/api/v1/gpus").json["data"]}
+        check([held[u] for u in ul[0:3] + ub[0:3]] == ["group", "group", None, "group", "group", None],
+              "the leader's GPU list says which GPUs of both nodes the group holds", held)
+        d = wait_for(lambda: (lambda j: j if j and j["ranks"][1]["state"] == "ready" else None)(
+            c.get(f"/api/v1/deployments/{dep}").json), 30)
+        check(d and d["state"] == "ready" and d["reason"] == "2 of 2 ranks up", "the group is up: both nodes' ranks", d)
+
+        refused(deploy(c, "clash-b", {"kind": "gpu", "gpus": [ub[1]], "node": "gpu-b"}), 409, "gpu_busy",
+                "placement.gpus", "held by deployment 'group'", "a GPU of gpu-b the group holds is refused, naming it")
+        r = deploy(c, "beside", {"kind": "gpu", "count": 1, "node": "gpu-b"})
+        check(r.status == 201 and r.json["placement"]["gpus"] == [ub[2]], "count 1 on gpu-b picks the first GPU the "
+              "group leaves free", r)
+        if r.status == 201:
+            c.request("DELETE", "/api/v1/deployments/%d" % r.json["id"])
+        refused(deploy(c, "toomany", {"kind": "gpu", "count": 7, "ranks": ["gpu-leader", "gpu-b"]}), 409,
+                "insufficient_gpus", "placement.count", "has 6 free whole GPUs", "a node without 7 free GPUs is refused")
+        refused(deploy(c, "odd", {"kind": "gpu", "count": 3, "ranks": ["gpu-leader", "gpu-b"]}), 422,
+                "invalid_field", "placement.tensor_parallel", "6 GPUs do not divide them",
+                "6 GPUs over the demo's heads are refused")
+        refused(deploy(c, "named", {"kind": "gpu", "gpus": [4], "ranks": ["gpu-leader", "gpu-b"]}), 422,
+                "invalid_field", "placement.count", "takes placement.count", "named GPUs over nodes are refused")
+        refused(deploy(c, "backwards", {"kind": "gpu", "count": 1, "ranks": ["gpu-b", "gpu-leader"]}), 422,
+                "invalid_field", "placement.ranks", "must be this node", "rank 0 elsewhere is refused")
+
+        r = c.request("DELETE", f"/api/v1/deployments/{dep}")
+        check(r.status == 204 and wait_for(lambda: not [x for x in bc.get("/api/v1/deployments").json["data"]
+                                                        if x["leader_id"] == dep], 30),
+              "the group deleted: gpu-b drops its part", r)
+    finally:
+        if b is not None:
+            b.stop()
+        lead.stop()
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="privai-gpu-")
     engine = os.path.join(tmp, "fake_engine.py")
@@ -230,6 +317,7 @@ def main():
                 check(adm.stop() == 0, f"[{name}] the admin exits cleanly", open(adm.log_path).read()[-2000:])
             finally:
                 adm.stop()
+        test_group(tmp, engine, fdir)
     finally:
         clean_up(tmp)
     return summary()

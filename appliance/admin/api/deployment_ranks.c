@@ -20,10 +20,12 @@
  * the collectives ranks started apart meet with (Gloo).  Adds "ranks"
  * to out.  0, or -1 after replying. */
 int
-deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t node_id, int64_t threads, cJSON *out)
+deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t node_id, int64_t threads, int gpus,
+		   cJSON *out)
 {
 	const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(p, "ranks"), *v, *t;
-	int n = cJSON_GetArraySize(ranks), k = 0, gloo = 0, heads = 0, kv = 0;
+	const char *coll = gpus ? "nccl" : "gloo";
+	int n = cJSON_GetArraySize(ranks), k = 0, has = 0, heads = 0, kv = 0;
 	sqlite3_stmt *st;
 
 	if (!cJSON_IsArray(ranks) || n < 2 || n > 16) {
@@ -31,20 +33,22 @@ deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t node
 			    "placement.ranks lists 2 to 16 node names, this node first");
 		return -1;
 	}
-	if (node_id != 0 || threads < 1) {
+	if (node_id != 0 || (!gpus && threads < 1)) {
 		reply_error(r, 422, "invalid_field", node_id != 0 ? "placement.node" : "placement.threads",
 			    node_id != 0 ? "a split deployment's rank 0 runs on this node: leave placement.node out"
 					 : "a split deployment needs placement.threads: each rank's CPUs on its node");
 		return -1;
 	}
 	cJSON_ArrayForEach (t, cJSON_GetObjectItem(r->a->engine, "collectives"))
-		gloo |= cJSON_IsString(t) && strcmp(t->valuestring, "gloo") == 0;
-	if (!gloo) {
+		has |= cJSON_IsString(t) && strcmp(t->valuestring, coll) == 0;
+	if (!has) {
 		reply_error(r, 422, "unsupported", "placement.ranks",
-			    "this node's privai-engine cannot load its Gloo collectives (see privai-engine features)");
+			    "this node's privai-engine cannot load its %s collectives (see privai-engine features)",
+			    gpus ? "NCCL" : "Gloo");
 		return -1;
 	}
-	if (sqlite3_prepare_v2(r->a->db, "SELECT coalesce(n_head, 0), coalesce(n_head_kv, 0) FROM models WHERE id = ?1",
+	if (!gpus &&
+	    sqlite3_prepare_v2(r->a->db, "SELECT coalesce(n_head, 0), coalesce(n_head_kv, 0) FROM models WHERE id = ?1",
 			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, model_id);
 		if (sqlite3_step(st) == SQLITE_ROW) {

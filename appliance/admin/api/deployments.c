@@ -155,9 +155,18 @@ gpu_placement(struct req *r, const cJSON *p, const struct placing *pl, int64_t n
 			     pl->model_id,
 			     pl->options,
 			     pl->self_id };
+	const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(p, "ranks");
 	cJSON *out = cJSON_CreateObject();
 	if (out == NULL || cJSON_AddStringToObject(out, "kind", "gpu") == NULL) {
 		reply_error(r, 500, "internal", NULL, "out of memory");
+	} else if (ranks != NULL) {
+		/* a group over nodes: count GPUs on each (placement.h) */
+		if (deploy_ranks_field(r, p, pl->model_id, node_id, 0, 1, out) == 0) {
+			if (gpu_place_group(r->a->db, &q, cJSON_GetObjectItem(out, "ranks"), out, &e) < 0)
+				reply_error(r, (unsigned)e.status, e.code, e.field, "%s", e.msg);
+			else if ((text = cJSON_PrintUnformatted(out)) == NULL)
+				reply_error(r, 500, "internal", NULL, "out of memory");
+		}
 	} else if (gpu_place(r->a->db, &q, out, &e) < 0) {
 		reply_error(r, (unsigned)e.status, e.code, e.field, "%s", e.msg);
 	} else {
@@ -240,10 +249,10 @@ cpus_recheck(struct req *r, int64_t node_id, const char *node, const char *place
 	return rc;
 }
 
-/* placement: {"kind": "cpu", "threads": N[, "oversubscribe": B][, "node": NAME]} or
- * {"kind": "gpu", "gpus": [...] | "count": N[, "tensor_parallel": N]
- * [, "node": NAME]}, stored with the node's name when it is another
- * node. */
+/* placement: {"kind": "cpu", "threads": N[, "oversubscribe": B][, "node": NAME]
+ * [, "ranks": [NODE, ...]]} or {"kind": "gpu", "gpus": [...] | "count": N
+ * [, "tensor_parallel": N][, "node": NAME | "ranks": [NODE, ...]]},
+ * stored with the node's name when it is another node. */
 static char *
 placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t *node_id)
 {
@@ -275,14 +284,8 @@ placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t
 			    "placement.oversubscribe is for kind cpu, not gpu");
 		return NULL;
 	}
-	if (strcmp(kind, "gpu") == 0) {
-		if (cJSON_GetObjectItemCaseSensitive(p, "ranks") != NULL) {
-			reply_error(r, 422, "unsupported", "placement.ranks",
-				    "placement.ranks splits a model over CPU nodes; over GPUs it is not built yet");
-			return NULL;
-		}
+	if (strcmp(kind, "gpu") == 0)
 		return gpu_placement(r, p, pl, *node_id);
-	}
 	for (const char *const *g = (const char *const[]){ "gpus", "count", "tensor_parallel", NULL }; *g != NULL; g++)
 		if (cJSON_GetObjectItemCaseSensitive(p, *g) != NULL) {
 			reply_error(r, 422, "invalid_field", *g, "placement.%s is for kind gpu, not cpu", *g);
@@ -306,7 +309,7 @@ placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t
 	if (oversubscribe)
 		cJSON_AddTrueToObject(out, "oversubscribe");
 	if (cJSON_GetObjectItemCaseSensitive(p, "ranks") != NULL &&
-	    deploy_ranks_field(r, p, pl->model_id, *node_id, threads, out) < 0) {
+	    deploy_ranks_field(r, p, pl->model_id, *node_id, threads, 0, out) < 0) {
 		cJSON_Delete(out);
 		return NULL;
 	}

@@ -30,11 +30,14 @@ int deploy_refuse_if_leader_owned(struct req *r, int64_t id);
  * (the "lines" query, 1..10000, default 200). */
 void deploy_reply_log(struct req *r, int64_t id);
 
-/* placement.ranks of a CPU placement (api/deployment_ranks.c): the
- * nodes the model is split over, rank 0 this node first; checked against
- * the nodes, the model's heads and this node's engine, and added to out.
- * 0, or -1 after replying. */
-int deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t node_id, int64_t threads, cJSON *out);
+/* placement.ranks (api/deployment_ranks.c): the nodes the model is
+ * split over, rank 0 this node first; checked against the nodes and this
+ * node's engine (its Gloo collectives on CPUs, NCCL's on GPUs), and for
+ * a CPU placement (gpus 0) the model's heads, then added to out.  A GPU
+ * placement's heads and GPUs are gpu_place_group()'s.  0, or -1 after
+ * replying. */
+int deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t node_id, int64_t threads, int gpus,
+		       cJSON *out);
 /* Store deployment id's follower ranks as its placement names them (none
  * when it is not split) and pick its rank 0's rendezvous port once;
  * inside the caller's transaction.  0, or -1 after replying. */

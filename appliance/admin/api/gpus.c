@@ -25,9 +25,10 @@
 	"SELECT g.id, g.node_id, n.name AS node, g.idx AS \"index\", g.uuid, g.name, g.memory_bytes, "                 \
 	"g.pci_bus_id, g.mig_supported, g.mig_enabled, g.mig_table, g.instances, g.seen_at, "                          \
 	"(SELECT count(*) FROM gpu_partitions p WHERE p.gpu_id = g.id) AS partitions, "                                \
-	"(SELECT d.name FROM deployments d, json_each(d.placement, '$.gpus') x WHERE d.desired = 'running' "           \
-	"AND x.value = g.uuid) AS deployment "                                                                         \
-	"FROM gpus g JOIN nodes n ON n.id = g.node_id"
+	"(SELECT d.name FROM deployments d WHERE d.desired = 'running' AND g.uuid IN " PLACED_GPUS(                    \
+		"d") ") AS "                                                                                           \
+		     "deployment "                                                                                     \
+		     "FROM gpus g JOIN nodes n ON n.id = g.node_id"
 
 struct gpu {
 	int64_t id, node_id;

@@ -68,8 +68,10 @@ adapters_of(sqlite3 *db, int64_t id)
 }
 
 /* The placement a member runs rank `rank` of split deployment with
- * placement `pl` (rank 0 here) under: its threads, and where to meet the
- * others (rank 0 listens on the host this console is reached at). */
+ * placement `pl` (rank 0 here) under: its threads, or on GPUs its node's
+ * GPUs (`rank` is then the node's number in the group, whose engine
+ * starts a rank a GPU), and where to meet the others (rank 0 listens on
+ * the host this console is reached at). */
 static cJSON *
 follower_placement(struct admin *a, const char *pl, int rank)
 {
@@ -83,10 +85,22 @@ follower_placement(struct admin *a, const char *pl, int rank)
 		cJSON_Delete(out);
 		return NULL;
 	}
-	cJSON_AddStringToObject(out, "kind", "cpu");
-	cJSON_AddNumberToObject(out, "threads", cJSON_GetNumberValue(cJSON_GetObjectItem(p, "threads")));
-	cJSON_AddNumberToObject(out, "rank", rank);
-	cJSON_AddNumberToObject(out, "tp", cJSON_GetArraySize(cJSON_GetObjectItem(p, "ranks")));
+	const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(p, "kind"));
+	int nodes = cJSON_GetArraySize(cJSON_GetObjectItem(p, "ranks"));
+	if (kind != NULL && strcmp(kind, "gpu") == 0) {
+		cJSON *mine = cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItem(p, "rank_gpus"), rank), 1);
+		cJSON_AddStringToObject(out, "kind", "gpu");
+		cJSON_AddItemToObject(out, "gpus", mine != NULL ? mine : cJSON_CreateArray());
+		cJSON_AddNumberToObject(out, "tensor_parallel", cJSON_GetArraySize(mine));
+		cJSON_AddNumberToObject(out, "rank", rank);
+		cJSON_AddNumberToObject(out, "tp", cJSON_GetNumberValue(cJSON_GetObjectItem(p, "tensor_parallel")));
+		cJSON_AddNumberToObject(out, "nnodes", nodes);
+	} else {
+		cJSON_AddStringToObject(out, "kind", "cpu");
+		cJSON_AddNumberToObject(out, "threads", cJSON_GetNumberValue(cJSON_GetObjectItem(p, "threads")));
+		cJSON_AddNumberToObject(out, "rank", rank);
+		cJSON_AddNumberToObject(out, "tp", nodes);
+	}
 	cJSON_AddStringToObject(out, "dist_init", init);
 	cJSON_Delete(p);
 	return out;

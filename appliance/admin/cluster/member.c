@@ -71,10 +71,24 @@ int_in(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t *out)
  * held by a deployment of this node's own console, and the engine must
  * have the CUDA backend.  Whether the model fits was the leader's check
  * (the model may not be here yet). */
+/* A rendezvous address from the leader: HOST:PORT, in the characters of
+ * host names and IP addresses only (it goes on a command line). */
+static int
+dist_init_ok(const char *init)
+{
+	size_t n = init != NULL ? strlen(init) : 0;
+	int ok = n > 2 && n < 300 && strchr(init, ':') != NULL;
+
+	for (size_t i = 0; ok && i < n; i++)
+		ok = isalnum((unsigned char)init[i]) || strchr(".-:[]", init[i]) != NULL;
+	return ok;
+}
+
 static int
 gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err)
 {
-	static const char *const known[] = { "kind", "gpus", "tensor_parallel", "node", NULL };
+	static const char *const known[] = { "kind", "gpus",   "tensor_parallel", "node", "rank",
+					     "tp",   "nnodes", "dist_init",       NULL };
 	const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(p, "gpus"), *v;
 	const cJSON *backends = cJSON_GetObjectItem(a->engine, "backends");
 	int64_t tp;
@@ -121,11 +135,24 @@ gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err)
 	sqlite3_finalize(st);
 	if (bad)
 		return bad;
+	/* a node's ranks of a group over nodes: where they meet, and which */
+	int64_t rank = 0, size = 0, nodes = 0;
+	const char *init = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "dist_init"));
+	if (cJSON_GetObjectItemCaseSensitive(p, "rank") != NULL &&
+	    (int_in(p, "rank", 1, 15, &rank) < 0 || int_in(p, "nnodes", 2, 16, &nodes) < 0 || rank >= nodes ||
+	     int_in(p, "tp", 2, 4096, &size) < 0 || size != tp * nodes || !dist_init_ok(init)))
+		return app_fail(err, APP_EINVAL,
+				"a GPU group's node takes placement.rank 1..nnodes-1, nnodes 2..16, tp its GPUs "
+				"times nnodes, and dist_init HOST:PORT");
 	cJSON *out = cJSON_CreateObject();
 	char *text = NULL;
 	if (out != NULL && cJSON_AddStringToObject(out, "kind", "gpu") != NULL &&
 	    cJSON_AddItemToObject(out, "gpus", cJSON_Duplicate(gpus, 1)) &&
-	    cJSON_AddNumberToObject(out, "tensor_parallel", (double)tp) != NULL)
+	    cJSON_AddNumberToObject(out, "tensor_parallel", (double)tp) != NULL &&
+	    (rank == 0 || (cJSON_AddNumberToObject(out, "rank", (double)rank) != NULL &&
+			   cJSON_AddNumberToObject(out, "tp", (double)size) != NULL &&
+			   cJSON_AddNumberToObject(out, "nnodes", (double)nodes) != NULL &&
+			   cJSON_AddStringToObject(out, "dist_init", init) != NULL)))
 		text = cJSON_PrintUnformatted(out);
 	cJSON_Delete(out);
 	if (text == NULL || strlen(text) >= sizeof(s->placement)) {
@@ -150,11 +177,7 @@ follower_spec(const cJSON *p, int64_t threads, struct spec *s, char *err)
 		return app_fail(err, APP_EINVAL, "placement.rank must be 1..tp-1 and placement.tp 2..4096");
 	if (threads < 1)
 		return app_fail(err, APP_EINVAL, "a follower rank needs placement.threads");
-	size_t n = init != NULL ? strlen(init) : 0;
-	int ok = n > 2 && n < 300 && strchr(init, ':') != NULL;
-	for (size_t i = 0; ok && i < n; i++)
-		ok = isalnum((unsigned char)init[i]) || strchr(".-:[]", init[i]) != NULL;
-	if (!ok)
+	if (!dist_init_ok(init))
 		return app_fail(err, APP_EINVAL, "placement.dist_init must be HOST:PORT");
 	snprintf(s->placement, sizeof(s->placement),
 		 "{\"kind\":\"cpu\",\"threads\":%lld,\"rank\":%lld,\"tp\":%lld,\"dist_init\":\"%s\"}",

@@ -46,10 +46,11 @@ gpu_holder(sqlite3 *db, const char *uuid, int64_t self_id, char *name, size_t si
 	int held = 0;
 
 	if (sqlite3_prepare_v2(db,
-			       "SELECT d.name FROM deployments d, json_each(d.placement, '$.gpus') p "
-			       "WHERE d.desired = 'running' AND d.id != ?2 AND (p.value = ?1 OR p.value IN "
-			       "(SELECT json_extract(i.value, '$.uuid') FROM gpus g, json_each(g.instances) i "
-			       "WHERE g.uuid = ?1)) LIMIT 1",
+			       "SELECT d.name FROM deployments d WHERE d.desired = 'running' AND d.id != ?2 AND (?1 "
+			       "IN " PLACED_GPUS(
+				       "d") " OR EXISTS (SELECT 1 FROM gpus g, json_each(g.instances) i WHERE "
+					    "g.uuid = ?1 AND json_extract(i.value, '$.uuid') IN " PLACED_GPUS(
+						    "d") ")) LIMIT 1",
 			       -1, &st, NULL) != SQLITE_OK)
 		return 0;
 	sqlite3_bind_text(st, 1, uuid, -1, SQLITE_TRANSIENT);
@@ -297,6 +298,16 @@ check_split(const struct need *nd, int tp, struct place_error *e)
 	return 0;
 }
 
+/* The KV cache one of n GPUs holds, as the engine splits it: its share
+ * of the KV heads, or one whole head when n exceeds them (gpu/sizing.c). */
+static double
+kv_share(const struct need *nd, int n)
+{
+	if (nd->kv_heads <= 0 || nd->kv_heads % n == 0)
+		return nd->kv / n;
+	return nd->kv / nd->kv_heads;
+}
+
 static int
 check_fit(const struct need *nd, const struct dev *devs, int n, struct place_error *e)
 {
@@ -305,12 +316,12 @@ check_fit(const struct need *nd, const struct dev *devs, int n, struct place_err
 	for (int i = 1; i < n; i++)
 		if (devs[i].memory < small->memory)
 			small = &devs[i];
-	double each = (nd->weights + nd->kv) / n + nd->runtime, room = small->memory - nd->headroom;
+	double each = nd->weights / n + kv_share(nd, n) + nd->runtime, room = small->memory - nd->headroom;
 	if (each <= room)
 		return 0;
 	return refuse(e, 422, "does_not_fit", "placement.gpus",
 		      "the model needs %.1f GiB per GPU over %d GPU%s "
-		      "(weights %.1f GiB and KV cache %.1f GiB split %d ways, %.1f GiB runtime) but %s has %.1f GiB "
+		      "(weights %.1f GiB and KV cache %.1f GiB over %d, %.1f GiB runtime) but %s has %.1f GiB "
 		      "less %.1f GiB headroom: use more GPUs, or fewer parallel sequences or a shorter ctx "
 		      "(GET /api/v1/models/{id}/sizing)",
 		      each / GIB, n, n > 1 ? "s" : "", nd->weights / GIB, nd->kv / GIB, n, nd->runtime / GIB,
@@ -386,6 +397,64 @@ gpu_place(sqlite3 *db, const struct gpu_ask *q, cJSON *out, struct place_error *
 }
 
 int
+gpu_place_group(sqlite3 *db, const struct gpu_ask *q, const cJSON *nodes, cJSON *out, struct place_error *e)
+{
+	static struct dev devs[MAX_PLACED * MAX_PLACED]; /* callers hold the store's mutex */
+	int n_nodes = cJSON_GetArraySize(nodes), tp = q->count * n_nodes, k = 0, got;
+	const cJSON *v;
+	struct need nd;
+
+	memset(e, 0, sizeof(*e));
+	if (q->gpus != NULL || q->count < 1)
+		return refuse(e, 422, "invalid_field", "placement.count",
+			      "a placement over nodes takes placement.count, the GPUs of each node (the same on "
+			      "each), not placement.gpus");
+	if (q->count > MAX_PLACED || n_nodes < 2 || n_nodes > MAX_PLACED)
+		return refuse(e, 422, "invalid_field", "placement.count",
+			      "placement.count must be 1 to %d GPUs a node, over 2 to %d nodes", MAX_PLACED,
+			      MAX_PLACED);
+	if (q->tensor_parallel != 0 && q->tensor_parallel != tp)
+		return refuse(e, 422, "invalid_field", "placement.tensor_parallel",
+			      "placement.tensor_parallel is %d but %d GPUs on each of %d nodes are %d",
+			      q->tensor_parallel, q->count, n_nodes, tp);
+	cJSON *per_rank = cJSON_AddArrayToObject(out, "rank_gpus");
+	cJSON_ArrayForEach (v, nodes) {
+		struct gpu_ask qk = *q;
+		sqlite3_stmt *st;
+		qk.node = cJSON_GetStringValue(v);
+		qk.node_id = 0;
+		if (sqlite3_prepare_v2(db, "SELECT id FROM nodes WHERE name = ?1 AND state != 'removed'", -1, &st,
+				       NULL) != SQLITE_OK)
+			return db_refuse(db, e);
+		sqlite3_bind_text(st, 1, qk.node != NULL ? qk.node : "", -1, SQLITE_TRANSIENT);
+		if (sqlite3_step(st) == SQLITE_ROW)
+			qk.node_id = sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+		if (qk.node_id == 0)
+			return refuse(e, 422, "invalid_field", "placement.ranks", "no node named '%.64s'",
+				      qk.node != NULL ? qk.node : "?");
+		if (pick(db, &qk, devs + k * q->count, &got, e) < 0 || engine_has_cuda(db, &qk, e) < 0)
+			return APP_EINVAL;
+		cJSON *list = cJSON_CreateArray();
+		for (int i = 0; list != NULL && i < q->count; i++)
+			cJSON_AddItemToArray(list, cJSON_CreateString(devs[k * q->count + i].uuid));
+		if (per_rank == NULL || list == NULL || !cJSON_AddItemToArray(per_rank, list))
+			return refuse(e, 500, "internal", "", "out of memory");
+		k++;
+	}
+	if (model_need(db, q, devs[0].memory, &nd, e) < 0 || check_split(&nd, tp, e) < 0 ||
+	    check_fit(&nd, devs, tp, e) < 0)
+		return APP_EINVAL;
+	/* rank 0's engine runs the first node's GPUs: "gpus" are this node's */
+	cJSON *first = cJSON_Duplicate(cJSON_GetArrayItem(per_rank, 0), 1);
+	if (first == NULL || !cJSON_AddItemToObject(out, "gpus", first) ||
+	    cJSON_AddNumberToObject(out, "count", q->count) == NULL ||
+	    cJSON_AddNumberToObject(out, "tensor_parallel", tp) == NULL)
+		return refuse(e, 500, "internal", "", "out of memory");
+	return 0;
+}
+
+int
 gpu_place_recheck(sqlite3 *db, int64_t node_id, const char *node, const char *placement, int64_t model_id,
 		  const char *options, int64_t self_id, struct place_error *e)
 {
@@ -394,7 +463,18 @@ gpu_place_recheck(sqlite3 *db, int64_t node_id, const char *node, const char *pl
 	int rc = 0;
 
 	memset(e, 0, sizeof(*e));
-	if (out != NULL && kind != NULL && strcmp(kind, "gpu") == 0) {
+	const cJSON *ranks = cJSON_GetObjectItem(p, "ranks");
+	if (out != NULL && kind != NULL && strcmp(kind, "gpu") == 0 && ranks != NULL) {
+		/* a group over nodes: its GPUs are its own, so the same count
+		 * is found free on each node again */
+		struct gpu_ask q = { .node_id = node_id,
+				     .node = node,
+				     .count = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(p, "count")),
+				     .model_id = model_id,
+				     .options = options,
+				     .self_id = self_id };
+		rc = gpu_place_group(db, &q, ranks, out, e);
+	} else if (out != NULL && kind != NULL && strcmp(kind, "gpu") == 0) {
 		struct gpu_ask q = { node_id, node, cJSON_GetObjectItem(p, "gpus"), 0, 0, model_id, options, self_id };
 		rc = gpu_place(db, &q, out, e);
 	}

@@ -18,7 +18,10 @@
  *
  * The stored form is {"kind": "gpu", "gpus": [UUID, ...],
  * "tensor_parallel": N[, "node": NAME]}; the engine gets --device cuda
- * --gpus UUID,... --tensor-parallel N.
+ * --gpus UUID,... and, for several, --tp N --nnodes 1 (a process a GPU,
+ * started by the engine).  A group over nodes adds "ranks" (the nodes),
+ * "count" (GPUs a node) and "rank_gpus" (each node's UUIDs); each node's
+ * engine then gets --tp N --nnodes NODES --node-rank K.
  */
 #ifndef PRIVAI_ADMIN_GPU_PLACE_H
 #define PRIVAI_ADMIN_GPU_PLACE_H
@@ -27,6 +30,13 @@
 #include <sqlite3.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* SQL: the UUIDs deployment row `d` holds, of one node or (a group over
+ * nodes) of each of its nodes, as a subquery of one column.  (json_tree's
+ * keys would not do: it quotes "rank_gpus" for its underscore.) */
+#define PLACED_GPUS(d)                                                                                                 \
+	"(SELECT value FROM json_each(" d ".placement, '$.gpus') UNION ALL SELECT x.value FROM json_each(" d           \
+	".placement, '$.rank_gpus') n, json_each(n.value) x)"
 
 /* Why a placement was refused, as the API reports it. */
 struct place_error {
@@ -50,6 +60,15 @@ struct gpu_ask {
 /* Check q and add "gpus" (UUIDs) and "tensor_parallel" to out: 0, or an
  * APP_E* code with e filled.  The caller holds the store's mutex. */
 int gpu_place(sqlite3 *db, const struct gpu_ask *q, cJSON *out, struct place_error *e);
+
+/* A group over nodes: `count` whole GPUs on each node named in nodes (a
+ * JSON array of node names, this node first), picked free on each, the
+ * tensor-parallel size count x nodes checked against the model's heads
+ * and each GPU's memory, every node's engine able to use CUDA.  Adds
+ * "rank_gpus" (each node's UUIDs, in order), "gpus" (the first node's),
+ * "count" and "tensor_parallel" to out: 0, or an APP_E* code with e
+ * filled.  The caller holds the store's mutex. */
+int gpu_place_group(sqlite3 *db, const struct gpu_ask *q, const cJSON *nodes, cJSON *out, struct place_error *e);
 
 /* Check a stored placement again before its deployment runs (started
  * again, its options changed, moved back): 0 when it is not a GPU

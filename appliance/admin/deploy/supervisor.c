@@ -239,14 +239,21 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	}
 	/* a rank of a model split over nodes: rank 0 here listens for the
 	 * others on the host other nodes reach this console at; a follower
-	 * (a member's rank) meets it where the leader said */
+	 * (a member's rank) meets it where the leader said.  On GPUs each
+	 * node's engine is the node's process of the group and starts a rank
+	 * a GPU (--nnodes): "rank" is then the node's number. */
 	const cJSON *ranks = cJSON_GetObjectItem(pl, "ranks"), *rank = cJSON_GetObjectItem(pl, "rank");
-	int split =
-		cJSON_IsArray(ranks) || cJSON_IsNumber(rank) || cJSON_GetArraySize(cJSON_GetObjectItem(pl, "gpus")) > 1;
+	const cJSON *gpus = cJSON_GetObjectItem(pl, "gpus"), *nnodes = cJSON_GetObjectItem(pl, "nnodes");
+	int split = cJSON_IsArray(ranks) || cJSON_IsNumber(rank) || cJSON_GetArraySize(gpus) > 1;
 	if (cJSON_IsArray(ranks)) {
 		char host[256];
 		ARG("--tp");
-		ARG("%d", cJSON_GetArraySize(ranks));
+		ARG("%d", cJSON_IsArray(gpus) ? (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "tensor_parallel"))
+					      : cJSON_GetArraySize(ranks));
+		if (cJSON_IsArray(gpus)) {
+			ARG("--nnodes");
+			ARG("%d", cJSON_GetArraySize(ranks));
+		}
 		ARG("--node-rank");
 		ARG("0");
 		ARG("--dist-init");
@@ -255,6 +262,10 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	} else if (cJSON_IsNumber(rank)) {
 		ARG("--tp");
 		ARG("%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "tp")));
+		if (cJSON_IsNumber(nnodes)) {
+			ARG("--nnodes");
+			ARG("%d", nnodes->valueint);
+		}
 		ARG("--node-rank");
 		ARG("%d", rank->valueint);
 		ARG("--dist-init");
@@ -275,9 +286,10 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 							"%s%s", len ? "," : "", g->valuestring);
 		cut |= len >= sizeof(buf[k]);
 		argv[n++] = buf[k++];
-		/* several: one process a GPU (NCCL's way), which the engine
-		 * starts itself and whose ranks meet on loopback */
-		if (cJSON_GetArraySize(v) > 1) {
+		/* several on this node alone: one process a GPU (NCCL's way),
+		 * which the engine starts itself and whose ranks meet on
+		 * loopback */
+		if (cJSON_GetArraySize(v) > 1 && !cJSON_IsArray(ranks) && !cJSON_IsNumber(rank)) {
 			ARG("--tp");
 			ARG("%d", cJSON_GetArraySize(v));
 			ARG("--nnodes");
