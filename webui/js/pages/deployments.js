@@ -8,13 +8,26 @@ import { h, badge, table, act, say, formValues, when, field, secret as secretBox
 import { can } from '../session.js';
 
 // The form's placement: GPUs by index or UUID when some are named, else
-// CPU, split over the nodes named in ranks when there are any.
+// CPU; split over the nodes named in ranks when there are any, on that
+// many GPUs of each when GPUs a node is given.
 function placementOf(v) {
   const list = (s) => String(s || '').split(',').map((x) => x.trim()).filter((x) => x);
   const gpus = list(v.gpus).map((x) => (/^[0-9]+$/.test(x) ? Number(x) : x));
-  if (gpus.length) return { kind: 'gpu', gpus };
   const ranks = list(v.ranks);
+  if (ranks.length && v.gpus_per_node) return { kind: 'gpu', count: v.gpus_per_node, ranks };
+  if (gpus.length) return { kind: 'gpu', gpus };
   return ranks.length ? { kind: 'cpu', threads: v.threads || 0, ranks } : { kind: 'cpu', threads: v.threads || 0 };
+}
+
+// How a placement reads in the list.
+function placementText(p) {
+  if (p.kind === 'cpu') {
+    return p.ranks ? `CPU, split over ${p.ranks.length} nodes (tensor parallel), ${p.threads} threads a rank`
+      : `CPU, ${p.threads || 'all'} threads`;
+  }
+  if (p.ranks) return `GPU, ${p.count} on each of ${p.ranks.length} nodes (tensor parallel ${p.tensor_parallel})`;
+  const mig = p.gpus.length === 1 && p.gpus[0].startsWith('MIG-');
+  return `${mig ? 'MIG instance' : `${p.gpus.length} GPU${p.gpus.length > 1 ? 's' : ''}`} (tensor parallel ${p.tensor_parallel})`;
 }
 
 // Where a deployment runs: its node, or the nodes of its ranks.
@@ -22,13 +35,21 @@ function nodesOf(d) {
   return d.ranks ? d.ranks.map((r) => r.node).join(' + ') : d.node;
 }
 
-// A split deployment's ranks, each with its node and state.
+// A split deployment's ranks, each with its node, its GPUs on a GPU
+// group (node K's engine runs ranks K x count and on, one a GPU), and
+// its state.
 function ranksTable(d) {
-  return table(`Ranks of ${d.name}`, [
-    { label: 'Rank', value: (r) => String(r.rank) },
+  const perNode = d.placement.rank_gpus;
+  const cols = [
+    { label: 'Rank', value: (r) => perNode ? `${r.rank * d.placement.count}–${(r.rank + 1) * d.placement.count - 1}` : String(r.rank) },
     { label: 'Node', value: (r) => r.node },
-    { label: 'State', value: (r) => [badge(r.state), r.reason ? h('div', { class: 'muted' }, r.reason) : ''] },
-  ], d.ranks, '');
+  ];
+  if (perNode) {
+    cols.push({ label: 'GPUs', value: (r) => h('span', { title: (perNode[r.rank] || []).join('\n') },
+      (perNode[r.rank] || []).map((u) => u.slice(-6)).join(', ')) });
+  }
+  cols.push({ label: 'State', value: (r) => [badge(r.state), r.reason ? h('div', { class: 'muted' }, r.reason) : ''] });
+  return table(`Ranks of ${d.name}`, cols, d.ranks, '');
 }
 
 function createForm(modelsList, nodesList, refresh) {
@@ -44,6 +65,8 @@ function createForm(modelsList, nodesList, refresh) {
       h('input', { name: 'ranks', placeholder: 'e.g. leader, node-b' })),
     field('GPUs (indexes or GPU-/MIG- UUIDs, comma-separated; empty: CPU)',
       h('input', { name: 'gpus', placeholder: 'e.g. 0,1 or MIG-…' })),
+    field('Split on GPUs, how many a member (with ranks; empty: on CPUs)',
+      h('input', { name: 'gpus_per_node', type: 'number', min: 1, max: 16 })),
     field('Context', h('input', { name: 'ctx', type: 'number', min: 16, placeholder: 'model default' })),
     field('Parallel sequences', h('input', { name: 'parallel', type: 'number', min: 1, placeholder: 'default' })),
     field('Chat template', h('select', { name: 'chat_template' })),
@@ -225,10 +248,7 @@ export default async function deployments(main) {
       { label: 'Model', value: (d) => d.model },
       { label: 'State', value: (d) => [badge(d.state), d.reason ? h('div', { class: 'muted' }, d.reason) : ''] },
       { label: 'Node', value: (d) => nodesOf(d) },
-      { label: 'Placement', value: (d) => d.placement.kind === 'cpu' ? (d.placement.ranks
-        ? `CPU, split over ${d.placement.ranks.length} nodes (tensor parallel), ${d.placement.threads} threads a rank`
-        : `CPU, ${d.placement.threads || 'all'} threads`)
-        : `${d.placement.gpus.length === 1 && d.placement.gpus[0].startsWith('MIG-') ? 'MIG instance' : `${d.placement.gpus.length} GPU${d.placement.gpus.length > 1 ? 's' : ''}`} (tensor parallel ${d.placement.tensor_parallel})` },
+      { label: 'Placement', value: (d) => placementText(d.placement) },
       { label: 'Endpoint', value: (d) => h('code', {}, d.endpoint) },
       { label: 'Actions', value: (d) => can('operator') && !d.leader_id ? h('div', { class: 'actions' },
         h('button', { type: 'button', class: 'secondary', 'aria-label': `${d.desired === 'running' ? 'Stop' : 'Start'} ${d.name}`,
