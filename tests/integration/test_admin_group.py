@@ -163,6 +163,71 @@ def test_split(o, bc):
     r = o.request("DELETE", f"/api/v1/deployments/{dep}")
     check(r.status == 204, "split deployment deleted", r)
     check(wait_for(lambda: follower_of(bc, dep) is None, 30 * SLOW), "node-b dropped its rank")
+    return want
+
+
+def children_of(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def test_ranks_per_node(o, bc, want):
+    """Several ranks a node (one a NUMA node): the engine starts them, each
+    with its own CPUs; on this node alone, then over both nodes."""
+    for placement, field, words in (
+            ({"kind": "cpu", "threads": 0, "ranks_per_node": 2}, "placement.threads", "each rank's CPUs"),
+            ({"kind": "cpu", "threads": 1, "ranks_per_node": 3}, "placement.ranks_per_node", "cannot be split over 3"),
+            ({"kind": "cpu", "threads": 1, "ranks_per_node": 2, "ranks": ["leader", "node-b"], "node": "node-b"},
+             "placement.node", "rank 0 runs on this node"),
+            ({"kind": "cpu", "threads": 1, "ranks_per_node": 2, "node": "node-b"}, "placement.node",
+             "runs on this node, or over placement.ranks"),
+            ({"kind": "gpu", "count": 1, "ranks_per_node": 2}, "placement.ranks_per_node", "a rank a GPU")):
+        r = o.post("/api/v1/deployments", {"name": "bad", "model": "demo", "placement": placement})
+        check(r.status == 422 and r.json["error"]["field"] == field and words in r.json["error"]["message"],
+              f"refused: {words}", r)
+    r = o.post("/api/v1/deployments", {"name": "numa", "model": "demo",
+                                       "placement": {"kind": "cpu", "threads": 1, "ranks_per_node": 2},
+                                       "options": {"ctx": 256, "chat_template": "chatml"}})
+    pl = r.json.get("placement", {}) if r.status == 201 else {}
+    check(r.status == 201 and pl.get("ranks_per_node") == 2 and pl.get("threads") == 1 and
+          isinstance(pl.get("dist_port"), int), "two ranks on this node, a CPU each, a port to meet on", r)
+    dep = r.json["id"] if r.status == 201 else None
+    d = wait_for(lambda: (lambda j: j if j and j["state"] in ("ready", "failed") else None)(dep_of(o, dep)),
+                 90 * SLOW) if dep else None
+    check(d and d["state"] == "ready" and d["cpus"] and len(d["cpus"].replace("-", ",").split(",")) == 2,
+          "ready, holding 2 CPUs for its two ranks", d)
+    got = chat(o, dep) if d else None
+    check(got == want, "the same text from two ranks on one node: %r / %r" % (got, want))
+    kids = children_of(d["pid"]) if d and d.get("pid") else []
+    check(len(kids) == 1, "the engine runs its second rank as its child", kids)
+    log = o.get(f"/api/v1/deployments/{dep}/logs?lines=60") if dep else None
+    check(log and b"rank 1 of 2 on this node" in log.body and b"split over 2 ranks (gloo)" in log.body,
+          "the log says where each rank runs", log and log.body[-400:])
+    if dep:
+        o.request("DELETE", f"/api/v1/deployments/{dep}")
+
+    # over both nodes: 4 ranks, 2 a node
+    r = o.post("/api/v1/deployments", {"name": "wide", "model": "demo",
+                                       "placement": {"kind": "cpu", "threads": 1, "ranks_per_node": 2,
+                                                     "ranks": ["leader", "node-b"]},
+                                       "options": {"ctx": 256, "chat_template": "chatml"}})
+    check(r.status == 201, "2 ranks on each of 2 nodes", r)
+    dep = r.json["id"] if r.status == 201 else None
+    d = wait_for(lambda: (lambda j: j if j and j["state"] in ("ready", "failed") and j["ranks"][1]["state"] == "ready"
+                          else None)(dep_of(o, dep)), 120 * SLOW) if dep else None
+    check(d and d["state"] == "ready", "the group of 4 is up", d)
+    f = follower_of(bc, dep) if dep else None
+    check(f and f["placement"].get("rank") == 1 and f["placement"].get("nnodes") == 2 and
+          f["placement"].get("tp") == 4 and f["placement"].get("ranks_per_node") == 2,
+          "node-b runs node 1 of 2: ranks 2 and 3", f)
+    got = chat(o, dep) if d else None
+    check(got == want, "the same text from 4 ranks on 2 nodes: %r / %r" % (got, want))
+    if dep:
+        o.request("DELETE", f"/api/v1/deployments/{dep}")
+        check(wait_for(lambda: follower_of(bc, dep) is None, 30 * SLOW), "node-b dropped its part")
 
 
 def main():
@@ -174,7 +239,8 @@ def main():
         bc.login("admin", PW)
         test_refused(o)
         test_sizing(o)
-        test_split(o, bc)
+        want = test_split(o, bc)
+        test_ranks_per_node(o, bc, want)
         check(adm.stop() == 0 and b.stop() == 0, "SIGTERM: both exit cleanly")
     except Exception:
         check(False, "the suite ran to the end")

@@ -20,12 +20,37 @@
  * the collectives ranks started apart meet with (Gloo).  Adds "ranks"
  * to out.  0, or -1 after replying. */
 int
+deploy_split_heads(struct req *r, int64_t model_id, int n, const char *field)
+{
+	sqlite3_stmt *st;
+	int heads = 0, kv = 0;
+
+	if (sqlite3_prepare_v2(r->a->db, "SELECT coalesce(n_head, 0), coalesce(n_head_kv, 0) FROM models WHERE id = ?1",
+			       -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, model_id);
+		if (sqlite3_step(st) == SQLITE_ROW) {
+			heads = sqlite3_column_int(st, 0);
+			kv = sqlite3_column_int(st, 1);
+		}
+		sqlite3_finalize(st);
+	}
+	if (heads > 0 && (heads % n != 0 || (kv > 0 && kv % n != 0 && n % kv != 0))) {
+		reply_error(r, 422, "invalid_field", field,
+			    "the model's %d attention heads and %d KV heads cannot be split over %d ranks (the heads "
+			    "must divide, the KV heads divide or be divided)",
+			    heads, kv, n);
+		return -1;
+	}
+	return 0;
+}
+
+int
 deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t node_id, int64_t threads, int gpus,
 		   cJSON *out)
 {
 	const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(p, "ranks"), *v, *t;
 	const char *coll = gpus ? "nccl" : "gloo";
-	int n = cJSON_GetArraySize(ranks), k = 0, has = 0, heads = 0, kv = 0;
+	int n = cJSON_GetArraySize(ranks), k = 0, has = 0;
 	sqlite3_stmt *st;
 
 	if (!cJSON_IsArray(ranks) || n < 2 || n > 16) {
@@ -47,23 +72,8 @@ deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t node
 			    gpus ? "NCCL" : "Gloo");
 		return -1;
 	}
-	if (!gpus &&
-	    sqlite3_prepare_v2(r->a->db, "SELECT coalesce(n_head, 0), coalesce(n_head_kv, 0) FROM models WHERE id = ?1",
-			       -1, &st, NULL) == SQLITE_OK) {
-		sqlite3_bind_int64(st, 1, model_id);
-		if (sqlite3_step(st) == SQLITE_ROW) {
-			heads = sqlite3_column_int(st, 0);
-			kv = sqlite3_column_int(st, 1);
-		}
-		sqlite3_finalize(st);
-	}
-	if (heads > 0 && (heads % n != 0 || (kv > 0 && kv % n != 0 && n % kv != 0))) {
-		reply_error(r, 422, "invalid_field", "placement.ranks",
-			    "the model's %d attention heads and %d KV heads cannot be split over %d ranks (the heads "
-			    "must divide, the KV heads divide or be divided)",
-			    heads, kv, n);
+	if (!gpus && deploy_split_heads(r, model_id, n, "placement.ranks") < 0)
 		return -1;
-	}
 	if (sqlite3_prepare_v2(r->a->db, "SELECT is_self, state FROM nodes WHERE name = ?1 AND state != 'removed'", -1,
 			       &st, NULL) != SQLITE_OK) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
@@ -104,8 +114,9 @@ deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t node
 
 /* The follower ranks of deployment id as its placement names them
  * (none when it is not split), and the port its rank 0 listens on for
- * them, picked once; a placement on several GPUs of this node (a rank a
- * GPU, started by the engine: --nnodes 1) gets that port too.  Inside
+ * them, picked once; a placement of several ranks on this node alone
+ * (GPUs, or ranks_per_node: started by the engine, --nnodes 1) gets that
+ * port too.  Inside
  * the caller's transaction.  0, or -1 after replying. */
 int
 deploy_store_ranks(struct req *r, int64_t id, const char *placement)
@@ -122,7 +133,8 @@ deploy_store_ranks(struct req *r, int64_t id, const char *placement)
 		goto fail;
 	sqlite3_finalize(st);
 	st = NULL;
-	if (!cJSON_IsArray(ranks) && cJSON_GetArraySize(cJSON_GetObjectItem(pl, "gpus")) < 2) {
+	if (!cJSON_IsArray(ranks) && cJSON_GetArraySize(cJSON_GetObjectItem(pl, "gpus")) < 2 &&
+	    cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "ranks_per_node")) < 2) {
 		cJSON_Delete(pl);
 		return 0;
 	}

@@ -193,7 +193,8 @@ cpus_free(struct req *r, int64_t node_id, int64_t self_id, int64_t threads, long
 	int64_t held = 0;
 
 	if (sqlite3_prepare_v2(r->a->db,
-			       "SELECT name, json_extract(placement, '$.threads') FROM deployments WHERE desired = "
+			       "SELECT name, json_extract(placement, '$.threads') * coalesce(json_extract(placement, "
+			       "'$.ranks_per_node'), 1) FROM deployments WHERE desired = "
 			       "'running' AND id != ?2 AND leader_id IS NULL AND json_extract(placement, '$.kind') = "
 			       "'cpu' AND json_extract(placement, '$.threads') > 0 AND NOT coalesce(json_extract("
 			       "placement, '$.oversubscribe'), 0) AND CASE WHEN ?1 = 0 THEN node_id IS NULL ELSE "
@@ -242,8 +243,11 @@ cpus_recheck(struct req *r, int64_t node_id, const char *node, const char *place
 				cpus = sqlite3_column_int(st, 0);
 			sqlite3_finalize(st);
 		}
-		rc = cpus_free(r, node_id, id, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(p, "threads")), cpus,
-			       node_id > 0 ? node : r->a->cfg.node_name);
+		const cJSON *per_node = cJSON_GetObjectItem(p, "ranks_per_node");
+		rc = cpus_free(r, node_id, id,
+			       (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(p, "threads")) *
+				       (cJSON_IsNumber(per_node) ? per_node->valueint : 1),
+			       cpus, node_id > 0 ? node : r->a->cfg.node_name);
 	}
 	cJSON_Delete(p);
 	return rc;
@@ -256,8 +260,8 @@ cpus_recheck(struct req *r, int64_t node_id, const char *node, const char *place
 static char *
 placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t *node_id)
 {
-	static const char *const known[] = { "kind", "threads",         "oversubscribe", "gpus", "count",
-					     "node", "tensor_parallel", "ranks",         NULL };
+	static const char *const known[] = { "kind", "threads",         "oversubscribe", "gpus",           "count",
+					     "node", "tensor_parallel", "ranks",         "ranks_per_node", NULL };
 	const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "placement");
 	const char *kind;
 	int64_t threads;
@@ -284,19 +288,41 @@ placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t
 			    "placement.oversubscribe is for kind cpu, not gpu");
 		return NULL;
 	}
-	if (strcmp(kind, "gpu") == 0)
+	if (strcmp(kind, "gpu") == 0) {
+		if (cJSON_GetObjectItemCaseSensitive(p, "ranks_per_node") != NULL) {
+			reply_error(r, 422, "invalid_field", "placement.ranks_per_node",
+				    "placement.ranks_per_node is for kind cpu: on GPUs a node runs a rank a GPU");
+			return NULL;
+		}
 		return gpu_placement(r, p, pl, *node_id);
+	}
 	for (const char *const *g = (const char *const[]){ "gpus", "count", "tensor_parallel", NULL }; *g != NULL; g++)
 		if (cJSON_GetObjectItemCaseSensitive(p, *g) != NULL) {
 			reply_error(r, 422, "invalid_field", *g, "placement.%s is for kind gpu, not cpu", *g);
 			return NULL;
 		}
-	if (field_int(r, p, "threads", 0, 0, 1024, 0, &threads) < 0)
+	/* several ranks a node (one a NUMA node or socket): the engine
+	 * starts them, each with `threads` CPUs (cli/tp_local.c) */
+	int64_t per_node;
+	if (field_int(r, p, "threads", 0, 0, 1024, 0, &threads) < 0 ||
+	    field_int(r, p, "ranks_per_node", 0, 1, 8, 1, &per_node) < 0)
 		return NULL;
+	int ranks_n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(p, "ranks"));
+	if (per_node > 1 && (threads < 1 || (*node_id != 0 && ranks_n == 0))) {
+		reply_error(r, 422, "invalid_field", threads < 1 ? "placement.threads" : "placement.node",
+			    threads < 1
+				    ? "placement.ranks_per_node needs placement.threads: each rank's CPUs of its own"
+				    : "placement.ranks_per_node runs on this node, or over placement.ranks");
+		return NULL;
+	}
+	if (per_node > 1 && deploy_split_heads(r, pl->model_id, (int)per_node * (ranks_n > 0 ? ranks_n : 1),
+					       "placement.ranks_per_node") < 0)
+		return NULL;
+	threads *= per_node; /* what the node gives the deployment */
 	if (threads > cpus) {
-		reply_error(r, 422, "invalid_field", "placement.threads", "node %s has %ld CPUs, not %lld",
+		reply_error(r, 422, "invalid_field", "placement.threads", "node %s has %ld CPUs, not %lld%s",
 			    *node_id ? cJSON_GetStringValue(cJSON_GetObjectItem(p, "node")) : "this", cpus,
-			    (long long)threads);
+			    (long long)threads, per_node > 1 ? " (threads a rank times ranks_per_node)" : "");
 		return NULL;
 	}
 	const char *node_name = *node_id ? cJSON_GetStringValue(cJSON_GetObjectItem(p, "node")) : r->a->cfg.node_name;
@@ -305,7 +331,9 @@ placement_field(struct req *r, const cJSON *j, const struct placing *pl, int64_t
 		return NULL;
 	cJSON *out = cJSON_CreateObject();
 	cJSON_AddStringToObject(out, "kind", "cpu");
-	cJSON_AddNumberToObject(out, "threads", (double)threads);
+	cJSON_AddNumberToObject(out, "threads", (double)(threads / per_node));
+	if (per_node > 1)
+		cJSON_AddNumberToObject(out, "ranks_per_node", (double)per_node);
 	if (oversubscribe)
 		cJSON_AddTrueToObject(out, "oversubscribe");
 	if (cJSON_GetObjectItemCaseSensitive(p, "ranks") != NULL &&

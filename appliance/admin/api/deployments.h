@@ -30,6 +30,10 @@ int deploy_refuse_if_leader_owned(struct req *r, int64_t id);
  * (the "lines" query, 1..10000, default 200). */
 void deploy_reply_log(struct req *r, int64_t id);
 
+/* Whether the model's heads split over n ranks (the heads divide, the KV
+ * heads divide or are divided): 0, or -1 after replying 422 on field. */
+int deploy_split_heads(struct req *r, int64_t model_id, int n, const char *field);
+
 /* placement.ranks (api/deployment_ranks.c): the nodes the model is
  * split over, rank 0 this node first; checked against the nodes and this
  * node's engine (its Gloo collectives on CPUs, NCCL's on GPUs), and for

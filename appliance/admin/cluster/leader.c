@@ -96,10 +96,17 @@ follower_placement(struct admin *a, const char *pl, int rank)
 		cJSON_AddNumberToObject(out, "tp", cJSON_GetNumberValue(cJSON_GetObjectItem(p, "tensor_parallel")));
 		cJSON_AddNumberToObject(out, "nnodes", nodes);
 	} else {
+		/* with ranks_per_node, `rank` is the node's number and its
+		 * engine starts the node's ranks (--nnodes) */
+		double per_node = cJSON_GetNumberValue(cJSON_GetObjectItem(p, "ranks_per_node"));
 		cJSON_AddStringToObject(out, "kind", "cpu");
 		cJSON_AddNumberToObject(out, "threads", cJSON_GetNumberValue(cJSON_GetObjectItem(p, "threads")));
 		cJSON_AddNumberToObject(out, "rank", rank);
-		cJSON_AddNumberToObject(out, "tp", nodes);
+		cJSON_AddNumberToObject(out, "tp", nodes * (per_node > 1 ? per_node : 1));
+		if (per_node > 1) {
+			cJSON_AddNumberToObject(out, "ranks_per_node", per_node);
+			cJSON_AddNumberToObject(out, "nnodes", nodes);
+		}
 	}
 	cJSON_AddStringToObject(out, "dist_init", init);
 	cJSON_Delete(p);

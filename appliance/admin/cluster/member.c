@@ -179,9 +179,27 @@ follower_spec(const cJSON *p, int64_t threads, struct spec *s, char *err)
 		return app_fail(err, APP_EINVAL, "a follower rank needs placement.threads");
 	if (!dist_init_ok(init))
 		return app_fail(err, APP_EINVAL, "placement.dist_init must be HOST:PORT");
+	if (cJSON_GetObjectItemCaseSensitive(p, "nnodes") == NULL) {
+		snprintf(s->placement, sizeof(s->placement),
+			 "{\"kind\":\"cpu\",\"threads\":%lld,\"rank\":%lld,\"tp\":%lld,\"dist_init\":\"%s\"}",
+			 (long long)threads, (long long)rank, (long long)tp, init);
+		return 0;
+	}
+	/* several ranks a node: `rank` is this node's number; its engine
+	 * starts ranks_per_node ranks with `threads` CPUs each */
+	int64_t nodes, per_node;
+	if (int_in(p, "nnodes", 2, 16, &nodes) < 0 || int_in(p, "ranks_per_node", 2, 8, &per_node) < 0 ||
+	    rank >= nodes || tp != nodes * per_node)
+		return app_fail(err, APP_EINVAL,
+				"placement.nnodes must be 2..16 with rank below it, ranks_per_node 2..8, and tp their "
+				"product");
+	if (threads * per_node > sysconf(_SC_NPROCESSORS_ONLN))
+		return app_fail(err, APP_EINVAL, "%lld ranks of %lld threads; this node has %ld CPUs",
+				(long long)per_node, (long long)threads, sysconf(_SC_NPROCESSORS_ONLN));
 	snprintf(s->placement, sizeof(s->placement),
-		 "{\"kind\":\"cpu\",\"threads\":%lld,\"rank\":%lld,\"tp\":%lld,\"dist_init\":\"%s\"}",
-		 (long long)threads, (long long)rank, (long long)tp, init);
+		 "{\"kind\":\"cpu\",\"threads\":%lld,\"rank\":%lld,\"tp\":%lld,\"nnodes\":%lld,\"ranks_per_node\":%lld,"
+		 "\"dist_init\":\"%s\"}",
+		 (long long)threads, (long long)rank, (long long)tp, (long long)nodes, (long long)per_node, init);
 	return 0;
 }
 
@@ -208,7 +226,8 @@ spec_parse(struct admin *a, const cJSON *e, struct spec *s, char *err)
 		if (gpu_spec(a, p, s, err) < 0)
 			return APP_EINVAL;
 	} else {
-		static const char *const known[] = { "kind", "threads", "node", "rank", "tp", "dist_init", NULL };
+		static const char *const known[] = { "kind",   "threads",        "node",      "rank", "tp",
+						     "nnodes", "ranks_per_node", "dist_init", NULL };
 		cJSON_ArrayForEach (v, p) {
 			int ok = 0;
 			for (int i = 0; known[i] != NULL && !ok; i++)

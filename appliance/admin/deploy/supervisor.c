@@ -244,13 +244,16 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	 * a GPU (--nnodes): "rank" is then the node's number. */
 	const cJSON *ranks = cJSON_GetObjectItem(pl, "ranks"), *rank = cJSON_GetObjectItem(pl, "rank");
 	const cJSON *gpus = cJSON_GetObjectItem(pl, "gpus"), *nnodes = cJSON_GetObjectItem(pl, "nnodes");
-	int split = cJSON_IsArray(ranks) || cJSON_IsNumber(rank) || cJSON_GetArraySize(gpus) > 1;
+	int per_node = cJSON_IsNumber(cJSON_GetObjectItem(pl, "ranks_per_node"))
+			       ? cJSON_GetObjectItem(pl, "ranks_per_node")->valueint
+			       : 1;
+	int split = cJSON_IsArray(ranks) || cJSON_IsNumber(rank) || cJSON_GetArraySize(gpus) > 1 || per_node > 1;
 	if (cJSON_IsArray(ranks)) {
 		char host[256];
 		ARG("--tp");
 		ARG("%d", cJSON_IsArray(gpus) ? (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "tensor_parallel"))
-					      : cJSON_GetArraySize(ranks));
-		if (cJSON_IsArray(gpus)) {
+					      : cJSON_GetArraySize(ranks) * per_node);
+		if (cJSON_IsArray(gpus) || per_node > 1) {
 			ARG("--nnodes");
 			ARG("%d", cJSON_GetArraySize(ranks));
 		}
@@ -270,6 +273,14 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 		ARG("%d", rank->valueint);
 		ARG("--dist-init");
 		ARG("%s", cJSON_GetStringValue(cJSON_GetObjectItem(pl, "dist_init")));
+	} else if (per_node > 1) {
+		/* this node's ranks alone (one a NUMA node), meeting on loopback */
+		ARG("--tp");
+		ARG("%d", per_node);
+		ARG("--nnodes");
+		ARG("1");
+		ARG("--dist-init");
+		ARG("127.0.0.1:%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "dist_port")));
 	}
 	if ((v = cJSON_GetObjectItem(pl, "gpus")) != NULL && cJSON_IsArray(v)) {
 		/* the GPUs by UUID, which stay the same across reboots and
@@ -399,7 +410,10 @@ holds_cpus(const char *placement, int *threads)
 	const cJSON *t = cJSON_GetObjectItem(pl, "threads");
 	int own;
 
+	const cJSON *per_node = cJSON_GetObjectItem(pl, "ranks_per_node");
 	*threads = cJSON_IsNumber(t) && t->valueint > 0 ? t->valueint : 0;
+	if (cJSON_IsNumber(per_node) && per_node->valueint > 1) /* the node's ranks' CPUs together */
+		*threads *= per_node->valueint;
 	own = *threads > 0 && !cJSON_IsTrue(cJSON_GetObjectItem(pl, "oversubscribe"));
 	cJSON_Delete(pl);
 	return own;
