@@ -3,7 +3,8 @@
 # "Tensor parallel"): a Llama-3.2-1B-shaped Q8_0 model with Llama 3's
 # 128256-token vocabulary (so the output layer weighs what it does there),
 # decoded by one rank on 2 threads, and by 2 ranks of 1 thread each over
-# Open MPI (logits split by vocabulary, then all on rank 0) and over Gloo.
+# Open MPI (logits split by vocabulary, then all on rank 0) and over Gloo
+# (ranks started apart, and started by one process a node, --nnodes).
 # Two rounds, alternating.  On 2 cores a split cannot be faster than one
 # rank; what it shows is what the collectives cost per token.
 set -eu
@@ -30,4 +31,6 @@ for round in 1 2; do
 	"$E" bench --tp 2 --node-rank 1 --dist-init 127.0.0.1:29591 $ARGS -t 1 >/dev/null &
 	"$E" bench --tp 2 --node-rank 0 --dist-init 127.0.0.1:29591 $ARGS -t 1 | show "gloo, vocabulary split"
 	wait
+	# one process that starts its node's second rank, pinned apart (--nnodes)
+	"$E" bench --tp 2 --nnodes 1 --dist-init 127.0.0.1:29592 $ARGS -t 1 2>/dev/null | show "gloo, one process a node"
 done
