@@ -190,6 +190,15 @@ def users(adm, password):
     return a, o, v
 
 
+def children_of(pid):
+    """The pids of pid's children (an engine's local ranks)."""
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
 def wait_for(fn, timeout=60, interval=0.2):
     """Poll fn until it returns a true value (returned) or time runs out (None)."""
     deadline = time.time() + timeout

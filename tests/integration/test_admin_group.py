@@ -17,7 +17,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from adminlib import check, clean_up, leader_and_node_b, summary, wait_for  # noqa: E402
+from adminlib import check, children_of, clean_up, leader_and_node_b, summary, wait_for  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -164,14 +164,6 @@ def test_split(o, bc):
     check(r.status == 204, "split deployment deleted", r)
     check(wait_for(lambda: follower_of(bc, dep) is None, 30 * SLOW), "node-b dropped its rank")
     return want
-
-
-def children_of(pid):
-    try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
 
 
 def test_ranks_per_node(o, bc, want):

@@ -18,7 +18,7 @@ ranks of this machine):
   - --nnodes: one process a node starts the node's other ranks (pinned
     apart on CPUs, a device each on GPUs): the same logits and text, and
     no rank outlives its node's process or fails unnamed.
-Standard library only.  Prints "N passed, N failed".
+Standard library only (and adminlib's children_of).  Prints "N passed, N failed".
 """
 import array
 import json
@@ -32,6 +32,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from adminlib import children_of  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("BUILD", "build")
 ENGINE = os.path.join(BUILD, "privai-engine")
@@ -410,9 +413,7 @@ def log_of(log_dir, rank):
 
 def test_apart(tmp):
     m = "tiny-llama3-bpe-q8_0"
-    model = os.path.join(FIX, "models", m + ".gguf")
-    with open(os.path.join(FIX, "golden", m + ".p1.json")) as f:
-        ids = ",".join(str(i) for i in json.load(f)["prompt_ids"])
+    model, ids = golden_prompt(m)
     alone = os.path.join(tmp, "alone.f32")
     eval_alone(model, ids, alone)
     for n in (2, 4):
@@ -500,14 +501,6 @@ def test_apart(tmp):
                 log.close()
 
 
-def children_of(pid):
-    try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
-
-
 def alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -516,12 +509,16 @@ def alive(pid):
         return False
 
 
+def golden_prompt(m):
+    """A fixture model's path and its golden prompt's ids, comma-separated."""
+    with open(os.path.join(FIX, "golden", m + ".p1.json")) as f:
+        return os.path.join(FIX, "models", m + ".gguf"), ",".join(str(i) for i in json.load(f)["prompt_ids"])
+
+
 def test_node_ranks(tmp):
     """--nnodes: one process a node starts the node's other ranks."""
     m = "tiny-llama3-bpe-q8_0"
-    model = os.path.join(FIX, "models", m + ".gguf")
-    with open(os.path.join(FIX, "golden", m + ".p1.json")) as f:
-        ids = ",".join(str(i) for i in json.load(f)["prompt_ids"])
+    model, ids = golden_prompt(m)
     alone = os.path.join(tmp, "alone-nodes.f32")
     eval_alone(model, ids, alone)
     # 4 ranks on 2 "nodes" (two processes here), and 2 ranks in one process

@@ -209,16 +209,25 @@ is_option(char **argv, int i, const char *opt)
 	return strncmp(argv[i], opt, len) == 0 && argv[i][len] == '=';
 }
 
+/* A zeroed array with room for the n strings of NULL-terminated v and
+ * `extra` more; *n is set.  NULL: out of memory. */
+static char **
+strv_room(char *const *v, int extra, int *n)
+{
+	*n = 0;
+	while (v[*n] != NULL)
+		(*n)++;
+	return calloc((size_t)*n + (size_t)extra, sizeof(char *));
+}
+
 /* The child's command line: this one with --nnodes out, --node-rank its
  * rank, and --gpus its device when one was given.  NULL: out of memory. */
 static char **
 child_argv(int rank, const char *device, char *rank_buf)
 {
-	int n = 0;
+	int n;
+	char **v = strv_room(cli_argv, 3, &n);
 
-	while (cli_argv[n] != NULL)
-		n++;
-	char **v = calloc((size_t)n + 3, sizeof(char *));
 	if (v == NULL)
 		return NULL;
 	int k = 0, has_rank = 0;
@@ -253,11 +262,9 @@ child_argv(int rank, const char *device, char *rank_buf)
 static char **
 child_env(const char *device, char *var, size_t size)
 {
-	int n = 0;
+	int n;
+	char **e = strv_room(environ, 2, &n);
 
-	while (environ[n] != NULL)
-		n++;
-	char **e = calloc((size_t)n + 2, sizeof(char *));
 	if (e == NULL)
 		return NULL;
 	int k = 0;
