@@ -109,8 +109,8 @@ parse_cpulist(const char *s, cpu_set_t *set)
 	return 0;
 }
 
-/* Each of the n local ranks' CPUs: a NUMA node each when there are n
- * that this process may use, else equal shares of what it may use.
+/* Each of the n local ranks' CPUs: a NUMA node each when exactly n have
+ * CPUs this process may use, else equal shares of what it may use.
  * 0 when they could not be told apart (fewer CPUs than ranks): no pins. */
 static int
 rank_cpus(int n, cpu_set_t *out)
@@ -120,7 +120,7 @@ rank_cpus(int n, cpu_set_t *out)
 
 	if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
 		return 0;
-	for (int id = 0; id < 1024 && found < n; id++) {
+	for (int id = 0; id < 1024 && found <= n; id++) {
 		char path[96], line[4096];
 		snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/cpulist", id);
 		FILE *fp = fopen(path, "r");
@@ -131,8 +131,8 @@ rank_cpus(int n, cpu_set_t *out)
 		if (!ok)
 			continue;
 		CPU_AND(&node, &node, &allowed);
-		if (CPU_COUNT(&node) > 0)
-			out[found++] = node;
+		if (CPU_COUNT(&node) > 0 && found++ < n)
+			out[found - 1] = node;
 	}
 	if (found == n)
 		return 1;
