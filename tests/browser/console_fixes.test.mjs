@@ -150,6 +150,9 @@ async function main() {
         await page.locator('dl.facts', { hasText: 'KV cache per token' }).waitFor();
         check(await page.locator('dl.facts dd').nth(9).textContent() === '4', 'sizing a 70B shape answers 4 GPUs, as a table',
           await page.locator('dl.facts').first().textContent());
+        const gpuLine = await page.locator('p.gpu-placement').textContent();
+        check(gpuLine === 'On this cluster\'s GPUs: this node has fewer than 4 whole GPUs, and rank 0 runs here',
+          'on a node without GPUs, the GPU answer says why it has no placement here', gpuLine);
         const cpu = page.getByRole('region', { name: 'On this cluster\'s CPUs' });
         check(/Ranksdoes not fit/.test(await cpu.locator('dl').textContent()) &&
           /does not fit in the memory of 1 node: 130\.4 GiB of weights/.test(await cpu.textContent()),

@@ -395,6 +395,8 @@ def test_models(adm, a, o, v, roots):
     cpu = r.json.get("cpu") or {}
     check(cpu.get("ranks") == 1 and cpu.get("placement") == {"kind": "cpu", "threads": cores} and
           "one node holds it" in cpu.get("why", ""), "sizing: on CPUs this node holds it, with its cores", cpu)
+    check(r.json.get("placement", "absent") is None and "this node has fewer than 1 whole GPUs" in r.json["placement_why"],
+          "sizing: no GPU placement on a node without GPUs, and why", (r.json.get("placement"), r.json.get("placement_why")))
     r = v.get(f"/api/v1/models/{demo_id}/sizing?gpu=H100-80GB&context=2048&concurrency=65536")
     cpu = r.json.get("cpu") or {}
     check(r.status == 200 and cpu.get("ranks") == 0 and "placement" not in cpu and

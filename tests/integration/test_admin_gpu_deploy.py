@@ -239,6 +239,25 @@ def test_group(tmp, engine, fdir):
         ul, ub = gpus_of("gpu-leader"), gpus_of("gpu-b")
         check(len(ul) == 8 and not set(ul) & set(ub), "the two nodes' GPUs have UUIDs of their own", (ul, ub))
 
+        # sizing proposes the placement: 405B in BF16 at 8k needs 16 H100s, 8 on each of 2 nodes
+        r = c.post("/api/v1/sizing", {"gpu": "H100-80GB", "parameters": 405_000_000_000, "bits_per_weight": 16,
+                                      "layers": 126, "heads": 128, "kv_heads": 8, "head_dim": 128, "context": 8192,
+                                      "concurrency": 1})
+        check(r.status == 200 and r.json["gpus"] == 16 and r.json["nodes"] == 2 and
+              r.json["placement"] == {"kind": "gpu", "count": 8, "ranks": ["gpu-leader", "gpu-b"]} and
+              r.json["placement_why"] == "8 GPUs on each of 2 nodes (tensor parallel 16)",
+              "sizing proposes 8 GPUs on each of the two nodes for 405B", r)
+        r = c.post("/api/v1/sizing", {"gpu": "H100-80GB", "parameters": 1_000_000_000_000, "bits_per_weight": 16,
+                                      "layers": 126, "heads": 128, "kv_heads": 8, "head_dim": 128, "context": 8192,
+                                      "concurrency": 1})
+        check(r.status == 200 and r.json["nodes"] == 4 and r.json["placement"] is None and
+              r.json["placement_why"] == "this cluster has only 2 ready nodes with 8 whole GPUs, not 4",
+              "a model needing 4 nodes gets no placement on 2, and why", r)
+        demo_id = [m for m in c.get("/api/v1/models").json["data"] if m["name"] == "demo"][0]["id"]
+        r = c.get(f"/api/v1/models/{demo_id}/sizing?context=256")
+        check(r.status == 200 and r.json["placement"] == {"kind": "gpu", "count": 1} and
+              r.json["placement_why"] == "1 GPU of this node", "the demo model: one GPU of this node", r)
+
         r = deploy(c, "group", {"kind": "gpu", "count": 2, "ranks": ["gpu-leader", "gpu-b"]})
         pl = r.json.get("placement", {}) if r.status == 201 else {}
         check(r.status == 201 and pl.get("tensor_parallel") == 4 and pl.get("count") == 2 and

@@ -127,14 +127,72 @@ cpu_split_json(sqlite3 *db, const struct sizing_request *q, const struct sizing_
 	return o;
 }
 
-/* The answer: on GPUs, and on this cluster's CPU nodes. */
+/* The GPU answer as a placement on this cluster: `gpus` whole GPUs on
+ * this node, or gpus / nodes on each of that many ready nodes that have
+ * them, this one first (rank 0 serves from it), then those with the most.
+ * Adds "placement" (null when none fits) and "placement_why" to o; -1 on
+ * a database error. */
+static int
+gpu_placement_json(sqlite3 *db, const struct sizing_result *s, cJSON *o)
+{
+	int per_node = s->nodes > 0 ? s->gpus / s->nodes : 0, n = 0, self_ok = 0;
+	char names[16][64], why[256];
+	sqlite3_stmt *st;
+
+	if (s->gpus < 1 || s->nodes > 16) {
+		cJSON_AddNullToObject(o, "placement");
+		cJSON_AddStringToObject(o, "placement_why", s->gpus < 1 ? "it does not fit" : "more than 16 nodes");
+		return 0;
+	}
+	if (sqlite3_prepare_v2(db,
+			       "SELECT n.name, n.is_self FROM nodes n WHERE n.state = 'ready' AND (SELECT count(*) "
+			       "FROM gpus g WHERE g.node_id = n.id AND g.mig_enabled = 0) >= ?1 ORDER BY n.is_self "
+			       "DESC, (SELECT count(*) FROM gpus g WHERE g.node_id = n.id) DESC, n.id",
+			       -1, &st, NULL) != SQLITE_OK)
+		return -1;
+	sqlite3_bind_int(st, 1, per_node);
+	while (n < s->nodes && sqlite3_step(st) == SQLITE_ROW) {
+		if (n == 0)
+			self_ok = sqlite3_column_int(st, 1) == 1;
+		snprintf(names[n++], sizeof(names[0]), "%s", (const char *)sqlite3_column_text(st, 0));
+	}
+	sqlite3_finalize(st);
+	if (!self_ok || n < s->nodes) {
+		if (!self_ok)
+			snprintf(why, sizeof(why), "this node has fewer than %d whole GPUs, and rank 0 runs here",
+				 per_node);
+		else
+			snprintf(why, sizeof(why), "this cluster has only %d ready node%s with %d whole GPUs, not %d",
+				 n, n == 1 ? "" : "s", per_node, s->nodes);
+		cJSON_AddNullToObject(o, "placement");
+		cJSON_AddStringToObject(o, "placement_why", why);
+		return 0;
+	}
+	cJSON *p = cJSON_AddObjectToObject(o, "placement");
+	cJSON_AddStringToObject(p, "kind", "gpu");
+	cJSON_AddNumberToObject(p, "count", per_node);
+	if (s->nodes > 1) {
+		cJSON *ranks = cJSON_AddArrayToObject(p, "ranks");
+		for (int i = 0; i < n; i++)
+			cJSON_AddItemToArray(ranks, cJSON_CreateString(names[i]));
+		snprintf(why, sizeof(why), "%d GPUs on each of %d nodes (tensor parallel %d)", per_node, n, s->gpus);
+	} else {
+		snprintf(why, sizeof(why), "%d GPU%s of this node", per_node, per_node == 1 ? "" : "s");
+	}
+	cJSON_AddStringToObject(o, "placement_why", why);
+	return 0;
+}
+
+/* The answer: on GPUs, as a placement on this cluster's GPUs, and on its
+ * CPU nodes. */
 static void
 reply_sized(struct req *r, const struct sizing_request *q, const struct sizing_result *s)
 {
 	cJSON *o = sizing_json(q, s), *cpu = cpu_split_json(r->a->db, q, s);
 
-	if (cpu == NULL) {
+	if (cpu == NULL || gpu_placement_json(r->a->db, s, o) < 0) {
 		cJSON_Delete(o);
+		cJSON_Delete(cpu);
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		return;
 	}

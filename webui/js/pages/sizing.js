@@ -18,7 +18,10 @@ export function sizingTable(s) {
   ];
   return h('div', { class: 'sizing' },
     h('dl', { class: 'facts' }, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v === undefined || v === null ? '—' : String(v))])),
-    s.why ? h('p', {}, s.why) : '', s.cpu ? cpuSplit(s.cpu) : '');
+    s.why ? h('p', {}, s.why) : '',
+    s.placement_why ? h('p', { class: 'gpu-placement' }, 'On this cluster\'s GPUs: ', s.placement_why,
+      s.placement ? [' — placement ', h('code', {}, JSON.stringify(s.placement))] : '') : '',
+    s.cpu ? cpuSplit(s.cpu) : '');
 }
 
 // The same model on this cluster's CPU nodes: how many ranks, and the
