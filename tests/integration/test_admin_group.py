@@ -82,7 +82,8 @@ def test_split(o, bc):
     # the same model on one node, for the text a split must give
     r = o.post("/api/v1/deployments", {"name": "solo", "model": "demo", "placement": {"kind": "cpu", "threads": 1},
                                        "options": {"ctx": 256, "chat_template": "chatml"}})
-    check(r.status == 201, "one-node deployment created", r)
+    check(r.status == 201 and "dist_port" not in r.json["placement"],
+          "one-node deployment created, with no port for ranks to meet on", r)
     solo = r.json["id"]
     d = wait_for(lambda: (lambda j: j if j and j["state"] in ("ready", "failed") else None)(dep_of(o, solo)),
                  90 * SLOW)

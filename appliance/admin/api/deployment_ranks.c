@@ -133,8 +133,9 @@ deploy_store_ranks(struct req *r, int64_t id, const char *placement)
 		goto fail;
 	sqlite3_finalize(st);
 	st = NULL;
+	const cJSON *per_node = cJSON_GetObjectItem(pl, "ranks_per_node");
 	if (!cJSON_IsArray(ranks) && cJSON_GetArraySize(cJSON_GetObjectItem(pl, "gpus")) < 2 &&
-	    cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "ranks_per_node")) < 2) {
+	    !(cJSON_IsNumber(per_node) && per_node->valueint > 1)) {
 		cJSON_Delete(pl);
 		return 0;
 	}
