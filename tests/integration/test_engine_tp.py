@@ -428,7 +428,9 @@ def test_apart(tmp):
     for args, want in ((["--node-rank", "1"], "--node-rank and --nnodes go with --dist-init HOST:PORT"),
                        (["--dist-init", "127.0.0.1:1", "--node-rank", "2"], "--node-rank 2 of a group of 2 (0 to 1)"),
                        (["--dist-init", "127.0.0.1:1", "--nnodes", "3"], "--nnodes 3 does not divide --tp 2"),
-                       (["--dist-init", "no-port"], "--dist-init takes HOST:PORT, not 'no-port'")):
+                       (["--dist-init", "no-port"], "--dist-init takes HOST:PORT, not 'no-port'"),
+                       (["--dist-init", "127.0.0.1:0"], "--dist-init takes HOST:PORT, not '127.0.0.1:0' (a port of 1"),
+                       (["--dist-init", "host:99999"], "--dist-init takes HOST:PORT, not 'host:99999'")):
         r = subprocess.run([ENGINE, "eval", "--tp", "2", "-m", model, "--prompt-ids", "1", "--dump-logits",
                             os.path.join(tmp, "x")] + args, capture_output=True, text=True, timeout=60)
         check(r.returncode != 0 and want in r.stderr, "refused: %s (%s)" % (want, r.stderr.strip()))

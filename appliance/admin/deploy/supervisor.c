@@ -244,6 +244,10 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	 * a GPU (--nnodes): "rank" is then the node's number. */
 	const cJSON *ranks = cJSON_GetObjectItem(pl, "ranks"), *rank = cJSON_GetObjectItem(pl, "rank");
 	const cJSON *gpus = cJSON_GetObjectItem(pl, "gpus"), *nnodes = cJSON_GetObjectItem(pl, "nnodes");
+	/* a row from before ranks were placed has no port: 0, which the
+	 * engine refuses by name */
+	const cJSON *dp = cJSON_GetObjectItem(pl, "dist_port");
+	int dist_port = cJSON_IsNumber(dp) ? dp->valueint : 0;
 	int per_node = cJSON_IsNumber(cJSON_GetObjectItem(pl, "ranks_per_node"))
 			       ? cJSON_GetObjectItem(pl, "ranks_per_node")->valueint
 			       : 1;
@@ -261,7 +265,7 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 		ARG("0");
 		ARG("--dist-init");
 		cut |= deploy_url_host(a->cfg.advertise_url, host, sizeof(host)) != APP_OK;
-		ARG("%s:%d", host, (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "dist_port")));
+		ARG("%s:%d", host, dist_port);
 	} else if (cJSON_IsNumber(rank)) {
 		ARG("--tp");
 		ARG("%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "tp")));
@@ -280,7 +284,7 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 		ARG("--nnodes");
 		ARG("1");
 		ARG("--dist-init");
-		ARG("127.0.0.1:%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "dist_port")));
+		ARG("127.0.0.1:%d", dist_port);
 	}
 	if ((v = cJSON_GetObjectItem(pl, "gpus")) != NULL && cJSON_IsArray(v)) {
 		/* the GPUs by UUID, which stay the same across reboots and
@@ -306,7 +310,7 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 			ARG("--nnodes");
 			ARG("1");
 			ARG("--dist-init");
-			ARG("127.0.0.1:%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pl, "dist_port")));
+			ARG("127.0.0.1:%d", dist_port);
 		}
 	}
 	static const char *const opt[][2] = { { "ctx", "--ctx" },

@@ -6,6 +6,8 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -89,6 +91,12 @@ cli_tp_option(const char *cmd, int c, const char *arg, struct cli_tp *tp)
 	if (c == 0x7401)
 		return cli_parse_int(cmd, "--tp", arg, 1, 4096, &tp->size);
 	if (c == 0x7403) {
+		/* checked here, before a node's ranks are started with it */
+		const char *colon = strrchr(arg, ':');
+		char *end = NULL;
+		long port = colon != NULL ? strtol(colon + 1, &end, 10) : 0;
+		if (colon == NULL || colon == arg || colon[1] == '\0' || *end != '\0' || port < 1 || port > 65535)
+			return cli_error(cmd, "--dist-init takes HOST:PORT, not '%.100s' (a port of 1 to 65535)", arg);
 		tp->init = arg;
 		return 0;
 	}
