@@ -190,6 +190,12 @@ def users(adm, password):
     return a, o, v
 
 
+def dep_of(c, dep):
+    """Deployment dep as client c sees it, or None."""
+    r = c.get(f"/api/v1/deployments/{dep}")
+    return r.json if r.status == 200 else None
+
+
 def children_of(pid):
     """The pids of pid's children (an engine's local ranks)."""
     try:

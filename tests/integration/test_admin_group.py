@@ -17,7 +17,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from adminlib import check, children_of, clean_up, leader_and_node_b, summary, wait_for  # noqa: E402
+from adminlib import check, children_of, clean_up, dep_of, leader_and_node_b, summary, wait_for  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,11 +26,6 @@ PW = "correct horse battery staple"
 SLOW = 3 if "san" in BUILD else 1
 ASK = {"messages": [{"role": "user", "content": "Private AI keeps data on premises."}], "max_tokens": 16,
        "temperature": 0}
-
-
-def dep_of(c, dep):
-    r = c.get(f"/api/v1/deployments/{dep}")
-    return r.json if r.status == 200 else None
 
 
 def chat(o, dep):

@@ -17,7 +17,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from adminlib import Admin, Client, check, clean_up, leader_and_node_b, stream_text, summary, wait_for  # noqa: E402
+from adminlib import (Admin, Client, check, clean_up, dep_of, leader_and_node_b, stream_text, summary,  # noqa: E402
+                      wait_for)
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -44,11 +45,6 @@ def chat_via_node(port, dep, key):
     st, body = raw(port, "POST", f"/api/v1/cluster/deployments/{dep}/v1/chat/completions",
                    {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}, h)
     return st
-
-
-def dep_of(c, dep):
-    r = c.get(f"/api/v1/deployments/{dep}")
-    return r.json if r.status == 200 else None
 
 
 def state_is(c, dep, *states):

@@ -91,12 +91,7 @@ class StoreServer {
 			stopping_ = true;
 			cv_.notify_all();
 		}
-		if (fd_ >= 0)
-			::shutdown(fd_, SHUT_RDWR);
-		if (accept_.joinable())
-			accept_.join();
-		if (fd_ >= 0)
-			::close(fd_);
+		close_door();
 		{
 			std::lock_guard<std::mutex> g(mu_);
 			for (int c : clients_)
