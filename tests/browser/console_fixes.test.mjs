@@ -157,6 +157,19 @@ async function main() {
         check(/Ranksdoes not fit/.test(await cpu.locator('dl').textContent()) &&
           /does not fit in the memory of 1 node: 130\.4 GiB of weights/.test(await cpu.textContent()),
           'on this one node\'s CPUs, 70B at 16 bits does not fit, and it says why', await cpu.textContent());
+        // the GPU types come from the server, with their links; a PCIe-only card is warned about when split
+        const shape = page.getByRole('form', { name: 'Size a model by its shape' });
+        const options = await shape.locator('select[name=gpu] option').allTextContents();
+        check(options.includes('L40S-48GB (PCIe only)') && options.includes('H100-80GB (NVLink)') &&
+          options.includes('H100-NVL-94GB (NVLink in pairs, PCIe between)'), 'sizing offers the GPU types with their links', options.join(', '));
+        await shape.locator('select[name=gpu]').selectOption('L40S-48GB');
+        await shape.getByRole('button', { name: 'Size this shape' }).click();
+        const note = page.locator('p.sizing-warning');
+        await note.waitFor();
+        check(/L40S-48GB: tensor parallel over PCIe \(64 GB\/s a GPU/.test(await note.textContent()) &&
+          /L40S-48GB \(PCIe only\)/.test(await page.locator('dl.facts dd').first().textContent()),
+          'sizing on L40S says what PCIe costs', await note.textContent());
+        await page.screenshot({ path: path.join(SHOTS, 'sizing-pcie-warning.png'), fullPage: true });
       }
       await page.screenshot({ path: path.join(SHOTS, `fix-${hash}.png`), fullPage: true });
     }

@@ -410,6 +410,40 @@ def test_models(adm, a, o, v, roots):
     check(r.status == 200 and r.json["gpus"] == 4 and r.json["nodes"] == 1, "sizing form: 70B fp16 on H100", r)
     r = v.post("/api/v1/sizing", {"gpu": "H100-80GB", "layers": 80, "heads": 64, "head_dim": 128})
     check(r.status == 422, "sizing form needs a size", r)
+    r = v.get("/api/v1/sizing/gpus")
+    types = {t["name"]: t for t in r.json.get("data", [])} if r.status == 200 else {}
+    check({"L40S-48GB", "H100-PCIe-80GB", "H100-NVL-94GB", "L4-24GB", "A10-24GB", "B200-180GB"} <= set(types) and
+          types["L40S-48GB"]["interconnect"] == "pcie" and types["H100-80GB"]["interconnect"] == "nvlink" and
+          types["A10-24GB"]["gpus_per_node"] == 4, "sizing: the GPU types with their links", r)
+    r = v.get(f"/api/v1/models/{demo_id}/sizing?gpu=Z80")
+    check(r.status == 422 and "L40S-48GB" in r.json["error"]["message"], "sizing: an unknown GPU lists the known", r)
+    # 70B at full context on L40S: 8 GPUs of one server, warned about PCIe; on 4-GPU A10 servers, 4 nodes
+    shape70 = {"parameters": 70_600_000_000, "bits_per_weight": 16, "layers": 80, "heads": 64, "kv_heads": 8,
+               "head_dim": 128, "max_context": 131072}
+    r = v.post("/api/v1/sizing", {"gpu": "L40S-48GB", **shape70})
+    check(r.status == 200 and r.json["gpus"] == 8 and r.json["interconnect"] == "pcie" and
+          "over PCIe" in (r.json.get("warning") or ""), "sizing form: 70B on L40S warns about PCIe", r)
+    r = v.post("/api/v1/sizing", {"gpu": "A10-24GB", **shape70, "context": 32768})
+    check(r.status == 200 and (r.json["gpus"], r.json["nodes"], r.json["gpus_per_node"]) == (16, 4, 4) and
+          "Across 4 nodes" in r.json["warning"], "sizing form: A10 servers hold 4 GPUs", r)
+    r = v.post("/api/v1/sizing", {"gpu": "H100-80GB", **shape70, "context": 32768})
+    check(r.status == 200 and r.json["gpus"] == 2 and r.json["warning"] is None, "sizing form: 2 H100s, no warning", r)
+    # 10 of 16 GPUs over 2 servers: a 40-head MHA model at 200 sequences of 4k tokens
+    r = v.post("/api/v1/sizing", {"gpu": "H100-80GB", "weight_bytes": 26_000_000_000, "layers": 40, "heads": 40,
+                                  "kv_heads": 40, "head_dim": 128, "context": 4096, "concurrency": 200})
+    check(r.status == 200 and (r.json["gpus"], r.json["nodes"], r.json["gpus_per_node"]) == (10, 2, 5) and
+          r.json["placement"] is None and "fewer than 5 whole GPUs" in r.json["placement_why"],
+          "sizing form: 10 GPUs are 5 on each of 2 nodes", r)
+    # gpt-oss-120b's sliding layers hold 128 tokens: 18 full layers at 128k, 18 at 128
+    r = v.post("/api/v1/sizing", {"gpu": "H100-80GB", "weight_bytes": 65_283_502_899, "layers": 36, "heads": 64,
+                                  "kv_heads": 8, "head_dim": 64, "context": 131072, "window_layers": 18,
+                                  "window": 128})
+    check(r.status == 200 and r.json["gpus"] == 1 and
+          r.json["kv_bytes_total"] == 2 * 8 * 64 * 2 * (18 * 131072 + 18 * 128), "sizing form: windowed layers", r)
+    r = v.post("/api/v1/sizing", {"gpu": "H100-80GB", **shape70, "window_layers": 18})
+    check(r.status == 422 and r.json["error"]["field"] == "window", "sizing form: window_layers needs a window", r)
+    r = v.post("/api/v1/sizing", {"gpu": "H100-80GB", **shape70, "window_layers": 81, "window": 8})
+    check(r.status == 422 and r.json["error"]["field"] == "window_layers", "sizing form: window_layers beyond the layers", r)
 
     # upload: checksum verified, streamed, nothing left on failure
     data = open(DEMO, "rb").read()

@@ -18,14 +18,36 @@
 static const struct gpu_type *
 gpu_field(struct req *r, const char *gpu)
 {
-	const struct gpu_type *g = sizing_gpu(gpu);
+	const struct gpu_type *g = sizing_gpu(gpu), *t;
+	char known[256];
+	size_t n = 0;
 
-	if (g == NULL)
-		reply_error(r, 422, "invalid_field", "gpu",
-			    "unknown GPU type '%.40s' (H100-80GB, H200-141GB, "
-			    "A100-80GB, A100-40GB)",
-			    gpu);
-	return g;
+	if (g != NULL)
+		return g;
+	known[0] = '\0';
+	for (int i = 0; (t = sizing_gpu_at(i)) != NULL && n < sizeof(known); i++)
+		n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s", i ? ", " : "", t->name);
+	reply_error(r, 422, "invalid_field", "gpu", "unknown GPU type '%.40s' (%s)", gpu, known);
+	return NULL;
+}
+
+/* The GPU types sizing knows, for the console's list and for scripts. */
+static void
+h_sizing_gpus(struct req *r)
+{
+	cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "data");
+	const struct gpu_type *t;
+
+	for (int i = 0; (t = sizing_gpu_at(i)) != NULL; i++) {
+		cJSON *g = cJSON_CreateObject();
+		cJSON_AddStringToObject(g, "name", t->name);
+		cJSON_AddNumberToObject(g, "memory_bytes", t->memory_bytes);
+		cJSON_AddStringToObject(g, "interconnect", sizing_link_name(t->link));
+		cJSON_AddNumberToObject(g, "interconnect_gbytes_per_s", t->link_gbytes);
+		cJSON_AddNumberToObject(g, "gpus_per_node", t->per_node);
+		cJSON_AddItemToArray(a, g);
+	}
+	reply_json(r, 200, o);
 }
 
 /* sizing query: gpu, context, concurrency, kv_bytes */
@@ -62,6 +84,7 @@ sizing_json(const struct sizing_request *q, const struct sizing_result *s)
 	cJSON *o = cJSON_CreateObject();
 
 	cJSON_AddStringToObject(o, "gpu", q->gpu.name);
+	cJSON_AddStringToObject(o, "interconnect", sizing_link_name(q->gpu.link));
 	cJSON_AddNumberToObject(o, "context", q->context);
 	cJSON_AddNumberToObject(o, "concurrency", q->concurrency);
 	cJSON_AddNumberToObject(o, "kv_bytes_per_value", q->kv_bytes);
@@ -73,8 +96,13 @@ sizing_json(const struct sizing_request *q, const struct sizing_result *s)
 	cJSON_AddNumberToObject(o, "total_bytes", s->total_bytes);
 	cJSON_AddNumberToObject(o, "gpus", s->gpus);
 	cJSON_AddNumberToObject(o, "nodes", s->nodes);
+	cJSON_AddNumberToObject(o, "gpus_per_node", s->gpus_per_node_used);
 	cJSON_AddNumberToObject(o, "per_gpu_used_bytes", s->per_gpu_used);
 	cJSON_AddStringToObject(o, "why", s->why);
+	if (s->warning[0] != '\0')
+		cJSON_AddStringToObject(o, "warning", s->warning);
+	else
+		cJSON_AddNullToObject(o, "warning");
 	return o;
 }
 
@@ -135,7 +163,7 @@ cpu_split_json(sqlite3 *db, const struct sizing_request *q, const struct sizing_
 static int
 gpu_placement_json(sqlite3 *db, const struct sizing_result *s, cJSON *o)
 {
-	int per_node = s->nodes > 0 ? s->gpus / s->nodes : 0, n = 0, self_ok = 0;
+	int per_node = s->gpus_per_node_used, n = 0, self_ok = 0;
 	char names[16][64], why[256];
 	sqlite3_stmt *st;
 
@@ -245,16 +273,16 @@ h_sizing(struct req *r)
 static void
 h_sizing_form(struct req *r)
 {
-	static const char *const known[] = { "gpu",          "parameters",    "bits_per_weight",
-					     "weight_bytes", "layers",        "heads",
-					     "kv_heads",     "head_dim",      "kv_latent",
-					     "max_context",  "context",       "concurrency",
-					     "kv_bytes",     "gpus_per_node", NULL };
+	static const char *const known[] = { "gpu",       "parameters",    "bits_per_weight", "weight_bytes",
+					     "layers",    "heads",         "kv_heads",        "head_dim",
+					     "kv_latent", "max_context",   "context",         "concurrency",
+					     "kv_bytes",  "gpus_per_node", "window_layers",   "window",
+					     NULL };
 	struct sizing_request q;
 	struct sizing_result s;
 	const struct gpu_type *g;
 	const char *gpu;
-	int64_t params, bits, wbytes, layers, heads, kvh, hd, lat, maxc, ctx, conc, kvb, per_node;
+	int64_t params, bits, wbytes, layers, heads, kvh, hd, lat, maxc, ctx, conc, kvb, per_node, wl, win;
 	cJSON *j;
 
 	if ((j = body_object(r)) == NULL)
@@ -272,7 +300,9 @@ h_sizing_form(struct req *r)
 	    field_int(r, j, "context", 0, 1, 1 << 24, maxc > 0 ? maxc : 4096, &ctx) < 0 ||
 	    field_int(r, j, "concurrency", 0, 1, 1 << 16, 1, &conc) < 0 ||
 	    field_int(r, j, "kv_bytes", 0, 1, 2, 2, &kvb) < 0 ||
-	    field_int(r, j, "gpus_per_node", 0, 1, 64, 8, &per_node) < 0)
+	    field_int(r, j, "gpus_per_node", 0, 1, 64, g->per_node, &per_node) < 0 ||
+	    field_int(r, j, "window_layers", 0, 0, layers, 0, &wl) < 0 ||
+	    field_int(r, j, "window", wl > 0, 1, 1 << 24, 0, &win) < 0)
 		goto out;
 	if ((params == 0) == (wbytes == 0)) {
 		reply_error(r, 422, "invalid_field", "parameters", "give either parameters or weight_bytes");
@@ -287,6 +317,8 @@ h_sizing_form(struct req *r)
 	q.model.head_dim = (int)hd;
 	q.model.kv_latent = (int)lat;
 	q.model.max_context = (int)maxc;
+	q.model.window_layers = (int)wl;
+	q.model.window = (int)win;
 	q.gpu = *g;
 	q.context = (int)ctx;
 	q.concurrency = (int)conc;
@@ -304,5 +336,6 @@ out:
 const struct route api_sizing_routes[] = {
 	{ "GET", "/api/v1/models/{id}/sizing", ROLE_VIEWER, 0, h_sizing, NULL, NULL },
 	{ "POST", "/api/v1/sizing", ROLE_VIEWER, ROUTE_READ_ONLY, h_sizing_form, NULL, NULL },
+	{ "GET", "/api/v1/sizing/gpus", ROLE_VIEWER, 0, h_sizing_gpus, NULL, NULL },
 	{ NULL, NULL, 0, 0, NULL, NULL, NULL },
 };

@@ -2,7 +2,10 @@
  * How many GPUs a model needs: weights + KV cache for context x
  * concurrency + runtime buffers must fit in each GPU's memory less a
  * headroom, and the tensor-parallel size must divide the number of
- * attention heads (and, beyond one node, use whole nodes).
+ * attention heads and split or share the KV heads.  Any such count is a
+ * placement: beyond one node, the GPUs are spread evenly over the fewest
+ * nodes that hold them (10 GPUs: 5 on each of 2 nodes), the others stay
+ * free for other deployments.
  */
 #ifndef PRIVAI_ADMIN_SIZING_H
 #define PRIVAI_ADMIN_SIZING_H
@@ -16,11 +19,26 @@ struct model_shape {
 	int kv_latent; /* MLA models: cached values per token and layer
 				   * (kv_lora_rank + rope dims); 0 for MHA/GQA */
 	int max_context;
+	/* layers whose attention sees only the last `window` tokens (sliding
+	 * window: gpt-oss; chunked local attention: Llama 4): they cache at
+	 * most that many tokens a sequence.  0: every layer caches all. */
+	int window_layers, window;
+};
+
+/* How a server's GPUs reach each other: the all-reduces of tensor
+ * parallel cross it once or twice a layer for every token. */
+enum gpu_link {
+	GPU_LINK_NVLINK,       /* every GPU of a server through NVSwitch (SXM boards) */
+	GPU_LINK_NVLINK_PAIRS, /* bridged pairs, PCIe between the pairs (H100 NVL) */
+	GPU_LINK_PCIE,         /* PCIe only */
 };
 
 struct gpu_type {
 	const char *name;
 	double memory_bytes;
+	enum gpu_link link;
+	int link_gbytes; /* GB/s a GPU, both directions, as the vendor states it */
+	int per_node;    /* GPUs in the usual server of this type */
 };
 
 struct sizing_request {
@@ -42,8 +60,10 @@ struct sizing_result {
 	double total_bytes;    /* weights + KV */
 	int gpus;              /* 0: does not fit within max_gpus */
 	int nodes;
-	double per_gpu_used; /* (weights + KV) / gpus + runtime */
-	char why[256];       /* one line: what decided the count */
+	int gpus_per_node_used; /* gpus / nodes: the GPUs each node gives */
+	double per_gpu_used;    /* (weights + KV) / gpus + runtime */
+	char why[256];          /* one line: what decided the count */
+	char warning[320];      /* "" or what the placement costs (PCIe, the network) */
 };
 
 /* A model on CPU nodes split over ranks (tensor parallel, one rank a
@@ -63,14 +83,20 @@ struct cpu_split {
 void sizing_cpu_split(const struct sizing_request *r, const struct sizing_result *res, const double *node_bytes,
 		      int n_nodes, struct cpu_split *out);
 
-/* Fill sensible defaults (6 GiB headroom, 2 GiB runtime, f16 KV, 8 GPUs a
- * node, up to 1024 GPUs) into the fields left zero. */
+/* Fill sensible defaults (6 GiB headroom, 2 GiB runtime, f16 KV, the GPU
+ * type's usual count a node, up to 1024 GPUs) into the fields left zero. */
 void sizing_defaults(struct sizing_request *r);
 
 /* 0, or APP_EINVAL with res->why naming a bad input. */
 int sizing_compute(const struct sizing_request *r, struct sizing_result *res);
 
-/* A GPU type by name ("H100-80GB", "H200-141GB", "A100-80GB", "A100-40GB"). */
+/* A GPU type by name ("H100-80GB", "L40S-48GB", ...), or NULL. */
 const struct gpu_type *sizing_gpu(const char *name);
+
+/* The i-th GPU type sizing knows, or NULL past the last. */
+const struct gpu_type *sizing_gpu_at(int i);
+
+/* "nvlink", "nvlink-pairs" or "pcie". */
+const char *sizing_link_name(enum gpu_link link);
 
 #endif

@@ -4,7 +4,7 @@
 import { api, upload } from '../api.js';
 import { h, badge, bytes, table, act, say, formValues, field } from '../ui.js';
 import { can } from '../session.js';
-import { sizingTable, GPU_TYPES } from './sizing.js';
+import { sizingTable, gpuSelect } from './sizing.js';
 
 async function sha256(file) {
   // crypto.subtle is on https or localhost only, and hashes a whole buffer:
@@ -129,7 +129,7 @@ function importForms(refresh) {
   return { section, refreshUploads };
 }
 
-function details(m) {
+async function details(m) {
   const out = h('div', {});
   const rows = [['Kind', m.kind === 'lora' ? `LoRA adapter of ${m.base_model}` : 'model'], ['LoRA rank', m.lora_rank], ['LoRA alpha', m.lora_alpha],
     ['Adapters', m.kind === 'lora' ? null : m.adapters],
@@ -144,7 +144,7 @@ function details(m) {
   }
   const sizing = h('div', {});
   const form = h('form', { class: 'inline', 'aria-label': 'Sizing' },
-    field('GPU', h('select', { name: 'gpu' }, GPU_TYPES.map((g) => h('option', {}, g)))),
+    field('GPU', await gpuSelect()),
     field('Context', h('input', { name: 'context', type: 'number', min: 1, value: Math.min(m.context_length || 4096, 8192) })),
     field('Concurrency', h('input', { name: 'concurrency', type: 'number', min: 1, value: 16 })),
     h('button', { type: 'submit' }, 'Size it'));
@@ -165,7 +165,7 @@ export default async function models(main) {
   async function refresh() {
     const r = await api('GET', '/api/v1/models');
     list.replaceChildren(table('Registered models', [
-      { label: 'Name', value: (m) => h('button', { class: 'link', type: 'button', onclick: () => detail.replaceChildren(h('div', { class: 'card' }, h('h2', {}, m.name), details(m))) }, m.name) },
+      { label: 'Name', value: (m) => h('button', { class: 'link', type: 'button', onclick: (e) => act(e.currentTarget, async () => detail.replaceChildren(h('div', { class: 'card' }, h('h2', {}, m.name), await details(m)))) }, m.name) },
       { label: 'State', value: (m) => [badge(m.state), m.state === 'importing' ? ` ${bytes(m.bytes_done)}` : '', m.error ? ` ${m.error}` : ''] },
       { label: 'Kind', value: (m) => m.kind === 'lora' ? `LoRA of ${m.base_model}` : 'model' },
       { label: 'Architecture', value: (m) => m.architecture || '—' },

@@ -4,21 +4,31 @@
 import { api } from '../api.js';
 import { h, bytes, act, formValues, field } from '../ui.js';
 
-export const GPU_TYPES = ['H100-80GB', 'H200-141GB', 'A100-80GB', 'A100-40GB'];
+const LINKS = { nvlink: 'NVLink', 'nvlink-pairs': 'NVLink in pairs, PCIe between', pcie: 'PCIe only' };
+
+// The GPU types the server sizes for (GET /api/v1/sizing/gpus), fetched
+// once, as the options of a select: name and how a server's GPUs connect.
+let gpuTypes = null;
+export async function gpuSelect() {
+  gpuTypes = gpuTypes || api('GET', '/api/v1/sizing/gpus').then((r) => r.data).catch((e) => { gpuTypes = null; throw e; });
+  return h('select', { name: 'gpu' }, (await gpuTypes).map((t) => h('option', { value: t.name },
+    `${t.name} (${LINKS[t.interconnect] || t.interconnect})`)));
+}
 
 // The server's sizing answer (gpu/sizing.c) as terms and values.
 export function sizingTable(s) {
   const rows = [
-    ['GPU', s.gpu], ['Context (tokens)', s.context], ['Concurrent sequences', s.concurrency],
+    ['GPU', `${s.gpu} (${LINKS[s.interconnect] || s.interconnect})`], ['Context (tokens)', s.context], ['Concurrent sequences', s.concurrency],
     ['Weights', bytes(s.weights_bytes)], ['KV cache per token', bytes(s.kv_bytes_per_token)],
     ['KV cache in all', bytes(s.kv_bytes_total)], ['Runtime buffers per GPU', bytes(s.runtime_bytes_per_gpu)],
     ['Headroom kept free per GPU', bytes(s.headroom_bytes_per_gpu)], ['Total', bytes(s.total_bytes)],
     ['GPUs', s.gpus ? String(s.gpus) : 'does not fit'], ['Nodes', String(s.nodes)],
-    ['Used per GPU', bytes(s.per_gpu_used_bytes)],
+    ['Used per GPU', bytes(s.per_gpu_used_bytes)], ['GPUs a node', s.gpus ? String(s.gpus_per_node) : '—'],
   ];
   return h('div', { class: 'sizing' },
     h('dl', { class: 'facts' }, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v === undefined || v === null ? '—' : String(v))])),
     s.why ? h('p', {}, s.why) : '',
+    s.warning ? h('p', { class: 'sizing-warning', role: 'note' }, h('strong', {}, 'Note: '), s.warning) : '',
     s.placement_why ? h('p', { class: 'gpu-placement' }, 'On this cluster\'s GPUs: ', s.placement_why,
       s.placement ? [' — placement ', h('code', {}, JSON.stringify(s.placement))] : '') : '',
     s.cpu ? cpuSplit(s.cpu) : '');
@@ -42,7 +52,8 @@ const numeric = (name, label, attrs = {}) => field(label, h('input', { name, typ
 export default async function sizing(main) {
   const models = (await api('GET', '/api/v1/models')).data.filter((m) => m.state === 'ready' && m.kind !== 'lora');
   const out = h('div', { 'aria-live': 'polite' });
-  const common = () => [field('GPU', h('select', { name: 'gpu' }, GPU_TYPES.map((g) => h('option', {}, g)))),
+  const gpus = await gpuSelect();
+  const common = () => [field('GPU', gpus.cloneNode(true)),
     numeric('context', 'Context (tokens)', { value: 4096 }), numeric('concurrency', 'Concurrent sequences', { value: 16 })];
   const byModel = h('form', { class: 'inline', 'aria-label': 'Size a registered model' },
     field('Model', h('select', { name: 'model' }, models.map((m) => h('option', { value: m.id }, m.name)))), ...common(),
