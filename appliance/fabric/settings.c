@@ -196,7 +196,9 @@ fabric_settings_load(struct fabric_settings *s, char *err, size_t errsize)
 		 err, errsize) < 0 ||
 	    number("PRIVAI_FABRIC_INTERVAL", 1, 3600, 10, &s->interval_s, err, errsize) < 0 ||
 	    path("PRIVAI_FABRIC_NCCL_TOPO_FILE", "/etc/privai/nccl-topo.xml", s->nccl_topo_file,
-		 sizeof(s->nccl_topo_file), err, errsize) < 0)
+		 sizeof(s->nccl_topo_file), err, errsize) < 0 ||
+	    path("PRIVAI_FABRIC_NCCL_ENV", "/etc/privai/nccl.env", s->nccl_env_file, sizeof(s->nccl_env_file), err,
+		 errsize) < 0)
 		return APP_EINVAL;
 	return 0;
 }

@@ -28,6 +28,7 @@ struct fabric_settings {
 	char status_socket[108]; /* sun_path's size */
 	int interval_s;
 	char nccl_topo_file[256];
+	char nccl_env_file[256];
 };
 
 /* Read a config file of PRIVAI_FABRIC_NAME=VALUE lines into the

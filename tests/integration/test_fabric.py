@@ -368,6 +368,89 @@ def test_fm_config(trees, tmp):
     check(r.returncode == 2 and "fabric.conf:4" in r.stderr, "a bad config file line: named", r.stderr)
 
 
+def nccl_env(tree):
+    r = fabric("nccl-env", "--json", "--root", tree)
+    no_crash(r, f"nccl-env {os.path.basename(tree)}")
+    try:
+        return {s["name"]: s for s in json.loads(r.stdout)}
+    except ValueError:
+        check(False, f"nccl-env --json on {os.path.basename(tree)} prints JSON", r.stdout[:200] + r.stderr[:200])
+        return {}
+
+
+def test_nccl_env(trees, tmp):
+    def val(env, name):
+        return env.get(name, {}).get("value", "absent")
+
+    def why(env, name):
+        return env.get(name, {}).get("why", "")
+
+    # HGX: the 8 paired NICs on port 1, exact names; GPUDirect through the switches; NVLink only; InfiniBand
+    # (no GID index); the default route's interface as PID 1 sees it; no topology file on bare metal
+    e = nccl_env(trees["hgx-h100"])
+    check(val(e, "NCCL_IB_HCA") == "=" + ",".join(f"mlx5_{k}:1" for k in range(8)) and
+          "GPU0-mlx5_0 (same PCIe switch)" in why(e, "NCCL_IB_HCA"), "nccl-env HGX: NCCL_IB_HCA, each NIC by its GPU", e)
+    check(val(e, "NCCL_NET_GDR_LEVEL") == "PIX" and "8 of 8" in why(e, "NCCL_NET_GDR_LEVEL"),
+          "nccl-env HGX: GPUDirect RDMA where GPU and NIC share a switch", e.get("NCCL_NET_GDR_LEVEL"))
+    check(val(e, "NCCL_P2P_LEVEL") == "NVL" and "4 NVSwitches" in why(e, "NCCL_P2P_LEVEL"), "nccl-env HGX: P2P over NVLink",
+          e.get("NCCL_P2P_LEVEL"))
+    check(val(e, "NCCL_SOCKET_IFNAME") == "=eno1" and "NCCL_IB_GID_INDEX" not in e and val(e, "NCCL_TOPO_FILE") is None,
+          "nccl-env HGX: bootstrap on the default route's eno1, no GID index on InfiniBand, no topology file", e)
+    # the miscabled board without nvidia_peermem: GPU0 and GPU1 have no NIC of their own; GDR left to NCCL
+    e = nccl_env(trees["hgx-h100-bad"])
+    check("left out: GPU0 (no NIC of its own), GPU1 (no NIC of its own)" in why(e, "NCCL_IB_HCA") and
+          "mlx5_2" not in val(e, "NCCL_IB_HCA"), "nccl-env bad HGX: GPUs without a NIC named", e.get("NCCL_IB_HCA"))
+    check(val(e, "NCCL_NET_GDR_LEVEL") is None and "modprobe nvidia_peermem" in why(e, "NCCL_NET_GDR_LEVEL"),
+          "nccl-env bad HGX: no peer memory, GDR not forced, the fix named", e.get("NCCL_NET_GDR_LEVEL"))
+    # PCIe server with RoCE: the RoCE v2 GID on the IPv4 address (index 3); pairs only by NUMA node; P2P left
+    e = nccl_env(trees["pcie-4gpu"])
+    check(val(e, "NCCL_IB_GID_INDEX") == "3" and "IPv4" in why(e, "NCCL_IB_GID_INDEX") and
+          val(e, "NCCL_NET_GDR_LEVEL") == "PXB" and val(e, "NCCL_P2P_LEVEL") is None and
+          val(e, "NCCL_IB_HCA") == "=mlx5_0:1,mlx5_1:1", "nccl-env PCIe RoCE: GID 3, GDR only through switches, P2P "
+          "left to NCCL", e)
+    # VM: RoCE without an address (the hint), no P2P over virtual PCIe, the topology file once it exists,
+    # the default route from /proc/net/route
+    vm = trees["vm-guest"]
+    e = nccl_env(vm)
+    check(val(e, "NCCL_IB_GID_INDEX") is None and "give its interface an IP address" in why(e, "NCCL_IB_GID_INDEX") and
+          val(e, "NCCL_P2P_LEVEL") == "LOC" and val(e, "NCCL_SOCKET_IFNAME") == "=ens192",
+          "nccl-env VM: the GID hint, no PCIe P2P, bootstrap on ens192", e)
+    check(val(e, "NCCL_TOPO_FILE") is None and "topology --write /etc/privai/nccl-topo.xml" in why(e, "NCCL_TOPO_FILE"),
+          "nccl-env VM: the missing topology file named", e.get("NCCL_TOPO_FILE"))
+    r = fabric("topology", "--root", vm)
+    os.makedirs(os.path.join(vm, "etc", "privai"), exist_ok=True)
+    with open(os.path.join(vm, "etc", "privai", "nccl-topo.xml"), "w") as f:
+        f.write(r.stdout)
+    e = nccl_env(vm)
+    check(val(e, "NCCL_TOPO_FILE") == "/etc/privai/nccl-topo.xml", "nccl-env VM: NCCL_TOPO_FILE once written", e)
+    # no GPU-NIC pair: NCCL_IB_HCA unset with why; a garbage tree answered
+    e = nccl_env(trees["xeon-amx"])
+    check(val(e, "NCCL_IB_HCA") is None and "TCP sockets" in why(e, "NCCL_IB_HCA"), "nccl-env CPU host: no RDMA", e)
+    nccl_env(trees["garbage"])
+
+    # the file: every setting under its reason; privai-engine's GPU ranks take it (its reader refuses any line
+    # that is not NCCL_NAME=VALUE or a comment)
+    conf = os.path.join(tmp, "nccl-conf")
+    os.makedirs(conf, exist_ok=True)
+    r = fabric("nccl-env", "--root", vm, "--write", os.path.join(conf, "nccl.env"))
+    text = open(os.path.join(conf, "nccl.env")).read() if r.returncode == 0 else ""
+    lines = [x for x in text.splitlines() if x and not x.startswith("#")]
+    check(r.returncode == 0 and text.startswith("# privai-fabric nccl-env: written from this node's discovery.") and
+          lines == ["NCCL_IB_HCA==mlx5_0:1,mlx5_1:1", "NCCL_P2P_LEVEL=LOC", "NCCL_SOCKET_IFNAME==ens192",
+                    "NCCL_TOPO_FILE=/etc/privai/nccl-topo.xml"] and "# NCCL_IB_GID_INDEX not set" in text,
+          "nccl-env --write: the settings, each under its reason", text)
+    engine = os.path.join(ROOT, BUILD, "privai-engine")
+    model = os.path.join(ROOT, "..", "shared", "fixtures", "models", "tiny-llama-spm-q8_0.gguf")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    env.update(PRIVAI_NCCL_CONFIG_DIR=conf, CUDA_VISIBLE_DEVICES="GPU-a")
+    r = subprocess.run([engine, "eval", "--device", "cuda", "-m", model, "--prompt-ids", "1", "--dump-logits",
+                        os.path.join(tmp, "logits"), "--tp", "2", "--dist-init", "127.0.0.1:1", "--node-rank", "0"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    check("NCCL settings: NCCL_IB_HCA==mlx5_0:1,mlx5_1:1 (nccl.env), NCCL_P2P_LEVEL=LOC (nccl.env), "
+          "NCCL_SOCKET_IFNAME==ens192 (nccl.env), NCCL_TOPO_FILE=/etc/privai/nccl-topo.xml (nccl.env)" in r.stderr,
+          "privai-engine's GPU ranks take the written file", r.stderr[-600:])
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="privai-fabric-")
     try:
@@ -381,6 +464,7 @@ def main():
         test_topology_refusals(trees, tmp)
         test_vmclass(trees)
         test_fm_config(trees, tmp)
+        test_nccl_env(trees, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     summary()

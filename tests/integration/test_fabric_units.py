@@ -189,6 +189,24 @@ def test_serve(xdg, trees, tmp):
         check(len(doc["node"]["gpus"]) == 8 and doc["nccl_topology"]["present"] is False and
               doc["nccl_topology"]["needed"] is False, "GET /status: the node, and no topology file needed on "
               "bare metal", doc["nccl_topology"])
+        # the engines' NCCL settings: written, kept current, an operator's edit left alone
+        env_file = os.path.join(hgx, "etc", "privai", "nccl.env")
+        ne = doc.get("nccl_env") or {}
+        names = {s["name"]: s.get("value") for s in ne.get("settings", [])}
+        text = open(env_file).read() if os.path.exists(env_file) else ""
+        check(ne.get("path") == "/etc/privai/nccl.env" and ne.get("state") in ("written", "current") and
+              names.get("NCCL_NET_GDR_LEVEL") == "PIX" and "\nNCCL_P2P_LEVEL=NVL\n" in text,
+              "serve writes nccl.env, and GET /status lists its settings", (ne, text[:200]))
+        wait_for(lambda: json.loads(get(sock, "/status")[1])["nccl_env"]["state"] == "current", timeout=10)
+        with open(env_file, "w") as f:
+            f.write("# mine\nNCCL_IB_HCA=mlx5_0\n")
+        edited = wait_for(lambda: json.loads(get(sock, "/status")[1])["nccl_env"]["state"] == "hand-edited",
+                          timeout=10)
+        check(edited and open(env_file).read() == "# mine\nNCCL_IB_HCA=mlx5_0\n",
+              "serve leaves a hand-edited nccl.env alone, and says so", open(env_file).read())
+        os.unlink(env_file)
+        back = wait_for(lambda: os.path.exists(env_file) and "NCCL_P2P_LEVEL=NVL" in open(env_file).read(), timeout=10)
+        check(back, "serve writes nccl.env again once it is removed")
         systemctl(xdg, "stop", UNIT)
         stopped = wait_for(lambda: json.loads(get(sock, "/status")[1])["fabric_manager"]["verdict"] == "stopped",
                            timeout=20)

@@ -30,5 +30,14 @@ void fabric_print_json(const cJSON *j);
 int cmd_fm_config(struct fabric_opts *o, int argc, char **argv);
 int cmd_fm(struct fabric_opts *o, int argc, char **argv);
 int cmd_serve(struct fabric_opts *o, int argc, char **argv);
+int cmd_nccl_env(struct fabric_opts *o, int argc, char **argv);
+
+/* Keep the settings' nccl.env current from f (nccl_env.h): written when
+ * missing or when it still carries privai-fabric's first line, left alone
+ * when an operator took that line out.  *ret_status (may be NULL): {path,
+ * state: written|current|hand-edited|error, settings}.  0, or an APP_E*
+ * code. */
+struct fabric;
+int fabric_nccl_env_sync(const struct fabric_opts *o, const struct fabric *f, cJSON **ret_status);
 
 #endif

@@ -24,6 +24,8 @@ usage(FILE *fp)
 	      "  discover [--json]            GPUs, NVSwitches, RDMA NICs and ports, PCIe switches, GPU-NIC pairing\n"
 	      "  topology [--write FILE]      NCCL's topology file (NCCL_TOPO_FILE) for this node\n"
 	      "  topology --check FILE        check a topology file against NCCL's reader and this node\n"
+	      "  nccl-env [--json] [--write FILE]\n"
+	      "                               the NCCL settings of this node's engine ranks, each with its reason\n"
 	      "  vmclass [--json] [--shared-nvswitch]\n"
 	      "                               the vSphere VM class a GPU VM on this host needs\n"
 	      "  fm-config [--dry-run]        write Fabric Manager's configuration from the settings\n"
@@ -53,6 +55,9 @@ usage(FILE *fp)
 	      "  PRIVAI_FABRIC_READY_TIMEOUT   seconds start waits for it (default 240)\n"
 	      "  PRIVAI_FABRIC_STATUS_SOCKET   the status socket (default /run/privai/fabric.sock)\n"
 	      "  PRIVAI_FABRIC_INTERVAL        seconds between serve's checks (default 10)\n"
+	      "  PRIVAI_FABRIC_NCCL_TOPO_FILE  NCCL's topology file (default /etc/privai/nccl-topo.xml)\n"
+	      "  PRIVAI_FABRIC_NCCL_ENV        the engine ranks' NCCL settings, kept current by serve "
+	      "(default /etc/privai/nccl.env)\n"
 	      "\n"
 	      "exit status: 0 ok, 1 a check failed or Fabric Manager is not ready, 2 usage or read error\n",
 	      fp);
@@ -236,6 +241,8 @@ main(int argc, char **argv)
 		return cmd_fm(&o, argc, argv);
 	if (strcmp(cmd, "serve") == 0)
 		return cmd_serve(&o, argc, argv);
+	if (strcmp(cmd, "nccl-env") == 0)
+		return cmd_nccl_env(&o, argc, argv);
 	fprintf(stderr, "privai-fabric: no command '%s' (see --help)\n", cmd);
 	return 2;
 }

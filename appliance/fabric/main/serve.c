@@ -167,6 +167,14 @@ refresh(struct fabric_opts *o, struct server *srv, sd_bus *bus)
 	j = cJSON_CreateObject();
 	cJSON_AddItemToObject(j, "fabric_manager", fm_status_json(&f, &o->s, &st));
 	cJSON_AddItemToObject(j, "nccl_topology", topology_json(o, &f));
+	cJSON *env = NULL;
+	if (fabric_nccl_env_sync(o, &f, &env) < 0) {
+		const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(env, "error"));
+		fprintf(stderr, "privai-fabric serve: cannot write %s: %s\n", o->s.nccl_env_file,
+			why != NULL ? why : "out of memory");
+	}
+	if (env != NULL)
+		cJSON_AddItemToObject(j, "nccl_env", env);
 	cJSON_AddItemToObject(j, "node", fabric_json(&f));
 	cJSON_AddNumberToObject(j, "checked_at", (double)time(NULL));
 	text = cJSON_PrintUnformatted(j);
