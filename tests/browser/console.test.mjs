@@ -357,19 +357,40 @@ async function main() {
     try {
       execFileSync(path.join(BUILD, 'privai-tune'), ['check', '--root', path.join(tmp, 'trees', 'hgx-h100-bad'), '--output', preflight], { stdio: 'ignore' });
     } catch { /* exit 1: checks failed, as they should on this tree */ }
+    // and its privai-fabric, serving the same tree's status (no systemd bus here: Fabric Manager unknown)
+    const fabricSock = path.join(tmp, 'node-b-fabric.sock'), noBus = path.join(tmp, 'node-b-no-bus');
+    fs.mkdirSync(noBus, { recursive: true });
+    const fenv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('PRIVAI_FABRIC_') && !k.startsWith('DBUS_')));
+    children.push(spawn(path.join(BUILD, 'privai-fabric'), ['serve', '--root', path.join(tmp, 'trees', 'hgx-h100-bad')],
+      { env: { ...fenv, PRIVAI_FABRIC_CONFIG: '/dev/null', PRIVAI_FABRIC_STATUS_SOCKET: fabricSock, PRIVAI_FABRIC_BUS: 'user', XDG_RUNTIME_DIR: noBus },
+        stdio: 'ignore' }));
     await startAdmin(tmp, 'node-b', ['--join', leader.url, '--engine-ports', '19110-19119', '--preflight-file', preflight,
-      '--fabric-socket', path.join(tmp, 'no-fabric.sock')], { PRIVAI_JOIN_TOKEN: token, PRIVAI_NVML_DOUBLE_NODE: '1' });
+      '--fabric-socket', fabricSock], { PRIVAI_JOIN_TOKEN: token, PRIVAI_NVML_DOUBLE_NODE: '1' });
     const brow = page.getByRole('table', { name: 'Nodes', exact: true }).locator('tr', { hasText: 'node-b' });
     await brow.waitFor({ timeout: 20000 });
     await brow.getByText('ready').waitFor();
     check(await brow.locator('td').nth(4).textContent() === '8', 'node-b joined with 8 GPUs');
     await brow.getByText('14 failed, 5 warned, 36 passed, 0 skipped', { exact: false }).waitFor({ timeout: 10000 });
-    check(await brow.getByText('privai-fabric is not serving').count() === 1, "node-b's host column: preflight counts, fabric missing");
+    await brow.getByText('NCCL settings', { exact: false }).waitFor({ timeout: 10000 });
+    check(/Fabric: version-mismatchFabric Manager 550\.54\.14, 4 NVSwitch\(es\); NCCL settings (written|current)/.test(await brow.textContent()),
+      "node-b's host column: preflight counts, fabric read, its NCCL settings written", await brow.textContent());
     const pairing = page.locator('table', { hasText: 'Host checks that failed or warned' }).locator('tr', { hasText: 'GPU-to-NIC pairing' });
     check(await pairing.count() === 1 && (await pairing.textContent()).includes('node-b') &&
       (await pairing.textContent()).includes('move the NIC 0000:3e:00.0'), 'the bad pairing is listed with its fix');
     await shot(page, '05-nodes');
     await accessible(page, 'nodes');
+    // the Host page: node-b's NCCL settings, each with its reason
+    await visit(page, 'host', 'Host');
+    const nccl = page.getByRole('table', { name: 'NCCL settings of node-b' });
+    await nccl.waitFor();
+    const gdr = nccl.locator('tr', { hasText: 'NCCL_NET_GDR_LEVEL' });
+    const p2p = nccl.locator('tr', { hasText: 'NCCL_P2P_LEVEL' });
+    check((await gdr.textContent()).includes('left to NCCL') && (await gdr.textContent()).includes('modprobe nvidia_peermem') &&
+      (await p2p.textContent()).includes('NVL') && (await p2p.textContent()).includes('4 NVSwitches'),
+      "node-b's NCCL settings: GDR left to NCCL without peer memory, P2P over NVLink, each with why",
+      (await gdr.textContent()) + ' | ' + (await p2p.textContent()));
+    await shot(page, '05a-host-nccl-settings');
+    await accessible(page, 'host');
 
     // a deployment placed on node-b: it fetches the model from the leader,
     // runs the engine, reports ready, and the chat goes through it

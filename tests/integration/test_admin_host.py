@@ -149,6 +149,11 @@ def test_fabric(a, sock, serve, tmp):
           "without systemd's bus the verdict is unknown, saying why", fm)
     check(f["nccl_topology"]["present"] is False and f["nccl_topology"]["problems"] == [], "no NCCL topology file", f)
     check("node" not in f and "gpus" not in json.dumps(f), "the node's whole inventory is not copied", list(f))
+    env = f.get("nccl_env") or {}
+    names = {s["name"]: s["value"] for s in env.get("settings", [])}
+    check(env.get("path") == "/etc/privai/nccl.env" and env.get("state") in ("written", "current") and
+          names.get("NCCL_P2P_LEVEL") == "NVL" and names.get("NCCL_TOPO_FILE", "absent") is None and
+          all(s["why"] for s in env["settings"]), "the engines' NCCL settings, with their reasons", env)
     serve.send_signal(signal.SIGTERM)
     serve.wait(10)
     wait_host(a, lambda h: h["fabric"]["state"] == "missing" and "not serving" in h["fabric"]["error"],
@@ -164,6 +169,11 @@ def test_fabric(a, sock, serve, tmp):
                 good["fabric_manager"], verdict="great"))).encode()), "verdict is not one"),
             ("sends 65 problems", http(json.dumps(dict(good, nccl_topology=dict(
                 good["nccl_topology"], problems=["p"] * 65))).encode()), "at most 64"),
+            ("names a setting that is not NCCL's", http(json.dumps(dict(good, nccl_env=dict(
+                good["nccl_env"], settings=[{"name": "LD_PRELOAD", "value": "/x.so", "why": "w"}]))).encode()),
+             "needs a name NCCL_"),
+            ("gives an unknown nccl_env state", http(json.dumps(dict(good, nccl_env=dict(
+                good["nccl_env"], state="fine"))).encode()), "a state privai-fabric gives"),
             ("sends a 300 KB answer", http(b" " * 300000), "longer than"),
             ("never answers", None, "within 2000 ms"),
         ]

@@ -243,7 +243,66 @@ host_preflight_read(const char *path)
 	return out;
 }
 
-/* Fabric Manager's and the NCCL topology file's parts of privai-fabric's status. */
+static const char *const nccl_env_states[] = { "written", "current", "hand-edited", "error", NULL };
+
+/* The engines' NCCL settings as privai-fabric keeps them (nccl.env): path,
+ * state, and at most 8 settings of {name (NCCL_...), value or null, why}.
+ * Absent from an older privai-fabric; 0, or an APP_E* code with err. */
+static int
+nccl_env_clean(cJSON *out, const cJSON *in, char *err)
+{
+	const cJSON *env = cJSON_GetObjectItemCaseSensitive(in, "nccl_env"), *s;
+	const cJSON *state = cJSON_GetObjectItemCaseSensitive(env, "state");
+	const cJSON *settings = cJSON_GetObjectItemCaseSensitive(env, "settings");
+	cJSON *o, *a;
+	int n, rc, i = 0;
+
+	if (env == NULL)
+		return 0;
+	if (!cJSON_IsObject(env) || !cJSON_IsString(state) || one_of(state->valuestring, nccl_env_states) < 0 ||
+	    !cJSON_IsArray(settings) || (n = cJSON_GetArraySize(settings)) > 8) {
+		msg_fmt(err, APP_ERR_LEN,
+			"nccl_env must be an object with a state privai-fabric gives and at most 8 settings");
+		return APP_EINVAL;
+	}
+	if ((o = cJSON_AddObjectToObject(out, "nccl_env")) == NULL ||
+	    cJSON_AddStringToObject(o, "state", state->valuestring) == NULL ||
+	    (a = cJSON_AddArrayToObject(o, "settings")) == NULL)
+		return APP_ENOMEM;
+	if ((rc = copy_string(o, env, "path", 4096, 1, "nccl_env.", err)) < 0 ||
+	    (rc = copy_string(o, env, "error", MAX_TEXT, 0, "nccl_env.", err)) < 0)
+		return rc;
+	cJSON_ArrayForEach (s, settings) {
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name");
+		const cJSON *value = cJSON_GetObjectItemCaseSensitive(s, "value");
+		cJSON *os;
+		if (!cJSON_IsString(name) || strncmp(name->valuestring, "NCCL_", 5) != 0 ||
+		    strlen(name->valuestring) > 32 || !(cJSON_IsNull(value) || cJSON_IsString(value))) {
+			msg_fmt(err, APP_ERR_LEN,
+				"nccl_env.settings[%d] needs a name NCCL_... of at most 32 bytes and "
+				"a value that is a string or null",
+				i);
+			return APP_EINVAL;
+		}
+		if ((os = cJSON_CreateObject()) == NULL || !cJSON_AddItemToArray(a, os))
+			return APP_ENOMEM;
+		if (cJSON_AddStringToObject(os, "name", name->valuestring) == NULL ||
+		    (cJSON_IsNull(value) ? cJSON_AddNullToObject(os, "value")
+					 : cJSON_AddStringToObject(os, "value", value->valuestring)) == NULL)
+			return APP_ENOMEM;
+		if (cJSON_IsString(value) && strlen(value->valuestring) > 256) {
+			msg_fmt(err, APP_ERR_LEN, "nccl_env.settings[%d].value must be at most 256 bytes", i);
+			return APP_EINVAL;
+		}
+		if ((rc = copy_string(os, s, "why", MAX_TEXT, 1, "nccl_env.settings[].", err)) < 0)
+			return rc;
+		i++;
+	}
+	return 0;
+}
+
+/* Fabric Manager's and the NCCL topology file's parts of privai-fabric's
+ * status, and the engines' NCCL settings. */
 static cJSON *
 fabric_clean(const cJSON *in)
 {
@@ -284,7 +343,7 @@ fabric_clean(const cJSON *in)
 	    copy_string(otopo, topo, "path", 4096, 1, "nccl_topology.", err) < 0 ||
 	    copy_bool(otopo, topo, "present", 1, "nccl_topology.", err) < 0 ||
 	    copy_bool(otopo, topo, "needed", 1, "nccl_topology.", err) < 0 ||
-	    copy_bool(otopo, topo, "valid", 0, "nccl_topology.", err) < 0)
+	    copy_bool(otopo, topo, "valid", 0, "nccl_topology.", err) < 0 || nccl_env_clean(out, in, err) < 0)
 		goto bad;
 	for (int i = 0; i < n; i++) {
 		const cJSON *p = cJSON_GetArrayItem(problems, i);

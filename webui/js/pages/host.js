@@ -19,8 +19,24 @@ function fabricSummary(f) {
   const fm = f.fabric_manager, t = f.nccl_topology;
   const topo = !t.needed && !t.present ? '' : !t.present ? 'NCCL topology file missing'
     : t.valid === false ? `NCCL topology file: ${t.problems.length} problem(s)` : 'NCCL topology file valid';
+  const env = f.nccl_env ? `NCCL settings ${f.nccl_env.state}` : '';
   return [badge(fm.verdict), h('div', { class: 'muted' },
-    [fm.needed ? `Fabric Manager ${fm.version || ''}, ${fm.nvswitches} NVSwitch(es)` : 'no NVSwitches', topo].filter(Boolean).join('; '))];
+    [fm.needed ? `Fabric Manager ${fm.version || ''}, ${fm.nvswitches} NVSwitch(es)` : 'no NVSwitches', topo, env].filter(Boolean).join('; '))];
+}
+
+// The NCCL settings privai-fabric keeps for the node's engine ranks
+// (nccl.env), each with the reason for its value or for leaving it to NCCL.
+function ncclSettings(n) {
+  const env = n.inventory?.host?.fabric?.nccl_env;
+  if (!env) return '';
+  return h('div', {}, h('h3', {}, 'NCCL settings of the engine ranks'),
+    h('p', { class: 'muted' }, `${env.path}: ${env.state === 'hand-edited' ? 'edited by hand, left as it is' : env.state}`,
+      env.error ? ` (${env.error})` : ''),
+    table(`NCCL settings of ${n.name}`, [
+      { label: 'Setting', value: (s) => h('code', {}, s.name) },
+      { label: 'Value', value: (s) => (s.value === null ? h('span', { class: 'muted' }, 'left to NCCL') : h('code', {}, s.value)) },
+      { label: 'Why', value: (s) => s.why },
+    ], env.settings, 'No settings.'));
 }
 
 // The Host column of the Nodes table.
@@ -40,6 +56,8 @@ export function hostProblems(nodes) {
     const f = host?.fabric;
     if (f?.state === 'ok' && f.fabric_manager.problem && f.fabric_manager.verdict !== 'ready' && f.fabric_manager.verdict !== 'not-needed')
       rows.push({ node: n.name, status: 'fail', what: 'Fabric Manager', id: 'fabric.manager', found: f.fabric_manager.verdict, expected: 'ready', fix: f.fabric_manager.problem });
+    if (f?.state === 'ok' && f.nccl_env?.state === 'error')
+      rows.push({ node: n.name, status: 'fail', what: 'NCCL settings file', id: 'fabric.nccl_env', found: f.nccl_env.error || 'not written', expected: `${f.nccl_env.path} written`, fix: 'let privai-fabric write /etc/privai (its unit\'s ReadWritePaths=)' });
     for (const p of (f?.state === 'ok' && f.nccl_topology.valid === false ? f.nccl_topology.problems : []))
       rows.push({ node: n.name, status: 'fail', what: 'NCCL topology file', id: 'fabric.nccl_topology', found: p, expected: `a file that matches the node (${f.nccl_topology.path})`, fix: 'privai-fabric topology --write it again' });
   }
@@ -61,6 +79,6 @@ export default async function host(main) {
   const nodes = r.data.filter((n) => n.state !== 'removed');
   for (const n of nodes)
     main.append(h('section', { class: 'card', 'aria-label': `Host ${n.name}` },
-      h('h2', {}, `${n.name}${n.is_self ? ' (this node)' : ''}`), hostSummary(n), hostProblems([n])));
+      h('h2', {}, `${n.name}${n.is_self ? ' (this node)' : ''}`), hostSummary(n), hostProblems([n]), ncclSettings(n)));
   if (!nodes.length) main.append(h('p', { class: 'muted' }, 'No nodes.'));
 }
