@@ -76,11 +76,10 @@ nvidia_mmio64_need_gib(int gpus)
 }
 
 uint64_t
-nvidia_mmio64_vm_size_gib(int gpus)
+nvidia_mmio64_window_gib(uint64_t bar_bytes)
 {
-	uint64_t need = nvidia_mmio64_need_gib(gpus), pow2 = 1;
+	const uint64_t gib = 1ULL << 30, step = 8 * gib;
+	uint64_t headroom = bar_bytes / 16 > step ? bar_bytes / 16 : step;
 
-	while (pow2 < need)
-		pow2 <<= 1;
-	return pow2;
+	return (bar_bytes + headroom + step - 1) / step * step / gib;
 }

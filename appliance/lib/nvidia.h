@@ -31,8 +31,16 @@ int nvidia_fm_package_version(const char *root, char *out, size_t size);
 /* 64-bit MMIO the GPUs need: 128 GiB of BAR per GPU plus 32 GiB for NICs. */
 uint64_t nvidia_mmio64_need_gib(int gpus);
 
-/* What a vSphere VM's pciPassthru.64bitMMIOSizeGB must be: the power of
- * two at or above the need. */
-uint64_t nvidia_mmio64_vm_size_gib(int gpus);
+/* A VM's 64-bit MMIO window (vSphere's pciPassthru.64bitMMIOSizeGB) for
+ * devices whose 64-bit BARs add up to bar_bytes: that, plus a sixteenth
+ * (at least 8 GiB) for alignment gaps, rounded up to 8 GiB.  Not to a
+ * power of two: 8 H100s and their NICs need about 1 TB, and a 2 TB
+ * window is itself a problem on some hosts. */
+uint64_t nvidia_mmio64_window_gib(uint64_t bar_bytes);
+
+/* The BAR estimate where the devices' own are unknown: a GPU's BAR1 (128
+ * GiB on H100) and its two small BARs. */
+#define NVIDIA_GPU_BAR64_BYTES ((128ULL << 30) + (32ULL << 20))
+#define NVIDIA_SMALL_BAR64_BYTES (32ULL << 20) /* a ConnectX NIC's, an NVSwitch's */
 
 #endif

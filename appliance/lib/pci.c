@@ -196,6 +196,13 @@ read_device(const char *root, const char *bdf, struct pci_dev *d)
 	attr_line(&r, "reset_method", d->reset_method, sizeof(d->reset_method));
 	if (str_fmt(path, sizeof(path), "%s/driver", r.dir) == APP_OK)
 		hostfs_link_name(root, path, d->driver, sizeof(d->driver));
+	if (str_fmt(path, sizeof(path), "%s/resource", r.dir) == APP_OK) {
+		char *text = hostfs_read_text(root, path, 4096, NULL);
+		d->bars_known = text != NULL && pci_parse_resource(text, &d->bar64_bytes) == 0;
+		if (text != NULL && !d->bars_known)
+			note(d, "resource");
+		free(text);
+	}
 	attr_ifaces(&r, "net", d->netdev, &d->n_netdev);
 	attr_ifaces(&r, "infiniband", d->rdma, &d->n_rdma);
 	if ((cfg = malloc(PCI_CFG_SIZE)) != NULL) {
@@ -207,6 +214,36 @@ read_device(const char *root, const char *bdf, struct pci_dev *d)
 		pci_parse_config(d, cfg, len < 0 ? 0 : (size_t)len);
 		free(cfg);
 	}
+}
+
+#define IORESOURCE_MEM 0x00000200
+#define IORESOURCE_MEM_64 0x00100000
+
+int
+pci_parse_resource(const char *text, uint64_t *bytes)
+{
+	const char *s = text;
+
+	*bytes = 0;
+	for (int line = 0; line < 6 && *s != '\0'; line++) {
+		unsigned long long start, end, flags;
+		int used = 0;
+		if (sscanf(s, "%llx %llx %llx%n", &start, &end, &flags, &used) != 3 || used <= 0)
+			return APP_EFORMAT;
+		s += used;
+		while (*s == ' ' || *s == '\r')
+			s++;
+		if (*s != '\n' && *s != '\0')
+			return APP_EFORMAT;
+		s += *s == '\n';
+		if ((flags & (IORESOURCE_MEM | IORESOURCE_MEM_64)) != (IORESOURCE_MEM | IORESOURCE_MEM_64) ||
+		    end <= start)
+			continue;
+		if (end - start >= (1ULL << 50) || *bytes > (1ULL << 52))
+			return APP_EFORMAT; /* larger than any device's BAR: not a real file */
+		*bytes += end - start + 1;
+	}
+	return 0;
 }
 
 static int

@@ -12,6 +12,8 @@
 #ifndef PRIVAI_PCI_H
 #define PRIVAI_PCI_H
 
+#include <stdint.h>
+
 #define PCI_MAX_DEVICES 1024
 #define PCI_NONE (-1) /* a device index for none: a root bus's parent, a switch not found */
 #define PCI_MAX_IFACES 4
@@ -52,6 +54,8 @@ struct pci_dev {
 	int has_config;                      /* config space readable past the header */
 	int acs_cap, acs_ctrl;               /* -1: no ACS capability */
 	int ats_ctrl;                        /* -1: no ATS capability; else 1 enabled, 0 disabled */
+	int bars_known;                      /* `resource` read: bar64_bytes holds */
+	uint64_t bar64_bytes;                /* the sizes of its 64-bit memory BARs (0-5), added up */
 	int n_netdev, n_rdma;
 	char netdev[PCI_MAX_IFACES][32]; /* "ens21f0np0" */
 	char rdma[PCI_MAX_IFACES][32];   /* "mlx5_0" */
@@ -75,6 +79,11 @@ int pci_is_gpu(const struct pci_dev *d); /* an NVIDIA display or 3D controller *
 int pci_is_nvswitch(const struct pci_dev *d);
 int pci_is_nic(const struct pci_dev *d); /* Ethernet or InfiniBand controller */
 int pci_is_bridge(const struct pci_dev *d);
+
+/* The 64-bit memory BARs of a sysfs `resource` file ("start end flags"
+ * a line: BARs 0-5, the ROM, then bridge and SR-IOV windows), added up.
+ * 0 with *bytes set, or APP_EFORMAT. */
+int pci_parse_resource(const char *text, uint64_t *bytes);
 
 /* Decode a PCI config space image (as sysfs's `config` holds it) into
  * d's acs_* and ats_ctrl fields; exposed for tests. */

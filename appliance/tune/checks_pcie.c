@@ -291,6 +291,24 @@ mmio64_bytes(const struct tune_host *h, uint64_t *total)
 	return windows;
 }
 
+/* The 64-bit BARs of the GPUs and NICs, as sysfs gives them (in a VM even
+ * those its window could not map), estimated where it does not. */
+static uint64_t
+bar64_bytes(const struct topo *t)
+{
+	uint64_t sum = 0;
+
+	for (int g = 0; g < t->n_gpus; g++) {
+		const struct pci_dev *d = &t->bus.dev[t->gpu[g]];
+		sum += d->bars_known ? d->bar64_bytes : NVIDIA_GPU_BAR64_BYTES;
+	}
+	for (int n = 0; n < t->n_nics; n++) {
+		const struct pci_dev *d = &t->bus.dev[t->nic[n]];
+		sum += d->bars_known ? d->bar64_bytes : NVIDIA_SMALL_BAR64_BYTES;
+	}
+	return sum;
+}
+
 static void
 check_mmio(const struct tune_host *h, struct report *r)
 {
@@ -319,10 +337,9 @@ check_mmio(const struct tune_host *h, struct report *r)
 	if (have < need && h->hypervisor[0])
 		report_fix(c,
 			   "power the VM off and set pciPassthru.use64bitMMIO = TRUE and pciPassthru.64bitMMIOSizeGB = "
-			   "%llu "
-			   "(the power of two above %llu)",
-			   (unsigned long long)nvidia_mmio64_vm_size_gib(h->topo.n_gpus),
-			   (unsigned long long)(need / GIB));
+			   "%llu (the devices' 64-bit BARs, %.1f GiB, and room for alignment)",
+			   (unsigned long long)nvidia_mmio64_window_gib(bar64_bytes(&h->topo)),
+			   (double)bar64_bytes(&h->topo) / GIB);
 	else if (have < need)
 		report_fix(c, "enable Above 4G Decoding and size MMIO High to at least %llu GiB in the firmware",
 			   (unsigned long long)(need / GIB));

@@ -41,6 +41,7 @@ static const char *const files[] = {
 	DEV "/max_link_width",
 	DEV "/config",
 	"/run/privai/preflight.json",
+	DEV "/resource", /* last: the corpus's older inputs keep their split */
 };
 #define N_FILES (sizeof(files) / sizeof(files[0]))
 

@@ -282,10 +282,19 @@ def test_vmclass(trees):
     want = [x for k in range(8) for x in (f"GPU{k}", f"NIC{k}")] + [f"NVSwitch{k}" for k in range(4)]
     check(names == want, "VM class: GPU0, NIC0, ..., GPU7, NIC7, then the 4 NVSwitches", names)
     settings = {s["key"]: s["value"] for s in v["settings"]}
-    check(settings == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "2048",
+    # the window: the passed devices' 64-bit BARs from sysfs (8 x (128 GiB + 32 MiB) GPUs, 8 NICs and 4
+    # NVSwitches of 32 MiB: 1024.6 GiB), a sixteenth more, in 8 GiB steps; not 2048 (a power of two)
+    check(settings == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "1096",
                        "pciPassthru.allowP2P": "TRUE", "pciPassthru.RelaxACSforP2P": "TRUE"},
-          "VM class: 64-bit MMIO 2048 GB (8 x 128 + 32, to a power of two), allowP2P, RelaxACSforP2P", settings)
+          "VM class: 64-bit MMIO 1096 GB (the BARs' 1024.6 GiB and room), allowP2P, RelaxACSforP2P", settings)
+    why = [s["why"] for s in v["settings"] if s["key"] == "pciPassthru.64bitMMIOSizeGB"]
+    check(why and "add up to 1024.6 GiB" in why[0] and "estimated" not in why[0] and
+          [d["bar64_bytes"] for d in v["devices"]][:2] == [(128 << 30) + (32 << 20), 32 << 20],
+          "VM class: the window from each device's BARs", (why, [d.get("bar64_bytes") for d in v["devices"]][:3]))
     check(v["warnings"] == [], "VM class: no warning on the good board", v["warnings"])
+    check([(x["item"].split(" (")[0], x["state"]) for x in v["host"]] ==
+          [("ACS on the switch ports", "ok"), ("ACS Direct Translated P2P", "ok"), ("ATS on the NICs", "ok")],
+          "VM class: the host's ACS, Direct Translated P2P and ATS checked", v["host"])
     r, v = vmclass(trees["hgx-h100"], "--shared-nvswitch")
     check(not any(d["role"] == "nvswitch" for d in v["devices"]) and "shared NVSwitch" in v["mode"],
           "VM class, shared NVSwitch mode: the switches stay with the host", v["mode"])
@@ -293,9 +302,18 @@ def test_vmclass(trees):
     w = " ".join(v["warnings"])
     check("0000:18:00.0 has no NIC of its own" in w and "ATS off" in w,
           "VM class on the bad board: the unpaired GPUs and the NICs with ATS off are warned about", v["warnings"])
+    ats = [x for x in v["host"] if x["item"] == "ATS on the NICs"]
+    check(ats and ats[0]["state"] == "fix" and "6 of 6 paired NICs" in ats[0]["found"] and
+          "ATS_ENABLED=true" in ats[0]["fix"], "VM class on the bad board: ATS off is a host fix", v["host"])
     r, v = vmclass(trees["vm-guest"])
-    check({s["key"]: s["value"] for s in v["settings"]}.get("pciPassthru.64bitMMIOSizeGB") == "512",
-          "VM class for 2 GPUs: 512 GB (2 x 128 + 32, to a power of two)")
+    check({s["key"]: s["value"] for s in v["settings"]}.get("pciPassthru.64bitMMIOSizeGB") == "280" and v["host"] == [],
+          "VM class for 2 GPUs and 2 NICs: 280 GB (256.1 GiB of BARs and room), nothing on a VM's virtual bridges",
+          v["settings"])
+    # a GPU whose resource file is garbage: its BARs are estimated, and the report says so
+    r, v = vmclass(trees["garbage"])
+    why = [s["why"] for s in v.get("settings", []) if s["key"] == "pciPassthru.64bitMMIOSizeGB"]
+    check(why and "estimated where sysfs gave no resource file" in why[0], "VM class: unreadable BARs estimated",
+          v.get("settings"))
     r = fabric("vmclass", "--root", trees["hgx-h100"])
     check(r.returncode == 0 and "pciPassthru.RelaxACSforP2P = TRUE" in r.stdout and " 0  GPU0 H100" in r.stdout,
           "vmclass prints the order and the settings for an operator", r.stdout[:400])

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "hostfs.h"
+#include "nvidia.h"
 #include "pci.h"
 #include "status.h"
 #include "testlib.h"
@@ -25,6 +26,35 @@ static uint32_t
 ecap(unsigned id, unsigned next)
 {
 	return id | 1u << 16 | next << 20;
+}
+
+/* sysfs's resource file: the 64-bit memory BARs among lines 0-5, added up */
+static void
+test_resource(void)
+{
+	uint64_t b = 1;
+	const char *h100 = "0x0000020001000000 0x0000020001ffffff 0x0000000000040200\n"
+			   "0x0000022000000000 0x0000023fffffffff 0x000000000014220c\n"
+			   "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+			   "0x0000024000000000 0x0000024001ffffff 0x000000000014220c\n"
+			   "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+			   "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+			   "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+			   "0x0000030000000000 0x000003ffffffffff 0x000000000014220c\n";
+
+	CHECK(pci_parse_resource(h100, &b) == 0 && b == (128ULL << 30) + (32ULL << 20),
+	      "H100: BAR1 and BAR3 (64-bit), not the 32-bit BAR0 nor a window past line 5: %llu",
+	      (unsigned long long)b);
+	CHECK(pci_parse_resource("", &b) == 0 && b == 0, "an empty file: no BARs");
+	CHECK(pci_parse_resource("0x0 0x0 0x14220c\n", &b) == 0 && b == 0, "an unassigned BAR counts nothing");
+	CHECK(pci_parse_resource("not a line\n", &b) == APP_EFORMAT, "garbage refused");
+	CHECK(pci_parse_resource("0x1 0x2 0x3 junk\n", &b) == APP_EFORMAT, "trailing junk refused");
+	CHECK(pci_parse_resource("0x10 0xffffffffffffffff 0x14220c\n", &b) == APP_EFORMAT, "an impossible BAR refused");
+	CHECK(nvidia_mmio64_window_gib((8ULL * ((128ULL << 30) + (32ULL << 20))) + (12ULL << 25)) == 1096,
+	      "8 H100s, 8 NICs, 4 NVSwitches: a 1096 GiB window, not 2048 (%llu)",
+	      (unsigned long long)nvidia_mmio64_window_gib((8ULL * ((128ULL << 30) + (32ULL << 20))) + (12ULL << 25)));
+	CHECK(nvidia_mmio64_window_gib(0) == 8 && nvidia_mmio64_window_gib(32ULL << 20) == 16,
+	      "a small device: at least 8 GiB of room, in 8 GiB steps");
 }
 
 static void
@@ -145,6 +175,7 @@ int
 main(void)
 {
 	test_config();
+	test_resource();
 	test_speed();
 	test_hostfs();
 	return test_summary();
