@@ -61,7 +61,7 @@ CUDA_DEPS   = $(wildcard engine/src/kernels/cuda/*.h) engine/src/kernels/dequant
 	      engine/include/privai/compute.h engine/include/privai/status.h
 ifneq ($(NVCC),)
 ifneq ($(SAN),1)
-CUDA_LIB    = $(BUILD)/privai-cuda.so $(BUILD)/privai-nccl.so
+CUDA_LIB    = $(BUILD)/privai-cuda.so $(BUILD)/privai-nccl.so $(BUILD)/privai-nccl-perf
 endif
 endif
 # NCCL's collectives for GPU ranks (--tp N --device cuda --dist-init), a
@@ -72,6 +72,11 @@ $(BUILD)/privai-nccl.so: engine/src/dist/coll_nccl.cu engine/src/dist/rendezvous
 	$(NVCC) -O3 -std=c++20 -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Iengine/include -Iengine/src \
 		-shared -cudart static -Xlinker -rpath,'$$ORIGIN:/usr/local/cuda/lib64' -Xlinker -z,defs -o $@ \
 		engine/src/dist/coll_nccl.cu engine/src/status.c -lnccl -lpthread
+# privai-fabric validate's all-reduce measurement (nccl-tests' table and definitions)
+$(BUILD)/privai-nccl-perf: appliance/fabric/nccl_perf.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+		-Xlinker -rpath,/usr/local/cuda/lib64 -o $@ $< -lnccl
 $(BUILD)/privai-cuda.so: $(CUDA_SRC) $(CUDA_DEPS) engine/src/status.c
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++20 -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Iengine/include -Iengine/src \

@@ -25,15 +25,20 @@ for b in privai-admin privai-engine privai-tune privai-fabric privai-firstboot p
 done
 # the CUDA backend, where this build has one: privai-engine dlopen()s it
 # from ../lib/privai when --device cuda is asked for (cuBLAS comes with
-# the NVIDIA driver stack, not from this package)
-# (cuBLAS comes with the NVIDIA driver stack, not from this package), and
-# NCCL's collectives for GPU ranks beside it
+# the NVIDIA driver stack, not from this package), and NCCL's collectives
+# for GPU ranks beside it
 for so in privai-cuda.so privai-nccl.so; do
 	[ -f "$BUILD/$so" ] || continue
 	install -d "$R/usr/lib/privai"
 	install -m 0644 "$BUILD/$so" "$R/usr/lib/privai/$so"
 	strip --strip-unneeded "$R/usr/lib/privai/$so"
 done
+# privai-fabric validate's all-reduce measurement, where it looks after
+# PATH (out of /usr/bin: dpkg-shlibdeps knows no package of libnccl)
+if [ -f "$BUILD/privai-nccl-perf" ]; then
+	install -m 0755 "$BUILD/privai-nccl-perf" "$R/usr/lib/privai/privai-nccl-perf"
+	strip --strip-unneeded "$R/usr/lib/privai/privai-nccl-perf"
+fi
 # the collectives of a model split over CPU ranks, dlopen()ed from the
 # same place: MPI (--tp N under mpirun) and Gloo (ranks started apart by
 # each node's admin, meeting at --dist-init)

@@ -91,6 +91,9 @@ nccl() {
 		--node-rank 0 --dist-init 127.0.0.1:29600 -m "$m" --prompt-ids 1,2,3 --dump-logits /tmp/nccl0.f32 ||
 		echo "(exit $?)"
 	wait || true
+	echo "== privai-nccl-perf over every GPU (privai-fabric validate's all-reduce; one GPU: busbw 0 by definition)"
+	make -s NVCC="${NVCC:-nvcc}" BUILD="$S/bin" "$S/bin/privai-nccl-perf" || { echo "FAILED: privai-nccl-perf"; return; }
+	"$S/bin/privai-nccl-perf" -b 1M -e 256M || echo "(exit $?)"
 }
 
 # Speed: synthetic models of Llama-3.2-1B's and Llama-3.1-8B's shapes,

@@ -198,7 +198,9 @@ fabric_settings_load(struct fabric_settings *s, char *err, size_t errsize)
 	    path("PRIVAI_FABRIC_NCCL_TOPO_FILE", "/etc/privai/nccl-topo.xml", s->nccl_topo_file,
 		 sizeof(s->nccl_topo_file), err, errsize) < 0 ||
 	    path("PRIVAI_FABRIC_NCCL_ENV", "/etc/privai/nccl.env", s->nccl_env_file, sizeof(s->nccl_env_file), err,
-		 errsize) < 0)
+		 errsize) < 0 ||
+	    path("PRIVAI_FABRIC_VALIDATION", "/var/lib/privai/fabric-validation.json", s->validation_file,
+		 sizeof(s->validation_file), err, errsize) < 0)
 		return APP_EINVAL;
 	return 0;
 }

@@ -29,6 +29,7 @@ struct fabric_settings {
 	int interval_s;
 	char nccl_topo_file[256];
 	char nccl_env_file[256];
+	char validation_file[256];
 };
 
 /* Read a config file of PRIVAI_FABRIC_NAME=VALUE lines into the

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -469,6 +470,118 @@ def test_nccl_env(trees, tmp):
           "privai-engine's GPU ranks take the written file", r.stderr[-600:])
 
 
+TOOLS = os.path.join(ROOT, "tests", "fixtures", "fabric-tools")
+
+
+def validate(tree, *args, fake=None, path=None, timeout=120):
+    env = dict(FAKE_IB="pass", FAKE_NCCL="pass", PATH=(path or TOOLS) + ":" + os.environ["PATH"])
+    env.update(fake or {})
+    r = fabric("validate", "--root", tree, "--json", *args, env=env, timeout=timeout)
+    no_crash(r, f"validate {' '.join(args)} on {os.path.basename(tree)}")
+    try:
+        rep = json.loads(r.stdout)
+    except ValueError:
+        check(False, "validate --json prints JSON", r.stdout[:300] + r.stderr[:300])
+        rep = {"tests": []}
+    return r, rep
+
+
+def test_validate(trees, tmp):
+    hgx, pcie = trees["hgx-h100"], trees["hgx-h100-bad"]
+    log = os.path.join(tmp, "tools.log")
+    # the good board: 4 NIC pairs from host and GPU memory at 393.5 of 400 Gb/s (mark 380), all-reduce 468.3 of
+    # ~480 GB/s (mark 408); the report kept, with its date
+    r, rep = validate(hgx, fake={"FAKE_LOG": log})
+    states = [(t["kind"], t["state"]) for t in rep["tests"]]
+    check(r.returncode == 0 and states == [("rdma", "pass"), ("rdma-gdr", "pass")] * 4 + [("nccl-node", "pass")] and
+          rep["passed"] == 9 and rep["failed"] == 0, "validate on the HGX board: 9 passed", states)
+    first = rep["tests"][0]
+    check(first["name"] == "mlx5_0 -> mlx5_1" and first["measured"] == 393.52 and first["mark"] == 380 and
+          "95 % of the ports' 400 Gb/s" in first["mark_why"], "validate: an RDMA figure with its mark", first)
+    nccl = rep["tests"][-1]
+    check(nccl["measured"] == 468.3 and nccl["mark"] == 408 and nccl["bytes"] == 1 << 30,
+          "validate: the all-reduce's bus bandwidth at 1 GiB against 85 % of 480 GB/s", nccl)
+    calls = open(log).read().splitlines()
+    check("ib_write_bw -d mlx5_0 -i 1 -p 18515" in calls[0] and "127.0.0.1" not in calls[0] and
+          any("-d mlx5_1" in c and "127.0.0.1" in c and "--report_gbits" in c for c in calls) and
+          any("--use_cuda=0" in c for c in calls) and any(c.startswith("privai-nccl-perf -g 8") for c in calls),
+          "validate: ib_write_bw server and client per pair, GPU memory on GPU0, privai-nccl-perf on 8 GPUs", calls[:4])
+    kept = os.path.join(hgx, "var", "lib", "privai", "fabric-validation.json")
+    saved = json.load(open(kept)) if os.path.exists(kept) else {}
+    check(saved.get("tests") == rep["tests"] and saved.get("checked_at", 0) > 1.7e9, "validate keeps its report",
+          kept)
+
+    # failures and their hints: GPUDirect slower than host memory; a RoCE link short with MTU 1500
+    r, rep = validate(hgx, "--rdma", fake={"FAKE_IB": "gdr-slow"})
+    gdr = [t for t in rep["tests"] if t["kind"] == "rdma-gdr"]
+    check(r.returncode == 1 and gdr and all(t["state"] == "fail" and t["measured"] == 188.4 for t in gdr) and
+          any("NCCL_NET_GDR_LEVEL=PIX" in h for h in gdr[0]["hints"]) and
+          all(t["state"] == "pass" for t in rep["tests"] if t["kind"] == "rdma"),
+          "validate: GPUDirect below its mark fails with the GDR hint, host memory passes", gdr[:1])
+    r, rep = validate(trees["pcie-4gpu"], "--rdma", fake={"FAKE_IB": "slow"})
+    t = rep["tests"][0] if rep["tests"] else {}
+    hints = " ".join(t.get("hints", []))
+    check(r.returncode == 1 and t.get("state") == "fail" and "MTU" in hints and "PFC" in hints and
+          "ip link set ens2f0np0 mtu 9000" in hints, "validate on RoCE: short of the mark, with MTU and PFC hints", t)
+    # no peer memory: GPUDirect not measured, the fix named; the NICs' ATS off would be named on a GDR failure
+    r, rep = validate(pcie, "--rdma")
+    skipped = [t for t in rep["tests"] if t["kind"] == "rdma-gdr"]
+    check(skipped and skipped[0]["state"] == "skipped" and "nvidia_peermem" in skipped[0]["why"] and
+          rep["not_run"] == 1, "validate without nvidia_peermem: GPUDirect skipped, saying why", skipped)
+
+    # the tools misbehaving: garbage, a connection refused, a hang killed at the deadline, a tool missing
+    r, rep = validate(hgx, "--rdma", fake={"FAKE_IB": "garbage"})
+    check(r.returncode == 1 and all(t["state"] == "error" and "no result table" in t["why"] for t in rep["tests"]),
+          "validate: garbage output is an error naming it", rep["tests"][:1])
+    r, rep = validate(hgx, "--rdma", fake={"FAKE_IB": "fail"})
+    check(all(t["state"] == "error" and "exited with status 1" in t["why"] and "Couldn't connect" in t["why"]
+              for t in rep["tests"]), "validate: a failing tool's status and words", rep["tests"][:1])
+    t0 = time.monotonic()
+    r, rep = validate(hgx, "--rdma", "--deadline", "1", fake={"FAKE_IB": "hang"})
+    took = time.monotonic() - t0
+    check(all(t["state"] == "error" and "did not finish within its deadline" in t["why"] for t in rep["tests"]) and
+          took < 40, f"validate: a hung tool is killed at its deadline ({took:.1f} s for 8 runs)", rep["tests"][:1])
+    out = subprocess.run(["pgrep", "-f", "sleep 617"], capture_output=True, text=True).stdout.split()
+    check(out == [], "validate: nothing of a hung tool is left running", out)
+    bare = os.path.join(tmp, "no-tools")
+    os.makedirs(bare, exist_ok=True)
+    r, rep = validate(hgx, "--rdma", path=bare)
+    check(r.returncode == 0 and all(t["state"] == "skipped" and "not installed" in t["why"] and
+                                    "apt-get install perftest" in t["hints"] for t in rep["tests"]),
+          "validate without perftest: skipped, with the package to install", rep["tests"][:1])
+    os.symlink(os.path.join(TOOLS, "ib_write_bw"), os.path.join(bare, "ib_write_bw"))
+    r, rep = validate(hgx, "--nccl", path=bare)
+    check(r.returncode == 1 and rep["tests"][0]["state"] == "error" and "privai-nccl-perf is not installed" in
+          rep["tests"][0]["why"], "validate without privai-nccl-perf: an error naming it", rep["tests"])
+
+    # all-reduce: a board fallen back to PCIe, wrong values, garbage, a hang; across 2 nodes
+    r, rep = validate(hgx, "--nccl", fake={"FAKE_NCCL": "slow"})
+    t = rep["tests"][0]
+    check(r.returncode == 1 and t["state"] == "fail" and t["measured"] == 190.2 and
+          any("Fabric Manager" in h for h in t["hints"]), "validate: an all-reduce at PCIe speed fails, Fabric Manager "
+          "named first", t)
+    r, rep = validate(hgx, "--nccl", fake={"FAKE_NCCL": "wrong"})
+    check(rep["tests"][0]["state"] == "error" and "wrong values" in rep["tests"][0]["why"],
+          "validate: wrong all-reduce results are an error, whatever the speed", rep["tests"][0])
+    for case, why in (("garbage", "a result row is not"), ("hang", "deadline")):
+        r, rep = validate(hgx, "--nccl", "--deadline", "2", fake={"FAKE_NCCL": case})
+        check(rep["tests"][0]["state"] == "error" and why in rep["tests"][0]["why"], f"validate: all-reduce {case}",
+              rep["tests"][0])
+    r, rep = validate(hgx, "--nccl", "--nnodes", "2", "--node-rank", "0", "--nccl-init", "10.0.0.1:29600",
+                      fake={"FAKE_LOG": log})
+    across = rep["tests"][-1]
+    check(across["kind"] == "nccl-nodes" and across["measured"] == 352.1 and across["mark"] == 320 and
+          across["state"] == "pass" and "400 GB/s" in across["mark_why"],
+          "validate across 2 nodes: 352.1 GB/s against 80 % of 8 NICs x 50 GB/s", across)
+    check("privai-nccl-perf -g 8 -b 1M -e 1G --init 10.0.0.1:29600 --nnodes 2 --node-rank 0" in open(log).read(),
+          "validate passes the rendezvous on to privai-nccl-perf")
+    r = fabric("validate", "--root", hgx, "--nnodes", "2")
+    check(r.returncode == 2 and "--nccl-init" in r.stderr, "validate: 2 nodes without a rendezvous refused", r.stderr)
+    r, rep = validate(trees["xeon-amx"])
+    check(r.returncode == 0 and [t["state"] for t in rep["tests"]] == ["skipped", "skipped"],
+          "validate on a CPU host: nothing to measure, said so", rep["tests"])
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="privai-fabric-")
     try:
@@ -483,6 +596,7 @@ def main():
         test_vmclass(trees)
         test_fm_config(trees, tmp)
         test_nccl_env(trees, tmp)
+        test_validate(trees, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     summary()

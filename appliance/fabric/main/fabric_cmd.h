@@ -31,6 +31,7 @@ int cmd_fm_config(struct fabric_opts *o, int argc, char **argv);
 int cmd_fm(struct fabric_opts *o, int argc, char **argv);
 int cmd_serve(struct fabric_opts *o, int argc, char **argv);
 int cmd_nccl_env(struct fabric_opts *o, int argc, char **argv);
+int cmd_validate(struct fabric_opts *o, int argc, char **argv);
 
 /* Keep the settings' nccl.env current from f (nccl_env.h): written when
  * missing or when it still carries privai-fabric's first line, left alone

@@ -26,6 +26,10 @@ usage(FILE *fp)
 	      "  topology --check FILE        check a topology file against NCCL's reader and this node\n"
 	      "  nccl-env [--json] [--write FILE]\n"
 	      "                               the NCCL settings of this node's engine ranks, each with its reason\n"
+	      "  validate [--rdma] [--nccl] [--json] [--deadline S] [--no-save]\n"
+	      "           [--nccl-init HOST:PORT --nnodes N --node-rank R]\n"
+	      "                               measure RDMA (ib_write_bw, with and without GPUDirect) and NCCL\n"
+	      "                               all-reduce (privai-nccl-perf) against pass marks from the hardware\n"
 	      "  vmclass [--json] [--shared-nvswitch]\n"
 	      "                               the vSphere VM class a GPU VM on this host needs\n"
 	      "  fm-config [--dry-run]        write Fabric Manager's configuration from the settings\n"
@@ -58,6 +62,8 @@ usage(FILE *fp)
 	      "  PRIVAI_FABRIC_NCCL_TOPO_FILE  NCCL's topology file (default /etc/privai/nccl-topo.xml)\n"
 	      "  PRIVAI_FABRIC_NCCL_ENV        the engine ranks' NCCL settings, kept current by serve "
 	      "(default /etc/privai/nccl.env)\n"
+	      "  PRIVAI_FABRIC_VALIDATION      where validate keeps its last report (default "
+	      "/var/lib/privai/fabric-validation.json)\n"
 	      "\n"
 	      "exit status: 0 ok, 1 a check failed or Fabric Manager is not ready, 2 usage or read error\n",
 	      fp);
@@ -243,6 +249,8 @@ main(int argc, char **argv)
 		return cmd_serve(&o, argc, argv);
 	if (strcmp(cmd, "nccl-env") == 0)
 		return cmd_nccl_env(&o, argc, argv);
+	if (strcmp(cmd, "validate") == 0)
+		return cmd_validate(&o, argc, argv);
 	fprintf(stderr, "privai-fabric: no command '%s' (see --help)\n", cmd);
 	return 2;
 }
