@@ -199,7 +199,7 @@ fabric_settings_load(struct fabric_settings *s, char *err, size_t errsize)
 		 sizeof(s->nccl_topo_file), err, errsize) < 0 ||
 	    path("PRIVAI_FABRIC_NCCL_ENV", "/etc/privai/nccl.env", s->nccl_env_file, sizeof(s->nccl_env_file), err,
 		 errsize) < 0 ||
-	    path("PRIVAI_FABRIC_VALIDATION", "/var/lib/privai/fabric-validation.json", s->validation_file,
+	    path("PRIVAI_FABRIC_VALIDATION", "/var/lib/privai-fabric/validation.json", s->validation_file,
 		 sizeof(s->validation_file), err, errsize) < 0)
 		return APP_EINVAL;
 	return 0;

@@ -361,6 +361,14 @@ async function main() {
     const fabricSock = path.join(tmp, 'node-b-fabric.sock'), noBus = path.join(tmp, 'node-b-no-bus');
     fs.mkdirSync(noBus, { recursive: true });
     const fenv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('PRIVAI_FABRIC_') && !k.startsWith('DBUS_')));
+    // a validation run on it first, its tools played by tests/fixtures/fabric-tools: the links short of their mark
+    try {
+      execFileSync(path.join(BUILD, 'privai-fabric'), ['validate', '--root', path.join(tmp, 'trees', 'hgx-h100-bad')], {
+        stdio: 'ignore',
+        env: { ...fenv, PRIVAI_FABRIC_CONFIG: '/dev/null', FAKE_IB: 'slow', FAKE_NCCL: 'pass',
+          PATH: `${path.join(ROOT, 'tests', 'fixtures', 'fabric-tools')}:${process.env.PATH}` },
+      });
+    } catch { /* exit 1: tests failed, as they should here */ }
     children.push(spawn(path.join(BUILD, 'privai-fabric'), ['serve', '--root', path.join(tmp, 'trees', 'hgx-h100-bad')],
       { env: { ...fenv, PRIVAI_FABRIC_CONFIG: '/dev/null', PRIVAI_FABRIC_STATUS_SOCKET: fabricSock, PRIVAI_FABRIC_BUS: 'user', XDG_RUNTIME_DIR: noBus },
         stdio: 'ignore' }));
@@ -389,6 +397,14 @@ async function main() {
       (await p2p.textContent()).includes('NVL') && (await p2p.textContent()).includes('4 NVSwitches'),
       "node-b's NCCL settings: GDR left to NCCL without peer memory, P2P over NVLink, each with why",
       (await gdr.textContent()) + ' | ' + (await p2p.textContent()));
+    const val = page.getByRole('table', { name: 'Fabric validation of node-b' });
+    const rdma = val.locator('tr', { hasText: 'mlx5_0 -> mlx5_1' });
+    check(await val.locator('tbody tr').count() === 5 && (await rdma.textContent()).includes('301.77 Gb/s') &&
+      (await rdma.textContent()).includes('380.00 Gb/s') && (await rdma.textContent()).includes('ibstat') &&
+      (await val.locator('tr', { hasText: 'GPU memory' }).textContent()).includes('nvidia_peermem'),
+      "node-b's fabric validation: each link against its mark, hints for the short ones", await val.textContent());
+    check(await page.locator('table', { hasText: 'Host checks that failed or warned' }).locator('tr', { hasText: 'Fabric validation: mlx5_0 -> mlx5_1' }).count() === 1,
+      'a failed validation is among the host checks that failed');
     await shot(page, '05a-host-nccl-settings');
     await accessible(page, 'host');
 

@@ -154,6 +154,20 @@ def test_fabric(a, sock, serve, tmp):
     check(env.get("path") == "/etc/privai/nccl.env" and env.get("state") in ("written", "current") and
           names.get("NCCL_P2P_LEVEL") == "NVL" and names.get("NCCL_TOPO_FILE", "absent") is None and
           all(s["why"] for s in env["settings"]), "the engines' NCCL settings, with their reasons", env)
+    check(f.get("validation", "absent") is None, "no fabric validation yet: null", f.get("validation", "absent"))
+    # privai-fabric validate (its tools played by tests/fixtures/fabric-tools): GPUDirect below its mark
+    tools = os.path.join(ROOT, "tests", "fixtures", "fabric-tools")
+    venv = dict(os.environ, PATH=tools + ":" + os.environ["PATH"], FAKE_IB="gdr-slow", FAKE_NCCL="pass",
+                PRIVAI_FABRIC_CONFIG="/dev/null")
+    v = subprocess.run([os.path.join(BUILD, "privai-fabric"), "validate", "--root", os.path.join(tmp, "trees", "hgx-h100")],
+                       env=venv, capture_output=True, text=True, timeout=120)
+    check(v.returncode == 1 and "4 failed" in v.stdout, "privai-fabric validate ran and kept its report", v.stdout[-300:])
+    val = wait_host(a, lambda h: (h["fabric"].get("validation") or {}).get("failed") == 4,
+                    "the validation reaches the node's host health")["fabric"].get("validation") or {}
+    gdr = [t for t in val.get("tests", []) if t["kind"] == "rdma-gdr"]
+    check(val.get("passed") == 5 and val.get("checked_at", 0) > 1.7e9 and len(gdr) == 4 and
+          gdr[0]["state"] == "fail" and gdr[0]["measured"] == 188.4 and gdr[0]["mark"] == 380 and
+          any("NCCL_NET_GDR_LEVEL" in h for h in gdr[0]["hints"]), "the validation's figures, marks and hints", gdr[:1])
     serve.send_signal(signal.SIGTERM)
     serve.wait(10)
     wait_host(a, lambda h: h["fabric"]["state"] == "missing" and "not serving" in h["fabric"]["error"],
@@ -174,6 +188,10 @@ def test_fabric(a, sock, serve, tmp):
              "needs a name NCCL_"),
             ("gives an unknown nccl_env state", http(json.dumps(dict(good, nccl_env=dict(
                 good["nccl_env"], state="fine"))).encode()), "a state privai-fabric gives"),
+            ("gives a validation test an unknown state", http(json.dumps(dict(good, validation={
+                "checked_at": 1.8e9, "passed": 0, "failed": 0, "not_run": 0,
+                "tests": [{"kind": "rdma", "name": "x", "state": "great", "hints": []}]})).encode()),
+             "validation.tests[0] needs a kind and state"),
             ("sends a 300 KB answer", http(b" " * 300000), "longer than"),
             ("never answers", None, "within 2000 ms"),
         ]
@@ -242,6 +260,7 @@ def main():
     sock = os.path.join(tmp, "fabric.sock")
     fenv = {k: v for k, v in os.environ.items() if not k.startswith(("PRIVAI_FABRIC_", "DBUS_"))}
     fenv.update(PRIVAI_FABRIC_CONFIG="/dev/null", PRIVAI_FABRIC_STATUS_SOCKET=sock, PRIVAI_FABRIC_BUS="user",
+                PRIVAI_FABRIC_INTERVAL="2",
                 XDG_RUNTIME_DIR=os.path.join(tmp, "no-bus"))
     os.mkdir(fenv["XDG_RUNTIME_DIR"])
     serve = subprocess.Popen([os.path.join(BUILD, "privai-fabric"), "serve", "--root", os.path.join(trees, "hgx-h100")],

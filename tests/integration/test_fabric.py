@@ -506,7 +506,7 @@ def test_validate(trees, tmp):
           any("-d mlx5_1" in c and "127.0.0.1" in c and "--report_gbits" in c for c in calls) and
           any("--use_cuda=0" in c for c in calls) and any(c.startswith("privai-nccl-perf -g 8") for c in calls),
           "validate: ib_write_bw server and client per pair, GPU memory on GPU0, privai-nccl-perf on 8 GPUs", calls[:4])
-    kept = os.path.join(hgx, "var", "lib", "privai", "fabric-validation.json")
+    kept = os.path.join(hgx, "var", "lib", "privai-fabric", "validation.json")
     saved = json.load(open(kept)) if os.path.exists(kept) else {}
     check(saved.get("tests") == rep["tests"] and saved.get("checked_at", 0) > 1.7e9, "validate keeps its report",
           kept)

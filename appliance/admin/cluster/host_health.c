@@ -301,8 +301,93 @@ nccl_env_clean(cJSON *out, const cJSON *in, char *err)
 	return 0;
 }
 
+static const char *const validation_kinds[] = { "rdma", "rdma-gdr", "nccl-node", "nccl-nodes", NULL };
+static const char *const validation_states[] = { "pass", "fail", "no-mark", "skipped", "error", NULL };
+
+/* One test of privai-fabric validate's report (validate.h). */
+static int
+validation_test_clean(cJSON *out, const cJSON *t, int i, char *err)
+{
+	const cJSON *kind = cJSON_GetObjectItemCaseSensitive(t, "kind");
+	const cJSON *state = cJSON_GetObjectItemCaseSensitive(t, "state");
+	const cJSON *hints = cJSON_GetObjectItemCaseSensitive(t, "hints"), *h;
+	cJSON *oh;
+	int rc;
+
+	if (!cJSON_IsObject(t) || !cJSON_IsString(kind) || one_of(kind->valuestring, validation_kinds) < 0 ||
+	    !cJSON_IsString(state) || one_of(state->valuestring, validation_states) < 0 || !cJSON_IsArray(hints) ||
+	    cJSON_GetArraySize(hints) > 8) {
+		msg_fmt(err, APP_ERR_LEN,
+			"validation.tests[%d] needs a kind and state privai-fabric gives and at most 8 hints", i);
+		return APP_EINVAL;
+	}
+	if (cJSON_AddStringToObject(out, "kind", kind->valuestring) == NULL ||
+	    cJSON_AddStringToObject(out, "state", state->valuestring) == NULL ||
+	    (oh = cJSON_AddArrayToObject(out, "hints")) == NULL)
+		return APP_ENOMEM;
+	if ((rc = copy_string(out, t, "name", 96, 1, "validation.tests[].", err)) < 0 ||
+	    (rc = copy_string(out, t, "unit", 8, 0, "validation.tests[].", err)) < 0 ||
+	    (rc = copy_string(out, t, "mark_why", MAX_TEXT, 0, "validation.tests[].", err)) < 0 ||
+	    (rc = copy_string(out, t, "why", MAX_TEXT, 0, "validation.tests[].", err)) < 0)
+		return rc;
+	static const char *const figures[] = { "measured", "mark", "bytes" };
+	for (int k = 0; k < 3; k++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, figures[k]);
+		if (v != NULL && !cJSON_IsNull(v) &&
+		    (rc = copy_number(out, t, figures[k], 0, 1e13, "validation.tests[].", err)) < 0)
+			return rc;
+	}
+	cJSON_ArrayForEach (h, hints) {
+		if (!cJSON_IsString(h) || strlen(h->valuestring) > MAX_TEXT) {
+			msg_fmt(err, APP_ERR_LEN, "validation.tests[%d].hints must be strings of at most %d bytes", i,
+				MAX_TEXT);
+			return APP_EINVAL;
+		}
+		if (!cJSON_AddItemToArray(oh, cJSON_CreateString(h->valuestring)))
+			return APP_ENOMEM;
+	}
+	return 0;
+}
+
+/* The last report of privai-fabric validate: when, the counts, and at
+ * most 64 tests.  null (none yet) is kept as null; absent from an older
+ * privai-fabric.  0, or an APP_E* code with err. */
+static int
+validation_clean(cJSON *out, const cJSON *in, char *err)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, "validation"), *t;
+	const cJSON *tests = cJSON_GetObjectItemCaseSensitive(v, "tests");
+	cJSON *o, *a;
+	int rc, i = 0;
+
+	if (v == NULL)
+		return 0;
+	if (cJSON_IsNull(v))
+		return cJSON_AddNullToObject(out, "validation") != NULL ? 0 : APP_ENOMEM;
+	if (!cJSON_IsObject(v) || !cJSON_IsArray(tests) || cJSON_GetArraySize(tests) > 64) {
+		msg_fmt(err, APP_ERR_LEN, "validation must be null or an object with at most 64 tests");
+		return APP_EINVAL;
+	}
+	if ((o = cJSON_AddObjectToObject(out, "validation")) == NULL ||
+	    (a = cJSON_AddArrayToObject(o, "tests")) == NULL)
+		return APP_ENOMEM;
+	if ((rc = copy_number(o, v, "checked_at", 0, 1e11, "validation.", err)) < 0 ||
+	    (rc = copy_number(o, v, "passed", 0, 64, "validation.", err)) < 0 ||
+	    (rc = copy_number(o, v, "failed", 0, 64, "validation.", err)) < 0 ||
+	    (rc = copy_number(o, v, "not_run", 0, 64, "validation.", err)) < 0)
+		return rc;
+	cJSON_ArrayForEach (t, tests) {
+		cJSON *ot = cJSON_CreateObject();
+		if (ot == NULL || !cJSON_AddItemToArray(a, ot))
+			return APP_ENOMEM;
+		if ((rc = validation_test_clean(ot, t, i++, err)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
 /* Fabric Manager's and the NCCL topology file's parts of privai-fabric's
- * status, and the engines' NCCL settings. */
+ * status, the engines' NCCL settings and the last validation. */
 static cJSON *
 fabric_clean(const cJSON *in)
 {
@@ -343,7 +428,8 @@ fabric_clean(const cJSON *in)
 	    copy_string(otopo, topo, "path", 4096, 1, "nccl_topology.", err) < 0 ||
 	    copy_bool(otopo, topo, "present", 1, "nccl_topology.", err) < 0 ||
 	    copy_bool(otopo, topo, "needed", 1, "nccl_topology.", err) < 0 ||
-	    copy_bool(otopo, topo, "valid", 0, "nccl_topology.", err) < 0 || nccl_env_clean(out, in, err) < 0)
+	    copy_bool(otopo, topo, "valid", 0, "nccl_topology.", err) < 0 || nccl_env_clean(out, in, err) < 0 ||
+	    validation_clean(out, in, err) < 0)
 		goto bad;
 	for (int i = 0; i < n; i++) {
 		const cJSON *p = cJSON_GetArrayItem(problems, i);

@@ -63,7 +63,7 @@ usage(FILE *fp)
 	      "  PRIVAI_FABRIC_NCCL_ENV        the engine ranks' NCCL settings, kept current by serve "
 	      "(default /etc/privai/nccl.env)\n"
 	      "  PRIVAI_FABRIC_VALIDATION      where validate keeps its last report (default "
-	      "/var/lib/privai/fabric-validation.json)\n"
+	      "/var/lib/privai-fabric/validation.json)\n"
 	      "\n"
 	      "exit status: 0 ok, 1 a check failed or Fabric Manager is not ready, 2 usage or read error\n",
 	      fp);

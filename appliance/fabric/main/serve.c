@@ -146,6 +146,22 @@ topology_json(const struct fabric_opts *o, const struct fabric *f)
 	return t;
 }
 
+/* The last report of privai-fabric validate, or null when there is none
+ * (or it is not JSON: a run still writing it, or an old format). */
+static cJSON *
+validation_json(const struct fabric_opts *o)
+{
+	size_t len;
+	char *text = hostfs_read_text(o->root, o->s.validation_file, 1 << 20, &len);
+	cJSON *j = text != NULL ? cJSON_ParseWithLength(text, len) : NULL;
+
+	free(text);
+	if (j != NULL && cJSON_IsObject(j) && cJSON_IsArray(cJSON_GetObjectItem(j, "tests")))
+		return j;
+	cJSON_Delete(j);
+	return cJSON_CreateNull();
+}
+
 static void
 refresh(struct fabric_opts *o, struct server *srv, sd_bus *bus)
 {
@@ -175,6 +191,7 @@ refresh(struct fabric_opts *o, struct server *srv, sd_bus *bus)
 	}
 	if (env != NULL)
 		cJSON_AddItemToObject(j, "nccl_env", env);
+	cJSON_AddItemToObject(j, "validation", validation_json(o));
 	cJSON_AddItemToObject(j, "node", fabric_json(&f));
 	cJSON_AddNumberToObject(j, "checked_at", (double)time(NULL));
 	text = cJSON_PrintUnformatted(j);

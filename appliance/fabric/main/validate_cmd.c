@@ -2,7 +2,7 @@
  * privai-fabric validate: run the field's measurements on this node,
  * each tool under a deadline, and hold each figure against its pass mark
  * (validate.h).  The report is printed and kept (PRIVAI_FABRIC_VALIDATION,
- * default /var/lib/privai/fabric-validation.json), where serve's status
+ * default /var/lib/privai-fabric/validation.json), where serve's status
  * and so the console find it.
  */
 #include <errno.h>

@@ -24,6 +24,28 @@ function fabricSummary(f) {
     [fm.needed ? `Fabric Manager ${fm.version || ''}, ${fm.nvswitches} NVSwitch(es)` : 'no NVSwitches', topo, env].filter(Boolean).join('; '))];
 }
 
+// The last `privai-fabric validate` of the node: each figure against its
+// pass mark, and for what fell short, the fixes worth trying.
+function fabricValidation(n) {
+  const f = n.inventory?.host?.fabric;
+  if (!f || f.state !== 'ok' || f.validation === undefined) return '';
+  const v = f.validation;
+  if (v === null) {
+    return h('div', {}, h('h3', {}, 'Fabric validation'),
+      h('p', { class: 'muted' }, 'Not run yet on this node: privai-fabric validate measures RDMA and NCCL all-reduce bandwidth against pass marks.'));
+  }
+  const figure = (x, unit) => (typeof x === 'number' ? `${x.toFixed(2)} ${unit}` : '—');
+  return h('div', {}, h('h3', {}, 'Fabric validation'),
+    h('p', { class: 'muted' }, `${v.passed} passed, ${v.failed} failed, ${v.not_run} not run; measured ${when(v.checked_at)}`),
+    table(`Fabric validation of ${n.name}`, [
+      { label: 'Test', value: (t) => [t.name, h('div', { class: 'muted' }, t.kind)] },
+      { label: 'Result', value: (t) => badge(t.state) },
+      { label: 'Measured', value: (t) => figure(t.measured, t.unit) },
+      { label: 'Pass mark', value: (t) => (typeof t.mark === 'number' ? [figure(t.mark, t.unit), h('div', { class: 'muted' }, t.mark_why)] : t.mark_why || '—') },
+      { label: 'Why / what to try', value: (t) => [t.why || '', t.hints.length ? h('ul', {}, t.hints.map((x) => h('li', {}, x))) : ''] },
+    ], v.tests, 'No tests.'));
+}
+
 // The NCCL settings privai-fabric keeps for the node's engine ranks
 // (nccl.env), each with the reason for its value or for leaving it to NCCL.
 function ncclSettings(n) {
@@ -58,6 +80,8 @@ export function hostProblems(nodes) {
       rows.push({ node: n.name, status: 'fail', what: 'Fabric Manager', id: 'fabric.manager', found: f.fabric_manager.verdict, expected: 'ready', fix: f.fabric_manager.problem });
     if (f?.state === 'ok' && f.nccl_env?.state === 'error')
       rows.push({ node: n.name, status: 'fail', what: 'NCCL settings file', id: 'fabric.nccl_env', found: f.nccl_env.error || 'not written', expected: `${f.nccl_env.path} written`, fix: 'let privai-fabric write /etc/privai (its unit\'s ReadWritePaths=)' });
+    for (const t of (f?.state === 'ok' && f.validation ? f.validation.tests : []).filter((x) => x.state === 'fail' || x.state === 'error'))
+      rows.push({ node: n.name, status: 'fail', what: `Fabric validation: ${t.name}`, id: `fabric.validate.${t.kind}`, found: t.state === 'fail' ? `${t.measured} ${t.unit}` : t.why, expected: t.state === 'fail' ? `at least ${t.mark} ${t.unit} (${t.mark_why})` : 'a measurement', fix: t.hints.join('; ') || 'see the tool\'s words' });
     for (const p of (f?.state === 'ok' && f.nccl_topology.valid === false ? f.nccl_topology.problems : []))
       rows.push({ node: n.name, status: 'fail', what: 'NCCL topology file', id: 'fabric.nccl_topology', found: p, expected: `a file that matches the node (${f.nccl_topology.path})`, fix: 'privai-fabric topology --write it again' });
   }
@@ -79,6 +103,6 @@ export default async function host(main) {
   const nodes = r.data.filter((n) => n.state !== 'removed');
   for (const n of nodes)
     main.append(h('section', { class: 'card', 'aria-label': `Host ${n.name}` },
-      h('h2', {}, `${n.name}${n.is_self ? ' (this node)' : ''}`), hostSummary(n), hostProblems([n]), ncclSettings(n)));
+      h('h2', {}, `${n.name}${n.is_self ? ' (this node)' : ''}`), hostSummary(n), hostProblems([n]), fabricValidation(n), ncclSettings(n)));
   if (!nodes.length) main.append(h('p', { class: 'muted' }, 'No nodes.'));
 }
