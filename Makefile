@@ -36,7 +36,7 @@ ADMIN_SQL  = $(sort $(wildcard appliance/admin/store/schema/*.sql))
 ADMIN_OBJ  = $(ADMIN_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/admin_schema.o
 ADMIN_LIB  = $(BUILD)/libprivai-admin.a
 ADMIN_BIN  = $(BUILD)/privai-admin
-LDLIBS_ADMIN = -lsqlite3 -lcurl -lgnutls -ldl
+LDLIBS_ADMIN = -lsqlite3 -lcurl -lgnutls -ldl -lvirt
 FIRSTBOOT_SRC = $(wildcard provisioning/firstboot/*.c)
 FIRSTBOOT_OBJ = $(FIRSTBOOT_SRC:%.c=$(BUILD)/%.o)
 FIRSTBOOT_BIN = $(BUILD)/privai-firstboot

@@ -21,7 +21,7 @@ ADMIN = 'appliance/admin'
 RANK = {
     'store': 0, 'core': 0,
     'auth': 1, 'gpu': 1, 'models': 1, 'backup': 1, 'deploy': 1,
-    'cluster': 1, 'metrics': 1,
+    'cluster': 1, 'metrics': 1, 'vm': 1,
     'http': 2,
     'api': 3,
     'main': 4,

@@ -23,7 +23,7 @@ obj=$out/obj
 mkdir -p "$obj" "$out/artifacts"
 FLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -pthread"
 INC="-Iengine/include -Iengine/src -Iappliance/lib -Iappliance/admin $(pkg-config --cflags libxml-2.0 2>/dev/null)"
-LIBS="-lpcre2-8 -lm -lcjson -lmicrohttpd -lsodium -lsystemd -lsqlite3 -lcurl -lgnutls -ldl"
+LIBS="-lpcre2-8 -lm -lcjson -lmicrohttpd -lsodium -lsystemd -lsqlite3 -lcurl -lgnutls -ldl -lvirt"
 pass=0
 fail=0
 

@@ -85,6 +85,8 @@ usage(FILE *fp)
 	      "                       (PRIVAI_PREFLIGHT_FILE; default /run/privai/preflight.json)\n"
 	      "  --fabric-socket S    privai-fabric's status socket (PRIVAI_FABRIC_SOCKET;\n"
 	      "                       default /run/privai/fabric.sock)\n"
+	      "  --libvirt-uri URI    where workload VMs are defined (PRIVAI_LIBVIRT_URI;\n"
+	      "                       default qemu:///system)\n"
 	      "  --webui DIR          the console's files (PRIVAI_WEBUI; default: webui/ beside the binary's\n"
 	      "                       directory, then /usr/share/privai/webui)\n"
 	      "  --config FILE        KEY=VALUE lines with the PRIVAI_* names above (PRIVAI_CONFIG)\n"
@@ -232,6 +234,7 @@ env_defaults(struct options *o)
 	c->sys_root = env("PRIVAI_SYS_ROOT", "/");
 	c->preflight_file = env("PRIVAI_PREFLIGHT_FILE", "/run/privai/preflight.json");
 	c->fabric_socket = env("PRIVAI_FABRIC_SOCKET", "/run/privai/fabric.sock");
+	c->libvirt_uri = env("PRIVAI_LIBVIRT_URI", "qemu:///system");
 	c->node_name = env("PRIVAI_NODE_NAME", NULL);
 	c->advertise_url = env("PRIVAI_ADVERTISE_URL", NULL);
 	c->join_url = env("PRIVAI_JOIN_URL", NULL);
@@ -274,6 +277,7 @@ read_options(int argc, char **argv, struct options *o)
 		{ "--sys-root", &c->sys_root },
 		{ "--preflight-file", &c->preflight_file },
 		{ "--fabric-socket", &c->fabric_socket },
+		{ "--libvirt-uri", &c->libvirt_uri },
 		{ "--webui", &c->webui_dir },
 	};
 

@@ -8,7 +8,8 @@ static int
 json_column(const char *name)
 {
 	return strcmp(name, "placement") == 0 || strcmp(name, "options") == 0 || strcmp(name, "detail") == 0 ||
-	       strcmp(name, "inventory") == 0 || strcmp(name, "instances") == 0 || strcmp(name, "ranks") == 0;
+	       strcmp(name, "inventory") == 0 || strcmp(name, "instances") == 0 || strcmp(name, "ranks") == 0 ||
+	       strcmp(name, "devices") == 0;
 }
 
 static cJSON *

@@ -14,7 +14,7 @@
 
 /* Every row of a prepared statement (finalized here); NULL on error. */
 cJSON *rows_json(sqlite3_stmt *st);
-/* The first row only; *found says whether there was one.  NULL on error. */
+/* The first row only (finalized here too); *found says whether there was one.  NULL on error. */
 cJSON *row_json(sqlite3_stmt *st, int *found);
 
 /* Prepare sql, binding int64 arguments ?1..?n; NULL on error. */
