@@ -48,7 +48,7 @@ DEMO_MODEL = $(BUILD)/demo/privai-demo.gguf
 DEPS_STAMP = .deps-installed
 WEBUI_VENDOR = webui/vendor/uPlot.esm.js
 
-.PHONY: all deps run run-engine test test-unit test-cli fuzz bench clean deb image image-test lint lint-deep format format-check compile-commands
+.PHONY: all deps run run-engine test test-unit test-cli test-vms fuzz bench clean deb image image-test lint lint-deep format format-check compile-commands
 .DEFAULT_GOAL := all
 
 # The CUDA backend, whenever nvcc is here (not in the sanitizer build):
@@ -233,6 +233,12 @@ test: all $(DEMO_MODEL) $(BROWSER_DEPS) $(SDK_DEPS) $(if $(IMAGE_TEST),image)
 	@$(MAKE) --no-print-directory SAN=1 all build-san/demo/privai-demo.gguf >/dev/null
 	@BUILDS="$(BUILD) build-san" tests/run-all.sh
 endif
+
+# the workload VMs' suites alone (both also run in make test): libvirt's
+# test driver over a fixture HGX host, then a real qemu guest through a
+# libvirt session daemon
+test-vms: all | $(DEPS_STAMP)
+	@python3 tests/integration/test_admin_vms.py $(BUILD) && python3 tests/integration/test_vms_qemu.py $(BUILD)
 
 # `make deb`: privai as a Debian package (build/deb/), what the image installs
 VERSION ?= 0.7.0

@@ -51,6 +51,7 @@ for BUILD in $BUILDS; do
 	run_suite "$BUILD/admin cluster (HTTP)" python3 tests/integration/test_admin_cluster.py "$BUILD"
 	run_suite "$BUILD/admin host health (HTTP)" python3 tests/integration/test_admin_host.py "$BUILD"
 	run_suite "$BUILD/admin workload VMs (libvirt test driver)" python3 tests/integration/test_admin_vms.py "$BUILD"
+	run_suite "$BUILD/a real qemu guest through the VM API (libvirt session)" python3 tests/integration/test_vms_qemu.py "$BUILD"
 	run_suite "$BUILD/admin remote deployments (HTTP)" python3 tests/integration/test_admin_remote.py "$BUILD"
 	run_suite "$BUILD/admin deployments split over nodes (HTTP)" python3 tests/integration/test_admin_group.py "$BUILD"
 	run_suite "$BUILD/admin streaming proxy (HTTP)" python3 tests/integration/test_admin_stream.py "$BUILD"

@@ -41,7 +41,7 @@ def summary():
 class Admin:
     """A privai-admin process: state in `state`, port read from its log."""
 
-    def __init__(self, build, state, password, extra=(), env_extra=None, ports="19100-19149", dev=True):
+    def __init__(self, build, state, password, extra=(), env_extra=None, ports="19100-19149", dev=True, prefix=()):
         self.build, self.state = build, state
         self.scheme = "http" if dev else "https"
         os.makedirs(state, exist_ok=True)
@@ -53,7 +53,7 @@ class Admin:
         env.update(env_extra or {})
         self.log_path = state + ".log"
         self.log = open(self.log_path, "ab")
-        self.args = [os.path.join(build, "privai-admin"), *(["--dev"] if dev else []), "--port", "0",
+        self.args = [*prefix, os.path.join(build, "privai-admin"), *(["--dev"] if dev else []), "--port", "0",
                      "--state-dir", state, "--engine-ports", ports, *extra]
         self.env = env
         self.start()

@@ -70,7 +70,9 @@ def test_vms(a, o, v, tmp):
     gib = {"KiB": 1 << 20, "MiB": 1 << 10, "GiB": 1}
     check(hole is not None and int(hole.text) / gib.get(hole.get("unit", "KiB"), 0) == 144 and
           dom.find("os/type").get("machine") == "q35" and
-          dom.find("devices/disk/source").get("file") == image, "q35 with a 144 GiB 64-bit hole, the image as vda", xml)
+          dom.find("devices/disk/source").get("file") == image and
+          dom.find("devices/serial/source").get("path") == os.path.join(tmp, "consoles", "gpu-vm-0.console.log"),
+          "q35 with a 144 GiB 64-bit hole, the image as vda, the serial console to a file", xml)
 
     r = o.post(f"/api/v1/vms/{vm.get('id')}/start")
     check(r.status == 204, "the VM starts", r)
@@ -97,7 +99,7 @@ def test_vms(a, o, v, tmp):
             (dict(spec, name="../x"), "name", "a name with a slash"),
             (dict(spec, name="other", image="relative.qcow2"), "image", "a relative image path"),
             (dict(spec, name="other", image=os.path.join(tmp, "none.qcow2")), "image", "an image that is not there"),
-            (dict(spec, name="other", gpus=[]), "gpus", "no GPU"),
+            (dict(spec, name="other", gpus="0000:19:00.0"), "gpus", "gpus not a list"),
             (dict(spec, name="other", vcpus=0), "vcpus", "no vCPU"),
             (dict(spec, name="other", gpus=["0000:19:00.0"], vcpus=113), "gpus", "more vCPUs than the node's CPUs"),
             (dict(spec, name="other", colour="red"), "colour", "an unknown field")):
@@ -143,6 +145,7 @@ def main():
     subprocess.run([sys.executable, MAKE_TREES, trees, "hgx-vfio"], check=True, capture_output=True)
     adm = Admin(BUILD, os.path.join(tmp, "state"), PW, ports="19180-19189",
                 extra=["--sys-root", os.path.join(trees, "hgx-vfio"), "--libvirt-uri", "test:///default",
+                       "--vm-console-dir", os.path.join(tmp, "consoles"),
                        "--login-rate", "1000"])
     try:
         a, o, v = users(adm, PW)

@@ -4,12 +4,16 @@
  * libvirt (--libvirt-uri).  The store keeps what was asked and the
  * devices taken; libvirt answers for the live state.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "status.h"
+#include "strfmt.h"
 #include "admin.h"
 #include "http/httpd.h"
 #include "log.h"
@@ -126,6 +130,24 @@ file_ok(struct req *r, const char *field, const char *path)
 	return 0;
 }
 
+/* DIR/NAME.console.log, the directory made if need be; -1 after
+ * replying when it cannot be. */
+static int
+console_path(struct req *r, const char *name, char *out, size_t size)
+{
+	const char *dir = r->a->cfg.vm_console_dir;
+
+	if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
+		reply_error(r, 500, "internal", NULL, "cannot make %s for the VM's console: %s", dir, strerror(errno));
+		return -1;
+	}
+	if (str_fmt(out, size, "%s/%s.console.log", dir, name) != APP_OK) {
+		reply_error(r, 500, "internal", NULL, "the console directory's path is too long");
+		return -1;
+	}
+	return 0;
+}
+
 /* The devices other VMs hold: BDFs, and the VM holding each.  -1 on a
  * database error. */
 static int
@@ -236,9 +258,9 @@ h_define(struct req *r)
 		goto out;
 	}
 	list = cJSON_GetObjectItemCaseSensitive(j, "gpus");
-	if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) < 1 || cJSON_GetArraySize(list) > VM_MAX_GPUS) {
-		reply_error(r, 422, "invalid_field", "gpus", "gpus is a list of 1-%d GPU PCI addresses (0000:18:00.0)",
-			    VM_MAX_GPUS);
+	if (list != NULL && (!cJSON_IsArray(list) || cJSON_GetArraySize(list) > VM_MAX_GPUS)) {
+		reply_error(r, 422, "invalid_field", "gpus",
+			    "gpus is a list of 0-%d GPU PCI addresses (0000:18:00.0); none: a CPU VM", VM_MAX_GPUS);
 		goto out;
 	}
 	cJSON_ArrayForEach (g, list) {
@@ -273,6 +295,8 @@ h_define(struct req *r)
 	snprintf(s->network, sizeof(s->network), "%s", network);
 	s->vcpus = (int)vcpus;
 	s->memory_gib = (int)mem;
+	if (console_path(r, s->name, s->console_log, sizeof(s->console_log)) < 0)
+		goto out;
 	if ((n_held = held_devices(r->a->db, held, by, 256)) < 0) {
 		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
 		goto out;
@@ -424,10 +448,41 @@ h_delete(struct req *r)
 	reply_empty(r, 204);
 }
 
+/* The last 64 KiB of the VM's serial console, as text. */
+static void
+h_console(struct req *r)
+{
+	char name[64], path[1100];
+	struct stat sb;
+	int fd;
+
+	if (vm_name(r, name, sizeof(name)) < 0)
+		return;
+	if (str_fmt(path, sizeof(path), "%s/%s.console.log", r->a->cfg.vm_console_dir, name) != APP_OK ||
+	    (fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+		reply_error(r, 404, "not_found", NULL, "VM '%s' has written no console output yet", name);
+		return;
+	}
+	off_t from = fstat(fd, &sb) == 0 && sb.st_size > 65536 ? sb.st_size - 65536 : 0;
+	char *text = malloc(65536 + 1);
+	ssize_t n = text != NULL ? pread(fd, text, 65536, from) : -1;
+	close(fd);
+	if (n < 0) {
+		free(text);
+		reply_error(r, 500, "internal", NULL, "reading %s failed", path);
+		return;
+	}
+	for (ssize_t i = 0; i < n; i++) /* a NUL would end the text early */
+		text[i] = text[i] == '\0' ? ' ' : text[i];
+	text[n] = '\0';
+	reply_text(r, 200, "text/plain; charset=utf-8", text);
+}
+
 const struct route api_vms_routes[] = {
 	{ "GET", "/api/v1/vms", ROLE_VIEWER, 0, h_list, NULL, NULL },
 	{ "POST", "/api/v1/vms", ROLE_OPERATOR, 0, h_define, NULL, "vm.define" },
 	{ "GET", "/api/v1/vms/{id}", ROLE_VIEWER, 0, h_get, NULL, NULL },
+	{ "GET", "/api/v1/vms/{id}/console", ROLE_VIEWER, 0, h_console, NULL, NULL },
 	{ "POST", "/api/v1/vms/{id}/start", ROLE_OPERATOR, 0, h_start, NULL, "vm.start" },
 	{ "POST", "/api/v1/vms/{id}/stop", ROLE_OPERATOR, 0, h_stop, NULL, "vm.stop" },
 	{ "DELETE", "/api/v1/vms/{id}", ROLE_OPERATOR, 0, h_delete, NULL, "vm.undefine" },

@@ -35,8 +35,9 @@ struct vm_spec {
 	int memory_gib;
 	int hugepages; /* back memory with 1 GiB huge pages */
 	char image[1024];
-	char seed[1024];  /* a NoCloud seed image (cidata), "" none */
-	char network[64]; /* a libvirt network for its NIC, "" none */
+	char seed[1024];        /* a NoCloud seed image (cidata), "" none */
+	char network[64];       /* a libvirt network for its NIC, "" none */
+	char console_log[1024]; /* the serial console, written to this file; "" a pty */
 	int n_devices;
 	struct vm_device dev[VM_MAX_DEVICES];
 	int numa_node;       /* the GPUs' NUMA node, -1 when they span nodes or none is known */
@@ -61,8 +62,9 @@ struct vm_refusal {
 int vm_devices_pick(const char *sys_root, const char *const *gpus, int n_gpus, const char (*held)[16],
 		    const char (*held_by)[64], int n_held, struct vm_spec *s, struct vm_refusal *why);
 
-/* The domain XML (malloc'd) for the libvirt driver `type` ("kvm", or
- * "test" for libvirt's test driver); NULL when out of memory. */
+/* The domain XML (malloc'd) for the libvirt driver `type` ("kvm"; "qemu"
+ * where there is no KVM: emulated, no host CPU model; "test" for
+ * libvirt's test driver); NULL when out of memory. */
 char *vm_domain_xml(const struct vm_spec *s, const char *type);
 
 /* libvirt: each call opens its own connection to uri.  0, or -1 with err

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
@@ -72,13 +73,16 @@ close_conn(virConnectPtr c)
 }
 
 /* The domain type this connection's driver takes: "test" for libvirt's
- * test driver, else "kvm". */
+ * test driver; "kvm" where /dev/kvm can be used, else "qemu" (emulated:
+ * slow, but a guest still boots). */
 static const char *
 domain_type(virConnectPtr c)
 {
 	const char *t = virConnectGetType(c);
 
-	return t != NULL && strcmp(t, "TEST") == 0 ? "test" : "kvm";
+	if (t != NULL && strcmp(t, "TEST") == 0)
+		return "test";
+	return access("/dev/kvm", R_OK | W_OK) == 0 ? "kvm" : "qemu";
 }
 
 int

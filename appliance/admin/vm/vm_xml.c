@@ -77,8 +77,11 @@ vm_domain_xml(const struct vm_spec *s, const char *type)
 		fprintf(fp, "  <numatune>\n    <memory mode='strict' nodeset='%d'/>\n  </numatune>\n", s->numa_node);
 	fprintf(fp, "  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n    <boot dev='hd'/>\n  </os>\n"
 		    "  <features>\n    <acpi/>\n    <apic/>\n  </features>\n");
-	/* the host's CPU as it is: AVX-512 and AMX for the engine's kernels */
-	fprintf(fp, "  <cpu mode='host-passthrough' check='none'/>\n  <clock offset='utc'/>\n"
+	/* the host's CPU as it is: AVX-512 and AMX for the engine's kernels
+	 * (under emulation there is no host CPU to pass) */
+	if (strcmp(type, "qemu") != 0)
+		fprintf(fp, "  <cpu mode='host-passthrough' check='none'/>\n");
+	fprintf(fp, "  <clock offset='utc'/>\n"
 		    "  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n"
 		    "  <on_crash>destroy</on_crash>\n  <devices>\n");
 	/* q35's 64-bit PCI hole, sized for the devices' BARs (vSphere's
@@ -108,7 +111,14 @@ vm_domain_xml(const struct vm_spec *s, const char *type)
 		pci_address(fp, s->dev[i].bdf);
 		fprintf(fp, "\n      </source>\n    </hostdev>\n");
 	}
-	fprintf(fp, "    <serial type='pty'/>\n    <console type='pty'/>\n  </devices>\n</domain>\n");
+	if (s->console_log[0] != '\0') {
+		fprintf(fp, "    <serial type='file'>\n      <source path='");
+		esc(fp, s->console_log);
+		fprintf(fp, "'/>\n      <target port='0'/>\n    </serial>\n");
+	} else {
+		fprintf(fp, "    <serial type='pty'/>\n    <console type='pty'/>\n");
+	}
+	fprintf(fp, "  </devices>\n</domain>\n");
 	if (fclose(fp) != 0) {
 		free(text);
 		return NULL;
