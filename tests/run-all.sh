@@ -85,6 +85,8 @@ run_suite "$BUILD/console fixes (Chromium)" node tests/browser/console_fixes.tes
 run_suite "$BUILD/console metrics and tasks (Chromium)" node tests/browser/console_ops.test.mjs "$BUILD" "$BUILD/screenshots"
 run_suite "$BUILD/console GPU group over nodes (Chromium)" node tests/browser/console_gpu_group.test.mjs "$BUILD" \
 	"$BUILD/screenshots"
+run_suite "$BUILD/console workload VMs (Chromium, libvirt test driver)" node tests/browser/console_vms.test.mjs "$BUILD" \
+	"$BUILD/screenshots"
 # the appliance booted in qemu (make test IMAGE_TEST=1 builds the image first)
 if [ "${IMAGE_TEST:-}" = "1" ]; then
 	run_suite "image boot: seed, reboot by BIOS (qemu)" python3 tests/image/boot_test.py build/image 1,2

@@ -236,7 +236,7 @@ async function main() {
     for (const width of [1366, 800]) {
       await page.setViewportSize({ width, height: 900 });
       for (const [hash, title] of [['dashboard', 'Dashboard'], ['metrics', 'Metrics'], ['tasks', 'Tasks'], ['models', 'Models'], ['deployments', 'Deployments'],
-        ['gpus', 'GPUs & partitions'], ['nodes', 'Nodes'], ['host', 'Host'], ['sizing', 'Sizing'],
+        ['gpus', 'GPUs & partitions'], ['vms', 'VMs'], ['nodes', 'Nodes'], ['host', 'Host'], ['sizing', 'Sizing'],
         ['users', 'Users & tokens'], ['audit', 'Audit log'], ['settings', 'Settings']]) {
         await visit(page, hash, title);
         const w = await page.evaluate(() => document.documentElement.scrollWidth);

@@ -14,10 +14,11 @@ import host from './pages/host.js';
 import sizing from './pages/sizing.js';
 import metrics from './pages/metrics.js';
 import tasks from './pages/tasks.js';
+import vms from './pages/vms.js';
 import { session } from './session.js';
 
-const pages = { dashboard, metrics, tasks, models, deployments, gpus, nodes, host, sizing, users, audit, settings };
-const titles = { dashboard: 'Dashboard', metrics: 'Metrics', tasks: 'Tasks', models: 'Models', deployments: 'Deployments', gpus: 'GPUs & partitions',
+const pages = { dashboard, metrics, tasks, models, deployments, gpus, vms, nodes, host, sizing, users, audit, settings };
+const titles = { dashboard: 'Dashboard', metrics: 'Metrics', tasks: 'Tasks', models: 'Models', deployments: 'Deployments', gpus: 'GPUs & partitions', vms: 'VMs',
   nodes: 'Nodes', host: 'Host', sizing: 'Sizing', users: 'Users & tokens', audit: 'Audit log', settings: 'Settings' };
 const ctx = session;
 let cleanup = null;
