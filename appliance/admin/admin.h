@@ -34,18 +34,18 @@ struct admin_config {
 	const char *sys_root;               /* where /proc and /sys are read ("/"; a fixture tree in tests) */
 	const char *preflight_file;         /* privai-tune's last report (/run/privai/preflight.json) */
 	const char *fabric_socket;          /* privai-fabric's status socket (/run/privai/fabric.sock) */
-	const char *libvirt_uri;    /* where workload VMs are defined (qemu:///system; test:///default in tests) */
-	const char *vm_console_dir; /* where their serial consoles are written (/var/log/privai/vms) */
-	const char *node_name;      /* this node's name in the cluster (default: host name) */
-	const char *advertise_url;  /* how other nodes reach this console (default: from host and port) */
-	const char *join_url;       /* the console to join at first start, or NULL */
-	const char *join_token;     /* the one-time join token for it */
-	const char *join_pin;       /* sha256//BASE64 of its TLS public key, or NULL */
-	int heartbeat_s;            /* seconds between heartbeats; a node silent for 3 is unreachable */
-	const char *webui_dir;      /* the console's static files */
-	int engine_runner;          /* enum runner_mode: how engines run (deploy/runner.h) */
-	int metrics_interval_s;     /* between samples of the metrics history */
-	int metrics_keep_hours;     /* how long samples are kept */
+	const char *libvirt_uri;   /* where workload VMs are defined (qemu:///system; test:///default in tests) */
+	const char *vm_dir;        /* their serial consoles and NoCloud seeds (/var/lib/privai-vms) */
+	const char *node_name;     /* this node's name in the cluster (default: host name) */
+	const char *advertise_url; /* how other nodes reach this console (default: from host and port) */
+	const char *join_url;      /* the console to join at first start, or NULL */
+	const char *join_token;    /* the one-time join token for it */
+	const char *join_pin;      /* sha256//BASE64 of its TLS public key, or NULL */
+	int heartbeat_s;           /* seconds between heartbeats; a node silent for 3 is unreachable */
+	const char *webui_dir;     /* the console's static files */
+	int engine_runner;         /* enum runner_mode: how engines run (deploy/runner.h) */
+	int metrics_interval_s;    /* between samples of the metrics history */
+	int metrics_keep_hours;    /* how long samples are kept */
 };
 
 struct supervisor;

@@ -33,7 +33,7 @@ def validate_xml(text, where):
     return r.returncode == 0, r.stdout + r.stderr
 
 
-def test_vms(a, o, v, tmp):
+def test_vms(adm, a, o, v, tmp):
     image = os.path.join(tmp, "privai.qcow2")
     with open(image, "wb") as f:
         f.write(b"QFI\xfb" + bytes(508))
@@ -131,6 +131,32 @@ def test_vms(a, o, v, tmp):
     check(r.status == 201, "GPU0 is free again once its VM is gone", r)
     o.request("DELETE", f"/api/v1/vms/{r.json.get('id')}")
 
+    # a VM that joins this appliance: a NoCloud seed made for it, holding a join token of its own; admins only
+    r = o.post("/api/v1/vms", dict(spec, name="member-vm", join=True))
+    check(r.status == 403 and r.json["error"]["field"] == "join", "an operator cannot make a joining VM", r)
+    r = a.post("/api/v1/vms", dict(spec, name="member-vm", join=True, seed=image))
+    check(r.status == 422 and r.json["error"]["field"] == "join", "join and seed together refused", r)
+    before = len(a.get("/api/v1/nodes/join-tokens").json["data"])
+    r = a.post("/api/v1/vms", dict(spec, name="member-vm", join=True))
+    seed = r.json.get("seed") or "" if r.status == 201 else ""
+    check(r.status == 201 and seed == os.path.join(tmp, "consoles", "member-vm-seed.iso") and os.path.exists(seed) and
+          os.stat(seed).st_mode & 0o777 == 0o600, "an admin defines a joining VM: its seed made, 0600", r)
+    member = r.json.get("id") if r.status == 201 else 0
+    out = os.path.join(tmp, "seed-out")
+    x = subprocess.run(["xorriso", "-osirrox", "on", "-indev", seed, "-extract", "/", out], capture_output=True, text=True)
+    ud = open(os.path.join(out, "user-data")).read() if x.returncode == 0 else ""
+    md = open(os.path.join(out, "meta-data")).read() if x.returncode == 0 else ""
+    vol = subprocess.run(["xorriso", "-indev", seed, "-pvd_info"], capture_output=True, text=True).stdout
+    tokens = a.get("/api/v1/nodes/join-tokens").json["data"]
+    check(ud.startswith("#cloud-config\n") and "role: member" in ud and f"join_url: {adm.url()}" in ud and
+          "join_token: join_" in ud and "instance-id: member-vm" in md and "Volume Id    : cidata" in vol and
+          len(tokens) == before + 1 and tokens[-1]["used_at"] is None,
+          "the seed: a cidata volume whose user-data joins this console with a fresh token", (ud, md, vol[-300:]))
+    xml = a.get(f"/api/v1/vms/{member}").json.get("domain_xml") or ""
+    check(f"<source file='{seed}'/>" in xml and "device='cdrom'" in xml, "the seed attached as a CD-ROM", xml[-900:])
+    check(a.request("DELETE", f"/api/v1/vms/{member}").status == 204 and not os.path.exists(seed),
+          "the seed, with its token, goes with the VM")
+
     r = a.get("/api/v1/audit?action=vm.define")
     rows = [(e["target"], e["result"]) for e in r.json.get("data", [])] if r.status == 200 else []
     check(("gpu-vm-0", "ok") in rows and ("gpu-vm-1", "ok") in rows and any(x[1] == "refused" for x in rows),
@@ -145,11 +171,11 @@ def main():
     subprocess.run([sys.executable, MAKE_TREES, trees, "hgx-vfio"], check=True, capture_output=True)
     adm = Admin(BUILD, os.path.join(tmp, "state"), PW, ports="19180-19189",
                 extra=["--sys-root", os.path.join(trees, "hgx-vfio"), "--libvirt-uri", "test:///default",
-                       "--vm-console-dir", os.path.join(tmp, "consoles"),
+                       "--vm-dir", os.path.join(tmp, "consoles"),
                        "--login-rate", "1000"])
     try:
         a, o, v = users(adm, PW)
-        test_vms(a, o, v, tmp)
+        test_vms(adm, a, o, v, tmp)
         check(adm.stop() == 0, "SIGTERM: clean exit")
     except Exception:
         check(False, "the suite ran to the end")

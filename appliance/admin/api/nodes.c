@@ -50,9 +50,7 @@ static void
 h_token_create(struct req *r)
 {
 	static const char *const known[] = { "ttl_minutes", NULL };
-	char token[AUTH_SECRET_LEN];
-	unsigned char h[crypto_hash_sha256_BYTES];
-	sqlite3_stmt *st;
+	char token[AUTH_SECRET_LEN], err[APP_ERR_LEN];
 	int64_t ttl, id;
 	cJSON *j = body_object(r);
 
@@ -60,25 +58,10 @@ h_token_create(struct req *r)
 		return;
 	if (fields_known(r, j, known) < 0 || field_int(r, j, "ttl_minutes", 0, 1, 7 * 24 * 60, 60, &ttl) < 0)
 		goto out;
-	auth_new_secret("join_", token);
-	crypto_hash_sha256(h, (const unsigned char *)token, strlen(token));
-	if (sqlite3_prepare_v2(r->a->db,
-			       "INSERT INTO join_tokens (token_hash, created_at, expires_at) "
-			       "VALUES (?1, ?2, ?3)",
-			       -1, &st, NULL) != SQLITE_OK) {
-		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
+	if (join_token_issue(r->a->db, r->now, ttl * 60, token, &id, err) != APP_OK) {
+		reply_error(r, 500, "internal", NULL, "%s", err);
 		goto out;
 	}
-	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
-	sqlite3_bind_int64(st, 2, r->now);
-	sqlite3_bind_int64(st, 3, r->now + ttl * 60);
-	int rc = sqlite3_step(st);
-	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE) {
-		reply_error(r, 500, "internal", NULL, "database: %s", sqlite3_errmsg(r->a->db));
-		goto out;
-	}
-	id = sqlite3_last_insert_rowid(r->a->db);
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddNumberToObject(d, "ttl_minutes", (double)ttl);
 	req_audit(r, "node.join_token", NULL, "ok", d);

@@ -5,6 +5,7 @@
  * devices taken; libvirt answers for the live state.
  */
 #include <errno.h>
+#include <sodium.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,8 @@
 #include "admin.h"
 #include "http/httpd.h"
 #include "log.h"
+#include "auth/auth.h"
+#include "cluster/nodes.h"
 #include "store/db.h"
 #include "store/rows.h"
 #include "vm/vm.h"
@@ -135,9 +138,10 @@ file_ok(struct req *r, const char *field, const char *path)
 static int
 console_path(struct req *r, const char *name, char *out, size_t size)
 {
-	const char *dir = r->a->cfg.vm_console_dir;
+	const char *dir = r->a->cfg.vm_dir;
 
-	if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
+	/* 0751: qemu's user (libvirt hands it the files) may pass, not list */
+	if (mkdir(dir, 0751) != 0 && errno != EEXIST) {
 		reply_error(r, 500, "internal", NULL, "cannot make %s for the VM's console: %s", dir, strerror(errno));
 		return -1;
 	}
@@ -186,6 +190,33 @@ devices_json(const struct vm_spec *s)
 	return a;
 }
 
+/* The NoCloud seed that makes the guest, booted from the privai image, a
+ * member of this appliance: a join token of its own (a day to use it),
+ * this console's URL and TLS pin (docs/cloud-init.md).  Sets s->seed; -1
+ * after replying. */
+static int
+join_seed(struct req *r, struct vm_spec *s)
+{
+	char token[AUTH_SECRET_LEN], err[VM_ERR_LEN], user_data[1024];
+	int64_t id;
+
+	if (join_token_issue(r->a->db, r->now, 24 * 3600, token, &id, err) != APP_OK) {
+		reply_error(r, 500, "internal", NULL, "%s", err);
+		return -1;
+	}
+	snprintf(user_data, sizeof(user_data),
+		 "#cloud-config\n# privai workload VM %s: joins %s as a member at first boot\nhostname: %s\nprivai:\n"
+		 "  role: member\n  join_url: %s\n  join_token: %s\n%s%s%s",
+		 s->name, r->a->cfg.advertise_url, s->name, r->a->cfg.advertise_url, token,
+		 r->a->tls_pin[0] ? "  join_pin: " : "", r->a->tls_pin, r->a->tls_pin[0] ? "\n" : "");
+	int rc = vm_seed_write(r->a->cfg.vm_dir, s->name, user_data, s->seed, sizeof(s->seed), err);
+	sodium_memzero(token, sizeof(token));
+	sodium_memzero(user_data, sizeof(user_data));
+	if (rc < 0)
+		reply_error(r, 500, "internal", NULL, "%s", err);
+	return rc;
+}
+
 static int
 insert_vm(struct req *r, const struct vm_spec *s, const char *uuid, int64_t *id)
 {
@@ -229,7 +260,7 @@ static void
 h_define(struct req *r)
 {
 	static const char *const known[] = { "name", "gpus",    "vcpus",     "memory_gib", "image",
-					     "seed", "network", "hugepages", NULL };
+					     "seed", "network", "hugepages", "join",       NULL };
 	static char held[256][16], by[256][64];
 	struct vm_spec *s = calloc(1, sizeof(*s));
 	struct vm_refusal why;
@@ -237,7 +268,7 @@ h_define(struct req *r)
 	int64_t vcpus, mem, id = 0;
 	char uuid[64] = "", err[VM_ERR_LEN];
 	cJSON *j = NULL, *g, *list;
-	int n_gpus = 0, n_held;
+	int n_gpus = 0, n_held, join = 0;
 
 	if (s == NULL) {
 		reply_error(r, 500, "internal", NULL, "out of memory");
@@ -250,8 +281,19 @@ h_define(struct req *r)
 	    (image = field_str(r, j, "image", 1, 1000, NULL)) == NULL ||
 	    (seed = field_str(r, j, "seed", 0, 1000, "")) == NULL ||
 	    (network = field_str(r, j, "network", 0, 63, "")) == NULL ||
-	    field_bool(r, j, "hugepages", 1, &s->hugepages) < 0)
+	    field_bool(r, j, "hugepages", 1, &s->hugepages) < 0 || field_bool(r, j, "join", 0, &join) < 0)
 		goto out;
+	if (join && r->who.role < ROLE_ADMIN) {
+		/* a seed that joins carries a join token, which only admins issue */
+		reply_error(r, 403, "forbidden", "join",
+			    "a VM that joins the cluster takes an admin: its seed holds a "
+			    "join token");
+		goto out;
+	}
+	if (join && seed[0] != '\0') {
+		reply_error(r, 422, "invalid_field", "join", "join makes the VM's seed: give join or seed, not both");
+		goto out;
+	}
 	if (!name_ok(name)) {
 		reply_error(r, 422, "invalid_field", "name",
 			    "name: 1-63 of letters, digits, '.', '_', '-', not starting with '.' or '-'");
@@ -306,8 +348,12 @@ h_define(struct req *r)
 		reply_error(r, (unsigned)why.status, why.code, why.status == 500 ? NULL : "gpus", "%s", why.message);
 		goto out;
 	}
+	if (join && join_seed(r, s) < 0)
+		goto out;
 	if (vm_define(r->a->cfg.libvirt_uri, s, uuid, sizeof(uuid), err) < 0) {
 		reply_error(r, 502, "libvirt", NULL, "%s", err);
+		if (join)
+			(void)unlink(s->seed);
 		goto out;
 	}
 	if (insert_vm(r, s, uuid, &id) < 0) {
@@ -319,6 +365,7 @@ h_define(struct req *r)
 	cJSON *d = cJSON_CreateObject();
 	cJSON_AddItemToObject(d, "devices", devices_json(s));
 	cJSON_AddNumberToObject(d, "mmio_window_gib", s->mmio_window_gib);
+	cJSON_AddBoolToObject(d, "join", join);
 	req_audit(r, "vm.define", s->name, "ok", d);
 	cJSON *vm = vm_row(r, id);
 	if (vm != NULL)
@@ -441,6 +488,10 @@ h_delete(struct req *r)
 			    werr);
 		return;
 	}
+	/* a seed it made holds a join token: it goes with the VM */
+	char seed[1100];
+	if (str_fmt(seed, sizeof(seed), "%s/%s-seed.iso", r->a->cfg.vm_dir, name) == APP_OK)
+		(void)unlink(seed);
 	cJSON *d = cJSON_CreateObject();
 	if (strcmp(state, "missing") == 0)
 		cJSON_AddStringToObject(d, "note", "libvirt no longer had it");
@@ -458,7 +509,7 @@ h_console(struct req *r)
 
 	if (vm_name(r, name, sizeof(name)) < 0)
 		return;
-	if (str_fmt(path, sizeof(path), "%s/%s.console.log", r->a->cfg.vm_console_dir, name) != APP_OK ||
+	if (str_fmt(path, sizeof(path), "%s/%s.console.log", r->a->cfg.vm_dir, name) != APP_OK ||
 	    (fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
 		reply_error(r, 404, "not_found", NULL, "VM '%s' has written no console output yet", name);
 		return;

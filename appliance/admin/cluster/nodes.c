@@ -1,9 +1,12 @@
 /* Reports from nodes, checked and stored; this node's own row. */
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "status.h"
+#include "strfmt.h"
 #include "admin.h"
+#include "auth/auth.h"
 #include "store/db.h"
 #include "deploy/engine_probe.h"
 #include "gpu/gpu_store.h"
@@ -223,4 +226,26 @@ int64_t
 nodes_joined_count(sqlite3 *db)
 {
 	return db_int64(db, "SELECT count(*) FROM nodes WHERE is_self = 0 AND state != 'removed'", 0, APP_EIO);
+}
+
+int
+join_token_issue(sqlite3 *db, int64_t now, int64_t ttl_s, char *token, int64_t *id, char *err)
+{
+	unsigned char h[crypto_hash_sha256_BYTES];
+	sqlite3_stmt *st;
+
+	auth_new_secret("join_", token);
+	crypto_hash_sha256(h, (const unsigned char *)token, strlen(token));
+	if (sqlite3_prepare_v2(db, "INSERT INTO join_tokens (token_hash, created_at, expires_at) VALUES (?1, ?2, ?3)",
+			       -1, &st, NULL) != SQLITE_OK) {
+		msg_fmt(err, APP_ERR_LEN, "database: %s", sqlite3_errmsg(db));
+		return APP_EIO;
+	}
+	sqlite3_bind_blob(st, 1, h, sizeof(h), SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 2, now);
+	sqlite3_bind_int64(st, 3, now + ttl_s);
+	if (db_write(db, st, err) != APP_OK)
+		return APP_EIO;
+	*id = sqlite3_last_insert_rowid(db);
+	return APP_OK;
 }

@@ -37,4 +37,9 @@ int node_self_drain(sqlite3 *db, int draining);
  * removed); APP_EIO when the store cannot say. */
 int64_t nodes_joined_count(sqlite3 *db);
 
+/* A one-time join token ("join_..." into token, AUTH_SECRET_LEN bytes)
+ * that expires ttl_s seconds from now; the store keeps its hash only.
+ * APP_OK with *id, or APP_EIO with err. */
+int join_token_issue(sqlite3 *db, int64_t now, int64_t ttl_s, char *token, int64_t *id, char *err);
+
 #endif

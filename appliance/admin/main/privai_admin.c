@@ -87,8 +87,8 @@ usage(FILE *fp)
 	      "                       default /run/privai/fabric.sock)\n"
 	      "  --libvirt-uri URI    where workload VMs are defined (PRIVAI_LIBVIRT_URI;\n"
 	      "                       default qemu:///system)\n"
-	      "  --vm-console-dir DIR where their serial consoles are written (PRIVAI_VM_CONSOLE_DIR;\n"
-	      "                       default /var/log/privai/vms)\n"
+	      "  --vm-dir DIR         workload VMs' serial consoles and NoCloud seeds (PRIVAI_VM_DIR;\n"
+	      "                       default /var/lib/privai-vms)\n"
 	      "  --webui DIR          the console's files (PRIVAI_WEBUI; default: webui/ beside the binary's\n"
 	      "                       directory, then /usr/share/privai/webui)\n"
 	      "  --config FILE        KEY=VALUE lines with the PRIVAI_* names above (PRIVAI_CONFIG)\n"
@@ -237,7 +237,7 @@ env_defaults(struct options *o)
 	c->preflight_file = env("PRIVAI_PREFLIGHT_FILE", "/run/privai/preflight.json");
 	c->fabric_socket = env("PRIVAI_FABRIC_SOCKET", "/run/privai/fabric.sock");
 	c->libvirt_uri = env("PRIVAI_LIBVIRT_URI", "qemu:///system");
-	c->vm_console_dir = env("PRIVAI_VM_CONSOLE_DIR", "/var/log/privai/vms");
+	c->vm_dir = env("PRIVAI_VM_DIR", "/var/lib/privai-vms");
 	c->node_name = env("PRIVAI_NODE_NAME", NULL);
 	c->advertise_url = env("PRIVAI_ADVERTISE_URL", NULL);
 	c->join_url = env("PRIVAI_JOIN_URL", NULL);
@@ -281,7 +281,7 @@ read_options(int argc, char **argv, struct options *o)
 		{ "--preflight-file", &c->preflight_file },
 		{ "--fabric-socket", &c->fabric_socket },
 		{ "--libvirt-uri", &c->libvirt_uri },
-		{ "--vm-console-dir", &c->vm_console_dir },
+		{ "--vm-dir", &c->vm_dir },
 		{ "--webui", &c->webui_dir },
 	};
 

@@ -11,6 +11,7 @@
  *                 of their own, not held by another VM
  *   vm_xml.c      the libvirt domain XML
  *   vm_libvirt.c  define, start, stop, undefine, state
+ *   vm_seed.c     a NoCloud seed ISO that makes the guest join as a member
  */
 #ifndef PRIVAI_ADMIN_VM_H
 #define PRIVAI_ADMIN_VM_H
@@ -66,6 +67,10 @@ int vm_devices_pick(const char *sys_root, const char *const *gpus, int n_gpus, c
  * where there is no KVM: emulated, no host CPU model; "test" for
  * libvirt's test driver); NULL when out of memory. */
 char *vm_domain_xml(const struct vm_spec *s, const char *type);
+
+/* DIR/NAME-seed.iso (into path), a cidata volume of user_data and a
+ * meta-data naming the instance; 0, or -1 with err (nothing left then). */
+int vm_seed_write(const char *dir, const char *name, const char *user_data, char *path, size_t size, char *err);
 
 /* libvirt: each call opens its own connection to uri.  0, or -1 with err
  * (libvirt's own message, with what was being done). */
