@@ -235,6 +235,7 @@ pick(sqlite3 *db, const struct gpu_ask *q, struct dev *devs, int *n, struct plac
 /* The model's heads and the memory it needs on each of tp GPUs. */
 struct need {
 	int heads, kv_heads;
+	int latent; /* MLA: the cache is one latent a token and layer, whole on every rank */
 	double weights, kv, runtime, headroom;
 };
 
@@ -275,6 +276,7 @@ model_need(sqlite3 *db, const struct gpu_ask *q, double memory, struct need *nd,
 	if ((v = cJSON_GetObjectItem(o, "kv_cache_mib")) != NULL && cJSON_IsNumber(v))
 		kv_mib = v->valueint;
 	cJSON_Delete(o);
+	nd->latent = latent > 0;
 	double per_token = latent > 0 ? 2.0 * layers * latent : 2.0 * 2.0 * layers * nd->kv_heads * head_dim;
 	nd->kv = kv_mib > 0 ? kv_mib * 1048576.0 : per_token * ctx * (double)parallel;
 	nd->runtime = memory * 0.025 < RUNTIME_BYTES ? memory * 0.025 : RUNTIME_BYTES;
@@ -290,7 +292,7 @@ check_split(const struct need *nd, int tp, struct place_error *e)
 			      "the model has %d attention heads; "
 			      "%d GPUs do not divide them",
 			      nd->heads, tp);
-	if (nd->kv_heads > 0 && nd->kv_heads % tp != 0 && tp % nd->kv_heads != 0)
+	if (!nd->latent && nd->kv_heads > 0 && nd->kv_heads % tp != 0 && tp % nd->kv_heads != 0)
 		return refuse(e, 422, "invalid_field", "placement.tensor_parallel",
 			      "the model has %d KV heads; %d GPUs "
 			      "neither divide them nor are a multiple of them",
@@ -299,10 +301,13 @@ check_split(const struct need *nd, int tp, struct place_error *e)
 }
 
 /* The KV cache one of n GPUs holds, as the engine splits it: its share
- * of the KV heads, or one whole head when n exceeds them (gpu/sizing.c). */
+ * of the KV heads, or one whole head when n exceeds them; all of an MLA
+ * latent, which tensor parallel does not divide (gpu/sizing.c). */
 static double
 kv_share(const struct need *nd, int n)
 {
+	if (nd->latent)
+		return nd->kv;
 	if (nd->kv_heads <= 0 || nd->kv_heads % n == 0)
 		return nd->kv / n;
 	return nd->kv / nd->kv_heads;
@@ -321,11 +326,12 @@ check_fit(const struct need *nd, const struct dev *devs, int n, struct place_err
 		return 0;
 	return refuse(e, 422, "does_not_fit", "placement.gpus",
 		      "the model needs %.1f GiB per GPU over %d GPU%s "
-		      "(weights %.1f GiB and KV cache %.1f GiB over %d, %.1f GiB runtime) but %s has %.1f GiB "
+		      "(weights %.1f GiB over %d, KV cache %.1f GiB a GPU%s, %.1f GiB runtime) but %s has %.1f GiB "
 		      "less %.1f GiB headroom: use more GPUs, or fewer parallel sequences or a shorter ctx "
 		      "(GET /api/v1/models/{id}/sizing)",
-		      each / GIB, n, n > 1 ? "s" : "", nd->weights / GIB, nd->kv / GIB, n, nd->runtime / GIB,
-		      small->label, small->memory / GIB, nd->headroom / GIB);
+		      each / GIB, n, n > 1 ? "s" : "", nd->weights / GIB, n, kv_share(nd, n) / GIB,
+		      nd->latent ? " (an MLA latent: whole on every GPU)" : "", nd->runtime / GIB, small->label,
+		      small->memory / GIB, nd->headroom / GIB);
 }
 
 /* The node's engine must list cuda in `privai-engine features --json`;
