@@ -73,14 +73,7 @@ host_settings(const struct fabric *f, cJSON *list)
 		return;
 	for (int k = 0; k < t->bus.n; k++) {
 		const struct pci_dev *b = &t->bus.dev[k];
-		int feeds = 0;
-		if (!pci_is_bridge(b) || b->parent < 0)
-			continue;
-		for (int g = 0; g < t->n_gpus && !feeds; g++)
-			feeds = t->bus.dev[t->gpu[g]].parent == k;
-		for (int n = 0; n < t->n_nics && !feeds; n++)
-			feeds = t->bus.dev[t->nic[n]].parent == k;
-		if (!feeds)
+		if (!topo_port_feeds_device(t, k))
 			continue;
 		ports++;
 		no_acs += b->acs_cap < 0;

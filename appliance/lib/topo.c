@@ -98,3 +98,18 @@ topo_nic_name(const struct topo *t, int nic)
 
 	return d->n_rdma > 0 ? d->rdma[0] : d->n_netdev > 0 ? d->netdev[0] : d->bdf;
 }
+
+int
+topo_port_feeds_device(const struct topo *t, int k)
+{
+	const struct pci_dev *b = &t->bus.dev[k];
+	int feeds = 0;
+
+	if (!pci_is_bridge(b) || b->parent < 0)
+		return 0;
+	for (int g = 0; g < t->n_gpus && !feeds; g++)
+		feeds = t->bus.dev[t->gpu[g]].parent == k;
+	for (int n = 0; n < t->n_nics && !feeds; n++)
+		feeds = t->bus.dev[t->nic[n]].parent == k;
+	return feeds;
+}

@@ -47,4 +47,9 @@ int topo_switch_of(const struct pci_bus *bus, int i);
 /* A NIC's RDMA name if it has one, else its network interface, else its BDF. */
 const char *topo_nic_name(const struct topo *t, int nic);
 
+/* Whether bus.dev[k] is a bridge below a root port with a GPU or an RDMA
+ * NIC right under it: a switch port whose ACS decides where their
+ * peer-to-peer traffic goes. */
+int topo_port_feeds_device(const struct topo *t, int k);
+
 #endif

@@ -78,14 +78,7 @@ check_acs(const struct tune_host *h, struct report *r)
 	}
 	for (int k = 0; k < t->bus.n; k++) {
 		const struct pci_dev *b = &t->bus.dev[k];
-		int feeds = 0;
-		if (!pci_is_bridge(b) || b->parent < 0)
-			continue;
-		for (int g = 0; g < t->n_gpus && !feeds; g++)
-			feeds = t->bus.dev[t->gpu[g]].parent == k;
-		for (int n = 0; n < t->n_nics && !feeds; n++)
-			feeds = t->bus.dev[t->nic[n]].parent == k;
-		if (!feeds)
+		if (!topo_port_feeds_device(t, k))
 			continue;
 		total++;
 		if (b->acs_ctrl > 0 && (b->acs_ctrl & (PCI_ACS_RR | PCI_ACS_CR))) {
