@@ -36,6 +36,7 @@ struct admin_config {
 	const char *fabric_socket;          /* privai-fabric's status socket (/run/privai/fabric.sock) */
 	const char *libvirt_uri;   /* where workload VMs are defined (qemu:///system; test:///default in tests) */
 	const char *vm_dir;        /* their serial consoles and NoCloud seeds (/var/lib/privai-vms) */
+	const char *vm_image_dir;  /* the only place their disks and seeds may come from (/var/lib/libvirt/images) */
 	const char *node_name;     /* this node's name in the cluster (default: host name) */
 	const char *advertise_url; /* how other nodes reach this console (default: from host and port) */
 	const char *join_url;      /* the console to join at first start, or NULL */

@@ -31,7 +31,7 @@ function startAdmin(tmp, root) {
   const log = fs.openSync(`${state}.log`, 'a');
   const p = spawn(path.join(BUILD, 'privai-admin'), ['--dev', '--port', '0', '--state-dir', state, '--node-name', 'hgx',
     '--webui', path.join(ROOT, 'webui'), '--engine-ports', '19275-19279', '--sys-root', root,
-    '--libvirt-uri', 'test:///default', '--vm-dir', path.join(tmp, 'consoles')],
+    '--libvirt-uri', 'test:///default', '--vm-dir', path.join(tmp, 'consoles'), '--vm-image-dir', tmp],
   { env: { ...process.env, PRIVAI_ADMIN_PASSWORD_FILE: `${state}.pw` }, stdio: ['ignore', log, log] });
   return new Promise((resolve, reject) => {
     const t0 = Date.now();

@@ -99,6 +99,9 @@ def test_vms(adm, a, o, v, tmp):
             (dict(spec, name="../x"), "name", "a name with a slash"),
             (dict(spec, name="other", image="relative.qcow2"), "image", "a relative image path"),
             (dict(spec, name="other", image=os.path.join(tmp, "none.qcow2")), "image", "an image that is not there"),
+            (dict(spec, name="other", image="/etc/passwd"), "image", "a file outside --vm-image-dir"),
+            (dict(spec, name="other", image=os.path.join(tmp, "consoles", "..", "..", "..", "etc", "passwd")), "image",
+             "a way out of --vm-image-dir through .."),
             (dict(spec, name="other", gpus="0000:19:00.0"), "gpus", "gpus not a list"),
             (dict(spec, name="other", vcpus=0), "vcpus", "no vCPU"),
             (dict(spec, name="other", gpus=["0000:19:00.0"], vcpus=113), "gpus", "more vCPUs than the node's CPUs"),
@@ -171,7 +174,7 @@ def main():
     subprocess.run([sys.executable, MAKE_TREES, trees, "hgx-vfio"], check=True, capture_output=True)
     adm = Admin(BUILD, os.path.join(tmp, "state"), PW, ports="19180-19189",
                 extra=["--sys-root", os.path.join(trees, "hgx-vfio"), "--libvirt-uri", "test:///default",
-                       "--vm-dir", os.path.join(tmp, "consoles"),
+                       "--vm-dir", os.path.join(tmp, "consoles"), "--vm-image-dir", tmp,
                        "--login-rate", "1000"])
     try:
         a, o, v = users(adm, PW)

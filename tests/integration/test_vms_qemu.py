@@ -60,7 +60,8 @@ def main():
     os.chmod(tmp, 0o755)
     virsh = [*AS_NOBODY, "env", *[f"{k}={v}" for k, v in env.items()], "virsh", "-c", "qemu:///session"]
     adm = Admin(BUILD, os.path.join(tmp, "state"), PW, ports="19190-19199", prefix=AS_NOBODY, env_extra=env,
-                extra=["--libvirt-uri", "qemu:///session", "--vm-dir", consoles, "--login-rate", "1000"])
+                extra=["--libvirt-uri", "qemu:///session", "--vm-dir", consoles, "--vm-image-dir", tmp,
+                       "--login-rate", "1000"])
     vm_id = None
     try:
         a, o, v = users(adm, PW)

@@ -5,6 +5,7 @@
  * devices taken; libvirt answers for the live state.
  */
 #include <errno.h>
+#include <limits.h>
 #include <sodium.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -114,20 +115,30 @@ name_ok(const char *s)
 	       strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
 }
 
-/* An absolute path to a regular file, without characters a domain's XML
- * or a shell would trip on. */
+/* An absolute path to a regular file under --vm-image-dir, without
+ * characters a domain's XML would trip on.  Under that directory only:
+ * libvirt hands the file to qemu as the guest's disk, so any other path
+ * (the store, /etc/shadow) would let whoever defines a VM read it. */
 static int
 file_ok(struct req *r, const char *field, const char *path)
 {
+	char real[PATH_MAX], root[PATH_MAX];
 	struct stat sb;
+	size_t n;
 
-	if (path[0] != '/' || strpbrk(path, "'\"<>&\\\n") != NULL || strstr(path, "/../") != NULL) {
-		reply_error(r, 422, "invalid_field", field, "%s must be an absolute path without quotes, <, >, & or ..",
+	if (path[0] != '/' || strpbrk(path, "'\"<>&\\\n") != NULL) {
+		reply_error(r, 422, "invalid_field", field, "%s must be an absolute path without quotes, <, > or &",
 			    field);
 		return -1;
 	}
-	if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+	if (realpath(path, real) == NULL || stat(real, &sb) != 0 || !S_ISREG(sb.st_mode)) {
 		reply_error(r, 422, "invalid_field", field, "%s: no such file (%.200s)", field, path);
+		return -1;
+	}
+	if (realpath(r->a->cfg.vm_image_dir, root) == NULL || strncmp(real, root, n = strlen(root)) != 0 ||
+	    real[n] != '/') {
+		reply_error(r, 422, "invalid_field", field, "%s must be a file under %s (--vm-image-dir), not %.200s",
+			    field, r->a->cfg.vm_image_dir, real);
 		return -1;
 	}
 	return 0;

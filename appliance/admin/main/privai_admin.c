@@ -89,6 +89,8 @@ usage(FILE *fp)
 	      "                       default qemu:///system)\n"
 	      "  --vm-dir DIR         workload VMs' serial consoles and NoCloud seeds (PRIVAI_VM_DIR;\n"
 	      "                       default /var/lib/privai-vms)\n"
+	      "  --vm-image-dir DIR   where workload VMs' disk images must be (PRIVAI_VM_IMAGE_DIR;\n"
+	      "                       default /var/lib/libvirt/images)\n"
 	      "  --webui DIR          the console's files (PRIVAI_WEBUI; default: webui/ beside the binary's\n"
 	      "                       directory, then /usr/share/privai/webui)\n"
 	      "  --config FILE        KEY=VALUE lines with the PRIVAI_* names above (PRIVAI_CONFIG)\n"
@@ -238,6 +240,7 @@ env_defaults(struct options *o)
 	c->fabric_socket = env("PRIVAI_FABRIC_SOCKET", "/run/privai/fabric.sock");
 	c->libvirt_uri = env("PRIVAI_LIBVIRT_URI", "qemu:///system");
 	c->vm_dir = env("PRIVAI_VM_DIR", "/var/lib/privai-vms");
+	c->vm_image_dir = env("PRIVAI_VM_IMAGE_DIR", "/var/lib/libvirt/images");
 	c->node_name = env("PRIVAI_NODE_NAME", NULL);
 	c->advertise_url = env("PRIVAI_ADVERTISE_URL", NULL);
 	c->join_url = env("PRIVAI_JOIN_URL", NULL);
@@ -282,6 +285,7 @@ read_options(int argc, char **argv, struct options *o)
 		{ "--fabric-socket", &c->fabric_socket },
 		{ "--libvirt-uri", &c->libvirt_uri },
 		{ "--vm-dir", &c->vm_dir },
+		{ "--vm-image-dir", &c->vm_image_dir },
 		{ "--webui", &c->webui_dir },
 	};
 
