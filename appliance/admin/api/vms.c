@@ -272,7 +272,7 @@ h_define(struct req *r)
 {
 	static const char *const known[] = { "name", "gpus",    "vcpus",     "memory_gib", "image",
 					     "seed", "network", "hugepages", "join",       NULL };
-	static char held[256][16], by[256][64];
+	static char held[256][16], by[256][64]; /* static: off the stack; handlers run one at a time (db_mu) */
 	struct vm_spec *s = calloc(1, sizeof(*s));
 	struct vm_refusal why;
 	const char *name, *image, *seed, *network, *gpus[VM_MAX_GPUS];

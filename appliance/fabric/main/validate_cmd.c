@@ -75,6 +75,7 @@ tool_start(char *const argv[], struct tool *t)
 		}
 		_exit(errno == ENOENT ? 127 : 126);
 	}
+	setpgid(t->pid, t->pid); /* as the child does: the group exists before any kill */
 	close(p[1]);
 	t->fd = p[0];
 	return 0;
