@@ -170,6 +170,15 @@ async function main() {
           /L40S-48GB \(PCIe only\)/.test(await page.locator('dl.facts dd').first().textContent()),
           'sizing on L40S says what PCIe costs', await note.textContent());
         await page.screenshot({ path: path.join(SHOTS, 'sizing-pcie-warning.png'), fullPage: true });
+        // windowed layers: with 40 of the 80 layers holding a 512-token window, the cache is
+        // (40 x 4096 + 40 x 512) / (80 x 4096) of the full 20 GiB
+        const fullKv = await page.locator('dl.facts dd').nth(5).textContent();
+        await shape.getByLabel('Windowed layers').fill('40');
+        await shape.getByLabel('Window (tokens)').fill('512');
+        await shape.getByRole('button', { name: 'Size this shape' }).click();
+        await page.locator('dl.facts dd', { hasText: '11.3 GiB' }).first().waitFor();
+        check(fullKv === '20.0 GiB' && await page.locator('dl.facts dd').nth(5).textContent() === '11.3 GiB',
+          'sizing with 40 windowed layers of 512 tokens: 11.3 GiB of KV cache, not 20', fullKv);
       }
       await page.screenshot({ path: path.join(SHOTS, `fix-${hash}.png`), fullPage: true });
     }

@@ -68,7 +68,9 @@ export default async function sizing(main) {
   const byShape = h('form', { class: 'inline', 'aria-label': 'Size a model by its shape' },
     numeric('parameters', 'Parameters', { value: 70000000000 }), numeric('bits_per_weight', 'Bits per weight', { value: 16, max: 32 }),
     numeric('layers', 'Layers', { value: 80 }), numeric('heads', 'Attention heads', { value: 64 }),
-    numeric('kv_heads', 'KV heads', { value: 8 }), numeric('head_dim', 'Head size', { value: 128 }), ...common(),
+    numeric('kv_heads', 'KV heads', { value: 8 }), numeric('head_dim', 'Head size', { value: 128 }),
+    // sliding-window (gpt-oss) or chunked (Llama 4) layers cache only their window
+    numeric('window_layers', 'Windowed layers', { min: 0 }), numeric('window', 'Window (tokens)'), ...common(),
     h('button', { type: 'submit' }, 'Size this shape'));
   byShape.addEventListener('submit', (e) => {
     e.preventDefault();
