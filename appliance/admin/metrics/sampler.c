@@ -154,6 +154,10 @@ sample_engine(struct metrics *m, int64_t id, int port, int64_t now_ms)
 		add(m, subject, "tokens_per_s", (cur.gen - p->gen) / dt);
 		add(m, subject, "prompt_tokens_per_s", (cur.prompt - p->prompt) / dt);
 		add(m, subject, "requests_per_min", (cur.finished - p->finished) * 60 / dt);
+		/* the seconds those rates are over: a late tick makes the
+		 * interval longer than --metrics-interval-s, and rate x interval
+		 * gives back the count */
+		add(m, subject, "rate_interval_s", dt);
 		add(m, subject, "ttft_p50_s", prom_quantile(&cur.ttft, &p->ttft, 0.5));
 		add(m, subject, "ttft_p95_s", prom_quantile(&cur.ttft, &p->ttft, 0.95));
 		add(m, subject, "itl_p50_s", prom_quantile(&cur.itl, &p->itl, 0.5));
