@@ -7,7 +7,9 @@
 #   busy        one engine beside one busy process per CPU (a parallel
 #               compile's load)
 # and prints each case's tokens/s and its fraction of solo.  MODEL (default:
-# the Q8_0 fixture), N (tokens, default 200) and ENGINE can be overridden.
+# the Q8_0 fixture), N (tokens, default 200) and ENGINE can be overridden;
+# BENCH_ARGS adds options to each run (--fixed-threads: the pool keeps all
+# its threads at work on busy CPUs, as before it adapted).
 set -eu
 BUILD=${BUILD:-build}
 ENGINE=${ENGINE:-$BUILD/privai-engine}
@@ -23,7 +25,8 @@ trap cleanup EXIT
 
 [ -f "$MODEL" ] || { echo "bench-shared-cpu: no model at $MODEL" >&2; exit 1; }
 tg() { # generation tokens/s of one bench run, written to $1
-	"$ENGINE" bench -m "$MODEL" -p 8 -n "$N" -r 1 --json --no-bandwidth >"$1" 2>/dev/null
+	# shellcheck disable=SC2086 # BENCH_ARGS is a list of options
+	"$ENGINE" bench -m "$MODEL" -p 8 -n "$N" -r 1 --json --no-bandwidth ${BENCH_ARGS:-} >"$1" 2>/dev/null
 }
 rate() { sed -n 's/.*"tg_tokens_per_s":\([0-9.]*\).*/\1/p' "$1"; }
 frac() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f %%", 100 * a / b }'; }
@@ -40,7 +43,7 @@ for _ in $(seq 1 "$(nproc)"); do
 	hogs="$hogs $!"
 done
 tg "$T/busy" && busy=$(rate "$T/busy")
-echo "== shared CPUs: $(basename "$MODEL"), $N tokens, default threads, $(nproc) CPUs ($ENGINE)"
+echo "== shared CPUs: $(basename "$MODEL"), $N tokens, default threads${BENCH_ARGS:+ $BENCH_ARGS}, $(nproc) CPUs ($ENGINE)"
 echo "| case | tokens/s | of solo |"
 echo "| --- | --- | --- |"
 echo "| solo | $solo | 100 % |"

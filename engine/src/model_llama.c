@@ -67,6 +67,12 @@ engine_ctx_free(struct engine_ctx *c)
 	free(c);
 }
 
+int
+engine_ctx_threads_active(const struct engine_ctx *c)
+{
+	return compute_cpu_threads_active(c->compute);
+}
+
 void
 engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info)
 {
@@ -79,6 +85,7 @@ engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info)
 	info->n_past = c->n_past;
 	info->device = c->compute->ops->name;
 	info->n_threads = compute_cpu_threads(c->compute);
+	info->n_threads_active = engine_ctx_threads_active(c);
 	info->mem_total = c->mem_total;
 	info->mem_budget = c->mem_budget;
 	info->tp_rank = c->part.rank;
@@ -254,7 +261,7 @@ alloc_seq0(struct engine_ctx *c)
 static int
 ctx_build(struct engine_ctx *c, const struct engine_ctx_params *p, char *err)
 {
-	struct compute_params cpp = { .n_threads = p->n_threads };
+	struct compute_params cpp = { .n_threads = p->n_threads, .fixed_threads = p->fixed_threads };
 	int r;
 
 	if (p->mem_fraction < 0 || p->mem_fraction > 1)

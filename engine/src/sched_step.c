@@ -465,6 +465,7 @@ update_gauges(struct scheduler *s)
 	s->gauges.kv_usage = (double)st.n_used / st.n_blocks;
 	s->gauges.kv_blocks = st.n_blocks;
 	s->gauges.kv_blocks_cached = st.n_cached;
+	s->gauges.cpu_threads_active = engine_ctx_threads_active(s->ctx);
 }
 
 /* How often an idle rank 0 checks that its group still answers: a rank

@@ -325,6 +325,7 @@ scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok, const struct 
 		if (tokenizer_is_eog(tok, id))
 			s->eog[s->n_eog++] = id;
 	s->gauges.kv_blocks = ci.n_kv_blocks;
+	s->gauges.cpu_threads = s->gauges.cpu_threads_active = ci.n_threads;
 	if (pthread_create(&s->thread, NULL, scheduler_main, s) != 0) {
 		scheduler_free(s);
 		return privai_fail(err, PRIVAI_ENOMEM, "cannot start the scheduler thread");

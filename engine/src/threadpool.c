@@ -19,6 +19,12 @@
  * Spins are short (tens of microseconds): long enough to bridge the gap
  * between the back-to-back jobs of a decode step, short enough that a
  * thread waiting on a descheduled peer gives its CPU back to that peer.
+ *
+ * With threadpool_adapt() on, the caller also watches how long the pool's
+ * threads wait for a CPU (threadpool_adapt.c) and runs jobs alone while
+ * other processes keep them waiting: a part cannot be taken back from a
+ * preempted thread, so on oversubscribed CPUs every job would otherwise
+ * wait out someone else's time slice.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -26,9 +32,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "privai/status.h"
 #include "privai/threadpool.h"
+#include "threadpool_adapt.h"
 
 #define PARTS_PER_THREAD 4
 #define SPIN_ITERS 2000 /* pause instructions: about 20-100 us */
@@ -42,6 +51,10 @@ struct worker {
 struct threadpool {
 	int n;
 	struct worker *workers;
+	atomic_int *tids; /* workers' thread ids, for their schedstat */
+	int adapt_on;
+	struct pool_adapt adapt; /* touched by the calling thread only */
+	atomic_int width;        /* adapt.width, for threadpool_width() from anywhere */
 	threadpool_fn fn;
 	void *ctx;
 	atomic_int parts;
@@ -116,6 +129,7 @@ worker_main(void *arg)
 	uint32_t seen = 0;
 
 	self_index = w->index;
+	atomic_store_explicit(&p->tids[w->index], (int)syscall(SYS_gettid), memory_order_release);
 	for (;;) {
 		uint32_t g;
 		int spins = 0;
@@ -182,10 +196,15 @@ threadpool_new(int n_threads, struct threadpool **ret_pool)
 	if ((p = calloc(1, sizeof(*p))) == NULL)
 		return PRIVAI_ENOMEM;
 	p->n = n_threads;
+	atomic_init(&p->width, n_threads);
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	pthread_cond_init(&p->done_cv, NULL);
-	if ((p->workers = calloc((size_t)n_threads, sizeof(*p->workers))) == NULL) {
+	if ((p->workers = calloc((size_t)n_threads, sizeof(*p->workers))) == NULL ||
+	    (p->tids = calloc((size_t)n_threads, sizeof(*p->tids))) == NULL ||
+	    pool_adapt_init(&p->adapt, n_threads) < 0) {
+		free(p->workers);
+		free(p->tids);
 		free(p);
 		return PRIVAI_ENOMEM;
 	}
@@ -217,6 +236,8 @@ threadpool_free(struct threadpool *p)
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->cv);
 	pthread_cond_destroy(&p->done_cv);
+	pool_adapt_free(&p->adapt);
+	free(p->tids);
 	free(p->workers);
 	free(p);
 }
@@ -228,8 +249,34 @@ threadpool_size(const struct threadpool *p)
 }
 
 void
+threadpool_adapt(struct threadpool *p, int on)
+{
+	p->adapt_on = on;
+	if (!on) {
+		p->adapt.width = p->n;
+		atomic_store(&p->width, p->n);
+	}
+}
+
+int
+threadpool_width(const struct threadpool *p)
+{
+	return atomic_load_explicit(&p->width, memory_order_relaxed);
+}
+
+void
 threadpool_run(struct threadpool *p, threadpool_fn fn, void *ctx)
 {
+	if (p->adapt_on) {
+		int width = pool_adapt_width(&p->adapt, p->tids);
+		/* stored only on a change: workers spin on this cache line */
+		if (width != atomic_load_explicit(&p->width, memory_order_relaxed))
+			atomic_store_explicit(&p->width, width, memory_order_relaxed);
+		if (width == 1) {
+			fn(ctx, 0, 1);
+			return;
+		}
+	}
 	if (p->n == 1) {
 		fn(ctx, 0, 1);
 		return;

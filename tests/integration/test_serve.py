@@ -567,6 +567,10 @@ def test_memory_metrics(s):
               "the GPU's memory and the engine's 0.9 share of it (%s of %s)" % (budget, total))
     else:
         check(total is None and budget is None, "no device memory series on the CPU")
+        threads, active = s.metric("privai:cpu_threads"), s.metric("privai:cpu_threads_active")
+        # 1 while other processes keep the pool's threads waiting for a CPU
+        check(threads == 2 and active in (1, 2),
+              "the CPU pool's threads (--threads 2) and those at work in /metrics (%s, %s)" % (threads, active))
 
 
 def test_disconnect(s):
@@ -1127,6 +1131,20 @@ def test_allow_unknown_fields():
     check(s.stop() == 0, "exit 0 after SIGTERM")
 
 
+def test_fixed_threads():
+    s = Server("--fixed-threads")
+    check(s.wait_ready(), "server with --fixed-threads ready")
+    if DEVICE:
+        check(s.stop() == 0, "exit 0 after SIGTERM")
+        return
+    for _ in range(3):
+        s.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 64, "ignore_eos": True})
+    threads, active = s.metric("privai:cpu_threads"), s.metric("privai:cpu_threads_active")
+    check(threads == 2 and active == 2,
+          "--fixed-threads: both threads stay at work whatever else runs (%s of %s)" % (active, threads))
+    check(s.stop() == 0, "exit 0 after SIGTERM")
+
+
 def test_keys_and_drain():
     d = tempfile.mkdtemp()
     kf = os.path.join(d, "keys")
@@ -1252,7 +1270,7 @@ def main():
     alive = s.p.poll() is None
     check(alive, "the server survived everything above")
     check(s.stop() == 0, "exit 0 after SIGTERM")
-    for t in (test_lora, test_fim, test_embeddings, test_tool_calls, test_slow_clients, test_queue_full, test_allow_unknown_fields, test_keys_and_drain, test_startup_errors_and_notify):
+    for t in (test_lora, test_fim, test_embeddings, test_tool_calls, test_slow_clients, test_queue_full, test_allow_unknown_fields, test_fixed_threads, test_keys_and_drain, test_startup_errors_and_notify):
         try:
             t()
         except Exception as e:

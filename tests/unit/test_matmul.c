@@ -170,7 +170,7 @@ check_fused(struct compute *c, uint32_t type, uint32_t other, int cols)
 static void
 check_level(const char *simd)
 {
-	struct compute_params p = { 2 };
+	struct compute_params p = { .n_threads = 2 };
 	struct compute *c;
 	char err[PRIVAI_ERR_LEN];
 	struct compute_shape s = { COLS2 > MAX_ROWS ? COLS2 : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };

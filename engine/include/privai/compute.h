@@ -134,6 +134,9 @@ struct compute {
 
 struct compute_params {
 	int n_threads; /* CPU: pool threads; 0: the physical cores this process may use */
+	/* CPU: keep every thread at work even while other processes keep them
+	 * waiting for a CPU (threadpool_adapt()); 0 adapts */
+	int fixed_threads;
 };
 
 /* The backend called `name` ("cpu", "cuda"; NULL is "cpu").  PRIVAI_OK,
@@ -144,8 +147,9 @@ struct compute_params {
 int compute_new(const char *name, const struct compute_params *p, struct compute **ret, char *err);
 void compute_free(struct compute *c);
 
-/* The CPU backend's threads. */
+/* The CPU backend's threads, and those of them at work now (threadpool_width()). */
 int compute_cpu_threads(const struct compute *c);
+int compute_cpu_threads_active(const struct compute *c);
 /* Which SIMD level the CPU backend picked ("avx512-vnni", "avx2", "scalar"). */
 const char *compute_cpu_simd_name(void);
 /* How the CPU backend multiplies weights of `type` (a GGUF type id) by a

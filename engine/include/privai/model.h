@@ -80,6 +80,7 @@ struct engine_ctx_params {
 	int n_ctx;          /* longest sequence; 0: the model's training context, capped at 4096 */
 	int n_batch;        /* tokens per forward pass; 0: 256 */
 	int n_threads;      /* CPU threads; 0: the physical cores this process may use */
+	int fixed_threads;  /* CPU: all of them even on busy CPUs (compute_params) */
 	int n_kv_blocks;    /* blocks in the KV pool; 0: enough for one sequence of n_ctx */
 	const char *device; /* the compute backend (compute.h): NULL or "cpu", "cuda" */
 	/* on a device, with n_kv_blocks 0: the share of its memory this
@@ -106,6 +107,7 @@ struct engine_ctx_info {
 	int n_past;           /* positions engine_decode()'s sequence holds */
 	const char *device;   /* the backend's name */
 	int n_threads;        /* CPU threads; 0 on another backend */
+	int n_threads_active; /* of them at work now: 1 while other processes hold the CPUs */
 	size_t mem_total;     /* the device's memory; 0 on the CPU */
 	size_t mem_budget;    /* mem_fraction of it; 0 without a budget */
 	int tp_rank, tp_size; /* this context's rank in its group; 0 of 1 alone */
@@ -116,6 +118,8 @@ int engine_ctx_new(const struct engine_model *m, const struct engine_ctx_params 
 		   char *err);
 void engine_ctx_free(struct engine_ctx *c);
 void engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info);
+/* n_threads_active alone, callable from any thread (a relaxed read). */
+int engine_ctx_threads_active(const struct engine_ctx *c);
 
 /* One forward pass over tokens of any number of sequences, described by
  * a struct compute_batch (compute.h): token i is tokens[i] at position

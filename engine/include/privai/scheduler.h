@@ -114,6 +114,7 @@ struct sched_gauges {
 	int running, waiting;
 	double kv_usage; /* 0..1 */
 	int kv_blocks, kv_blocks_cached;
+	int cpu_threads, cpu_threads_active; /* the CPU pool's; 0 on another backend */
 };
 
 struct scheduler_params {

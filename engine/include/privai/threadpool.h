@@ -24,7 +24,16 @@ struct threadpool;
 int threadpool_new(int n_threads, struct threadpool **ret_pool);
 void threadpool_free(struct threadpool *p);
 int threadpool_size(const struct threadpool *p);
-/* How many parts threadpool_run() cuts a job into (1 for one thread). */
+/* on: when the pool's threads keep waiting for a CPU (other processes on
+ * the same cores), run jobs on the calling thread alone until the CPUs
+ * are free again (threadpool_adapt.h has the rule).  Off by default; the
+ * CPU backend turns it on unless told to keep every thread. */
+void threadpool_adapt(struct threadpool *p, int on);
+/* The threads taking part in jobs now: threadpool_size(), or 1 while
+ * adapting to busy CPUs.  Callable from any thread. */
+int threadpool_width(const struct threadpool *p);
+/* How many parts threadpool_run() cuts a job into at full width (1 for
+ * one thread). */
 int threadpool_parts(const struct threadpool *p);
 /* The pool thread running the calling part: 0 .. threadpool_size() - 1. */
 int threadpool_self(void);

@@ -134,6 +134,7 @@ cmd_bench(int argc, char **argv)
 		{ "reps", required_argument, NULL, 'r' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-bandwidth", no_argument, NULL, 'B' },
+		{ "fixed-threads", no_argument, NULL, 'F' },
 		{ "help", no_argument, NULL, 'h' },
 		CLI_TP_OPTIONS,
 		{ NULL, 0, NULL, 0 },
@@ -182,11 +183,15 @@ cmd_bench(int argc, char **argv)
 		case 'B':
 			measure_bw = 0;
 			break;
+		case 'F':
+			cp.fixed_threads = 1;
+			break;
 		case 'h':
 			puts("usage: privai-engine bench -m MODEL [-p 128] [-n 32] [-d DEPTH] [-t THREADS] [--device "
 			     "cpu|cuda] "
 			     "[-r 3] "
-			     "[--json] [--no-bandwidth] [--tp N [--tp-deadline S]] (--tp N: under mpirun -np N; "
+			     "[--json] [--no-bandwidth] [--fixed-threads] [--tp N [--tp-deadline S]] (--tp N: under "
+			     "mpirun -np N; "
 			     "rank 0 prints)");
 			return 0;
 		default:

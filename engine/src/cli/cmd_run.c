@@ -27,6 +27,7 @@ usage(void)
 	     "  -i, --interactive      keep reading prompts from stdin into the same context\n"
 	     "  -c, --ctx N            context length (default: model's, at most 4096)\n"
 	     "  -t, --threads N        compute threads (default: the physical cores it may use)\n"
+	     "      --fixed-threads    keep every thread at work while other processes hold the CPUs\n"
 	     "  --device NAME          compute backend: cpu (default) or cuda\n"
 	     "  --temp T               temperature (default 0.8; 0 = greedy)\n"
 	     "  --top-k K              (default 40; 0 = off)\n"
@@ -60,6 +61,7 @@ parse(int argc, char **argv, struct run_opts *o)
 		{ "seed", required_argument, NULL, 's' },
 		{ "special", no_argument, NULL, 9 },
 		{ "device", required_argument, NULL, 10 },
+		{ "fixed-threads", no_argument, NULL, 11 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -119,6 +121,9 @@ parse(int argc, char **argv, struct run_opts *o)
 			break;
 		case 10:
 			o->cp.device = optarg;
+			break;
+		case 11:
+			o->cp.fixed_threads = 1;
 			break;
 		case 9:
 			o->show_special = 1;

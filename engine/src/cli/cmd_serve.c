@@ -31,6 +31,7 @@ struct serve_opts {
 	int max_conn_client; /* -1: half of max_conn */
 	float header_timeout, min_body_rate;
 	int allow_unknown;                          /* --allow-unknown-fields */
+	int fixed_threads;                          /* --fixed-threads */
 	int embeddings;                             /* --embeddings */
 	const char *lora[ENGINE_MAX_LORA];          /* --lora NAME=PATH */
 	const char *lora_dir[SERVER_MAX_LORA_DIRS]; /* --lora-dir DIR, repeatable */
@@ -57,6 +58,8 @@ serve_usage(FILE *fp)
 	      "  --queue N              requests waiting beyond --parallel before 429 (default 256)\n"
 	      "  --chat-template NAME   llama2, llama3, mistral, chatml, phi3, gemma, deepseek, deepseek3\n"
 	      "  --threads N            compute threads (default: the physical cores it may use)\n"
+	      "  --fixed-threads        keep every thread at work while other processes hold the CPUs\n"
+	      "                         (default: fall back to one thread until they are free)\n"
 	      "  --device NAME          backend: cpu (default) or cuda where the build has it\n"
 	      "  --gpus UUID[,UUID...]  with --device cuda: the GPUs or the one MIG instance to use\n"
 	      "  --tensor-parallel N    with --device cuda: GPUs the model is split over (default: all of --gpus)\n"
@@ -116,6 +119,9 @@ parse(int argc, char **argv, struct serve_opts *o)
 			exit(0);
 		} else if (strcmp(a, "--allow-unknown-fields") == 0) {
 			o->allow_unknown = 1;
+			continue; /* takes no value */
+		} else if (strcmp(a, "--fixed-threads") == 0) {
+			o->fixed_threads = 1;
 			continue; /* takes no value */
 		} else if (strcmp(a, "--embeddings") == 0) {
 			o->embeddings = 1;
@@ -383,6 +389,7 @@ ctx_params(const struct serve_opts *o, const struct engine_model *m)
 	struct engine_ctx_params cp = { .n_ctx = o->n_ctx,
 					.n_batch = o->batch,
 					.n_threads = o->threads,
+					.fixed_threads = o->fixed_threads,
 					.device = o->device,
 					.group = o->tp.group };
 	int n_ctx = o->n_ctx > 0 ? o->n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);

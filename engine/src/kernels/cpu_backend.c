@@ -431,6 +431,12 @@ compute_cpu_threads(const struct compute *c)
 }
 
 int
+compute_cpu_threads_active(const struct compute *c)
+{
+	return c->ops == &cpu_ops ? threadpool_width(((const struct cpu_impl *)c->impl)->pool) : 0;
+}
+
+int
 compute_cpu_new(const struct compute_params *p, struct compute **ret, char *err)
 {
 	struct compute *c = calloc(1, sizeof(*c));
@@ -450,6 +456,7 @@ compute_cpu_new(const struct compute_params *p, struct compute **ret, char *err)
 		cpu_destroy(c);
 		return privai_fail(err, r, "cannot start %d compute threads", n_threads);
 	}
+	threadpool_adapt(im->pool, !p->fixed_threads);
 	*ret = c;
 	return PRIVAI_OK;
 }

@@ -177,6 +177,12 @@ render(struct strbuf *b, const struct serving_metrics *m, const struct sched_gau
 	counter(b, "privai:forward_passes_total", "Batched forward passes run.", lbl, m->forward_passes);
 	counter(b, "privai:batched_tokens_total", "Tokens run through forward passes.", lbl, m->batched_tokens);
 	gauge(b, "privai:kv_cache_bytes", "Bytes of the KV cache pool.", lbl, m->kv_cache_bytes);
+	if (g->cpu_threads > 0) {
+		gauge(b, "privai:cpu_threads", "Compute threads of the CPU backend.", lbl, g->cpu_threads);
+		gauge(b, "privai:cpu_threads_active",
+		      "Of them at work now: 1 while other processes keep them waiting for a CPU.", lbl,
+		      g->cpu_threads_active);
+	}
 	if (m->tp_group != NULL) {
 		const struct coll_stats *t = &m->tp_group->stats;
 		gauge(b, "privai:tp_ranks", "Ranks the model is split over (tensor parallel).", lbl, m->tp_group->size);

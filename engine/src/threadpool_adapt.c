@@ -1,0 +1,184 @@
+/*
+ * The pool's width under contention (threadpool_adapt.h says why and
+ * when).  Everything here runs on the thread calling threadpool_run(), so
+ * the state needs no locking.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "threadpool_adapt.h"
+
+int
+pool_adapt_init(struct pool_adapt *a, int width_max)
+{
+	*a = (struct pool_adapt){
+		.width_max = width_max,
+		.width = width_max,
+		.probe_ns = ADAPT_RETRY_MIN_NS,
+		.narrow_ns = ADAPT_RETRY_MIN_NS,
+		.caller_fd = -1,
+	};
+	if ((a->fds = malloc((size_t)width_max * sizeof(*a->fds))) == NULL)
+		return -1;
+	for (int i = 0; i < width_max; i++)
+		a->fds[i] = -1;
+	return 0;
+}
+
+void
+pool_adapt_free(struct pool_adapt *a)
+{
+	if (a->fds != NULL)
+		for (int i = 0; i < a->width_max; i++)
+			if (a->fds[i] >= 0)
+				close(a->fds[i]);
+	if (a->caller_fd >= 0)
+		close(a->caller_fd);
+	free(a->fds);
+	a->fds = NULL;
+	a->caller_fd = -1;
+}
+
+static int64_t
+twice_capped(int64_t ns)
+{
+	return ns * 2 > ADAPT_RETRY_MAX_NS ? ADAPT_RETRY_MAX_NS : ns * 2;
+}
+
+static void
+narrow(struct pool_adapt *a, int64_t now)
+{
+	a->width = 1;
+	a->contended_narrow = 0;
+	a->probe_at = now + a->probe_ns;
+}
+
+int
+pool_adapt_decide(struct pool_adapt *a, int64_t now, double share)
+{
+	int contended = share > ADAPT_CONTENDED;
+
+	if (a->width_max == 1)
+		return 1;
+	if (a->width == a->width_max) {
+		if (a->probing) {
+			a->probing = 0;
+			if (!contended) { /* the CPUs are free again */
+				a->probe_ns = ADAPT_RETRY_MIN_NS;
+				return a->width;
+			}
+			a->probe_ns = twice_capped(a->probe_ns);
+			narrow(a, now);
+		} else if (contended && now >= a->narrow_at) {
+			narrow(a, now);
+		}
+		return a->width;
+	}
+	if (contended) {
+		/* our one thread still waits: the others on these CPUs do not
+		 * yield to us, and more threads get more of the CPUs */
+		if (++a->contended_narrow >= ADAPT_STILL_CONTENDED) {
+			a->width = a->width_max;
+			a->narrow_at = now + a->narrow_ns;
+			a->narrow_ns = twice_capped(a->narrow_ns);
+		}
+		return a->width;
+	}
+	a->contended_narrow = 0;
+	a->narrow_ns = ADAPT_RETRY_MIN_NS; /* narrowing helped */
+	if (now >= a->probe_at) {
+		a->width = a->width_max;
+		a->probing = 1;
+	}
+	return a->width;
+}
+
+static int64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A thread's time runnable but not running, in ns ("run_delay", the
+ * second field of schedstat); -1 when it cannot be read. */
+static int64_t
+run_delay(int fd)
+{
+	char buf[128];
+	long long run, delay;
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	if (sscanf(buf, "%lld %lld", &run, &delay) != 2 || delay < 0)
+		return -1;
+	return delay;
+}
+
+static int
+open_schedstat(int tid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", tid);
+	return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/* The waiting time of the caller and every worker known so far; sets
+ * *changed when a worker's file was opened now (its whole past waiting
+ * joins the sum, so this window cannot be judged).  -1: unreadable. */
+static int64_t
+total_delay(struct pool_adapt *a, const atomic_int *tids, int *changed)
+{
+	int64_t sum = run_delay(a->caller_fd);
+
+	for (int i = 1; i < a->width_max && sum >= 0; i++) {
+		if (a->fds[i] < 0) {
+			int tid = atomic_load_explicit(&tids[i], memory_order_acquire);
+			if (tid <= 0 || (a->fds[i] = open_schedstat(tid)) < 0)
+				continue;
+			*changed = 1;
+		}
+		int64_t d = run_delay(a->fds[i]);
+		sum = d < 0 ? -1 : sum + d;
+	}
+	return sum;
+}
+
+int
+pool_adapt_width(struct pool_adapt *a, const atomic_int *tids)
+{
+	int changed = 0;
+
+	if (a->broken || a->width_max == 1 || ++a->runs % ADAPT_EVERY != 0)
+		return a->broken ? a->width_max : a->width;
+	int64_t now = now_ns();
+	int self = (int)syscall(SYS_gettid);
+	if (self != a->caller) { /* another thread runs jobs now: start over */
+		if (a->caller_fd >= 0)
+			close(a->caller_fd);
+		a->caller = self;
+		a->caller_fd = open_schedstat(self);
+		changed = 1;
+	} else if (now - a->t0 < ADAPT_WINDOW_NS) {
+		return a->width;
+	}
+	int64_t delay = a->caller_fd < 0 ? -1 : total_delay(a, tids, &changed);
+	if (delay < 0) {
+		a->broken = 1; /* no schedstat (a kernel without CONFIG_SCHED_INFO) */
+		return a->width_max;
+	}
+	if (!changed)
+		pool_adapt_decide(a, now, (double)(delay - a->delay0) / ((double)(now - a->t0) * a->width));
+	a->t0 = now;
+	a->delay0 = delay;
+	return a->width;
+}

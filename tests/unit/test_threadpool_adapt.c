@@ -1,0 +1,285 @@
+/*
+ * The pool's width on shared CPUs (threadpool_adapt.h): the state machine
+ * fed waiting shares, then a real pool on one CPU beside a busy thread,
+ * which must fall back to its calling thread and still run every part,
+ * and the fixture model's logits, the same bit for bit at either width.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testlib.h"
+#include "privai/model.h"
+#include "privai/status.h"
+#include "privai/threadpool.h"
+#include "threadpool_adapt.h"
+
+#define S 1000000000LL /* a second in ns */
+#define W ADAPT_WINDOW_NS
+
+/* Feed `n` windows of `share` from *t on; returns the last width. */
+static int
+feed(struct pool_adapt *a, int64_t *t, int n, double share)
+{
+	int w = a->width;
+
+	for (int i = 0; i < n; i++) {
+		*t += W;
+		w = pool_adapt_decide(a, *t, share);
+	}
+	return w;
+}
+
+static void
+test_decide(void)
+{
+	struct pool_adapt a;
+	int64_t t = 0;
+
+	CHECK(pool_adapt_init(&a, 4) == 0 && a.width == 4, "a pool starts at full width");
+	/* alone on its CPUs (waits under 1 %): never narrows */
+	CHECK(feed(&a, &t, 1000, 0.01) == 4, "100 s alone at 1 %% waiting: still 4 threads");
+	CHECK(feed(&a, &t, 1, ADAPT_CONTENDED) == 4, "waiting exactly the threshold is not contention");
+
+	/* another engine arrives: both narrow, and then nobody waits */
+	CHECK(feed(&a, &t, 1, 0.45) == 1, "one window waiting 45 %%: the caller alone");
+	CHECK(feed(&a, &t, 9, 0.0) == 1, "narrow and free for 0.9 s: stays narrow");
+	CHECK(feed(&a, &t, 1, 0.0) == 4 && a.probing, "after 1 s narrow, a probe at full width");
+	CHECK(feed(&a, &t, 1, 0.40) == 1, "the probe waits (the other engine is still there): narrow again");
+	CHECK(feed(&a, &t, 19, 0.0) == 1, "the next probe waits twice as long (2 s)");
+	CHECK(feed(&a, &t, 1, 0.0) == 4 && a.probing, "probe after 2 s");
+	CHECK(feed(&a, &t, 1, 0.35) == 1, "fails again");
+	for (int i = 0; i < 10; i++) { /* 4 s, then 8 s, and no further */
+		feed(&a, &t, 1, 0.30);
+		feed(&a, &t, (int)(a.probe_ns / W), 0.0);
+	}
+	CHECK(a.probe_ns == ADAPT_RETRY_MAX_NS, "probes back off to 8 s (%lld)", (long long)a.probe_ns);
+	CHECK(a.width == 4 && a.probing, "a probe is due");
+	/* the other engine left: the probe finds free CPUs and full width stays */
+	CHECK(feed(&a, &t, 1, 0.02) == 4 && !a.probing, "the probe is free: full width again");
+	CHECK(a.probe_ns == ADAPT_RETRY_MIN_NS, "and the probe interval starts over at 1 s");
+	CHECK(feed(&a, &t, 100, 0.02) == 4, "and stays");
+
+	/* busy processes that do not yield: narrowing does not help */
+	CHECK(feed(&a, &t, 1, 0.50) == 1, "contended: narrow");
+	CHECK(feed(&a, &t, ADAPT_STILL_CONTENDED - 1, 0.33) == 1, "still waiting alone, not yet enough windows");
+	CHECK(feed(&a, &t, 1, 0.33) == 4, "%d narrow windows all waiting: back to full width", ADAPT_STILL_CONTENDED);
+	CHECK(feed(&a, &t, 9, 0.50) == 4, "contended at full width, but narrowing is not retried for 1 s");
+	CHECK(feed(&a, &t, 1, 0.50) == 1, "after 1 s it is tried again");
+	CHECK(feed(&a, &t, ADAPT_STILL_CONTENDED, 0.33) == 4 && a.narrow_ns == 4 * S,
+	      "failing again doubles the wait before the next try (next in 2 s, then 4 s)");
+	CHECK(feed(&a, &t, 1, 0.33) == 4, "not retried at once");
+	CHECK(feed(&a, &t, 20, 0.50) == 1, "2 s later narrowing is tried again");
+	CHECK(feed(&a, &t, 1, 0.0) == 1 && a.narrow_ns == ADAPT_RETRY_MIN_NS,
+	      "this time it helps (the busy processes left): the next failure waits 1 s again");
+	pool_adapt_free(&a);
+
+	CHECK(pool_adapt_init(&a, 1) == 0, "a one-thread pool");
+	CHECK(feed(&a, &t, 5, 0.9) == 1, "has nothing to narrow");
+	pool_adapt_free(&a);
+}
+
+static atomic_int stop_hog;
+
+static void *
+hog(void *arg)
+{
+	(void)arg;
+	while (!atomic_load_explicit(&stop_hog, memory_order_relaxed))
+		;
+	return NULL;
+}
+
+struct tally {
+	atomic_int ran;   /* parts run in this job */
+	atomic_int nth;   /* the parts the job was cut into */
+	atomic_long mask; /* which of them ran */
+};
+
+static void
+count_part(void *ctx, int ith, int nth)
+{
+	struct tally *t = ctx;
+	volatile double x = 0; /* a few microseconds of work a part */
+
+	for (int i = 0; i < 2000; i++)
+		x += i * 0.5;
+	atomic_store(&t->nth, nth);
+	atomic_fetch_or(&t->mask, 1L << ith);
+	atomic_fetch_add(&t->ran, 1);
+}
+
+static int64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * S + ts.tv_nsec;
+}
+
+static cpu_set_t old_cpus;
+static pthread_t hog_thread;
+
+/* Pin this thread, and the threads it starts from now on, to its first
+ * allowed CPU; 0, or -1 (with a SKIP) where schedstat is missing. */
+static int
+pin_to_one_cpu(void)
+{
+	cpu_set_t one;
+	int first = -1;
+
+	if (access("/proc/thread-self/schedstat", R_OK) != 0) {
+		SKIP("this kernel has no schedstat: the pool stays at full width");
+		return -1;
+	}
+	CHECK(sched_getaffinity(0, sizeof(old_cpus), &old_cpus) == 0, "affinity read");
+	for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+		if (CPU_ISSET(c, &old_cpus))
+			first = c;
+	CPU_ZERO(&one);
+	CPU_SET(first, &one);
+	CHECK(sched_setaffinity(0, sizeof(one), &one) == 0, "pinned to CPU %d", first);
+	return 0;
+}
+
+static void
+unpin(void)
+{
+	CHECK(sched_setaffinity(0, sizeof(old_cpus), &old_cpus) == 0, "affinity restored");
+}
+
+static void
+start_hog(void)
+{
+	atomic_store(&stop_hog, 0);
+	CHECK(pthread_create(&hog_thread, NULL, hog, NULL) == 0, "busy thread");
+}
+
+static void
+stop_hog_and_unpin(void)
+{
+	atomic_store(&stop_hog, 1);
+	pthread_join(hog_thread, NULL);
+	unpin();
+}
+
+/* Two pool threads and a busy thread on one CPU: the threads wait for
+ * the CPU most of the time, so the pool must narrow, and every job must
+ * still run whole. */
+static void
+test_one_cpu(void)
+{
+	struct threadpool *p;
+
+	if (pin_to_one_cpu() < 0)
+		return;
+	CHECK(threadpool_new(2, &p) == 0, "pool of 2");
+	threadpool_adapt(p, 1);
+	start_hog();
+
+	long jobs = 0, whole = 0, narrowed = 0;
+	int64_t t0 = now_ns();
+	/* a deadline, not a timing: windows are 100 ms, 20 s is far beyond */
+	while (now_ns() - t0 < 20 * S && narrowed < 200) {
+		struct tally t = { 0 };
+		threadpool_run(p, count_part, &t);
+		jobs++;
+		int nth = atomic_load(&t.nth);
+		whole += atomic_load(&t.ran) == nth && atomic_load(&t.mask) == (1L << nth) - 1;
+		narrowed += nth == 1 && threadpool_width(p) == 1;
+	}
+	stop_hog_and_unpin();
+	CHECK(narrowed >= 200, "the pool ran on its calling thread alone beside the busy thread (%ld of %ld jobs)",
+	      narrowed, jobs);
+	CHECK(whole == jobs, "every part of every job ran once, narrow or wide (%ld of %ld jobs)", whole, jobs);
+	threadpool_adapt(p, 0);
+	CHECK(threadpool_width(p) == 2, "adapting off: full width again");
+	threadpool_free(p);
+}
+
+/* The fixture model's logits for a prompt, from a context of 2 threads
+ * that adapts or not; with `busy`, on one CPU beside a busy thread until
+ * the pool has narrowed.  Returns 0, or -1 (with a failed CHECK or SKIP). */
+static int
+model_logits(const char *path, int busy, float *out, size_t n_out)
+{
+	static const int32_t prompt[] = { 1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889 };
+	int n = (int)(sizeof(prompt) / sizeof(prompt[0]));
+	struct engine_ctx_params cp = { .n_ctx = 64, .n_threads = 2, .fixed_threads = !busy };
+	struct engine_model *m = NULL;
+	struct engine_ctx *ctx = NULL;
+	char err[PRIVAI_ERR_LEN];
+	int r = -1;
+
+	if (busy && pin_to_one_cpu() < 0)
+		return -1;
+	if (engine_model_load(path, &m, err) < 0 || engine_ctx_new(m, &cp, &ctx, err) < 0) {
+		CHECK(0, "%s: %s", path, err);
+		goto out;
+	}
+	if ((size_t)n * (size_t)m->hp.n_vocab > n_out) {
+		CHECK(0, "%s: more logits than the buffer", path);
+		goto out;
+	}
+	if (busy)
+		start_hog();
+	int64_t t0 = now_ns();
+	do { /* a deadline, not a timing: the pool narrows within a few windows */
+		engine_ctx_reset(ctx);
+		r = engine_decode(ctx, prompt, n, 1, out, err);
+	} while (r == 0 && busy && engine_ctx_threads_active(ctx) != 1 && now_ns() - t0 < 20 * S);
+	if (busy) {
+		/* once more at the width it settled on */
+		int width = engine_ctx_threads_active(ctx);
+		engine_ctx_reset(ctx);
+		r = r == 0 ? engine_decode(ctx, prompt, n, 1, out, err) : r;
+		stop_hog_and_unpin();
+		CHECK(width == 1 && engine_ctx_threads_active(ctx) == 1,
+		      "the model's pool narrowed to one thread beside the busy thread (%d)", width);
+	}
+	CHECK(r == 0, "decode: %s", err);
+	r = r == 0 ? n * m->hp.n_vocab : -1;
+	engine_ctx_free(ctx);
+	engine_model_free(m);
+	return r;
+out:
+	if (busy)
+		unpin();
+	engine_ctx_free(ctx);
+	engine_model_free(m);
+	return r;
+}
+
+static void
+test_model_same_logits(void)
+{
+	const char *dir = fixtures_dir();
+	char path[1024];
+	size_t cap = 12 * 32000;
+	float *wide = malloc(cap * sizeof(float)), *narrow = malloc(cap * sizeof(float));
+
+	if (dir == NULL || wide == NULL || narrow == NULL) {
+		free(wide);
+		free(narrow);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/models/tiny-llama-spm-q8_0.gguf", dir);
+	int n = model_logits(path, 0, wide, cap);
+	int m = n > 0 ? model_logits(path, 1, narrow, cap) : -1;
+	CHECK(n > 0 && m == n && memcmp(wide, narrow, (size_t)n * sizeof(float)) == 0,
+	      "the logits of 12 tokens are the same bit for bit with 2 threads and with the pool narrowed to 1");
+	free(wide);
+	free(narrow);
+}
+
+int
+main(void)
+{
+	test_decide();
+	test_one_cpu();
+	test_model_same_logits();
+	return test_summary();
+}
