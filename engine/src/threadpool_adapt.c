@@ -44,16 +44,17 @@ pool_adapt_free(struct pool_adapt *a)
 }
 
 static int64_t
-twice_capped(int64_t ns)
+twice_capped(int64_t ns, int64_t max)
 {
-	return ns * 2 > ADAPT_RETRY_MAX_NS ? ADAPT_RETRY_MAX_NS : ns * 2;
+	return ns * 2 > max ? max : ns * 2;
 }
 
 static void
 narrow(struct pool_adapt *a, int64_t now)
 {
 	a->width = 1;
-	a->contended_narrow = 0;
+	a->narrow_n = 0;
+	a->narrow_share = 0;
 	a->probe_at = now + a->probe_ns;
 }
 
@@ -71,26 +72,26 @@ pool_adapt_decide(struct pool_adapt *a, int64_t now, double share)
 				a->probe_ns = ADAPT_RETRY_MIN_NS;
 				return a->width;
 			}
-			a->probe_ns = twice_capped(a->probe_ns);
+			a->probe_ns = twice_capped(a->probe_ns, ADAPT_RETRY_MAX_NS);
 			narrow(a, now);
 		} else if (contended && now >= a->narrow_at) {
 			narrow(a, now);
 		}
 		return a->width;
 	}
-	if (contended) {
+	a->narrow_share += share;
+	if (++a->narrow_n < ADAPT_STILL_CONTENDED)
+		return a->width;
+	if (a->narrow_share / a->narrow_n > ADAPT_CONTENDED) {
 		/* our one thread still waits: the others on these CPUs do not
 		 * yield to us, and more threads get more of the CPUs */
-		if (++a->contended_narrow >= ADAPT_STILL_CONTENDED) {
-			a->width = a->width_max;
-			a->narrow_at = now + a->narrow_ns;
-			a->narrow_ns = twice_capped(a->narrow_ns);
-		}
+		a->width = a->width_max;
+		a->narrow_at = now + a->narrow_ns;
+		a->narrow_ns = twice_capped(a->narrow_ns, ADAPT_NARROW_MAX_NS);
 		return a->width;
 	}
-	a->contended_narrow = 0;
-	a->narrow_ns = ADAPT_RETRY_MIN_NS; /* narrowing helped */
 	if (now >= a->probe_at) {
+		a->narrow_ns = ADAPT_RETRY_MIN_NS; /* narrowing helped, for a whole probe interval */
 		a->width = a->width_max;
 		a->probing = 1;
 	}

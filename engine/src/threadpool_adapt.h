@@ -9,7 +9,9 @@
  * narrows to its calling thread alone; it goes back to full width when a
  * probe of it finds the CPUs free, or when running narrow did not take the
  * contention away (busy processes that do not yield: then more threads
- * get more of the CPUs).  Alone on its CPUs a pool's threads wait well
+ * get more of the CPUs).  A lone thread beside busy processes waits in
+ * bursts (0 % one window, 50 % the next, as the scheduler hands out
+ * slices), so narrowing is judged on the mean over its windows.  Alone on its CPUs a pool's threads wait well
  * under 1 % of the time and it never narrows.
  *
  * pool_adapt_decide() is the state machine alone, fed a window's waiting
@@ -22,18 +24,20 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define ADAPT_EVERY 32                  /* jobs between clock reads */
-#define ADAPT_WINDOW_NS 100000000LL     /* 100 ms: many decode steps, a few time slices */
-#define ADAPT_CONTENDED 0.20            /* share of a window a working thread waited for a CPU */
-#define ADAPT_STILL_CONTENDED 3         /* narrow windows, all contended, before widening again */
-#define ADAPT_RETRY_MIN_NS 1000000000LL /* first probe of the other width after 1 s ... */
-#define ADAPT_RETRY_MAX_NS 8000000000LL /* ... doubling each time it fails, up to 8 s */
+#define ADAPT_EVERY 32                    /* jobs between clock reads */
+#define ADAPT_WINDOW_NS 100000000LL       /* 100 ms: many decode steps, a few time slices */
+#define ADAPT_CONTENDED 0.20              /* share of a window a working thread waited for a CPU */
+#define ADAPT_STILL_CONTENDED 5           /* narrow windows, at least, before judging narrowing */
+#define ADAPT_RETRY_MIN_NS 1000000000LL   /* first probe of the other width after 1 s ... */
+#define ADAPT_RETRY_MAX_NS 8000000000LL   /* ... doubling each time it fails, up to 8 s */
+#define ADAPT_NARROW_MAX_NS 32000000000LL /* narrowing that did not help: retried up to 32 s apart */
 
 struct pool_adapt {
-	int width_max; /* the pool's threads */
-	int width;     /* threads that take part now: 1 or width_max */
-	int probing;   /* this full-width window is a probe */
-	int contended_narrow;
+	int width_max;                /* the pool's threads */
+	int width;                    /* threads that take part now: 1 or width_max */
+	int probing;                  /* this full-width window is a probe */
+	int narrow_n;                 /* windows since narrowing ... */
+	double narrow_share;          /* ... and the sum of their shares */
 	int64_t probe_at, probe_ns;   /* when narrow, when to try full width again */
 	int64_t narrow_at, narrow_ns; /* after narrowing did not help, when to try it again */
 	/* what pool_adapt_width() reads */

@@ -65,15 +65,35 @@ test_decide(void)
 	/* busy processes that do not yield: narrowing does not help */
 	CHECK(feed(&a, &t, 1, 0.50) == 1, "contended: narrow");
 	CHECK(feed(&a, &t, ADAPT_STILL_CONTENDED - 1, 0.33) == 1, "still waiting alone, not yet enough windows");
-	CHECK(feed(&a, &t, 1, 0.33) == 4, "%d narrow windows all waiting: back to full width", ADAPT_STILL_CONTENDED);
+	CHECK(feed(&a, &t, 1, 0.33) == 4, "%d narrow windows waiting a third: back to full width",
+	      ADAPT_STILL_CONTENDED);
 	CHECK(feed(&a, &t, 9, 0.50) == 4, "contended at full width, but narrowing is not retried for 1 s");
 	CHECK(feed(&a, &t, 1, 0.50) == 1, "after 1 s it is tried again");
 	CHECK(feed(&a, &t, ADAPT_STILL_CONTENDED, 0.33) == 4 && a.narrow_ns == 4 * S,
 	      "failing again doubles the wait before the next try (next in 2 s, then 4 s)");
-	CHECK(feed(&a, &t, 1, 0.33) == 4, "not retried at once");
-	CHECK(feed(&a, &t, 20, 0.50) == 1, "2 s later narrowing is tried again");
-	CHECK(feed(&a, &t, 1, 0.0) == 1 && a.narrow_ns == ADAPT_RETRY_MIN_NS,
-	      "this time it helps (the busy processes left): the next failure waits 1 s again");
+	CHECK(feed(&a, &t, 1, 0.50) == 4, "not retried at once");
+	/* a lone thread beside busy processes waits in bursts, as measured
+	 * (0, 45, 8, 50 % ...): the mean over the windows decides */
+	t += 2 * S;
+	CHECK(feed(&a, &t, 1, 0.45) == 1, "narrow again 2 s later");
+	CHECK(feed(&a, &t, 1, 0.0) == 1 && feed(&a, &t, 1, 0.45) == 1 && feed(&a, &t, 1, 0.08) == 1 &&
+		      feed(&a, &t, 1, 0.50) == 1,
+	      "four narrow windows: not judged yet");
+	CHECK(feed(&a, &t, 1, 0.15) == 4, "0, 45, 8, 50 and 15 %% waiting (a mean of 24 %%): narrowing did not help");
+	CHECK(a.narrow_ns == 8 * S, "the third failure in a row: the next try waits 4 s, the one after 8 s");
+	for (int i = 0; i < 4; i++) {
+		t += a.narrow_ns;
+		feed(&a, &t, 1, 0.45);
+		feed(&a, &t, ADAPT_STILL_CONTENDED, 0.30);
+	}
+	CHECK(a.width == 4 && a.narrow_ns == ADAPT_NARROW_MAX_NS, "narrowing is retried at most 32 s apart (%lld)",
+	      (long long)a.narrow_ns);
+	t += ADAPT_NARROW_MAX_NS;
+	CHECK(feed(&a, &t, 1, 0.45) == 1 && feed(&a, &t, ADAPT_STILL_CONTENDED, 0.15) == 1,
+	      "15 %% waiting alone: narrowing helps, it stays");
+	CHECK(a.narrow_ns == ADAPT_NARROW_MAX_NS, "a helpful stretch shorter than a probe interval keeps the back-off");
+	CHECK(feed(&a, &t, 5, 0.1) == 4 && a.probing && a.narrow_ns == ADAPT_RETRY_MIN_NS,
+	      "helpful until the probe: a later failure waits 1 s again");
 	pool_adapt_free(&a);
 
 	CHECK(pool_adapt_init(&a, 1) == 0, "a one-thread pool");
