@@ -5,6 +5,7 @@
 # workloads: WORKLOADS="in/out ..." (default "128/64 16/128": prefill-heavy
 # and decode-heavy).  Prints the tables; appends JSON to
 # $BUILD/bench/serve.jsonl and writes $BUILD/bench/serve-IN-OUT.csv.
+# SERVE_ARGS adds options to the server (--fixed-threads, say).
 set -eu
 BUILD=${BUILD:-build}
 E=$BUILD/privai-engine
@@ -16,7 +17,8 @@ mkdir -p "$dir"
 m=${MODEL:-$dir/llama1b-q8_0.gguf}
 [ -f "$m" ] || "$E" synth -o "$m" --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 --vocab 32000 --type Q8_0
 log=$dir/serve.log
-"$E" serve -m "$m" --port 0 --threads "$THREADS" --ctx 1024 --parallel 16 2>"$log" &
+# shellcheck disable=SC2086 # SERVE_ARGS is a list of options
+"$E" serve -m "$m" --port 0 --threads "$THREADS" --ctx 1024 --parallel 16 ${SERVE_ARGS:-} 2>"$log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 port=""

@@ -16,11 +16,14 @@ struct cand {
 	float p;
 };
 
+#define DRAW_BLOCK 64 /* the unfiltered draw's terms a block sum covers: 8 vectors */
+
 struct sampler {
 	struct sampler_params p;
 	int n_vocab;
 	struct cand *cand; /* (n_vocab) */
 	float *prob;       /* (n_vocab) the unfiltered draw's terms */
+	float *block_sum;  /* (n_vocab / DRAW_BLOCK + 1) their sums, a block at a time */
 	int32_t *recent;   /* ring of the last repeat_last_n tokens */
 	int n_recent, recent_head;
 	int32_t *count;    /* (n_vocab) occurrences in the ring */
@@ -90,9 +93,10 @@ sampler_new(const struct sampler_params *p, int n_vocab, struct sampler **ret)
 	s->n_vocab = n_vocab;
 	s->cand = malloc((size_t)n_vocab * sizeof(*s->cand));
 	s->prob = malloc((size_t)n_vocab * sizeof(float));
+	s->block_sum = malloc(((size_t)n_vocab / DRAW_BLOCK + 1) * sizeof(float));
 	s->count = calloc((size_t)n_vocab, sizeof(int32_t));
 	s->recent = malloc((size_t)(p->repeat_last_n > 0 ? p->repeat_last_n : 1) * sizeof(int32_t));
-	if (s->cand == NULL || s->prob == NULL || s->count == NULL || s->recent == NULL) {
+	if (s->cand == NULL || s->prob == NULL || s->block_sum == NULL || s->count == NULL || s->recent == NULL) {
 		sampler_free(s);
 		return PRIVAI_ENOMEM;
 	}
@@ -121,6 +125,7 @@ sampler_free(struct sampler *s)
 		return;
 	free(s->cand);
 	free(s->prob);
+	free(s->block_sum);
 	free(s->count);
 	free(s->bias_ids);
 	free(s->bias);
@@ -247,13 +252,26 @@ static int32_t
 sample_unsorted(struct sampler *s, const float *logit, int n)
 {
 	const struct sampler_params *p = &s->p;
-	float max = -INFINITY, sum = 0.0f, *pr = s->prob, t = p->temperature;
-	int i = 0;
+	float max = -INFINITY, sum = 0.0f, *pr = s->prob, *bs = s->block_sum, t = p->temperature;
+	v8f vmax = { -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+	v8f acc = { 0 };
+	int i, b, nb = 0;
 
-	for (i = 0; i < n; i++)
+	/* the maximum, 8 lanes at a time (a NaN never wins, as below) */
+	for (i = 0; i + 8 <= n; i += 8) {
+		v8f x;
+		memcpy(&x, logit + i, sizeof(x));
+		v8i gt = x > vmax;
+		vmax = (v8f)(((v8i)x & gt) | ((v8i)vmax & ~gt));
+	}
+	for (b = 0; b < 8; b++)
+		max = vmax[b] > max ? vmax[b] : max;
+	for (; i < n; i++)
 		max = logit[i] > max ? logit[i] : max;
 	if (!(max > -INFINITY))
 		return 0; /* every token masked: nothing to draw from */
+	/* the terms, and their sums a block at a time, so that the draw
+	 * walks blocks and then one block's terms */
 	for (i = 0; i < n; i += 8) {
 		v8f x = { 0 }; /* x - max is 0 in lanes past n: no overflow in 2^k */
 		int m = n - i < 8 ? n - i : 8;
@@ -262,19 +280,34 @@ sample_unsorted(struct sampler *s, const float *logit, int n)
 		x = (x - max) / t;
 		exp_neg8(&x);
 		memcpy(pr + i, &x, (size_t)m * sizeof(float));
+		if (m < 8) {
+			v8f y = { 0 };
+			memcpy(&y, &x, (size_t)m * sizeof(float));
+			x = y;
+		}
+		acc += x;
+		if ((i + 8) % DRAW_BLOCK == 0 || i + 8 >= n) {
+			bs[nb++] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+			acc = (v8f){ 0 };
+		}
 	}
-	for (i = 0; i < n; i++)
-		sum += pr[i];
+	for (b = 0; b < nb; b++)
+		sum += bs[b];
 	float r = next_unit(&s->rng) * sum;
-	int last = 0;
-	for (i = 0; i < n; i++) {
-		if (pr[i] > 0.0f)
-			last = i;
-		r -= pr[i];
-		if (r < 0.0f)
-			return i;
+	for (b = 0; b < nb && !(r < bs[b]); b++)
+		r -= bs[b];
+	if (b < nb) {
+		int end = (b + 1) * DRAW_BLOCK < n ? (b + 1) * DRAW_BLOCK : n;
+		for (i = b * DRAW_BLOCK; i < end; i++) {
+			r -= pr[i];
+			if (r < 0.0f)
+				return i;
+		}
 	}
-	return last; /* rounding left r >= 0: the last possible token */
+	/* rounding left r >= 0: the last token that could be drawn */
+	for (i = n - 1; i > 0 && !(pr[i] > 0.0f); i--)
+		;
+	return i;
 }
 
 int32_t

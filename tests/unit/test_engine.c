@@ -107,6 +107,40 @@ test_sampler(void)
 		      "unfiltered sampling follows softmax(l / T) (worst %.4f), never a masked token", worst);
 	}
 
+	/* the same over a vocabulary of 1003: the draw walks blocks of 64
+	 * terms, most of them masked whole, then one block; the tokens sit
+	 * at block edges (64, 127) and in the short last block (1002) */
+	{
+		enum { N = 1003 };
+		static float lv[N];
+		static const int ids[5] = { 5, 64, 127, 700, 1002 };
+		static const float val[5] = { 0.0f, 1.0f, 2.0f, 0.5f, 1.5f };
+		int cnt[5] = { 0 }, stray = 0;
+		for (int i = 0; i < N; i++)
+			lv[i] = -INFINITY;
+		for (int k = 0; k < 5; k++)
+			lv[ids[k]] = val[k];
+		unfiltered(&p, 0.7f, 11);
+		sampler_new(&p, N, &a);
+		for (int i = 0; i < 40000; i++) {
+			int32_t tk = sampler_sample(a, lv), k = 0;
+			while (k < 5 && ids[k] != tk)
+				k++;
+			if (k < 5)
+				cnt[k]++;
+			else
+				stray++;
+		}
+		sampler_free(a);
+		double z = 0, worst = 0;
+		for (int k = 0; k < 5; k++)
+			z += exp(val[k] / 0.7);
+		for (int k = 0; k < 5; k++)
+			worst = fmax(worst, fabs(cnt[k] / 40000.0 - exp(val[k] / 0.7) / z));
+		CHECK(stray == 0 && worst < 0.01,
+		      "over 1003 tokens in blocks: softmax(l / T) (worst %.4f), %d masked drawn", worst, stray);
+	}
+
 	/* a constraint masks all but two tokens of an odd-sized vocabulary
 	 * (the last one unmasked: the vector tail), the rest of the logits
 	 * far apart: the draw never leaves the two */
