@@ -275,13 +275,21 @@ sample_unsorted(struct sampler *s, const float *logit, int n)
 	for (i = 0; i < n; i += 8) {
 		v8f x = { 0 }; /* x - max is 0 in lanes past n: no overflow in 2^k */
 		int m = n - i < 8 ? n - i : 8;
-		x += max;
-		memcpy(&x, logit + i, (size_t)m * sizeof(float));
+		/* whole vectors by fixed-size copies: a copy of a variable size
+		 * goes through memory, and reading it back as a vector stalls */
+		if (m == 8) {
+			memcpy(&x, logit + i, sizeof(x));
+		} else {
+			x += max;
+			memcpy(&x, logit + i, (size_t)m * sizeof(float));
+		}
 		x = (x - max) / t;
 		exp_neg8(&x);
-		memcpy(pr + i, &x, (size_t)m * sizeof(float));
-		if (m < 8) {
+		if (m == 8) {
+			memcpy(pr + i, &x, sizeof(x));
+		} else {
 			v8f y = { 0 };
+			memcpy(pr + i, &x, (size_t)m * sizeof(float));
 			memcpy(&y, &x, (size_t)m * sizeof(float));
 			x = y;
 		}
