@@ -117,8 +117,8 @@ fm_unit_job(sd_bus *bus, const char *unit, const char *method, char *err, size_t
 	return rc < 0 ? APP_EIO : APP_OK;
 }
 
-static long long
-now_ms(void)
+long long
+fm_now_ms(void)
 {
 	struct timespec ts;
 
@@ -138,7 +138,7 @@ int
 fm_unit_wait(sd_bus *bus, const char *unit, int want_active, int timeout_ms, int settle_ms, struct fm_unit_state *st,
 	     char *err, size_t errsize)
 {
-	long long start = now_ms(), active_since = -1;
+	long long start = fm_now_ms(), active_since = -1;
 	uint32_t restarts0 = 0;
 	int first = 1;
 
@@ -158,8 +158,8 @@ fm_unit_wait(sd_bus *bus, const char *unit, int want_active, int timeout_ms, int
 				return strcmp(st->result, "start-limit-hit") == 0 ? FM_RESTART_LOOP : FM_FAILED;
 			if (strcmp(st->active, "active") == 0) {
 				if (active_since < 0)
-					active_since = now_ms();
-				if (now_ms() - active_since >= settle_ms)
+					active_since = fm_now_ms();
+				if (fm_now_ms() - active_since >= settle_ms)
 					return FM_READY;
 			} else {
 				active_since = -1;
@@ -167,7 +167,7 @@ fm_unit_wait(sd_bus *bus, const char *unit, int want_active, int timeout_ms, int
 		} else if (st->job == 0 && (strcmp(st->active, "inactive") == 0 || strcmp(st->active, "failed") == 0)) {
 			return FM_STOPPED;
 		}
-		if (now_ms() - start >= timeout_ms)
+		if (fm_now_ms() - start >= timeout_ms)
 			return FM_TIMEOUT;
 		sleep_ms(POLL_MS);
 	}

@@ -48,4 +48,7 @@ int fm_unit_wait(sd_bus *bus, const char *unit, int want_active, int timeout_ms,
 
 const char *fm_wait_name(int outcome);
 
+/* Milliseconds on the monotonic clock: privai-fabric's waits and deadlines. */
+long long fm_now_ms(void);
+
 #endif

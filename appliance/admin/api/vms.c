@@ -172,9 +172,8 @@ held_devices(sqlite3 *db, char (*bdf)[16], char (*by)[64], int max)
 	int n = 0;
 
 	if (sqlite3_prepare_v2(db,
-			       "SELECT json_extract(d.value, '$.bdf'), v.name FROM vms v, json_each(v.devices) d ORDER "
-			       "BY "
-			       "v.id",
+			       "SELECT json_extract(d.value, '$.bdf'), v.name "
+			       "FROM vms v, json_each(v.devices) d ORDER BY v.id",
 			       -1, &st, NULL) != SQLITE_OK)
 		return -1;
 	while (n < max && sqlite3_step(st) == SQLITE_ROW) {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "fabric.h"
+#include "fm_unit.h"
 #include "fabric_cmd.h"
 #include "hostfs.h"
 #include "status.h"
@@ -34,15 +35,6 @@ struct tool {
 	int status; /* wait status once reaped */
 	int timed_out;
 };
-
-static long long
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Start argv (looked up on PATH) in a process group of its own, its
  * output and errors into one pipe.  0, or an APP_E* code. */
@@ -87,7 +79,7 @@ static void
 tool_finish(struct tool *t, long long deadline)
 {
 	while (t->fd >= 0) {
-		long long left = deadline - now_ms();
+		long long left = deadline - fm_now_ms();
 		struct pollfd pf = { t->fd, POLLIN, 0 };
 		if (left <= 0) {
 			t->timed_out = 1;
@@ -208,7 +200,7 @@ rdma_pair(const struct fabric *f, const struct opts *o, int a, int b, int gpu, i
 			v[n++] = "127.0.0.1";
 		v[n] = NULL;
 	}
-	long long deadline = now_ms() + (long long)o->deadline_s * 1000;
+	long long deadline = fm_now_ms() + (long long)o->deadline_s * 1000;
 	if (tool_start(args[0], &srv) < 0) {
 		tool_free(&srv);
 		validate_not_run(tests, kind, name, "error", "cannot start ib_write_bw");
@@ -216,14 +208,14 @@ rdma_pair(const struct fabric *f, const struct opts *o, int a, int b, int gpu, i
 	}
 	usleep(300000); /* the server listens before the client calls */
 	if (tool_start(args[1], &cli) < 0) {
-		tool_finish(&srv, now_ms());
+		tool_finish(&srv, fm_now_ms());
 		tool_free(&srv);
 		tool_free(&cli);
 		validate_not_run(tests, kind, name, "error", "cannot start ib_write_bw");
 		return;
 	}
 	tool_finish(&cli, deadline);
-	tool_finish(&srv, cli.timed_out ? now_ms() : now_ms() + 2000);
+	tool_finish(&srv, cli.timed_out ? fm_now_ms() : fm_now_ms() + 2000);
 	const char *fail = tool_failure(&cli, "ib_write_bw", why, sizeof(why));
 	if (fail != NULL) {
 		cJSON *r =
@@ -322,7 +314,7 @@ nccl_test(const struct fabric *f, const struct opts *o, int across, cJSON *tests
 		validate_not_run(tests, kind, name, "error", "cannot start privai-nccl-perf");
 		return;
 	}
-	tool_finish(&t, now_ms() + (long long)o->deadline_s * 1000);
+	tool_finish(&t, fm_now_ms() + (long long)o->deadline_s * 1000);
 	const char *fail = tool_failure(&t, "privai-nccl-perf", why, sizeof(why));
 	if (fail != NULL) {
 		validate_not_run(tests, kind, name, "error", fail);
