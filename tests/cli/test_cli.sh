@@ -52,6 +52,11 @@ vocab=$(sed -n 's/^vocabulary: *\([0-9]*\).*/\1/p' "$T/info")
 
 "$E" bench -m "$DEMO" -p 16 -n 4 -r 1 --json --no-bandwidth >"$T/bench" && grep -q '"pp_tokens_per_s"' "$T/bench" &&
 	grep -q '"tg_tokens_per_s"' "$T/bench" && ok || bad "bench --json"
+# -b: sequences side by side, each in its own blocks, past a KV block (16)
+"$E" bench -m "$DEMO" -p 8 -d 20 -n 4 -b 3 -r 1 --json --no-bandwidth >"$T/bench3" &&
+	grep -q '"parallel":3,' "$T/bench3" && ! grep -q '"tg_tokens_per_s":0.00' "$T/bench3" && ok || bad "bench -b 3"
+"$E" bench -m "$DEMO" -b 0 2>"$T/bench0" && bad "bench -b 0 was taken" || grep -q -- "-b" "$T/bench0" && ok ||
+	bad "bench -b 0: $(cat "$T/bench0")"
 
 # synthetic models of both architectures, quantized, actually run
 "$E" synth -o "$T/f16.gguf" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type F16 2>/dev/null && ok || bad "synth F16"
@@ -99,7 +104,7 @@ else
 	expect_fail "run on a missing CUDA" "$(echo "$why" | cut -c1-30)" "$E" run -m "$DEMO" -p hi --device cuda
 fi
 # which kernel path each weight type takes on this CPU, from the backend's own decision
-echo "$feat" | grep -q '"cpu_paths":{.*"Q8_0":{"decode":"int8 [^"]*","prefill":"int8 [^"]*"}' && ok ||
+echo "$feat" | grep -q '"cpu_paths":{.*"Q8_0":{"decode":"int8[, ][^"]*","prefill":"int8 [^"]*"}' && ok ||
 	bad "features --json lacks Q8_0's integer paths: $feat"
 echo "$feat" | grep -q '"F16":{"decode":"fused half-to-float dot"' && ok || bad "features --json lacks F16's decode path"
 expect_fail "CUDA library named but absent" "installed without its CUDA backend" \

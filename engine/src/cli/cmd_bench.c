@@ -3,7 +3,10 @@
  * tokens) and text generation (tg: -n tokens one at a time) in tokens per
  * second, mean and standard deviation over -r repetitions after a warm-up.
  * With -d N both run after N tokens already in the cache (llama-bench's
- * depth), where attention and the KV cache's bandwidth count.
+ * depth), where attention and the KV cache's bandwidth count.  With -b B
+ * generation runs B sequences side by side, one token of each a forward
+ * pass, as a server does at concurrency B (llama-batched-bench's -npl);
+ * its rate counts the tokens of all B.
  * It also measures read bandwidth by summing the model's own mapped
  * weights with the same number of threads, and reports the generation
  * bound that implies: bandwidth / bytes of weights read per token.
@@ -110,6 +113,94 @@ stats(const double *v, int n, double *mean, double *sd)
 	*sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
+/* B sequences side by side: sequence s owns blocks s * per_seq... of
+ * the pool, and each step feeds one token of every sequence. */
+struct par_seqs {
+	int n_seq, per_seq;
+	int32_t **table, *tok, *pos, *rows;
+};
+
+static void
+par_free(struct par_seqs *ps)
+{
+	if (ps->table != NULL)
+		for (int s = 0; s < ps->n_seq; s++)
+			free(ps->table[s]);
+	free(ps->table);
+	free(ps->tok);
+	free(ps->pos);
+	free(ps->rows);
+}
+
+static int
+par_init(struct par_seqs *ps, int n_seq, int n_ctx)
+{
+	*ps = (struct par_seqs){ .n_seq = n_seq, .per_seq = (n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK };
+	ps->table = calloc((size_t)n_seq, sizeof(*ps->table));
+	ps->tok = calloc((size_t)n_seq, sizeof(int32_t));
+	ps->pos = calloc((size_t)n_seq, sizeof(int32_t));
+	ps->rows = calloc((size_t)n_seq, sizeof(int32_t));
+	if (ps->table == NULL || ps->tok == NULL || ps->pos == NULL || ps->rows == NULL)
+		return -1;
+	for (int s = 0; s < n_seq; s++) {
+		if ((ps->table[s] = malloc((size_t)ps->per_seq * sizeof(int32_t))) == NULL)
+			return -1;
+		for (int k = 0; k < ps->per_seq; k++)
+			ps->table[s][k] = s * ps->per_seq + k;
+		ps->rows[s] = s;
+	}
+	return 0;
+}
+
+/* Fill sequence s with `depth` tokens, n at a time. */
+static int
+par_fill(struct engine_ctx *ctx, const struct par_seqs *ps, int s, const int32_t *toks, int n, int depth, float *logits,
+	 char *err)
+{
+	int32_t *pos = malloc((size_t)n * sizeof(int32_t));
+	const int32_t **tabs = malloc((size_t)n * sizeof(*tabs));
+	int r = 0;
+
+	if (pos == NULL || tabs == NULL)
+		r = privai_fail(err, PRIVAI_ENOMEM, "out of memory");
+	for (int done = 0; r == 0 && done < depth; done += n) {
+		int m = depth - done < n ? depth - done : n;
+		int32_t last = m - 1;
+		for (int i = 0; i < m; i++) {
+			pos[i] = done + i;
+			tabs[i] = ps->table[s];
+		}
+		struct compute_batch b = { m, toks, pos, tabs, 1, &last };
+		r = engine_forward(ctx, &b, logits, err);
+	}
+	free(pos);
+	free(tabs);
+	return r;
+}
+
+/* Fill every sequence to `depth`, then time n_tg steps of one token per
+ * sequence; returns the seconds, or -1. */
+static double
+par_generate(struct engine_ctx *ctx, struct par_seqs *ps, const int32_t *toks, int n, int depth, int n_tg,
+	     float *logits, char *err)
+{
+	for (int s = 0; s < ps->n_seq; s++)
+		if (par_fill(ctx, ps, s, toks, n, depth, logits, err) < 0)
+			return -1;
+	double t0 = now();
+	for (int i = 0; i < n_tg; i++) {
+		for (int s = 0; s < ps->n_seq; s++) {
+			ps->tok[s] = toks[(i + s) % n];
+			ps->pos[s] = depth + i;
+		}
+		struct compute_batch b = { ps->n_seq, ps->tok, ps->pos, (const int32_t *const *)ps->table,
+					   ps->n_seq, ps->rows };
+		if (engine_forward(ctx, &b, logits, err) < 0)
+			return -1;
+	}
+	return now() - t0;
+}
+
 /* An empty cache, then `depth` tokens in batches of up to n: what a
  * test at that depth starts from. */
 static int
@@ -132,6 +223,7 @@ cmd_bench(int argc, char **argv)
 		{ "threads", required_argument, NULL, 't' },
 		{ "device", required_argument, NULL, 'D' },
 		{ "reps", required_argument, NULL, 'r' },
+		{ "parallel", required_argument, NULL, 'b' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-bandwidth", no_argument, NULL, 'B' },
 		{ "fixed-threads", no_argument, NULL, 'F' },
@@ -141,14 +233,15 @@ cmd_bench(int argc, char **argv)
 	};
 	const char *path = NULL;
 	struct engine_ctx_params cp = { 0 };
-	int c, t, n_pp = 128, n_tg = 32, depth = 0, reps = 3, json = 0, measure_bw = 1, rc = 1;
+	int c, t, n_pp = 128, n_tg = 32, depth = 0, reps = 3, n_seq = 1, json = 0, measure_bw = 1, rc = 1;
+	struct par_seqs ps = { 0 };
 	struct cli_tp tp = { .size = 1 };
 	struct coll_stats tg0 = { 0 }, tg1 = { 0 };
 	char err[PRIVAI_ERR_LEN];
 	struct cli_engine e;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "m:p:n:d:t:r:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:p:n:d:t:r:b:h", opts, NULL)) != -1) {
 		int bad = 0;
 		if ((t = cli_tp_option("bench", c, optarg, &tp)) >= 0) {
 			if (t)
@@ -174,6 +267,9 @@ cmd_bench(int argc, char **argv)
 		case 'r':
 			bad = cli_parse_int("bench", "-r", optarg, 1, 1000, &reps);
 			break;
+		case 'b':
+			bad = cli_parse_int("bench", "-b", optarg, 1, 256, &n_seq);
+			break;
 		case 'D':
 			cp.device = optarg;
 			break;
@@ -187,7 +283,8 @@ cmd_bench(int argc, char **argv)
 			cp.fixed_threads = 1;
 			break;
 		case 'h':
-			puts("usage: privai-engine bench -m MODEL [-p 128] [-n 32] [-d DEPTH] [-t THREADS] [--device "
+			puts("usage: privai-engine bench -m MODEL [-p 128] [-n 32] [-d DEPTH] [-b SEQUENCES] [-t "
+			     "THREADS] [--device "
 			     "cpu|cuda] "
 			     "[-r 3] "
 			     "[--json] [--no-bandwidth] [--fixed-threads] [--tp N [--tp-deadline S]] (--tp N: under "
@@ -203,7 +300,12 @@ cmd_bench(int argc, char **argv)
 	if (path == NULL)
 		return cli_error("bench", "needs -m MODEL");
 	cp.n_ctx = depth + (n_pp > n_tg ? n_pp : n_tg) + 16;
-	cp.n_batch = n_pp;
+	cp.n_batch = n_pp > n_seq ? n_pp : n_seq;
+	if (n_seq > 1) {
+		if (tp.size > 1)
+			return cli_error("bench", "-b runs on one rank only, not with --tp");
+		cp.n_kv_blocks = n_seq * ((cp.n_ctx + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK);
+	}
 	tp.gpu = cp.device != NULL && strcmp(cp.device, "cuda") == 0;
 	if (cli_tp_join("bench", &tp))
 		return 1;
@@ -223,9 +325,10 @@ cmd_bench(int argc, char **argv)
 	engine_ctx_info(e.ctx, &ci);
 	int V = e.model->hp.n_vocab, nth = ci.n_threads;
 	int32_t *toks = malloc((size_t)n_pp * sizeof(int32_t));
-	float *logits = malloc((size_t)V * sizeof(float));
+	float *logits = malloc((size_t)V * n_seq * sizeof(float));
 	double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
-	if (toks == NULL || logits == NULL || pp == NULL || tg == NULL) {
+	if (toks == NULL || logits == NULL || pp == NULL || tg == NULL ||
+	    (n_seq > 1 && par_init(&ps, n_seq, cp.n_ctx) < 0)) {
 		cli_error("bench", "out of memory");
 		goto out;
 	}
@@ -238,6 +341,16 @@ cmd_bench(int argc, char **argv)
 		if (engine_decode(e.ctx, toks, n_pp, 0, logits, err) < 0)
 			goto fail;
 		double t1 = now();
+		if (n_seq > 1) {
+			double dt = par_generate(e.ctx, &ps, toks, n_pp, depth, n_tg, logits, err);
+			if (dt < 0)
+				goto fail;
+			if (rep >= 0) {
+				pp[rep] = n_pp / (t1 - t0);
+				tg[rep] = (double)n_seq * n_tg / dt;
+			}
+			continue;
+		}
 		if (fill_depth(e.ctx, toks, n_pp, depth, logits, err) < 0)
 			goto fail;
 		double t2 = now();
@@ -268,12 +381,13 @@ cmd_bench(int argc, char **argv)
 	double ar_ms = (tg1.allreduce_s - tg0.allreduce_s) * 1e3 / n_tg;
 	if (json) {
 		printf("{\"model\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"n_prompt\":%d,\"n_gen\":%d,\"depth\":%d,"
+		       "\"parallel\":%d,"
 		       "\"reps\":%d,"
 		       "\"pp_tokens_per_s\":%.2f,\"pp_stddev\":%.2f,\"tg_tokens_per_s\":%.2f,\"tg_stddev\":%.2f,"
 		       "\"weight_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
 		       "\"tg_bound_tokens_per_s\":%.2f,\"tg_fraction_of_bound\":%.3f",
-		       path, nth, compute_cpu_simd_name(), n_pp, n_tg, depth, reps, pp_m, pp_sd, tg_m, tg_sd, bytes_tok,
-		       bw, bound, bound > 0 ? tg_m / bound : 0);
+		       path, nth, compute_cpu_simd_name(), n_pp, n_tg, depth, n_seq, reps, pp_m, pp_sd, tg_m, tg_sd,
+		       bytes_tok, bw, bound, bound > 0 && n_seq == 1 ? tg_m / bound : 0);
 		if (tp.group != NULL)
 			printf(",\"tp\":%d,\"tp_transport\":\"%s\",\"tp_allreduce_per_token\":%g,"
 			       "\"tp_allreduce_bytes_per_token\":%.0f,\"tp_allreduce_ms_per_token\":%.4f,"
@@ -285,11 +399,14 @@ cmd_bench(int argc, char **argv)
 		char at[32] = "";
 		if (depth > 0)
 			snprintf(at, sizeof(at), " @ d%d", depth);
+		char par[24] = "";
+		if (n_seq > 1)
+			snprintf(par, sizeof(par), " x %d", n_seq);
 		printf("| %s | %d | %s | pp%d%s | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_pp, at, pp_m,
 		       pp_sd);
-		printf("| %s | %d | %s | tg%d%s | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_tg, at, tg_m,
-		       tg_sd);
-		if (bw > 0)
+		printf("| %s | %d | %s | tg%d%s%s | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_tg, par, at,
+		       tg_m, tg_sd);
+		if (bw > 0 && n_seq == 1)
 			printf("\nread bandwidth %.1f GB/s; %.1f MB of weights per token; tg bound %.2f tokens/s; "
 			       "tg reaches %.0f%% of it\n",
 			       bw, bytes_tok / 1e6, bound, 100 * tg_m / bound);
@@ -310,6 +427,7 @@ out:
 	free(logits);
 	free(pp);
 	free(tg);
+	par_free(&ps);
 	cli_engine_close(&e);
 	cli_tp_leave(&tp);
 	return rc;
