@@ -723,6 +723,72 @@ test_q4_0x8(const struct cpu_kernels *k)
 	CHECK(bad_widen == 0, "%s widen_q4_0x8 (and scalar) equal widening each row", k->name);
 }
 
+/* Q8_0 repacked 8 rows to a group: rows read back exactly; the kernel,
+ * for 1 to 8 tokens, equals the scalar reference bit for bit and the
+ * per-row dot within rounding, and a token's result does not depend on
+ * how many tokens share the pass; widening gives back the file's rows.
+ * Weights and activations reach +-127, the int8 extremes. */
+static void
+test_q8_0x8(const struct cpu_kernels *k)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { ROWS = 24, COLS = 96, NB = COLS / 32, NT = 8 };
+	static float w[ROWS * COLS], x[NT * COLS];
+	static uint8_t wq[ROWS * NB * 34], packed[ROWS * NB * 34], wide[8 * NB * 34];
+	static struct block_q8 xq[NT * NB];
+	int bad = 0, bad_ref = 0, bad_alone = 0, bad_widen = 0, bad_row = 0;
+
+	if (k->gemm_q8_0x8 == NULL) {
+		SKIP("%s: no repacked Q8_0 kernels", k->name);
+		return;
+	}
+	for (int i = 0; i < ROWS * COLS; i++)
+		w[i] = sinf((float)i * 0.71f) * (1 + (float)(i % 7));
+	for (int i = 0; i < NT * COLS; i++)
+		x[i] = i % 32 == 5 ? -9.0f : cosf((float)i * 0.3f) * 2; /* -9 quantizes to -127 */
+	tensor_quantize_row(TT_Q8_0, w, wq, ROWS * COLS);
+	ref->quantize_q8(x, xq, NT * COLS);
+	q8_0x8_repack(wq, NB * 34, 0, 1, NB, packed); /* in two calls, as threads do it */
+	q8_0x8_repack(wq, NB * 34, 1, ROWS / 8, NB, packed);
+	float row[COLS], deq[COLS];
+	for (int r = 0; r < ROWS; r++) {
+		q8_0x8_dequantize_row(packed + (size_t)(r / 8) * NB * Q8_0X8_BLOCK, NB, r % 8, row);
+		tensor_dequantize_row(TT_Q8_0, wq + (size_t)r * NB * 34, deq, COLS);
+		bad_row += memcmp(row, deq, sizeof(row)) != 0;
+	}
+	CHECK(bad_row == 0, "Q8_0 rows read back from the repacked groups are the file's rows (%d differ)", bad_row);
+	CHECK(memcmp(wq, packed, sizeof(wq)) != 0, "the repacked Q8_0 layout differs from the file's");
+	for (int g = 0; g < ROWS / 8; g++) {
+		const uint8_t *grp = packed + (size_t)g * NB * Q8_0X8_BLOCK;
+		float y[NT * 8], ys[NT * 8], y1[8];
+		for (int nt = 1; nt <= NT; nt++) {
+			k->gemm_q8_0x8(grp, xq, NB, nt, y);
+			gemm_q8_0x8_scalar(grp, xq, NB, nt, ys);
+			bad += memcmp(y, ys, (size_t)nt * 8 * sizeof(float)) != 0;
+		}
+		for (int t = 0; t < NT; t++) {
+			k->gemm_q8_0x8(grp, xq + t * NB, NB, 1, y1);
+			bad_alone += memcmp(y1, y + 8 * t, sizeof(y1)) != 0;
+			for (int r = 0; r < 8; r++) {
+				float d = ref->dot_q8_0(wq + (size_t)(8 * g + r) * NB * 34, xq + t * NB, NB);
+				bad_ref += fabsf(y[8 * t + r] - d) > 1e-5f * fabsf(d) + 1e-4f;
+			}
+		}
+		k->widen_q8_0x8(grp, NB, wide, NB * 34);
+		bad_widen += memcmp(wide, wq + (size_t)g * 8 * NB * 34, sizeof(wide)) != 0;
+		memset(wide, 0, sizeof(wide));
+		widen_q8_0x8_scalar(grp, NB, wide, NB * 34);
+		bad_widen += memcmp(wide, wq + (size_t)g * 8 * NB * 34, sizeof(wide)) != 0;
+	}
+	CHECK(bad == 0, "%s gemm_q8_0x8 for 1..8 tokens equals the scalar reference bit for bit: %d passes differ",
+	      k->name, bad);
+	CHECK(bad_alone == 0, "%s gemm_q8_0x8: a token alone gives what it gives among 8 (%d differ)", k->name,
+	      bad_alone);
+	CHECK(bad_ref == 0, "%s gemm_q8_0x8 equals the per-row dot within rounding: %d of %d off", k->name, bad_ref,
+	      ROWS * NT);
+	CHECK(bad_widen == 0, "%s widen_q8_0x8 (and scalar) give back the file's rows", k->name);
+}
+
 /* The bfloat16 GEMM against double sums of the same bfloat16 values (the
  * activations rounded as the tile packer rounds them): 11 rows (a partial
  * row step), 27 tokens (a partial second tile), an odd number of pairs. */
@@ -801,10 +867,12 @@ main(void)
 	test_gemm_f32(best);
 	test_gemm_bf16(best);
 	test_q4_0x8(best);
+	test_q8_0x8(best);
 	test_k45_q8k(best);
 	test_kx8(best);
 	if (strcmp(best->name, "avx512-vnni") == 0) {
 		test_q4_0x8(cpu_kernels_avx2());
+		test_q8_0x8(cpu_kernels_avx2());
 		test_k45_q8k(cpu_kernels_avx2());
 		test_kx8(cpu_kernels_avx2());
 	}

@@ -162,6 +162,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL, /* no Q4_K/Q5_K repack: the file's layout */
 	kx8_repack,
 	NULL,
+	NULL, /* no Q8_0 repack: the file's layout */
+	NULL,
 };
 
 void
@@ -418,6 +420,10 @@ static struct cpu_kernels k_avx2 = {
 	gemv_q4_kx8_avx2,
 	kx8_repack_avx2,
 	gemv_q5_kx8_avx2,
+	/* no Q8_0 repack: vpmaddubsw would saturate on the +128 weights
+	 * (255 * 127 * 2 > 32767), and the file's rows serve AVX2 as well */
+	NULL,
+	NULL,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -653,12 +659,10 @@ gemm_q8_0_1g_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t
 			for (int rr = 0; rr < nr; rr++) {
 				size_t at = (size_t)(r0 + rr) * nb + b;
 				const uint8_t *blk = w + (size_t)(r0 + rr) * row_bytes + b * 34;
-				int32_t w4[8];
-				memcpy(w4, blk + 2, 32);
 				__m512i pa = _mm512_set1_epi32(wsum[at]);
 #pragma GCC unroll 8
 				for (int s = 0; s < 8; s++)
-					pa = _mm512_dpbusd_epi32(pa, xa[s], _mm512_set1_epi32(w4[s]));
+					pa = _mm512_dpbusd_epi32(pa, xa[s], BCAST4_512(blk + 2 + 4 * s));
 				acc[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pa),
 							  _mm512_mul_ps(da, _mm512_set1_ps(wd[at])), acc[rr]);
 				if (wmin != NULL)
@@ -702,12 +706,10 @@ gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *w
 			for (int rr = 0; rr < nr; rr++) {
 				size_t at = (size_t)(r0 + rr) * nb + b;
 				const uint8_t *blk = w + (size_t)(r0 + rr) * row_bytes + b * 34;
-				int32_t w4[8];
-				memcpy(w4, blk + 2, 32);
 				__m512i pa = _mm512_set1_epi32(wsum[at]), pb = pa;
 #pragma GCC unroll 8
 				for (int s = 0; s < 8; s++) {
-					__m512i wb = _mm512_set1_epi32(w4[s]);
+					__m512i wb = BCAST4_512(blk + 2 + 4 * s);
 					pa = _mm512_dpbusd_epi32(pa, xa[s], wb);
 					pb = _mm512_dpbusd_epi32(pb, xb[s], wb);
 				}
@@ -759,11 +761,8 @@ gemm8_rows(const uint8_t *w, size_t row_bytes, int nr, const int16_t *bsum, cons
 			__m256i p1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
 			for (int k = 0; k < 8; k += 2) {
-				int32_t w0, w1;
-				memcpy(&w0, blk + 2 + 4 * k, 4);
-				memcpy(&w1, blk + 6 + 4 * k, 4);
-				p = _mm256_dpbusd_epi32(p, xq[k], _mm256_set1_epi32(w0));
-				p1 = _mm256_dpbusd_epi32(p1, xq[k + 1], _mm256_set1_epi32(w1));
+				p = _mm256_dpbusd_epi32(p, xq[k], BCAST4_256(blk + 2 + 4 * k));
+				p1 = _mm256_dpbusd_epi32(p1, xq[k + 1], BCAST4_256(blk + 6 + 4 * k));
 			}
 			p = _mm256_add_epi32(p, p1);
 			__m256 dw = _mm256_set1_ps(f16c_load(blk));
@@ -835,6 +834,8 @@ static struct cpu_kernels k_avx512 = {
 	gemv_q4_kx8_avx512,
 	kx8_repack_avx2,
 	gemv_q5_kx8_avx512,
+	gemm_q8_0x8_avx512,
+	widen_q8_0x8_avx2,
 };
 #endif
 

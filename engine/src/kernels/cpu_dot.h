@@ -180,6 +180,12 @@ struct cpu_kernels {
 	void (*repack_kx8)(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five,
 			   uint8_t *dst);
 	void (*gemv_q5_kx8)(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
+	/* Q8_0 repacked 8 rows to a group (cpu_q8_0x8.c), NULL (no repack)
+	 * where there is no kernel: y[t * 8 + r] = row r . token t for nt <=
+	 * 8 tokens, token t's nb blocks at x + t * nb.  widen: the 8 rows as
+	 * the file's 34-byte blocks, dst_row_bytes apart. */
+	void (*gemm_q8_0x8)(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y);
+	void (*widen_q8_0x8)(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes);
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -231,6 +237,19 @@ void widen_q4_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst
 void gemv_q4_0x8_avx2(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
 void gemv_q4_0x8_avx512(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
 void widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums);
+#endif
+
+/* cpu_q8_0x8.c: bytes per block of an 8-row group (8 x 34) */
+#define Q8_0X8_BLOCK 272
+/* from this many tokens a pass the groups are widened for the GEMM */
+#define Q8_0X8_GEMM_TOKENS 96
+void q8_0x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nb, uint8_t *dst);
+void q8_0x8_dequantize_row(const uint8_t *grp, size_t nb, int r, float *out);
+void gemm_q8_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y);
+void widen_q8_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes);
+#if defined(__x86_64__)
+void gemm_q8_0x8_avx512(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y);
+void widen_q8_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes);
 #endif
 
 /* cpu_kquants_x8.c: Q4_K (five 0) and Q5_K (five 1) rows in groups of 8;

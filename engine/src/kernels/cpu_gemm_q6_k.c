@@ -38,13 +38,11 @@ gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *w
 			for (int rr = 0; rr < nr; rr++) {
 				size_t at = 2 * ((size_t)(r0 + rr) * nb + b);
 				const uint8_t *blk = w + (size_t)(r0 + rr) * row_bytes + b * 34;
-				int32_t w4[8];
-				memcpy(w4, blk + 2, 32);
 				__m512i pa0 = _mm512_set1_epi32(wsum[at]), pb0 = pa0;
 				__m512i pa1 = _mm512_set1_epi32(wsum[at + 1]), pb1 = pa1;
 #pragma GCC unroll 4
 				for (int s = 0; s < 4; s++) {
-					__m512i w0 = _mm512_set1_epi32(w4[s]), w1 = _mm512_set1_epi32(w4[s + 4]);
+					__m512i w0 = BCAST4_512(blk + 2 + 4 * s), w1 = BCAST4_512(blk + 18 + 4 * s);
 					pa0 = _mm512_dpbusd_epi32(pa0, xa[s], w0);
 					pb0 = _mm512_dpbusd_epi32(pb0, xb[s], w0);
 					pa1 = _mm512_dpbusd_epi32(pa1, xa[s + 4], w1);

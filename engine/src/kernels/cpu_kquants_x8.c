@@ -142,8 +142,7 @@ gemv_kx8_scalar(const uint8_t *grp, const struct block_q8k *x, size_t nsb, int f
 			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
 			{                                                                                              \
 				const uint8_t *c = grp + GROUP_QS(FIVE) + 256 * p;                                     \
-				int32_t xw[16];                                                                        \
-				memcpy(xw, x->q + 64 * p, 64);                                                         \
+				const int8_t *xq = x->q + 64 * p;                                                      \
 				/* two chains a sub-block: one would wait on latency */                                \
 				__m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;                        \
 				_Pragma("GCC unroll 4") for (int s = 0; s < 8; s += 2)                                 \
@@ -163,10 +162,10 @@ gemv_kx8_scalar(const uint8_t *grp, const struct block_q8k *x, size_t nsb, int f
 						h0 = _mm256_or_si256(h0, KX8_BIT4(f0, 2 * p + 1));                     \
 						h1 = _mm256_or_si256(h1, KX8_BIT4(f1, 2 * p + 1));                     \
 					}                                                                              \
-					a0 = U8I8_ACC(a0, l0, _mm256_set1_epi32(xw[s]));                               \
-					a1 = U8I8_ACC(a1, l1, _mm256_set1_epi32(xw[s + 1]));                           \
-					b0 = U8I8_ACC(b0, h0, _mm256_set1_epi32(xw[8 + s]));                           \
-					b1 = U8I8_ACC(b1, h1, _mm256_set1_epi32(xw[9 + s]));                           \
+					a0 = U8I8_ACC(a0, l0, BCAST4_256(xq + 4 * s));                                 \
+					a1 = U8I8_ACC(a1, l1, BCAST4_256(xq + 4 * s + 4));                             \
+					b0 = U8I8_ACC(b0, h0, BCAST4_256(xq + 32 + 4 * s));                            \
+					b1 = U8I8_ACC(b1, h1, BCAST4_256(xq + 36 + 4 * s));                            \
 				}                                                                                      \
 				/* sub-blocks 2p and 2p+1: bytes 2p % 4 and the next */                                \
 				int sh = 16 * (p & 1);                                                                 \

@@ -7,8 +7,9 @@
  * work, not n matrix-vector products).  mm_plan() picks the path for a
  * type and a token count, and compute_cpu_path() reports the same choice:
  * int8 GEMMs for quantized weights in prefill (4- and 6-bit rows widened
- * first, cpu_widen.c), int8 dots in decode (Q4_0 and Q4_K from their
- * 8-row groups, cpu_q4_0x8.c and cpu_kquants_x8.c), oneDNN's bfloat16 matmul for BF16 where it is installed
+ * first, cpu_widen.c), int8 dots in decode (Q8_0, Q4_0, Q4_K and Q5_K from
+ * their 8-row groups, cpu_q8_0x8.c, cpu_q4_0x8.c and cpu_kquants_x8.c),
+ * oneDNN's bfloat16 matmul for BF16 where it is installed
  * (cpu_onednn.c), else vdpbf16ps where the CPU has AVX512_BF16, and float
  * register tiles for the rest.
  */
@@ -44,8 +45,8 @@ struct mm_plan {
 struct mm_job {
 	struct cpu_impl *im;
 	const struct weight *w;
-	const int16_t *bsum; /* Q8_0's block sums, from prepare_weight() */
-	const uint8_t *x8;   /* Q4_0, Q4_K or Q5_K in groups of 8 rows (cpu_q4_0x8.c, cpu_kquants_x8.c), or NULL */
+	const int16_t *bsum; /* Q8_0's block sums, from prepare_weight(), where it kept the file's rows */
+	const uint8_t *x8;   /* Q8_0, Q4_0, Q4_K or Q5_K in groups of 8 rows (prepare_repacked), or NULL */
 	const float *x;
 	int n;
 	float *y;
@@ -105,7 +106,12 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 	for (int64_t rb = r0; rb < r1; rb += step) {
 		int nr = r1 - rb < step ? (int)(r1 - rb) : step;
 		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
-		if (j->x8 != NULL && w->type == TT_Q4_0) {
+		if (j->x8 != NULL && w->type == TT_Q8_0) {
+			row_bytes = (size_t)nb * 34;
+			j->im->k->widen_q8_0x8(j->x8 + (size_t)(rb / 8) * (size_t)nb * Q8_0X8_BLOCK, (size_t)nb,
+					       ts->wrows, row_bytes);
+			wrows = ts->wrows;
+		} else if (j->x8 != NULL && w->type == TT_Q4_0) {
 			row_bytes = (size_t)nb * 34;
 			j->im->k->widen_q4_0x8(j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb,
 					       ts->wrows, row_bytes, NULL);
@@ -253,7 +259,7 @@ packed_f32(const struct cpu_kernels *k, uint32_t type, int n)
 /* How a matrix of `type` is multiplied by n tokens with kernels k: the one
  * decision cpu_matmul() acts on and compute_cpu_path() reports. */
 static void
-mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, struct mm_plan *p)
+mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n, struct mm_plan *p)
 {
 	const char *dn = NULL;
 
@@ -268,11 +274,14 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int n, struct 
 	p->onednn = type == TT_BF16 && n >= ONEDNN_MIN_TOKENS && strcmp(k->name, "scalar") != 0 &&
 		    (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !p->bf16 || strstr(dn, "amx") != NULL);
 	p->quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
-	/* the GEMM pays off once a tile is mostly full */
+	/* the GEMM pays off once a tile is mostly full; Q8_0's 8-row groups
+	 * take 8 tokens a pass up to Q8_0X8_GEMM_TOKENS, where widening
+	 * them for the GEMM starts to pay (pp16 180 against 110 tokens/s,
+	 * pp64 215 against 202, pp128 222 against 244; docs/performance.md) */
 	p->gemm =
 		(((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
 		 (type == TT_Q6_K && k->gemm_q6_k != NULL)) &&
-		n >= GEMM_TOKENS;
+		n >= (type == TT_Q8_0 && x8 ? Q8_0X8_GEMM_TOKENS : GEMM_TOKENS);
 	/* a decode batch: 8-token tiles (one token is memory-bound on the dot) */
 	p->gemm8 = !p->gemm && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) && k->gemm8_q8_0 != NULL && n >= 2 &&
 		   n < GEMM_TOKENS;
@@ -295,6 +304,20 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 								      : w->type == TT_Q5_K ? k->dot_q5_k
 											   : k->dot_q6_k;
 
+	if (j->x8 != NULL && w->type == TT_Q8_0) { /* r0, r1: multiples of 8; 8 tokens a pass */
+		for (int64_t g = r0 / 8; g < r1 / 8; g++) {
+			const uint8_t *grp = j->x8 + (size_t)g * (size_t)nb * Q8_0X8_BLOCK;
+			for (int t0 = 0; t0 < j->n; t0 += 8) {
+				int nt = j->n - t0 < 8 ? j->n - t0 : 8;
+				float y8[64];
+				k->gemm_q8_0x8(grp, j->im->xq + (int64_t)t0 * nb, (size_t)nb, nt, y8);
+				for (int t = 0; t < nt; t++)
+					memcpy(j->y + (int64_t)(t0 + t) * w->rows + 8 * g, y8 + 8 * t,
+					       8 * sizeof(float));
+			}
+		}
+		return;
+	}
 	if (j->x8 != NULL && w->type != TT_Q4_0) { /* Q4_K, Q5_K; r0, r1: multiples of 8 */
 		int five = w->type == TT_Q5_K;
 		void (*gemv)(const uint8_t *, const struct block_q8k *, size_t, float *) =
@@ -608,6 +631,30 @@ mm_onednn(struct mm_job *j)
 				      j->y, threadpool_size(im->pool));
 }
 
+/* Q8_0 rows in 8-row groups where the CPU has the kernel and the rows
+ * divide; prepare_weight() repacks exactly these. */
+static int
+q8_0_repacks(const struct cpu_kernels *k, const struct weight *w)
+{
+	return w->type == TT_Q8_0 && k->gemm_q8_0x8 != NULL && w->rows % 8 == 0;
+}
+
+/* What prepare_weight() left in aux: the 8-row groups, or Q8_0's block
+ * sums where it kept the file's rows. */
+static const uint8_t *
+weight_x8(const struct cpu_kernels *k, const struct compute_weight *cw)
+{
+	uint32_t t = cw->w.type;
+
+	return t == TT_Q4_0 || t == TT_Q4_K || t == TT_Q5_K || q8_0_repacks(k, &cw->w) ? cw->aux : NULL;
+}
+
+static const int16_t *
+weight_bsum(const struct cpu_kernels *k, const struct compute_weight *cw)
+{
+	return cw->w.type == TT_Q8_0 && !q8_0_repacks(k, &cw->w) ? cw->aux : NULL;
+}
+
 /* A job for weight cw, its plan made and its activations quantized,
  * packed or rounded as the plan needs; returns 1 when oneDNN did the
  * whole product (nothing left to run), else 0. */
@@ -615,14 +662,13 @@ static int
 mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x, int n, float *y, struct mm_job *j)
 {
 	const struct weight *w = &cw->w;
-	const uint8_t *x8 = w->type == TT_Q4_0 || w->type == TT_Q4_K || w->type == TT_Q5_K ? cw->aux : NULL;
 
-	*j = (struct mm_job){ im, w, w->type == TT_Q8_0 ? cw->aux : NULL, x8, x, n, y, { 0 } };
+	*j = (struct mm_job){ im, w, weight_bsum(im->k, cw), weight_x8(im->k, cw), x, n, y, { 0 } };
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
 	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
 	assert(n <= im->ystage_tokens);
-	mm_plan(im->k, w->type, j->bsum != NULL, n, &j->p);
+	mm_plan(im->k, w->type, j->bsum != NULL, j->x8 != NULL, n, &j->p);
 	if (j->p.q8k && cpu_ensure((void **)&im->xk, &im->xk_len,
 				   (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0) {
 		j->p.q8k = 0; /* out of memory: the 32-value blocks, already sized */
@@ -673,10 +719,10 @@ cpu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, i
 static int
 mm_fusable(const struct mm_job *a, const struct compute_weight *b)
 {
-	const uint8_t *x8 = b->w.type == TT_Q4_0 || b->w.type == TT_Q4_K || b->w.type == TT_Q5_K ? b->aux : NULL;
+	const struct cpu_kernels *k = a->im->k;
 
-	return b->w.type == a->w->type && b->w.cols == a->w->cols && (x8 != NULL) == (a->x8 != NULL) &&
-	       (b->w.type == TT_Q8_0) == (a->bsum != NULL) && !a->p.onednn;
+	return b->w.type == a->w->type && b->w.cols == a->w->cols && (weight_x8(k, b) != NULL) == (a->x8 != NULL) &&
+	       (weight_bsum(k, b) != NULL) == (a->bsum != NULL) && !a->p.onednn;
 }
 
 void
@@ -718,10 +764,14 @@ cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 {
 	const struct compute_batch *b = &impl_of(c)->batch;
 	const struct weight *w = &cw->w;
+	const uint8_t *x8 = weight_x8(impl_of(c)->k, cw);
 
 	for (int t = 0; t < b->n; t++) {
 		int64_t r = b->tokens[t];
-		if (w->type == TT_Q4_0 && cw->aux != NULL) /* the repacked copy (prepare_repacked) */
+		if (w->type == TT_Q8_0 && x8 != NULL) /* the repacked copy (prepare_repacked) */
+			q8_0x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 32) * Q8_0X8_BLOCK,
+					      (size_t)w->cols / 32, (int)(r % 8), out + (int64_t)t * w->cols);
+		else if (w->type == TT_Q4_0 && x8 != NULL)
 			q4_0x8_dequantize_row((const uint8_t *)cw->aux +
 						      (size_t)(r / 8) * (size_t)(w->cols / 32) * Q4_0X8_BLOCK,
 					      (size_t)w->cols / 32, (int)(r % 8), out + (int64_t)t * w->cols);
@@ -751,14 +801,16 @@ repack_worker(void *arg, int ith, int nth)
 	int64_t lo, hi;
 
 	split(j->src->rows / 8, ith, nth, &lo, &hi);
-	if (j->src->type == TT_Q4_0)
+	if (j->src->type == TT_Q8_0)
+		q8_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
+	else if (j->src->type == TT_Q4_0)
 		q4_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
 	else
 		j->k->repack_kx8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256,
 				 j->src->type == TT_Q5_K, j->dst);
 }
 
-/* Q4_0, Q4_K and Q5_K rows in groups of 8 (cpu_q4_0x8.c, cpu_kquants_x8.c) where
+/* Q8_0, Q4_0, Q4_K and Q5_K rows in groups of 8 (cpu_q8_0x8.c, cpu_q4_0x8.c, cpu_kquants_x8.c) where
  * the CPU has the kernels and the rows divide, repacked by the pool (a 70B
  * model is ~38 GB).  Every use reads the copy afterwards, get_rows too, so
  * the file's pages are handed back: the resident size stays about the
@@ -771,7 +823,8 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 	size_t bytes = (size_t)src->rows * ((size_t)src->cols / ti->block_elems) * ti->block_bytes;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	void *packed = NULL;
-	int kernels = src->type == TT_Q4_0   ? im->k->gemv_q4_0x8 != NULL
+	int kernels = src->type == TT_Q8_0   ? im->k->gemm_q8_0x8 != NULL
+		      : src->type == TT_Q4_0 ? im->k->gemv_q4_0x8 != NULL
 		      : src->type == TT_Q4_K ? im->k->gemv_q4_kx8 != NULL
 					     : im->k->gemv_q5_kx8 != NULL;
 
@@ -806,7 +859,7 @@ cpu_prepare_weight(struct compute *c, const struct weight *src, struct compute_w
 	 * the getenv() of a server's threads */
 	if (src->type == TT_BF16)
 		(void)cpu_onednn_bf16();
-	if (src->type == TT_Q4_0 || src->type == TT_Q4_K || src->type == TT_Q5_K)
+	if (src->type == TT_Q4_0 || src->type == TT_Q4_K || src->type == TT_Q5_K || q8_0_repacks(impl_of(c)->k, src))
 		return prepare_repacked(impl_of(c), src, dst);
 	if (src->type != TT_Q8_0)
 		return PRIVAI_OK;
@@ -840,16 +893,18 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 
 	if (tensor_type_get(type) == NULL || !tensor_type_get(type)->can_dequant)
 		return NULL;
-	/* Q8_0 always has its block sums (prepare_weight) */
-	mm_plan(k, type, type == TT_Q8_0, n_tokens, &p);
+	/* Q8_0 has its block sums where it keeps the file's rows, else its
+	 * 8-row groups (prepare_weight) */
+	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL;
+	mm_plan(k, type, type == TT_Q8_0 && !q8x8, q8x8, n_tokens, &p);
 	if (p.onednn) {
 		snprintf(onednn_path, sizeof(onednn_path), "oneDNN bfloat16 matmul (%s)", cpu_onednn_bf16());
 		return onednn_path;
 	}
 	if (p.bf16)
 		return "bfloat16 GEMM (vdpbf16ps), 16-token tiles";
-	/* Q4_0 with the repack kernels (and rows in eights, as every model's are) */
-	if (type == TT_Q4_0 && k->gemv_q4_0x8 != NULL && !p.gemm && !p.gemm8)
+	/* Q8_0 and Q4_0 with the repack kernels (and rows in eights, as every model's are) */
+	if ((q8x8 || (type == TT_Q4_0 && k->gemv_q4_0x8 != NULL)) && !p.gemm && !p.gemm8)
 		return "int8, 8 rows interleaved at load";
 	if (((type == TT_Q4_K && k->gemv_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemv_q5_kx8 != NULL)) && p.q8k)
 		return "int8, 8 rows interleaved at load, activations in 256-value blocks";

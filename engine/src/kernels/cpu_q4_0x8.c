@@ -103,22 +103,20 @@ gemv_q4_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, floa
  * r, as int32; U8I8 is vpdpbusd or its AVX2 equivalent. */
 #define Q4_0X8_BLOCK_SUMS(U8I8_ACC)                                                                                    \
 	const __m256i low = _mm256_set1_epi8(0x0f);                                                                    \
-	int32_t xw[8];                                                                                                 \
-	memcpy(xw, x[b].q, 32);                                                                                        \
 	__m256i c0 = _mm256_loadu_si256((const __m256i *)(grp + 16));                                                  \
 	__m256i c1 = _mm256_loadu_si256((const __m256i *)(grp + 48));                                                  \
 	__m256i c2 = _mm256_loadu_si256((const __m256i *)(grp + 80));                                                  \
 	__m256i c3 = _mm256_loadu_si256((const __m256i *)(grp + 112));                                                 \
 	/* four independent chains: one would wait on vpdpbusd's latency */                                            \
 	__m256i pa = _mm256_set1_epi32(-8 * x[b].sum), pb = _mm256_setzero_si256(), pc = pb, pd = pb;                  \
-	pa = U8I8_ACC(pa, _mm256_and_si256(c0, low), _mm256_set1_epi32(xw[0]));                                        \
-	pb = U8I8_ACC(pb, _mm256_and_si256(c1, low), _mm256_set1_epi32(xw[1]));                                        \
-	pc = U8I8_ACC(pc, _mm256_and_si256(c2, low), _mm256_set1_epi32(xw[2]));                                        \
-	pd = U8I8_ACC(pd, _mm256_and_si256(c3, low), _mm256_set1_epi32(xw[3]));                                        \
-	pa = U8I8_ACC(pa, _mm256_and_si256(_mm256_srli_epi16(c0, 4), low), _mm256_set1_epi32(xw[4]));                  \
-	pb = U8I8_ACC(pb, _mm256_and_si256(_mm256_srli_epi16(c1, 4), low), _mm256_set1_epi32(xw[5]));                  \
-	pc = U8I8_ACC(pc, _mm256_and_si256(_mm256_srli_epi16(c2, 4), low), _mm256_set1_epi32(xw[6]));                  \
-	pd = U8I8_ACC(pd, _mm256_and_si256(_mm256_srli_epi16(c3, 4), low), _mm256_set1_epi32(xw[7]));                  \
+	pa = U8I8_ACC(pa, _mm256_and_si256(c0, low), BCAST4_256(x[b].q + 0));                                          \
+	pb = U8I8_ACC(pb, _mm256_and_si256(c1, low), BCAST4_256(x[b].q + 4));                                          \
+	pc = U8I8_ACC(pc, _mm256_and_si256(c2, low), BCAST4_256(x[b].q + 8));                                          \
+	pd = U8I8_ACC(pd, _mm256_and_si256(c3, low), BCAST4_256(x[b].q + 12));                                         \
+	pa = U8I8_ACC(pa, _mm256_and_si256(_mm256_srli_epi16(c0, 4), low), BCAST4_256(x[b].q + 16));                   \
+	pb = U8I8_ACC(pb, _mm256_and_si256(_mm256_srli_epi16(c1, 4), low), BCAST4_256(x[b].q + 20));                   \
+	pc = U8I8_ACC(pc, _mm256_and_si256(_mm256_srli_epi16(c2, 4), low), BCAST4_256(x[b].q + 24));                   \
+	pd = U8I8_ACC(pd, _mm256_and_si256(_mm256_srli_epi16(c3, 4), low), BCAST4_256(x[b].q + 28));                   \
 	__m256i p = _mm256_add_epi32(_mm256_add_epi32(pa, pb), _mm256_add_epi32(pc, pd))
 
 #define DEFINE_GEMV_Q4_0X8(SUFFIX, TARGET, U8I8_ACC)                                                                   \

@@ -19,6 +19,13 @@
 	_mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)))
 #define U8I8_ACC_VNNI(acc, a, b) _mm256_dpbusd_epi32(acc, a, b)
 
+/* The 4 bytes at p in every 32-bit lane, loaded by the broadcast itself.
+ * Written as set1 of an int the compilers go through a general register,
+ * and that broadcast takes a vector port as well: the int8 GEMMs ran 1.9x
+ * slower a token that way (docs/performance.md). */
+#define BCAST4_256(p) _mm256_broadcastd_epi32(_mm_loadu_si32(p))
+#define BCAST4_512(p) _mm512_broadcastd_epi32(_mm_loadu_si32(p))
+
 /* One fp16 scale with the F16C instruction (the portable converter is a
  * branchy function: calling it per 32-weight block costs more than the dot). */
 AVX2 static inline float

@@ -1,0 +1,190 @@
+/*
+ * Q8_0 weights repacked at load, 8 rows interleaved, for decode.
+ *
+ * The file keeps a row's blocks together, so a kernel that works on 8
+ * rows at once (decode batches: every weight used for every sequence)
+ * reads 8 streams 2 KB and more apart, 34 bytes a step each.  Measured on
+ * a 1B model's shapes, one thread: 16.7 GB/s of weights from L2 but 8.3
+ * from memory, under a third of what one thread can stream; the
+ * prefetchers do not keep 8 short streams ahead.  Here a group of 8 rows
+ * is one stream: per block, the 8 scales (one vcvtph2ps gives all) and 8
+ * chunks of 32 bytes, chunk s holding bytes 4s..4s+3 of each row, one row
+ * per 32-bit lane, stored as w + 128 (unsigned).  One vpdpbusd with 4
+ * activation bytes broadcast advances the 8 rows by 4 elements, so a
+ * token costs 8 of them a block whatever the batch; the +128 comes off
+ * as 128 * sum(x), which every activation block carries.  The same
+ * kernel serves one token (generation) and up to 8 (a decode batch).
+ * The group is 272 bytes a block, as 8 rows of the file.
+ *
+ * Prefill widens the groups back to 34-byte int8 rows (an 8 x 8
+ * transpose of 32-bit words) for the int8 GEMM.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "privai/tensor_type.h"
+#include "cpu_dot.h"
+
+void
+q8_0x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nb, uint8_t *dst)
+{
+	dst += (size_t)g0 * nb * Q8_0X8_BLOCK;
+	for (int64_t g = g0; g < g1; g++)
+		for (size_t b = 0; b < nb; b++, dst += Q8_0X8_BLOCK)
+			for (int r = 0; r < 8; r++) {
+				const uint8_t *blk = src + (size_t)(8 * g + r) * row_bytes + b * 34;
+				memcpy(dst + 2 * r, blk, 2);
+				for (int i = 0; i < 32; i++)
+					dst[16 + 32 * (i / 4) + 4 * r + i % 4] = blk[2 + i] ^ 0x80;
+			}
+}
+
+/* Element i of row r in a group's block. */
+static inline int
+q8_0x8_at(const uint8_t *grp, int r, int i)
+{
+	return (int)grp[16 + 32 * (i / 4) + 4 * r + i % 4] - 128;
+}
+
+void
+q8_0x8_dequantize_row(const uint8_t *grp, size_t nb, int r, float *out)
+{
+	for (size_t b = 0; b < nb; b++, grp += Q8_0X8_BLOCK, out += 32) {
+		uint16_t h;
+		memcpy(&h, grp + 2 * r, 2);
+		float d = fp16_to_f32(h);
+		for (int i = 0; i < 32; i++)
+			out[i] = d * (float)q8_0x8_at(grp, r, i);
+	}
+}
+
+void
+widen_q8_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes)
+{
+	for (size_t b = 0; b < nb; b++, grp += Q8_0X8_BLOCK)
+		for (int r = 0; r < 8; r++) {
+			uint8_t *o = dst + (size_t)r * dst_row_bytes + b * 34;
+			memcpy(o, grp + 2 * r, 2);
+			for (int i = 0; i < 32; i++)
+				o[2 + i] = (uint8_t)(int8_t)q8_0x8_at(grp, r, i);
+		}
+}
+
+/* The reference: the same sums in the same order as the SIMD kernels
+ * (each block's integer sum exact, then one multiply-add a block), so
+ * the results match them bit for bit. */
+void
+gemm_q8_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y)
+{
+	for (int t = 0; t < nt; t++)
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *g = grp;
+			float acc = 0.0f;
+			for (size_t b = 0; b < nb; b++, g += Q8_0X8_BLOCK) {
+				const struct block_q8 *xb = x + (size_t)t * nb + b;
+				uint16_t h;
+				int32_t s = 0;
+				memcpy(&h, g + 2 * r, 2);
+				for (int i = 0; i < 32; i++)
+					s += q8_0x8_at(g, r, i) * xb->q[i];
+				acc = fmaf(fp16_to_f32(h) * xb->d, (float)s, acc);
+			}
+			y[t * 8 + r] = acc;
+		}
+}
+
+#if defined(__x86_64__)
+#include "cpu_x86.h"
+
+/* nt tokens (a constant where inlined) times one group: the 8 chunks of a
+ * block are loaded once and used by every token.  Four chains a token:
+ * one would wait on vpdpbusd's latency when a single token runs. */
+AVX512 static inline __attribute__((always_inline)) void
+gemm_q8_0x8_nt(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y)
+{
+	__m256 acc[8];
+
+#pragma GCC unroll 8
+	for (int t = 0; t < nt; t++)
+		acc[t] = _mm256_setzero_ps();
+	for (size_t b = 0; b < nb; b++, grp += Q8_0X8_BLOCK) {
+		/* 2 KB ahead: the stream's next lines before they are needed */
+#pragma GCC unroll 5
+		for (int l = 0; l < Q8_0X8_BLOCK; l += 64)
+			_mm_prefetch((const char *)grp + 2048 + l, _MM_HINT_T0);
+		__m256i c[8];
+#pragma GCC unroll 8
+		for (int s = 0; s < 8; s++)
+			c[s] = _mm256_loadu_si256((const __m256i *)(grp + 16 + 32 * s));
+		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++) {
+			const struct block_q8 *xb = x + (size_t)t * nb + b;
+			__m256i p0 = _mm256_set1_epi32(-128 * xb->sum), p1 = _mm256_setzero_si256(), p2 = p1, p3 = p1;
+			p0 = _mm256_dpbusd_epi32(p0, c[0], BCAST4_256(xb->q));
+			p1 = _mm256_dpbusd_epi32(p1, c[1], BCAST4_256(xb->q + 4));
+			p2 = _mm256_dpbusd_epi32(p2, c[2], BCAST4_256(xb->q + 8));
+			p3 = _mm256_dpbusd_epi32(p3, c[3], BCAST4_256(xb->q + 12));
+			p0 = _mm256_dpbusd_epi32(p0, c[4], BCAST4_256(xb->q + 16));
+			p1 = _mm256_dpbusd_epi32(p1, c[5], BCAST4_256(xb->q + 20));
+			p2 = _mm256_dpbusd_epi32(p2, c[6], BCAST4_256(xb->q + 24));
+			p3 = _mm256_dpbusd_epi32(p3, c[7], BCAST4_256(xb->q + 28));
+			__m256i p = _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3));
+			acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb->d)), _mm256_cvtepi32_ps(p),
+						 acc[t]);
+		}
+	}
+#pragma GCC unroll 8
+	for (int t = 0; t < nt; t++)
+		_mm256_storeu_ps(y + 8 * t, acc[t]);
+}
+
+AVX512 void
+gemm_q8_0x8_avx512(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y)
+{
+	switch (nt) {
+	case 1:
+		gemm_q8_0x8_nt(grp, x, nb, 1, y);
+		break;
+	case 2:
+		gemm_q8_0x8_nt(grp, x, nb, 2, y);
+		break;
+	case 3:
+		gemm_q8_0x8_nt(grp, x, nb, 3, y);
+		break;
+	case 4:
+		gemm_q8_0x8_nt(grp, x, nb, 4, y);
+		break;
+	case 5:
+		gemm_q8_0x8_nt(grp, x, nb, 5, y);
+		break;
+	case 6:
+		gemm_q8_0x8_nt(grp, x, nb, 6, y);
+		break;
+	case 7:
+		gemm_q8_0x8_nt(grp, x, nb, 7, y);
+		break;
+	default:
+		gemm_q8_0x8_nt(grp, x, nb, 8, y);
+		break;
+	}
+}
+
+AVX2 void
+widen_q8_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes)
+{
+	const __m256i bias = _mm256_set1_epi8((char)0x80);
+
+	for (size_t b = 0; b < nb; b++, grp += Q8_0X8_BLOCK) {
+		__m256i v[8];
+		for (int s = 0; s < 8; s++)
+			v[s] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(grp + 16 + 32 * s)), bias);
+		transpose8x8(v); /* v[r]: row r's 32 values in order */
+		for (int r = 0; r < 8; r++) {
+			uint8_t *o = dst + (size_t)r * dst_row_bytes + b * 34;
+			memcpy(o, grp + 2 * r, 2);
+			_mm256_storeu_si256((__m256i *)(o + 2), v[r]);
+		}
+	}
+}
+#endif
