@@ -762,12 +762,12 @@ test_q8_0x8(const struct cpu_kernels *k)
 		const uint8_t *grp = packed + (size_t)g * NB * Q8_0X8_BLOCK;
 		float y[NT * 8], ys[NT * 8], y1[8];
 		for (int nt = 1; nt <= NT; nt++) {
-			k->gemm_q8_0x8(grp, xq, NB, nt, y);
-			gemm_q8_0x8_scalar(grp, xq, NB, nt, ys);
+			k->gemm_q8_0x8(grp, 1, xq, NB, nt, y, 8);
+			gemm_q8_0x8_scalar(grp, 1, xq, NB, nt, ys, 8);
 			bad += memcmp(y, ys, (size_t)nt * 8 * sizeof(float)) != 0;
 		}
 		for (int t = 0; t < NT; t++) {
-			k->gemm_q8_0x8(grp, xq + t * NB, NB, 1, y1);
+			k->gemm_q8_0x8(grp, 1, xq + t * NB, NB, 1, y1, 8);
 			bad_alone += memcmp(y1, y + 8 * t, sizeof(y1)) != 0;
 			for (int r = 0; r < 8; r++) {
 				float d = ref->dot_q8_0(wq + (size_t)(8 * g + r) * NB * 34, xq + t * NB, NB);
@@ -779,6 +779,21 @@ test_q8_0x8(const struct cpu_kernels *k)
 		memset(wide, 0, sizeof(wide));
 		widen_q8_0x8_scalar(grp, NB, wide, NB * 34);
 		bad_widen += memcmp(wide, wq + (size_t)g * 8 * NB * 34, sizeof(wide)) != 0;
+	}
+	/* every group in one call, into token-major rows as the matmul has them */
+	static float yall[NT * ROWS], yall_ref[NT * ROWS];
+	for (int nt = 1; nt <= NT; nt += NT - 1) {
+		float fill = NAN;
+		for (int i = 0; i < NT * ROWS; i++)
+			yall[i] = yall_ref[i] = fill;
+		k->gemm_q8_0x8(packed, ROWS / 8, xq, NB, nt, yall, ROWS);
+		gemm_q8_0x8_scalar(packed, ROWS / 8, xq, NB, nt, yall_ref, ROWS);
+		for (int i = 0; i < NT * ROWS; i++) {
+			int t = i / ROWS, r = i % ROWS;
+			float want = t < nt ? ref->dot_q8_0(wq + (size_t)r * NB * 34, xq + t * NB, NB) : NAN;
+			bad += memcmp(&yall[i], &yall_ref[i], sizeof(float)) != 0;
+			bad_ref += t < nt ? !(fabsf(yall[i] - want) <= 1e-5f * fabsf(want) + 1e-4f) : !isnan(yall[i]);
+		}
 	}
 	CHECK(bad == 0, "%s gemm_q8_0x8 for 1..8 tokens equals the scalar reference bit for bit: %d passes differ",
 	      k->name, bad);

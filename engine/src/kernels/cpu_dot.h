@@ -181,10 +181,12 @@ struct cpu_kernels {
 			   uint8_t *dst);
 	void (*gemv_q5_kx8)(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
 	/* Q8_0 repacked 8 rows to a group (cpu_q8_0x8.c), NULL (no repack)
-	 * where there is no kernel: y[t * 8 + r] = row r . token t for nt <=
-	 * 8 tokens, token t's nb blocks at x + t * nb.  widen: the 8 rows as
+	 * where there is no kernel: for ng consecutive groups from grp,
+	 * y[t * ldy + 8 * g + r] = row r of group g . token t for nt <= 8
+	 * tokens, token t's nb blocks at x + t * nb.  widen: the 8 rows as
 	 * the file's 34-byte blocks, dst_row_bytes apart. */
-	void (*gemm_q8_0x8)(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y);
+	void (*gemm_q8_0x8)(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,
+			    size_t ldy);
 	void (*widen_q8_0x8)(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes);
 };
 
@@ -245,10 +247,10 @@ void widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_r
 #define Q8_0X8_GEMM_TOKENS 96
 void q8_0x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nb, uint8_t *dst);
 void q8_0x8_dequantize_row(const uint8_t *grp, size_t nb, int r, float *out);
-void gemm_q8_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y);
+void gemm_q8_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void widen_q8_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes);
 #if defined(__x86_64__)
-void gemm_q8_0x8_avx512(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y);
+void gemm_q8_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void widen_q8_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes);
 #endif
 

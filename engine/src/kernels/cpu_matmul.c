@@ -27,6 +27,7 @@
 
 #define ROW_BLOCK 8           /* weight rows kept hot while the tokens stream by */
 #define TOKEN_TILE 48         /* float-path tokens per pass (a multiple of GEMM_F32_TOKENS), bounds the x working set */
+#define X8_CHUNK_BYTES 32768  /* Q8_0 groups a chunk when several passes of tokens read them (L1) */
 #define QUANTIZE_INLINE 16384 /* activations quantized on the calling thread up to this many values */
 
 /* ---------------------------------------------------------------- matmul */
@@ -304,17 +305,18 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 								      : w->type == TT_Q5_K ? k->dot_q5_k
 											   : k->dot_q6_k;
 
-	if (j->x8 != NULL && w->type == TT_Q8_0) { /* r0, r1: multiples of 8; 8 tokens a pass */
-		for (int64_t g = r0 / 8; g < r1 / 8; g++) {
-			const uint8_t *grp = j->x8 + (size_t)g * (size_t)nb * Q8_0X8_BLOCK;
-			for (int t0 = 0; t0 < j->n; t0 += 8) {
-				int nt = j->n - t0 < 8 ? j->n - t0 : 8;
-				float y8[64];
-				k->gemm_q8_0x8(grp, j->im->xq + (int64_t)t0 * nb, (size_t)nb, nt, y8);
-				for (int t = 0; t < nt; t++)
-					memcpy(j->y + (int64_t)(t0 + t) * w->rows + 8 * g, y8 + 8 * t,
-					       8 * sizeof(float));
-			}
+	if (j->x8 != NULL && w->type == TT_Q8_0) { /* r0, r1: multiples of 8 */
+		/* 8 tokens a pass; past 8, the groups a chunk at a time, so the
+		 * passes after the first find them in L1 */
+		int64_t g1 = r1 / 8, per = (int64_t)(X8_CHUNK_BYTES / ((size_t)nb * Q8_0X8_BLOCK));
+		if (j->n <= 8 || per < 1)
+			per = j->n <= 8 ? g1 : 1;
+		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
+			int ng = (int)(g1 - g0 < per ? g1 - g0 : per);
+			for (int t0 = 0; t0 < j->n; t0 += 8)
+				k->gemm_q8_0x8(j->x8 + (size_t)g0 * (size_t)nb * Q8_0X8_BLOCK, ng,
+					       j->im->xq + (int64_t)t0 * nb, (size_t)nb, j->n - t0 < 8 ? j->n - t0 : 8,
+					       j->y + (int64_t)t0 * w->rows + 8 * g0, (size_t)w->rows);
 		}
 		return;
 	}

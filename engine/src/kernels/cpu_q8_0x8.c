@@ -70,27 +70,33 @@ widen_q8_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_
 		}
 }
 
-/* The reference: the same sums in the same order as the SIMD kernels
- * (each block's integer sum exact, then one multiply-add a block), so
- * the results match them bit for bit. */
-void
-gemm_q8_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y)
+/* Row r of a group times one token's nb blocks, summed as the kernels
+ * sum it (each block's integer sum exact, then one multiply-add a block),
+ * so the reference matches them bit for bit. */
+static float
+q8_0x8_row_dot(const uint8_t *grp, int r, const struct block_q8 *x, size_t nb)
 {
-	for (int t = 0; t < nt; t++)
-		for (int r = 0; r < 8; r++) {
-			const uint8_t *g = grp;
-			float acc = 0.0f;
-			for (size_t b = 0; b < nb; b++, g += Q8_0X8_BLOCK) {
-				const struct block_q8 *xb = x + (size_t)t * nb + b;
-				uint16_t h;
-				int32_t s = 0;
-				memcpy(&h, g + 2 * r, 2);
-				for (int i = 0; i < 32; i++)
-					s += q8_0x8_at(g, r, i) * xb->q[i];
-				acc = fmaf(fp16_to_f32(h) * xb->d, (float)s, acc);
-			}
-			y[t * 8 + r] = acc;
-		}
+	float acc = 0.0f;
+
+	for (size_t b = 0; b < nb; b++, grp += Q8_0X8_BLOCK) {
+		uint16_t h;
+		int32_t s = 0;
+		memcpy(&h, grp + 2 * r, 2);
+		for (int i = 0; i < 32; i++)
+			s += q8_0x8_at(grp, r, i) * x[b].q[i];
+		acc = fmaf(fp16_to_f32(h) * x[b].d, (float)s, acc);
+	}
+	return acc;
+}
+
+void
+gemm_q8_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy)
+{
+	for (int gi = 0; gi < ng; gi++, grp += nb * Q8_0X8_BLOCK)
+		for (int t = 0; t < nt; t++)
+			for (int r = 0; r < 8; r++)
+				y[(size_t)t * ldy + 8 * (size_t)gi + (size_t)r] =
+					q8_0x8_row_dot(grp, r, x + (size_t)t * nb, nb);
 }
 
 #if defined(__x86_64__)
@@ -100,7 +106,7 @@ gemm_q8_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, int 
  * block are loaded once and used by every token.  Four chains a token:
  * one would wait on vpdpbusd's latency when a single token runs. */
 AVX512 static inline __attribute__((always_inline)) void
-gemm_q8_0x8_nt(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y)
+gemm_q8_0x8_nt(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy)
 {
 	__m256 acc[8];
 
@@ -136,36 +142,42 @@ gemm_q8_0x8_nt(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, 
 	}
 #pragma GCC unroll 8
 	for (int t = 0; t < nt; t++)
-		_mm256_storeu_ps(y + 8 * t, acc[t]);
+		_mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);
 }
 
+/* The groups one after another (the prefetch runs on into the next), the
+ * token count a constant in each loop so the sums stay in registers. */
+#define GEMM_Q8_0X8_GROUPS(NT)                                                                                         \
+	for (int gi = 0; gi < ng; gi++, grp += nb * Q8_0X8_BLOCK)                                                      \
+	gemm_q8_0x8_nt(grp, x, nb, NT, y + 8 * (size_t)gi, ldy)
+
 AVX512 void
-gemm_q8_0x8_avx512(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y)
+gemm_q8_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy)
 {
 	switch (nt) {
 	case 1:
-		gemm_q8_0x8_nt(grp, x, nb, 1, y);
+		GEMM_Q8_0X8_GROUPS(1);
 		break;
 	case 2:
-		gemm_q8_0x8_nt(grp, x, nb, 2, y);
+		GEMM_Q8_0X8_GROUPS(2);
 		break;
 	case 3:
-		gemm_q8_0x8_nt(grp, x, nb, 3, y);
+		GEMM_Q8_0X8_GROUPS(3);
 		break;
 	case 4:
-		gemm_q8_0x8_nt(grp, x, nb, 4, y);
+		GEMM_Q8_0X8_GROUPS(4);
 		break;
 	case 5:
-		gemm_q8_0x8_nt(grp, x, nb, 5, y);
+		GEMM_Q8_0X8_GROUPS(5);
 		break;
 	case 6:
-		gemm_q8_0x8_nt(grp, x, nb, 6, y);
+		GEMM_Q8_0X8_GROUPS(6);
 		break;
 	case 7:
-		gemm_q8_0x8_nt(grp, x, nb, 7, y);
+		GEMM_Q8_0X8_GROUPS(7);
 		break;
 	default:
-		gemm_q8_0x8_nt(grp, x, nb, 8, y);
+		GEMM_Q8_0X8_GROUPS(8);
 		break;
 	}
 }
