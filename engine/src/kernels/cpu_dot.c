@@ -403,7 +403,7 @@ static struct cpu_kernels k_avx2 = {
 	widen_q5_k_avx2,
 	NULL,
 	NULL,
-	gemv_q4_0x8_avx2,
+	gemm_q4_0x8_avx2,
 	widen_q4_0x8_avx2,
 	NULL,
 	NULL,
@@ -817,7 +817,7 @@ static struct cpu_kernels k_avx512 = {
 	widen_q5_k_avx2,
 	NULL, /* the bfloat16 GEMM: filled in by cpu_kernels_get where CPUID has it */
 	NULL,
-	gemv_q4_0x8_avx512,
+	gemm_q4_0x8_avx512,
 	widen_q4_0x8_avx2,
 	NULL,
 	NULL,

@@ -130,11 +130,12 @@ struct cpu_kernels {
 	void (*gemm_bf16)(const uint16_t *w, size_t ldw, int nrows, const uint32_t *x, size_t group_stride, int ngroups,
 			  size_t cols, float *y);
 	/* Q4_0 repacked 8 rows to a group (cpu_q4_0x8.c); NULL (no repack)
-	 * where there is no SIMD kernel.  gemv: y[r] = row r . x for the 8
-	 * rows of group grp (nb blocks).  widen: the 8 rows as 34-byte int8
+	 * where there is no SIMD kernel.  gemm: as gemm_q8_0x8 below, for ng
+	 * groups and nt <= 8 tokens.  widen: the 8 rows as 34-byte int8
 	 * blocks, dst_row_bytes apart, and each block's sum into sums[r * nb +
 	 * b] unless NULL (what widen_q4_0 writes for one row). */
-	void (*gemv_q4_0x8)(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
+	void (*gemm_q4_0x8)(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,
+			    size_t ldy);
 	void (*widen_q4_0x8)(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums);
 	/* bfloat16 decode with vdpbf16ps (NULL without AVX512_BF16): the
 	 * activations rounded to bfloat16 once a token, then a dot of two
@@ -233,18 +234,18 @@ void axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n);
  * holds all groups; row r of a group back to floats */
 void q4_0x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nb, uint8_t *dst);
 void q4_0x8_dequantize_row(const uint8_t *grp, size_t nb, int r, float *out);
-void gemv_q4_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
+void gemm_q4_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void widen_q4_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums);
 #if defined(__x86_64__)
-void gemv_q4_0x8_avx2(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
-void gemv_q4_0x8_avx512(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y);
+void gemm_q4_0x8_avx2(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
+void gemm_q4_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums);
 #endif
 
 /* cpu_q8_0x8.c: bytes per block of an 8-row group (8 x 34) */
 #define Q8_0X8_BLOCK 272
-/* from this many tokens a pass the groups are widened for the GEMM */
-#define Q8_0X8_GEMM_TOKENS 96
+/* from this many tokens a pass Q8_0 and Q4_0 groups are widened for the GEMM */
+#define X8_GEMM_TOKENS 96
 void q8_0x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nb, uint8_t *dst);
 void q8_0x8_dequantize_row(const uint8_t *grp, size_t nb, int r, float *out);
 void gemm_q8_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);

@@ -275,17 +275,20 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	p->onednn = type == TT_BF16 && n >= ONEDNN_MIN_TOKENS && strcmp(k->name, "scalar") != 0 &&
 		    (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !p->bf16 || strstr(dn, "amx") != NULL);
 	p->quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
-	/* the GEMM pays off once a tile is mostly full; Q8_0's 8-row groups
-	 * take 8 tokens a pass up to Q8_0X8_GEMM_TOKENS, where widening
-	 * them for the GEMM starts to pay (pp16 180 against 110 tokens/s,
-	 * pp64 215 against 202, pp128 222 against 244; docs/performance.md) */
+	/* the GEMM pays off once a tile is mostly full; Q8_0's and Q4_0's
+	 * 8-row groups take 8 tokens a pass up to X8_GEMM_TOKENS, where
+	 * widening them for the GEMM starts to pay (Q8_0: pp16 180 against
+	 * 110 tokens/s, pp64 215 against 202, pp128 222 against 244;
+	 * docs/performance.md) */
+	int grouped = x8 && (type == TT_Q8_0 || type == TT_Q4_0);
 	p->gemm =
 		(((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
 		 (type == TT_Q6_K && k->gemm_q6_k != NULL)) &&
-		n >= (type == TT_Q8_0 && x8 ? Q8_0X8_GEMM_TOKENS : GEMM_TOKENS);
-	/* a decode batch: 8-token tiles (one token is memory-bound on the dot) */
-	p->gemm8 = !p->gemm && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) && k->gemm8_q8_0 != NULL && n >= 2 &&
-		   n < GEMM_TOKENS;
+		n >= (grouped ? X8_GEMM_TOKENS : GEMM_TOKENS);
+	/* a decode batch of the file's rows: 8-token tiles (one token is
+	 * memory-bound on the dot) */
+	p->gemm8 = !p->gemm && !grouped && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) &&
+		   k->gemm8_q8_0 != NULL && n >= 2 && n < GEMM_TOKENS;
 	/* K-quant decode: one scale per 256 activations, integer sums per
 	 * super-block (docs/performance.md: Q6_K tg32 +7-23 %) */
 	p->q8k = p->quantized && !p->gemm &&
@@ -305,18 +308,21 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 								      : w->type == TT_Q5_K ? k->dot_q5_k
 											   : k->dot_q6_k;
 
-	if (j->x8 != NULL && w->type == TT_Q8_0) { /* r0, r1: multiples of 8 */
+	if (j->x8 != NULL && (w->type == TT_Q8_0 || w->type == TT_Q4_0)) { /* r0, r1: multiples of 8 */
+		void (*gemm)(const uint8_t *, int, const struct block_q8 *, size_t, int, float *, size_t) =
+			w->type == TT_Q8_0 ? k->gemm_q8_0x8 : k->gemm_q4_0x8;
+		size_t group = (size_t)nb * (w->type == TT_Q8_0 ? Q8_0X8_BLOCK : Q4_0X8_BLOCK);
 		/* 8 tokens a pass; past 8, the groups a chunk at a time, so the
 		 * passes after the first find them in L1 */
-		int64_t g1 = r1 / 8, per = (int64_t)(X8_CHUNK_BYTES / ((size_t)nb * Q8_0X8_BLOCK));
+		int64_t g1 = r1 / 8, per = (int64_t)(X8_CHUNK_BYTES / group);
 		if (j->n <= 8 || per < 1)
 			per = j->n <= 8 ? g1 : 1;
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
 			int ng = (int)(g1 - g0 < per ? g1 - g0 : per);
 			for (int t0 = 0; t0 < j->n; t0 += 8)
-				k->gemm_q8_0x8(j->x8 + (size_t)g0 * (size_t)nb * Q8_0X8_BLOCK, ng,
-					       j->im->xq + (int64_t)t0 * nb, (size_t)nb, j->n - t0 < 8 ? j->n - t0 : 8,
-					       j->y + (int64_t)t0 * w->rows + 8 * g0, (size_t)w->rows);
+				gemm(j->x8 + (size_t)g0 * group, ng, j->im->xq + (int64_t)t0 * nb, (size_t)nb,
+				     j->n - t0 < 8 ? j->n - t0 : 8, j->y + (int64_t)t0 * w->rows + 8 * g0,
+				     (size_t)w->rows);
 		}
 		return;
 	}
@@ -329,17 +335,6 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 			for (int t = 0; t < j->n; t++) {
 				float y8[8];
 				gemv(grp, j->im->xk + (int64_t)t * (nb / 8), (size_t)nb / 8, y8);
-				memcpy(j->y + (int64_t)t * w->rows + 8 * g, y8, sizeof(y8));
-			}
-		}
-		return;
-	}
-	if (j->x8 != NULL) { /* Q4_0; r0, r1: multiples of 8 */
-		for (int64_t g = r0 / 8; g < r1 / 8; g++) {
-			const uint8_t *grp = j->x8 + (size_t)g * (size_t)nb * Q4_0X8_BLOCK;
-			for (int t = 0; t < j->n; t++) {
-				float y8[8];
-				k->gemv_q4_0x8(grp, j->im->xq + (int64_t)t * nb, (size_t)nb, y8);
 				memcpy(j->y + (int64_t)t * w->rows + 8 * g, y8, sizeof(y8));
 			}
 		}
@@ -497,8 +492,9 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 	}
 }
 
-/* Decode batches of 2..15 tokens: one or two 8-token groups.  Q4_0 rows
- * are widened to Q8_0 a few at a time, their block sums taken on the way. */
+/* Decode batches of 2..15 tokens on the file's rows (where they were not
+ * repacked): one or two 8-token groups.  Q4_0 rows are widened to Q8_0 a
+ * few at a time, their block sums taken on the way. */
 static void
 mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1)
 {
@@ -509,21 +505,16 @@ mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1)
 	struct thread_scratch *ts = &j->im->ts[threadpool_self()];
 	int16_t *sums = (int16_t *)ts->wsum; /* GEMM_ROWS x nb int32 of room */
 
-	/* Q4_0's widened rows fit GEMM_ROWS at a time (a repacked group, 8);
-	 * Q8_0 rows are read in place */
-	int step = j->x8 != NULL ? 8 : w->type == TT_Q4_0 ? GEMM_ROWS : GEMM8_ROWS;
+	/* Q4_0's widened rows fit GEMM_ROWS at a time; Q8_0 rows are read in
+	 * place (the 8-row groups take their own kernels: mm_rows_q8) */
+	int step = w->type == TT_Q4_0 ? GEMM_ROWS : GEMM8_ROWS;
 
 	for (int64_t rb = r0; rb < r1; rb += step) {
 		int nr = r1 - rb < step ? (int)(r1 - rb) : step;
 		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
 		const int16_t *bsum = j->bsum != NULL ? j->bsum + rb * nb : sums;
 		size_t row_bytes = w->row_bytes;
-		if (j->x8 != NULL) {
-			row_bytes = (size_t)nb * 34;
-			j->im->k->widen_q4_0x8(j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb,
-					       ts->wrows, row_bytes, sums);
-			wrows = ts->wrows;
-		} else if (w->type == TT_Q4_0) {
+		if (w->type == TT_Q4_0) {
 			row_bytes = (size_t)nb * 34;
 			for (int r = 0; r < nr; r++)
 				j->im->k->widen_q4_0(wrows + (size_t)r * w->row_bytes,
@@ -826,7 +817,7 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	void *packed = NULL;
 	int kernels = src->type == TT_Q8_0   ? im->k->gemm_q8_0x8 != NULL
-		      : src->type == TT_Q4_0 ? im->k->gemv_q4_0x8 != NULL
+		      : src->type == TT_Q4_0 ? im->k->gemm_q4_0x8 != NULL
 		      : src->type == TT_Q4_K ? im->k->gemv_q4_kx8 != NULL
 					     : im->k->gemv_q5_kx8 != NULL;
 
@@ -897,8 +888,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return NULL;
 	/* Q8_0 has its block sums where it keeps the file's rows, else its
 	 * 8-row groups (prepare_weight) */
-	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL;
-	mm_plan(k, type, type == TT_Q8_0 && !q8x8, q8x8, n_tokens, &p);
+	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL, q4x8 = type == TT_Q4_0 && k->gemm_q4_0x8 != NULL;
+	mm_plan(k, type, type == TT_Q8_0 && !q8x8, q8x8 || q4x8, n_tokens, &p);
 	if (p.onednn) {
 		snprintf(onednn_path, sizeof(onednn_path), "oneDNN bfloat16 matmul (%s)", cpu_onednn_bf16());
 		return onednn_path;
@@ -906,7 +897,7 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	if (p.bf16)
 		return "bfloat16 GEMM (vdpbf16ps), 16-token tiles";
 	/* Q8_0 and Q4_0 with the repack kernels (and rows in eights, as every model's are) */
-	if ((q8x8 || (type == TT_Q4_0 && k->gemv_q4_0x8 != NULL)) && !p.gemm && !p.gemm8)
+	if ((q8x8 || q4x8) && !p.gemm)
 		return "int8, 8 rows interleaved at load";
 	if (((type == TT_Q4_K && k->gemv_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemv_q5_kx8 != NULL)) && p.q8k)
 		return "int8, 8 rows interleaved at load, activations in 256-value blocks";

@@ -11,12 +11,14 @@
  * each row, so its low nibbles are elements 4s..4s+3 and its high nibbles
  * 16+4s..16+4s+3 of the 8 rows, one row per 32-bit lane.  One vpdpbusd
  * with 4 activation bytes broadcast then advances 8 rows by 4 elements:
- * 8 of them finish the block for all 8 rows.  The group is the same 144
- * bytes a block as 8 rows of the file.
+ * 8 of them finish the block for all 8 rows, and the unpacked nibbles
+ * serve up to 8 tokens (a decode batch).  The group is the same 144 bytes
+ * a block as 8 rows of the file.
  *
- * Prefill and small decode batches widen the groups back to 34-byte int8
- * rows (an 8 x 8 transpose of 32-bit words) for the int8 GEMMs.
+ * Prompts of X8_GEMM_TOKENS and more widen the groups back to 34-byte
+ * int8 rows (an 8 x 8 transpose of 32-bit words) for the int8 GEMM.
  */
+#include <math.h>
 #include <string.h>
 
 #include "privai/tensor_type.h"
@@ -76,70 +78,78 @@ widen_q4_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_
 		}
 }
 
-void
-gemv_q4_0x8_scalar(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y)
+/* Row r of a group times one token's nb blocks, summed as the kernels
+ * sum it (each block exact in integers, then one multiply-add), so the
+ * reference matches them bit for bit. */
+static float
+q4_0x8_row_dot(const uint8_t *grp, int r, const struct block_q8 *x, size_t nb)
 {
-	for (int r = 0; r < 8; r++)
-		y[r] = 0.0f;
-	for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK)
-		for (int r = 0; r < 8; r++) {
-			uint16_t h;
-			int32_t acc = 0;
-			memcpy(&h, grp + 2 * r, 2);
-			for (int s = 0; s < 4; s++)
-				for (int i = 0; i < 4; i++) {
-					uint8_t byte = grp[16 + 32 * s + 4 * r + i];
-					acc += ((byte & 0xf) - 8) * x[b].q[4 * s + i] +
-					       ((byte >> 4) - 8) * x[b].q[16 + 4 * s + i];
-				}
-			y[r] += fp16_to_f32(h) * x[b].d * (float)acc;
-		}
+	float acc = 0.0f;
+
+	for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK) {
+		uint16_t h;
+		int32_t s = 0;
+		memcpy(&h, grp + 2 * r, 2);
+		for (int k = 0; k < 4; k++)
+			for (int i = 0; i < 4; i++) {
+				uint8_t byte = grp[16 + 32 * k + 4 * r + i];
+				s += ((byte & 0xf) - 8) * x[b].q[4 * k + i] +
+				     ((byte >> 4) - 8) * x[b].q[16 + 4 * k + i];
+			}
+		acc = fmaf(fp16_to_f32(h) * x[b].d, (float)s, acc);
+	}
+	return acc;
+}
+
+void
+gemm_q4_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy)
+{
+	for (int gi = 0; gi < ng; gi++, grp += nb * Q4_0X8_BLOCK)
+		for (int t = 0; t < nt; t++)
+			for (int r = 0; r < 8; r++)
+				y[(size_t)t * ldy + 8 * (size_t)gi + (size_t)r] =
+					q4_0x8_row_dot(grp, r, x + (size_t)t * nb, nb);
 }
 
 #if defined(__x86_64__)
 #include "cpu_x86.h"
 
-/* 8 rows of one block: lane r = sum over the block of (q - 8) * x for row
- * r, as int32; U8I8 is vpdpbusd or its AVX2 equivalent. */
-#define Q4_0X8_BLOCK_SUMS(U8I8_ACC)                                                                                    \
-	const __m256i low = _mm256_set1_epi8(0x0f);                                                                    \
-	__m256i c0 = _mm256_loadu_si256((const __m256i *)(grp + 16));                                                  \
-	__m256i c1 = _mm256_loadu_si256((const __m256i *)(grp + 48));                                                  \
-	__m256i c2 = _mm256_loadu_si256((const __m256i *)(grp + 80));                                                  \
-	__m256i c3 = _mm256_loadu_si256((const __m256i *)(grp + 112));                                                 \
-	/* four independent chains: one would wait on vpdpbusd's latency */                                            \
-	__m256i pa = _mm256_set1_epi32(-8 * x[b].sum), pb = _mm256_setzero_si256(), pc = pb, pd = pb;                  \
-	pa = U8I8_ACC(pa, _mm256_and_si256(c0, low), BCAST4_256(x[b].q + 0));                                          \
-	pb = U8I8_ACC(pb, _mm256_and_si256(c1, low), BCAST4_256(x[b].q + 4));                                          \
-	pc = U8I8_ACC(pc, _mm256_and_si256(c2, low), BCAST4_256(x[b].q + 8));                                          \
-	pd = U8I8_ACC(pd, _mm256_and_si256(c3, low), BCAST4_256(x[b].q + 12));                                         \
-	pa = U8I8_ACC(pa, _mm256_and_si256(_mm256_srli_epi16(c0, 4), low), BCAST4_256(x[b].q + 16));                   \
-	pb = U8I8_ACC(pb, _mm256_and_si256(_mm256_srli_epi16(c1, 4), low), BCAST4_256(x[b].q + 20));                   \
-	pc = U8I8_ACC(pc, _mm256_and_si256(_mm256_srli_epi16(c2, 4), low), BCAST4_256(x[b].q + 24));                   \
-	pd = U8I8_ACC(pd, _mm256_and_si256(_mm256_srli_epi16(c3, 4), low), BCAST4_256(x[b].q + 28));                   \
-	__m256i p = _mm256_add_epi32(_mm256_add_epi32(pa, pb), _mm256_add_epi32(pc, pd))
-
-#define DEFINE_GEMV_Q4_0X8(SUFFIX, TARGET, U8I8_ACC)                                                                   \
-	TARGET void gemv_q4_0x8_##SUFFIX(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y)            \
+/* nt tokens (a constant where inlined) times one group: the block's
+ * nibbles unpacked once, low ones elements 4s.., high ones 16+4s.., and
+ * used by every token (cpu_x86.h); q - 8 comes off as 8 * sum(x). */
+#define DEFINE_GEMM_Q4_0X8(SUFFIX, TARGET, U8I8_ACC)                                                                   \
+	TARGET static inline                                                                                           \
+		__attribute__((always_inline)) void gemm_q4_0x8_nt_##SUFFIX(const uint8_t *grp,                        \
+									    const struct block_q8 *x, size_t nb,       \
+									    int nt, float *y, size_t ldy)              \
 	{                                                                                                              \
-		__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                         \
+		const __m256i low = _mm256_set1_epi8(0x0f);                                                            \
+		__m256 acc[8];                                                                                         \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
 		for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK) {                                                 \
 			_mm_prefetch((const char *)grp + 2048, _MM_HINT_T0); /* 2 KB ahead, 3 lines a block */         \
 			_mm_prefetch((const char *)grp + 2048 + 64, _MM_HINT_T0);                                      \
 			_mm_prefetch((const char *)grp + 2048 + 128, _MM_HINT_T0);                                     \
-			Q4_0X8_BLOCK_SUMS(U8I8_ACC);                                                                   \
-			__m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp)),               \
-						 _mm256_set1_ps(x[b].d));                                              \
-			if (b & 1)                                                                                     \
-				acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);                                \
-			else                                                                                           \
-				acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc0);                                \
+			__m256i c[8];                                                                                  \
+			_Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)                                            \
+			{                                                                                              \
+				__m256i v = _mm256_loadu_si256((const __m256i *)(grp + 16 + 32 * s));                  \
+				c[s] = _mm256_and_si256(v, low);                                                       \
+				c[s + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                             \
+			}                                                                                              \
+			__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));                            \
+			X8_BLOCK_TOKENS(U8I8_ACC, c, dw, x, nb, b, nt, 8, acc);                                        \
 		}                                                                                                      \
-		_mm256_storeu_ps(y, _mm256_add_ps(acc0, acc1));                                                        \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) _mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);    \
+	}                                                                                                              \
+	TARGET void gemm_q4_0x8_##SUFFIX(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt,      \
+					 float *y, size_t ldy)                                                         \
+	{                                                                                                              \
+		X8_GROUPS_BY_NT(gemm_q4_0x8_nt_##SUFFIX, grp, ng, nb *Q4_0X8_BLOCK, x, nb, nt, y, ldy);                \
 	}
 
-DEFINE_GEMV_Q4_0X8(avx2, AVX2, U8I8_ACC_AVX2)
-DEFINE_GEMV_Q4_0X8(avx512, AVX512, U8I8_ACC_VNNI)
+DEFINE_GEMM_Q4_0X8(avx2, AVX2, U8I8_ACC_AVX2)
+DEFINE_GEMM_Q4_0X8(avx512, AVX512, U8I8_ACC_VNNI)
 
 AVX2 void
 widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums)

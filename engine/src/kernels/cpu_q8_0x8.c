@@ -103,8 +103,7 @@ gemm_q8_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t 
 #include "cpu_x86.h"
 
 /* nt tokens (a constant where inlined) times one group: the 8 chunks of a
- * block are loaded once and used by every token.  Four chains a token:
- * one would wait on vpdpbusd's latency when a single token runs. */
+ * block are loaded once and used by every token. */
 AVX512 static inline __attribute__((always_inline)) void
 gemm_q8_0x8_nt(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy)
 {
@@ -123,63 +122,17 @@ gemm_q8_0x8_nt(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, 
 		for (int s = 0; s < 8; s++)
 			c[s] = _mm256_loadu_si256((const __m256i *)(grp + 16 + 32 * s));
 		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));
-#pragma GCC unroll 8
-		for (int t = 0; t < nt; t++) {
-			const struct block_q8 *xb = x + (size_t)t * nb + b;
-			__m256i p0 = _mm256_set1_epi32(-128 * xb->sum), p1 = _mm256_setzero_si256(), p2 = p1, p3 = p1;
-			p0 = _mm256_dpbusd_epi32(p0, c[0], BCAST4_256(xb->q));
-			p1 = _mm256_dpbusd_epi32(p1, c[1], BCAST4_256(xb->q + 4));
-			p2 = _mm256_dpbusd_epi32(p2, c[2], BCAST4_256(xb->q + 8));
-			p3 = _mm256_dpbusd_epi32(p3, c[3], BCAST4_256(xb->q + 12));
-			p0 = _mm256_dpbusd_epi32(p0, c[4], BCAST4_256(xb->q + 16));
-			p1 = _mm256_dpbusd_epi32(p1, c[5], BCAST4_256(xb->q + 20));
-			p2 = _mm256_dpbusd_epi32(p2, c[6], BCAST4_256(xb->q + 24));
-			p3 = _mm256_dpbusd_epi32(p3, c[7], BCAST4_256(xb->q + 28));
-			__m256i p = _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3));
-			acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb->d)), _mm256_cvtepi32_ps(p),
-						 acc[t]);
-		}
+		X8_BLOCK_TOKENS(U8I8_ACC_VNNI, c, dw, x, nb, b, nt, 128, acc);
 	}
 #pragma GCC unroll 8
 	for (int t = 0; t < nt; t++)
 		_mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);
 }
 
-/* The groups one after another (the prefetch runs on into the next), the
- * token count a constant in each loop so the sums stay in registers. */
-#define GEMM_Q8_0X8_GROUPS(NT)                                                                                         \
-	for (int gi = 0; gi < ng; gi++, grp += nb * Q8_0X8_BLOCK)                                                      \
-	gemm_q8_0x8_nt(grp, x, nb, NT, y + 8 * (size_t)gi, ldy)
-
 AVX512 void
 gemm_q8_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy)
 {
-	switch (nt) {
-	case 1:
-		GEMM_Q8_0X8_GROUPS(1);
-		break;
-	case 2:
-		GEMM_Q8_0X8_GROUPS(2);
-		break;
-	case 3:
-		GEMM_Q8_0X8_GROUPS(3);
-		break;
-	case 4:
-		GEMM_Q8_0X8_GROUPS(4);
-		break;
-	case 5:
-		GEMM_Q8_0X8_GROUPS(5);
-		break;
-	case 6:
-		GEMM_Q8_0X8_GROUPS(6);
-		break;
-	case 7:
-		GEMM_Q8_0X8_GROUPS(7);
-		break;
-	default:
-		GEMM_Q8_0X8_GROUPS(8);
-		break;
-	}
+	X8_GROUPS_BY_NT(gemm_q8_0x8_nt, grp, ng, nb * Q8_0X8_BLOCK, x, nb, nt, y, ldy);
 }
 
 AVX2 void

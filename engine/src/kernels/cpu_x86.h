@@ -26,6 +26,68 @@
 #define BCAST4_256(p) _mm256_broadcastd_epi32(_mm_loadu_si32(p))
 #define BCAST4_512(p) _mm512_broadcastd_epi32(_mm_loadu_si32(p))
 
+/*
+ * The 8-row groups' multi-token kernels (cpu_q8_0x8.c, cpu_q4_0x8.c).  A
+ * group's block is 8 chunks c[s] of unsigned bytes, bytes 4s..4s+3 of
+ * row r in lane r, and the 8 rows' scales dw: for each of nt tokens
+ * (their blocks nb apart from x + b) acc[t] += dw * d_x * (sum(c * x) -
+ * bias * sum(x)).  The integer sum is exact, in four chains (one would
+ * wait on vpdpbusd's latency when a single token runs); U8I8_ACC is
+ * vpdpbusd or its AVX2 equivalent.
+ */
+#define X8_BLOCK_TOKENS(U8I8_ACC, c, dw, x, nb, b, nt, bias, acc)                                                      \
+	_Pragma("GCC unroll 8") for (int t_ = 0; t_ < (nt); t_++)                                                      \
+	{                                                                                                              \
+		const struct block_q8 *xb_ = (x) + (size_t)t_ * (nb) + (b);                                            \
+		__m256i p0_ = _mm256_set1_epi32(-(bias)*xb_->sum), p1_ = _mm256_setzero_si256(), p2_ = p1_, p3_ = p1_; \
+		p0_ = U8I8_ACC(p0_, c[0], BCAST4_256(xb_->q));                                                         \
+		p1_ = U8I8_ACC(p1_, c[1], BCAST4_256(xb_->q + 4));                                                     \
+		p2_ = U8I8_ACC(p2_, c[2], BCAST4_256(xb_->q + 8));                                                     \
+		p3_ = U8I8_ACC(p3_, c[3], BCAST4_256(xb_->q + 12));                                                    \
+		p0_ = U8I8_ACC(p0_, c[4], BCAST4_256(xb_->q + 16));                                                    \
+		p1_ = U8I8_ACC(p1_, c[5], BCAST4_256(xb_->q + 20));                                                    \
+		p2_ = U8I8_ACC(p2_, c[6], BCAST4_256(xb_->q + 24));                                                    \
+		p3_ = U8I8_ACC(p3_, c[7], BCAST4_256(xb_->q + 28));                                                    \
+		__m256i p_ = _mm256_add_epi32(_mm256_add_epi32(p0_, p1_), _mm256_add_epi32(p2_, p3_));                 \
+		acc[t_] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb_->d)), _mm256_cvtepi32_ps(p_), acc[t_]); \
+	}
+
+/* ng consecutive groups (bytes_per_group apart) through GROUP_NT(grp, x,
+ * nb, NT, y, ldy), the token count a constant in each loop so the sums
+ * stay in registers; the prefetches run on into the next group. */
+#define X8_GROUPS_BY_NT(GROUP_NT, grp, ng, bytes_per_group, x, nb, nt, y, ldy)                                         \
+	do {                                                                                                           \
+		switch (nt) {                                                                                          \
+		case 1:                                                                                                \
+			X8_GROUPS_NT_(GROUP_NT, 1, grp, ng, bytes_per_group, x, nb, y, ldy);                           \
+			break;                                                                                         \
+		case 2:                                                                                                \
+			X8_GROUPS_NT_(GROUP_NT, 2, grp, ng, bytes_per_group, x, nb, y, ldy);                           \
+			break;                                                                                         \
+		case 3:                                                                                                \
+			X8_GROUPS_NT_(GROUP_NT, 3, grp, ng, bytes_per_group, x, nb, y, ldy);                           \
+			break;                                                                                         \
+		case 4:                                                                                                \
+			X8_GROUPS_NT_(GROUP_NT, 4, grp, ng, bytes_per_group, x, nb, y, ldy);                           \
+			break;                                                                                         \
+		case 5:                                                                                                \
+			X8_GROUPS_NT_(GROUP_NT, 5, grp, ng, bytes_per_group, x, nb, y, ldy);                           \
+			break;                                                                                         \
+		case 6:                                                                                                \
+			X8_GROUPS_NT_(GROUP_NT, 6, grp, ng, bytes_per_group, x, nb, y, ldy);                           \
+			break;                                                                                         \
+		case 7:                                                                                                \
+			X8_GROUPS_NT_(GROUP_NT, 7, grp, ng, bytes_per_group, x, nb, y, ldy);                           \
+			break;                                                                                         \
+		default:                                                                                               \
+			X8_GROUPS_NT_(GROUP_NT, 8, grp, ng, bytes_per_group, x, nb, y, ldy);                           \
+			break;                                                                                         \
+		}                                                                                                      \
+	} while (0)
+#define X8_GROUPS_NT_(GROUP_NT, NT, grp, ng, bytes_per_group, x, nb, y, ldy)                                           \
+	for (int gi_ = 0; gi_ < (ng); gi_++)                                                                           \
+	GROUP_NT((grp) + (size_t)gi_ * (bytes_per_group), x, nb, NT, (y) + 8 * (size_t)gi_, ldy)
+
 /* One fp16 scale with the F16C instruction (the portable converter is a
  * branchy function: calling it per 32-weight block costs more than the dot). */
 AVX2 static inline float
