@@ -248,6 +248,10 @@ void widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_r
 #define X8_GEMM_TOKENS 96
 void q8_0x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nb, uint8_t *dst);
 void q8_0x8_dequantize_row(const uint8_t *grp, size_t nb, int r, float *out);
+/* the groups' scalar reference, for both types (cpu_q8_0x8.c) */
+void gemm_x8_scalar(const uint8_t *grp, int ng, size_t block_bytes,
+		    int32_t (*block_sum)(const uint8_t *, int, const int8_t *), const struct block_q8 *x, size_t nb,
+		    int nt, float *y, size_t ldy);
 void gemm_q8_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void widen_q8_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes);
 #if defined(__x86_64__)

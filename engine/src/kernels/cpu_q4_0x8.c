@@ -18,7 +18,6 @@
  * Prompts of X8_GEMM_TOKENS and more widen the groups back to 34-byte
  * int8 rows (an 8 x 8 transpose of 32-bit words) for the int8 GEMM.
  */
-#include <math.h>
 #include <string.h>
 
 #include "privai/tensor_type.h"
@@ -78,37 +77,23 @@ widen_q4_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_
 		}
 }
 
-/* Row r of a group times one token's nb blocks, summed as the kernels
- * sum it (each block exact in integers, then one multiply-add), so the
- * reference matches them bit for bit. */
-static float
-q4_0x8_row_dot(const uint8_t *grp, int r, const struct block_q8 *x, size_t nb)
+static int32_t
+q4_0x8_block_sum(const uint8_t *blk, int r, const int8_t *xq)
 {
-	float acc = 0.0f;
+	int32_t s = 0;
 
-	for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK) {
-		uint16_t h;
-		int32_t s = 0;
-		memcpy(&h, grp + 2 * r, 2);
-		for (int k = 0; k < 4; k++)
-			for (int i = 0; i < 4; i++) {
-				uint8_t byte = grp[16 + 32 * k + 4 * r + i];
-				s += ((byte & 0xf) - 8) * x[b].q[4 * k + i] +
-				     ((byte >> 4) - 8) * x[b].q[16 + 4 * k + i];
-			}
-		acc = fmaf(fp16_to_f32(h) * x[b].d, (float)s, acc);
-	}
-	return acc;
+	for (int k = 0; k < 4; k++)
+		for (int i = 0; i < 4; i++) {
+			uint8_t byte = blk[16 + 32 * k + 4 * r + i];
+			s += ((byte & 0xf) - 8) * xq[4 * k + i] + ((byte >> 4) - 8) * xq[16 + 4 * k + i];
+		}
+	return s;
 }
 
 void
 gemm_q4_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy)
 {
-	for (int gi = 0; gi < ng; gi++, grp += nb * Q4_0X8_BLOCK)
-		for (int t = 0; t < nt; t++)
-			for (int r = 0; r < 8; r++)
-				y[(size_t)t * ldy + 8 * (size_t)gi + (size_t)r] =
-					q4_0x8_row_dot(grp, r, x + (size_t)t * nb, nb);
+	gemm_x8_scalar(grp, ng, Q4_0X8_BLOCK, q4_0x8_block_sum, x, nb, nt, y, ldy);
 }
 
 #if defined(__x86_64__)

@@ -70,33 +70,45 @@ widen_q8_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_
 		}
 }
 
-/* Row r of a group times one token's nb blocks, summed as the kernels
- * sum it (each block's integer sum exact, then one multiply-add a block),
- * so the reference matches them bit for bit. */
-static float
-q8_0x8_row_dot(const uint8_t *grp, int r, const struct block_q8 *x, size_t nb)
+/* The scalar reference of the group kernels (Q8_0 here, Q4_0 in
+ * cpu_q4_0x8.c): each block's integer sum exact (block_sum: row r of the
+ * block at blk times 32 activations), then one multiply-add a block with
+ * the row's scale (at 2r in every block of both layouts), as the SIMD
+ * kernels sum, so it matches them bit for bit. */
+void
+gemm_x8_scalar(const uint8_t *grp, int ng, size_t block_bytes,
+	       int32_t (*block_sum)(const uint8_t *, int, const int8_t *), const struct block_q8 *x, size_t nb, int nt,
+	       float *y, size_t ldy)
 {
-	float acc = 0.0f;
+	for (int gi = 0; gi < ng; gi++, grp += nb * block_bytes)
+		for (int t = 0; t < nt; t++)
+			for (int r = 0; r < 8; r++) {
+				const struct block_q8 *xt = x + (size_t)t * nb;
+				float acc = 0.0f;
+				for (size_t b = 0; b < nb; b++) {
+					uint16_t h;
+					memcpy(&h, grp + b * block_bytes + 2 * r, 2);
+					acc = fmaf(fp16_to_f32(h) * xt[b].d,
+						   (float)block_sum(grp + b * block_bytes, r, xt[b].q), acc);
+				}
+				y[(size_t)t * ldy + 8 * (size_t)gi + (size_t)r] = acc;
+			}
+}
 
-	for (size_t b = 0; b < nb; b++, grp += Q8_0X8_BLOCK) {
-		uint16_t h;
-		int32_t s = 0;
-		memcpy(&h, grp + 2 * r, 2);
-		for (int i = 0; i < 32; i++)
-			s += q8_0x8_at(grp, r, i) * x[b].q[i];
-		acc = fmaf(fp16_to_f32(h) * x[b].d, (float)s, acc);
-	}
-	return acc;
+static int32_t
+q8_0x8_block_sum(const uint8_t *blk, int r, const int8_t *xq)
+{
+	int32_t s = 0;
+
+	for (int i = 0; i < 32; i++)
+		s += q8_0x8_at(blk, r, i) * xq[i];
+	return s;
 }
 
 void
 gemm_q8_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy)
 {
-	for (int gi = 0; gi < ng; gi++, grp += nb * Q8_0X8_BLOCK)
-		for (int t = 0; t < nt; t++)
-			for (int r = 0; r < 8; r++)
-				y[(size_t)t * ldy + 8 * (size_t)gi + (size_t)r] =
-					q8_0x8_row_dot(grp, r, x + (size_t)t * nb, nb);
+	gemm_x8_scalar(grp, ng, Q8_0X8_BLOCK, q8_0x8_block_sum, x, nb, nt, y, ldy);
 }
 
 #if defined(__x86_64__)
