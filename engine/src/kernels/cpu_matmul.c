@@ -27,7 +27,7 @@
 
 #define ROW_BLOCK 8           /* weight rows kept hot while the tokens stream by */
 #define TOKEN_TILE 48         /* float-path tokens per pass (a multiple of GEMM_F32_TOKENS), bounds the x working set */
-#define X8_CHUNK_BYTES 32768  /* Q8_0 groups a chunk when several passes of tokens read them (L1) */
+#define X8_CHUNK_BYTES 32768  /* Q8_0 and Q4_0 groups a chunk when several passes of tokens read them (L1) */
 #define QUANTIZE_INLINE 16384 /* activations quantized on the calling thread up to this many values */
 
 /* ---------------------------------------------------------------- matmul */
