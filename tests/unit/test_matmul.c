@@ -90,7 +90,7 @@ static void
 check_type(struct compute *c, uint32_t type, int cols, const char *mode)
 {
 	static const int rowss[] = { 5, 70, MAX_ROWS };
-	static const int ns[] = { 1, 2, 3, 8, 17, 40, MAX_TOKENS };
+	static const int ns[] = { 1, 2, 3, 8, 12, 17, 40, MAX_TOKENS };
 	/* fp32 sums: a few ulps of float over the magnitude; the int8 paths
 	 * round the activations to 8 bits (6.6e-4 measured at worst) */
 	double bound = is_float(type) ? 1e-5 : 2e-3;

@@ -499,26 +499,27 @@ static void
 test_kx8(const struct cpu_kernels *k)
 {
 	const struct cpu_kernels *ref = cpu_kernels_scalar();
-	enum { ROWS = 16, COLS = 512, NSB = COLS / 256 };
-	static float w[ROWS * COLS], x[COLS];
+	enum { ROWS = 24, COLS = 512, NSB = COLS / 256, NT = 8 };
+	static float w[ROWS * COLS], x[NT * COLS];
 	static uint8_t wq[ROWS * NSB * 176], packed[ROWS * NSB * 176], again[ROWS * NSB * 176];
-	static struct block_q8k xk[NSB];
+	static struct block_q8k xk[NT * NSB];
 
-	if (k->gemv_q4_kx8 == NULL || k->gemv_q5_kx8 == NULL) {
+	if (k->gemm_q4_kx8 == NULL || k->gemm_q5_kx8 == NULL) {
 		SKIP("%s: no repacked Q4_K/Q5_K kernels", k->name);
 		return;
 	}
 	for (int i = 0; i < ROWS * COLS; i++)
 		w[i] = sinf((float)i * 0.71f) * (1 + (float)(i % 7)) + 0.5f * cosf((float)i * 0.013f);
-	for (int i = 0; i < COLS; i++)
-		x[i] = cosf((float)i * 0.3f) * 2;
-	ref->quantize_q8k(x, xk, COLS);
+	for (int i = 0; i < NT * COLS; i++)
+		x[i] = cosf((float)i * 0.3f) * (2 + (float)(i / COLS));
+	for (int t = 0; t < NT; t++)
+		ref->quantize_q8k(x + t * COLS, xk + t * NSB, COLS);
 	for (int five = 0; five < 2; five++) {
 		uint32_t type = five ? TT_Q5_K : TT_Q4_K;
 		size_t sb = five ? 176 : 144, bytes = ROWS * NSB * sb;
-		void (*gemv)(const uint8_t *, const struct block_q8k *, size_t, float *) =
-			five ? k->gemv_q5_kx8 : k->gemv_q4_kx8;
-		int bad = 0, bad_row = 0;
+		void (*gemm)(const uint8_t *, int, const struct block_q8k *, size_t, int, float *, size_t) =
+			five ? k->gemm_q5_kx8 : k->gemm_q4_kx8;
+		int bad = 0, bad_row = 0, bad_alone = 0;
 		tensor_quantize_row(type, w, wq, ROWS * COLS);
 		kx8_repack(wq, NSB * sb, 0, 1, NSB, five, packed);
 		kx8_repack(wq, NSB * sb, 1, ROWS / 8, NSB, five, packed);
@@ -536,20 +537,30 @@ test_kx8(const struct cpu_kernels *k)
 		}
 		CHECK(bad_row == 0, "%s rows read back from the repacked groups are the file's rows (%d differ)",
 		      tensor_type_name(type), bad_row);
-		for (int g = 0; g < ROWS / 8; g++) {
-			const uint8_t *grp = packed + (size_t)g * NSB * KX8_BLOCK(five);
-			float y[8], ys[8];
-			gemv(grp, xk, NSB, y);
-			gemv_kx8_scalar(grp, xk, NSB, five, ys);
-			for (int r = 0; r < 8; r++) {
-				const uint8_t *row = wq + (size_t)(8 * g + r) * NSB * sb;
-				float d = five ? ref->dot_q5_k_q8k(row, xk, NSB) : ref->dot_q4_k_q8k(row, xk, NSB);
-				bad += fabsf(y[r] - d) > 1e-5f * fabsf(d) + 1e-4f ||
-				       fabsf(ys[r] - d) > 1e-5f * fabsf(d) + 1e-4f;
+		/* every token count, all groups in one call as a thread's share
+		 * is; each token alone must give the same bits as in the batch */
+		for (int nt = 1; nt <= NT; nt++) {
+			float y[NT * ROWS], ys[NT * ROWS], y1[ROWS];
+			gemm(packed, ROWS / 8, xk, NSB, nt, y, ROWS);
+			gemm_kx8_scalar(packed, ROWS / 8, xk, NSB, nt, five, ys, ROWS);
+			for (int t = 0; t < nt; t++) {
+				gemm(packed, ROWS / 8, xk + t * NSB, NSB, 1, y1, ROWS);
+				bad_alone += memcmp(y1, y + t * ROWS, sizeof(y1)) != 0;
+				for (int r = 0; r < ROWS; r++) {
+					const uint8_t *row = wq + (size_t)r * NSB * sb;
+					const struct block_q8k *xt = xk + t * NSB;
+					float d = five ? ref->dot_q5_k_q8k(row, xt, NSB)
+						       : ref->dot_q4_k_q8k(row, xt, NSB);
+					bad += fabsf(y[t * ROWS + r] - d) > 1e-5f * fabsf(d) + 1e-4f ||
+					       fabsf(ys[t * ROWS + r] - d) > 1e-5f * fabsf(d) + 1e-4f;
+				}
 			}
 		}
-		CHECK(bad == 0, "%s %s group dot (and scalar) equals the per-row dot: %d of %d off", k->name,
-		      tensor_type_name(type), bad, ROWS);
+		CHECK(bad == 0, "%s %s group kernel (and scalar) for 1..%d tokens equals the per-row dot: %d off",
+		      k->name, tensor_type_name(type), NT, bad);
+		CHECK(bad_alone == 0,
+		      "%s %s group kernel: a token alone gives the bits it gives in a batch (%d differ)", k->name,
+		      tensor_type_name(type), bad_alone);
 	}
 }
 

@@ -417,9 +417,9 @@ static struct cpu_kernels k_avx2 = {
 	NULL,
 	NULL, /* filled in by cpu_kernels_get */
 	NULL,
-	gemv_q4_kx8_avx2,
+	gemm_q4_kx8_avx2,
 	kx8_repack_avx2,
-	gemv_q5_kx8_avx2,
+	gemm_q5_kx8_avx2,
 	/* no Q8_0 repack: vpmaddubsw would saturate on the +128 weights
 	 * (255 * 127 * 2 > 32767), and the file's rows serve AVX2 as well */
 	NULL,
@@ -831,9 +831,9 @@ static struct cpu_kernels k_avx512 = {
 	gemm_f32_packed_avx512,
 	NULL, /* filled in by cpu_kernels_get */
 	NULL,
-	gemv_q4_kx8_avx512,
+	gemm_q4_kx8_avx512,
 	kx8_repack_avx2,
-	gemv_q5_kx8_avx512,
+	gemm_q5_kx8_avx512,
 	gemm_q8_0x8_avx512,
 	widen_q8_0x8_avx2,
 };

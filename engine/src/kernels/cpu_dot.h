@@ -175,12 +175,16 @@ struct cpu_kernels {
 	float (*dot_q4_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
 	float (*dot_q5_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
 	/* Q4_K and Q5_K repacked 8 rows to a group (cpu_kquants_x8.c), NULL
-	 * (no repack) where there is no SIMD kernel: y[r] = row r . x for the
-	 * group's 8 rows of nsb super-blocks; repack as kx8_repack */
-	void (*gemv_q4_kx8)(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
+	 * (no repack) where there is no SIMD kernel: for ng consecutive
+	 * groups of nsb super-blocks, y[t * ldy + 8 * g + r] = row r of group
+	 * g . token t for nt <= 8 tokens, token t's super-blocks at x + t *
+	 * nsb; repack as kx8_repack */
+	void (*gemm_q4_kx8)(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			    size_t ldy);
 	void (*repack_kx8)(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five,
 			   uint8_t *dst);
-	void (*gemv_q5_kx8)(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
+	void (*gemm_q5_kx8)(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			    size_t ldy);
 	/* Q8_0 repacked 8 rows to a group (cpu_q8_0x8.c), NULL (no repack)
 	 * where there is no kernel: for ng consecutive groups from grp,
 	 * y[t * ldy + 8 * g + r] = row r of group g . token t for nt <= 8
@@ -267,12 +271,15 @@ void widen_q8_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_r
 void kx8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five, uint8_t *dst);
 void kx8_unpack(const uint8_t *grp, int r, int five, uint8_t *blk);
 void kx8_dequantize_row(const uint8_t *grp, size_t nsb, int r, int five, float *out);
-void gemv_kx8_scalar(const uint8_t *grp, const struct block_q8k *x, size_t nsb, int five, float *y);
+void gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, int five, float *y,
+		     size_t ldy);
 #if defined(__x86_64__)
-void gemv_q4_kx8_avx2(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
-void gemv_q4_kx8_avx512(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
-void gemv_q5_kx8_avx2(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
-void gemv_q5_kx8_avx512(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y);
+void gemm_q4_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
+void gemm_q4_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			size_t ldy);
+void gemm_q5_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
+void gemm_q5_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			size_t ldy);
 void kx8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five, uint8_t *dst);
 #endif
 

@@ -12,7 +12,8 @@
  * side by side, one row per 32-bit lane, a vpdpbusd with 4 activation
  * bytes broadcast advances all 8 rows by 4 values, and a sub-block's
  * scale is a lane-wise multiply of the 8 sums (37 GB/s a core on the
- * same data; docs/performance.md).
+ * same data; docs/performance.md).  A decode batch (2 to 15 tokens)
+ * unpacks a chunk once for up to 8 tokens.
  *
  * An 8-row group stores, per super-block (KX8_BLOCK: 8 times the file's
  * super-block, the same size):
@@ -86,16 +87,22 @@ kx8_dequantize_row(const uint8_t *grp, size_t nsb, int r, int five, float *out)
 }
 
 void
-gemv_kx8_scalar(const uint8_t *grp, const struct block_q8k *x, size_t nsb, int five, float *y)
+gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, int five, float *y,
+		size_t ldy)
 {
 	uint8_t blk[176];
 
-	for (int r = 0; r < 8; r++)
-		y[r] = 0.0f;
-	for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(five))
-		for (int r = 0; r < 8; r++) {
-			kx8_unpack(grp, r, five, blk);
-			y[r] += five ? dot_q5_k_q8k_scalar(blk, x + i, 1) : dot_q4_k_q8k_scalar(blk, x + i, 1);
+	for (int g = 0; g < ng; g++, grp += nsb * KX8_BLOCK(five))
+		for (int t = 0; t < nt; t++) {
+			float *yt = y + (size_t)t * ldy + 8 * (size_t)g;
+			for (int r = 0; r < 8; r++)
+				yt[r] = 0.0f;
+			for (size_t i = 0; i < nsb; i++)
+				for (int r = 0; r < 8; r++) {
+					kx8_unpack(grp + i * KX8_BLOCK(five), r, five, blk);
+					yt[r] += five ? dot_q5_k_q8k_scalar(blk, x + (size_t)t * nsb + i, 1)
+						      : dot_q4_k_q8k_scalar(blk, x + (size_t)t * nsb + i, 1);
+				}
 		}
 }
 
@@ -116,7 +123,7 @@ gemv_kx8_scalar(const uint8_t *grp, const struct block_q8k *x, size_t nsb, int f
 
 /* One 8-row group times one Q8_K token, for FIVE = 0 (Q4_K) or 1 (Q5_K). */
 #define DEFINE_GEMV_KX8(NAME, TARGET, U8I8_ACC, FIVE)                                                                  \
-	TARGET void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                          \
+	TARGET static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
 	{                                                                                                              \
 		const __m256i low = _mm256_set1_epi8(0xf), six = _mm256_set1_epi8(0x3f), top = _mm256_set1_epi8(0x30); \
 		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
@@ -200,6 +207,131 @@ DEFINE_GEMV_KX8(gemv_q4_kx8_avx2, AVX2, U8I8_ACC_AVX2, 0)
 DEFINE_GEMV_KX8(gemv_q4_kx8_avx512, AVX512, U8I8_ACC_VNNI, 0)
 DEFINE_GEMV_KX8(gemv_q5_kx8_avx2, AVX2, U8I8_ACC_AVX2, 1)
 DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
+
+/* I16_ACC(acc, a, b): acc + the two int16 products of each 32-bit lane
+ * (vpdpwssd with VNNI, vpmaddwd and an add without). */
+#define I16_ACC_AVX2(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+#define I16_ACC_VNNI(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
+
+/* nt tokens (2..8, a constant where inlined; tokens' super-blocks nsb
+ * apart from x) times one 8-row group, y[t * ldy + r].  A decode batch
+ * ran the one-token kernel once a token, unpacking every chunk each time:
+ * here a chunk's nibbles (and fifth bits) are unpacked once for all the
+ * tokens, and the mins go in one vpdpwssd a sub-block, each min paired
+ * with Q8_K's two 16-value sums.  The integer sums are exact and the
+ * float steps are the one-token kernel's, so a token's outputs are the
+ * same bits alone or in a batch. */
+#define DEFINE_GEMM_KX8_NT(NAME, TARGET, U8I8_ACC, I16_ACC, FIVE)                                                      \
+	TARGET static inline __attribute__((always_inline)) void NAME(const uint8_t *grp, const struct block_q8k *x,   \
+								      size_t nsb, int nt, float *y, size_t ldy)        \
+	{                                                                                                              \
+		const __m256i low = _mm256_set1_epi8(0xf), six = _mm256_set1_epi8(0x3f), top = _mm256_set1_epi8(0x30); \
+		__m256 acc[8], mins[8];                                                                                \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = mins[t] = _mm256_setzero_ps();           \
+		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE)) {                                             \
+			_mm_prefetch((const char *)grp + 4096, _MM_HINT_T0);                                           \
+			__m256i u0 = _mm256_loadu_si256((const __m256i *)(grp + 32));                                  \
+			__m256i u1 = _mm256_loadu_si256((const __m256i *)(grp + 64));                                  \
+			__m256i u2 = _mm256_loadu_si256((const __m256i *)(grp + 96));                                  \
+			__m256i sc[2] = { _mm256_and_si256(u0, six),                                                   \
+					  _mm256_or_si256(_mm256_and_si256(u2, low),                                   \
+							  _mm256_and_si256(_mm256_srli_epi32(u0, 2), top)) };          \
+			__m256i mn[2] = { _mm256_and_si256(u1, six),                                                   \
+					  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), low),             \
+							  _mm256_and_si256(_mm256_srli_epi32(u1, 2), top)) };          \
+			__m256i dot[8], msum[8];                                                                       \
+			_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) dot[t] = msum[t] =                        \
+				_mm256_setzero_si256();                                                                \
+			_Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)                                            \
+			{                                                                                              \
+				__m256i m = KX8_BYTE(mn[j / 4], 8 * (j % 4)); /* 0..63: m | m << 16 is (m, m) */       \
+				m = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));                                      \
+				_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) msum[t] =                         \
+					I16_ACC(msum[t], m, BCAST4_256(x[(size_t)t * nsb + i].bsum + 2 * j));          \
+			}                                                                                              \
+			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
+			{                                                                                              \
+				const uint8_t *c = grp + GROUP_QS(FIVE) + 256 * p;                                     \
+				/* sub-blocks 2p (a) and 2p+1 (b); up to 4 tokens two chains \
+				 * each, so that vpdpbusd's latency stays hidden */                         \
+				__m256i a0[8], a1[8], b0[8], b1[8];                                                    \
+				_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) a0[t] = a1[t] = b0[t] = b1[t] =   \
+					_mm256_setzero_si256();                                                        \
+				_Pragma("GCC unroll 4") for (int s = 0; s < 8; s += 2)                                 \
+				{                                                                                      \
+					__m256i c0 = _mm256_loadu_si256((const __m256i *)(c + 32 * s));                \
+					__m256i c1 = _mm256_loadu_si256((const __m256i *)(c + 32 * s + 32));           \
+					__m256i l0 = _mm256_and_si256(c0, low), l1 = _mm256_and_si256(c1, low);        \
+					__m256i h0 = _mm256_and_si256(_mm256_srli_epi16(c0, 4), low);                  \
+					__m256i h1 = _mm256_and_si256(_mm256_srli_epi16(c1, 4), low);                  \
+					if (FIVE) {                                                                    \
+						__m256i f0 =                                                           \
+							_mm256_loadu_si256((const __m256i *)(grp + 128 + 32 * s));     \
+						__m256i f1 =                                                           \
+							_mm256_loadu_si256((const __m256i *)(grp + 160 + 32 * s));     \
+						l0 = _mm256_or_si256(l0, KX8_BIT4(f0, 2 * p));                         \
+						l1 = _mm256_or_si256(l1, KX8_BIT4(f1, 2 * p));                         \
+						h0 = _mm256_or_si256(h0, KX8_BIT4(f0, 2 * p + 1));                     \
+						h1 = _mm256_or_si256(h1, KX8_BIT4(f1, 2 * p + 1));                     \
+					}                                                                              \
+					_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                           \
+					{                                                                              \
+						const int8_t *xq = x[(size_t)t * nsb + i].q + 64 * p + 4 * s;          \
+						a0[t] = U8I8_ACC(a0[t], l0, BCAST4_256(xq));                           \
+						b0[t] = U8I8_ACC(b0[t], h0, BCAST4_256(xq + 32));                      \
+						if (nt <= 4) {                                                         \
+							a1[t] = U8I8_ACC(a1[t], l1, BCAST4_256(xq + 4));               \
+							b1[t] = U8I8_ACC(b1[t], h1, BCAST4_256(xq + 36));              \
+						} else {                                                               \
+							a0[t] = U8I8_ACC(a0[t], l1, BCAST4_256(xq + 4));               \
+							b0[t] = U8I8_ACC(b0[t], h1, BCAST4_256(xq + 36));              \
+						}                                                                      \
+					}                                                                              \
+				}                                                                                      \
+				int sh = 16 * (p & 1);                                                                 \
+				__m256i sa = KX8_BYTE(sc[p / 2], sh), sb = KX8_BYTE(sc[p / 2], sh + 8);                \
+				_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                                   \
+				{                                                                                      \
+					__m256i a = nt <= 4 ? _mm256_add_epi32(a0[t], a1[t]) : a0[t];                  \
+					__m256i b = nt <= 4 ? _mm256_add_epi32(b0[t], b1[t]) : b0[t];                  \
+					dot[t] =                                                                       \
+						_mm256_add_epi32(dot[t], _mm256_add_epi32(_mm256_mullo_epi32(a, sa),   \
+											  _mm256_mullo_epi32(b, sb))); \
+				}                                                                                      \
+			}                                                                                              \
+			__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));                            \
+			__m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(grp + 16)));                     \
+			_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                                           \
+			{                                                                                              \
+				__m256 xd = _mm256_set1_ps(x[(size_t)t * nsb + i].d);                                  \
+				acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, xd), _mm256_cvtepi32_ps(dot[t]), acc[t]);   \
+				mins[t] =                                                                              \
+					_mm256_fmadd_ps(_mm256_mul_ps(dm, xd), _mm256_cvtepi32_ps(msum[t]), mins[t]);  \
+			}                                                                                              \
+		}                                                                                                      \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                                                   \
+			_mm256_storeu_ps(y + (size_t)t * ldy, _mm256_sub_ps(acc[t], mins[t]));                         \
+	}
+
+/* ng consecutive groups times nt tokens (1..8): one token takes the
+ * one-token kernel, whose four chains suit it. */
+#define DEFINE_GEMM_KX8(NAME, TARGET, U8I8_ACC, I16_ACC, FIVE, GEMV)                                                   \
+	DEFINE_GEMM_KX8_NT(NAME##_nt, TARGET, U8I8_ACC, I16_ACC, FIVE)                                                 \
+	TARGET void NAME(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,          \
+			 size_t ldy)                                                                                   \
+	{                                                                                                              \
+		if (nt == 1) {                                                                                         \
+			for (int g = 0; g < ng; g++)                                                                   \
+				GEMV(grp + (size_t)g * nsb * KX8_BLOCK(FIVE), x, nsb, y + 8 * (size_t)g);              \
+			return;                                                                                        \
+		}                                                                                                      \
+		X8_GROUPS_BY_NT(NAME##_nt, grp, ng, nsb *KX8_BLOCK(FIVE), x, nsb, nt, y, ldy);                         \
+	}
+
+DEFINE_GEMM_KX8(gemm_q4_kx8_avx2, AVX2, U8I8_ACC_AVX2, I16_ACC_AVX2, 0, gemv_q4_kx8_avx2)
+DEFINE_GEMM_KX8(gemm_q4_kx8_avx512, AVX512, U8I8_ACC_VNNI, I16_ACC_VNNI, 0, gemv_q4_kx8_avx512)
+DEFINE_GEMM_KX8(gemm_q5_kx8_avx2, AVX2, U8I8_ACC_AVX2, I16_ACC_AVX2, 1, gemv_q5_kx8_avx2)
+DEFINE_GEMM_KX8(gemm_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, I16_ACC_VNNI, 1, gemv_q5_kx8_avx512)
 
 /* kx8_repack with each chunk's 8 x 8 words transposed in registers: the
  * 4-byte copies made loading a model several times slower. */

@@ -328,15 +328,18 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 	}
 	if (j->x8 != NULL && w->type != TT_Q4_0) { /* Q4_K, Q5_K; r0, r1: multiples of 8 */
 		int five = w->type == TT_Q5_K;
-		void (*gemv)(const uint8_t *, const struct block_q8k *, size_t, float *) =
-			five ? k->gemv_q5_kx8 : k->gemv_q4_kx8;
-		for (int64_t g = r0 / 8; g < r1 / 8; g++) {
-			const uint8_t *grp = j->x8 + (size_t)g * (size_t)(nb / 8) * KX8_BLOCK(five);
-			for (int t = 0; t < j->n; t++) {
-				float y8[8];
-				gemv(grp, j->im->xk + (int64_t)t * (nb / 8), (size_t)nb / 8, y8);
-				memcpy(j->y + (int64_t)t * w->rows + 8 * g, y8, sizeof(y8));
-			}
+		void (*gemm)(const uint8_t *, int, const struct block_q8k *, size_t, int, float *, size_t) =
+			five ? k->gemm_q5_kx8 : k->gemm_q4_kx8;
+		size_t group = (size_t)(nb / 8) * KX8_BLOCK(five);
+		int64_t g1 = r1 / 8, per = (int64_t)(X8_CHUNK_BYTES / group); /* as Q8_0's above */
+		if (j->n <= 8 || per < 1)
+			per = j->n <= 8 ? g1 : 1;
+		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
+			int ng = (int)(g1 - g0 < per ? g1 - g0 : per);
+			for (int t0 = 0; t0 < j->n; t0 += 8)
+				gemm(j->x8 + (size_t)g0 * group, ng, j->im->xk + (int64_t)t0 * (nb / 8), (size_t)nb / 8,
+				     j->n - t0 < 8 ? j->n - t0 : 8, j->y + (int64_t)t0 * w->rows + 8 * g0,
+				     (size_t)w->rows);
 		}
 		return;
 	}
@@ -818,8 +821,8 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 	void *packed = NULL;
 	int kernels = src->type == TT_Q8_0   ? im->k->gemm_q8_0x8 != NULL
 		      : src->type == TT_Q4_0 ? im->k->gemm_q4_0x8 != NULL
-		      : src->type == TT_Q4_K ? im->k->gemv_q4_kx8 != NULL
-					     : im->k->gemv_q5_kx8 != NULL;
+		      : src->type == TT_Q4_K ? im->k->gemm_q4_kx8 != NULL
+					     : im->k->gemm_q5_kx8 != NULL;
 
 	if (!kernels || src->rows % 8 != 0 || src->cols % ti->block_elems != 0)
 		return PRIVAI_OK;
@@ -899,7 +902,7 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	/* Q8_0 and Q4_0 with the repack kernels (and rows in eights, as every model's are) */
 	if ((q8x8 || q4x8) && !p.gemm)
 		return "int8, 8 rows interleaved at load";
-	if (((type == TT_Q4_K && k->gemv_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemv_q5_kx8 != NULL)) && p.q8k)
+	if (((type == TT_Q4_K && k->gemm_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemm_q5_kx8 != NULL)) && p.q8k)
 		return "int8, 8 rows interleaved at load, activations in 256-value blocks";
 	if (p.gemm)
 		return "int8 GEMM, 16-token tiles";
