@@ -23,7 +23,7 @@
 #define COLS2 300 /* half types again: past a packed panel (256), ending mid-vector */
 #define QCOLS 256 /* quantized types: one super-block of the k-quants */
 #define MAX_ROWS 600
-#define MAX_TOKENS 130
+#define MAX_TOKENS 150
 
 static float x[MAX_TOKENS * COLS2], y[MAX_TOKENS * MAX_ROWS];
 static float wf[MAX_ROWS * COLS2]; /* the weights as the kernels see them */

@@ -386,6 +386,41 @@ exact_block_dot(uint32_t type, const uint8_t *blk, const struct block_q8k *xe)
  * operands, on ordinary rows and on a block at every extreme (q = 63 and
  * 0, scales 127 and -128, activations at +-127) where an int16 step of
  * the SIMD sum would overflow if the bound were wrong. */
+/* A decode batch of Q6_K: dots_q6_k_q8k for 1..8 tokens gives each token
+ * the bits dot_q6_k_q8k gives it alone (the sums are exact, the float
+ * steps the same), the last token at the extremes. */
+static void
+test_q6k_dots(const struct cpu_kernels *simd, const uint8_t *wq, const float *x, int n)
+{
+	enum { NT = 8, NSB = 2048 / 256 };
+	static struct block_q8k xt[NT * NSB];
+	static float xs[2048];
+	int bad = 0;
+
+	if (simd->dots_q6_k_q8k == NULL || n != 2048) {
+		SKIP("%s: no Q6_K batch dot", simd->name);
+		return;
+	}
+	for (int t = 0; t < NT; t++) {
+		for (int i = 0; i < n; i++)
+			xs[i] = x[(i + 97 * t) % n] * (1.0f + 0.5f * (float)t);
+		simd->quantize_q8k(xs, xt + t * NSB, (size_t)n);
+	}
+	q8k_extremes(&xt[(NT - 1) * NSB], 64);
+	for (int nt = 1; nt <= NT; nt++) {
+		float y[NT * 3];
+		for (int i = 0; i < NT * 3; i++)
+			y[i] = NAN;
+		simd->dots_q6_k_q8k(wq, xt + (NT - nt) * NSB, NSB, nt, y, 3);
+		for (int t = 0; t < nt; t++) {
+			float one = simd->dot_q6_k_q8k(wq, xt + (NT - nt + t) * NSB, NSB);
+			bad += memcmp(&one, &y[3 * t], sizeof(one)) != 0;
+		}
+	}
+	CHECK(bad == 0, "%s Q6_K batch dot for 1..%d tokens gives each token its own dot's bits (%d differ)",
+	      simd->name, NT, bad);
+}
+
 static void
 test_q8k(const struct cpu_kernels *simd)
 {
@@ -438,6 +473,7 @@ test_q8k(const struct cpu_kernels *simd)
 	v = simd->dot_q6_k_q8k(blk, &xe, 1);
 	CHECK(r == (float)exact && v == (float)exact, "Q6_K x Q8_K at the extremes: scalar %g, %s %g, exact %g", r,
 	      simd->name, v, exact);
+	test_q6k_dots(simd, wq, x, N);
 }
 
 /* Q4_K and Q5_K decode on Q8_K activations: the dot equals the float

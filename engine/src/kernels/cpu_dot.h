@@ -193,6 +193,10 @@ struct cpu_kernels {
 	void (*gemm_q8_0x8)(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,
 			    size_t ldy);
 	void (*widen_q8_0x8)(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes);
+	/* Q6_K decode batches: one row times nt <= 8 tokens (token t's
+	 * super-blocks at x + t * nsb), y[t * ldy] as dot_q6_k_q8k gives
+	 * it bit for bit; NULL: a dot per token */
+	void (*dots_q6_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -213,6 +217,7 @@ float (*dot_q6_k_simd(int avx512))(const void *, const struct block_q8 *, size_t
 void quantize_q8k_scalar(const float *x, struct block_q8k *out, size_t n);
 float dot_q6_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
 float (*dot_q6_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
+void (*dots_q6_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t, int, float *, size_t);
 float dot_q4_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
 float dot_q5_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
 float (*dot_q4_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);

@@ -405,6 +405,109 @@ DEFINE_KQUANT_DOTS(avx512, AVX512, U8I8_VNNI)
 DEFINE_Q6K_Q8K_DOT(avx2, AVX2, MADD16_AVX2)
 DEFINE_Q6K_Q8K_DOT(avx512, AVX512, MADD16_VNNI)
 
+/* One Q6_K row times nt tokens (2..8, a constant where inlined): the
+ * row's values unpacked and its scales shuffled once for every token, the
+ * rest as dot_q6_k_q8k, whose float steps these repeat so that a token
+ * gets the same bits alone or in a batch.  Up to 4 tokens keep two
+ * chains each. */
+#define DEFINE_Q6K_Q8K_DOTS(SUFFIX, TARGET, MADD16)                                                                    \
+	TARGET static inline                                                                                           \
+		__attribute__((always_inline)) void dots_q6_k_q8k_nt_##SUFFIX(const void *w,                           \
+									      const struct block_q8k *x, size_t nsb,   \
+									      int nt, float *y, size_t ldy)            \
+	{                                                                                                              \
+		const uint8_t *b = w;                                                                                  \
+		const __m256i low = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);                                \
+		const __m256i pick[4] = {                                                                              \
+			_mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, \
+					 2, 3, 2, 3, 2, 3),                                                            \
+			_mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, \
+					 6, 7, 6, 7, 6, 7),                                                            \
+			_mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10,   \
+					 11, 10, 11, 10, 11, 10, 11, 10, 11),                                          \
+			_mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14,   \
+					 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15),                          \
+		};                                                                                                     \
+		__m256 acc[8];                                                                                         \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
+		for (size_t i = 0; i < nsb; i++, b += 210) {                                                           \
+			KQ_PREFETCH(b, 210);                                                                           \
+			__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));              \
+			__m256i d0[8], d1[8];                                                                          \
+			_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) d0[t] = d1[t] = _mm256_setzero_si256();   \
+			_Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)                                            \
+			{                                                                                              \
+				const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;                                \
+				__m256i sch = h ? _mm256_permute4x64_epi64(sc16, 0xee)                                 \
+						: _mm256_permute4x64_epi64(sc16, 0x44);                                \
+				__m256i v[4], s[4];                                                                    \
+				Q6_UNPACK_HALF(ql, qh, low, three, v);                                                 \
+				_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) s[k] =                             \
+					_mm256_shuffle_epi8(sch, pick[k]);                                             \
+				_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)                                    \
+				{                                                                                      \
+					_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                           \
+					{                                                                              \
+						__m256i xq = _mm256_loadu_si256(                                       \
+							(const __m256i *)(x[(size_t)t * nsb + i].q + 128 * h +         \
+									  32 * k));                                    \
+						__m256i p16 = _mm256_maddubs_epi16(v[k], xq);                          \
+						if (nt <= 4 && (k & 1))                                                \
+							d1[t] = MADD16(d1[t], p16, s[k]);                              \
+						else                                                                   \
+							d0[t] = MADD16(d0[t], p16, s[k]);                              \
+					}                                                                              \
+				}                                                                                      \
+			}                                                                                              \
+			float dw = f16c_load(b + 208);                                                                 \
+			_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                                           \
+			{                                                                                              \
+				const struct block_q8k *xt = x + (size_t)t * nsb + i;                                  \
+				__m256i off =                                                                          \
+					_mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256(                  \
+											  (const __m256i *)xt->bsum)), \
+							  5);                                                          \
+				__m256i sum = nt <= 4 ? _mm256_add_epi32(d0[t], d1[t]) : d0[t];                        \
+				acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xt->d),                                   \
+							 _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, off)), acc[t]);      \
+			}                                                                                              \
+		}                                                                                                      \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) y[(size_t)t * ldy] = hsum256(acc[t]);             \
+	}                                                                                                              \
+	TARGET static void dots_q6_k_q8k_##SUFFIX(const void *w, const struct block_q8k *x, size_t nsb, int nt,        \
+						  float *y, size_t ldy)                                                \
+	{                                                                                                              \
+		switch (nt) {                                                                                          \
+		case 1:                                                                                                \
+			y[0] = dot_q6_k_q8k_##SUFFIX(w, x, nsb);                                                       \
+			break;                                                                                         \
+		case 2:                                                                                                \
+			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 2, y, ldy);                                               \
+			break;                                                                                         \
+		case 3:                                                                                                \
+			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 3, y, ldy);                                               \
+			break;                                                                                         \
+		case 4:                                                                                                \
+			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 4, y, ldy);                                               \
+			break;                                                                                         \
+		case 5:                                                                                                \
+			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 5, y, ldy);                                               \
+			break;                                                                                         \
+		case 6:                                                                                                \
+			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 6, y, ldy);                                               \
+			break;                                                                                         \
+		case 7:                                                                                                \
+			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 7, y, ldy);                                               \
+			break;                                                                                         \
+		default:                                                                                               \
+			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 8, y, ldy);                                               \
+			break;                                                                                         \
+		}                                                                                                      \
+	}
+
+DEFINE_Q6K_Q8K_DOTS(avx2, AVX2, MADD16_AVX2)
+DEFINE_Q6K_Q8K_DOTS(avx512, AVX512, MADD16_VNNI)
+
 /* The twelve bytes of a Q4_K/Q5_K super-block's 6-bit scales and mins
  * (k4_scale_min) unpacked in a vector: bytes 0-7 the scales, 8-15 the
  * mins.  Reads 16 bytes from p: the 4 after are the block's quants. */
@@ -539,6 +642,11 @@ quantize_q8k_avx2(const float *x, struct block_q8k *out, size_t n)
 		}
 		out[b].d = d;
 	}
+}
+
+void (*dots_q6_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t, int, float *, size_t)
+{
+	return avx512 ? dots_q6_k_q8k_avx512 : dots_q6_k_q8k_avx2;
 }
 
 float (*dot_q4_k_simd(int avx512))(const void *, const struct block_q8 *, size_t)

@@ -257,6 +257,27 @@ packed_f32(const struct cpu_kernels *k, uint32_t type, int n)
 	return k->gemm_f32_packed != NULL && n > 2 && (type == TT_F16 || type == TT_BF16 || type == TT_F32);
 }
 
+/* From how many tokens a pass the int8 GEMM beats the kernels that take
+ * up to 8 tokens a pass over the weights' own layout; below it the
+ * GEMM's tile packing and widening cost more than they save.  Measured
+ * with 2 threads here (docs/performance.md), tokens/s without and with
+ * the GEMM: Q8_0 groups pp64 215/202, pp128 222/244; Q4_K groups pp128
+ * 217/204, pp160 204/220; Q5_K groups pp64 195/183, pp96 198/204; Q6_K
+ * rows pp48 145/133, pp64 150/171. */
+static int
+gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
+{
+	if (x8 && (type == TT_Q8_0 || type == TT_Q4_0))
+		return X8_GEMM_TOKENS;
+	if (x8 && type == TT_Q4_K)
+		return 144;
+	if (x8 && type == TT_Q5_K)
+		return 96;
+	if (type == TT_Q6_K && k->dots_q6_k_q8k != NULL)
+		return 56;
+	return GEMM_TOKENS;
+}
+
 /* How a matrix of `type` is multiplied by n tokens with kernels k: the one
  * decision cpu_matmul() acts on and compute_cpu_path() reports. */
 static void
@@ -275,16 +296,11 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	p->onednn = type == TT_BF16 && n >= ONEDNN_MIN_TOKENS && strcmp(k->name, "scalar") != 0 &&
 		    (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !p->bf16 || strstr(dn, "amx") != NULL);
 	p->quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
-	/* the GEMM pays off once a tile is mostly full; Q8_0's and Q4_0's
-	 * 8-row groups take 8 tokens a pass up to X8_GEMM_TOKENS, where
-	 * widening them for the GEMM starts to pay (Q8_0: pp16 180 against
-	 * 110 tokens/s, pp64 215 against 202, pp128 222 against 244;
-	 * docs/performance.md) */
 	int grouped = x8 && (type == TT_Q8_0 || type == TT_Q4_0);
 	p->gemm =
 		(((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
 		 (type == TT_Q6_K && k->gemm_q6_k != NULL)) &&
-		n >= (grouped ? X8_GEMM_TOKENS : GEMM_TOKENS);
+		n >= gemm_min_tokens(k, type, x8);
 	/* a decode batch of the file's rows: 8-token tiles (one token is
 	 * memory-bound on the dot) */
 	p->gemm8 = !p->gemm && !grouped && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) &&
@@ -340,6 +356,19 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 				gemm(j->x8 + (size_t)g0 * group, ng, j->im->xk + (int64_t)t0 * (nb / 8), (size_t)nb / 8,
 				     j->n - t0 < 8 ? j->n - t0 : 8, j->y + (int64_t)t0 * w->rows + 8 * g0,
 				     (size_t)w->rows);
+		}
+		return;
+	}
+	if (j->p.q8k && w->type == TT_Q6_K && j->n > 1 && k->dots_q6_k_q8k != NULL) {
+		/* a decode batch: a row's values unpacked once for 8 tokens */
+		for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
+			int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
+			for (int t0 = 0; t0 < j->n; t0 += 8)
+				for (int64_t r = rb; r < re; r++)
+					k->dots_q6_k_q8k((const uint8_t *)w->data + r * w->row_bytes,
+							 j->im->xk + (int64_t)t0 * (nb / 8), (size_t)nb / 8,
+							 j->n - t0 < 8 ? j->n - t0 : 8,
+							 j->y + (int64_t)t0 * w->rows + r, (size_t)w->rows);
 		}
 		return;
 	}
@@ -892,7 +921,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	/* Q8_0 has its block sums where it keeps the file's rows, else its
 	 * 8-row groups (prepare_weight) */
 	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL, q4x8 = type == TT_Q4_0 && k->gemm_q4_0x8 != NULL;
-	mm_plan(k, type, type == TT_Q8_0 && !q8x8, q8x8 || q4x8, n_tokens, &p);
+	int kx8 = (type == TT_Q4_K && k->gemm_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemm_q5_kx8 != NULL);
+	mm_plan(k, type, type == TT_Q8_0 && !q8x8, q8x8 || q4x8 || kx8, n_tokens, &p);
 	if (p.onednn) {
 		snprintf(onednn_path, sizeof(onednn_path), "oneDNN bfloat16 matmul (%s)", cpu_onednn_bf16());
 		return onednn_path;
@@ -902,8 +932,10 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	/* Q8_0 and Q4_0 with the repack kernels (and rows in eights, as every model's are) */
 	if ((q8x8 || q4x8) && !p.gemm)
 		return "int8, 8 rows interleaved at load";
-	if (((type == TT_Q4_K && k->gemm_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemm_q5_kx8 != NULL)) && p.q8k)
+	if (kx8 && p.q8k)
 		return "int8, 8 rows interleaved at load, activations in 256-value blocks";
+	if (type == TT_Q6_K && p.q8k && n_tokens > 1 && k->dots_q6_k_q8k != NULL)
+		return "int8, a row unpacked once for 8 tokens, activations in 256-value blocks";
 	if (p.gemm)
 		return "int8 GEMM, 16-token tiles";
 	if (p.gemm8)
