@@ -476,7 +476,6 @@ dot_f16_f16_avx512(const uint16_t *w, const uint16_t *x, size_t n)
 	size_t i = 0;
 
 	for (; i + 32 <= n; i += 32) {
-		_mm_prefetch((const char *)(w + i) + 2048, _MM_HINT_T0);
 		s0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))),
 				     _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))), s0);
 		s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16))),
@@ -495,7 +494,6 @@ dot_f16_avx512(const uint16_t *w, const float *x, size_t n)
 	size_t i = 0;
 
 	for (; i + 32 <= n; i += 32) {
-		_mm_prefetch((const char *)(w + i) + 2048, _MM_HINT_T0); /* as dot_bf16_bf16_avx512 */
 		s0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))),
 				     _mm512_loadu_ps(x + i), s0);
 		s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16))),

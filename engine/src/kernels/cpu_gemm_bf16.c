@@ -100,11 +100,6 @@ dot_bf16_bf16_avx512(const uint16_t *w, const uint16_t *x, size_t n)
 	size_t i = 0;
 
 	for (; i + 128 <= n; i += 128) {
-		/* 2 KB ahead: the hardware prefetcher restarts at every 4 KB page */
-		_mm_prefetch((const char *)(w + i + 1024), _MM_HINT_T0);
-		_mm_prefetch((const char *)(w + i + 1024 + 32), _MM_HINT_T0);
-		_mm_prefetch((const char *)(w + i + 1024 + 64), _MM_HINT_T0);
-		_mm_prefetch((const char *)(w + i + 1024 + 96), _MM_HINT_T0);
 		a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + i), (__m512bh)_mm512_loadu_si512(x + i));
 		a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + i + 32),
 				      (__m512bh)_mm512_loadu_si512(x + i + 32));

@@ -112,9 +112,6 @@ gemm_q4_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t 
 		__m256 acc[8];                                                                                         \
 		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
 		for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK) {                                                 \
-			_mm_prefetch((const char *)grp + 2048, _MM_HINT_T0); /* 2 KB ahead, 3 lines a block */         \
-			_mm_prefetch((const char *)grp + 2048 + 64, _MM_HINT_T0);                                      \
-			_mm_prefetch((const char *)grp + 2048 + 128, _MM_HINT_T0);                                     \
 			__m256i c[8];                                                                                  \
 			_Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)                                            \
 			{                                                                                              \
