@@ -125,10 +125,6 @@ gemm_q8_0x8_nt(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, 
 	for (int t = 0; t < nt; t++)
 		acc[t] = _mm256_setzero_ps();
 	for (size_t b = 0; b < nb; b++, grp += Q8_0X8_BLOCK) {
-		/* 2 KB ahead: the stream's next lines before they are needed */
-#pragma GCC unroll 5
-		for (int l = 0; l < Q8_0X8_BLOCK; l += 64)
-			_mm_prefetch((const char *)grp + 2048 + l, _MM_HINT_T0);
 		__m256i c[8];
 #pragma GCC unroll 8
 		for (int s = 0; s < 8; s++)
