@@ -475,32 +475,12 @@ DEFINE_Q6K_Q8K_DOT(avx512, AVX512, MADD16_VNNI)
 	TARGET static void dots_q6_k_q8k_##SUFFIX(const void *w, const struct block_q8k *x, size_t nsb, int nt,        \
 						  float *y, size_t ldy)                                                \
 	{                                                                                                              \
-		switch (nt) {                                                                                          \
-		case 1:                                                                                                \
+		if (nt == 1) {                                                                                         \
 			y[0] = dot_q6_k_q8k_##SUFFIX(w, x, nsb);                                                       \
-			break;                                                                                         \
-		case 2:                                                                                                \
-			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 2, y, ldy);                                               \
-			break;                                                                                         \
-		case 3:                                                                                                \
-			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 3, y, ldy);                                               \
-			break;                                                                                         \
-		case 4:                                                                                                \
-			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 4, y, ldy);                                               \
-			break;                                                                                         \
-		case 5:                                                                                                \
-			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 5, y, ldy);                                               \
-			break;                                                                                         \
-		case 6:                                                                                                \
-			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 6, y, ldy);                                               \
-			break;                                                                                         \
-		case 7:                                                                                                \
-			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 7, y, ldy);                                               \
-			break;                                                                                         \
-		default:                                                                                               \
-			dots_q6_k_q8k_nt_##SUFFIX(w, x, nsb, 8, y, ldy);                                               \
-			break;                                                                                         \
+			return;                                                                                        \
 		}                                                                                                      \
+		/* the row as one group of one, the token count a constant */                                          \
+		X8_GROUPS_BY_NT(dots_q6_k_q8k_nt_##SUFFIX, (const uint8_t *)w, 1, 0, x, nsb, nt, y, ldy);              \
 	}
 
 DEFINE_Q6K_Q8K_DOTS(avx2, AVX2, MADD16_AVX2)

@@ -121,6 +121,27 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 		    : _mm256_srli_epi16(_mm256_and_si256(h, _mm256_set1_epi8((char)(1 << (bit)))),                     \
 					(bit) > 4 ? (bit)-4 : 0))
 
+/* Chunks s and s+1 of part p of a group's super-block: the values of
+ * sub-block 2p (l0, l1: bytes 4s.. and 4s+4.. of each row) and of 2p+1
+ * (h0, h1), with Q5_K's fifth bit moved in where FIVE. */
+#define KX8_UNPACK_PAIR(grp, c, p, s, FIVE, low, l0, l1, h0, h1)                                                       \
+	do {                                                                                                           \
+		__m256i c0_ = _mm256_loadu_si256((const __m256i *)((c) + 32 * (s)));                                   \
+		__m256i c1_ = _mm256_loadu_si256((const __m256i *)((c) + 32 * (s) + 32));                              \
+		(l0) = _mm256_and_si256(c0_, low);                                                                     \
+		(l1) = _mm256_and_si256(c1_, low);                                                                     \
+		(h0) = _mm256_and_si256(_mm256_srli_epi16(c0_, 4), low);                                               \
+		(h1) = _mm256_and_si256(_mm256_srli_epi16(c1_, 4), low);                                               \
+		if (FIVE) {                                                                                            \
+			__m256i f0_ = _mm256_loadu_si256((const __m256i *)((grp) + 128 + 32 * (s)));                   \
+			__m256i f1_ = _mm256_loadu_si256((const __m256i *)((grp) + 160 + 32 * (s)));                   \
+			(l0) = _mm256_or_si256(l0, KX8_BIT4(f0_, 2 * (p)));                                            \
+			(l1) = _mm256_or_si256(l1, KX8_BIT4(f1_, 2 * (p)));                                            \
+			(h0) = _mm256_or_si256(h0, KX8_BIT4(f0_, 2 * (p) + 1));                                        \
+			(h1) = _mm256_or_si256(h1, KX8_BIT4(f1_, 2 * (p) + 1));                                        \
+		}                                                                                                      \
+	} while (0)
+
 /* One 8-row group times one Q8_K token, for FIVE = 0 (Q4_K) or 1 (Q5_K). */
 #define DEFINE_GEMV_KX8(NAME, TARGET, U8I8_ACC, FIVE)                                                                  \
 	TARGET static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
@@ -154,21 +175,8 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 				__m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;                        \
 				_Pragma("GCC unroll 4") for (int s = 0; s < 8; s += 2)                                 \
 				{                                                                                      \
-					__m256i c0 = _mm256_loadu_si256((const __m256i *)(c + 32 * s));                \
-					__m256i c1 = _mm256_loadu_si256((const __m256i *)(c + 32 * s + 32));           \
-					__m256i l0 = _mm256_and_si256(c0, low), l1 = _mm256_and_si256(c1, low);        \
-					__m256i h0 = _mm256_and_si256(_mm256_srli_epi16(c0, 4), low);                  \
-					__m256i h1 = _mm256_and_si256(_mm256_srli_epi16(c1, 4), low);                  \
-					if (FIVE) {                                                                    \
-						__m256i f0 =                                                           \
-							_mm256_loadu_si256((const __m256i *)(grp + 128 + 32 * s));     \
-						__m256i f1 =                                                           \
-							_mm256_loadu_si256((const __m256i *)(grp + 160 + 32 * s));     \
-						l0 = _mm256_or_si256(l0, KX8_BIT4(f0, 2 * p));                         \
-						l1 = _mm256_or_si256(l1, KX8_BIT4(f1, 2 * p));                         \
-						h0 = _mm256_or_si256(h0, KX8_BIT4(f0, 2 * p + 1));                     \
-						h1 = _mm256_or_si256(h1, KX8_BIT4(f1, 2 * p + 1));                     \
-					}                                                                              \
+					__m256i l0, l1, h0, h1;                                                        \
+					KX8_UNPACK_PAIR(grp, c, p, s, FIVE, low, l0, l1, h0, h1);                      \
 					a0 = U8I8_ACC(a0, l0, BCAST4_256(xq + 4 * s));                                 \
 					a1 = U8I8_ACC(a1, l1, BCAST4_256(xq + 4 * s + 4));                             \
 					b0 = U8I8_ACC(b0, h0, BCAST4_256(xq + 32 + 4 * s));                            \
@@ -259,21 +267,8 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 					_mm256_setzero_si256();                                                        \
 				_Pragma("GCC unroll 4") for (int s = 0; s < 8; s += 2)                                 \
 				{                                                                                      \
-					__m256i c0 = _mm256_loadu_si256((const __m256i *)(c + 32 * s));                \
-					__m256i c1 = _mm256_loadu_si256((const __m256i *)(c + 32 * s + 32));           \
-					__m256i l0 = _mm256_and_si256(c0, low), l1 = _mm256_and_si256(c1, low);        \
-					__m256i h0 = _mm256_and_si256(_mm256_srli_epi16(c0, 4), low);                  \
-					__m256i h1 = _mm256_and_si256(_mm256_srli_epi16(c1, 4), low);                  \
-					if (FIVE) {                                                                    \
-						__m256i f0 =                                                           \
-							_mm256_loadu_si256((const __m256i *)(grp + 128 + 32 * s));     \
-						__m256i f1 =                                                           \
-							_mm256_loadu_si256((const __m256i *)(grp + 160 + 32 * s));     \
-						l0 = _mm256_or_si256(l0, KX8_BIT4(f0, 2 * p));                         \
-						l1 = _mm256_or_si256(l1, KX8_BIT4(f1, 2 * p));                         \
-						h0 = _mm256_or_si256(h0, KX8_BIT4(f0, 2 * p + 1));                     \
-						h1 = _mm256_or_si256(h1, KX8_BIT4(f1, 2 * p + 1));                     \
-					}                                                                              \
+					__m256i l0, l1, h0, h1;                                                        \
+					KX8_UNPACK_PAIR(grp, c, p, s, FIVE, low, l0, l1, h0, h1);                      \
 					_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                           \
 					{                                                                              \
 						const int8_t *xq = x[(size_t)t * nsb + i].q + 64 * p + 4 * s;          \
