@@ -420,7 +420,6 @@ cpu_destroy(struct compute *c)
 		free(im->xq);
 		free(im->tiles);
 		free(im->xbf);
-		free(im->xh);
 		free(im->xk);
 		free(im->k_cache);
 		free(im->v_cache);

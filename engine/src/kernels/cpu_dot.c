@@ -165,7 +165,6 @@ static const struct cpu_kernels k_scalar = {
 	NULL, /* no Q8_0 repack: the file's layout */
 	NULL,
 	NULL, /* Q6_K batches: a dot per token */
-	NULL, /* F16 decode on the float activations */
 };
 
 void
@@ -235,27 +234,6 @@ dot_f16_avx2(const uint16_t *w, const float *x, size_t n)
 	float s = hsum256(_mm256_add_ps(s0, s1));
 	for (; i < n; i++)
 		s += _cvtsh_ss(w[i]) * x[i];
-	return s;
-}
-
-/* F16 weights times fp16 activations: a ffn_down row's 8192 float
- * activations are 32 KB, all of L1 on many cores, and were reloaded
- * from L2 for every row; as fp16 they stay in L1 (docs/performance.md). */
-AVX2 static float
-dot_f16_f16_avx2(const uint16_t *w, const uint16_t *x, size_t n)
-{
-	__m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-	size_t i = 0;
-
-	for (; i + 16 <= n; i += 16) {
-		s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))),
-				     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))), s0);
-		s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))),
-				     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8))), s1);
-	}
-	float s = hsum256(_mm256_add_ps(s0, s1));
-	for (; i < n; i++)
-		s += _cvtsh_ss(w[i]) * _cvtsh_ss(x[i]);
 	return s;
 }
 
@@ -400,55 +378,20 @@ dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 }
 
 static struct cpu_kernels k_avx2 = {
-	"avx2",
-	dot_f32_avx2,
-	dot_f16_avx2,
-	f16_to_f32_avx2,
-	quantize_q8_avx2,
-	dot_q8_0_avx2,
-	dot_q4_0_avx2,
-	NULL,
-	NULL, /* k-quant dots: filled in by cpu_kernels_get */
-	NULL,
-	NULL,
-	NULL, /* no GEMM */
-	NULL,
-	dot_bf16_avx2,
-	bf16_to_f32_avx2,
-	f32_to_f16_avx2,
-	axpy_f16_avx2,
-	exp_f32_avx2,
-	widen_q4_0_avx2,
-	widen_q4_k_avx2,
-	widen_q6_k_avx2,
-	NULL,
-	NULL, /* filled in by cpu_kernels_get */
-	widen_q5_k_avx2,
-	NULL,
-	NULL,
-	gemm_q4_0x8_avx2,
-	widen_q4_0x8_avx2,
-	NULL,
-	NULL,
-	quantize_q8k_avx2,
-	NULL, /* filled in by cpu_kernels_get */
-	NULL, /* attention a position at a time */
-	NULL,
-	NULL,
-	NULL,
-	NULL, /* the row-tile float GEMM */
-	NULL,
-	NULL, /* filled in by cpu_kernels_get */
-	NULL,
-	gemm_q4_kx8_avx2,
-	kx8_repack_avx2,
-	gemm_q5_kx8_avx2,
+	"avx2", dot_f32_avx2, dot_f16_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2, NULL,
+	NULL,             /* k-quant dots: filled in by cpu_kernels_get */
+	NULL, NULL, NULL, /* no GEMM */
+	NULL, dot_bf16_avx2, bf16_to_f32_avx2, f32_to_f16_avx2, axpy_f16_avx2, exp_f32_avx2, widen_q4_0_avx2,
+	widen_q4_k_avx2, widen_q6_k_avx2, NULL, NULL, /* filled in by cpu_kernels_get */
+	widen_q5_k_avx2, NULL, NULL, gemm_q4_0x8_avx2, widen_q4_0x8_avx2, NULL, NULL, quantize_q8k_avx2,
+	NULL,                   /* filled in by cpu_kernels_get */
+	NULL,                   /* attention a position at a time */
+	NULL, NULL, NULL, NULL, /* the row-tile float GEMM */
+	NULL, NULL,             /* filled in by cpu_kernels_get */
+	NULL, gemm_q4_kx8_avx2, kx8_repack_avx2, gemm_q5_kx8_avx2,
 	/* no Q8_0 repack: vpmaddubsw would saturate on the +128 weights
 	 * (255 * 127 * 2 > 32767), and the file's rows serve AVX2 as well */
-	NULL,
-	NULL,
-	NULL, /* filled in by cpu_kernels_get */
-	dot_f16_f16_avx2,
+	NULL, NULL, NULL, /* filled in by cpu_kernels_get */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -466,24 +409,6 @@ dot_f32_avx512(const float *a, const float *b, size_t n)
 	float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 	for (; i < n; i++)
 		s += a[i] * b[i];
-	return s;
-}
-
-AVX512 static float
-dot_f16_f16_avx512(const uint16_t *w, const uint16_t *x, size_t n)
-{
-	__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-	size_t i = 0;
-
-	for (; i + 32 <= n; i += 32) {
-		s0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))),
-				     _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))), s0);
-		s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16))),
-				     _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16))), s1);
-	}
-	float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-	for (; i < n; i++)
-		s += _cvtsh_ss(w[i]) * _cvtsh_ss(x[i]);
 	return s;
 }
 
@@ -879,7 +804,6 @@ static struct cpu_kernels k_avx512 = {
 	gemm_q8_0x8_avx512,
 	widen_q8_0x8_avx2,
 	NULL, /* filled in by cpu_kernels_get */
-	dot_f16_f16_avx512,
 };
 #endif
 

@@ -197,9 +197,6 @@ struct cpu_kernels {
 	 * super-blocks at x + t * nsb), y[t * ldy] as dot_q6_k_q8k gives
 	 * it bit for bit; NULL: a dot per token */
 	void (*dots_q6_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
-	/* F16 decode on activations rounded to fp16 (as f32_to_f16), float
-	 * sums; NULL (scalar, the reference): dot_f16 on the floats */
-	float (*dot_f16_f16)(const uint16_t *w, const uint16_t *x, size_t n);
 };
 
 #define GEMM_BF16_TOKENS 16

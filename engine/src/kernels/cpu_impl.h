@@ -46,8 +46,6 @@ struct cpu_impl {
 	size_t tiles_len;
 	uint32_t *xbf; /* bfloat16 activation tiles (struct cpu_kernels.pack_bf16_tile) */
 	size_t xbf_len;
-	uint16_t *xh; /* F16 decode's activations as fp16, grown on first use */
-	size_t xh_len;
 
 	struct compute_batch batch;  /* set_batch(): read in place */
 	uint16_t *k_cache, *v_cache; /* fp16, n_layer x kv_rows x kv_dim each */

@@ -49,7 +49,6 @@ struct mm_job {
 	const int16_t *bsum; /* Q8_0's block sums, from prepare_weight(), where it kept the file's rows */
 	const uint8_t *x8;   /* Q8_0, Q4_0, Q4_K or Q5_K in groups of 8 rows (prepare_repacked), or NULL */
 	const float *x;
-	const uint16_t *xh; /* F16 decode: x as fp16 (dot_f16_f16), or NULL */
 	int n;
 	float *y;
 	struct mm_plan p;
@@ -462,14 +461,6 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 							 xb + (int64_t)t * w->cols, (size_t)w->cols);
 		return;
 	}
-	if (j->xh != NULL) { /* F16 decode on fp16 tokens: a ffn_down row's stay in L1 */
-		for (int64_t r = r0; r < r1; r++)
-			for (int t = 0; t < j->n; t++)
-				j->y[(int64_t)t * w->rows + r] =
-					k->dot_f16_f16((const uint16_t *)((const uint8_t *)w->data + r * w->row_bytes),
-						       j->xh + (int64_t)t * w->cols, (size_t)w->cols);
-		return;
-	}
 	if (half_dot(w->type, j->n)) { /* decode: convert inside the dot */
 		float (*dot)(const uint16_t *, const float *, size_t) = w->type == TT_F16 ? k->dot_f16 : k->dot_bf16;
 		for (int64_t r = r0; r < r1; r++)
@@ -689,23 +680,6 @@ weight_bsum(const struct cpu_kernels *k, const struct compute_weight *cw)
 	return cw->w.type == TT_Q8_0 && !q8_0_repacks(k, &cw->w) ? cw->aux : NULL;
 }
 
-/* F16 decode's tokens rounded to fp16 for dot_f16_f16, as llama.cpp
- * does; NULL where a value is past fp16's range (65504: the float dot
- * then) or memory ran out. */
-static const uint16_t *
-mm_round_f16(struct cpu_impl *im, const float *x, int n, int64_t cols)
-{
-	size_t len = (size_t)n * (size_t)cols;
-	unsigned out_of_range = 0;
-
-	if (cpu_ensure((void **)&im->xh, &im->xh_len, len * sizeof(uint16_t)) < 0)
-		return NULL;
-	im->k->f32_to_f16(x, im->xh, len);
-	for (size_t i = 0; i < len; i++) /* infinity (or NaN): every exponent bit set */
-		out_of_range |= (im->xh[i] & 0x7c00) == 0x7c00;
-	return out_of_range ? NULL : im->xh;
-}
-
 /* A job for weight cw, its plan made and its activations quantized,
  * packed or rounded as the plan needs; returns 1 when oneDNN did the
  * whole product (nothing left to run), else 0. */
@@ -714,7 +688,7 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 {
 	const struct weight *w = &cw->w;
 
-	*j = (struct mm_job){ im, w, weight_bsum(im->k, cw), weight_x8(im->k, cw), x, NULL, n, y, { 0 } };
+	*j = (struct mm_job){ im, w, weight_bsum(im->k, cw), weight_x8(im->k, cw), x, n, y, { 0 } };
 	/* reserve() sized every buffer; exceeding it is a caller bug */
 	assert((size_t)w->cols <= im->row_buf_len);
 	assert((size_t)n * (size_t)(w->cols / 32) * sizeof(struct block_q8) <= im->xq_len);
@@ -744,8 +718,6 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 		for (int t = 0; t < n; t++) /* a token or two: not worth the pool */
 			im->k->f32_to_bf16(x + (int64_t)t * w->cols, (uint16_t *)im->xbf + (int64_t)t * w->cols,
 					   (size_t)w->cols);
-	else if (w->type == TT_F16 && half_dot(w->type, n) && im->k->dot_f16_f16 != NULL)
-		j->xh = mm_round_f16(im, x, n, w->cols);
 	if (j->p.gemm8) {
 		int64_t nb = w->cols / 32;
 		for (int g = 0; g * GEMM8_TOKENS < n; g++)
@@ -974,8 +946,6 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return "int8 dot per token";
 	if (type == TT_BF16 && half_dot(type, n_tokens) && k->dot_bf16_bf16 != NULL)
 		return "bfloat16 dot (vdpbf16ps), activations rounded to bfloat16";
-	if (type == TT_F16 && half_dot(type, n_tokens) && k->dot_f16_f16 != NULL)
-		return "fused half dot, activations rounded to fp16";
 	if (half_dot(type, n_tokens))
 		return "fused half-to-float dot";
 	if (packed_f32(k, type, n_tokens))
