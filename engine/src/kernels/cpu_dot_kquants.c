@@ -342,6 +342,21 @@ DEFINE_KQUANT_DOTS(avx512, AVX512, U8I8_VNNI)
 #define MADD16_AVX2(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
 #define MADD16_VNNI(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
 
+/* vpshufb indices: int16 lanes 0-7 (a 32-value block's first 16) take
+ * scale 2k, lanes 8-15 scale 2k+1, of a half super-block's eight in
+ * each 128-bit lane; pick[k] serves block k of the half. */
+#define Q6_SCALE_PICK                                                                                                  \
+	{                                                                                                              \
+		_mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,   \
+				 2, 3, 2, 3),                                                                          \
+			_mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, \
+					 6, 7, 6, 7, 6, 7),                                                            \
+			_mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10,   \
+					 11, 10, 11, 10, 11, 10, 11, 10, 11),                                          \
+			_mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14,   \
+					 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15),                          \
+	}
+
 /* Q6_K against Q8_K activations: a super-block is summed in int32 (the
  * bytes multiplied in pairs, the pairs times their 16-value scale, -32
  * taken once from the activations' 16-value sums) and converted once. */
@@ -351,18 +366,7 @@ DEFINE_KQUANT_DOTS(avx512, AVX512, U8I8_VNNI)
 		const uint8_t *b = w;                                                                                  \
 		__m256 acc = _mm256_setzero_ps();                                                                      \
 		const __m256i low = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);                                \
-		/* int16 lanes 0-7 (a 32-value block's first 16) take scale 2k,   \
-		 * lanes 8-15 scale 2k+1, of the half's eight in each lane */                                    \
-		const __m256i pick[4] = {                                                                              \
-			_mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, \
-					 2, 3, 2, 3, 2, 3),                                                            \
-			_mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, \
-					 6, 7, 6, 7, 6, 7),                                                            \
-			_mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10,   \
-					 11, 10, 11, 10, 11, 10, 11, 10, 11),                                          \
-			_mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14,   \
-					 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15),                          \
-		};                                                                                                     \
+		const __m256i pick[4] = Q6_SCALE_PICK;                                                                 \
 		for (size_t i = 0; i < nsb; i++, b += 210, x++) {                                                      \
 			__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));              \
 			/* 32 * sum_j sc_j * bsum_j: the -32 of every value */                                         \
@@ -417,16 +421,7 @@ DEFINE_Q6K_Q8K_DOT(avx512, AVX512, MADD16_VNNI)
 	{                                                                                                              \
 		const uint8_t *b = w;                                                                                  \
 		const __m256i low = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);                                \
-		const __m256i pick[4] = {                                                                              \
-			_mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, \
-					 2, 3, 2, 3, 2, 3),                                                            \
-			_mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, \
-					 6, 7, 6, 7, 6, 7),                                                            \
-			_mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10,   \
-					 11, 10, 11, 10, 11, 10, 11, 10, 11),                                          \
-			_mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14,   \
-					 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15),                          \
-		};                                                                                                     \
+		const __m256i pick[4] = Q6_SCALE_PICK;                                                                 \
 		__m256 acc[8];                                                                                         \
 		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
 		for (size_t i = 0; i < nsb; i++, b += 210) {                                                           \

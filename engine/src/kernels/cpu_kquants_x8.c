@@ -121,6 +121,22 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 		    : _mm256_srli_epi16(_mm256_and_si256(h, _mm256_set1_epi8((char)(1 << (bit)))),                     \
 					(bit) > 4 ? (bit)-4 : 0))
 
+/* The 6-bit unpacking of k4_scale_min for a group's 8 rows at once:
+ * sc[k], mn[k] hold sub-blocks 4k..4k+3's scales and mins, byte j % 4
+ * of each row's lane (KX8_BYTE picks one). */
+#define KX8_SCALES_MINS(grp, six, low, top, sc, mn)                                                                    \
+	do {                                                                                                           \
+		__m256i u0_ = _mm256_loadu_si256((const __m256i *)((grp) + 32));                                       \
+		__m256i u1_ = _mm256_loadu_si256((const __m256i *)((grp) + 64));                                       \
+		__m256i u2_ = _mm256_loadu_si256((const __m256i *)((grp) + 96));                                       \
+		(sc)[0] = _mm256_and_si256(u0_, six);                                                                  \
+		(sc)[1] =                                                                                              \
+			_mm256_or_si256(_mm256_and_si256(u2_, low), _mm256_and_si256(_mm256_srli_epi32(u0_, 2), top)); \
+		(mn)[0] = _mm256_and_si256(u1_, six);                                                                  \
+		(mn)[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2_, 4), low),                            \
+					  _mm256_and_si256(_mm256_srli_epi32(u1_, 2), top));                           \
+	} while (0)
+
 /* Chunks s and s+1 of part p of a group's super-block: the values of
  * sub-block 2p (l0, l1: bytes 4s.. and 4s+4.. of each row) and of 2p+1
  * (h0, h1), with Q5_K's fifth bit moved in where FIVE. */
@@ -152,16 +168,8 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 			/* one line 4 KB ahead: the prefetcher restarts at each page;  \
 			 * asking for all 18 lines of a block measured slower */                               \
 			_mm_prefetch((const char *)grp + 4096, _MM_HINT_T0);                                           \
-			__m256i u0 = _mm256_loadu_si256((const __m256i *)(grp + 32));                                  \
-			__m256i u1 = _mm256_loadu_si256((const __m256i *)(grp + 64));                                  \
-			__m256i u2 = _mm256_loadu_si256((const __m256i *)(grp + 96));                                  \
-			/* the 6-bit unpacking of k4_scale_min, 8 rows at once */                                      \
-			__m256i sc[2] = { _mm256_and_si256(u0, six),                                                   \
-					  _mm256_or_si256(_mm256_and_si256(u2, low),                                   \
-							  _mm256_and_si256(_mm256_srli_epi32(u0, 2), top)) };          \
-			__m256i mn[2] = { _mm256_and_si256(u1, six),                                                   \
-					  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), low),             \
-							  _mm256_and_si256(_mm256_srli_epi32(u1, 2), top)) };          \
+			__m256i sc[2], mn[2];                                                                          \
+			KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                   \
 			/* sub-block j's activation sum, 16 values at a time in Q8_K */                                \
 			int32_t xs[8];                                                                                 \
 			for (int j = 0; j < 8; j++)                                                                    \
@@ -238,15 +246,8 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = mins[t] = _mm256_setzero_ps();           \
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE)) {                                             \
 			_mm_prefetch((const char *)grp + 4096, _MM_HINT_T0);                                           \
-			__m256i u0 = _mm256_loadu_si256((const __m256i *)(grp + 32));                                  \
-			__m256i u1 = _mm256_loadu_si256((const __m256i *)(grp + 64));                                  \
-			__m256i u2 = _mm256_loadu_si256((const __m256i *)(grp + 96));                                  \
-			__m256i sc[2] = { _mm256_and_si256(u0, six),                                                   \
-					  _mm256_or_si256(_mm256_and_si256(u2, low),                                   \
-							  _mm256_and_si256(_mm256_srli_epi32(u0, 2), top)) };          \
-			__m256i mn[2] = { _mm256_and_si256(u1, six),                                                   \
-					  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), low),             \
-							  _mm256_and_si256(_mm256_srli_epi32(u1, 2), top)) };          \
+			__m256i sc[2], mn[2];                                                                          \
+			KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                   \
 			__m256i dot[8], msum[8];                                                                       \
 			_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) dot[t] = msum[t] =                        \
 				_mm256_setzero_si256();                                                                \
