@@ -381,11 +381,6 @@ exact_block_dot(uint32_t type, const uint8_t *blk, const struct block_q8k *xe)
 	return exact;
 }
 
-/* Q6_K decode on Q8_K activations: quantizing equals the scalar version,
- * the dot equals the scalar one and the float dot of the dequantized
- * operands, on ordinary rows and on a block at every extreme (q = 63 and
- * 0, scales 127 and -128, activations at +-127) where an int16 step of
- * the SIMD sum would overflow if the bound were wrong. */
 /* A decode batch of Q6_K: dots_q6_k_q8k for 1..8 tokens gives each token
  * the bits dot_q6_k_q8k gives it alone (the sums are exact, the float
  * steps the same), the last token at the extremes. */
@@ -421,6 +416,11 @@ test_q6k_dots(const struct cpu_kernels *simd, const uint8_t *wq, const float *x,
 	      simd->name, NT, bad);
 }
 
+/* Q6_K decode on Q8_K activations: quantizing equals the scalar version,
+ * the dot equals the scalar one and the float dot of the dequantized
+ * operands, on ordinary rows and on a block at every extreme (q = 63 and
+ * 0, scales 127 and -128, activations at +-127) where an int16 step of
+ * the SIMD sum would overflow if the bound were wrong. */
 static void
 test_q8k(const struct cpu_kernels *simd)
 {
