@@ -27,7 +27,7 @@
 
 #define ROW_BLOCK 8           /* weight rows kept hot while the tokens stream by */
 #define TOKEN_TILE 48         /* float-path tokens per pass (a multiple of GEMM_F32_TOKENS), bounds the x working set */
-#define X8_CHUNK_BYTES 32768  /* Q8_0 and Q4_0 groups a chunk when several passes of tokens read them (L1) */
+#define X8_CHUNK_BYTES 32768  /* 8-row groups a chunk when several passes of tokens read them (L1) */
 #define QUANTIZE_INLINE 16384 /* activations quantized on the calling thread up to this many values */
 
 /* ---------------------------------------------------------------- matmul */
@@ -312,6 +312,20 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 		  (type == TT_Q5_K && k->dot_q5_k_q8k != NULL));
 }
 
+/* How many 8-row groups (group bytes each, ng in the share) a chunk of
+ * the group kernels holds: all of them when one pass of 8 tokens covers
+ * the batch; past 8 tokens a chunk at a time, so the passes after the
+ * first find its groups in L1. */
+static int64_t
+x8_chunk_groups(int n, size_t group, int64_t ng)
+{
+	int64_t per = (int64_t)(X8_CHUNK_BYTES / group);
+
+	if (n <= 8)
+		return ng;
+	return per < 1 ? 1 : per;
+}
+
 static void
 mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 {
@@ -328,11 +342,7 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 		void (*gemm)(const uint8_t *, int, const struct block_q8 *, size_t, int, float *, size_t) =
 			w->type == TT_Q8_0 ? k->gemm_q8_0x8 : k->gemm_q4_0x8;
 		size_t group = (size_t)nb * (w->type == TT_Q8_0 ? Q8_0X8_BLOCK : Q4_0X8_BLOCK);
-		/* 8 tokens a pass; past 8, the groups a chunk at a time, so the
-		 * passes after the first find them in L1 */
-		int64_t g1 = r1 / 8, per = (int64_t)(X8_CHUNK_BYTES / group);
-		if (j->n <= 8 || per < 1)
-			per = j->n <= 8 ? g1 : 1;
+		int64_t g1 = r1 / 8, per = x8_chunk_groups(j->n, group, g1 - r0 / 8);
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
 			int ng = (int)(g1 - g0 < per ? g1 - g0 : per);
 			for (int t0 = 0; t0 < j->n; t0 += 8)
@@ -347,9 +357,7 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 		void (*gemm)(const uint8_t *, int, const struct block_q8k *, size_t, int, float *, size_t) =
 			five ? k->gemm_q5_kx8 : k->gemm_q4_kx8;
 		size_t group = (size_t)(nb / 8) * KX8_BLOCK(five);
-		int64_t g1 = r1 / 8, per = (int64_t)(X8_CHUNK_BYTES / group); /* as Q8_0's above */
-		if (j->n <= 8 || per < 1)
-			per = j->n <= 8 ? g1 : 1;
+		int64_t g1 = r1 / 8, per = x8_chunk_groups(j->n, group, g1 - r0 / 8);
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
 			int ng = (int)(g1 - g0 < per ? g1 - g0 : per);
 			for (int t0 = 0; t0 < j->n; t0 += 8)
