@@ -54,7 +54,8 @@
 
 /* ng consecutive groups (bytes_per_group apart) through GROUP_NT(grp, x,
  * nb, NT, y, ldy), the token count a constant in each loop so the sums
- * stay in registers; the prefetches run on into the next group. */
+ * stay in registers; the groups are one stream, which the hardware
+ * prefetcher follows from one into the next. */
 #define X8_GROUPS_BY_NT(GROUP_NT, grp, ng, bytes_per_group, x, nb, nt, y, ldy)                                         \
 	do {                                                                                                           \
 		switch (nt) {                                                                                          \
