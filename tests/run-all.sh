@@ -14,8 +14,10 @@ run_suite() {
 	name=$1
 	shift
 	echo "== $name"
+	started=$(date +%s)
 	out=$("$@" 2>&1)
 	rc=$?
+	took=$(($(date +%s) - started))
 	echo "$out" | grep -av '^[0-9]* passed, [0-9]* failed' | sed 's/^/   /' | tail -40
 	line=$(echo "$out" | grep -aE '^[0-9]+ passed, [0-9]+ failed' | tail -1)
 	p=$(echo "$line" | sed -n 's/^\([0-9]*\) passed.*/\1/p')
@@ -30,7 +32,7 @@ run_suite() {
 		f=1 # a crash after the summary still counts
 		echo "   (exit $rc)"
 	fi
-	echo "   $line"
+	echo "   $line ($took s)"
 	total_pass=$((total_pass + p))
 	total_fail=$((total_fail + f))
 	[ "$f" -ne 0 ] && failed_suites="$failed_suites $name"
