@@ -416,6 +416,38 @@ test_q6k_dots(const struct cpu_kernels *simd, const uint8_t *wq, const float *x,
 	      simd->name, NT, bad);
 }
 
+/* F16 decode four rows a pass: dot4_f16 gives each row the bits dot_f16
+ * gives it alone, on lengths with and without a tail past the vectors,
+ * rows not packed tight (ldw > n). */
+static void
+test_dot4_f16(const struct cpu_kernels *simd)
+{
+	static const size_t ns[] = { 8192, 2048, 300, 37, 5 };
+	enum { LDW = 8200 };
+	static uint16_t w[4 * LDW];
+	static float x[LDW];
+	int bad = 0;
+
+	if (simd->dot4_f16 == NULL) {
+		SKIP("%s: no four-row F16 dot", simd->name);
+		return;
+	}
+	for (int i = 0; i < 4 * LDW; i++)
+		w[i] = f32_to_fp16(sinf((float)i * 0.013f) * (1.0f + (float)(i % 7)));
+	for (int i = 0; i < LDW; i++)
+		x[i] = cosf((float)i * 0.29f) * 3.0f;
+	for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+		float y[4];
+		simd->dot4_f16(w, LDW, x, ns[ni], y);
+		for (int r = 0; r < 4; r++) {
+			float one = simd->dot_f16(w + (size_t)r * LDW, x, ns[ni]);
+			bad += memcmp(&one, &y[r], sizeof(one)) != 0;
+		}
+	}
+	CHECK(bad == 0, "%s four-row F16 dot gives each row its own dot's bits (%d of %d differ)", simd->name, bad,
+	      (int)(4 * sizeof(ns) / sizeof(ns[0])));
+}
+
 /* Q6_K decode on Q8_K activations: quantizing equals the scalar version,
  * the dot equals the scalar one and the float dot of the dequantized
  * operands, on ordinary rows and on a block at every extreme (q = 63 and
@@ -945,7 +977,9 @@ main(void)
 	test_q8_0x8(best);
 	test_k45_q8k(best);
 	test_kx8(best);
+	test_dot4_f16(best);
 	if (strcmp(best->name, "avx512-vnni") == 0) {
+		test_dot4_f16(cpu_kernels_avx2());
 		test_q4_0x8(cpu_kernels_avx2());
 		/* no test_q8_0x8: AVX2 has no Q8_0 groups (cpu_dot.c says why) */
 		test_k45_q8k(cpu_kernels_avx2());

@@ -165,6 +165,7 @@ static const struct cpu_kernels k_scalar = {
 	NULL, /* no Q8_0 repack: the file's layout */
 	NULL,
 	NULL, /* Q6_K batches: a dot per token */
+	NULL, /* F16 decode: a row at a time */
 };
 
 void
@@ -235,6 +236,38 @@ dot_f16_avx2(const uint16_t *w, const float *x, size_t n)
 	for (; i < n; i++)
 		s += _cvtsh_ss(w[i]) * x[i];
 	return s;
+}
+
+/* Four F16 rows times one token: the token's floats are loaded once for
+ * the four.  A row at a time, a ffn_down token (8192 floats, 32 KB: all
+ * of L1 on many cores) was reloaded from L2 for every row, and the
+ * decode read 23-26 GB/s where the weights alone stream at 34 or more
+ * (docs/performance.md).  Each row sums as dot_f16_avx2 does, so a row
+ * gets the same bits either way. */
+AVX2 static void
+dot4_f16_avx2(const uint16_t *w, size_t ldw, const float *x, size_t n, float *y)
+{
+	__m256 s[4][2];
+	size_t i = 0;
+
+	for (int r = 0; r < 4; r++)
+		s[r][0] = s[r][1] = _mm256_setzero_ps();
+	for (; i + 16 <= n; i += 16) {
+		__m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++) {
+			const uint16_t *wr = w + (size_t)r * ldw + i;
+			s[r][0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wr)), x0, s[r][0]);
+			s[r][1] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr + 8))), x1,
+						  s[r][1]);
+		}
+	}
+	for (int r = 0; r < 4; r++) {
+		float t = hsum256(_mm256_add_ps(s[r][0], s[r][1]));
+		for (size_t j = i; j < n; j++)
+			t += _cvtsh_ss(w[(size_t)r * ldw + j]) * x[j];
+		y[r] = t;
+	}
 }
 
 AVX2 static __m256
@@ -392,6 +425,7 @@ static struct cpu_kernels k_avx2 = {
 	/* no Q8_0 repack: vpmaddubsw would saturate on the +128 weights
 	 * (255 * 127 * 2 > 32767), and the file's rows serve AVX2 as well */
 	NULL, NULL, NULL, /* filled in by cpu_kernels_get */
+	dot4_f16_avx2,    /* F16 decode, four rows a pass */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -428,6 +462,34 @@ dot_f16_avx512(const uint16_t *w, const float *x, size_t n)
 	for (; i < n; i++)
 		s += _cvtsh_ss(w[i]) * x[i];
 	return s;
+}
+
+/* As dot4_f16_avx2, each row summed as dot_f16_avx512 sums it. */
+AVX512 static void
+dot4_f16_avx512(const uint16_t *w, size_t ldw, const float *x, size_t n, float *y)
+{
+	__m512 s[4][2];
+	size_t i = 0;
+
+	for (int r = 0; r < 4; r++)
+		s[r][0] = s[r][1] = _mm512_setzero_ps();
+	for (; i + 32 <= n; i += 32) {
+		__m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++) {
+			const uint16_t *wr = w + (size_t)r * ldw + i;
+			s[r][0] =
+				_mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wr)), x0, s[r][0]);
+			s[r][1] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wr + 16))), x1,
+						  s[r][1]);
+		}
+	}
+	for (int r = 0; r < 4; r++) {
+		float t = _mm512_reduce_add_ps(_mm512_add_ps(s[r][0], s[r][1]));
+		for (size_t j = i; j < n; j++)
+			t += _cvtsh_ss(w[(size_t)r * ldw + j]) * x[j];
+		y[r] = t;
+	}
 }
 
 /* A full tile keeps its sums in registers; the edges of a matrix (fewer
@@ -804,6 +866,7 @@ static struct cpu_kernels k_avx512 = {
 	gemm_q8_0x8_avx512,
 	widen_q8_0x8_avx2,
 	NULL, /* filled in by cpu_kernels_get */
+	dot4_f16_avx512,
 };
 #endif
 

@@ -197,6 +197,10 @@ struct cpu_kernels {
 	 * super-blocks at x + t * nsb), y[t * ldy] as dot_q6_k_q8k gives
 	 * it bit for bit; NULL: a dot per token */
 	void (*dots_q6_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
+	/* F16 decode: four rows (ldw values apart) times one token's floats,
+	 * y[r] for r < 4 as dot_f16 gives it bit for bit; NULL: a row at a
+	 * time */
+	void (*dot4_f16)(const uint16_t *w, size_t ldw, const float *x, size_t n, float *y);
 };
 
 #define GEMM_BF16_TOKENS 16

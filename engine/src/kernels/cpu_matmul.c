@@ -471,6 +471,12 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 	}
 	if (half_dot(w->type, j->n)) { /* decode: convert inside the dot */
 		float (*dot)(const uint16_t *, const float *, size_t) = w->type == TT_F16 ? k->dot_f16 : k->dot_bf16;
+		if (w->type == TT_F16 && k->dot4_f16 != NULL) /* four rows a pass: a token loaded once for four */
+			for (; r0 + 4 <= r1; r0 += 4)
+				for (int t = 0; t < j->n; t++)
+					k->dot4_f16((const uint16_t *)((const uint8_t *)w->data + r0 * w->row_bytes),
+						    w->row_bytes / sizeof(uint16_t), j->x + (int64_t)t * w->cols,
+						    (size_t)w->cols, j->y + (int64_t)t * w->rows + r0);
 		for (int64_t r = r0; r < r1; r++)
 			for (int t = 0; t < j->n; t++)
 				j->y[(int64_t)t * w->rows + r] =
