@@ -416,36 +416,52 @@ test_q6k_dots(const struct cpu_kernels *simd, const uint8_t *wq, const float *x,
 	      simd->name, NT, bad);
 }
 
-/* F16 decode four rows a pass: dot4_f16 gives each row the bits dot_f16
- * gives it alone, on lengths with and without a tail past the vectors,
+/* F16 and bfloat16 decode four rows a pass: dot4_f16 and dot4_bf16_bf16
+ * give each row the bits the one-row dot gives it, on lengths with and
+ * without a tail past the vectors (and past bfloat16's 128-value steps),
  * rows not packed tight (ldw > n). */
 static void
-test_dot4_f16(const struct cpu_kernels *simd)
+test_dot4(const struct cpu_kernels *simd)
 {
-	static const size_t ns[] = { 8192, 2048, 300, 37, 5 };
-	enum { LDW = 8200 };
-	static uint16_t w[4 * LDW];
+	static const size_t ns[] = { 8192, 2048, 300, 160, 37, 5 };
+	enum { LDW = 8200, NN = sizeof(ns) / sizeof(ns[0]) };
+	static uint16_t wh[4 * LDW], wb[4 * LDW], xb[LDW];
 	static float x[LDW];
-	int bad = 0;
+	int bad_h = 0, bad_b = 0;
 
-	if (simd->dot4_f16 == NULL) {
-		SKIP("%s: no four-row F16 dot", simd->name);
-		return;
+	for (int i = 0; i < 4 * LDW; i++) {
+		float v = sinf((float)i * 0.013f) * (1.0f + (float)(i % 7));
+		wh[i] = f32_to_fp16(v);
+		wb[i] = f32_to_bf16(v);
 	}
-	for (int i = 0; i < 4 * LDW; i++)
-		w[i] = f32_to_fp16(sinf((float)i * 0.013f) * (1.0f + (float)(i % 7)));
-	for (int i = 0; i < LDW; i++)
+	for (int i = 0; i < LDW; i++) {
 		x[i] = cosf((float)i * 0.29f) * 3.0f;
-	for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
-		float y[4];
-		simd->dot4_f16(w, LDW, x, ns[ni], y);
-		for (int r = 0; r < 4; r++) {
-			float one = simd->dot_f16(w + (size_t)r * LDW, x, ns[ni]);
-			bad += memcmp(&one, &y[r], sizeof(one)) != 0;
-		}
+		xb[i] = f32_to_bf16(x[i]);
 	}
-	CHECK(bad == 0, "%s four-row F16 dot gives each row its own dot's bits (%d of %d differ)", simd->name, bad,
-	      (int)(4 * sizeof(ns) / sizeof(ns[0])));
+	for (size_t ni = 0; ni < NN; ni++)
+		for (int r = 0; r < 4; r++) {
+			float y[4], one;
+			if (simd->dot4_f16 != NULL) {
+				simd->dot4_f16(wh, LDW, x, ns[ni], y);
+				one = simd->dot_f16(wh + (size_t)r * LDW, x, ns[ni]);
+				bad_h += memcmp(&one, &y[r], sizeof(one)) != 0;
+			}
+			if (simd->dot4_bf16_bf16 != NULL) {
+				simd->dot4_bf16_bf16(wb, LDW, xb, ns[ni], y);
+				one = simd->dot_bf16_bf16(wb + (size_t)r * LDW, xb, ns[ni]);
+				bad_b += memcmp(&one, &y[r], sizeof(one)) != 0;
+			}
+		}
+	if (simd->dot4_f16 == NULL)
+		SKIP("%s: no four-row F16 dot", simd->name);
+	else
+		CHECK(bad_h == 0, "%s four-row F16 dot gives each row its own dot's bits (%d of %d differ)", simd->name,
+		      bad_h, 4 * NN);
+	if (simd->dot4_bf16_bf16 == NULL && simd->dot_bf16_bf16 != NULL)
+		SKIP("%s: no four-row bfloat16 dot", simd->name);
+	else if (simd->dot4_bf16_bf16 != NULL)
+		CHECK(bad_b == 0, "%s four-row bfloat16 dot gives each row its own dot's bits (%d of %d differ)",
+		      simd->name, bad_b, 4 * NN);
 }
 
 /* Q6_K decode on Q8_K activations: quantizing equals the scalar version,
@@ -977,9 +993,9 @@ main(void)
 	test_q8_0x8(best);
 	test_k45_q8k(best);
 	test_kx8(best);
-	test_dot4_f16(best);
+	test_dot4(best);
 	if (strcmp(best->name, "avx512-vnni") == 0) {
-		test_dot4_f16(cpu_kernels_avx2());
+		test_dot4(cpu_kernels_avx2());
 		test_q4_0x8(cpu_kernels_avx2());
 		/* no test_q8_0x8: AVX2 has no Q8_0 groups (cpu_dot.c says why) */
 		test_k45_q8k(cpu_kernels_avx2());

@@ -166,6 +166,7 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL, /* Q6_K batches: a dot per token */
 	NULL, /* F16 decode: a row at a time */
+	NULL, /* bfloat16 decode: a row at a time */
 };
 
 void
@@ -426,6 +427,7 @@ static struct cpu_kernels k_avx2 = {
 	 * (255 * 127 * 2 > 32767), and the file's rows serve AVX2 as well */
 	NULL, NULL, NULL, /* filled in by cpu_kernels_get */
 	dot4_f16_avx2,    /* F16 decode, four rows a pass */
+	NULL,             /* no vdpbf16ps */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -867,6 +869,7 @@ static struct cpu_kernels k_avx512 = {
 	widen_q8_0x8_avx2,
 	NULL, /* filled in by cpu_kernels_get */
 	dot4_f16_avx512,
+	NULL, /* filled in by cpu_kernels_get */
 };
 #endif
 
@@ -926,6 +929,7 @@ cpu_kernels_get(void)
 		k_avx512.gemm_bf16 = gemm_bf16_avx512;
 		k_avx512.f32_to_bf16 = f32_to_bf16_avx512;
 		k_avx512.dot_bf16_bf16 = dot_bf16_bf16_avx512;
+		k_avx512.dot4_bf16_bf16 = dot4_bf16_bf16_avx512;
 	}
 	/* the k-quant dots live in their own file; link them in here */
 	k_avx2.dot_q4_k = dot_q4_k_simd(0);

@@ -201,6 +201,9 @@ struct cpu_kernels {
 	 * y[r] for r < 4 as dot_f16 gives it bit for bit; NULL: a row at a
 	 * time */
 	void (*dot4_f16)(const uint16_t *w, size_t ldw, const float *x, size_t n, float *y);
+	/* and bfloat16 decode (dot_bf16_bf16) four rows a pass, bit for bit
+	 * as that; NULL: a row at a time */
+	void (*dot4_bf16_bf16)(const uint16_t *w, size_t ldw, const uint16_t *x, size_t n, float *y);
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -308,6 +311,7 @@ void gemm_bf16_avx512(const uint16_t *w, size_t ldw, int nrows, const uint32_t *
 		      size_t cols, float *y);
 void f32_to_bf16_avx512(const float *x, uint16_t *out, size_t n);
 float dot_bf16_bf16_avx512(const uint16_t *w, const uint16_t *x, size_t n);
+void dot4_bf16_bf16_avx512(const uint16_t *w, size_t ldw, const uint16_t *x, size_t n, float *y);
 /* cpu_attention.c */
 void att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale, float *s);
 void att_scores_rows_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,

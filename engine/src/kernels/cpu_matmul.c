@@ -461,6 +461,13 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 	if (half_dot(w->type, j->n) && w->type == TT_BF16 && k->dot_bf16_bf16 != NULL) {
 		/* the tokens were rounded to bfloat16 by cpu_matmul */
 		const uint16_t *xb = (const uint16_t *)j->im->xbf;
+		if (k->dot4_bf16_bf16 != NULL) /* four rows a pass, as F16's below */
+			for (; r0 + 4 <= r1; r0 += 4)
+				for (int t = 0; t < j->n; t++)
+					k->dot4_bf16_bf16((const uint16_t *)((const uint8_t *)w->data +
+									     r0 * w->row_bytes),
+							  w->row_bytes / sizeof(uint16_t), xb + (int64_t)t * w->cols,
+							  (size_t)w->cols, j->y + (int64_t)t * w->rows + r0);
 		for (int64_t r = r0; r < r1; r++)
 			for (int t = 0; t < j->n; t++)
 				j->y[(int64_t)t * w->rows + r] =
