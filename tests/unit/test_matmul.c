@@ -196,12 +196,46 @@ check_level(const char *simd)
 	compute_free(c);
 }
 
+/* BF16 prompts take the vdpbf16ps GEMM or rows converted to float,
+ * whichever this CPU runs faster (cpu_kernels_get measures it); both,
+ * with PRIVAI_BF16_GEMM deciding, where the CPU has the instruction. */
+static void
+check_bf16_paths(void)
+{
+	static const char *const want[] = { "float GEMM", "vdpbf16ps" };
+
+	setenv("PRIVAI_SIMD", "best", 1);
+	if (strstr(compute_cpu_path(TT_BF16, 1), "vdpbf16ps") == NULL) {
+		SKIP("no vdpbf16ps on this CPU: one bfloat16 prompt path");
+		return;
+	}
+	for (int v = 0; v < 2; v++) {
+		setenv("PRIVAI_BF16_GEMM", v ? "1" : "0", 1);
+		struct compute_params p = { .n_threads = 2 };
+		struct compute *c;
+		char err[PRIVAI_ERR_LEN];
+		struct compute_shape s = { COLS2 > MAX_ROWS ? COLS2 : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };
+		size_t kv_bytes;
+		if (compute_new("cpu", &p, &c, err) != PRIVAI_OK || c->ops->reserve(c, &s, &kv_bytes) != PRIVAI_OK) {
+			CHECK(0, "cpu backend: %s", err);
+			break;
+		}
+		CHECK(strstr(compute_cpu_path(TT_BF16, 40), want[v]) != NULL, "PRIVAI_BF16_GEMM=%d: %s", v,
+		      compute_cpu_path(TT_BF16, 40));
+		check_type(c, TT_BF16, COLS, v ? "vdpbf16ps GEMM" : "rows to float");
+		check_type(c, TT_BF16, COLS2, v ? "vdpbf16ps GEMM" : "rows to float");
+		compute_free(c);
+	}
+	unsetenv("PRIVAI_BF16_GEMM");
+}
+
 int
 main(void)
 {
 	check_level("scalar");
 	check_level("avx2");
 	check_level("best");
+	check_bf16_paths();
 
 	/* oneDNN forced where our own GEMM would win */
 	const char *status = compute_cpu_onednn();

@@ -420,6 +420,7 @@ cpu_destroy(struct compute *c)
 		free(im->xq);
 		free(im->tiles);
 		free(im->xbf);
+		free(im->xr);
 		free(im->xk);
 		free(im->k_cache);
 		free(im->v_cache);

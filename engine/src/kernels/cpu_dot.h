@@ -204,6 +204,10 @@ struct cpu_kernels {
 	/* and bfloat16 decode (dot_bf16_bf16) four rows a pass, bit for bit
 	 * as that; NULL: a row at a time */
 	void (*dot4_bf16_bf16)(const uint16_t *w, size_t ldw, const uint16_t *x, size_t n, float *y);
+	/* vdpbf16ps does fewer products a second than float FMAs on this
+	 * CPU (measured by cpu_kernels_get): bfloat16 prefill converts rows
+	 * to float instead of taking gemm_bf16 */
+	int bf16_gemm_slow;
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -312,6 +316,7 @@ void gemm_bf16_avx512(const uint16_t *w, size_t ldw, int nrows, const uint32_t *
 void f32_to_bf16_avx512(const float *x, uint16_t *out, size_t n);
 float dot_bf16_bf16_avx512(const uint16_t *w, const uint16_t *x, size_t n);
 void dot4_bf16_bf16_avx512(const uint16_t *w, size_t ldw, const uint16_t *x, size_t n, float *y);
+double bf16_dot_speedup_avx512(void);
 /* cpu_attention.c */
 void att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale, float *s);
 void att_scores_rows_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,

@@ -46,6 +46,8 @@ struct cpu_impl {
 	size_t tiles_len;
 	uint32_t *xbf; /* bfloat16 activation tiles (struct cpu_kernels.pack_bf16_tile) */
 	size_t xbf_len;
+	float *xr; /* a bfloat16 prompt's tokens rounded, where rows go to float (mm_round_bf16) */
+	size_t xr_len;
 
 	struct compute_batch batch;  /* set_batch(): read in place */
 	uint16_t *k_cache, *v_cache; /* fp16, n_layer x kv_rows x kv_dim each */

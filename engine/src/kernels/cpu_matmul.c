@@ -278,6 +278,19 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	return GEMM_TOKENS;
 }
 
+/* Does the vdpbf16ps GEMM beat converting rows to float here?
+ * PRIVAI_BF16_GEMM=1 or 0 says (the tests take both paths on any CPU
+ * with the instruction); else what cpu_kernels_get measured. */
+static int
+bf16_gemm_wins(const struct cpu_kernels *k)
+{
+	const char *force = getenv("PRIVAI_BF16_GEMM");
+
+	if (force != NULL && (strcmp(force, "0") == 0 || strcmp(force, "1") == 0))
+		return strcmp(force, "1") == 0;
+	return !k->bf16_gemm_slow;
+}
+
 /* How a matrix of `type` is multiplied by n tokens with kernels k: the one
  * decision cpu_matmul() acts on and compute_cpu_path() reports. */
 static void
@@ -286,15 +299,17 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	const char *dn = NULL;
 
 	/* vdpbf16ps tiles from 3 tokens: the tile's padding costs less than
-	 * converting every row to float (BF16 pp8 doubles) */
-	p->bf16 = type == TT_BF16 && k->gemm_bf16 != NULL && !half_dot(type, n);
+	 * converting every row to float (BF16 pp8 doubles on Zen 4); not
+	 * where the instruction is slower than float FMAs */
+	int has_bf16 = type == TT_BF16 && k->gemm_bf16 != NULL, slow_bf16 = has_bf16 && !bf16_gemm_wins(k);
+	p->bf16 = has_bf16 && !slow_bf16 && !half_dot(type, n);
 	/* oneDNN where it wins: AMX tiles, or a CPU without AVX512_BF16,
 	 * where ours would convert rows to float (2.3x, docs/performance.md);
-	 * beside our own vdpbf16ps GEMM it lost (pp128 150 against 195 here).
-	 * Never under PRIVAI_SIMD=scalar, the reference the rest is checked
-	 * against. */
+	 * beside our own vdpbf16ps GEMM it lost (pp128 150 against 195 on
+	 * Zen 4), and where vdpbf16ps is slow it runs that too.  Never under
+	 * PRIVAI_SIMD=scalar, the reference the rest is checked against. */
 	p->onednn = type == TT_BF16 && n >= ONEDNN_MIN_TOKENS && strcmp(k->name, "scalar") != 0 &&
-		    (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !p->bf16 || strstr(dn, "amx") != NULL);
+		    (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !has_bf16 || strstr(dn, "amx") != NULL);
 	p->quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
 	int grouped = x8 && (type == TT_Q8_0 || type == TT_Q4_0);
 	p->gemm =
@@ -701,6 +716,27 @@ weight_bsum(const struct cpu_kernels *k, const struct compute_weight *cw)
 	return cw->w.type == TT_Q8_0 && !q8_0_repacks(k, &cw->w) ? cw->aux : NULL;
 }
 
+/* A bfloat16 prompt where the rows are converted to float (vdpbf16ps
+ * slow here, bf16_gemm_wins) takes its tokens rounded to bfloat16 as
+ * decode's dot_bf16_bf16 does, so a token's logits do not depend on how
+ * many tokens its batch had.  Where memory runs out the floats stay. */
+static void
+mm_round_bf16(struct mm_job *j)
+{
+	struct cpu_impl *im = j->im;
+	size_t cols = (size_t)j->w->cols;
+	uint16_t *h = (uint16_t *)im->xbf; /* a token's worth: the tiles are not used on this path */
+
+	if (im->xbf_len < cols * sizeof(uint16_t) ||
+	    cpu_ensure((void **)&im->xr, &im->xr_len, (size_t)j->n * cols * sizeof(float)) < 0)
+		return;
+	for (int t = 0; t < j->n; t++) {
+		im->k->f32_to_bf16(j->x + t * cols, h, cols);
+		im->k->bf16_to_f32(h, im->xr + t * cols, cols);
+	}
+	j->x = im->xr;
+}
+
 /* A job for weight cw, its plan made and its activations quantized,
  * packed or rounded as the plan needs; returns 1 when oneDNN did the
  * whole product (nothing left to run), else 0. */
@@ -739,6 +775,8 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 		for (int t = 0; t < n; t++) /* a token or two: not worth the pool */
 			im->k->f32_to_bf16(x + (int64_t)t * w->cols, (uint16_t *)im->xbf + (int64_t)t * w->cols,
 					   (size_t)w->cols);
+	else if (w->type == TT_BF16 && im->k->dot_bf16_bf16 != NULL)
+		mm_round_bf16(j);
 	if (j->p.gemm8) {
 		int64_t nb = w->cols / 32;
 		for (int g = 0; g * GEMM8_TOKENS < n; g++)
@@ -969,6 +1007,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return "bfloat16 dot (vdpbf16ps), activations rounded to bfloat16";
 	if (half_dot(type, n_tokens))
 		return "fused half-to-float dot";
+	if (packed_f32(k, type, n_tokens) && type == TT_BF16 && k->dot_bf16_bf16 != NULL) /* mm_round_bf16 */
+		return "float GEMM on packed 48-row panels, 8-token tiles, activations rounded to bfloat16";
 	if (packed_f32(k, type, n_tokens))
 		return "float GEMM on packed 48-row panels, 8-token tiles";
 	/* a pass narrower than the tile takes the tile's edge: the dot */
