@@ -300,7 +300,12 @@ cmd_bench(int argc, char **argv)
 	if (path == NULL)
 		return cli_error("bench", "needs -m MODEL");
 	cp.n_ctx = depth + (n_pp > n_tg ? n_pp : n_tg) + 16;
-	cp.n_batch = n_pp > n_seq ? n_pp : n_seq;
+	/* the cache is filled up to 512 tokens a batch whatever -p is, as
+	 * llama-bench fills it: -p 1 -d 2048 filled it a token at a time,
+	 * minutes for a float 1B model */
+	int n_fill = depth < 512 ? depth : 512;
+	n_fill = n_fill > n_pp ? n_fill : n_pp;
+	cp.n_batch = n_fill > n_seq ? n_fill : n_seq;
 	if (n_seq > 1) {
 		if (tp.size > 1)
 			return cli_error("bench", "-b runs on one rank only, not with --tp");
@@ -324,7 +329,7 @@ cmd_bench(int argc, char **argv)
 	struct engine_ctx_info ci;
 	engine_ctx_info(e.ctx, &ci);
 	int V = e.model->hp.n_vocab, nth = ci.n_threads;
-	int32_t *toks = malloc((size_t)n_pp * sizeof(int32_t));
+	int32_t *toks = malloc((size_t)n_fill * sizeof(int32_t));
 	float *logits = malloc((size_t)V * n_seq * sizeof(float));
 	double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
 	if (toks == NULL || logits == NULL || pp == NULL || tg == NULL ||
@@ -332,17 +337,17 @@ cmd_bench(int argc, char **argv)
 		cli_error("bench", "out of memory");
 		goto out;
 	}
-	for (int i = 0; i < n_pp; i++)
+	for (int i = 0; i < n_fill; i++)
 		toks[i] = (int32_t)((i * 7919u + 17) % (unsigned)V);
 	for (int rep = -1; rep < reps; rep++) { /* rep -1 warms up */
-		if (fill_depth(e.ctx, toks, n_pp, depth, logits, err) < 0)
+		if (fill_depth(e.ctx, toks, n_fill, depth, logits, err) < 0)
 			goto fail;
 		double t0 = now();
 		if (engine_decode(e.ctx, toks, n_pp, 0, logits, err) < 0)
 			goto fail;
 		double t1 = now();
 		if (n_seq > 1) {
-			double dt = par_generate(e.ctx, &ps, toks, n_pp, depth, n_tg, logits, err);
+			double dt = par_generate(e.ctx, &ps, toks, n_fill, depth, n_tg, logits, err);
 			if (dt < 0)
 				goto fail;
 			if (rep >= 0) {
@@ -351,7 +356,7 @@ cmd_bench(int argc, char **argv)
 			}
 			continue;
 		}
-		if (fill_depth(e.ctx, toks, n_pp, depth, logits, err) < 0)
+		if (fill_depth(e.ctx, toks, n_fill, depth, logits, err) < 0)
 			goto fail;
 		double t2 = now();
 		if (tp.group != NULL)
