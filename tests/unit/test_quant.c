@@ -416,6 +416,42 @@ test_q6k_dots(const struct cpu_kernels *simd, const uint8_t *wq, const float *x,
 	      simd->name, NT, bad);
 }
 
+/* F16 prompts pack their panels straight from the rows: the panel
+ * pack_f16_panel writes is, bit for bit, the one the rows converted to
+ * float and packed give, full and partial in rows and columns. */
+static void
+test_pack_f16_panel(const struct cpu_kernels *k)
+{
+	enum { LDW = 300 };
+	static const int shapes[][2] = {
+		{ GEMM_PK_ROWS, GEMM_PK_COLS }, { 17, 37 }, { 1, 1 }, { GEMM_PK_ROWS, 16 }, { 33, 255 }
+	};
+	static uint16_t w[GEMM_PK_ROWS * LDW];
+	static float rows[GEMM_PK_ROWS * GEMM_PK_COLS], want[GEMM_PK_ROWS * GEMM_PK_COLS],
+		got[GEMM_PK_ROWS * GEMM_PK_COLS];
+	int bad = 0;
+
+	if (k->pack_f16_panel == NULL) {
+		SKIP("%s packs no F16 panels", k->name);
+		return;
+	}
+	for (int i = 0; i < GEMM_PK_ROWS * LDW; i++)
+		w[i] = f32_to_fp16(sinf((float)i * 0.021f) * 5.0f);
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		int nr = shapes[s][0];
+		size_t kc = (size_t)shapes[s][1];
+		for (int r = 0; r < nr; r++)
+			k->f16_to_f32(w + (size_t)r * LDW + 3, rows + (size_t)r * GEMM_PK_COLS, kc);
+		memset(want, 0x7f, sizeof(want));
+		memset(got, 0x7f, sizeof(got));
+		k->pack_f32_panel(rows, GEMM_PK_COLS, nr, kc, want);
+		k->pack_f16_panel(w + 3, LDW, nr, kc, got);
+		bad += memcmp(want, got, kc * GEMM_PK_ROWS * sizeof(float)) != 0;
+	}
+	CHECK(bad == 0, "%s F16 panels packed from the rows equal the converted rows packed (%d shapes differ)",
+	      k->name, bad);
+}
+
 /* F16 and bfloat16 decode four rows a pass: dot4_f16 and dot4_bf16_bf16
  * give each row the bits the one-row dot gives it, on lengths with and
  * without a tail past the vectors (and past bfloat16's 128-value steps),
@@ -994,6 +1030,7 @@ main(void)
 	test_k45_q8k(best);
 	test_kx8(best);
 	test_dot4(best);
+	test_pack_f16_panel(best);
 	if (strcmp(best->name, "avx512-vnni") == 0) {
 		test_dot4(cpu_kernels_avx2());
 		test_q4_0x8(cpu_kernels_avx2());

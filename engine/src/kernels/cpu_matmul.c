@@ -454,9 +454,16 @@ mm_rows_packed(struct mm_job *j, int64_t r0, int64_t r1)
 			int nr = r1 - rc < GEMM_PK_ROWS ? (int)(r1 - rc) : GEMM_PK_ROWS;
 			for (int64_t k0 = 0; k0 < w->cols; k0 += GEMM_PK_COLS) {
 				size_t kc = (size_t)(w->cols - k0 < GEMM_PK_COLS ? w->cols - k0 : GEMM_PK_COLS);
-				for (int r = 0; r < nr; r++)
-					mm_row_segment(k, w, rc + r, k0, kc, rows + (size_t)r * GEMM_PK_COLS);
-				k->pack_f32_panel(rows, GEMM_PK_COLS, nr, kc, a);
+				if (w->type == TT_F16 && k->pack_f16_panel != NULL) {
+					k->pack_f16_panel((const uint16_t *)((const uint8_t *)w->data +
+									     rc * w->row_bytes) +
+								  k0,
+							  w->row_bytes / sizeof(uint16_t), nr, kc, a);
+				} else {
+					for (int r = 0; r < nr; r++)
+						mm_row_segment(k, w, rc + r, k0, kc, rows + (size_t)r * GEMM_PK_COLS);
+					k->pack_f32_panel(rows, GEMM_PK_COLS, nr, kc, a);
+				}
 				k->gemm_f32_packed(a, kc, j->x + (int64_t)t0 * w->cols + k0, (size_t)w->cols, nt, c,
 						   k0 > 0);
 			}
