@@ -416,11 +416,12 @@ test_q6k_dots(const struct cpu_kernels *simd, const uint8_t *wq, const float *x,
 	      simd->name, NT, bad);
 }
 
-/* F16 prompts pack their panels straight from the rows: the panel
- * pack_f16_panel writes is, bit for bit, the one the rows converted to
- * float and packed give, full and partial in rows and columns. */
+/* F16 and BF16 prompts pack their panels straight from the rows: the
+ * panel pack_f16_panel (pack_bf16_panel) writes is, bit for bit, the one
+ * the rows converted to float and packed give, full and partial in rows
+ * and columns. */
 static void
-test_pack_f16_panel(const struct cpu_kernels *k)
+test_pack_half_panel(const struct cpu_kernels *k, int bf16)
 {
 	enum { LDW = 300 };
 	static const int shapes[][2] = {
@@ -431,25 +432,31 @@ test_pack_f16_panel(const struct cpu_kernels *k)
 		got[GEMM_PK_ROWS * GEMM_PK_COLS];
 	int bad = 0;
 
-	if (k->pack_f16_panel == NULL) {
-		SKIP("%s packs no F16 panels", k->name);
+	void (*pack)(const uint16_t *, size_t, int, size_t, float *) = bf16 ? k->pack_bf16_panel : k->pack_f16_panel;
+	void (*to_f32)(const uint16_t *, float *, size_t) = bf16 ? k->bf16_to_f32 : k->f16_to_f32;
+	const char *type = bf16 ? "BF16" : "F16";
+
+	if (pack == NULL) {
+		SKIP("%s packs no %s panels", k->name, type);
 		return;
 	}
-	for (int i = 0; i < GEMM_PK_ROWS * LDW; i++)
-		w[i] = f32_to_fp16(sinf((float)i * 0.021f) * 5.0f);
+	for (int i = 0; i < GEMM_PK_ROWS * LDW; i++) {
+		float v = sinf((float)i * 0.021f) * 5.0f;
+		w[i] = bf16 ? f32_to_bf16(v) : f32_to_fp16(v);
+	}
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 		int nr = shapes[s][0];
 		size_t kc = (size_t)shapes[s][1];
 		for (int r = 0; r < nr; r++)
-			k->f16_to_f32(w + (size_t)r * LDW + 3, rows + (size_t)r * GEMM_PK_COLS, kc);
+			to_f32(w + (size_t)r * LDW + 3, rows + (size_t)r * GEMM_PK_COLS, kc);
 		memset(want, 0x7f, sizeof(want));
 		memset(got, 0x7f, sizeof(got));
 		k->pack_f32_panel(rows, GEMM_PK_COLS, nr, kc, want);
-		k->pack_f16_panel(w + 3, LDW, nr, kc, got);
+		pack(w + 3, LDW, nr, kc, got);
 		bad += memcmp(want, got, kc * GEMM_PK_ROWS * sizeof(float)) != 0;
 	}
-	CHECK(bad == 0, "%s F16 panels packed from the rows equal the converted rows packed (%d shapes differ)",
-	      k->name, bad);
+	CHECK(bad == 0, "%s %s panels packed from the rows equal the converted rows packed (%d shapes differ)", k->name,
+	      type, bad);
 }
 
 /* F16 and bfloat16 decode four rows a pass: dot4_f16 and dot4_bf16_bf16
@@ -1030,7 +1037,8 @@ main(void)
 	test_k45_q8k(best);
 	test_kx8(best);
 	test_dot4(best);
-	test_pack_f16_panel(best);
+	test_pack_half_panel(best, 0);
+	test_pack_half_panel(best, 1);
 	if (strcmp(best->name, "avx512-vnni") == 0) {
 		test_dot4(cpu_kernels_avx2());
 		test_q4_0x8(cpu_kernels_avx2());

@@ -169,6 +169,7 @@ static const struct cpu_kernels k_scalar = {
 	NULL, /* bfloat16 decode: a row at a time */
 	0,
 	NULL, /* no packed GEMM */
+	NULL,
 };
 
 void
@@ -430,7 +431,7 @@ static struct cpu_kernels k_avx2 = {
 	NULL, NULL, NULL, /* filled in by cpu_kernels_get */
 	dot4_f16_avx2,    /* F16 decode, four rows a pass */
 	NULL,             /* no vdpbf16ps */
-	0, NULL,          /* no packed GEMM */
+	0, NULL, NULL,    /* no packed GEMM */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -875,6 +876,7 @@ static struct cpu_kernels k_avx512 = {
 	NULL, /* filled in by cpu_kernels_get */
 	0,    /* filled in by cpu_kernels_get */
 	pack_f16_panel_avx512,
+	pack_bf16_panel_avx512,
 };
 #endif
 

@@ -211,6 +211,8 @@ struct cpu_kernels {
 	/* pack_f32_panel straight from nr F16 rows (ldw values apart), the
 	 * same panel bit for bit; NULL: rows converted to float first */
 	void (*pack_f16_panel)(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a);
+	/* and from bfloat16 rows (BF16 prompts where vdpbf16ps is slow) */
+	void (*pack_bf16_panel)(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a);
 };
 
 #define GEMM_BF16_TOKENS 16
@@ -327,6 +329,7 @@ void att_scores_rows_f16_avx512(const uint16_t *const *kr, int nc, const float *
 void att_pv_f16_avx512(const uint16_t *const *vr, int nc, const float *s, const float *c, int nh, int hd, float *out);
 void pack_f32_panel_avx512(const float *w, size_t ldw, int nr, size_t kc, float *a);
 void pack_f16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a);
+void pack_bf16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a);
 void gemm_f32_packed_avx512(const float *a, size_t kc, const float *x, size_t ldx, int nt, float *c, int add);
 void att_softmax_avx512(float *s, int nr, const int *seen, float *m, float *l, float *c);
 /* cpu_gemm_q6_k.c */

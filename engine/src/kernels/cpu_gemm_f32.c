@@ -22,35 +22,54 @@
 #if defined(__x86_64__)
 #include "cpu_x86.h"
 
-/* A panel from rows of floats (LOAD16 of a float pointer) or of F16
- * (converted as loaded): 16 columns of 16 rows at a time, transposed. */
+/* A panel from rows of floats (LOAD16 of a float pointer), of F16 or of
+ * bfloat16 (converted as loaded): 16 columns of 16 rows at a time,
+ * transposed. */
 #define PACK_PANEL(W, LOAD16)                                                                                          \
-	for (size_t k0 = 0; k0 < kc; k0 += 16) {                                                                       \
-		__mmask16 m = kc - k0 >= 16 ? 0xffff : (__mmask16)((1u << (kc - k0)) - 1);                             \
-		for (int g = 0; g < GEMM_PK_ROWS / 16; g++) {                                                          \
-			__m512 v[16];                                                                                  \
-			_Pragma("GCC unroll 16") for (int i = 0; i < 16; i++)                                          \
-			{                                                                                              \
-				int r = 16 * g + i;                                                                    \
-				v[i] = r < nr ? LOAD16(m, (W) + (size_t)r * ldw + k0) : _mm512_setzero_ps();           \
+	do {                                                                                                           \
+		for (size_t k0 = 0; k0 < kc; k0 += 16) {                                                               \
+			__mmask16 m = kc - k0 >= 16 ? 0xffff : (__mmask16)((1u << (kc - k0)) - 1);                     \
+			for (int g = 0; g < GEMM_PK_ROWS / 16; g++) {                                                  \
+				__m512 v[16];                                                                          \
+				_Pragma("GCC unroll 16") for (int i = 0; i < 16; i++)                                  \
+				{                                                                                      \
+					int r = 16 * g + i;                                                            \
+					v[i] = r < nr ? LOAD16(m, (W) + (size_t)r * ldw + k0) : _mm512_setzero_ps();   \
+				}                                                                                      \
+				transpose16(v);                                                                        \
+				for (size_t i = 0; i < 16 && k0 + i < kc; i++)                                         \
+					_mm512_storeu_ps(a + (k0 + i) * GEMM_PK_ROWS + 16 * g, v[i]);                  \
 			}                                                                                              \
-			transpose16(v);                                                                                \
-			for (size_t i = 0; i < 16 && k0 + i < kc; i++)                                                 \
-				_mm512_storeu_ps(a + (k0 + i) * GEMM_PK_ROWS + 16 * g, v[i]);                          \
 		}                                                                                                      \
-	}
+	} while (0)
 
 #define LOAD16_F32(m, p) _mm512_maskz_loadu_ps(m, p)
 #define LOAD16_F16(m, p) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p))
+/* a bfloat16 is a float's upper half */
+#define LOAD16_BF16(m, p)                                                                                              \
+	_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16))
 
 AVX512 void
-pack_f32_panel_avx512(const float *w, size_t ldw, int nr, size_t kc, float *a){ PACK_PANEL(w, LOAD16_F32) }
+pack_f32_panel_avx512(const float *w, size_t ldw, int nr, size_t kc, float *a)
+{
+	PACK_PANEL(w, LOAD16_F32);
+}
 
 /* F16 rows packed as they are converted: converting them into a row
  * buffer first and packing that took 24 % of an F16 prompt between the
  * two (docs/performance.md). */
-AVX512 void pack_f16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc,
-				  float *a){ PACK_PANEL(w, LOAD16_F16) }
+AVX512 void
+pack_f16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a)
+{
+	PACK_PANEL(w, LOAD16_F16);
+}
+
+/* And bfloat16 rows, where BF16 prompts take the float GEMM. */
+AVX512 void
+pack_bf16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a)
+{
+	PACK_PANEL(w, LOAD16_BF16);
+}
 
 /* c[t * GEMM_PK_ROWS + r] (+)= sum over k < kc of a[k][r] * x[t][k], for
  * the 48 rows and NT tokens. */
@@ -77,10 +96,12 @@ AVX512 void pack_f16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t 
 			_Pragma("GCC unroll 3") for (int v = 0; v < 3; v++)                                            \
 				_mm512_storeu_ps(c + t * GEMM_PK_ROWS + 16 * v, acc[v][t]);                            \
 	}
-PACKED_KERNEL(8) PACKED_KERNEL(1)
+PACKED_KERNEL(8)
+PACKED_KERNEL(1)
 
-	AVX512
-	void gemm_f32_packed_avx512(const float *a, size_t kc, const float *x, size_t ldx, int nt, float *c, int add)
+AVX512
+void
+gemm_f32_packed_avx512(const float *a, size_t kc, const float *x, size_t ldx, int nt, float *c, int add)
 {
 	int t = 0;
 

@@ -454,11 +454,12 @@ mm_rows_packed(struct mm_job *j, int64_t r0, int64_t r1)
 			int nr = r1 - rc < GEMM_PK_ROWS ? (int)(r1 - rc) : GEMM_PK_ROWS;
 			for (int64_t k0 = 0; k0 < w->cols; k0 += GEMM_PK_COLS) {
 				size_t kc = (size_t)(w->cols - k0 < GEMM_PK_COLS ? w->cols - k0 : GEMM_PK_COLS);
+				const uint16_t *half =
+					(const uint16_t *)((const uint8_t *)w->data + rc * w->row_bytes) + k0;
 				if (w->type == TT_F16 && k->pack_f16_panel != NULL) {
-					k->pack_f16_panel((const uint16_t *)((const uint8_t *)w->data +
-									     rc * w->row_bytes) +
-								  k0,
-							  w->row_bytes / sizeof(uint16_t), nr, kc, a);
+					k->pack_f16_panel(half, w->row_bytes / sizeof(uint16_t), nr, kc, a);
+				} else if (w->type == TT_BF16 && k->pack_bf16_panel != NULL) {
+					k->pack_bf16_panel(half, w->row_bytes / sizeof(uint16_t), nr, kc, a);
 				} else {
 					for (int r = 0; r < nr; r++)
 						mm_row_segment(k, w, rc + r, k0, kc, rows + (size_t)r * GEMM_PK_COLS);
