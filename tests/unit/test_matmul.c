@@ -167,21 +167,37 @@ check_fused(struct compute *c, uint32_t type, uint32_t other, int cols)
 		c->ops->release_weight(c, &cw[i]);
 }
 
-static void
-check_level(const char *simd)
+/* A CPU backend on 2 threads, its buffers sized for this file's
+ * largest matmul; NULL (a failed check) where it will not start. */
+static struct compute *
+new_backend(void)
 {
 	struct compute_params p = { .n_threads = 2 };
 	struct compute *c;
-	char err[PRIVAI_ERR_LEN];
+	char err[PRIVAI_ERR_LEN] = "reserve() failed";
 	struct compute_shape s = { COLS2 > MAX_ROWS ? COLS2 : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };
-	static const uint32_t quantized[] = { TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q5_K, TT_Q6_K };
 	size_t kv_bytes;
 
-	setenv("PRIVAI_SIMD", simd, 1);
-	if (compute_new("cpu", &p, &c, err) != PRIVAI_OK || c->ops->reserve(c, &s, &kv_bytes) != PRIVAI_OK) {
-		CHECK(0, "cpu backend: %s", err);
-		return;
+	if (compute_new("cpu", &p, &c, err) != PRIVAI_OK)
+		c = NULL;
+	else if (c->ops->reserve(c, &s, &kv_bytes) != PRIVAI_OK) {
+		compute_free(c);
+		c = NULL;
 	}
+	if (c == NULL)
+		CHECK(0, "cpu backend: %s", err);
+	return c;
+}
+
+static void
+check_level(const char *simd)
+{
+	static const uint32_t quantized[] = { TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q5_K, TT_Q6_K };
+
+	setenv("PRIVAI_SIMD", simd, 1);
+	struct compute *c = new_backend();
+	if (c == NULL)
+		return;
 	check_type(c, TT_F16, COLS, compute_cpu_simd_name());
 	check_type(c, TT_F16, COLS2, compute_cpu_simd_name());
 	check_type(c, TT_BF16, COLS, compute_cpu_simd_name());
@@ -211,15 +227,9 @@ check_bf16_paths(void)
 	}
 	for (int v = 0; v < 2; v++) {
 		setenv("PRIVAI_BF16_GEMM", v ? "1" : "0", 1);
-		struct compute_params p = { .n_threads = 2 };
-		struct compute *c;
-		char err[PRIVAI_ERR_LEN];
-		struct compute_shape s = { COLS2 > MAX_ROWS ? COLS2 : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };
-		size_t kv_bytes;
-		if (compute_new("cpu", &p, &c, err) != PRIVAI_OK || c->ops->reserve(c, &s, &kv_bytes) != PRIVAI_OK) {
-			CHECK(0, "cpu backend: %s", err);
+		struct compute *c = new_backend();
+		if (c == NULL)
 			break;
-		}
 		CHECK(strstr(compute_cpu_path(TT_BF16, 40), want[v]) != NULL, "PRIVAI_BF16_GEMM=%d: %s", v,
 		      compute_cpu_path(TT_BF16, 40));
 		check_type(c, TT_BF16, COLS, v ? "vdpbf16ps GEMM" : "rows to float");

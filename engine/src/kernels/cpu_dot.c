@@ -224,6 +224,17 @@ dot_f32_avx2(const float *a, const float *b, size_t n)
 	return s;
 }
 
+/* The values of an F16 dot past its last whole vector, added to s one at
+ * a time: the one-row and four-row dots share it, so a row gets the same
+ * bits from either. */
+AVX2 static inline float
+dot_f16_tail(const uint16_t *w, const float *x, size_t i, size_t n, float s)
+{
+	for (; i < n; i++)
+		s += _cvtsh_ss(w[i]) * x[i];
+	return s;
+}
+
 AVX2 static float
 dot_f16_avx2(const uint16_t *w, const float *x, size_t n)
 {
@@ -236,16 +247,13 @@ dot_f16_avx2(const uint16_t *w, const float *x, size_t n)
 		s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))),
 				     _mm256_loadu_ps(x + i + 8), s1);
 	}
-	float s = hsum256(_mm256_add_ps(s0, s1));
-	for (; i < n; i++)
-		s += _cvtsh_ss(w[i]) * x[i];
-	return s;
+	return dot_f16_tail(w, x, i, n, hsum256(_mm256_add_ps(s0, s1)));
 }
 
 /* Four F16 rows times one token: the token's floats are loaded once for
  * the four.  A row at a time, a ffn_down token (8192 floats, 32 KB: all
- * of L1 on many cores) was reloaded from L2 for every row, and the
- * decode read 23-26 GB/s where the weights alone stream at 34 or more
+ * of L1 on many cores) was reloaded from L2 for every row: F16 decode
+ * read 63-67 % of the bandwidth bound, 76-77 % with this
  * (docs/performance.md).  Each row sums as dot_f16_avx2 does, so a row
  * gets the same bits either way. */
 AVX2 static void
@@ -266,12 +274,8 @@ dot4_f16_avx2(const uint16_t *w, size_t ldw, const float *x, size_t n, float *y)
 						  s[r][1]);
 		}
 	}
-	for (int r = 0; r < 4; r++) {
-		float t = hsum256(_mm256_add_ps(s[r][0], s[r][1]));
-		for (size_t j = i; j < n; j++)
-			t += _cvtsh_ss(w[(size_t)r * ldw + j]) * x[j];
-		y[r] = t;
-	}
+	for (int r = 0; r < 4; r++)
+		y[r] = dot_f16_tail(w + (size_t)r * ldw, x, i, n, hsum256(_mm256_add_ps(s[r][0], s[r][1])));
 }
 
 AVX2 static __m256
@@ -464,10 +468,7 @@ dot_f16_avx512(const uint16_t *w, const float *x, size_t n)
 		s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16))),
 				     _mm512_loadu_ps(x + i + 16), s1);
 	}
-	float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-	for (; i < n; i++)
-		s += _cvtsh_ss(w[i]) * x[i];
-	return s;
+	return dot_f16_tail(w, x, i, n, _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)));
 }
 
 /* As dot4_f16_avx2, each row summed as dot_f16_avx512 sums it. */
@@ -490,12 +491,9 @@ dot4_f16_avx512(const uint16_t *w, size_t ldw, const float *x, size_t n, float *
 						  s[r][1]);
 		}
 	}
-	for (int r = 0; r < 4; r++) {
-		float t = _mm512_reduce_add_ps(_mm512_add_ps(s[r][0], s[r][1]));
-		for (size_t j = i; j < n; j++)
-			t += _cvtsh_ss(w[(size_t)r * ldw + j]) * x[j];
-		y[r] = t;
-	}
+	for (int r = 0; r < 4; r++)
+		y[r] = dot_f16_tail(w + (size_t)r * ldw, x, i, n,
+				    _mm512_reduce_add_ps(_mm512_add_ps(s[r][0], s[r][1])));
 }
 
 /* A full tile keeps its sums in registers; the edges of a matrix (fewer
