@@ -165,9 +165,7 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 		const __m256i low = _mm256_set1_epi8(0xf), six = _mm256_set1_epi8(0x3f), top = _mm256_set1_epi8(0x30); \
 		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
-			/* one line 4 KB ahead: the prefetcher restarts at each page;  \
-			 * asking for all 18 lines of a block measured slower */                               \
-			_mm_prefetch((const char *)grp + 4096, _MM_HINT_T0);                                           \
+			STREAM_PREFETCH(grp, KX8_BLOCK(FIVE));                                                         \
 			__m256i sc[2], mn[2];                                                                          \
 			KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                   \
 			/* sub-block j's activation sum, 16 values at a time in Q8_K */                                \
@@ -245,7 +243,7 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 		__m256 acc[8], mins[8];                                                                                \
 		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = mins[t] = _mm256_setzero_ps();           \
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE)) {                                             \
-			_mm_prefetch((const char *)grp + 4096, _MM_HINT_T0);                                           \
+			STREAM_PREFETCH(grp, KX8_BLOCK(FIVE));                                                         \
 			__m256i sc[2], mn[2];                                                                          \
 			KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                   \
 			__m256i dot[8], msum[8];                                                                       \
