@@ -235,7 +235,7 @@ dot_q5_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
 		const __m256i low = _mm256_set1_epi8(0xf), one = _mm256_set1_epi8(1);                                  \
 		float dd[8];                                                                                           \
 		for (size_t i = 0; i < nb / 8; i++, b += five_bits ? 176 : 144, x += 8) {                              \
-			STREAM_PREFETCH(b, 176);                                                                           \
+			STREAM_PREFETCH(b, 176);                                                                       \
 			/* the eight 6-bit scales and mins at once, then each times   \
 			 * its activation block's scale: one vector per super-block */                                \
 			uint32_t u[3], sc[2], mn[2];                                                                   \
@@ -297,7 +297,7 @@ dot_q5_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
 					      _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7) };                             \
 		const __m256i m32 = _mm256_set1_epi8(32);                                                              \
 		for (size_t i = 0; i < nb / 8; i++, b += 210) {                                                        \
-			STREAM_PREFETCH(b, 210);                                                                           \
+			STREAM_PREFETCH(b, 210);                                                                       \
 			const int8_t *sc = (const int8_t *)(b + 192);                                                  \
 			float d = f16c_load(b + 208);                                                                  \
 			/* the sixteen scales as floats, eight per half super-block */                                 \
@@ -360,7 +360,7 @@ DEFINE_KQUANT_DOTS(avx512, AVX512, U8I8_VNNI)
 		const __m256i low = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);                                \
 		const __m256i pick[4] = Q6_SCALE_PICK;                                                                 \
 		for (size_t i = 0; i < nsb; i++, b += 210, x++) {                                                      \
-			STREAM_PREFETCH(b, 210);                                                                           \
+			STREAM_PREFETCH(b, 210);                                                                       \
 			__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));              \
 			/* 32 * sum_j sc_j * bsum_j: the -32 of every value */                                         \
 			__m256i off =                                                                                  \
@@ -504,7 +504,7 @@ k4_scales_mins(const uint8_t *p)
 		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
 		const __m256i low = _mm256_set1_epi8(0xf), one = _mm256_set1_epi8(1);                                  \
 		for (size_t i = 0; i < nsb; i++, b += five_bits ? 176 : 144, x++) {                                    \
-			STREAM_PREFETCH(b, 176);                                                                           \
+			STREAM_PREFETCH(b, 176);                                                                       \
 			__m128i smv = k4_scales_mins(b + 4);                                                           \
 			/* m_j twice, against the sums of values 16(2j).. and 16(2j+1).. */                            \
 			__m256i mdot = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(smv, smv)),            \

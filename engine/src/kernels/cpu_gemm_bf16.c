@@ -119,7 +119,8 @@ dot_bf16_bf16_avx512(const uint16_t *w, const uint16_t *x, size_t n)
 
 /* Four rows a pass, as dot4_f16 (cpu_dot.c): the token's 16 KB of
  * bfloat16 (ffn_down) loaded once for four rows.  Each row sums as
- * dot_bf16_bf16_avx512 does, so a row gets the same bits either way. */
+ * dot_bf16_bf16_avx512 does, so a row gets the same bits either way, and
+ * the next four rows' lines are asked for as there. */
 BF16 void
 dot4_bf16_bf16_avx512(const uint16_t *w, size_t ldw, const uint16_t *x, size_t n, float *y)
 {
@@ -133,11 +134,11 @@ dot4_bf16_bf16_avx512(const uint16_t *w, size_t ldw, const uint16_t *x, size_t n
 		for (int q = 0; q < 4; q++) {
 			__m512bh xq = (__m512bh)_mm512_loadu_si512(x + i + 32 * q);
 #pragma GCC unroll 4
-			for (int r = 0; r < 4; r++)
-				a[r][q] =
-					_mm512_dpbf16_ps(a[r][q],
-							 (__m512bh)_mm512_loadu_si512(w + (size_t)r * ldw + i + 32 * q),
-							 xq);
+			for (int r = 0; r < 4; r++) {
+				const uint16_t *wr = w + (size_t)r * ldw + i + 32 * q;
+				_mm_prefetch((const char *)(wr + 4 * ldw), _MM_HINT_T1);
+				a[r][q] = _mm512_dpbf16_ps(a[r][q], (__m512bh)_mm512_loadu_si512(wr), xq);
+			}
 		}
 	}
 	for (; i + 32 <= n; i += 32) {
