@@ -230,8 +230,13 @@ check_bf16_paths(void)
 		struct compute *c = new_backend();
 		if (c == NULL)
 			break;
-		CHECK(strstr(compute_cpu_path(TT_BF16, 40), want[v]) != NULL, "PRIVAI_BF16_GEMM=%d: %s", v,
-		      compute_cpu_path(TT_BF16, 40));
+		const char *path = compute_cpu_path(TT_BF16, 40), *at = strstr(path, "vdpbf16ps");
+		double ratio = 0;
+		CHECK(strstr(path, want[v]) != NULL, "PRIVAI_BF16_GEMM=%d: %s", v, path);
+		/* `features` says what the choice was measured on */
+		CHECK(at != NULL && sscanf(at + strlen("vdpbf16ps"), "%*[:,] %lfx float FMA's", &ratio) == 1 &&
+			      ratio > 0.05 && ratio < 20,
+		      "the BF16 prompt path names vdpbf16ps's measured speed (%.2f): %s", ratio, path);
 		check_type(c, TT_BF16, COLS, v ? "vdpbf16ps GEMM" : "rows to float");
 		check_type(c, TT_BF16, COLS2, v ? "vdpbf16ps GEMM" : "rows to float");
 		compute_free(c);

@@ -170,6 +170,7 @@ static const struct cpu_kernels k_scalar = {
 	0,
 	NULL, /* no packed GEMM */
 	NULL,
+	0, /* vdpbf16ps not measured */
 };
 
 void
@@ -444,6 +445,7 @@ static struct cpu_kernels k_avx2 = {
 	dot4_f16_avx2,    /* F16 decode, four rows a pass */
 	NULL,             /* no vdpbf16ps */
 	0, NULL, NULL,    /* no packed GEMM */
+	0,                /* vdpbf16ps not measured */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -885,6 +887,7 @@ static struct cpu_kernels k_avx512 = {
 	0,    /* filled in by cpu_kernels_get */
 	pack_f16_panel_avx512,
 	pack_bf16_panel_avx512,
+	0, /* filled in by cpu_kernels_get */
 };
 #endif
 
@@ -936,17 +939,18 @@ const struct cpu_kernels *
 cpu_kernels_get(void)
 {
 #if defined(__x86_64__)
-	static int bf16_slow = -1; /* measured once */
+	static double bf16_speedup = -1; /* measured once */
 	int avx2, avx512, bf16;
 
 	detect(&avx2, &avx512, &bf16);
-	if (bf16 && bf16_slow < 0)
-		/* Zen 4 does 1.8 times the products with vdpbf16ps, an Emerald
-		 * Rapids Xeon (no AMX in its VM) half: there the GEMM on
-		 * rows converted to float wins (docs/performance.md) */
-		bf16_slow = bf16_dot_speedup_avx512() < 1.2;
+	if (bf16 && bf16_speedup < 0)
+		bf16_speedup = bf16_dot_speedup_avx512();
 	if (bf16) {
-		k_avx512.bf16_gemm_slow = bf16_slow;
+		/* Zen 4 does 1.8 times the products with vdpbf16ps, an Emerald
+		 * Rapids Xeon (no AMX in its VM) half: there the GEMM on rows
+		 * converted to float wins (docs/performance.md) */
+		k_avx512.bf16_gemm_slow = bf16_speedup < 1.2;
+		k_avx512.bf16_speedup = bf16_speedup;
 		k_avx512.pack_bf16_tile = pack_bf16_tile_avx512;
 		k_avx512.gemm_bf16 = gemm_bf16_avx512;
 		k_avx512.f32_to_bf16 = f32_to_bf16_avx512;

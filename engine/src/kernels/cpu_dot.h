@@ -213,6 +213,10 @@ struct cpu_kernels {
 	void (*pack_f16_panel)(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a);
 	/* and from bfloat16 rows (BF16 prompts where vdpbf16ps is slow) */
 	void (*pack_bf16_panel)(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a);
+	/* what bf16_gemm_slow was decided on: vdpbf16ps's products a second
+	 * over float FMAs' (bf16_dot_speedup_avx512), 0 where not measured;
+	 * `privai-engine features` shows it */
+	double bf16_speedup;
 };
 
 #define GEMM_BF16_TOKENS 16

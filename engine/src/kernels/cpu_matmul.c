@@ -981,6 +981,7 @@ const char *
 cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 {
 	static char onednn_path[96];
+	static char bf16_path[160];
 	struct mm_plan p;
 
 	if (tensor_type_get(type) == NULL || !tensor_type_get(type)->can_dequant)
@@ -994,8 +995,11 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		snprintf(onednn_path, sizeof(onednn_path), "oneDNN bfloat16 matmul (%s)", cpu_onednn_bf16());
 		return onednn_path;
 	}
-	if (p.bf16)
-		return "bfloat16 GEMM (vdpbf16ps), 16-token tiles";
+	if (p.bf16) {
+		snprintf(bf16_path, sizeof(bf16_path),
+			 "bfloat16 GEMM (vdpbf16ps, %.2fx float FMA's products here), 16-token tiles", k->bf16_speedup);
+		return bf16_path;
+	}
 	/* Q8_0 and Q4_0 with the repack kernels (and rows in eights, as every model's are) */
 	if ((q8x8 || q4x8) && !p.gemm)
 		return "int8, 8 rows interleaved at load";
@@ -1015,8 +1019,13 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return "bfloat16 dot (vdpbf16ps), activations rounded to bfloat16";
 	if (half_dot(type, n_tokens))
 		return "fused half-to-float dot";
-	if (packed_f32(k, type, n_tokens) && type == TT_BF16 && k->dot_bf16_bf16 != NULL) /* mm_round_bf16 */
-		return "float GEMM on packed 48-row panels, 8-token tiles, activations rounded to bfloat16";
+	if (packed_f32(k, type, n_tokens) && type == TT_BF16 && k->dot_bf16_bf16 != NULL) { /* mm_round_bf16 */
+		snprintf(bf16_path, sizeof(bf16_path),
+			 "float GEMM on packed 48-row panels, 8-token tiles, activations rounded to bfloat16 "
+			 "(vdpbf16ps: %.2fx float FMA's products here)",
+			 k->bf16_speedup);
+		return bf16_path;
+	}
 	if (packed_f32(k, type, n_tokens))
 		return "float GEMM on packed 48-row panels, 8-token tiles";
 	/* a pass narrower than the tile takes the tile's edge: the dot */
