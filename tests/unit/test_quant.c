@@ -1017,15 +1017,10 @@ test_gemm_bf16(const struct cpu_kernels *k)
 	      bad);
 }
 
-int
-main(void)
+/* Every SIMD level this CPU can run, not only the one it would pick. */
+static void
+test_simd(const struct cpu_kernels *best)
 {
-	test_gemm();
-	test_halfs();
-	test_blocks();
-	test_round_trips();
-	/* every SIMD level this CPU can run, not only the one it would pick */
-	const struct cpu_kernels *best = cpu_kernels_get();
 	test_kernels(best);
 	test_q8k(best);
 	if (strcmp(best->name, "avx512-vnni") == 0)
@@ -1048,6 +1043,22 @@ main(void)
 	}
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());
+}
+
+int
+main(void)
+{
+	test_gemm();
+	test_halfs();
+	test_blocks();
+	test_round_trips();
+	const struct cpu_kernels *best = cpu_kernels_get();
+	/* with decode's software prefetch off and on (cpu_stream_prefetch):
+	 * only the speed may differ */
+	for (int pf = 0; pf < 2; pf++) {
+		cpu_stream_prefetch = pf;
+		test_simd(best);
+	}
 	if (strcmp(best->name, "scalar") == 0)
 		SKIP("no SIMD kernels on this CPU: only the scalar ones were checked");
 	return test_summary();

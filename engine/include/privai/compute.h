@@ -152,6 +152,9 @@ int compute_cpu_threads(const struct compute *c);
 int compute_cpu_threads_active(const struct compute *c);
 /* Which SIMD level the CPU backend picked ("avx512-vnni", "avx2", "scalar"). */
 const char *compute_cpu_simd_name(void);
+/* Whether its decode kernels prefetch the weights they stream: on for
+ * Intel CPUs, off for others; PRIVAI_PREFETCH=0 or 1 decides instead. */
+int compute_cpu_prefetch(void);
 /* How the CPU backend multiplies weights of `type` (a GGUF type id) by a
  * pass of n_tokens on this CPU ("int8 GEMM, 16-token tiles", "float
  * register tile", ...); NULL for a type it cannot read. */

@@ -85,7 +85,8 @@ cmd_features(int argc, char **argv)
 		for (int i = 0, k = 0; i < n; i++)
 			if (!ok[i])
 				json_pair(k++, b[i], why[i]);
-		printf("},\"cpu_simd\":\"%s\"", compute_cpu_simd_name());
+		printf("},\"cpu_simd\":\"%s\",\"cpu_decode_prefetch\":%s", compute_cpu_simd_name(),
+		       compute_cpu_prefetch() ? "true" : "false");
 		json_pair(1, "cpu_onednn", compute_cpu_onednn());
 		fputs(",\"cpu_paths\":{", stdout);
 		print_paths(1);
@@ -112,6 +113,8 @@ cmd_features(int argc, char **argv)
 	printf("onednn %s\n", compute_cpu_onednn());
 	for (const char *const *t = coll_transports(); *t != NULL; t++)
 		printf("tp/%-4s %s\n", *t, coll_probe(*t, why[0]) == PRIVAI_OK ? "available" : why[0]);
+	printf("cpu decode prefetch: %s\n",
+	       compute_cpu_prefetch() ? "on (weights asked for 4 KB ahead)" : "off (left to the hardware prefetcher)");
 	puts("cpu paths:");
 	print_paths(0);
 	fputs("chat templates:", stdout);

@@ -388,6 +388,13 @@ compute_cpu_simd_name(void)
 	return choose_kernels()->name;
 }
 
+int
+compute_cpu_prefetch(void)
+{
+	(void)choose_kernels(); /* decides it */
+	return cpu_stream_prefetch > 0;
+}
+
 const char *
 compute_cpu_path(uint32_t type, int n_tokens)
 {

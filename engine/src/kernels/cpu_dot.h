@@ -376,6 +376,13 @@ void cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int l
 
 /* The best kernels this CPU runs (never NULL). */
 const struct cpu_kernels *cpu_kernels_get(void);
+
+/* 1: decode's kernels prefetch the weights they stream (STREAM_PREFETCH,
+ * cpu_x86.h); 0: they leave it to the hardware.  -1 until the first
+ * cpu_kernels_get(), which sets it: on for Intel CPUs, off for others
+ * (measured on one of each, docs/performance.md), PRIVAI_PREFETCH=0 or 1
+ * deciding instead.  Only speed depends on it, never a result. */
+extern int cpu_stream_prefetch;
 /* The portable kernels (for tests comparing SIMD with scalar). */
 const struct cpu_kernels *cpu_kernels_scalar(void);
 /* The AVX2 kernels; only valid where cpu_kernels_get() picked AVX2 or better. */

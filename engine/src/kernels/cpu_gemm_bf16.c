@@ -17,7 +17,7 @@
 #include "cpu_dot.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "cpu_x86.h"
 
 #define BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -136,7 +136,7 @@ dot4_bf16_bf16_avx512(const uint16_t *w, size_t ldw, const uint16_t *x, size_t n
 #pragma GCC unroll 4
 			for (int r = 0; r < 4; r++) {
 				const uint16_t *wr = w + (size_t)r * ldw + i + 32 * q;
-				_mm_prefetch((const char *)(wr + 4 * ldw), _MM_HINT_T1);
+				ROWS_PREFETCH(wr + 4 * ldw);
 				a[r][q] = _mm512_dpbf16_ps(a[r][q], (__m512bh)_mm512_loadu_si512(wr), xq);
 			}
 		}

@@ -37,17 +37,24 @@
  */
 /* Decode reads each weight once, in one stream a thread: ask for the
  * bytes a block spans STREAM_AHEAD ahead of it, a line per 64 bytes.
- * The hardware prefetcher stops at every 4 KB page and restarts late, and
- * on an Emerald Rapids Xeon generation reached 52-65 % of the memory
- * bound on Q6_K, Q4_K and Q4_0 without this, 78-86 % with it
- * (docs/performance.md). */
+ * Where cpu_stream_prefetch says so (cpu_dot.h): on an Emerald Rapids
+ * Xeon, whose prefetcher stops at every 4 KB page, generation went from
+ * 52-65 % of the memory bound to 78-98 % with it; on Zen 4, with 2 KB,
+ * it cost 5-15 % when the bus was fast (docs/performance.md). */
 #ifndef STREAM_AHEAD
 #define STREAM_AHEAD 4096
 #endif
 #define STREAM_PREFETCH(p, bytes)                                                                                      \
 	do {                                                                                                           \
-		for (int pf_ = 0; pf_ < (bytes); pf_ += 64)                                                            \
-			_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T0);                             \
+		if (cpu_stream_prefetch > 0)                                                                           \
+			for (int pf_ = 0; pf_ < (bytes); pf_ += 64)                                                    \
+				_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T0);                     \
+	} while (0)
+/* The next group of four rows' line at p, into L2 (dot4_f16 says why). */
+#define ROWS_PREFETCH(p)                                                                                               \
+	do {                                                                                                           \
+		if (cpu_stream_prefetch > 0)                                                                           \
+			_mm_prefetch((const char *)(p), _MM_HINT_T1);                                                  \
 	} while (0)
 
 #define X8_BLOCK_TOKENS(U8I8_ACC, c, dw, x, nb, b, nt, bias, acc)                                                      \
