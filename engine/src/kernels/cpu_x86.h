@@ -26,15 +26,6 @@
 #define BCAST4_256(p) _mm256_broadcastd_epi32(_mm_loadu_si32(p))
 #define BCAST4_512(p) _mm512_broadcastd_epi32(_mm_loadu_si32(p))
 
-/*
- * The 8-row groups' multi-token kernels (cpu_q8_0x8.c, cpu_q4_0x8.c).  A
- * group's block is 8 chunks c[s] of unsigned bytes, bytes 4s..4s+3 of
- * row r in lane r, and the 8 rows' scales dw: for each of nt tokens
- * (their blocks nb apart from x + b) acc[t] += dw * d_x * (sum(c * x) -
- * bias * sum(x)).  The integer sum is exact, in four chains (one would
- * wait on vpdpbusd's latency when a single token runs); U8I8_ACC is
- * vpdpbusd or its AVX2 equivalent.
- */
 /* Decode reads each weight once, in one stream a thread: ask for the
  * bytes a block spans STREAM_AHEAD ahead of it, a line per 64 bytes.
  * Where cpu_stream_prefetch says so (cpu_dot.h): on an Emerald Rapids
@@ -57,6 +48,15 @@
 			_mm_prefetch((const char *)(p), _MM_HINT_T1);                                                  \
 	} while (0)
 
+/*
+ * The 8-row groups' multi-token kernels (cpu_q8_0x8.c, cpu_q4_0x8.c).  A
+ * group's block is 8 chunks c[s] of unsigned bytes, bytes 4s..4s+3 of
+ * row r in lane r, and the 8 rows' scales dw: for each of nt tokens
+ * (their blocks nb apart from x + b) acc[t] += dw * d_x * (sum(c * x) -
+ * bias * sum(x)).  The integer sum is exact, in four chains (one would
+ * wait on vpdpbusd's latency when a single token runs); U8I8_ACC is
+ * vpdpbusd or its AVX2 equivalent.
+ */
 #define X8_BLOCK_TOKENS(U8I8_ACC, c, dw, x, nb, b, nt, bias, acc)                                                      \
 	_Pragma("GCC unroll 8") for (int t_ = 0; t_ < (nt); t_++)                                                      \
 	{                                                                                                              \
