@@ -954,7 +954,7 @@ static int
 stream_prefetch_wanted(void)
 {
 	const char *force = getenv("PRIVAI_PREFETCH");
-	unsigned a, b, c, d;
+	unsigned a = 0, b = 0, c = 0, d = 0; /* the sanitizer build cannot see __get_cpuid set them */
 
 	if (force != NULL && (strcmp(force, "0") == 0 || strcmp(force, "1") == 0))
 		return force[0] == '1';
