@@ -212,7 +212,7 @@ softmax_exp(float x)
 /* exp(x) for x <= 0 in plain float operations (x = k ln2 + r, a degree-6
  * polynomial for e^r, 2^k from the exponent bits; relative error under
  * 2.5e-7 against exp() on [-87, 0]),
- * 8 at a time in GCC's vector types, where expf is a call per logit (a
+ * 16 at a time in GCC's vector types, where expf is a call per logit (a
  * third of a small model's serving time; with Llama 3's 128k vocabulary
  * about 0.6 ms a token).  Below -87 (-inf: a token a constraint masks) it
  * is 0, as expf's result would be nothing next to the maximum's 1.  Only
@@ -350,7 +350,7 @@ sample_unsorted(struct sampler *s, const float *logit, int n)
 			x += max;
 			memcpy(&x, logit + i, (size_t)m * sizeof(float));
 		}
-		v16f x16 = { 0 };
+		v16f x16 = { 0 }; /* the 8 lanes in its low half */
 		memcpy(&x16, &x, sizeof(x));
 		x16 = (x16 - max) / t;
 		exp_neg16n(&x16, 1);
