@@ -8,7 +8,10 @@
  * second ending mid-vector), on row counts that are not a multiple of any row block (5) and
  * that cross the BF16 GEMM's 64-row chunk in a thread's share (600); for every kernel set
  * this CPU runs (PRIVAI_SIMD), and with oneDNN forced (PRIVAI_ONEDNN=1)
- * where the library is installed.
+ * where the library is installed.  Where the CPU has AMX tiles, F16 and
+ * BF16 prompts on them too: shapes that fill the tiles (rows a multiple of
+ * 32, columns of 32), across the GEMM's column pass (AMX_KC), its row
+ * super-block (AMX_SB_ROWS) and its token chunk (AMX_TOKENS).
  */
 #include <math.h>
 #include <stdint.h>
@@ -17,17 +20,19 @@
 #include "privai/compute.h"
 #include "privai/status.h"
 #include "privai/tensor_type.h"
+#include "kernels/cpu_dot.h"
 #include "kernels/cpu_onednn.h"
 
 #define COLS 96   /* half types: 6 vectors, not a multiple of 64 */
 #define COLS2 300 /* half types again: past a packed panel (256), ending mid-vector */
 #define QCOLS 256 /* quantized types: one super-block of the k-quants */
+#define AMX_COLS (AMX_KC + 32) /* two column passes, the second a step wide */
 #define MAX_ROWS 600
 #define MAX_TOKENS 150
 
-static float x[MAX_TOKENS * COLS2], y[MAX_TOKENS * MAX_ROWS];
-static float wf[MAX_ROWS * COLS2]; /* the weights as the kernels see them */
-static uint8_t wbytes[MAX_ROWS * COLS2 * sizeof(float)];
+static float x[MAX_TOKENS * AMX_COLS], y[MAX_TOKENS * MAX_ROWS];
+static float wf[MAX_ROWS * AMX_COLS]; /* the weights as the kernels see them */
+static uint8_t wbytes[MAX_ROWS * AMX_COLS * sizeof(float)];
 
 static float
 value(unsigned i, float scale)
@@ -72,7 +77,7 @@ static void
 make_weights(uint32_t type, int rows, int cols)
 {
 	size_t row_bytes = tensor_type_row_bytes(type, (uint64_t)cols);
-	float row[COLS2];
+	float row[AMX_COLS];
 	int bad = 0;
 
 	for (int r = 0; r < rows; r++) {
@@ -175,7 +180,7 @@ new_backend(void)
 	struct compute_params p = { .n_threads = 2 };
 	struct compute *c;
 	char err[PRIVAI_ERR_LEN] = "reserve() failed";
-	struct compute_shape s = { COLS2 > MAX_ROWS ? COLS2 : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };
+	struct compute_shape s = { AMX_COLS > MAX_ROWS ? AMX_COLS : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };
 	size_t kv_bytes;
 
 	if (compute_new("cpu", &p, &c, err) != PRIVAI_OK)
@@ -221,8 +226,10 @@ check_bf16_paths(void)
 	static const char *const want[] = { "float GEMM", "vdpbf16ps" };
 
 	setenv("PRIVAI_SIMD", "best", 1);
+	setenv("PRIVAI_AMX", "0", 1); /* the paths of CPUs without AMX tiles (check_amx has those) */
 	if (strstr(compute_cpu_path(TT_BF16, 1), "vdpbf16ps") == NULL) {
 		SKIP("no vdpbf16ps on this CPU: one bfloat16 prompt path");
+		unsetenv("PRIVAI_AMX");
 		return;
 	}
 	for (int v = 0; v < 2; v++) {
@@ -242,6 +249,70 @@ check_bf16_paths(void)
 		compute_free(c);
 	}
 	unsetenv("PRIVAI_BF16_GEMM");
+	unsetenv("PRIVAI_AMX");
+}
+
+/* F16 and BF16 prompts on AMX tiles, where the CPU has them: each shape
+ * against the reference (F16 splits weights and tokens into two bfloat16
+ * each, so within 1e-5 of the float sums as well), and a token's outputs
+ * the same bits whatever the batch around it (a prompt's logits must not
+ * depend on how it was cut).  PRIVAI_AMX=0 gives the AVX-512 path back. */
+static void
+check_amx(void)
+{
+	static const struct {
+		int rows, cols;
+	} shapes[] = { { 32, 64 }, { 64, AMX_COLS }, { AMX_SB_ROWS + 32, 96 }, { 96, 2 * AMX_KC / 4 + 32 } };
+	static const int ns[] = { 3, 16, 17, 40, AMX_TOKENS + 22 };
+	static const uint32_t types[] = { TT_F16, TT_BF16 };
+	static float first[MAX_TOKENS * MAX_ROWS];
+
+	setenv("PRIVAI_SIMD", "best", 1);
+	if (strstr(compute_cpu_path(TT_F16, 40), "AMX") == NULL) {
+		SKIP("no AMX tiles on this CPU (or its kernel): F16 and BF16 prompts take AVX-512");
+		return;
+	}
+	struct compute *c = new_backend();
+	if (c == NULL)
+		return;
+	for (int i = 0; i < MAX_TOKENS * AMX_COLS; i++)
+		x[i] = value((unsigned)i * 7u + 3u, 2.0f);
+	for (size_t ti = 0; ti < 2; ti++)
+		for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+			uint32_t type = types[ti];
+			int rows = shapes[si].rows, cols = shapes[si].cols, same = 1;
+			make_weights(type, rows, cols);
+			struct weight w = { type, rows, cols, tensor_type_row_bytes(type, (uint64_t)cols), wbytes };
+			struct compute_weight cw;
+			if (c->ops->prepare_weight(c, &w, &cw) != PRIVAI_OK) {
+				CHECK(0, "prepare_weight %s", tensor_type_name(type));
+				continue;
+			}
+			for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+				int n = ns[ni];
+				for (int i = 0; i < n * rows; i++)
+					y[i] = NAN;
+				c->ops->matmul(c, &cw, x, n, y);
+				double e = worst_error(type, rows, cols, n);
+				CHECK(e < 1e-5, "AMX %s %d x %d x %d tokens: error %.3g", tensor_type_name(type), rows,
+				      cols, n, e);
+				if (ni == 0)
+					memcpy(first, y, (size_t)n * (size_t)rows * sizeof(float));
+				else
+					same &= memcmp(first, y, (size_t)ns[0] * (size_t)rows * sizeof(float)) == 0;
+			}
+			CHECK(same, "AMX %s %d x %d: the first %d tokens' outputs do not depend on the batch",
+			      tensor_type_name(type), rows, cols, ns[0]);
+			c->ops->release_weight(c, &cw);
+		}
+	CHECK(strstr(compute_cpu_path(TT_BF16, 3), "AMX") != NULL && strstr(compute_cpu_path(TT_F16, 2), "AMX") == NULL,
+	      "AMX from 3 tokens, as the packed float GEMM: %s; %s", compute_cpu_path(TT_BF16, 3),
+	      compute_cpu_path(TT_F16, 2));
+	compute_free(c);
+	setenv("PRIVAI_AMX", "0", 1);
+	CHECK(strstr(compute_cpu_path(TT_F16, 40), "AMX") == NULL, "PRIVAI_AMX=0 keeps AVX-512: %s",
+	      compute_cpu_path(TT_F16, 40));
+	unsetenv("PRIVAI_AMX");
 }
 
 int
@@ -251,6 +322,7 @@ main(void)
 	check_level("avx2");
 	check_level("best");
 	check_bf16_paths();
+	check_amx();
 
 	/* oneDNN forced where our own GEMM would win */
 	const char *status = compute_cpu_onednn();

@@ -422,6 +422,7 @@ cpu_destroy(struct compute *c)
 			free(im->ts[i].wrows);
 			free(im->ts[i].ystage);
 			free(im->ts[i].panel);
+			free(im->ts[i].amx);
 		}
 		free(im->ts);
 		free(im->xq);
@@ -544,9 +545,16 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 		       (size_t)(max_tokens / GEMM_TOKENS + 1) * (size_t)(max_cols / 32 + 1) * sizeof(struct q8_tile)) <
 		    0)
 		return PRIVAI_ENOMEM;
+	for (int i = 0; i < nth && im->k->amx_gemm != NULL; i++)
+		if (im->ts[i].amx == NULL && (im->ts[i].amx = malloc(AMX_SCRATCH_BYTES)) == NULL)
+			return PRIVAI_ENOMEM;
+	/* AMX keeps two such tiles a group for F16 (the values and their
+	 * remainders) */
 	if (im->k->gemm_bf16 != NULL && cpu_ensure((void **)&im->xbf, &im->xbf_len,
-						   (size_t)(max_tokens / GEMM_BF16_TOKENS + 1) * GEMM_BF16_TOKENS *
-							   (size_t)(max_cols / 2 + 1) * sizeof(uint32_t)) < 0)
+						   (im->k->amx_gemm != NULL ? 2 : 1) *
+							   (size_t)(max_tokens / GEMM_BF16_TOKENS + 1) *
+							   GEMM_BF16_TOKENS * (size_t)(max_cols / 2 + 1) *
+							   sizeof(uint32_t)) < 0)
 		return PRIVAI_ENOMEM;
 	return cpu_reserve_kv(im, s);
 }

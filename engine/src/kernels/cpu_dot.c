@@ -171,7 +171,8 @@ static const struct cpu_kernels k_scalar = {
 	0,
 	NULL, /* no packed GEMM */
 	NULL,
-	0, /* vdpbf16ps not measured */
+	0,          /* vdpbf16ps not measured */
+	NULL, NULL, /* no AMX */
 };
 
 void
@@ -455,6 +456,7 @@ static struct cpu_kernels k_avx2 = {
 	NULL,             /* no vdpbf16ps */
 	0, NULL, NULL,    /* no packed GEMM */
 	0,                /* vdpbf16ps not measured */
+	NULL, NULL,       /* no AMX */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -896,7 +898,8 @@ static struct cpu_kernels k_avx512 = {
 	0,    /* filled in by cpu_kernels_get */
 	pack_f16_panel_avx512,
 	pack_bf16_panel_avx512,
-	0, /* filled in by cpu_kernels_get */
+	0,          /* filled in by cpu_kernels_get */
+	NULL, NULL, /* filled in by cpu_kernels_get */
 };
 #endif
 
@@ -961,6 +964,16 @@ stream_prefetch_wanted(void)
 	/* "GenuineIntel" in ebx, edx, ecx */
 	return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;
 }
+
+/* PRIVAI_AMX=0 keeps the AVX-512 kernels on a CPU with AMX; read on
+ * every cpu_kernels_get() so that a test can compare both. */
+static int
+amx_wanted(void)
+{
+	const char *v = getenv("PRIVAI_AMX");
+
+	return v == NULL || strcmp(v, "0") != 0;
+}
 #endif
 
 const struct cpu_kernels *
@@ -986,6 +999,15 @@ cpu_kernels_get(void)
 		k_avx512.f32_to_bf16 = f32_to_bf16_avx512;
 		k_avx512.dot_bf16_bf16 = dot_bf16_bf16_avx512;
 		k_avx512.dot4_bf16_bf16 = dot4_bf16_bf16_avx512;
+	}
+	/* AMX tiles for F16 and BF16 prompts where they run, unless
+	 * PRIVAI_AMX=0 (the comparisons in docs/performance.md) */
+	if (bf16 && amx_wanted() && cpu_amx_usable()) {
+		k_avx512.amx_pack_x = amx_pack_x;
+		k_avx512.amx_gemm = amx_gemm;
+	} else {
+		k_avx512.amx_pack_x = NULL;
+		k_avx512.amx_gemm = NULL;
 	}
 	/* the k-quant dots live in their own file; link them in here */
 	k_avx2.dot_q4_k = dot_q4_k_simd(0);

@@ -24,6 +24,7 @@ struct thread_scratch {
 	uint8_t *wrows; /* GEMM_ROWS rows widened to Q8_0 blocks */
 	float *ystage;  /* Y_STAGE_ROWS outputs of every token, a token's together */
 	float *panel;   /* the packed float GEMM: PANEL_FLOATS (rows, their panel, the outputs) */
+	void *amx;      /* the AMX GEMM: AMX_SCRATCH_BYTES (sums, F16 rows split to bfloat16) */
 };
 
 #define PANEL_FLOATS (2 * GEMM_PK_ROWS * GEMM_PK_COLS + GEMM_PK_ROWS * GEMM_PK_TOKENS)
@@ -44,7 +45,7 @@ struct cpu_impl {
 	size_t xk_len;
 	struct q8_tile *tiles; /* the same, packed 16 tokens a tile, for the GEMM */
 	size_t tiles_len;
-	uint32_t *xbf; /* bfloat16 activation tiles (struct cpu_kernels.pack_bf16_tile) */
+	uint32_t *xbf; /* bfloat16 activation tiles (struct cpu_kernels.pack_bf16_tile; for AMX hi, then lo) */
 	size_t xbf_len;
 	float *xr; /* a bfloat16 prompt's tokens rounded, where rows go to float (mm_round_bf16) */
 	size_t xr_len;

@@ -41,6 +41,7 @@ struct mm_plan {
 	int gemm8;     /* use 8-token tiles (small decode batches) */
 	int bf16;      /* bfloat16 weights: tiles of bfloat16 activations, vdpbf16ps */
 	int onednn;    /* bfloat16 weights: oneDNN's matmul (the flags above are the fallback) */
+	int amx;       /* F16 or BF16 weights on AMX tiles (cpu_amx.c; the flags above are the fallback) */
 };
 
 struct mm_job {
@@ -239,6 +240,46 @@ mm_rows_bf16(struct mm_job *j, int64_t r0, int64_t r1)
 	}
 }
 
+/* The AMX GEMM's activations: 16-token tiles of bfloat16 (hi), and for
+ * F16 weights their remainders (lo) after the hi tiles of every group. */
+static void
+mm_pack_amx(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi, cols = j->w->cols, groups = (j->n + GEMM_BF16_TOKENS - 1) / GEMM_BF16_TOKENS;
+	size_t group = (size_t)(cols / 2) * GEMM_BF16_TOKENS;
+	uint32_t *xl = j->w->type == TT_F16 ? j->im->xbf + (size_t)groups * group : NULL;
+
+	split(groups, ith, nth, &lo, &hi);
+	for (int64_t g = lo; g < hi; g++) {
+		int nt = j->n - (int)g * GEMM_BF16_TOKENS;
+		j->im->k->amx_pack_x(j->x + g * GEMM_BF16_TOKENS * cols, (size_t)cols,
+				     nt < GEMM_BF16_TOKENS ? nt : GEMM_BF16_TOKENS, (size_t)cols,
+				     j->im->xbf + (size_t)g * group, xl != NULL ? xl + (size_t)g * group : NULL);
+	}
+}
+
+static void
+mm_rows_amx(struct mm_job *j, int64_t r0, int64_t r1)
+{
+	const struct weight *w = j->w;
+	size_t ldw = w->row_bytes / sizeof(uint16_t), groups = (size_t)(j->n + GEMM_BF16_TOKENS - 1) / GEMM_BF16_TOKENS;
+	size_t group = (size_t)(w->cols / 2) * GEMM_BF16_TOKENS;
+	int f16 = w->type == TT_F16;
+
+	if (r1 > r0)
+		j->im->k->amx_gemm(f16, (const uint16_t *)w->data + r0 * (int64_t)ldw, ldw, (int)(r1 - r0), j->im->xbf,
+				   f16 ? j->im->xbf + groups * group : NULL, j->n, (size_t)w->cols, j->y + r0,
+				   (size_t)w->rows, j->im->ts[threadpool_self()].amx);
+}
+
+/* Weights the AMX GEMM takes whole: 32-row blocks of 32-column steps. */
+static int
+amx_fits(const struct weight *w)
+{
+	return w->rows % AMX_ROW_BLOCK == 0 && w->cols % 32 == 0;
+}
+
 /* F16 and BF16 decode converts inside the dot rather than a row at a
  * time into a buffer: one or two tokens read the row once either way. */
 static int
@@ -303,13 +344,19 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	 * where the instruction is slower than float FMAs */
 	int has_bf16 = type == TT_BF16 && k->gemm_bf16 != NULL, slow_bf16 = has_bf16 && !bf16_gemm_wins(k);
 	p->bf16 = has_bf16 && !slow_bf16 && !half_dot(type, n);
-	/* oneDNN where it wins: AMX tiles, or a CPU without AVX512_BF16,
-	 * where ours would convert rows to float (2.3x, docs/performance.md);
-	 * beside our own vdpbf16ps GEMM it lost (pp128 150 against 195 on
-	 * Zen 4), and where vdpbf16ps is slow it runs that too.  Never under
-	 * PRIVAI_SIMD=scalar, the reference the rest is checked against. */
+	/* oneDNN where it wins: a CPU without AVX512_BF16, where ours would
+	 * convert rows to float (2.3x, docs/performance.md); beside our own
+	 * vdpbf16ps GEMM it lost (pp128 150 against 195 on Zen 4), and on AMX
+	 * tiles to ours (pp128 153-155 against 170-173 on a Xeon, where both
+	 * have them).  Never under PRIVAI_SIMD=scalar, the reference the rest
+	 * is checked against. */
 	p->onednn = type == TT_BF16 && n >= ONEDNN_MIN_TOKENS && strcmp(k->name, "scalar") != 0 &&
-		    (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !has_bf16 || strstr(dn, "amx") != NULL);
+		    (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !has_bf16);
+	/* AMX tiles wherever the packed float GEMM would run (packed_f32: one
+	 * path for every prompt), ahead of everything else: 5-20 times the
+	 * products a cycle of AVX-512 (cpu_amx.c).  mm_prepare() falls back
+	 * where a weight's shape does not fit the tiles. */
+	p->amx = (type == TT_F16 || type == TT_BF16) && k->amx_gemm != NULL && n > 2;
 	p->quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
 	int grouped = x8 && (type == TT_Q8_0 || type == TT_Q4_0);
 	p->gemm =
@@ -612,7 +659,9 @@ mm_rows_gemm8(struct mm_job *j, int64_t r0, int64_t r1)
 static void
 mm_rows(struct mm_job *j, int64_t lo, int64_t hi)
 {
-	if (j->p.bf16)
+	if (j->p.amx)
+		mm_rows_amx(j, lo, hi);
+	else if (j->p.bf16)
 		mm_rows_bf16(j, lo, hi);
 	else if (j->p.gemm)
 		mm_rows_gemm(j, lo, hi);
@@ -628,7 +677,7 @@ mm_rows(struct mm_job *j, int64_t lo, int64_t hi)
 static int64_t
 mm_unit(const struct mm_job *j)
 {
-	return j->x8 != NULL ? 8 : 1;
+	return j->p.amx ? AMX_ROW_BLOCK : j->x8 != NULL ? 8 : 1;
 }
 
 static void
@@ -765,6 +814,14 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 		if ((w->type == TT_Q4_K || w->type == TT_Q5_K) && !j->p.gemm)
 			j->x8 = NULL; /* and the file's rows (the repacked groups take Q8_K) */
 	}
+	/* oneDNN over our AMX tiles only when asked (PRIVAI_ONEDNN=1) */
+	if (j->p.amx && (!amx_fits(w) || (j->p.onednn && cpu_onednn_forced())))
+		j->p.amx = 0;
+	if (j->p.amx) {
+		j->p.onednn = j->p.bf16 = 0;
+		threadpool_run(im->pool, mm_pack_amx, j);
+		return 0;
+	}
 	if (j->p.onednn && mm_onednn(j) == 0)
 		return 1;
 	/* a decode step's activations (a few thousand values) are quantized
@@ -814,7 +871,8 @@ mm_fusable(const struct mm_job *a, const struct compute_weight *b)
 	const struct cpu_kernels *k = a->im->k;
 
 	return b->w.type == a->w->type && b->w.cols == a->w->cols && (weight_x8(k, b) != NULL) == (a->x8 != NULL) &&
-	       (weight_bsum(k, b) != NULL) == (a->bsum != NULL) && !a->p.onednn;
+	       (weight_bsum(k, b) != NULL) == (a->bsum != NULL) && !a->p.onednn &&
+	       (!a->p.amx || amx_fits(&b->w));
 }
 
 void
@@ -991,6 +1049,9 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL, q4x8 = type == TT_Q4_0 && k->gemm_q4_0x8 != NULL;
 	int kx8 = (type == TT_Q4_K && k->gemm_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemm_q5_kx8 != NULL);
 	mm_plan(k, type, type == TT_Q8_0 && !q8x8, q8x8 || q4x8 || kx8, n_tokens, &p);
+	if (p.amx && !(p.onednn && cpu_onednn_forced()))
+		return type == TT_F16 ? "AMX bfloat16 tiles, weights and tokens split in two (three products)"
+				      : "AMX bfloat16 tiles, activations rounded to bfloat16";
 	if (p.onednn) {
 		snprintf(onednn_path, sizeof(onednn_path), "oneDNN bfloat16 matmul (%s)", cpu_onednn_bf16());
 		return onednn_path;

@@ -1,0 +1,405 @@
+/*
+ * Prompt GEMMs for F16 and BF16 weights on AMX tiles (Sapphire Rapids and
+ * later Xeons): one tdpbf16ps multiplies a 16 x 32 bfloat16 tile by a
+ * 32 x 16 one into 16 x 16 float sums, 8192 products an instruction,
+ * where an AVX-512 FMA does 16.
+ *
+ * The A operand is the weights, 16 rows of 32 columns as they lie in
+ * memory (BF16 rows are read in place); the B operand is 16 tokens in
+ * pack_bf16_tile's layout, which is the pair-interleaved layout AMX wants
+ * (tile row kp holds elements 2kp and 2kp+1 of each token).  Sums land as
+ * C[row][token] in a per-thread buffer, transposed into y at the end.
+ *
+ * BF16 weights take their tokens rounded to bfloat16, as the bfloat16
+ * decode dot and llama.cpp do.  F16 weights carry 11 significant bits,
+ * bfloat16 only 8, so each F16 weight is split exactly into hi + lo (two
+ * bfloat16s whose sum is the fp16 value) and each activation x into
+ * hi = bf16(x), lo = bf16(x - hi), and the product is taken as
+ * wh*xh + wh*xl + wl*xh: three tile products, about 2^-16 relative from
+ * the float product (the dropped wl*xl is 2^-18 of it), against 2^-9 for
+ * one product of rounded values, which the F16 golden tolerance (2e-3 on
+ * the logits) does not allow.
+ *
+ * Blocking: tokens a chunk of AMX_TOKENS at a time; within it the rows in
+ * super-blocks of AMX_SB_ROWS whose sums stay in the thread's buffer
+ * while the columns pass AMX_KC at a time, so that the chunk's tokens for
+ * those columns (AMX_TOKENS x AMX_KC x 4 bytes) stay in L2 across the
+ * super-block's rows; each 32-row block of those columns (converted to
+ * hi/lo first for F16) serves every token of the chunk.
+ *
+ * The tiles need the kernel's permission (arch_prctl XCOMP_PERM, Linux
+ * 5.16 and later), asked once by cpu_amx_usable().
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "privai/tensor_type.h"
+#include "cpu_dot.h"
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cpu_x86.h"
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+int
+cpu_amx_usable(void)
+{
+	static int usable = -1;
+	unsigned a, b, c, d;
+
+	if (usable >= 0)
+		return usable;
+	usable = 0;
+	/* CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; XCR0 bits 17-18
+	 * (XTILECFG, XTILEDATA) enabled by the OS */
+	__asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+	if (((d >> 22) & 1) == 0 || ((d >> 24) & 1) == 0)
+		return usable;
+	__asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+	if (((c >> 27) & 1) == 0) /* OSXSAVE */
+		return usable;
+	__asm__ volatile("xgetbv" : "=a"(a), "=d"(d) : "c"(0));
+	if ((a & (3u << 17)) != (3u << 17))
+		return usable;
+	/* the permission is the process's, for every thread, asked once */
+	usable = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+	return usable;
+}
+
+#define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
+
+/* Tiles: 0-3 the sums C[row block i][token group j] at 2i + j, 4-5 two
+ * 16-row weight tiles, 6-7 two 16-token activation tiles. */
+struct tile_config {
+	uint8_t palette;
+	uint8_t start_row;
+	uint8_t reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+};
+
+AMX static void
+tiles_configure(void)
+{
+	struct tile_config cfg;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.palette = 1;
+	for (int i = 0; i < 8; i++) {
+		cfg.rows[i] = 16;
+		cfg.colsb[i] = 64;
+	}
+	_tile_loadconfig(&cfg);
+}
+
+/* Activation tile pairs: 16 tokens, element pairs (2kp, 2kp+1) in row kp */
+AMX void
+amx_pack_x(const float *x, size_t ldx, int nt, size_t cols, uint32_t *hi, uint32_t *lo)
+{
+	uint32_t ph[16], pl[16];
+
+	for (int j = 0; j < GEMM_BF16_TOKENS; j++) {
+		const float *xr = x + (size_t)j * ldx;
+		size_t k = 0;
+		if (j >= nt) {
+			for (size_t kp = 0; kp < cols / 2; kp++) {
+				hi[kp * GEMM_BF16_TOKENS + (size_t)j] = 0;
+				if (lo != NULL)
+					lo[kp * GEMM_BF16_TOKENS + (size_t)j] = 0;
+			}
+			continue;
+		}
+		for (; k + 32 <= cols; k += 32) {
+			__m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xr + k + 16);
+			__m512bh h = _mm512_cvtne2ps_pbh(b, a);
+			_mm512_storeu_si512(ph, (__m512i)h);
+			for (int i = 0; i < 16; i++)
+				hi[(k / 2 + (size_t)i) * GEMM_BF16_TOKENS + (size_t)j] = ph[i];
+			if (lo == NULL)
+				continue;
+			/* bfloat16 back to float: the low half of a pair shifted up, the high half masked */
+			__m512i hw = (__m512i)h;
+			__m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(hw, 16));
+			__m512 hb = _mm512_castsi512_ps(_mm512_and_si512(hw, _mm512_set1_epi32((int)0xffff0000u)));
+			/* ha, hb hold elements (even, odd) of each pair; a and b hold 0..15 and 16..31 */
+			__m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+			__m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+			__m512 xe = _mm512_permutex2var_ps(a, ev, b), xo = _mm512_permutex2var_ps(a, od, b);
+			__m512bh l = _mm512_cvtne2ps_pbh(_mm512_sub_ps(xo, hb), _mm512_sub_ps(xe, ha));
+			/* l holds the even remainders in its low 16 bfloat16s, the odd in its high */
+			__m512i li = (__m512i)l;
+			__m256i le = _mm512_castsi512_si256(li), lodd = _mm512_extracti64x4_epi64(li, 1);
+			__m512i pairs = _mm512_or_si512(_mm512_cvtepu16_epi32(le),
+							_mm512_slli_epi32(_mm512_cvtepu16_epi32(lodd), 16));
+			_mm512_storeu_si512(pl, pairs);
+			for (int i = 0; i < 16; i++)
+				lo[(k / 2 + (size_t)i) * GEMM_BF16_TOKENS + (size_t)j] = pl[i];
+		}
+		for (; k + 2 <= cols; k += 2) {
+			uint16_t h0 = f32_to_bf16(xr[k]), h1 = f32_to_bf16(xr[k + 1]);
+			hi[(k / 2) * GEMM_BF16_TOKENS + (size_t)j] = (uint32_t)h0 | (uint32_t)h1 << 16;
+			if (lo != NULL)
+				lo[(k / 2) * GEMM_BF16_TOKENS + (size_t)j] =
+					(uint32_t)f32_to_bf16(xr[k] - bf16_to_f32(h0)) |
+					(uint32_t)f32_to_bf16(xr[k + 1] - bf16_to_f32(h1)) << 16;
+		}
+	}
+}
+
+/* Rows of a block as the tiles read them: AMX_LDA values apart, not the
+ * model's 2^k columns, whose 16 rows a tile reads would all fall in one
+ * set of L1 (4 KB apart) and evict each other. */
+#define AMX_LDA (AMX_KC + 32)
+
+/* 32 BF16 rows (ldw apart), columns [0, kc), into rows AMX_LDA apart */
+static void
+copy_bf16_rows(const uint16_t *w, size_t ldw, size_t kc, uint16_t *out)
+{
+	for (int r = 0; r < AMX_ROW_BLOCK; r++)
+		memcpy(out + (size_t)r * AMX_LDA, w + (size_t)r * ldw, kc * sizeof(uint16_t));
+}
+
+/* 32 F16 rows (ldw apart), columns [0, kc), split into bfloat16 hi and lo
+ * rows AMX_LDA apart: w = hi + lo exactly. */
+AMX static void
+split_f16_rows(const uint16_t *w, size_t ldw, size_t kc, uint16_t *hi, uint16_t *lo)
+{
+	for (int r = 0; r < AMX_ROW_BLOCK; r++) {
+		const uint16_t *wr = w + (size_t)r * ldw;
+		for (size_t k = 0; k < kc; k += 32) {
+			__m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wr + k)));
+			__m512 b = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wr + k + 16)));
+			__m512bh h = _mm512_cvtne2ps_pbh(b, a);
+			/* back to float: 16 bfloat16 a half, widened and shifted */
+			__m512 ha = _mm512_castsi512_ps(
+				_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256((__m512i)h)), 16));
+			__m512 hb = _mm512_castsi512_ps(
+				_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64((__m512i)h, 1)), 16));
+			__m512bh l = _mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha));
+			_mm512_storeu_si512(hi + (size_t)r * AMX_LDA + k, (__m512i)h);
+			_mm512_storeu_si512(lo + (size_t)r * AMX_LDA + k, (__m512i)l);
+		}
+	}
+}
+
+/* The next row block's weights, asked into L2 a few lines a step while
+ * the tiles work on this one: a block is 32 rows of up to 2 KB, first
+ * read from memory by its copy or split, and the tiles would otherwise
+ * wait on that read (about a third of their time at 128 tokens). */
+struct prefetch {
+	const char *base; /* the block's first row, NULL for none */
+	size_t stride;    /* bytes between its rows */
+	int lines_row;    /* 64-byte lines a row */
+	int line, total;  /* the next line to ask for, of total */
+	int per_step;     /* lines a 32-column step asks for */
+};
+
+static inline void
+prefetch_step(struct prefetch *pf)
+{
+	for (int i = 0; i < pf->per_step && pf->line < pf->total; i++, pf->line++)
+		_mm_prefetch(pf->base + (size_t)(pf->line / pf->lines_row) * pf->stride +
+				     (size_t)(pf->line % pf->lines_row) * 64,
+			     _MM_HINT_T1);
+}
+
+/* One 32-row block times one or two 16-token groups over kc columns: the
+ * sums in acc (rows lda floats apart), zeroed first when zero.  wh/wl:
+ * the rows' bfloat16 (wl NULL for BF16 weights), ldw values apart;
+ * xh/xl: the groups' tiles at the block's first column, group_stride
+ * uint32 apart. */
+AMX static void
+block_two(const uint16_t *wh, const uint16_t *wl, size_t ldw, const uint32_t *xh, const uint32_t *xl,
+	  size_t group_stride, size_t kc, float *acc, size_t lda, int zero, struct prefetch *pf)
+{
+	size_t sa = ldw * sizeof(uint16_t), sc = lda * sizeof(float);
+
+	if (zero) {
+		_tile_zero(0);
+		_tile_zero(1);
+		_tile_zero(2);
+		_tile_zero(3);
+	} else {
+		_tile_loadd(0, acc, sc);
+		_tile_loadd(1, acc + GEMM_BF16_TOKENS, sc);
+		_tile_loadd(2, acc + 16 * lda, sc);
+		_tile_loadd(3, acc + 16 * lda + GEMM_BF16_TOKENS, sc);
+	}
+	for (size_t k = 0; k < kc; k += 32) {
+		const uint32_t *b0 = xh + k / 2 * GEMM_BF16_TOKENS, *b1 = b0 + group_stride;
+		prefetch_step(pf);
+		_tile_loadd(4, wh + k, sa);
+		_tile_loadd(5, wh + 16 * ldw + k, sa);
+		_tile_loadd(6, b0, 64);
+		_tile_loadd(7, b1, 64);
+		_tile_dpbf16ps(0, 4, 6);
+		_tile_dpbf16ps(1, 4, 7);
+		_tile_dpbf16ps(2, 5, 6);
+		_tile_dpbf16ps(3, 5, 7);
+		if (wl == NULL)
+			continue;
+		const uint32_t *l0 = xl + k / 2 * GEMM_BF16_TOKENS, *l1 = l0 + group_stride;
+		_tile_loadd(6, l0, 64);
+		_tile_loadd(7, l1, 64);
+		_tile_dpbf16ps(0, 4, 6);
+		_tile_dpbf16ps(1, 4, 7);
+		_tile_dpbf16ps(2, 5, 6);
+		_tile_dpbf16ps(3, 5, 7);
+		_tile_loadd(4, wl + k, sa);
+		_tile_loadd(5, wl + 16 * ldw + k, sa);
+		_tile_loadd(6, b0, 64);
+		_tile_loadd(7, b1, 64);
+		_tile_dpbf16ps(0, 4, 6);
+		_tile_dpbf16ps(1, 4, 7);
+		_tile_dpbf16ps(2, 5, 6);
+		_tile_dpbf16ps(3, 5, 7);
+	}
+	_tile_stored(0, acc, sc);
+	_tile_stored(1, acc + GEMM_BF16_TOKENS, sc);
+	_tile_stored(2, acc + 16 * lda, sc);
+	_tile_stored(3, acc + 16 * lda + GEMM_BF16_TOKENS, sc);
+}
+
+/* The same for one group (a chunk's odd last): tiles 0 and 2 only. */
+AMX static void
+block_one(const uint16_t *wh, const uint16_t *wl, size_t ldw, const uint32_t *xh, const uint32_t *xl, size_t kc,
+	  float *acc, size_t lda, int zero, struct prefetch *pf)
+{
+	size_t sa = ldw * sizeof(uint16_t), sc = lda * sizeof(float);
+
+	if (zero) {
+		_tile_zero(0);
+		_tile_zero(2);
+	} else {
+		_tile_loadd(0, acc, sc);
+		_tile_loadd(2, acc + 16 * lda, sc);
+	}
+	for (size_t k = 0; k < kc; k += 32) {
+		const uint32_t *b0 = xh + k / 2 * GEMM_BF16_TOKENS;
+		prefetch_step(pf);
+		_tile_loadd(4, wh + k, sa);
+		_tile_loadd(5, wh + 16 * ldw + k, sa);
+		_tile_loadd(6, b0, 64);
+		_tile_dpbf16ps(0, 4, 6);
+		_tile_dpbf16ps(2, 5, 6);
+		if (wl == NULL)
+			continue;
+		_tile_loadd(6, xl + k / 2 * GEMM_BF16_TOKENS, 64);
+		_tile_dpbf16ps(0, 4, 6);
+		_tile_dpbf16ps(2, 5, 6);
+		_tile_loadd(4, wl + k, sa);
+		_tile_loadd(5, wl + 16 * ldw + k, sa);
+		_tile_loadd(6, b0, 64);
+		_tile_dpbf16ps(0, 4, 6);
+		_tile_dpbf16ps(2, 5, 6);
+	}
+	_tile_stored(0, acc, sc);
+	_tile_stored(2, acc + 16 * lda, sc);
+}
+
+/* The super-block's sums, row r of acc token t, to y[t][r]: 16 x 16
+ * blocks transposed, a partial last group one value at a time. */
+AMX static void
+store_sums(const float *acc, size_t lda, int ns, int nt, float *y, size_t ldy)
+{
+	int t = 0;
+
+	for (; t + 16 <= nt; t += 16)
+		for (int r = 0; r < ns; r += 16) {
+			__m512 v[16];
+			for (int i = 0; i < 16; i++)
+				v[i] = _mm512_loadu_ps(acc + (size_t)(r + i) * lda + (size_t)t);
+			transpose16(v); /* cpu_x86.h */
+			for (int i = 0; i < 16; i++)
+				_mm512_storeu_ps(y + (size_t)(t + i) * ldy + (size_t)r, v[i]);
+		}
+	for (; t < nt; t++)
+		for (int r = 0; r < ns; r++)
+			y[(size_t)t * ldy + (size_t)r] = acc[(size_t)r * lda + (size_t)t];
+}
+
+/* What the block after (s0, k0, rb) reads, in amx_gemm's order (row
+ * blocks within a column pass within a super-block), spread over the
+ * steps of this block's ng token groups. */
+static struct prefetch
+next_block(const uint16_t *w, size_t ldw, int nrows, size_t cols, int s0, int ns, size_t k0, int rb, int ng)
+{
+	struct prefetch pf = { NULL, ldw * sizeof(uint16_t), 0, 0, 0, 0 };
+	size_t kc = cols - k0 < AMX_KC ? cols - k0 : AMX_KC;
+	int steps = (int)(kc / 32) * ((ng + 1) / 2);
+
+	if (rb + AMX_ROW_BLOCK < ns) {
+		rb += AMX_ROW_BLOCK;
+	} else if (k0 + kc < cols) {
+		k0 += kc, rb = 0;
+	} else if (s0 + ns < nrows) {
+		s0 += ns, k0 = 0, rb = 0;
+	} else {
+		return pf;
+	}
+	kc = cols - k0 < AMX_KC ? cols - k0 : AMX_KC;
+	pf.base = (const char *)(w + (size_t)(s0 + rb) * ldw + k0);
+	pf.lines_row = (int)(kc * sizeof(uint16_t) / 64);
+	pf.total = AMX_ROW_BLOCK * pf.lines_row;
+	pf.per_step = (pf.total + steps - 1) / steps;
+	return pf;
+}
+
+AMX void
+amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl, int ntokens,
+	 size_t cols, float *y, size_t ldy, void *scratch)
+{
+	size_t group = cols / 2 * GEMM_BF16_TOKENS; /* uint32 a token group */
+	float *acc = scratch;                       /* AMX_SB_ROWS x AMX_TOKENS */
+	uint16_t *wh = (uint16_t *)(acc + AMX_SB_ROWS * AMX_TOKENS), *wl = wh + AMX_ROW_BLOCK * AMX_LDA;
+
+	tiles_configure();
+	for (int t0 = 0; t0 < ntokens; t0 += AMX_TOKENS) {
+		int nt = ntokens - t0 < AMX_TOKENS ? ntokens - t0 : AMX_TOKENS;
+		int ng = (nt + GEMM_BF16_TOKENS - 1) / GEMM_BF16_TOKENS;
+		size_t lda = (size_t)ng * GEMM_BF16_TOKENS;
+		const uint32_t *gh = xh + (size_t)(t0 / GEMM_BF16_TOKENS) * group;
+		const uint32_t *gl = xl != NULL ? xl + (size_t)(t0 / GEMM_BF16_TOKENS) * group : NULL;
+		for (int s0 = 0; s0 < nrows; s0 += AMX_SB_ROWS) {
+			int ns = nrows - s0 < AMX_SB_ROWS ? nrows - s0 : AMX_SB_ROWS;
+			for (size_t k0 = 0; k0 < cols; k0 += AMX_KC) {
+				size_t kc = cols - k0 < AMX_KC ? cols - k0 : AMX_KC;
+				for (int rb = 0; rb < ns; rb += AMX_ROW_BLOCK) {
+					const uint16_t *src = w + (size_t)(s0 + rb) * ldw + k0, *al = NULL;
+					struct prefetch pf = next_block(w, ldw, nrows, cols, s0, ns, k0, rb, ng);
+					if (f16) {
+						split_f16_rows(src, ldw, kc, wh, wl);
+						al = wl;
+					} else {
+						copy_bf16_rows(src, ldw, kc, wh);
+					}
+					float *a = acc + (size_t)rb * lda;
+					int g = 0;
+					for (; g + 2 <= ng; g += 2)
+						block_two(wh, al, AMX_LDA, gh + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS,
+							  gl != NULL ? gl + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS
+								     : NULL,
+							  group, kc, a + g * GEMM_BF16_TOKENS, lda, k0 == 0, &pf);
+					if (g < ng)
+						block_one(wh, al, AMX_LDA, gh + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS,
+							  gl != NULL ? gl + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS
+								     : NULL,
+							  kc, a + g * GEMM_BF16_TOKENS, lda, k0 == 0, &pf);
+				}
+			}
+			store_sums(acc, lda, ns, nt, y + (size_t)t0 * ldy + (size_t)s0, ldy);
+		}
+	}
+	_tile_release();
+}
+#else
+int
+cpu_amx_usable(void)
+{
+	return 0;
+}
+#endif
