@@ -805,6 +805,58 @@ test_gemm(void)
 	CHECK(bad == 0, "%s gemm_q6_k (one and two groups): %d products off the scalar dot", k->name, bad);
 }
 
+/* The Q8_0 GEMM on AMX tiles equals the AVX-512 one bit for bit: 1 to 16
+ * rows, block counts on both sides of its 4-block step, one and two token
+ * groups (the second partial), with and without the K-quants' offsets. */
+static void
+test_gemm_amx(void)
+{
+	const struct cpu_kernels *k = cpu_kernels_get(), *ref = cpu_kernels_scalar();
+	enum { MAXB = 9, ROWS = 16, NT = 27 };
+	static const int rowss[] = { 1, 5, 15, 16 }, nbs[] = { 1, 3, 4, 9 };
+	static float x[NT * MAXB * 32], w[ROWS * MAXB * 32], wmin[ROWS * MAXB], ya[16 * 32], yb[16 * 32];
+	static uint8_t wq[ROWS * MAXB * 34];
+	static struct block_q8 xq[NT * MAXB];
+	static struct q8_tile tiles[2 * MAXB];
+	int32_t wsum[ROWS * MAXB];
+	float wd[ROWS * MAXB];
+	int bad = 0, runs = 0;
+
+	if (k->gemm_q8_0_amx == NULL) {
+		SKIP("no AMX tiles on this CPU (or its kernel): the Q8_0 GEMM's AMX kernel was not checked");
+		return;
+	}
+	for (int i = 0; i < NT * MAXB * 32; i++)
+		x[i] = sinf((float)i * 0.017f) * 3;
+	for (int i = 0; i < ROWS * MAXB * 32; i++)
+		w[i] = cosf((float)i * 0.61f) * (1 + (float)(i % 7));
+	for (int i = 0; i < ROWS * MAXB; i++)
+		wmin[i] = 0.01f * (float)(i % 13);
+	for (size_t ni = 0; ni < sizeof(nbs) / sizeof(nbs[0]); ni++) {
+		size_t nb = (size_t)nbs[ni];
+		tensor_quantize_row(TT_Q8_0, w, wq, ROWS * nb * 32);
+		for (int t = 0; t < NT; t++)
+			ref->quantize_q8(x + (size_t)t * nb * 32, xq + (size_t)t * nb, nb * 32);
+		q8_tile_pack(xq, 16, nb, tiles);
+		q8_tile_pack(xq + 16 * nb, NT - 16, nb, tiles + nb);
+		for (size_t ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++) {
+			int nr = rowss[ri];
+			k->gemm_q8_0_prep(wq, nb * 34, nr, nb, wsum, wd);
+			for (int ng = 1; ng <= 2; ng++)
+				for (int off = 0; off < 2; off++) {
+					const float *o = off ? wmin : NULL;
+					memset(ya, 0, sizeof(ya));
+					memset(yb, 0, sizeof(yb));
+					k->gemm_q8_0(wq, nb * 34, nr, wsum, wd, o, tiles, nb, ng, nb, ya);
+					k->gemm_q8_0_amx(wq, nb * 34, nr, wsum, wd, o, tiles, nb, ng, nb, yb);
+					bad += memcmp(ya, yb, sizeof(ya)) != 0;
+					runs++;
+				}
+		}
+	}
+	CHECK(bad == 0, "gemm_q8_0_amx equals gemm_q8_0 bit for bit: %d of %d shapes differ", bad, runs);
+}
+
 /* Q4_0 repacked 8 rows to a group: rows read back exactly; the kernel,
  * for 1 to 8 tokens and for several groups in one call, equals the
  * scalar reference bit for bit and the per-row dot within rounding, and
@@ -1049,6 +1101,7 @@ int
 main(void)
 {
 	test_gemm();
+	test_gemm_amx();
 	test_halfs();
 	test_blocks();
 	test_round_trips();

@@ -54,10 +54,11 @@ cpu_amx_usable(void)
 	if (usable >= 0)
 		return usable;
 	usable = 0;
-	/* CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; XCR0 bits 17-18
-	 * (XTILECFG, XTILEDATA) enabled by the OS */
+	/* CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE, bit 25 AMX-INT8
+	 * (every AMX CPU so far has all three); XCR0 bits 17-18 (XTILECFG,
+	 * XTILEDATA) enabled by the OS */
 	__asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-	if (((d >> 22) & 1) == 0 || ((d >> 24) & 1) == 0)
+	if (((d >> 22) & 1) == 0 || ((d >> 24) & 1) == 0 || ((d >> 25) & 1) == 0)
 		return usable;
 	__asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
 	if (((c >> 27) & 1) == 0) /* OSXSAVE */
@@ -70,7 +71,7 @@ cpu_amx_usable(void)
 	return usable;
 }
 
-#define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
+#define AMX __attribute__((target("amx-tile,amx-bf16,amx-int8,avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
 
 /* Tiles: 0-3 the sums C[row block i][token group j] at 2i + j, 4-5 two
  * 16-row weight tiles, 6-7 two 16-token activation tiles. */
@@ -393,6 +394,138 @@ amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, 
 			}
 			store_sums(acc, lda, ns, nt, y + (size_t)t0 * ldy + (size_t)s0, ldy);
 		}
+	}
+	_tile_release();
+}
+
+/*
+ * The int8 GEMM of Q8_0 rows (and of Q4_0, Q4_K and Q5_K rows widened to
+ * them, cpu_matmul.c) on tiles: gemm_q8_0's contract (cpu_dot.h), up to
+ * 16 rows.  A tile of 16 rows' block of 32 signed weights times one of
+ * the 16 tokens' block (struct q8_tile, +128 so unsigned: already the
+ * layout tdpbsud wants, 4 bytes of each token a 32-bit lane) gives every
+ * row-token integer sum of the block in one instruction.  The float step
+ * after it is gemm_q8_0_avx512's, in the same order, so the results are
+ * the same bits: the sum plus -128 * sum(w), times the token's scale
+ * times the row's, and the Q4_K/Q5_K offset taken off.  Four blocks'
+ * sums are taken into tiles 0-3 before the float steps read them.
+ */
+struct q8_tile_config {
+	uint8_t palette;
+	uint8_t start_row;
+	uint8_t reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+};
+
+AMX static void
+q8_tiles_configure(int nrows)
+{
+	struct q8_tile_config cfg;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.palette = 1;
+	for (int i = 0; i < 4; i++) { /* sums: nrows x 16 int32 */
+		cfg.rows[i] = (uint8_t)nrows;
+		cfg.colsb[i] = 64;
+	}
+	for (int i = 4; i < 6; i++) { /* weights: nrows x 32 bytes */
+		cfg.rows[i] = (uint8_t)nrows;
+		cfg.colsb[i] = 32;
+	}
+	for (int i = 6; i < 8; i++) { /* tokens: 8 x (16 tokens x 4 bytes) */
+		cfg.rows[i] = 8;
+		cfg.colsb[i] = 64;
+	}
+	_tile_loadconfig(&cfg);
+}
+
+/* Block b's float step for nr rows into acc; sums: the block's tile, 16
+ * int32 a row.  Inlined with nr 16 the accumulators stay in registers. */
+AMX static inline __attribute__((always_inline)) void
+q8_float_step(__m512 *acc, int nr, const int32_t *sums, const int32_t *wsum, const float *wd, const float *wmin,
+	      const struct q8_tile *xb, size_t nb, size_t b)
+{
+	__m512 da = _mm512_loadu_ps(xb->d);
+
+#pragma GCC unroll 16
+	for (int r = 0; r < nr; r++) {
+		size_t at = (size_t)r * nb + b;
+		__m512i p = _mm512_add_epi32(_mm512_loadu_si512(sums + 16 * r), _mm512_set1_epi32(wsum[at]));
+		acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(da, _mm512_set1_ps(wd[at])), acc[r]);
+		if (wmin != NULL)
+			acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(wmin[at]), _mm512_loadu_ps(xb->dsum), acc[r]);
+	}
+}
+
+/* Blocks b and b + 1's sums into tiles C0 and C1, with the operand
+ * tiles 4-7 (two pairs, so loads overlap the products). */
+#define Q8_TDP2(C0, C1, b)                                                                                             \
+	do {                                                                                                           \
+		_tile_zero(C0);                                                                                        \
+		_tile_zero(C1);                                                                                        \
+		_tile_loadd(4, w + (b) * 34 + 2, row_bytes);                                                           \
+		_tile_loadd(6, x[b].q, 64);                                                                            \
+		_tile_loadd(5, w + ((b) + 1) * 34 + 2, row_bytes);                                                     \
+		_tile_loadd(7, x[(b) + 1].q, 64);                                                                      \
+		_tile_dpbsud(C0, 4, 6);                                                                                \
+		_tile_dpbsud(C1, 5, 7);                                                                                \
+	} while (0)
+
+/* One token group's nr rows over nb blocks: y[r * 2 * GEMM_TOKENS + t].
+ * Software-pipelined two blocks deep where nb is a multiple of 4: the
+ * products of blocks b + 2 and b + 3 are issued before the float steps
+ * of b and b + 1 read theirs, so the tiles and the vector units work at
+ * once (tiles 0-1 and 2-3 take turns). */
+AMX static inline __attribute__((always_inline)) void
+q8_group(const uint8_t *w, size_t row_bytes, int nr, const int32_t *wsum, const float *wd, const float *wmin,
+	 const struct q8_tile *x, size_t nb, float *y, int full)
+{
+	int32_t buf[2][16 * 16] __attribute__((aligned(64)));
+	__m512 acc[16];
+	size_t b0 = 0;
+
+	for (int r = 0; r < 16; r++)
+		acc[r] = _mm512_setzero_ps();
+	if (nb % 4 == 0) {
+		Q8_TDP2(0, 1, 0);
+		for (; b0 < nb; b0 += 4) {
+			Q8_TDP2(2, 3, b0 + 2);
+			_tile_stored(0, buf[0], 64);
+			_tile_stored(1, buf[1], 64);
+			q8_float_step(acc, full ? 16 : nr, buf[0], wsum, wd, wmin, &x[b0], nb, b0);
+			q8_float_step(acc, full ? 16 : nr, buf[1], wsum, wd, wmin, &x[b0 + 1], nb, b0 + 1);
+			if (b0 + 4 < nb)
+				Q8_TDP2(0, 1, b0 + 4);
+			_tile_stored(2, buf[0], 64);
+			_tile_stored(3, buf[1], 64);
+			q8_float_step(acc, full ? 16 : nr, buf[0], wsum, wd, wmin, &x[b0 + 2], nb, b0 + 2);
+			q8_float_step(acc, full ? 16 : nr, buf[1], wsum, wd, wmin, &x[b0 + 3], nb, b0 + 3);
+		}
+	}
+	for (; b0 < nb; b0++) {
+		_tile_zero(0);
+		_tile_loadd(4, w + b0 * 34 + 2, row_bytes);
+		_tile_loadd(6, x[b0].q, 64);
+		_tile_dpbsud(0, 4, 6);
+		_tile_stored(0, buf[0], 64);
+		q8_float_step(acc, full ? 16 : nr, buf[0], wsum, wd, wmin, &x[b0], nb, b0);
+	}
+	for (int r = 0; r < nr; r++)
+		_mm512_storeu_ps(y + (size_t)r * 2 * GEMM_TOKENS, acc[r]);
+}
+
+AMX void
+gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd, const float *wmin,
+	      const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y)
+{
+	q8_tiles_configure(nrows);
+	for (int g = 0; g < ngroups; g++) {
+		if (nrows == 16)
+			q8_group(w, row_bytes, 16, wsum, wd, wmin, x + (size_t)g * group_stride, nb, y + g * GEMM_TOKENS, 1);
+		else
+			q8_group(w, row_bytes, nrows, wsum, wd, wmin, x + (size_t)g * group_stride, nb, y + g * GEMM_TOKENS,
+				 0);
 	}
 	_tile_release();
 }

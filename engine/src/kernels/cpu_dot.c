@@ -172,7 +172,7 @@ static const struct cpu_kernels k_scalar = {
 	NULL, /* no packed GEMM */
 	NULL,
 	0,          /* vdpbf16ps not measured */
-	NULL, NULL, /* no AMX */
+	NULL, NULL, NULL, /* no AMX */
 };
 
 void
@@ -456,7 +456,7 @@ static struct cpu_kernels k_avx2 = {
 	NULL,             /* no vdpbf16ps */
 	0, NULL, NULL,    /* no packed GEMM */
 	0,                /* vdpbf16ps not measured */
-	NULL, NULL,       /* no AMX */
+	NULL, NULL, NULL, /* no AMX */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -899,7 +899,7 @@ static struct cpu_kernels k_avx512 = {
 	pack_f16_panel_avx512,
 	pack_bf16_panel_avx512,
 	0,          /* filled in by cpu_kernels_get */
-	NULL, NULL, /* filled in by cpu_kernels_get */
+	NULL, NULL, NULL, /* filled in by cpu_kernels_get */
 };
 #endif
 
@@ -1005,9 +1005,11 @@ cpu_kernels_get(void)
 	if (bf16 && amx_wanted() && cpu_amx_usable()) {
 		k_avx512.amx_pack_x = amx_pack_x;
 		k_avx512.amx_gemm = amx_gemm;
+		k_avx512.gemm_q8_0_amx = gemm_q8_0_amx;
 	} else {
 		k_avx512.amx_pack_x = NULL;
 		k_avx512.amx_gemm = NULL;
+		k_avx512.gemm_q8_0_amx = NULL;
 	}
 	/* the k-quant dots live in their own file; link them in here */
 	k_avx2.dot_q4_k = dot_q4_k_simd(0);

@@ -228,7 +228,13 @@ struct cpu_kernels {
 	void (*amx_pack_x)(const float *x, size_t ldx, int nt, size_t cols, uint32_t *hi, uint32_t *lo);
 	void (*amx_gemm)(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl,
 			 int ntokens, size_t cols, float *y, size_t ldy, void *scratch);
+	/* gemm_q8_0 on AMX tiles, the same bits, up to AMX_Q8_ROWS rows a
+	 * call (NULL where there are none) */
+	void (*gemm_q8_0_amx)(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
+			      const float *wmin, const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb,
+			      float *y);
 };
+#define AMX_Q8_ROWS 16
 
 /* The AMX GEMM's blocking (cpu_amx.c says why) */
 #define AMX_ROW_BLOCK 32 /* rows a step: two 16-row tiles */
@@ -352,6 +358,8 @@ double bf16_dot_speedup_avx512(void);
 void amx_pack_x(const float *x, size_t ldx, int nt, size_t cols, uint32_t *hi, uint32_t *lo);
 void amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl, int ntokens,
 	      size_t cols, float *y, size_t ldy, void *scratch);
+void gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd, const float *wmin,
+		   const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y);
 /* cpu_attention.c */
 void att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale, float *s);
 void att_scores_rows_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,

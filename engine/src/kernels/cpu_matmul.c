@@ -90,11 +90,15 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 {
 	const struct weight *w = j->w;
 	int64_t nb = w->cols / 32, groups = (j->n + GEMM_TOKENS - 1) / GEMM_TOKENS;
-	float out[2 * GEMM_ROWS * 2 * GEMM_TOKENS]; /* a repacked Q4_0 group is 8 rows */
+	float out[AMX_Q8_ROWS * 2 * GEMM_TOKENS]; /* a repacked group is 8 rows, AMX takes 16 */
 	struct thread_scratch *ts = &j->im->ts[threadpool_self()];
 	int32_t *wsum = ts->wsum;
 	float *wd = ts->wd;
-	int step = j->x8 != NULL ? 8 : GEMM_ROWS;
+	/* AMX tiles take the Q8_0 GEMM 16 rows a step (Q6_K keeps its own) */
+	void (*gemm)(const uint8_t *, size_t, int, const int32_t *, const float *, const float *,
+		     const struct q8_tile *, size_t, int, size_t, float *) =
+		j->im->k->gemm_q8_0_amx != NULL && w->type != TT_Q6_K ? j->im->k->gemm_q8_0_amx : j->im->k->gemm_q8_0;
+	int step = gemm != j->im->k->gemm_q8_0 ? AMX_Q8_ROWS : j->x8 != NULL ? 8 : GEMM_ROWS;
 	/* y is token-major: rows from 4 or 8 weight rows would be a few
 	 * floats in each token's line, every line written again by the next
 	 * blocks, and lines a multiple of 4 KiB apart compete for the same
@@ -108,30 +112,35 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 	for (int64_t rb = r0; rb < r1; rb += step) {
 		int nr = r1 - rb < step ? (int)(r1 - rb) : step;
 		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
+		/* repacked rows come in whole groups of 8 (mm_unit) */
 		if (j->x8 != NULL && w->type == TT_Q8_0) {
 			row_bytes = (size_t)nb * 34;
-			j->im->k->widen_q8_0x8(j->x8 + (size_t)(rb / 8) * (size_t)nb * Q8_0X8_BLOCK, (size_t)nb,
-					       ts->wrows, row_bytes);
+			for (int r = 0; r < nr; r += 8)
+				j->im->k->widen_q8_0x8(j->x8 + (size_t)((rb + r) / 8) * (size_t)nb * Q8_0X8_BLOCK,
+						       (size_t)nb, ts->wrows + (size_t)r * row_bytes, row_bytes);
 			wrows = ts->wrows;
 		} else if (j->x8 != NULL && w->type == TT_Q4_0) {
 			row_bytes = (size_t)nb * 34;
-			j->im->k->widen_q4_0x8(j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb,
-					       ts->wrows, row_bytes, NULL);
+			for (int r = 0; r < nr; r += 8)
+				j->im->k->widen_q4_0x8(j->x8 + (size_t)((rb + r) / 8) * (size_t)nb * Q4_0X8_BLOCK,
+						       (size_t)nb, ts->wrows + (size_t)r * row_bytes, row_bytes, NULL);
 			wrows = ts->wrows;
 		} else if (j->x8 != NULL) { /* Q4_K, Q5_K: each super-block back to the file's layout */
 			int five = w->type == TT_Q5_K;
-			const uint8_t *grp = j->x8 + (size_t)(rb / 8) * (size_t)(nb / 8) * KX8_BLOCK(five);
 			void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
 				five ? j->im->k->widen_q5_k : j->im->k->widen_q4_k;
 			wmin = ts->wmin;
 			row_bytes = (size_t)nb * 34;
-			for (int64_t i = 0; i < nb / 8; i++, grp += KX8_BLOCK(five))
-				for (int r = 0; r < 8; r++) {
-					uint8_t blk[176];
-					size_t o = (size_t)r * (size_t)nb + (size_t)i * 8;
-					kx8_unpack(grp, r, five, blk);
-					widen(blk, ts->wrows + o * 34, 8, wsum + o, wd + o, wmin + o);
-				}
+			for (int r8 = 0; r8 < nr; r8 += 8) {
+				const uint8_t *grp = j->x8 + (size_t)((rb + r8) / 8) * (size_t)(nb / 8) * KX8_BLOCK(five);
+				for (int64_t i = 0; i < nb / 8; i++, grp += KX8_BLOCK(five))
+					for (int r = 0; r < 8; r++) {
+						uint8_t blk[176];
+						size_t o = (size_t)(r8 + r) * (size_t)nb + (size_t)i * 8;
+						kx8_unpack(grp, r, five, blk);
+						widen(blk, ts->wrows + o * 34, 8, wsum + o, wd + o, wmin + o);
+					}
+			}
 			wrows = ts->wrows;
 		} else if (w->type == TT_Q4_K || w->type == TT_Q5_K) {
 			uint8_t *wide = ts->wrows;
@@ -169,8 +178,8 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 				j->im->k->gemm_q6_k(wrows, row_bytes, nr, wsum, wd, j->im->tiles + g * nb, (size_t)nb,
 						    ng, (size_t)nb, out);
 			else
-				j->im->k->gemm_q8_0(wrows, row_bytes, nr, wsum, wd, wmin, j->im->tiles + g * nb,
-						    (size_t)nb, ng, (size_t)nb, out);
+				gemm(wrows, row_bytes, nr, wsum, wd, wmin, j->im->tiles + g * nb, (size_t)nb, ng,
+				     (size_t)nb, out);
 			int nt = j->n - (int)g * GEMM_TOKENS;
 			if (nt > ng * GEMM_TOKENS)
 				nt = ng * GEMM_TOKENS;
