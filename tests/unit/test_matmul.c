@@ -23,9 +23,9 @@
 #include "kernels/cpu_dot.h"
 #include "kernels/cpu_onednn.h"
 
-#define COLS 96   /* half types: 6 vectors, not a multiple of 64 */
-#define COLS2 300 /* half types again: past a packed panel (256), ending mid-vector */
-#define QCOLS 256 /* quantized types: one super-block of the k-quants */
+#define COLS 96                /* half types: 6 vectors, not a multiple of 64 */
+#define COLS2 300              /* half types again: past a packed panel (256), ending mid-vector */
+#define QCOLS 256              /* quantized types: one super-block of the k-quants */
 #define AMX_COLS (AMX_KC + 32) /* two column passes, the second a step wide */
 #define MAX_ROWS 600
 #define MAX_TOKENS 150

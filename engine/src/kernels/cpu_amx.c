@@ -381,14 +381,18 @@ amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, 
 					float *a = acc + (size_t)rb * lda;
 					int g = 0;
 					for (; g + 2 <= ng; g += 2)
-						block_two(wh, al, AMX_LDA, gh + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS,
-							  gl != NULL ? gl + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS
-								     : NULL,
+						block_two(wh, al, AMX_LDA,
+							  gh + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS,
+							  gl != NULL
+								  ? gl + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS
+								  : NULL,
 							  group, kc, a + g * GEMM_BF16_TOKENS, lda, k0 == 0, &pf);
 					if (g < ng)
-						block_one(wh, al, AMX_LDA, gh + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS,
-							  gl != NULL ? gl + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS
-								     : NULL,
+						block_one(wh, al, AMX_LDA,
+							  gh + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS,
+							  gl != NULL
+								  ? gl + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS
+								  : NULL,
 							  kc, a + g * GEMM_BF16_TOKENS, lda, k0 == 0, &pf);
 				}
 			}
@@ -464,7 +468,7 @@ q8_float_step(__m512 *acc, int nr, const int32_t *sums, const int32_t *wsum, con
 	do {                                                                                                           \
 		_tile_zero(C0);                                                                                        \
 		_tile_zero(C1);                                                                                        \
-		_tile_loadd(4, w + (b) * 34 + 2, row_bytes);                                                           \
+		_tile_loadd(4, w + (b)*34 + 2, row_bytes);                                                             \
 		_tile_loadd(6, x[b].q, 64);                                                                            \
 		_tile_loadd(5, w + ((b) + 1) * 34 + 2, row_bytes);                                                     \
 		_tile_loadd(7, x[(b) + 1].q, 64);                                                                      \
@@ -522,10 +526,11 @@ gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum
 	q8_tiles_configure(nrows);
 	for (int g = 0; g < ngroups; g++) {
 		if (nrows == 16)
-			q8_group(w, row_bytes, 16, wsum, wd, wmin, x + (size_t)g * group_stride, nb, y + g * GEMM_TOKENS, 1);
+			q8_group(w, row_bytes, 16, wsum, wd, wmin, x + (size_t)g * group_stride, nb,
+				 y + g * GEMM_TOKENS, 1);
 		else
-			q8_group(w, row_bytes, nrows, wsum, wd, wmin, x + (size_t)g * group_stride, nb, y + g * GEMM_TOKENS,
-				 0);
+			q8_group(w, row_bytes, nrows, wsum, wd, wmin, x + (size_t)g * group_stride, nb,
+				 y + g * GEMM_TOKENS, 0);
 	}
 	_tile_release();
 }

@@ -517,7 +517,8 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 		return PRIVAI_ENOMEM;
 	if ((size_t)max_cols > im->row_buf_len) {
 		/* Q6_K keeps two sums and scales per block; AMX widens 16 rows */
-		size_t blocks = (AMX_Q8_ROWS > 2 * GEMM_ROWS ? AMX_Q8_ROWS : 2 * GEMM_ROWS) * (size_t)(max_cols / 32 + 1);
+		size_t blocks =
+			(AMX_Q8_ROWS > 2 * GEMM_ROWS ? AMX_Q8_ROWS : 2 * GEMM_ROWS) * (size_t)(max_cols / 32 + 1);
 		for (int i = 0; i < nth; i++) {
 			struct thread_scratch *ts = &im->ts[i];
 			/* all five grow together with max_cols */
@@ -550,11 +551,10 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 			return PRIVAI_ENOMEM;
 	/* AMX keeps two such tiles a group for F16 (the values and their
 	 * remainders) */
-	if (im->k->gemm_bf16 != NULL && cpu_ensure((void **)&im->xbf, &im->xbf_len,
-						   (im->k->amx_gemm != NULL ? 2 : 1) *
-							   (size_t)(max_tokens / GEMM_BF16_TOKENS + 1) *
-							   GEMM_BF16_TOKENS * (size_t)(max_cols / 2 + 1) *
-							   sizeof(uint32_t)) < 0)
+	if (im->k->gemm_bf16 != NULL &&
+	    cpu_ensure((void **)&im->xbf, &im->xbf_len,
+		       (im->k->amx_gemm != NULL ? 2 : 1) * (size_t)(max_tokens / GEMM_BF16_TOKENS + 1) *
+			       GEMM_BF16_TOKENS * (size_t)(max_cols / 2 + 1) * sizeof(uint32_t)) < 0)
 		return PRIVAI_ENOMEM;
 	return cpu_reserve_kv(im, s);
 }

@@ -171,8 +171,10 @@ static const struct cpu_kernels k_scalar = {
 	0,
 	NULL, /* no packed GEMM */
 	NULL,
-	0,          /* vdpbf16ps not measured */
-	NULL, NULL, NULL, /* no AMX */
+	0, /* vdpbf16ps not measured */
+	NULL,
+	NULL,
+	NULL, /* no AMX */
 };
 
 void
@@ -898,8 +900,10 @@ static struct cpu_kernels k_avx512 = {
 	0,    /* filled in by cpu_kernels_get */
 	pack_f16_panel_avx512,
 	pack_bf16_panel_avx512,
-	0,          /* filled in by cpu_kernels_get */
-	NULL, NULL, NULL, /* filled in by cpu_kernels_get */
+	0, /* filled in by cpu_kernels_get */
+	NULL,
+	NULL,
+	NULL, /* filled in by cpu_kernels_get */
 };
 #endif
 

@@ -241,7 +241,8 @@ struct cpu_kernels {
 #define AMX_SB_ROWS 256  /* rows whose sums stay in the thread's buffer while the columns pass */
 #define AMX_TOKENS 128   /* tokens a pass over the weights */
 #define AMX_KC 1024      /* columns a pass */
-#define AMX_SCRATCH_BYTES (AMX_SB_ROWS * AMX_TOKENS * sizeof(float) + 2 * AMX_ROW_BLOCK * (AMX_KC + 32) * sizeof(uint16_t))
+#define AMX_SCRATCH_BYTES                                                                                              \
+	(AMX_SB_ROWS * AMX_TOKENS * sizeof(float) + 2 * AMX_ROW_BLOCK * (AMX_KC + 32) * sizeof(uint16_t))
 
 /* cpu_amx.c: 1 where AMX tiles run here (CPUID, the OS saving their
  * state, and the kernel's permission, asked once) */
@@ -358,8 +359,8 @@ double bf16_dot_speedup_avx512(void);
 void amx_pack_x(const float *x, size_t ldx, int nt, size_t cols, uint32_t *hi, uint32_t *lo);
 void amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl, int ntokens,
 	      size_t cols, float *y, size_t ldy, void *scratch);
-void gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd, const float *wmin,
-		   const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y);
+void gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
+		   const float *wmin, const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y);
 /* cpu_attention.c */
 void att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale, float *s);
 void att_scores_rows_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,

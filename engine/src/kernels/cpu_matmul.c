@@ -132,7 +132,8 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 			wmin = ts->wmin;
 			row_bytes = (size_t)nb * 34;
 			for (int r8 = 0; r8 < nr; r8 += 8) {
-				const uint8_t *grp = j->x8 + (size_t)((rb + r8) / 8) * (size_t)(nb / 8) * KX8_BLOCK(five);
+				const uint8_t *grp =
+					j->x8 + (size_t)((rb + r8) / 8) * (size_t)(nb / 8) * KX8_BLOCK(five);
 				for (int64_t i = 0; i < nb / 8; i++, grp += KX8_BLOCK(five))
 					for (int r = 0; r < 8; r++) {
 						uint8_t blk[176];
@@ -880,8 +881,7 @@ mm_fusable(const struct mm_job *a, const struct compute_weight *b)
 	const struct cpu_kernels *k = a->im->k;
 
 	return b->w.type == a->w->type && b->w.cols == a->w->cols && (weight_x8(k, b) != NULL) == (a->x8 != NULL) &&
-	       (weight_bsum(k, b) != NULL) == (a->bsum != NULL) && !a->p.onednn &&
-	       (!a->p.amx || amx_fits(&b->w));
+	       (weight_bsum(k, b) != NULL) == (a->bsum != NULL) && !a->p.onednn && (!a->p.amx || amx_fits(&b->w));
 }
 
 void
