@@ -252,7 +252,7 @@ check_bf16_paths(void)
 	unsetenv("PRIVAI_AMX");
 }
 
-/* F16 and BF16 prompts on AMX tiles, where the CPU has them: each shape
+/* BF16 prompts, and F16 ones where PRIVAI_AMX_F16=1, on AMX tiles where the CPU has them: each shape
  * against the reference (F16 splits weights and tokens into two bfloat16
  * each, so within 1e-5 of the float sums as well), and a token's outputs
  * the same bits whatever the batch around it (a prompt's logits must not
@@ -268,8 +268,12 @@ check_amx(void)
 	static float first[MAX_TOKENS * MAX_ROWS];
 
 	setenv("PRIVAI_SIMD", "best", 1);
+	CHECK(strstr(compute_cpu_path(TT_F16, 40), "AMX") == NULL, "F16 prompts leave AMX unless asked: %s",
+	      compute_cpu_path(TT_F16, 40));
+	setenv("PRIVAI_AMX_F16", "1", 1);
 	if (strstr(compute_cpu_path(TT_F16, 40), "AMX") == NULL) {
 		SKIP("no AMX tiles on this CPU (or its kernel): F16 and BF16 prompts take AVX-512");
+		unsetenv("PRIVAI_AMX_F16");
 		return;
 	}
 	struct compute *c = new_backend();
@@ -310,9 +314,11 @@ check_amx(void)
 	      compute_cpu_path(TT_F16, 2));
 	compute_free(c);
 	setenv("PRIVAI_AMX", "0", 1);
-	CHECK(strstr(compute_cpu_path(TT_F16, 40), "AMX") == NULL, "PRIVAI_AMX=0 keeps AVX-512: %s",
-	      compute_cpu_path(TT_F16, 40));
+	CHECK(strstr(compute_cpu_path(TT_F16, 40), "AMX") == NULL &&
+		      strstr(compute_cpu_path(TT_BF16, 40), "AMX") == NULL,
+	      "PRIVAI_AMX=0 keeps AVX-512: %s", compute_cpu_path(TT_BF16, 40));
 	unsetenv("PRIVAI_AMX");
+	unsetenv("PRIVAI_AMX_F16");
 }
 
 int

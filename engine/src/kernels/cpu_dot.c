@@ -175,6 +175,7 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL,
 	NULL, /* no AMX */
+	0,
 };
 
 void
@@ -453,12 +454,12 @@ static struct cpu_kernels k_avx2 = {
 	NULL, gemm_q4_kx8_avx2, kx8_repack_avx2, gemm_q5_kx8_avx2,
 	/* no Q8_0 repack: vpmaddubsw would saturate on the +128 weights
 	 * (255 * 127 * 2 > 32767), and the file's rows serve AVX2 as well */
-	NULL, NULL, NULL, /* filled in by cpu_kernels_get */
-	dot4_f16_avx2,    /* F16 decode, four rows a pass */
-	NULL,             /* no vdpbf16ps */
-	0, NULL, NULL,    /* no packed GEMM */
-	0,                /* vdpbf16ps not measured */
-	NULL, NULL, NULL, /* no AMX */
+	NULL, NULL, NULL,    /* filled in by cpu_kernels_get */
+	dot4_f16_avx2,       /* F16 decode, four rows a pass */
+	NULL,                /* no vdpbf16ps */
+	0, NULL, NULL,       /* no packed GEMM */
+	0,                   /* vdpbf16ps not measured */
+	NULL, NULL, NULL, 0, /* no AMX */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -904,6 +905,7 @@ static struct cpu_kernels k_avx512 = {
 	NULL,
 	NULL,
 	NULL, /* filled in by cpu_kernels_get */
+	0,    /* filled in by cpu_kernels_get */
 };
 #endif
 
@@ -978,6 +980,20 @@ amx_wanted(void)
 
 	return v == NULL || strcmp(v, "0") != 0;
 }
+
+/* F16 prompts on the tiles only where PRIVAI_AMX_F16=1: their three
+ * bfloat16 products leave each weight-token product 2^-16 from the
+ * float one, where the float GEMM's error is float rounding; a LoRA
+ * adapter applied on the fly then no longer matched its model merged in
+ * float32 within the 2e-3 in log-probability the tests hold it to
+ * (docs/performance.md). */
+static int
+amx_f16_wanted(void)
+{
+	const char *v = getenv("PRIVAI_AMX_F16");
+
+	return v != NULL && strcmp(v, "1") == 0;
+}
 #endif
 
 const struct cpu_kernels *
@@ -1010,10 +1026,12 @@ cpu_kernels_get(void)
 		k_avx512.amx_pack_x = amx_pack_x;
 		k_avx512.amx_gemm = amx_gemm;
 		k_avx512.gemm_q8_0_amx = gemm_q8_0_amx;
+		k_avx512.amx_f16 = amx_f16_wanted();
 	} else {
 		k_avx512.amx_pack_x = NULL;
 		k_avx512.amx_gemm = NULL;
 		k_avx512.gemm_q8_0_amx = NULL;
+		k_avx512.amx_f16 = 0;
 	}
 	/* the k-quant dots live in their own file; link them in here */
 	k_avx2.dot_q4_k = dot_q4_k_simd(0);

@@ -233,6 +233,9 @@ struct cpu_kernels {
 	void (*gemm_q8_0_amx)(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
 			      const float *wmin, const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb,
 			      float *y);
+	/* F16 prompts take amx_gemm too (PRIVAI_AMX_F16=1; cpu_dot.c says
+	 * why not by default) */
+	int amx_f16;
 };
 #define AMX_Q8_ROWS 16
 

@@ -366,7 +366,7 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	 * path for every prompt), ahead of everything else: 5-20 times the
 	 * products a cycle of AVX-512 (cpu_amx.c).  mm_prepare() falls back
 	 * where a weight's shape does not fit the tiles. */
-	p->amx = (type == TT_F16 || type == TT_BF16) && k->amx_gemm != NULL && n > 2;
+	p->amx = (type == TT_BF16 || (type == TT_F16 && k->amx_f16)) && k->amx_gemm != NULL && n > 2;
 	p->quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
 	int grouped = x8 && (type == TT_Q8_0 || type == TT_Q4_0);
 	p->gemm =
