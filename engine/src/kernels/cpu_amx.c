@@ -73,8 +73,8 @@ cpu_amx_usable(void)
 
 #define AMX __attribute__((target("amx-tile,amx-bf16,amx-int8,avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
 
-/* Tiles: 0-3 the sums C[row block i][token group j] at 2i + j, 4-5 two
- * 16-row weight tiles, 6-7 two 16-token activation tiles. */
+/* The 64 bytes ldtilecfg reads: palette 1, then each tile's rows and
+ * bytes a row (tiles 0-7; the rest unused). */
 struct tile_config {
 	uint8_t palette;
 	uint8_t start_row;
@@ -84,17 +84,20 @@ struct tile_config {
 };
 
 AMX static void
-tiles_configure(void)
+tiles_configure(const uint8_t rows[8], const uint16_t colsb[8])
 {
 	struct tile_config cfg;
 
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.palette = 1;
 	for (int i = 0; i < 8; i++) {
-		cfg.rows[i] = 16;
-		cfg.colsb[i] = 64;
+		cfg.rows[i] = rows[i];
+		cfg.colsb[i] = colsb[i];
 	}
-	_tile_loadconfig(&cfg);
+	/* not gcc 12's _tile_loadconfig: its asm names only the first 8
+	 * bytes of the configuration as read, and the stores to the rest
+	 * were dropped as dead (tilezero then faulted) */
+	__asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
 /* Activation tile pairs: 16 tokens, element pairs (2kp, 2kp+1) in row kp */
@@ -358,7 +361,13 @@ amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, 
 	float *acc = scratch;                       /* AMX_SB_ROWS x AMX_TOKENS */
 	uint16_t *wh = (uint16_t *)(acc + AMX_SB_ROWS * AMX_TOKENS), *wl = wh + AMX_ROW_BLOCK * AMX_LDA;
 
-	tiles_configure();
+	/* tiles 0-3 the sums C[row block i][token group j] at 2i + j, 4-5 two
+	 * 16-row weight tiles, 6-7 two 16-token activation tiles, all 16 rows
+	 * of 64 bytes */
+	static const uint8_t rows[8] = { 16, 16, 16, 16, 16, 16, 16, 16 };
+	static const uint16_t colsb[8] = { 64, 64, 64, 64, 64, 64, 64, 64 };
+
+	tiles_configure(rows, colsb);
 	for (int t0 = 0; t0 < ntokens; t0 += AMX_TOKENS) {
 		int nt = ntokens - t0 < AMX_TOKENS ? ntokens - t0 : AMX_TOKENS;
 		int ng = (nt + GEMM_BF16_TOKENS - 1) / GEMM_BF16_TOKENS;
@@ -414,34 +423,15 @@ amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, 
  * times the row's, and the Q4_K/Q5_K offset taken off.  Four blocks'
  * sums are taken into tiles 0-3 before the float steps read them.
  */
-struct q8_tile_config {
-	uint8_t palette;
-	uint8_t start_row;
-	uint8_t reserved[14];
-	uint16_t colsb[16];
-	uint8_t rows[16];
-};
-
+/* Tiles 0-3: sums, nrows x 16 int32; 4-5: weights, nrows x 32 bytes;
+ * 6-7: tokens, 8 x (16 tokens x 4 bytes). */
 AMX static void
 q8_tiles_configure(int nrows)
 {
-	struct q8_tile_config cfg;
+	uint8_t n = (uint8_t)nrows, rows[8] = { n, n, n, n, n, n, 8, 8 };
+	static const uint16_t colsb[8] = { 64, 64, 64, 64, 32, 32, 64, 64 };
 
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.palette = 1;
-	for (int i = 0; i < 4; i++) { /* sums: nrows x 16 int32 */
-		cfg.rows[i] = (uint8_t)nrows;
-		cfg.colsb[i] = 64;
-	}
-	for (int i = 4; i < 6; i++) { /* weights: nrows x 32 bytes */
-		cfg.rows[i] = (uint8_t)nrows;
-		cfg.colsb[i] = 32;
-	}
-	for (int i = 6; i < 8; i++) { /* tokens: 8 x (16 tokens x 4 bytes) */
-		cfg.rows[i] = 8;
-		cfg.colsb[i] = 64;
-	}
-	_tile_loadconfig(&cfg);
+	tiles_configure(rows, colsb);
 }
 
 /* Block b's float step for nr rows into acc; sums: the block's tile, 16
