@@ -27,6 +27,7 @@
 
 #define ROW_BLOCK 8           /* weight rows kept hot while the tokens stream by */
 #define TOKEN_TILE 48         /* float-path tokens per pass (a multiple of GEMM_F32_TOKENS), bounds the x working set */
+#define AMX_GEMM_TOKENS 64    /* tokens from which the repacked int8 types take the GEMM on AMX tiles */
 #define X8_CHUNK_BYTES 32768  /* 8-row groups a chunk when several passes of tokens read them (L1) */
 #define QUANTIZE_INLINE 16384 /* activations quantized on the calling thread up to this many values */
 
@@ -318,6 +319,11 @@ packed_f32(const struct cpu_kernels *k, uint32_t type, int n)
 static int
 gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 {
+	/* on AMX tiles the GEMM overtakes the 8-row groups between 32 and 64
+	 * tokens (pp64: Q8_0 90 -> 97, Q5_K_M 88 -> 106, Q4_K_M 79 -> 82;
+	 * pp32 they lose 10-35 %; docs/performance.md) */
+	if (x8 && k->gemm_q8_0_amx != NULL && type != TT_Q6_K)
+		return AMX_GEMM_TOKENS;
 	if (x8 && (type == TT_Q8_0 || type == TT_Q4_0))
 		return X8_GEMM_TOKENS;
 	if (x8 && type == TT_Q4_K)
@@ -1077,6 +1083,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return "int8, 8 rows interleaved at load, activations in 256-value blocks";
 	if (type == TT_Q6_K && p.q8k && n_tokens > 1 && k->dots_q6_k_q8k != NULL)
 		return "int8, a row unpacked once for 8 tokens, activations in 256-value blocks";
+	if (p.gemm && k->gemm_q8_0_amx != NULL && type != TT_Q6_K)
+		return "int8 GEMM on AMX tiles, 16 rows x 16 tokens a block";
 	if (p.gemm)
 		return "int8 GEMM, 16-token tiles";
 	if (p.gemm8)
