@@ -91,6 +91,41 @@ make_weights(uint32_t type, int rows, int cols)
 		CHECK(0, "%d %s rows would not quantize", bad, tensor_type_name(type));
 }
 
+/* One weight of `type`, rows x cols, times the first ns[i] tokens of x
+ * for each i, each product within bound of the reference.  Returns 1
+ * where the first ns[0] tokens' outputs were the same bits in every
+ * product, 0 where not, -1 where the weight would not prepare. */
+static int
+check_weight(struct compute *c, uint32_t type, int rows, int cols, const int *ns, int nns, double bound,
+	     const char *mode)
+{
+	static float first[MAX_TOKENS * MAX_ROWS];
+	struct weight w = { type, rows, cols, tensor_type_row_bytes(type, (uint64_t)cols), wbytes };
+	struct compute_weight cw;
+	int same = 1;
+
+	make_weights(type, rows, cols);
+	if (c->ops->prepare_weight(c, &w, &cw) != PRIVAI_OK) {
+		CHECK(0, "prepare_weight %s", tensor_type_name(type));
+		return -1;
+	}
+	for (int ni = 0; ni < nns; ni++) {
+		int n = ns[ni];
+		for (int i = 0; i < n * rows; i++)
+			y[i] = NAN;
+		c->ops->matmul(c, &cw, x, n, y);
+		double e = worst_error(type, rows, cols, n);
+		CHECK(e < bound, "%s %s %d x %d x %d tokens (%s): error %.3g", mode, tensor_type_name(type), rows, cols,
+		      n, compute_cpu_path(type, n), e);
+		if (ni == 0)
+			memcpy(first, y, (size_t)n * (size_t)rows * sizeof(float));
+		else
+			same &= memcmp(first, y, (size_t)ns[0] * (size_t)rows * sizeof(float)) == 0;
+	}
+	c->ops->release_weight(c, &cw);
+	return same;
+}
+
 static void
 check_type(struct compute *c, uint32_t type, int cols, const char *mode)
 {
@@ -102,26 +137,9 @@ check_type(struct compute *c, uint32_t type, int cols, const char *mode)
 
 	for (int i = 0; i < MAX_TOKENS * cols; i++)
 		x[i] = value((unsigned)i * 7u + 3u, 2.0f);
-	for (size_t ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++) {
-		int rows = rowss[ri];
-		make_weights(type, rows, cols);
-		struct weight w = { type, rows, cols, tensor_type_row_bytes(type, (uint64_t)cols), wbytes };
-		struct compute_weight cw;
-		if (c->ops->prepare_weight(c, &w, &cw) != PRIVAI_OK) {
-			CHECK(0, "prepare_weight %s", tensor_type_name(type));
+	for (size_t ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++)
+		if (check_weight(c, type, rowss[ri], cols, ns, (int)(sizeof(ns) / sizeof(ns[0])), bound, mode) < 0)
 			return;
-		}
-		for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
-			int n = ns[ni];
-			for (int i = 0; i < n * rows; i++)
-				y[i] = NAN;
-			c->ops->matmul(c, &cw, x, n, y);
-			double e = worst_error(type, rows, cols, n);
-			CHECK(e < bound, "%s %s %d x %d x %d tokens (%s): error %.3g", mode, tensor_type_name(type),
-			      rows, cols, n, compute_cpu_path(type, n), e);
-		}
-		c->ops->release_weight(c, &cw);
-	}
 }
 
 /* matmul_n (Q, K and V; gate and up in one call) gives each weight
@@ -265,7 +283,6 @@ check_amx(void)
 	} shapes[] = { { 32, 64 }, { 64, AMX_COLS }, { AMX_SB_ROWS + 32, 96 }, { 96, 2 * AMX_KC / 4 + 32 } };
 	static const int ns[] = { 3, 16, 17, 40, AMX_TOKENS + 22 };
 	static const uint32_t types[] = { TT_F16, TT_BF16 };
-	static float first[MAX_TOKENS * MAX_ROWS];
 
 	setenv("PRIVAI_SIMD", "best", 1);
 	CHECK(strstr(compute_cpu_path(TT_F16, 40), "AMX") == NULL, "F16 prompts leave AMX unless asked: %s",
@@ -284,30 +301,11 @@ check_amx(void)
 	for (size_t ti = 0; ti < 2; ti++)
 		for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
 			uint32_t type = types[ti];
-			int rows = shapes[si].rows, cols = shapes[si].cols, same = 1;
-			make_weights(type, rows, cols);
-			struct weight w = { type, rows, cols, tensor_type_row_bytes(type, (uint64_t)cols), wbytes };
-			struct compute_weight cw;
-			if (c->ops->prepare_weight(c, &w, &cw) != PRIVAI_OK) {
-				CHECK(0, "prepare_weight %s", tensor_type_name(type));
-				continue;
-			}
-			for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
-				int n = ns[ni];
-				for (int i = 0; i < n * rows; i++)
-					y[i] = NAN;
-				c->ops->matmul(c, &cw, x, n, y);
-				double e = worst_error(type, rows, cols, n);
-				CHECK(e < 1e-5, "AMX %s %d x %d x %d tokens: error %.3g", tensor_type_name(type), rows,
-				      cols, n, e);
-				if (ni == 0)
-					memcpy(first, y, (size_t)n * (size_t)rows * sizeof(float));
-				else
-					same &= memcmp(first, y, (size_t)ns[0] * (size_t)rows * sizeof(float)) == 0;
-			}
-			CHECK(same, "AMX %s %d x %d: the first %d tokens' outputs do not depend on the batch",
+			int rows = shapes[si].rows, cols = shapes[si].cols;
+			int same =
+				check_weight(c, type, rows, cols, ns, (int)(sizeof(ns) / sizeof(ns[0])), 1e-5, "AMX");
+			CHECK(same != 0, "AMX %s %d x %d: the first %d tokens' outputs do not depend on the batch",
 			      tensor_type_name(type), rows, cols, ns[0]);
-			c->ops->release_weight(c, &cw);
 		}
 	CHECK(strstr(compute_cpu_path(TT_BF16, 3), "AMX") != NULL && strstr(compute_cpu_path(TT_F16, 2), "AMX") == NULL,
 	      "AMX from 3 tokens, as the packed float GEMM: %s; %s", compute_cpu_path(TT_BF16, 3),
