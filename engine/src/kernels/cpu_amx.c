@@ -100,64 +100,40 @@ tiles_configure(const uint8_t rows[8], const uint16_t colsb[8])
 	__asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
-/* Activation tile pairs: 16 tokens, element pairs (2kp, 2kp+1) in row kp */
-AMX void
-amx_pack_x(const float *x, size_t ldx, int nt, size_t cols, uint32_t *hi, uint32_t *lo)
+/* 32 floats, a (elements 0-15) and b (16-31), rounded to bfloat16 in
+ * order (h; as 32-bit lanes the pairs (2i, 2i + 1)), and what rounding
+ * left of each rounded again (l, the same order). */
+AMX static inline __attribute__((always_inline)) void
+bf16_split(__m512 a, __m512 b, __m512bh *h, __m512bh *l)
 {
-	uint32_t ph[16], pl[16];
+	*h = _mm512_cvtne2ps_pbh(b, a);
+	/* back to float: 16 bfloat16 a half, widened and shifted */
+	__m512 ha =
+		_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256((__m512i)*h)), 16));
+	__m512 hb = _mm512_castsi512_ps(
+		_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64((__m512i)*h, 1)), 16));
+	*l = _mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha));
+}
+
+/* The remainders of pack_bf16_tile's rounding, in its layout: pair kp of
+ * token j at lo[kp * 16 + j], zeros past nt; cols a multiple of 32. */
+AMX void
+amx_pack_lo(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo)
+{
+	uint32_t pl[16];
 
 	for (int j = 0; j < GEMM_BF16_TOKENS; j++) {
 		const float *xr = x + (size_t)j * ldx;
-		size_t k = 0;
-		if (j >= nt) {
-			for (size_t kp = 0; kp < cols / 2; kp++) {
-				hi[kp * GEMM_BF16_TOKENS + (size_t)j] = 0;
-				if (lo != NULL)
-					lo[kp * GEMM_BF16_TOKENS + (size_t)j] = 0;
-			}
-			continue;
-		}
-		for (; k + 32 <= cols; k += 32) {
-			__m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xr + k + 16);
-			__m512bh h = _mm512_cvtne2ps_pbh(b, a);
-			_mm512_storeu_si512(ph, (__m512i)h);
-			for (int i = 0; i < 16; i++)
-				hi[(k / 2 + (size_t)i) * GEMM_BF16_TOKENS + (size_t)j] = ph[i];
-			if (lo == NULL)
-				continue;
-			/* bfloat16 back to float: the low half of a pair shifted up, the high half masked */
-			__m512i hw = (__m512i)h;
-			__m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(hw, 16));
-			__m512 hb = _mm512_castsi512_ps(_mm512_and_si512(hw, _mm512_set1_epi32((int)0xffff0000u)));
-			/* ha, hb hold elements (even, odd) of each pair; a and b hold 0..15 and 16..31 */
-			__m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-			__m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-			__m512 xe = _mm512_permutex2var_ps(a, ev, b), xo = _mm512_permutex2var_ps(a, od, b);
-			__m512bh l = _mm512_cvtne2ps_pbh(_mm512_sub_ps(xo, hb), _mm512_sub_ps(xe, ha));
-			/* l holds the even remainders in its low 16 bfloat16s, the odd in its high */
-			__m512i li = (__m512i)l;
-			__m256i le = _mm512_castsi512_si256(li), lodd = _mm512_extracti64x4_epi64(li, 1);
-			__m512i pairs = _mm512_or_si512(_mm512_cvtepu16_epi32(le),
-							_mm512_slli_epi32(_mm512_cvtepu16_epi32(lodd), 16));
-			_mm512_storeu_si512(pl, pairs);
+		for (size_t k = 0; k < cols; k += 32) {
+			__m512bh h, l = (__m512bh)_mm512_setzero_si512();
+			if (j < nt)
+				bf16_split(_mm512_loadu_ps(xr + k), _mm512_loadu_ps(xr + k + 16), &h, &l);
+			_mm512_storeu_si512(pl, (__m512i)l);
 			for (int i = 0; i < 16; i++)
 				lo[(k / 2 + (size_t)i) * GEMM_BF16_TOKENS + (size_t)j] = pl[i];
 		}
-		for (; k + 2 <= cols; k += 2) {
-			uint16_t h0 = f32_to_bf16(xr[k]), h1 = f32_to_bf16(xr[k + 1]);
-			hi[(k / 2) * GEMM_BF16_TOKENS + (size_t)j] = (uint32_t)h0 | (uint32_t)h1 << 16;
-			if (lo != NULL)
-				lo[(k / 2) * GEMM_BF16_TOKENS + (size_t)j] =
-					(uint32_t)f32_to_bf16(xr[k] - bf16_to_f32(h0)) |
-					(uint32_t)f32_to_bf16(xr[k + 1] - bf16_to_f32(h1)) << 16;
-		}
 	}
 }
-
-/* Rows of a block as the tiles read them: AMX_LDA values apart, not the
- * model's 2^k columns, whose 16 rows a tile reads would all fall in one
- * set of L1 (4 KB apart) and evict each other. */
-#define AMX_LDA (AMX_KC + 32)
 
 /* 32 BF16 rows (ldw apart), columns [0, kc), into rows AMX_LDA apart */
 static void
@@ -175,15 +151,9 @@ split_f16_rows(const uint16_t *w, size_t ldw, size_t kc, uint16_t *hi, uint16_t 
 	for (int r = 0; r < AMX_ROW_BLOCK; r++) {
 		const uint16_t *wr = w + (size_t)r * ldw;
 		for (size_t k = 0; k < kc; k += 32) {
-			__m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wr + k)));
-			__m512 b = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wr + k + 16)));
-			__m512bh h = _mm512_cvtne2ps_pbh(b, a);
-			/* back to float: 16 bfloat16 a half, widened and shifted */
-			__m512 ha = _mm512_castsi512_ps(
-				_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256((__m512i)h)), 16));
-			__m512 hb = _mm512_castsi512_ps(
-				_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64((__m512i)h, 1)), 16));
-			__m512bh l = _mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha));
+			__m512bh h, l;
+			bf16_split(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wr + k))),
+				   _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wr + k + 16))), &h, &l);
 			_mm512_storeu_si512(hi + (size_t)r * AMX_LDA + k, (__m512i)h);
 			_mm512_storeu_si512(lo + (size_t)r * AMX_LDA + k, (__m512i)l);
 		}
@@ -211,98 +181,71 @@ prefetch_step(struct prefetch *pf)
 			     _MM_HINT_T1);
 }
 
-/* One 32-row block times one or two 16-token groups over kc columns: the
- * sums in acc (rows lda floats apart), zeroed first when zero.  wh/wl:
- * the rows' bfloat16 (wl NULL for BF16 weights), ldw values apart;
- * xh/xl: the groups' tiles at the block's first column, group_stride
- * uint32 apart. */
-AMX static void
-block_two(const uint16_t *wh, const uint16_t *wl, size_t ldw, const uint32_t *xh, const uint32_t *xl,
-	  size_t group_stride, size_t kc, float *acc, size_t lda, int zero, struct prefetch *pf)
+/* Rows 0-15 and 16-31 of a weight block (a0, a1, sa bytes a row; NULL:
+ * tiles 4-5 still hold them) times one or two token tiles (x0, x1) into
+ * the sums, tiles 0 and 2 for x0, 1 and 3 for x1. */
+AMX static inline __attribute__((always_inline)) void
+tile_products(const uint16_t *a0, const uint16_t *a1, size_t sa, const uint32_t *x0, const uint32_t *x1, int two)
+{
+	if (a0 != NULL) {
+		_tile_loadd(4, a0, sa);
+		_tile_loadd(5, a1, sa);
+	}
+	_tile_loadd(6, x0, 64);
+	if (two)
+		_tile_loadd(7, x1, 64);
+	_tile_dpbf16ps(0, 4, 6);
+	_tile_dpbf16ps(2, 5, 6);
+	if (two) {
+		_tile_dpbf16ps(1, 4, 7);
+		_tile_dpbf16ps(3, 5, 7);
+	}
+}
+
+/* One 32-row block times one or two (two: a constant where inlined)
+ * 16-token groups over kc columns: the sums in acc (rows lda floats
+ * apart), zeroed first when zero; tiles 0 and 2 the first group's, 1 and
+ * 3 the second's.  wh/wl: the rows' bfloat16 (wl NULL for BF16 weights),
+ * ldw values apart; xh/xl: the groups' tiles at the block's first column,
+ * group_stride uint32 apart (xl NULL but for F16). */
+AMX static inline __attribute__((always_inline)) void
+block(const uint16_t *wh, const uint16_t *wl, size_t ldw, const uint32_t *xh, const uint32_t *xl, size_t group_stride,
+      size_t kc, float *acc, size_t lda, int zero, int two, struct prefetch *pf)
 {
 	size_t sa = ldw * sizeof(uint16_t), sc = lda * sizeof(float);
 
 	if (zero) {
 		_tile_zero(0);
-		_tile_zero(1);
 		_tile_zero(2);
-		_tile_zero(3);
+		if (two) {
+			_tile_zero(1);
+			_tile_zero(3);
+		}
 	} else {
 		_tile_loadd(0, acc, sc);
-		_tile_loadd(1, acc + GEMM_BF16_TOKENS, sc);
 		_tile_loadd(2, acc + 16 * lda, sc);
-		_tile_loadd(3, acc + 16 * lda + GEMM_BF16_TOKENS, sc);
+		if (two) {
+			_tile_loadd(1, acc + GEMM_BF16_TOKENS, sc);
+			_tile_loadd(3, acc + 16 * lda + GEMM_BF16_TOKENS, sc);
+		}
 	}
 	for (size_t k = 0; k < kc; k += 32) {
 		const uint32_t *b0 = xh + k / 2 * GEMM_BF16_TOKENS, *b1 = b0 + group_stride;
 		prefetch_step(pf);
-		_tile_loadd(4, wh + k, sa);
-		_tile_loadd(5, wh + 16 * ldw + k, sa);
-		_tile_loadd(6, b0, 64);
-		_tile_loadd(7, b1, 64);
-		_tile_dpbf16ps(0, 4, 6);
-		_tile_dpbf16ps(1, 4, 7);
-		_tile_dpbf16ps(2, 5, 6);
-		_tile_dpbf16ps(3, 5, 7);
+		tile_products(wh + k, wh + 16 * ldw + k, sa, b0, b1, two);
 		if (wl == NULL)
 			continue;
-		const uint32_t *l0 = xl + k / 2 * GEMM_BF16_TOKENS, *l1 = l0 + group_stride;
-		_tile_loadd(6, l0, 64);
-		_tile_loadd(7, l1, 64);
-		_tile_dpbf16ps(0, 4, 6);
-		_tile_dpbf16ps(1, 4, 7);
-		_tile_dpbf16ps(2, 5, 6);
-		_tile_dpbf16ps(3, 5, 7);
-		_tile_loadd(4, wl + k, sa);
-		_tile_loadd(5, wl + 16 * ldw + k, sa);
-		_tile_loadd(6, b0, 64);
-		_tile_loadd(7, b1, 64);
-		_tile_dpbf16ps(0, 4, 6);
-		_tile_dpbf16ps(1, 4, 7);
-		_tile_dpbf16ps(2, 5, 6);
-		_tile_dpbf16ps(3, 5, 7);
-	}
-	_tile_stored(0, acc, sc);
-	_tile_stored(1, acc + GEMM_BF16_TOKENS, sc);
-	_tile_stored(2, acc + 16 * lda, sc);
-	_tile_stored(3, acc + 16 * lda + GEMM_BF16_TOKENS, sc);
-}
-
-/* The same for one group (a chunk's odd last): tiles 0 and 2 only. */
-AMX static void
-block_one(const uint16_t *wh, const uint16_t *wl, size_t ldw, const uint32_t *xh, const uint32_t *xl, size_t kc,
-	  float *acc, size_t lda, int zero, struct prefetch *pf)
-{
-	size_t sa = ldw * sizeof(uint16_t), sc = lda * sizeof(float);
-
-	if (zero) {
-		_tile_zero(0);
-		_tile_zero(2);
-	} else {
-		_tile_loadd(0, acc, sc);
-		_tile_loadd(2, acc + 16 * lda, sc);
-	}
-	for (size_t k = 0; k < kc; k += 32) {
-		const uint32_t *b0 = xh + k / 2 * GEMM_BF16_TOKENS;
-		prefetch_step(pf);
-		_tile_loadd(4, wh + k, sa);
-		_tile_loadd(5, wh + 16 * ldw + k, sa);
-		_tile_loadd(6, b0, 64);
-		_tile_dpbf16ps(0, 4, 6);
-		_tile_dpbf16ps(2, 5, 6);
-		if (wl == NULL)
-			continue;
-		_tile_loadd(6, xl + k / 2 * GEMM_BF16_TOKENS, 64);
-		_tile_dpbf16ps(0, 4, 6);
-		_tile_dpbf16ps(2, 5, 6);
-		_tile_loadd(4, wl + k, sa);
-		_tile_loadd(5, wl + 16 * ldw + k, sa);
-		_tile_loadd(6, b0, 64);
-		_tile_dpbf16ps(0, 4, 6);
-		_tile_dpbf16ps(2, 5, 6);
+		/* F16: wh * xl (the weight tiles still hold wh), then wl * xh */
+		const uint32_t *l0 = xl + k / 2 * GEMM_BF16_TOKENS;
+		tile_products(NULL, NULL, sa, l0, l0 + group_stride, two);
+		tile_products(wl + k, wl + 16 * ldw + k, sa, b0, b1, two);
 	}
 	_tile_stored(0, acc, sc);
 	_tile_stored(2, acc + 16 * lda, sc);
+	if (two) {
+		_tile_stored(1, acc + GEMM_BF16_TOKENS, sc);
+		_tile_stored(3, acc + 16 * lda + GEMM_BF16_TOKENS, sc);
+	}
 }
 
 /* The super-block's sums, row r of acc token t, to y[t][r]: 16 x 16
@@ -388,21 +331,18 @@ amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, 
 						copy_bf16_rows(src, ldw, kc, wh);
 					}
 					float *a = acc + (size_t)rb * lda;
-					int g = 0;
-					for (; g + 2 <= ng; g += 2)
-						block_two(wh, al, AMX_LDA,
-							  gh + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS,
-							  gl != NULL
-								  ? gl + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS
-								  : NULL,
-							  group, kc, a + g * GEMM_BF16_TOKENS, lda, k0 == 0, &pf);
-					if (g < ng)
-						block_one(wh, al, AMX_LDA,
-							  gh + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS,
-							  gl != NULL
-								  ? gl + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS
-								  : NULL,
-							  kc, a + g * GEMM_BF16_TOKENS, lda, k0 == 0, &pf);
+					for (int g = 0; g < ng; g += 2) {
+						const uint32_t *bh = gh + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS;
+						const uint32_t *bl =
+							gl != NULL ? gl + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS
+								   : NULL;
+						if (g + 2 <= ng)
+							block(wh, al, AMX_LDA, bh, bl, group, kc,
+							      a + g * GEMM_BF16_TOKENS, lda, k0 == 0, 1, &pf);
+						else /* a chunk's odd last group */
+							block(wh, al, AMX_LDA, bh, bl, group, kc,
+							      a + g * GEMM_BF16_TOKENS, lda, k0 == 0, 0, &pf);
+					}
 				}
 			}
 			store_sums(acc, lda, ns, nt, y + (size_t)t0 * ldy + (size_t)s0, ldy);

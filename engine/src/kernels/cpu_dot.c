@@ -1023,12 +1023,12 @@ cpu_kernels_get(void)
 	/* AMX tiles for F16 and BF16 prompts where they run, unless
 	 * PRIVAI_AMX=0 (the comparisons in docs/performance.md) */
 	if (bf16 && amx_wanted() && cpu_amx_usable()) {
-		k_avx512.amx_pack_x = amx_pack_x;
+		k_avx512.amx_pack_lo = amx_pack_lo;
 		k_avx512.amx_gemm = amx_gemm;
 		k_avx512.gemm_q8_0_amx = gemm_q8_0_amx;
 		k_avx512.amx_f16 = amx_f16_wanted();
 	} else {
-		k_avx512.amx_pack_x = NULL;
+		k_avx512.amx_pack_lo = NULL;
 		k_avx512.amx_gemm = NULL;
 		k_avx512.gemm_q8_0_amx = NULL;
 		k_avx512.amx_f16 = 0;

@@ -218,14 +218,14 @@ struct cpu_kernels {
 	 * `privai-engine features` shows it */
 	double bf16_speedup;
 	/* F16 and BF16 prompts on AMX tiles (cpu_amx.c), NULL where the CPU
-	 * or its kernel has none.  pack: as pack_bf16_tile into hi, and
-	 * where lo is not NULL each value's remainder x - hi rounded again,
-	 * in the same layout.  gemm: y[t * ldy + r] = row r . token t for
+	 * or its kernel has none.  pack_lo: what pack_bf16_tile's rounding
+	 * left of each value, rounded again, in its layout (F16's second
+	 * token tiles; cols a multiple of 32).  gemm: y[t * ldy + r] = row r . token t for
 	 * nrows (a multiple of AMX_ROW_BLOCK) F16 (f16 1: each weight split
 	 * into two bfloat16, three products) or BF16 rows ldw values apart,
 	 * ntokens tokens packed 16 a group (xh, and xl for F16), cols a
 	 * multiple of 32; scratch: AMX_SCRATCH_BYTES, the thread's own */
-	void (*amx_pack_x)(const float *x, size_t ldx, int nt, size_t cols, uint32_t *hi, uint32_t *lo);
+	void (*amx_pack_lo)(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo);
 	void (*amx_gemm)(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl,
 			 int ntokens, size_t cols, float *y, size_t ldy, void *scratch);
 	/* gemm_q8_0 on AMX tiles, the same bits, up to AMX_Q8_ROWS rows a
@@ -244,8 +244,11 @@ struct cpu_kernels {
 #define AMX_SB_ROWS 256  /* rows whose sums stay in the thread's buffer while the columns pass */
 #define AMX_TOKENS 128   /* tokens a pass over the weights */
 #define AMX_KC 1024      /* columns a pass */
-#define AMX_SCRATCH_BYTES                                                                                              \
-	(AMX_SB_ROWS * AMX_TOKENS * sizeof(float) + 2 * AMX_ROW_BLOCK * (AMX_KC + 32) * sizeof(uint16_t))
+/* Rows of a block as the tiles read them: AMX_LDA values apart, not the
+ * model's 2^k columns, whose 16 rows a tile reads would all fall in one
+ * set of L1 (4 KB apart) and evict each other. */
+#define AMX_LDA (AMX_KC + 32)
+#define AMX_SCRATCH_BYTES (AMX_SB_ROWS * AMX_TOKENS * sizeof(float) + 2 * AMX_ROW_BLOCK * AMX_LDA * sizeof(uint16_t))
 
 /* cpu_amx.c: 1 where AMX tiles run here (CPUID, the OS saving their
  * state, and the kernel's permission, asked once) */
@@ -359,7 +362,7 @@ float dot_bf16_bf16_avx512(const uint16_t *w, const uint16_t *x, size_t n);
 void dot4_bf16_bf16_avx512(const uint16_t *w, size_t ldw, const uint16_t *x, size_t n, float *y);
 double bf16_dot_speedup_avx512(void);
 /* cpu_amx.c (callable only where cpu_amx_usable()) */
-void amx_pack_x(const float *x, size_t ldx, int nt, size_t cols, uint32_t *hi, uint32_t *lo);
+void amx_pack_lo(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo);
 void amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl, int ntokens,
 	      size_t cols, float *y, size_t ldy, void *scratch);
 void gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,

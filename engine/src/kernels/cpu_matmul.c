@@ -251,8 +251,9 @@ mm_rows_bf16(struct mm_job *j, int64_t r0, int64_t r1)
 	}
 }
 
-/* The AMX GEMM's activations: 16-token tiles of bfloat16 (hi), and for
- * F16 weights their remainders (lo) after the hi tiles of every group. */
+/* The AMX GEMM's activations: pack_bf16_tile's 16-token tiles (hi), and
+ * for F16 weights their remainders (lo) after the hi tiles of every
+ * group. */
 static void
 mm_pack_amx(void *arg, int ith, int nth)
 {
@@ -263,10 +264,12 @@ mm_pack_amx(void *arg, int ith, int nth)
 
 	split(groups, ith, nth, &lo, &hi);
 	for (int64_t g = lo; g < hi; g++) {
-		int nt = j->n - (int)g * GEMM_BF16_TOKENS;
-		j->im->k->amx_pack_x(j->x + g * GEMM_BF16_TOKENS * cols, (size_t)cols,
-				     nt < GEMM_BF16_TOKENS ? nt : GEMM_BF16_TOKENS, (size_t)cols,
-				     j->im->xbf + (size_t)g * group, xl != NULL ? xl + (size_t)g * group : NULL);
+		const float *xg = j->x + g * GEMM_BF16_TOKENS * cols;
+		int nt = j->n - (int)g * GEMM_BF16_TOKENS < GEMM_BF16_TOKENS ? j->n - (int)g * GEMM_BF16_TOKENS
+									     : GEMM_BF16_TOKENS;
+		j->im->k->pack_bf16_tile(xg, (size_t)cols, nt, (size_t)cols, j->im->xbf + (size_t)g * group);
+		if (xl != NULL)
+			j->im->k->amx_pack_lo(xg, (size_t)cols, nt, (size_t)cols, xl + (size_t)g * group);
 	}
 }
 
@@ -369,9 +372,9 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	p->onednn = type == TT_BF16 && n >= ONEDNN_MIN_TOKENS && strcmp(k->name, "scalar") != 0 &&
 		    (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !has_bf16);
 	/* AMX tiles wherever the packed float GEMM would run (packed_f32: one
-	 * path for every prompt), ahead of everything else: 5-20 times the
-	 * products a cycle of AVX-512 (cpu_amx.c).  mm_prepare() falls back
-	 * where a weight's shape does not fit the tiles. */
+	 * path for every prompt), ahead of everything else: BF16 pp128 2.7
+	 * times the float GEMM's (docs/performance.md).  mm_prepare() falls
+	 * back where a weight's shape does not fit the tiles. */
 	p->amx = (type == TT_BF16 || (type == TT_F16 && k->amx_f16)) && k->amx_gemm != NULL && n > 2;
 	p->quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K;
 	int grouped = x8 && (type == TT_Q8_0 || type == TT_Q4_0);
