@@ -1,11 +1,13 @@
 /*
- * Prompt GEMMs for F16 and BF16 weights on AMX tiles (Sapphire Rapids and
- * later Xeons): one tdpbf16ps multiplies a 16 x 32 bfloat16 tile by a
- * 32 x 16 one into 16 x 16 float sums, 8192 products an instruction,
- * where an AVX-512 FMA does 16.
+ * Prompt GEMMs on AMX tiles (Sapphire Rapids and later Xeons): BF16
+ * weights, F16 ones where PRIVAI_AMX_F16=1 (cpu_dot.c says why not by
+ * default), and the int8 GEMM of the quantized types (below).  One
+ * tdpbf16ps multiplies a 16 x 32 bfloat16 tile by a 32 x 16 one into
+ * 16 x 16 float sums, 8192 products an instruction, where an AVX-512 FMA
+ * does 16.
  *
- * The A operand is the weights, 16 rows of 32 columns as they lie in
- * memory (BF16 rows are read in place); the B operand is 16 tokens in
+ * The A operand is the weights, 16 rows of 32 columns, copied 32 rows at
+ * a time into rows AMX_LDA apart; the B operand is 16 tokens in
  * pack_bf16_tile's layout, which is the pair-interleaved layout AMX wants
  * (tile row kp holds elements 2kp and 2kp+1 of each token).  Sums land as
  * C[row][token] in a per-thread buffer, transposed into y at the end.

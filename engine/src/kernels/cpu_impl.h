@@ -21,7 +21,7 @@ struct thread_scratch {
 	int32_t *wsum;  /* GEMM_ROWS x blocks (x 2 for Q6_K's halves): -128 * sum(w) */
 	float *wd;      /* GEMM_ROWS x blocks (x 2 for Q6_K's halves): weight scales */
 	float *wmin;    /* GEMM_ROWS x blocks: Q4_K offsets */
-	uint8_t *wrows; /* GEMM_ROWS rows widened to Q8_0 blocks */
+	uint8_t *wrows; /* GEMM_ROWS rows widened to Q8_0 blocks (AMX_Q8_ROWS on AMX) */
 	float *ystage;  /* Y_STAGE_ROWS outputs of every token, a token's together */
 	float *panel;   /* the packed float GEMM: PANEL_FLOATS (rows, their panel, the outputs) */
 	void *amx;      /* the AMX GEMM: AMX_SCRATCH_BYTES (sums, F16 rows split to bfloat16) */
