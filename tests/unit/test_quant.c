@@ -805,25 +805,31 @@ test_gemm(void)
 	CHECK(bad == 0, "%s gemm_q6_k (one and two groups): %d products off the scalar dot", k->name, bad);
 }
 
-/* The Q8_0 GEMM on AMX tiles equals the AVX-512 one bit for bit: 1 to 16
- * rows, block counts on both sides of its 4-block step, one and two token
- * groups (the second partial), with and without the K-quants' offsets. */
+/* The int8 GEMM on AMX tiles (tokens as A, staged rows as B) against
+ * gemm_q8_0 on the same rows and tokens: the same bits, for 1 to 16
+ * rows, 1 to 27 tokens (a partial group), blocks odd and even, with the
+ * blocks' own scales and with given scales and K-quant offsets; staging
+ * two Q8_0 8-row groups gives what staging their rows gives; nothing
+ * past the rows and tokens asked for is written. */
 static void
 test_gemm_amx(void)
 {
 	const struct cpu_kernels *k = cpu_kernels_get(), *ref = cpu_kernels_scalar();
-	enum { MAXB = 9, ROWS = 16, NT = 27 };
-	static const int rowss[] = { 1, 5, 15, 16 }, nbs[] = { 1, 3, 4, 9 };
-	static float x[NT * MAXB * 32], w[ROWS * MAXB * 32], wmin[ROWS * MAXB], ya[16 * 32], yb[16 * 32];
-	static uint8_t wq[ROWS * MAXB * 34];
+	enum { MAXB = 9, ROWS = 16, NT = 27, LDY = 20 };
+	static const int rowss[] = { 1, 5, 8, 15, 16 }, nbs[] = { 1, 3, 4, 9 }, nts[] = { 1, 16, 27 };
+	static float x[NT * MAXB * 32], w[ROWS * MAXB * 32], wmin[ROWS * MAXB], ya[ROWS * 2 * GEMM_TOKENS],
+		yb[NT * LDY];
+	static uint8_t wq[ROWS * MAXB * 34], x8[2 * MAXB * Q8_0X8_BLOCK];
 	static struct block_q8 xq[NT * MAXB];
 	static struct q8_tile tiles[2 * MAXB];
+	static struct amx_q8_xblock xa[2 * MAXB];
+	static struct amx_q8_wblock sa[MAXB], sb[MAXB];
 	int32_t wsum[ROWS * MAXB];
 	float wd[ROWS * MAXB];
-	int bad = 0, runs = 0;
+	int bad = 0, wild = 0, runs = 0, stage_bad = 0;
 
-	if (k->gemm_q8_0_amx == NULL) {
-		SKIP("no AMX tiles on this CPU (or its kernel): the Q8_0 GEMM's AMX kernel was not checked");
+	if (k->gemm_q8_amx == NULL) {
+		SKIP("no AMX tiles on this CPU (or its kernel): the int8 GEMM's AMX kernel was not checked");
 		return;
 	}
 	for (int i = 0; i < NT * MAXB * 32; i++)
@@ -839,22 +845,47 @@ test_gemm_amx(void)
 			ref->quantize_q8(x + (size_t)t * nb * 32, xq + (size_t)t * nb, nb * 32);
 		q8_tile_pack(xq, 16, nb, tiles);
 		q8_tile_pack(xq + 16 * nb, NT - 16, nb, tiles + nb);
-		for (size_t ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++) {
-			int nr = rowss[ri];
-			k->gemm_q8_0_prep(wq, nb * 34, nr, nb, wsum, wd);
-			for (int ng = 1; ng <= 2; ng++)
+		/* two 8-row groups staged as they are, and as rows */
+		q8_0x8_repack(wq, nb * 34, 0, 2, nb, x8);
+		k->amx_q8_stage_x8(x8, x8 + nb * Q8_0X8_BLOCK, nb, sa);
+		k->amx_q8_stage_rows(wq, nb * 34, 16, nb, NULL, NULL, sb);
+		stage_bad += memcmp(sa, sb, nb * sizeof(sa[0])) != 0;
+		k->amx_q8_stage_x8(x8, NULL, nb, sa);
+		k->amx_q8_stage_rows(wq, nb * 34, 8, nb, NULL, NULL, sb);
+		stage_bad += memcmp(sa, sb, nb * sizeof(sa[0])) != 0;
+		for (size_t ti = 0; ti < sizeof(nts) / sizeof(nts[0]); ti++) {
+			int nt = nts[ti];
+			amx_q8_xpack(xq, nt, nb, xa);
+			for (size_t ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++) {
+				int nr = rowss[ri];
+				k->gemm_q8_0_prep(wq, nb * 34, nr, nb, wsum, wd);
 				for (int off = 0; off < 2; off++) {
 					const float *o = off ? wmin : NULL;
 					memset(ya, 0, sizeof(ya));
-					memset(yb, 0, sizeof(yb));
-					k->gemm_q8_0(wq, nb * 34, nr, wsum, wd, o, tiles, nb, ng, nb, ya);
-					k->gemm_q8_0_amx(wq, nb * 34, nr, wsum, wd, o, tiles, nb, ng, nb, yb);
-					bad += memcmp(ya, yb, sizeof(ya)) != 0;
+					k->gemm_q8_0(wq, nb * 34, nr, wsum, wd, o, tiles, nb, 2, nb, ya);
+					/* offsets come with given scales (K-quants); Q8_0 and
+					 * Q4_0 read the blocks' own */
+					k->amx_q8_stage_rows(wq, nb * 34, nr, nb, off ? wd : NULL, o, sa);
+					for (int i = 0; i < NT * LDY; i++)
+						yb[i] = -7.0f;
+					k->gemm_q8_amx(sa, nb, off, xa, nt, yb, LDY, nr);
+					for (int t = 0; t < NT; t++)
+						for (int r = 0; r < LDY; r++) {
+							float got = yb[t * LDY + r];
+							if (t >= nt || r >= nr)
+								wild += got != -7.0f;
+							else
+								bad += memcmp(&got, &ya[r * 2 * GEMM_TOKENS + t],
+									      sizeof(got)) != 0;
+						}
 					runs++;
 				}
+			}
 		}
 	}
-	CHECK(bad == 0, "gemm_q8_0_amx equals gemm_q8_0 bit for bit: %d of %d shapes differ", bad, runs);
+	CHECK(stage_bad == 0, "two Q8_0 8-row groups stage as their rows do: %d of 8 differ", stage_bad);
+	CHECK(bad == 0, "gemm_q8_amx equals gemm_q8_0 bit for bit: %d outputs differ over %d shapes", bad, runs);
+	CHECK(wild == 0, "gemm_q8_amx writes only the rows and tokens asked for: %d others written", wild);
 }
 
 /* Q4_0 repacked 8 rows to a group: rows read back exactly; the kernel,

@@ -38,6 +38,27 @@
 #include "privai/tensor_type.h"
 #include "cpu_dot.h"
 
+/* Tokens for gemm_q8_amx, 16 a group: out[g * nb + b] holds block b of
+ * tokens 16g..16g+15 (zeros past nt). */
+void
+amx_q8_xpack(const struct block_q8 *x, int nt, size_t nb, struct amx_q8_xblock *out)
+{
+	for (int g = 0; 16 * g < nt; g++)
+		for (size_t b = 0; b < nb; b++) {
+			struct amx_q8_xblock *o = out + (size_t)g * nb + b;
+			for (int t = 0; t < 16; t++) {
+				const struct block_q8 *src = 16 * g + t < nt ? x + (size_t)(16 * g + t) * nb + b : NULL;
+				if (src != NULL)
+					memcpy(o->q[t], src->q, 32);
+				else
+					memset(o->q[t], 0, 32);
+				o->d[t] = src != NULL ? src->d : 0.0f;
+				/* as q8_tile_pack computes it: the same bits as gemm_q8_0's offset */
+				o->dsum[t] = src != NULL ? src->d * (float)src->sum : 0.0f;
+			}
+		}
+}
+
 #if defined(__x86_64__) && defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -354,115 +375,164 @@ amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, 
 }
 
 /*
- * The int8 GEMM of Q8_0 rows (and of Q4_0, Q4_K and Q5_K rows widened to
- * them, cpu_matmul.c) on tiles: gemm_q8_0's contract (cpu_dot.h), up to
- * 16 rows.  A tile of 16 rows' block of 32 signed weights times one of
- * the 16 tokens' block (struct q8_tile, +128 so unsigned: already the
- * layout tdpbsud wants, 4 bytes of each token a 32-bit lane) gives every
- * row-token integer sum of the block in one instruction.  The float step
- * after it is gemm_q8_0_avx512's, in the same order, so the results are
- * the same bits: the sum plus -128 * sum(w), times the token's scale
- * times the row's, and the Q4_K/Q5_K offset taken off.  Four blocks'
- * sums are taken into tiles 0-3 before the float steps read them.
+ * The int8 GEMM of the quantized types on tiles, the tokens as the A
+ * operand and the weights as B.  One tdpbssd multiplies 16 tokens' block
+ * of 32 signed values (struct amx_q8_xblock: each token's 32 bytes a tile
+ * row, as quantize_q8 wrote them) by 16 rows' block (struct
+ * amx_q8_wblock: tile row k holds bytes 4k..4k+3 of each row, the layout
+ * of two Q8_0 8-row groups side by side, cpu_q8_0x8.c) into C[token][row]:
+ * a token's 16 sums are one vector, whose float step is three
+ * instructions (convert; the rows' scales times the token's, broadcast
+ * from memory; the multiply-add), and whose outputs are one store into
+ * the token's line of y.  Both operands signed, so the sums are the exact
+ * dot and nothing comes off them.
+ *
+ * It is gemm_q8_0's float step in the same order (the exact integer sum
+ * converted, times token scale times row scale, added block by block;
+ * then a K-quant's offset taken off), so the results are the same bits,
+ * which test_quant compares.
+ *
+ * The weights are staged once per 16 rows (amx_q8_stage_x8 straight from
+ * Q8_0's groups; amx_q8_stage_rows from rows widened to Q8_0 blocks) and
+ * then serve every token group.  The products of block b + 1 are issued
+ * before the float step of block b, so the tiles and the vector units
+ * work at once.
  */
-/* Tiles 0-3: sums, nrows x 16 int32; 4-5: weights, nrows x 32 bytes;
- * 6-7: tokens, 8 x (16 tokens x 4 bytes). */
+/* Tiles 0-1: sums, 16 tokens x 16 int32; 2-3: tokens, 16 x 32 bytes;
+ * 4-5: weights, 8 x (16 rows x 4 bytes). */
 AMX static void
-q8_tiles_configure(int nrows)
+q8_tiles_configure(void)
 {
-	uint8_t n = (uint8_t)nrows, rows[8] = { n, n, n, n, n, n, 8, 8 };
-	static const uint16_t colsb[8] = { 64, 64, 64, 64, 32, 32, 64, 64 };
+	static const uint8_t rows[8] = { 16, 16, 16, 16, 8, 8, 0, 0 };
+	static const uint16_t colsb[8] = { 64, 64, 32, 32, 64, 64, 0, 0 };
 
 	tiles_configure(rows, colsb);
 }
 
-/* Block b's float step for nr rows into acc; sums: the block's tile, 16
- * int32 a row.  Inlined with nr 16 the accumulators stay in registers. */
-AMX static inline __attribute__((always_inline)) void
-q8_float_step(__m512 *acc, int nr, const int32_t *sums, const int32_t *wsum, const float *wd, const float *wmin,
-	      const struct q8_tile *xb, size_t nb, size_t b)
+AMX void
+amx_q8_stage_x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s)
 {
-	__m512 da = _mm512_loadu_ps(xb->d);
+	const __m256i flip = _mm256_set1_epi8((char)0x80);
+	const __m256i zero = _mm256_set1_epi8((char)0x80); /* 0 once flipped */
+	const __m128i no_scales = _mm_setzero_si128();
 
-#pragma GCC unroll 16
-	for (int r = 0; r < nr; r++) {
-		size_t at = (size_t)r * nb + b;
-		__m512i p = _mm512_add_epi32(_mm512_loadu_si512(sums + 16 * r), _mm512_set1_epi32(wsum[at]));
-		acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(da, _mm512_set1_ps(wd[at])), acc[r]);
-		if (wmin != NULL)
-			acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(wmin[at]), _mm512_loadu_ps(xb->dsum), acc[r]);
-	}
-}
-
-/* Blocks b and b + 1's sums into tiles C0 and C1, with the operand
- * tiles 4-7 (two pairs, so loads overlap the products). */
-#define Q8_TDP2(C0, C1, b)                                                                                             \
-	do {                                                                                                           \
-		_tile_zero(C0);                                                                                        \
-		_tile_zero(C1);                                                                                        \
-		_tile_loadd(4, w + (b)*34 + 2, row_bytes);                                                             \
-		_tile_loadd(6, x[b].q, 64);                                                                            \
-		_tile_loadd(5, w + ((b) + 1) * 34 + 2, row_bytes);                                                     \
-		_tile_loadd(7, x[(b) + 1].q, 64);                                                                      \
-		_tile_dpbsud(C0, 4, 6);                                                                                \
-		_tile_dpbsud(C1, 5, 7);                                                                                \
-	} while (0)
-
-/* One token group's nr rows over nb blocks: y[r * 2 * GEMM_TOKENS + t].
- * Software-pipelined two blocks deep where nb is a multiple of 4: the
- * products of blocks b + 2 and b + 3 are issued before the float steps
- * of b and b + 1 read theirs, so the tiles and the vector units work at
- * once (tiles 0-1 and 2-3 take turns). */
-AMX static inline __attribute__((always_inline)) void
-q8_group(const uint8_t *w, size_t row_bytes, int nr, const int32_t *wsum, const float *wd, const float *wmin,
-	 const struct q8_tile *x, size_t nb, float *y, int full)
-{
-	int32_t buf[2][16 * 16] __attribute__((aligned(64)));
-	__m512 acc[16];
-	size_t b0 = 0;
-
-	for (int r = 0; r < 16; r++)
-		acc[r] = _mm512_setzero_ps();
-	if (nb % 4 == 0) {
-		Q8_TDP2(0, 1, 0);
-		for (; b0 < nb; b0 += 4) {
-			Q8_TDP2(2, 3, b0 + 2);
-			_tile_stored(0, buf[0], 64);
-			_tile_stored(1, buf[1], 64);
-			q8_float_step(acc, full ? 16 : nr, buf[0], wsum, wd, wmin, &x[b0], nb, b0);
-			q8_float_step(acc, full ? 16 : nr, buf[1], wsum, wd, wmin, &x[b0 + 1], nb, b0 + 1);
-			if (b0 + 4 < nb)
-				Q8_TDP2(0, 1, b0 + 4);
-			_tile_stored(2, buf[0], 64);
-			_tile_stored(3, buf[1], 64);
-			q8_float_step(acc, full ? 16 : nr, buf[0], wsum, wd, wmin, &x[b0 + 2], nb, b0 + 2);
-			q8_float_step(acc, full ? 16 : nr, buf[1], wsum, wd, wmin, &x[b0 + 3], nb, b0 + 3);
+	for (size_t b = 0; b < nb; b++, s++) {
+		const uint8_t *b0 = g0 + b * Q8_0X8_BLOCK, *b1 = g1 != NULL ? g1 + b * Q8_0X8_BLOCK : NULL;
+		/* the groups store w + 128 (vpdpbusd's unsigned side): back to signed */
+		for (int k = 0; k < 8; k++) {
+			__m256i lo = _mm256_loadu_si256((const void *)(b0 + 16 + 32 * k));
+			__m256i hi = b1 != NULL ? _mm256_loadu_si256((const void *)(b1 + 16 + 32 * k)) : zero;
+			__m512i row = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_xor_si256(lo, flip)),
+							 _mm256_xor_si256(hi, flip), 1);
+			_mm512_storeu_si512(s->b[k], row);
 		}
+		__m128i h1 = b1 != NULL ? _mm_loadu_si128((const void *)b1) : no_scales;
+		__m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const void *)b0)), h1, 1);
+		_mm512_storeu_ps(s->d, _mm512_cvtph_ps(h));
+		_mm512_storeu_ps(s->min, _mm512_setzero_ps());
 	}
-	for (; b0 < nb; b0++) {
-		_tile_zero(0);
-		_tile_loadd(4, w + b0 * 34 + 2, row_bytes);
-		_tile_loadd(6, x[b0].q, 64);
-		_tile_dpbsud(0, 4, 6);
-		_tile_stored(0, buf[0], 64);
-		q8_float_step(acc, full ? 16 : nr, buf[0], wsum, wd, wmin, &x[b0], nb, b0);
-	}
-	for (int r = 0; r < nr; r++)
-		_mm512_storeu_ps(y + (size_t)r * 2 * GEMM_TOKENS, acc[r]);
 }
 
 AMX void
-gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd, const float *wmin,
-	      const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y)
+amx_q8_stage_rows(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd, const float *wmin,
+		  struct amx_q8_wblock *s)
 {
-	q8_tiles_configure(nrows);
-	for (int g = 0; g < ngroups; g++) {
-		if (nrows == 16)
-			q8_group(w, row_bytes, 16, wsum, wd, wmin, x + (size_t)g * group_stride, nb,
-				 y + g * GEMM_TOKENS, 1);
+	const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+	const __mmask16 m = (__mmask16)((1u << nr) - 1);
+	/* row n of the block at n * row_bytes; its scales at n * nb */
+	const __m512i at = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)row_bytes));
+	const __m512i at_d = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)nb));
+	const __m512i zero = _mm512_setzero_si512();
+
+	for (size_t b = 0; b < nb; b++, s++) {
+		const uint8_t *blk = rows + b * 34;
+		for (int k = 0; k < 8; k++)
+			_mm512_storeu_si512(s->b[k], _mm512_mask_i32gather_epi32(zero, m, at, blk + 2 + 4 * k, 1));
+		if (wd != NULL) {
+			_mm512_storeu_ps(s->d, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, at_d, wd + b, 4));
+		} else { /* the fp16 scale in front of each block (its low 16 bits) */
+			__m512i h = _mm512_mask_i32gather_epi32(zero, m, at, blk, 1);
+			_mm512_storeu_ps(s->d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+		}
+		__m512 mins = _mm512_setzero_ps();
+		if (wmin != NULL)
+			mins = _mm512_mask_i32gather_ps(mins, m, at_d, wmin + b, 4);
+		_mm512_storeu_ps(s->min, mins);
+	}
+}
+
+/* Block BLK's products into tile TC (a constant), from tokens' tile TA
+ * and weights' tile TB (the names clear the intrinsics' own). */
+#define Q8_TDP(TC, TA, TB, BLK)                                                                                        \
+	do {                                                                                                           \
+		_tile_zero(TC);                                                                                        \
+		_tile_loadd(TA, x[BLK].q, 32);                                                                         \
+		_tile_loadd(TB, w[BLK].b, 64);                                                                         \
+		_tile_dpbssd(TC, TA, TB);                                                                              \
+	} while (0)
+
+/* Block b's float step: acc[t] += sums[t] * (row scales * token t's),
+ * less the rows' offsets times the token's scaled sum where has_min. */
+AMX static inline __attribute__((always_inline)) void
+q8_float_step(__m512 *acc, const int32_t *sums, const struct amx_q8_wblock *w, const struct amx_q8_xblock *x,
+	      int has_min)
+{
+	__m512 d = _mm512_loadu_ps(w->d), mins = _mm512_loadu_ps(w->min);
+
+#pragma GCC unroll 16
+	for (int t = 0; t < 16; t++) {
+		__m512 p = _mm512_cvtepi32_ps(_mm512_load_si512(sums + 16 * t));
+		acc[t] = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(x->d[t])), acc[t]);
+		if (has_min)
+			acc[t] = _mm512_fnmadd_ps(mins, _mm512_set1_ps(x->dsum[t]), acc[t]);
+	}
+}
+
+/* One group of 16 tokens over nb blocks; y[t * ldy + r] for t < nt,
+ * r < nr.  The accumulators are 16 vectors, every loop over them
+ * unrolled so that they stay in registers. */
+AMX static inline __attribute__((always_inline)) void
+q8_group(const struct amx_q8_wblock *w, size_t nb, const struct amx_q8_xblock *x, int has_min, int nt, float *y,
+	 size_t ldy, int nr)
+{
+	int32_t buf[2][16 * 16] __attribute__((aligned(64)));
+	__m512 acc[16];
+
+#pragma GCC unroll 16
+	for (int t = 0; t < 16; t++)
+		acc[t] = _mm512_setzero_ps();
+	Q8_TDP(0, 2, 4, 0);
+	for (size_t b = 0; b < nb; b += 2) {
+		if (b + 1 < nb)
+			Q8_TDP(1, 3, 5, b + 1);
+		_tile_stored(0, buf[0], 64);
+		q8_float_step(acc, buf[0], &w[b], &x[b], has_min);
+		if (b + 1 >= nb)
+			break;
+		if (b + 2 < nb)
+			Q8_TDP(0, 2, 4, b + 2);
+		_tile_stored(1, buf[1], 64);
+		q8_float_step(acc, buf[1], &w[b + 1], &x[b + 1], has_min);
+	}
+	__mmask16 m = (__mmask16)((1u << nr) - 1);
+#pragma GCC unroll 16
+	for (int t = 0; t < 16; t++)
+		if (t < nt)
+			_mm512_mask_storeu_ps(y + (size_t)t * ldy, m, acc[t]);
+}
+
+AMX void
+gemm_q8_amx(const struct amx_q8_wblock *w, size_t nb, int has_min, const struct amx_q8_xblock *x, int ntokens, float *y,
+	    size_t ldy, int nr)
+{
+	q8_tiles_configure();
+	for (int t0 = 0; t0 < ntokens; t0 += 16) {
+		const struct amx_q8_xblock *xg = x + (size_t)(t0 / 16) * nb;
+		int nt = ntokens - t0 < 16 ? ntokens - t0 : 16;
+		if (has_min)
+			q8_group(w, nb, xg, 1, nt, y + (size_t)t0 * ldy, ldy, nr);
 		else
-			q8_group(w, row_bytes, nrows, wsum, wd, wmin, x + (size_t)g * group_stride, nb,
-				 y + g * GEMM_TOKENS, 0);
+			q8_group(w, nb, xg, 0, nt, y + (size_t)t0 * ldy, ldy, nr);
 	}
 	_tile_release();
 }

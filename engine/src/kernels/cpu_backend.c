@@ -420,6 +420,7 @@ cpu_destroy(struct compute *c)
 			free(im->ts[i].wd);
 			free(im->ts[i].wmin);
 			free(im->ts[i].wrows);
+			free(im->ts[i].amx8);
 			free(im->ts[i].ystage);
 			free(im->ts[i].panel);
 			free(im->ts[i].amx);
@@ -521,12 +522,15 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 			(AMX_Q8_ROWS > 2 * GEMM_ROWS ? AMX_Q8_ROWS : 2 * GEMM_ROWS) * (size_t)(max_cols / 32 + 1);
 		for (int i = 0; i < nth; i++) {
 			struct thread_scratch *ts = &im->ts[i];
-			/* all five grow together with max_cols */
+			/* all of them grow together with max_cols */
 			if (resize((void **)&ts->row, GEMM_F32_ROWS * (size_t)max_cols * sizeof(float)) < 0 ||
 			    resize((void **)&ts->wsum, blocks * sizeof(int32_t)) < 0 ||
 			    resize((void **)&ts->wd, blocks * sizeof(float)) < 0 ||
 			    resize((void **)&ts->wmin, blocks * sizeof(float)) < 0 ||
-			    resize((void **)&ts->wrows, blocks * 34) < 0)
+			    resize((void **)&ts->wrows, blocks * 34) < 0 ||
+			    (im->k->gemm_q8_amx != NULL &&
+			     resize((void **)&ts->amx8, (size_t)(max_cols / 32 + 1) * sizeof(struct amx_q8_wblock)) <
+				     0))
 				return PRIVAI_ENOMEM;
 		}
 		im->row_buf_len = (size_t)max_cols;

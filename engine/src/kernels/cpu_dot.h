@@ -57,6 +57,25 @@ struct q8_tile8 {
 
 void q8_tile8_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile8 *out);
 
+/* The AMX int8 GEMM's operands (cpu_amx.c), a 32-value block each: 16
+ * weight rows as tdpbssd's B tile (row k: bytes 4k..4k+3 of each row,
+ * signed), their scales and K-quant offsets; and 16 tokens as its A tile
+ * (a token's 32 bytes a row), their scales and scale times sum. */
+struct amx_q8_wblock {
+	int8_t b[8][64];
+	float d[16];
+	float min[16];
+};
+struct amx_q8_xblock {
+	int8_t q[16][32];
+	float d[16];
+	float dsum[16];
+};
+
+/* Pack nt tokens' quantized rows (nb blocks each, token t at x + t * nb)
+ * 16 a group: out[g * nb + b] (zeros past nt). */
+void amx_q8_xpack(const struct block_q8 *x, int nt, size_t nb, struct amx_q8_xblock *out);
+
 struct cpu_kernels {
 	const char *name;
 	float (*dot_f32)(const float *a, const float *b, size_t n);
@@ -228,16 +247,23 @@ struct cpu_kernels {
 	void (*amx_pack_lo)(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo);
 	void (*amx_gemm)(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl,
 			 int ntokens, size_t cols, float *y, size_t ldy, void *scratch);
-	/* gemm_q8_0 on AMX tiles, the same bits, up to AMX_Q8_ROWS rows a
-	 * call (NULL where there are none) */
-	void (*gemm_q8_0_amx)(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
-			      const float *wmin, const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb,
-			      float *y);
+	/* The int8 GEMM on AMX tiles (cpu_amx.c), gemm_q8_0's bits; NULL
+	 * where there are none.  stage_x8: 16 rows from two Q8_0 8-row
+	 * groups (g1 NULL: 8 rows); stage_rows: nr (<= 16) rows of Q8_0
+	 * blocks row_bytes apart, their scales from wd (rows x nb; NULL: the
+	 * blocks' own) and offsets from wmin (NULL: none); gemm: y[t * ldy +
+	 * r] for r < nr of the staged rows times ntokens tokens packed by
+	 * amx_q8_xpack */
+	void (*amx_q8_stage_x8)(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
+	void (*amx_q8_stage_rows)(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd,
+				  const float *wmin, struct amx_q8_wblock *s);
+	void (*gemm_q8_amx)(const struct amx_q8_wblock *w, size_t nb, int has_min, const struct amx_q8_xblock *x,
+			    int ntokens, float *y, size_t ldy, int nr);
 	/* F16 prompts take amx_gemm too (PRIVAI_AMX_F16=1; cpu_dot.c says
 	 * why not by default) */
 	int amx_f16;
 };
-#define AMX_Q8_ROWS 16
+#define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
 /* The AMX GEMM's blocking (cpu_amx.c says why) */
 #define AMX_ROW_BLOCK 32 /* rows a step: two 16-row tiles */
@@ -365,8 +391,11 @@ double bf16_dot_speedup_avx512(void);
 void amx_pack_lo(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo);
 void amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl, int ntokens,
 	      size_t cols, float *y, size_t ldy, void *scratch);
-void gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int nrows, const int32_t *wsum, const float *wd,
-		   const float *wmin, const struct q8_tile *x, size_t group_stride, int ngroups, size_t nb, float *y);
+void amx_q8_stage_x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
+void amx_q8_stage_rows(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd, const float *wmin,
+		       struct amx_q8_wblock *s);
+void gemm_q8_amx(const struct amx_q8_wblock *w, size_t nb, int has_min, const struct amx_q8_xblock *x, int ntokens,
+		 float *y, size_t ldy, int nr);
 /* cpu_attention.c */
 void att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale, float *s);
 void att_scores_rows_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,

@@ -17,14 +17,15 @@
 
 /* What one pool thread writes while multiplying: sized once by reserve(). */
 struct thread_scratch {
-	float *row;     /* GEMM_F32_ROWS dequantized weight rows */
-	int32_t *wsum;  /* GEMM_ROWS x blocks (x 2 for Q6_K's halves): -128 * sum(w) */
-	float *wd;      /* GEMM_ROWS x blocks (x 2 for Q6_K's halves): weight scales */
-	float *wmin;    /* GEMM_ROWS x blocks: Q4_K offsets */
-	uint8_t *wrows; /* GEMM_ROWS rows widened to Q8_0 blocks (AMX_Q8_ROWS on AMX) */
-	float *ystage;  /* Y_STAGE_ROWS outputs of every token, a token's together */
-	float *panel;   /* the packed float GEMM: PANEL_FLOATS (rows, their panel, the outputs) */
-	void *amx;      /* the AMX GEMM: AMX_SCRATCH_BYTES (sums, F16 rows split to bfloat16) */
+	float *row;                 /* GEMM_F32_ROWS dequantized weight rows */
+	int32_t *wsum;              /* GEMM_ROWS x blocks (x 2 for Q6_K's halves): -128 * sum(w) */
+	float *wd;                  /* GEMM_ROWS x blocks (x 2 for Q6_K's halves): weight scales */
+	float *wmin;                /* GEMM_ROWS x blocks: Q4_K offsets */
+	uint8_t *wrows;             /* GEMM_ROWS rows widened to Q8_0 blocks (AMX_Q8_ROWS on AMX) */
+	struct amx_q8_wblock *amx8; /* AMX_Q8_ROWS rows staged for the int8 AMX GEMM, a block each */
+	float *ystage;              /* Y_STAGE_ROWS outputs of every token, a token's together */
+	float *panel;               /* the packed float GEMM: PANEL_FLOATS (rows, their panel, the outputs) */
+	void *amx;                  /* the AMX GEMM: AMX_SCRATCH_BYTES (sums, F16 rows split to bfloat16) */
 };
 
 #define PANEL_FLOATS (2 * GEMM_PK_ROWS * GEMM_PK_COLS + GEMM_PK_ROWS * GEMM_PK_TOKENS)

@@ -33,6 +33,9 @@
 
 /* ---------------------------------------------------------------- matmul */
 
+/* im->tiles holds either packing of the tokens (mm_pack_tiles) */
+_Static_assert(sizeof(struct amx_q8_xblock) == sizeof(struct q8_tile), "the AMX token blocks fit the tiles buffer");
+
 /* How a matmul runs: mm_plan() decides, cpu_matmul() acts on it and
  * compute_cpu_path() reports it. */
 struct mm_plan {
@@ -43,6 +46,7 @@ struct mm_plan {
 	int bf16;      /* bfloat16 weights: tiles of bfloat16 activations, vdpbf16ps */
 	int onednn;    /* bfloat16 weights: oneDNN's matmul (the flags above are the fallback) */
 	int amx;       /* F16 or BF16 weights on AMX tiles (cpu_amx.c; the flags above are the fallback) */
+	int amx8;      /* the int8 GEMM (gemm set) on AMX tiles: tiles hold struct amx_q8_xblock */
 };
 
 struct mm_job {
@@ -79,7 +83,106 @@ mm_pack_tiles(void *arg, int ith, int nth)
 	split(groups, ith, nth, &lo, &hi);
 	for (int64_t g = lo; g < hi; g++) {
 		int nt = j->n - (int)g * GEMM_TOKENS < GEMM_TOKENS ? j->n - (int)g * GEMM_TOKENS : GEMM_TOKENS;
+		if (j->p.amx8) {
+			amx_q8_xpack(j->im->xq + g * GEMM_TOKENS * nb, nt, (size_t)nb,
+				     (struct amx_q8_xblock *)j->im->tiles + g * nb);
+			continue;
+		}
 		q8_tile_pack(j->im->xq + g * GEMM_TOKENS * nb, nt, (size_t)nb, j->im->tiles + g * nb);
+	}
+}
+
+/* Rows [rb, rb + nr) of a quantized weight as Q8_0 blocks for the int8
+ * GEMM: the file's rows for Q8_0, else widened into ts->wrows (*row_bytes
+ * apart).  K-quants put their scales and offsets in ts->wd and ts->wmin
+ * (rows x blocks) and return them in *wmin; Q6_K two of each a block, no
+ * offsets. */
+static const uint8_t *
+mm_widen(struct mm_job *j, struct thread_scratch *ts, int64_t rb, int nr, size_t *row_bytes, float **wmin)
+{
+	const struct weight *w = j->w;
+	int64_t nb = w->cols / 32;
+	const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
+	int32_t *wsum = ts->wsum;
+	float *wd = ts->wd;
+
+	*row_bytes = w->row_bytes;
+	*wmin = NULL;
+	if (w->type == TT_Q8_0 && j->x8 == NULL)
+		return wrows;
+	*row_bytes = (size_t)nb * 34;
+	/* repacked rows come in whole groups of 8 (mm_unit) */
+	if (j->x8 != NULL && w->type == TT_Q8_0) {
+		for (int r = 0; r < nr; r += 8)
+			j->im->k->widen_q8_0x8(j->x8 + (size_t)((rb + r) / 8) * (size_t)nb * Q8_0X8_BLOCK, (size_t)nb,
+					       ts->wrows + (size_t)r * *row_bytes, *row_bytes);
+	} else if (j->x8 != NULL && w->type == TT_Q4_0) {
+		for (int r = 0; r < nr; r += 8)
+			j->im->k->widen_q4_0x8(j->x8 + (size_t)((rb + r) / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb,
+					       ts->wrows + (size_t)r * *row_bytes, *row_bytes, NULL);
+	} else if (j->x8 != NULL) { /* Q4_K, Q5_K: each super-block back to the file's layout */
+		int five = w->type == TT_Q5_K;
+		void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
+			five ? j->im->k->widen_q5_k : j->im->k->widen_q4_k;
+		*wmin = ts->wmin;
+		for (int r8 = 0; r8 < nr; r8 += 8) {
+			const uint8_t *grp = j->x8 + (size_t)((rb + r8) / 8) * (size_t)(nb / 8) * KX8_BLOCK(five);
+			for (int64_t i = 0; i < nb / 8; i++, grp += KX8_BLOCK(five))
+				for (int r = 0; r < 8; r++) {
+					uint8_t blk[176];
+					size_t o = (size_t)(r8 + r) * (size_t)nb + (size_t)i * 8;
+					kx8_unpack(grp, r, five, blk);
+					widen(blk, ts->wrows + o * 34, 8, wsum + o, wd + o, ts->wmin + o);
+				}
+		}
+	} else if (w->type == TT_Q4_K || w->type == TT_Q5_K) {
+		void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
+			w->type == TT_Q4_K ? j->im->k->widen_q4_k : j->im->k->widen_q5_k;
+		*wmin = ts->wmin;
+		for (int r = 0; r < nr; r++)
+			widen(wrows + (size_t)r * w->row_bytes, ts->wrows + (size_t)r * *row_bytes, (size_t)nb,
+			      wsum + (size_t)r * nb, wd + (size_t)r * nb, ts->wmin + (size_t)r * nb);
+	} else if (w->type == TT_Q6_K) {
+		/* two scales and sums per block: wsum and wd hold 2 * nb a row */
+		for (int r = 0; r < nr; r++)
+			j->im->k->widen_q6_k(wrows + (size_t)r * w->row_bytes, ts->wrows + (size_t)r * *row_bytes,
+					     (size_t)nb, wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb);
+	} else if (w->type == TT_Q4_0) {
+		/* d * (q - 8) is exactly a Q8_0 block: widen the rows once
+		 * per chunk and run the same GEMM on them */
+		for (int r = 0; r < nr; r++)
+			j->im->k->widen_q4_0(wrows + (size_t)r * w->row_bytes, ts->wrows + (size_t)r * *row_bytes,
+					     (size_t)nb, NULL);
+	}
+	return ts->wrows;
+}
+
+/* The int8 GEMM on AMX tiles (cpu_amx.c): 16 rows a step, staged once as
+ * the tiles read them (Q8_0's groups as they are, the other types widened
+ * first), then every token group; each token's 16 outputs are one store
+ * into its line of y, so nothing is staged on the way out. */
+static void
+mm_rows_amx8(struct mm_job *j, int64_t r0, int64_t r1)
+{
+	const struct weight *w = j->w;
+	const struct cpu_kernels *k = j->im->k;
+	struct thread_scratch *ts = &j->im->ts[threadpool_self()];
+	int64_t nb = w->cols / 32;
+	const struct amx_q8_xblock *x = (const struct amx_q8_xblock *)j->im->tiles;
+
+	for (int64_t rb = r0; rb < r1; rb += AMX_Q8_ROWS) {
+		int nr = r1 - rb < AMX_Q8_ROWS ? (int)(r1 - rb) : AMX_Q8_ROWS;
+		float *wmin = NULL;
+		if (j->x8 != NULL && w->type == TT_Q8_0) {
+			const uint8_t *g0 = j->x8 + (size_t)(rb / 8) * (size_t)nb * Q8_0X8_BLOCK;
+			k->amx_q8_stage_x8(g0, nr > 8 ? g0 + (size_t)nb * Q8_0X8_BLOCK : NULL, (size_t)nb, ts->amx8);
+		} else {
+			size_t row_bytes;
+			const uint8_t *rows = mm_widen(j, ts, rb, nr, &row_bytes, &wmin);
+			k->amx_q8_stage_rows(rows, row_bytes, nr, (size_t)nb, wmin != NULL ? ts->wd : NULL, wmin,
+					     ts->amx8);
+		}
+		k->gemm_q8_amx(ts->amx8, (size_t)nb, wmin != NULL, x, j->n, j->y + rb, (size_t)w->rows, nr);
 	}
 }
 
@@ -91,15 +194,9 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 {
 	const struct weight *w = j->w;
 	int64_t nb = w->cols / 32, groups = (j->n + GEMM_TOKENS - 1) / GEMM_TOKENS;
-	float out[AMX_Q8_ROWS * 2 * GEMM_TOKENS]; /* a repacked group is 8 rows, AMX takes 16 */
+	float out[GEMM8_ROWS * 2 * GEMM_TOKENS]; /* a step is up to 8 rows (a repacked group) */
 	struct thread_scratch *ts = &j->im->ts[threadpool_self()];
-	int32_t *wsum = ts->wsum;
-	float *wd = ts->wd;
-	/* AMX tiles take the Q8_0 GEMM 16 rows a step (Q6_K keeps its own) */
-	void (*gemm)(const uint8_t *, size_t, int, const int32_t *, const float *, const float *,
-		     const struct q8_tile *, size_t, int, size_t, float *) =
-		j->im->k->gemm_q8_0_amx != NULL && w->type != TT_Q6_K ? j->im->k->gemm_q8_0_amx : j->im->k->gemm_q8_0;
-	int step = gemm != j->im->k->gemm_q8_0 ? AMX_Q8_ROWS : j->x8 != NULL ? 8 : GEMM_ROWS;
+	int step = j->x8 != NULL ? 8 : GEMM_ROWS;
 	/* y is token-major: rows from 4 or 8 weight rows would be a few
 	 * floats in each token's line, every line written again by the next
 	 * blocks, and lines a multiple of 4 KiB apart compete for the same
@@ -107,81 +204,21 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 	float *stage = ts->ystage;
 	int staged = 0;
 
-	size_t row_bytes = w->row_bytes;
-	float *wmin = NULL;
-
 	for (int64_t rb = r0; rb < r1; rb += step) {
 		int nr = r1 - rb < step ? (int)(r1 - rb) : step;
-		const uint8_t *wrows = (const uint8_t *)w->data + rb * w->row_bytes;
-		/* repacked rows come in whole groups of 8 (mm_unit) */
-		if (j->x8 != NULL && w->type == TT_Q8_0) {
-			row_bytes = (size_t)nb * 34;
-			for (int r = 0; r < nr; r += 8)
-				j->im->k->widen_q8_0x8(j->x8 + (size_t)((rb + r) / 8) * (size_t)nb * Q8_0X8_BLOCK,
-						       (size_t)nb, ts->wrows + (size_t)r * row_bytes, row_bytes);
-			wrows = ts->wrows;
-		} else if (j->x8 != NULL && w->type == TT_Q4_0) {
-			row_bytes = (size_t)nb * 34;
-			for (int r = 0; r < nr; r += 8)
-				j->im->k->widen_q4_0x8(j->x8 + (size_t)((rb + r) / 8) * (size_t)nb * Q4_0X8_BLOCK,
-						       (size_t)nb, ts->wrows + (size_t)r * row_bytes, row_bytes, NULL);
-			wrows = ts->wrows;
-		} else if (j->x8 != NULL) { /* Q4_K, Q5_K: each super-block back to the file's layout */
-			int five = w->type == TT_Q5_K;
-			void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
-				five ? j->im->k->widen_q5_k : j->im->k->widen_q4_k;
-			wmin = ts->wmin;
-			row_bytes = (size_t)nb * 34;
-			for (int r8 = 0; r8 < nr; r8 += 8) {
-				const uint8_t *grp =
-					j->x8 + (size_t)((rb + r8) / 8) * (size_t)(nb / 8) * KX8_BLOCK(five);
-				for (int64_t i = 0; i < nb / 8; i++, grp += KX8_BLOCK(five))
-					for (int r = 0; r < 8; r++) {
-						uint8_t blk[176];
-						size_t o = (size_t)(r8 + r) * (size_t)nb + (size_t)i * 8;
-						kx8_unpack(grp, r, five, blk);
-						widen(blk, ts->wrows + o * 34, 8, wsum + o, wd + o, wmin + o);
-					}
-			}
-			wrows = ts->wrows;
-		} else if (w->type == TT_Q4_K || w->type == TT_Q5_K) {
-			uint8_t *wide = ts->wrows;
-			void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
-				w->type == TT_Q4_K ? j->im->k->widen_q4_k : j->im->k->widen_q5_k;
-			wmin = ts->wmin;
-			row_bytes = (size_t)nb * 34;
-			for (int r = 0; r < nr; r++)
-				widen(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes, (size_t)nb,
-				      wsum + (size_t)r * nb, wd + (size_t)r * nb, wmin + (size_t)r * nb);
-			wrows = wide;
-		} else if (w->type == TT_Q6_K) {
-			/* two scales and sums per block: wsum and wd hold 2 * nb a row */
-			uint8_t *wide = ts->wrows;
-			row_bytes = (size_t)nb * 34;
-			for (int r = 0; r < nr; r++)
-				j->im->k->widen_q6_k(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes,
-						     (size_t)nb, wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb);
-			wrows = wide;
-		} else if (w->type == TT_Q4_0) {
-			/* d * (q - 8) is exactly a Q8_0 block: widen the rows once
-			 * per chunk and run the same GEMM on them */
-			uint8_t *wide = ts->wrows;
-			row_bytes = (size_t)nb * 34;
-			for (int r = 0; r < nr; r++)
-				j->im->k->widen_q4_0(wrows + (size_t)r * w->row_bytes, wide + (size_t)r * row_bytes,
-						     (size_t)nb, NULL);
-			wrows = wide;
-		}
+		size_t row_bytes;
+		float *wmin;
+		const uint8_t *wrows = mm_widen(j, ts, rb, nr, &row_bytes, &wmin);
 		if (w->type != TT_Q4_K && w->type != TT_Q5_K && w->type != TT_Q6_K)
-			j->im->k->gemm_q8_0_prep(wrows, row_bytes, nr, (size_t)nb, wsum, wd);
+			j->im->k->gemm_q8_0_prep(wrows, row_bytes, nr, (size_t)nb, ts->wsum, ts->wd);
 		for (int64_t g = 0; g < groups; g += 2) {
 			int ng = groups - g > 1 ? 2 : 1;
 			if (w->type == TT_Q6_K)
-				j->im->k->gemm_q6_k(wrows, row_bytes, nr, wsum, wd, j->im->tiles + g * nb, (size_t)nb,
-						    ng, (size_t)nb, out);
+				j->im->k->gemm_q6_k(wrows, row_bytes, nr, ts->wsum, ts->wd, j->im->tiles + g * nb,
+						    (size_t)nb, ng, (size_t)nb, out);
 			else
-				gemm(wrows, row_bytes, nr, wsum, wd, wmin, j->im->tiles + g * nb, (size_t)nb, ng,
-				     (size_t)nb, out);
+				j->im->k->gemm_q8_0(wrows, row_bytes, nr, ts->wsum, ts->wd, wmin, j->im->tiles + g * nb,
+						    (size_t)nb, ng, (size_t)nb, out);
 			int nt = j->n - (int)g * GEMM_TOKENS;
 			if (nt > ng * GEMM_TOKENS)
 				nt = ng * GEMM_TOKENS;
@@ -325,7 +362,7 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	/* on AMX tiles the GEMM overtakes the 8-row groups between 32 and 64
 	 * tokens (pp64: Q8_0 90 -> 97, Q5_K_M 88 -> 106, Q4_K_M 79 -> 82;
 	 * pp32 they lose 10-35 %; docs/performance.md) */
-	if (x8 && k->gemm_q8_0_amx != NULL && type != TT_Q6_K)
+	if (x8 && k->gemm_q8_amx != NULL && type != TT_Q6_K)
 		return AMX_GEMM_TOKENS;
 	if (x8 && (type == TT_Q8_0 || type == TT_Q4_0))
 		return X8_GEMM_TOKENS;
@@ -382,6 +419,9 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 		(((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
 		 (type == TT_Q6_K && k->gemm_q6_k != NULL)) &&
 		n >= gemm_min_tokens(k, type, x8);
+	/* on AMX tiles, every type the int8 GEMM widens to Q8_0 (Q6_K keeps
+	 * its own two-scale kernel) */
+	p->amx8 = p->gemm && type != TT_Q6_K && k->gemm_q8_amx != NULL;
 	/* a decode batch of the file's rows: 8-token tiles (one token is
 	 * memory-bound on the dot) */
 	p->gemm8 = !p->gemm && !grouped && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) &&
@@ -682,6 +722,8 @@ mm_rows(struct mm_job *j, int64_t lo, int64_t hi)
 		mm_rows_amx(j, lo, hi);
 	else if (j->p.bf16)
 		mm_rows_bf16(j, lo, hi);
+	else if (j->p.amx8)
+		mm_rows_amx8(j, lo, hi);
 	else if (j->p.gemm)
 		mm_rows_gemm(j, lo, hi);
 	else if (j->p.gemm8)
@@ -1086,8 +1128,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return "int8, 8 rows interleaved at load, activations in 256-value blocks";
 	if (type == TT_Q6_K && p.q8k && n_tokens > 1 && k->dots_q6_k_q8k != NULL)
 		return "int8, a row unpacked once for 8 tokens, activations in 256-value blocks";
-	if (p.gemm && k->gemm_q8_0_amx != NULL && type != TT_Q6_K)
-		return "int8 GEMM on AMX tiles, 16 rows x 16 tokens a block";
+	if (p.amx8)
+		return "int8 GEMM on AMX tiles, 16 tokens x 16 rows a block";
 	if (p.gemm)
 		return "int8 GEMM, 16-token tiles";
 	if (p.gemm8)
