@@ -809,7 +809,8 @@ test_gemm(void)
  * gemm_q8_0 on the same rows and tokens: the same bits, for 1 to 16
  * rows, 1 to 27 tokens (a partial group), blocks odd and even, with the
  * blocks' own scales and with given scales and K-quant offsets; staging
- * two Q8_0 8-row groups gives what staging their rows gives; nothing
+ * two Q8_0 or Q4_0 8-row groups gives what staging their rows (widened)
+ * gives; nothing
  * past the rows and tokens asked for is written. */
 static void
 test_gemm_amx(void)
@@ -819,7 +820,7 @@ test_gemm_amx(void)
 	static const int rowss[] = { 1, 5, 8, 15, 16 }, nbs[] = { 1, 3, 4, 9 }, nts[] = { 1, 16, 27 };
 	static float x[NT * MAXB * 32], w[ROWS * MAXB * 32], wmin[ROWS * MAXB], ya[ROWS * 2 * GEMM_TOKENS],
 		yb[NT * LDY];
-	static uint8_t wq[ROWS * MAXB * 34], x8[2 * MAXB * Q8_0X8_BLOCK];
+	static uint8_t wq[ROWS * MAXB * 34], x8[2 * MAXB * Q8_0X8_BLOCK], w4[ROWS * MAXB * 18], wide[ROWS * MAXB * 34];
 	static struct block_q8 xq[NT * MAXB];
 	static struct q8_tile tiles[2 * MAXB];
 	static struct amx_q8_xblock xa[2 * MAXB];
@@ -853,6 +854,16 @@ test_gemm_amx(void)
 		k->amx_q8_stage_x8(x8, NULL, nb, sa);
 		k->amx_q8_stage_rows(wq, nb * 34, 8, nb, NULL, NULL, sb);
 		stage_bad += memcmp(sa, sb, nb * sizeof(sa[0])) != 0;
+		/* and Q4_0's groups as their rows widened to Q8_0 blocks */
+		tensor_quantize_row(TT_Q4_0, w, w4, ROWS * nb * 32);
+		q4_0x8_repack(w4, nb * 18, 0, 2, nb, x8);
+		for (int r = 0; r < ROWS; r++)
+			ref->widen_q4_0(w4 + r * nb * 18, wide + r * nb * 34, nb, NULL);
+		for (int two = 0; two < 2; two++) {
+			k->amx_q8_stage_q4x8(x8, two ? x8 + nb * Q4_0X8_BLOCK : NULL, nb, sa);
+			k->amx_q8_stage_rows(wide, nb * 34, two ? 16 : 8, nb, NULL, NULL, sb);
+			stage_bad += memcmp(sa, sb, nb * sizeof(sa[0])) != 0;
+		}
 		for (size_t ti = 0; ti < sizeof(nts) / sizeof(nts[0]); ti++) {
 			int nt = nts[ti];
 			amx_q8_xpack(xq, nt, nb, xa);
@@ -883,7 +894,8 @@ test_gemm_amx(void)
 			}
 		}
 	}
-	CHECK(stage_bad == 0, "two Q8_0 8-row groups stage as their rows do: %d of 8 differ", stage_bad);
+	CHECK(stage_bad == 0, "two Q8_0 (Q4_0) 8-row groups stage as their rows (widened) do: %d of 16 differ",
+	      stage_bad);
 	CHECK(bad == 0, "gemm_q8_amx equals gemm_q8_0 bit for bit: %d outputs differ over %d shapes", bad, runs);
 	CHECK(wild == 0, "gemm_q8_amx writes only the rows and tokens asked for: %d others written", wild);
 }

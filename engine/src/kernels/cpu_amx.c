@@ -392,8 +392,9 @@ amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, 
  * then a K-quant's offset taken off), so the results are the same bits,
  * which test_quant compares.
  *
- * The weights are staged once per 16 rows (amx_q8_stage_x8 straight from
- * Q8_0's groups; amx_q8_stage_rows from rows widened to Q8_0 blocks) and
+ * The weights are staged once per 16 rows (amx_q8_stage_x8 and
+ * amx_q8_stage_q4x8 straight from Q8_0's and Q4_0's groups;
+ * amx_q8_stage_rows from rows widened to Q8_0 blocks) and
  * then serve every token group.  The products of block b + 1 are issued
  * before the float step of block b, so the tiles and the vector units
  * work at once.
@@ -427,6 +428,30 @@ amx_q8_stage_x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_w
 			_mm512_storeu_si512(s->b[k], row);
 		}
 		__m128i h1 = b1 != NULL ? _mm_loadu_si128((const void *)b1) : no_scales;
+		__m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const void *)b0)), h1, 1);
+		_mm512_storeu_ps(s->d, _mm512_cvtph_ps(h));
+		_mm512_storeu_ps(s->min, _mm512_setzero_ps());
+	}
+}
+
+AMX void
+amx_q8_stage_q4x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s)
+{
+	const __m512i low = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+	const __m256i none = _mm256_set1_epi8((char)0x88); /* nibbles of 8: 0 once centred */
+
+	for (size_t b = 0; b < nb; b++, s++) {
+		const uint8_t *b0 = g0 + b * Q4_0X8_BLOCK, *b1 = g1 != NULL ? g1 + b * Q4_0X8_BLOCK : NULL;
+		/* chunk c: low nibbles elements 4c..4c+3, high ones 16+4c.. */
+		for (int c = 0; c < 4; c++) {
+			__m256i lo = _mm256_loadu_si256((const void *)(b0 + 16 + 32 * c));
+			__m256i hi = b1 != NULL ? _mm256_loadu_si256((const void *)(b1 + 16 + 32 * c)) : none;
+			__m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+			_mm512_storeu_si512(s->b[c], _mm512_sub_epi8(_mm512_and_si512(q, low), eight));
+			_mm512_storeu_si512(s->b[c + 4],
+					    _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), low), eight));
+		}
+		__m128i h1 = b1 != NULL ? _mm_loadu_si128((const void *)b1) : _mm_setzero_si128();
 		__m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const void *)b0)), h1, 1);
 		_mm512_storeu_ps(s->d, _mm512_cvtph_ps(h));
 		_mm512_storeu_ps(s->min, _mm512_setzero_ps());

@@ -248,13 +248,14 @@ struct cpu_kernels {
 	void (*amx_gemm)(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl,
 			 int ntokens, size_t cols, float *y, size_t ldy, void *scratch);
 	/* The int8 GEMM on AMX tiles (cpu_amx.c), gemm_q8_0's bits; NULL
-	 * where there are none.  stage_x8: 16 rows from two Q8_0 8-row
-	 * groups (g1 NULL: 8 rows); stage_rows: nr (<= 16) rows of Q8_0
+	 * where there are none.  stage_x8 (stage_q4x8): 16 rows from two
+	 * Q8_0 (Q4_0) 8-row groups (g1 NULL: 8 rows); stage_rows: nr (<= 16) rows of Q8_0
 	 * blocks row_bytes apart, their scales from wd (rows x nb; NULL: the
 	 * blocks' own) and offsets from wmin (NULL: none); gemm: y[t * ldy +
 	 * r] for r < nr of the staged rows times ntokens tokens packed by
 	 * amx_q8_xpack */
 	void (*amx_q8_stage_x8)(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
+	void (*amx_q8_stage_q4x8)(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
 	void (*amx_q8_stage_rows)(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd,
 				  const float *wmin, struct amx_q8_wblock *s);
 	void (*gemm_q8_amx)(const struct amx_q8_wblock *w, size_t nb, int has_min, const struct amx_q8_xblock *x,
@@ -392,6 +393,7 @@ void amx_pack_lo(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo);
 void amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl, int ntokens,
 	      size_t cols, float *y, size_t ldy, void *scratch);
 void amx_q8_stage_x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
+void amx_q8_stage_q4x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
 void amx_q8_stage_rows(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd, const float *wmin,
 		       struct amx_q8_wblock *s);
 void gemm_q8_amx(const struct amx_q8_wblock *w, size_t nb, int has_min, const struct amx_q8_xblock *x, int ntokens,

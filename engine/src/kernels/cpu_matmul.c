@@ -158,8 +158,8 @@ mm_widen(struct mm_job *j, struct thread_scratch *ts, int64_t rb, int nr, size_t
 }
 
 /* The int8 GEMM on AMX tiles (cpu_amx.c): 16 rows a step, staged once as
- * the tiles read them (Q8_0's groups as they are, the other types widened
- * first), then every token group; each token's 16 outputs are one store
+ * the tiles read them (Q8_0's and Q4_0's groups as they are, the other
+ * types widened first), then every token group; each token's 16 outputs are one store
  * into its line of y, so nothing is staged on the way out. */
 static void
 mm_rows_amx8(struct mm_job *j, int64_t r0, int64_t r1)
@@ -176,6 +176,9 @@ mm_rows_amx8(struct mm_job *j, int64_t r0, int64_t r1)
 		if (j->x8 != NULL && w->type == TT_Q8_0) {
 			const uint8_t *g0 = j->x8 + (size_t)(rb / 8) * (size_t)nb * Q8_0X8_BLOCK;
 			k->amx_q8_stage_x8(g0, nr > 8 ? g0 + (size_t)nb * Q8_0X8_BLOCK : NULL, (size_t)nb, ts->amx8);
+		} else if (j->x8 != NULL && w->type == TT_Q4_0) {
+			const uint8_t *g0 = j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK;
+			k->amx_q8_stage_q4x8(g0, nr > 8 ? g0 + (size_t)nb * Q4_0X8_BLOCK : NULL, (size_t)nb, ts->amx8);
 		} else {
 			size_t row_bytes;
 			const uint8_t *rows = mm_widen(j, ts, rb, nr, &row_bytes, &wmin);
