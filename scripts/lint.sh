@@ -48,7 +48,7 @@ rc=$?
 echo "$out" | grep -v '^check-deps:' | sed 's/^/     /'
 result $rc "admin layers: $(echo "$out" | tail -1)"
 
-out=$(cppcheck -q --std=c11 --enable=warning,portability --inline-suppr --error-exitcode=1 -D_GNU_SOURCE \
+out=$(cppcheck -q -j "$(nproc)" --std=c11 --enable=warning,portability --inline-suppr --error-exitcode=1 -D_GNU_SOURCE \
 	--include=/usr/include/cjson/cJSON.h --library=posix --suppressions-list=.cppcheck-suppressions \
 	-Iengine/include -Iengine/src -Iappliance/lib -Iappliance/admin $c_files 2>&1)
 rc=$?
@@ -57,14 +57,18 @@ result $rc "cppcheck: $(echo "$c_files" | wc -l) files"
 
 checks=""
 [ "$DEEP" = 1 ] || checks="--checks=-clang-analyzer-*"
+# a file a process, as many at once as there are cores: each line to
+# xargs is a file and its flags; a file that fails prints its findings
+# and "tidy-failed"
+tidy_out=$(for f in $c_files; do echo "$f $(flags_for "$f")"; done |
+	xargs -P "$(nproc)" -L 1 sh -c 'f=$0
+		if ! out=$(clang-tidy -quiet '"$checks"' "$f" -- "$@" 2>&1); then
+			echo "$out" | grep -E "error:|warning:" | sed "s/^/     /"
+			echo tidy-failed
+		fi')
+echo "$tidy_out" | grep -v '^tidy-failed$' | grep -v '^$'
 tidy_fail=0
-for f in $c_files; do
-	# shellcheck disable=SC2046,SC2086
-	if ! out=$(clang-tidy -quiet $checks "$f" -- $(flags_for "$f") 2>&1); then
-		echo "$out" | grep -E 'error:|warning:' | sed 's/^/     /'
-		tidy_fail=1
-	fi
-done
+echo "$tidy_out" | grep -q '^tidy-failed$' && tidy_fail=1
 result $tidy_fail "clang-tidy$([ "$DEEP" = 1 ] && echo ' with the static analyzer'): $(echo "$c_files" | wc -l) files"
 
 # shellcheck disable=SC2086

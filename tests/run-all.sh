@@ -10,14 +10,27 @@ total_fail=0
 total_skip=0
 failed_suites=""
 
-run_suite() {
-	name=$1
+outs=$(mktemp -d)
+trap 'rm -rf "$outs"' EXIT
+
+# Run a suite, keeping its output, exit status and seconds under $outs/KEY.
+suite_exec() {
+	key=$1
 	shift
-	echo "== $name"
 	started=$(date +%s)
-	out=$("$@" 2>&1)
-	rc=$?
-	took=$(($(date +%s) - started))
+	"$@" >"$outs/$key.out" 2>&1
+	echo $? >"$outs/$key.rc"
+	echo $(($(date +%s) - started)) >"$outs/$key.took"
+}
+
+# Print a finished suite's last lines and its summary; add its counts.
+suite_report() {
+	name=$1
+	key=$2
+	echo "== $name"
+	out=$(cat "$outs/$key.out")
+	rc=$(cat "$outs/$key.rc")
+	took=$(cat "$outs/$key.took")
 	echo "$out" | grep -av '^[0-9]* passed, [0-9]* failed' | sed 's/^/   /' | tail -40
 	line=$(echo "$out" | grep -aE '^[0-9]+ passed, [0-9]+ failed' | tail -1)
 	p=$(echo "$line" | sed -n 's/^\([0-9]*\) passed.*/\1/p')
@@ -39,6 +52,23 @@ run_suite() {
 	return 0
 }
 
+run_suite() {
+	name=$1
+	shift
+	suite_exec one "$@"
+	suite_report "$name" one
+}
+
+# Suites that mostly wait (for heartbeats, timeouts, peers: 2-9 s of CPU
+# in 10-45 s each, measured) start side by side; `wait`, then
+# suite_report each in order.  Each has its own ports (0: the kernel's
+# choice) and state directories.
+start_suite() {
+	key=$1
+	shift
+	suite_exec "$key" "$@" &
+}
+
 for BUILD in $BUILDS; do
 	export BUILD
 	for t in "$BUILD"/tests/test_*; do
@@ -50,23 +80,30 @@ for BUILD in $BUILDS; do
 	run_suite "$BUILD/tensor parallel (mpirun)" python3 tests/integration/test_engine_tp.py "$BUILD"
 	run_suite "$BUILD/admin (HTTP)" python3 tests/integration/test_admin.py "$BUILD"
 	run_suite "$BUILD/admin as an attacker (HTTP)" python3 tests/integration/test_admin_attack.py "$BUILD"
-	run_suite "$BUILD/admin cluster (HTTP)" python3 tests/integration/test_admin_cluster.py "$BUILD"
-	run_suite "$BUILD/admin host health (HTTP)" python3 tests/integration/test_admin_host.py "$BUILD"
+	start_suite cluster python3 tests/integration/test_admin_cluster.py "$BUILD"
+	start_suite host python3 tests/integration/test_admin_host.py "$BUILD"
+	start_suite remote python3 tests/integration/test_admin_remote.py "$BUILD"
+	start_suite group python3 tests/integration/test_admin_group.py "$BUILD"
+	start_suite gpu python3 tests/integration/test_admin_gpu_deploy.py "$BUILD"
+	start_suite fabric python3 tests/integration/test_fabric.py "$BUILD"
+	wait
+	suite_report "$BUILD/admin cluster (HTTP)" cluster
+	suite_report "$BUILD/admin host health (HTTP)" host
+	suite_report "$BUILD/admin remote deployments (HTTP)" remote
+	suite_report "$BUILD/admin deployments split over nodes (HTTP)" group
+	suite_report "$BUILD/admin GPU placements (HTTP)" gpu
+	suite_report "$BUILD/fabric (fixture hosts)" fabric
 	run_suite "$BUILD/admin workload VMs (libvirt test driver)" python3 tests/integration/test_admin_vms.py "$BUILD"
 	run_suite "$BUILD/a real qemu guest through the VM API (libvirt session)" python3 tests/integration/test_vms_qemu.py "$BUILD"
-	run_suite "$BUILD/admin remote deployments (HTTP)" python3 tests/integration/test_admin_remote.py "$BUILD"
-	run_suite "$BUILD/admin deployments split over nodes (HTTP)" python3 tests/integration/test_admin_group.py "$BUILD"
 	run_suite "$BUILD/admin streaming proxy (HTTP)" python3 tests/integration/test_admin_stream.py "$BUILD"
 	run_suite "$BUILD/admin resumable uploads (HTTP)" python3 tests/integration/test_admin_uploads.py "$BUILD"
 	run_suite "$BUILD/admin LoRA adapters (HTTP)" python3 tests/integration/test_admin_lora.py "$BUILD"
 	run_suite "$BUILD/admin metrics history (HTTP)" python3 tests/integration/test_admin_metrics.py "$BUILD"
 	run_suite "$BUILD/admin tasks (HTTP)" python3 tests/integration/test_admin_tasks.py "$BUILD"
-	run_suite "$BUILD/admin GPU placements (HTTP)" python3 tests/integration/test_admin_gpu_deploy.py "$BUILD"
 	run_suite "$BUILD/admin TLS (HTTPS)" python3 tests/integration/test_admin_tls.py "$BUILD"
 	run_suite "$BUILD/admin engine units (systemd)" python3 tests/integration/test_admin_units.py "$BUILD"
 	run_suite "$BUILD/firstboot (scratch roots)" python3 tests/integration/test_firstboot.py "$BUILD"
 	run_suite "$BUILD/tune (fixture hosts)" python3 tests/integration/test_tune.py "$BUILD"
-	run_suite "$BUILD/fabric (fixture hosts)" python3 tests/integration/test_fabric.py "$BUILD"
 	run_suite "$BUILD/fabric units (systemd)" python3 tests/integration/test_fabric_units.py "$BUILD"
 done
 # the portable and AVX2 kernels must be as right as the best ones

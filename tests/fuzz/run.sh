@@ -74,21 +74,24 @@ PRIVAI_FUZZ_MODEL=$out/seeds-gguf/seed-qwen2.gguf
 export PRIVAI_FUZZ_MODEL
 ulimit -v unlimited 2>/dev/null || true
 
-for t in $FUZZ_TARGETS; do
+# One target: its harness built, its saved regressions, then the fuzzing.
+# Prints what happened and, last, "pass" or "fail" (the caller counts).
+fuzz_target() {
+	t=$1
 	bin=$out/fuzz_$t
 	if ! clang $FLAGS -fsanitize=fuzzer $INC "tests/fuzz/fuzz_$t.c" "$out/libfuzzed.a" -o "$bin" $LIBS \
 		2>"$out/build-$t.log"; then
-		cat "$out/build-$t.log" >&2
+		cat "$out/build-$t.log"
 		echo "fuzz: $t: the harness did not build"
-		fail=$((fail + 1))
-		continue
+		echo fail
+		return
 	fi
 	if [ -d "tests/fuzz/regressions/$t" ] &&
 		! "$bin" -rss_limit_mb=4096 tests/fuzz/regressions/"$t"/* >"$out/regressions-$t.log" 2>&1; then
-		tail -40 "$out/regressions-$t.log" | printable >&2
+		tail -40 "$out/regressions-$t.log" | printable
 		echo "fuzz: $t: a saved regression input fails again (tests/fuzz/regressions/$t)"
-		fail=$((fail + 1))
-		continue
+		echo fail
+		return
 	fi
 	mkdir -p "$out/corpus-$t"
 	seeds=tests/fuzz/corpus/$t
@@ -98,22 +101,44 @@ for t in $FUZZ_TARGETS; do
 		-artifact_prefix="$out/artifacts/$t-" -print_final_stats=1 >"$out/fuzz-$t.log" 2>&1; then
 		runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/fuzz-$t.log" | grep -o '[0-9]*$')
 		echo "fuzz: $t survived ${runs:-?} inputs in ${FUZZ_SECONDS}s"
-		pass=$((pass + 1))
-	else
-		# a CI log shows only the suite's last lines, and the input may be
-		# binary: the sanitizer's verdict, then the input in base64, so
-		# that a crash seen only in CI can be replayed here
-		{
-			grep -a -m 4 -E 'ERROR|SUMMARY|runtime error' "$out/fuzz-$t.log"
-			grep -a -m 6 -E '^ +#[0-9]+ ' "$out/fuzz-$t.log" | cut -c1-160
-		} | printable >&2
-		for a in $(find "$out/artifacts" -name "$t-*" -newer "$out/started-$t"); do
-			echo "fuzz: $t: input $(basename "$a") ($(wc -c <"$a") bytes), base64:"
-			head -c 1024 "$a" | base64
-		done
-		echo "fuzz: $t: crash, input saved under $out/artifacts"
-		fail=$((fail + 1))
+		echo pass
+		return
 	fi
+	# a CI log shows only the suite's last lines, and the input may be
+	# binary: the sanitizer's verdict, then the input in base64, so
+	# that a crash seen only in CI can be replayed here
+	{
+		grep -a -m 4 -E 'ERROR|SUMMARY|runtime error' "$out/fuzz-$t.log"
+		grep -a -m 6 -E '^ +#[0-9]+ ' "$out/fuzz-$t.log" | cut -c1-160
+	} | printable
+	for a in $(find "$out/artifacts" -name "$t-*" -newer "$out/started-$t"); do
+		echo "fuzz: $t: input $(basename "$a") ($(wc -c <"$a") bytes), base64:"
+		head -c 1024 "$a" | base64
+	done
+	echo "fuzz: $t: crash, input saved under $out/artifacts"
+	echo fail
+}
+
+# Each fuzzer is one process on one core: as many at once as there are
+# cores (each still gets its FUZZ_SECONDS), the results in target order.
+jobs=$(nproc)
+set -- $FUZZ_TARGETS
+while [ $# -gt 0 ]; do
+	batch=""
+	while [ $# -gt 0 ] && [ "$(echo $batch | wc -w)" -lt "$jobs" ]; do
+		batch="$batch $1"
+		fuzz_target "$1" >"$out/result-$1" 2>&1 &
+		shift
+	done
+	wait
+	for t in $batch; do
+		sed '$d' "$out/result-$t"
+		if [ "$(tail -1 "$out/result-$t")" = pass ]; then
+			pass=$((pass + 1))
+		else
+			fail=$((fail + 1))
+		fi
+	done
 done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
