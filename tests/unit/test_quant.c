@@ -809,8 +809,8 @@ test_gemm(void)
  * gemm_q8_0 on the same rows and tokens: the same bits, for 1 to 16
  * rows, 1 to 27 tokens (a partial group), blocks odd and even, with the
  * blocks' own scales and with given scales and K-quant offsets; staging
- * two Q8_0 or Q4_0 8-row groups gives what staging their rows (widened)
- * gives; nothing
+ * two Q8_0, Q4_0, Q4_K or Q5_K 8-row groups gives what staging their rows
+ * (widened) gives; nothing
  * past the rows and tokens asked for is written. */
 static void
 test_gemm_amx(void)
@@ -896,6 +896,29 @@ test_gemm_amx(void)
 	}
 	CHECK(stage_bad == 0, "two Q8_0 (Q4_0) 8-row groups stage as their rows (widened) do: %d of 16 differ",
 	      stage_bad);
+	/* Q4_K and Q5_K groups, 8 and 16 rows, two super-blocks: as their
+	 * rows widened (scales and offsets included) */
+	stage_bad = 0;
+	for (int five = 0; five < 2; five++) {
+		enum { NSB = 2 };
+		uint32_t type = five ? TT_Q5_K : TT_Q4_K;
+		size_t sbytes = five ? 176 : 144, knb = 8 * NSB;
+		static uint8_t kq[ROWS * NSB * 176], kx[2 * NSB * 1408], kw[ROWS * 8 * NSB * 34];
+		static float kd[ROWS * 8 * NSB], km[ROWS * 8 * NSB];
+		static int32_t ks[ROWS * 8 * NSB];
+		static struct amx_q8_wblock ka[8 * NSB], kb[8 * NSB];
+		tensor_quantize_row(type, w, kq, ROWS * NSB * 256);
+		kx8_repack(kq, NSB * sbytes, 0, 2, NSB, five, kx);
+		for (int r = 0; r < ROWS; r++)
+			(five ? ref->widen_q5_k : ref->widen_q4_k)(kq + r * NSB * sbytes, kw + r * knb * 34, knb,
+								   ks + r * knb, kd + r * knb, km + r * knb);
+		for (int two = 0; two < 2; two++) {
+			k->amx_q8_stage_kx8(kx, two ? kx + NSB * (size_t)KX8_BLOCK(five) : NULL, NSB, five, ka);
+			k->amx_q8_stage_rows(kw, knb * 34, two ? 16 : 8, knb, kd, km, kb);
+			stage_bad += memcmp(ka, kb, sizeof(ka)) != 0;
+		}
+	}
+	CHECK(stage_bad == 0, "two Q4_K (Q5_K) 8-row groups stage as their rows widened do: %d of 4 differ", stage_bad);
 	CHECK(bad == 0, "gemm_q8_amx equals gemm_q8_0 bit for bit: %d outputs differ over %d shapes", bad, runs);
 	CHECK(wild == 0, "gemm_q8_amx writes only the rows and tokens asked for: %d others written", wild);
 }

@@ -393,7 +393,8 @@ amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, 
  * which test_quant compares.
  *
  * The weights are staged once per 16 rows (amx_q8_stage_x8 and
- * amx_q8_stage_q4x8 straight from Q8_0's and Q4_0's groups;
+ * amx_q8_stage_q4x8 straight from Q8_0's and Q4_0's groups,
+ * amx_q8_stage_kx8 from Q4_K's and Q5_K's;
  * amx_q8_stage_rows from rows widened to Q8_0 blocks) and
  * then serve every token group.  The products of block b + 1 are issued
  * before the float step of block b, so the tiles and the vector units
@@ -455,6 +456,77 @@ amx_q8_stage_q4x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8
 		__m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const void *)b0)), h1, 1);
 		_mm512_storeu_ps(s->d, _mm512_cvtph_ps(h));
 		_mm512_storeu_ps(s->min, _mm512_setzero_ps());
+	}
+}
+
+/* Sub-block j's scale (sel 0) or offset (sel 1) of 16 rows, from the
+ * 12 bytes of 6-bit values as a group stores them (w0, w1, w2: bytes
+ * 0-3, 4-7, 8-11 of each row, a row a 32-bit lane), as k4_scale_min. */
+AMX static inline __m512
+kx8_scale(__m512i w0, __m512i w1, __m512i w2, int j, int sel)
+{
+	const __m512i six = _mm512_set1_epi32(63), four = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3);
+	__m512i v;
+
+	if (j < 4) {
+		v = _mm512_and_si512(_mm512_srli_epi32(sel ? w1 : w0, (unsigned)(8 * j)), six);
+	} else {
+		unsigned sh = (unsigned)(8 * (j - 4));
+		__m512i lo = _mm512_srli_epi32(w2, sh + (sel ? 4u : 0u));
+		__m512i hi = _mm512_and_si512(_mm512_srli_epi32(sel ? w1 : w0, sh + 6), two);
+		v = _mm512_or_si512(_mm512_and_si512(lo, four), _mm512_slli_epi32(hi, 4));
+	}
+	return _mm512_cvtepi32_ps(v);
+}
+
+/* 8 rows' 32-bit words at p from two groups (g1 NULL: zeros) */
+AMX static inline __m512i
+kx8_words(const uint8_t *b0, const uint8_t *b1, size_t at)
+{
+	__m256i lo = _mm256_loadu_si256((const void *)(b0 + at));
+	__m256i hi = b1 != NULL ? _mm256_loadu_si256((const void *)(b1 + at)) : _mm256_setzero_si256();
+
+	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* 8 rows' fp16 values at at from two groups, as floats */
+AMX static inline __m512
+kx8_halves(const uint8_t *b0, const uint8_t *b1, size_t at)
+{
+	__m128i h1 = b1 != NULL ? _mm_loadu_si128((const void *)(b1 + at)) : _mm_setzero_si128();
+
+	return _mm512_cvtph_ps(
+		_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const void *)(b0 + at))), h1, 1));
+}
+
+AMX void
+amx_q8_stage_kx8(const uint8_t *g0, const uint8_t *g1, size_t nsb, int five, struct amx_q8_wblock *s)
+{
+	const __m512i low = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+	const size_t qs = five ? 384 : 128, bytes = (size_t)KX8_BLOCK(five);
+
+	for (size_t i = 0; i < nsb; i++) {
+		const uint8_t *b0 = g0 + i * bytes, *b1 = g1 != NULL ? g1 + i * bytes : NULL;
+		/* as widen_q4_k: d * scale and dmin * offset, in float */
+		__m512 d = kx8_halves(b0, b1, 0), dmin = kx8_halves(b0, b1, 16);
+		__m512i w0 = kx8_words(b0, b1, 32), w1 = kx8_words(b0, b1, 64), w2 = kx8_words(b0, b1, 96);
+		for (int j = 0; j < 8; j++, s++) {
+			/* sub-block j: chunk j / 2, low nibbles for even j */
+			for (int k = 0; k < 8; k++) {
+				__m512i q = kx8_words(b0, b1, qs + 256 * (size_t)(j / 2) + 32 * (size_t)k);
+				if (j & 1)
+					q = _mm512_srli_epi16(q, 4);
+				q = _mm512_and_si512(q, low);
+				if (five) { /* bit j of each fifth-bit byte */
+					__m512i h = kx8_words(b0, b1, 128 + 32 * (size_t)k);
+					h = _mm512_and_si512(_mm512_srli_epi16(h, (unsigned)j), one);
+					q = _mm512_or_si512(q, _mm512_slli_epi16(h, 4));
+				}
+				_mm512_storeu_si512(s->b[k], q);
+			}
+			_mm512_storeu_ps(s->d, _mm512_mul_ps(d, kx8_scale(w0, w1, w2, j, 0)));
+			_mm512_storeu_ps(s->min, _mm512_mul_ps(dmin, kx8_scale(w0, w1, w2, j, 1)));
+		}
 	}
 }
 

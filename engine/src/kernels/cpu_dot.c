@@ -178,6 +178,7 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL,
 	NULL,
+	NULL,
 	0,
 };
 
@@ -457,12 +458,12 @@ static struct cpu_kernels k_avx2 = {
 	NULL, gemm_q4_kx8_avx2, kx8_repack_avx2, gemm_q5_kx8_avx2,
 	/* no Q8_0 repack: vpmaddubsw would saturate on the +128 weights
 	 * (255 * 127 * 2 > 32767), and the file's rows serve AVX2 as well */
-	NULL, NULL, NULL,                      /* filled in by cpu_kernels_get */
-	dot4_f16_avx2,                         /* F16 decode, four rows a pass */
-	NULL,                                  /* no vdpbf16ps */
-	0, NULL, NULL,                         /* no packed GEMM */
-	0,                                     /* vdpbf16ps not measured */
-	NULL, NULL, NULL, NULL, NULL, NULL, 0, /* no AMX */
+	NULL, NULL, NULL,                            /* filled in by cpu_kernels_get */
+	dot4_f16_avx2,                               /* F16 decode, four rows a pass */
+	NULL,                                        /* no vdpbf16ps */
+	0, NULL, NULL,                               /* no packed GEMM */
+	0,                                           /* vdpbf16ps not measured */
+	NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, /* no AMX */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -910,6 +911,7 @@ static struct cpu_kernels k_avx512 = {
 	NULL,
 	NULL,
 	NULL,
+	NULL,
 	NULL, /* filled in by cpu_kernels_get */
 	0,    /* filled in by cpu_kernels_get */
 };
@@ -1033,6 +1035,7 @@ cpu_kernels_get(void)
 		k_avx512.amx_gemm = amx_gemm;
 		k_avx512.amx_q8_stage_x8 = amx_q8_stage_x8;
 		k_avx512.amx_q8_stage_q4x8 = amx_q8_stage_q4x8;
+		k_avx512.amx_q8_stage_kx8 = amx_q8_stage_kx8;
 		k_avx512.amx_q8_stage_rows = amx_q8_stage_rows;
 		k_avx512.gemm_q8_amx = gemm_q8_amx;
 		k_avx512.amx_f16 = amx_f16_wanted();
@@ -1041,6 +1044,7 @@ cpu_kernels_get(void)
 		k_avx512.amx_gemm = NULL;
 		k_avx512.amx_q8_stage_x8 = NULL;
 		k_avx512.amx_q8_stage_q4x8 = NULL;
+		k_avx512.amx_q8_stage_kx8 = NULL;
 		k_avx512.amx_q8_stage_rows = NULL;
 		k_avx512.gemm_q8_amx = NULL;
 		k_avx512.amx_f16 = 0;

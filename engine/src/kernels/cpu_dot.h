@@ -256,6 +256,9 @@ struct cpu_kernels {
 	 * amx_q8_xpack */
 	void (*amx_q8_stage_x8)(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
 	void (*amx_q8_stage_q4x8)(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
+	/* and from two Q4_K (five 0) or Q5_K groups of nsb super-blocks:
+	 * 8 x nsb blocks, scales and offsets as widen_q4_k gives them */
+	void (*amx_q8_stage_kx8)(const uint8_t *g0, const uint8_t *g1, size_t nsb, int five, struct amx_q8_wblock *s);
 	void (*amx_q8_stage_rows)(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd,
 				  const float *wmin, struct amx_q8_wblock *s);
 	void (*gemm_q8_amx)(const struct amx_q8_wblock *w, size_t nb, int has_min, const struct amx_q8_xblock *x,
@@ -394,6 +397,7 @@ void amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t 
 	      size_t cols, float *y, size_t ldy, void *scratch);
 void amx_q8_stage_x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
 void amx_q8_stage_q4x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
+void amx_q8_stage_kx8(const uint8_t *g0, const uint8_t *g1, size_t nsb, int five, struct amx_q8_wblock *s);
 void amx_q8_stage_rows(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd, const float *wmin,
 		       struct amx_q8_wblock *s);
 void gemm_q8_amx(const struct amx_q8_wblock *w, size_t nb, int has_min, const struct amx_q8_xblock *x, int ntokens,

@@ -158,8 +158,8 @@ mm_widen(struct mm_job *j, struct thread_scratch *ts, int64_t rb, int nr, size_t
 }
 
 /* The int8 GEMM on AMX tiles (cpu_amx.c): 16 rows a step, staged once as
- * the tiles read them (Q8_0's and Q4_0's groups as they are, the other
- * types widened first), then every token group; each token's 16 outputs are one store
+ * the tiles read them (the repacked groups as they are, the file's rows
+ * widened first), then every token group; each token's 16 outputs are one store
  * into its line of y, so nothing is staged on the way out. */
 static void
 mm_rows_amx8(struct mm_job *j, int64_t r0, int64_t r1)
@@ -172,20 +172,28 @@ mm_rows_amx8(struct mm_job *j, int64_t r0, int64_t r1)
 
 	for (int64_t rb = r0; rb < r1; rb += AMX_Q8_ROWS) {
 		int nr = r1 - rb < AMX_Q8_ROWS ? (int)(r1 - rb) : AMX_Q8_ROWS;
-		float *wmin = NULL;
+		int has_min = 0; /* K-quants: offsets in the staged blocks */
 		if (j->x8 != NULL && w->type == TT_Q8_0) {
 			const uint8_t *g0 = j->x8 + (size_t)(rb / 8) * (size_t)nb * Q8_0X8_BLOCK;
 			k->amx_q8_stage_x8(g0, nr > 8 ? g0 + (size_t)nb * Q8_0X8_BLOCK : NULL, (size_t)nb, ts->amx8);
 		} else if (j->x8 != NULL && w->type == TT_Q4_0) {
 			const uint8_t *g0 = j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK;
 			k->amx_q8_stage_q4x8(g0, nr > 8 ? g0 + (size_t)nb * Q4_0X8_BLOCK : NULL, (size_t)nb, ts->amx8);
+		} else if (j->x8 != NULL) { /* Q4_K, Q5_K */
+			int five = w->type == TT_Q5_K;
+			size_t group = (size_t)(nb / 8) * KX8_BLOCK(five);
+			const uint8_t *g0 = j->x8 + (size_t)(rb / 8) * group;
+			k->amx_q8_stage_kx8(g0, nr > 8 ? g0 + group : NULL, (size_t)nb / 8, five, ts->amx8);
+			has_min = 1;
 		} else {
 			size_t row_bytes;
+			float *wmin;
 			const uint8_t *rows = mm_widen(j, ts, rb, nr, &row_bytes, &wmin);
 			k->amx_q8_stage_rows(rows, row_bytes, nr, (size_t)nb, wmin != NULL ? ts->wd : NULL, wmin,
 					     ts->amx8);
+			has_min = wmin != NULL;
 		}
-		k->gemm_q8_amx(ts->amx8, (size_t)nb, wmin != NULL, x, j->n, j->y + rb, (size_t)w->rows, nr);
+		k->gemm_q8_amx(ts->amx8, (size_t)nb, has_min, x, j->n, j->y + rb, (size_t)w->rows, nr);
 	}
 }
 
