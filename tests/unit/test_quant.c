@@ -907,7 +907,10 @@ test_gemm_amx(void)
 		static float kd[ROWS * 8 * NSB], km[ROWS * 8 * NSB];
 		static int32_t ks[ROWS * 8 * NSB];
 		static struct amx_q8_wblock ka[8 * NSB], kb[8 * NSB];
-		tensor_quantize_row(type, w, kq, ROWS * NSB * 256);
+		static float kf[ROWS * NSB * 256];
+		for (int i = 0; i < ROWS * NSB * 256; i++)
+			kf[i] = cosf((float)i * 0.37f) * (1 + (float)(i % 5));
+		tensor_quantize_row(type, kf, kq, ROWS * NSB * 256);
 		kx8_repack(kq, NSB * sbytes, 0, 2, NSB, five, kx);
 		for (int r = 0; r < ROWS; r++)
 			(five ? ref->widen_q5_k : ref->widen_q4_k)(kq + r * NSB * sbytes, kw + r * knb * 34, knb,
@@ -932,7 +935,12 @@ static void
 test_q4_0x8(const struct cpu_kernels *k)
 {
 	const struct cpu_kernels *ref = cpu_kernels_scalar();
-	enum { ROWS = 16, COLS = 96, NB = COLS / 32, NT = 8 };
+	enum {
+		ROWS = 24,
+		COLS = 96,
+		NB = COLS / 32,
+		NT = 8
+	}; /* three groups: one token takes two at a time, then one */
 	static float w[ROWS * COLS], x[NT * COLS], y[NT * ROWS], ys[NT * ROWS], y1[ROWS];
 	static uint8_t wq[ROWS * NB * 18], packed[ROWS * NB * 18], wide[8 * NB * 34], want[8 * NB * 34];
 	static struct block_q8 xq[NT * NB];
@@ -960,7 +968,7 @@ test_q4_0x8(const struct cpu_kernels *k)
 	}
 	CHECK(bad_row == 0, "rows read back from the repacked groups are the file's rows (%d differ)", bad_row);
 	CHECK(memcmp(wq, packed, sizeof(wq)) != 0, "the repacked layout differs from the file's");
-	for (int nt = 1; nt <= NT; nt++) { /* both groups in one call, token-major as the matmul has them */
+	for (int nt = 1; nt <= NT; nt++) { /* all groups in one call, token-major as the matmul has them */
 		k->gemm_q4_0x8(packed, ROWS / 8, xq, NB, nt, y, ROWS);
 		gemm_q4_0x8_scalar(packed, ROWS / 8, xq, NB, nt, ys, ROWS);
 		bad += memcmp(y, ys, (size_t)nt * ROWS * sizeof(float)) != 0;
