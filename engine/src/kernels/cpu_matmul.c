@@ -27,7 +27,7 @@
 
 #define ROW_BLOCK 8           /* weight rows kept hot while the tokens stream by */
 #define TOKEN_TILE 48         /* float-path tokens per pass (a multiple of GEMM_F32_TOKENS), bounds the x working set */
-#define AMX_GEMM_TOKENS 64    /* tokens from which the repacked int8 types take the GEMM on AMX tiles */
+#define AMX_GEMM_TOKENS 16    /* tokens from which the repacked int8 types take the GEMM on AMX tiles */
 #define X8_CHUNK_BYTES 32768  /* 8-row groups a chunk when several passes of tokens read them (L1) */
 #define QUANTIZE_INLINE 16384 /* activations quantized on the calling thread up to this many values */
 
@@ -370,9 +370,10 @@ packed_f32(const struct cpu_kernels *k, uint32_t type, int n)
 static int
 gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 {
-	/* on AMX tiles the GEMM overtakes the 8-row groups between 32 and 64
-	 * tokens (pp64: Q8_0 90 -> 97, Q5_K_M 88 -> 106, Q4_K_M 79 -> 82;
-	 * pp32 they lose 10-35 %; docs/performance.md) */
+	/* on AMX tiles the GEMM (tokens as A) overtakes the 8-row groups
+	 * between 8 and 16 tokens: pp16 Q8_0 92-106 -> 112-141, Q4_0 113-117
+	 * -> 153, Q4_K_M 91-102 -> 104-120; a decode step of 8 sequences
+	 * loses on it (Q4_0 113-136 -> 77-79; docs/performance.md) */
 	if (x8 && k->gemm_q8_amx != NULL && type != TT_Q6_K)
 		return AMX_GEMM_TOKENS;
 	if (x8 && (type == TT_Q8_0 || type == TT_Q4_0))
