@@ -479,7 +479,7 @@ kx8_scale(__m512i w0, __m512i w1, __m512i w2, int j, int sel)
 	return _mm512_cvtepi32_ps(v);
 }
 
-/* 8 rows' 32-bit words at p from two groups (g1 NULL: zeros) */
+/* 8 rows' 32-bit words at offset at of two groups' blocks (b1 NULL: zeros) */
 AMX static inline __m512i
 kx8_words(const uint8_t *b0, const uint8_t *b1, size_t at)
 {
@@ -489,7 +489,7 @@ kx8_words(const uint8_t *b0, const uint8_t *b1, size_t at)
 	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* 8 rows' fp16 values at at from two groups, as floats */
+/* 8 rows' fp16 values at offset at of two groups' blocks, as floats */
 AMX static inline __m512
 kx8_halves(const uint8_t *b0, const uint8_t *b1, size_t at)
 {
