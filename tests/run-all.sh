@@ -61,8 +61,9 @@ run_suite() {
 
 # Suites that mostly wait (for heartbeats, timeouts, peers: 2-9 s of CPU
 # in 10-45 s each, measured) start side by side; `wait`, then
-# suite_report each in order.  Each has its own ports (0: the kernel's
-# choice) and state directories.
+# suite_report each in order.  Each has its own state directories, its
+# consoles on ports the kernel picks and its engines on a port range no
+# other of them uses.
 start_suite() {
 	key=$1
 	shift
@@ -83,16 +84,17 @@ for BUILD in $BUILDS; do
 	start_suite cluster python3 tests/integration/test_admin_cluster.py "$BUILD"
 	start_suite host python3 tests/integration/test_admin_host.py "$BUILD"
 	start_suite remote python3 tests/integration/test_admin_remote.py "$BUILD"
-	start_suite group python3 tests/integration/test_admin_group.py "$BUILD"
 	start_suite gpu python3 tests/integration/test_admin_gpu_deploy.py "$BUILD"
 	start_suite fabric python3 tests/integration/test_fabric.py "$BUILD"
 	wait
 	suite_report "$BUILD/admin cluster (HTTP)" cluster
 	suite_report "$BUILD/admin host health (HTTP)" host
 	suite_report "$BUILD/admin remote deployments (HTTP)" remote
-	suite_report "$BUILD/admin deployments split over nodes (HTTP)" group
 	suite_report "$BUILD/admin GPU placements (HTTP)" gpu
 	suite_report "$BUILD/fabric (fixture hosts)" fabric
+	# not beside the others: once in five runs side by side its split
+	# deployment's second rank never came up (not seen alone)
+	run_suite "$BUILD/admin deployments split over nodes (HTTP)" python3 tests/integration/test_admin_group.py "$BUILD"
 	run_suite "$BUILD/admin workload VMs (libvirt test driver)" python3 tests/integration/test_admin_vms.py "$BUILD"
 	run_suite "$BUILD/a real qemu guest through the VM API (libvirt session)" python3 tests/integration/test_vms_qemu.py "$BUILD"
 	run_suite "$BUILD/admin streaming proxy (HTTP)" python3 tests/integration/test_admin_stream.py "$BUILD"

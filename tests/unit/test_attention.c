@@ -15,7 +15,9 @@
 #include "privai/tensor_type.h"
 
 #define MAX_POS 80
-#define BLOCK_SHIFT 3 /* 8 positions per block */
+/* positions a block of the pool: 8 (a chunk of cpu_attend_f16 spans two
+ * blocks) or 16 (a chunk is one block, as in the engine) */
+static int block_shift;
 
 static float
 rnd(unsigned *s)
@@ -32,7 +34,7 @@ reference(const uint16_t *kc, const uint16_t *vc, size_t stride, const int32_t *
 	double s[MAX_POS], max = -INFINITY, sum = 0;
 
 	for (int p = 0; p < len; p++) {
-		size_t row = ((size_t)blocks[p >> BLOCK_SHIFT] << BLOCK_SHIFT) + (size_t)(p & 7);
+		size_t row = ((size_t)blocks[p >> block_shift] << block_shift) + (size_t)(p & ((1 << block_shift) - 1));
 		double d = 0;
 		for (int i = 0; i < hd; i++)
 			d += (double)fp16_to_f32(f32_to_fp16(q[i])) * fp16_to_f32(kc[row * stride + i]);
@@ -44,7 +46,7 @@ reference(const uint16_t *kc, const uint16_t *vc, size_t stride, const int32_t *
 	for (int i = 0; i < hd; i++)
 		out[i] = 0;
 	for (int p = 0; p < len; p++) {
-		size_t row = ((size_t)blocks[p >> BLOCK_SHIFT] << BLOCK_SHIFT) + (size_t)(p & 7);
+		size_t row = ((size_t)blocks[p >> block_shift] << block_shift) + (size_t)(p & ((1 << block_shift) - 1));
 		for (int i = 0; i < hd; i++)
 			out[i] += s[p] / sum * fp16_to_f32(vc[row * stride + i]);
 	}
@@ -58,8 +60,10 @@ test_attend(const struct cpu_kernels *k, unsigned mode)
 	static const int lens[] = { 1, 5, 16, 17, 33, MAX_POS };
 	static const int hds[] = { 64, 80, 7, 256 }; /* the chunk kernels: 4, 5 and 16 vectors */
 	static const int nhs[] = { 1, 3, 4, 8 };     /* 8: two batches of heads in the output kernel */
-	/* positions 0..79 through 10 blocks out of 16, out of order */
-	static const int32_t blocks[] = { 9, 2, 15, 0, 7, 11, 3, 14, 5, 12 };
+	/* positions 0..79 through 10 blocks of 8 out of 16, or 5 of 16 out of
+	 * 8, out of order */
+	static const int32_t blocks8[] = { 9, 2, 15, 0, 7, 11, 3, 14, 5, 12 }, blocks16[] = { 5, 2, 7, 0, 3 };
+	const int32_t *blocks = block_shift == 3 ? blocks8 : blocks16;
 	static uint16_t kc[ROWS * KV_HEADS * 256], vc[ROWS * KV_HEADS * 256];
 	static float q[ATT_ROWS_MAX * (256 + PAD)], out[ATT_ROWS_MAX * (256 + PAD)];
 	double want[256], worst = 0;
@@ -81,7 +85,7 @@ test_attend(const struct cpu_kernels *k, unsigned mode)
 					int len = lens[c] + nt - 1 <= MAX_POS ? lens[c] : MAX_POS - nt + 1;
 					size_t stride = (size_t)KV_HEADS * (size_t)hd, qs = (size_t)nh * hd + PAD;
 					/* the second KV head: its values start hd into each row */
-					struct kv_view kv = { kc + hd, vc + hd, stride, blocks, BLOCK_SHIFT };
+					struct kv_view kv = { kc + hd, vc + hd, stride, blocks, block_shift };
 					for (size_t i = 0; i < (size_t)nt * qs; i++) {
 						q[i] = rnd(&seed) * 3;
 						out[i] = NAN;
@@ -106,8 +110,8 @@ test_attend(const struct cpu_kernels *k, unsigned mode)
 					if (nt == ATT_ROWS_MAX / nh)
 						break;
 				}
-	CHECK(bad == 0, "%s %s attention over %d shapes: %d values off the reference (worst %.2e)", k->name,
-	      mode ? "prompt" : "decode", runs, bad, worst);
+	CHECK(bad == 0, "%s %s attention over %d shapes, blocks of %d: %d values off the reference (worst %.2e)",
+	      k->name, mode ? "prompt" : "decode", runs, 1 << block_shift, bad, worst);
 }
 
 static void
@@ -155,8 +159,11 @@ main(void)
 	const struct cpu_kernels *best = cpu_kernels_get();
 
 	test_small_kernels(best);
-	test_attend(best, 0);
-	test_attend(best, ATT_PROMPT);
+	for (block_shift = 3; block_shift <= 4; block_shift++) {
+		test_attend(best, 0);
+		test_attend(best, ATT_PROMPT);
+	}
+	block_shift = 3;
 	test_attend(cpu_kernels_scalar(), 0);
 	if (strcmp(best->name, "avx512-vnni") == 0) {
 		test_small_kernels(cpu_kernels_avx2());
