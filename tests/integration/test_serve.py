@@ -321,7 +321,10 @@ def test_json_schema(s):
         return
     rng = random.Random(22)
     stopped = valid = 0
-    for i in range(40):
+    # the schemas' logic is the plain build's to check on all 40; under
+    # ASan (3x slower) the first 16 look for memory errors
+    count = 16 if SLOW > 1 else 40
+    for i in range(count):
         schema = random_schema(rng)
         jsonschema.Draft202012Validator.check_schema(schema)
         body = {"messages": [{"role": "user", "content": "Describe a city."}], "max_tokens": 400, "seed": i,
@@ -340,8 +343,9 @@ def test_json_schema(s):
             valid += 1
         except (ValueError, jsonschema.ValidationError) as e:
             check(False, "schema %d: %s\noutput %r\n%s" % (i, json.dumps(schema), out, str(e)[:200]))
-    check(stopped >= 30 and valid == stopped, "json_schema: %d of 40 replies ended, %d of them valid" % (stopped, valid))
-    print("   json_schema: %d of 40 replies ended, %d of them valid" % (stopped, valid))
+    check(stopped >= count * 3 // 4 and valid == stopped,
+          "json_schema: %d of %d replies ended, %d of them valid" % (stopped, count, valid))
+    print("   json_schema: %d of %d replies ended, %d of them valid" % (stopped, count, valid))
     # streamed, the same text
     body["stream"] = True
     st, ev = s.stream("/v1/chat/completions", body)
