@@ -1,16 +1,26 @@
 #!/bin/sh
 # The whole GPU check of the CUDA backend, in two halves:
 #
-#   scripts/gpu-check.sh stage GROUP   here (Debian, no GPU): build, then pack
-#       into .gpu/stage.tar.xz what the GPU machine lacks: the engine and test
-#       binaries, the non-system libraries they link, and the fixture models
-#       of GROUP with their golden logits (the lent machine takes 64 MiB a
-#       call, so the fixtures go over in groups: f16, q8, q4, bpe).
+#   scripts/gpu-check.sh stage GROUP...  here (Debian, no GPU): build, then
+#       pack into .gpu/stage.tar.xz what the GPU machine lacks: the engine and
+#       test binaries, privai-cuda.so and the NCCL pieces built with this
+#       machine's nvcc, the non-system libraries they link, and the fixture
+#       models of each GROUP with their golden logits (the lent machine takes
+#       64 MiB a call, so the fixtures go over in groups: f16, q8, q4, bpe;
+#       f16 is the one the serving suite and the batch checks need).
 #   scripts/gpu-check.sh run           on the GPU machine, in the repository
-#       root with .gpu/ carried: unpack, build privai-cuda.so with its nvcc, then the
-#       goldens, the paged and scheduler tests and the serving suite on
-#       --device cuda, then (BENCH=1) the speed runs; everything is printed
-#       and copied to $OUT/gpu-check.log.
+#       root with .gpu/ carried: unpack, then the goldens, the paged and
+#       scheduler tests and the serving suite on --device cuda (each under a
+#       time limit, so that one hang does not spend the lease), a memcheck of
+#       one evaluation when the goldens fail, then (BENCH=1) the speed runs;
+#       everything is printed and copied to $OUT/gpu-check.log.  The GPU
+#       pieces are rebuilt there only when the stage lacks them.
+#
+# Knobs for the run: TEST_LIMIT, SERVE_LIMIT, BENCH_LIMIT, MEMCHECK_LIMIT
+# (seconds); BENCH=1 with BENCH_MODELS and BASE (below); PROFILE=1 (Nsight
+# Compute's kernel times, below); NCCL=0 skips the NCCL part.  On an H200,
+# TEST_LIMIT=60 SERVE_LIMIT=100 BENCH=1 BENCH_MODELS="1b-Q8_0 1b-Q4_K_M"
+# BASE=... PROFILE=1 NCCL=0 took 196 s, the machine's start not counted.
 #
 # .gpu/ is ignored by git (.git/info/exclude) and never committed.
 set -eu
@@ -19,13 +29,17 @@ S=${TMPDIR:-/tmp}/privai-gpu # where it is built and unpacked
 TESTS="test_engine test_dequant_chunk test_golden test_paged test_scheduler"
 
 stage() {
-	case ${1:-f16} in
-	f16) models="tiny-llama-spm-f16" ;;
-	q8) models="tiny-llama-spm-q8_0" ;;
-	q4) models="tiny-llama-spm-q4_0" ;;
-	bpe) models="tiny-llama3-bpe-q8_0" ;;
-	*) echo "gpu-check: unknown group '$1' (f16, q8, q4, bpe)" >&2; exit 2 ;;
-	esac
+	models=
+	for g in "${@:-f16}"; do
+		case $g in
+		f16) models="$models tiny-llama-spm-f16" ;;
+		q8) models="$models tiny-llama-spm-q8_0" ;;
+		q4) models="$models tiny-llama-spm-q4_0" ;;
+		bpe) models="$models tiny-llama3-bpe-q8_0" ;;
+		*) echo "gpu-check: unknown group '$g' (f16, q8, q4, bpe)" >&2; exit 2 ;;
+		esac
+	done
+	models=${models# }
 	fix=${PRIVAI_FIXTURES:-../shared/fixtures}
 	make -s all
 	rm -rf "$S" "$G"
@@ -35,9 +49,14 @@ stage() {
 	grep -qx "/$G/" "$ex" 2>/dev/null || echo "/$G/" >>"$ex"
 	cp build/privai-engine build/privai-bench "$S/bin/"
 	for t in $TESTS; do cp "build/tests/$t" "$S/bin/tests/"; done
+	for g in privai-cuda.so privai-nccl.so privai-nccl-perf; do
+		if [ -f "build/$g" ]; then cp "build/$g" "$S/bin/"; fi
+	done
 	strip --strip-debug "$S"/bin/privai-* "$S"/bin/tests/*
-	# every library the binaries link but glibc's own
-	for b in "$S"/bin/privai-* "$S"/bin/tests/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
+	# every library the host binaries link but glibc's own; CUDA's come
+	# from the GPU machine's toolkit
+	for b in "$S"/bin/privai-engine "$S"/bin/privai-bench "$S"/bin/tests/*; do ldd "$b"; done |
+		awk '$3 ~ /^\// {print $3}' | sort -u |
 		grep -v -E '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64)\.so' | while read -r l; do
 		cp -L "$l" "$S/lib/"
 	done
@@ -60,20 +79,37 @@ run() {
 	{
 		echo "== gpu-check $(date -u +%FT%TZ), fixtures: $models"
 		nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
-		echo "== build privai-cuda.so"
-		make -s NVCC="${NVCC:-nvcc}" BUILD="$S/bin" "$S/bin/privai-cuda.so"
+		if [ -f "$S/bin/privai-cuda.so" ]; then
+			echo "== privai-cuda.so as staged (built with $(strings "$S/bin/privai-cuda.so" | grep -m1 -o 'V[0-9][0-9.]*' || echo nvcc))"
+		else
+			echo "== build privai-cuda.so"
+			make -s NVCC="${NVCC:-nvcc}" BUILD="$S/bin" "$S/bin/privai-cuda.so"
+		fi
 		export LD_LIBRARY_PATH="$S/lib" PRIVAI_CUDA_LIBRARY="$S/bin/privai-cuda.so"
 		export PRIVAI_FIXTURES="$S/fixtures" PRIVAI_GOLDEN_MODELS="$models" PRIVAI_TEST_DEVICE=cuda
 		"$S/bin/privai-engine" features
+		failed=
 		for t in $TESTS; do
 			echo "== $t (cuda)"
-			"$S/bin/tests/$t" || echo "FAILED: $t"
+			timeout "${TEST_LIMIT:-120}" "$S/bin/tests/$t" || { echo "FAILED: $t (exit $?)"; failed="$failed $t"; }
 		done
-		echo "== serving suite (serve --device cuda)"
-		BUILD="$S/bin" python3 tests/integration/test_serve.py || echo "FAILED: serving suite"
-		nccl
+		case $failed in *test_golden*) memcheck ;; esac
 		if [ "${BENCH:-0}" = 1 ]; then bench; fi
+		echo "== serving suite (serve --device cuda)"
+		BUILD="$S/bin" timeout "${SERVE_LIMIT:-240}" python3 tests/integration/test_serve.py ||
+			echo "FAILED: serving suite (exit $?)"
+		if [ "${PROFILE:-0}" = 1 ]; then profile; fi
+		if [ "${NCCL:-1}" = 1 ]; then nccl; fi
 	} 2>&1 | tee "$log"
+}
+
+# compute-sanitizer over one short evaluation of the first fixture model:
+# the first bad access names the kernel.
+memcheck() {
+	m=$S/fixtures/models/$(echo "$models" | cut -d' ' -f1).gguf
+	echo "== compute-sanitizer memcheck: eval --device cuda"
+	timeout "${MEMCHECK_LIMIT:-120}" compute-sanitizer --tool memcheck --print-limit 5 "$S/bin/privai-engine" eval --device cuda \
+		-m "$m" --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --dump-logits /tmp/memcheck.f32 2>&1 | tail -40 || true
 }
 
 # NCCL as far as one GPU allows: the plugin builds with this machine's
@@ -81,8 +117,8 @@ run() {
 # must then refuse two ranks on one device (NCCL's "Duplicate GPU"), which
 # is the expected end here.  Split logits against one rank need 2 GPUs.
 nccl() {
-	echo "== build privai-nccl.so"
-	make -s NVCC="${NVCC:-nvcc}" BUILD="$S/bin" "$S/bin/privai-nccl.so" || { echo "FAILED: privai-nccl.so"; return; }
+	[ -f "$S/bin/privai-nccl.so" ] || make -s NVCC="${NVCC:-nvcc}" BUILD="$S/bin" "$S/bin/privai-nccl.so" ||
+		{ echo "FAILED: privai-nccl.so"; return; }
 	m=$S/fixtures/models/$(echo "$models" | cut -d' ' -f1).gguf
 	echo "== eval --tp 2 --device cuda, both ranks on GPU 0 (expected: NCCL refuses a duplicate GPU)"
 	PRIVAI_NCCL_LIBRARY="$S/bin/privai-nccl.so" NCCL_DEBUG=WARN "$S/bin/privai-engine" eval --device cuda --tp 2 \
@@ -92,33 +128,80 @@ nccl() {
 		echo "(exit $?)"
 	wait || true
 	echo "== privai-nccl-perf over every GPU (privai-fabric validate's all-reduce; one GPU: busbw 0 by definition)"
-	make -s NVCC="${NVCC:-nvcc}" BUILD="$S/bin" "$S/bin/privai-nccl-perf" || { echo "FAILED: privai-nccl-perf"; return; }
-	"$S/bin/privai-nccl-perf" -b 1M -e 256M || echo "(exit $?)"
+	[ -f "$S/bin/privai-nccl-perf" ] || make -s NVCC="${NVCC:-nvcc}" BUILD="$S/bin" "$S/bin/privai-nccl-perf" ||
+		{ echo "FAILED: privai-nccl-perf"; return; }
+	timeout 60 "$S/bin/privai-nccl-perf" -b 1M -e 256M || echo "(exit $?)"
 }
 
 # Speed: synthetic models of Llama-3.2-1B's and Llama-3.1-8B's shapes,
-# written on the GPU machine's disk.
+# written on the GPU machine's disk (BENCH_MODELS picks among "1b-Q8_0
+# 1b-Q4_K_M 8b-Q8_0 8b-F16").  BASE=/path/to/another/privai-cuda.so runs
+# each model on that build first, for an A/B in one lease.
 bench() {
 	E=$S/bin/privai-engine
 	mkdir -p /tmp/privai-bench
-	s1="--dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 --vocab 32000"
-	s8="--dim 4096 --layers 32 --heads 32 --kv-heads 8 --ff 14336 --vocab 128256"
-	for spec in "1b Q8_0 $s1" "1b Q4_K_M $s1" "8b F16 $s8" "8b Q8_0 $s8"; do
-		set -- $spec
-		name=$1 type=$2
-		shift 2
-		m=/tmp/privai-bench/$name-$type.gguf
-		[ -f "$m" ] || "$E" synth -o "$m" "$@" --type "$type" >/dev/null
-		echo "== bench $name $type"
-		"$E" bench -m "$m" --device cuda -p 512 -n 128 -r 3 --json --no-bandwidth || echo "FAILED: bench $name $type"
+	for name in ${BENCH_MODELS:-1b-Q8_0 1b-Q4_K_M 8b-Q8_0 8b-F16}; do
+		m=/tmp/privai-bench/$name.gguf
+		echo "== bench $name"
+		synth "$name" "$m" || continue
+		for lib in ${BASE:+"$BASE"} "$S/bin/privai-cuda.so"; do
+			echo "-- $lib"
+			PRIVAI_CUDA_LIBRARY=$lib timeout "${BENCH_LIMIT:-90}" "$E" bench -m "$m" --device cuda -p 512 -n 128 \
+				-r 3 --json --no-bandwidth || echo "FAILED: bench $name (exit $?)"
+		done
 	done
 }
 
+synth() {
+	[ -f "$2" ] && return 0
+	case $1 in
+	1b-*) shape="--dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 --vocab 32000" ;;
+	8b-*) shape="--dim 4096 --layers 32 --heads 32 --kv-heads 8 --ff 14336 --vocab 128256" ;;
+	*) echo "FAILED: unknown bench model $1"; return 1 ;;
+	esac
+	timeout 180 "$S/bin/privai-engine" synth -o "$2" $shape --type "${1#*-}" >/dev/null ||
+		{ echo "FAILED: synth $1"; return 1; }
+}
+
+# Where a forward pass's time goes on the GPU: Nsight Compute's duration of
+# every kernel of a 1B Q8_0 bench (-p 512 -n 4, its warm-up included),
+# summed by kernel; the raw table is $OUT/ncu.csv.
+profile() {
+	m=/tmp/privai-bench/1b-Q8_0.gguf
+	echo "== ncu: kernel time by kernel, bench 1b-Q8_0 -p 512 -n 4"
+	synth 1b-Q8_0 "$m" || return
+	timeout "${PROFILE_LIMIT:-120}" ncu --csv --metrics gpu__time_duration.sum --launch-count "${PROFILE_KERNELS:-1500}" \
+		"$S/bin/privai-engine" bench -m "$m" --device cuda -p 512 -n 4 -r 1 --no-bandwidth \
+		>"${OUT:-/tmp}/ncu.csv" 2>/dev/null || echo "(ncu exit $?)"
+	python3 - "${OUT:-/tmp}/ncu.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1], errors="replace")) if len(r) > 10]
+if not rows:
+    sys.exit("no ncu rows")
+h = rows[0]
+ki, gi, vi, ui = h.index("Kernel Name"), h.index("Grid Size"), h.index("Metric Value"), h.index("Metric Unit")
+tot, cnt = collections.Counter(), collections.Counter()
+for r in rows[1:]:
+    v = float(r[vi].replace(",", ""))
+    v *= {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(r[ui], 1.0)
+    k = r[ki].split("(")[0][:60]
+    tot[k] += v
+    cnt[k] += 1
+all_us = sum(tot.values())
+print("%d kernels, %.0f us in all" % (sum(cnt.values()), all_us))
+for k, v in tot.most_common(25):
+    print("%10.0f us %5.1f%% %6d x %8.1f us  %s" % (v, 100 * v / all_us, cnt[k], v / cnt[k], k))
+PY
+}
+
 case ${1:-} in
-stage) stage "${2:-f16}" ;;
+stage)
+	shift
+	stage "$@"
+	;;
 run) run ;;
 *)
-	echo "usage: scripts/gpu-check.sh stage f16|q8|q4|bpe   (here), then: scripts/gpu-check.sh run   (on the GPU)" >&2
+	echo "usage: scripts/gpu-check.sh stage f16|q8|q4|bpe...   (here), then: scripts/gpu-check.sh run   (on the GPU)" >&2
 	exit 2
 	;;
 esac

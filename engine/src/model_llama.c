@@ -467,10 +467,12 @@ model_forward_run(struct engine_ctx *c, const struct compute_batch *b, float *lo
 	const struct model_hparams *hp = &c->model->hp;
 	const struct compute_ops *op = c->compute->ops;
 	struct compute *cp = c->compute;
+	struct compute_batch pass = *b;
 	int r;
 
+	pass.replayable = hidden == NULL && c->group == NULL && c->adapter == NULL;
 	c->tp_status = PRIVAI_OK;
-	op->set_batch(cp, b);
+	op->set_batch(cp, &pass);
 	op->get_rows(cp, &c->tok_embd, c->x);
 	for (int il = 0; il < hp->n_layer; il++)
 		forward_layer(c, il, b->n);

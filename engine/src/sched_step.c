@@ -539,7 +539,7 @@ sched_step(struct scheduler *s)
 	s->in_forward = 1; /* adapters are not added or taken out meanwhile */
 	pthread_mutex_unlock(&s->mu);
 
-	struct compute_batch eb = { b.n, s->b_tok, s->b_pos, s->b_table, b.n_out, s->b_rows };
+	struct compute_batch eb = { b.n, s->b_tok, s->b_pos, s->b_table, b.n_out, s->b_rows, 0 };
 	int rc = b.n > 0 ? engine_forward_ex(s->ctx, &eb, b.adapter ? s->b_adapter : NULL, s->logits,
 					     b.hidden ? s->hidden : NULL, err)
 			 : PRIVAI_OK;

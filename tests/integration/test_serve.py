@@ -30,7 +30,33 @@ FIX = os.environ.get("PRIVAI_FIXTURES", os.path.join(os.path.dirname(__file__), 
 MODEL = os.path.join(FIX, "models", "tiny-llama-spm-f16.gguf")
 SLOW = 3 if "san" in BUILD else 1
 # scripts/gpu-check.sh runs this suite against the CUDA backend
-DEVICE = ["--device", os.environ["PRIVAI_TEST_DEVICE"]] if os.environ.get("PRIVAI_TEST_DEVICE") else []
+# On a GPU (scripts/gpu-check.sh) each server takes a fifth of the device,
+# so that the servers a test starts beside the main one fit too.
+GPU_SHARE = 0.2
+DEVICE = (["--device", os.environ["PRIVAI_TEST_DEVICE"], "--gpu-memory-utilization", str(GPU_SHARE)]
+          if os.environ.get("PRIVAI_TEST_DEVICE") else [])
+
+
+def same_floats(a, b):
+    """The CPU's kernels give the same bits whatever the batch, so there the
+    comparison is exact; on a GPU the batch's size picks the matrix-vector
+    kernel or cuBLAS, whose sums run in other orders: within 1e-4 there."""
+    if not DEVICE:
+        return a == b
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(abs(x - y) <= 1e-4 * max(1.0, abs(x)) for x, y in zip(a, b))
+
+
+def same_top_logprobs(a, b):
+    """Top log-probabilities per token: the same tokens, the same values (see
+    same_floats); two tokens within 1e-4 of each other may trade places on a
+    GPU, so there the values are compared in order."""
+    if not DEVICE:
+        return a == b
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(same_floats(sorted(x.values()), sorted(y.values())) for x, y in zip(a, b))
 
 passed = failed = 0
 
@@ -567,8 +593,8 @@ def test_memory_metrics(s):
           "the KV pool's bytes in /metrics match its blocks (%s blocks, %s bytes)" % (blocks, kv))
     total, budget = s.metric("privai:device_memory_bytes"), s.metric("privai:device_memory_budget_bytes")
     if DEVICE:
-        check(total and budget and abs(budget - 0.9 * total) < 1e6 and kv < budget,
-              "the GPU's memory and the engine's 0.9 share of it (%s of %s)" % (budget, total))
+        check(total and budget and abs(budget - GPU_SHARE * total) < 1e6 and kv < budget,
+              "the GPU's memory and the engine's %.1f share of it (%s of %s)" % (GPU_SHARE, budget, total))
     else:
         check(total is None and budget is None, "no device memory series on the CPU")
         threads, active = s.metric("privai:cpu_threads"), s.metric("privai:cpu_threads_active")
@@ -584,7 +610,8 @@ def test_disconnect(s):
                   "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
     got = sock.recv(4096)
     check(b"data: " in got or b"200 OK" in got, "stream started")
-    time.sleep(0.2)
+    # at once: on a GPU the fixture model streams all 400 tokens in tens of
+    # milliseconds (a 0.2 s pause found the request over)
     running_mid = s.metric("vllm:num_requests_running")
     sock.close()
     deadline = time.time() + 10 * SLOW
@@ -964,14 +991,15 @@ def test_embeddings():
           vecs[0] != vecs[1] and j["usage"]["prompt_tokens"] > 0,
           "three inputs: %d dims each, norms %s, equal texts equal" % (dim, [round(n, 6) for n in norms]))
     one = s.request("POST", "/v1/embeddings", {"input": texts[1]})[1]
-    check(one.get("data", [{}])[0].get("embedding") == vecs[1], "a batch equals its inputs one at a time")
+    check(same_floats(one.get("data", [{}])[0].get("embedding"), vecs[1]), "a batch equals its inputs one at a time")
     ids = s.request("POST", "/tokenize", {"prompt": texts[1]})[1]["tokens"]
     by_ids = s.request("POST", "/v1/embeddings", {"input": [ids]})[1]
-    check(by_ids.get("data", [{}])[0].get("embedding") == vecs[1], "token ids embed as their text does")
+    check(same_floats(by_ids.get("data", [{}])[0].get("embedding"), vecs[1]), "token ids embed as their text does")
     b64 = s.request("POST", "/v1/embeddings", {"input": texts[1], "encoding_format": "base64"})[1]
     raw = base64.b64decode(b64["data"][0]["embedding"]) if "data" in b64 else b""
-    check(list(struct.unpack("<%df" % dim, raw)) == [float(struct.unpack("<f", struct.pack("<f", x))[0])
-                                                      for x in vecs[1]] if len(raw) == 4 * dim else False,
+    check(same_floats(list(struct.unpack("<%df" % dim, raw)),
+                      [float(struct.unpack("<f", struct.pack("<f", x))[0]) for x in vecs[1]])
+          if len(raw) == 4 * dim else False,
           "base64 is the little-endian float32 of the same vector")
     for body, param, what in (({"input": ""}, "input", "an empty string"),
                               ({"input": texts[0], "dimensions": 3}, "dimensions", "other dimensions"),
@@ -994,6 +1022,13 @@ def test_lora():
     p2 = subprocess.run([ENGINE, "lora", "merge", "-m", MODEL, "--lora", ad, "-o", merged], capture_output=True,
                         text=True)
     check(p1.returncode == 0 and p2.returncode == 0, "lora synth and lora merge (%s %s)" % (p1.stderr, p2.stderr))
+    if DEVICE:  # adapters run on the CPU backend only: refused by name, not ignored
+        r = subprocess.run([ENGINE, "serve", "-m", MODEL, "--port", "0", *DEVICE, "--lora", "ad=" + ad],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode != 0 and "cpu backend only" in r.stderr,
+              "--lora on %s is refused: %r" % (DEVICE[1], r.stderr.strip()[-300:]))
+        shutil.rmtree(d, ignore_errors=True)
+        return
     s = Server("--lora", "ad=" + ad)
     check(s.wait_ready(), "server with --lora ready")
     name = os.path.basename(MODEL)
@@ -1112,7 +1147,8 @@ def test_fim():
                                                                  pre["tokens"] + [V - 1]))
         lp = [c["choices"][0]["logprobs"]["top_logprobs"] if c.get("choices") else None for c in (j, j2, j3)]
         check(st == 200 and st2 == 200 and j["usage"]["prompt_tokens"] == len(ids) and
-              j["choices"][0]["text"] == j2["choices"][0]["text"] and lp[0] == lp[1] and lp[0] != lp[2],
+              j["choices"][0]["text"] == j2["choices"][0]["text"] and same_top_logprobs(lp[0], lp[1]) and
+              lp[0] != lp[2],
               "(%s) suffix runs [BOS] PRE prefix SUF suffix MID: %d %d %s / %s" %
               (how, st, st2, j.get("usage"), j2.get("usage")))
         for body, param, what in (({"prompt": [1, 2, 3], "suffix": "x"}, "suffix", "token ids with a suffix"),

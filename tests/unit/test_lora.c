@@ -148,7 +148,7 @@ run(const struct engine_model *m, struct lora_adapter *a, const int32_t *ids, in
 		adapter[i] = s ? 0 : k;
 	}
 	float *logits = malloc((size_t)total * ci.n_vocab * sizeof(float));
-	struct compute_batch b = { total, ids2, pos, table, total, rows };
+	struct compute_batch b = { total, ids2, pos, table, total, rows, 0 };
 	if (engine_forward_ex(c, &b, k ? adapter : NULL, logits, NULL, err) < 0) {
 		CHECK(0, "forward: %s", err);
 		free(logits);

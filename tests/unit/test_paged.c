@@ -73,7 +73,7 @@ static double
 run(struct engine_ctx *c, int n, int32_t *tok, int32_t *pos, const int32_t **table, int32_t *rows, float *out,
     char *err)
 {
-	struct compute_batch b = { n, tok, pos, table, n, rows };
+	struct compute_batch b = { n, tok, pos, table, n, rows, 0 };
 
 	return engine_forward(c, &b, out, err);
 }
@@ -142,7 +142,11 @@ main(void)
 			worst = fmax(worst, rel_l2(out + (size_t)i * V, full_a + (size_t)(16 + i) * V, V));
 	else
 		worst = INFINITY;
-	CHECK(worst <= 1e-5, "a sequence reusing a cached prefix block matches the full run (%.2e)", worst);
+	/* The CPU's kernels give the same bits whatever the batch; on cuda the
+	 * chunk sizes choose between the matrix-vector kernel and cuBLAS, whose
+	 * sums run in other orders.  A misread block costs far more than 1e-4. */
+	double tol = test_device() != NULL ? 1e-4 : 1e-5;
+	CHECK(worst <= tol, "a sequence reusing a cached prefix block matches the full run (%.2e)", worst);
 
 	/* refusals: a block outside the pool, a position past the context */
 	static const int32_t bad_tab[] = { 16 };

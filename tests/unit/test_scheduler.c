@@ -296,7 +296,7 @@ reference_embedding(const struct engine_model *m, const int32_t *ids, int n, int
 	}
 	float *logits = malloc((size_t)n * ci.n_vocab * sizeof(float));
 	float *hidden = malloc((size_t)n * ci.n_embd * sizeof(float));
-	struct compute_batch b = { n, ids, pos, table, n, rows };
+	struct compute_batch b = { n, ids, pos, table, n, rows, 0 };
 	CHECK(logits && hidden && engine_forward_ex(c, &b, NULL, logits, hidden, err) == 0, "reference pass: %s", err);
 	double norm = 0;
 	for (int d = 0; d < ci.n_embd; d++) {

@@ -57,6 +57,11 @@ struct compute_batch {
 	const int32_t *const *table;
 	int n_out;
 	const int32_t *out_rows;
+	/* Set by the model for its plain pass (logits only, one rank, no
+	 * adapter), whose operations are the same for every batch of the same
+	 * n and n_out: a backend may record such a pass once and replay it
+	 * (CUDA graphs).  0 everywhere else. */
+	int replayable;
 };
 
 struct compute;

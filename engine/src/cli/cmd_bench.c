@@ -170,7 +170,7 @@ par_fill(struct engine_ctx *ctx, const struct par_seqs *ps, int s, const int32_t
 			pos[i] = done + i;
 			tabs[i] = ps->table[s];
 		}
-		struct compute_batch b = { m, toks, pos, tabs, 1, &last };
+		struct compute_batch b = { m, toks, pos, tabs, 1, &last, 0 };
 		r = engine_forward(ctx, &b, logits, err);
 	}
 	free(pos);
@@ -193,8 +193,12 @@ par_generate(struct engine_ctx *ctx, struct par_seqs *ps, const int32_t *toks, i
 			ps->tok[s] = toks[(i + s) % n];
 			ps->pos[s] = depth + i;
 		}
-		struct compute_batch b = { ps->n_seq, ps->tok, ps->pos, (const int32_t *const *)ps->table,
-					   ps->n_seq, ps->rows };
+		struct compute_batch b = { .n = ps->n_seq,
+					   .tokens = ps->tok,
+					   .pos = ps->pos,
+					   .table = (const int32_t *const *)ps->table,
+					   .n_out = ps->n_seq,
+					   .out_rows = ps->rows };
 		if (engine_forward(ctx, &b, logits, err) < 0)
 			return -1;
 	}

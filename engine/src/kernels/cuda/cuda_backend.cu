@@ -12,11 +12,13 @@
  * the engine's block tables say.  Everything runs on one stream; the only
  * synchronization is download() (the logits rows asked for) and
  * set_batch(), which waits for the previous pass before reusing its
- * staging buffer.
+ * staging buffer.  A decode pass the model marks replayable is recorded
+ * as a CUDA graph the first time its shape (tokens, logits rows) comes,
+ * and replayed as one launch after that: a pass of a 1B model is some 260
+ * kernels, each a launch from the host.
  *
  * What is not here yet (see docs/performance.md for what was measured):
- * CUDA graphs for the decode step, split-K attention for long contexts,
- * int8 tensor-core GEMM.
+ * split-K attention for long contexts, int8 tensor-core GEMM.
  */
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -33,10 +35,12 @@ extern "C" {
 #include "privai/status.h" /* status.c is built into the library as C */
 }
 
-#define MMV_MAX_TOKENS 8           /* tokens the matrix-vector kernel keeps in registers */
-#define MMV_WARPS 4                /* rows (one per warp) per block */
-#define GEMM_TILE_HALFS (32 << 20) /* dequantized weight tile: 64 MiB */
-#define HEAD_DIM_MAX 256           /* attention: up to 8 dims per lane */
+#define MMV_MAX_TOKENS 8             /* tokens the matrix-vector kernel keeps in registers */
+#define MMV_WARPS 4                  /* rows (one per warp) per block */
+#define GEMM_TILE_HALFS (32 << 20)   /* dequantized weight tile: 64 MiB */
+#define HEAD_DIM_MAX 256             /* attention: up to 8 dims per lane */
+#define KV_SLACK ((size_t)256 << 20) /* left free beside the KV pool */
+#define ATT_WARPS 8                  /* attention: warps sharing one (token, head) */
 
 struct cuda_impl {
 	int device;
@@ -44,6 +48,7 @@ struct cuda_impl {
 	cublasHandle_t blas;
 	char err[PRIVAI_ERR_LEN]; /* the first failure, for download() to report */
 	int failed;
+	size_t free_at_start; /* the device's free memory before this engine took any */
 
 	/* the batch, staged in pinned host memory and copied in one go */
 	int n, n_out, max_tokens, max_blocks; /* max_blocks: table entries per token */
@@ -54,6 +59,13 @@ struct cuda_impl {
 	__half *k_cache, *v_cache;
 	int n_layer, kv_dim, block_shift;
 	int64_t kv_rows;
+
+	/* decode passes recorded as CUDA graphs, by n and n_out, replayed whole:
+	 * while `replay` is set the operations queue nothing, and the graph is
+	 * launched at the pass's end (the next download or set_batch) */
+	cudaGraphExec_t graphs[MMV_MAX_TOKENS + 1][MMV_MAX_TOKENS + 1];
+	cudaGraphExec_t replay;
+	int capturing, cap_n, cap_out;
 
 	/* prefill scratch: activations and a weight tile in half precision */
 	__half *x16, *w16;
@@ -150,11 +162,17 @@ k_dequant_f16(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t r0, int
 		out[r * cols + c * 32 + j] = __float2half(v[j]);
 }
 
+/* x as the sum of two halves, hi[i] + lo[i], good to about 22 bits where
+ * one half keeps 11: the prefill GEMM runs on both, so its products are
+ * as close to the float activations as the matrix-vector kernel's. */
 __global__ static void
-k_to_f16(const float *x, size_t n, __half *out)
+k_split_f16(const float *x, size_t n, __half *hi, __half *lo)
 {
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		out[i] = __float2half(x[i]);
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		__half h = __float2half(x[i]);
+		hi[i] = h;
+		lo[i] = __float2half(x[i] - __half2float(h));
+	}
 }
 
 __global__ static void
@@ -257,28 +275,29 @@ k_kv_write(__half *kc, __half *vc, const float *k, const float *v, const int32_t
 	vc[off] = __float2half(v[i]);
 }
 
-/* A warp per (token, head): one pass over the sequence's positions with
- * a running max and sum (no score buffer), each lane a slice of the head
- * dims. */
+/* A block of ATT_WARPS warps per (token, head).  Warp w takes positions
+ * w, w + ATT_WARPS, ... with its own running max and sum (no score
+ * buffer), each lane a slice of the head dims; the warps' partial sums
+ * are then merged through shared memory.  One warp walking every position
+ * alone waited a memory latency per position: at decode, a block per head
+ * is all the parallelism there is. */
 __global__ static void
 k_attention(const float *q, const __half *kc, const __half *vc, const int32_t *pos, const int32_t *table,
-	    int max_blocks, int shift, int n, int n_head, int n_head_kv, int head_dim, float *out)
+	    int max_blocks, int shift, int n_head, int n_head_kv, int head_dim, float *out)
 {
-	int64_t w = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-	int lane = threadIdx.x % 32, kv_dim = n_head_kv * head_dim;
+	__shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS], s_acc[ATT_WARPS][HEAD_DIM_MAX];
+	int t = blockIdx.x / n_head, h = blockIdx.x % n_head, kvh = h / (n_head / n_head_kv);
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kv_dim = n_head_kv * head_dim;
 	float qv[HEAD_DIM_MAX / 32], acc[HEAD_DIM_MAX / 32];
 	float m = -INFINITY, l = 0.0f, scale = 1.0f / sqrtf((float)head_dim);
 
-	if (w >= (int64_t)n * n_head)
-		return;
-	int t = (int)(w / n_head), h = (int)(w % n_head), kvh = h / (n_head / n_head_kv);
 	const float *qh = q + ((int64_t)t * n_head + h) * head_dim;
 	for (int k = 0; k < HEAD_DIM_MAX / 32; k++) {
 		int d = lane + 32 * k;
 		qv[k] = d < head_dim ? qh[d] : 0.0f;
 		acc[k] = 0.0f;
 	}
-	for (int p = 0; p <= pos[t]; p++) {
+	for (int p = warp; p <= pos[t]; p += ATT_WARPS) {
 		int64_t base = kv_row(table, max_blocks, t, p, shift) * kv_dim + (int64_t)kvh * head_dim;
 		float s = 0.0f;
 		for (int k = 0; k < HEAD_DIM_MAX / 32 && 32 * k < head_dim; k++) {
@@ -295,11 +314,26 @@ k_attention(const float *q, const __half *kc, const __half *vc, const int32_t *p
 		}
 		m = m_new;
 	}
+	/* merge: warp 0 always had position 0, so the overall max is finite
+	 * and a warp that had no position (m = -inf, l = 0) weighs nothing */
+	if (lane == 0) {
+		s_m[warp] = m;
+		s_l[warp] = l;
+	}
+	for (int k = 0; k < HEAD_DIM_MAX / 32; k++)
+		s_acc[warp][lane + 32 * k] = acc[k];
+	__syncthreads();
+	float mx = s_m[0], sum = 0.0f;
+	for (int w = 1; w < ATT_WARPS; w++)
+		mx = fmaxf(mx, s_m[w]);
+	for (int w = 0; w < ATT_WARPS; w++)
+		sum += s_l[w] * expf(s_m[w] - mx);
 	float *oh = out + ((int64_t)t * n_head + h) * head_dim;
-	for (int k = 0; k < HEAD_DIM_MAX / 32; k++) {
-		int d = lane + 32 * k;
-		if (d < head_dim)
-			oh[d] = acc[k] / l;
+	for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+		float v = 0.0f;
+		for (int w = 0; w < ATT_WARPS; w++)
+			v += s_acc[w][d] * expf(s_m[w] - mx);
+		oh[d] = v / sum;
 	}
 }
 
@@ -312,6 +346,51 @@ k_gather_rows(const float *x, const int32_t *rows, int n_out, int dim, float *ou
 		return;
 	int r = (int)(i / dim), j = (int)(i % dim);
 	out[i] = x[(int64_t)rows[r] * dim + j];
+}
+
+/* -------------------------------------------------------------- graphs */
+
+/* End the pass being recorded or replayed: instantiate what was recorded,
+ * then launch it.  Called where the host waits on the stream (download,
+ * set_batch, upload), so a pass without logits ends at the next one. */
+static void
+finish_pass(struct cuda_impl *im)
+{
+	cudaGraph_t g = NULL;
+	cudaGraphExec_t x = NULL;
+
+	if (im->capturing) {
+		im->capturing = 0;
+		if (check(im, cudaStreamEndCapture(im->stream, &g), "recording a decode pass") < 0)
+			return;
+		cudaError_t e = cudaGraphInstantiate(&x, g, 0);
+		cudaGraphDestroy(g);
+		if (check(im, e, "instantiating a decode pass") < 0)
+			return;
+		im->graphs[im->cap_n][im->cap_out] = x;
+		im->replay = x;
+	}
+	if (im->replay != NULL) {
+		check(im, cudaGraphLaunch(im->replay, im->stream), "replaying a decode pass");
+		im->replay = NULL;
+	}
+}
+
+/* Start a pass: replay its graph if this shape was recorded, else record
+ * it, for passes the model marks replayable and the matrix-vector kernel
+ * takes (cuBLAS's GEMM stays out of graphs). */
+static void
+start_pass(struct cuda_impl *im, const struct compute_batch *b)
+{
+	if (!b->replayable || b->n > MMV_MAX_TOKENS || im->failed)
+		return;
+	if ((im->replay = im->graphs[b->n][b->n_out]) != NULL)
+		return;
+	if (check(im, cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeThreadLocal), "recording a pass") < 0)
+		return;
+	im->capturing = 1;
+	im->cap_n = b->n;
+	im->cap_out = b->n_out;
 }
 
 /* ----------------------------------------------------------------- ops */
@@ -341,13 +420,18 @@ cu_matmul_mmv(struct cuda_impl *im, const struct weight *w, const float *x, int 
 }
 
 /* y (n x rows) = x (n x cols) w^T through cuBLAS: in its column-major
- * terms, Y' (rows x n) = W'^T X' with W' = w^T (cols x rows). */
+ * terms, Y' (rows x n) = W'^T X' with W' = w^T (cols x rows).  The
+ * activations go in as two halves (k_split_f16), so a tile is two
+ * products, the second added onto the first: rounding x to one half cost
+ * 3e-4 of relative error, more than the fixtures' prompt log-probabilities
+ * allow, where the weights' own rounding (exact for F16) did not. */
 static void
 cu_matmul_gemm(struct cuda_impl *im, const struct weight *w, const float *x, int n, float *y)
 {
 	const float one = 1.0f, zero = 0.0f;
 	int64_t cols = w->cols;
 	cublasStatus_t st;
+	__half *x_hi = im->x16, *x_lo = im->x16 + (size_t)n * cols;
 
 	if (w->type == DQ_F32) {
 		st = cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)cols, &one, w->data,
@@ -357,8 +441,8 @@ cu_matmul_gemm(struct cuda_impl *im, const struct weight *w, const float *x, int
 			check(im, cudaErrorUnknown, "cublasGemmEx (F32)");
 		return;
 	}
-	k_to_f16<<<blocks_for((size_t)n * cols, 256), 256, 0, im->stream>>>(x, (size_t)n * cols, im->x16);
-	check_launch(im, "activations to half");
+	k_split_f16<<<blocks_for((size_t)n * cols, 256), 256, 0, im->stream>>>(x, (size_t)n * cols, x_hi, x_lo);
+	check_launch(im, "activations to halves");
 	int64_t tile = w->type == DQ_F16 ? w->rows : (int64_t)(im->w16_len / (size_t)cols);
 	for (int64_t r0 = 0; r0 < w->rows; r0 += tile) {
 		int64_t nr = w->rows - r0 < tile ? w->rows - r0 : tile;
@@ -370,13 +454,16 @@ cu_matmul_gemm(struct cuda_impl *im, const struct weight *w, const float *x, int
 			check_launch(im, "weight tile to half");
 			a = im->w16;
 		}
-		st = cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)cols, &one, a, CUDA_R_16F,
-				  (int)cols, im->x16, CUDA_R_16F, (int)cols, &zero, y + r0, CUDA_R_32F, (int)w->rows,
-				  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-		if (st != CUBLAS_STATUS_SUCCESS && !im->failed) {
-			privai_fail(im->err, PRIVAI_EIO, "cuBLAS: GEMM of %lld x %d x %lld failed (status %d)",
-				    (long long)nr, n, (long long)cols, (int)st);
-			im->failed = 1;
+		for (int part = 0; part < 2; part++) {
+			st = cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)cols, &one, a,
+					  CUDA_R_16F, (int)cols, part ? x_lo : x_hi, CUDA_R_16F, (int)cols,
+					  part ? &one : &zero, y + r0, CUDA_R_32F, (int)w->rows, CUBLAS_COMPUTE_32F,
+					  CUBLAS_GEMM_DEFAULT);
+			if (st != CUBLAS_STATUS_SUCCESS && !im->failed) {
+				privai_fail(im->err, PRIVAI_EIO, "cuBLAS: GEMM of %lld x %d x %lld failed (status %d)",
+					    (long long)nr, n, (long long)cols, (int)st);
+				im->failed = 1;
+			}
 		}
 	}
 }
@@ -384,10 +471,14 @@ cu_matmul_gemm(struct cuda_impl *im, const struct weight *w, const float *x, int
 static void
 cu_matmul(struct compute *c, const struct compute_weight *cw, const float *x, int n, float *y)
 {
+	struct cuda_impl *im = impl_of(c);
+
+	if (im->replay != NULL) /* replayed whole at the pass's end */
+		return;
 	if (n <= MMV_MAX_TOKENS)
-		cu_matmul_mmv(impl_of(c), &cw->w, x, n, y);
+		cu_matmul_mmv(im, &cw->w, x, n, y);
 	else
-		cu_matmul_gemm(impl_of(c), &cw->w, x, n, y);
+		cu_matmul_gemm(im, &cw->w, x, n, y);
 }
 
 static void
@@ -396,6 +487,8 @@ cu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 	struct cuda_impl *im = impl_of(c);
 	const struct weight *w = &cw->w;
 
+	if (im->replay != NULL) /* replayed whole at the pass's end */
+		return;
 	k_get_rows<<<blocks_for((size_t)im->n * (size_t)(w->cols / 32), 128), 128, 0, im->stream>>>(w->type,
 												    (const uint8_t *)
 													    w->data,
@@ -411,7 +504,7 @@ cu_rmsnorm(struct compute *c, const float *x, const float *g, int n, int dim, fl
 {
 	struct cuda_impl *im = impl_of(c);
 
-	if (n <= 0)
+	if (im->replay != NULL || n <= 0) /* replayed whole at the pass's end, or nothing */
 		return;
 	k_rmsnorm<<<n, 256, 0, im->stream>>>(x, g, dim, eps, out);
 	check_launch(im, "rmsnorm");
@@ -423,6 +516,8 @@ cu_add_rows(struct compute *c, float *x, const float *b, int n, int dim)
 	struct cuda_impl *im = impl_of(c);
 	size_t count = (size_t)n * dim;
 
+	if (im->replay != NULL) /* replayed whole at the pass's end */
+		return;
 	k_add_rows<<<blocks_for(count, 256), 256, 0, im->stream>>>(x, b, count, dim);
 	check_launch(im, "bias");
 }
@@ -433,6 +528,8 @@ cu_rope(struct compute *c, float *x, int n_heads, int head_dim, int n_rot, const
 	struct cuda_impl *im = impl_of(c);
 	size_t count = (size_t)im->n * n_heads * (n_rot / 2);
 
+	if (im->replay != NULL) /* replayed whole at the pass's end */
+		return;
 	k_rope<<<blocks_for(count, 256), 256, 0, im->stream>>>(x, im->d_pos, im->n, n_heads, head_dim, n_rot, inv_freq,
 							       neox);
 	check_launch(im, "rope");
@@ -444,6 +541,8 @@ cu_kv_write(struct compute *c, int layer, const float *k, const float *v)
 	struct cuda_impl *im = impl_of(c);
 	size_t off = (size_t)layer * (size_t)im->kv_rows * (size_t)im->kv_dim, count = (size_t)im->n * im->kv_dim;
 
+	if (im->replay != NULL) /* replayed whole at the pass's end */
+		return;
 	k_kv_write<<<blocks_for(count, 256), 256, 0, im->stream>>>(im->k_cache + off, im->v_cache + off, k, v,
 								   im->d_pos, im->d_table, im->max_blocks,
 								   im->block_shift, im->n, im->kv_dim);
@@ -455,12 +554,13 @@ cu_attention(struct compute *c, int layer, const float *q, int n_head, int n_hea
 {
 	struct cuda_impl *im = impl_of(c);
 	size_t off = (size_t)layer * (size_t)im->kv_rows * (size_t)im->kv_dim;
-	size_t warps = (size_t)im->n * n_head;
+	unsigned grid = (unsigned)im->n * (unsigned)n_head; /* a block per (token, head) */
 
-	k_attention<<<blocks_for(warps * 32, 128), 128, 0, im->stream>>>(q, im->k_cache + off, im->v_cache + off,
-									 im->d_pos, im->d_table, im->max_blocks,
-									 im->block_shift, im->n, n_head, n_head_kv,
-									 head_dim, out);
+	if (im->replay != NULL) /* replayed whole at the pass's end */
+		return;
+	k_attention<<<grid, ATT_WARPS * 32, 0, im->stream>>>(q, im->k_cache + off, im->v_cache + off, im->d_pos,
+							     im->d_table, im->max_blocks, im->block_shift, n_head,
+							     n_head_kv, head_dim, out);
 	check_launch(im, "attention");
 }
 
@@ -469,6 +569,8 @@ cu_swiglu(struct compute *c, float *a, const float *b, size_t count)
 {
 	struct cuda_impl *im = impl_of(c);
 
+	if (im->replay != NULL) /* replayed whole at the pass's end */
+		return;
 	k_swiglu<<<blocks_for(count, 256), 256, 0, im->stream>>>(a, b, count);
 	check_launch(im, "swiglu");
 }
@@ -478,6 +580,8 @@ cu_add(struct compute *c, float *a, const float *b, size_t count)
 {
 	struct cuda_impl *im = impl_of(c);
 
+	if (im->replay != NULL) /* replayed whole at the pass's end */
+		return;
 	k_add<<<blocks_for(count, 256), 256, 0, im->stream>>>(a, b, count);
 	check_launch(im, "residual add");
 }
@@ -488,21 +592,23 @@ cu_gather_rows(struct compute *c, const float *x, int dim, float *out)
 	struct cuda_impl *im = impl_of(c);
 	size_t count = (size_t)im->n_out * dim;
 
-	if (count == 0)
+	if (im->replay != NULL || count == 0) /* replayed whole at the pass's end, or nothing */
 		return;
 	k_gather_rows<<<blocks_for(count, 256), 256, 0, im->stream>>>(x, im->d_rows, im->n_out, dim, out);
 	check_launch(im, "gather rows");
 }
 
 /* Stage tokens, positions, output rows and flattened block tables in
- * pinned memory and copy them over in one transfer.  The previous pass
- * may still be reading the device copy: wait for it first. */
+ * pinned memory and copy them over in one transfer, outside any graph:
+ * a replayed pass reads them from the same device buffer.  The previous
+ * pass may still be reading that buffer: end it and wait for it first. */
 static void
 cu_set_batch(struct compute *c, const struct compute_batch *b)
 {
 	struct cuda_impl *im = impl_of(c);
 	int32_t *h = im->h_stage, mt = im->max_tokens;
 
+	finish_pass(im);
 	check(im, cudaStreamSynchronize(im->stream), "waiting for the previous pass");
 	im->n = b->n;
 	im->n_out = b->n_out;
@@ -516,6 +622,7 @@ cu_set_batch(struct compute *c, const struct compute_batch *b)
 	size_t used = 3 * (size_t)mt + (size_t)b->n * im->max_blocks;
 	check(im, cudaMemcpyAsync(im->d_stage, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream),
 	      "copying the batch");
+	start_pass(im, b);
 }
 
 /* -------------------------------------------------------------- memory */
@@ -553,6 +660,7 @@ cu_upload(struct compute *c, void *dst, const void *src, size_t bytes)
 
 	/* on our stream, then wait: a copy from pageable memory may return
 	 * before its DMA is done, and src may go once this returns */
+	finish_pass(im);
 	if (check(im, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, im->stream), "upload") < 0 ||
 	    check(im, cudaStreamSynchronize(im->stream), "upload") < 0)
 		return PRIVAI_EIO;
@@ -564,6 +672,7 @@ cu_download(struct compute *c, void *dst, const void *src, size_t bytes)
 {
 	struct cuda_impl *im = impl_of(c);
 
+	finish_pass(im);
 	check(im, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream), "download");
 	check(im, cudaStreamSynchronize(im->stream), "a forward pass");
 	return im->failed ? PRIVAI_EIO : PRIVAI_OK;
@@ -608,18 +717,26 @@ cu_memory(struct compute *c, size_t *free_bytes, size_t *total_bytes)
 		       : PRIVAI_OK;
 }
 
-/* Positions per layer the budget leaves room for, after everything this
- * process (and any other) already holds on the device, as vLLM sizes its
- * pool; a multiple of the block size, 0 when not even one block fits. */
+/* Positions per layer the budget leaves room for, as vLLM sizes its pool:
+ * this engine's share of the device, less what it already holds (the
+ * memory that went since it started, weights and buffers), and never more
+ * than is free less KV_SLACK for cuBLAS's workspaces.  Other processes'
+ * memory does not count against the share, so two engines of 0.4 each fit
+ * one GPU.  A multiple of the block size; 0 when not one block fits. */
 static int64_t
 kv_rows_in_budget(struct compute *c, const struct compute_shape *s)
 {
+	struct cuda_impl *im = impl_of(c);
 	size_t free_b, total;
 	double per_row = 2.0 * s->n_layer * s->kv_dim * sizeof(__half);
 
 	if (cu_memory(c, &free_b, &total) < 0 || s->mem_fraction <= 0)
 		return 0;
-	double room = s->mem_fraction * (double)total - (double)(total - free_b);
+	double held = im->free_at_start > free_b ? (double)(im->free_at_start - free_b) : 0.0;
+	double room = s->mem_fraction * (double)total - held;
+	double avail = (double)free_b - (double)KV_SLACK;
+	if (room > avail)
+		room = avail;
 	if (room < per_row * s->block_size)
 		return 0;
 	int64_t rows = (int64_t)(room / per_row);
@@ -650,7 +767,7 @@ cu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 	im->d_pos = im->d_stage + s->max_tokens;
 	im->d_rows = im->d_stage + 2 * s->max_tokens;
 	im->d_table = im->d_stage + 3 * s->max_tokens;
-	im->x16_len = (size_t)s->max_tokens * (size_t)s->max_cols;
+	im->x16_len = 2 * (size_t)s->max_tokens * (size_t)s->max_cols; /* hi and lo */
 	im->w16_len = GEMM_TILE_HALFS > (size_t)s->max_cols ? GEMM_TILE_HALFS : (size_t)s->max_cols;
 	if (s->max_tokens > MMV_MAX_TOKENS &&
 	    ((im->x16 = (__half *)cu_alloc(c, im->x16_len * sizeof(__half))) == NULL ||
@@ -674,6 +791,15 @@ cu_destroy(struct compute *c)
 	struct cuda_impl *im = impl_of(c);
 
 	if (im != NULL) {
+		if (im->capturing) { /* a recording left open: close and drop it */
+			cudaGraph_t g = NULL;
+			if (cudaStreamEndCapture(im->stream, &g) == cudaSuccess && g != NULL)
+				cudaGraphDestroy(g);
+		}
+		for (int n = 0; n <= MMV_MAX_TOKENS; n++)
+			for (int k = 0; k <= MMV_MAX_TOKENS; k++)
+				if (im->graphs[n][k] != NULL)
+					cudaGraphExecDestroy(im->graphs[n][k]);
 		cudaFree(im->k_cache);
 		cudaFree(im->v_cache);
 		cudaFree(im->x16);
@@ -783,6 +909,11 @@ privai_cuda_new(const struct compute_params *p, struct compute **ret, char *err)
 		cu_destroy(c);
 		return privai_fail(err, PRIVAI_EUNAVAIL, "cuBLAS cannot start (is libcublas from CUDA %d installed?)",
 				   CUDART_VERSION / 1000);
+	}
+	size_t total;
+	if (cudaMemGetInfo(&im->free_at_start, &total) != cudaSuccess) {
+		cu_destroy(c);
+		return privai_fail(err, PRIVAI_EUNAVAIL, "CUDA cannot read the device's memory");
 	}
 	*ret = c;
 	return PRIVAI_OK;
