@@ -174,8 +174,8 @@ $(NVML_DOUBLE): tests/nvml_double/nvml_double.c appliance/admin/gpu/nvml_abi.h
 	$(CC) $(CFLAGS_ALL) -Iappliance/admin -fPIC -shared $< -o $@
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/testlib.h tests/unit/dbtestlib.h $(LIB) $(ADMIN_LIB) $(HOST_LIB) $(TUNE_OBJ)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/unit -Iappliance/admin -Iappliance/lib -Iappliance/tune $< $(ADMIN_LIB) $(TUNE_OBJ) $(HOST_LIB) $(LIB) -o $@ $(LDLIBS_ENG) $(LDLIBS_TEST) $(LDLIBS_ADMIN)
+	@mkdir -p $(dir $@) $(BUILD)/tests-deps
+	$(CC) $(CFLAGS_ALL) -MMD -MP -MF $(BUILD)/tests-deps/$*.d -Itests/unit -Iappliance/admin -Iappliance/lib -Iappliance/tune $< $(ADMIN_LIB) $(TUNE_OBJ) $(HOST_LIB) $(LIB) -o $@ $(LDLIBS_ENG) $(LDLIBS_TEST) $(LDLIBS_ADMIN)
 
 # The embedded default: a small model with random weights and a tokenizer
 # the project builds itself, so `make run` needs no download and no fixtures.
@@ -308,4 +308,5 @@ clean:
 # dequantization feeds the float path a row at a time; -O3 vectorizes its loops
 $(BUILD)/engine/src/quant_dequant.o: OPT += -O3
 
+-include $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests-deps/%.d)
 -include $(FIRSTBOOT_OBJ:.o=.d) $(BUILD)/provisioning/firstboot/main/privai_firstboot.d $(ENGINE_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ADMIN_OBJ:.o=.d) $(HOST_OBJ:.o=.d) $(TUNE_OBJ:.o=.d) $(FABRIC_OBJ:.o=.d) $(BUILD)/appliance/admin/main/privai_admin.d $(BUILD)/appliance/tune/main/privai_tune.d

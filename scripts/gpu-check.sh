@@ -18,7 +18,9 @@
 #
 # Knobs for the run: TEST_LIMIT, SERVE_LIMIT, BENCH_LIMIT, MEMCHECK_LIMIT
 # (seconds); BENCH=1 with BENCH_MODELS and BASE (below); PROFILE=1 (Nsight
-# Compute's kernel times, below); NCCL=0 skips the NCCL part.  On an H200,
+# Compute's kernel times, below); NCCL=0 skips the NCCL part; MMV2=0 skips
+# the checks and bench of the coalesced matrix-vector kernel
+# (PRIVAI_CUDA_MMV=2, not yet the default).  On an H200,
 # TEST_LIMIT=60 SERVE_LIMIT=100 BENCH=1 BENCH_MODELS="1b-Q8_0 1b-Q4_K_M"
 # BASE=... PROFILE=1 NCCL=0 took 196 s, the machine's start not counted.
 #
@@ -94,6 +96,15 @@ run() {
 			timeout "${TEST_LIMIT:-120}" "$S/bin/tests/$t" || { echo "FAILED: $t (exit $?)"; failed="$failed $t"; }
 		done
 		case $failed in *test_golden*) memcheck ;; esac
+		# the coalesced matrix-vector kernel, off by default until it has
+		# passed these on a GPU (PRIVAI_CUDA_MMV=2)
+		if [ "${MMV2:-1}" = 1 ]; then
+			for t in test_golden test_paged test_scheduler; do
+				echo "== $t (cuda, PRIVAI_CUDA_MMV=2)"
+				PRIVAI_CUDA_MMV=2 timeout "${TEST_LIMIT:-120}" "$S/bin/tests/$t" ||
+					echo "FAILED: $t with PRIVAI_CUDA_MMV=2 (exit $?)"
+			done
+		fi
 		if [ "${BENCH:-0}" = 1 ]; then bench; fi
 		echo "== serving suite (serve --device cuda)"
 		BUILD="$S/bin" timeout "${SERVE_LIMIT:-240}" python3 tests/integration/test_serve.py ||
@@ -149,6 +160,11 @@ bench() {
 			PRIVAI_CUDA_LIBRARY=$lib timeout "${BENCH_LIMIT:-90}" "$E" bench -m "$m" --device cuda -p 512 -n 128 \
 				-r 3 --json --no-bandwidth || echo "FAILED: bench $name (exit $?)"
 		done
+		if [ "${MMV2:-1}" = 1 ]; then
+			echo "-- PRIVAI_CUDA_MMV=2"
+			PRIVAI_CUDA_MMV=2 timeout "${BENCH_LIMIT:-90}" "$E" bench -m "$m" --device cuda -p 512 -n 128 -r 3 \
+				--json --no-bandwidth || echo "FAILED: bench $name with PRIVAI_CUDA_MMV=2 (exit $?)"
+		fi
 	done
 }
 

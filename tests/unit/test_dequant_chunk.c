@@ -103,11 +103,47 @@ test_quantized(void)
 	}
 }
 
+/* A row copied a segment at a time, as k_mmv2 stages it in shared
+ * memory: chunk c0 + i of the row decodes as chunk i of the copy, and the
+ * segments' bytes add up to the row's. */
+static void
+test_segments(void)
+{
+	uint8_t row[N * 4], copy[N * 4];
+	float want[32], got[32];
+
+	for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+		int bad = 0;
+		for (size_t i = 0; i < sizeof(row); i++)
+			row[i] = rnd8();
+		for (int seg = 8; seg <= 16; seg += 8) {
+			int64_t total = 0;
+			for (int64_t c0 = 0; c0 < N / 32; c0 += seg) {
+				int64_t nc = N / 32 - c0 < seg ? N / 32 - c0 : seg;
+				memcpy(copy, row + dq_chunks_bytes(types[k], c0),
+				       (size_t)dq_chunks_bytes(types[k], nc));
+				total += dq_chunks_bytes(types[k], nc);
+				for (int64_t i = 0; i < nc; i++) {
+					dq_chunk(types[k], row, c0 + i, want);
+					dq_chunk(types[k], copy, i, got);
+					for (int j = 0; j < 32; j++)
+						bad += !same(want[j], got[j]);
+				}
+			}
+			bad += total != (int64_t)tensor_type_get(types[k])->block_bytes * N /
+						(int64_t)tensor_type_get(types[k])->block_elems;
+		}
+		CHECK(bad == 0, "%s: a row copied 8 and 16 chunks at a time decodes as the row (%d differ)",
+		      tensor_type_get(types[k])->name, bad);
+	}
+}
+
 int
 main(void)
 {
 	test_layout();
 	test_random_bytes();
 	test_quantized();
+	test_segments();
 	return test_summary();
 }

@@ -131,6 +131,17 @@ dq_block_size(uint32_t type)
 	return 32;
 }
 
+/* Bytes that n chunks of a row of `type` take from a chunk c0 that is a
+ * multiple of 8 (whole K-quant super-blocks), and so where such a chunk
+ * starts: dq_chunks_bytes(type, c0).  A kernel that copies a row a
+ * segment at a time decodes chunk c0 + i of the row as chunk i of its
+ * copy. */
+DQ_FN int64_t
+dq_chunks_bytes(uint32_t type, int64_t n)
+{
+	return n * 32 / dq_block_size(type) * dq_block_bytes(type);
+}
+
 /* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block. */
 DQ_FN void
 dq_scale_min_k4(int j, const uint8_t *q, int *d, int *m)

@@ -49,6 +49,7 @@ struct cuda_impl {
 	char err[PRIVAI_ERR_LEN]; /* the first failure, for download() to report */
 	int failed;
 	size_t free_at_start; /* the device's free memory before this engine took any */
+	int mmv2;             /* PRIVAI_CUDA_MMV=2: k_mmv2 for decode (not yet run on a GPU) */
 
 	/* the batch, staged in pinned host memory and copied in one go */
 	int n, n_out, max_tokens, max_blocks; /* max_blocks: table entries per token */
@@ -140,6 +141,103 @@ k_mmv(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t rows, int64_t c
 			acc[t] += s;
 		}
 	}
+	for (int t = 0; t < NT; t++) {
+		float s = warp_sum(acc[t]);
+		if (lane == 0)
+			y[(int64_t)t * rows + r] = s;
+	}
+}
+
+/*
+ * The matrix-vector kernel with the loads coalesced (PRIVAI_CUDA_MMV=2,
+ * not the default: written after the first GPU run, not yet run on one).
+ * k_mmv's lanes read their 34-byte blocks a byte at a time, 34 bytes
+ * apart, and their activations 128 bytes apart: a warp's load touched
+ * some 34 sectors, and the kernel read 80-190 GB/s of an H200's 4.8 TB/s.
+ * Here a block of MMV2_WARPS rows goes through the row MMV2_SEG chunks at
+ * a time: each warp copies its row's bytes of the segment into shared
+ * memory with 16-byte loads where the row allows, the block copies the
+ * segment's activations once for all its rows (MMV2_XPITCH floats a
+ * chunk, so that lane l reading chunk l's j-th value hits bank l + j),
+ * and each lane then dequantizes its chunk from shared memory.  A lane
+ * takes the same chunks in the same order as in k_mmv, so the sums are
+ * the same.
+ */
+#define MMV2_WARPS 8
+#define MMV2_SEG 32    /* chunks of a row a warp stages at a time: one a lane */
+#define MMV2_XPITCH 33 /* floats a chunk of activations takes in shared memory */
+
+__host__ __device__ static inline size_t
+mmv2_stride(uint32_t type)
+{
+	return ((size_t)dq_chunks_bytes(type, MMV2_SEG) + 15) & ~(size_t)15;
+}
+
+__host__ __device__ static inline size_t
+mmv2_smem(int nt, uint32_t type)
+{
+	return (size_t)nt * MMV2_SEG * MMV2_XPITCH * sizeof(float) + MMV2_WARPS * mmv2_stride(type);
+}
+
+/* n bytes from src to the 16-byte aligned dst, by the warp's 32 lanes:
+ * in 16-byte words where src is aligned so, else 4-byte, else bytes. */
+__device__ static void
+stage_bytes(const uint8_t *src, int n, uint8_t *dst, int lane)
+{
+	int done = 0;
+
+	if (((uintptr_t)src & 15) == 0) {
+		for (int k = lane; k < n / 16; k += 32)
+			((uint4 *)dst)[k] = ((const uint4 *)src)[k];
+		done = n / 16 * 16;
+	} else if (((uintptr_t)src & 3) == 0) {
+		for (int k = lane; k < n / 4; k += 32)
+			((uint32_t *)dst)[k] = ((const uint32_t *)src)[k];
+		done = n / 4 * 4;
+	}
+	for (int k = done + lane; k < n; k += 32)
+		dst[k] = src[k];
+}
+
+template <int NT>
+__global__ static void
+k_mmv2(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x, float *y)
+{
+	extern __shared__ __align__(16) uint8_t smem[];
+	float *sx = (float *)smem; /* NT x MMV2_SEG chunks x MMV2_XPITCH */
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	uint8_t *sw = smem + (size_t)NT * MMV2_SEG * MMV2_XPITCH * sizeof(float) + warp * mmv2_stride(type);
+	int64_t r = (int64_t)blockIdx.x * MMV2_WARPS + warp, chunks = cols / 32;
+	bool live = r < rows; /* a warp past the last row still helps with the activations and syncs */
+	const uint8_t *row = w + (live ? r : 0) * (int64_t)row_bytes;
+	float acc[NT], wv[32];
+
+	for (int t = 0; t < NT; t++)
+		acc[t] = 0.0f;
+	for (int64_t c0 = 0; c0 < chunks; c0 += MMV2_SEG) {
+		int nc = chunks - c0 < MMV2_SEG ? (int)(chunks - c0) : MMV2_SEG;
+		for (int i = threadIdx.x; i < NT * MMV2_SEG * 32; i += blockDim.x) {
+			int t = i / (MMV2_SEG * 32), k = i % (MMV2_SEG * 32);
+			sx[(t * MMV2_SEG + k / 32) * MMV2_XPITCH + k % 32] =
+				k < nc * 32 ? x[(int64_t)t * cols + c0 * 32 + k] : 0.0f;
+		}
+		if (live)
+			stage_bytes(row + dq_chunks_bytes(type, c0), (int)dq_chunks_bytes(type, nc), sw, lane);
+		__syncthreads();
+		if (live && lane < nc) {
+			dq_chunk(type, sw, lane, wv);
+			for (int t = 0; t < NT; t++) {
+				const float *xt = sx + (t * MMV2_SEG + lane) * MMV2_XPITCH;
+				float s = 0.0f;
+				for (int j = 0; j < 32; j++)
+					s += wv[j] * xt[j];
+				acc[t] += s;
+			}
+		}
+		__syncthreads(); /* before the next segment overwrites sx and sw */
+	}
+	if (!live)
+		return;
 	for (int t = 0; t < NT; t++) {
 		float s = warp_sum(acc[t]);
 		if (lane == 0)
@@ -396,10 +494,57 @@ start_pass(struct cuda_impl *im, const struct compute_batch *b)
 /* ----------------------------------------------------------------- ops */
 
 static void
+cu_matmul_mmv2(struct cuda_impl *im, const struct weight *w, const float *x, int n, float *y)
+{
+	unsigned grid = (unsigned)((w->rows + MMV2_WARPS - 1) / MMV2_WARPS);
+	const uint8_t *d = (const uint8_t *)w->data;
+	size_t smem = mmv2_smem(n, w->type);
+
+#define MMV2(NT)                                                                                                       \
+	case NT:                                                                                                       \
+		k_mmv2<NT><<<grid, MMV2_WARPS * 32, smem, im->stream>>>(w->type, d, w->row_bytes, w->rows, w->cols, x, \
+									y);                                            \
+		break
+	switch (n) {
+		MMV2(1);
+		MMV2(2);
+		MMV2(3);
+		MMV2(4);
+		MMV2(5);
+		MMV2(6);
+		MMV2(7);
+		MMV2(8);
+	}
+#undef MMV2
+	check_launch(im, "matrix-vector kernel (coalesced)");
+}
+
+/* Let every k_mmv2 take the shared memory its widest case needs (eight
+ * tokens of F32 weights: 66 KB, over the 48 KB a launch gets unasked). */
+static int
+mmv2_allow_smem(void)
+{
+	const void *k[] = { (const void *)k_mmv2<1>, (const void *)k_mmv2<2>, (const void *)k_mmv2<3>,
+			    (const void *)k_mmv2<4>, (const void *)k_mmv2<5>, (const void *)k_mmv2<6>,
+			    (const void *)k_mmv2<7>, (const void *)k_mmv2<8> };
+	int bytes = (int)mmv2_smem(MMV_MAX_TOKENS, DQ_F32);
+
+	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
+		if (cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
+			return -1;
+	return 0;
+}
+
+static void
 cu_matmul_mmv(struct cuda_impl *im, const struct weight *w, const float *x, int n, float *y)
 {
 	unsigned grid = (unsigned)((w->rows + MMV_WARPS - 1) / MMV_WARPS);
 	const uint8_t *d = (const uint8_t *)w->data;
+
+	if (im->mmv2) {
+		cu_matmul_mmv2(im, w, x, n, y);
+		return;
+	}
 
 #define MMV(NT)                                                                                                        \
 	case NT:                                                                                                       \
@@ -909,6 +1054,14 @@ privai_cuda_new(const struct compute_params *p, struct compute **ret, char *err)
 		cu_destroy(c);
 		return privai_fail(err, PRIVAI_EUNAVAIL, "cuBLAS cannot start (is libcublas from CUDA %d installed?)",
 				   CUDART_VERSION / 1000);
+	}
+	const char *mmv = getenv("PRIVAI_CUDA_MMV");
+	if ((im->mmv2 = mmv != NULL && strcmp(mmv, "2") == 0) && mmv2_allow_smem() < 0) {
+		cu_destroy(c);
+		return privai_fail(err, PRIVAI_EUNAVAIL,
+				   "PRIVAI_CUDA_MMV=2: the device refused %zu bytes of shared "
+				   "memory a block",
+				   mmv2_smem(MMV_MAX_TOKENS, DQ_F32));
 	}
 	size_t total;
 	if (cudaMemGetInfo(&im->free_at_start, &total) != cudaSuccess) {
