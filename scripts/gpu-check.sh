@@ -18,11 +18,11 @@
 #
 # Knobs for the run: TEST_LIMIT, SERVE_LIMIT, BENCH_LIMIT, MEMCHECK_LIMIT
 # (seconds); BENCH=1 with BENCH_MODELS and BASE (below); PROFILE=1 (Nsight
-# Compute's kernel times, below); NCCL=0 skips the NCCL part; MMV2=0 skips
-# the checks and bench of the coalesced matrix-vector kernel
-# (PRIVAI_CUDA_MMV=2, not yet the default).  On an H200,
+# Compute's kernel times, below); NCCL=0 skips the NCCL part; COALESCED=0
+# skips the checks and bench of the kernels with coalesced loads
+# (PRIVAI_CUDA_COALESCED=1: k_mmv2 and k_dequant2_f16, not yet the default).  On an H200,
 # TEST_LIMIT=60 SERVE_LIMIT=100 BENCH=1 BENCH_MODELS="1b-Q8_0 1b-Q4_K_M"
-# BASE=... PROFILE=1 NCCL=0 took 196 s, the machine's start not counted.
+# BASE=... PROFILE=1 NCCL=0 took 196 s (before the COALESCED runs were added), the machine's start not counted.
 #
 # .gpu/ is ignored by git (.git/info/exclude) and never committed.
 set -eu
@@ -96,13 +96,13 @@ run() {
 			timeout "${TEST_LIMIT:-120}" "$S/bin/tests/$t" || { echo "FAILED: $t (exit $?)"; failed="$failed $t"; }
 		done
 		case $failed in *test_golden*) memcheck ;; esac
-		# the coalesced matrix-vector kernel, off by default until it has
-		# passed these on a GPU (PRIVAI_CUDA_MMV=2)
-		if [ "${MMV2:-1}" = 1 ]; then
+		# the kernels with coalesced loads, off by default until they have
+		# passed these on a GPU
+		if [ "${COALESCED:-1}" = 1 ]; then
 			for t in test_golden test_paged test_scheduler; do
-				echo "== $t (cuda, PRIVAI_CUDA_MMV=2)"
-				PRIVAI_CUDA_MMV=2 timeout "${TEST_LIMIT:-120}" "$S/bin/tests/$t" ||
-					echo "FAILED: $t with PRIVAI_CUDA_MMV=2 (exit $?)"
+				echo "== $t (cuda, PRIVAI_CUDA_COALESCED=1)"
+				PRIVAI_CUDA_COALESCED=1 timeout "${TEST_LIMIT:-120}" "$S/bin/tests/$t" ||
+					echo "FAILED: $t with PRIVAI_CUDA_COALESCED=1 (exit $?)"
 			done
 		fi
 		if [ "${BENCH:-0}" = 1 ]; then bench; fi
@@ -160,10 +160,10 @@ bench() {
 			PRIVAI_CUDA_LIBRARY=$lib timeout "${BENCH_LIMIT:-90}" "$E" bench -m "$m" --device cuda -p 512 -n 128 \
 				-r 3 --json --no-bandwidth || echo "FAILED: bench $name (exit $?)"
 		done
-		if [ "${MMV2:-1}" = 1 ]; then
-			echo "-- PRIVAI_CUDA_MMV=2"
-			PRIVAI_CUDA_MMV=2 timeout "${BENCH_LIMIT:-90}" "$E" bench -m "$m" --device cuda -p 512 -n 128 -r 3 \
-				--json --no-bandwidth || echo "FAILED: bench $name with PRIVAI_CUDA_MMV=2 (exit $?)"
+		if [ "${COALESCED:-1}" = 1 ]; then
+			echo "-- PRIVAI_CUDA_COALESCED=1"
+			PRIVAI_CUDA_COALESCED=1 timeout "${BENCH_LIMIT:-90}" "$E" bench -m "$m" --device cuda -p 512 -n 128 -r 3 \
+				--json --no-bandwidth || echo "FAILED: bench $name with PRIVAI_CUDA_COALESCED=1 (exit $?)"
 		fi
 	done
 }

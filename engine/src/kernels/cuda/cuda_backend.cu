@@ -49,7 +49,7 @@ struct cuda_impl {
 	char err[PRIVAI_ERR_LEN]; /* the first failure, for download() to report */
 	int failed;
 	size_t free_at_start; /* the device's free memory before this engine took any */
-	int mmv2;             /* PRIVAI_CUDA_MMV=2: k_mmv2 for decode (not yet run on a GPU) */
+	int coalesced;        /* PRIVAI_CUDA_COALESCED=1: k_mmv2 and k_dequant2_f16 (not yet run on a GPU) */
 
 	/* the batch, staged in pinned host memory and copied in one go */
 	int n, n_out, max_tokens, max_blocks; /* max_blocks: table entries per token */
@@ -149,7 +149,7 @@ k_mmv(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t rows, int64_t c
 }
 
 /*
- * The matrix-vector kernel with the loads coalesced (PRIVAI_CUDA_MMV=2,
+ * The matrix-vector kernel with the loads coalesced (PRIVAI_CUDA_COALESCED=1,
  * not the default: written after the first GPU run, not yet run on one).
  * k_mmv's lanes read their 34-byte blocks a byte at a time, 34 bytes
  * apart, and their activations 128 bytes apart: a warp's load touched
@@ -242,6 +242,43 @@ k_mmv2(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t rows, int64_t 
 		float s = warp_sum(acc[t]);
 		if (lane == 0)
 			y[(int64_t)t * rows + r] = s;
+	}
+}
+
+/* The weight tile of a prefill with the loads coalesced (the same knob
+ * as k_mmv2, not yet run on a GPU): a warp per (row, segment of
+ * MMV2_SEG chunks), the segment's bytes staged in shared memory with
+ * 16-byte loads, each lane then decoding its chunk and writing its 32
+ * halves as four 16-byte stores.  k_dequant_f16's lanes read their
+ * blocks a byte at a time, 34 bytes apart: about 90 GB/s on an H200. */
+__global__ static void
+k_dequant2_f16(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t nr, int64_t cols, __half *out)
+{
+	extern __shared__ __align__(16) uint8_t smem[];
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	int64_t chunks = cols / 32, nseg = (chunks + MMV2_SEG - 1) / MMV2_SEG;
+	int64_t wi = (int64_t)blockIdx.x * MMV2_WARPS + warp, r = wi / nseg, c0 = wi % nseg * MMV2_SEG;
+	uint8_t *sw = smem + warp * mmv2_stride(type);
+	float v[32];
+
+	if (r >= nr) /* no block-wide barrier below: a warp may leave */
+		return;
+	int nc = chunks - c0 < MMV2_SEG ? (int)(chunks - c0) : MMV2_SEG;
+	stage_bytes(w + (r0 + r) * (int64_t)row_bytes + dq_chunks_bytes(type, c0), (int)dq_chunks_bytes(type, nc), sw,
+		    lane);
+	__syncwarp();
+	if (lane >= nc)
+		return;
+	dq_chunk(type, sw, lane, v);
+	uint4 *dst = (uint4 *)(out + r * cols + (c0 + lane) * 32); /* 64 bytes, 16-byte aligned */
+	for (int q = 0; q < 4; q++) {
+		union {
+			__half2 h[4];
+			uint4 u;
+		} pk;
+		for (int i = 0; i < 4; i++)
+			pk.h[i] = __floats2half2_rn(v[8 * q + 2 * i], v[8 * q + 2 * i + 1]);
+		dst[q] = pk.u;
 	}
 }
 
@@ -541,7 +578,7 @@ cu_matmul_mmv(struct cuda_impl *im, const struct weight *w, const float *x, int 
 	unsigned grid = (unsigned)((w->rows + MMV_WARPS - 1) / MMV_WARPS);
 	const uint8_t *d = (const uint8_t *)w->data;
 
-	if (im->mmv2) {
+	if (im->coalesced) {
 		cu_matmul_mmv2(im, w, x, n, y);
 		return;
 	}
@@ -592,7 +629,16 @@ cu_matmul_gemm(struct cuda_impl *im, const struct weight *w, const float *x, int
 	for (int64_t r0 = 0; r0 < w->rows; r0 += tile) {
 		int64_t nr = w->rows - r0 < tile ? w->rows - r0 : tile;
 		const void *a = (const uint8_t *)w->data + r0 * (int64_t)w->row_bytes;
-		if (w->type != DQ_F16) {
+		if (w->type != DQ_F16 && im->coalesced) {
+			int64_t warps = nr * ((cols / 32 + MMV2_SEG - 1) / MMV2_SEG);
+			k_dequant2_f16<<<(unsigned)((warps + MMV2_WARPS - 1) / MMV2_WARPS), MMV2_WARPS * 32,
+					 MMV2_WARPS * mmv2_stride(w->type), im->stream>>>(w->type,
+											  (const uint8_t *)w->data,
+											  w->row_bytes, r0, nr, cols,
+											  im->w16);
+			check_launch(im, "weight tile to half (coalesced)");
+			a = im->w16;
+		} else if (w->type != DQ_F16) {
 			k_dequant_f16<<<blocks_for((size_t)(nr * (cols / 32)), 128), 128, 0,
 					im->stream>>>(w->type, (const uint8_t *)w->data, w->row_bytes, r0, nr, cols,
 						      im->w16);
@@ -1055,11 +1101,11 @@ privai_cuda_new(const struct compute_params *p, struct compute **ret, char *err)
 		return privai_fail(err, PRIVAI_EUNAVAIL, "cuBLAS cannot start (is libcublas from CUDA %d installed?)",
 				   CUDART_VERSION / 1000);
 	}
-	const char *mmv = getenv("PRIVAI_CUDA_MMV");
-	if ((im->mmv2 = mmv != NULL && strcmp(mmv, "2") == 0) && mmv2_allow_smem() < 0) {
+	const char *co = getenv("PRIVAI_CUDA_COALESCED");
+	if ((im->coalesced = co != NULL && strcmp(co, "1") == 0) && mmv2_allow_smem() < 0) {
 		cu_destroy(c);
 		return privai_fail(err, PRIVAI_EUNAVAIL,
-				   "PRIVAI_CUDA_MMV=2: the device refused %zu bytes of shared "
+				   "PRIVAI_CUDA_COALESCED=1: the device refused %zu bytes of shared "
 				   "memory a block",
 				   mmv2_smem(MMV_MAX_TOKENS, DQ_F32));
 	}
