@@ -49,9 +49,9 @@ def same_floats(a, b):
 
 
 def same_top_logprobs(a, b):
-    """Top log-probabilities per token: the same tokens, the same values (see
-    same_floats); two tokens within 1e-4 of each other may trade places on a
-    GPU, so there the values are compared in order."""
+    """Top log-probabilities per token: on the CPU the same tokens with the
+    same values; on a GPU the same values to 1e-4 (see same_floats), sorted,
+    since two tokens that close may trade places there."""
     if not DEVICE:
         return a == b
     if a is None or b is None or len(a) != len(b):
