@@ -62,6 +62,18 @@ stage() {
 		grep -v -E '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64)\.so' | while read -r l; do
 		cp -L "$l" "$S/lib/"
 	done
+	# the serving suite's tool-calling checks need jsonschema, which the
+	# GPU machine's image lacks: Debian's pure-Python package goes along,
+	# with pyrsistent's Python half (its C part is built for Debian's Python)
+	mkdir -p "$S/py" "$S/deb"
+	if (cd "$S/deb" && apt-get download python3-jsonschema python3-pyrsistent >/dev/null 2>&1); then
+		for d in "$S"/deb/*.deb; do dpkg -x "$d" "$S/deb/x"; done
+		cp -r "$S"/deb/x/usr/lib/python3/dist-packages/* "$S/py/"
+		rm -f "$S"/py/*.so
+	else
+		echo "gpu-check: python3-jsonschema not fetched; the serving suite's tool checks will fail there" >&2
+	fi
+	rm -rf "$S/deb"
 	for m in $models; do
 		cp "$fix/models/$m.gguf" "$S/fixtures/models/"
 		cp "$fix/golden/$m".p* "$S/fixtures/golden/"
@@ -107,7 +119,7 @@ run() {
 		fi
 		if [ "${BENCH:-0}" = 1 ]; then bench; fi
 		echo "== serving suite (serve --device cuda)"
-		BUILD="$S/bin" timeout "${SERVE_LIMIT:-240}" python3 tests/integration/test_serve.py ||
+		PYTHONPATH="$S/py${PYTHONPATH:+:$PYTHONPATH}" BUILD="$S/bin" timeout "${SERVE_LIMIT:-240}" python3 tests/integration/test_serve.py ||
 			echo "FAILED: serving suite (exit $?)"
 		if [ "${PROFILE:-0}" = 1 ]; then profile; fi
 		if [ "${NCCL:-1}" = 1 ]; then nccl; fi
@@ -175,6 +187,7 @@ synth() {
 	8b-*) shape="--dim 4096 --layers 32 --heads 32 --kv-heads 8 --ff 14336 --vocab 128256" ;;
 	*) echo "FAILED: unknown bench model $1"; return 1 ;;
 	esac
+	# shellcheck disable=SC2086 # $shape is words to split
 	timeout 180 "$S/bin/privai-engine" synth -o "$2" $shape --type "${1#*-}" >/dev/null ||
 		{ echo "FAILED: synth $1"; return 1; }
 }
