@@ -168,16 +168,19 @@ bench() {
 		echo "== bench $name"
 		synth "$name" "$m" || continue
 		for lib in ${BASE:+"$BASE"} "$S/bin/privai-cuda.so"; do
-			echo "-- $lib"
-			PRIVAI_CUDA_LIBRARY=$lib timeout "${BENCH_LIMIT:-90}" "$E" bench -m "$m" --device cuda -p 512 -n 128 \
-				-r 3 --json --no-bandwidth || echo "FAILED: bench $name (exit $?)"
+			bench_one "$lib" PRIVAI_CUDA_LIBRARY="$lib"
 		done
-		if [ "${COALESCED:-1}" = 1 ]; then
-			echo "-- PRIVAI_CUDA_COALESCED=1"
-			PRIVAI_CUDA_COALESCED=1 timeout "${BENCH_LIMIT:-90}" "$E" bench -m "$m" --device cuda -p 512 -n 128 -r 3 \
-				--json --no-bandwidth || echo "FAILED: bench $name with PRIVAI_CUDA_COALESCED=1 (exit $?)"
-		fi
+		if [ "${COALESCED:-1}" = 1 ]; then bench_one PRIVAI_CUDA_COALESCED=1 PRIVAI_CUDA_COALESCED=1; fi
 	done
+}
+
+# One bench of model $m ($name): a label, then the environment it runs in.
+bench_one() {
+	label=$1
+	shift
+	echo "-- $label"
+	env "$@" timeout "${BENCH_LIMIT:-90}" "$E" bench -m "$m" --device cuda -p 512 -n 128 -r 3 --json \
+		--no-bandwidth || echo "FAILED: bench $name, $label (exit $?)"
 }
 
 synth() {
