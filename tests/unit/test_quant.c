@@ -926,6 +926,73 @@ test_gemm_amx(void)
 	CHECK(wild == 0, "gemm_q8_amx writes only the rows and tokens asked for: %d others written", wild);
 }
 
+/* Q6_K on AMX tiles against gemm_q6_k on the same widened rows and
+ * tokens: the same bits, for 1 to 16 rows, 1 to 27 tokens, one
+ * super-block and three (nb 8 and 24, an even count and an odd pair
+ * count); nothing past the rows and tokens asked for is written. */
+static void
+test_gemm_q6_amx(void)
+{
+	const struct cpu_kernels *k = cpu_kernels_get(), *ref = cpu_kernels_scalar();
+	enum { MAXSB = 3, ROWS = 16, NT = 27, LDY = 20 };
+	static const int rowss[] = { 1, 4, 9, 16 }, nsbs[] = { 1, 3 }, nts[] = { 1, 16, 27 };
+	static float x[NT * MAXSB * 256], w[ROWS * MAXSB * 256], ya[4 * 2 * GEMM_TOKENS], yb[NT * LDY];
+	static uint8_t w6[ROWS * MAXSB * 210], wide[ROWS * MAXSB * 8 * 34];
+	static int32_t ws[ROWS * 2 * MAXSB * 8];
+	static float wd[ROWS * 2 * MAXSB * 8];
+	static struct block_q8 xq[NT * MAXSB * 8];
+	static struct q8_tile tiles[2 * MAXSB * 8];
+	static struct amx_q8_xblock xa[2 * MAXSB * 8];
+	static struct amx_q8_wblock sa[MAXSB * 8];
+	int bad = 0, wild = 0, runs = 0;
+
+	if (k->gemm_q6_amx == NULL || k->gemm_q6_k == NULL) {
+		SKIP("no AMX tiles on this CPU (or its kernel): the Q6_K AMX kernel was not checked");
+		return;
+	}
+	for (int i = 0; i < NT * MAXSB * 256; i++)
+		x[i] = sinf((float)i * 0.013f) * 2 + 0.1f * (float)(i % 5);
+	for (int i = 0; i < ROWS * MAXSB * 256; i++)
+		w[i] = cosf((float)i * 0.43f) * (1 + (float)(i % 11) * (i % 97 < 40 ? 1.0f : 0.1f));
+	for (size_t si = 0; si < sizeof(nsbs) / sizeof(nsbs[0]); si++) {
+		size_t nsb = (size_t)nsbs[si], nb = 8 * nsb, rb = nsb * 210;
+		tensor_quantize_row(TT_Q6_K, w, w6, ROWS * nsb * 256);
+		for (int r = 0; r < ROWS; r++)
+			ref->widen_q6_k(w6 + r * rb, wide + r * nb * 34, nb, ws + r * 2 * nb, wd + r * 2 * nb);
+		for (int t = 0; t < NT; t++)
+			ref->quantize_q8(x + (size_t)t * nb * 32, xq + (size_t)t * nb, nb * 32);
+		q8_tile_pack(xq, 16, nb, tiles);
+		q8_tile_pack(xq + 16 * nb, NT - 16, nb, tiles + nb);
+		for (size_t ti = 0; ti < sizeof(nts) / sizeof(nts[0]); ti++) {
+			int nt = nts[ti];
+			amx_q8_xpack(xq, nt, nb, xa);
+			for (size_t ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++) {
+				int nr = rowss[ri];
+				k->amx_q6_stage_rows(wide, nb * 34, nr, nb, wd, sa);
+				for (int i = 0; i < NT * LDY; i++)
+					yb[i] = -7.0f;
+				k->gemm_q6_amx(sa, nb, xa, nt, yb, LDY, nr);
+				for (int r0 = 0; r0 < nr; r0 += 4) {
+					int n4 = nr - r0 < 4 ? nr - r0 : 4;
+					k->gemm_q6_k(wide + (size_t)r0 * nb * 34, nb * 34, n4, ws + (size_t)r0 * 2 * nb,
+						     wd + (size_t)r0 * 2 * nb, tiles, nb, 2, nb, ya);
+					for (int r = 0; r < n4; r++)
+						for (int t = 0; t < nt; t++)
+							bad += memcmp(&yb[t * LDY + r0 + r],
+								      &ya[r * 2 * GEMM_TOKENS + t], sizeof(float)) != 0;
+				}
+				for (int t = 0; t < NT; t++)
+					for (int r = 0; r < LDY; r++)
+						if (t >= nt || r >= nr)
+							wild += yb[t * LDY + r] != -7.0f;
+				runs++;
+			}
+		}
+	}
+	CHECK(bad == 0, "gemm_q6_amx equals gemm_q6_k bit for bit: %d outputs differ over %d shapes", bad, runs);
+	CHECK(wild == 0, "gemm_q6_amx writes only the rows and tokens asked for: %d others written", wild);
+}
+
 /* Q4_0 repacked 8 rows to a group: rows read back exactly; the kernel,
  * for 1 to 8 tokens and for several groups in one call, equals the
  * scalar reference bit for bit and the per-row dot within rounding, and
@@ -1176,6 +1243,7 @@ main(void)
 {
 	test_gemm();
 	test_gemm_amx();
+	test_gemm_q6_amx();
 	test_halfs();
 	test_blocks();
 	test_round_trips();

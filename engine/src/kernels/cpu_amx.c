@@ -530,6 +530,17 @@ amx_q8_stage_kx8(const uint8_t *g0, const uint8_t *g1, size_t nsb, int five, str
 	}
 }
 
+/* The 32 int8 values of nr rows' blocks at blk (a row at each lane of
+ * at, lanes past m zeros) into s->b: tile row k holds bytes 4k..4k+3 of
+ * every row. */
+AMX static inline __attribute__((always_inline)) void
+stage_block_rows(const uint8_t *blk, __m512i at, __mmask16 m, struct amx_q8_wblock *s)
+{
+	for (int k = 0; k < 8; k++)
+		_mm512_storeu_si512(s->b[k],
+				    _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, at, blk + 2 + 4 * k, 1));
+}
+
 AMX void
 amx_q8_stage_rows(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd, const float *wmin,
 		  struct amx_q8_wblock *s)
@@ -543,8 +554,7 @@ amx_q8_stage_rows(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, cons
 
 	for (size_t b = 0; b < nb; b++, s++) {
 		const uint8_t *blk = rows + b * 34;
-		for (int k = 0; k < 8; k++)
-			_mm512_storeu_si512(s->b[k], _mm512_mask_i32gather_epi32(zero, m, at, blk + 2 + 4 * k, 1));
+		stage_block_rows(blk, at, m, s);
 		if (wd != NULL) {
 			_mm512_storeu_ps(s->d, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, at_d, wd + b, 4));
 		} else { /* the fp16 scale in front of each block (its low 16 bits) */
@@ -555,6 +565,23 @@ amx_q8_stage_rows(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, cons
 		if (wmin != NULL)
 			mins = _mm512_mask_i32gather_ps(mins, m, at_d, wmin + b, 4);
 		_mm512_storeu_ps(s->min, mins);
+	}
+}
+
+/* Widened Q6_K rows: the blocks as Q8_0's, the halves' scales (wd + 2b
+ * and wd + 2b + 1 of each row) into d and d1. */
+AMX void
+amx_q6_stage_rows(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd, struct amx_q8_wblock *s)
+{
+	const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+	const __mmask16 m = (__mmask16)((1u << nr) - 1);
+	const __m512i at = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)row_bytes));
+	const __m512i at_d = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)(2 * nb)));
+
+	for (size_t b = 0; b < nb; b++, s++) {
+		stage_block_rows(rows + b * 34, at, m, s);
+		_mm512_storeu_ps(s->d, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, at_d, wd + 2 * b, 4));
+		_mm512_storeu_ps(s->d1, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, at_d, wd + 2 * b + 1, 4));
 	}
 }
 
@@ -630,6 +657,94 @@ gemm_q8_amx(const struct amx_q8_wblock *w, size_t nb, int has_min, const struct 
 			q8_group(w, nb, xg, 1, nt, y + (size_t)t0 * ldy, ldy, nr);
 		else
 			q8_group(w, nb, xg, 0, nt, y + (size_t)t0 * ldy, ldy, nr);
+	}
+	_tile_release();
+}
+/*
+ * Q6_K on the tiles.  Its 16-element halves carry their own scales, so
+ * each block is two products of K = 16 (tokens 16 x 16 bytes, weights 4
+ * x (16 rows x 4 bytes)) into two sums, each converted and scaled as
+ * gemm_q6_k_avx512 does it (the same float operations in the same order:
+ * the same bits).  Tiles 0-1 and 2-3: the halves' sums of blocks b and
+ * b + 1; 4-5 the tokens' halves; 6-7 the weights'.
+ */
+AMX static void
+q6_tiles_configure(void)
+{
+	static const uint8_t rows[8] = { 16, 16, 16, 16, 16, 16, 4, 4 };
+	static const uint16_t colsb[8] = { 64, 64, 64, 64, 16, 16, 64, 64 };
+
+	tiles_configure(rows, colsb);
+}
+
+/* Block BLK's two halves into tiles TC and TC + 1 (constants) */
+#define Q6_TDP(TC0, TC1, BLK)                                                                                          \
+	do {                                                                                                           \
+		_tile_zero(TC0);                                                                                       \
+		_tile_zero(TC1);                                                                                       \
+		_tile_loadd(4, x[BLK].q[0], 32);                                                                       \
+		_tile_loadd(6, w[BLK].b[0], 64);                                                                       \
+		_tile_dpbssd(TC0, 4, 6);                                                                               \
+		_tile_loadd(5, x[BLK].q[0] + 16, 32);                                                                  \
+		_tile_loadd(7, w[BLK].b[4], 64);                                                                       \
+		_tile_dpbssd(TC1, 5, 7);                                                                               \
+	} while (0)
+
+AMX static inline __attribute__((always_inline)) void
+q6_float_step(__m512 *acc, const int32_t *s0, const int32_t *s1, const struct amx_q8_wblock *w,
+	      const struct amx_q8_xblock *x)
+{
+	__m512 d0 = _mm512_loadu_ps(w->d), d1 = _mm512_loadu_ps(w->d1);
+
+#pragma GCC unroll 16
+	for (int t = 0; t < 16; t++) {
+		__m512 xd = _mm512_set1_ps(x->d[t]);
+		acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(s0 + 16 * t)), _mm512_mul_ps(d0, xd),
+					 acc[t]);
+		acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(s1 + 16 * t)), _mm512_mul_ps(d1, xd),
+					 acc[t]);
+	}
+}
+
+AMX static void
+q6_group(const struct amx_q8_wblock *w, size_t nb, const struct amx_q8_xblock *x, int nt, float *y, size_t ldy, int nr)
+{
+	int32_t buf[2][16 * 16] __attribute__((aligned(64)));
+	__m512 acc[16];
+
+#pragma GCC unroll 16
+	for (int t = 0; t < 16; t++)
+		acc[t] = _mm512_setzero_ps();
+	Q6_TDP(0, 1, 0);
+	for (size_t b = 0; b < nb; b += 2) {
+		if (b + 1 < nb)
+			Q6_TDP(2, 3, b + 1);
+		_tile_stored(0, buf[0], 64);
+		_tile_stored(1, buf[1], 64);
+		q6_float_step(acc, buf[0], buf[1], &w[b], &x[b]);
+		if (b + 1 >= nb)
+			break;
+		if (b + 2 < nb)
+			Q6_TDP(0, 1, b + 2);
+		_tile_stored(2, buf[0], 64);
+		_tile_stored(3, buf[1], 64);
+		q6_float_step(acc, buf[0], buf[1], &w[b + 1], &x[b + 1]);
+	}
+	__mmask16 m = (__mmask16)((1u << nr) - 1);
+#pragma GCC unroll 16
+	for (int t = 0; t < 16; t++)
+		if (t < nt)
+			_mm512_mask_storeu_ps(y + (size_t)t * ldy, m, acc[t]);
+}
+
+AMX void
+gemm_q6_amx(const struct amx_q8_wblock *w, size_t nb, const struct amx_q8_xblock *x, int ntokens, float *y, size_t ldy,
+	    int nr)
+{
+	q6_tiles_configure();
+	for (int t0 = 0; t0 < ntokens; t0 += 16) {
+		int nt = ntokens - t0 < 16 ? ntokens - t0 : 16;
+		q6_group(w, nb, x + (size_t)(t0 / 16) * nb, nt, y + (size_t)t0 * ldy, ldy, nr);
 	}
 	_tile_release();
 }

@@ -518,8 +518,7 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 		return PRIVAI_ENOMEM;
 	if ((size_t)max_cols > im->row_buf_len) {
 		/* Q6_K keeps two sums and scales per block; AMX widens 16 rows */
-		size_t blocks =
-			(AMX_Q8_ROWS > 2 * GEMM_ROWS ? AMX_Q8_ROWS : 2 * GEMM_ROWS) * (size_t)(max_cols / 32 + 1);
+		size_t blocks = 2 * (AMX_Q8_ROWS > GEMM_ROWS ? AMX_Q8_ROWS : GEMM_ROWS) * (size_t)(max_cols / 32 + 1);
 		for (int i = 0; i < nth; i++) {
 			struct thread_scratch *ts = &im->ts[i];
 			/* all of them grow together with max_cols */

@@ -180,6 +180,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL,
 	0,
+	NULL,
+	NULL,
 };
 
 void
@@ -458,12 +460,12 @@ static struct cpu_kernels k_avx2 = {
 	NULL, gemm_q4_kx8_avx2, kx8_repack_avx2, gemm_q5_kx8_avx2,
 	/* no Q8_0 repack: vpmaddubsw would saturate on the +128 weights
 	 * (255 * 127 * 2 > 32767), and the file's rows serve AVX2 as well */
-	NULL, NULL, NULL,                            /* filled in by cpu_kernels_get */
-	dot4_f16_avx2,                               /* F16 decode, four rows a pass */
-	NULL,                                        /* no vdpbf16ps */
-	0, NULL, NULL,                               /* no packed GEMM */
-	0,                                           /* vdpbf16ps not measured */
-	NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, /* no AMX */
+	NULL, NULL, NULL,                                        /* filled in by cpu_kernels_get */
+	dot4_f16_avx2,                                           /* F16 decode, four rows a pass */
+	NULL,                                                    /* no vdpbf16ps */
+	0, NULL, NULL,                                           /* no packed GEMM */
+	0,                                                       /* vdpbf16ps not measured */
+	NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, /* no AMX */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -914,6 +916,8 @@ static struct cpu_kernels k_avx512 = {
 	NULL,
 	NULL, /* filled in by cpu_kernels_get */
 	0,    /* filled in by cpu_kernels_get */
+	NULL, /* filled in by cpu_kernels_get */
+	NULL,
 };
 #endif
 
@@ -1037,7 +1041,9 @@ cpu_kernels_get(void)
 		k_avx512.amx_q8_stage_q4x8 = amx_q8_stage_q4x8;
 		k_avx512.amx_q8_stage_kx8 = amx_q8_stage_kx8;
 		k_avx512.amx_q8_stage_rows = amx_q8_stage_rows;
+		k_avx512.amx_q6_stage_rows = amx_q6_stage_rows;
 		k_avx512.gemm_q8_amx = gemm_q8_amx;
+		k_avx512.gemm_q6_amx = gemm_q6_amx;
 		k_avx512.amx_f16 = amx_f16_wanted();
 	} else {
 		k_avx512.amx_pack_lo = NULL;
@@ -1046,7 +1052,9 @@ cpu_kernels_get(void)
 		k_avx512.amx_q8_stage_q4x8 = NULL;
 		k_avx512.amx_q8_stage_kx8 = NULL;
 		k_avx512.amx_q8_stage_rows = NULL;
+		k_avx512.amx_q6_stage_rows = NULL;
 		k_avx512.gemm_q8_amx = NULL;
+		k_avx512.gemm_q6_amx = NULL;
 		k_avx512.amx_f16 = 0;
 	}
 	/* the k-quant dots live in their own file; link them in here */

@@ -64,7 +64,10 @@ void q8_tile8_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile8 
 struct amx_q8_wblock {
 	int8_t b[8][64];
 	float d[16];
-	float min[16];
+	union {
+		float min[16]; /* K-quants' offsets (zeros for Q8_0, Q4_0) */
+		float d1[16];  /* Q6_K: the second 16-element half's scales (d the first's) */
+	};
 };
 struct amx_q8_xblock {
 	int8_t q[16][32];
@@ -266,6 +269,13 @@ struct cpu_kernels {
 	/* F16 prompts take amx_gemm too (PRIVAI_AMX_F16=1; cpu_dot.c says
 	 * why not by default) */
 	int amx_f16;
+	/* widened Q6_K rows, two scales a block (wd: 2 * nb a row) */
+	void (*amx_q6_stage_rows)(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd,
+				  struct amx_q8_wblock *s);
+	/* Q6_K: each block's halves summed and scaled apart (gemm_q6_k's
+	 * arithmetic, the same bits) */
+	void (*gemm_q6_amx)(const struct amx_q8_wblock *w, size_t nb, const struct amx_q8_xblock *x, int ntokens,
+			    float *y, size_t ldy, int nr);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -400,8 +410,12 @@ void amx_q8_stage_q4x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct a
 void amx_q8_stage_kx8(const uint8_t *g0, const uint8_t *g1, size_t nsb, int five, struct amx_q8_wblock *s);
 void amx_q8_stage_rows(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd, const float *wmin,
 		       struct amx_q8_wblock *s);
+void amx_q6_stage_rows(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd,
+		       struct amx_q8_wblock *s);
 void gemm_q8_amx(const struct amx_q8_wblock *w, size_t nb, int has_min, const struct amx_q8_xblock *x, int ntokens,
 		 float *y, size_t ldy, int nr);
+void gemm_q6_amx(const struct amx_q8_wblock *w, size_t nb, const struct amx_q8_xblock *x, int ntokens, float *y,
+		 size_t ldy, int nr);
 /* cpu_attention.c */
 void att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale, float *s);
 void att_scores_rows_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,

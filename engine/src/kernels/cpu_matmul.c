@@ -28,6 +28,7 @@
 #define ROW_BLOCK 8           /* weight rows kept hot while the tokens stream by */
 #define TOKEN_TILE 48         /* float-path tokens per pass (a multiple of GEMM_F32_TOKENS), bounds the x working set */
 #define AMX_GEMM_TOKENS 16    /* tokens from which the repacked int8 types take the GEMM on AMX tiles */
+#define AMX_Q6_GEMM_TOKENS 32 /* and Q6_K's rows, widened (gemm_min_tokens) */
 #define X8_CHUNK_BYTES 32768  /* 8-row groups a chunk when several passes of tokens read them (L1) */
 #define QUANTIZE_INLINE 16384 /* activations quantized on the calling thread up to this many values */
 
@@ -185,6 +186,13 @@ mm_rows_amx8(struct mm_job *j, int64_t r0, int64_t r1)
 			const uint8_t *g0 = j->x8 + (size_t)(rb / 8) * group;
 			k->amx_q8_stage_kx8(g0, nr > 8 ? g0 + group : NULL, (size_t)nb / 8, five, ts->amx8);
 			has_min = 1;
+		} else if (w->type == TT_Q6_K) {
+			size_t row_bytes;
+			float *wmin;
+			const uint8_t *rows = mm_widen(j, ts, rb, nr, &row_bytes, &wmin);
+			k->amx_q6_stage_rows(rows, row_bytes, nr, (size_t)nb, ts->wd, ts->amx8);
+			k->gemm_q6_amx(ts->amx8, (size_t)nb, x, j->n, j->y + rb, (size_t)w->rows, nr);
+			continue;
 		} else {
 			size_t row_bytes;
 			float *wmin;
@@ -376,6 +384,11 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	 * loses on it (Q4_0 113-136 -> 77-79; docs/performance.md) */
 	if (x8 && k->gemm_q8_amx != NULL && type != TT_Q6_K)
 		return AMX_GEMM_TOKENS;
+	/* Q6_K's rows widened onto the tiles against the Q8_K dots, 2 threads,
+	 * bench -p N (tok/s, two rounds): pp16 72/77 and 46/69, pp32 71/68
+	 * and 93/71, pp48 112/74, pp64 113/69 */
+	if (type == TT_Q6_K && k->gemm_q6_amx != NULL)
+		return AMX_Q6_GEMM_TOKENS;
 	if (x8 && (type == TT_Q8_0 || type == TT_Q4_0))
 		return X8_GEMM_TOKENS;
 	if (x8 && type == TT_Q4_K)
@@ -431,9 +444,9 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 		(((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
 		 (type == TT_Q6_K && k->gemm_q6_k != NULL)) &&
 		n >= gemm_min_tokens(k, type, x8);
-	/* on AMX tiles, every type the int8 GEMM widens to Q8_0 (Q6_K keeps
-	 * its own two-scale kernel) */
-	p->amx8 = p->gemm && type != TT_Q6_K && k->gemm_q8_amx != NULL;
+	/* on AMX tiles, every type the int8 GEMM widens to Q8_0, and Q6_K
+	 * with its halves apart */
+	p->amx8 = p->gemm && k->gemm_q8_amx != NULL && (type != TT_Q6_K || k->gemm_q6_amx != NULL);
 	/* a decode batch of the file's rows: 8-token tiles (one token is
 	 * memory-bound on the dot) */
 	p->gemm8 = !p->gemm && !grouped && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) &&
