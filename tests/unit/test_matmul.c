@@ -29,6 +29,11 @@
 #define AMX_COLS (AMX_KC + 32) /* two column passes, the second a step wide */
 #define MAX_ROWS 600
 #define MAX_TOKENS 150
+/* and one prompt past the packed float GEMM's token pass, on 70 rows of
+ * COLS2 (x and y hold it) */
+#define LONG_TOKENS (GEMM_PK_TOKENS + 8)
+_Static_assert(LONG_TOKENS *COLS2 <= MAX_TOKENS * AMX_COLS && LONG_TOKENS * 70 <= MAX_TOKENS * MAX_ROWS,
+	       "x and y hold the long prompt");
 
 static float x[MAX_TOKENS * AMX_COLS], y[MAX_TOKENS * MAX_ROWS];
 static float wf[MAX_ROWS * AMX_COLS]; /* the weights as the kernels see them */
@@ -142,6 +147,18 @@ check_type(struct compute *c, uint32_t type, int cols, const char *mode)
 			return;
 }
 
+/* A prompt of LONG_TOKENS: two passes of the packed float GEMM, the
+ * second 8 tokens, each token as the reference has it. */
+static void
+check_long(struct compute *c, uint32_t type, const char *mode)
+{
+	static const int ns[] = { LONG_TOKENS };
+
+	for (int i = 0; i < LONG_TOKENS * COLS2; i++)
+		x[i] = value((unsigned)i * 7u + 3u, 2.0f);
+	check_weight(c, type, 70, COLS2, ns, 1, 1e-5, mode);
+}
+
 /* matmul_n (Q, K and V; gate and up in one call) gives each weight
  * exactly what matmul gives it: three weights of `type` (64, 16 and 24
  * rows, 8-row groups where the type is repacked) and one of another type
@@ -198,7 +215,7 @@ new_backend(void)
 	struct compute_params p = { .n_threads = 2 };
 	struct compute *c;
 	char err[PRIVAI_ERR_LEN] = "reserve() failed";
-	struct compute_shape s = { AMX_COLS > MAX_ROWS ? AMX_COLS : MAX_ROWS, MAX_TOKENS, 16, 1, 16, 0, 8, 16 };
+	struct compute_shape s = { AMX_COLS > MAX_ROWS ? AMX_COLS : MAX_ROWS, LONG_TOKENS, 16, 1, 16, 0, 8, 16 };
 	size_t kv_bytes;
 
 	if (compute_new("cpu", &p, &c, err) != PRIVAI_OK)
@@ -226,6 +243,7 @@ check_level(const char *simd)
 	check_type(c, TT_BF16, COLS, compute_cpu_simd_name());
 	check_type(c, TT_BF16, COLS2, compute_cpu_simd_name());
 	check_type(c, TT_F32, COLS2, compute_cpu_simd_name());
+	check_long(c, TT_F16, compute_cpu_simd_name());
 	for (size_t i = 0; i < sizeof(quantized) / sizeof(quantized[0]); i++) {
 		check_type(c, quantized[i], QCOLS, compute_cpu_simd_name());
 		check_fused(c, quantized[i], quantized[(i + 1) % 5], QCOLS);

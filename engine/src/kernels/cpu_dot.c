@@ -182,6 +182,7 @@ static const struct cpu_kernels k_scalar = {
 	0,
 	NULL,
 	NULL,
+	NULL,
 };
 
 void
@@ -466,6 +467,7 @@ static struct cpu_kernels k_avx2 = {
 	0, NULL, NULL,                                           /* no packed GEMM */
 	0,                                                       /* vdpbf16ps not measured */
 	NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, /* no AMX */
+	NULL,                                                    /* no packed GEMM */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -918,6 +920,7 @@ static struct cpu_kernels k_avx512 = {
 	0,    /* filled in by cpu_kernels_get */
 	NULL, /* filled in by cpu_kernels_get */
 	NULL,
+	pack_f32_tokens_avx512,
 };
 #endif
 

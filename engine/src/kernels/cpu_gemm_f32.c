@@ -7,9 +7,10 @@
  * GEMM_PK_COLS columns at a time, into a panel whose column k is three
  * vectors of 48 rows.  The register tile is those 48 rows by 8 tokens:
  * for each column, three vector loads of the panel and eight multiply-adds
- * of each with one token's value broadcast from memory.  The sums land in
- * rows, so they need no sums across lanes and are stored (or added, for a
- * later panel of columns) 48 rows of a token at a time.
+ * of each with one token's value broadcast from memory (the tokens packed
+ * 8 at a time, pack_f32_tokens).  The sums land in rows, so they need no
+ * sums across lanes and are stored (or added, for a later panel of
+ * columns) straight into y, 48 rows of a token at a time.
  *
  * The row-at-a-time register tile this replaces (gemm_f32) sums across
  * lanes at the end and converted each row once per 48 tokens, reading an
@@ -71,43 +72,76 @@ pack_bf16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *
 	PACK_PANEL(w, LOAD16_BF16);
 }
 
-/* c[t * GEMM_PK_ROWS + r] (+)= sum over k < kc of a[k][r] * x[t][k], for
- * the 48 rows and NT tokens. */
-#define PACKED_KERNEL(NT)                                                                                              \
-	AVX512 static void gemm_packed##NT(const float *a, size_t kc, const float *x, size_t ldx, float *c, int add)   \
-	{                                                                                                              \
-		__m512 acc[3][NT];                                                                                     \
-		_Pragma("GCC unroll 8") for (int t = 0; t < NT; t++)                                                   \
-			_Pragma("GCC unroll 3") for (int v = 0; v < 3; v++) acc[v][t] =                                \
-				add ? _mm512_loadu_ps(c + t * GEMM_PK_ROWS + 16 * v) : _mm512_setzero_ps();            \
-		for (size_t k = 0; k < kc; k++) {                                                                      \
-			__m512 a0 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS),                                             \
-			       a1 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS + 16),                                        \
-			       a2 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS + 32);                                        \
-			_Pragma("GCC unroll 8") for (int t = 0; t < NT; t++)                                           \
-			{                                                                                              \
-				__m512 b = _mm512_set1_ps(x[t * ldx + k]);                                             \
-				acc[0][t] = _mm512_fmadd_ps(a0, b, acc[0][t]);                                         \
-				acc[1][t] = _mm512_fmadd_ps(a1, b, acc[1][t]);                                         \
-				acc[2][t] = _mm512_fmadd_ps(a2, b, acc[2][t]);                                         \
-			}                                                                                              \
-		}                                                                                                      \
-		_Pragma("GCC unroll 8") for (int t = 0; t < NT; t++)                                                   \
-			_Pragma("GCC unroll 3") for (int v = 0; v < 3; v++)                                            \
-				_mm512_storeu_ps(c + t * GEMM_PK_ROWS + 16 * v, acc[v][t]);                            \
-	}
-PACKED_KERNEL(8)
-PACKED_KERNEL(1)
-
-AVX512
-void
-gemm_f32_packed_avx512(const float *a, size_t kc, const float *x, size_t ldx, int nt, float *c, int add)
+/* Tokens packed as the kernel reads them: for each 8 tokens, column k's
+ * 8 values side by side (xp[(b * kc + k) * 8 + t] for token 8b + t),
+ * zeros past nt.  Read in rows of the model's width, the kernel's eight
+ * broadcasts a column came from eight lines 8 or 32 KiB apart, one L1
+ * set; packed, they are one line for two columns. */
+AVX512 void
+pack_f32_tokens_avx512(const float *x, size_t ldx, int nt, size_t kc, float *xp)
 {
-	int t = 0;
+	for (int g = 0; 16 * g < nt; g++) {
+		float *b0 = xp + (size_t)(2 * g) * kc * 8, *b1 = b0 + kc * 8;
+		for (size_t k0 = 0; k0 < kc; k0 += 16) {
+			__mmask16 m = kc - k0 >= 16 ? 0xffff : (__mmask16)((1u << (kc - k0)) - 1);
+			__m512 v[16];
+#pragma GCC unroll 16
+			for (int i = 0; i < 16; i++)
+				v[i] = 16 * g + i < nt ? _mm512_maskz_loadu_ps(m, x + (size_t)(16 * g + i) * ldx + k0)
+						       : _mm512_setzero_ps();
+			transpose16(v);
+			for (size_t i = 0; i < 16 && k0 + i < kc; i++) {
+				_mm256_storeu_ps(b0 + (k0 + i) * 8, _mm512_castps512_ps256(v[i]));
+				if (16 * g + 8 < nt)
+					_mm256_storeu_ps(b1 + (k0 + i) * 8,
+							 _mm256_castpd_ps(
+								 _mm512_extractf64x4_pd(_mm512_castps_pd(v[i]), 1)));
+			}
+		}
+	}
+}
 
-	for (; t + 8 <= nt; t += 8)
-		gemm_packed8(a, kc, x + (size_t)t * ldx, ldx, c + (size_t)t * GEMM_PK_ROWS, add);
-	for (; t < nt; t++)
-		gemm_packed1(a, kc, x + (size_t)t * ldx, ldx, c + (size_t)t * GEMM_PK_ROWS, add);
+/* y[t * ldy + r] (+)= sum over k < kc of a[k][r] * xp's token t at k, for
+ * r < nr (<= 48) and t < nt (<= GEMM_PK_TOKENS): 48 rows by 8 tokens a
+ * register tile, three vector loads and eight broadcasts a column. */
+AVX512 void
+gemm_f32_packed_avx512(const float *a, size_t kc, const float *xp, int nt, float *y, size_t ldy, int nr, int add)
+{
+	__mmask16 m[3];
+
+	for (int v = 0; v < 3; v++) {
+		int left = nr - 16 * v;
+		m[v] = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+	}
+	for (int b = 0; 8 * b < nt; b++) {
+		const float *xb = xp + (size_t)b * kc * 8;
+		float *yb = y + (size_t)(8 * b) * ldy;
+		int ntb = nt - 8 * b < 8 ? nt - 8 * b : 8;
+		__m512 acc[3][8];
+#pragma GCC unroll 8
+		for (int t = 0; t < 8; t++)
+#pragma GCC unroll 3
+			for (int v = 0; v < 3; v++)
+				acc[v][t] = add && t < ntb ? _mm512_maskz_loadu_ps(m[v], yb + t * ldy + 16 * v)
+							   : _mm512_setzero_ps();
+		for (size_t k = 0; k < kc; k++) {
+			__m512 a0 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS),
+			       a1 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS + 16),
+			       a2 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS + 32);
+#pragma GCC unroll 8
+			for (int t = 0; t < 8; t++) {
+				__m512 x = _mm512_set1_ps(xb[k * 8 + t]);
+				acc[0][t] = _mm512_fmadd_ps(a0, x, acc[0][t]);
+				acc[1][t] = _mm512_fmadd_ps(a1, x, acc[1][t]);
+				acc[2][t] = _mm512_fmadd_ps(a2, x, acc[2][t]);
+			}
+		}
+#pragma GCC unroll 8
+		for (int t = 0; t < 8; t++)
+			if (t < ntb)
+#pragma GCC unroll 3
+				for (int v = 0; v < 3; v++)
+					_mm512_mask_storeu_ps(yb + t * ldy + 16 * v, m[v], acc[v][t]);
+	}
 }
 #endif

@@ -24,11 +24,11 @@ struct thread_scratch {
 	uint8_t *wrows;             /* GEMM_ROWS rows widened to Q8_0 blocks (AMX_Q8_ROWS on AMX) */
 	struct amx_q8_wblock *amx8; /* AMX_Q8_ROWS rows staged for the int8 AMX GEMM, a block each */
 	float *ystage;              /* Y_STAGE_ROWS outputs of every token, a token's together */
-	float *panel;               /* the packed float GEMM: PANEL_FLOATS (rows, their panel, the outputs) */
+	float *panel;               /* the packed float GEMM: PANEL_FLOATS (rows, their panel, the tokens) */
 	void *amx;                  /* the AMX GEMM: AMX_SCRATCH_BYTES (sums, F16 rows split to bfloat16) */
 };
 
-#define PANEL_FLOATS (2 * GEMM_PK_ROWS * GEMM_PK_COLS + GEMM_PK_ROWS * GEMM_PK_TOKENS)
+#define PANEL_FLOATS (2 * GEMM_PK_ROWS * GEMM_PK_COLS + GEMM_PK_TOKENS * GEMM_PK_COLS)
 
 /* Outputs of this many weight rows (a cache line of y) are gathered
  * before they are stored, so that each line of y is written once. */
