@@ -612,6 +612,18 @@ q8_float_step(__m512 *acc, const int32_t *sums, const struct amx_q8_wblock *w, c
 	}
 }
 
+/* A token group's sums: token t's nr outputs at y + t * ldy, t < nt. */
+AMX static inline __attribute__((always_inline)) void
+group_store(const __m512 *acc, int nt, int nr, float *y, size_t ldy)
+{
+	__mmask16 m = (__mmask16)((1u << nr) - 1);
+
+#pragma GCC unroll 16
+	for (int t = 0; t < 16; t++)
+		if (t < nt)
+			_mm512_mask_storeu_ps(y + (size_t)t * ldy, m, acc[t]);
+}
+
 /* One group of 16 tokens over nb blocks; y[t * ldy + r] for t < nt,
  * r < nr.  The accumulators are 16 vectors, every loop over them
  * unrolled so that they stay in registers. */
@@ -638,11 +650,7 @@ q8_group(const struct amx_q8_wblock *w, size_t nb, const struct amx_q8_xblock *x
 		_tile_stored(1, buf[1], 64);
 		q8_float_step(acc, buf[1], &w[b + 1], &x[b + 1], has_min);
 	}
-	__mmask16 m = (__mmask16)((1u << nr) - 1);
-#pragma GCC unroll 16
-	for (int t = 0; t < 16; t++)
-		if (t < nt)
-			_mm512_mask_storeu_ps(y + (size_t)t * ldy, m, acc[t]);
+	group_store(acc, nt, nr, y, ldy);
 }
 
 AMX void
@@ -730,11 +738,7 @@ q6_group(const struct amx_q8_wblock *w, size_t nb, const struct amx_q8_xblock *x
 		_tile_stored(3, buf[1], 64);
 		q6_float_step(acc, buf[0], buf[1], &w[b + 1], &x[b + 1]);
 	}
-	__mmask16 m = (__mmask16)((1u << nr) - 1);
-#pragma GCC unroll 16
-	for (int t = 0; t < 16; t++)
-		if (t < nt)
-			_mm512_mask_storeu_ps(y + (size_t)t * ldy, m, acc[t]);
+	group_store(acc, nt, nr, y, ldy);
 }
 
 AMX void
