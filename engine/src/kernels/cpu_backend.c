@@ -430,6 +430,7 @@ cpu_destroy(struct compute *c)
 		free(im->tiles);
 		free(im->xbf);
 		free(im->xr);
+		free(im->xpk);
 		free(im->xk);
 		free(im->k_cache);
 		free(im->v_cache);

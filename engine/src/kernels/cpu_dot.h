@@ -189,13 +189,14 @@ struct cpu_kernels {
 	/* The packed float GEMM (cpu_gemm_f32.c; NULL where there is none).
 	 * pack: rows r < nr <= GEMM_PK_ROWS of w (ldw apart), columns k < kc,
 	 * into a[k * GEMM_PK_ROWS + r] (rows past nr zero).
-	 * pack_tokens: nt (<= GEMM_PK_TOKENS) tokens' columns k < kc (rows
-	 * ldx apart) into xp[(b * kc + k) * 8 + t] for token 8b + t.
+	 * pack_tokens: nt tokens' columns k < kc (rows ldx apart) into
+	 * xp[(b * kc + k) * 8 + t] for token 8b + t.
 	 * gemm: y[t * ldy + r] = (add ? y[..] : 0) + sum over k < kc of
-	 * a[k * GEMM_PK_ROWS + r] * token t's column k, r < nr, t < nt. */
+	 * a[k * GEMM_PK_ROWS + r] * token t's column k (xp[b * ldb + k * 8
+	 * + t % 8], b = t / 8), r < nr, t < nt. */
 	void (*pack_f32_panel)(const float *w, size_t ldw, int nr, size_t kc, float *a);
-	void (*gemm_f32_packed)(const float *a, size_t kc, const float *xp, int nt, float *y, size_t ldy, int nr,
-				int add);
+	void (*gemm_f32_packed)(const float *a, size_t kc, const float *xp, size_t ldb, int nt, float *y, size_t ldy,
+				int nr, int add);
 	/* Q4_K and Q5_K decode on Q8_K activations, as dot_q6_k_q8k */
 	float (*dot_q4_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
 	float (*dot_q5_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
@@ -304,7 +305,7 @@ int cpu_amx_usable(void);
 #define GEMM_F32_ROWS 4
 #define GEMM_PK_ROWS 48    /* rows of a packed float panel: 3 vectors */
 #define GEMM_PK_COLS 256   /* columns of a panel (48 KiB) */
-#define GEMM_PK_TOKENS 512 /* tokens a pass over the weights: their panel columns stay in L2 */
+#define GEMM_PK_TOKENS 512 /* tokens a pass over the weights: 48 rows' sums of them (96 KiB) stay in L2 */
 #define GEMM_F32_TOKENS 6
 
 /* cpu_dot_kquants.c */
@@ -429,7 +430,8 @@ void att_pv_f16_avx512(const uint16_t *const *vr, int nc, const float *s, const 
 void pack_f32_panel_avx512(const float *w, size_t ldw, int nr, size_t kc, float *a);
 void pack_f16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a);
 void pack_bf16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a);
-void gemm_f32_packed_avx512(const float *a, size_t kc, const float *xp, int nt, float *y, size_t ldy, int nr, int add);
+void gemm_f32_packed_avx512(const float *a, size_t kc, const float *xp, size_t ldb, int nt, float *y, size_t ldy,
+			    int nr, int add);
 void pack_f32_tokens_avx512(const float *x, size_t ldx, int nt, size_t kc, float *xp);
 void att_softmax_avx512(float *s, int nr, const int *seen, float *m, float *l, float *c);
 /* cpu_gemm_q6_k.c */

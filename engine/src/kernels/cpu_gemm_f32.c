@@ -8,9 +8,9 @@
  * vectors of 48 rows.  The register tile is those 48 rows by 8 tokens:
  * for each column, three vector loads of the panel and eight multiply-adds
  * of each with one token's value broadcast from memory (the tokens packed
- * 8 at a time, pack_f32_tokens).  The sums land in rows, so they need no
- * sums across lanes and are stored (or added, for a later panel of
- * columns) straight into y, 48 rows of a token at a time.
+ * 8 at a time, pack_f32_tokens, once a prompt).  The sums land in rows,
+ * so they need no sums across lanes and are stored (or added, for a later
+ * panel of columns) 48 rows of a token at a time.
  *
  * The row-at-a-time register tile this replaces (gemm_f32) sums across
  * lanes at the end and converted each row once per 48 tokens, reading an
@@ -102,10 +102,12 @@ pack_f32_tokens_avx512(const float *x, size_t ldx, int nt, size_t kc, float *xp)
 }
 
 /* y[t * ldy + r] (+)= sum over k < kc of a[k][r] * xp's token t at k, for
- * r < nr (<= 48) and t < nt (<= GEMM_PK_TOKENS): 48 rows by 8 tokens a
- * register tile, three vector loads and eight broadcasts a column. */
+ * r < nr (<= 48) and t < nt: 48 rows by 8 tokens a register tile, three
+ * vector loads and eight broadcasts a column.  xp's blocks of 8 tokens
+ * are ldb floats apart. */
 AVX512 void
-gemm_f32_packed_avx512(const float *a, size_t kc, const float *xp, int nt, float *y, size_t ldy, int nr, int add)
+gemm_f32_packed_avx512(const float *a, size_t kc, const float *xp, size_t ldb, int nt, float *y, size_t ldy, int nr,
+		       int add)
 {
 	__mmask16 m[3];
 
@@ -114,7 +116,7 @@ gemm_f32_packed_avx512(const float *a, size_t kc, const float *xp, int nt, float
 		m[v] = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
 	}
 	for (int b = 0; 8 * b < nt; b++) {
-		const float *xb = xp + (size_t)b * kc * 8;
+		const float *xb = xp + (size_t)b * ldb;
 		float *yb = y + (size_t)(8 * b) * ldy;
 		int ntb = nt - 8 * b < 8 ? nt - 8 * b : 8;
 		__m512 acc[3][8];

@@ -24,11 +24,11 @@ struct thread_scratch {
 	uint8_t *wrows;             /* GEMM_ROWS rows widened to Q8_0 blocks (AMX_Q8_ROWS on AMX) */
 	struct amx_q8_wblock *amx8; /* AMX_Q8_ROWS rows staged for the int8 AMX GEMM, a block each */
 	float *ystage;              /* Y_STAGE_ROWS outputs of every token, a token's together */
-	float *panel;               /* the packed float GEMM: PANEL_FLOATS (rows, their panel, the tokens) */
+	float *panel;               /* the packed float GEMM: PANEL_FLOATS (rows, their panel, their sums) */
 	void *amx;                  /* the AMX GEMM: AMX_SCRATCH_BYTES (sums, F16 rows split to bfloat16) */
 };
 
-#define PANEL_FLOATS (2 * GEMM_PK_ROWS * GEMM_PK_COLS + GEMM_PK_TOKENS * GEMM_PK_COLS)
+#define PANEL_FLOATS (2 * GEMM_PK_ROWS * GEMM_PK_COLS + GEMM_PK_ROWS * GEMM_PK_TOKENS)
 
 /* Outputs of this many weight rows (a cache line of y) are gathered
  * before they are stored, so that each line of y is written once. */
@@ -50,6 +50,8 @@ struct cpu_impl {
 	size_t xbf_len;
 	float *xr; /* a bfloat16 prompt's tokens rounded, where rows go to float (mm_round_bf16) */
 	size_t xr_len;
+	float *xpk; /* a prompt's tokens packed 8 to a column for the packed float GEMM, grown on first use */
+	size_t xpk_len;
 
 	struct compute_batch batch;  /* set_batch(): read in place */
 	uint16_t *k_cache, *v_cache; /* fp16, n_layer x kv_rows x kv_dim each */

@@ -48,6 +48,7 @@ struct mm_plan {
 	int onednn;    /* bfloat16 weights: oneDNN's matmul (the flags above are the fallback) */
 	int amx;       /* F16 or BF16 weights on AMX tiles (cpu_amx.c; the flags above are the fallback) */
 	int amx8;      /* the int8 GEMM (gemm set) on AMX tiles: tiles hold struct amx_q8_xblock */
+	int packed;    /* float weights: the packed float GEMM on tokens packed once (xpk; mm_prepare) */
 };
 
 struct mm_job {
@@ -567,28 +568,48 @@ mm_row_segment(const struct cpu_kernels *k, const struct weight *w, int64_t r, i
 		memcpy(out, row + k0 * (int64_t)sizeof(float), kc * sizeof(float));
 }
 
+/* The tokens of a prompt for the packed float GEMM, 16 a step, once for
+ * every part of the job (and every weight fused with it): packed in each
+ * part, they were 3 % of an F16 prompt's time. */
+static void
+mm_pack_f32_x(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi, cols = j->w->cols;
+
+	split((j->n + 15) / 16, ith, nth, &lo, &hi);
+	for (int64_t g = lo; g < hi; g++) {
+		int nt = j->n - 16 * (int)g < 16 ? j->n - 16 * (int)g : 16;
+		j->im->k->pack_f32_tokens(j->x + 16 * g * cols, (size_t)cols, nt, (size_t)cols,
+					  j->im->xpk + 16 * g * cols);
+	}
+}
+
 /* The packed float GEMM (cpu_gemm_f32.c): for each pass of up to
- * GEMM_PK_TOKENS tokens, a panel of GEMM_PK_COLS columns at a time, the
- * pass's tokens for those columns packed once (they stay in L2), then
- * every GEMM_PK_ROWS rows of the thread's share converted and packed,
- * multiplied with all of them, and added into y.  Columns outside rows
- * inside: rows outside read the pass's tokens whole for every 48 rows,
- * 6 MiB for ffn_down's 8192 columns, from beyond L2 each time. */
+ * GEMM_PK_TOKENS tokens, every GEMM_PK_ROWS rows of the thread's share
+ * are converted and packed a panel of columns at a time, each panel
+ * multiplied with all the pass's tokens (packed by mm_pack_f32_x), and
+ * the rows' sums stored a token at a time once the last panel is in.
+ * Rows outside columns: each row is read start to end, and the sums
+ * stay in L1 and L2.  Columns outside rows, the sums added into y for
+ * every panel of columns, read F16 pp128 78-82 tok/s against 89-93 on
+ * Zen 4 (docs/performance.md). */
 static void
 mm_rows_packed(struct mm_job *j, int64_t r0, int64_t r1)
 {
 	const struct weight *w = j->w;
 	const struct cpu_kernels *k = j->im->k;
 	float *rows = j->im->ts[threadpool_self()].panel, *a = rows + GEMM_PK_ROWS * GEMM_PK_COLS;
-	float *xp = a + GEMM_PK_ROWS * GEMM_PK_COLS;
+	float *c = a + GEMM_PK_ROWS * GEMM_PK_COLS;
+	size_t ldb = (size_t)w->cols * 8; /* floats from one 8-token block of xpk to the next */
 
 	for (int t0 = 0; t0 < j->n; t0 += GEMM_PK_TOKENS) {
 		int nt = j->n - t0 < GEMM_PK_TOKENS ? j->n - t0 : GEMM_PK_TOKENS;
-		for (int64_t k0 = 0; k0 < w->cols; k0 += GEMM_PK_COLS) {
-			size_t kc = (size_t)(w->cols - k0 < GEMM_PK_COLS ? w->cols - k0 : GEMM_PK_COLS);
-			k->pack_f32_tokens(j->x + (int64_t)t0 * w->cols + k0, (size_t)w->cols, nt, kc, xp);
-			for (int64_t rc = r0; rc < r1; rc += GEMM_PK_ROWS) {
-				int nr = r1 - rc < GEMM_PK_ROWS ? (int)(r1 - rc) : GEMM_PK_ROWS;
+		const float *xp = j->im->xpk + (int64_t)t0 * w->cols;
+		for (int64_t rc = r0; rc < r1; rc += GEMM_PK_ROWS) {
+			int nr = r1 - rc < GEMM_PK_ROWS ? (int)(r1 - rc) : GEMM_PK_ROWS;
+			for (int64_t k0 = 0; k0 < w->cols; k0 += GEMM_PK_COLS) {
+				size_t kc = (size_t)(w->cols - k0 < GEMM_PK_COLS ? w->cols - k0 : GEMM_PK_COLS);
 				const uint16_t *half =
 					(const uint16_t *)((const uint8_t *)w->data + rc * w->row_bytes) + k0;
 				if (w->type == TT_F16 && k->pack_f16_panel != NULL) {
@@ -600,9 +621,11 @@ mm_rows_packed(struct mm_job *j, int64_t r0, int64_t r1)
 						mm_row_segment(k, w, rc + r, k0, kc, rows + (size_t)r * GEMM_PK_COLS);
 					k->pack_f32_panel(rows, GEMM_PK_COLS, nr, kc, a);
 				}
-				k->gemm_f32_packed(a, kc, xp, nt, j->y + (int64_t)t0 * w->rows + rc, (size_t)w->rows,
-						   nr, k0 > 0);
+				k->gemm_f32_packed(a, kc, xp + k0 * 8, ldb, nt, c, GEMM_PK_ROWS, GEMM_PK_ROWS, k0 > 0);
 			}
+			for (int t = 0; t < nt; t++)
+				memcpy(j->y + (int64_t)(t0 + t) * w->rows + rc, c + (size_t)t * GEMM_PK_ROWS,
+				       (size_t)nr * sizeof(float));
 		}
 	}
 }
@@ -647,7 +670,7 @@ mm_rows_f32(struct mm_job *j, int64_t r0, int64_t r1, float *buf)
 		return;
 	}
 
-	if (packed_f32(k, w->type, j->n)) {
+	if (j->p.packed) {
 		mm_rows_packed(j, r0, r1);
 		return;
 	}
@@ -929,6 +952,14 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 					   (size_t)w->cols);
 	else if (w->type == TT_BF16 && im->k->dot_bf16_bf16 != NULL)
 		mm_round_bf16(j);
+	/* float weights' prompts on the packed GEMM (mm_rows_f32), where the
+	 * packed tokens find room; else the register tile */
+	j->p.packed = !j->p.amx && !j->p.bf16 && !j->p.quantized && !half_dot(w->type, n) &&
+		      packed_f32(im->k, w->type, n) &&
+		      cpu_ensure((void **)&im->xpk, &im->xpk_len,
+				 (size_t)(n + 15) / 16 * 16 * (size_t)w->cols * sizeof(float)) == 0;
+	if (j->p.packed)
+		threadpool_run(im->pool, mm_pack_f32_x, j);
 	if (j->p.gemm8) {
 		int64_t nb = w->cols / 32;
 		for (int g = 0; g * GEMM8_TOKENS < n; g++)
