@@ -395,6 +395,13 @@ compute_cpu_prefetch(void)
 	return cpu_stream_prefetch > 0;
 }
 
+int
+compute_cpu_rows_prefetch(void)
+{
+	(void)choose_kernels();
+	return cpu_rows_prefetch > 0;
+}
+
 const char *
 compute_cpu_path(uint32_t type, int n_tokens)
 {

@@ -969,6 +969,7 @@ detect(int *avx2, int *avx512, int *bf16)
 #endif
 
 int cpu_stream_prefetch = -1;
+int cpu_rows_prefetch = -1;
 
 #if defined(__x86_64__)
 /* An Emerald Rapids Xeon's generation gained 30-60 % from software
@@ -984,6 +985,18 @@ stream_prefetch_wanted(void)
 		return force[0] == '1';
 	/* "GenuineIntel" in ebx, edx, ecx */
 	return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;
+}
+
+/* The float rows' prefetch, on unless PRIVAI_PREFETCH=0: the Xeon above
+ * gained from it, and so did a Zen 4 (F16 tg32 13.1-20.1 tok/s against
+ * 12.4-15.2 without, seven alternating rounds, docs/performance.md),
+ * where the quantized kernels' stream prefetch did not. */
+static int
+rows_prefetch_wanted(void)
+{
+	const char *force = getenv("PRIVAI_PREFETCH");
+
+	return force == NULL || strcmp(force, "0") != 0;
 }
 
 /* PRIVAI_AMX=0 keeps the AVX-512 kernels on a CPU with AMX; read on
@@ -1020,6 +1033,8 @@ cpu_kernels_get(void)
 
 	if (cpu_stream_prefetch < 0)
 		cpu_stream_prefetch = stream_prefetch_wanted();
+	if (cpu_rows_prefetch < 0)
+		cpu_rows_prefetch = rows_prefetch_wanted();
 	detect(&avx2, &avx512, &bf16);
 	if (bf16 && bf16_speedup < 0)
 		bf16_speedup = bf16_dot_speedup_avx512();

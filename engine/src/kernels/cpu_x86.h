@@ -41,10 +41,11 @@
 			for (int pf_ = 0; pf_ < (bytes); pf_ += 64)                                                    \
 				_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T0);                     \
 	} while (0)
-/* The next group of four rows' line at p, into L2 (dot4_f16 says why). */
+/* The next group of four rows' line at p, into L2 (dot4_f16 says why),
+ * where cpu_rows_prefetch says so. */
 #define ROWS_PREFETCH(p)                                                                                               \
 	do {                                                                                                           \
-		if (cpu_stream_prefetch > 0)                                                                           \
+		if (cpu_rows_prefetch > 0)                                                                             \
 			_mm_prefetch((const char *)(p), _MM_HINT_T1);                                                  \
 	} while (0)
 
