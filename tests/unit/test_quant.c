@@ -1251,7 +1251,7 @@ main(void)
 	/* with decode's software prefetch off and on (cpu_stream_prefetch):
 	 * only the speed may differ */
 	for (int pf = 0; pf < 2; pf++) {
-		cpu_stream_prefetch = cpu_rows_prefetch = pf;
+		cpu_stream_prefetch = cpu_wide_prefetch = pf;
 		test_simd(best);
 	}
 	if (strcmp(best->name, "scalar") == 0)

@@ -162,7 +162,7 @@ const char *compute_cpu_simd_name(void);
 int compute_cpu_prefetch(void);
 /* Whether its float decode kernels ask for the next rows' lines: on
  * unless PRIVAI_PREFETCH=0. */
-int compute_cpu_rows_prefetch(void);
+int compute_cpu_wide_prefetch(void);
 /* How the CPU backend multiplies weights of `type` (a GGUF type id) by a
  * pass of n_tokens on this CPU ("int8 GEMM, 16-token tiles", "float
  * register tile", ...); NULL for a type it cannot read. */

@@ -85,9 +85,9 @@ cmd_features(int argc, char **argv)
 		for (int i = 0, k = 0; i < n; i++)
 			if (!ok[i])
 				json_pair(k++, b[i], why[i]);
-		printf("},\"cpu_simd\":\"%s\",\"cpu_decode_prefetch\":%s,\"cpu_rows_prefetch\":%s",
+		printf("},\"cpu_simd\":\"%s\",\"cpu_decode_prefetch\":%s,\"cpu_wide_prefetch\":%s",
 		       compute_cpu_simd_name(), compute_cpu_prefetch() ? "true" : "false",
-		       compute_cpu_rows_prefetch() ? "true" : "false");
+		       compute_cpu_wide_prefetch() ? "true" : "false");
 		json_pair(1, "cpu_onednn", compute_cpu_onednn());
 		fputs(",\"cpu_paths\":{", stdout);
 		print_paths(1);
@@ -116,7 +116,7 @@ cmd_features(int argc, char **argv)
 		printf("tp/%-4s %s\n", *t, coll_probe(*t, why[0]) == PRIVAI_OK ? "available" : why[0]);
 	printf("cpu decode prefetch: quantized %s; float rows %s\n",
 	       compute_cpu_prefetch() ? "on (weights asked for 4 KB ahead)" : "off (left to the hardware prefetcher)",
-	       compute_cpu_rows_prefetch() ? "on (the next four rows' lines)" : "off");
+	       compute_cpu_wide_prefetch() ? "on (the next four rows' lines)" : "off");
 	puts("cpu paths:");
 	print_paths(0);
 	fputs("chat templates:", stdout);

@@ -396,10 +396,10 @@ compute_cpu_prefetch(void)
 }
 
 int
-compute_cpu_rows_prefetch(void)
+compute_cpu_wide_prefetch(void)
 {
 	(void)choose_kernels();
-	return cpu_rows_prefetch > 0;
+	return cpu_wide_prefetch > 0;
 }
 
 const char *

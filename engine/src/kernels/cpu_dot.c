@@ -969,7 +969,7 @@ detect(int *avx2, int *avx512, int *bf16)
 #endif
 
 int cpu_stream_prefetch = -1;
-int cpu_rows_prefetch = -1;
+int cpu_wide_prefetch = -1;
 
 #if defined(__x86_64__)
 /* An Emerald Rapids Xeon's generation gained 30-60 % from software
@@ -992,7 +992,7 @@ stream_prefetch_wanted(void)
  * 12.4-15.2 without, seven alternating rounds, docs/performance.md),
  * where the quantized kernels' stream prefetch did not. */
 static int
-rows_prefetch_wanted(void)
+wide_prefetch_wanted(void)
 {
 	const char *force = getenv("PRIVAI_PREFETCH");
 
@@ -1033,8 +1033,8 @@ cpu_kernels_get(void)
 
 	if (cpu_stream_prefetch < 0)
 		cpu_stream_prefetch = stream_prefetch_wanted();
-	if (cpu_rows_prefetch < 0)
-		cpu_rows_prefetch = rows_prefetch_wanted();
+	if (cpu_wide_prefetch < 0)
+		cpu_wide_prefetch = wide_prefetch_wanted();
 	detect(&avx2, &avx512, &bf16);
 	if (bf16 && bf16_speedup < 0)
 		bf16_speedup = bf16_dot_speedup_avx512();

@@ -481,11 +481,12 @@ const struct cpu_kernels *cpu_kernels_get(void);
  * (measured on one of each, docs/performance.md), PRIVAI_PREFETCH=0 or 1
  * deciding instead.  Only speed depends on it, never a result. */
 extern int cpu_stream_prefetch;
-/* The same for the float decode kernels' four rows a pass (ROWS_PREFETCH:
- * the next four rows' lines): on for every CPU (a Zen 4's F16 generation
- * read 63-100 % of the memory bound with it, 48-87 % without), set with
- * cpu_stream_prefetch and as PRIVAI_PREFETCH says. */
-extern int cpu_rows_prefetch;
+/* The prefetches every CPU measured gained from, set as PRIVAI_PREFETCH
+ * says and else on: the float decode dots' next four rows (ROWS_PREFETCH;
+ * a Zen 4's F16 generation read 63-100 % of the memory bound with it,
+ * 48-87 % without) and decode batches' weight streams (STREAM_PREFETCH_NT,
+ * cpu_x86.h). */
+extern int cpu_wide_prefetch;
 /* The portable kernels (for tests comparing SIMD with scalar). */
 const struct cpu_kernels *cpu_kernels_scalar(void);
 /* The AVX2 kernels; only valid where cpu_kernels_get() picked AVX2 or better. */

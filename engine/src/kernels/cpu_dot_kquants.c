@@ -418,6 +418,8 @@ DEFINE_Q6K_Q8K_DOT(avx512, AVX512, MADD16_VNNI)
 		__m256 acc[8];                                                                                         \
 		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
 		for (size_t i = 0; i < nsb; i++, b += 210) {                                                           \
+			if (nt >= BATCH_PREFETCH_TOKENS) /* a decode batch (cpu_x86.h) */                              \
+				STREAM_PREFETCH_NT(b, 210, nt);                                                        \
 			__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));              \
 			__m256i d0[8], d1[8];                                                                          \
 			_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) d0[t] = d1[t] = _mm256_setzero_si256();   \

@@ -112,7 +112,7 @@ gemm_q4_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t 
 		__m256 acc[8];                                                                                         \
 		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
 		for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK) {                                                 \
-			STREAM_PREFETCH(grp, Q4_0X8_BLOCK);                                                            \
+			STREAM_PREFETCH_NT(grp, Q4_0X8_BLOCK, nt);                                                     \
 			__m256i c[8];                                                                                  \
 			_Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)                                            \
 			{                                                                                              \
