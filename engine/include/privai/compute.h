@@ -160,8 +160,9 @@ const char *compute_cpu_simd_name(void);
 /* Whether its decode kernels prefetch the weights they stream: on for
  * Intel CPUs, off for others; PRIVAI_PREFETCH=0 or 1 decides instead. */
 int compute_cpu_prefetch(void);
-/* Whether its float decode kernels ask for the next rows' lines: on
- * unless PRIVAI_PREFETCH=0. */
+/* Whether its float decode kernels ask for the next rows' lines and its
+ * decode batches (3 tokens and more) for their weights: on unless
+ * PRIVAI_PREFETCH=0. */
 int compute_cpu_wide_prefetch(void);
 /* How the CPU backend multiplies weights of `type` (a GGUF type id) by a
  * pass of n_tokens on this CPU ("int8 GEMM, 16-token tiles", "float

@@ -114,9 +114,9 @@ cmd_features(int argc, char **argv)
 	printf("onednn %s\n", compute_cpu_onednn());
 	for (const char *const *t = coll_transports(); *t != NULL; t++)
 		printf("tp/%-4s %s\n", *t, coll_probe(*t, why[0]) == PRIVAI_OK ? "available" : why[0]);
-	printf("cpu decode prefetch: quantized %s; float rows %s\n",
+	printf("cpu decode prefetch: one token, quantized %s; float rows and batches %s\n",
 	       compute_cpu_prefetch() ? "on (weights asked for 4 KB ahead)" : "off (left to the hardware prefetcher)",
-	       compute_cpu_wide_prefetch() ? "on (the next four rows' lines)" : "off");
+	       compute_cpu_wide_prefetch() ? "on" : "off");
 	puts("cpu paths:");
 	print_paths(0);
 	fputs("chat templates:", stdout);

@@ -987,10 +987,11 @@ stream_prefetch_wanted(void)
 	return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;
 }
 
-/* The float rows' prefetch, on unless PRIVAI_PREFETCH=0: the Xeon above
- * gained from it, and so did a Zen 4 (F16 tg32 13.1-20.1 tok/s against
- * 12.4-15.2 without, seven alternating rounds, docs/performance.md),
- * where the quantized kernels' stream prefetch did not. */
+/* The float rows' and decode batches' prefetch, on unless
+ * PRIVAI_PREFETCH=0: the Xeon above gained from it, and so did a Zen 4
+ * (F16 tg32 13.1-20.1 tok/s against 12.4-15.2 without, seven alternating
+ * rounds; 8 sequences of Q8_0 93-95 against 136-144; docs/performance.md),
+ * where one token's quantized stream prefetch did not. */
 static int
 wide_prefetch_wanted(void)
 {
