@@ -193,10 +193,10 @@ struct cpu_kernels {
 	 * xp[(b * kc + k) * 8 + t] for token 8b + t.
 	 * gemm: y[t * ldy + r] = (add ? y[..] : 0) + sum over k < kc of
 	 * a[k * GEMM_PK_ROWS + r] * token t's column k (xp[b * ldb + k * 8
-	 * + t % 8], b = t / 8), r < nr, t < nt. */
+	 * + t % 8], b = t / 8), r < GEMM_PK_ROWS, t < nt. */
 	void (*pack_f32_panel)(const float *w, size_t ldw, int nr, size_t kc, float *a);
 	void (*gemm_f32_packed)(const float *a, size_t kc, const float *xp, size_t ldb, int nt, float *y, size_t ldy,
-				int nr, int add);
+				int add);
 	/* Q4_K and Q5_K decode on Q8_K activations, as dot_q6_k_q8k */
 	float (*dot_q4_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
 	float (*dot_q5_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
@@ -431,7 +431,7 @@ void pack_f32_panel_avx512(const float *w, size_t ldw, int nr, size_t kc, float 
 void pack_f16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a);
 void pack_bf16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a);
 void gemm_f32_packed_avx512(const float *a, size_t kc, const float *xp, size_t ldb, int nt, float *y, size_t ldy,
-			    int nr, int add);
+			    int add);
 void pack_f32_tokens_avx512(const float *x, size_t ldx, int nt, size_t kc, float *xp);
 void att_softmax_avx512(float *s, int nr, const int *seen, float *m, float *l, float *c);
 /* cpu_gemm_q6_k.c */

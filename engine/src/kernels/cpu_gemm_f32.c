@@ -102,19 +102,12 @@ pack_f32_tokens_avx512(const float *x, size_t ldx, int nt, size_t kc, float *xp)
 }
 
 /* y[t * ldy + r] (+)= sum over k < kc of a[k][r] * xp's token t at k, for
- * r < nr (<= 48) and t < nt: 48 rows by 8 tokens a register tile, three
- * vector loads and eight broadcasts a column.  xp's blocks of 8 tokens
- * are ldb floats apart. */
+ * the panel's 48 rows and t < nt: 48 rows by 8 tokens a register tile,
+ * three vector loads and eight broadcasts a column.  xp's blocks of 8
+ * tokens are ldb floats apart. */
 AVX512 void
-gemm_f32_packed_avx512(const float *a, size_t kc, const float *xp, size_t ldb, int nt, float *y, size_t ldy, int nr,
-		       int add)
+gemm_f32_packed_avx512(const float *a, size_t kc, const float *xp, size_t ldb, int nt, float *y, size_t ldy, int add)
 {
-	__mmask16 m[3];
-
-	for (int v = 0; v < 3; v++) {
-		int left = nr - 16 * v;
-		m[v] = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
-	}
 	for (int b = 0; 8 * b < nt; b++) {
 		const float *xb = xp + (size_t)b * ldb;
 		float *yb = y + (size_t)(8 * b) * ldy;
@@ -124,8 +117,8 @@ gemm_f32_packed_avx512(const float *a, size_t kc, const float *xp, size_t ldb, i
 		for (int t = 0; t < 8; t++)
 #pragma GCC unroll 3
 			for (int v = 0; v < 3; v++)
-				acc[v][t] = add && t < ntb ? _mm512_maskz_loadu_ps(m[v], yb + t * ldy + 16 * v)
-							   : _mm512_setzero_ps();
+				acc[v][t] =
+					add && t < ntb ? _mm512_loadu_ps(yb + t * ldy + 16 * v) : _mm512_setzero_ps();
 		for (size_t k = 0; k < kc; k++) {
 			__m512 a0 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS),
 			       a1 = _mm512_loadu_ps(a + k * GEMM_PK_ROWS + 16),
@@ -143,7 +136,7 @@ gemm_f32_packed_avx512(const float *a, size_t kc, const float *xp, size_t ldb, i
 			if (t < ntb)
 #pragma GCC unroll 3
 				for (int v = 0; v < 3; v++)
-					_mm512_mask_storeu_ps(yb + t * ldy + 16 * v, m[v], acc[v][t]);
+					_mm512_storeu_ps(yb + t * ldy + 16 * v, acc[v][t]);
 	}
 }
 #endif

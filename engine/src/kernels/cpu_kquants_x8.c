@@ -143,7 +143,7 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
  * than none (69.0 against 63.0 tok/s) and than every line. */
 #define KX8_PREFETCH(grp, FIVE, nt)                                                                                    \
 	do {                                                                                                           \
-		if (cpu_stream_prefetch > 0 || ((nt) >= BATCH_PREFETCH_TOKENS && cpu_wide_prefetch > 0))               \
+		if (STREAM_PREFETCH_WANTED(nt))                                                                        \
 			STREAM_PREFETCH_NT(grp, KX8_BLOCK(FIVE), nt);                                                  \
 		else                                                                                                   \
 			_mm_prefetch((const char *)(grp) + 4096, _MM_HINT_T0);                                         \

@@ -621,7 +621,7 @@ mm_rows_packed(struct mm_job *j, int64_t r0, int64_t r1)
 						mm_row_segment(k, w, rc + r, k0, kc, rows + (size_t)r * GEMM_PK_COLS);
 					k->pack_f32_panel(rows, GEMM_PK_COLS, nr, kc, a);
 				}
-				k->gemm_f32_packed(a, kc, xp + k0 * 8, ldb, nt, c, GEMM_PK_ROWS, GEMM_PK_ROWS, k0 > 0);
+				k->gemm_f32_packed(a, kc, xp + k0 * 8, ldb, nt, c, GEMM_PK_ROWS, k0 > 0);
 			}
 			for (int t = 0; t < nt; t++)
 				memcpy(j->y + (int64_t)(t0 + t) * w->rows + rc, c + (size_t)t * GEMM_PK_ROWS,

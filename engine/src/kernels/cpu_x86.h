@@ -35,12 +35,7 @@
 #ifndef STREAM_AHEAD
 #define STREAM_AHEAD 4096
 #endif
-#define STREAM_PREFETCH(p, bytes)                                                                                      \
-	do {                                                                                                           \
-		if (cpu_stream_prefetch > 0)                                                                           \
-			for (int pf_ = 0; pf_ < (bytes); pf_ += 64)                                                    \
-				_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T0);                     \
-	} while (0)
+#define STREAM_PREFETCH(p, bytes) STREAM_PREFETCH_NT(p, bytes, 1)
 /* A kernel's stream with nt tokens a pass (a constant where inlined): a
  * decode batch of BATCH_PREFETCH_TOKENS and more spends so long on each
  * block that the hardware prefetcher no longer keeps ahead of it.  On a
@@ -49,9 +44,10 @@
  * 129 / 84 (55 from L2).  So it asks where cpu_wide_prefetch says so as
  * well as where cpu_stream_prefetch does. */
 #define BATCH_PREFETCH_TOKENS 3
+#define STREAM_PREFETCH_WANTED(nt) (cpu_stream_prefetch > 0 || ((nt) >= BATCH_PREFETCH_TOKENS && cpu_wide_prefetch > 0))
 #define STREAM_PREFETCH_NT(p, bytes, nt)                                                                               \
 	do {                                                                                                           \
-		if (cpu_stream_prefetch > 0 || ((nt) >= BATCH_PREFETCH_TOKENS && cpu_wide_prefetch > 0))               \
+		if (STREAM_PREFETCH_WANTED(nt))                                                                        \
 			for (int pf_ = 0; pf_ < (bytes); pf_ += 64)                                                    \
 				_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T0);                     \
 	} while (0)
