@@ -691,6 +691,131 @@ test_kx8(const struct cpu_kernels *k)
 	}
 }
 
+/* Q6_K repacked 8 rows to a group, as test_kx8: rows read back are the
+ * file's, and the group kernel (SIMD and scalar) equals each row's dot on
+ * Q8_K activations for 1..8 tokens, each token alone giving the bits it
+ * gives in a batch.  Then the extremes, where an int16 pair sum would
+ * saturate: q = 63 and activations of 127 and -127. */
+static void
+test_q6x8(const struct cpu_kernels *k)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { ROWS = 24, COLS = 512, NSB = COLS / 256, NT = 8, SB = 210 };
+	static float w[ROWS * COLS], x[NT * COLS];
+	static uint8_t wq[ROWS * NSB * SB], packed[ROWS * NSB * SB];
+	static struct block_q8k xk[NT * NSB];
+	int bad = 0, bad_row = 0, bad_alone = 0;
+
+	if (k->gemm_q6_kx8 == NULL) {
+		SKIP("%s: no repacked Q6_K kernel", k->name);
+		return;
+	}
+	for (int i = 0; i < ROWS * COLS; i++)
+		w[i] = sinf((float)i * 0.71f) * (1 + (float)(i % 7)) + 0.5f * cosf((float)i * 0.013f);
+	for (int i = 0; i < NT * COLS; i++)
+		x[i] = cosf((float)i * 0.3f) * (2 + (float)(i / COLS));
+	for (int t = 0; t < NT; t++)
+		ref->quantize_q8k(x + t * COLS, xk + t * NSB, COLS);
+	tensor_quantize_row(TT_Q6_K, w, wq, ROWS * COLS);
+	/* in two calls, as threads repack their shares */
+	q6x8_repack(wq, NSB * SB, 1, ROWS / 8, NSB, packed);
+	q6x8_repack(wq, NSB * SB, 0, 1, NSB, packed);
+	CHECK(memcmp(wq, packed, sizeof(wq)) != 0, "the repacked Q6_K layout differs from the file's");
+	for (int r = 0; r < ROWS; r++) {
+		float row[COLS], deq[COLS];
+		uint8_t blk[SB];
+		q6x8_dequantize_row(packed + (size_t)(r / 8) * NSB * Q6X8_BLOCK, NSB, r % 8, row);
+		tensor_dequantize_row(TT_Q6_K, wq + (size_t)r * NSB * SB, deq, COLS);
+		bad_row += memcmp(row, deq, sizeof(row)) != 0;
+		for (int i = 0; i < NSB; i++) {
+			q6x8_unpack(packed + (size_t)(r / 8) * NSB * Q6X8_BLOCK + (size_t)i * Q6X8_BLOCK, r % 8, blk);
+			bad_row += memcmp(blk, wq + (size_t)r * NSB * SB + (size_t)i * SB, SB) != 0;
+		}
+	}
+	CHECK(bad_row == 0, "Q6_K rows read back from the repacked groups are the file's bytes and values (%d differ)",
+	      bad_row);
+	/* prefill widens the groups as widen_q6_k widens the file's rows */
+	{
+		enum { NB = NSB * 8, LD = 2 * NB, RB = NB * 34 };
+		static uint8_t wr[3][ROWS * RB];
+		static int32_t ws[3][ROWS * LD];
+		static float wd[3][ROWS * LD];
+		memset(wr, 0, sizeof(wr));
+		for (int r = 0; r < ROWS; r++)
+			ref->widen_q6_k(wq + (size_t)r * NSB * SB, wr[0] + r * RB, NB, ws[0] + r * LD, wd[0] + r * LD);
+		for (int g = 0; g < ROWS / 8; g++) {
+			const uint8_t *grp = packed + (size_t)g * NSB * Q6X8_BLOCK;
+			widen_q6_kx8_scalar(grp, NSB, wr[1] + 8 * g * RB, RB, ws[1] + 8 * g * LD, wd[1] + 8 * g * LD,
+					    LD);
+			if (k->widen_q6_kx8 != NULL)
+				k->widen_q6_kx8(grp, NSB, wr[2] + 8 * g * RB, RB, ws[2] + 8 * g * LD,
+						wd[2] + 8 * g * LD, LD);
+		}
+		int v = k->widen_q6_kx8 != NULL ? 2 : 1;
+		CHECK(memcmp(wr[0], wr[1], sizeof(wr[0])) == 0 && memcmp(ws[0], ws[1], sizeof(ws[0])) == 0 &&
+			      memcmp(wd[0], wd[1], sizeof(wd[0])) == 0 && memcmp(wr[0], wr[v], sizeof(wr[0])) == 0 &&
+			      memcmp(ws[0], ws[v], sizeof(ws[0])) == 0 && memcmp(wd[0], wd[v], sizeof(wd[0])) == 0,
+		      "%s Q6_K groups widen (scalar and SIMD) as the file's rows do", k->name);
+	}
+	for (int nt = 1; nt <= NT; nt++) {
+		float y[NT * ROWS], ys[NT * ROWS], y1[ROWS];
+		k->gemm_q6_kx8(packed, ROWS / 8, xk, NSB, nt, y, ROWS);
+		gemm_q6_kx8_scalar(packed, ROWS / 8, xk, NSB, nt, ys, ROWS);
+		for (int t = 0; t < nt; t++) {
+			k->gemm_q6_kx8(packed, ROWS / 8, xk + t * NSB, NSB, 1, y1, ROWS);
+			bad_alone += memcmp(y1, y + t * ROWS, sizeof(y1)) != 0;
+			for (int r = 0; r < ROWS; r++) {
+				float d = ref->dot_q6_k_q8k(wq + (size_t)r * NSB * SB, xk + t * NSB, NSB);
+				bad += fabsf(y[t * ROWS + r] - d) > 1e-5f * fabsf(d) + 1e-4f ||
+				       fabsf(ys[t * ROWS + r] - d) > 1e-5f * fabsf(d) + 1e-4f;
+			}
+		}
+	}
+	CHECK(bad == 0, "%s Q6_K group kernel (and scalar) for 1..%d tokens equals the per-row dot: %d off", k->name,
+	      NT, bad);
+	CHECK(bad_alone == 0, "%s Q6_K group kernel: a token alone gives the bits it gives in a batch (%d differ)",
+	      k->name, bad_alone);
+	/* every value 63, scales 127 and -128 by turns, d 1; activations of
+	 * 127 then -127 a sub-block at a time, and all 127 */
+	uint8_t ext[8 * SB], eg[Q6X8_BLOCK];
+	uint16_t one = f32_to_fp16(1.0f);
+	struct block_q8k xe[2];
+	memset(xe, 0, sizeof(xe));
+	for (int r = 0; r < 8; r++) {
+		uint8_t *b = ext + r * SB;
+		memset(b, 0xff, 192);
+		for (int j = 0; j < 16; j++)
+			b[192 + j] = (uint8_t)((j + r) % 2 ? 127 : -128);
+		memcpy(b + 208, &one, 2);
+	}
+	for (int i = 0; i < 256; i++) {
+		xe[0].q[i] = (int8_t)((i / 16) % 2 ? -127 : 127);
+		xe[1].q[i] = 127;
+	}
+	for (int t = 0; t < 2; t++) {
+		xe[t].d = 1.0f;
+		for (int j = 0; j < 16; j++) {
+			int sum = 0;
+			for (int l = 0; l < 16; l++)
+				sum += xe[t].q[16 * j + l];
+			xe[t].bsum[j] = (int16_t)sum;
+		}
+	}
+	q6x8_repack(ext, SB, 0, 1, 1, eg);
+	int bad_ext = 0;
+	for (int t = 0; t < 2; t++) {
+		float ye[8];
+		k->gemm_q6_kx8(eg, 1, xe + t, 1, 1, ye, 8);
+		for (int r = 0; r < 8; r++) {
+			double exact = 0;
+			for (int i = 0; i < 256; i++)
+				exact += (double)(int8_t)ext[r * SB + 192 + i / 16] * 31 * xe[t].q[i];
+			bad_ext += fabs(ye[r] - exact) > 1e-6 * fabs(exact);
+		}
+	}
+	CHECK(bad_ext == 0, "%s Q6_K group kernel at the extremes: %d of 16 sums off", k->name, bad_ext);
+}
+
 /* The float register tile against the scalar dot on odd shapes: a full
  * tile, fewer rows, fewer tokens, one of each, and lengths that are not a
  * multiple of the vector width (the masked tail). */
@@ -1224,6 +1349,7 @@ test_simd(const struct cpu_kernels *best)
 	test_q8_0x8(best);
 	test_k45_q8k(best);
 	test_kx8(best);
+	test_q6x8(best);
 	test_dot4(best);
 	test_pack_half_panel(best, 0);
 	test_pack_half_panel(best, 1);
@@ -1233,6 +1359,7 @@ test_simd(const struct cpu_kernels *best)
 		/* no test_q8_0x8: AVX2 has no Q8_0 groups (cpu_dot.c says why) */
 		test_k45_q8k(cpu_kernels_avx2());
 		test_kx8(cpu_kernels_avx2());
+		test_q6x8(cpu_kernels_avx2());
 	}
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());

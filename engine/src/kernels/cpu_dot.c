@@ -183,6 +183,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL,
 	NULL,
+	NULL, /* no Q6_K repack: the file's layout */
+	NULL,
 };
 
 void
@@ -468,6 +470,7 @@ static struct cpu_kernels k_avx2 = {
 	0,                                                       /* vdpbf16ps not measured */
 	NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, /* no AMX */
 	NULL,                                                    /* no packed GEMM */
+	NULL, NULL,                                              /* filled in by cpu_kernels_get */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -921,6 +924,8 @@ static struct cpu_kernels k_avx512 = {
 	NULL, /* filled in by cpu_kernels_get */
 	NULL,
 	pack_f32_tokens_avx512,
+	NULL, /* filled in by cpu_kernels_get */
+	NULL,
 };
 #endif
 
@@ -1091,6 +1096,9 @@ cpu_kernels_get(void)
 	k_avx512.dot_q4_k_q8k = dot_q4_k_q8k_simd(1);
 	k_avx2.dot_q5_k_q8k = dot_q5_k_q8k_simd(0);
 	k_avx512.dot_q5_k_q8k = dot_q5_k_q8k_simd(1);
+	k_avx2.gemm_q6_kx8 = gemm_q6_kx8_avx2;
+	k_avx512.gemm_q6_kx8 = gemm_q6_kx8_avx512;
+	k_avx2.widen_q6_kx8 = k_avx512.widen_q6_kx8 = widen_q6_kx8_avx2;
 	if (avx512)
 		return &k_avx512;
 	if (avx2)

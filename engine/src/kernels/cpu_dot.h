@@ -282,6 +282,16 @@ struct cpu_kernels {
 			    float *y, size_t ldy, int nr);
 	/* the packed float GEMM's tokens (pack_tokens above) */
 	void (*pack_f32_tokens)(const float *x, size_t ldx, int nt, size_t kc, float *xp);
+	/* Q6_K repacked 8 rows to a group (cpu_q6_kx8.c), NULL (no repack)
+	 * where there is no SIMD kernel: as gemm_q4_kx8; repack as
+	 * q6x8_repack */
+	void (*gemm_q6_kx8)(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			    size_t ldy);
+	/* a group of nsb super-blocks as widen_q6_k gives its 8 rows: row r's
+	 * blocks at dst + r * dst_row_bytes, its sums and scales at wsum + r *
+	 * ld and wd + r * ld */
+	void (*widen_q6_kx8)(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_row_bytes, int32_t *wsum,
+			     float *wd, size_t ld);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -387,6 +397,24 @@ void gemm_q5_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, siz
 void gemm_q5_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
 void kx8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five, uint8_t *dst);
+#endif
+
+/* cpu_q6_kx8.c: Q6_K rows in groups of 8; bytes per super-block of a
+ * group (8 x 210); as the Q4_K ones */
+#define Q6X8_BLOCK 1680
+void q6x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+void q6x8_unpack(const uint8_t *grp, int r, uint8_t *blk);
+void q6x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out);
+void gemm_q6_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			size_t ldy);
+void widen_q6_kx8_scalar(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_row_bytes, int32_t *wsum, float *wd,
+			 size_t ld);
+#if defined(__x86_64__)
+void widen_q6_kx8_avx2(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_row_bytes, int32_t *wsum, float *wd,
+		       size_t ld);
+void gemm_q6_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
+void gemm_q6_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			size_t ldy);
 #endif
 
 /* cpu_widen.c */

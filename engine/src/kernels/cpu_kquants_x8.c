@@ -137,18 +137,6 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 					  _mm256_and_si256(_mm256_srli_epi32(u1_, 2), top));                           \
 	} while (0)
 
-/* Every line of a block 4 KB ahead where cpu_stream_prefetch is on, or
- * for a decode batch of nt tokens where STREAM_PREFETCH_NT asks;
- * elsewhere one line 4 KB ahead, which a Zen 4 measured faster both
- * than none (69.0 against 63.0 tok/s) and than every line. */
-#define KX8_PREFETCH(grp, FIVE, nt)                                                                                    \
-	do {                                                                                                           \
-		if (STREAM_PREFETCH_WANTED(nt))                                                                        \
-			STREAM_PREFETCH_NT(grp, KX8_BLOCK(FIVE), nt);                                                  \
-		else                                                                                                   \
-			_mm_prefetch((const char *)(grp) + 4096, _MM_HINT_T0);                                         \
-	} while (0)
-
 /* Chunks s and s+1 of part p of a group's super-block: the values of
  * sub-block 2p (l0, l1: bytes 4s.. and 4s+4.. of each row) and of 2p+1
  * (h0, h1), with Q5_K's fifth bit moved in where FIVE. */
@@ -177,7 +165,7 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 		const __m256i low = _mm256_set1_epi8(0xf), six = _mm256_set1_epi8(0x3f), top = _mm256_set1_epi8(0x30); \
 		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
-			KX8_PREFETCH(grp, FIVE, 1);                                                                    \
+			GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), 1);                                                       \
 			__m256i sc[2], mn[2];                                                                          \
 			KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                   \
 			/* sub-block j's activation sum, 16 values at a time in Q8_K */                                \
@@ -255,7 +243,7 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 		__m256 acc[8], mins[8];                                                                                \
 		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = mins[t] = _mm256_setzero_ps();           \
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE)) {                                             \
-			KX8_PREFETCH(grp, FIVE, nt);                                                                   \
+			GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), nt);                                                      \
 			__m256i sc[2], mn[2];                                                                          \
 			KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                   \
 			__m256i dot[8], msum[8];                                                                       \

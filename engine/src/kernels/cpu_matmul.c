@@ -7,8 +7,9 @@
  * work, not n matrix-vector products).  mm_plan() picks the path for a
  * type and a token count, and compute_cpu_path() reports the same choice:
  * int8 GEMMs for quantized weights in prefill (4- and 6-bit rows widened
- * first, cpu_widen.c), int8 dots in decode (Q8_0, Q4_0, Q4_K and Q5_K from
- * their 8-row groups, cpu_q8_0x8.c, cpu_q4_0x8.c and cpu_kquants_x8.c),
+ * first, cpu_widen.c), int8 dots in decode (Q8_0, Q4_0, Q4_K, Q5_K and Q6_K
+ * from their 8-row groups, cpu_q8_0x8.c, cpu_q4_0x8.c, cpu_kquants_x8.c and
+ * cpu_q6_kx8.c),
  * oneDNN's bfloat16 matmul for BF16 where it is installed
  * (cpu_onednn.c), else vdpbf16ps where the CPU has AVX512_BF16, and float
  * register tiles for the rest.
@@ -55,7 +56,7 @@ struct mm_job {
 	struct cpu_impl *im;
 	const struct weight *w;
 	const int16_t *bsum; /* Q8_0's block sums, from prepare_weight(), where it kept the file's rows */
-	const uint8_t *x8;   /* Q8_0, Q4_0, Q4_K or Q5_K in groups of 8 rows (prepare_repacked), or NULL */
+	const uint8_t *x8;   /* Q8_0, Q4_0, Q4_K, Q5_K or Q6_K in groups of 8 rows (prepare_repacked), or NULL */
 	const float *x;
 	int n;
 	float *y;
@@ -122,6 +123,11 @@ mm_widen(struct mm_job *j, struct thread_scratch *ts, int64_t rb, int nr, size_t
 		for (int r = 0; r < nr; r += 8)
 			j->im->k->widen_q4_0x8(j->x8 + (size_t)((rb + r) / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb,
 					       ts->wrows + (size_t)r * *row_bytes, *row_bytes, NULL);
+	} else if (j->x8 != NULL && w->type == TT_Q6_K) { /* two scales and sums a block, as below */
+		for (int r = 0; r < nr; r += 8)
+			j->im->k->widen_q6_kx8(j->x8 + (size_t)((rb + r) / 8) * (size_t)(nb / 8) * Q6X8_BLOCK,
+					       (size_t)nb / 8, ts->wrows + (size_t)r * *row_bytes, *row_bytes,
+					       wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb, 2 * (size_t)nb);
 	} else if (j->x8 != NULL) { /* Q4_K, Q5_K: each super-block back to the file's layout */
 		int five = w->type == TT_Q5_K;
 		void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
@@ -181,7 +187,7 @@ mm_rows_amx8(struct mm_job *j, int64_t r0, int64_t r1)
 		} else if (j->x8 != NULL && w->type == TT_Q4_0) {
 			const uint8_t *g0 = j->x8 + (size_t)(rb / 8) * (size_t)nb * Q4_0X8_BLOCK;
 			k->amx_q8_stage_q4x8(g0, nr > 8 ? g0 + (size_t)nb * Q4_0X8_BLOCK : NULL, (size_t)nb, ts->amx8);
-		} else if (j->x8 != NULL) { /* Q4_K, Q5_K */
+		} else if (j->x8 != NULL && w->type != TT_Q6_K) { /* Q4_K, Q5_K */
 			int five = w->type == TT_Q5_K;
 			size_t group = (size_t)(nb / 8) * KX8_BLOCK(five);
 			const uint8_t *g0 = j->x8 + (size_t)(rb / 8) * group;
@@ -397,6 +403,9 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 		return 144;
 	if (x8 && type == TT_Q5_K)
 		return 96;
+	/* Q6_K in 8-row groups as well (Zen 4, four alternating rounds):
+	 * pp48 on the groups 110-184 against the rows' 107-119, pp64 the
+	 * GEMM 124-180 against the groups' 95-166 */
 	if (type == TT_Q6_K && k->dots_q6_k_q8k != NULL)
 		return 56;
 	return GEMM_TOKENS;
@@ -500,11 +509,13 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 		}
 		return;
 	}
-	if (j->x8 != NULL && w->type != TT_Q4_0) { /* Q4_K, Q5_K; r0, r1: multiples of 8 */
+	if (j->x8 != NULL && w->type != TT_Q4_0) { /* Q4_K, Q5_K, Q6_K; r0, r1: multiples of 8 */
 		int five = w->type == TT_Q5_K;
 		void (*gemm)(const uint8_t *, int, const struct block_q8k *, size_t, int, float *, size_t) =
-			five ? k->gemm_q5_kx8 : k->gemm_q4_kx8;
-		size_t group = (size_t)(nb / 8) * KX8_BLOCK(five);
+			w->type == TT_Q6_K ? k->gemm_q6_kx8
+			: five             ? k->gemm_q5_kx8
+					   : k->gemm_q4_kx8;
+		size_t group = (size_t)(nb / 8) * (w->type == TT_Q6_K ? Q6X8_BLOCK : KX8_BLOCK(five));
 		int64_t g1 = r1 / 8, per = x8_chunk_groups(j->n, group, g1 - r0 / 8);
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
 			int ng = (int)(g1 - g0 < per ? g1 - g0 : per);
@@ -874,7 +885,7 @@ weight_x8(const struct cpu_kernels *k, const struct compute_weight *cw)
 {
 	uint32_t t = cw->w.type;
 
-	return t == TT_Q4_0 || t == TT_Q4_K || t == TT_Q5_K || q8_0_repacks(k, &cw->w) ? cw->aux : NULL;
+	return t == TT_Q4_0 || t == TT_Q4_K || t == TT_Q5_K || t == TT_Q6_K || q8_0_repacks(k, &cw->w) ? cw->aux : NULL;
 }
 
 static const int16_t *
@@ -921,7 +932,7 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 	if (j->p.q8k && cpu_ensure((void **)&im->xk, &im->xk_len,
 				   (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0) {
 		j->p.q8k = 0; /* out of memory: the 32-value blocks, already sized */
-		if ((w->type == TT_Q4_K || w->type == TT_Q5_K) && !j->p.gemm)
+		if ((w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K) && !j->p.gemm)
 			j->x8 = NULL; /* and the file's rows (the repacked groups take Q8_K) */
 	}
 	/* oneDNN over our AMX tiles only when asked (PRIVAI_ONEDNN=1) */
@@ -1042,6 +1053,9 @@ cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 			q4_0x8_dequantize_row((const uint8_t *)cw->aux +
 						      (size_t)(r / 8) * (size_t)(w->cols / 32) * Q4_0X8_BLOCK,
 					      (size_t)w->cols / 32, (int)(r % 8), out + (int64_t)t * w->cols);
+		else if (w->type == TT_Q6_K && x8 != NULL)
+			q6x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * Q6X8_BLOCK,
+					    (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
 		else if ((w->type == TT_Q4_K || w->type == TT_Q5_K) && cw->aux != NULL)
 			kx8_dequantize_row((const uint8_t *)cw->aux + (size_t)(r / 8) * (size_t)(w->cols / 256) *
 									      KX8_BLOCK(w->type == TT_Q5_K),
@@ -1072,12 +1086,15 @@ repack_worker(void *arg, int ith, int nth)
 		q8_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
 	else if (j->src->type == TT_Q4_0)
 		q4_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
+	else if (j->src->type == TT_Q6_K)
+		q6x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
 	else
 		j->k->repack_kx8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256,
 				 j->src->type == TT_Q5_K, j->dst);
 }
 
-/* Q8_0, Q4_0, Q4_K and Q5_K rows in groups of 8 (cpu_q8_0x8.c, cpu_q4_0x8.c, cpu_kquants_x8.c) where
+/* Q8_0, Q4_0, Q4_K, Q5_K and Q6_K rows in groups of 8 (cpu_q8_0x8.c, cpu_q4_0x8.c, cpu_kquants_x8.c,
+ * cpu_q6_kx8.c) where
  * the CPU has the kernels and the rows divide, repacked by the pool (a 70B
  * model is ~38 GB).  Every use reads the copy afterwards, get_rows too, so
  * the file's pages are handed back: the resident size stays about the
@@ -1093,7 +1110,8 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 	int kernels = src->type == TT_Q8_0   ? im->k->gemm_q8_0x8 != NULL
 		      : src->type == TT_Q4_0 ? im->k->gemm_q4_0x8 != NULL
 		      : src->type == TT_Q4_K ? im->k->gemm_q4_kx8 != NULL
-					     : im->k->gemm_q5_kx8 != NULL;
+		      : src->type == TT_Q5_K ? im->k->gemm_q5_kx8 != NULL
+					     : im->k->gemm_q6_kx8 != NULL;
 
 	if (!kernels || src->rows % 8 != 0 || src->cols % ti->block_elems != 0)
 		return PRIVAI_OK;
@@ -1126,7 +1144,8 @@ cpu_prepare_weight(struct compute *c, const struct weight *src, struct compute_w
 	 * the getenv() of a server's threads */
 	if (src->type == TT_BF16)
 		(void)cpu_onednn_bf16();
-	if (src->type == TT_Q4_0 || src->type == TT_Q4_K || src->type == TT_Q5_K || q8_0_repacks(impl_of(c)->k, src))
+	if (src->type == TT_Q4_0 || src->type == TT_Q4_K || src->type == TT_Q5_K || src->type == TT_Q6_K ||
+	    q8_0_repacks(impl_of(c)->k, src))
 		return prepare_repacked(impl_of(c), src, dst);
 	if (src->type != TT_Q8_0)
 		return PRIVAI_OK;
@@ -1164,7 +1183,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	/* Q8_0 has its block sums where it keeps the file's rows, else its
 	 * 8-row groups (prepare_weight) */
 	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL, q4x8 = type == TT_Q4_0 && k->gemm_q4_0x8 != NULL;
-	int kx8 = (type == TT_Q4_K && k->gemm_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemm_q5_kx8 != NULL);
+	int kx8 = (type == TT_Q4_K && k->gemm_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemm_q5_kx8 != NULL) ||
+		  (type == TT_Q6_K && k->gemm_q6_kx8 != NULL);
 	mm_plan(k, type, type == TT_Q8_0 && !q8x8, q8x8 || q4x8 || kx8, n_tokens, &p);
 	if (p.amx && !(p.onednn && cpu_onednn_forced()))
 		return type == TT_F16 ? "AMX bfloat16 tiles, weights and tokens split in two (three products)"

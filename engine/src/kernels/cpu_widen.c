@@ -194,15 +194,6 @@ widen_q5_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, floa
 	widen_k_avx2(src, dst, nb, wsum, wd, wmin, 1);
 }
 
-/* sums of the two 16-byte halves of v, as unsigned bytes */
-AVX2 static inline void
-sum_u8_halves(__m256i v, int32_t *lo, int32_t *hi)
-{
-	__m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
-	*lo = (int32_t)(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1));
-	*hi = (int32_t)(_mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3));
-}
-
 AVX2 void
 widen_q6_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd)
 {

@@ -42,14 +42,33 @@
  * Zen 4, one thread over 285 MB of Q8_0 groups, cycles a block without
  * and with: 1 token 36 / 39, 2 39 / 40, 3 45 / 39, 4 57-63 / 49-51, 8
  * 129 / 84 (55 from L2).  So it asks where cpu_wide_prefetch says so as
- * well as where cpu_stream_prefetch does. */
+ * well as where cpu_stream_prefetch does.  A batch's lines go to L2, not
+ * L1: L1 holds the batch's activations (8 tokens of 2048 values are 17 KB
+ * of Q8_0 blocks, of 8192 70 KB), which lines brought in ahead of use
+ * pushed out; 8 tokens of Q8_0 groups took 63-69 cycles a block against
+ * 85-115 (the same Zen 4, three rounds), 4 tokens 47-55 against 49-60. */
 #define BATCH_PREFETCH_TOKENS 3
 #define STREAM_PREFETCH_WANTED(nt) (cpu_stream_prefetch > 0 || ((nt) >= BATCH_PREFETCH_TOKENS && cpu_wide_prefetch > 0))
 #define STREAM_PREFETCH_NT(p, bytes, nt)                                                                               \
 	do {                                                                                                           \
 		if (STREAM_PREFETCH_WANTED(nt))                                                                        \
-			for (int pf_ = 0; pf_ < (bytes); pf_ += 64)                                                    \
-				_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T0);                     \
+			for (int pf_ = 0; pf_ < (bytes); pf_ += 64) {                                                  \
+				if ((nt) >= BATCH_PREFETCH_TOKENS)                                                     \
+					_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T1);             \
+				else                                                                                   \
+					_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T0);             \
+			}                                                                                              \
+	} while (0)
+/* The K-quants' 8-row groups (cpu_kquants_x8.c, cpu_q6_kx8.c): a block's
+ * lines where STREAM_PREFETCH_NT asks; elsewhere one line 4 KB ahead,
+ * which a Zen 4 measured faster on Q4_K groups both than none (69.0
+ * against 63.0 tok/s) and than every line. */
+#define GROUP_PREFETCH(p, bytes, nt)                                                                                   \
+	do {                                                                                                           \
+		if (STREAM_PREFETCH_WANTED(nt))                                                                        \
+			STREAM_PREFETCH_NT(p, bytes, nt);                                                              \
+		else                                                                                                   \
+			_mm_prefetch((const char *)(p) + 4096, _MM_HINT_T0);                                           \
 	} while (0)
 /* The next group of four rows' line at p, into L2 (dot4_f16 says why),
  * where cpu_wide_prefetch says so. */
@@ -140,6 +159,15 @@ hsum256(__m256 v)
 	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
 	s = _mm_add_ss(s, _mm_movehdup_ps(s));
 	return _mm_cvtss_f32(s);
+}
+
+/* sums of the two 16-byte halves of v, as unsigned bytes */
+AVX2 static inline void
+sum_u8_halves(__m256i v, int32_t *lo, int32_t *hi)
+{
+	__m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+	*lo = (int32_t)(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1));
+	*hi = (int32_t)(_mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3));
 }
 
 /* Transpose 8 x 8 32-bit words: in[k] lane r -> out[r] lane k. */

@@ -1,0 +1,289 @@
+/*
+ * Q6_K weights repacked at load, 8 rows interleaved, for decode.
+ *
+ * A Q6_K super-block (256 weights, 210 bytes) is 128 bytes of low nibbles
+ * and 64 of high bit pairs, in an order that spreads each 16-value
+ * sub-block over three places, then 16 int8 scales and an fp16 d.  The
+ * per-row dot (cpu_dot_kquants.c) spends a dozen instructions a 32 values
+ * putting the six bits together, and one thread read 30-33 GB/s from L2:
+ * about what a core reads from memory, so on a fast bus the arithmetic
+ * was the limit.  Repacked, a sub-block of 8 rows is three 32-byte words,
+ * row r in bytes 4r..4r+3 of each (as the other groups): word c holds
+ * values 4c..4c+3 of the sub-block as 4q in bits 2..7 (q & 0xfc is the
+ * value times 4, one instruction) and two bits of the fourth chunk's
+ * values in bits 0..1, which three shifts and two selects put together.
+ * A vpdpbusd with 4 activations broadcast then advances all 8 rows.
+ *
+ * An 8-row group stores, per super-block (Q6X8_BLOCK, 8 x 210 bytes):
+ *   0            d of the 8 rows (fp16)
+ *   16 + 8j      sub-block j's int8 scale of the 8 rows (j < 16)
+ *   144 + 96j + 32c, c < 3: word c of sub-block j:
+ *                byte 4r + e = q[16j + 4c + e] << 2 | (q[16j + 12 + e] >> 2c) & 3
+ * with q the row's values 0..63 in the order the dequantizer writes them.
+ * Prefill unpacks a group's super-blocks back to the file's layout
+ * (q6x8_unpack) and widens them as it widens file rows.
+ */
+#include <string.h>
+
+#include "privai/tensor_type.h"
+#include "cpu_dot.h"
+
+#define Q6_SB_BYTES 210
+#define Q6X8_SCALES 16
+#define Q6X8_QUANTS 144
+
+/* A file super-block's 256 values (0..63) in the dequantizer's order, four
+ * at a time in 32-bit words (no value carries into its neighbour). */
+static void
+q6_values(const uint8_t *b, uint8_t *q)
+{
+	for (int h = 0; h < 2; h++)
+		for (int l = 0; l < 32; l += 4) {
+			uint32_t lo0, lo1, hi;
+			memcpy(&lo0, b + 64 * h + l, 4);
+			memcpy(&lo1, b + 64 * h + 32 + l, 4);
+			memcpy(&hi, b + 128 + 32 * h + l, 4);
+			uint32_t v[4] = {
+				(lo0 & 0x0f0f0f0f) | (hi & 0x03030303) << 4,
+				(lo1 & 0x0f0f0f0f) | ((hi >> 2) & 0x03030303) << 4,
+				((lo0 >> 4) & 0x0f0f0f0f) | ((hi >> 4) & 0x03030303) << 4,
+				((lo1 >> 4) & 0x0f0f0f0f) | ((hi >> 6) & 0x03030303) << 4,
+			};
+			for (int k = 0; k < 4; k++)
+				memcpy(q + 128 * h + 32 * k + l, &v[k], 4);
+		}
+}
+
+void
+q6x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst)
+{
+	uint8_t q[256];
+
+	dst += (size_t)g0 * nsb * Q6X8_BLOCK;
+	for (int64_t g = g0; g < g1; g++)
+		for (size_t i = 0; i < nsb; i++, dst += Q6X8_BLOCK)
+			for (int r = 0; r < 8; r++) {
+				const uint8_t *b = src + (size_t)(8 * g + r) * row_bytes + i * Q6_SB_BYTES;
+				memcpy(dst + 2 * r, b + 208, 2);
+				for (int j = 0; j < 16; j++)
+					dst[Q6X8_SCALES + 8 * j + r] = b[192 + j];
+				q6_values(b, q);
+				for (int j = 0; j < 16; j++) {
+					uint32_t top;
+					memcpy(&top, q + 16 * j + 12, 4);
+					for (int c = 0; c < 3; c++) {
+						uint32_t w;
+						memcpy(&w, q + 16 * j + 4 * c, 4);
+						w = w << 2 | ((top >> (2 * c)) & 0x03030303);
+						memcpy(dst + Q6X8_QUANTS + 96 * j + 32 * c + 4 * r, &w, 4);
+					}
+				}
+			}
+}
+
+void
+q6x8_unpack(const uint8_t *grp, int r, uint8_t *blk)
+{
+	uint8_t q[256];
+
+	for (int j = 0; j < 16; j++) {
+		uint32_t top = 0;
+		for (int c = 0; c < 3; c++) {
+			uint32_t w;
+			memcpy(&w, grp + Q6X8_QUANTS + 96 * j + 32 * c + 4 * r, 4);
+			top |= (w & 0x03030303) << (2 * c);
+			w = (w >> 2) & 0x3f3f3f3f;
+			memcpy(q + 16 * j + 4 * c, &w, 4);
+		}
+		memcpy(q + 16 * j + 12, &top, 4);
+	}
+	/* the inverse of q6_values, four values a word */
+	for (int h = 0; h < 2; h++)
+		for (int l = 0; l < 32; l += 4) {
+			uint32_t v[4];
+			for (int k = 0; k < 4; k++)
+				memcpy(&v[k], q + 128 * h + 32 * k + l, 4);
+			uint32_t lo0 = (v[0] & 0x0f0f0f0f) | (v[2] & 0x0f0f0f0f) << 4;
+			uint32_t lo1 = (v[1] & 0x0f0f0f0f) | (v[3] & 0x0f0f0f0f) << 4;
+			uint32_t hi = ((v[0] >> 4) & 0x03030303) | ((v[1] >> 4) & 0x03030303) << 2 |
+				      ((v[2] >> 4) & 0x03030303) << 4 | ((v[3] >> 4) & 0x03030303) << 6;
+			memcpy(blk + 64 * h + l, &lo0, 4);
+			memcpy(blk + 64 * h + 32 + l, &lo1, 4);
+			memcpy(blk + 128 + 32 * h + l, &hi, 4);
+		}
+	for (int j = 0; j < 16; j++)
+		blk[192 + j] = grp[Q6X8_SCALES + 8 * j + r];
+	memcpy(blk + 208, grp + 2 * r, 2);
+}
+
+void
+q6x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out)
+{
+	uint8_t blk[Q6_SB_BYTES];
+
+	for (size_t i = 0; i < nsb; i++, grp += Q6X8_BLOCK, out += 256) {
+		q6x8_unpack(grp, r, blk);
+		tensor_dequantize_row(TT_Q6_K, blk, out, 256);
+	}
+}
+
+void
+gemm_q6_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	uint8_t blk[Q6_SB_BYTES];
+
+	for (int g = 0; g < ng; g++, grp += nsb * Q6X8_BLOCK)
+		for (int t = 0; t < nt; t++) {
+			float *yt = y + (size_t)t * ldy + 8 * (size_t)g;
+			for (int r = 0; r < 8; r++)
+				yt[r] = 0.0f;
+			for (size_t i = 0; i < nsb; i++)
+				for (int r = 0; r < 8; r++) {
+					q6x8_unpack(grp + i * Q6X8_BLOCK, r, blk);
+					yt[r] += dot_q6_k_q8k_scalar(blk, x + (size_t)t * nsb + i, 1);
+				}
+		}
+}
+
+void
+widen_q6_kx8_scalar(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_row_bytes, int32_t *wsum, float *wd,
+		    size_t ld)
+{
+	uint8_t blk[Q6_SB_BYTES];
+
+	for (size_t i = 0; i < nsb; i++, grp += Q6X8_BLOCK)
+		for (int r = 0; r < 8; r++) {
+			q6x8_unpack(grp, r, blk);
+			widen_q6_k_scalar(blk, dst + (size_t)r * dst_row_bytes + i * 8 * 34, 8,
+					  wsum + (size_t)r * ld + 16 * i, wd + (size_t)r * ld + 16 * i);
+		}
+}
+
+#if defined(__x86_64__)
+#include "cpu_x86.h"
+
+/* A sub-block's four chunks of 8 rows as unsigned bytes for the int8
+ * products.  AVX-512 (vpdpbusd) takes them as they are stored, 4q: word c
+ * & 0xfc, and the fourth chunk's two-bit pieces moved from bits 0..1 of
+ * the three words to bits 2..3, 4..5 and 6..7, each select one vpternlogd
+ * ((a & b) | c).  AVX2's vpmaddubsw sums byte pairs in int16, where 2 x
+ * 252 x 127 would saturate: it takes q (at most 2 x 63 x 127).  A 16-bit
+ * shift carries a byte's top bits into its neighbour's bottom ones; the
+ * masks drop them. */
+#define Q6X8_VALUE_AVX512(p) _mm256_and_si256(p, _mm256_set1_epi8((char)0xfc))
+#define Q6X8_TOP_AVX512(p0, p1, p2)                                                                                    \
+	_mm256_ternarylogic_epi32(_mm256_slli_epi16(p2, 6), _mm256_set1_epi8((char)0xc0),                              \
+				  _mm256_ternarylogic_epi32(_mm256_slli_epi16(p1, 4), _mm256_set1_epi8(0x30),          \
+							    _mm256_and_si256(_mm256_slli_epi16(p0, 2),                 \
+									     _mm256_set1_epi8(0x0c)),                  \
+							    0xea),                                                     \
+				  0xea)
+#define Q6X8_VALUE_AVX2(p) _mm256_and_si256(_mm256_srli_epi16(p, 2), _mm256_set1_epi8(0x3f))
+#define Q6X8_TOP_AVX2(p0, p1, p2)                                                                                      \
+	_mm256_or_si256(_mm256_or_si256(_mm256_and_si256(p0, _mm256_set1_epi8(0x03)),                                  \
+					_mm256_and_si256(_mm256_slli_epi16(p1, 2), _mm256_set1_epi8(0x0c))),           \
+			_mm256_and_si256(_mm256_slli_epi16(p2, 4), _mm256_set1_epi8(0x30)))
+
+/* nt tokens (1..8, a constant where inlined; tokens' super-blocks nsb
+ * apart from x) times one 8-row group, y[t * ldy + r].  For each
+ * sub-block j of a super-block the sum starts at -32 QS * (its
+ * activations' sum), the -32 of every value, takes the four chunks (each
+ * value QS q), and is multiplied by the 8 rows' scales: exact in int32,
+ * the super-block's QS * sum(sc * (q - 32) * x), scaled once by d * d_x /
+ * QS (a power of two: the same bits for QS 1 and 4).  The integer sums are
+ * exact and the float steps the same for every nt, so a token's outputs
+ * are the same bits alone or in a batch. */
+#define DEFINE_GEMM_Q6X8_NT(NAME, TARGET, U8I8_ACC, VALUE, TOP, QS)                                                    \
+	TARGET static inline __attribute__((always_inline)) void NAME(const uint8_t *grp, const struct block_q8k *x,   \
+								      size_t nsb, int nt, float *y, size_t ldy)        \
+	{                                                                                                              \
+		__m256 acc[8];                                                                                         \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
+		for (size_t i = 0; i < nsb; i++, grp += Q6X8_BLOCK) {                                                  \
+			GROUP_PREFETCH(grp, Q6X8_BLOCK, nt);                                                           \
+			__m256i isum[8];                                                                               \
+			_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) isum[t] = _mm256_setzero_si256();         \
+			_Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)                                          \
+			{                                                                                              \
+				const uint8_t *w = grp + Q6X8_QUANTS + 96 * j;                                         \
+				__m256i p0 = _mm256_loadu_si256((const __m256i *)w);                                   \
+				__m256i p1 = _mm256_loadu_si256((const __m256i *)(w + 32));                            \
+				__m256i p2 = _mm256_loadu_si256((const __m256i *)(w + 64));                            \
+				__m256i v3 = TOP(p0, p1, p2);                                                          \
+				p0 = VALUE(p0);                                                                        \
+				p1 = VALUE(p1);                                                                        \
+				p2 = VALUE(p2);                                                                        \
+				__m256i sc = _mm256_cvtepi8_epi32(                                                     \
+					_mm_loadl_epi64((const __m128i *)(grp + Q6X8_SCALES + 8 * j)));                \
+				_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                                   \
+				{                                                                                      \
+					const struct block_q8k *xb = x + (size_t)t * nsb + i;                          \
+					__m256i a = _mm256_set1_epi32(-32 * (QS)*xb->bsum[j]);                         \
+					a = U8I8_ACC(a, p0, BCAST4_256(xb->q + 16 * j));                               \
+					a = U8I8_ACC(a, p1, BCAST4_256(xb->q + 16 * j + 4));                           \
+					a = U8I8_ACC(a, p2, BCAST4_256(xb->q + 16 * j + 8));                           \
+					a = U8I8_ACC(a, v3, BCAST4_256(xb->q + 16 * j + 12));                          \
+					isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(a, sc));                \
+				}                                                                                      \
+			}                                                                                              \
+			__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));                            \
+			_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                                           \
+			{                                                                                              \
+				__m256 xd = _mm256_set1_ps(x[(size_t)t * nsb + i].d / (QS));                           \
+				acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, xd), _mm256_cvtepi32_ps(isum[t]), acc[t]);  \
+			}                                                                                              \
+		}                                                                                                      \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) _mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);    \
+	}
+
+#define DEFINE_GEMM_Q6X8(NAME, TARGET, U8I8_ACC, VALUE, TOP, QS)                                                       \
+	DEFINE_GEMM_Q6X8_NT(NAME##_nt, TARGET, U8I8_ACC, VALUE, TOP, QS)                                               \
+	TARGET void NAME(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,          \
+			 size_t ldy)                                                                                   \
+	{                                                                                                              \
+		X8_GROUPS_BY_NT(NAME##_nt, grp, ng, nsb *Q6X8_BLOCK, x, nsb, nt, y, ldy);                              \
+	}
+
+DEFINE_GEMM_Q6X8(gemm_q6_kx8_avx2, AVX2, U8I8_ACC_AVX2, Q6X8_VALUE_AVX2, Q6X8_TOP_AVX2, 1)
+DEFINE_GEMM_Q6X8(gemm_q6_kx8_avx512, AVX512, U8I8_ACC_VNNI, Q6X8_VALUE_AVX512, Q6X8_TOP_AVX512, 4)
+
+/* widen_q6_kx8 (cpu_dot.h): a 32-value block of the 8 rows is sub-blocks
+ * 2b and 2b+1's four chunks, eight words with row r in lane r; one 8 x 8
+ * transpose gives each row its 32 values. */
+AVX2 void
+widen_q6_kx8_avx2(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_row_bytes, int32_t *wsum, float *wd,
+		  size_t ld)
+{
+	const __m256i off = _mm256_set1_epi8(32);
+
+	for (size_t i = 0; i < nsb; i++, grp += Q6X8_BLOCK) {
+		float d[8];
+		_mm256_storeu_ps(d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp)));
+		for (int b = 0; b < 8; b++) {
+			__m256i v[8];
+			for (int h = 0; h < 2; h++) {
+				const uint8_t *w = grp + Q6X8_QUANTS + 96 * (2 * b + h);
+				__m256i p0 = _mm256_loadu_si256((const __m256i *)w);
+				__m256i p1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+				__m256i p2 = _mm256_loadu_si256((const __m256i *)(w + 64));
+				v[4 * h + 3] = Q6X8_TOP_AVX2(p0, p1, p2);
+				v[4 * h] = Q6X8_VALUE_AVX2(p0);
+				v[4 * h + 1] = Q6X8_VALUE_AVX2(p1);
+				v[4 * h + 2] = Q6X8_VALUE_AVX2(p2);
+			}
+			transpose8x8(v); /* v[r]: row r's 32 values */
+			for (int r = 0; r < 8; r++) {
+				int32_t *ws = wsum + (size_t)r * ld + 16 * i + 2 * b;
+				_mm256_storeu_si256((__m256i *)(dst + (size_t)r * dst_row_bytes + (8 * i + b) * 34 + 2),
+						    _mm256_sub_epi8(v[r], off));
+				sum_u8_halves(v[r], &ws[0], &ws[1]);
+				ws[0] = -128 * (ws[0] - 32 * 16);
+				ws[1] = -128 * (ws[1] - 32 * 16);
+			}
+		}
+		for (int j = 0; j < 16; j++)
+			for (int r = 0; r < 8; r++)
+				wd[(size_t)r * ld + 16 * i + j] = d[r] * (float)(int8_t)grp[Q6X8_SCALES + 8 * j + r];
+	}
+}
+#endif
