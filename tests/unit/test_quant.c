@@ -618,6 +618,19 @@ test_k45_q8k(const struct cpu_kernels *simd)
 	}
 }
 
+/* The weights (rows x cols floats) and nt tokens' activations, as floats
+ * and in Q8_K, the repacked K-quant tests share. */
+static void
+group_inputs(float *w, int rows, int cols, float *x, int nt, struct block_q8k *xk)
+{
+	for (int i = 0; i < rows * cols; i++)
+		w[i] = sinf((float)i * 0.71f) * (1 + (float)(i % 7)) + 0.5f * cosf((float)i * 0.013f);
+	for (int i = 0; i < nt * cols; i++)
+		x[i] = cosf((float)i * 0.3f) * (2 + (float)(i / cols));
+	for (int t = 0; t < nt; t++)
+		cpu_kernels_scalar()->quantize_q8k(x + t * cols, xk + t * (cols / 256), (size_t)cols);
+}
+
 /* Q4_K and Q5_K repacked 8 rows to a group: rows read back are the
  * file's, the kernel's repack equals the scalar one, and the group dot
  * (SIMD and scalar) equals each row's dot on Q8_K activations; 16 rows of
@@ -635,12 +648,7 @@ test_kx8(const struct cpu_kernels *k)
 		SKIP("%s: no repacked Q4_K/Q5_K kernels", k->name);
 		return;
 	}
-	for (int i = 0; i < ROWS * COLS; i++)
-		w[i] = sinf((float)i * 0.71f) * (1 + (float)(i % 7)) + 0.5f * cosf((float)i * 0.013f);
-	for (int i = 0; i < NT * COLS; i++)
-		x[i] = cosf((float)i * 0.3f) * (2 + (float)(i / COLS));
-	for (int t = 0; t < NT; t++)
-		ref->quantize_q8k(x + t * COLS, xk + t * NSB, COLS);
+	group_inputs(w, ROWS, COLS, x, NT, xk);
 	for (int five = 0; five < 2; five++) {
 		uint32_t type = five ? TT_Q5_K : TT_Q4_K;
 		size_t sb = five ? 176 : 144, bytes = ROWS * NSB * sb;
@@ -710,12 +718,7 @@ test_q6x8(const struct cpu_kernels *k)
 		SKIP("%s: no repacked Q6_K kernel", k->name);
 		return;
 	}
-	for (int i = 0; i < ROWS * COLS; i++)
-		w[i] = sinf((float)i * 0.71f) * (1 + (float)(i % 7)) + 0.5f * cosf((float)i * 0.013f);
-	for (int i = 0; i < NT * COLS; i++)
-		x[i] = cosf((float)i * 0.3f) * (2 + (float)(i / COLS));
-	for (int t = 0; t < NT; t++)
-		ref->quantize_q8k(x + t * COLS, xk + t * NSB, COLS);
+	group_inputs(w, ROWS, COLS, x, NT, xk);
 	tensor_quantize_row(TT_Q6_K, w, wq, ROWS * COLS);
 	/* in two calls, as threads repack their shares */
 	q6x8_repack(wq, NSB * SB, 1, ROWS / 8, NSB, packed);

@@ -387,6 +387,12 @@ void widen_q8_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_r
 void kx8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five, uint8_t *dst);
 void kx8_unpack(const uint8_t *grp, int r, int five, uint8_t *blk);
 void kx8_dequantize_row(const uint8_t *grp, size_t nsb, int r, int five, float *out);
+/* the K-quant groups' scalar reference: y[t * ldy + 8 * g + r] = the sum
+ * over super-blocks i of row_dot(group g's block i, r, token t's block
+ * i, arg), blocks block_bytes apart */
+void gemm_groups_q8k_scalar(const uint8_t *grp, int ng, size_t block_bytes,
+			    float (*row_dot)(const uint8_t *block, int r, const struct block_q8k *x, int arg), int arg,
+			    const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
 void gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, int five, float *y,
 		     size_t ldy);
 #if defined(__x86_64__)

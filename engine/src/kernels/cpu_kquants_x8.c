@@ -87,23 +87,36 @@ kx8_dequantize_row(const uint8_t *grp, size_t nsb, int r, int five, float *out)
 }
 
 void
-gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, int five, float *y,
-		size_t ldy)
+gemm_groups_q8k_scalar(const uint8_t *grp, int ng, size_t block_bytes,
+		       float (*row_dot)(const uint8_t *block, int r, const struct block_q8k *x, int arg), int arg,
+		       const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
 {
-	uint8_t blk[176];
-
-	for (int g = 0; g < ng; g++, grp += nsb * KX8_BLOCK(five))
+	for (int g = 0; g < ng; g++, grp += nsb * block_bytes)
 		for (int t = 0; t < nt; t++) {
 			float *yt = y + (size_t)t * ldy + 8 * (size_t)g;
 			for (int r = 0; r < 8; r++)
 				yt[r] = 0.0f;
 			for (size_t i = 0; i < nsb; i++)
-				for (int r = 0; r < 8; r++) {
-					kx8_unpack(grp + i * KX8_BLOCK(five), r, five, blk);
-					yt[r] += five ? dot_q5_k_q8k_scalar(blk, x + (size_t)t * nsb + i, 1)
-						      : dot_q4_k_q8k_scalar(blk, x + (size_t)t * nsb + i, 1);
-				}
+				for (int r = 0; r < 8; r++)
+					yt[r] += row_dot(grp + i * block_bytes, r, x + (size_t)t * nsb + i, arg);
 		}
+}
+
+/* Row r of a group's super-block (Q5_K where five) times a token's. */
+static float
+kx8_row_dot(const uint8_t *block, int r, const struct block_q8k *x, int five)
+{
+	uint8_t blk[176];
+
+	kx8_unpack(block, r, five, blk);
+	return five ? dot_q5_k_q8k_scalar(blk, x, 1) : dot_q4_k_q8k_scalar(blk, x, 1);
+}
+
+void
+gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, int five, float *y,
+		size_t ldy)
+{
+	gemm_groups_q8k_scalar(grp, ng, KX8_BLOCK(five), kx8_row_dot, five, x, nsb, nt, y, ldy);
 }
 
 #if defined(__x86_64__)

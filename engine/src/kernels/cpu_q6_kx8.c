@@ -127,22 +127,20 @@ q6x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out)
 	}
 }
 
-void
-gemm_q6_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
+static float
+q6x8_row_dot(const uint8_t *block, int r, const struct block_q8k *x, int unused)
 {
 	uint8_t blk[Q6_SB_BYTES];
 
-	for (int g = 0; g < ng; g++, grp += nsb * Q6X8_BLOCK)
-		for (int t = 0; t < nt; t++) {
-			float *yt = y + (size_t)t * ldy + 8 * (size_t)g;
-			for (int r = 0; r < 8; r++)
-				yt[r] = 0.0f;
-			for (size_t i = 0; i < nsb; i++)
-				for (int r = 0; r < 8; r++) {
-					q6x8_unpack(grp + i * Q6X8_BLOCK, r, blk);
-					yt[r] += dot_q6_k_q8k_scalar(blk, x + (size_t)t * nsb + i, 1);
-				}
-		}
+	(void)unused;
+	q6x8_unpack(block, r, blk);
+	return dot_q6_k_q8k_scalar(blk, x, 1);
+}
+
+void
+gemm_q6_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	gemm_groups_q8k_scalar(grp, ng, Q6X8_BLOCK, q6x8_row_dot, 0, x, nsb, nt, y, ldy);
 }
 
 void
