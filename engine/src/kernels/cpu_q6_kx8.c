@@ -20,8 +20,10 @@
  *   144 + 96j + 32c, c < 3: word c of sub-block j:
  *                byte 4r + e = q[16j + 4c + e] << 2 | (q[16j + 12 + e] >> 2c) & 3
  * with q the row's values 0..63 in the order the dequantizer writes them.
- * Prefill unpacks a group's super-blocks back to the file's layout
- * (q6x8_unpack) and widens them as it widens file rows.
+ * Prompts widen the groups straight into the int8 GEMM's blocks
+ * (widen_q6_kx8, the bytes widen_q6_k makes of the file's rows); get_rows
+ * and the scalar reference unpack a row back to the file's layout
+ * (q6x8_unpack).
  */
 #include <string.h>
 
