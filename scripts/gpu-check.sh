@@ -17,12 +17,13 @@
 #       pieces are rebuilt there only when the stage lacks them.
 #
 # Knobs for the run: TEST_LIMIT, SERVE_LIMIT, BENCH_LIMIT, MEMCHECK_LIMIT
-# (seconds); BENCH=1 with BENCH_MODELS and BASE (below); PROFILE=1 (Nsight
-# Compute's kernel times, below); NCCL=0 skips the NCCL part; COALESCED=0
-# skips the checks and bench of the kernels with coalesced loads
-# (PRIVAI_CUDA_COALESCED=1: k_mmv2 and k_dequant2_f16, not yet the default).  On an H200,
+# (seconds); SERVE=0 skips the serving suite; BENCH=1 with BENCH_MODELS and BASE (below); PROFILE=1 (Nsight
+# Compute's kernel times, below); NCCL=0 skips the NCCL part; NEXT=0 skips
+# the checks and bench of the kernels written since the last GPU run
+# (PRIVAI_CUDA_NEXT=1, engine/src/kernels/cuda/cuda_kernels.h).  On an H100,
 # TEST_LIMIT=60 SERVE_LIMIT=100 BENCH=1 BENCH_MODELS="1b-Q8_0 1b-Q4_K_M"
-# BASE=... PROFILE=1 NCCL=0 took 196 s (before the COALESCED runs were added), the machine's start not counted.
+# PROFILE=1 PROFILE_LIMIT=90 NCCL=0 took 213 s, the machine's start (about
+# 40 s) not counted.
 #
 # .gpu/ is ignored by git (.git/info/exclude) and never committed.
 set -eu
@@ -108,19 +109,27 @@ run() {
 			timeout "${TEST_LIMIT:-120}" "$S/bin/tests/$t" || { echo "FAILED: $t (exit $?)"; failed="$failed $t"; }
 		done
 		case $failed in *test_golden*) memcheck ;; esac
-		# the kernels with coalesced loads, off by default until they have
-		# passed these on a GPU
-		if [ "${COALESCED:-1}" = 1 ]; then
+		# the kernels not yet run on a GPU, off by default until they have
+		# passed these
+		if [ "${NEXT:-1}" = 1 ]; then
 			for t in test_golden test_paged test_scheduler; do
-				echo "== $t (cuda, PRIVAI_CUDA_COALESCED=1)"
-				PRIVAI_CUDA_COALESCED=1 timeout "${TEST_LIMIT:-120}" "$S/bin/tests/$t" ||
-					echo "FAILED: $t with PRIVAI_CUDA_COALESCED=1 (exit $?)"
+				echo "== $t (cuda, PRIVAI_CUDA_NEXT=1)"
+				PRIVAI_CUDA_NEXT=1 timeout "${TEST_LIMIT:-120}" "$S/bin/tests/$t" || {
+					echo "FAILED: $t with PRIVAI_CUDA_NEXT=1 (exit $?)"
+					if [ "$t" = test_golden ]; then
+						export PRIVAI_CUDA_NEXT=1
+						memcheck
+						unset PRIVAI_CUDA_NEXT
+					fi
+				}
 			done
 		fi
 		if [ "${BENCH:-0}" = 1 ]; then bench; fi
-		echo "== serving suite (serve --device cuda)"
-		PYTHONPATH="$S/py${PYTHONPATH:+:$PYTHONPATH}" BUILD="$S/bin" timeout "${SERVE_LIMIT:-240}" python3 tests/integration/test_serve.py ||
-			echo "FAILED: serving suite (exit $?)"
+		if [ "${SERVE:-1}" = 1 ]; then
+			echo "== serving suite (serve --device cuda)"
+			PYTHONPATH="$S/py${PYTHONPATH:+:$PYTHONPATH}" BUILD="$S/bin" timeout "${SERVE_LIMIT:-240}" python3 tests/integration/test_serve.py ||
+				echo "FAILED: serving suite (exit $?)"
+		fi
 		if [ "${PROFILE:-0}" = 1 ]; then profile; fi
 		if [ "${NCCL:-1}" = 1 ]; then nccl; fi
 	} 2>&1 | tee "$log"
@@ -159,7 +168,8 @@ nccl() {
 # Speed: synthetic models of Llama-3.2-1B's and Llama-3.1-8B's shapes,
 # written on the GPU machine's disk (BENCH_MODELS picks among "1b-Q8_0
 # 1b-Q4_K_M 8b-Q8_0 8b-F16").  BASE=/path/to/another/privai-cuda.so runs
-# each model on that build first, for an A/B in one lease.
+# each model on that build first, for an A/B in one lease; BENCH_DEPTH=D
+# runs each again with D tokens in the context before the measured ones.
 bench() {
 	E=$S/bin/privai-engine
 	mkdir -p /tmp/privai-bench
@@ -167,10 +177,12 @@ bench() {
 		m=/tmp/privai-bench/$name.gguf
 		echo "== bench $name"
 		synth "$name" "$m" || continue
-		for lib in ${BASE:+"$BASE"} "$S/bin/privai-cuda.so"; do
-			bench_one "$lib" PRIVAI_CUDA_LIBRARY="$lib"
+		for depth in 0 ${BENCH_DEPTH:-}; do
+			for lib in ${BASE:+"$BASE"} "$S/bin/privai-cuda.so"; do
+				bench_one "$lib" PRIVAI_CUDA_LIBRARY="$lib"
+			done
+			if [ "${NEXT:-1}" = 1 ]; then bench_one PRIVAI_CUDA_NEXT=1 PRIVAI_CUDA_NEXT=1; fi
 		done
-		if [ "${COALESCED:-1}" = 1 ]; then bench_one PRIVAI_CUDA_COALESCED=1 PRIVAI_CUDA_COALESCED=1; fi
 	done
 }
 
@@ -178,8 +190,8 @@ bench() {
 bench_one() {
 	label=$1
 	shift
-	echo "-- $label"
-	env "$@" timeout "${BENCH_LIMIT:-90}" "$E" bench -m "$m" --device cuda -p 512 -n 128 -r 3 --json \
+	echo "-- $label, depth $depth"
+	env "$@" timeout "${BENCH_LIMIT:-90}" "$E" bench -m "$m" --device cuda -p 512 -n 128 -d "$depth" -r 3 --json \
 		--no-bandwidth || echo "FAILED: bench $name, $label (exit $?)"
 }
 
@@ -200,9 +212,11 @@ synth() {
 # summed by kernel; the raw table is $OUT/ncu.csv.
 profile() {
 	m=/tmp/privai-bench/1b-Q8_0.gguf
-	echo "== ncu: kernel time by kernel, bench 1b-Q8_0 -p 512 -n 4"
+	# the next kernels' profile where they are checked: the default's is
+	# in docs/performance.md
+	echo "== ncu: kernel time by kernel, bench 1b-Q8_0 -p 512 -n 4, PRIVAI_CUDA_NEXT=${NEXT:-1}"
 	synth 1b-Q8_0 "$m" || return
-	timeout "${PROFILE_LIMIT:-120}" ncu --csv --metrics gpu__time_duration.sum --launch-count "${PROFILE_KERNELS:-1500}" \
+	PRIVAI_CUDA_NEXT=${NEXT:-1} timeout "${PROFILE_LIMIT:-120}" ncu --csv --metrics gpu__time_duration.sum --launch-count "${PROFILE_KERNELS:-1500}" \
 		"$S/bin/privai-engine" bench -m "$m" --device cuda -p 512 -n 4 -r 1 --no-bandwidth \
 		>"${OUT:-/tmp}/ncu.csv" 2>/dev/null || echo "(ncu exit $?)"
 	python3 - "${OUT:-/tmp}/ncu.csv" <<'PY'

@@ -103,7 +103,7 @@ test_quantized(void)
 	}
 }
 
-/* A row copied a segment at a time, as k_mmv2 stages it in shared
+/* A row copied a segment at a time, as k_mmv and k_mmv_next stage it in shared
  * memory: chunk c0 + i of the row decodes as chunk i of the copy, and the
  * segments' bytes add up to the row's. */
 static void

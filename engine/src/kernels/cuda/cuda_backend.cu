@@ -30,17 +30,14 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "cuda_kernels.h"
 #include "kernels/dequant_chunk.h"
 extern "C" {
 #include "privai/status.h" /* status.c is built into the library as C */
 }
 
-#define MMV_MAX_TOKENS 8             /* tokens the matrix-vector kernel keeps in registers */
-#define MMV_WARPS 4                  /* rows (one per warp) per block */
 #define GEMM_TILE_HALFS (32 << 20)   /* dequantized weight tile: 64 MiB */
-#define HEAD_DIM_MAX 256             /* attention: up to 8 dims per lane */
 #define KV_SLACK ((size_t)256 << 20) /* left free beside the KV pool */
-#define ATT_WARPS 8                  /* attention: warps sharing one (token, head) */
 
 struct cuda_impl {
 	int device;
@@ -49,7 +46,7 @@ struct cuda_impl {
 	char err[PRIVAI_ERR_LEN]; /* the first failure, for download() to report */
 	int failed;
 	size_t free_at_start; /* the device's free memory before this engine took any */
-	int coalesced;        /* PRIVAI_CUDA_COALESCED=1: k_mmv2 and k_dequant2_f16 (not yet run on a GPU) */
+	int next;             /* PRIVAI_CUDA_NEXT=1: the kernels not yet run on a GPU (cuda_kernels.h) */
 
 	/* the batch, staged in pinned host memory and copied in one go */
 	int n, n_out, max_tokens, max_blocks; /* max_blocks: table entries per token */
@@ -106,196 +103,6 @@ blocks_for(size_t n, unsigned threads)
 }
 
 /* ------------------------------------------------------------- kernels */
-
-__device__ static float
-warp_sum(float v)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-/* y[t][r] = w[r] . x[t] for NT tokens: a warp per row, each lane a chunk
- * of 32 weights at a time, dequantized once and used for every token. */
-template <int NT>
-__global__ static void
-k_mmv(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x, float *y)
-{
-	int64_t r = (int64_t)blockIdx.x * MMV_WARPS + threadIdx.x / 32;
-	int lane = threadIdx.x % 32;
-	float acc[NT];
-	float wv[32];
-
-	if (r >= rows)
-		return;
-	for (int t = 0; t < NT; t++)
-		acc[t] = 0.0f;
-	const uint8_t *row = w + r * (int64_t)row_bytes;
-	for (int64_t c = lane; c < cols / 32; c += 32) {
-		dq_chunk(type, row, c, wv);
-		for (int t = 0; t < NT; t++) {
-			const float *xt = x + t * cols + c * 32;
-			float s = 0.0f;
-			for (int j = 0; j < 32; j++)
-				s += wv[j] * xt[j];
-			acc[t] += s;
-		}
-	}
-	for (int t = 0; t < NT; t++) {
-		float s = warp_sum(acc[t]);
-		if (lane == 0)
-			y[(int64_t)t * rows + r] = s;
-	}
-}
-
-/*
- * The matrix-vector kernel with the loads coalesced (PRIVAI_CUDA_COALESCED=1,
- * not the default: written after the first GPU run, not yet run on one).
- * k_mmv's lanes read their 34-byte blocks a byte at a time, 34 bytes
- * apart, and their activations 128 bytes apart: a warp's load touched
- * some 34 sectors, and the kernel read 80-190 GB/s of an H200's 4.8 TB/s.
- * Here a block of MMV2_WARPS rows goes through the row MMV2_SEG chunks at
- * a time: each warp copies its row's bytes of the segment into shared
- * memory with 16-byte loads where the row allows, the block copies the
- * segment's activations once for all its rows (MMV2_XPITCH floats a
- * chunk, so that lane l reading chunk l's j-th value hits bank l + j),
- * and each lane then dequantizes its chunk from shared memory.  A lane
- * takes the same chunks in the same order as in k_mmv, so the sums are
- * the same.
- */
-#define MMV2_WARPS 8
-#define MMV2_SEG 32    /* chunks of a row a warp stages at a time: one a lane */
-#define MMV2_XPITCH 33 /* floats a chunk of activations takes in shared memory */
-
-__host__ __device__ static inline size_t
-mmv2_stride(uint32_t type)
-{
-	return ((size_t)dq_chunks_bytes(type, MMV2_SEG) + 15) & ~(size_t)15;
-}
-
-__host__ __device__ static inline size_t
-mmv2_smem(int nt, uint32_t type)
-{
-	return (size_t)nt * MMV2_SEG * MMV2_XPITCH * sizeof(float) + MMV2_WARPS * mmv2_stride(type);
-}
-
-/* n bytes from src to the 16-byte aligned dst, by the warp's 32 lanes:
- * in 16-byte words where src is aligned so, else 4-byte, else bytes. */
-__device__ static void
-stage_bytes(const uint8_t *src, int n, uint8_t *dst, int lane)
-{
-	int done = 0;
-
-	if (((uintptr_t)src & 15) == 0) {
-		for (int k = lane; k < n / 16; k += 32)
-			((uint4 *)dst)[k] = ((const uint4 *)src)[k];
-		done = n / 16 * 16;
-	} else if (((uintptr_t)src & 3) == 0) {
-		for (int k = lane; k < n / 4; k += 32)
-			((uint32_t *)dst)[k] = ((const uint32_t *)src)[k];
-		done = n / 4 * 4;
-	}
-	for (int k = done + lane; k < n; k += 32)
-		dst[k] = src[k];
-}
-
-template <int NT>
-__global__ static void
-k_mmv2(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x, float *y)
-{
-	extern __shared__ __align__(16) uint8_t smem[];
-	float *sx = (float *)smem; /* NT x MMV2_SEG chunks x MMV2_XPITCH */
-	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	uint8_t *sw = smem + (size_t)NT * MMV2_SEG * MMV2_XPITCH * sizeof(float) + warp * mmv2_stride(type);
-	int64_t r = (int64_t)blockIdx.x * MMV2_WARPS + warp, chunks = cols / 32;
-	bool live = r < rows; /* a warp past the last row still helps with the activations and syncs */
-	const uint8_t *row = w + (live ? r : 0) * (int64_t)row_bytes;
-	float acc[NT], wv[32];
-
-	for (int t = 0; t < NT; t++)
-		acc[t] = 0.0f;
-	for (int64_t c0 = 0; c0 < chunks; c0 += MMV2_SEG) {
-		int nc = chunks - c0 < MMV2_SEG ? (int)(chunks - c0) : MMV2_SEG;
-		for (int i = threadIdx.x; i < NT * MMV2_SEG * 32; i += blockDim.x) {
-			int t = i / (MMV2_SEG * 32), k = i % (MMV2_SEG * 32);
-			sx[(t * MMV2_SEG + k / 32) * MMV2_XPITCH + k % 32] =
-				k < nc * 32 ? x[(int64_t)t * cols + c0 * 32 + k] : 0.0f;
-		}
-		if (live)
-			stage_bytes(row + dq_chunks_bytes(type, c0), (int)dq_chunks_bytes(type, nc), sw, lane);
-		__syncthreads();
-		if (live && lane < nc) {
-			dq_chunk(type, sw, lane, wv);
-			for (int t = 0; t < NT; t++) {
-				const float *xt = sx + (t * MMV2_SEG + lane) * MMV2_XPITCH;
-				float s = 0.0f;
-				for (int j = 0; j < 32; j++)
-					s += wv[j] * xt[j];
-				acc[t] += s;
-			}
-		}
-		__syncthreads(); /* before the next segment overwrites sx and sw */
-	}
-	if (!live)
-		return;
-	for (int t = 0; t < NT; t++) {
-		float s = warp_sum(acc[t]);
-		if (lane == 0)
-			y[(int64_t)t * rows + r] = s;
-	}
-}
-
-/* The weight tile of a prefill with the loads coalesced (the same knob
- * as k_mmv2, not yet run on a GPU): a warp per (row, segment of
- * MMV2_SEG chunks), the segment's bytes staged in shared memory with
- * 16-byte loads, each lane then decoding its chunk and writing its 32
- * halves as four 16-byte stores.  k_dequant_f16's lanes read their
- * blocks a byte at a time, 34 bytes apart: about 90 GB/s on an H200. */
-__global__ static void
-k_dequant2_f16(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t nr, int64_t cols, __half *out)
-{
-	extern __shared__ __align__(16) uint8_t smem[];
-	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	int64_t chunks = cols / 32, nseg = (chunks + MMV2_SEG - 1) / MMV2_SEG;
-	int64_t wi = (int64_t)blockIdx.x * MMV2_WARPS + warp, r = wi / nseg, c0 = wi % nseg * MMV2_SEG;
-	uint8_t *sw = smem + warp * mmv2_stride(type);
-	float v[32];
-
-	if (r >= nr) /* no block-wide barrier below: a warp may leave */
-		return;
-	int nc = chunks - c0 < MMV2_SEG ? (int)(chunks - c0) : MMV2_SEG;
-	stage_bytes(w + (r0 + r) * (int64_t)row_bytes + dq_chunks_bytes(type, c0), (int)dq_chunks_bytes(type, nc), sw,
-		    lane);
-	__syncwarp();
-	if (lane >= nc)
-		return;
-	dq_chunk(type, sw, lane, v);
-	uint4 *dst = (uint4 *)(out + r * cols + (c0 + lane) * 32); /* 64 bytes, 16-byte aligned */
-	for (int q = 0; q < 4; q++) {
-		union {
-			__half2 h[4];
-			uint4 u;
-		} pk;
-		for (int i = 0; i < 4; i++)
-			pk.h[i] = __floats2half2_rn(v[8 * q + 2 * i], v[8 * q + 2 * i + 1]);
-		dst[q] = pk.u;
-	}
-}
-
-/* out[i] = half(chunk-dequantized rows r0..r0+nr of w), row-major. */
-__global__ static void
-k_dequant_f16(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t nr, int64_t cols, __half *out)
-{
-	int64_t chunks = cols / 32, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	float v[32];
-
-	if (i >= nr * chunks)
-		return;
-	int64_t r = i / chunks, c = i % chunks;
-	dq_chunk(type, w + (r0 + r) * (int64_t)row_bytes, c, v);
-	for (int j = 0; j < 32; j++)
-		out[r * cols + c * 32 + j] = __float2half(v[j]);
-}
 
 /* x as the sum of two halves, hi[i] + lo[i], good to about 22 bits where
  * one half keeps 11: the prefill GEMM runs on both, so its products are
@@ -390,12 +197,6 @@ k_rope(float *x, const int32_t *pos, int n, int n_heads, int head_dim, int n_rot
 	v[b] = x0 * sn + x1 * cs;
 }
 
-__device__ static int64_t
-kv_row(const int32_t *table, int max_blocks, int t, int pos, int shift)
-{
-	return ((int64_t)table[(int64_t)t * max_blocks + (pos >> shift)] << shift) + (pos & ((1 << shift) - 1));
-}
-
 __global__ static void
 k_kv_write(__half *kc, __half *vc, const float *k, const float *v, const int32_t *pos, const int32_t *table,
 	   int max_blocks, int shift, int n, int kv_dim)
@@ -408,68 +209,6 @@ k_kv_write(__half *kc, __half *vc, const float *k, const float *v, const int32_t
 	int64_t off = kv_row(table, max_blocks, t, pos[t], shift) * kv_dim + j;
 	kc[off] = __float2half(k[i]);
 	vc[off] = __float2half(v[i]);
-}
-
-/* A block of ATT_WARPS warps per (token, head).  Warp w takes positions
- * w, w + ATT_WARPS, ... with its own running max and sum (no score
- * buffer), each lane a slice of the head dims; the warps' partial sums
- * are then merged through shared memory.  One warp walking every position
- * alone waited a memory latency per position: at decode, a block per head
- * is all the parallelism there is. */
-__global__ static void
-k_attention(const float *q, const __half *kc, const __half *vc, const int32_t *pos, const int32_t *table,
-	    int max_blocks, int shift, int n_head, int n_head_kv, int head_dim, float *out)
-{
-	__shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS], s_acc[ATT_WARPS][HEAD_DIM_MAX];
-	int t = blockIdx.x / n_head, h = blockIdx.x % n_head, kvh = h / (n_head / n_head_kv);
-	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kv_dim = n_head_kv * head_dim;
-	float qv[HEAD_DIM_MAX / 32], acc[HEAD_DIM_MAX / 32];
-	float m = -INFINITY, l = 0.0f, scale = 1.0f / sqrtf((float)head_dim);
-
-	const float *qh = q + ((int64_t)t * n_head + h) * head_dim;
-	for (int k = 0; k < HEAD_DIM_MAX / 32; k++) {
-		int d = lane + 32 * k;
-		qv[k] = d < head_dim ? qh[d] : 0.0f;
-		acc[k] = 0.0f;
-	}
-	for (int p = warp; p <= pos[t]; p += ATT_WARPS) {
-		int64_t base = kv_row(table, max_blocks, t, p, shift) * kv_dim + (int64_t)kvh * head_dim;
-		float s = 0.0f;
-		for (int k = 0; k < HEAD_DIM_MAX / 32 && 32 * k < head_dim; k++) {
-			int d = lane + 32 * k;
-			if (d < head_dim)
-				s += qv[k] * __half2float(kc[base + d]);
-		}
-		s = warp_sum(s) * scale;
-		float m_new = fmaxf(m, s), corr = expf(m - m_new), e = expf(s - m_new);
-		l = l * corr + e;
-		for (int k = 0; k < HEAD_DIM_MAX / 32 && 32 * k < head_dim; k++) {
-			int d = lane + 32 * k;
-			acc[k] = acc[k] * corr + (d < head_dim ? e * __half2float(vc[base + d]) : 0.0f);
-		}
-		m = m_new;
-	}
-	/* merge: warp 0 always had position 0, so the overall max is finite
-	 * and a warp that had no position (m = -inf, l = 0) weighs nothing */
-	if (lane == 0) {
-		s_m[warp] = m;
-		s_l[warp] = l;
-	}
-	for (int k = 0; k < HEAD_DIM_MAX / 32; k++)
-		s_acc[warp][lane + 32 * k] = acc[k];
-	__syncthreads();
-	float mx = s_m[0], sum = 0.0f;
-	for (int w = 1; w < ATT_WARPS; w++)
-		mx = fmaxf(mx, s_m[w]);
-	for (int w = 0; w < ATT_WARPS; w++)
-		sum += s_l[w] * expf(s_m[w] - mx);
-	float *oh = out + ((int64_t)t * n_head + h) * head_dim;
-	for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-		float v = 0.0f;
-		for (int w = 0; w < ATT_WARPS; w++)
-			v += s_acc[w][d] * expf(s_m[w] - mx);
-		oh[d] = v / sum;
-	}
 }
 
 __global__ static void
@@ -531,73 +270,9 @@ start_pass(struct cuda_impl *im, const struct compute_batch *b)
 /* ----------------------------------------------------------------- ops */
 
 static void
-cu_matmul_mmv2(struct cuda_impl *im, const struct weight *w, const float *x, int n, float *y)
-{
-	unsigned grid = (unsigned)((w->rows + MMV2_WARPS - 1) / MMV2_WARPS);
-	const uint8_t *d = (const uint8_t *)w->data;
-	size_t smem = mmv2_smem(n, w->type);
-
-#define MMV2(NT)                                                                                                       \
-	case NT:                                                                                                       \
-		k_mmv2<NT><<<grid, MMV2_WARPS * 32, smem, im->stream>>>(w->type, d, w->row_bytes, w->rows, w->cols, x, \
-									y);                                            \
-		break
-	switch (n) {
-		MMV2(1);
-		MMV2(2);
-		MMV2(3);
-		MMV2(4);
-		MMV2(5);
-		MMV2(6);
-		MMV2(7);
-		MMV2(8);
-	}
-#undef MMV2
-	check_launch(im, "matrix-vector kernel (coalesced)");
-}
-
-/* Let every k_mmv2 take the shared memory its widest case needs (eight
- * tokens of F32 weights: 66 KB, over the 48 KB a launch gets unasked). */
-static int
-mmv2_allow_smem(void)
-{
-	const void *k[] = { (const void *)k_mmv2<1>, (const void *)k_mmv2<2>, (const void *)k_mmv2<3>,
-			    (const void *)k_mmv2<4>, (const void *)k_mmv2<5>, (const void *)k_mmv2<6>,
-			    (const void *)k_mmv2<7>, (const void *)k_mmv2<8> };
-	int bytes = (int)mmv2_smem(MMV_MAX_TOKENS, DQ_F32);
-
-	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
-		if (cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
-			return -1;
-	return 0;
-}
-
-static void
 cu_matmul_mmv(struct cuda_impl *im, const struct weight *w, const float *x, int n, float *y)
 {
-	unsigned grid = (unsigned)((w->rows + MMV_WARPS - 1) / MMV_WARPS);
-	const uint8_t *d = (const uint8_t *)w->data;
-
-	if (im->coalesced) {
-		cu_matmul_mmv2(im, w, x, n, y);
-		return;
-	}
-
-#define MMV(NT)                                                                                                        \
-	case NT:                                                                                                       \
-		k_mmv<NT><<<grid, MMV_WARPS * 32, 0, im->stream>>>(w->type, d, w->row_bytes, w->rows, w->cols, x, y);  \
-		break
-	switch (n) {
-		MMV(1);
-		MMV(2);
-		MMV(3);
-		MMV(4);
-		MMV(5);
-		MMV(6);
-		MMV(7);
-		MMV(8);
-	}
-#undef MMV
+	cuda_mmv(im->stream, w, x, n, y, im->next);
 	check_launch(im, "matrix-vector kernel");
 }
 
@@ -629,19 +304,8 @@ cu_matmul_gemm(struct cuda_impl *im, const struct weight *w, const float *x, int
 	for (int64_t r0 = 0; r0 < w->rows; r0 += tile) {
 		int64_t nr = w->rows - r0 < tile ? w->rows - r0 : tile;
 		const void *a = (const uint8_t *)w->data + r0 * (int64_t)w->row_bytes;
-		if (w->type != DQ_F16 && im->coalesced) {
-			int64_t warps = nr * ((cols / 32 + MMV2_SEG - 1) / MMV2_SEG);
-			k_dequant2_f16<<<(unsigned)((warps + MMV2_WARPS - 1) / MMV2_WARPS), MMV2_WARPS * 32,
-					 MMV2_WARPS * mmv2_stride(w->type), im->stream>>>(w->type,
-											  (const uint8_t *)w->data,
-											  w->row_bytes, r0, nr, cols,
-											  im->w16);
-			check_launch(im, "weight tile to half (coalesced)");
-			a = im->w16;
-		} else if (w->type != DQ_F16) {
-			k_dequant_f16<<<blocks_for((size_t)(nr * (cols / 32)), 128), 128, 0,
-					im->stream>>>(w->type, (const uint8_t *)w->data, w->row_bytes, r0, nr, cols,
-						      im->w16);
+		if (w->type != DQ_F16) {
+			cuda_dequant_f16(im->stream, w, r0, nr, im->w16, im->next);
 			check_launch(im, "weight tile to half");
 			a = im->w16;
 		}
@@ -745,13 +409,12 @@ cu_attention(struct compute *c, int layer, const float *q, int n_head, int n_hea
 {
 	struct cuda_impl *im = impl_of(c);
 	size_t off = (size_t)layer * (size_t)im->kv_rows * (size_t)im->kv_dim;
-	unsigned grid = (unsigned)im->n * (unsigned)n_head; /* a block per (token, head) */
+	struct cuda_kv kv = { im->k_cache + off, im->v_cache + off, im->d_pos,
+			      im->d_table,       im->max_blocks,    im->block_shift };
 
 	if (im->replay != NULL) /* replayed whole at the pass's end */
 		return;
-	k_attention<<<grid, ATT_WARPS * 32, 0, im->stream>>>(q, im->k_cache + off, im->v_cache + off, im->d_pos,
-							     im->d_table, im->max_blocks, im->block_shift, n_head,
-							     n_head_kv, head_dim, out);
+	cuda_attention(im->stream, &kv, q, im->n, n_head, n_head_kv, head_dim, out, im->next);
 	check_launch(im, "attention");
 }
 
@@ -880,7 +543,9 @@ cu_prepare_weight(struct compute *c, const struct weight *src, struct compute_we
 	dst->aux = NULL;
 	if (dq_block_bytes(src->type) == 0 || src->cols % 32 != 0)
 		return PRIVAI_EUNSUPPORTED;
-	if ((d = cu_alloc(c, bytes)) == NULL)
+	/* 16 bytes more: k_mmv loads whole aligned 16-byte words, the
+	 * last row's last word past its end */
+	if ((d = cu_alloc(c, bytes + 16)) == NULL)
 		return PRIVAI_ENOMEM;
 	if (cu_upload(c, d, src->data, bytes) < 0) {
 		cudaFree(d);
@@ -1101,13 +766,15 @@ privai_cuda_new(const struct compute_params *p, struct compute **ret, char *err)
 		return privai_fail(err, PRIVAI_EUNAVAIL, "cuBLAS cannot start (is libcublas from CUDA %d installed?)",
 				   CUDART_VERSION / 1000);
 	}
-	const char *co = getenv("PRIVAI_CUDA_COALESCED");
-	if ((im->coalesced = co != NULL && strcmp(co, "1") == 0) && mmv2_allow_smem() < 0) {
+	const char *next = getenv("PRIVAI_CUDA_NEXT");
+	im->next = next != NULL && strcmp(next, "1") == 0;
+	size_t refused = cuda_mmv_allow_smem();
+	if (refused != 0) {
 		cu_destroy(c);
 		return privai_fail(err, PRIVAI_EUNAVAIL,
-				   "PRIVAI_CUDA_COALESCED=1: the device refused %zu bytes of shared "
-				   "memory a block",
-				   mmv2_smem(MMV_MAX_TOKENS, DQ_F32));
+				   "the device refused %zu bytes of shared memory a block for the matrix-vector "
+				   "kernels",
+				   refused);
 	}
 	size_t total;
 	if (cudaMemGetInfo(&im->free_at_start, &total) != cudaSuccess) {

@@ -1,0 +1,68 @@
+/*
+ * The CUDA backend's heavier kernels, each family in its own file, behind
+ * host launchers that cuda_backend.cu calls on its stream:
+ *
+ *   cuda_mmv.cu        decode's matrix-vector products, and prefill's
+ *                      weight tiles dequantized to half for cuBLAS
+ *   cuda_attention.cu  attention over the paged half-precision KV cache
+ *
+ * `next` picks the kernels written since the last run on a GPU
+ * (PRIVAI_CUDA_NEXT=1): scripts/gpu-check.sh checks them beside the
+ * default, which they replace once they have passed there.
+ */
+#ifndef PRIVAI_KERNELS_CUDA_KERNELS_H
+#define PRIVAI_KERNELS_CUDA_KERNELS_H
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "privai/compute.h"
+
+#define MMV_MAX_TOKENS 8 /* tokens the matrix-vector kernels keep in registers */
+#define HEAD_DIM_MAX 256 /* attention: up to 8 dims per lane */
+
+/* y (n x rows) = x (n x cols) w^T for 1 <= n <= MMV_MAX_TOKENS. */
+void cuda_mmv(cudaStream_t s, const struct weight *w, const float *x, int n, float *y, int next);
+/* out = half(rows r0..r0+nr of w), row-major. */
+void cuda_dequant_f16(cudaStream_t s, const struct weight *w, int64_t r0, int64_t nr, __half *out, int next);
+/* Let the matrix-vector kernels take the shared memory their widest case
+ * needs; the bytes asked for when the device refuses, else 0. */
+size_t cuda_mmv_allow_smem(void);
+
+/* The paged KV cache of one layer as the batch's tables address it. */
+struct cuda_kv {
+	const __half *k, *v;
+	const int32_t *pos, *table; /* per token: its position, its block table */
+	int max_blocks, shift;      /* table entries per token; log2 of the block size */
+};
+
+/* out (n x n_head x head_dim) = softmax(q k^T / sqrt(head_dim)) v, each
+ * token over positions 0..pos[t] of its own table. */
+void cuda_attention(cudaStream_t s, const struct cuda_kv *kv, const float *q, int n, int n_head, int n_head_kv,
+		    int head_dim, float *out, int next);
+
+/* Where a position's K and V rows are: its block from the token's table. */
+__device__ static inline int64_t
+kv_row(const int32_t *table, int max_blocks, int t, int pos, int shift)
+{
+	return ((int64_t)table[(int64_t)t * max_blocks + (pos >> shift)] << shift) + (pos & ((1 << shift) - 1));
+}
+
+__device__ static inline float
+warp_sum(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+__device__ static inline float
+warp_max(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+#endif
