@@ -202,8 +202,10 @@ synth() {
 	8b-*) shape="--dim 4096 --layers 32 --heads 32 --kv-heads 8 --ff 14336 --vocab 128256" ;;
 	*) echo "FAILED: unknown bench model $1"; return 1 ;;
 	esac
+	# one thread: 43 s for the 1B shape on the development machine, so an
+	# 8B one takes minutes
 	# shellcheck disable=SC2086 # $shape is words to split
-	timeout 180 "$S/bin/privai-engine" synth -o "$2" $shape --type "${1#*-}" >/dev/null ||
+	timeout "${SYNTH_LIMIT:-420}" "$S/bin/privai-engine" synth -o "$2" $shape --type "${1#*-}" ||
 		{ echo "FAILED: synth $1"; return 1; }
 }
 
