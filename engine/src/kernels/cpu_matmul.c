@@ -878,14 +878,22 @@ q8_0_repacks(const struct cpu_kernels *k, const struct weight *w)
 	return w->type == TT_Q8_0 && k->gemm_q8_0x8 != NULL && w->rows % 8 == 0;
 }
 
+/* The weights prepare_weight() hands to prepare_repacked(): Q4_0 and the
+ * K-quants always (their aux is NULL where it kept the file's rows), Q8_0
+ * where q8_0_repacks() says. */
+static int
+repacks(const struct cpu_kernels *k, const struct weight *w)
+{
+	return w->type == TT_Q4_0 || w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K ||
+	       q8_0_repacks(k, w);
+}
+
 /* What prepare_weight() left in aux: the 8-row groups, or Q8_0's block
  * sums where it kept the file's rows. */
 static const uint8_t *
 weight_x8(const struct cpu_kernels *k, const struct compute_weight *cw)
 {
-	uint32_t t = cw->w.type;
-
-	return t == TT_Q4_0 || t == TT_Q4_K || t == TT_Q5_K || t == TT_Q6_K || q8_0_repacks(k, &cw->w) ? cw->aux : NULL;
+	return repacks(k, &cw->w) ? cw->aux : NULL;
 }
 
 static const int16_t *
@@ -1144,8 +1152,7 @@ cpu_prepare_weight(struct compute *c, const struct weight *src, struct compute_w
 	 * the getenv() of a server's threads */
 	if (src->type == TT_BF16)
 		(void)cpu_onednn_bf16();
-	if (src->type == TT_Q4_0 || src->type == TT_Q4_K || src->type == TT_Q5_K || src->type == TT_Q6_K ||
-	    q8_0_repacks(impl_of(c)->k, src))
+	if (repacks(impl_of(c)->k, src))
 		return prepare_repacked(impl_of(c), src, dst);
 	if (src->type != TT_Q8_0)
 		return PRIVAI_OK;
