@@ -10,6 +10,25 @@
 
 #define ATT_WARPS 8 /* warps sharing one (token, head) */
 
+/* oh = the warps' partial sums (each its running max m, sum l and
+ * unnormalized output acc) merged and normalized, by the whole block. */
+__device__ static void
+merge_warps(const float *s_m, const float *s_l, const float (*s_acc)[HEAD_DIM_MAX], int head_dim, float *oh)
+{
+	float mx = s_m[0], sum = 0.0f;
+
+	for (int w = 1; w < ATT_WARPS; w++)
+		mx = fmaxf(mx, s_m[w]);
+	for (int w = 0; w < ATT_WARPS; w++)
+		sum += s_l[w] * expf(s_m[w] - mx);
+	for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+		float v = 0.0f;
+		for (int w = 0; w < ATT_WARPS; w++)
+			v += s_acc[w][d] * expf(s_m[w] - mx);
+		oh[d] = v / sum;
+	}
+}
+
 /* Any head_dim, where k_attention needs a multiple of 8: warp w takes
  * positions w, w + ATT_WARPS, ... with its own running max and sum, each
  * lane a slice of the head dims; the warps' partial sums are then merged
@@ -58,18 +77,7 @@ k_attention_any(const float *q, const __half *kc, const __half *vc, const int32_
 	for (int k = 0; k < HEAD_DIM_MAX / 32; k++)
 		s_acc[warp][lane + 32 * k] = acc[k];
 	__syncthreads();
-	float mx = s_m[0], sum = 0.0f;
-	for (int w = 1; w < ATT_WARPS; w++)
-		mx = fmaxf(mx, s_m[w]);
-	for (int w = 0; w < ATT_WARPS; w++)
-		sum += s_l[w] * expf(s_m[w] - mx);
-	float *oh = out + ((int64_t)t * n_head + h) * head_dim;
-	for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-		float v = 0.0f;
-		for (int w = 0; w < ATT_WARPS; w++)
-			v += s_acc[w][d] * expf(s_m[w] - mx);
-		oh[d] = v / sum;
-	}
+	merge_warps(s_m, s_l, s_acc, head_dim, out + ((int64_t)t * n_head + h) * head_dim);
 }
 
 /*
@@ -151,18 +159,7 @@ k_attention(const float *q, const __half *kc, const __half *vc, const int32_t *p
 	__syncthreads();
 	/* warp 0 had group 0, so the overall max is finite; a warp with no
 	 * group (m = -inf, l = 0) weighs nothing */
-	float mx = s_m[0], sum = 0.0f;
-	for (int w = 1; w < ATT_WARPS; w++)
-		mx = fmaxf(mx, s_m[w]);
-	for (int w = 0; w < ATT_WARPS; w++)
-		sum += s_l[w] * expf(s_m[w] - mx);
-	float *oh = out + ((int64_t)t * n_head + h) * head_dim;
-	for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-		float v = 0.0f;
-		for (int w = 0; w < ATT_WARPS; w++)
-			v += s_acc[w][d] * expf(s_m[w] - mx);
-		oh[d] = v / sum;
-	}
+	merge_warps(s_m, s_l, s_acc, head_dim, out + ((int64_t)t * n_head + h) * head_dim);
 }
 
 void
