@@ -23,6 +23,7 @@
 #include "backend_new.h"
 #include "cpu_impl.h"
 #include "cpu_onednn.h"
+#include "under_asan.h"
 
 int
 cpu_ensure(void **p, size_t *len, size_t need)
@@ -414,16 +415,6 @@ compute_cpu_onednn(void)
 	return cpu_onednn_status();
 }
 
-/* under ASan, on the heap, where it sees a row written past the pool's end */
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KV_POOL_ON_HEAP 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define KV_POOL_ON_HEAP 1
-#endif
-
 /*
  * A KV pool: zeroed pages as they are first written, in 2 MB pages where
  * the kernel's transparent huge pages allow it.  Attention reads a KV
@@ -432,11 +423,12 @@ compute_cpu_onednn(void)
  * 4 KB, more than the L2 TLB covers, so each page was a table walk.  In
  * 2 MB pages, Q4_0 generation at that depth on Zen 4 went from 33.5 to
  * 37.8 tok/s (means of six alternating rounds; prompts the same).
+ * Under ASan, on the heap, where it sees a row written past the end.
  */
 static uint16_t *
 kv_pool_alloc(size_t bytes)
 {
-#ifdef KV_POOL_ON_HEAP
+#ifdef PRIVAI_UNDER_ASAN
 	return calloc(1, bytes);
 #else
 	/* fd -1 with MAP_ANONYMOUS, as POSIX asks; cppcheck allows fds >= 0 only */
@@ -453,7 +445,7 @@ kv_pool_alloc(size_t bytes)
 static void
 kv_pool_free(uint16_t *p, size_t bytes)
 {
-#ifdef KV_POOL_ON_HEAP
+#ifdef PRIVAI_UNDER_ASAN
 	(void)bytes;
 	free(p);
 #else

@@ -55,7 +55,7 @@ struct cpu_impl {
 
 	struct compute_batch batch;  /* set_batch(): read in place */
 	uint16_t *k_cache, *v_cache; /* fp16, n_layer x kv_rows x kv_dim each */
-	size_t kv_bytes;             /* of each: both are mappings of their own */
+	size_t kv_bytes;             /* of each pool: kv_pool_free() unmaps that many */
 	int n_layer, kv_dim;
 	int64_t kv_rows;
 	int block_shift; /* log2(positions per KV block) */

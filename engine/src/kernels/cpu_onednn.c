@@ -26,17 +26,10 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "cpu_onednn.h"
+#include "under_asan.h"
 
 #define ONEDNN_LIB "libdnnl.so.2" /* the 2.x C API: matmul descriptors */
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ONEDNN_UNDER_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define ONEDNN_UNDER_ASAN 1
-#endif
 #define ONEDNN_CHUNK 128
 
 static struct {
@@ -103,7 +96,7 @@ dn_load(void)
 		snprintf(dn.status, sizeof(dn.status), "not used: PRIVAI_ONEDNN=0");
 		return;
 	}
-#ifdef ONEDNN_UNDER_ASAN
+#ifdef PRIVAI_UNDER_ASAN
 	/* LeakSanitizer's exit check crashes stopping libgomp's threads */
 	snprintf(dn.status, sizeof(dn.status),
 		 "not used: an AddressSanitizer build (its leak check cannot stop OpenMP's threads)");
