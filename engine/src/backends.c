@@ -39,9 +39,32 @@ static struct {
 	privai_cuda_new_fn *make;
 } cuda = { PTHREAD_ONCE_INIT, 0, "", NULL, NULL };
 
+/* Without the driver the backend can do nothing, and loading it maps cuBLAS
+ * (over 500 MB): from a cold page cache that took 29 s on a CI machine,
+ * past the control plane's wait for `privai-engine features`.  So a missing
+ * libcuda.so.1 is found first, at the cost of one dlopen().  A library named
+ * in $PRIVAI_CUDA_LIBRARY is loaded as asked: it may bring its own driver. */
+static int
+cuda_driver_missing(char *err)
+{
+	if (getenv("PRIVAI_CUDA_LIBRARY") != NULL)
+		return 0;
+	void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+	if (drv != NULL) {
+		dlclose(drv);
+		return 0;
+	}
+	privai_fail(err, PRIVAI_EUNAVAIL, "no usable NVIDIA driver: libcuda.so.1 is not installed (%s)", dlerror());
+	return 1;
+}
+
 static void
 cuda_load(void)
 {
+	if (cuda_driver_missing(cuda.err)) {
+		cuda.status = PRIVAI_EUNAVAIL;
+		return;
+	}
 	void *h = plugin_open(PRIVAI_CUDA_LIBRARY, "PRIVAI_CUDA_LIBRARY", "its CUDA backend", cuda.err);
 
 	if (h == NULL) {

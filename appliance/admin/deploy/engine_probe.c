@@ -11,8 +11,10 @@
 #include "admin.h"
 #include "deploy/engine_probe.h"
 
-#define PROBE_TIMEOUT_MS 10000
-#define PROBE_MAX_BYTES 4096
+/* Generous: an engine's first start on a cold page cache maps its libraries
+ * from disk (seconds), and systemd waits 90 s for privai-admin to be ready. */
+#define PROBE_TIMEOUT_S 60
+#define PROBE_MAX_BYTES 16384
 #define MAX_BACKENDS 8
 #define MAX_TEMPLATES 32
 
@@ -125,7 +127,7 @@ engine_probe(const char *engine_bin)
 {
 	char out[PROBE_MAX_BYTES + 1];
 	size_t len = 0;
-	int fds[2], status = 0;
+	int fds[2], status = 0, timed_out = 0;
 
 	if (access(engine_bin, X_OK) != 0)
 		return failed("cannot run %s: %s", engine_bin, strerror(errno));
@@ -146,12 +148,13 @@ engine_probe(const char *engine_bin)
 		_exit(127);
 	}
 	close(fds[1]);
-	int64_t deadline = admin_mono_ms() + PROBE_TIMEOUT_MS;
+	int64_t deadline = admin_mono_ms() + PROBE_TIMEOUT_S * 1000;
 	for (;;) {
 		struct pollfd p = { fds[0], POLLIN, 0 };
 		int64_t left = deadline - admin_mono_ms();
 		if (left <= 0 || poll(&p, 1, (int)left) == 0) {
 			kill(pid, SIGKILL);
+			timed_out = 1;
 			break;
 		}
 		ssize_t n = read(fds[0], out + len, PROBE_MAX_BYTES - len);
@@ -164,6 +167,11 @@ engine_probe(const char *engine_bin)
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
 	out[len] = '\0';
+	if (timed_out) {
+		char secs[16];
+		snprintf(secs, sizeof(secs), "%d s", PROBE_TIMEOUT_S);
+		return failed("%s features --json did not finish within %s", engine_bin, secs);
+	}
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		return failed("%s features --json failed (an engine older than the features command?)%s", engine_bin,
 			      "");
