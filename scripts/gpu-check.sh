@@ -7,12 +7,16 @@
 #       machine's nvcc, the non-system libraries they link, and the fixture
 #       models of each GROUP with their golden logits (the lent machine takes
 #       64 MiB a call, so the fixtures go over in groups: f16, q8, q4, bpe;
-#       f16 is the one the serving suite and the batch checks need).
+#       f16 is the one the serving suite and the batch checks need; the
+#       group deploy adds privai-admin and its libraries, about 15 MB,
+#       which fit beside q4 or q8 but not beside f16).
 #   scripts/gpu-check.sh run           on the GPU machine, in the repository
 #       root with .gpu/ carried: unpack, then the goldens, the paged and
 #       scheduler tests and the serving suite on --device cuda (each under a
 #       time limit, so that one hang does not spend the lease), a memcheck of
-#       one evaluation when the goldens fail, then (BENCH=1) the speed runs;
+#       one evaluation when the goldens fail, a deployment on the GPU made
+#       through privai-admin when the stage has it (DEPLOY=0 skips it), then
+#       (BENCH=1) the speed runs;
 #       everything is printed and copied to $OUT/gpu-check.log.  The GPU
 #       pieces are rebuilt there only when the stage lacks them.
 #
@@ -33,13 +37,15 @@ TESTS="test_engine test_dequant_chunk test_golden test_paged test_scheduler"
 
 stage() {
 	models=
+	admin=0
 	for g in "${@:-f16}"; do
 		case $g in
 		f16) models="$models tiny-llama-spm-f16" ;;
 		q8) models="$models tiny-llama-spm-q8_0" ;;
 		q4) models="$models tiny-llama-spm-q4_0" ;;
 		bpe) models="$models tiny-llama3-bpe-q8_0" ;;
-		*) echo "gpu-check: unknown group '$g' (f16, q8, q4, bpe)" >&2; exit 2 ;;
+		deploy) admin=1 ;;
+		*) echo "gpu-check: unknown group '$g' (f16, q8, q4, bpe, deploy)" >&2; exit 2 ;;
 		esac
 	done
 	models=${models# }
@@ -51,6 +57,7 @@ stage() {
 	mkdir -p "$(dirname "$ex")"
 	grep -qx "/$G/" "$ex" 2>/dev/null || echo "/$G/" >>"$ex"
 	cp build/privai-engine build/privai-bench "$S/bin/"
+	if [ "$admin" = 1 ]; then cp build/privai-admin "$S/bin/"; fi
 	for t in $TESTS; do cp "build/tests/$t" "$S/bin/tests/"; done
 	for g in privai-cuda.so privai-nccl.so privai-nccl-perf; do
 		if [ -f "build/$g" ]; then cp "build/$g" "$S/bin/"; fi
@@ -58,7 +65,9 @@ stage() {
 	strip --strip-debug "$S"/bin/privai-* "$S"/bin/tests/*
 	# every library the host binaries link but glibc's own; CUDA's come
 	# from the GPU machine's toolkit
-	for b in "$S"/bin/privai-engine "$S"/bin/privai-bench "$S"/bin/tests/*; do ldd "$b"; done |
+	for b in "$S"/bin/privai-engine "$S"/bin/privai-bench "$S"/bin/privai-admin "$S"/bin/tests/*; do
+		if [ -f "$b" ]; then ldd "$b"; fi
+	done |
 		awk '$3 ~ /^\// {print $3}' | sort -u |
 		grep -v -E '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64)\.so' | while read -r l; do
 		cp -L "$l" "$S/lib/"
@@ -124,6 +133,7 @@ run() {
 				}
 			done
 		fi
+		if [ -x "$S/bin/privai-admin" ] && [ "${DEPLOY:-1}" = 1 ]; then deploy; fi
 		if [ "${BENCH:-0}" = 1 ]; then bench; fi
 		if [ "${SERVE:-1}" = 1 ]; then
 			echo "== serving suite (serve --device cuda)"
@@ -133,6 +143,22 @@ run() {
 		if [ "${PROFILE:-0}" = 1 ]; then profile; fi
 		if [ "${NCCL:-1}" = 1 ]; then nccl; fi
 	} 2>&1 | tee "$log"
+}
+
+# A deployment on the GPU the way the console makes one: privai-admin with
+# the real engine and the host's NVML, a GPU placement, chat completions
+# through its proxy, compared with the same model on the CPU
+# (tests/integration/test_gpu_deploy.py).  On the first fixture model of
+# the stage, else on the demo model written here.
+deploy() {
+	m=$S/fixtures/models/$(echo "$models" | cut -d' ' -f1).gguf
+	if [ -z "$models" ]; then
+		m=$S/demo.gguf
+		"$S/bin/privai-engine" synth --demo -o "$m" >/dev/null 2>&1 || { echo "FAILED: synth --demo"; return; }
+	fi
+	echo "== a GPU deployment through privai-admin (test_gpu_deploy.py, $(basename "$m"))"
+	timeout "${DEPLOY_LIMIT:-300}" python3 tests/integration/test_gpu_deploy.py "$S/bin" "$m" ||
+		echo "FAILED: GPU deployment (exit $?)"
 }
 
 # compute-sanitizer over one short evaluation of the first fixture model:
@@ -202,8 +228,8 @@ synth() {
 	8b-*) shape="--dim 4096 --layers 32 --heads 32 --kv-heads 8 --ff 14336 --vocab 128256" ;;
 	*) echo "FAILED: unknown bench model $1"; return 1 ;;
 	esac
-	# one thread: 43 s for the 1B shape on the development machine, so an
-	# 8B one takes minutes
+	# drawn on every core: the 1B shape took 43 s on one thread here, the 8B
+	# one did not finish in 180 s on the H100 host before synth used them all
 	# shellcheck disable=SC2086 # $shape is words to split
 	timeout "${SYNTH_LIMIT:-420}" "$S/bin/privai-engine" synth -o "$2" $shape --type "${1#*-}" ||
 		{ echo "FAILED: synth $1"; return 1; }

@@ -113,6 +113,11 @@ BUILD=$(echo $BUILDS | cut -d' ' -f1)
 for simd in scalar avx2; do
 	run_suite "$BUILD/test_golden (PRIVAI_SIMD=$simd)" env PRIVAI_SIMD=$simd "$BUILD/tests/test_golden"
 done
+# the GPU deployment check (scripts/gpu-check.sh runs it on a lent GPU):
+# here its steps with a CPU placement in the GPU one's place, so the script
+# itself is known to work before a GPU's time is spent on it
+run_suite "$BUILD/a GPU deployment through the admin (CPU stand-in)" env PRIVAI_DEPLOY_CHECK_CPU=1 \
+	python3 tests/integration/test_gpu_deploy.py "$BUILD" "${PRIVAI_FIXTURES:-../shared/fixtures}/models/tiny-llama-spm-q4_0.gguf"
 # the units as systemd reads them, once
 run_suite "systemd units (systemd-analyze)" python3 tests/integration/test_systemd_units.py "$BUILD"
 # the Debian package the image installs, once
