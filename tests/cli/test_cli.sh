@@ -66,7 +66,7 @@ for q in Q8_0 Q4_0 Q4_K Q6_K; do
 done
 "$E" synth -o "$T/qwen2.gguf" --arch qwen2 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 --type Q4_K_M 2>/dev/null &&
 	"$E" run -m "$T/qwen2.gguf" -p "the" -n 4 >/dev/null 2>&1 && ok || bad "qwen2 with Q4_K_M"
-# the weights are drawn in slices seeded on their own: the same file at any thread count, another with
+# the weights are drawn in slices, each from its count in one stream: the same file at any thread count, another with
 # another seed
 for t in 1 3; do
 	"$E" synth -o "$T/t$t.gguf" --dim 128 --layers 1 --heads 4 --kv-heads 2 --ff 256 --type Q4_K_M -t $t 2>/dev/null

@@ -23,9 +23,11 @@ struct synth {
 	int fim; /* append <|fim_prefix|> <|fim_suffix|> <|fim_middle|>: 1 with their GGUF keys, 2 spelled only */
 	float rope_base;
 	char type[16];
-	uint64_t rng; /* advanced once a matrix: each matrix's seed */
+	uint64_t rng; /* the generator's count: the stream's state before the next matrix */
 	struct threadpool *pool;
 };
+
+#define GOLDEN 0x9e3779b97f4a7c15ULL /* the generator's step */
 
 static uint64_t
 mix64(uint64_t x)
@@ -38,7 +40,7 @@ mix64(uint64_t x)
 static double
 gauss(uint64_t *s)
 {
-	uint64_t a = mix64(*s += 0x9e3779b97f4a7c15ULL), b = a * 0x2545f4914f6cdd1dULL;
+	uint64_t a = mix64(*s += GOLDEN), b = a * 0x2545f4914f6cdd1dULL;
 	double u1 = ((a >> 11) + 1.0) / 9007199254740993.0, u2 = (b >> 11) / 9007199254740992.0;
 	return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
@@ -63,14 +65,17 @@ type_for(const struct synth *s, const char *name, int layer)
 	return TT_COUNT;
 }
 
-/* A matrix is drawn in slices of SLICE_ROWS rows, each from a generator
- * of its own seeded by (matrix, slice), so the file is the same whatever
- * the number of threads.  An 8B-class model is 8e9 draws at about 40 ns:
- * five minutes on one core, seconds on a GPU host's sixteen. */
+/* The weights are one stream of draws over the whole file, and the
+ * generator is a counter (draw i is gauss() of seed + i * GOLDEN), so a
+ * matrix is drawn in slices of SLICE_ROWS rows, each starting at its own
+ * count, on every thread: the file is the same whatever their number, and
+ * the same as when one thread drew it all (the demo model and the
+ * tests' texts did not move).  An 8B-class model is 8e9 draws at about
+ * 40 ns: five minutes on one core, seconds on a GPU host's sixteen. */
 #define SLICE_ROWS 16
 
 struct fill {
-	uint64_t seed;
+	uint64_t start; /* the generator's state before the matrix's first draw */
 	uint32_t type;
 	int64_t rows, cols;
 	float stddev;
@@ -90,7 +95,7 @@ fill_part(void *ctx, int part, int parts)
 		return;
 	}
 	for (int64_t slice = part; slice * SLICE_ROWS < f->rows && !atomic_load(&f->failed); slice += parts) {
-		uint64_t rng = mix64(f->seed ^ mix64((uint64_t)slice + 1));
+		uint64_t rng = f->start + (uint64_t)(slice * SLICE_ROWS * f->cols) * GOLDEN;
 		int64_t first = slice * SLICE_ROWS, n = f->rows - first < SLICE_ROWS ? f->rows - first : SLICE_ROWS;
 		for (int64_t i = 0; i < n * f->cols; i++)
 			rows[i] = (float)(gauss(&rng) * f->stddev);
@@ -106,11 +111,9 @@ static int
 add_matrix(struct synth *s, struct gguf_writer *w, const char *name, int layer, int64_t cols, int64_t rows,
 	   float stddev, char *err)
 {
-	struct fill f = { .seed = mix64(s->rng += 0x9e3779b97f4a7c15ULL),
-			  .type = type_for(s, name, layer),
-			  .rows = rows,
-			  .cols = cols,
-			  .stddev = stddev };
+	struct fill f = {
+		.start = s->rng, .type = type_for(s, name, layer), .rows = rows, .cols = cols, .stddev = stddev
+	};
 	uint64_t ne[2] = { (uint64_t)cols, (uint64_t)rows };
 	int r;
 
@@ -121,6 +124,7 @@ add_matrix(struct synth *s, struct gguf_writer *w, const char *name, int layer, 
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for '%s'", name);
 	atomic_init(&f.failed, 0);
 	threadpool_run(s->pool, fill_part, &f);
+	s->rng += (uint64_t)(rows * cols) * GOLDEN;
 	r = atomic_load(&f.failed);
 	if (r == 0)
 		r = gguf_writer_add_tensor(w, name, f.type, 2, ne, f.dst);
@@ -392,7 +396,7 @@ cmd_synth(int argc, char **argv)
 				 "--type '%s' cannot be written (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K "
 				 "Q4_K_M Q5_K_M)",
 				 s.type);
-	s.rng = (uint64_t)s.seed * 0x9e3779b97f4a7c15ULL + 1;
+	s.rng = (uint64_t)s.seed * GOLDEN + 1;
 	if (threadpool_new(threads, &s.pool) < 0)
 		return cli_error("synth", "cannot start %d threads", threads);
 	int r = build(&s, err);
