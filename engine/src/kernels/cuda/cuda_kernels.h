@@ -20,10 +20,15 @@
 #include "privai/compute.h"
 
 #define MMV_MAX_TOKENS 8 /* tokens the matrix-vector kernels keep in registers */
+#define MMV_MAX_SET 3    /* matrices one matrix-vector launch takes (Q, K, V) */
 #define HEAD_DIM_MAX 256 /* attention: up to 8 dims per lane */
 
 /* y (n x rows) = x (n x cols) w^T for 1 <= n <= MMV_MAX_TOKENS. */
 void cuda_mmv(cudaStream_t s, const struct weight *w, const float *x, int n, float *y, int next);
+/* y[i] = x w[i]^T for i < nw <= MMV_MAX_SET weights of the same cols, in
+ * one launch. */
+void cuda_mmv_n(cudaStream_t s, const struct weight *const *w, int nw, const float *x, int n, float *const *y,
+		int next);
 /* out = half(rows r0..r0+nr of w), row-major. */
 void cuda_dequant_f16(cudaStream_t s, const struct weight *w, int64_t r0, int64_t nr, __half *out, int next);
 /* Let the matrix-vector kernels take the shared memory their widest case

@@ -178,6 +178,22 @@ chunk_dot(uint32_t type, const uint8_t *seg, int lane, const float *sx, float *a
 	}
 }
 
+/* The matrices one launch of k_mmv multiplies with the same activations
+ * (Q, K and V; gate and up): one launch fills the GPU where K's and V's
+ * 512 rows alone made 64 blocks for 132 SMs, and saves the launches. */
+struct mmv_set {
+	int n;
+	size_t stride; /* a warp's staging bytes: the widest of the types */
+	struct {
+		uint32_t type;
+		const uint8_t *data;
+		size_t row_bytes;
+		int64_t rows;
+		float *y;
+		unsigned first_block;
+	} m[MMV_MAX_SET];
+};
+
 /*
  * A block of MMV_WARPS rows, MMV_SEG chunks of each at a time, the next
  * segment's loads in flight while this one is computed: every lane loads
@@ -192,15 +208,22 @@ chunk_dot(uint32_t type, const uint8_t *seg, int lane, const float *sx, float *a
  */
 template <int NT, int W, bool NEXT>
 __global__ static void
-k_mmv(uint32_t type, const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
-      const float *__restrict__ x, float *__restrict__ y)
+k_mmv(struct mmv_set set, int64_t cols, const float *__restrict__ x)
 {
 	constexpr int XP = NEXT ? 36 : 33;
 	extern __shared__ __align__(16) uint8_t smem[];
+	int m = 0; /* the matrix this block's rows are of: blocks go to them in order */
+	while (m + 1 < set.n && blockIdx.x >= set.m[m + 1].first_block)
+		m++;
+	const uint32_t type = set.m[m].type;
+	const uint8_t *__restrict__ w = set.m[m].data;
+	const size_t row_bytes = set.m[m].row_bytes;
+	const int64_t rows = set.m[m].rows;
+	float *__restrict__ y = set.m[m].y;
 	float *sx = (float *)smem; /* NT x MMV_SEG chunks x XP */
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	uint8_t *sw = smem + (size_t)NT * MMV_SEG * MMV_XPITCH * sizeof(float) + warp * mmv_stride(type);
-	int64_t r = (int64_t)blockIdx.x * MMV_WARPS + warp, chunks = cols / 32;
+	uint8_t *sw = smem + (size_t)NT * MMV_SEG * MMV_XPITCH * sizeof(float) + warp * set.stride;
+	int64_t r = (int64_t)(blockIdx.x - set.m[m].first_block) * MMV_WARPS + warp, chunks = cols / 32;
 	int nseg = (int)((chunks + MMV_SEG - 1) / MMV_SEG);
 	bool live = r < rows; /* a warp past the last row still helps with the activations and syncs */
 	bool x_aligned = ((uintptr_t)x & 15) == 0;
@@ -265,7 +288,7 @@ mmv_words(uint32_t type)
 	return (int)((words + 31) / 32);
 }
 
-typedef void mmv_kernel(uint32_t, const uint8_t *, size_t, int64_t, int64_t, const float *, float *);
+typedef void mmv_kernel(struct mmv_set, int64_t, const float *);
 
 #define MMV_ROW(W, N)                                                                                                  \
 	{                                                                                                              \
@@ -279,14 +302,37 @@ static mmv_kernel *const mmv_kernels[2][3][MMV_MAX_TOKENS] = {
 };
 
 void
+cuda_mmv_n(cudaStream_t s, const struct weight *const *w, int nw, const float *x, int n, float *const *y, int next)
+{
+	struct mmv_set set = {};
+	unsigned grid = 0;
+	int words = 0;
+	size_t smem = 0;
+
+	set.n = nw;
+	for (int i = 0; i < nw; i++) {
+		set.m[i].type = w[i]->type;
+		set.m[i].data = (const uint8_t *)w[i]->data;
+		set.m[i].row_bytes = w[i]->row_bytes;
+		set.m[i].rows = w[i]->rows;
+		set.m[i].y = y[i];
+		set.m[i].first_block = grid;
+		grid += (unsigned)((w[i]->rows + MMV_WARPS - 1) / MMV_WARPS);
+		if (mmv_words(w[i]->type) > words)
+			words = mmv_words(w[i]->type);
+		if (mmv_stride(w[i]->type) > set.stride)
+			set.stride = mmv_stride(w[i]->type);
+		if (mmv_smem(n, w[i]->type) > smem)
+			smem = mmv_smem(n, w[i]->type);
+	}
+	mmv_kernel *k = mmv_kernels[next != 0][words <= 3 ? 0 : words <= 5 ? 1 : 2][n - 1];
+	k<<<grid, MMV_WARPS * 32, smem, s>>>(set, w[0]->cols, x);
+}
+
+void
 cuda_mmv(cudaStream_t s, const struct weight *w, const float *x, int n, float *y, int next)
 {
-	unsigned grid = (unsigned)((w->rows + MMV_WARPS - 1) / MMV_WARPS);
-	int words = mmv_words(w->type);
-	mmv_kernel *k = mmv_kernels[next != 0][words <= 3 ? 0 : words <= 5 ? 1 : 2][n - 1];
-
-	k<<<grid, MMV_WARPS * 32, mmv_smem(n, w->type), s>>>(w->type, (const uint8_t *)w->data, w->row_bytes, w->rows,
-							     w->cols, x, y);
+	cuda_mmv_n(s, &w, 1, x, n, &y, next);
 }
 
 size_t
