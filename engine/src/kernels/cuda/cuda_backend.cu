@@ -31,6 +31,7 @@
 
 #include "cuda_backend.h"
 #include "cuda_kernels.h"
+#include "kernels/mmvq_task.h"
 #include "kernels/dequant_chunk.h"
 extern "C" {
 #include "privai/status.h" /* status.c is built into the library as C */
@@ -68,6 +69,8 @@ struct cuda_impl {
 	/* prefill scratch: activations and a weight tile in half precision */
 	__half *x16, *w16;
 	size_t x16_len, w16_len;
+	int8_t *xq; /* decode's activations as int8 (cuda_mmvq_n), under next */
+	float *xd;  /* and their scales, one per 32 */
 };
 
 static struct cuda_impl *
@@ -272,6 +275,11 @@ start_pass(struct cuda_impl *im, const struct compute_batch *b)
 static void
 cu_matmul_mmv(struct cuda_impl *im, const struct weight *w, const float *x, int n, float *y)
 {
+	if (im->xq != NULL && mq_type_ok(w->type)) {
+		cuda_mmvq_n(im->stream, &w, 1, x, n, &y, im->xq, im->xd);
+		check_launch(im, "integer matrix-vector kernel");
+		return;
+	}
 	cuda_mmv(im->stream, w, x, n, y, im->next);
 	check_launch(im, "matrix-vector kernel");
 }
@@ -348,14 +356,23 @@ cu_matmul_n(struct compute *c, const struct compute_weight *const *cw, int nw, c
 
 	if (im->replay != NULL) /* replayed whole at the pass's end */
 		return;
-	if (!im->next || n > MMV_MAX_TOKENS || nw > MMV_MAX_SET) {
+	int integer = 0;
+
+	for (int i = 0; i < nw && i < MMV_MAX_SET; i++) {
+		w[i] = &cw[i]->w;
+		integer += im->xq != NULL && mq_type_ok(w[i]->type);
+	}
+	/* a set is one kernel's: every weight on int8 activations or none (Q4_K_M's V
+	 * may be Q6_K beside Q4_K's Q and K) */
+	if (!im->next || n > MMV_MAX_TOKENS || nw > MMV_MAX_SET || (integer > 0 && integer < nw)) {
 		for (int i = 0; i < nw; i++)
 			cu_matmul(c, cw[i], x, n, y[i]);
 		return;
 	}
-	for (int i = 0; i < nw; i++)
-		w[i] = &cw[i]->w;
-	cuda_mmv_n(im->stream, w, nw, x, n, y, im->next);
+	if (integer == nw)
+		cuda_mmvq_n(im->stream, w, nw, x, n, y, im->xq, im->xd);
+	else
+		cuda_mmv_n(im->stream, w, nw, x, n, y, im->next);
 	check_launch(im, "matrix-vector kernel over several weights");
 }
 
@@ -652,6 +669,10 @@ cu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 	    ((im->x16 = (__half *)cu_alloc(c, im->x16_len * sizeof(__half))) == NULL ||
 	     (im->w16 = (__half *)cu_alloc(c, im->w16_len * sizeof(__half))) == NULL))
 		return PRIVAI_ENOMEM;
+	size_t xq_len = (size_t)MMV_MAX_TOKENS * (size_t)s->max_cols;
+	if (im->next && ((im->xq = (int8_t *)cu_alloc(c, xq_len)) == NULL ||
+			 (im->xd = (float *)cu_alloc(c, xq_len / 32 * sizeof(float))) == NULL))
+		return PRIVAI_ENOMEM;
 	/* the KV cache last: on a budget it takes what the rest leaves */
 	if (s->kv_rows == 0 && (s->kv_rows = kv_rows_in_budget(c, s)) == 0)
 		return PRIVAI_ENOMEM;
@@ -683,6 +704,8 @@ cu_destroy(struct compute *c)
 		cudaFree(im->v_cache);
 		cudaFree(im->x16);
 		cudaFree(im->w16);
+		cudaFree(im->xq);
+		cudaFree(im->xd);
 		cudaFree(im->d_stage);
 		cudaFreeHost(im->h_stage);
 		if (im->blas != NULL)

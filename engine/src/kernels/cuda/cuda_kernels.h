@@ -23,12 +23,38 @@
 #define MMV_MAX_SET 3    /* matrices one matrix-vector launch takes (Q, K, V) */
 #define HEAD_DIM_MAX 256 /* attention: up to 8 dims per lane */
 
+/* The matrices one launch of k_mmv multiplies with the same activations
+ * (Q, K and V; gate and up): one launch fills the GPU where K's and V's
+ * 512 rows alone made 64 blocks for 132 SMs, and saves the launches. */
+struct mmv_set {
+	int n;
+	size_t stride; /* a warp's staging bytes: the widest of the types */
+	struct {
+		uint32_t type;
+		const uint8_t *data;
+		size_t row_bytes;
+		int64_t rows;
+		float *y;
+		unsigned first_block;
+	} m[MMV_MAX_SET];
+};
+
+/* The set of nw weights and their outputs, rows_per_block rows a block;
+ * its grid's blocks in *grid. */
+struct mmv_set mmv_set_of(const struct weight *const *w, int nw, float *const *y, int rows_per_block, unsigned *grid);
+
 /* y (n x rows) = x (n x cols) w^T for 1 <= n <= MMV_MAX_TOKENS. */
 void cuda_mmv(cudaStream_t s, const struct weight *w, const float *x, int n, float *y, int next);
 /* y[i] = x w[i]^T for i < nw <= MMV_MAX_SET weights of the same cols, in
  * one launch. */
 void cuda_mmv_n(cudaStream_t s, const struct weight *const *w, int nw, const float *x, int n, float *const *y,
 		int next);
+/* The same for weights of Q8_0, Q4_0 and Q4_K (mq_type_ok) on int8
+ * activations (kernels/mmvq_task.h), as the CPU's decode computes them:
+ * x is quantized into xq (n x cols) and xd (n x cols / 32) first.  Not
+ * yet run on a GPU: behind PRIVAI_CUDA_NEXT. */
+void cuda_mmvq_n(cudaStream_t s, const struct weight *const *w, int nw, const float *x, int n, float *const *y,
+		 int8_t *xq, float *xd);
 /* out = half(rows r0..r0+nr of w), row-major. */
 void cuda_dequant_f16(cudaStream_t s, const struct weight *w, int64_t r0, int64_t nr, __half *out, int next);
 /* Let the matrix-vector kernels take the shared memory their widest case

@@ -178,22 +178,6 @@ chunk_dot(uint32_t type, const uint8_t *seg, int lane, const float *sx, float *a
 	}
 }
 
-/* The matrices one launch of k_mmv multiplies with the same activations
- * (Q, K and V; gate and up): one launch fills the GPU where K's and V's
- * 512 rows alone made 64 blocks for 132 SMs, and saves the launches. */
-struct mmv_set {
-	int n;
-	size_t stride; /* a warp's staging bytes: the widest of the types */
-	struct {
-		uint32_t type;
-		const uint8_t *data;
-		size_t row_bytes;
-		int64_t rows;
-		float *y;
-		unsigned first_block;
-	} m[MMV_MAX_SET];
-};
-
 /*
  * A block of MMV_WARPS rows, MMV_SEG chunks of each at a time, the next
  * segment's loads in flight while this one is computed: every lane loads
@@ -301,14 +285,12 @@ static mmv_kernel *const mmv_kernels[2][3][MMV_MAX_TOKENS] = {
 	{ MMV_ROW(3, true), MMV_ROW(5, true), MMV_ROW(9, true) },
 };
 
-void
-cuda_mmv_n(cudaStream_t s, const struct weight *const *w, int nw, const float *x, int n, float *const *y, int next)
+struct mmv_set
+mmv_set_of(const struct weight *const *w, int nw, float *const *y, int rows_per_block, unsigned *grid)
 {
 	struct mmv_set set = {};
-	unsigned grid = 0;
-	int words = 0;
-	size_t smem = 0;
 
+	*grid = 0;
 	set.n = nw;
 	for (int i = 0; i < nw; i++) {
 		set.m[i].type = w[i]->type;
@@ -316,8 +298,21 @@ cuda_mmv_n(cudaStream_t s, const struct weight *const *w, int nw, const float *x
 		set.m[i].row_bytes = w[i]->row_bytes;
 		set.m[i].rows = w[i]->rows;
 		set.m[i].y = y[i];
-		set.m[i].first_block = grid;
-		grid += (unsigned)((w[i]->rows + MMV_WARPS - 1) / MMV_WARPS);
+		set.m[i].first_block = *grid;
+		*grid += (unsigned)((w[i]->rows + rows_per_block - 1) / rows_per_block);
+	}
+	return set;
+}
+
+void
+cuda_mmv_n(cudaStream_t s, const struct weight *const *w, int nw, const float *x, int n, float *const *y, int next)
+{
+	unsigned grid;
+	struct mmv_set set = mmv_set_of(w, nw, y, MMV_WARPS, &grid);
+	int words = 0;
+	size_t smem = 0;
+
+	for (int i = 0; i < nw; i++) {
 		if (mmv_words(w[i]->type) > words)
 			words = mmv_words(w[i]->type);
 		if (mmv_stride(w[i]->type) > set.stride)
