@@ -1,5 +1,6 @@
 /*
- * The integer matrix-vector tasks the CUDA decode kernel runs
+ * The integer matrix-vector tasks the CUDA decode kernel runs (Q8_0, Q4_0,
+ * Q4_K, Q5_K, Q6_K)
  * (kernels/mmvq_task.h), checked on the host: a row's tasks summed must be
  * the dequantized row . the quantized activations (to float rounding),
  * and within the activations' quantization error of the float product;
@@ -45,16 +46,14 @@ small_half(uint8_t *p)
 static void
 random_row(uint32_t type, uint8_t *row, int n)
 {
-	size_t bytes = tensor_type_row_bytes(type, (uint64_t)n), block = type == TT_Q4_K   ? 144
-									 : type == TT_Q8_0 ? 34
-											   : 18;
+	size_t bytes = tensor_type_row_bytes(type, (uint64_t)n), block = tensor_type_get(type)->block_bytes;
 
 	for (size_t k = 0; k < bytes; k++)
 		row[k] = (uint8_t)rnd32();
 	for (size_t b = 0; b < bytes; b += block) {
-		small_half(row + b);
-		if (type == TT_Q4_K)
-			small_half(row + b + 2);
+		small_half(row + b + (type == TT_Q6_K ? 208 : 0)); /* d: last in Q6_K, first elsewhere */
+		if (type == TT_Q4_K || type == TT_Q5_K)
+			small_half(row + b + 2); /* dmin */
 	}
 }
 
@@ -89,14 +88,14 @@ check_row(uint32_t type, const uint8_t *row, const float *x, int n, const char *
 static void
 test_types(void)
 {
-	static const uint32_t types[] = { TT_Q8_0, TT_Q4_0, TT_Q4_K };
+	static const uint32_t types[] = { TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q5_K, TT_Q6_K };
 	float x[N], src[N];
 	uint8_t row[N * 2];
 
 	for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
 		uint32_t t = types[k];
 		CHECK(mq_type_ok(t), "%s is an integer-path type", tensor_type_name(t));
-		for (int n = t == TT_Q4_K ? 256 : 32; n <= N; n *= 4) {
+		for (int n = tensor_type_get(t)->block_elems; n <= N; n *= 4) {
 			for (int round = 0; round < 20; round++) {
 				for (int j = 0; j < n; j++) {
 					src[j] = rnd_unit() * (j % 7 == 0 ? 3.0f : 1.0f);
@@ -110,7 +109,7 @@ test_types(void)
 			}
 		}
 	}
-	CHECK(!mq_type_ok(TT_Q6_K) && !mq_type_ok(TT_F16) && !mq_type_ok(TT_Q5_K),
+	CHECK(!mq_type_ok(TT_F16) && !mq_type_ok(TT_Q2_K) && !mq_type_ok(TT_Q3_K) && !mq_type_ok(TT_IQ4_NL),
 	      "types without an integer path are left to the float kernel");
 }
 

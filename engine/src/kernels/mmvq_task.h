@@ -1,5 +1,5 @@
 /*
- * Decode's integer matrix-vector product for Q8_0, Q4_0 and Q4_K, the way
+ * Decode's integer matrix-vector product for Q8_0, Q4_0 and Q4_K to Q6_K, the way
  * the CPU's int8 decode computes it: the activations quantized 32 at a
  * time to int8 and one float scale (mq_quantize32), the weights' integers
  * multiplied with them four at a time (dp4a on a GPU), the scales applied
@@ -8,11 +8,11 @@
  * check them on the host against the dequantized row.
  *
  * A row is cut into tasks of 8 weights, task i covering values 8i.. of
- * its block (the block's part i % 4 for Q8_0 and Q4_0; for Q4_K,
- * sub-block i / 4 % 8 of super-block i / 32), so that a warp's 32 lanes
- * read 8 consecutive blocks of Q8_0 or Q4_0, or one Q4_K super-block, at
- * a time: 272, 144 or 144 contiguous bytes, where a lane decoding a whole
- * 32-block read bytes 34 apart from its neighbours.
+ * its block (the block's part i % 4 for Q8_0 and Q4_0; for the K-quants,
+ * part i % 4 of chunk i / 4 % 8 of super-block i / 32), so that a warp's
+ * 32 lanes read 8 consecutive blocks of Q8_0 or Q4_0, or one K-quant
+ * super-block, at a time: 144 to 272 contiguous bytes, where a lane
+ * decoding a whole 32-block read bytes 34 apart from its neighbours.
  */
 #ifndef PRIVAI_KERNELS_MMVQ_TASK_H
 #define PRIVAI_KERNELS_MMVQ_TASK_H
@@ -25,7 +25,7 @@
 DQ_FN int
 mq_type_ok(uint32_t type)
 {
-	return type == DQ_Q8_0 || type == DQ_Q4_0 || type == DQ_Q4_K;
+	return type == DQ_Q8_0 || type == DQ_Q4_0 || type == DQ_Q4_K || type == DQ_Q5_K || type == DQ_Q6_K;
 }
 
 /* Four signed bytes' products with four others, summed onto c. */
@@ -131,16 +131,37 @@ mq_task(uint32_t type, const uint8_t *row, int64_t i, const int8_t *xq, const fl
 		int sx = mq_dp4a(ones, xa, mq_dp4a(ones, xb, 0));
 		return mq_half(b) * xd[blk] * (float)(s - 8 * sx);
 	}
-	/* Q4_K: d, dmin, scales[12], qs[128]; sub-block c in the low nibbles of
-	 * qs[c / 2 * 32 ..] for even c, the high ones for odd c */
+	/* the K-quants: super-blocks of 256, task i in chunk c (32 values) of
+	 * super-block sb, its values 8p.. of the chunk */
 	int64_t sb = i >> 5;
-	int c = (int)(i >> 2) & 7, sc, mn;
-	const uint8_t *b = row + sb * 144, *q = b + 16 + (c >> 1) * 32 + 8 * p;
+	int c = (int)(i >> 2) & 7;
 	const int8_t *x = xq + sb * 256 + c * 32 + 8 * p;
-	int shift = 4 * (c & 1), x0 = mq_load4(x), x1 = mq_load4(x + 4);
-	int w0 = (int)(((uint32_t)mq_load4_2(q) >> shift) & 0x0f0f0f0fu);
-	int w1 = (int)(((uint32_t)mq_load4_2(q + 4) >> shift) & 0x0f0f0f0fu);
-	int s = mq_dp4a(w0, x0, mq_dp4a(w1, x1, 0)), sx = mq_dp4a(ones, x0, mq_dp4a(ones, x1, 0));
+	int x0 = mq_load4(x), x1 = mq_load4(x + 4), sx = mq_dp4a(ones, x0, mq_dp4a(ones, x1, 0));
+	uint32_t w0, w1;
+	if (type == DQ_Q6_K) { /* ql[128], qh[64], scales[16], d: chunk c = 4g + k */
+		const uint8_t *b = row + sb * 210, *ql = b + (c >> 2) * 64 + (c & 1) * 32 + 8 * p;
+		const uint8_t *qh = b + 128 + (c >> 2) * 32 + 8 * p;
+		int lo = 4 * ((c & 3) >> 1), hi = 2 * (c & 3);
+		w0 = ((uint32_t)mq_load4_2(ql) >> lo & 0x0f0f0f0fu) | ((uint32_t)mq_load4_2(qh) >> hi & 0x03030303u)
+									      << 4;
+		w1 = ((uint32_t)mq_load4_2(ql + 4) >> lo & 0x0f0f0f0fu) |
+		     ((uint32_t)mq_load4_2(qh + 4) >> hi & 0x03030303u) << 4;
+		int s = mq_dp4a((int)w0, x0, mq_dp4a((int)w1, x1, 0));
+		float sc = (float)(int8_t)b[192 + (c >> 2) * 8 + 2 * (c & 3) + (p >> 1)];
+		return mq_half(b + 208) * sc * xd[sb * 8 + c] * (float)(s - 32 * sx);
+	}
+	/* Q4_K: d, dmin, scales[12], qs[128]; Q5_K: d, dmin, scales[12], qh[32],
+	 * qs[128] with bit c of qh[l] above chunk c's value l.  Chunk c is in
+	 * the low nibbles of qs[c / 2 * 32 ..] for even c, the high for odd. */
+	int q5 = type == DQ_Q5_K, sc, mn, shift = 4 * (c & 1);
+	const uint8_t *b = row + sb * (q5 ? 176 : 144), *q = b + (q5 ? 48 : 16) + (c >> 1) * 32 + 8 * p;
+	w0 = (uint32_t)mq_load4_2(q) >> shift & 0x0f0f0f0fu;
+	w1 = (uint32_t)mq_load4_2(q + 4) >> shift & 0x0f0f0f0fu;
+	if (q5) {
+		w0 |= ((uint32_t)mq_load4_2(b + 16 + 8 * p) >> c & 0x01010101u) << 4;
+		w1 |= ((uint32_t)mq_load4_2(b + 20 + 8 * p) >> c & 0x01010101u) << 4;
+	}
+	int s = mq_dp4a((int)w0, x0, mq_dp4a((int)w1, x1, 0));
 	dq_scale_min_k4(c, b + 4, &sc, &mn);
 	return xd[sb * 8 + c] * (mq_half(b) * (float)sc * (float)s - mq_half(b + 2) * (float)mn * (float)sx);
 }

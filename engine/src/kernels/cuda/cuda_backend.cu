@@ -362,8 +362,8 @@ cu_matmul_n(struct compute *c, const struct compute_weight *const *cw, int nw, c
 		w[i] = &cw[i]->w;
 		integer += im->xq != NULL && mq_type_ok(w[i]->type);
 	}
-	/* a set is one kernel's: every weight on int8 activations or none (Q4_K_M's V
-	 * may be Q6_K beside Q4_K's Q and K) */
+	/* a set is one kernel's: every weight on int8 activations or none (an F16
+	 * or Q3_K weight beside Q4_K ones goes a weight at a time) */
 	if (!im->next || n > MMV_MAX_TOKENS || nw > MMV_MAX_SET || (integer > 0 && integer < nw)) {
 		for (int i = 0; i < nw; i++)
 			cu_matmul(c, cw[i], x, n, y[i]);

@@ -49,7 +49,7 @@ void cuda_mmv(cudaStream_t s, const struct weight *w, const float *x, int n, flo
  * one launch. */
 void cuda_mmv_n(cudaStream_t s, const struct weight *const *w, int nw, const float *x, int n, float *const *y,
 		int next);
-/* The same for weights of Q8_0, Q4_0 and Q4_K (mq_type_ok) on int8
+/* The same for weights of Q8_0, Q4_0, Q4_K, Q5_K and Q6_K (mq_type_ok) on int8
  * activations (kernels/mmvq_task.h), as the CPU's decode computes them:
  * x is quantized into xq (n x cols) and xd (n x cols / 32) first.  Not
  * yet run on a GPU: behind PRIVAI_CUDA_NEXT. */

@@ -1,5 +1,5 @@
 /*
- * Decode's matrix-vector products of Q8_0, Q4_0 and Q4_K weights on int8
+ * Decode's matrix-vector products of Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights on int8
  * activations (kernels/mmvq_task.h has the arithmetic and why), behind
  * PRIVAI_CUDA_NEXT: written without a GPU, checked on the host through
  * the task functions it runs (test_mmvq_task), not yet run on a device.
@@ -9,7 +9,7 @@
  * and 32 integer-to-float conversions a chunk, which under ncu on an H100
  * read gate and up at 693 GB/s of 3.35 TB/s.  Here a lane reads 8 weights
  * of a row straight from global memory in 16-bit or 32-bit words (a warp:
- * 8 consecutive Q8_0 or Q4_0 blocks, or one Q4_K super-block, at a time)
+ * 8 consecutive Q8_0 or Q4_0 blocks, or one K-quant super-block, at a time)
  * and multiplies them with dp4a, four products an instruction; there is
  * no shared memory and no barrier, a warp a row, so the next row's loads
  * do not wait for this row's sums.
