@@ -3,6 +3,15 @@
  * head), each token over positions 0..pos[t] of its own block table (a
  * batch mixes requests, so no two tokens need share a table), online
  * softmax with no score buffer.
+ *
+ * A decode step has too few (token, head) pairs to fill the GPU (one
+ * token of 32 heads: 32 blocks for 132 SMs), and at a depth of 2048 an
+ * H100 then generated half as fast as at depth 0.  Under PRIVAI_CUDA_NEXT
+ * (not yet run on a GPU) the positions of each pair are split over
+ * several blocks, flash-decoding's way: each writes its max, sum and
+ * unnormalized output, and k_attention_merge combines them.  The number
+ * of splits depends on the batch's shape only, never on its positions,
+ * so a decode pass recorded as a CUDA graph stays right at any depth.
  */
 #include <math.h>
 
@@ -11,21 +20,58 @@
 #define ATT_WARPS 8 /* warps sharing one (token, head) */
 
 /* oh = the warps' partial sums (each its running max m, sum l and
- * unnormalized output acc) merged and normalized, by the whole block. */
+ * unnormalized output acc) merged and normalized, by the whole block.
+ * With `part` (a split of the positions, flash-decoding's way) the merged
+ * max, sum and unnormalized output go there instead, for k_attention_merge:
+ * a split that had no position writes max -inf and sum 0. */
 __device__ static void
-merge_warps(const float *s_m, const float *s_l, const float (*s_acc)[HEAD_DIM_MAX], int head_dim, float *oh)
+merge_warps(const float *s_m, const float *s_l, const float (*s_acc)[HEAD_DIM_MAX], int head_dim, float *oh,
+	    float *part)
 {
 	float mx = s_m[0], sum = 0.0f;
 
 	for (int w = 1; w < ATT_WARPS; w++)
 		mx = fmaxf(mx, s_m[w]);
+	if (part != NULL && mx == -INFINITY) {
+		for (int d = threadIdx.x; d < head_dim + 2; d += blockDim.x)
+			part[d] = d == 0 ? -INFINITY : 0.0f;
+		return;
+	}
 	for (int w = 0; w < ATT_WARPS; w++)
 		sum += s_l[w] * expf(s_m[w] - mx);
 	for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
 		float v = 0.0f;
 		for (int w = 0; w < ATT_WARPS; w++)
 			v += s_acc[w][d] * expf(s_m[w] - mx);
-		oh[d] = v / sum;
+		if (part != NULL)
+			part[2 + d] = v;
+		else
+			oh[d] = v / sum;
+	}
+	if (part != NULL && threadIdx.x == 0) {
+		part[0] = mx;
+		part[1] = sum;
+	}
+}
+
+/* out = the splits' partial results of a (token, head) merged: block b
+ * of k_attention's grid wrote part[b * (head_dim + 2) ..]; split 0 had
+ * position 0, so the max is finite. */
+__global__ static void
+k_attention_merge(const float *part, int nsplit, int head_dim, float *out)
+{
+	const float *p = part + (int64_t)blockIdx.x * nsplit * (head_dim + 2);
+	float mx = p[0], sum = 0.0f;
+
+	for (int i = 1; i < nsplit; i++)
+		mx = fmaxf(mx, p[i * (head_dim + 2)]);
+	for (int i = 0; i < nsplit; i++)
+		sum += p[i * (head_dim + 2) + 1] * expf(p[i * (head_dim + 2)] - mx);
+	for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+		float v = 0.0f;
+		for (int i = 0; i < nsplit; i++)
+			v += p[i * (head_dim + 2) + 2 + d] * expf(p[i * (head_dim + 2)] - mx);
+		out[(int64_t)blockIdx.x * head_dim + d] = v / sum;
 	}
 }
 
@@ -77,7 +123,7 @@ k_attention_any(const float *q, const __half *kc, const __half *vc, const int32_
 	for (int k = 0; k < HEAD_DIM_MAX / 32; k++)
 		s_acc[warp][lane + 32 * k] = acc[k];
 	__syncthreads();
-	merge_warps(s_m, s_l, s_acc, head_dim, out + ((int64_t)t * n_head + h) * head_dim);
+	merge_warps(s_m, s_l, s_acc, head_dim, out + ((int64_t)t * n_head + h) * head_dim, NULL);
 }
 
 /*
@@ -94,10 +140,11 @@ k_attention_any(const float *q, const __half *kc, const __half *vc, const int32_
  */
 __global__ static void
 k_attention(const float *q, const __half *kc, const __half *vc, const int32_t *pos, const int32_t *table,
-	    int max_blocks, int shift, int n_head, int n_head_kv, int head_dim, float *out)
+	    int max_blocks, int shift, int n_head, int n_head_kv, int head_dim, float *out, int nsplit, float *part)
 {
 	__shared__ float s_q[HEAD_DIM_MAX], s_m[ATT_WARPS], s_l[ATT_WARPS], s_acc[ATT_WARPS][HEAD_DIM_MAX];
-	int t = blockIdx.x / n_head, h = blockIdx.x % n_head, kvh = h / (n_head / n_head_kv);
+	int th = blockIdx.x / nsplit, split = blockIdx.x % nsplit;
+	int t = th / n_head, h = th % n_head, kvh = h / (n_head / n_head_kv);
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kv_dim = n_head_kv * head_dim, last = pos[t];
 	float acc[HEAD_DIM_MAX / 32]; /* dims 64k + 2 lane and 64k + 2 lane + 1 */
 	float m = -INFINITY, l = 0.0f, scale = 1.0f / sqrtf((float)head_dim);
@@ -108,7 +155,7 @@ k_attention(const float *q, const __half *kc, const __half *vc, const int32_t *p
 	for (int k = 0; k < HEAD_DIM_MAX / 32; k++)
 		acc[k] = 0.0f;
 	__syncthreads();
-	for (int g = warp; 32 * g <= last; g += ATT_WARPS) {
+	for (int g = split * ATT_WARPS + warp; 32 * g <= last; g += ATT_WARPS * nsplit) {
 		int p = 32 * g + lane;
 		bool ok = p <= last;
 		int64_t base = ok ? kv_row(table, max_blocks, t, p, shift) * kv_dim + (int64_t)kvh * head_dim : 0;
@@ -157,21 +204,34 @@ k_attention(const float *q, const __half *kc, const __half *vc, const int32_t *p
 		s_acc[warp][64 * k + 2 * lane + 1] = acc[2 * k + 1];
 	}
 	__syncthreads();
-	/* warp 0 had group 0, so the overall max is finite; a warp with no
-	 * group (m = -inf, l = 0) weighs nothing */
-	merge_warps(s_m, s_l, s_acc, head_dim, out + ((int64_t)t * n_head + h) * head_dim);
+	/* warp 0 of split 0 had group 0, so the overall max is finite; a warp
+	 * with no group (m = -inf, l = 0) weighs nothing */
+	merge_warps(s_m, s_l, s_acc, head_dim, out + ((int64_t)t * n_head + h) * head_dim,
+		    nsplit > 1 ? part + (int64_t)blockIdx.x * (head_dim + 2) : NULL);
+}
+
+int
+cuda_attention_splits(int n, int n_head, int sms)
+{
+	int per = 2 * sms / (n * n_head);
+
+	return per < 2 ? 1 : per > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : per;
 }
 
 void
 cuda_attention(cudaStream_t s, const struct cuda_kv *kv, const float *q, int n, int n_head, int n_head_kv, int head_dim,
-	       float *out, int next)
+	       float *out, int nsplit, float *part)
 {
 	unsigned grid = (unsigned)n * (unsigned)n_head; /* a block per (token, head) */
 
-	(void)next;
-	if (head_dim % 8 == 0)
+	if (head_dim % 8 == 0 && nsplit > 1 && part != NULL) {
+		k_attention<<<grid *(unsigned)nsplit, ATT_WARPS * 32, 0, s>>>(q, kv->k, kv->v, kv->pos, kv->table,
+									      kv->max_blocks, kv->shift, n_head,
+									      n_head_kv, head_dim, out, nsplit, part);
+		k_attention_merge<<<grid, 128, 0, s>>>(part, nsplit, head_dim, out);
+	} else if (head_dim % 8 == 0)
 		k_attention<<<grid, ATT_WARPS * 32, 0, s>>>(q, kv->k, kv->v, kv->pos, kv->table, kv->max_blocks,
-							    kv->shift, n_head, n_head_kv, head_dim, out);
+							    kv->shift, n_head, n_head_kv, head_dim, out, 1, NULL);
 	else
 		k_attention_any<<<grid, ATT_WARPS * 32, 0, s>>>(q, kv->k, kv->v, kv->pos, kv->table, kv->max_blocks,
 								kv->shift, n_head, n_head_kv, head_dim, out);

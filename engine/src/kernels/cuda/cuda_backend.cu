@@ -69,8 +69,10 @@ struct cuda_impl {
 	/* prefill scratch: activations and a weight tile in half precision */
 	__half *x16, *w16;
 	size_t x16_len, w16_len;
-	int8_t *xq; /* decode's activations as int8 (cuda_mmvq_n), under next */
-	float *xd;  /* and their scales, one per 32 */
+	int8_t *xq;      /* decode's activations as int8 (cuda_mmvq_n), under next */
+	float *att_part; /* attention split over blocks: their partial results, under next */
+	int sms;         /* the device's multiprocessors */
+	float *xd;       /* and their scales, one per 32 */
 };
 
 static struct cuda_impl *
@@ -454,7 +456,8 @@ cu_attention(struct compute *c, int layer, const float *q, int n_head, int n_hea
 
 	if (im->replay != NULL) /* replayed whole at the pass's end */
 		return;
-	cuda_attention(im->stream, &kv, q, im->n, n_head, n_head_kv, head_dim, out, im->next);
+	int nsplit = im->att_part != NULL ? cuda_attention_splits(im->n, n_head, im->sms) : 1;
+	cuda_attention(im->stream, &kv, q, im->n, n_head, n_head_kv, head_dim, out, nsplit, im->att_part);
 	check_launch(im, "attention");
 }
 
@@ -670,8 +673,10 @@ cu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 	     (im->w16 = (__half *)cu_alloc(c, im->w16_len * sizeof(__half))) == NULL))
 		return PRIVAI_ENOMEM;
 	size_t xq_len = (size_t)MMV_MAX_TOKENS * (size_t)s->max_cols;
-	if (im->next && ((im->xq = (int8_t *)cu_alloc(c, xq_len)) == NULL ||
-			 (im->xd = (float *)cu_alloc(c, xq_len / 32 * sizeof(float))) == NULL))
+	if (im->next &&
+	    ((im->xq = (int8_t *)cu_alloc(c, xq_len)) == NULL ||
+	     (im->xd = (float *)cu_alloc(c, xq_len / 32 * sizeof(float))) == NULL ||
+	     (im->att_part = (float *)cu_alloc(c, 2 * (size_t)im->sms * (HEAD_DIM_MAX + 2) * sizeof(float))) == NULL))
 		return PRIVAI_ENOMEM;
 	/* the KV cache last: on a budget it takes what the rest leaves */
 	if (s->kv_rows == 0 && (s->kv_rows = kv_rows_in_budget(c, s)) == 0)
@@ -706,6 +711,7 @@ cu_destroy(struct compute *c)
 		cudaFree(im->w16);
 		cudaFree(im->xq);
 		cudaFree(im->xd);
+		cudaFree(im->att_part);
 		cudaFree(im->d_stage);
 		cudaFreeHost(im->h_stage);
 		if (im->blas != NULL)
@@ -814,6 +820,8 @@ privai_cuda_new(const struct compute_params *p, struct compute **ret, char *err)
 	}
 	const char *next = getenv("PRIVAI_CUDA_NEXT");
 	im->next = next != NULL && strcmp(next, "1") == 0;
+	if (cudaDeviceGetAttribute(&im->sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || im->sms < 1)
+		im->sms = 1;
 	size_t refused = cuda_mmv_allow_smem();
 	if (refused != 0) {
 		cu_destroy(c);

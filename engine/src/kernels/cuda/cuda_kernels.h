@@ -68,10 +68,17 @@ struct cuda_kv {
 	int max_blocks, shift;      /* table entries per token; log2 of the block size */
 };
 
+#define ATT_MAX_SPLITS 16 /* blocks one (token, head) of a decode step may be split over */
+
 /* out (n x n_head x head_dim) = softmax(q k^T / sqrt(head_dim)) v, each
- * token over positions 0..pos[t] of its own table. */
+ * token over positions 0..pos[t] of its own table; with nsplit > 1 each
+ * (token, head) over nsplit blocks, their partial results in `part`
+ * (n x n_head x nsplit x (head_dim + 2) floats). */
 void cuda_attention(cudaStream_t s, const struct cuda_kv *kv, const float *q, int n, int n_head, int n_head_kv,
-		    int head_dim, float *out, int next);
+		    int head_dim, float *out, int nsplit, float *part);
+/* The splits that fill `sms` SMs about twice for n tokens of n_head heads
+ * (1 where the pairs alone do). */
+int cuda_attention_splits(int n, int n_head, int sms);
 
 /* Where a position's K and V rows are: its block from the token's table. */
 __device__ static inline int64_t
