@@ -403,6 +403,69 @@ wanted(const char *model)
 	return 0;
 }
 
+/*
+ * Decode deep in the context against one prefill of the same tokens: 600
+ * positions (the p2 prompt over and over), the last 8 decoded one at a
+ * time after a prefill of the rest must give the logits the long prefill
+ * gave at those positions.  Past 256 positions a GPU's attention warps
+ * wrap around their groups and a split decode (flash-decoding) has more
+ * than one split at work; the fixtures' own prompts stay under 128.
+ */
+static void
+check_depth(const char *dir)
+{
+	enum { DEPTH = 600, TAIL = 8 };
+	char path[1024], err[PRIVAI_ERR_LEN] = "";
+	struct engine_model *m = NULL;
+	struct engine_ctx *whole = NULL, *step = NULL;
+	struct engine_ctx_params cp = { .n_ctx = 1024, .device = test_device() };
+	int32_t p2[64], ids[DEPTH];
+	size_t jlen = 0;
+
+	snprintf(path, sizeof(path), "%s/golden/tiny-llama-spm-f16.p2.json", dir);
+	char *js = read_file(path, &jlen);
+	cJSON *j = js ? cJSON_Parse(js) : NULL;
+	int n2 = j ? json_ints(cJSON_GetObjectItem(j, "prompt_ids"), p2, 64) : 0;
+	cJSON_Delete(j);
+	free(js);
+	snprintf(path, sizeof(path), "%s/models/tiny-llama-spm-f16.gguf", dir);
+	if (n2 < 2 || engine_model_load(path, &m, err) < 0 || engine_ctx_new(m, &cp, &whole, err) < 0 ||
+	    engine_ctx_new(m, &cp, &step, err) < 0) {
+		CHECK(0, "depth check: %s", err);
+		goto out;
+	}
+	ids[0] = p2[0]; /* BOS once, then the prompt's other tokens round and round */
+	for (int i = 1; i < DEPTH; i++)
+		ids[i] = p2[1 + (i - 1) % (n2 - 1)];
+	int V = m->hp.n_vocab;
+	float *all = malloc((size_t)DEPTH * V * sizeof(float)), *one = malloc((size_t)V * sizeof(float));
+	double worst = 0;
+	int ok = all != NULL && one != NULL && engine_decode(whole, ids, DEPTH, 1, all, err) == 0 &&
+		 engine_decode(step, ids, DEPTH - TAIL, 0, NULL, err) == 0;
+	for (int i = DEPTH - TAIL; ok && i < DEPTH; i++) {
+		ok = engine_decode(step, ids + i, 1, 0, one, err) == 0;
+		double d = 0, g = 0;
+		for (int v = 0; ok && v < V; v++) {
+			double ref = all[(size_t)i * V + v];
+			d += (one[v] - ref) * (one[v] - ref);
+			g += ref * ref;
+		}
+		if (ok && sqrt(d / g) > worst)
+			worst = sqrt(d / g);
+	}
+	/* the same weights on two paths (the GEMM and the dots): activation
+	 * rounding apart, where a wrong attention would be off by >1e-1 */
+	CHECK(ok && worst <= 2e-3, "decode at positions %d..%d vs one prefill of %d: worst rel L2 %.3g (%s)",
+	      DEPTH - TAIL, DEPTH - 1, DEPTH, worst, ok ? "" : err);
+	printf("decode at depth %d vs prefill: worst rel L2 %.2e\n", DEPTH - TAIL, worst);
+	free(all);
+	free(one);
+out:
+	engine_ctx_free(whole);
+	engine_ctx_free(step);
+	engine_model_free(m);
+}
+
 int
 main(void)
 {
@@ -416,6 +479,7 @@ main(void)
 		     getenv("PRIVAI_GOLDEN_MODELS"));
 	else if (dir != NULL) {
 		check_qwen2(dir);
+		check_depth(dir);
 		check_batch_vs_single(dir, TT_Q8_0, 2e-2);
 		check_batch_vs_single(dir, TT_Q4_0, 1.5e-1);
 		check_batch_vs_single(dir, TT_Q4_K, 1.5e-1);
