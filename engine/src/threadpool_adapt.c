@@ -54,12 +54,12 @@ narrow(struct pool_adapt *a, int64_t now)
 {
 	a->width = 1;
 	a->narrow_n = 0;
-	a->narrow_share = 0;
+	a->narrow_rate = 0;
 	a->probe_at = now + a->probe_ns;
 }
 
 int
-pool_adapt_decide(struct pool_adapt *a, int64_t now, double share)
+pool_adapt_decide(struct pool_adapt *a, int64_t now, double share, double rate)
 {
 	int contended = share > ADAPT_CONTENDED;
 
@@ -72,6 +72,14 @@ pool_adapt_decide(struct pool_adapt *a, int64_t now, double share)
 				a->probe_ns = ADAPT_RETRY_MIN_NS;
 				return a->width;
 			}
+			if (a->narrow_n > 0 && rate > ADAPT_WIDE_GAIN * a->narrow_rate / a->narrow_n) {
+				/* contended, and faster for it: the others on these CPUs
+				 * do not yield, and more threads get more of them */
+				a->narrow_at = now + a->narrow_ns;
+				a->narrow_ns = twice_capped(a->narrow_ns, ADAPT_NARROW_MAX_NS);
+				return a->width;
+			}
+			a->narrow_ns = ADAPT_RETRY_MIN_NS; /* narrow was the faster */
 			a->probe_ns = twice_capped(a->probe_ns, ADAPT_RETRY_MAX_NS);
 			narrow(a, now);
 		} else if (contended && now >= a->narrow_at) {
@@ -79,19 +87,9 @@ pool_adapt_decide(struct pool_adapt *a, int64_t now, double share)
 		}
 		return a->width;
 	}
-	a->narrow_share += share;
-	if (++a->narrow_n < ADAPT_STILL_CONTENDED)
-		return a->width;
-	if (a->narrow_share / a->narrow_n > ADAPT_CONTENDED) {
-		/* our one thread still waits: the others on these CPUs do not
-		 * yield to us, and more threads get more of the CPUs */
-		a->width = a->width_max;
-		a->narrow_at = now + a->narrow_ns;
-		a->narrow_ns = twice_capped(a->narrow_ns, ADAPT_NARROW_MAX_NS);
-		return a->width;
-	}
+	a->narrow_rate += rate;
+	a->narrow_n++;
 	if (now >= a->probe_at) {
-		a->narrow_ns = ADAPT_RETRY_MIN_NS; /* narrowing helped, for a whole probe interval */
 		a->width = a->width_max;
 		a->probing = 1;
 	}
@@ -178,8 +176,10 @@ pool_adapt_width(struct pool_adapt *a, const atomic_int *tids)
 		return a->width_max;
 	}
 	if (!changed)
-		pool_adapt_decide(a, now, (double)(delay - a->delay0) / ((double)(now - a->t0) * a->width));
+		pool_adapt_decide(a, now, (double)(delay - a->delay0) / ((double)(now - a->t0) * a->width),
+				  (double)(a->runs - a->runs0) * 1e9 / (double)(now - a->t0));
 	a->t0 = now;
 	a->delay0 = delay;
+	a->runs0 = a->runs;
 	return a->width;
 }

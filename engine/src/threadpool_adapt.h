@@ -6,17 +6,25 @@
  * The signal is the kernel's own: the time each thread spent runnable but
  * not running (/proc/.../schedstat, "run_delay").  When the working
  * threads waited for a CPU for more than CONTENDED of a window, the pool
- * narrows to its calling thread alone; it goes back to full width when a
- * probe of it finds the CPUs free, or when running narrow did not take the
- * contention away (busy processes that do not yield: then more threads
- * get more of the CPUs).  A lone thread beside busy processes waits in
- * bursts (0 % one window, 50 % the next, as the scheduler hands out
- * slices), so narrowing is judged on the mean over its windows.  Alone on its CPUs a pool's threads wait well
+ * narrows to its calling thread alone.  A probe window at full width,
+ * after 1 s narrow and then backing off to 8 s, decides whether it goes
+ * back: when the CPUs were free in it, or when it ran more jobs a second
+ * than the narrow windows did by WIDE_GAIN (beside busy processes that
+ * never yield, more threads get more of the CPUs: a memory-bound model's
+ * long jobs can gain from that, where a small model's short ones lose
+ * more to waiting for a preempted thread; the jobs a second measure it).
+ * The margin is wide because beside another engine a wider pool's gain
+ * is mostly the other's loss: two 1B-class engines that each took a 10 %
+ * gain ended slower together than two narrow ones.
+ * Waiting alone is no sign either way: a lone thread beside two busy
+ * processes on two CPUs waits a third of the time and still runs faster
+ * than two threads (the fixture model: 1160-1280 tokens/s against 870-920,
+ * docs/performance.md).  Alone on its CPUs a pool's threads wait well
  * under 1 % of the time and it never narrows.
  *
  * pool_adapt_decide() is the state machine alone, fed a window's waiting
- * share, so that tests can drive it; pool_adapt_width() reads the clock
- * and the threads' schedstat and calls it.
+ * share and jobs a second, so that tests can drive it; pool_adapt_width()
+ * reads the clock, counts the jobs and reads the threads' schedstat.
  */
 #ifndef PRIVAI_THREADPOOL_ADAPT_H
 #define PRIVAI_THREADPOOL_ADAPT_H
@@ -27,7 +35,7 @@
 #define ADAPT_EVERY 32                    /* jobs between clock reads */
 #define ADAPT_WINDOW_NS 100000000LL       /* 100 ms: many decode steps, a few time slices */
 #define ADAPT_CONTENDED 0.20              /* share of a window a working thread waited for a CPU */
-#define ADAPT_STILL_CONTENDED 5           /* narrow windows, at least, before judging narrowing */
+#define ADAPT_WIDE_GAIN 1.30              /* a contended probe goes wide when this much faster */
 #define ADAPT_RETRY_MIN_NS 1000000000LL   /* first probe of the other width after 1 s ... */
 #define ADAPT_RETRY_MAX_NS 8000000000LL   /* ... doubling each time it fails, up to 8 s */
 #define ADAPT_NARROW_MAX_NS 32000000000LL /* narrowing that did not help: retried up to 32 s apart */
@@ -37,11 +45,11 @@ struct pool_adapt {
 	int width;                    /* threads that take part now: 1 or width_max */
 	int probing;                  /* this full-width window is a probe */
 	int narrow_n;                 /* windows since narrowing ... */
-	double narrow_share;          /* ... and the sum of their shares */
+	double narrow_rate;           /* ... and the sum of their jobs a second */
 	int64_t probe_at, probe_ns;   /* when narrow, when to try full width again */
 	int64_t narrow_at, narrow_ns; /* after narrowing did not help, when to try it again */
 	/* what pool_adapt_width() reads */
-	unsigned runs;
+	unsigned runs, runs0; /* jobs asked for, and at the window's start */
 	int64_t t0, delay0;
 	int caller, caller_fd; /* the thread running jobs, and its schedstat */
 	int *fds;              /* workers' schedstat, -1 until opened */
@@ -52,9 +60,9 @@ struct pool_adapt {
 int pool_adapt_init(struct pool_adapt *a, int width_max);
 void pool_adapt_free(struct pool_adapt *a);
 /* One window ended at now_ns; share: the time the working threads waited
- * for a CPU over the window's length times their number.  Returns the
- * width for the next window. */
-int pool_adapt_decide(struct pool_adapt *a, int64_t now_ns, double share);
+ * for a CPU over the window's length times their number; rate: the jobs
+ * it ran a second.  Returns the width for the next window. */
+int pool_adapt_decide(struct pool_adapt *a, int64_t now_ns, double share, double rate);
 /* Before a job: the width to run it at.  tids[i] is worker i's thread id
  * (0 while unknown; tids[0] is unused: the caller is thread 0). */
 int pool_adapt_width(struct pool_adapt *a, const atomic_int *tids);

@@ -19,15 +19,16 @@
 #define S 1000000000LL /* a second in ns */
 #define W ADAPT_WINDOW_NS
 
-/* Feed `n` windows of `share` from *t on; returns the last width. */
+/* Feed `n` windows of `share` and `rate` jobs a second from *t on;
+ * returns the last width. */
 static int
-feed(struct pool_adapt *a, int64_t *t, int n, double share)
+feed(struct pool_adapt *a, int64_t *t, int n, double share, double rate)
 {
 	int w = a->width;
 
 	for (int i = 0; i < n; i++) {
 		*t += W;
-		w = pool_adapt_decide(a, *t, share);
+		w = pool_adapt_decide(a, *t, share, rate);
 	}
 	return w;
 }
@@ -40,64 +41,56 @@ test_decide(void)
 
 	CHECK(pool_adapt_init(&a, 4) == 0 && a.width == 4, "a pool starts at full width");
 	/* alone on its CPUs (waits under 1 %): never narrows */
-	CHECK(feed(&a, &t, 1000, 0.01) == 4, "100 s alone at 1 %% waiting: still 4 threads");
-	CHECK(feed(&a, &t, 1, ADAPT_CONTENDED) == 4, "waiting exactly the threshold is not contention");
+	CHECK(feed(&a, &t, 1000, 0.01, 100) == 4, "100 s alone at 1 %% waiting: still 4 threads");
+	CHECK(feed(&a, &t, 1, ADAPT_CONTENDED, 100) == 4, "waiting exactly the threshold is not contention");
 
 	/* another engine arrives: both narrow, and then nobody waits */
-	CHECK(feed(&a, &t, 1, 0.45) == 1, "one window waiting 45 %%: the caller alone");
-	CHECK(feed(&a, &t, 9, 0.0) == 1, "narrow and free for 0.9 s: stays narrow");
-	CHECK(feed(&a, &t, 1, 0.0) == 4 && a.probing, "after 1 s narrow, a probe at full width");
-	CHECK(feed(&a, &t, 1, 0.40) == 1, "the probe waits (the other engine is still there): narrow again");
-	CHECK(feed(&a, &t, 19, 0.0) == 1, "the next probe waits twice as long (2 s)");
-	CHECK(feed(&a, &t, 1, 0.0) == 4 && a.probing, "probe after 2 s");
-	CHECK(feed(&a, &t, 1, 0.35) == 1, "fails again");
+	CHECK(feed(&a, &t, 1, 0.45, 60) == 1, "one window waiting 45 %%: the caller alone");
+	CHECK(feed(&a, &t, 9, 0.0, 80) == 1, "narrow and free for 0.9 s: stays narrow");
+	CHECK(feed(&a, &t, 1, 0.0, 80) == 4 && a.probing, "after 1 s narrow, a probe at full width");
+	CHECK(feed(&a, &t, 1, 0.40, 70) == 1,
+	      "the probe waits (the other engine is still there) and is slower: narrow");
+	CHECK(feed(&a, &t, 19, 0.0, 80) == 1, "the next probe waits twice as long (2 s)");
+	CHECK(feed(&a, &t, 1, 0.0, 80) == 4 && a.probing, "probe after 2 s");
+	CHECK(feed(&a, &t, 1, 0.35, 80) == 1, "waits again, no faster: narrow");
 	for (int i = 0; i < 10; i++) { /* 4 s, then 8 s, and no further */
-		feed(&a, &t, 1, 0.30);
-		feed(&a, &t, (int)(a.probe_ns / W), 0.0);
+		feed(&a, &t, 1, 0.30, 80);
+		feed(&a, &t, (int)(a.probe_ns / W), 0.0, 80);
 	}
 	CHECK(a.probe_ns == ADAPT_RETRY_MAX_NS, "probes back off to 8 s (%lld)", (long long)a.probe_ns);
 	CHECK(a.width == 4 && a.probing, "a probe is due");
 	/* the other engine left: the probe finds free CPUs and full width stays */
-	CHECK(feed(&a, &t, 1, 0.02) == 4 && !a.probing, "the probe is free: full width again");
+	CHECK(feed(&a, &t, 1, 0.02, 100) == 4 && !a.probing, "the probe is free: full width again");
 	CHECK(a.probe_ns == ADAPT_RETRY_MIN_NS, "and the probe interval starts over at 1 s");
-	CHECK(feed(&a, &t, 100, 0.02) == 4, "and stays");
+	CHECK(feed(&a, &t, 100, 0.02, 100) == 4, "and stays");
 
-	/* busy processes that do not yield: narrowing does not help */
-	CHECK(feed(&a, &t, 1, 0.50) == 1, "contended: narrow");
-	CHECK(feed(&a, &t, ADAPT_STILL_CONTENDED - 1, 0.33) == 1, "still waiting alone, not yet enough windows");
-	CHECK(feed(&a, &t, 1, 0.33) == 4, "%d narrow windows waiting a third: back to full width",
-	      ADAPT_STILL_CONTENDED);
-	CHECK(feed(&a, &t, 9, 0.50) == 4, "contended at full width, but narrowing is not retried for 1 s");
-	CHECK(feed(&a, &t, 1, 0.50) == 1, "after 1 s it is tried again");
-	CHECK(feed(&a, &t, ADAPT_STILL_CONTENDED, 0.33) == 4 && a.narrow_ns == 4 * S,
-	      "failing again doubles the wait before the next try (next in 2 s, then 4 s)");
-	CHECK(feed(&a, &t, 1, 0.50) == 4, "not retried at once");
-	/* a lone thread beside busy processes waits in bursts, as measured
-	 * (0, 45, 8, 50 % ...): the mean over the windows decides */
-	t += 2 * S;
-	CHECK(feed(&a, &t, 1, 0.45) == 1, "narrow again 2 s later");
-	CHECK(feed(&a, &t, 1, 0.0) == 1 && feed(&a, &t, 1, 0.45) == 1 && feed(&a, &t, 1, 0.08) == 1 &&
-		      feed(&a, &t, 1, 0.50) == 1,
-	      "four narrow windows: not judged yet");
-	CHECK(feed(&a, &t, 1, 0.15) == 4, "0, 45, 8, 50 and 15 %% waiting (a mean of 24 %%): narrowing did not help");
-	CHECK(a.narrow_ns == 8 * S, "the third failure in a row: the next try waits 4 s, the one after 8 s");
-	for (int i = 0; i < 4; i++) {
-		t += a.narrow_ns;
-		feed(&a, &t, 1, 0.45);
-		feed(&a, &t, ADAPT_STILL_CONTENDED, 0.30);
-	}
-	CHECK(a.width == 4 && a.narrow_ns == ADAPT_NARROW_MAX_NS, "narrowing is retried at most 32 s apart (%lld)",
-	      (long long)a.narrow_ns);
-	t += ADAPT_NARROW_MAX_NS;
-	CHECK(feed(&a, &t, 1, 0.45) == 1 && feed(&a, &t, ADAPT_STILL_CONTENDED, 0.15) == 1,
-	      "15 %% waiting alone: narrowing helps, it stays");
-	CHECK(a.narrow_ns == ADAPT_NARROW_MAX_NS, "a helpful stretch shorter than a probe interval keeps the back-off");
-	CHECK(feed(&a, &t, 5, 0.1) == 4 && a.probing && a.narrow_ns == ADAPT_RETRY_MIN_NS,
-	      "helpful until the probe: a later failure waits 1 s again");
+	/* busy processes that do not yield, and jobs that gain from more
+	 * threads all the same (a memory-bound model) */
+	CHECK(feed(&a, &t, 1, 0.50, 150) == 1, "contended: narrow");
+	CHECK(feed(&a, &t, 9, 0.33, 100) == 1, "a lone thread waiting a third of the time is no reason to widen");
+	CHECK(feed(&a, &t, 1, 0.33, 100) == 4 && a.probing, "the probe after 1 s");
+	CHECK(feed(&a, &t, 1, 0.50, 150) == 4 && !a.probing && a.narrow_ns == 2 * S,
+	      "it waits half the time but runs 1.5x the jobs: full width stays, and narrowing backs off");
+	CHECK(feed(&a, &t, 9, 0.50, 150) == 4, "contended at full width, but narrowing is not retried for 1 s");
+	CHECK(feed(&a, &t, 1, 0.50, 150) == 1, "after 1 s it is tried again");
+	CHECK(feed(&a, &t, 9, 0.33, 100) == 1 && feed(&a, &t, 1, 0.33, 100) == 4 && a.probing, "probe after 1 s");
+	CHECK(feed(&a, &t, 1, 0.50, 125) == 1 && a.narrow_ns == ADAPT_RETRY_MIN_NS && a.probe_ns == 2 * S,
+	      "25 %% faster is within the margin (%.2f): narrow, and the next probe in 2 s", ADAPT_WIDE_GAIN);
+
+	/* beside busy processes, short jobs (a small model): narrow is faster */
+	CHECK(feed(&a, &t, 19, 0.33, 100) == 1 && feed(&a, &t, 1, 0.33, 100) == 4 && a.probing, "probe after 2 s");
+	CHECK(feed(&a, &t, 1, 0.50, 72) == 1 && a.probe_ns == 4 * S, "the probe ran 72 %% of the jobs: narrow");
+	/* a lone thread's rate moves from window to window as the scheduler
+	 * hands out slices: the mean of the narrow windows is the yardstick */
+	for (int i = 0; i < 39; i++)
+		feed(&a, &t, 1, i % 2 ? 0.50 : 0.0, i % 2 ? 60 : 140);
+	CHECK(a.width == 1 && feed(&a, &t, 1, 0.0, 100) == 4 && a.probing,
+	      "probe after 4 s of 60 and 140 jobs a second");
+	CHECK(feed(&a, &t, 1, 0.40, 135) == 4, "135 against a mean of 101: wide");
 	pool_adapt_free(&a);
 
 	CHECK(pool_adapt_init(&a, 1) == 0, "a one-thread pool");
-	CHECK(feed(&a, &t, 5, 0.9) == 1, "has nothing to narrow");
+	CHECK(feed(&a, &t, 5, 0.9, 100) == 1, "has nothing to narrow");
 	pool_adapt_free(&a);
 }
 
