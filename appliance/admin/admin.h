@@ -47,6 +47,7 @@ struct admin_config {
 	int engine_runner;         /* enum runner_mode: how engines run (deploy/runner.h) */
 	int metrics_interval_s;    /* between samples of the metrics history */
 	int metrics_keep_hours;    /* how long samples are kept */
+	int engine_retry_s;        /* between asking the engine for its features again, while it fails */
 };
 
 struct supervisor;
@@ -89,7 +90,11 @@ struct admin {
 	char adopt_note[600];      /* engines kept or replaced from a previous run, or "" */
 	char relay_key[64];        /* what this node relays to other nodes' engines with (cluster/remote.h) */
 	char relay_key_sha256[65]; /* hex; sent to the nodes in heartbeat answers */
-	struct cJSON *engine;      /* the engine's features, probed at start (deploy/engine_probe.h) */
+	/* the engine's features, probed at start and, while that failed, again
+	 * every engine_retry_s (deploy/engine_probe.h); replaced whole, never
+	 * freed while the admin runs, so a reader needs no lock */
+	_Atomic(struct cJSON *) engine;
+	struct engine_watch *engine_watch;
 
 	/* the store, and what is kept beside it: under db_mu */
 	sqlite3 *db;

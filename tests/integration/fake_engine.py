@@ -10,7 +10,7 @@ is where it reads the gate file and writes what it saw, the command line
 included (argv-PORT).
 
 `features --json` answers FAKE_ENGINE_FEATURES (default: the CPU and CUDA
-backends), so the admin's GPU placements can be driven to the engine's
+backends), and fails while FAKE_ENGINE_DIR/features-fail exists, so the admin's GPU placements can be driven to the engine's
 command line on a machine without a GPU; the real engine's CUDA path is
 not what this checks."""
 import hashlib
@@ -115,6 +115,8 @@ class Handler(BaseHTTPRequestHandler):
 
 def main():
     if sys.argv[1:2] == ["features"]:
+        if os.path.exists(os.path.join(DIR, "features-fail")):  # an engine that cannot answer yet
+            sys.exit("fake engine: features refused while features-fail exists")
         print(os.environ.get("FAKE_ENGINE_FEATURES", '{"backends":["cpu","cuda"],"cpu_simd":"scalar","collectives":["gloo","nccl"]}'))
         return
     port = int(sys.argv[sys.argv.index("--port") + 1])

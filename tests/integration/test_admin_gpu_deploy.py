@@ -25,11 +25,12 @@ DEMO = os.path.join(BUILD, "demo", "privai-demo.gguf")
 PW = "gpu-deploy-password-1"
 
 
-def start(tmp, name, engine, mig, fdir):
+def start(tmp, name, engine, mig, fdir, more=()):
     env = {"PRIVAI_NVML_LIB": DOUBLE, "PRIVAI_NVML_DOUBLE_MIG": mig,
            "PRIVAI_NVML_DOUBLE_STATE": os.path.join(tmp, name + ".nvml"), "FAKE_ENGINE_DIR": fdir}
     adm = Admin(BUILD, os.path.join(tmp, name), PW, extra=("--demo-model", DEMO, "--engine", engine,
-                                                          "--node-name", name), env_extra=env, ports="19190-19199")
+                                                          "--node-name", name, *more), env_extra=env,
+                ports="19190-19199")
     c = adm.client()
     c.login("admin", PW)
     return adm, c
@@ -213,6 +214,33 @@ def test_no_cuda(c):
     check(out.returncode == 1 and "are for --device cuda" in out.stderr, "--gpus without --device cuda", out.stderr)
 
 
+def test_engine_late(tmp, engine, fdir):
+    """An engine that cannot say what it runs on when the admin starts (a
+    first boot's cold disk, say) is asked again until it can, and GPU
+    placements follow, with no restart."""
+    gate = os.path.join(fdir, "features-fail")
+    open(gate, "w").close()
+    adm, c = start(tmp, "late", engine, "0", fdir, more=("--engine-retry-s", "1"))
+    try:
+        eng = c.get("/api/v1/nodes").json["data"][0]["inventory"]["engine"]
+        check(eng.get("backends") == [] and "features --json failed" in eng.get("error", ""),
+              "an engine that fails at start: no backends, and why", eng)
+        refused(deploy(c, "early", {"kind": "gpu", "gpus": [0]}), 422, "unsupported", "placement.kind",
+                "cannot use CUDA", "a GPU placement is refused meanwhile")
+        os.unlink(gate)
+        eng = wait_for(lambda: (lambda e: e if e.get("backends") == ["cpu", "cuda"] else None)(
+            c.get("/api/v1/nodes").json["data"][0]["inventory"]["engine"]), timeout=30)
+        check(eng is not None and "error" not in eng, "asked again, the engine's backends reach the inventory", eng)
+        r = deploy(c, "later", {"kind": "gpu", "gpus": [0]})
+        check(r.status == 201, "and a GPU placement is taken, with no restart", r)
+        log = open(adm.log_path).read()
+        check("asked again every 1 s" in log and "answers now: runs on [\"cpu\",\"cuda\"]" in log,
+              "the log says it will ask again, and when the engine answered", log[-1500:])
+        check(adm.stop() == 0, "[late] the admin exits cleanly", log[-2000:])
+    finally:
+        adm.stop()
+
+
 def test_group(tmp, engine, fdir):
     """A GPU group over two nodes (tensor parallel 4: 2 GPUs on the leader,
     2 on gpu-b): the leader picks each node's GPUs, starts rank 0's node
@@ -336,6 +364,7 @@ def main():
                 check(adm.stop() == 0, f"[{name}] the admin exits cleanly", open(adm.log_path).read()[-2000:])
             finally:
                 adm.stop()
+        test_engine_late(tmp, engine, fdir)
         test_group(tmp, engine, fdir)
     finally:
         clean_up(tmp)

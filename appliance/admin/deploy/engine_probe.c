@@ -1,14 +1,19 @@
-/* `privai-engine features --json`, run once at start and checked. */
+/* `privai-engine features --json`, run at start and checked, and again
+ * while it fails. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "admin.h"
+#include "log.h"
+#include "status.h"
+#include "worker.h"
 #include "deploy/engine_probe.h"
 
 /* Generous: an engine's first start on a cold page cache maps its libraries
@@ -181,4 +186,65 @@ engine_probe(const char *engine_bin)
 	cJSON *o = engine_report_clean(j);
 	cJSON_Delete(j);
 	return o;
+}
+
+struct engine_watch {
+	struct worker w;
+	struct admin *a;
+	cJSON *replaced; /* the failed report, freed at stop: a reader may still hold it */
+	char last[300];  /* the last reason logged, so that a steady one is logged once */
+};
+
+static void *
+watch_main(void *arg)
+{
+	struct engine_watch *ew = arg;
+	struct admin *a = ew->a;
+
+	while (worker_wait(&ew->w, a->cfg.engine_retry_s)) {
+		cJSON *e = engine_probe(a->cfg.engine_bin);
+		const cJSON *why = cJSON_GetObjectItem(e, "error");
+		if (e != NULL && why == NULL) {
+			ew->replaced = atomic_exchange(&a->engine, e);
+			char *list = cJSON_PrintUnformatted(cJSON_GetObjectItem(e, "backends"));
+			log_info("engine %s answers now: runs on %s", a->cfg.engine_bin, list != NULL ? list : "?");
+			cJSON_free(list);
+			return NULL;
+		}
+		if (cJSON_IsString(why) && strcmp(why->valuestring, ew->last) != 0) {
+			log_error("engine, asked again: %s", why->valuestring);
+			snprintf(ew->last, sizeof(ew->last), "%s", why->valuestring);
+		}
+		cJSON_Delete(e);
+	}
+	return NULL;
+}
+
+int
+engine_watch_start(struct admin *a)
+{
+	struct engine_watch *ew = calloc(1, sizeof(*ew));
+
+	if (ew == NULL)
+		return APP_ENOMEM;
+	ew->a = a;
+	if (worker_start(&ew->w, watch_main, ew) != 0) {
+		free(ew);
+		return APP_EIO;
+	}
+	a->engine_watch = ew;
+	return APP_OK;
+}
+
+void
+engine_watch_stop(struct admin *a)
+{
+	struct engine_watch *ew = a->engine_watch;
+
+	if (ew == NULL)
+		return;
+	worker_stop(&ew->w);
+	cJSON_Delete(ew->replaced);
+	free(ew);
+	a->engine_watch = NULL;
 }

@@ -78,6 +78,8 @@ usage(FILE *fp)
 	      "  --heartbeat-s N      seconds between heartbeats (PRIVAI_HEARTBEAT_S; default 10)\n"
 	      "  --metrics-interval-s N  seconds between samples of the metrics history\n"
 	      "                       (PRIVAI_METRICS_INTERVAL_S; default 60)\n"
+	      "  --engine-retry-s N   while the engine cannot say what it runs on, ask it again\n"
+	      "                       every N seconds (PRIVAI_ENGINE_RETRY_S; default 30)\n"
 	      "  --metrics-keep-hours N  hours of metrics history kept (PRIVAI_METRICS_KEEP_HOURS;\n"
 	      "                       default 48, at least 24)\n"
 	      "  --sys-root DIR       read /proc and /sys under DIR (PRIVAI_SYS_ROOT; default /)\n"
@@ -158,7 +160,7 @@ parse_int(const char *opt, const char *s, long lo, long hi, long *out)
 struct options {
 	struct admin_config cfg;
 	const char *ports, *runner, *port, *max_gib, *demo_model, *roots, *login_rate, *heartbeat, *join_token_file,
-		*metrics_every, *metrics_keep;
+		*metrics_every, *metrics_keep, *engine_retry;
 	const char *day0_models;
 	int list_routes, json;
 	char engine_default[PATH_MAX + 16];
@@ -234,6 +236,7 @@ env_defaults(struct options *o)
 	o->heartbeat = env("PRIVAI_HEARTBEAT_S", "10");
 	o->metrics_every = env("PRIVAI_METRICS_INTERVAL_S", "60");
 	o->metrics_keep = env("PRIVAI_METRICS_KEEP_HOURS", "48");
+	o->engine_retry = env("PRIVAI_ENGINE_RETRY_S", "30");
 	o->join_token_file = env("PRIVAI_JOIN_TOKEN_FILE", NULL);
 	c->sys_root = env("PRIVAI_SYS_ROOT", "/");
 	c->preflight_file = env("PRIVAI_PREFLIGHT_FILE", "/run/privai/preflight.json");
@@ -280,6 +283,7 @@ read_options(int argc, char **argv, struct options *o)
 		{ "--heartbeat-s", &o->heartbeat },
 		{ "--metrics-interval-s", &o->metrics_every },
 		{ "--metrics-keep-hours", &o->metrics_keep },
+		{ "--engine-retry-s", &o->engine_retry },
 		{ "--sys-root", &c->sys_root },
 		{ "--preflight-file", &c->preflight_file },
 		{ "--fabric-socket", &c->fabric_socket },
@@ -335,7 +339,7 @@ static int
 resolve_values(struct options *o)
 {
 	struct admin_config *c = &o->cfg;
-	long port, gib, lo, hi, rate, hb, every, keep;
+	long port, gib, lo, hi, rate, hb, every, keep, retry;
 	enum runner_mode mode;
 
 	if (parse_int("--port",
@@ -346,6 +350,7 @@ resolve_values(struct options *o)
 	    parse_int("--heartbeat-s", o->heartbeat, 1, 3600, &hb) < 0 ||
 	    parse_int("--metrics-interval-s", o->metrics_every, 1, 3600, &every) < 0 ||
 	    parse_int("--metrics-keep-hours", o->metrics_keep, 24, 24 * 366, &keep) < 0 ||
+	    parse_int("--engine-retry-s", o->engine_retry, 1, 3600, &retry) < 0 ||
 	    parse_int("--login-rate", o->login_rate, 1, 10000, &rate) < 0 ||
 	    parse_int("--max-upload-gib", o->max_gib, 1, 1 << 20, &gib) < 0)
 		return APP_EINVAL;
@@ -377,6 +382,7 @@ resolve_values(struct options *o)
 	c->heartbeat_s = (int)hb;
 	c->metrics_interval_s = (int)every;
 	c->metrics_keep_hours = (int)keep;
+	c->engine_retry_s = (int)retry;
 	return APP_OK;
 }
 
@@ -696,7 +702,10 @@ report_engine(struct admin *a)
 	b = cJSON_GetObjectItem(a->engine, "backends");
 	why = cJSON_GetObjectItem(a->engine, "error");
 	if (why != NULL) {
-		log_error("engine: %s; deployments will fail until it runs", why->valuestring);
+		log_error("engine: %s; asked again every %d s, and GPU placements are refused until it answers",
+			  why->valuestring, a->cfg.engine_retry_s);
+		if (engine_watch_start(a) != APP_OK)
+			log_error("engine: cannot start the thread that asks it again");
 		return;
 	}
 	char *list = cJSON_PrintUnformatted(b);
@@ -847,6 +856,7 @@ main(int argc, char **argv)
 	free(a.tls_cert_pem);
 	sodium_memzero(a.relay_key, sizeof(a.relay_key));
 	tls_live_free();
+	engine_watch_stop(&a);
 	cJSON_Delete(a.engine);
 	curl_global_cleanup();
 	return 0;
