@@ -70,9 +70,9 @@ struct cuda_impl {
 	__half *x16, *w16;
 	size_t x16_len, w16_len;
 	int8_t *xq;      /* decode's activations as int8 (cuda_mmvq_n), under next */
+	float *xd;       /* and their scales, one per 32 */
 	float *att_part; /* attention split over blocks: their partial results, under next */
 	int sms;         /* the device's multiprocessors */
-	float *xd;       /* and their scales, one per 32 */
 };
 
 static struct cuda_impl *
