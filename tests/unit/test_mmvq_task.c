@@ -62,7 +62,7 @@ static void
 check_row(uint32_t type, const uint8_t *row, const float *x, int n, const char *what)
 {
 	_Alignas(16) int8_t xq[N];
-	float xd[N / 32], w[N];
+	float xd[N / 32] = { 0 }, w[N];
 	double want = 0.0, mag = 0.0, exact = 0.0, bound = 0.0;
 	float got = 0.0f;
 

@@ -64,7 +64,7 @@ deploy_ranks_field(struct req *r, const cJSON *p, int64_t model_id, int64_t node
 					 : "a split deployment needs placement.threads: each rank's CPUs on its node");
 		return -1;
 	}
-	cJSON_ArrayForEach (t, cJSON_GetObjectItem(r->a->engine, "collectives"))
+	cJSON_ArrayForEach (t, cJSON_GetObjectItem(atomic_load(&r->a->engine), "collectives"))
 		has |= cJSON_IsString(t) && strcmp(t->valuestring, coll) == 0;
 	if (!has) {
 		reply_error(r, 422, "unsupported", "placement.ranks",

@@ -90,7 +90,7 @@ gpu_spec(struct admin *a, const cJSON *p, struct spec *s, char *err)
 	static const char *const known[] = { "kind", "gpus",   "tensor_parallel", "node", "rank",
 					     "tp",   "nnodes", "dist_init",       NULL };
 	const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(p, "gpus"), *v;
-	const cJSON *backends = cJSON_GetObjectItem(a->engine, "backends");
+	const cJSON *backends = cJSON_GetObjectItem(atomic_load(&a->engine), "backends");
 	int64_t tp;
 	sqlite3_stmt *st;
 

@@ -34,8 +34,9 @@ node_report_json(const struct admin *a)
 		cJSON_Delete(host);
 		return NULL;
 	}
-	cJSON *engine = a->engine != NULL ? cJSON_Duplicate(a->engine, 1)
-					  : cJSON_Parse("{\"backends\":[],\"error\":\"the engine was not asked yet\"}");
+	cJSON *now = atomic_load(&a->engine); /* replaced whole, never freed meanwhile */
+	cJSON *engine = now != NULL ? cJSON_Duplicate(now, 1)
+				    : cJSON_Parse("{\"backends\":[],\"error\":\"the engine was not asked yet\"}");
 	if (engine == NULL || !cJSON_AddItemToObject(r, "engine", engine)) {
 		cJSON_Delete(engine);
 		cJSON_Delete(r);

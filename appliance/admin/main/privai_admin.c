@@ -693,14 +693,16 @@ setup_node(struct admin *a, char *err)
 static void
 report_engine(struct admin *a)
 {
+	cJSON *e = engine_probe(a->cfg.engine_bin);
 	const cJSON *b, *why;
 
-	if ((a->engine = engine_probe(a->cfg.engine_bin)) == NULL) {
+	if (e == NULL) {
 		log_error("out of memory asking the engine for its features");
 		return;
 	}
-	b = cJSON_GetObjectItem(a->engine, "backends");
-	why = cJSON_GetObjectItem(a->engine, "error");
+	atomic_store(&a->engine, e);
+	b = cJSON_GetObjectItem(e, "backends");
+	why = cJSON_GetObjectItem(e, "error");
 	if (why != NULL) {
 		log_error("engine: %s; asked again every %d s, and GPU placements are refused until it answers",
 			  why->valuestring, a->cfg.engine_retry_s);
@@ -857,7 +859,7 @@ main(int argc, char **argv)
 	sodium_memzero(a.relay_key, sizeof(a.relay_key));
 	tls_live_free();
 	engine_watch_stop(&a);
-	cJSON_Delete(a.engine);
+	cJSON_Delete(atomic_load(&a.engine));
 	curl_global_cleanup();
 	return 0;
 }
