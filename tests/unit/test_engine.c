@@ -45,6 +45,32 @@ test_sampler(void)
 	p.temperature = 0;
 	sampler_new(&p, V, &g);
 	CHECK(sampler_sample(g, logits) == 123, "greedy is argmax");
+	/* the vector path against the first-largest scan, on odd sizes, ties,
+	 * -inf (masked tokens) and NaN */
+	int agree = 0, cases = 0;
+	for (int n = 1; n <= 77; n += 4)
+		for (int round = 0; round < 20; round++) {
+			struct sampler *gn;
+			float l[80];
+			for (int i = 0; i < n; i++)
+				l[i] = (float)((i * 7 + round * 13) % 9); /* many ties */
+			if (round % 5 == 1)
+				for (int i = 0; i < n; i++)
+					l[i] = -INFINITY;
+			if (round % 5 == 2)
+				l[round % n] = NAN;
+			if (round % 5 == 3)
+				l[0] = NAN;
+			int want = 0;
+			for (int i = 1; i < n; i++)
+				if (l[i] > l[want])
+					want = i;
+			sampler_new(&p, n, &gn);
+			agree += sampler_sample(gn, l) == want;
+			cases++;
+			sampler_free(gn);
+		}
+	CHECK(agree == cases, "greedy takes the first largest logit, as a scan does (%d of %d)", agree, cases);
 	p.repeat_penalty = 100;
 	sampler_free(g);
 	sampler_new(&p, V, &g);
