@@ -228,6 +228,10 @@ engine_watch_start(struct admin *a)
 	if (ew == NULL)
 		return APP_ENOMEM;
 	ew->a = a;
+	/* the start-up failure is logged already: log a reason only when it changes */
+	const cJSON *why = cJSON_GetObjectItem(atomic_load(&a->engine), "error");
+	if (cJSON_IsString(why))
+		snprintf(ew->last, sizeof(ew->last), "%s", why->valuestring);
 	if (worker_start(&ew->w, watch_main, ew) != 0) {
 		free(ew);
 		return APP_EIO;

@@ -296,15 +296,26 @@ int
 cmd_synth(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "demo", no_argument, NULL, 'D' },      { "arch", required_argument, NULL, 'a' },
-		{ "dim", required_argument, NULL, 1 },   { "layers", required_argument, NULL, 2 },
-		{ "heads", required_argument, NULL, 3 }, { "kv-heads", required_argument, NULL, 4 },
-		{ "ff", required_argument, NULL, 5 },    { "ctx", required_argument, NULL, 6 },
-		{ "vocab", required_argument, NULL, 7 }, { "vocab-from", required_argument, NULL, 8 },
-		{ "type", required_argument, NULL, 9 },  { "rope-base", required_argument, NULL, 10 },
-		{ "tied", no_argument, NULL, 11 },       { "seed", required_argument, NULL, 12 },
-		{ "fim", required_argument, NULL, 13 },  { "threads", required_argument, NULL, 't' },
-		{ "help", no_argument, NULL, 'h' },      { NULL, 0, NULL, 0 },
+		/* clang-format off */
+		{ "demo", no_argument, NULL, 'D' },
+		{ "arch", required_argument, NULL, 'a' },
+		{ "dim", required_argument, NULL, 1 },
+		{ "layers", required_argument, NULL, 2 },
+		{ "heads", required_argument, NULL, 3 },
+		{ "kv-heads", required_argument, NULL, 4 },
+		{ "ff", required_argument, NULL, 5 },
+		{ "ctx", required_argument, NULL, 6 },
+		{ "vocab", required_argument, NULL, 7 },
+		{ "vocab-from", required_argument, NULL, 8 },
+		{ "type", required_argument, NULL, 9 },
+		{ "rope-base", required_argument, NULL, 10 },
+		{ "tied", no_argument, NULL, 11 },
+		{ "seed", required_argument, NULL, 12 },
+		{ "fim", required_argument, NULL, 13 },
+		{ "threads", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+		/* clang-format on */
 	};
 	struct synth s = { .arch = "llama",
 			   .dim = 256,
