@@ -309,7 +309,7 @@ is_eog(const struct scheduler *s, int32_t id)
 	return 0;
 }
 
-static void
+static double
 note_token_time(struct scheduler *s, struct sched_request *r)
 {
 	double now = sched_now();
@@ -319,6 +319,7 @@ note_token_time(struct scheduler *s, struct sched_request *r)
 	if (s->p.observer.token != NULL)
 		s->p.observer.token(s->p.observer.arg, r->n_out == 1, now - (r->n_out == 1 ? r->t_arrival : r->t_last));
 	r->t_last = now;
+	return now;
 }
 
 /* Under the lock: sample the next token from logits row L (which the masks
@@ -350,8 +351,8 @@ sample_and_emit(struct scheduler *s, struct seq *q, float *L)
 	r->out[k] = tok;
 	r->n_out = k + 1;
 	q->tokens[q->n_tokens++] = tok;
-	note_token_time(s, r);
-	pthread_cond_broadcast(&r->cond);
+	if (note_token_time(s, r) >= r->wake_after)
+		pthread_cond_broadcast(&r->cond);
 
 	enum finish_reason f = FINISH_NONE;
 	if (!r->ignore_eos && is_eog(s, tok))

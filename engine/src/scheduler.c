@@ -59,7 +59,19 @@ sched_request_new(int n_prompt, int max_tokens, int top_logprobs, int prompt_log
 	r->max_tokens = max_tokens;
 	r->top_logprobs = top_logprobs;
 	r->prompt_logprobs = prompt_logprobs;
-	pthread_cond_init(&r->cond, NULL);
+	/* timed waits on the monotonic clock: a step of the wall clock
+	 * neither cuts a wait short nor stretches it */
+	pthread_condattr_t ca;
+	if (pthread_condattr_init(&ca) != 0) {
+		free(r);
+		return NULL;
+	}
+	int cv = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_cond_init(&r->cond, &ca) == 0;
+	pthread_condattr_destroy(&ca);
+	if (!cv) {
+		free(r);
+		return NULL;
+	}
 	r->prompt = calloc(n_prompt > 0 ? (size_t)n_prompt : 1, sizeof(int32_t));
 	r->out = calloc(max_tokens > 0 ? (size_t)max_tokens : 1, sizeof(int32_t));
 	int ok = r->prompt != NULL && r->out != NULL;
@@ -188,21 +200,55 @@ deadline_in(int ms, struct timespec *ts)
 	}
 }
 
-int
-scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeout_ms, enum finish_reason *finish)
+double
+scheduler_clock(void)
+{
+	return sched_now();
+}
+
+static struct timespec
+monotonic_at(double t)
 {
 	struct timespec ts;
+
+	ts.tv_sec = (time_t)t;
+	ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+int
+scheduler_wait_after(struct scheduler *s, struct sched_request *r, int seen, double not_before, int timeout_ms,
+		     enum finish_reason *finish)
+{
+	double deadline = sched_now() + timeout_ms * 1e-3;
 	int n;
 
-	deadline_in(timeout_ms, &ts);
 	pthread_mutex_lock(&s->mu);
-	while (r->n_out <= seen && r->finish == FINISH_NONE)
-		if (pthread_cond_timedwait(&r->cond, &s->mu, &ts) == ETIMEDOUT)
+	r->wake_after = not_before;
+	while (r->finish == FINISH_NONE) {
+		double now = sched_now();
+		if ((r->n_out > seen && now >= not_before) || now >= deadline)
 			break;
+		/* the scheduler does not wake us for a token before not_before:
+		 * the timer does, then takes what came meanwhile */
+		struct timespec ts = monotonic_at(now < not_before && not_before < deadline ? not_before : deadline);
+		pthread_cond_timedwait(&r->cond, &s->mu, &ts);
+	}
+	r->wake_after = 0;
 	n = r->n_out;
 	*finish = r->finish;
 	pthread_mutex_unlock(&s->mu);
 	return n;
+}
+
+int
+scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeout_ms, enum finish_reason *finish)
+{
+	return scheduler_wait_after(s, r, seen, 0, timeout_ms, finish);
 }
 
 int

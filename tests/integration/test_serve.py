@@ -1192,6 +1192,27 @@ def test_fixed_threads():
     check(s.stop() == 0, "exit 0 after SIGTERM")
 
 
+def test_stream_interval():
+    r = subprocess.run([ENGINE, "serve", "-m", MODEL, "--port", "0", "--stream-interval-ms", "-1"],
+                       capture_output=True, text=True, timeout=60 * SLOW)
+    check(r.returncode != 0 and "--stream-interval-ms must be between 0 and 1000" in r.stderr,
+          "a negative stream interval is refused by name: %r" % r.stderr.strip())
+    # a second: the 48 tokens come well within one interval, so the stream
+    # carries the first token alone and the rest together (with 0, a
+    # client here got 24 events), the same text
+    s = Server("--stream-interval-ms", "1000")
+    check(s.wait_ready(), "server with --stream-interval-ms ready")
+    body = {"prompt": "Once upon a time", "max_tokens": 48, "ignore_eos": True, "temperature": 0}
+    st, whole = s.request("POST", "/v1/completions", body)
+    st2, ev = s.stream("/v1/completions", dict(body, stream=True, stream_options={"include_usage": True}))
+    texts = [e for e in ev[:-1] if e.get("choices")]
+    check(st == 200 and st2 == 200 and stream_text(ev, False) == whole["choices"][0]["text"],
+          "a coalesced stream equals the whole answer")
+    check(ev[-2].get("usage", {}).get("completion_tokens") == 48 and 2 <= len(texts) <= 3,
+          "48 tokens in %d events, not one each" % len(texts))
+    check(s.stop() == 0, "exit 0 after SIGTERM")
+
+
 def test_keys_and_drain():
     d = tempfile.mkdtemp()
     kf = os.path.join(d, "keys")
@@ -1317,7 +1338,7 @@ def main():
     alive = s.p.poll() is None
     check(alive, "the server survived everything above")
     check(s.stop() == 0, "exit 0 after SIGTERM")
-    for t in (test_lora, test_fim, test_embeddings, test_tool_calls, test_slow_clients, test_queue_full, test_allow_unknown_fields, test_fixed_threads, test_keys_and_drain, test_startup_errors_and_notify):
+    for t in (test_lora, test_fim, test_embeddings, test_tool_calls, test_slow_clients, test_queue_full, test_allow_unknown_fields, test_fixed_threads, test_stream_interval, test_keys_and_drain, test_startup_errors_and_notify):
         try:
             t()
         except Exception as e:

@@ -270,6 +270,53 @@ test_chunked_prefill(const struct engine_model *m, const struct tokenizer *tok)
 	engine_ctx_free(c);
 }
 
+/* scheduler_wait_after: tokens that come before not_before do not end the
+ * wait, they are taken together at it; the request's end ends it at once. */
+static void
+test_wait_after(const struct engine_model *m, const struct tokenizer *tok)
+{
+	struct engine_ctx_params cp = { .n_ctx = 256, .n_batch = 32, .n_threads = 2, .device = test_device() };
+	struct scheduler_params sp = { .max_seqs = 2, .max_queue = 2, .observer = fresh_metrics() };
+	struct engine_ctx *c;
+	struct scheduler *s;
+	char err[PRIVAI_ERR_LEN];
+	enum finish_reason f;
+
+	if (engine_ctx_new(m, &cp, &c, err) < 0 || scheduler_new(c, tok, &sp, &s, err) < 0) {
+		CHECK(0, "%s", err);
+		return;
+	}
+	struct sched_request *a = greedy_request(0, 200);
+	CHECK(scheduler_submit(s, a, err) == 0, "submit");
+	int n = 0;
+	for (int i = 0; i < 100 && n < 1; i++)
+		n = scheduler_wait(s, a, 0, 1000, &f);
+	/* tokens come within 10 ms, but the wait ends no sooner; the 200
+	 * take longer than that on any machine, and their end would be later
+	 * still */
+	double not_before = scheduler_clock() + 0.01;
+	int got = scheduler_wait_after(s, a, n, not_before, 10000, &f);
+	double back = scheduler_clock();
+	CHECK(back >= not_before && got > n, "the wait ended %.4f s after not_before with tokens %d -> %d",
+	      back - not_before, n, got);
+	/* with not_before far ahead, the request's end still ends the wait */
+	not_before = scheduler_clock() + 3600;
+	for (int i = 0; i < 60 && f == FINISH_NONE; i++)
+		got = scheduler_wait_after(s, a, got, not_before, 1000, &f);
+	CHECK(f == FINISH_LENGTH && got == 200 && scheduler_clock() < not_before,
+	      "the end ends the wait: %d tokens, finish %d", got, (int)f);
+	/* a timeout with nothing new returns what there is */
+	struct sched_request *b = greedy_request(1, 1);
+	CHECK(scheduler_submit(s, b, err) == 0, "submit b");
+	wait_done(s, b);
+	got = scheduler_wait_after(s, b, 1, scheduler_clock() + 0.05, 100, &f);
+	CHECK(got == 1 && f == FINISH_LENGTH, "a finished request returns at once: %d", got);
+	sched_request_put(s, a);
+	sched_request_put(s, b);
+	scheduler_free(s);
+	engine_ctx_free(c);
+}
+
 /* The pooled vector computed directly: every row of one forward pass over
  * the whole prompt, pooled and normalised here. */
 static void
@@ -410,6 +457,7 @@ main(void)
 
 	test_prefix_logprobs_cancel(dir, m, tok);
 	test_chunked_prefill(m, tok);
+	test_wait_after(m, tok);
 	test_embeddings(m, tok);
 	tokenizer_free(tok);
 	engine_model_free(m);

@@ -84,9 +84,14 @@ struct sched_request {
 	int cancelled;
 	enum finish_reason cancelled_as; /* FINISH_STOP: the client found a stop sequence */
 
+	/* set by the client under the lock: a new token wakes it no sooner
+	 * than this (sched clock), so that tokens coming faster than the
+	 * client wants them are taken by one wake-up (scheduler_wait_after) */
+	double wake_after;
+
 	/* scheduler internals */
 	int refs;
-	pthread_cond_t cond;
+	pthread_cond_t cond; /* on CLOCK_MONOTONIC */
 	struct sched_request *next;
 };
 
@@ -148,6 +153,14 @@ int scheduler_submit(struct scheduler *s, struct sched_request *r, char *err);
 /* Wait until the request has more than `seen` tokens or has finished, or
  * timeout_ms passes.  Returns n_out; *finish gets the finish reason. */
 int scheduler_wait(struct scheduler *s, struct sched_request *r, int seen, int timeout_ms, enum finish_reason *finish);
+/* The same, but new tokens wake the caller no sooner than not_before (on
+ * scheduler_clock()): those that come before it are taken together, with
+ * one wake-up instead of one each.  The request's end wakes it at once. */
+int scheduler_wait_after(struct scheduler *s, struct sched_request *r, int seen, double not_before, int timeout_ms,
+			 enum finish_reason *finish);
+/* Seconds on CLOCK_MONOTONIC: the clock of the request's times and of
+ * scheduler_wait_after's not_before. */
+double scheduler_clock(void);
 /* The client lost interest: finish the request and free its blocks. */
 void scheduler_cancel(struct scheduler *s, struct sched_request *r);
 /* The client found a stop sequence in the text: finish the request as

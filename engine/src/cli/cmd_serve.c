@@ -30,6 +30,7 @@ struct serve_opts {
 	int port, n_ctx, parallel, batch, threads, queue, kv_mib, drain_s, max_body_mib, max_conn;
 	int max_conn_client; /* -1: half of max_conn */
 	float header_timeout, min_body_rate;
+	float stream_interval_ms;                   /* --stream-interval-ms */
 	int allow_unknown;                          /* --allow-unknown-fields */
 	int fixed_threads;                          /* --fixed-threads */
 	int embeddings;                             /* --embeddings */
@@ -80,6 +81,9 @@ serve_usage(FILE *fp)
 	      "  --max-connections-per-client N  of them from one address (default: half; 0: no cap);\n"
 	      "                         beyond a cap, the connection longest waiting for headers is closed\n"
 	      "  --header-timeout S     seconds a client has to send its request headers (default 10)\n"
+	      "  --stream-interval-ms N a stream writes at most once in N ms, the tokens of the\n"
+	      "                         meantime together; the first token and the end at once\n"
+	      "                         (default 1; 0: every token as it comes)\n"
 	      "  --min-body-rate B      bytes a second a request body must average (default 1024; 0: none)\n"
 	      "  --drain-timeout S      seconds SIGTERM waits for running requests (default 30)\n"
 	      "  --allow-unknown-fields let request fields no endpoint reads through (default: 400 naming them)\n"
@@ -109,6 +113,7 @@ parse(int argc, char **argv, struct serve_opts *o)
 				  .max_conn_client = -1,
 				  .header_timeout = 10.0f,
 				  .min_body_rate = 1024.0f,
+				  .stream_interval_ms = 1.0f,
 				  .tp = { .size = 1 },
 				  .device = "cpu",
 				  .gpu_mem = 0.9f };
@@ -202,6 +207,10 @@ parse(int argc, char **argv, struct serve_opts *o)
 			rc = cli_parse_float(cmd, a, v, &o->min_body_rate);
 			if (rc == 0 && !(o->min_body_rate >= 0.0f && o->min_body_rate <= 1e9f))
 				rc = cli_error(cmd, "--min-body-rate must be between 0 and 1e9 bytes a second");
+		} else if (strcmp(a, "--stream-interval-ms") == 0) {
+			rc = cli_parse_float(cmd, a, v, &o->stream_interval_ms);
+			if (rc == 0 && !(o->stream_interval_ms >= 0.0f && o->stream_interval_ms <= 1000.0f))
+				rc = cli_error(cmd, "--stream-interval-ms must be between 0 and 1000");
 		} else if (strcmp(a, "--drain-timeout") == 0) {
 			rc = cli_parse_int(cmd, a, v, 0, 3600, &o->drain_s);
 		} else {
@@ -511,6 +520,7 @@ cmd_serve(int argc, char **argv)
 				      .header_timeout = o.header_timeout,
 				      .min_body_rate = o.min_body_rate,
 				      .allow_unknown_fields = o.allow_unknown,
+				      .stream_interval = o.stream_interval_ms * 1e-3,
 				      .n_lora_dirs = o.n_lora_dir };
 	memcpy(cfg.lora_dirs, o.lora_dir, sizeof(o.lora_dir));
 	if (server_start(&srv, &cfg, err) < 0)

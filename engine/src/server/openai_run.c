@@ -114,6 +114,7 @@ struct job {
 	int role_sent, tail_sent;
 	struct strbuf pending;
 	size_t pending_off;
+	double last_taken; /* scheduler_clock() when tokens were last taken */
 	struct MHD_Connection *conn;
 };
 
@@ -696,7 +697,11 @@ job_free(struct job *j)
 	free(j);
 }
 
-/* Wait a little for any unfinished choice to move. */
+/* Wait a little for any unfinished choice to move.  Tokens are taken no
+ * more often than once a stream interval: a small model decodes a token in
+ * a tenth of a millisecond, and waking this thread (and the client) for
+ * each one takes CPU time from the decoding itself.  The first token and
+ * the end are taken as soon as they come. */
 static void
 wait_some(struct job *j, int ms)
 {
@@ -704,7 +709,9 @@ wait_some(struct job *j, int ms)
 		struct choice *c = &j->ch[i];
 		enum finish_reason f;
 		if (c->finish == FINISH_NONE) {
-			scheduler_wait(j->srv->sched, c->r, c->seen, ms, &f);
+			double not_before = c->seen > 0 ? j->last_taken + j->srv->cfg.stream_interval : 0;
+			scheduler_wait_after(j->srv->sched, c->r, c->seen, not_before, ms, &f);
+			j->last_taken = scheduler_clock();
 			return;
 		}
 	}

@@ -34,6 +34,8 @@ struct server_config {
 	double header_timeout;          /* seconds a client has to send its request headers, default 10 */
 	double min_body_rate;           /* bytes a second a request body must average; 0: no floor */
 	int allow_unknown_fields;       /* fields no endpoint reads pass instead of a 400 */
+	double stream_interval;         /* seconds: a stream writes at most once in it, tokens that come
+					 * meanwhile together; 0: every token at once */
 	/* adapters may be loaded at run time from files under these; none: not */
 	const char *lora_dirs[SERVER_MAX_LORA_DIRS];
 	int n_lora_dirs;
