@@ -655,6 +655,34 @@ def test_bench_tool(s):
     check(r.returncode == 1 and "failed" in r.stderr, "privai-bench reports an unreachable server: %r" % r.stderr[-200:])
     r = subprocess.run([bench, "--concurrency", "0"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "--concurrency" in r.stderr, "privai-bench refuses a bad option")
+    r = subprocess.run([bench, "--temperature", "2.5"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--temperature must be a number from 0 to 2" in r.stderr,
+          "privai-bench refuses a temperature out of range")
+    # what it sends: the temperature when given, none otherwise
+    bodies = []
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(4)
+
+    def take(n):
+        for _ in range(n):
+            c, _ = lst.accept()
+            data = b""
+            while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
+                    re.search(rb"(?i)content-length: *(\d+)", data).group(1)):
+                data += c.recv(65536)
+            bodies.append(json.loads(data.split(b"\r\n\r\n", 1)[1]))
+            c.sendall(b"HTTP/1.1 500 Nope\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            c.close()
+    t = threading.Thread(target=take, args=(2,), daemon=True)
+    t.start()
+    for extra in (["--temperature", "0"], []):
+        subprocess.run([bench, "--url", "http://127.0.0.1:%d" % lst.getsockname()[1], "--requests", "1", "--warmup",
+                        "0", *extra], capture_output=True, text=True, timeout=60)
+    t.join(30)
+    lst.close()
+    check(len(bodies) == 2 and bodies[0].get("temperature") == 0 and "temperature" not in bodies[1],
+          "privai-bench sends --temperature, and nothing without it: %s" % bodies)
 
 
 MODEL_ID = "tiny-llama-spm-f16.gguf"

@@ -27,6 +27,7 @@ struct opts {
 	const char *url, *model, *api_key, *json_path, *csv_path, *endpoint;
 	int in_mean, in_std, out_tokens, requests, levels[32], n_levels, warmup;
 	unsigned seed;
+	double temperature; /* < 0: not sent (the server's default) */
 };
 
 struct sample {
@@ -96,6 +97,8 @@ request_body(const struct opts *o, int chat, int idx)
 	cJSON_AddNumberToObject(b, "max_tokens", o->out_tokens);
 	cJSON_AddNumberToObject(b, "min_tokens", o->out_tokens);
 	cJSON_AddBoolToObject(b, "ignore_eos", 1);
+	if (o->temperature >= 0)
+		cJSON_AddNumberToObject(b, "temperature", o->temperature);
 	cJSON_AddBoolToObject(b, "stream", 1);
 	cJSON *so = cJSON_AddObjectToObject(b, "stream_options");
 	cJSON_AddBoolToObject(so, "include_usage", 1);
@@ -313,6 +316,8 @@ usage(FILE *fp)
 	      "  --requests N           requests per concurrency level (default 4 x concurrency, at least 8)\n"
 	      "  --warmup N             unmeasured requests before each level (default 1)\n"
 	      "  --seed N               prompt seed (default 1)\n"
+	      "  --temperature F        sampling temperature to send, 0 to 2 (default: none sent, the\n"
+	      "                         server's own; OpenAI servers use 1)\n"
 	      "  --json FILE            append one JSON object per level\n"
 	      "  --csv FILE             write one CSV row per level\n",
 	      fp);
@@ -349,7 +354,8 @@ parse_args(int argc, char **argv, struct opts *o)
 			    .out_tokens = 64,
 			    .levels = { 1 },
 			    .n_levels = 1,
-			    .warmup = 1 };
+			    .warmup = 1,
+			    .temperature = -1 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int rc = 0;
@@ -385,7 +391,15 @@ parse_args(int argc, char **argv, struct opts *o)
 			rc = parse_int_opt(a, v, 0, 1000, &o->warmup);
 		else if (strcmp(a, "--seed") == 0)
 			rc = parse_int_opt(a, v, 0, 1 << 30, &seed);
-		else if (strcmp(a, "--concurrency") == 0) {
+		else if (strcmp(a, "--temperature") == 0) {
+			char *end;
+			o->temperature = strtod(v, &end);
+			if (*end != '\0' || end == v || !(o->temperature >= 0 && o->temperature <= 2)) {
+				fprintf(stderr, "privai-bench: --temperature must be a number from 0 to 2, got '%s'\n",
+					v);
+				rc = -1;
+			}
+		} else if (strcmp(a, "--concurrency") == 0) {
 			if ((rc = parse_levels(v, o)) < 0)
 				fprintf(stderr, "privai-bench: --concurrency must list integers 1..4096, got '%s'\n",
 					v);
