@@ -6,6 +6,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "privai/sampler.h"
 #include "privai/status.h"
@@ -32,7 +35,12 @@ struct sampler {
 	float *bias;
 	int n_bias;
 	uint64_t rng;
+	int avx512; /* the unfiltered draw's whole blocks by draw_blocks_avx512 */
 };
+
+#if defined(__x86_64__)
+static int draw_avx512_usable(void);
+#endif
 
 void
 sampler_params_default(struct sampler_params *p)
@@ -115,6 +123,9 @@ sampler_new(const struct sampler_params *p, int n_vocab, struct sampler **ret)
 	s->p.logit_bias_ids = NULL; /* the caller's arrays may go */
 	s->p.logit_bias = NULL;
 	s->rng = p->seed;
+#if defined(__x86_64__)
+	s->avx512 = draw_avx512_usable();
+#endif
 	*ret = s;
 	return PRIVAI_OK;
 }
@@ -325,6 +336,59 @@ greedy(const float *logit, int n)
 	return 0;
 }
 
+#if defined(__x86_64__)
+/* The unfiltered draw's terms exp((l - max) / t) of nb whole blocks, and
+ * each block's sum, on AVX-512: the same polynomial as exp_neg16n, with
+ * 2^k put in by vscalefps and the terms under e^-87 (masked tokens among
+ * them) zeroed by a mask, some 14 instructions a vector against the
+ * portable code's 25 (32000 logits: 7 us a draw against 15 on Zen 4).
+ * A temperature other than 1 multiplies by its inverse (within an ulp
+ * of the division). */
+__attribute__((target("avx512f"))) static void
+draw_blocks_avx512(const float *logit, int nb, float max, float t, float *pr, float *bs)
+{
+	const __m512 vmax = _mm512_set1_ps(max), inv_t = _mm512_set1_ps(1.0f / t), lo = _mm512_set1_ps(-87.0f);
+	const __m512 log2e = _mm512_set1_ps(1.44269504f), ln2_hi = _mm512_set1_ps(0.693145752f);
+	const __m512 ln2_lo = _mm512_set1_ps(1.42860677e-6f), one = _mm512_set1_ps(1.0f);
+
+	for (int b = 0; b < nb; b++, logit += DRAW_BLOCK, pr += DRAW_BLOCK) {
+		__m512 acc = _mm512_setzero_ps();
+		for (int j = 0; j < 4; j++) {
+			__m512 x = _mm512_sub_ps(_mm512_loadu_ps(logit + 16 * j), vmax);
+			if (t != 1.0f)
+				x = _mm512_mul_ps(x, inv_t);
+			__mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ); /* not NaN, not under e^-87 */
+			__m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e),
+							_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+			__m512 r = _mm512_fnmadd_ps(k, ln2_lo, _mm512_fnmadd_ps(k, ln2_hi, x));
+			__m512 q = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 720), r, _mm512_set1_ps(1.0f / 120));
+			q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f / 24));
+			q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f / 6));
+			q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0.5f));
+			q = _mm512_fmadd_ps(q, r, one);
+			q = _mm512_fmadd_ps(q, r, one);
+			q = _mm512_maskz_scalef_ps(keep, q, k);
+			_mm512_storeu_ps(pr + 16 * j, q);
+			acc = _mm512_add_ps(acc, q);
+		}
+		bs[b] = _mm512_reduce_add_ps(acc);
+	}
+}
+
+/* Whether this CPU runs draw_blocks_avx512; PRIVAI_SIMD=scalar or avx2
+ * (what the tests set to check the portable kernels) says no as well. */
+static int
+draw_avx512_usable(void)
+{
+	const char *force = getenv("PRIVAI_SIMD");
+
+	if (force != NULL && (strcmp(force, "scalar") == 0 || strcmp(force, "avx2") == 0))
+		return 0;
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f");
+}
+#endif
+
 /* No filter needs the order (the OpenAI defaults: no top-k, top-p 1,
  * min-p 0): draw from the tempered softmax of all n logits (after the
  * penalties) as they are, which spares sorting the whole vocabulary for
@@ -350,7 +414,15 @@ sample_unsorted(struct sampler *s, const float *logit, int n)
 	 * logits took 31 us a draw a vector at a time, 20 us so (a
 	 * 64-byte copy of four vectors from the stack, which the CPU could
 	 * not forward from their stores, cost 5 of the 11) */
-	for (i = 0; i + DRAW_BLOCK <= n; i += DRAW_BLOCK) {
+	i = 0;
+#if defined(__x86_64__)
+	if (s->avx512) {
+		nb = n / DRAW_BLOCK;
+		draw_blocks_avx512(logit, nb, max, t, pr, bs);
+		i = nb * DRAW_BLOCK;
+	}
+#endif
+	for (; i + DRAW_BLOCK <= n; i += DRAW_BLOCK) {
 		v16f x[4];
 #pragma GCC unroll 4
 		for (int j = 0; j < 4; j++) {
