@@ -701,15 +701,19 @@ job_free(struct job *j)
  * more often than once a stream interval: a small model decodes a token in
  * a tenth of a millisecond, and waking this thread (and the client) for
  * each one takes CPU time from the decoding itself.  The first token and
- * the end are taken as soon as they come. */
+ * the end are taken as soon as they come; a whole answer with no stop
+ * string to look for waits for the end alone (or the timeout, to notice
+ * a client gone). */
 static void
-wait_some(struct job *j, int ms)
+wait_some(struct job *j, int ms, int end_only)
 {
 	for (int i = 0; i < j->n_ch; i++) {
 		struct choice *c = &j->ch[i];
 		enum finish_reason f;
 		if (c->finish == FINISH_NONE) {
 			double not_before = c->seen > 0 ? j->last_taken + j->srv->cfg.stream_interval : 0;
+			if (end_only)
+				not_before = scheduler_clock() + 3600;
 			scheduler_wait_after(j->srv->sched, c->r, c->seen, not_before, ms, &f);
 			j->last_taken = scheduler_clock();
 			return;
@@ -739,7 +743,7 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 			continue;
 		if (http_client_gone(j->conn))
 			return MHD_CONTENT_READER_END_WITH_ERROR;
-		wait_some(j, 100);
+		wait_some(j, 100, 0);
 	}
 }
 
@@ -924,7 +928,7 @@ api_completions(struct server *s, struct MHD_Connection *conn, const char *body,
 			job_free(j);
 			return MHD_NO;
 		}
-		wait_some(j, 100);
+		wait_some(j, 100, j->g.n_stops == 0);
 	}
 	rc = http_send_json(conn, 200, whole_response(j));
 	job_free(j);
