@@ -229,6 +229,36 @@ new_backend(void)
 	return c;
 }
 
+/* swiglu (a = silu(a) * b) against double precision: 1001 values (a
+ * thread's share crosses the 256-value chunks and ends mid-vector), from
+ * -100 to 100, where e^-a leaves the float range at both ends. */
+static void
+check_swiglu(struct compute *c, const char *label)
+{
+	enum { N = 1001 };
+	static float a[N], b[N];
+	double worst = 0;
+
+	for (int i = 0; i < N; i++) {
+		a[i] = -100.0f + 200.0f * (float)i / (N - 1);
+		if (i % 3 == 0)
+			a[i] *= 0.01f; /* around 0 as well, where most activations are */
+		b[i] = value((unsigned)i, 1.5f);
+	}
+	float a0[N];
+	memcpy(a0, a, sizeof(a));
+	c->ops->swiglu(c, a, b, N);
+	for (int i = 0; i < N; i++) {
+		double want = (double)a0[i] / (1.0 + exp(-(double)a0[i])) * b[i];
+		double e = fabs(a[i] - want) / (fabs(want) + 1e-30);
+		if (fabs(want) < 1e-30)
+			e = fabs(a[i]) < 1e-30 ? 0 : 1;
+		if (isnan(e) || e > worst)
+			worst = e;
+	}
+	CHECK(worst < 2e-6, "%s: swiglu within %.1e of double precision", label, worst);
+}
+
 static void
 check_level(const char *simd)
 {
@@ -250,6 +280,7 @@ check_level(const char *simd)
 	}
 	check_fused(c, TT_F16, TT_BF16, COLS2);
 	check_fused(c, TT_BF16, TT_F16, COLS);
+	check_swiglu(c, compute_cpu_simd_name());
 	compute_free(c);
 }
 
