@@ -56,8 +56,7 @@ resize(void **p, size_t bytes)
  * elements for swiglu and add (for a 128-token prefill, swiglu alone is
  * a million expf per layer). */
 struct ew_job {
-	int op;                              /* 0 rmsnorm, 1 swiglu, 2 add */
-	void (*exp_f32)(float *x, size_t n); /* swiglu's: the kernels' */
+	int op; /* 0 rmsnorm, 1 swiglu, 2 add */
 	float *a;
 	const float *b, *g;
 	const float *x;
@@ -65,8 +64,6 @@ struct ew_job {
 	int n, dim;
 	float eps;
 };
-
-#define SWIGLU_CHUNK 256
 
 static void
 ew_worker(void *arg, int ith, int nth)
@@ -90,18 +87,8 @@ ew_worker(void *arg, int ith, int nth)
 	}
 	split((int64_t)j->count, ith, nth, &lo, &hi);
 	if (j->op == 1)
-		/* silu(a) * b = a / (1 + e^-a) * b, the exponentials a chunk at a
-		 * time by the kernels' vector exp (a prompt's libm expf calls were
-		 * 5 % of Q4_0's pp512) */
-		for (int64_t i = lo; i < hi; i += SWIGLU_CHUNK) {
-			float e[SWIGLU_CHUNK];
-			int m = hi - i < SWIGLU_CHUNK ? (int)(hi - i) : SWIGLU_CHUNK;
-			for (int k = 0; k < m; k++)
-				e[k] = -j->a[i + k];
-			j->exp_f32(e, (size_t)m);
-			for (int k = 0; k < m; k++)
-				j->a[i + k] = j->a[i + k] / (1.0f + e[k]) * j->b[i + k];
-		}
+		for (int64_t i = lo; i < hi; i++)
+			j->a[i] = j->a[i] / (1.0f + expf(-j->a[i])) * j->b[i];
 	else
 		for (int64_t i = lo; i < hi; i++)
 			j->a[i] += j->b[i];
@@ -288,7 +275,7 @@ cpu_attention(struct compute *c, int layer, const float *q, int n_head, int n_he
 static void
 cpu_swiglu(struct compute *c, float *a, const float *b, size_t count)
 {
-	struct ew_job j = { .op = 1, .exp_f32 = impl_of(c)->k->exp_f32, .a = a, .b = b, .count = count };
+	struct ew_job j = { .op = 1, .a = a, .b = b, .count = count };
 
 	ew_run(c, &j, count * 8); /* expf: weigh it as several adds */
 }
