@@ -100,8 +100,14 @@ listen_unix(const char *path, char *err, size_t errsize)
 		}
 		unlink(path); /* a previous run's */
 	}
-	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
-	    bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 16) < 0) {
+	/* created 0600 (a umask for the bind alone, before any other thread
+	 * starts): the socket is never open wider than it ends up, where a
+	 * chmod after the bind left it the umask's mode for a moment */
+	mode_t old_mask = umask(0177);
+	int bound = (fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+		    bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	umask(old_mask);
+	if (!bound || listen(fd, 16) < 0) {
 		snprintf(err, errsize, "%s: %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
