@@ -74,13 +74,6 @@ engine_ctx_threads_active(const struct engine_ctx *c)
 }
 
 void
-engine_ctx_parallel(struct engine_ctx *c, void (*fn)(void *arg, int ith, int nth), void *arg)
-{
-	if (!compute_cpu_parallel(c->compute, fn, arg))
-		fn(arg, 0, 1);
-}
-
-void
 engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info)
 {
 	info->n_ctx = c->n_ctx;

@@ -20,12 +20,9 @@ struct seq {
 	int n_computed;
 	struct sampler *smp;
 	/* this step */
-	int chunk;        /* tokens in the batch */
-	int row0;         /* batch row of its first token */
-	int sample;       /* the chunk ends at its last token: sample after */
-	float *draw_from; /* its logits row while its token is drawn, else NULL */
-	int32_t drawn;
-	float drawn_lse; /* log-sum-exp of that row, for its logprob */
+	int chunk;  /* tokens in the batch */
+	int row0;   /* batch row of its first token */
+	int sample; /* the chunk ends at its last token: sample after */
 };
 
 struct scheduler {
@@ -33,8 +30,7 @@ struct scheduler {
 	const struct tokenizer *tok;
 	struct scheduler_params p;
 	int n_vocab, n_ctx, n_batch;
-	struct seq **drawing; /* (max_seqs) this step's draws, spread over the CPU threads */
-	int grouped;          /* rank 0 of a tensor-parallel group: pinged when idle */
+	int grouped; /* rank 0 of a tensor-parallel group: pinged when idle */
 	struct kv_pool *pool;
 	pthread_t thread;
 	int thread_started, mutex_ready;

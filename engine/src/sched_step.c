@@ -322,82 +322,34 @@ note_token_time(struct scheduler *s, struct sched_request *r)
 	return now;
 }
 
-/* Draw q's next token from its logits row q->draw_from (which the masks
- * modify) into q->drawn.  This touches only q, its request's logprob rows
- * and its row, so draws of different sequences run on the CPU threads at
- * once (a draw over 32000 logits is some 10 us, and a batch's were one
- * after another while the other threads waited). */
-static void
-draw(const struct scheduler *s, struct seq *q)
+/* Under the lock: sample the next token from logits row L (which the masks
+ * modify), publish it, and finish the request when it is done.  Returns 1
+ * when the request finished (q must then be freed). */
+static int
+sample_and_emit(struct scheduler *s, struct seq *q, float *L)
 {
 	struct sched_request *r = q->req;
-	float *L = q->draw_from;
 	int V = s->n_vocab, k = r->n_out, ntop = r->top_logprobs > 0 ? r->top_logprobs : 0;
+	float lse = 0;
 
 	/* logprobs are of the model's own distribution, before any mask */
 	if (r->top_logprobs >= 0) {
-		q->drawn_lse = log_sum_exp(L, V);
-		top_n(L, V, q->drawn_lse, ntop, r->out_top + (size_t)k * ntop);
+		lse = log_sum_exp(L, V);
+		top_n(L, V, lse, ntop, r->out_top + (size_t)k * ntop);
 	}
 	if (k < r->min_tokens)
 		for (int i = 0; i < s->n_eog; i++)
 			L[s->eog[i]] = -INFINITY;
 	if (r->constraint != NULL)
 		r->constraint->mask(r->constraint->state, L, V);
-	q->drawn = sampler_sample(q->smp, L);
-	sampler_accept(q->smp, q->drawn);
+	int32_t tok = sampler_sample(q->smp, L);
+	sampler_accept(q->smp, tok);
 	if (r->constraint != NULL)
-		r->constraint->accept(r->constraint->state, q->drawn);
+		r->constraint->accept(r->constraint->state, tok);
 	if (r->top_logprobs >= 0)
-		r->out_logprob[k] = L[q->drawn] - q->drawn_lse; /* a sampled token was not masked */
-}
-
-struct draw_job {
-	const struct scheduler *s;
-	struct seq **q;
-	int n;
-};
-
-/* The token constraints (JSON mode, schemas, patterns) were written for
- * the scheduler's thread alone and read tables the server shares among
- * requests: their draws stay on that thread (draw_all). */
-static void
-draw_worker(void *arg, int ith, int nth)
-{
-	struct draw_job *j = arg;
-
-	for (int i = ith; i < j->n; i += nth)
-		if (j->q[i]->req->constraint == NULL)
-			draw(j->s, j->q[i]);
-}
-
-/* Under the lock: the draws of this step, over the CPU threads when there
- * are two or more. */
-static void
-draw_all(struct scheduler *s, struct seq **q, int n)
-{
-	struct draw_job j = { s, q, n };
-
-	if (n > 1)
-		engine_ctx_parallel(s->ctx, draw_worker, &j);
-	else
-		draw_worker(&j, 0, 1);
-	for (int i = 0; i < n; i++)
-		if (q[i]->req->constraint != NULL)
-			draw(s, q[i]);
-}
-
-/* Under the lock: publish q's drawn token, and finish the request when it
- * is done.  Returns 1 when the request finished (q must then be freed). */
-static int
-emit(struct scheduler *s, struct seq *q)
-{
-	struct sched_request *r = q->req;
-	int32_t tok = q->drawn;
-
-	q->draw_from = NULL;
-	r->out[r->n_out] = tok;
-	r->n_out++;
+		r->out_logprob[k] = L[tok] - lse; /* a sampled token was not masked */
+	r->out[k] = tok;
+	r->n_out = k + 1;
 	q->tokens[q->n_tokens++] = tok;
 	if (note_token_time(s, r) >= r->wake_after)
 		pthread_cond_broadcast(&r->cond);
@@ -467,7 +419,7 @@ static void
 publish(struct scheduler *s, const struct step_batch *b)
 {
 	float *logits = s->logits;
-	int V = s->n_vocab, n_draws = 0;
+	int V = s->n_vocab;
 
 	if (s->p.observer.forward != NULL)
 		s->p.observer.forward(s->p.observer.arg, b->n);
@@ -495,13 +447,8 @@ publish(struct scheduler *s, const struct step_batch *b)
 			kv_seq_commit(s->pool, &q->kv, q->tokens, q->n_computed);
 		if (!q->sample)
 			continue;
-		q->draw_from = logits + (size_t)(q->row0 + n_rows - 1) * V;
-		s->drawing[n_draws++] = q;
-	}
-	draw_all(s, s->drawing, n_draws);
-	for (int i = 0; i < s->n_running; i++) {
-		struct seq *q = s->running[i];
-		if (q->draw_from != NULL && emit(s, q)) {
+		float *L = logits + (size_t)(q->row0 + n_rows - 1) * V;
+		if (sample_and_emit(s, q, L)) {
 			remove_at(s->running, &s->n_running, i--);
 			s->n_active--;
 			seq_free(s, q);

@@ -461,11 +461,10 @@ main(void)
 	CHECK(same_small == NREQ, "with preemption too, %d of %d", same_small, NREQ);
 	CHECK(pre_seq == 0 && pre_small > 0, "the small pool preempted (%d times)", pre_small);
 	printf("scheduler: %d requests x %d tokens; %d preemptions in the small pool\n", NREQ, GEN, pre_small);
-	/* sampled at temperature 1, each request with its own seed: a batch's
-	 * draws run on the CPU threads at once, and each request still draws
-	 * what it draws alone (its own sampler; the batch's logits differ from
-	 * one token's by rounding only, which moves a draw about once in a
-	 * million) */
+	/* sampled at temperature 1, each request with its own seed: in a
+	 * batch each request still draws what it draws alone (its own
+	 * sampler; the batch's logits differ from one token's by rounding
+	 * only, which moves a draw about once in a million) */
 	CHECK(run_all(m, tok, 64, 1, seq_out, &pre_seq, 1.0f) == 0, "sampled, one at a time");
 	CHECK(run_all(m, tok, 64, 8, par_out, &pre_par, 1.0f) == 0, "sampled, all at once");
 	same_par = 0;

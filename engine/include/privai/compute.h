@@ -155,9 +155,6 @@ void compute_free(struct compute *c);
 /* The CPU backend's threads, and those of them at work now (threadpool_width()). */
 int compute_cpu_threads(const struct compute *c);
 int compute_cpu_threads_active(const struct compute *c);
-/* Run fn over the CPU backend's threads (threadpool_run) and return 1; 0
- * for any other backend, which has none to lend: the caller runs it. */
-int compute_cpu_parallel(struct compute *c, void (*fn)(void *arg, int ith, int nth), void *arg);
 /* Which SIMD level the CPU backend picked ("avx512-vnni", "avx2", "scalar"). */
 const char *compute_cpu_simd_name(void);
 /* Whether its decode kernels prefetch the weights they stream: on for

@@ -120,10 +120,6 @@ void engine_ctx_free(struct engine_ctx *c);
 void engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info);
 /* n_threads_active alone, callable from any thread (a relaxed read). */
 int engine_ctx_threads_active(const struct engine_ctx *c);
-/* Run fn(arg, ith, nth) for ith < nth over the context's CPU threads
- * between forward passes (the scheduler's draws); on a GPU backend, once
- * here with nth 1. */
-void engine_ctx_parallel(struct engine_ctx *c, void (*fn)(void *arg, int ith, int nth), void *arg);
 
 /* One forward pass over tokens of any number of sequences, described by
  * a struct compute_batch (compute.h): token i is tokens[i] at position

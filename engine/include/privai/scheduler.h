@@ -34,9 +34,7 @@ struct token_logprob {
 
 /* Restricts sampling (JSON mode).  mask() sets the logits of tokens that
  * may not come next to -INFINITY; accept() advances past a chosen token;
- * done() says the output is complete and generation should stop.  All
- * three run on the scheduler's thread (requests without a constraint
- * have their tokens drawn on the CPU threads). */
+ * done() says the output is complete and generation should stop. */
 struct token_constraint {
 	void (*mask)(void *state, float *logits, int n_vocab);
 	void (*accept)(void *state, int32_t id);

@@ -500,15 +500,6 @@ compute_cpu_threads_active(const struct compute *c)
 }
 
 int
-compute_cpu_parallel(struct compute *c, void (*fn)(void *arg, int ith, int nth), void *arg)
-{
-	if (c->ops != &cpu_ops)
-		return 0;
-	threadpool_run(((struct cpu_impl *)c->impl)->pool, fn, arg);
-	return 1;
-}
-
-int
 compute_cpu_new(const struct compute_params *p, struct compute **ret, char *err)
 {
 	struct compute *c = calloc(1, sizeof(*c));
