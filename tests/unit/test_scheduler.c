@@ -222,6 +222,22 @@ test_prefix_logprobs_cancel(const char *dir, const struct engine_model *m, const
 	engine_ctx_free(c);
 }
 
+/* A context and a scheduler on it, or a failed check and -1. */
+static int
+open_scheduler(const struct engine_model *m, const struct tokenizer *tok, const struct engine_ctx_params *cp,
+	       const struct scheduler_params *sp, struct engine_ctx **c, struct scheduler **s)
+{
+	char err[PRIVAI_ERR_LEN];
+
+	*c = NULL;
+	if (engine_ctx_new(m, cp, c, err) < 0 || scheduler_new(*c, tok, sp, s, err) < 0) {
+		engine_ctx_free(*c);
+		CHECK(0, "%s", err);
+		return -1;
+	}
+	return 0;
+}
+
 /* Chunked prefill: a 100-token prompt arriving while another request
  * decodes is spread over several passes, and the decoding request gets a
  * token in every one of them. */
@@ -237,10 +253,8 @@ test_chunked_prefill(const struct engine_model *m, const struct tokenizer *tok)
 	char err[PRIVAI_ERR_LEN];
 	enum finish_reason f;
 
-	if (engine_ctx_new(m, &cp, &c, err) < 0 || scheduler_new(c, tok, &sp, &s, err) < 0) {
-		CHECK(0, "%s", err);
+	if (open_scheduler(m, tok, &cp, &sp, &c, &s) < 0)
 		return;
-	}
 	struct sched_request *a = greedy_request(0, 200);
 	struct sched_request *b = sched_request_new(100, 1, -1, 0);
 	for (int i = 0; i < 100; i++)
@@ -289,10 +303,8 @@ test_wait_after(const struct engine_model *m, const struct tokenizer *tok)
 	char err[PRIVAI_ERR_LEN];
 	enum finish_reason f;
 
-	if (engine_ctx_new(m, &cp, &c, err) < 0 || scheduler_new(c, tok, &sp, &s, err) < 0) {
-		CHECK(0, "%s", err);
+	if (open_scheduler(m, tok, &cp, &sp, &c, &s) < 0)
 		return;
-	}
 	struct sched_request *a = greedy_request(0, 200);
 	CHECK(scheduler_submit(s, a, err) == 0, "submit");
 	int n = 0;
