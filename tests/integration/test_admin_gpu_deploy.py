@@ -137,6 +137,11 @@ def test_whole_gpus(c, fdir):
     # a stopped deployment lets its GPUs go; starting it again checks them
     r = c.request("PATCH", f"/api/v1/deployments/{tp2}", {"desired": "stopped"})
     check(r.status == 200, "stop the deployment on GPUs 0 and 1", r)
+    # the row keeps the old engine's state until the supervisor's next tick
+    # stops it (a clean-clone run under load read its "ready" after the
+    # restart below, and the old engine's argv): wait as a client would
+    check(wait_for(lambda: c.get(f"/api/v1/deployments/{tp2}").json["state"] == "stopped", timeout=60),
+          "it stops", c.get(f"/api/v1/deployments/{tp2}").json)
     held = {g["index"]: g["deployment"] for g in c.get("/api/v1/gpus").json["data"]}
     check(held[0] is None, "its GPUs are free once it is stopped", held)
     r = deploy(c, "took0", {"kind": "gpu", "gpus": [0]})
