@@ -113,8 +113,9 @@ class Server:
         except ValueError:
             return r.status, text
 
-    def stream(self, path, body, headers=None):
-        """Events of an SSE response, parsed; the last one is '[DONE]'."""
+    def stream(self, path, body, headers=None, times=None):
+        """Events of an SSE response, parsed; the last one is '[DONE]'.
+        times, a list, gets the monotonic time each event came."""
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120 * SLOW)
         h = {"Content-Type": "application/json"}
         h.update(headers or {})
@@ -128,6 +129,8 @@ class Server:
             if line.startswith("data: "):
                 d = line[6:]
                 events.append(d if d == "[DONE]" else json.loads(d))
+                if times is not None:
+                    times.append(time.monotonic())
         c.close()
         return r.status, events
 
@@ -1225,23 +1228,24 @@ def test_stream_interval():
                        capture_output=True, text=True, timeout=60 * SLOW)
     check(r.returncode != 0 and "--stream-interval-ms must be between 0 and 1000" in r.stderr,
           "a negative stream interval is refused by name: %r" % r.stderr.strip())
-    # a second: the 48 tokens come well within one interval, so the stream
-    # carries the first token alone and the rest together (with 0, a
-    # client here got 24 events), the same text
-    s = Server("--stream-interval-ms", "1000")
+    # 300 ms: the 1000 tokens take about a second here (several under a
+    # sanitizer), so the stream carries the first token alone, then a write
+    # every 300 ms (not every 100, when its thread looks for a client gone),
+    # then the rest with the finish, the same text
+    s = Server("--stream-interval-ms", "300", "--ctx", "1024")
     check(s.wait_ready(), "server with --stream-interval-ms ready")
-    body = {"prompt": "Once upon a time", "max_tokens": 48, "ignore_eos": True, "temperature": 0}
+    body = {"prompt": "Once upon a time", "max_tokens": 1000, "ignore_eos": True, "temperature": 0}
     st, whole = s.request("POST", "/v1/completions", body)
-    t0 = time.monotonic()
-    st2, ev = s.stream("/v1/completions", dict(body, stream=True, stream_options={"include_usage": True}))
-    took = time.monotonic() - t0
-    texts = [e for e in ev[:-1] if e.get("choices")]
+    times = []
+    st2, ev = s.stream("/v1/completions", dict(body, stream=True, stream_options={"include_usage": True}),
+                       times=times)
     check(st == 200 and st2 == 200 and stream_text(ev, False) == whole["choices"][0]["text"],
           "a coalesced stream equals the whole answer")
-    # the first token, a write a second after it, the rest, its finish (a
-    # sanitizer build takes over a second for the 48 here)
-    check(ev[-2].get("usage", {}).get("completion_tokens") == 48 and 2 <= len(texts) <= 3 + int(took),
-          "48 tokens in %d events over %.2f s, not one each" % (len(texts), took))
+    at = [t for t, e in zip(times, ev) if e != "[DONE]" and e.get("choices")]
+    gaps = [b - a for a, b in zip(at, at[1:])]
+    check(ev[-2].get("usage", {}).get("completion_tokens") == 1000 and len(at) >= 3 and
+          all(g >= 0.2 for g in gaps[:-1]),
+          "1000 tokens in %d writes, %s s apart" % (len(at), " ".join("%.3f" % g for g in gaps)))
     check(s.stop() == 0, "exit 0 after SIGTERM")
 
 

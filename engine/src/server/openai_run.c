@@ -115,6 +115,7 @@ struct job {
 	struct strbuf pending;
 	size_t pending_off;
 	double last_taken; /* scheduler_clock() when tokens were last taken */
+	int hold;          /* a stream wrote; the next write waits for the interval */
 	struct MHD_Connection *conn;
 };
 
@@ -702,9 +703,10 @@ job_free(struct job *j)
  * a tenth of a millisecond, and waking this thread (and the client) for
  * each one takes CPU time from the decoding itself.  The first token and
  * the end are taken as soon as they come; a whole answer with no stop
- * string to look for waits for the end alone (or the timeout, to notice
- * a client gone). */
-static void
+ * string to look for waits for the end alone.  Returns 0 when the wait
+ * ended at its timeout (ms, to notice a client gone) before the interval
+ * did: the tokens that came stay for the next write. */
+static int
 wait_some(struct job *j, int ms, int end_only)
 {
 	for (int i = 0; i < j->n_ch; i++) {
@@ -715,10 +717,14 @@ wait_some(struct job *j, int ms, int end_only)
 			if (end_only)
 				not_before = scheduler_clock() + 3600;
 			scheduler_wait_after(j->srv->sched, c->r, c->seen, not_before, ms, &f);
-			j->last_taken = scheduler_clock();
-			return;
+			double now = scheduler_clock();
+			if (f == FINISH_NONE && now < not_before)
+				return 0;
+			j->last_taken = now;
+			return 1;
 		}
 	}
+	return 1;
 }
 
 static ssize_t
@@ -739,11 +745,13 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 		if (j->tail_sent)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		j->pending.len = j->pending_off = 0;
-		if (produce(j))
+		if (!j->hold && produce(j)) {
+			j->hold = 1;
 			continue;
+		}
 		if (http_client_gone(j->conn))
 			return MHD_CONTENT_READER_END_WITH_ERROR;
-		wait_some(j, 100, 0);
+		j->hold = !wait_some(j, 100, 0);
 	}
 }
 
