@@ -576,13 +576,30 @@ def test_deployments(adm, a, o, v, demo_id, up_id):
     check(engine_chat(port, key) == 200, "the key survives a restart")
     # stop, start, change options (a restart), delete
     r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"desired": "stopped"})
-    check(r.status == 200 and r.json["desired"] == "stopped", "stop asked", r)
+    # the reply already says the engine is on its way down, not "ready"
+    check(r.status == 200 and r.json["desired"] == "stopped" and r.json["state"] in ("stopping", "stopped"),
+          "stop asked", r)
     s = wait_for(lambda: (lambda j: j if j["state"] == "stopped" else None)(deployment(v, dep)), timeout=40)
     check(s and s["pid"] is None, "stopped", s)
     r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"desired": "sideways"})
     check(r.status == 422, "bad desired state 422", r)
     o.request("PATCH", f"/api/v1/deployments/{dep}", {"desired": "running"})
     check(wait_for(lambda: deployment(v, dep)["state"] == "ready", timeout=60), "started again")
+    # stopped and started again at once: it ends ready, not stuck "stopping"
+    r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"desired": "stopped"})
+    r2 = o.request("PATCH", f"/api/v1/deployments/{dep}", {"desired": "running"})
+    check(r.status == 200 and r2.status == 200 and r2.json["desired"] == "running", "stop and start at once", r2)
+    check(wait_for(lambda: deployment(v, dep)["state"] == "ready", timeout=60), "and ready again",
+          deployment(v, dep))
+    # the same with both calls between two of the supervisor's ticks (the
+    # row they leave, written here): the engine it never stopped is ready
+    pid = deployment(v, dep)["pid"]
+    db = sqlite3.connect(os.path.join(adm.state, "privai.db"))
+    db.execute("UPDATE deployments SET state = 'stopping' WHERE id = ?", (dep,))
+    db.commit()
+    db.close()
+    d = wait_for(lambda: (lambda j: j if j["state"] != "stopping" else None)(deployment(v, dep)), timeout=10)
+    check(d and d["state"] == "ready" and d["pid"] == pid, "a stop taken back before the tick leaves it ready", d)
     pid = deployment(v, dep)["pid"]
     r = o.request("PATCH", f"/api/v1/deployments/{dep}", {"options": {"chat_template": "chatml", "ctx": 256}})
     check(r.status == 200 and r.json["options"]["ctx"] == 256, "options changed", r)

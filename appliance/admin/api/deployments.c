@@ -637,7 +637,12 @@ h_update(struct req *r)
 	if (db_begin(r->a->db) != SQLITE_OK ||
 	    sqlite3_prepare_v2(r->a->db,
 			       /* started again by hand: no longer stopped by a node's going */
-			       "UPDATE deployments SET desired = coalesce(?1, desired), drained = CASE WHEN ?1 = "
+			       /* asked to stop, a running engine is on its way down
+			        * from now: a client must not read "ready" until the
+			        * supervisor's tick (which takes "stopping" on) */
+			       "UPDATE deployments SET state = CASE WHEN ?1 = 'stopped' AND desired = 'running' AND "
+			       "state IN ('loading', 'ready') THEN 'stopping' ELSE state END, "
+			       "desired = coalesce(?1, desired), drained = CASE WHEN ?1 = "
 			       "'running' AND drained = 2 THEN 0 ELSE drained END, "
 			       "placement = coalesce(?2, placement), options = coalesce(?3, options), "
 			       "updated_at = ?4 WHERE id = ?5",

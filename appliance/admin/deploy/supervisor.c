@@ -132,7 +132,10 @@ set_row(struct supervisor *s, int64_t id, const char *state, const char *reason,
 			       "reason = CASE WHEN ?2 IS NULL AND drained != 0 THEN reason ELSE ?2 END, "
 			       "restarts = restarts + ?4, updated_at = ?5, "
 			       "started_at = CASE WHEN ?1 = 'loading' THEN ?5 ELSE started_at END WHERE id = ?6 "
-			       "AND node_id IS NULL", /* a row moved away is its new node's */
+			       "AND node_id IS NULL " /* a row moved away is its new node's */
+			       /* nor is an engine ready that was asked to stop since
+			        * this tick read the row: the next tick stops it */
+			       "AND (?1 != 'ready' OR desired = 'running')",
 			       -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, state, -1, SQLITE_STATIC);
 		sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
@@ -152,6 +155,29 @@ set_row(struct supervisor *s, int64_t id, const char *state, const char *reason,
 		log_warn("deployment %lld: state %s not recorded: %s", (long long)id, state, err);
 	else if (sqlite3_changes(a->db) > 0)
 		start_task(a, id, state, reason);
+	pthread_mutex_unlock(&a->db_mu);
+}
+
+/* A row an API call marked "stopping" whose engine runs on: its state
+ * before, with no task begun or finished (the engine's start goes on). */
+static void
+keep_running(struct supervisor *s, int64_t id, const char *state)
+{
+	struct admin *a = s->a;
+	sqlite3_stmt *st;
+	char err[APP_ERR_LEN];
+
+	pthread_mutex_lock(&a->db_mu);
+	if (sqlite3_prepare_v2(a->db,
+			       "UPDATE deployments SET state = ?1, updated_at = ?2 WHERE id = ?3 AND node_id IS NULL "
+			       "AND state = 'stopping' AND desired = 'running'",
+			       -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_text(st, 1, state, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, admin_now());
+		sqlite3_bind_int64(st, 3, id);
+	}
+	if (db_write(a->db, st, err) != APP_OK)
+		log_warn("deployment %lld: state %s not recorded: %s", (long long)id, state, err);
 	pthread_mutex_unlock(&a->db_mu);
 }
 
@@ -804,6 +830,10 @@ reconcile(struct supervisor *s)
 			pthread_mutex_unlock(&s->mu);
 			p->fails = 0;
 			set_row(s, w[i].id, "ready", follows(w[i].placement) ? "follows rank 0" : NULL, p->pid, 0);
+		} else if (p->pid > 0 && p->stop_sent_ms == 0 && strcmp(w[i].state, "stopping") == 0) {
+			/* stopped and started again between two ticks: the
+			 * engine was never asked to stop */
+			keep_running(s, w[i].id, p->ready ? "ready" : "loading");
 		}
 	}
 	free_wants(w, n);
