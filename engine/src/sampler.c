@@ -318,10 +318,40 @@ logits_max(const float *logit, int n)
 	return max;
 }
 
+/* The first of n logits equal to v (n if none), 32 at a time: a compiler
+ * leaves a loop that may end early unvectorized, and one logit a cycle
+ * over 32000 was 2.5 % of serving the fixture model greedily. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+static int
+first_equal(const float *logit, int n, float v)
+{
+	const v8f vv = { v, v, v, v, v, v, v, v };
+	int i = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		v8i any = { 0 };
+		for (int b = 0; b < 4; b++) {
+			v8f x;
+			memcpy(&x, logit + i + 8 * b, sizeof(x));
+			any |= x == vv;
+		}
+		uint64_t w[4];
+		memcpy(w, &any, sizeof(w));
+		if ((w[0] | w[1] | w[2] | w[3]) != 0)
+			break;
+	}
+	for (; i < n; i++)
+		if (logit[i] == v)
+			return i;
+	return n;
+}
+
 /* Greedy decoding with no bias or penalty: the first token with the
  * largest logit, as the scan over the candidates below finds it, from
- * the vector maximum and then a scan for its first place.  Building the
- * 32000 candidates and scanning them one by one took 22 % of serving the
+ * the vector maximum and then its first place.  Building the 32000
+ * candidates and scanning them one by one took 22 % of serving the
  * fixture model at temperature 0 (docs/performance.md). */
 static int32_t
 greedy(const float *logit, int n)
@@ -330,10 +360,8 @@ greedy(const float *logit, int n)
 
 	if (isnan(logit[0]) || !(max > -INFINITY))
 		return 0; /* the scan below keeps token 0 then: nothing compares above a NaN or -inf */
-	for (int i = 0; i < n; i++)
-		if (logit[i] == max)
-			return i;
-	return 0;
+	int i = first_equal(logit, n, max);
+	return i < n ? i : 0;
 }
 
 #if defined(__x86_64__)

@@ -48,12 +48,15 @@ test_sampler(void)
 	/* the vector path against the first-largest scan, on odd sizes, ties,
 	 * -inf (masked tokens) and NaN */
 	int agree = 0, cases = 0;
-	for (int n = 1; n <= 77; n += 4)
+	for (int n = 1; n <= 201; n += 4)
 		for (int round = 0; round < 20; round++) {
 			struct sampler *gn;
-			float l[80];
+			float l[204];
 			for (int i = 0; i < n; i++)
 				l[i] = (float)((i * 7 + round * 13) % 9); /* many ties */
+			if (round % 5 == 4) /* one largest anywhere, a tie some places after */
+				for (int i = 0, at = (round * 31 + n * 7) % n; i < n; i++)
+					l[i] = i == at || i == at + 1 + round % 40 ? 9.5f : l[i];
 			if (round % 5 == 1)
 				for (int i = 0; i < n; i++)
 					l[i] = -INFINITY;
