@@ -245,9 +245,16 @@ check_swiglu(struct compute *c, const char *label)
 			a[i] *= 0.01f; /* around 0 as well, where most activations are */
 		b[i] = value((unsigned)i, 1.5f);
 	}
-	float a0[N];
+	float a0[N], parts[N];
 	memcpy(a0, a, sizeof(a));
+	memcpy(parts, a, sizeof(a));
 	c->ops->swiglu(c, a, b, N);
+	/* an element's result must not depend on where a range ends (a
+	 * thread's part, a tensor-parallel rank's slice): in odd pieces, the
+	 * same bits */
+	for (int at = 0, len = 1; at < N; at += len, len += 6)
+		c->ops->swiglu(c, parts + at, b + at, (size_t)(at + len <= N ? len : N - at));
+	CHECK(memcmp(parts, a, sizeof(a)) == 0, "%s: swiglu in odd pieces gives the same bits as in one", label);
 	for (int i = 0; i < N; i++) {
 		double want = (double)a0[i] / (1.0 + exp(-(double)a0[i])) * b[i];
 		double e = fabs(a[i] - want) / (fabs(want) + 1e-30);
@@ -257,6 +264,7 @@ check_swiglu(struct compute *c, const char *label)
 			worst = e;
 	}
 	CHECK(worst < 2e-6, "%s: swiglu within %.1e of double precision", label, worst);
+	printf("   %s: swiglu within %.1e of double precision\n", label, worst);
 }
 
 static void

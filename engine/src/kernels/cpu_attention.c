@@ -38,13 +38,6 @@ axpy_f16_scalar(float a, const uint16_t *x, float *y, size_t n)
 		y[i] += a * fp16_to_f32(x[i]);
 }
 
-void
-exp_f32_scalar(float *x, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		x[i] = expf(x[i]);
-}
-
 #if defined(__x86_64__)
 #include "cpu_x86.h"
 
@@ -72,50 +65,6 @@ axpy_f16_avx2(float a, const uint16_t *x, float *y, size_t n)
 	}
 	for (; i < n; i++)
 		y[i] += a * _cvtsh_ss(x[i]);
-}
-
-/*
- * exp(x) = 2^k * exp(r), k = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by
- * its Taylor series to r^6 (truncation under 2e-7 relative).  x is
- * clamped to [-87, 88] so 2^k stays a normal float: below -87 the true
- * value is under 2e-38 and softmax weights that small do not count.
- */
-#define EXP_LOG2E 1.44269504f
-#define EXP_LN2_HI 0.693359375f
-#define EXP_LN2_LO -2.12194440e-4f
-
-AVX2 static __m256
-exp256(__m256 x)
-{
-	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-	__m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)),
-				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_LN2_HI), x);
-	r = _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_LN2_LO), r);
-	__m256 p = _mm256_set1_ps(1.0f / 720);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
-AVX2 void
-exp_f32_avx2(float *x, size_t n)
-{
-	size_t i = 0;
-
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(x + i, exp256(_mm256_loadu_ps(x + i)));
-	if (i < n) {
-		float t[8] = { 0 };
-		memcpy(t, x + i, (n - i) * sizeof(float));
-		_mm256_storeu_ps(t, exp256(_mm256_loadu_ps(t)));
-		memcpy(x + i, t, (n - i) * sizeof(float));
-	}
 }
 
 AVX512 static __m512

@@ -54,9 +54,10 @@ resize(void **p, size_t bytes)
 
 /* Element-wise work split across the pool: rows for rmsnorm, ranges of
  * elements for swiglu and add (for a 128-token prefill, swiglu alone is
- * a million expf per layer). */
+ * a million exponentials per layer). */
 struct ew_job {
 	int op; /* 0 rmsnorm, 1 swiglu, 2 add */
+	const struct cpu_kernels *k;
 	float *a;
 	const float *b, *g;
 	const float *x;
@@ -87,8 +88,7 @@ ew_worker(void *arg, int ith, int nth)
 	}
 	split((int64_t)j->count, ith, nth, &lo, &hi);
 	if (j->op == 1)
-		for (int64_t i = lo; i < hi; i++)
-			j->a[i] = j->a[i] / (1.0f + expf(-j->a[i])) * j->b[i];
+		j->k->swiglu(j->a + lo, j->b + lo, (size_t)(hi - lo));
 	else
 		for (int64_t i = lo; i < hi; i++)
 			j->a[i] += j->b[i];
@@ -275,9 +275,9 @@ cpu_attention(struct compute *c, int layer, const float *q, int n_head, int n_he
 static void
 cpu_swiglu(struct compute *c, float *a, const float *b, size_t count)
 {
-	struct ew_job j = { .op = 1, .a = a, .b = b, .count = count };
+	struct ew_job j = { .op = 1, .k = impl_of(c)->k, .a = a, .b = b, .count = count };
 
-	ew_run(c, &j, count * 8); /* expf: weigh it as several adds */
+	ew_run(c, &j, count * 8); /* the exp: weigh it as several adds */
 }
 
 static void

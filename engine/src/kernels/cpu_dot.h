@@ -122,7 +122,7 @@ struct cpu_kernels {
 	void (*bf16_to_f32)(const uint16_t *src, float *dst, size_t n);
 	/* The half-precision KV cache (cpu_attention.c): dst[i] = src[i]
 	 * rounded to the nearest fp16 (ties to even); y[i] += a * x[i] for
-	 * fp16 x; x[i] = exp(x[i]) to about 2e-7 relative. */
+	 * fp16 x; x[i] = exp(x[i]) within about an ulp (cpu_elementwise.c). */
 	void (*f32_to_f16)(const float *src, uint16_t *dst, size_t n);
 	void (*axpy_f16)(float a, const uint16_t *x, float *y, size_t n);
 	void (*exp_f32)(float *x, size_t n);
@@ -292,6 +292,8 @@ struct cpu_kernels {
 	 * ld and wd + r * ld */
 	void (*widen_q6_kx8)(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_row_bytes, int32_t *wsum,
 			     float *wd, size_t ld);
+	/* a[i] = silu(a[i]) * b[i] (cpu_elementwise.c) */
+	void (*swiglu)(float *a, const float *b, size_t n);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -340,12 +342,18 @@ void quantize_q8k_avx2(const float *x, struct block_q8k *out, size_t n);
 /* cpu_attention.c */
 void f32_to_f16_scalar(const float *src, uint16_t *dst, size_t n);
 void axpy_f16_scalar(float a, const uint16_t *x, float *y, size_t n);
-void exp_f32_scalar(float *x, size_t n);
 #if defined(__x86_64__)
 void f32_to_f16_avx2(const float *src, uint16_t *dst, size_t n);
 void axpy_f16_avx2(float a, const uint16_t *x, float *y, size_t n);
-void exp_f32_avx2(float *x, size_t n);
 void axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n);
+#endif
+
+/* cpu_elementwise.c */
+void exp_f32_scalar(float *x, size_t n);
+void swiglu_scalar(float *a, const float *b, size_t n);
+#if defined(__x86_64__)
+void exp_f32_avx2(float *x, size_t n);
+void swiglu_avx2(float *a, const float *b, size_t n);
 #endif
 
 /* cpu_q4_0x8.c: bytes per block of an 8-row group (8 x 18) */

@@ -12,6 +12,12 @@
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
+/* exp(x) = 2^k * exp(r), k = round(x / ln 2), r = x - k ln 2 in two parts
+ * (k * EXP_LN2_HI is exact for the k a float exp has) */
+#define EXP_LOG2E 1.44269504f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO -2.12194440e-4f
+
 /* acc + sums of 4 products of unsigned bytes of a by signed bytes of b
  * per 32-bit lane: vpdpbusd with VNNI, two steps without (the byte pairs'
  * sums must fit int16) */
