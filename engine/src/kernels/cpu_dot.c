@@ -451,74 +451,28 @@ dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 }
 
 static struct cpu_kernels k_avx2 = {
-	"avx2",
-	dot_f32_avx2,
-	dot_f16_avx2,
-	f16_to_f32_avx2,
-	quantize_q8_avx2,
-	dot_q8_0_avx2,
-	dot_q4_0_avx2,
-	NULL,
-	NULL, /* k-quant dots: filled in by cpu_kernels_get */
-	NULL,
-	NULL,
-	NULL, /* no GEMM */
-	NULL,
-	dot_bf16_avx2,
-	bf16_to_f32_avx2,
-	f32_to_f16_avx2,
-	axpy_f16_avx2,
-	exp_f32_avx2,
-	widen_q4_0_avx2,
-	widen_q4_k_avx2,
-	widen_q6_k_avx2,
-	NULL,
-	NULL, /* filled in by cpu_kernels_get */
-	widen_q5_k_avx2,
-	NULL,
-	NULL,
-	gemm_q4_0x8_avx2,
-	widen_q4_0x8_avx2,
-	NULL,
-	NULL,
-	quantize_q8k_avx2,
-	NULL, /* filled in by cpu_kernels_get */
-	NULL, /* attention a position at a time */
-	NULL,
-	NULL,
-	NULL,
-	NULL, /* the row-tile float GEMM */
-	NULL,
-	NULL, /* filled in by cpu_kernels_get */
-	NULL,
-	gemm_q4_kx8_avx2,
-	kx8_repack_avx2,
-	gemm_q5_kx8_avx2,
+	"avx2", dot_f32_avx2, dot_f16_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2, NULL,
+	NULL,             /* k-quant dots: filled in by cpu_kernels_get */
+	NULL, NULL, NULL, /* no GEMM */
+	NULL, dot_bf16_avx2, bf16_to_f32_avx2, f32_to_f16_avx2, axpy_f16_avx2, exp_f32_avx2, widen_q4_0_avx2,
+	widen_q4_k_avx2, widen_q6_k_avx2, NULL, NULL, /* filled in by cpu_kernels_get */
+	widen_q5_k_avx2, NULL, NULL, gemm_q4_0x8_avx2, widen_q4_0x8_avx2, NULL, NULL, quantize_q8k_avx2,
+	NULL,                   /* filled in by cpu_kernels_get */
+	NULL,                   /* attention a position at a time */
+	NULL, NULL, NULL, NULL, /* the row-tile float GEMM */
+	NULL, NULL,             /* filled in by cpu_kernels_get */
+	NULL, gemm_q4_kx8_avx2, kx8_repack_avx2, gemm_q5_kx8_avx2,
 	/* no Q8_0 repack: vpmaddubsw would saturate on the +128 weights
 	 * (255 * 127 * 2 > 32767), and the file's rows serve AVX2 as well */
-	NULL,
-	NULL,
-	NULL,          /* filled in by cpu_kernels_get */
-	dot4_f16_avx2, /* F16 decode, four rows a pass */
-	NULL,          /* no vdpbf16ps */
-	0,
-	NULL,
-	NULL, /* no packed GEMM */
-	0,    /* vdpbf16ps not measured */
-	NULL,
-	NULL,
-	NULL,
-	NULL,
-	NULL,
-	NULL,
-	NULL,
-	0,
-	NULL,
-	NULL, /* no AMX */
-	NULL, /* no packed GEMM */
-	NULL,
-	NULL, /* filled in by cpu_kernels_get */
-	swiglu_avx2,
+	NULL, NULL, NULL,                                        /* filled in by cpu_kernels_get */
+	dot4_f16_avx2,                                           /* F16 decode, four rows a pass */
+	NULL,                                                    /* no vdpbf16ps */
+	0, NULL, NULL,                                           /* no packed GEMM */
+	0,                                                       /* vdpbf16ps not measured */
+	NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, /* no AMX */
+	NULL,                                                    /* no packed GEMM */
+	NULL, NULL,                                              /* filled in by cpu_kernels_get */
+	swiglu_avx2,                                             /* cpu_elementwise.c */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
