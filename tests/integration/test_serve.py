@@ -1243,8 +1243,10 @@ def test_stream_interval():
           "a coalesced stream equals the whole answer")
     at = [t for t, e in zip(times, ev) if e != "[DONE]" and e.get("choices")]
     gaps = [b - a for a, b in zip(at, at[1:])]
-    check(ev[-2].get("usage", {}).get("completion_tokens") == 1000 and len(at) >= 3 and
-          all(g >= 0.2 for g in gaps[:-1]),
+    # (a write between the first and the last once the stream outlasts two
+    # intervals; none of them closer than the interval, less a client's delay)
+    check(ev[-2].get("usage", {}).get("completion_tokens") == 1000 and len(at) >= 2 and
+          (len(at) >= 3 or at[-1] - at[0] < 0.65) and all(g >= 0.2 for g in gaps[:-1]),
           "1000 tokens in %d writes, %s s apart" % (len(at), " ".join("%.3f" % g for g in gaps)))
     check(s.stop() == 0, "exit 0 after SIGTERM")
 

@@ -746,7 +746,10 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		j->pending.len = j->pending_off = 0;
 		if (!j->hold && produce(j)) {
+			/* the interval runs from this write (the first token may
+			 * have come before this thread first looked) */
 			j->hold = 1;
+			j->last_taken = scheduler_clock();
 			continue;
 		}
 		if (http_client_gone(j->conn))
