@@ -24,13 +24,14 @@
  * threads wait for a CPU (threadpool_adapt.c) and runs jobs alone while
  * other processes keep them waiting: a part cannot be taken back from a
  * preempted thread, so on oversubscribed CPUs every job would otherwise
- * wait out someone else's time slice.
+ * wait out someone else's time slice.  It also caps the width at the
+ * cores of the CPUs the caller may run on now: the threads past it sleep
+ * on width_cv until those CPUs come back.
  */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -65,6 +66,7 @@ struct threadpool {
 	atomic_int stop;
 	pthread_mutex_t mu;
 	pthread_cond_t cv, done_cv;
+	pthread_cond_t width_cv; /* workers past the width sleep on it */
 };
 
 static _Thread_local int self_index;
@@ -119,6 +121,26 @@ generation(struct threadpool *p)
 	return (uint32_t)(atomic_load_explicit(&p->state, memory_order_acquire) >> 32);
 }
 
+/* A worker past the pool's width (its CPUs were taken: threadpool_adapt.h)
+ * sleeps until the width takes it in again. */
+static void
+park(struct threadpool *p, int index)
+{
+	pthread_mutex_lock(&p->mu);
+	while (index >= atomic_load(&p->width) && !atomic_load(&p->stop))
+		pthread_cond_wait(&p->width_cv, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void
+set_width(struct threadpool *p, int width)
+{
+	pthread_mutex_lock(&p->mu);
+	atomic_store(&p->width, width);
+	pthread_cond_broadcast(&p->width_cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -149,6 +171,11 @@ worker_main(void *arg)
 		seen = g;
 		if (atomic_load(&p->stop))
 			return NULL;
+		/* relaxed: a stale width costs one job an extra thread, no more */
+		if (w->index >= atomic_load_explicit(&p->width, memory_order_relaxed)) {
+			park(p, w->index);
+			continue;
+		}
 		take_parts(p, g);
 	}
 }
@@ -200,6 +227,7 @@ threadpool_new(int n_threads, struct threadpool **ret_pool)
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	pthread_cond_init(&p->done_cv, NULL);
+	pthread_cond_init(&p->width_cv, NULL);
 	if ((p->workers = calloc((size_t)n_threads, sizeof(*p->workers))) == NULL ||
 	    (p->tids = calloc((size_t)n_threads, sizeof(*p->tids))) == NULL ||
 	    pool_adapt_init(&p->adapt, n_threads) < 0) {
@@ -230,12 +258,14 @@ threadpool_free(struct threadpool *p)
 	pthread_mutex_lock(&p->mu);
 	atomic_fetch_add(&p->state, (uint64_t)1 << 32);
 	pthread_cond_broadcast(&p->cv);
+	pthread_cond_broadcast(&p->width_cv);
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 1; i < p->n; i++)
 		pthread_join(p->workers[i].thread, NULL);
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->cv);
 	pthread_cond_destroy(&p->done_cv);
+	pthread_cond_destroy(&p->width_cv);
 	pool_adapt_free(&p->adapt);
 	free(p->tids);
 	free(p->workers);
@@ -254,7 +284,7 @@ threadpool_adapt(struct threadpool *p, int on)
 	p->adapt_on = on;
 	if (!on) {
 		p->adapt.width = p->n;
-		atomic_store(&p->width, p->n);
+		set_width(p, p->n);
 	}
 }
 
@@ -271,7 +301,7 @@ threadpool_run(struct threadpool *p, threadpool_fn fn, void *ctx)
 		int width = pool_adapt_width(&p->adapt, p->tids);
 		/* stored only on a change: workers spin on this cache line */
 		if (width != atomic_load_explicit(&p->width, memory_order_relaxed))
-			atomic_store_explicit(&p->width, width, memory_order_relaxed);
+			set_width(p, width);
 		if (width == 1) {
 			fn(ctx, 0, 1);
 			return;
@@ -299,32 +329,8 @@ int
 threadpool_default_threads(void)
 {
 	cpu_set_t set;
-	int n_allowed = 0, n_cores = 0;
-	unsigned char seen[4096] = { 0 };
 
 	if (sched_getaffinity(0, sizeof(set), &set) != 0)
 		return 1;
-	for (int cpu = 0; cpu < CPU_SETSIZE && cpu < 4096; cpu++) {
-		if (!CPU_ISSET(cpu, &set))
-			continue;
-		n_allowed++;
-		char path[96];
-		int first = cpu;
-		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
-		FILE *f = fopen(path, "r");
-		/* the list starts with the core's lowest CPU: count a core once */
-		if (f != NULL) {
-			if (fscanf(f, "%d", &first) != 1)
-				first = cpu;
-			fclose(f);
-		}
-		if (first < 0 || first >= 4096 || !seen[first]) {
-			if (first >= 0 && first < 4096)
-				seen[first] = 1;
-			n_cores++;
-		}
-	}
-	if (n_cores < 1)
-		n_cores = n_allowed;
-	return n_cores < 1 ? 1 : n_cores;
+	return pool_cores(&set);
 }

@@ -17,11 +17,14 @@ pool_adapt_init(struct pool_adapt *a, int width_max)
 {
 	*a = (struct pool_adapt){
 		.width_max = width_max,
+		.width_cap = width_max,
 		.width = width_max,
 		.probe_ns = ADAPT_RETRY_MIN_NS,
 		.narrow_ns = ADAPT_RETRY_MIN_NS,
 		.caller_fd = -1,
+		.per_cpu = -1,
 	};
+	CPU_ZERO(&a->cpus); /* no CPUs: the first read differs */
 	if ((a->fds = malloc((size_t)width_max * sizeof(*a->fds))) == NULL)
 		return -1;
 	for (int i = 0; i < width_max; i++)
@@ -58,14 +61,24 @@ narrow(struct pool_adapt *a, int64_t now)
 	a->probe_at = now + a->probe_ns;
 }
 
+void
+pool_adapt_cap(struct pool_adapt *a, int cap)
+{
+	a->width_cap = cap < 1 ? 1 : cap > a->width_max ? a->width_max : cap;
+	a->width = a->width_cap;
+	a->probing = 0;
+	a->probe_ns = a->narrow_ns = ADAPT_RETRY_MIN_NS;
+	a->narrow_at = 0;
+}
+
 int
 pool_adapt_decide(struct pool_adapt *a, int64_t now, double share, double rate)
 {
 	int contended = share > ADAPT_CONTENDED;
 
-	if (a->width_max == 1)
-		return 1;
-	if (a->width == a->width_max) {
+	if (a->width_cap == 1)
+		return a->width = 1;
+	if (a->width == a->width_cap) {
 		if (a->probing) {
 			a->probing = 0;
 			if (!contended) { /* the CPUs are free again */
@@ -90,7 +103,7 @@ pool_adapt_decide(struct pool_adapt *a, int64_t now, double share, double rate)
 	a->narrow_rate += rate;
 	a->narrow_n++;
 	if (now >= a->probe_at) {
-		a->width = a->width_max;
+		a->width = a->width_cap;
 		a->probing = 1;
 	}
 	return a->width;
@@ -153,12 +166,65 @@ total_delay(struct pool_adapt *a, const atomic_int *tids, int *changed)
 }
 
 int
+pool_cores(const cpu_set_t *set)
+{
+	int n_allowed = 0, n_cores = 0;
+	unsigned char seen[4096] = { 0 };
+
+	for (int cpu = 0; cpu < CPU_SETSIZE && cpu < 4096; cpu++) {
+		if (!CPU_ISSET(cpu, set))
+			continue;
+		n_allowed++;
+		char path[96];
+		int first = cpu;
+		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
+		FILE *f = fopen(path, "r");
+		/* the list starts with the core's lowest CPU: count a core once */
+		if (f != NULL) {
+			if (fscanf(f, "%d", &first) != 1)
+				first = cpu;
+			fclose(f);
+		}
+		if (first < 0 || first >= 4096 || !seen[first]) {
+			if (first >= 0 && first < 4096)
+				seen[first] = 1;
+			n_cores++;
+		}
+	}
+	if (n_cores < 1)
+		n_cores = n_allowed;
+	return n_cores < 1 ? 1 : n_cores;
+}
+
+/* Caps the width at the CPUs the calling thread may run on now, where
+ * they changed since the last window (the cores are counted only then:
+ * a file a CPU).  Returns 1 when the cap moved. */
+static int
+follow_cpus(struct pool_adapt *a)
+{
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_EQUAL(&set, &a->cpus))
+		return 0;
+	a->cpus = set;
+	int cores = pool_cores(&set);
+	if (a->per_cpu < 0)
+		a->per_cpu = a->width_max > cores;
+	int cap = a->per_cpu ? CPU_COUNT(&set) : cores;
+	cap = cap < a->width_max ? cap : a->width_max;
+	if (cap == a->width_cap)
+		return 0;
+	pool_adapt_cap(a, cap);
+	return 1;
+}
+
+int
 pool_adapt_width(struct pool_adapt *a, const atomic_int *tids)
 {
 	int changed = 0;
 
-	if (a->broken || a->width_max == 1 || ++a->runs % ADAPT_EVERY != 0)
-		return a->broken ? a->width_max : a->width;
+	if (a->width_max == 1 || ++a->runs % ADAPT_EVERY != 0)
+		return a->width;
 	int64_t now = now_ns();
 	int self = (int)syscall(SYS_gettid);
 	if (self != a->caller) { /* another thread runs jobs now: start over */
@@ -170,14 +236,18 @@ pool_adapt_width(struct pool_adapt *a, const atomic_int *tids)
 	} else if (now - a->t0 < ADAPT_WINDOW_NS) {
 		return a->width;
 	}
-	int64_t delay = a->caller_fd < 0 ? -1 : total_delay(a, tids, &changed);
+	/* a window on other CPUs says nothing of these */
+	changed |= follow_cpus(a);
+	int64_t delay = a->broken || a->caller_fd < 0 ? -1 : total_delay(a, tids, &changed);
 	if (delay < 0) {
-		a->broken = 1; /* no schedstat (a kernel without CONFIG_SCHED_INFO) */
-		return a->width_max;
-	}
-	if (!changed)
+		/* no schedstat (a kernel without CONFIG_SCHED_INFO): no
+		 * narrowing, the CPUs' cap only */
+		a->broken = 1;
+		a->width = a->width_cap;
+	} else if (!changed) {
 		pool_adapt_decide(a, now, (double)(delay - a->delay0) / ((double)(now - a->t0) * a->width),
 				  (double)(a->runs - a->runs0) * 1e9 / (double)(now - a->t0));
+	}
 	a->t0 = now;
 	a->delay0 = delay;
 	a->runs0 = a->runs;

@@ -22,6 +22,16 @@
  * docs/performance.md).  Alone on its CPUs a pool's threads wait well
  * under 1 % of the time and it never narrows.
  *
+ * The CPUs themselves can change under a running engine: the admin moves
+ * a deployment that holds no CPUs of its own onto whichever CPUs the
+ * others leave it (its affinity, or its unit's AllowedCPUs=).  A pool
+ * wider than its CPUs only waits for its own preempted threads, so every
+ * window also reads the calling thread's affinity, and the pool's width
+ * is capped at the physical cores in it (at the CPUs, where the pool was
+ * started wider than its cores: someone asked for the hyperthreads).
+ * The threads past the cap sleep until the CPUs come back; a pool never
+ * grows past the threads it started with.
+ *
  * pool_adapt_decide() is the state machine alone, fed a window's waiting
  * share and jobs a second, so that tests can drive it; pool_adapt_width()
  * reads the clock, counts the jobs and reads the threads' schedstat.
@@ -29,6 +39,7 @@
 #ifndef PRIVAI_THREADPOOL_ADAPT_H
 #define PRIVAI_THREADPOOL_ADAPT_H
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -42,7 +53,8 @@
 
 struct pool_adapt {
 	int width_max;                /* the pool's threads */
-	int width;                    /* threads that take part now: 1 or width_max */
+	int width_cap;                /* those its CPUs can run (pool_adapt_cap) */
+	int width;                    /* threads that take part now: 1 or width_cap */
 	int probing;                  /* this full-width window is a probe */
 	int narrow_n;                 /* windows since narrowing ... */
 	double narrow_rate;           /* ... and the sum of their jobs a second */
@@ -53,7 +65,9 @@ struct pool_adapt {
 	int64_t t0, delay0;
 	int caller, caller_fd; /* the thread running jobs, and its schedstat */
 	int *fds;              /* workers' schedstat, -1 until opened */
-	int broken;            /* schedstat cannot be read here: stay at full width */
+	int broken;            /* schedstat cannot be read here: stay at the cap */
+	cpu_set_t cpus;        /* the caller's CPUs as last read */
+	int per_cpu;           /* the cap counts CPUs, not cores (-1: not yet known) */
 };
 
 /* width_max >= 1.  Returns 0, or -1 out of memory. */
@@ -63,6 +77,11 @@ void pool_adapt_free(struct pool_adapt *a);
  * for a CPU over the window's length times their number; rate: the jobs
  * it ran a second.  Returns the width for the next window. */
 int pool_adapt_decide(struct pool_adapt *a, int64_t now_ns, double share, double rate);
+/* A new cap (1..width_max): the state machine starts over at it. */
+void pool_adapt_cap(struct pool_adapt *a, int cap);
+/* The physical cores among the CPUs of `set` (hyperthread siblings count
+ * once), at least 1. */
+int pool_cores(const cpu_set_t *set);
 /* Before a job: the width to run it at.  tids[i] is worker i's thread id
  * (0 while unknown; tids[0] is unused: the caller is thread 0). */
 int pool_adapt_width(struct pool_adapt *a, const atomic_int *tids);

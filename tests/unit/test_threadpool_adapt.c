@@ -4,6 +4,7 @@
  * which must fall back to its calling thread and still run every part,
  * and the fixture model's logits, the same bit for bit at either width.
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -87,6 +88,17 @@ test_decide(void)
 	CHECK(a.width == 1 && feed(&a, &t, 1, 0.0, 100) == 4 && a.probing,
 	      "probe after 4 s of 60 and 140 jobs a second");
 	CHECK(feed(&a, &t, 1, 0.40, 135) == 4, "135 against a mean of 101: wide");
+
+	/* its CPUs shrink to 2 cores: at most 2, and contention narrows
+	 * and probes within those */
+	pool_adapt_cap(&a, 2);
+	CHECK(a.width == 2 && feed(&a, &t, 10, 0.02, 100) == 2, "capped at 2 threads of 4, and stays");
+	CHECK(feed(&a, &t, 1, 0.45, 60) == 1 && feed(&a, &t, 9, 0.0, 80) == 1, "contended: narrow");
+	CHECK(feed(&a, &t, 1, 0.0, 80) == 2 && a.probing, "the probe runs the 2 threads the CPUs allow, not 4");
+	pool_adapt_cap(&a, 1);
+	CHECK(a.width == 1 && feed(&a, &t, 30, 0.0, 80) == 1, "one core: never wider");
+	pool_adapt_cap(&a, 9);
+	CHECK(a.width == 4 && feed(&a, &t, 10, 0.0, 80) == 4, "more cores than threads: the 4 it has");
 	pool_adapt_free(&a);
 
 	CHECK(pool_adapt_init(&a, 1) == 0, "a one-thread pool");
@@ -106,9 +118,10 @@ hog(void *arg)
 }
 
 struct tally {
-	atomic_int ran;   /* parts run in this job */
-	atomic_int nth;   /* the parts the job was cut into */
-	atomic_long mask; /* which of them ran */
+	atomic_int ran;     /* parts run in this job */
+	atomic_int nth;     /* the parts the job was cut into */
+	atomic_long mask;   /* which of them ran */
+	atomic_int threads; /* which pool threads ran them (bits) */
 };
 
 static void
@@ -121,6 +134,7 @@ count_part(void *ctx, int ith, int nth)
 		x += i * 0.5;
 	atomic_store(&t->nth, nth);
 	atomic_fetch_or(&t->mask, 1L << ith);
+	atomic_fetch_or(&t->threads, 1 << threadpool_self());
 	atomic_fetch_add(&t->ran, 1);
 }
 
@@ -213,6 +227,100 @@ test_one_cpu(void)
 	threadpool_free(p);
 }
 
+/* Every thread of this process onto `set`, as the admin moves a
+ * deployment's threads (supervisor.c) or systemd its unit's. */
+static int
+move_process(const cpu_set_t *set)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	int moved = 0, failed = 0;
+
+	if (d == NULL)
+		return -1;
+	while ((de = readdir(d)) != NULL) {
+		char *end;
+		long tid = strtol(de->d_name, &end, 10);
+		if (end == de->d_name || *end != '\0')
+			continue;
+		if (sched_setaffinity((pid_t)tid, sizeof(*set), set) != 0)
+			failed++;
+		else
+			moved++;
+	}
+	closedir(d);
+	return failed == 0 && moved > 0 ? 0 : -1;
+}
+
+/* Jobs on `p` until its width has read `want` for 200 jobs and at least
+ * `busy` threads ran parts of those after the first 100, or 20 s pass (a
+ * deadline, not a timing: the width follows the CPUs at the next 100 ms
+ * window).  Returns the threads (bits) that ran parts of those jobs, or
+ * -1 when the width never settled. */
+static int
+run_until_width(struct threadpool *p, int want, int busy, long *jobs, long *whole)
+{
+	int64_t t0 = now_ns();
+	int settled = 0, ran = 0;
+
+	while (now_ns() - t0 < 20 * S && (settled < 200 || __builtin_popcount((unsigned)ran) < busy)) {
+		struct tally t = { 0 };
+		threadpool_run(p, count_part, &t);
+		(*jobs)++;
+		int nth = atomic_load(&t.nth);
+		*whole += atomic_load(&t.ran) == nth && atomic_load(&t.mask) == (1L << nth) - 1;
+		if (threadpool_width(p) != want)
+			settled = ran = 0;
+		else if (++settled > 100)
+			ran |= atomic_load(&t.threads);
+	}
+	return settled >= 200 ? ran : -1;
+}
+
+/* A pool one thread wider than the process's cores runs only as many
+ * threads as they are, the others asleep; moved onto one CPU, the
+ * calling thread alone; moved back, as many as the cores again; every
+ * job whole throughout.  (Up to 15 threads: a job's 4 parts a thread are
+ * bits of a long.) */
+static void
+test_follows_cpus(void)
+{
+	struct threadpool *p;
+	cpu_set_t all, one;
+	long jobs = 0, whole = 0;
+	int first = -1, cores = threadpool_default_threads();
+	int n = cores + 1 < 15 ? cores + 1 : 15, full = cores < n ? cores : n;
+
+	if (access("/proc/thread-self/schedstat", R_OK) != 0) {
+		SKIP("this kernel has no schedstat");
+		return;
+	}
+	CHECK(sched_getaffinity(0, sizeof(all), &all) == 0, "affinity read");
+	for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+		if (CPU_ISSET(c, &all))
+			first = c;
+	CPU_ZERO(&one);
+	CPU_SET(first, &one);
+	CHECK(threadpool_new(n, &p) == 0, "pool of %d", n);
+	threadpool_adapt(p, 1);
+
+	/* the threads past the width never run a part; below it, at least
+	 * two do (where there are two cores) */
+	int busy = full > 1 ? 2 : 1;
+	int ran = run_until_width(p, full, busy, &jobs, &whole);
+	CHECK(ran > 0 && ran < 1 << full && __builtin_popcount((unsigned)ran) >= busy,
+	      "on %d cores a pool of %d runs %d threads (threads %#x)", cores, n, full, ran);
+	CHECK(move_process(&one) == 0, "the process moved onto CPU %d", first);
+	ran = run_until_width(p, 1, 1, &jobs, &whole);
+	CHECK(ran == 1, "on one CPU only the calling thread runs parts (threads %#x)", ran);
+	CHECK(move_process(&all) == 0, "the process moved back");
+	ran = run_until_width(p, full, busy, &jobs, &whole);
+	CHECK(ran > 0 && ran < 1 << full && __builtin_popcount((unsigned)ran) >= busy,
+	      "back on %d cores: %d threads again (threads %#x)", cores, full, ran);
+	CHECK(whole == jobs, "every part of every job ran once at every width (%ld of %ld jobs)", whole, jobs);
+	threadpool_free(p);
+}
+
 /* The fixture model's logits for a prompt, from a context of 2 threads
  * that adapts or not; with `busy`, on one CPU beside a busy thread until
  * the pool has narrowed.  Returns 0, or -1 (with a failed CHECK or SKIP). */
@@ -293,6 +401,7 @@ main(void)
 {
 	test_decide();
 	test_one_cpu();
+	test_follows_cpus();
 	test_model_same_logits();
 	return test_summary();
 }

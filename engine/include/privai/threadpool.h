@@ -26,11 +26,13 @@ void threadpool_free(struct threadpool *p);
 int threadpool_size(const struct threadpool *p);
 /* on: when the pool's threads keep waiting for a CPU (other processes on
  * the same cores), run jobs on the calling thread alone until the CPUs
- * are free again (threadpool_adapt.h has the rule).  Off by default; the
- * CPU backend turns it on unless told to keep every thread. */
+ * are free again, and run no more threads than the calling thread's CPUs
+ * have cores when its affinity shrinks (threadpool_adapt.h has the
+ * rules).  Off by default; the CPU backend turns it on unless told to
+ * keep every thread. */
 void threadpool_adapt(struct threadpool *p, int on);
-/* The threads taking part in jobs now: threadpool_size(), or 1 while
- * adapting to busy CPUs.  Callable from any thread. */
+/* The threads taking part in jobs now: threadpool_size(), fewer on fewer
+ * CPUs, or 1 while adapting to busy CPUs.  Callable from any thread. */
 int threadpool_width(const struct threadpool *p);
 /* How many parts threadpool_run() cuts a job into at full width (1 for
  * one thread). */

@@ -180,8 +180,9 @@ render(struct strbuf *b, const struct serving_metrics *m, const struct sched_gau
 	if (g->cpu_threads > 0) {
 		gauge(b, "privai:cpu_threads", "Compute threads of the CPU backend.", lbl, g->cpu_threads);
 		gauge(b, "privai:cpu_threads_active",
-		      "Of them at work now: 1 while other processes keep them waiting for a CPU.", lbl,
-		      g->cpu_threads_active);
+		      "Of them at work now: at most the cores of its CPUs, 1 while other processes keep them waiting "
+		      "for a CPU.",
+		      lbl, g->cpu_threads_active);
 	}
 	if (m->tp_group != NULL) {
 		const struct coll_stats *t = &m->tp_group->stats;
