@@ -513,6 +513,20 @@ def engine_chat(port, key, content="hello"):
     return r.status
 
 
+def numa_nodes():
+    """Each CPU's NUMA node, as sysfs lists them ({} without NUMA)."""
+    base, nodes = "/sys/devices/system/node", {}
+    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        if not (name.startswith("node") and name[4:].isdigit()):
+            continue
+        with open(os.path.join(base, name, "cpulist")) as f:
+            for part in f.read().strip().split(","):
+                lo, _, hi = part.partition("-")
+                if lo.isdigit():
+                    nodes.update({c: int(name[4:]) for c in range(int(lo), int(hi or lo) + 1)})
+    return nodes
+
+
 def test_deployments(adm, a, o, v, demo_id, up_id):
     for body, field in (({"name": "d", "model": demo_id, "placement": {"kind": "tpu"}}, "placement.kind"),
                         ({"name": "d", "model": demo_id, "placement": {"kind": "gpu"}}, "placement.gpus"),
@@ -541,6 +555,17 @@ def test_deployments(adm, a, o, v, demo_id, up_id):
             allowed = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("Cpus_allowed_list:")]
         check(d.get("cpus") is not None and d["cpus"].isdigit() and allowed == [d["cpus"]],
               "a placement with one thread runs on one CPU of its own", (d.get("cpus"), allowed))
+        # its memory from that CPU's NUMA node where there are several
+        # (one node: nothing to choose, the default policy)
+        nodes = numa_nodes()
+        want = {f"bind:{nodes[int(d['cpus'])]}"} if len(set(nodes.values())) > 1 else {"default"}
+        if d.get("cpus", "").isdigit() and os.path.exists(f"/proc/{d['pid']}/numa_maps"):
+            with open(f"/proc/{d['pid']}/numa_maps") as f:
+                policies = {ln.split()[1] for ln in f if len(ln.split()) > 1}
+            check(policies == want, f"its memory policy is {want} on {len(set(nodes.values()))} NUMA node(s)",
+                  policies)
+        else:
+            print("SKIP: no numa_maps here: the engine's memory policy is not checked")
     r = o.post(f"/api/v1/deployments/{dep}/v1/chat/completions",
                {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5})
     check(r.status == 200 and r.json["choices"][0]["message"]["role"] == "assistant", "chat through the admin", r)

@@ -2,16 +2,22 @@
  * CPU sets for CPU deployments (appliance/admin/deploy/cpuset.c): CPUs of
  * one NUMA node when one has enough free, the lowest free ones otherwise,
  * the held ones last when oversubscribed, the shared pool, and the
- * cpuset(7) list format; NUMA nodes read from a scratch sysfs.
+ * cpuset(7) list format; NUMA nodes read from a scratch sysfs.  Then a
+ * real child started by the runner on a node: its memory policy, as the
+ * kernel's numa_maps shows it.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testlib.h"
 #include "deploy/cpuset.h"
+#include "deploy/runner.h"
 
 static cpu_set_t
 set_of(const int *cpus, int n)
@@ -49,6 +55,92 @@ write_node(const char *root, int node, const char *cpulist)
 		fputs(cpulist, f);
 		fclose(f);
 	}
+}
+
+/* Start `sh -c 'cat /proc/self/numa_maps'` as an engine on this
+ * process's CPUs and `node`, through the child runner; its log into buf.
+ * Returns its exit status, or -1. */
+static int
+run_child_on_node(const char *dir, int node, char *buf, size_t size)
+{
+	char *argv[] = { "/bin/sh", "-c", "cat /proc/self/numa_maps", NULL };
+	char log_path[512], note[256], err[512];
+	struct engine_cpus cpus = { .node = node };
+	struct runner *r = NULL;
+	int status = -1, rc = -1;
+	pid_t pid;
+
+	snprintf(log_path, sizeof(log_path), "%s/engine-%d.log", dir, node);
+	int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+	if (fd < 0 || sched_getaffinity(0, sizeof(cpus.set), &cpus.set) != 0 ||
+	    runner_open(RUNNER_CHILD, "t", &r, note, sizeof(note), err) < 0) {
+		CHECK(0, "child runner: %s", err);
+		goto out;
+	}
+	if (runner_start(r, 1, "numa", argv, log_path, fd, &cpus, &pid, err) < 0) {
+		CHECK(0, "runner_start: %s", err);
+		goto out;
+	}
+	/* a deadline, not a timing */
+	for (int i = 0; i < 1000 && (rc = runner_wait(r, 1, pid, &status, note, sizeof(note), err)) == 1; i++)
+		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
+	if (rc != 0) {
+		CHECK(0, "the child ended: %s", err);
+		goto out;
+	}
+	FILE *f = fopen(log_path, "r");
+	size_t n = f != NULL ? fread(buf, 1, size - 1, f) : 0;
+	buf[n] = '\0';
+	if (f != NULL)
+		fclose(f);
+	rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+out:
+	if (fd >= 0)
+		close(fd);
+	runner_close(r);
+	return rc;
+}
+
+/* Whether every mapping line of numa_maps text has `policy` as its
+ * second field (and there is one). */
+static int
+all_policies(const char *text, const char *policy)
+{
+	int lines = 0;
+
+	for (const char *ln = text; *ln != '\0'; lines++) {
+		const char *sp = strchr(ln, ' ');
+		size_t n = strlen(policy);
+		if (sp == NULL || strncmp(sp + 1, policy, n) != 0 || (sp[1 + n] != ' ' && sp[1 + n] != '\n'))
+			return 0;
+		const char *nl = strchr(ln, '\n');
+		ln = nl != NULL ? nl + 1 : ln + strlen(ln);
+	}
+	return lines > 0;
+}
+
+/* A child engine placed on a NUMA node allocates from that node alone
+ * (MPOL_BIND, kept across exec), as a unit's AllowedMemoryNodes= does;
+ * one without a node keeps the default policy; a node the kernel does
+ * not have fails the start with a line in the log that says why. */
+static void
+test_child_memory(const char *dir)
+{
+	static char buf[1 << 16];
+
+	if (access("/sys/devices/system/node/node0", F_OK) != 0 || access("/proc/self/numa_maps", R_OK) != 0) {
+		SKIP("no NUMA node 0 or numa_maps here: the engine's memory binding is not checked");
+		return;
+	}
+	int rc = run_child_on_node(dir, 0, buf, sizeof(buf));
+	CHECK(rc == 0 && all_policies(buf, "bind:0"), "a child on node 0 maps every page bound to node 0 (%d): %.120s",
+	      rc, buf);
+	rc = run_child_on_node(dir, -1, buf, sizeof(buf));
+	CHECK(rc == 0 && all_policies(buf, "default"), "a child on no node keeps the default policy (%d): %.120s", rc,
+	      buf);
+	rc = run_child_on_node(dir, 1000, buf, sizeof(buf));
+	CHECK(rc == 127 && strstr(buf, "could not be bound to its NUMA node (set_mempolicy)") != NULL,
+	      "a node the kernel lacks: exit 127 and the reason in the log (%d): %.200s", rc, buf);
 }
 
 int
@@ -98,6 +190,8 @@ main(void)
 	CHECK(strcmp(list(&out), "0-7") == 0, "all held: the pool is every CPU, %s", list(&out));
 	CPU_ZERO(&out);
 	CHECK(strcmp(list(&out), "") == 0, "an empty set prints as nothing");
+
+	test_child_memory(root);
 
 	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);

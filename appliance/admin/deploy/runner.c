@@ -5,8 +5,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <linux/mempolicy.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <systemd/sd-bus.h>
 #include <systemd/sd-daemon.h>
@@ -427,6 +429,33 @@ runner_close(struct runner *r)
 	free(r);
 }
 
+/* In the child, before exec: say why to the log (write(2) is
+ * async-signal-safe) and end. */
+static void
+child_fail(const char *why)
+{
+	ssize_t n = write(2, why, strlen(why));
+
+	(void)n;
+	_exit(127);
+}
+
+/* The child's memory from its CPUs' NUMA node only, as a unit's
+ * AllowedMemoryNodes= has it: a policy that exec keeps.  A kernel without
+ * NUMA (ENOSYS) has one node anyway. */
+static int
+bind_memory(int node)
+{
+	unsigned long mask[16] = { 0 };
+
+	if (node < 0 || node >= (int)(sizeof(mask) * CHAR_BIT))
+		return node < 0 ? 0 : -1;
+	mask[node / (int)(sizeof(mask[0]) * CHAR_BIT)] = 1UL << (node % (int)(sizeof(mask[0]) * CHAR_BIT));
+	if (syscall(SYS_set_mempolicy, MPOL_BIND, mask, sizeof(mask) * CHAR_BIT) != 0 && errno != ENOSYS)
+		return -1;
+	return 0;
+}
+
 static int
 start_child(char *const argv[], int log_fd, const struct engine_cpus *cpus, pid_t *pid, char *err)
 {
@@ -448,9 +477,12 @@ start_child(char *const argv[], int log_fd, const struct engine_cpus *cpus, pid_
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		if (CPU_COUNT(&cpus->set) > 0 && sched_setaffinity(0, sizeof(cpus->set), &cpus->set) != 0)
-			_exit(127);
+			child_fail("privai-admin: the engine's CPUs could not be set (sched_setaffinity)\n");
+		if (CPU_COUNT(&cpus->set) > 0 && bind_memory(cpus->node) != 0)
+			child_fail("privai-admin: the engine's memory could not be bound to its NUMA node "
+				   "(set_mempolicy)\n");
 		execv(argv[0], argv);
-		_exit(127);
+		child_fail("privai-admin: the engine could not be executed (execv)\n");
 	}
 	*pid = child;
 	return APP_OK;

@@ -57,9 +57,9 @@ void runner_unit_name(const struct runner *r, int64_t id, char *out, size_t size
 /* Start argv (argv[0] an absolute path) for deployment id with stdout and
  * stderr appended to log_path; *pid is its process.  `log_fd` is
  * log_path opened for appending, which a child inherits.  A non-empty
- * cpus->set bounds the CPUs it runs on: the affinity of a child;
- * CPUAffinity= and AllowedCPUs= (with AllowedMemoryNodes= for a node) of
- * a unit. */
+ * cpus->set bounds the CPUs it runs on: the affinity of a child (and a
+ * memory policy bound to cpus->node where that is >= 0); CPUAffinity= and
+ * AllowedCPUs= (with AllowedMemoryNodes= for a node) of a unit. */
 int runner_start(struct runner *r, int64_t id, const char *description, char *const argv[], const char *log_path,
 		 int log_fd, const struct engine_cpus *cpus, pid_t *pid, char *err);
 /* 1: still running.  0: it has ended, *status is a wait(2) status and
