@@ -297,8 +297,10 @@ threadpool_width(const struct threadpool *p)
 void
 threadpool_run(struct threadpool *p, threadpool_fn fn, void *ctx)
 {
+	int width = p->n;
+
 	if (p->adapt_on) {
-		int width = pool_adapt_width(&p->adapt, p->tids);
+		width = pool_adapt_width(&p->adapt, p->tids);
 		/* stored only on a change: workers spin on this cache line */
 		if (width != atomic_load_explicit(&p->width, memory_order_relaxed))
 			set_width(p, width);
@@ -314,7 +316,8 @@ threadpool_run(struct threadpool *p, threadpool_fn fn, void *ctx)
 	uint32_t gen = generation(p) + 1;
 	p->fn = fn;
 	p->ctx = ctx;
-	atomic_store_explicit(&p->parts, threadpool_parts(p), memory_order_relaxed);
+	/* as many parts a thread at any width: fewer threads, fewer parts */
+	atomic_store_explicit(&p->parts, width * PARTS_PER_THREAD, memory_order_relaxed);
 	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
 	atomic_store(&p->state, (uint64_t)gen << 32); /* seq_cst: publishes the above, pairs with sleepers++ */
 	wake_all(p);

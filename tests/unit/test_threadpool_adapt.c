@@ -253,7 +253,8 @@ move_process(const cpu_set_t *set)
 }
 
 /* Jobs on `p` until its width has read `want` for 200 jobs and at least
- * `busy` threads ran parts of those after the first 100, or 20 s pass (a
+ * `busy` threads ran parts of those after the first 100 (bit 30: one of
+ * them was not cut into 4 parts a thread of `want`), or 20 s pass (a
  * deadline, not a timing: the width follows the CPUs at the next 100 ms
  * window).  Returns the threads (bits) that ran parts of those jobs, or
  * -1 when the width never settled. */
@@ -271,8 +272,10 @@ run_until_width(struct threadpool *p, int want, int busy, long *jobs, long *whol
 		*whole += atomic_load(&t.ran) == nth && atomic_load(&t.mask) == (1L << nth) - 1;
 		if (threadpool_width(p) != want)
 			settled = ran = 0;
-		else if (++settled > 100)
+		else if (++settled > 100 && nth == (want > 1 ? 4 * want : 1)) /* 4 parts a thread taking part */
 			ran |= atomic_load(&t.threads);
+		else if (settled > 100)
+			ran |= 1 << 30; /* cut for another width */
 	}
 	return settled >= 200 ? ran : -1;
 }

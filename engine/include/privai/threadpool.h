@@ -1,7 +1,8 @@
 /*
  * A fixed pool of worker threads created once per context.
  *
- * threadpool_run() cuts a job into threadpool_parts() parts and runs
+ * threadpool_run() cuts a job into threadpool_parts() parts (fewer while
+ * fewer threads take part: threadpool_width()) and runs
  * fn(ctx, i, parts) once for every part i, each on whichever pool thread
  * takes it first (the calling thread is thread 0 and takes parts too), and
  * returns when all are done.  Parts are handed out as threads come free,
