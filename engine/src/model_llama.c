@@ -261,7 +261,9 @@ alloc_seq0(struct engine_ctx *c)
 static int
 ctx_build(struct engine_ctx *c, const struct engine_ctx_params *p, char *err)
 {
-	struct compute_params cpp = { .n_threads = p->n_threads, .fixed_threads = p->fixed_threads };
+	struct compute_params cpp = { .n_threads = p->n_threads,
+				      .fixed_threads = p->fixed_threads,
+				      .max_threads = p->max_threads };
 	int r;
 
 	if (p->mem_fraction < 0 || p->mem_fraction > 1)

@@ -288,6 +288,12 @@ threadpool_adapt(struct threadpool *p, int on)
 	}
 }
 
+void
+threadpool_count_cpus(struct threadpool *p, int on)
+{
+	p->adapt.per_cpu = on != 0;
+}
+
 int
 threadpool_width(const struct threadpool *p)
 {

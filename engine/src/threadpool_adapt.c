@@ -22,7 +22,6 @@ pool_adapt_init(struct pool_adapt *a, int width_max)
 		.probe_ns = ADAPT_RETRY_MIN_NS,
 		.narrow_ns = ADAPT_RETRY_MIN_NS,
 		.caller_fd = -1,
-		.per_cpu = -1,
 	};
 	CPU_ZERO(&a->cpus); /* no CPUs: the first read differs */
 	if ((a->fds = malloc((size_t)width_max * sizeof(*a->fds))) == NULL)
@@ -207,10 +206,7 @@ follow_cpus(struct pool_adapt *a)
 	if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_EQUAL(&set, &a->cpus))
 		return 0;
 	a->cpus = set;
-	int cores = pool_cores(&set);
-	if (a->per_cpu < 0)
-		a->per_cpu = a->width_max > cores;
-	int cap = a->per_cpu ? CPU_COUNT(&set) : cores;
+	int cap = a->per_cpu ? CPU_COUNT(&set) : pool_cores(&set);
 	cap = cap < a->width_max ? cap : a->width_max;
 	if (cap == a->width_cap)
 		return 0;

@@ -28,9 +28,10 @@
  * wider than its CPUs only waits for its own preempted threads, so every
  * window also reads the calling thread's affinity, and the pool's width
  * is capped at the physical cores in it (at the CPUs, where the pool was
- * started wider than its cores: someone asked for the hyperthreads).
- * The threads past the cap sleep until the CPUs come back; a pool never
- * grows past the threads it started with.
+ * asked for more threads than cores: the hyperthreads wanted).  The
+ * threads past the cap sleep until the CPUs come back; a pool started
+ * with more threads than its CPUs have cores (serve --max-threads) runs
+ * them as its CPUs grow, and never more than it has.
  *
  * pool_adapt_decide() is the state machine alone, fed a window's waiting
  * share and jobs a second, so that tests can drive it; pool_adapt_width()
@@ -67,7 +68,7 @@ struct pool_adapt {
 	int *fds;              /* workers' schedstat, -1 until opened */
 	int broken;            /* schedstat cannot be read here: stay at the cap */
 	cpu_set_t cpus;        /* the caller's CPUs as last read */
-	int per_cpu;           /* the cap counts CPUs, not cores (-1: not yet known) */
+	int per_cpu;           /* the cap counts CPUs, not cores (threadpool_count_cpus) */
 };
 
 /* width_max >= 1.  Returns 0, or -1 out of memory. */

@@ -152,6 +152,9 @@ def test_cpu_sets(a, xdg, demo):
         return
     model = demo["model_id"]
     every = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    p = unit_props(xdg, demo["unit"], "ExecStart")
+    check(f"--max-threads {cpus} " in p.get("ExecStart", "") and "--threads" not in p.get("ExecStart", ""),
+          f"a shared engine starts with a thread for each of the {cpus} CPUs, to follow the pool", p)
     got = []
     for name in ("pin-a", "pin-b"):
         r = a.post("/api/v1/deployments", {"name": name, "model": model, "placement": {"kind": "cpu", "threads": 1}})

@@ -72,12 +72,13 @@ def check(cond, what):
 
 
 class Server:
-    def __init__(self, *args, env=None, model=MODEL):
+    def __init__(self, *args, env=None, model=MODEL, threads=("--threads", "2"), preexec_fn=None):
         e = dict(os.environ)
         e.update(env or {})
-        self.p = subprocess.Popen([ENGINE, "serve", "-m", model, "--port", "0", "--threads", "2", "--ctx", "512",
+        self.p = subprocess.Popen([ENGINE, "serve", "-m", model, "--port", "0", *threads, "--ctx", "512",
                                    "--chat-template", "llama2", *DEVICE, *args],
-                                  stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=e, text=True)
+                                  stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=e, text=True,
+                                  preexec_fn=preexec_fn)
         self.log = []
         self.port = None
         self.ready = threading.Event()
@@ -1223,6 +1224,49 @@ def test_fixed_threads():
     check(s.stop() == 0, "exit 0 after SIGTERM")
 
 
+def move_process(pid, cpus):
+    """Every thread of process pid onto cpus, as privai-admin moves a
+    shared deployment (supervisor.c)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def test_max_threads():
+    r = subprocess.run([ENGINE, "serve", "-m", MODEL, "--port", "0", "--threads", "2", "--max-threads", "4"],
+                       capture_output=True, text=True, timeout=60 * SLOW)
+    check(r.returncode != 0 and "--max-threads is for a pool that follows its CPUs: not with --threads" in r.stderr,
+          "--max-threads with --threads is refused by name: %r" % r.stderr.strip())
+    every = os.sched_getaffinity(0)
+    if DEVICE or len(every) < 2:
+        print("SKIP: --max-threads needs the CPU backend and two CPUs")
+        return
+    first = min(every)
+    # started on one CPU: one thread at work, a second asleep for more CPUs
+    s = Server("--max-threads", "2", threads=(), preexec_fn=lambda: os.sched_setaffinity(0, {first}))
+    check(s.wait_ready(), "server with --max-threads 2 ready on one CPU")
+    st, _ = s.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 64, "ignore_eos": True})
+    threads, active = s.metric("privai:cpu_threads"), s.metric("privai:cpu_threads_active")
+    check(st == 200 and threads == 2 and active == 1,
+          "started on one CPU with --max-threads 2: 2 threads, 1 at work (%s of %s)" % (active, threads))
+    # its CPUs grow under it: the second thread joins, no restart
+    move_process(s.p.pid, every)
+    want = min(2, len(every))
+    deadline, ok = time.monotonic() + 20 * SLOW, True  # a deadline, not a timing: 100 ms windows
+    while ok and s.metric("privai:cpu_threads_active") != want and time.monotonic() < deadline:
+        st, j = s.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 64, "ignore_eos": True})
+        ok = st == 200 and j["usage"]["completion_tokens"] == 64
+    check(ok and s.metric("privai:cpu_threads_active") == want,
+          "moved onto %d CPUs: %d threads at work (%s)" % (len(every), want, s.metric("privai:cpu_threads_active")))
+    move_process(s.p.pid, {first})
+    deadline = time.monotonic() + 20 * SLOW
+    while ok and s.metric("privai:cpu_threads_active") != 1 and time.monotonic() < deadline:
+        st, j = s.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 64, "ignore_eos": True})
+        ok = st == 200 and j["usage"]["completion_tokens"] == 64
+    check(ok and s.metric("privai:cpu_threads_active") == 1,
+          "moved back onto one CPU: one thread at work (%s)" % s.metric("privai:cpu_threads_active"))
+    check(s.stop() == 0, "exit 0 after SIGTERM")
+
+
 def test_stream_interval():
     r = subprocess.run([ENGINE, "serve", "-m", MODEL, "--port", "0", "--stream-interval-ms", "-1"],
                        capture_output=True, text=True, timeout=60 * SLOW)
@@ -1376,7 +1420,7 @@ def main():
     alive = s.p.poll() is None
     check(alive, "the server survived everything above")
     check(s.stop() == 0, "exit 0 after SIGTERM")
-    for t in (test_lora, test_fim, test_embeddings, test_tool_calls, test_slow_clients, test_queue_full, test_allow_unknown_fields, test_fixed_threads, test_stream_interval, test_keys_and_drain, test_startup_errors_and_notify):
+    for t in (test_lora, test_fim, test_embeddings, test_tool_calls, test_slow_clients, test_queue_full, test_allow_unknown_fields, test_fixed_threads, test_max_threads, test_stream_interval, test_keys_and_drain, test_startup_errors_and_notify):
         try:
             t()
         except Exception as e:

@@ -259,9 +259,19 @@ build_argv(struct supervisor *s, const struct want *w, struct proc *p, char **ar
 	 * admin limits its own clients) */
 	ARG("--max-connections-per-client");
 	ARG("0");
+	const cJSON *kind = cJSON_GetObjectItem(pl, "kind");
+	cpu_set_t every;
 	if ((v = cJSON_GetObjectItem(pl, "threads")) != NULL && cJSON_IsNumber(v) && v->valueint > 0) {
 		ARG("--threads");
 		ARG("%d", v->valueint);
+	} else if ((kind == NULL || (cJSON_IsString(kind) && strcmp(kind->valuestring, "cpu") == 0)) &&
+		   cJSON_GetObjectItem(pl, "ranks") == NULL && sched_getaffinity(0, sizeof(every), &every) == 0 &&
+		   CPU_COUNT(&every) > 1) {
+		/* a shared engine follows the CPUs no placement holds
+		 * (reshare): threads for all of them, those past the cores
+		 * it has now asleep (threadpool_adapt.h) */
+		ARG("--max-threads");
+		ARG("%d", CPU_COUNT(&every));
 	}
 	/* a rank of a model split over nodes: rank 0 here listens for the
 	 * others on the host other nodes reach this console at; a follower
@@ -501,7 +511,8 @@ set_process_affinity(pid_t pid, const cpu_set_t *set)
 /* The engines without CPUs of their own follow the pool: off the CPUs
  * an engine with threads took since they started, back onto those it
  * gave up.  Their threads are moved in place (no restart, so no request
- * is lost); an engine keeps the thread count it started with. */
+ * is lost); each engine then runs as many threads as the pool has cores
+ * (it started with one for every CPU here: --max-threads). */
 static void
 reshare(struct supervisor *s)
 {

@@ -142,6 +142,10 @@ struct compute_params {
 	/* CPU: keep every thread at work even while other processes keep them
 	 * waiting for a CPU (threadpool_adapt()); 0 adapts */
 	int fixed_threads;
+	/* CPU, with n_threads 0 and adapting: start this many threads when
+	 * more than the cores it may use now; the pool runs as many as its
+	 * CPUs have cores (threadpool_adapt.h), so it grows when they do */
+	int max_threads;
 };
 
 /* The backend called `name` ("cpu", "cuda"; NULL is "cpu").  PRIVAI_OK,

@@ -81,6 +81,7 @@ struct engine_ctx_params {
 	int n_batch;        /* tokens per forward pass; 0: 256 */
 	int n_threads;      /* CPU threads; 0: the physical cores this process may use */
 	int fixed_threads;  /* CPU: all of them even on busy CPUs (compute_params) */
+	int max_threads;    /* CPU, with n_threads 0: threads to grow to with the CPUs (compute_params) */
 	int n_kv_blocks;    /* blocks in the KV pool; 0: enough for one sequence of n_ctx */
 	const char *device; /* the compute backend (compute.h): NULL or "cpu", "cuda" */
 	/* on a device, with n_kv_blocks 0: the share of its memory this

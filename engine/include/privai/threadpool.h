@@ -32,6 +32,10 @@ int threadpool_size(const struct threadpool *p);
  * rules).  Off by default; the CPU backend turns it on unless told to
  * keep every thread. */
 void threadpool_adapt(struct threadpool *p, int on);
+/* on: the width's cap counts the CPUs the caller may run on, not their
+ * cores (a pool asked for more threads than cores: the hyperthreads
+ * wanted).  Off by default. */
+void threadpool_count_cpus(struct threadpool *p, int on);
 /* The threads taking part in jobs now: threadpool_size(), fewer on fewer
  * CPUs, or 1 while adapting to busy CPUs.  Callable from any thread. */
 int threadpool_width(const struct threadpool *p);

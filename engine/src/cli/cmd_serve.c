@@ -33,6 +33,7 @@ struct serve_opts {
 	float stream_interval_ms;                   /* --stream-interval-ms */
 	int allow_unknown;                          /* --allow-unknown-fields */
 	int fixed_threads;                          /* --fixed-threads */
+	int max_threads;                            /* --max-threads */
 	int embeddings;                             /* --embeddings */
 	const char *lora[ENGINE_MAX_LORA];          /* --lora NAME=PATH */
 	const char *lora_dir[SERVER_MAX_LORA_DIRS]; /* --lora-dir DIR, repeatable */
@@ -62,6 +63,9 @@ serve_usage(FILE *fp)
 	      "  --threads N            compute threads (default: the physical cores it may use)\n"
 	      "  --fixed-threads        keep every thread at work while other processes hold the CPUs\n"
 	      "                         (default: fall back to one thread until they are free)\n"
+	      "  --max-threads N        without --threads: start up to N threads and run as many as the\n"
+	      "                         CPUs it may use have cores, more when they grow (its affinity\n"
+	      "                         or cgroup changed under it); default: the cores at start\n"
 	      "  --device NAME          backend: cpu (default) or cuda where the build has it\n"
 	      "  --gpus UUID[,UUID...]  with --device cuda: the GPUs or the one MIG instance to use\n"
 	      "  --tensor-parallel N    with --device cuda: GPUs the model is split over (default: all of --gpus)\n"
@@ -193,6 +197,8 @@ parse(int argc, char **argv, struct serve_opts *o)
 			rc = cli_parse_int(cmd, a, v, 0, 1 << 20, &o->queue);
 		} else if (strcmp(a, "--threads") == 0) {
 			rc = cli_parse_int(cmd, a, v, 1, 1024, &o->threads);
+		} else if (strcmp(a, "--max-threads") == 0) {
+			rc = cli_parse_int(cmd, a, v, 1, 1024, &o->max_threads);
 		} else if (strcmp(a, "--max-body-mib") == 0) {
 			rc = cli_parse_int(cmd, a, v, 1, 1024, &o->max_body_mib);
 		} else if (strcmp(a, "--max-connections") == 0) {
@@ -227,6 +233,9 @@ parse(int argc, char **argv, struct serve_opts *o)
 		return cli_error(cmd, "-m MODEL is required");
 	if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0)
 		return cli_error(cmd, "unknown --device '%s' (cpu or cuda)", o->device);
+	if (o->max_threads > 0 && (o->threads > 0 || o->fixed_threads))
+		return cli_error(cmd, "--max-threads is for a pool that follows its CPUs: not with %s",
+				 o->threads > 0 ? "--threads" : "--fixed-threads");
 	if (strcmp(o->device, "cpu") == 0 && (o->gpus != NULL || o->tensor_parallel > 0))
 		return cli_error(cmd, "--gpus and --tensor-parallel are for --device cuda");
 	/* one GPU or one MIG instance a process, which the CUDA backend then
@@ -400,6 +409,7 @@ ctx_params(const struct serve_opts *o, const struct engine_model *m)
 					.n_batch = o->batch,
 					.n_threads = o->threads,
 					.fixed_threads = o->fixed_threads,
+					.max_threads = o->max_threads,
 					.device = o->device,
 					.group = o->tp.group };
 	int n_ctx = o->n_ctx > 0 ? o->n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);

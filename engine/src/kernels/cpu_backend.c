@@ -504,8 +504,12 @@ compute_cpu_new(const struct compute_params *p, struct compute **ret, char *err)
 {
 	struct compute *c = calloc(1, sizeof(*c));
 	struct cpu_impl *im = calloc(1, sizeof(*im));
-	int n_threads = p->n_threads > 0 ? p->n_threads : threadpool_default_threads();
+	int cores = threadpool_default_threads(), n_threads = p->n_threads > 0 ? p->n_threads : cores;
 	int r;
+
+	/* threads to grow into: asleep until the CPUs have the cores */
+	if (p->n_threads <= 0 && !p->fixed_threads && p->max_threads > n_threads)
+		n_threads = p->max_threads;
 
 	if (c == NULL || im == NULL) {
 		free(c);
@@ -520,6 +524,8 @@ compute_cpu_new(const struct compute_params *p, struct compute **ret, char *err)
 		return privai_fail(err, r, "cannot start %d compute threads", n_threads);
 	}
 	threadpool_adapt(im->pool, !p->fixed_threads);
+	/* asked for more threads than cores: hyperthreads wanted */
+	threadpool_count_cpus(im->pool, p->n_threads > cores);
 	*ret = c;
 	return PRIVAI_OK;
 }
