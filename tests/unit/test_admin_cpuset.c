@@ -183,6 +183,46 @@ main(void)
 		      node == -1,
 	      "without NUMA nodes: the lowest, no node: %s on %d", list(&out), node);
 
+	/* shared engines on a host of two nodes: one engine a node */
+	int sharers[CPUSET_MAX_NODES] = { 0 };
+	held = set_of((const int[]){ 0 }, 1);
+	CHECK(cpuset_home_node(&avail, &held, sharers, root) == 1, "the first shared engine: the node with most free");
+	sharers[1] = 1;
+	CHECK(cpuset_home_node(&avail, &held, sharers, root) == 0,
+	      "the second: the node without one, though it has fewer free CPUs");
+	sharers[0] = 1;
+	CHECK(cpuset_home_node(&avail, &held, sharers, root) == 1, "the third: as many on each, then the most free");
+	CPU_ZERO(&held);
+	sharers[1] = 0;
+	sharers[0] = 0;
+	CHECK(cpuset_home_node(&avail, &held, sharers, root) == 0, "equal in all: the lowest node");
+	held = set_of((const int[]){ 4 }, 1);
+	sharers[0] = 1;
+	CHECK(cpuset_home_node(&avail, &held, sharers, root) == 1,
+	      "a later node with fewer shared engines wins over one with more free CPUs");
+	sharers[0] = 0;
+	CPU_ZERO(&held);
+	cpu_set_t low = set_of((const int[]){ 0, 1, 2, 3 }, 4);
+	CHECK(cpuset_home_node(&low, &held, sharers, root) == 0, "a node without CPUs this admin may use is no home");
+	CHECK(cpuset_home_node(&avail, &held, sharers, "/nonexistent") == -1, "one node (no sysfs): no home");
+
+	held = set_of((const int[]){ 4, 5 }, 2);
+	cpuset_shared_on(&avail, &held, 1, root, &out);
+	CHECK(strcmp(list(&out), "6-7") == 0, "at home on node 1: its free CPUs only, %s", list(&out));
+	cpuset_shared_on(&avail, &held, 0, root, &out);
+	CHECK(strcmp(list(&out), "0-3") == 0, "at home on node 0: %s", list(&out));
+	held = set_of((const int[]){ 4, 5, 6, 7 }, 4);
+	cpuset_shared_on(&avail, &held, 1, root, &out);
+	CHECK(strcmp(list(&out), "4-7") == 0, "its node's CPUs all held: shared with their holders, %s", list(&out));
+	cpuset_shared_on(&avail, &held, -1, root, &out);
+	CHECK(strcmp(list(&out), "0-3") == 0, "no home: every free CPU, %s", list(&out));
+	cpuset_shared_on(&low, &held, 1, root, &out);
+	CHECK(strcmp(list(&out), "0-3") == 0, "a home without CPUs to use: every free CPU, %s", list(&out));
+
+	CHECK(cpuset_node_of(&low, root) == 0, "0-3 are node 0's");
+	CHECK(cpuset_node_of(&avail, root) == -1, "0-7 span two nodes");
+	CHECK(cpuset_node_of(&low, "/nonexistent") == -1, "no nodes: none");
+
 	held = set_of((const int[]){ 1, 2 }, 2);
 	cpuset_shared(&avail, &held, &out);
 	CHECK(strcmp(list(&out), "0,3-7") == 0, "the shared pool: what no one holds, %s", list(&out));

@@ -5,7 +5,7 @@
 
 #include "deploy/cpuset.h"
 
-#define MAX_NODES 64
+#define MAX_NODES CPUSET_MAX_NODES
 
 /* A cpulist ("0-3,8") into s; 0, or -1 when it does not parse. */
 static int
@@ -112,6 +112,64 @@ cpuset_shared(const cpu_set_t *avail, const cpu_set_t *held, cpu_set_t *out)
 			CPU_SET(c, out);
 	if (CPU_COUNT(out) == 0)
 		*out = *avail;
+}
+
+int
+cpuset_home_node(const cpu_set_t *avail, const cpu_set_t *held, const int sharers[CPUSET_MAX_NODES],
+		 const char *sysfs_root)
+{
+	cpu_set_t nodes[MAX_NODES];
+	int ids[MAX_NODES], nn = read_nodes(sysfs_root, nodes, ids), best = -1, best_free = -1;
+
+	for (int i = 0; nn > 1 && i < nn; i++) {
+		cpu_set_t mine, free_set;
+		CPU_AND(&mine, &nodes[i], avail);
+		if (CPU_COUNT(&mine) == 0)
+			continue;
+		CPU_XOR(&free_set, &mine, held);
+		CPU_AND(&free_set, &free_set, &mine); /* mine and not held */
+		int f = CPU_COUNT(&free_set);
+		if (best < 0 || sharers[ids[i]] < sharers[ids[best]] ||
+		    (sharers[ids[i]] == sharers[ids[best]] && f > best_free)) {
+			best = i;
+			best_free = f;
+		}
+	}
+	return best < 0 ? -1 : ids[best];
+}
+
+void
+cpuset_shared_on(const cpu_set_t *avail, const cpu_set_t *held, int node, const char *sysfs_root, cpu_set_t *out)
+{
+	cpu_set_t nodes[MAX_NODES];
+	int ids[MAX_NODES], nn = node >= 0 ? read_nodes(sysfs_root, nodes, ids) : 0;
+
+	for (int i = 0; i < nn; i++) {
+		cpu_set_t mine;
+		if (ids[i] != node)
+			continue;
+		CPU_AND(&mine, &nodes[i], avail);
+		if (CPU_COUNT(&mine) == 0)
+			break;
+		cpuset_shared(&mine, held, out);
+		return;
+	}
+	cpuset_shared(avail, held, out);
+}
+
+int
+cpuset_node_of(const cpu_set_t *set, const char *sysfs_root)
+{
+	cpu_set_t nodes[MAX_NODES];
+	int ids[MAX_NODES], nn = read_nodes(sysfs_root, nodes, ids);
+
+	for (int i = 0; nn > 1 && i < nn && CPU_COUNT(set) > 0; i++) {
+		cpu_set_t in;
+		CPU_AND(&in, set, &nodes[i]);
+		if (CPU_EQUAL(&in, set))
+			return ids[i];
+	}
+	return -1;
 }
 
 void

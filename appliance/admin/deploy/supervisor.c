@@ -20,6 +20,7 @@
 #include "strfmt.h"
 #include "admin.h"
 #include "log.h"
+#include "hostfs.h"
 #include "store/db.h"
 #include "store/tasks.h"
 #include "deploy/deployments.h"
@@ -43,7 +44,7 @@ struct proc {
 	int64_t stop_sent_ms;    /* 0: no SIGTERM sent */
 	atomic_int restart;      /* asked to restart with new settings */
 	char key[72];            /* the admin's own key on this engine */
-	struct engine_cpus cpus; /* where it runs (deploy/cpuset.h) */
+	struct engine_cpus cpus; /* where it runs (deploy/cpuset.h); pooled: node is its home */
 	int dedicated;           /* its CPUs are its own: others are given none of them */
 	int pooled;              /* threads 0: it runs on the CPUs no engine holds, as they change */
 	struct proc *next;
@@ -62,6 +63,7 @@ struct supervisor {
 	atomic_int alive;
 	struct runner *runner; /* used by the supervisor thread only, and by stop after it ends */
 	struct proc *procs;
+	char sysfs[4096]; /* the host's /sys, under its --sys-root: NUMA nodes */
 };
 
 /* a deployment row as the reconciler needs it */
@@ -460,9 +462,10 @@ holds_cpus(const char *placement, int *threads)
 }
 
 /* The CPUs w's engine is given: `threads` of its own, from one NUMA node
- * where it can, or else the CPUs no other engine holds (deploy/cpuset.h);
- * the lowest free ones when oversubscribed.  Empty (anywhere) if this
- * process's own affinity cannot be read. */
+ * where it can, or else the CPUs no other engine holds (deploy/cpuset.h),
+ * of the home node it is given where the host has several; the lowest
+ * free ones when oversubscribed.  Empty (anywhere) if this process's own
+ * affinity cannot be read. */
 static void
 choose_cpus(struct supervisor *s, const struct want *w, struct proc *self)
 {
@@ -479,10 +482,17 @@ choose_cpus(struct supervisor *s, const struct want *w, struct proc *self)
 	for (const struct proc *p = s->procs; p != NULL; p = p->next)
 		if (p != self && p->pid > 0 && p->dedicated)
 			CPU_OR(&held, &held, &p->cpus.set);
-	if (threads > 0)
-		cpuset_pick(&avail, &held, threads, "/sys", &self->cpus.set, &self->cpus.node);
-	else
-		cpuset_shared(&avail, &held, &self->cpus.set);
+	if (threads > 0) {
+		cpuset_pick(&avail, &held, threads, s->sysfs, &self->cpus.set, &self->cpus.node);
+		return;
+	}
+	/* one shared engine a socket where there are several */
+	int sharers[CPUSET_MAX_NODES] = { 0 };
+	for (const struct proc *p = s->procs; p != NULL; p = p->next)
+		if (p != self && p->pid > 0 && p->pooled && p->cpus.node >= 0 && p->cpus.node < CPUSET_MAX_NODES)
+			sharers[p->cpus.node]++;
+	self->cpus.node = cpuset_home_node(&avail, &held, sharers, s->sysfs);
+	cpuset_shared_on(&avail, &held, self->cpus.node, s->sysfs, &self->cpus.set);
 }
 
 /* Every thread of process pid onto set; 0, or -1 when one could not be
@@ -508,15 +518,16 @@ set_process_affinity(pid_t pid, const cpu_set_t *set)
 	return rc;
 }
 
-/* The engines without CPUs of their own follow the pool: off the CPUs
- * an engine with threads took since they started, back onto those it
- * gave up.  Their threads are moved in place (no restart, so no request
- * is lost); each engine then runs as many threads as the pool has cores
- * (it started with one for every CPU here: --max-threads). */
+/* The engines without CPUs of their own follow the pool (of their home
+ * node, where the host has several): off the CPUs an engine with threads
+ * took since they started, back onto those it gave up.  Their threads
+ * are moved in place (no restart, so no request is lost); each engine
+ * then runs as many threads as the pool has cores (it started with one
+ * for every CPU here: --max-threads). */
 static void
 reshare(struct supervisor *s)
 {
-	cpu_set_t avail, held, pool;
+	cpu_set_t avail, held;
 
 	if (sched_getaffinity(0, sizeof(avail), &avail) != 0)
 		return;
@@ -524,9 +535,12 @@ reshare(struct supervisor *s)
 	for (const struct proc *p = s->procs; p != NULL; p = p->next)
 		if (p->pid > 0 && p->dedicated)
 			CPU_OR(&held, &held, &p->cpus.set);
-	cpuset_shared(&avail, &held, &pool);
 	for (struct proc *p = s->procs; p != NULL; p = p->next) {
-		if (p->pid <= 0 || !p->pooled || CPU_COUNT(&p->cpus.set) == 0 || CPU_EQUAL(&p->cpus.set, &pool))
+		cpu_set_t pool;
+		if (p->pid <= 0 || !p->pooled || CPU_COUNT(&p->cpus.set) == 0)
+			continue;
+		cpuset_shared_on(&avail, &held, p->cpus.node, s->sysfs, &pool);
+		if (CPU_EQUAL(&p->cpus.set, &pool))
 			continue;
 		if (set_process_affinity(p->pid, &pool) == 0) {
 			p->cpus.set = pool;
@@ -966,6 +980,8 @@ adopt(struct supervisor *s)
 		p->cpus.node = -1;
 		if (sched_getaffinity(pid, sizeof(p->cpus.set), &p->cpus.set) != 0)
 			CPU_ZERO(&p->cpus.set);
+		else if (p->pooled) /* its home, where the run that started it gave it one */
+			p->cpus.node = cpuset_node_of(&p->cpus.set, s->sysfs);
 		new_key(p->key, sizeof(p->key));
 		pthread_mutex_lock(&s->a->db_mu);
 		int kerr = write_keys(s->a, p->id, p->key);
@@ -1005,6 +1021,10 @@ supervisor_start(struct admin *a, struct supervisor **ret, char *err)
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 		free(s);
 		return app_fail(err, APP_EIO, "cannot create %s: %s", dir, strerror(errno));
+	}
+	if (hostfs_path(a->cfg.sys_root, "/sys", s->sysfs, sizeof(s->sysfs)) != APP_OK) {
+		free(s);
+		return app_fail(err, APP_ERANGE, "--sys-root %s is too long", a->cfg.sys_root);
 	}
 	if ((rc = open_runner(a, s, err)) != APP_OK) {
 		free(s);
