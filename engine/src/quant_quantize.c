@@ -2,8 +2,8 @@
  * Quantization of float32 rows into GGUF block types, for the `quantize`
  * subcommand, the synthetic-model tool and the round-trip tests.
  *
- * Q8_0 and Q4_0 follow the reference rounding exactly.  Q4_K and Q6_K use a
- * plain min/max (Q4_K) and max-abs (Q6_K) fit per sub-block rather than the
+ * Q8_0 and Q4_0 follow the reference rounding exactly.  The K-quants use a
+ * plain min/max (Q2_K, Q4_K, Q5_K) or max-abs (Q3_K, Q6_K) fit per sub-block rather than the
  * reference's iterative search: the files are valid and read identically
  * everywhere, with a slightly larger error than the search would give.
  */
@@ -163,6 +163,86 @@ q_q6_k(const float *x, uint8_t *b, size_t nb)
 	}
 }
 
+/* Q3_K: 16-value sub-blocks d * (L_s - 32) * q, q in -4..3, L_s 6 bits;
+ * each sub-block fitted to its value of largest magnitude (that one at
+ * -4, the others rounded and q = 4 clamped to 3), the sub-block scales to
+ * the largest of them.  Stored as dq_q3_k reads it: q + 4's low two bits
+ * in qs (value 128h + 32k + l at bits 2k of qs[32h + l]), its third bit
+ * in bit 4h + k of hmask[l], the scales in twelve bytes (q3_k_scales). */
+static void
+q_q3_k(const float *x, uint8_t *b, size_t nb)
+{
+	for (size_t i = 0; i < nb; i++, x += QK_K, b += 110) {
+		float scale[16], max_abs = 0.0f;
+		for (int s = 0; s < 16; s++) {
+			float big = 0.0f;
+			for (int l = 0; l < 16; l++)
+				if (fabsf(x[16 * s + l]) > fabsf(big))
+					big = x[16 * s + l];
+			scale[s] = big / -4.0f;
+			max_abs = fmaxf(max_abs, fabsf(scale[s]));
+		}
+		float d = max_abs / 31.0f;
+		uint8_t *hm = b, *qs = b + 32, *sc = b + 96;
+		memset(b, 0, 110);
+		wr_f16(b + 108, d);
+		d = fp16_to_f32(f32_to_fp16(d));
+		for (int s = 0; s < 16; s++) {
+			int ls = d > 0 ? clampi((int)lroundf(scale[s] / d), -32, 31) : 0;
+			int u = ls + 32, j = s % 8;
+			sc[j] = (uint8_t)(sc[j] | (s < 8 ? (u & 0xf) : (u & 0xf) << 4));
+			sc[8 + j % 4] = (uint8_t)(sc[8 + j % 4] | (u >> 4) << (2 * (j / 4) + (s < 8 ? 0 : 4)));
+			float dl = d * (float)ls;
+			for (int l = 0; l < 16; l++) {
+				int v = 16 * s + l, h = v / 128, k = (v % 128) / 32, at = v % 32;
+				int q = dl != 0.0f ? clampi((int)lroundf(x[v] / dl), -4, 3) + 4 : 4;
+				qs[32 * h + at] = (uint8_t)(qs[32 * h + at] | (q & 3) << (2 * k));
+				hm[at] = (uint8_t)(hm[at] | (q >> 2) << (4 * h + k));
+			}
+		}
+	}
+}
+
+/* Q2_K: 16-value sub-blocks d * sc_s * q - dmin * m_s, q in 0..3, sc and
+ * m 4 bits each (scales[s] = sc | m << 4), a min/max fit per sub-block as
+ * Q4_K's; q at bits 2k of qs[32h + l] for value 128h + 32k + l (dq_q2_k). */
+static void
+q_q2_k(const float *x, uint8_t *b, size_t nb)
+{
+	for (size_t i = 0; i < nb; i++, x += QK_K, b += 84) {
+		float scale[16], min[16], max_scale = 0.0f, max_min = 0.0f;
+		for (int s = 0; s < 16; s++) {
+			float lo = 0.0f, hi = 0.0f;
+			for (int l = 0; l < 16; l++) {
+				lo = fminf(lo, x[16 * s + l]);
+				hi = fmaxf(hi, x[16 * s + l]);
+			}
+			scale[s] = (hi - lo) / 3.0f;
+			min[s] = -lo;
+			max_scale = fmaxf(max_scale, scale[s]);
+			max_min = fmaxf(max_min, min[s]);
+		}
+		float d = max_scale / 15.0f, dmin = max_min / 15.0f;
+		uint8_t *qs = b + 16;
+		memset(b, 0, 84);
+		wr_f16(b + 80, d);
+		wr_f16(b + 82, dmin);
+		d = fp16_to_f32(f32_to_fp16(d));
+		dmin = fp16_to_f32(f32_to_fp16(dmin));
+		for (int s = 0; s < 16; s++) {
+			int ls = d > 0 ? clampi((int)lroundf(scale[s] / d), 0, 15) : 0;
+			int lm = dmin > 0 ? clampi((int)lroundf(min[s] / dmin), 0, 15) : 0;
+			b[s] = (uint8_t)(ls | lm << 4);
+			float dl = d * (float)ls, ml = dmin * (float)lm;
+			for (int l = 0; l < 16; l++) {
+				int v = 16 * s + l, h = v / 128, k = (v % 128) / 32;
+				int q = dl > 0 ? clampi((int)lroundf((x[v] + ml) / dl), 0, 3) : 0;
+				qs[32 * h + v % 32] = (uint8_t)(qs[32 * h + v % 32] | q << (2 * k));
+			}
+		}
+	}
+}
+
 int
 tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n)
 {
@@ -188,6 +268,12 @@ tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n)
 		return 0;
 	case TT_Q4_0:
 		q_q4_0(src, b, n / 32);
+		return 0;
+	case TT_Q2_K:
+		q_q2_k(src, b, n / QK_K);
+		return 0;
+	case TT_Q3_K:
+		q_q3_k(src, b, n / QK_K);
 		return 0;
 	case TT_Q4_K:
 		q_q4_k_q5_k(src, b, n / QK_K, 0);

@@ -60,12 +60,18 @@ vocab=$(sed -n 's/^vocabulary: *\([0-9]*\).*/\1/p' "$T/info")
 
 # synthetic models of both architectures, quantized, actually run
 "$E" synth -o "$T/f16.gguf" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type F16 2>/dev/null && ok || bad "synth F16"
-for q in Q8_0 Q4_0 Q4_K Q6_K; do
+for q in Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K; do
 	"$E" quantize "$T/f16.gguf" "$T/$q.gguf" $q && "$E" run -m "$T/$q.gguf" -p "the" -n 4 >/dev/null 2>&1 &&
 		"$E" info -m "$T/$q.gguf" | grep -q "$q x" && ok || bad "quantize to $q"
 done
 "$E" synth -o "$T/qwen2.gguf" --arch qwen2 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 --type Q4_K_M 2>/dev/null &&
 	"$E" run -m "$T/qwen2.gguf" -p "the" -n 4 >/dev/null 2>&1 && ok || bad "qwen2 with Q4_K_M"
+# the low-bit mixes: Q3_K_M and llama.cpp's Q2_K, tensor by tensor as its quantizer picks them
+for mix in "Q3_K_M:Q3_K x9 Q4_K x4 Q5_K x2 Q6_K x1" "Q2_K_M:Q2_K x9 Q3_K x4 Q4_K x2 Q6_K x1"; do
+	"$E" synth -o "$T/mix.gguf" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type "${mix%%:*}" 2>/dev/null &&
+		"$E" info -m "$T/mix.gguf" | grep -q "${mix#*:}" && "$E" run -m "$T/mix.gguf" -p "the" -n 4 >/dev/null 2>&1 &&
+		ok || bad "synth ${mix%%:*}: $("$E" info -m "$T/mix.gguf" 2>&1 | grep 'tensor types')"
+done
 # the weights are drawn in slices, each from its count in one stream: the same file at any thread count, another with
 # another seed
 for t in 1 3; do
@@ -91,7 +97,7 @@ expect_fail "token id outside vocab" "outside the vocabulary" "$E" eval -m "$DEM
 expect_fail "bad ids" "comma-separated" "$E" eval -m "$DEMO" --prompt-ids 1,x --dump-logits "$T/x"
 expect_fail "top-p out of range" "top_p" "$E" run -m "$DEMO" -p hi --top-p 2
 expect_fail "n not a number" "integer" "$E" run -m "$DEMO" -p hi -n lots
-expect_fail "quantize target" "cannot quantize" "$E" quantize "$DEMO" "$T/o.gguf" Q2_K
+expect_fail "quantize target" "cannot quantize" "$E" quantize "$DEMO" "$T/o.gguf" Q5_0
 expect_fail "unknown command" "unknown command" "$E" frobnicate
 expect_fail "synth bad shape" "divide" "$E" synth -o "$T/s.gguf" --dim 100 --heads 3
 expect_fail "invalid utf-8 prompt" "invalid UTF-8" "$E" tokenize -m "$DEMO" "$(printf 'a\377b')"

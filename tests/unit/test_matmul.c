@@ -270,7 +270,8 @@ check_swiglu(struct compute *c, const char *label)
 static void
 check_level(const char *simd)
 {
-	static const uint32_t quantized[] = { TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q5_K, TT_Q6_K };
+	static const uint32_t quantized[] = { TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q5_K, TT_Q6_K, TT_Q3_K, TT_Q2_K };
+	size_t nq = sizeof(quantized) / sizeof(quantized[0]);
 
 	setenv("PRIVAI_SIMD", simd, 1);
 	struct compute *c = new_backend();
@@ -282,9 +283,9 @@ check_level(const char *simd)
 	check_type(c, TT_BF16, COLS2, compute_cpu_simd_name());
 	check_type(c, TT_F32, COLS2, compute_cpu_simd_name());
 	check_long(c, TT_F16, compute_cpu_simd_name());
-	for (size_t i = 0; i < sizeof(quantized) / sizeof(quantized[0]); i++) {
+	for (size_t i = 0; i < nq; i++) {
 		check_type(c, quantized[i], QCOLS, compute_cpu_simd_name());
-		check_fused(c, quantized[i], quantized[(i + 1) % 5], QCOLS);
+		check_fused(c, quantized[i], quantized[(i + 1) % nq], QCOLS);
 	}
 	check_fused(c, TT_F16, TT_BF16, COLS2);
 	check_fused(c, TT_BF16, TT_F16, COLS);

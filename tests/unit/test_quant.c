@@ -146,8 +146,8 @@ test_round_trips(void)
 		uint32_t type;
 		double bound; /* max relative RMS error on N(0,1) data */
 	} rt[] = {
-		{ TT_F16, 1e-3 },    { TT_BF16, 5e-3 },   { TT_Q8_0, 1e-2 }, { TT_Q6_K, 3e-2 },
-		{ TT_Q4_0, 1.2e-1 }, { TT_Q4_K, 1.2e-1 }, { TT_Q5_K, 6e-2 },
+		{ TT_F16, 1e-3 },    { TT_BF16, 5e-3 }, { TT_Q8_0, 1e-2 },   { TT_Q6_K, 3e-2 },   { TT_Q4_0, 1.2e-1 },
+		{ TT_Q4_K, 1.2e-1 }, { TT_Q5_K, 6e-2 }, { TT_Q3_K, 1.8e-1 }, { TT_Q2_K, 3.6e-1 },
 	};
 	enum { N = 4096 };
 	static float x[N], y[N];
@@ -175,9 +175,44 @@ test_round_trips(void)
 		printf("%s: round-trip relative RMS error %.4f (bound %.3f)\n", tensor_type_name(rt[k].type), rel,
 		       rt[k].bound);
 	}
-	CHECK(tensor_quantize_row(TT_Q2_K, x, q, N) < 0, "no quantizer for Q2_K is reported");
+	CHECK(tensor_quantize_row(TT_Q5_0, x, q, N) < 0, "no quantizer for Q5_0 is reported");
 	CHECK(tensor_type_row_bytes(TT_Q4_K, 100) == 0, "row not a whole number of blocks");
 	CHECK(tensor_type_get(31) == NULL && tensor_type_get(1000) == NULL, "unknown type ids");
+}
+
+/* Q6_K and Q3_K rows widened in blocks of two 16-value halves, each with
+ * its scale and sum (gemm_q6_k's operands): SIMD as scalar, and both the
+ * dequantized weights. */
+static void
+test_widen_halves(uint32_t type, void (*simd)(const uint8_t *, uint8_t *, size_t, int32_t *, float *),
+		  void (*ref)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), const float *w, const char *name)
+{
+	enum { N = 2048, NB = N / 32 };
+	static uint8_t wq[N], a[NB * 34], b[NB * 34];
+	static float deq[N];
+	int32_t wsa[2 * NB], wsb[2 * NB];
+	float wda[2 * NB], wdb[2 * NB];
+	int bad = 0, same = 1;
+
+	tensor_quantize_row(type, w, wq, N);
+	tensor_dequantize_row(type, wq, deq, N);
+	simd(wq, a, NB, wsa, wda);
+	ref(wq, b, NB, wsb, wdb);
+	for (int k = 0; k < NB; k++)
+		same &= memcmp(a + k * 34 + 2, b + k * 34 + 2, 32) == 0;
+	CHECK(same && memcmp(wsa, wsb, sizeof(wsa)) == 0 && memcmp(wda, wdb, sizeof(wda)) == 0,
+	      "%s widen %s as the scalar", name, tensor_type_name(type));
+	for (int i = 0; i < N; i++) {
+		int k = i / 32, q = (int8_t)b[k * 34 + 2 + i % 32];
+		bad += fabsf(wdb[i / 16] * (float)q - deq[i]) > 1e-6f * fabsf(deq[i]) + 1e-6f;
+	}
+	for (int h = 0, s = 0; h < 2 * NB; h++, s = 0) {
+		for (int i = 0; i < 16; i++)
+			s += (int8_t)b[(h / 2) * 34 + 2 + (h % 2) * 16 + i];
+		bad += -128 * s != wsb[h];
+	}
+	CHECK(bad == 0, "widened %s rows are the dequantized weights and their half sums (%d off)",
+	      tensor_type_name(type), bad);
 }
 
 /* The prefill GEMM's widened rows: the SIMD widening writes what the
@@ -248,28 +283,8 @@ test_widen(const struct cpu_kernels *simd, const float *w)
 		bad += q > 31 || fabsf(wdb[k] * (float)q - wmb[k] - deq[i]) > 1e-6f * fabsf(deq[i]) + 1e-6f;
 	}
 	CHECK(bad == 0, "widened Q5_K rows are the dequantized weights (%d off)", bad);
-	tensor_quantize_row(TT_Q6_K, w, wq, N);
-	tensor_dequantize_row(TT_Q6_K, wq, deq, N);
-	int32_t ws6a[2 * NB], ws6b[2 * NB];
-	float wd6a[2 * NB], wd6b[2 * NB];
-	simd->widen_q6_k(wq, a, NB, ws6a, wd6a);
-	ref->widen_q6_k(wq, b, NB, ws6b, wd6b);
-	same = 1;
-	for (int k = 0; k < NB; k++)
-		same &= memcmp(a + k * 34 + 2, b + k * 34 + 2, 32) == 0;
-	CHECK(same && memcmp(ws6a, ws6b, sizeof(ws6a)) == 0 && memcmp(wd6a, wd6b, sizeof(wd6a)) == 0,
-	      "%s widen_q6_k as the scalar", simd->name);
-	bad = 0;
-	for (int i = 0; i < N; i++) {
-		int k = i / 32, q = (int8_t)b[k * 34 + 2 + i % 32];
-		bad += fabsf(wd6b[i / 16] * (float)q - deq[i]) > 1e-6f * fabsf(deq[i]) + 1e-6f;
-	}
-	for (int h = 0, s = 0; h < 2 * NB; h++, s = 0) {
-		for (int i = 0; i < 16; i++)
-			s += (int8_t)b[(h / 2) * 34 + 2 + (h % 2) * 16 + i];
-		bad += -128 * s != ws6b[h];
-	}
-	CHECK(bad == 0, "widened Q6_K rows are the dequantized weights and their half sums (%d off)", bad);
+	test_widen_halves(TT_Q6_K, simd->widen_q6_k, ref->widen_q6_k, w, simd->name);
+	test_widen_halves(TT_Q3_K, simd->widen_q3_k, ref->widen_q3_k, w, simd->name);
 }
 
 static void
@@ -615,6 +630,63 @@ test_k45_q8k(const struct cpu_kernels *simd)
 		CHECK(fabs(r - exact) <= 1e-6 * fabs(exact) && fabs(v - exact) <= 1e-6 * fabs(exact),
 		      "%s x Q8_K at the extremes: scalar %g, %s %g, exact %g", tensor_type_name(type), r, simd->name, v,
 		      exact);
+	}
+}
+
+/* Q2_K and Q3_K decode on Q8_K activations, as test_k45_q8k: the dot
+ * equals the float dot of the dequantized operands, scalar and SIMD, and
+ * exactly the sum at the extremes (Q3_K: values 7 and 0 under scales -32
+ * and 31; Q2_K: every value, scale and min at 3, 15 and 15). */
+static void
+test_lowbit_q8k(const struct cpu_kernels *simd)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { N = 2048 };
+	static float x[N], w[N], wf[N], xf[N];
+	static uint8_t wq[N / 256 * 110];
+	static struct block_q8k xr[N / 256];
+	uint16_t one = f32_to_fp16(1.0f);
+
+	for (int i = 0; i < N; i++) {
+		x[i] = sinf((float)i * 0.37f) * (i / 256 == 3 ? 40.0f : 3.0f);
+		w[i] = cosf((float)i * 0.11f) + 0.3f * sinf((float)i * 0.05f);
+	}
+	ref->quantize_q8k(x, xr, N);
+	for (int i = 0; i < N; i++)
+		xf[i] = xr[i / 256].d * xr[i / 256].q[i % 256];
+	for (int three = 0; three < 2; three++) {
+		uint32_t type = three ? TT_Q3_K : TT_Q2_K;
+		float (*fr)(const void *, const struct block_q8k *, size_t) =
+			three ? ref->dot_q3_k_q8k : ref->dot_q2_k_q8k;
+		float (*fs)(const void *, const struct block_q8k *, size_t) =
+			three ? simd->dot_q3_k_q8k : simd->dot_q2_k_q8k;
+		tensor_quantize_row(type, w, wq, N);
+		tensor_dequantize_row(type, wq, wf, N);
+		float want = ref->dot_f32(wf, xf, N), r = fr(wq, xr, N / 256), v = fs(wq, xr, N / 256);
+		CHECK(fabsf(r - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s x Q8_K scalar dot %g vs float %g",
+		      tensor_type_name(type), r, want);
+		CHECK(fabsf(v - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s x Q8_K %s dot %g vs float %g",
+		      tensor_type_name(type), simd->name, v, want);
+		uint8_t blk[110];
+		struct block_q8k xe;
+		if (three) {
+			memset(blk, 0x0f, 32);       /* hmask: the first half's values 4..7, the second's 0..3 */
+			memset(blk + 32, 0xff, 32);  /* first half: u = 7 */
+			memset(blk + 64, 0x00, 32);  /* second half: u = 0 */
+			for (int j = 0; j < 12; j++) /* odd scales 63 (31), even 0 (-32) */
+				blk[96 + j] = (uint8_t)(j % 2 ? 0xff : 0x00);
+			memcpy(blk + 108, &one, 2);
+		} else {
+			memset(blk, 0xff, 80); /* scales, mins and values at their largest */
+			memcpy(blk + 80, &one, 2);
+			memcpy(blk + 82, &one, 2);
+		}
+		q8k_extremes(&xe, 48);
+		double exact = exact_block_dot(type, blk, &xe);
+		r = fr(blk, &xe, 1);
+		v = fs(blk, &xe, 1);
+		CHECK(r == (float)exact && v == (float)exact, "%s x Q8_K at the extremes: scalar %g, %s %g, exact %g",
+		      tensor_type_name(type), r, simd->name, v, exact);
 	}
 }
 
@@ -1351,6 +1423,7 @@ test_simd(const struct cpu_kernels *best)
 	test_q4_0x8(best);
 	test_q8_0x8(best);
 	test_k45_q8k(best);
+	test_lowbit_q8k(best);
 	test_kx8(best);
 	test_q6x8(best);
 	test_dot4(best);
@@ -1361,6 +1434,7 @@ test_simd(const struct cpu_kernels *best)
 		test_q4_0x8(cpu_kernels_avx2());
 		/* no test_q8_0x8: AVX2 has no Q8_0 groups (cpu_dot.c says why) */
 		test_k45_q8k(cpu_kernels_avx2());
+		test_lowbit_q8k(cpu_kernels_avx2());
 		test_kx8(cpu_kernels_avx2());
 		test_q6x8(cpu_kernels_avx2());
 	}

@@ -1,6 +1,7 @@
 /*
  * privai-engine quantize IN OUT TYPE: convert the F32/F16/BF16 weight
- * matrices of a model to Q8_0, Q4_0, Q4_K or Q6_K.  Vectors (norms, biases)
+ * matrices of a model to Q8_0, Q4_0 or one of the K-quants (Q2_K to Q6_K, each
+ * alone: the mixes come from `synth`).  Vectors (norms, biases)
  * stay as they are; a matrix whose rows are not a whole number of the
  * target's blocks falls back to Q8_0 and is named on stderr.  Metadata is
  * copied, with general.file_type updated.
@@ -21,8 +22,14 @@ file_type_of(uint32_t t)
 		return 7;
 	case TT_Q4_0:
 		return 2;
+	case TT_Q2_K:
+		return 10;
+	case TT_Q3_K:
+		return 11; /* Q3_K_S: Q3_K throughout */
 	case TT_Q4_K:
 		return 15;
+	case TT_Q5_K:
+		return 16; /* Q5_K_S */
 	case TT_Q6_K:
 		return 18;
 	}
@@ -77,7 +84,7 @@ convert(const struct gguf_file *in, struct gguf_writer *w, uint32_t target, char
 int
 cmd_quantize(int argc, char **argv)
 {
-	static const uint32_t targets[] = { TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q6_K };
+	static const uint32_t targets[] = { TT_Q8_0, TT_Q4_0, TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K };
 	char err[PRIVAI_ERR_LEN];
 	struct gguf_file *in = NULL;
 	struct gguf_writer *w = NULL;
@@ -85,7 +92,8 @@ cmd_quantize(int argc, char **argv)
 	int rc = 1;
 
 	if (argc == 2 && strcmp(argv[1], "--help") == 0) {
-		puts("usage: privai-engine quantize IN.gguf OUT.gguf TYPE   (TYPE: Q8_0 Q4_0 Q4_K Q6_K)");
+		puts("usage: privai-engine quantize IN.gguf OUT.gguf TYPE   (TYPE: Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K "
+		     "Q6_K)");
 		return 0;
 	}
 	if (argc != 4)
@@ -94,7 +102,8 @@ cmd_quantize(int argc, char **argv)
 		if (strcasecmp(argv[3], tensor_type_name(targets[i])) == 0)
 			target = targets[i];
 	if (target == TT_COUNT)
-		return cli_error("quantize", "cannot quantize to '%s' (Q8_0, Q4_0, Q4_K and Q6_K can be made)",
+		return cli_error("quantize",
+				 "cannot quantize to '%s' (Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K can be made)",
 				 argv[3]);
 	if (gguf_open(argv[1], &in, err) < 0) {
 		cli_error("quantize", "%s: %s", argv[1], err);

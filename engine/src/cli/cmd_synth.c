@@ -45,17 +45,38 @@ gauss(uint64_t *s)
 	return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-/* Q4_K_M's and Q5_K_M's mixes: a few sensitive matrices get 6 bits
- * (llama.cpp's rule). */
+/* The mixes, as llama.cpp's quantizer makes them for a Llama with
+ * grouped KV heads: Q4_K_M's and Q5_K_M's give a few sensitive matrices
+ * 6 bits; Q3_K_M's its value, output and first down projections 4 and 5;
+ * Q2_K_M's (llama.cpp's Q2_K) 3 and 4. */
+static int
+is_mix(const char *type)
+{
+	return strcmp(type, "Q4_K_M") == 0 || strcmp(type, "Q5_K_M") == 0 || strcmp(type, "Q3_K_M") == 0 ||
+	       strcmp(type, "Q2_K_M") == 0;
+}
+
 static uint32_t
 type_for(const struct synth *s, const char *name, int layer)
 {
+	int v = strstr(name, "attn_v") != NULL, down = strstr(name, "ffn_down") != NULL;
+	int out = strstr(name, "attn_output") != NULL;
+
+	if (strcmp(name, "output.weight") == 0 && is_mix(s->type))
+		return TT_Q6_K;
+	if (strcmp(s->type, "Q3_K_M") == 0) {
+		if (v)
+			return layer < 2 ? TT_Q5_K : TT_Q4_K;
+		if (down)
+			return layer < s->layers / 16 ? TT_Q5_K : TT_Q4_K;
+		return out ? TT_Q4_K : TT_Q3_K;
+	}
+	if (strcmp(s->type, "Q2_K_M") == 0)
+		return v ? TT_Q4_K : down || out ? TT_Q3_K : TT_Q2_K;
 	if (strcmp(s->type, "Q4_K_M") == 0 || strcmp(s->type, "Q5_K_M") == 0) {
 		int n = s->layers;
 		int more = layer >= 0 && (layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2);
-		if (strcmp(name, "output.weight") == 0)
-			return TT_Q6_K;
-		if ((strstr(name, "attn_v") || strstr(name, "ffn_down")) && more)
+		if ((v || down) && more)
 			return TT_Q6_K;
 		return s->type[1] == '4' ? TT_Q4_K : TT_Q5_K;
 	}
@@ -284,8 +305,8 @@ usage(void)
 	     "  --vocab-from GGUF    copy the tokenizer of another model\n"
 	     "  --fim keys|text      add fill-in-the-middle tokens to it, with their GGUF keys or\n"
 	     "                       only spelled as Qwen2.5-Coder spells them\n"
-	     "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M\n"
-	     "                       (default Q8_0)\n"
+	     "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K, or a mix:\n"
+	     "                       Q2_K_M (llama.cpp's Q2_K) Q3_K_M Q4_K_M Q5_K_M (default Q8_0)\n"
 	     "  --rope-base F --tied --seed N\n"
 	     "  -t, --threads N      threads drawing the weights (default: the CPUs' cores;\n"
 	     "                       the file is the same whatever N)\n"
@@ -401,11 +422,11 @@ cmd_synth(int argc, char **argv)
 		return cli_error("synth", "--arch must be llama or qwen2");
 	if (s.dim % s.heads != 0 || s.heads % s.kv_heads != 0 || (s.dim / s.heads) % 2 != 0)
 		return cli_error("synth", "--dim must divide into --heads of even size, and --heads by --kv-heads");
-	if (strcmp(s.type, "Q4_K_M") != 0 && strcmp(s.type, "Q5_K_M") != 0 &&
+	if (!is_mix(s.type) &&
 	    (type_for(&s, "", -1) == TT_COUNT || tensor_quantize_row(type_for(&s, "", -1), NULL, NULL, 0) < 0))
 		return cli_error("synth",
-				 "--type '%s' cannot be written (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K "
-				 "Q4_K_M Q5_K_M)",
+				 "--type '%s' cannot be written (F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K "
+				 "Q2_K_M Q3_K_M Q4_K_M Q5_K_M)",
 				 s.type);
 	s.rng = (uint64_t)s.seed * GOLDEN + 1;
 	if (threadpool_new(threads, &s.pool) < 0)

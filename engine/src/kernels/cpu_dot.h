@@ -294,6 +294,13 @@ struct cpu_kernels {
 			     float *wd, size_t ld);
 	/* a[i] = silu(a[i]) * b[i] (cpu_elementwise.c) */
 	void (*swiglu)(float *a, const float *b, size_t n);
+	/* Q2_K and Q3_K decode on Q8_K activations, as dot_q6_k_q8k
+	 * (cpu_dot_lowbit.c) */
+	float (*dot_q2_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
+	float (*dot_q3_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
+	/* Q3_K rows as widen_q6_k gives Q6_K's (u - 4, two scales and sums
+	 * a block), for gemm_q6_k */
+	void (*widen_q3_k)(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -335,6 +342,11 @@ float dot_q4_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
 float dot_q5_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
 float (*dot_q4_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
 float (*dot_q5_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
+float dot_q2_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
+float dot_q3_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
+float (*dot_q2_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
+float (*dot_q3_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
+void widen_q3_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 #if defined(__x86_64__)
 void quantize_q8k_avx2(const float *x, struct block_q8k *out, size_t n);
 #endif
@@ -441,6 +453,7 @@ void widen_q5_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum,
 void widen_q4_0_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums);
 void widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
 void widen_q6_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+void widen_q3_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 /* cpu_gemm_bf16.c (callable only where CPUID reports AVX512_BF16) */
 void pack_bf16_tile_avx512(const float *x, size_t ldx, int nt, size_t cols, uint32_t *tile);
 void gemm_bf16_avx512(const uint16_t *w, size_t ldw, int nrows, const uint32_t *x, size_t group_stride, int ngroups,

@@ -330,25 +330,6 @@ dot_q5_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
 DEFINE_KQUANT_DOTS(avx2, AVX2, U8I8_AVX2)
 DEFINE_KQUANT_DOTS(avx512, AVX512, U8I8_VNNI)
 
-/* int32 lanes += pairs of int16 products: one vpdpwssd with VNNI */
-#define MADD16_AVX2(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
-#define MADD16_VNNI(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
-
-/* vpshufb indices: int16 lanes 0-7 (a 32-value block's first 16) take
- * scale 2k, lanes 8-15 scale 2k+1, of a half super-block's eight in
- * each 128-bit lane; pick[k] serves block k of the half. */
-#define Q6_SCALE_PICK                                                                                                  \
-	{                                                                                                              \
-		_mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,   \
-				 2, 3, 2, 3),                                                                          \
-			_mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, \
-					 6, 7, 6, 7, 6, 7),                                                            \
-			_mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10,   \
-					 11, 10, 11, 10, 11, 10, 11, 10, 11),                                          \
-			_mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14,   \
-					 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15),                          \
-	}
-
 /* Q6_K against Q8_K activations: a super-block is summed in int32 (the
  * bytes multiplied in pairs, the pairs times their 16-value scale, -32
  * taken once from the activations' 16-value sums) and converted once. */
