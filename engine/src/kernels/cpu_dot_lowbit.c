@@ -20,6 +20,7 @@
 
 #include "privai/tensor_type.h"
 #include "cpu_dot.h"
+#include "dequant_chunk.h"
 
 #define Q2K_BYTES 84
 #define Q3K_BYTES 110
@@ -33,17 +34,12 @@ f16(const uint8_t *p)
 	return fp16_to_f32(h);
 }
 
-/* Q3_K's sixteen 6-bit scales, less 32: the low four bits of scale j in
- * byte j % 8 (high nibble from j = 8), its top two in byte 8 + j % 4 at
- * bit 2 * (j % 8 / 4), 4 more from j = 8. */
+/* Q3_K's sixteen 6-bit scales, less 32 (dq_q3_k_scale's reading) */
 static inline void
 q3_k_scales(const uint8_t *p, int8_t out[16])
 {
-	for (int j = 0; j < 16; j++) {
-		int lo = j < 8 ? p[j] & 0xf : p[j - 8] >> 4;
-		int hi = (p[8 + j % 4] >> (2 * (j % 8 / 4) + (j < 8 ? 0 : 4))) & 3;
-		out[j] = (int8_t)((lo | hi << 4) - 32);
-	}
+	for (int j = 0; j < 16; j++)
+		out[j] = (int8_t)dq_q3_k_scale(p, j);
 }
 
 /* Value 128h + 32k + l of a Q3_K super-block as u = q + 4, 0..7. */
