@@ -159,7 +159,7 @@ bind_weight(const struct gguf_file *f, const char *name, int64_t cols, int64_t r
 	if (ti == NULL || !ti->can_dequant)
 		return privai_fail(err, PRIVAI_EUNSUPPORTED,
 				   "tensor '%s' has weight type %s, which this engine does not support "
-				   "(F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL)",
+				   "(F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS)",
 				   name, tensor_type_name(t->type));
 	w->type = t->type;
 	w->rows = rows;

@@ -236,6 +236,27 @@ dq_iq4_nl(const uint8_t *b, float *y, size_t nb)
 	}
 }
 
+/* IQ4_XS: IQ4_NL's sixteen levels in 32-value sub-blocks of a 256-value
+ * super-block, d * (ls - 32) each, ls six bits: the low four in a
+ * nibble of scales_l (bytes 4..7), the high two in scales_h (bytes 2..3) */
+static void
+dq_iq4_xs(const uint8_t *b, float *y, size_t nb)
+{
+	for (size_t i = 0; i < nb; i++, b += 136) {
+		float d = rd_f16(b);
+		unsigned sh = (unsigned)b[2] | (unsigned)b[3] << 8;
+		const uint8_t *qs = b + 8;
+		for (int ib = 0; ib < 8; ib++, qs += 16, y += 32) {
+			int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf) | (int)((sh >> (2 * ib)) & 3) << 4;
+			float dl = d * (float)(ls - 32);
+			for (int j = 0; j < 16; j++) {
+				y[j] = dl * kvalues_iq4nl[qs[j] & 0xf];
+				y[j + 16] = dl * kvalues_iq4nl[qs[j] >> 4];
+			}
+		}
+	}
+}
+
 /* One clone per instruction set, picked at load time (ifunc): the block
  * loops above are inlined into each and vectorized for it. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
@@ -293,6 +314,9 @@ tensor_dequantize_row(uint32_t type, const void *src, float *dst, size_t n)
 		return 0;
 	case TT_IQ4_NL:
 		dq_iq4_nl(b, dst, n / 32);
+		return 0;
+	case TT_IQ4_XS:
+		dq_iq4_xs(b, dst, n / QK_K);
 		return 0;
 	}
 	return -1;

@@ -2,10 +2,12 @@
  * Quantization of float32 rows into GGUF block types, for the `quantize`
  * subcommand, the synthetic-model tool and the round-trip tests.
  *
- * Q8_0 and Q4_0 follow the reference rounding exactly.  The K-quants use a
- * plain min/max (Q2_K, Q4_K, Q5_K) or max-abs (Q3_K, Q6_K) fit per sub-block rather than the
- * reference's iterative search: the files are valid and read identically
- * everywhere, with a slightly larger error than the search would give.
+ * Q8_0 and Q4_0 follow the reference rounding exactly.  The K-quants and
+ * IQ4_XS use a plain min/max (Q2_K, Q4_K, Q5_K) or max-abs (Q3_K, Q6_K,
+ * IQ4_XS) fit per sub-block rather than the reference's iterative search
+ * (and IQ4_XS no importance matrix): the files are valid and read
+ * identically everywhere, with a slightly larger error than the search
+ * would give.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -243,6 +245,60 @@ q_q2_k(const float *x, uint8_t *b, size_t nb)
 	}
 }
 
+/* IQ4_NL's levels, for IQ4_XS */
+static const int8_t iq4_levels[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+
+/* The level nearest v (in units of the sub-block's scale). */
+static int
+iq4_nearest(float v)
+{
+	int best = 0;
+
+	for (int k = 1; k < 16; k++)
+		if (fabsf(v - iq4_levels[k]) < fabsf(v - iq4_levels[best]))
+			best = k;
+	return best;
+}
+
+/* IQ4_XS: 32-value sub-blocks, each scaled so that its value of largest
+ * magnitude lands on the level -127, the sub-block scales to 6 bits
+ * (d * (ls - 32)) and every value then to its nearest level under the
+ * stored scale: the layout dq_iq4_xs reads (d, scales_h, scales_l[4],
+ * qs[128], the sub-block's values j and j + 16 in byte j's nibbles). */
+static void
+q_iq4_xs(const float *x, uint8_t *b, size_t nb)
+{
+	for (size_t i = 0; i < nb; i++, x += QK_K, b += 136) {
+		float scale[8], max_abs = 0.0f;
+		for (int s = 0; s < 8; s++) {
+			float big = 0.0f;
+			for (int l = 0; l < 32; l++)
+				if (fabsf(x[32 * s + l]) > fabsf(big))
+					big = x[32 * s + l];
+			scale[s] = big / -127.0f;
+			max_abs = fmaxf(max_abs, fabsf(scale[s]));
+		}
+		float d = max_abs / 31.0f;
+		unsigned sh = 0;
+		memset(b, 0, 136);
+		wr_f16(b, d);
+		d = fp16_to_f32(f32_to_fp16(d));
+		for (int s = 0; s < 8; s++) {
+			int ls = d > 0 ? clampi((int)lroundf(scale[s] / d), -32, 31) + 32 : 32;
+			float dl = d * (float)(ls - 32);
+			b[4 + s / 2] = (uint8_t)(b[4 + s / 2] | (ls & 0xf) << (4 * (s % 2)));
+			sh |= (unsigned)(ls >> 4) << (2 * s);
+			for (int j = 0; j < 16; j++) {
+				int lo = iq4_nearest(dl != 0.0f ? x[32 * s + j] / dl : 0.0f);
+				int hi = iq4_nearest(dl != 0.0f ? x[32 * s + j + 16] / dl : 0.0f);
+				b[8 + 16 * s + j] = (uint8_t)(lo | hi << 4);
+			}
+		}
+		b[2] = (uint8_t)sh;
+		b[3] = (uint8_t)(sh >> 8);
+	}
+}
+
 int
 tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n)
 {
@@ -283,6 +339,9 @@ tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n)
 		return 0;
 	case TT_Q6_K:
 		q_q6_k(src, b, n / QK_K);
+		return 0;
+	case TT_IQ4_XS:
+		q_iq4_xs(src, b, n / QK_K);
 		return 0;
 	}
 	return -1;

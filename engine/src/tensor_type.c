@@ -29,7 +29,7 @@ static const struct tensor_type_info type_table[TT_COUNT] = {
 	T(TT_IQ4_NL, "IQ4_NL", 32, 18, 1),
 	T(TT_IQ3_S, "IQ3_S", 256, 110, 0),
 	T(TT_IQ2_S, "IQ2_S", 256, 82, 0),
-	T(TT_IQ4_XS, "IQ4_XS", 256, 136, 0),
+	T(TT_IQ4_XS, "IQ4_XS", 256, 136, 1),
 	T(TT_I8, "I8", 1, 1, 0),
 	T(TT_I16, "I16", 1, 2, 0),
 	T(TT_I32, "I32", 1, 4, 0),

@@ -60,7 +60,7 @@ vocab=$(sed -n 's/^vocabulary: *\([0-9]*\).*/\1/p' "$T/info")
 
 # synthetic models of both architectures, quantized, actually run
 "$E" synth -o "$T/f16.gguf" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type F16 2>/dev/null && ok || bad "synth F16"
-for q in Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K; do
+for q in Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS; do
 	"$E" quantize "$T/f16.gguf" "$T/$q.gguf" $q && "$E" run -m "$T/$q.gguf" -p "the" -n 4 >/dev/null 2>&1 &&
 		"$E" info -m "$T/$q.gguf" | grep -q "$q x" && ok || bad "quantize to $q"
 done

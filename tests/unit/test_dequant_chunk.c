@@ -11,8 +11,8 @@
 #include "privai/tensor_type.h"
 #include "kernels/dequant_chunk.h"
 
-static const uint32_t types[] = { TT_F32,  TT_F16,  TT_BF16, TT_Q4_0, TT_Q4_1, TT_Q5_0, TT_Q5_1,
-				  TT_Q8_0, TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K, TT_IQ4_NL };
+static const uint32_t types[] = { TT_F32,  TT_F16,  TT_BF16, TT_Q4_0, TT_Q4_1, TT_Q5_0,   TT_Q5_1,  TT_Q8_0,
+				  TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K, TT_IQ4_NL, TT_IQ4_XS };
 
 #define N 512 /* two K-quant super-blocks, sixteen 32-blocks */
 

@@ -147,7 +147,7 @@ test_round_trips(void)
 		double bound; /* max relative RMS error on N(0,1) data */
 	} rt[] = {
 		{ TT_F16, 1e-3 },    { TT_BF16, 5e-3 }, { TT_Q8_0, 1e-2 },   { TT_Q6_K, 3e-2 },   { TT_Q4_0, 1.2e-1 },
-		{ TT_Q4_K, 1.2e-1 }, { TT_Q5_K, 6e-2 }, { TT_Q3_K, 1.8e-1 }, { TT_Q2_K, 3.6e-1 },
+		{ TT_Q4_K, 1.2e-1 }, { TT_Q5_K, 6e-2 }, { TT_Q3_K, 1.8e-1 }, { TT_Q2_K, 3.6e-1 }, { TT_IQ4_XS, 9e-2 },
 	};
 	enum { N = 4096 };
 	static float x[N], y[N];
@@ -285,6 +285,24 @@ test_widen(const struct cpu_kernels *simd, const float *w)
 	CHECK(bad == 0, "widened Q5_K rows are the dequantized weights (%d off)", bad);
 	test_widen_halves(TT_Q6_K, simd->widen_q6_k, ref->widen_q6_k, w, simd->name);
 	test_widen_halves(TT_Q3_K, simd->widen_q3_k, ref->widen_q3_k, w, simd->name);
+	/* IQ4_XS: the levels, one scale and sum a block */
+	tensor_quantize_row(TT_IQ4_XS, w, wq, N);
+	tensor_dequantize_row(TT_IQ4_XS, wq, deq, N);
+	simd->widen_iq4_xs(wq, a, NB, wsa, wda);
+	ref->widen_iq4_xs(wq, b, NB, wsb, wdb);
+	same = 1;
+	for (int k = 0; k < NB; k++)
+		same &= memcmp(a + k * 34 + 2, b + k * 34 + 2, 32) == 0 && wsa[k] == wsb[k] && wda[k] == wdb[k];
+	CHECK(same, "%s widen_iq4_xs as the scalar", simd->name);
+	bad = 0;
+	for (int i = 0; i < N; i++)
+		bad += wdb[i / 32] * (float)(int8_t)b[(i / 32) * 34 + 2 + i % 32] != deq[i];
+	for (int k = 0, s = 0; k < NB; k++, s = 0) {
+		for (int i = 0; i < 32; i++)
+			s += (int8_t)b[k * 34 + 2 + i];
+		bad += -128 * s != wsb[k];
+	}
+	CHECK(bad == 0, "widened IQ4_XS rows are the dequantized weights and their sums (%d off)", bad);
 }
 
 static void
@@ -633,17 +651,18 @@ test_k45_q8k(const struct cpu_kernels *simd)
 	}
 }
 
-/* Q2_K and Q3_K decode on Q8_K activations, as test_k45_q8k: the dot
- * equals the float dot of the dequantized operands, scalar and SIMD, and
- * exactly the sum at the extremes (Q3_K: values 7 and 0 under scales -32
- * and 31; Q2_K: every value, scale and min at 3, 15 and 15). */
+/* Q2_K, Q3_K and IQ4_XS decode on Q8_K activations, as test_k45_q8k:
+ * the dot equals the float dot of the dequantized operands, scalar and
+ * SIMD, and exactly the sum at the extremes (Q3_K: values 7 and 0 under
+ * scales -32 and 31; Q2_K: every value, scale and min at 3, 15 and 15;
+ * IQ4_XS: the levels -127 and 113 under scales -32 and 31). */
 static void
 test_lowbit_q8k(const struct cpu_kernels *simd)
 {
 	const struct cpu_kernels *ref = cpu_kernels_scalar();
 	enum { N = 2048 };
 	static float x[N], w[N], wf[N], xf[N];
-	static uint8_t wq[N / 256 * 110];
+	static uint8_t wq[N / 256 * 136];
 	static struct block_q8k xr[N / 256];
 	uint16_t one = f32_to_fp16(1.0f);
 
@@ -654,12 +673,14 @@ test_lowbit_q8k(const struct cpu_kernels *simd)
 	ref->quantize_q8k(x, xr, N);
 	for (int i = 0; i < N; i++)
 		xf[i] = xr[i / 256].d * xr[i / 256].q[i % 256];
-	for (int three = 0; three < 2; three++) {
-		uint32_t type = three ? TT_Q3_K : TT_Q2_K;
-		float (*fr)(const void *, const struct block_q8k *, size_t) =
-			three ? ref->dot_q3_k_q8k : ref->dot_q2_k_q8k;
-		float (*fs)(const void *, const struct block_q8k *, size_t) =
-			three ? simd->dot_q3_k_q8k : simd->dot_q2_k_q8k;
+	for (int k = 0; k < 3; k++) {
+		uint32_t type = k == 0 ? TT_Q2_K : k == 1 ? TT_Q3_K : TT_IQ4_XS;
+		float (*fr)(const void *, const struct block_q8k *, size_t) = k == 0   ? ref->dot_q2_k_q8k
+									      : k == 1 ? ref->dot_q3_k_q8k
+										       : ref->dot_iq4_xs_q8k;
+		float (*fs)(const void *, const struct block_q8k *, size_t) = k == 0   ? simd->dot_q2_k_q8k
+									      : k == 1 ? simd->dot_q3_k_q8k
+										       : simd->dot_iq4_xs_q8k;
 		tensor_quantize_row(type, w, wq, N);
 		tensor_dequantize_row(type, wq, wf, N);
 		float want = ref->dot_f32(wf, xf, N), r = fr(wq, xr, N / 256), v = fs(wq, xr, N / 256);
@@ -667,9 +688,15 @@ test_lowbit_q8k(const struct cpu_kernels *simd)
 		      tensor_type_name(type), r, want);
 		CHECK(fabsf(v - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s x Q8_K %s dot %g vs float %g",
 		      tensor_type_name(type), simd->name, v, want);
-		uint8_t blk[110];
+		uint8_t blk[136];
 		struct block_q8k xe;
-		if (three) {
+		if (type == TT_IQ4_XS) {
+			memcpy(blk, &one, 2);
+			blk[2] = blk[3] = 0xcc;     /* the high bits of the scales: odd 3, even 0 */
+			memset(blk + 4, 0xf0, 4);   /* and the low: odd 15, even 0 */
+			memset(blk + 8, 0x0f, 64);  /* the first half: levels 113 then -127 */
+			memset(blk + 72, 0x00, 64); /* the second: -127 */
+		} else if (type == TT_Q3_K) {
 			memset(blk, 0x0f, 32);       /* hmask: the first half's values 4..7, the second's 0..3 */
 			memset(blk + 32, 0xff, 32);  /* first half: u = 7 */
 			memset(blk + 64, 0x00, 32);  /* second half: u = 0 */

@@ -1,7 +1,7 @@
 /*
  * privai-engine quantize IN OUT TYPE: convert the F32/F16/BF16 weight
- * matrices of a model to Q8_0, Q4_0 or one of the K-quants (Q2_K to Q6_K, each
- * alone: the mixes come from `synth`).  Vectors (norms, biases)
+ * matrices of a model to Q8_0, Q4_0, one of the K-quants (Q2_K to Q6_K, each
+ * alone: the mixes come from `synth`) or IQ4_XS (no importance matrix).  Vectors (norms, biases)
  * stay as they are; a matrix whose rows are not a whole number of the
  * target's blocks falls back to Q8_0 and is named on stderr.  Metadata is
  * copied, with general.file_type updated.
@@ -32,6 +32,8 @@ file_type_of(uint32_t t)
 		return 16; /* Q5_K_S */
 	case TT_Q6_K:
 		return 18;
+	case TT_IQ4_XS:
+		return 30;
 	}
 	return 0;
 }
@@ -84,7 +86,7 @@ convert(const struct gguf_file *in, struct gguf_writer *w, uint32_t target, char
 int
 cmd_quantize(int argc, char **argv)
 {
-	static const uint32_t targets[] = { TT_Q8_0, TT_Q4_0, TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K };
+	static const uint32_t targets[] = { TT_Q8_0, TT_Q4_0, TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K, TT_IQ4_XS };
 	char err[PRIVAI_ERR_LEN];
 	struct gguf_file *in = NULL;
 	struct gguf_writer *w = NULL;
@@ -103,7 +105,8 @@ cmd_quantize(int argc, char **argv)
 			target = targets[i];
 	if (target == TT_COUNT)
 		return cli_error("quantize",
-				 "cannot quantize to '%s' (Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K can be made)",
+				 "cannot quantize to '%s' (Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS can be "
+				 "made)",
 				 argv[3]);
 	if (gguf_open(argv[1], &in, err) < 0) {
 		cli_error("quantize", "%s: %s", argv[1], err);

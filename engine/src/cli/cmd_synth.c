@@ -305,7 +305,7 @@ usage(void)
 	     "  --vocab-from GGUF    copy the tokenizer of another model\n"
 	     "  --fim keys|text      add fill-in-the-middle tokens to it, with their GGUF keys or\n"
 	     "                       only spelled as Qwen2.5-Coder spells them\n"
-	     "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K, or a mix:\n"
+	     "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS, or a mix:\n"
 	     "                       Q2_K_M (llama.cpp's Q2_K) Q3_K_M Q4_K_M Q5_K_M (default Q8_0)\n"
 	     "  --rope-base F --tied --seed N\n"
 	     "  -t, --threads N      threads drawing the weights (default: the CPUs' cores;\n"
@@ -426,6 +426,7 @@ cmd_synth(int argc, char **argv)
 	    (type_for(&s, "", -1) == TT_COUNT || tensor_quantize_row(type_for(&s, "", -1), NULL, NULL, 0) < 0))
 		return cli_error("synth",
 				 "--type '%s' cannot be written (F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K "
+				 "IQ4_XS "
 				 "Q2_K_M Q3_K_M Q4_K_M Q5_K_M)",
 				 s.type);
 	s.rng = (uint64_t)s.seed * GOLDEN + 1;

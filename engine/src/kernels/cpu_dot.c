@@ -189,6 +189,8 @@ static const struct cpu_kernels k_scalar = {
 	dot_q2_k_q8k_scalar,
 	dot_q3_k_q8k_scalar,
 	widen_q3_k_scalar,
+	dot_iq4_xs_q8k_scalar,
+	widen_iq4_xs_scalar,
 };
 
 void
@@ -476,7 +478,7 @@ static struct cpu_kernels k_avx2 = {
 	NULL,                                                    /* no packed GEMM */
 	NULL, NULL,                                              /* filled in by cpu_kernels_get */
 	swiglu_avx2,                                             /* cpu_elementwise.c */
-	NULL, NULL, NULL,                                        /* filled in by cpu_kernels_get */
+	NULL, NULL, NULL, NULL, NULL,                            /* filled in by cpu_kernels_get */
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -936,6 +938,8 @@ static struct cpu_kernels k_avx512 = {
 	NULL, /* filled in by cpu_kernels_get */
 	NULL,
 	NULL,
+	NULL,
+	NULL,
 };
 #endif
 
@@ -1111,6 +1115,9 @@ cpu_kernels_get(void)
 	k_avx2.dot_q3_k_q8k = dot_q3_k_q8k_simd(0);
 	k_avx512.dot_q3_k_q8k = dot_q3_k_q8k_simd(1);
 	k_avx2.widen_q3_k = k_avx512.widen_q3_k = widen_q3_k_avx2;
+	k_avx2.dot_iq4_xs_q8k = dot_iq4_xs_q8k_simd(0);
+	k_avx512.dot_iq4_xs_q8k = dot_iq4_xs_q8k_simd(1);
+	k_avx2.widen_iq4_xs = k_avx512.widen_iq4_xs = widen_iq4_xs_avx2;
 	k_avx2.gemm_q6_kx8 = gemm_q6_kx8_avx2;
 	k_avx512.gemm_q6_kx8 = gemm_q6_kx8_avx512;
 	k_avx2.widen_q6_kx8 = k_avx512.widen_q6_kx8 = widen_q6_kx8_avx2;

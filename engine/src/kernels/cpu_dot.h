@@ -301,6 +301,11 @@ struct cpu_kernels {
 	/* Q3_K rows as widen_q6_k gives Q6_K's (u - 4, two scales and sums
 	 * a block), for gemm_q6_k */
 	void (*widen_q3_k)(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+	/* IQ4_XS (cpu_dot_iq4.c): decode on Q8_K activations; rows widened
+	 * to int8 blocks of its levels with wsum = -128 * sum and wd = the
+	 * sub-block's scale (nb of each), for gemm_q8_0 without offsets */
+	float (*dot_iq4_xs_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
+	void (*widen_iq4_xs)(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -347,6 +352,9 @@ float dot_q3_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
 float (*dot_q2_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
 float (*dot_q3_k_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
 void widen_q3_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+float dot_iq4_xs_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
+float (*dot_iq4_xs_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
+void widen_iq4_xs_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 #if defined(__x86_64__)
 void quantize_q8k_avx2(const float *x, struct block_q8k *out, size_t n);
 #endif
@@ -454,6 +462,7 @@ void widen_q4_0_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int16_t *sums)
 void widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd, float *wmin);
 void widen_q6_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 void widen_q3_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+void widen_iq4_xs_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 /* cpu_gemm_bf16.c (callable only where CPUID reports AVX512_BF16) */
 void pack_bf16_tile_avx512(const float *x, size_t ldx, int nt, size_t cols, uint32_t *tile);
 void gemm_bf16_avx512(const uint16_t *w, size_t ldw, int nrows, const uint32_t *x, size_t group_stride, int ngroups,

@@ -9,8 +9,8 @@
  * int8 GEMMs for quantized weights in prefill (3- to 6-bit rows widened
  * first, cpu_widen.c and cpu_dot_lowbit.c), int8 dots in decode (Q8_0,
  * Q4_0, Q4_K, Q5_K and Q6_K from their 8-row groups, cpu_q8_0x8.c,
- * cpu_q4_0x8.c, cpu_kquants_x8.c and cpu_q6_kx8.c; Q2_K and Q3_K from the
- * file's rows, cpu_dot_lowbit.c),
+ * cpu_q4_0x8.c, cpu_kquants_x8.c and cpu_q6_kx8.c; Q2_K, Q3_K and IQ4_XS
+ * from the file's rows, cpu_dot_lowbit.c and cpu_dot_iq4.c),
  * oneDNN's bfloat16 matmul for BF16 where it is installed
  * (cpu_onednn.c), else vdpbf16ps where the CPU has AVX512_BF16, and float
  * register tiles for the rest.
@@ -63,6 +63,13 @@ struct mm_job {
 	float *y;
 	struct mm_plan p;
 };
+
+/* Types decode takes only on the Q8_K dots: no dot on 32-value blocks */
+static int
+q8k_only(uint32_t type)
+{
+	return type == TT_Q2_K || type == TT_Q3_K || type == TT_IQ4_XS;
+}
 
 /* Q6_K and Q3_K widen to blocks of two 16-value halves, each with its
  * own scale and sum (gemm_q6_k) */
@@ -166,6 +173,11 @@ mm_widen(struct mm_job *j, struct thread_scratch *ts, int64_t rb, int nr, size_t
 		for (int r = 0; r < nr; r++)
 			widen(wrows + (size_t)r * w->row_bytes, ts->wrows + (size_t)r * *row_bytes, (size_t)nb,
 			      wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb);
+	} else if (w->type == TT_IQ4_XS) {
+		/* the levels, a float scale and a sum a block, no offsets */
+		for (int r = 0; r < nr; r++)
+			j->im->k->widen_iq4_xs(wrows + (size_t)r * w->row_bytes, ts->wrows + (size_t)r * *row_bytes,
+					       (size_t)nb, wsum + (size_t)r * nb, wd + (size_t)r * nb);
 	} else if (w->type == TT_Q4_0) {
 		/* d * (q - 8) is exactly a Q8_0 block: widen the rows once
 		 * per chunk and run the same GEMM on them */
@@ -246,7 +258,7 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 		size_t row_bytes;
 		float *wmin;
 		const uint8_t *wrows = mm_widen(j, ts, rb, nr, &row_bytes, &wmin);
-		if (w->type != TT_Q4_K && w->type != TT_Q5_K && !two_scales(w->type))
+		if (w->type != TT_Q4_K && w->type != TT_Q5_K && w->type != TT_IQ4_XS && !two_scales(w->type))
 			j->im->k->gemm_q8_0_prep(wrows, row_bytes, nr, (size_t)nb, ts->wsum, ts->wd);
 		for (int64_t g = 0; g < groups; g += 2) {
 			int ng = groups - g > 1 ? 2 : 1;
@@ -460,21 +472,24 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	 * times the float GEMM's (docs/performance.md).  mm_prepare() falls
 	 * back where a weight's shape does not fit the tiles. */
 	p->amx = (type == TT_BF16 || (type == TT_F16 && k->amx_f16)) && k->amx_gemm != NULL && n > 2;
-	/* Q2_K and Q3_K have only the Q8_K dots (and Q3_K the GEMM): no
-	 * dot on 32-value blocks */
-	int lowbit = (type == TT_Q2_K && k->dot_q2_k_q8k != NULL) || (type == TT_Q3_K && k->dot_q3_k_q8k != NULL);
+	/* Q2_K, Q3_K and IQ4_XS have only the Q8_K dots (and Q3_K and IQ4_XS
+	 * the GEMM) */
+	int q8k_dot = (type == TT_Q2_K && k->dot_q2_k_q8k != NULL) || (type == TT_Q3_K && k->dot_q3_k_q8k != NULL) ||
+		      (type == TT_IQ4_XS && k->dot_iq4_xs_q8k != NULL);
 	p->quantized =
-		type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K || lowbit;
+		type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K || q8k_dot;
 	int grouped = x8 && (type == TT_Q8_0 || type == TT_Q4_0);
 	p->gemm =
 		(((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
 		 (type == TT_Q6_K && k->gemm_q6_k != NULL) ||
-		 (type == TT_Q3_K && lowbit && k->gemm_q6_k != NULL && k->widen_q3_k != NULL)) &&
+		 (type == TT_Q3_K && q8k_dot && k->gemm_q6_k != NULL && k->widen_q3_k != NULL) ||
+		 (type == TT_IQ4_XS && q8k_dot && k->gemm_q8_0 != NULL && k->widen_iq4_xs != NULL)) &&
 		n >= gemm_min_tokens(k, type, x8);
 	/* on AMX tiles, every type the int8 GEMM widens to Q8_0, and Q6_K
-	 * with its halves apart; not Q3_K, whose rows no AMX machine has
-	 * run yet (it takes the AVX-512 GEMM there) */
-	p->amx8 = p->gemm && k->gemm_q8_amx != NULL && type != TT_Q3_K && (type != TT_Q6_K || k->gemm_q6_amx != NULL);
+	 * with its halves apart; not Q3_K and IQ4_XS, whose rows no AMX
+	 * machine has run yet (they take the AVX-512 GEMM there) */
+	p->amx8 = p->gemm && k->gemm_q8_amx != NULL && type != TT_Q3_K && type != TT_IQ4_XS &&
+		  (type != TT_Q6_K || k->gemm_q6_amx != NULL);
 	/* a decode batch of the file's rows: 8-token tiles (one token is
 	 * memory-bound on the dot) */
 	p->gemm8 = !p->gemm && !grouped && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) &&
@@ -483,7 +498,7 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	 * super-block (docs/performance.md: Q6_K tg32 +7-23 %) */
 	p->q8k = p->quantized && !p->gemm &&
 		 ((type == TT_Q6_K && k->dot_q6_k_q8k != NULL) || (type == TT_Q4_K && k->dot_q4_k_q8k != NULL) ||
-		  (type == TT_Q5_K && k->dot_q5_k_q8k != NULL) || lowbit);
+		  (type == TT_Q5_K && k->dot_q5_k_q8k != NULL) || q8k_dot);
 }
 
 /* How many 8-row groups (group bytes each, ng in the share) a chunk of
@@ -561,7 +576,9 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 										 : w->type == TT_Q5_K ? k->dot_q5_k_q8k
 										 : w->type == TT_Q2_K ? k->dot_q2_k_q8k
 										 : w->type == TT_Q3_K ? k->dot_q3_k_q8k
-												      : k->dot_q6_k_q8k;
+										 : w->type == TT_IQ4_XS
+											 ? k->dot_iq4_xs_q8k
+											 : k->dot_q6_k_q8k;
 		for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
 			int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
 			for (int t = 0; t < j->n; t++) {
@@ -961,7 +978,7 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 		j->p.q8k = 0; /* out of memory: the 32-value blocks, already sized */
 		if ((w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K) && !j->p.gemm)
 			j->x8 = NULL; /* and the file's rows (the repacked groups take Q8_K) */
-		if ((w->type == TT_Q2_K || w->type == TT_Q3_K) && !j->p.gemm)
+		if (q8k_only(w->type) && !j->p.gemm)
 			j->p.quantized = 0; /* no 32-value dot: rows dequantized to float */
 	}
 	/* oneDNN over our AMX tiles only when asked (PRIVAI_ONEDNN=1) */

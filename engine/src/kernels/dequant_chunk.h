@@ -38,6 +38,7 @@ enum {
 	DQ_Q5_K = 13,
 	DQ_Q6_K = 14,
 	DQ_IQ4_NL = 20,
+	DQ_IQ4_XS = 23,
 	DQ_BF16 = 30,
 };
 
@@ -109,6 +110,8 @@ dq_block_bytes(uint32_t type)
 		return 176;
 	case DQ_Q6_K:
 		return 210;
+	case DQ_IQ4_XS:
+		return 136;
 	}
 	return 0;
 }
@@ -126,6 +129,7 @@ dq_block_size(uint32_t type)
 	case DQ_Q4_K:
 	case DQ_Q5_K:
 	case DQ_Q6_K:
+	case DQ_IQ4_XS:
 		return 256;
 	}
 	return 32;
@@ -255,6 +259,17 @@ dq_chunk(uint32_t type, const uint8_t *row, int64_t c, float *y)
 	case DQ_Q6_K:
 		dq_chunk_k(type, row + (c >> 3) * dq_block_bytes(type), (int)(c & 7), y);
 		return;
+	case DQ_IQ4_XS: { /* d scales_h scales_l[4] qs[128]: chunk c is sub-block c & 7 */
+		const uint8_t *sb = row + (c >> 3) * 136, *qs = sb + 8 + (c & 7) * 16;
+		int ib = (int)(c & 7);
+		int ls = ((sb[4 + ib / 2] >> (4 * (ib & 1))) & 0xf) | (int)((dq_u16(sb + 2) >> (2 * ib)) & 3) << 4;
+		float dl = dq_half(sb) * (float)(ls - 32);
+		for (int j = 0; j < 16; j++) {
+			y[j] = dl * iq4nl[qs[j] & 0xf];
+			y[j + 16] = dl * iq4nl[qs[j] >> 4];
+		}
+		return;
+	}
 	}
 	const uint8_t *b = row + c * dq_block_bytes(type);
 	switch (type) {
