@@ -2,7 +2,7 @@
  * Quantization of float32 rows into GGUF block types, for the `quantize`
  * subcommand, the synthetic-model tool and the round-trip tests.
  *
- * Q8_0 and Q4_0 follow the reference rounding exactly.  The K-quants and
+ * Q8_0, Q4_0 and Q5_0 follow the reference rounding exactly.  The K-quants and
  * IQ4_XS use a plain min/max (Q2_K, Q4_K, Q5_K) or max-abs (Q3_K, Q6_K,
  * IQ4_XS) fit per sub-block rather than the reference's iterative search
  * (and IQ4_XS no importance matrix): the files are valid and read
@@ -77,6 +77,61 @@ pack_scale_min_k4(uint8_t *q, int j, int sc, int m)
 		q[j + 4] = (uint8_t)((sc & 0xf) | ((m & 0xf) << 4));
 		q[j - 4] = (uint8_t)((q[j - 4] & 0x3f) | ((sc >> 4) << 6));
 		q[j] = (uint8_t)((q[j] & 0x3f) | ((m >> 4) << 6));
+	}
+}
+
+/* Q4_1 and Q5_1 (levels 15 or 31): a min/max fit per block, w = d * q + m;
+ * Q5_1's fifth bits in a 32-bit qh (bit j for value j) before the nibbles */
+static void
+q_q4_1_q5_1(const float *x, uint8_t *b, size_t nb, int five)
+{
+	int bytes = five ? 24 : 20, levels = five ? 31 : 15;
+
+	for (size_t i = 0; i < nb; i++, x += 32, b += bytes) {
+		float lo = x[0], hi = x[0];
+		for (int j = 1; j < 32; j++) {
+			lo = fminf(lo, x[j]);
+			hi = fmaxf(hi, x[j]);
+		}
+		float d = (hi - lo) / (float)levels;
+		uint32_t qh = 0;
+		memset(b, 0, (size_t)bytes);
+		wr_f16(b, d);
+		wr_f16(b + 2, lo);
+		d = fp16_to_f32(f32_to_fp16(d));
+		lo = fp16_to_f32(f32_to_fp16(lo));
+		uint8_t *qs = b + (five ? 8 : 4);
+		for (int j = 0; j < 32; j++) {
+			int q = d > 0 ? clampi((int)lroundf((x[j] - lo) / d), 0, levels) : 0;
+			qs[j % 16] = (uint8_t)(qs[j % 16] | (q & 0xf) << (j < 16 ? 0 : 4));
+			qh |= (uint32_t)(q >> 4) << j;
+		}
+		if (five)
+			memcpy(b + 4, &qh, 4);
+	}
+}
+
+/* Q5_0: Q4_0's rounding with 32 levels, w = d * (q - 16) */
+static void
+q_q5_0(const float *x, uint8_t *b, size_t nb)
+{
+	for (size_t i = 0; i < nb; i++, x += 32, b += 22) {
+		float amax = 0.0f, max = 0.0f;
+		for (int j = 0; j < 32; j++)
+			if (fabsf(x[j]) > amax) {
+				amax = fabsf(x[j]);
+				max = x[j];
+			}
+		float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		uint32_t qh = 0;
+		memset(b, 0, 22);
+		wr_f16(b, d);
+		for (int j = 0; j < 32; j++) {
+			int q = clampi((int)(x[j] * id + 16.5f), 0, 31);
+			b[6 + j % 16] = (uint8_t)(b[6 + j % 16] | (q & 0xf) << (j < 16 ? 0 : 4));
+			qh |= (uint32_t)(q >> 4) << j;
+		}
+		memcpy(b + 2, &qh, 4);
 	}
 }
 
@@ -260,6 +315,24 @@ iq4_nearest(float v)
 	return best;
 }
 
+/* IQ4_NL: a 32-value block's value of largest magnitude on the level
+ * -127, every value on its nearest level under the stored fp16 scale */
+static void
+q_iq4_nl(const float *x, uint8_t *b, size_t nb)
+{
+	for (size_t i = 0; i < nb; i++, x += 32, b += 18) {
+		float big = 0.0f;
+		for (int j = 0; j < 32; j++)
+			if (fabsf(x[j]) > fabsf(big))
+				big = x[j];
+		wr_f16(b, big / -127.0f);
+		float d = fp16_to_f32(f32_to_fp16(big / -127.0f));
+		for (int j = 0; j < 16; j++)
+			b[2 + j] = (uint8_t)(iq4_nearest(d != 0.0f ? x[j] / d : 0.0f) |
+					     iq4_nearest(d != 0.0f ? x[j + 16] / d : 0.0f) << 4);
+	}
+}
+
 /* IQ4_XS: 32-value sub-blocks, each scaled so that its value of largest
  * magnitude lands on the level -127, the sub-block scales to 6 bits
  * (d * (ls - 32)) and every value then to its nearest level under the
@@ -342,6 +415,18 @@ tensor_quantize_row(uint32_t type, const float *src, void *dst, size_t n)
 		return 0;
 	case TT_IQ4_XS:
 		q_iq4_xs(src, b, n / QK_K);
+		return 0;
+	case TT_IQ4_NL:
+		q_iq4_nl(src, b, n / 32);
+		return 0;
+	case TT_Q4_1:
+		q_q4_1_q5_1(src, b, n / 32, 0);
+		return 0;
+	case TT_Q5_1:
+		q_q4_1_q5_1(src, b, n / 32, 1);
+		return 0;
+	case TT_Q5_0:
+		q_q5_0(src, b, n / 32);
 		return 0;
 	}
 	return -1;

@@ -270,7 +270,8 @@ check_swiglu(struct compute *c, const char *label)
 static void
 check_level(const char *simd)
 {
-	static const uint32_t quantized[] = { TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q5_K, TT_Q6_K, TT_Q3_K, TT_Q2_K, TT_IQ4_XS };
+	static const uint32_t quantized[] = { TT_Q8_0, TT_Q4_0,   TT_Q4_K, TT_Q5_K, TT_Q6_K, TT_Q3_K,
+					      TT_Q2_K, TT_IQ4_XS, TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_IQ4_NL };
 	size_t nq = sizeof(quantized) / sizeof(quantized[0]);
 
 	setenv("PRIVAI_SIMD", simd, 1);

@@ -148,6 +148,7 @@ test_round_trips(void)
 	} rt[] = {
 		{ TT_F16, 1e-3 },    { TT_BF16, 5e-3 }, { TT_Q8_0, 1e-2 },   { TT_Q6_K, 3e-2 },   { TT_Q4_0, 1.2e-1 },
 		{ TT_Q4_K, 1.2e-1 }, { TT_Q5_K, 6e-2 }, { TT_Q3_K, 1.8e-1 }, { TT_Q2_K, 3.6e-1 }, { TT_IQ4_XS, 9e-2 },
+		{ TT_Q4_1, 9e-2 }, { TT_Q5_0, 6e-2 }, { TT_Q5_1, 6e-2 },   { TT_IQ4_NL, 9e-2 },
 	};
 	enum { N = 4096 };
 	static float x[N], y[N];
@@ -175,7 +176,7 @@ test_round_trips(void)
 		printf("%s: round-trip relative RMS error %.4f (bound %.3f)\n", tensor_type_name(rt[k].type), rel,
 		       rt[k].bound);
 	}
-	CHECK(tensor_quantize_row(TT_Q5_0, x, q, N) < 0, "no quantizer for Q5_0 is reported");
+	CHECK(tensor_quantize_row(TT_IQ2_XXS, x, q, N) < 0, "no quantizer for IQ2_XXS is reported");
 	CHECK(tensor_type_row_bytes(TT_Q4_K, 100) == 0, "row not a whole number of blocks");
 	CHECK(tensor_type_get(31) == NULL && tensor_type_get(1000) == NULL, "unknown type ids");
 }
@@ -303,6 +304,91 @@ test_widen(const struct cpu_kernels *simd, const float *w)
 		bad += -128 * s != wsb[k];
 	}
 	CHECK(bad == 0, "widened IQ4_XS rows are the dequantized weights and their sums (%d off)", bad);
+}
+
+/* Q4_1, Q5_0, Q5_1 and IQ4_NL: the dot (SIMD and scalar) is the float dot
+ * of the dequantized operands, and exactly the sum on a block at the
+ * extremes (every value at its largest level, activations at +-127); the
+ * widened rows (SIMD as scalar) are the dequantized weights, with their
+ * sums. */
+static void
+test_legacy(const struct cpu_kernels *simd)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	static const uint32_t types[] = { TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_IQ4_NL };
+	enum { N = 2048, NB = N / 32 };
+	static float x[N], w[N], wf[N], xf[N];
+	static uint8_t wq[NB * 24], a[NB * 34], b[NB * 34];
+	static struct block_q8 xr[NB];
+	int32_t wsa[NB], wsb[NB];
+	float wda[NB], wdb[NB], wma[NB], wmb[NB];
+
+	for (int i = 0; i < N; i++) {
+		x[i] = sinf((float)i * 0.37f) * (i / 32 == 5 ? 40.0f : 3.0f);
+		w[i] = cosf((float)i * 0.11f) + 0.3f * sinf((float)i * 0.05f) + 0.2f;
+	}
+	ref->quantize_q8(x, xr, N);
+	for (int i = 0; i < N; i++)
+		xf[i] = xr[i / 32].d * xr[i / 32].q[i % 32];
+	for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+		uint32_t type = types[k];
+		const char *name = tensor_type_name(type);
+		float (*fr)(const void *, const struct block_q8 *, size_t) = type == TT_Q4_1   ? ref->dot_q4_1
+									     : type == TT_Q5_0 ? ref->dot_q5_0
+									     : type == TT_Q5_1 ? ref->dot_q5_1
+											       : ref->dot_iq4_nl;
+		float (*fs)(const void *, const struct block_q8 *, size_t) = type == TT_Q4_1   ? simd->dot_q4_1
+									     : type == TT_Q5_0 ? simd->dot_q5_0
+									     : type == TT_Q5_1 ? simd->dot_q5_1
+											       : simd->dot_iq4_nl;
+		int offsets = type == TT_Q4_1 || type == TT_Q5_1;
+		CHECK(tensor_quantize_row(type, w, wq, N) == 0, "quantize %s", name);
+		tensor_dequantize_row(type, wq, wf, N);
+		float want = ref->dot_f32(wf, xf, N), r = fr(wq, xr, NB), v = fs(wq, xr, NB);
+		CHECK(fabsf(r - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s scalar dot %g vs float %g", name, r, want);
+		CHECK(fabsf(v - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s %s dot %g vs float %g", name, simd->name, v,
+		      want);
+		/* a block at the extremes: every nibble and fifth bit set, d = m = 1 */
+		uint8_t blk[24];
+		struct block_q8 xe = { 1.0f, 0, { 0 } };
+		uint16_t one = f32_to_fp16(1.0f);
+		memset(blk, 0xff, sizeof(blk));
+		memcpy(blk, &one, 2);
+		if (offsets)
+			memcpy(blk + 2, &one, 2);
+		for (int j = 0; j < 32; j++) {
+			xe.q[j] = (int8_t)(j % 3 ? 127 : -127);
+			xe.sum += xe.q[j];
+		}
+		float wblk[32];
+		double exact = 0;
+		tensor_dequantize_row(type, blk, wblk, 32);
+		for (int j = 0; j < 32; j++)
+			exact += (double)wblk[j] * xe.q[j];
+		r = fr(blk, &xe, 1);
+		v = fs(blk, &xe, 1);
+		CHECK(r == (float)exact && v == (float)exact, "%s at the extremes: scalar %g, %s %g, exact %g", name, r,
+		      simd->name, v, exact);
+		/* widened for the GEMM */
+		simd->widen_legacy(type, wq, a, NB, wsa, wda, wma);
+		ref->widen_legacy(type, wq, b, NB, wsb, wdb, wmb);
+		int same = 1, bad = 0;
+		for (int i = 0; i < NB; i++)
+			same &= memcmp(a + i * 34 + 2, b + i * 34 + 2, 32) == 0 && wsa[i] == wsb[i] &&
+				wda[i] == wdb[i] && (!offsets || wma[i] == wmb[i]);
+		CHECK(same, "%s widen %s as the scalar", simd->name, name);
+		for (int i = 0; i < N; i++) {
+			float got = wdb[i / 32] * (float)(int8_t)b[(i / 32) * 34 + 2 + i % 32] -
+				    (offsets ? wmb[i / 32] : 0);
+			bad += fabsf(got - wf[i]) > 1e-6f * fabsf(wf[i]) + 1e-6f;
+		}
+		for (int i = 0, sum = 0; i < NB; i++, sum = 0) {
+			for (int j = 0; j < 32; j++)
+				sum += (int8_t)b[i * 34 + 2 + j];
+			bad += -128 * sum != wsb[i];
+		}
+		CHECK(bad == 0, "widened %s rows are the dequantized weights and their sums (%d off)", name, bad);
+	}
 }
 
 static void
@@ -1451,6 +1537,7 @@ test_simd(const struct cpu_kernels *best)
 	test_q8_0x8(best);
 	test_k45_q8k(best);
 	test_lowbit_q8k(best);
+	test_legacy(best);
 	test_kx8(best);
 	test_q6x8(best);
 	test_dot4(best);
@@ -1462,6 +1549,7 @@ test_simd(const struct cpu_kernels *best)
 		/* no test_q8_0x8: AVX2 has no Q8_0 groups (cpu_dot.c says why) */
 		test_k45_q8k(cpu_kernels_avx2());
 		test_lowbit_q8k(cpu_kernels_avx2());
+		test_legacy(cpu_kernels_avx2());
 		test_kx8(cpu_kernels_avx2());
 		test_q6x8(cpu_kernels_avx2());
 	}

@@ -191,6 +191,11 @@ static const struct cpu_kernels k_scalar = {
 	widen_q3_k_scalar,
 	dot_iq4_xs_q8k_scalar,
 	widen_iq4_xs_scalar,
+	dot_q4_1_scalar,
+	dot_q5_0_scalar,
+	dot_q5_1_scalar,
+	dot_iq4_nl_scalar,
+	widen_legacy_scalar,
 };
 
 void
@@ -401,22 +406,6 @@ mul_sum_i8_avx2(__m256i w, __m256i x)
 	return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-/* Sum of products of 32 unsigned (<=15) by 32 signed bytes. */
-AVX2 static __m256i
-mul_sum_u8i8_avx2(__m256i w, __m256i x)
-{
-	return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
-}
-
-AVX2 static __m256i
-unpack_nibbles(const uint8_t *q)
-{
-	__m128i b = _mm_loadu_si128((const __m128i *)q);
-	__m128i lo = _mm_and_si128(b, _mm_set1_epi8(0xf));
-	__m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0xf));
-	return _mm256_set_m128i(hi, lo);
-}
-
 AVX2 static float
 dot_q8_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 {
@@ -456,29 +445,84 @@ dot_q4_0_avx2(const void *w, const struct block_q8 *x, size_t nb)
 }
 
 static struct cpu_kernels k_avx2 = {
-	"avx2", dot_f32_avx2, dot_f16_avx2, f16_to_f32_avx2, quantize_q8_avx2, dot_q8_0_avx2, dot_q4_0_avx2, NULL,
-	NULL,             /* k-quant dots: filled in by cpu_kernels_get */
-	NULL, NULL, NULL, /* no GEMM */
-	NULL, dot_bf16_avx2, bf16_to_f32_avx2, f32_to_f16_avx2, axpy_f16_avx2, exp_f32_avx2, widen_q4_0_avx2,
-	widen_q4_k_avx2, widen_q6_k_avx2, NULL, NULL, /* filled in by cpu_kernels_get */
-	widen_q5_k_avx2, NULL, NULL, gemm_q4_0x8_avx2, widen_q4_0x8_avx2, NULL, NULL, quantize_q8k_avx2,
-	NULL,                   /* filled in by cpu_kernels_get */
-	NULL,                   /* attention a position at a time */
-	NULL, NULL, NULL, NULL, /* the row-tile float GEMM */
-	NULL, NULL,             /* filled in by cpu_kernels_get */
-	NULL, gemm_q4_kx8_avx2, kx8_repack_avx2, gemm_q5_kx8_avx2,
+	"avx2",
+	dot_f32_avx2,
+	dot_f16_avx2,
+	f16_to_f32_avx2,
+	quantize_q8_avx2,
+	dot_q8_0_avx2,
+	dot_q4_0_avx2,
+	NULL,
+	NULL, /* k-quant dots: filled in by cpu_kernels_get */
+	NULL,
+	NULL,
+	NULL, /* no GEMM */
+	NULL,
+	dot_bf16_avx2,
+	bf16_to_f32_avx2,
+	f32_to_f16_avx2,
+	axpy_f16_avx2,
+	exp_f32_avx2,
+	widen_q4_0_avx2,
+	widen_q4_k_avx2,
+	widen_q6_k_avx2,
+	NULL,
+	NULL, /* filled in by cpu_kernels_get */
+	widen_q5_k_avx2,
+	NULL,
+	NULL,
+	gemm_q4_0x8_avx2,
+	widen_q4_0x8_avx2,
+	NULL,
+	NULL,
+	quantize_q8k_avx2,
+	NULL, /* filled in by cpu_kernels_get */
+	NULL, /* attention a position at a time */
+	NULL,
+	NULL,
+	NULL,
+	NULL, /* the row-tile float GEMM */
+	NULL,
+	NULL, /* filled in by cpu_kernels_get */
+	NULL,
+	gemm_q4_kx8_avx2,
+	kx8_repack_avx2,
+	gemm_q5_kx8_avx2,
 	/* no Q8_0 repack: vpmaddubsw would saturate on the +128 weights
 	 * (255 * 127 * 2 > 32767), and the file's rows serve AVX2 as well */
-	NULL, NULL, NULL,                                        /* filled in by cpu_kernels_get */
-	dot4_f16_avx2,                                           /* F16 decode, four rows a pass */
-	NULL,                                                    /* no vdpbf16ps */
-	0, NULL, NULL,                                           /* no packed GEMM */
-	0,                                                       /* vdpbf16ps not measured */
-	NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, /* no AMX */
-	NULL,                                                    /* no packed GEMM */
-	NULL, NULL,                                              /* filled in by cpu_kernels_get */
-	swiglu_avx2,                                             /* cpu_elementwise.c */
-	NULL, NULL, NULL, NULL, NULL,                            /* filled in by cpu_kernels_get */
+	NULL,
+	NULL,
+	NULL,          /* filled in by cpu_kernels_get */
+	dot4_f16_avx2, /* F16 decode, four rows a pass */
+	NULL,          /* no vdpbf16ps */
+	0,
+	NULL,
+	NULL, /* no packed GEMM */
+	0,    /* vdpbf16ps not measured */
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	0,
+	NULL,
+	NULL, /* no AMX */
+	NULL, /* no packed GEMM */
+	NULL,
+	NULL,        /* filled in by cpu_kernels_get */
+	swiglu_avx2, /* cpu_elementwise.c */
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL, /* filled in by cpu_kernels_get */
+	dot_q4_1_avx2,
+	dot_q5_0_avx2,
+	dot_q5_1_avx2,
+	dot_iq4_nl_avx2,
+	widen_legacy_avx2,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -940,6 +984,11 @@ static struct cpu_kernels k_avx512 = {
 	NULL,
 	NULL,
 	NULL,
+	dot_q4_1_avx2, /* cpu_dot_legacy.c: the AVX2 kernels serve here too */
+	dot_q5_0_avx2,
+	dot_q5_1_avx2,
+	dot_iq4_nl_avx2,
+	widen_legacy_avx2,
 };
 #endif
 

@@ -306,6 +306,16 @@ struct cpu_kernels {
 	 * sub-block's scale (nb of each), for gemm_q8_0 without offsets */
 	float (*dot_iq4_xs_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
 	void (*widen_iq4_xs)(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+	/* Q4_1, Q5_0, Q5_1 (cpu_dot_legacy.c) and IQ4_NL (cpu_dot_iq4.c)
+	 * against 32-value activation blocks; widen_legacy: rows of any of
+	 * the four as int8 blocks for gemm_q8_0, wsum and wd per block, wmin
+	 * (the offset, -m) for Q4_1 and Q5_1 */
+	float (*dot_q4_1)(const void *w, const struct block_q8 *x, size_t nb);
+	float (*dot_q5_0)(const void *w, const struct block_q8 *x, size_t nb);
+	float (*dot_q5_1)(const void *w, const struct block_q8 *x, size_t nb);
+	float (*dot_iq4_nl)(const void *w, const struct block_q8 *x, size_t nb);
+	void (*widen_legacy)(uint32_t type, const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd,
+			     float *wmin);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -355,6 +365,13 @@ void widen_q3_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsu
 float dot_iq4_xs_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
 float (*dot_iq4_xs_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
 void widen_iq4_xs_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+float dot_q4_1_scalar(const void *w, const struct block_q8 *x, size_t nb);
+float dot_q5_0_scalar(const void *w, const struct block_q8 *x, size_t nb);
+float dot_q5_1_scalar(const void *w, const struct block_q8 *x, size_t nb);
+float dot_iq4_nl_scalar(const void *w, const struct block_q8 *x, size_t nb);
+void widen_iq4_nl_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+void widen_legacy_scalar(uint32_t type, const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd,
+			 float *wmin);
 #if defined(__x86_64__)
 void quantize_q8k_avx2(const float *x, struct block_q8k *out, size_t n);
 #endif
@@ -463,6 +480,13 @@ void widen_q4_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum,
 void widen_q6_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 void widen_q3_k_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 void widen_iq4_xs_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+float dot_q4_1_avx2(const void *w, const struct block_q8 *x, size_t nb);
+float dot_q5_0_avx2(const void *w, const struct block_q8 *x, size_t nb);
+float dot_q5_1_avx2(const void *w, const struct block_q8 *x, size_t nb);
+float dot_iq4_nl_avx2(const void *w, const struct block_q8 *x, size_t nb);
+void widen_iq4_nl_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+void widen_legacy_avx2(uint32_t type, const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd,
+		       float *wmin);
 /* cpu_gemm_bf16.c (callable only where CPUID reports AVX512_BF16) */
 void pack_bf16_tile_avx512(const float *x, size_t ldx, int nt, size_t cols, uint32_t *tile);
 void gemm_bf16_avx512(const uint16_t *w, size_t ldw, int nrows, const uint32_t *x, size_t group_stride, int ngroups,

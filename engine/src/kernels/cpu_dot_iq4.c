@@ -1,5 +1,6 @@
 /*
- * IQ4_XS, the 4.25-bit non-linear type many published GGUF files come in:
+ * IQ4_XS, the 4.25-bit non-linear type many published GGUF files come in
+ * (and IQ4_NL, its levels in 32-value blocks of their own fp16 scale):
  * decode on Q8_K activations, and rows widened for the int8 GEMM in
  * prefill.  A 256-value super-block is d (fp16), 6-bit sub-block scales
  * (low four bits in scales_l[4], high two in scales_h) and 128 bytes of
@@ -46,6 +47,39 @@ iq4_xs_value(const uint8_t *b, int j, int l)
 	uint8_t q = b[8 + 16 * j + l % 16];
 
 	return iq4_levels[l < 16 ? q & 0xf : q >> 4];
+}
+
+/* IQ4_NL against 32-value activation blocks: d * dx * sum(level[q] * xq) */
+float
+dot_iq4_nl_scalar(const void *w, const struct block_q8 *x, size_t nb)
+{
+	const uint8_t *b = w;
+	float s = 0.0f;
+
+	for (size_t i = 0; i < nb; i++, b += 18) {
+		int32_t acc = 0;
+		for (int j = 0; j < 16; j++)
+			acc += iq4_levels[b[2 + j] & 0xf] * x[i].q[j] + iq4_levels[b[2 + j] >> 4] * x[i].q[j + 16];
+		s += f16(b) * x[i].d * (float)acc;
+	}
+	return s;
+}
+
+/* IQ4_NL rows as 34-byte int8 blocks of the levels, wd = d and wsum = -128
+ * * the block's sum (widen_legacy's contract) */
+void
+widen_iq4_nl_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd)
+{
+	for (size_t i = 0; i < nb; i++, src += 18, dst += 34) {
+		int32_t sum = 0;
+		for (int j = 0; j < 32; j++) {
+			int v = iq4_levels[j < 16 ? src[2 + j] & 0xf : src[2 + j - 16] >> 4];
+			dst[2 + j] = (uint8_t)(int8_t)v;
+			sum += v;
+		}
+		wsum[i] = -128 * sum;
+		wd[i] = f16(src);
+	}
 }
 
 float
@@ -180,6 +214,42 @@ widen_iq4_xs_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, fl
 			wsum[sb * 8 + (size_t)j] = -128 * (lo + hi - 32 * 128);
 			wd[sb * 8 + (size_t)j] = d * (float)sc[j];
 		}
+	}
+}
+
+/* IQ4_NL: a block's levels by one lookup, |level| times x with its sign */
+AVX2 float
+dot_iq4_nl_avx2(const void *w, const struct block_q8 *x, size_t nb)
+{
+	const uint8_t *b = w;
+	const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_levels));
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+
+	for (size_t i = 0; i < nb; i++, b += 18) {
+		__m256i v = _mm256_shuffle_epi8(table, unpack_nibbles(b + 2));
+		__m256i xq = _mm256_loadu_si256((const __m256i *)x[i].q);
+		__m256i p = mul_sum_u8i8_avx2(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xq, v));
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16c_load(b) * x[i].d), _mm256_cvtepi32_ps(p), acc0);
+		__m256 t = acc0; /* alternate the chains */
+		acc0 = acc1;
+		acc1 = t;
+	}
+	return hsum256(_mm256_add_ps(acc0, acc1));
+}
+
+AVX2 void
+widen_iq4_nl_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd)
+{
+	const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_levels));
+
+	for (size_t i = 0; i < nb; i++, src += 18, dst += 34) {
+		__m256i v = _mm256_shuffle_epi8(table, unpack_nibbles(src + 2));
+		int32_t lo, hi;
+		_mm256_storeu_si256((__m256i *)(dst + 2), v);
+		/* the levels + 128 are unsigned bytes: their sum less 32 x 128 */
+		sum_u8_halves(_mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)), &lo, &hi);
+		wsum[i] = -128 * (lo + hi - 32 * 128);
+		wd[i] = f16c_load(src);
 	}
 }
 

@@ -71,6 +71,14 @@ q8k_only(uint32_t type)
 	return type == TT_Q2_K || type == TT_Q3_K || type == TT_IQ4_XS;
 }
 
+/* The older 32-value types with their own dots and widening
+ * (cpu_dot_legacy.c, cpu_dot_iq4.c) */
+static int
+legacy(uint32_t type)
+{
+	return type == TT_Q4_1 || type == TT_Q5_0 || type == TT_Q5_1 || type == TT_IQ4_NL;
+}
+
 /* Q6_K and Q3_K widen to blocks of two 16-value halves, each with its
  * own scale and sum (gemm_q6_k) */
 static int
@@ -173,6 +181,14 @@ mm_widen(struct mm_job *j, struct thread_scratch *ts, int64_t rb, int nr, size_t
 		for (int r = 0; r < nr; r++)
 			widen(wrows + (size_t)r * w->row_bytes, ts->wrows + (size_t)r * *row_bytes, (size_t)nb,
 			      wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb);
+	} else if (legacy(w->type)) {
+		/* Q4_1 and Q5_1 have offsets */
+		if (w->type == TT_Q4_1 || w->type == TT_Q5_1)
+			*wmin = ts->wmin;
+		for (int r = 0; r < nr; r++)
+			j->im->k->widen_legacy(w->type, wrows + (size_t)r * w->row_bytes,
+					       ts->wrows + (size_t)r * *row_bytes, (size_t)nb, wsum + (size_t)r * nb,
+					       wd + (size_t)r * nb, ts->wmin + (size_t)r * nb);
 	} else if (w->type == TT_IQ4_XS) {
 		/* the levels, a float scale and a sum a block, no offsets */
 		for (int r = 0; r < nr; r++)
@@ -258,7 +274,8 @@ mm_rows_gemm(struct mm_job *j, int64_t r0, int64_t r1)
 		size_t row_bytes;
 		float *wmin;
 		const uint8_t *wrows = mm_widen(j, ts, rb, nr, &row_bytes, &wmin);
-		if (w->type != TT_Q4_K && w->type != TT_Q5_K && w->type != TT_IQ4_XS && !two_scales(w->type))
+		if (w->type != TT_Q4_K && w->type != TT_Q5_K && w->type != TT_IQ4_XS && !two_scales(w->type) &&
+		    !legacy(w->type))
 			j->im->k->gemm_q8_0_prep(wrows, row_bytes, nr, (size_t)nb, ts->wsum, ts->wd);
 		for (int64_t g = 0; g < groups; g += 2) {
 			int ng = groups - g > 1 ? 2 : 1;
@@ -476,19 +493,23 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	 * the GEMM) */
 	int q8k_dot = (type == TT_Q2_K && k->dot_q2_k_q8k != NULL) || (type == TT_Q3_K && k->dot_q3_k_q8k != NULL) ||
 		      (type == TT_IQ4_XS && k->dot_iq4_xs_q8k != NULL);
-	p->quantized =
-		type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K || q8k_dot;
+	/* the older 32-value types on their own int8 dots */
+	int old_dot = (type == TT_Q4_1 && k->dot_q4_1 != NULL) || (type == TT_Q5_0 && k->dot_q5_0 != NULL) ||
+		      (type == TT_Q5_1 && k->dot_q5_1 != NULL) || (type == TT_IQ4_NL && k->dot_iq4_nl != NULL);
+	p->quantized = type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K || type == TT_Q6_K ||
+		       q8k_dot || old_dot;
 	int grouped = x8 && (type == TT_Q8_0 || type == TT_Q4_0);
 	p->gemm =
 		(((type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q8_0 != NULL) ||
 		 (type == TT_Q6_K && k->gemm_q6_k != NULL) ||
 		 (type == TT_Q3_K && q8k_dot && k->gemm_q6_k != NULL && k->widen_q3_k != NULL) ||
-		 (type == TT_IQ4_XS && q8k_dot && k->gemm_q8_0 != NULL && k->widen_iq4_xs != NULL)) &&
+		 (type == TT_IQ4_XS && q8k_dot && k->gemm_q8_0 != NULL && k->widen_iq4_xs != NULL) ||
+		 (old_dot && k->gemm_q8_0 != NULL && k->widen_legacy != NULL)) &&
 		n >= gemm_min_tokens(k, type, x8);
 	/* on AMX tiles, every type the int8 GEMM widens to Q8_0, and Q6_K
-	 * with its halves apart; not Q3_K and IQ4_XS, whose rows no AMX
+	 * with its halves apart; not Q3_K, IQ4_XS and the older types, whose rows no AMX
 	 * machine has run yet (they take the AVX-512 GEMM there) */
-	p->amx8 = p->gemm && k->gemm_q8_amx != NULL && type != TT_Q3_K && type != TT_IQ4_XS &&
+	p->amx8 = p->gemm && k->gemm_q8_amx != NULL && type != TT_Q3_K && type != TT_IQ4_XS && !legacy(type) &&
 		  (type != TT_Q6_K || k->gemm_q6_amx != NULL);
 	/* a decode batch of the file's rows: 8-token tiles (one token is
 	 * memory-bound on the dot) */
@@ -521,11 +542,15 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 	const struct weight *w = j->w;
 	int64_t nb = w->cols / 32;
 	const struct cpu_kernels *k = j->im->k;
-	float (*dot)(const void *, const struct block_q8 *, size_t) = w->type == TT_Q8_0   ? k->dot_q8_0
-								      : w->type == TT_Q4_0 ? k->dot_q4_0
-								      : w->type == TT_Q4_K ? k->dot_q4_k
-								      : w->type == TT_Q5_K ? k->dot_q5_k
-											   : k->dot_q6_k;
+	float (*dot)(const void *, const struct block_q8 *, size_t) = w->type == TT_Q8_0     ? k->dot_q8_0
+								      : w->type == TT_Q4_0   ? k->dot_q4_0
+								      : w->type == TT_Q4_K   ? k->dot_q4_k
+								      : w->type == TT_Q5_K   ? k->dot_q5_k
+								      : w->type == TT_Q4_1   ? k->dot_q4_1
+								      : w->type == TT_Q5_0   ? k->dot_q5_0
+								      : w->type == TT_Q5_1   ? k->dot_q5_1
+								      : w->type == TT_IQ4_NL ? k->dot_iq4_nl
+											     : k->dot_q6_k;
 
 	if (j->x8 != NULL && (w->type == TT_Q8_0 || w->type == TT_Q4_0)) { /* r0, r1: multiples of 8 */
 		void (*gemm)(const uint8_t *, int, const struct block_q8 *, size_t, int, float *, size_t) =

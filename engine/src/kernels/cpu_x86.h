@@ -232,6 +232,24 @@ transpose16(__m512 a[16])
 	}
 }
 
+/* Sum of products of 32 unsigned (<= 63) by 32 signed bytes, in 8 int32 lanes. */
+AVX2 static inline __m256i
+mul_sum_u8i8_avx2(__m256i w, __m256i x)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+
+/* 16 bytes of nibbles as 32 values: the low nibbles first (the 32-value
+ * blocks' order: byte j holds values j and j + 16) */
+AVX2 static inline __m256i
+unpack_nibbles(const uint8_t *q)
+{
+	__m128i b = _mm_loadu_si128((const __m128i *)q);
+	__m128i lo = _mm_and_si128(b, _mm_set1_epi8(0xf));
+	__m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0xf));
+	return _mm256_set_m128i(hi, lo);
+}
+
 /* int32 lanes += pairs of int16 products: one vpdpwssd with VNNI */
 #define MADD16_AVX2(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
 #define MADD16_VNNI(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
