@@ -148,7 +148,7 @@ test_round_trips(void)
 	} rt[] = {
 		{ TT_F16, 1e-3 },    { TT_BF16, 5e-3 }, { TT_Q8_0, 1e-2 },   { TT_Q6_K, 3e-2 },   { TT_Q4_0, 1.2e-1 },
 		{ TT_Q4_K, 1.2e-1 }, { TT_Q5_K, 6e-2 }, { TT_Q3_K, 1.8e-1 }, { TT_Q2_K, 3.6e-1 }, { TT_IQ4_XS, 9e-2 },
-		{ TT_Q4_1, 9e-2 }, { TT_Q5_0, 6e-2 }, { TT_Q5_1, 6e-2 },   { TT_IQ4_NL, 9e-2 },
+		{ TT_Q4_1, 9e-2 },   { TT_Q5_0, 6e-2 }, { TT_Q5_1, 6e-2 },   { TT_IQ4_NL, 9e-2 },
 	};
 	enum { N = 4096 };
 	static float x[N], y[N];
