@@ -38,18 +38,24 @@ q_q8_0(const float *x, uint8_t *b, size_t nb)
 	}
 }
 
+/* The first of n values of largest magnitude, with its sign (0 for none):
+ * what the symmetric types scale onto their most negative level. */
+static float
+peak(const float *x, int n)
+{
+	float big = 0.0f;
+
+	for (int j = 0; j < n; j++)
+		if (fabsf(x[j]) > fabsf(big))
+			big = x[j];
+	return big;
+}
+
 static void
 q_q4_0(const float *x, uint8_t *b, size_t nb)
 {
 	for (size_t i = 0; i < nb; i++, x += 32, b += 18) {
-		float amax = 0.0f, max = 0.0f;
-		for (int j = 0; j < 32; j++) {
-			if (fabsf(x[j]) > amax) {
-				amax = fabsf(x[j]);
-				max = x[j];
-			}
-		}
-		float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		float d = peak(x, 32) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
 		wr_f16(b, d);
 		for (int j = 0; j < 16; j++) {
 			int q0 = (int)(x[j] * id + 8.5f), q1 = (int)(x[j + 16] * id + 8.5f);
@@ -116,13 +122,7 @@ static void
 q_q5_0(const float *x, uint8_t *b, size_t nb)
 {
 	for (size_t i = 0; i < nb; i++, x += 32, b += 22) {
-		float amax = 0.0f, max = 0.0f;
-		for (int j = 0; j < 32; j++)
-			if (fabsf(x[j]) > amax) {
-				amax = fabsf(x[j]);
-				max = x[j];
-			}
-		float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		float d = peak(x, 32) / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
 		uint32_t qh = 0;
 		memset(b, 0, 22);
 		wr_f16(b, d);
@@ -232,11 +232,7 @@ q_q3_k(const float *x, uint8_t *b, size_t nb)
 	for (size_t i = 0; i < nb; i++, x += QK_K, b += 110) {
 		float scale[16], max_abs = 0.0f;
 		for (int s = 0; s < 16; s++) {
-			float big = 0.0f;
-			for (int l = 0; l < 16; l++)
-				if (fabsf(x[16 * s + l]) > fabsf(big))
-					big = x[16 * s + l];
-			scale[s] = big / -4.0f;
+			scale[s] = peak(x + 16 * s, 16) / -4.0f;
 			max_abs = fmaxf(max_abs, fabsf(scale[s]));
 		}
 		float d = max_abs / 31.0f;
@@ -321,10 +317,7 @@ static void
 q_iq4_nl(const float *x, uint8_t *b, size_t nb)
 {
 	for (size_t i = 0; i < nb; i++, x += 32, b += 18) {
-		float big = 0.0f;
-		for (int j = 0; j < 32; j++)
-			if (fabsf(x[j]) > fabsf(big))
-				big = x[j];
+		float big = peak(x, 32);
 		wr_f16(b, big / -127.0f);
 		float d = fp16_to_f32(f32_to_fp16(big / -127.0f));
 		for (int j = 0; j < 16; j++)
@@ -344,11 +337,7 @@ q_iq4_xs(const float *x, uint8_t *b, size_t nb)
 	for (size_t i = 0; i < nb; i++, x += QK_K, b += 136) {
 		float scale[8], max_abs = 0.0f;
 		for (int s = 0; s < 8; s++) {
-			float big = 0.0f;
-			for (int l = 0; l < 32; l++)
-				if (fabsf(x[32 * s + l]) > fabsf(big))
-					big = x[32 * s + l];
-			scale[s] = big / -127.0f;
+			scale[s] = peak(x + 32 * s, 32) / -127.0f;
 			max_abs = fmaxf(max_abs, fabsf(scale[s]));
 		}
 		float d = max_abs / 31.0f;

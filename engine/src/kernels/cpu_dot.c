@@ -79,15 +79,6 @@ quantize_q8_scalar(const float *x, struct block_q8 *out, size_t n)
 }
 
 static float
-load_f16(const uint8_t *p)
-{
-	uint16_t h;
-
-	memcpy(&h, p, 2);
-	return fp16_to_f32(h);
-}
-
-static float
 dot_q8_0_scalar(const void *w, const struct block_q8 *x, size_t nb)
 {
 	const uint8_t *b = w;
@@ -98,7 +89,7 @@ dot_q8_0_scalar(const void *w, const struct block_q8 *x, size_t nb)
 		int32_t acc = 0;
 		for (int j = 0; j < 32; j++)
 			acc += q[j] * x[i].q[j];
-		s += load_f16(b) * x[i].d * (float)acc;
+		s += f16_at(b) * x[i].d * (float)acc;
 	}
 	return s;
 }
@@ -114,7 +105,7 @@ dot_q4_0_scalar(const void *w, const struct block_q8 *x, size_t nb)
 		int32_t acc = 0;
 		for (int j = 0; j < 16; j++)
 			acc += (q[j] & 0xf) * x[i].q[j] + (q[j] >> 4) * x[i].q[j + 16];
-		s += load_f16(b) * x[i].d * (float)(acc - 8 * x[i].sum);
+		s += f16_at(b) * x[i].d * (float)(acc - 8 * x[i].sum);
 	}
 	return s;
 }

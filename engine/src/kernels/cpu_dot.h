@@ -12,6 +12,20 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "privai/tensor_type.h"
+
+/* The fp16 at p (a block's scale; blocks have no alignment), portably:
+ * the scalar kernels' reading (the SIMD ones take f16c_load). */
+static inline float
+f16_at(const uint8_t *p)
+{
+	uint16_t h;
+
+	memcpy(&h, p, 2);
+	return fp16_to_f32(h);
+}
 
 struct block_q8 {
 	float d;     /* scale: x ~= d * q */

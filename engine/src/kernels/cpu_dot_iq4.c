@@ -22,15 +22,6 @@
 
 static const int8_t iq4_levels[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
 
-static float
-f16(const uint8_t *p)
-{
-	uint16_t h;
-
-	memcpy(&h, p, 2);
-	return fp16_to_f32(h);
-}
-
 /* Sub-block j's scale less 32. */
 static inline int
 iq4_xs_scale(const uint8_t *b, int j)
@@ -60,7 +51,7 @@ dot_iq4_nl_scalar(const void *w, const struct block_q8 *x, size_t nb)
 		int32_t acc = 0;
 		for (int j = 0; j < 16; j++)
 			acc += iq4_levels[b[2 + j] & 0xf] * x[i].q[j] + iq4_levels[b[2 + j] >> 4] * x[i].q[j + 16];
-		s += f16(b) * x[i].d * (float)acc;
+		s += f16_at(b) * x[i].d * (float)acc;
 	}
 	return s;
 }
@@ -78,7 +69,7 @@ widen_iq4_nl_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, 
 			sum += v;
 		}
 		wsum[i] = -128 * sum;
-		wd[i] = f16(src);
+		wd[i] = f16_at(src);
 	}
 }
 
@@ -96,7 +87,7 @@ dot_iq4_xs_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
 				sub += iq4_xs_value(b, j, l) * x->q[32 * j + l];
 			acc += iq4_xs_scale(b, j) * sub;
 		}
-		s += f16(b) * x->d * (float)acc;
+		s += f16_at(b) * x->d * (float)acc;
 	}
 	return s;
 }
@@ -108,7 +99,7 @@ void
 widen_iq4_xs_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd)
 {
 	for (size_t sb = 0; sb < nb / 8; sb++, src += IQ4XS_BYTES) {
-		float d = f16(src);
+		float d = f16_at(src);
 		for (int j = 0; j < 8; j++, dst += 34) {
 			int32_t sum = 0;
 			for (int l = 0; l < 32; l++) {

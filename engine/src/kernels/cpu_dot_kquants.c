@@ -15,15 +15,6 @@
 #include "privai/tensor_type.h"
 #include "cpu_dot.h"
 
-static float
-f16(const uint8_t *p)
-{
-	uint16_t h;
-
-	memcpy(&h, p, 2);
-	return fp16_to_f32(h);
-}
-
 /* Sub-block j's 6-bit scale and min (same packing as the dequantizer). */
 static inline void
 k4_scale_min(int j, const uint8_t *q, int *sc, int *m)
@@ -75,7 +66,7 @@ dot_k45_scalar(const void *w, const struct block_q8 *x, size_t nb, int five_bits
 	float s = 0.0f;
 
 	for (size_t i = 0; i < nb / 8; i++, b += five_bits ? 176 : 144, x += 8) {
-		float d = f16(b), dmin = f16(b + 2);
+		float d = f16_at(b), dmin = f16_at(b + 2);
 		for (int j = 0; j < 8; j++) {
 			int sc, m;
 			k4_scale_min(j, b + 4, &sc, &m);
@@ -107,7 +98,7 @@ dot_q6_k_scalar(const void *w, const struct block_q8 *x, size_t nb)
 
 	for (size_t i = 0; i < nb / 8; i++, b += 210) {
 		const int8_t *sc = (const int8_t *)(b + 192);
-		float d = f16(b + 208);
+		float d = f16_at(b + 208);
 		for (int h = 0; h < 2; h++, x += 4) {
 			q6_unpack_half(b + 64 * h, b + 128 + 32 * h, q);
 			for (int k = 0; k < 4; k++) { /* one 32-element activation block */
@@ -158,7 +149,7 @@ dot_q6_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
 			for (int l = 0; l < 128; l++)
 				acc += sc[8 * h + l / 16] * (q[l] - 32) * x->q[128 * h + l];
 		}
-		s += f16(b + 208) * x->d * (float)acc;
+		s += f16_at(b + 208) * x->d * (float)acc;
 	}
 	return s;
 }
@@ -180,7 +171,7 @@ dot_k45_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb, int fiv
 			acc += sc * k45_sub_dot(b, j, x->q + 32 * j, five_bits);
 			macc += m * (x->bsum[2 * j] + x->bsum[2 * j + 1]);
 		}
-		s += x->d * (f16(b) * (float)acc - f16(b + 2) * (float)macc);
+		s += x->d * (f16_at(b) * (float)acc - f16_at(b + 2) * (float)macc);
 	}
 	return s;
 }

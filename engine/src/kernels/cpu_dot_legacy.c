@@ -18,15 +18,6 @@
 #include "privai/tensor_type.h"
 #include "cpu_dot.h"
 
-static float
-f16(const uint8_t *p)
-{
-	uint16_t h;
-
-	memcpy(&h, p, 2);
-	return fp16_to_f32(h);
-}
-
 /* Where a block's parts are: its size, the offset m (or none), the fifth
  * bits (or none) and the nibbles. */
 struct legacy_layout {
@@ -69,9 +60,9 @@ dot_legacy_scalar(uint32_t type, const void *w, const struct block_q8 *x, size_t
 		for (int j = 0; j < 32; j++)
 			acc += legacy_value(b, l, j) * x[i].q[j];
 		if (l.m < 0) /* Q5_0 */
-			s += f16(b) * x[i].d * (float)(acc - 16 * x[i].sum);
+			s += f16_at(b) * x[i].d * (float)(acc - 16 * x[i].sum);
 		else
-			s += f16(b) * x[i].d * (float)acc + f16(b + l.m) * x[i].d * (float)x[i].sum;
+			s += f16_at(b) * x[i].d * (float)acc + f16_at(b + l.m) * x[i].d * (float)x[i].sum;
 	}
 	return s;
 }
@@ -116,9 +107,9 @@ widen_legacy_scalar(uint32_t type, const uint8_t *src, uint8_t *dst, size_t nb, 
 			sum += q;
 		}
 		wsum[i] = -128 * sum;
-		wd[i] = f16(src);
+		wd[i] = f16_at(src);
 		if (l.m >= 0)
-			wmin[i] = -f16(src + l.m);
+			wmin[i] = -f16_at(src + l.m);
 	}
 }
 

@@ -25,15 +25,6 @@
 #define Q2K_BYTES 84
 #define Q3K_BYTES 110
 
-static float
-f16(const uint8_t *p)
-{
-	uint16_t h;
-
-	memcpy(&h, p, 2);
-	return fp16_to_f32(h);
-}
-
 /* Q3_K's sixteen 6-bit scales, less 32 (dq_q3_k_scale's reading) */
 static inline void
 q3_k_scales(const uint8_t *p, int8_t out[16])
@@ -67,7 +58,7 @@ dot_q3_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
 				sub += q3_k_u(b, 16 * j + l) * x->q[16 * j + l];
 			acc += sc[j] * (sub - 4 * x->bsum[j]);
 		}
-		s += f16(b + 108) * x->d * (float)acc;
+		s += f16_at(b + 108) * x->d * (float)acc;
 	}
 	return s;
 }
@@ -89,7 +80,7 @@ dot_q2_k_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb)
 			dots += (b[j] & 0xf) * sub;
 			mins += (b[j] >> 4) * x->bsum[j];
 		}
-		s += f16(b + 80) * x->d * (float)dots - f16(b + 82) * x->d * (float)mins;
+		s += f16_at(b + 80) * x->d * (float)dots - f16_at(b + 82) * x->d * (float)mins;
 	}
 	return s;
 }
@@ -102,7 +93,7 @@ widen_q3_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, fl
 {
 	for (size_t sb = 0; sb < nb / 8; sb++, src += Q3K_BYTES) {
 		int8_t sc[16];
-		float d = f16(src + 108);
+		float d = f16_at(src + 108);
 		q3_k_scales(src + 96, sc);
 		for (int j = 0; j < 16; j++) {
 			int32_t sum = 0;
