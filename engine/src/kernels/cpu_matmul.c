@@ -33,6 +33,7 @@
 #define AMX_Q6_GEMM_TOKENS 32 /* and Q6_K's rows, widened (gemm_min_tokens) */
 #define X8_CHUNK_BYTES 32768  /* 8-row groups a chunk when several passes of tokens read them (L1) */
 #define QUANTIZE_INLINE 16384 /* activations quantized on the calling thread up to this many values */
+#define GEMM8_MIN_TOKENS 8    /* and from 8 for the types with only per-token dots (gemm_min_tokens) */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -448,6 +449,14 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	 * GEMM 124-180 against the groups' 95-166 */
 	if (type == TT_Q6_K && k->dots_q6_k_q8k != NULL)
 		return 56;
+	/* the types without a kernel for several tokens at once (Q3_K,
+	 * IQ4_XS and the older 32-value ones) gain nothing from a decode
+	 * batch on their dots; the GEMM, a tile half empty, wins from 8
+	 * sequences (bench -p 16 -d 64 -n 16 -b B, tok/s all sequences
+	 * together, dots against GEMM: IQ4_XS b2 30.6/15.5, b4 42.5/35.5, b8
+	 * 46.3/69.4; Q3_K_M b8 64.3/67.3; Q5_0 b4 26.4/28.8, b8 25.7/55.3) */
+	if (q8k_only(type) || legacy(type))
+		return GEMM8_MIN_TOKENS;
 	return GEMM_TOKENS;
 }
 
