@@ -1226,9 +1226,21 @@ def test_fixed_threads():
 
 def move_process(pid, cpus):
     """Every thread of process pid onto cpus, as privai-admin moves a
-    shared deployment (supervisor.c)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(tid), cpus)
+    shared deployment (supervisor.c): a thread that ended between the
+    listing and the move is passed over, as there, and the listing is
+    read again until no thread is left on other CPUs (one a connection
+    started meanwhile took its starter's CPUs)."""
+    for _ in range(10):
+        left = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                if os.sched_getaffinity(int(tid)) != set(cpus):
+                    os.sched_setaffinity(int(tid), cpus)
+                    left += 1
+            except ProcessLookupError:
+                pass
+        if left == 0:
+            return
 
 
 def test_max_threads():
