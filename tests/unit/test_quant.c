@@ -686,15 +686,60 @@ test_q8k(const struct cpu_kernels *simd)
 	test_q6k_dots(simd, wq, x, N);
 }
 
-/* Q4_K and Q5_K decode on Q8_K activations: the dot equals the float
- * dot of the dequantized operands, scalar and SIMD, on ordinary rows and
- * on a block at the extremes (every q and 6-bit scale and min at its
- * largest, activations at +-127), where an int16 step of the SIMD sum
- * would overflow if its bound were wrong. */
+/* A super-block of `type` at its extremes, d (and dmin) 1: Q4_K and Q5_K
+ * every q, 6-bit scale and min at its largest; Q3_K values 7 and 0 under
+ * scales -32 and 31; Q2_K every value, scale and min at 3, 15 and 15;
+ * IQ4_XS the levels -127 and 113 under scales -32 and 31. */
 static void
-test_k45_q8k(const struct cpu_kernels *simd)
+extreme_block(uint32_t type, uint8_t *blk)
+{
+	uint16_t one = f32_to_fp16(1.0f);
+
+	if (type == TT_Q4_K || type == TT_Q5_K) {
+		memset(blk, 0xff, 176);
+		memcpy(blk, &one, 2);
+		memcpy(blk + 2, &one, 2);
+	} else if (type == TT_IQ4_XS) {
+		memcpy(blk, &one, 2);
+		blk[2] = blk[3] = 0xcc;     /* the high bits of the scales: odd 3, even 0 */
+		memset(blk + 4, 0xf0, 4);   /* and the low: odd 15, even 0 */
+		memset(blk + 8, 0x0f, 64);  /* the first half: levels 113 then -127 */
+		memset(blk + 72, 0x00, 64); /* the second: -127 */
+	} else if (type == TT_Q3_K) {
+		memset(blk, 0x0f, 32);       /* hmask: the first half's values 4..7, the second's 0..3 */
+		memset(blk + 32, 0xff, 32);  /* first half: u = 7 */
+		memset(blk + 64, 0x00, 32);  /* second half: u = 0 */
+		for (int j = 0; j < 12; j++) /* odd scales 63 (31), even 0 (-32) */
+			blk[96 + j] = (uint8_t)(j % 2 ? 0xff : 0x00);
+		memcpy(blk + 108, &one, 2);
+	} else { /* Q2_K */
+		memset(blk, 0xff, 80);
+		memcpy(blk + 80, &one, 2);
+		memcpy(blk + 82, &one, 2);
+	}
+}
+
+/* The K-quants' and IQ4_XS's decode on Q8_K activations (Q6_K has its
+ * own test): the dot equals the float dot of the dequantized operands,
+ * scalar and SIMD, on ordinary rows and on a block at the extremes
+ * (extreme_block, activations at +-127), where an int16 step of the SIMD
+ * sum would overflow if its bound were wrong; there the integer sums are
+ * exact (Q4_K and Q5_K within 1e-6: their mins are a second float term). */
+static void
+test_q8k_dots(const struct cpu_kernels *simd)
 {
 	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	const struct {
+		uint32_t type;
+		float (*fr)(const void *, const struct block_q8k *, size_t);
+		float (*fs)(const void *, const struct block_q8k *, size_t);
+	} dots[] = {
+		{ TT_Q4_K, ref->dot_q4_k_q8k, simd->dot_q4_k_q8k },
+		{ TT_Q5_K, ref->dot_q5_k_q8k, simd->dot_q5_k_q8k },
+		{ TT_Q2_K, ref->dot_q2_k_q8k, simd->dot_q2_k_q8k },
+		{ TT_Q3_K, ref->dot_q3_k_q8k, simd->dot_q3_k_q8k },
+		{ TT_IQ4_XS, ref->dot_iq4_xs_q8k, simd->dot_iq4_xs_q8k },
+	};
 	enum { N = 2048 };
 	static float x[N], w[N], wf[N], xf[N];
 	static uint8_t wq[N / 256 * 176];
@@ -707,99 +752,26 @@ test_k45_q8k(const struct cpu_kernels *simd)
 	ref->quantize_q8k(x, xr, N);
 	for (int i = 0; i < N; i++)
 		xf[i] = xr[i / 256].d * xr[i / 256].q[i % 256];
-	for (int five = 0; five < 2; five++) {
-		uint32_t type = five ? TT_Q5_K : TT_Q4_K;
-		float (*fr)(const void *, const struct block_q8k *, size_t) =
-			five ? ref->dot_q5_k_q8k : ref->dot_q4_k_q8k;
-		float (*fs)(const void *, const struct block_q8k *, size_t) =
-			five ? simd->dot_q5_k_q8k : simd->dot_q4_k_q8k;
+	for (size_t k = 0; k < sizeof(dots) / sizeof(dots[0]); k++) {
+		uint32_t type = dots[k].type;
+		const char *name = tensor_type_name(type);
 		tensor_quantize_row(type, w, wq, N);
 		tensor_dequantize_row(type, wq, wf, N);
-		float want = ref->dot_f32(wf, xf, N), r = fr(wq, xr, N / 256), v = fs(wq, xr, N / 256);
-		CHECK(fabsf(r - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s x Q8_K scalar dot %g vs float %g",
-		      tensor_type_name(type), r, want);
-		CHECK(fabsf(v - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s x Q8_K %s dot %g vs float %g",
-		      tensor_type_name(type), simd->name, v, want);
-		/* the extremes: q = 15 (31), scales and mins 63, d = dmin = 1 */
+		float want = ref->dot_f32(wf, xf, N), r = dots[k].fr(wq, xr, N / 256), v = dots[k].fs(wq, xr, N / 256);
+		CHECK(fabsf(r - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s x Q8_K scalar dot %g vs float %g", name, r,
+		      want);
+		CHECK(fabsf(v - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s x Q8_K %s dot %g vs float %g", name,
+		      simd->name, v, want);
 		uint8_t blk[176];
 		struct block_q8k xe;
-		uint16_t one = f32_to_fp16(1.0f);
-		memset(blk, 0xff, sizeof(blk));
-		memcpy(blk, &one, 2);
-		memcpy(blk + 2, &one, 2);
+		extreme_block(type, blk);
 		q8k_extremes(&xe, 48);
 		double exact = exact_block_dot(type, blk, &xe);
-		r = fr(blk, &xe, 1);
-		v = fs(blk, &xe, 1);
-		CHECK(fabs(r - exact) <= 1e-6 * fabs(exact) && fabs(v - exact) <= 1e-6 * fabs(exact),
-		      "%s x Q8_K at the extremes: scalar %g, %s %g, exact %g", tensor_type_name(type), r, simd->name, v,
-		      exact);
-	}
-}
-
-/* Q2_K, Q3_K and IQ4_XS decode on Q8_K activations, as test_k45_q8k:
- * the dot equals the float dot of the dequantized operands, scalar and
- * SIMD, and exactly the sum at the extremes (Q3_K: values 7 and 0 under
- * scales -32 and 31; Q2_K: every value, scale and min at 3, 15 and 15;
- * IQ4_XS: the levels -127 and 113 under scales -32 and 31). */
-static void
-test_lowbit_q8k(const struct cpu_kernels *simd)
-{
-	const struct cpu_kernels *ref = cpu_kernels_scalar();
-	enum { N = 2048 };
-	static float x[N], w[N], wf[N], xf[N];
-	static uint8_t wq[N / 256 * 136];
-	static struct block_q8k xr[N / 256];
-	uint16_t one = f32_to_fp16(1.0f);
-
-	for (int i = 0; i < N; i++) {
-		x[i] = sinf((float)i * 0.37f) * (i / 256 == 3 ? 40.0f : 3.0f);
-		w[i] = cosf((float)i * 0.11f) + 0.3f * sinf((float)i * 0.05f);
-	}
-	ref->quantize_q8k(x, xr, N);
-	for (int i = 0; i < N; i++)
-		xf[i] = xr[i / 256].d * xr[i / 256].q[i % 256];
-	for (int k = 0; k < 3; k++) {
-		uint32_t type = k == 0 ? TT_Q2_K : k == 1 ? TT_Q3_K : TT_IQ4_XS;
-		float (*fr)(const void *, const struct block_q8k *, size_t) = k == 0   ? ref->dot_q2_k_q8k
-									      : k == 1 ? ref->dot_q3_k_q8k
-										       : ref->dot_iq4_xs_q8k;
-		float (*fs)(const void *, const struct block_q8k *, size_t) = k == 0   ? simd->dot_q2_k_q8k
-									      : k == 1 ? simd->dot_q3_k_q8k
-										       : simd->dot_iq4_xs_q8k;
-		tensor_quantize_row(type, w, wq, N);
-		tensor_dequantize_row(type, wq, wf, N);
-		float want = ref->dot_f32(wf, xf, N), r = fr(wq, xr, N / 256), v = fs(wq, xr, N / 256);
-		CHECK(fabsf(r - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s x Q8_K scalar dot %g vs float %g",
-		      tensor_type_name(type), r, want);
-		CHECK(fabsf(v - want) <= 1e-4f * fabsf(want) + 1e-3f, "%s x Q8_K %s dot %g vs float %g",
-		      tensor_type_name(type), simd->name, v, want);
-		uint8_t blk[136];
-		struct block_q8k xe;
-		if (type == TT_IQ4_XS) {
-			memcpy(blk, &one, 2);
-			blk[2] = blk[3] = 0xcc;     /* the high bits of the scales: odd 3, even 0 */
-			memset(blk + 4, 0xf0, 4);   /* and the low: odd 15, even 0 */
-			memset(blk + 8, 0x0f, 64);  /* the first half: levels 113 then -127 */
-			memset(blk + 72, 0x00, 64); /* the second: -127 */
-		} else if (type == TT_Q3_K) {
-			memset(blk, 0x0f, 32);       /* hmask: the first half's values 4..7, the second's 0..3 */
-			memset(blk + 32, 0xff, 32);  /* first half: u = 7 */
-			memset(blk + 64, 0x00, 32);  /* second half: u = 0 */
-			for (int j = 0; j < 12; j++) /* odd scales 63 (31), even 0 (-32) */
-				blk[96 + j] = (uint8_t)(j % 2 ? 0xff : 0x00);
-			memcpy(blk + 108, &one, 2);
-		} else {
-			memset(blk, 0xff, 80); /* scales, mins and values at their largest */
-			memcpy(blk + 80, &one, 2);
-			memcpy(blk + 82, &one, 2);
-		}
-		q8k_extremes(&xe, 48);
-		double exact = exact_block_dot(type, blk, &xe);
-		r = fr(blk, &xe, 1);
-		v = fs(blk, &xe, 1);
-		CHECK(r == (float)exact && v == (float)exact, "%s x Q8_K at the extremes: scalar %g, %s %g, exact %g",
-		      tensor_type_name(type), r, simd->name, v, exact);
+		double tol = type == TT_Q4_K || type == TT_Q5_K ? 1e-6 * fabs(exact) : 0;
+		r = dots[k].fr(blk, &xe, 1);
+		v = dots[k].fs(blk, &xe, 1);
+		CHECK(fabs(r - exact) <= tol && fabs(v - exact) <= tol,
+		      "%s x Q8_K at the extremes: scalar %g, %s %g, exact %g", name, r, simd->name, v, exact);
 	}
 }
 
@@ -1535,8 +1507,7 @@ test_simd(const struct cpu_kernels *best)
 	test_gemm_bf16(best);
 	test_q4_0x8(best);
 	test_q8_0x8(best);
-	test_k45_q8k(best);
-	test_lowbit_q8k(best);
+	test_q8k_dots(best);
 	test_legacy(best);
 	test_kx8(best);
 	test_q6x8(best);
@@ -1547,8 +1518,7 @@ test_simd(const struct cpu_kernels *best)
 		test_dot4(cpu_kernels_avx2());
 		test_q4_0x8(cpu_kernels_avx2());
 		/* no test_q8_0x8: AVX2 has no Q8_0 groups (cpu_dot.c says why) */
-		test_k45_q8k(cpu_kernels_avx2());
-		test_lowbit_q8k(cpu_kernels_avx2());
+		test_q8k_dots(cpu_kernels_avx2());
 		test_legacy(cpu_kernels_avx2());
 		test_kx8(cpu_kernels_avx2());
 		test_q6x8(cpu_kernels_avx2());
