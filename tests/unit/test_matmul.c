@@ -114,6 +114,20 @@ check_weight(struct compute *c, uint32_t type, int rows, int cols, const int *ns
 		CHECK(0, "prepare_weight %s", tensor_type_name(type));
 		return -1;
 	}
+	/* the embedding lookup reads the same prepared copy (8-row groups
+	 * where the type is repacked): the rows the file has, last one first */
+	{
+		int32_t tokens[3] = { rows - 1, 0, rows / 2 };
+		struct compute_batch b = { .n = 3, .tokens = tokens };
+		int bad = 0;
+		c->ops->set_batch(c, &b);
+		c->ops->get_rows(c, &cw, y);
+		for (int t = 0; t < 3; t++)
+			bad += memcmp(y + (size_t)t * cols, wf + (size_t)tokens[t] * cols,
+				      (size_t)cols * sizeof(float)) != 0;
+		CHECK(bad == 0, "%s %s %d x %d: get_rows gives the file's rows (%d of 3 differ)", mode,
+		      tensor_type_name(type), rows, cols, bad);
+	}
 	for (int ni = 0; ni < nns; ni++) {
 		int n = ns[ni];
 		for (int i = 0; i < n * rows; i++)

@@ -788,6 +788,52 @@ group_inputs(float *w, int rows, int cols, float *x, int nt, struct block_q8k *x
 		cpu_kernels_scalar()->quantize_q8k(x + t * cols, xk + t * (cols / 256), (size_t)cols);
 }
 
+/* A group kernel and its scalar reference against each row's own dot
+ * (row_dot on the file's rows, row_bytes apart) for every token count
+ * 1..GROUP_NT, all groups in one call as a thread's share is; each token
+ * alone must give the bits it gives in a batch. */
+enum { GROUP_ROWS = 24, GROUP_COLS = 512, GROUP_NSB = GROUP_COLS / 256, GROUP_NT = 8 };
+typedef void (*group_gemm_fn)(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			      size_t ldy);
+static void
+check_group_kernel(const char *what, group_gemm_fn gemm, group_gemm_fn scalar,
+		   float (*row_dot)(const void *, const struct block_q8k *, size_t), const uint8_t *wq,
+		   size_t row_bytes, const uint8_t *packed, const struct block_q8k *xk)
+{
+	int bad = 0, bad_alone = 0;
+
+	for (int nt = 1; nt <= GROUP_NT; nt++) {
+		float y[GROUP_NT * GROUP_ROWS], ys[GROUP_NT * GROUP_ROWS], y1[GROUP_ROWS];
+		gemm(packed, GROUP_ROWS / 8, xk, GROUP_NSB, nt, y, GROUP_ROWS);
+		scalar(packed, GROUP_ROWS / 8, xk, GROUP_NSB, nt, ys, GROUP_ROWS);
+		for (int t = 0; t < nt; t++) {
+			gemm(packed, GROUP_ROWS / 8, xk + t * GROUP_NSB, GROUP_NSB, 1, y1, GROUP_ROWS);
+			bad_alone += memcmp(y1, y + t * GROUP_ROWS, sizeof(y1)) != 0;
+			for (int r = 0; r < GROUP_ROWS; r++) {
+				float d = row_dot(wq + (size_t)r * row_bytes, xk + t * GROUP_NSB, GROUP_NSB);
+				bad += fabsf(y[t * GROUP_ROWS + r] - d) > 1e-5f * fabsf(d) + 1e-4f ||
+				       fabsf(ys[t * GROUP_ROWS + r] - d) > 1e-5f * fabsf(d) + 1e-4f;
+			}
+		}
+	}
+	CHECK(bad == 0, "%s group kernel (and scalar) for 1..%d tokens equals the per-row dot: %d off", what, GROUP_NT,
+	      bad);
+	CHECK(bad_alone == 0, "%s group kernel: a token alone gives the bits it gives in a batch (%d differ)", what,
+	      bad_alone);
+}
+
+static void
+gemm_q4_kx8_ref(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	gemm_kx8_scalar(grp, ng, x, nsb, nt, 0, y, ldy);
+}
+
+static void
+gemm_q5_kx8_ref(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	gemm_kx8_scalar(grp, ng, x, nsb, nt, 1, y, ldy);
+}
+
 /* Q4_K and Q5_K repacked 8 rows to a group: rows read back are the
  * file's, the kernel's repack equals the scalar one, and the group dot
  * (SIMD and scalar) equals each row's dot on Q8_K activations; 16 rows of
@@ -796,7 +842,7 @@ static void
 test_kx8(const struct cpu_kernels *k)
 {
 	const struct cpu_kernels *ref = cpu_kernels_scalar();
-	enum { ROWS = 24, COLS = 512, NSB = COLS / 256, NT = 8 };
+	enum { ROWS = GROUP_ROWS, COLS = GROUP_COLS, NSB = GROUP_NSB, NT = GROUP_NT };
 	static float w[ROWS * COLS], x[NT * COLS];
 	static uint8_t wq[ROWS * NSB * 176], packed[ROWS * NSB * 176], again[ROWS * NSB * 176];
 	static struct block_q8k xk[NT * NSB];
@@ -811,7 +857,7 @@ test_kx8(const struct cpu_kernels *k)
 		size_t sb = five ? 176 : 144, bytes = ROWS * NSB * sb;
 		void (*gemm)(const uint8_t *, int, const struct block_q8k *, size_t, int, float *, size_t) =
 			five ? k->gemm_q5_kx8 : k->gemm_q4_kx8;
-		int bad = 0, bad_row = 0, bad_alone = 0;
+		int bad_row = 0;
 		tensor_quantize_row(type, w, wq, ROWS * COLS);
 		kx8_repack(wq, NSB * sb, 0, 1, NSB, five, packed);
 		kx8_repack(wq, NSB * sb, 1, ROWS / 8, NSB, five, packed);
@@ -829,30 +875,10 @@ test_kx8(const struct cpu_kernels *k)
 		}
 		CHECK(bad_row == 0, "%s rows read back from the repacked groups are the file's rows (%d differ)",
 		      tensor_type_name(type), bad_row);
-		/* every token count, all groups in one call as a thread's share
-		 * is; each token alone must give the same bits as in the batch */
-		for (int nt = 1; nt <= NT; nt++) {
-			float y[NT * ROWS], ys[NT * ROWS], y1[ROWS];
-			gemm(packed, ROWS / 8, xk, NSB, nt, y, ROWS);
-			gemm_kx8_scalar(packed, ROWS / 8, xk, NSB, nt, five, ys, ROWS);
-			for (int t = 0; t < nt; t++) {
-				gemm(packed, ROWS / 8, xk + t * NSB, NSB, 1, y1, ROWS);
-				bad_alone += memcmp(y1, y + t * ROWS, sizeof(y1)) != 0;
-				for (int r = 0; r < ROWS; r++) {
-					const uint8_t *row = wq + (size_t)r * NSB * sb;
-					const struct block_q8k *xt = xk + t * NSB;
-					float d = five ? ref->dot_q5_k_q8k(row, xt, NSB)
-						       : ref->dot_q4_k_q8k(row, xt, NSB);
-					bad += fabsf(y[t * ROWS + r] - d) > 1e-5f * fabsf(d) + 1e-4f ||
-					       fabsf(ys[t * ROWS + r] - d) > 1e-5f * fabsf(d) + 1e-4f;
-				}
-			}
-		}
-		CHECK(bad == 0, "%s %s group kernel (and scalar) for 1..%d tokens equals the per-row dot: %d off",
-		      k->name, tensor_type_name(type), NT, bad);
-		CHECK(bad_alone == 0,
-		      "%s %s group kernel: a token alone gives the bits it gives in a batch (%d differ)", k->name,
-		      tensor_type_name(type), bad_alone);
+		char what[64];
+		snprintf(what, sizeof(what), "%s %s", k->name, tensor_type_name(type));
+		check_group_kernel(what, gemm, five ? gemm_q5_kx8_ref : gemm_q4_kx8_ref,
+				   five ? ref->dot_q5_k_q8k : ref->dot_q4_k_q8k, wq, NSB * sb, packed, xk);
 	}
 }
 
@@ -865,11 +891,11 @@ static void
 test_q6x8(const struct cpu_kernels *k)
 {
 	const struct cpu_kernels *ref = cpu_kernels_scalar();
-	enum { ROWS = 24, COLS = 512, NSB = COLS / 256, NT = 8, SB = 210 };
+	enum { ROWS = GROUP_ROWS, COLS = GROUP_COLS, NSB = GROUP_NSB, NT = GROUP_NT, SB = 210 };
 	static float w[ROWS * COLS], x[NT * COLS];
 	static uint8_t wq[ROWS * NSB * SB], packed[ROWS * NSB * SB];
 	static struct block_q8k xk[NT * NSB];
-	int bad = 0, bad_row = 0, bad_alone = 0;
+	int bad_row = 0;
 
 	if (k->gemm_q6_kx8 == NULL) {
 		SKIP("%s: no repacked Q6_K kernel", k->name);
@@ -917,24 +943,9 @@ test_q6x8(const struct cpu_kernels *k)
 			      memcmp(ws[0], ws[v], sizeof(ws[0])) == 0 && memcmp(wd[0], wd[v], sizeof(wd[0])) == 0,
 		      "%s Q6_K groups widen (scalar and SIMD) as the file's rows do", k->name);
 	}
-	for (int nt = 1; nt <= NT; nt++) {
-		float y[NT * ROWS], ys[NT * ROWS], y1[ROWS];
-		k->gemm_q6_kx8(packed, ROWS / 8, xk, NSB, nt, y, ROWS);
-		gemm_q6_kx8_scalar(packed, ROWS / 8, xk, NSB, nt, ys, ROWS);
-		for (int t = 0; t < nt; t++) {
-			k->gemm_q6_kx8(packed, ROWS / 8, xk + t * NSB, NSB, 1, y1, ROWS);
-			bad_alone += memcmp(y1, y + t * ROWS, sizeof(y1)) != 0;
-			for (int r = 0; r < ROWS; r++) {
-				float d = ref->dot_q6_k_q8k(wq + (size_t)r * NSB * SB, xk + t * NSB, NSB);
-				bad += fabsf(y[t * ROWS + r] - d) > 1e-5f * fabsf(d) + 1e-4f ||
-				       fabsf(ys[t * ROWS + r] - d) > 1e-5f * fabsf(d) + 1e-4f;
-			}
-		}
-	}
-	CHECK(bad == 0, "%s Q6_K group kernel (and scalar) for 1..%d tokens equals the per-row dot: %d off", k->name,
-	      NT, bad);
-	CHECK(bad_alone == 0, "%s Q6_K group kernel: a token alone gives the bits it gives in a batch (%d differ)",
-	      k->name, bad_alone);
+	char what[64];
+	snprintf(what, sizeof(what), "%s Q6_K", k->name);
+	check_group_kernel(what, k->gemm_q6_kx8, gemm_q6_kx8_scalar, ref->dot_q6_k_q8k, wq, NSB * SB, packed, xk);
 	/* every value 63, scales 127 and -128 by turns, d 1; activations of
 	 * 127 then -127 a sub-block at a time, and all 127 */
 	uint8_t ext[8 * SB], eg[Q6X8_BLOCK];
@@ -974,6 +985,115 @@ test_q6x8(const struct cpu_kernels *k)
 		}
 	}
 	CHECK(bad_ext == 0, "%s Q6_K group kernel at the extremes: %d of 16 sums off", k->name, bad_ext);
+}
+
+/* IQ4_XS repacked 8 rows to a group, as test_q6x8: the SIMD repack is the
+ * scalar one, rows read back are the file's bytes and values, groups
+ * widen for prompts as the file's rows do, and the group kernel (SIMD and
+ * scalar) equals each row's dot.  Then the extremes: levels -127 and 113,
+ * scales -32 and 31 (ls 0 and 63), activations of 127 and -127, where the
+ * offset levels (up to 241) would saturate an int16 pair sum. */
+static void
+test_iq4x8(const struct cpu_kernels *k)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { ROWS = GROUP_ROWS, COLS = GROUP_COLS, NSB = GROUP_NSB, NT = GROUP_NT, SB = 136 };
+	static float w[ROWS * COLS], x[NT * COLS];
+	static uint8_t wq[ROWS * NSB * SB], packed[ROWS * NSB * SB], again[ROWS * NSB * SB];
+	static struct block_q8k xk[NT * NSB];
+	int bad_row = 0;
+
+	if (k->gemm_iq4_xsx8 == NULL || k->repack_iq4x8 == NULL) {
+		SKIP("%s: no repacked IQ4_XS kernel", k->name);
+		return;
+	}
+	group_inputs(w, ROWS, COLS, x, NT, xk);
+	tensor_quantize_row(TT_IQ4_XS, w, wq, ROWS * COLS);
+	/* in two calls, as threads repack their shares */
+	iq4x8_repack(wq, NSB * SB, 1, ROWS / 8, NSB, packed);
+	iq4x8_repack(wq, NSB * SB, 0, 1, NSB, packed);
+	CHECK(memcmp(wq, packed, sizeof(wq)) != 0, "the repacked IQ4_XS layout differs from the file's");
+	k->repack_iq4x8(wq, NSB * SB, 0, 2, NSB, again);
+	k->repack_iq4x8(wq, NSB * SB, 2, ROWS / 8, NSB, again);
+	CHECK(memcmp(again, packed, sizeof(again)) == 0, "%s repack_iq4x8 equals the scalar repack", k->name);
+	for (int r = 0; r < ROWS; r++) {
+		float row[COLS], deq[COLS];
+		uint8_t blk[SB];
+		iq4x8_dequantize_row(packed + (size_t)(r / 8) * NSB * IQ4X8_BLOCK, NSB, r % 8, row);
+		tensor_dequantize_row(TT_IQ4_XS, wq + (size_t)r * NSB * SB, deq, COLS);
+		bad_row += memcmp(row, deq, sizeof(row)) != 0;
+		for (int i = 0; i < NSB; i++) {
+			iq4x8_unpack(packed + (size_t)(r / 8) * NSB * IQ4X8_BLOCK + (size_t)i * IQ4X8_BLOCK, r % 8,
+				     blk);
+			bad_row += memcmp(blk, wq + (size_t)r * NSB * SB + (size_t)i * SB, SB) != 0;
+		}
+	}
+	CHECK(bad_row == 0,
+	      "IQ4_XS rows read back from the repacked groups are the file's bytes and values (%d differ)", bad_row);
+	/* prefill widens the groups as widen_iq4_xs widens the file's rows */
+	{
+		enum { NB = NSB * 8, RB = NB * 34 };
+		static uint8_t wr[2][ROWS * RB];
+		static int32_t ws[2][ROWS * NB];
+		static float wd[2][ROWS * NB];
+		memset(wr, 0, sizeof(wr));
+		for (int r = 0; r < ROWS; r++)
+			ref->widen_iq4_xs(wq + (size_t)r * NSB * SB, wr[0] + r * RB, NB, ws[0] + r * NB,
+					  wd[0] + r * NB);
+		for (int g = 0; g < ROWS / 8; g++)
+			widen_iq4_xsx8(k->widen_iq4_xs, packed + (size_t)g * NSB * IQ4X8_BLOCK, NSB, wr[1] + 8 * g * RB,
+				       RB, ws[1] + 8 * g * NB, wd[1] + 8 * g * NB, NB);
+		CHECK(memcmp(wr[0], wr[1], sizeof(wr[0])) == 0 && memcmp(ws[0], ws[1], sizeof(ws[0])) == 0 &&
+			      memcmp(wd[0], wd[1], sizeof(wd[0])) == 0,
+		      "%s IQ4_XS groups widen as the file's rows do", k->name);
+	}
+	char what[64];
+	snprintf(what, sizeof(what), "%s IQ4_XS", k->name);
+	check_group_kernel(what, k->gemm_iq4_xsx8, gemm_iq4_xsx8_scalar, ref->dot_iq4_xs_q8k, wq, NSB * SB, packed, xk);
+	/* row r: every index 0 (level -127) in even rows, 15 (113) in odd
+	 * ones; sub-block scales ls 0 and 63 by turns (-32 and 31), d 1 */
+	uint8_t ext[8 * SB], eg[IQ4X8_BLOCK];
+	uint16_t one = f32_to_fp16(1.0f);
+	struct block_q8k xe[2];
+	memset(xe, 0, sizeof(xe));
+	for (int r = 0; r < 8; r++) {
+		uint8_t *b = ext + r * SB;
+		memcpy(b, &one, 2);
+		uint16_t sh = 0;
+		for (int j = 0; j < 8; j++)
+			sh |= (uint16_t)(((j + r) % 2 ? 3 : 0) << (2 * j));
+		memcpy(b + 2, &sh, 2);
+		for (int j = 0; j < 4; j++)
+			b[4 + j] = (uint8_t)(((2 * j + r) % 2 ? 0xf : 0) | ((2 * j + 1 + r) % 2 ? 0xf0 : 0));
+		memset(b + 8, r % 2 ? 0xff : 0, 128);
+	}
+	for (int i = 0; i < 256; i++) {
+		xe[0].q[i] = (int8_t)((i / 16) % 2 ? -127 : 127);
+		xe[1].q[i] = 127;
+	}
+	for (int t = 0; t < 2; t++) {
+		xe[t].d = 1.0f;
+		for (int j = 0; j < 16; j++) {
+			int sum = 0;
+			for (int l = 0; l < 16; l++)
+				sum += xe[t].q[16 * j + l];
+			xe[t].bsum[j] = (int16_t)sum;
+		}
+	}
+	iq4x8_repack(ext, SB, 0, 1, 1, eg);
+	int bad_ext = 0;
+	for (int t = 0; t < 2; t++) {
+		float ye[8], deq[256];
+		k->gemm_iq4_xsx8(eg, 1, xe + t, 1, 1, ye, 8);
+		for (int r = 0; r < 8; r++) {
+			double exact = 0;
+			tensor_dequantize_row(TT_IQ4_XS, ext + r * SB, deq, 256);
+			for (int i = 0; i < 256; i++)
+				exact += (double)deq[i] * xe[t].q[i];
+			bad_ext += fabs(ye[r] - exact) > 1e-6 * fabs(exact);
+		}
+	}
+	CHECK(bad_ext == 0, "%s IQ4_XS group kernel at the extremes: %d of 16 sums off", k->name, bad_ext);
 }
 
 /* The float register tile against the scalar dot on odd shapes: a full
@@ -1511,6 +1631,7 @@ test_simd(const struct cpu_kernels *best)
 	test_legacy(best);
 	test_kx8(best);
 	test_q6x8(best);
+	test_iq4x8(best);
 	test_dot4(best);
 	test_pack_half_panel(best, 0);
 	test_pack_half_panel(best, 1);
@@ -1522,6 +1643,7 @@ test_simd(const struct cpu_kernels *best)
 		test_legacy(cpu_kernels_avx2());
 		test_kx8(cpu_kernels_avx2());
 		test_q6x8(cpu_kernels_avx2());
+		test_iq4x8(cpu_kernels_avx2());
 	}
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());

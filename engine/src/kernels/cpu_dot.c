@@ -187,6 +187,8 @@ static const struct cpu_kernels k_scalar = {
 	dot_q5_1_scalar,
 	dot_iq4_nl_scalar,
 	widen_legacy_scalar,
+	NULL, /* no IQ4_XS repack: the file's layout */
+	NULL,
 };
 
 void
@@ -514,6 +516,8 @@ static struct cpu_kernels k_avx2 = {
 	dot_q5_1_avx2,
 	dot_iq4_nl_avx2,
 	widen_legacy_avx2,
+	NULL, /* filled in by cpu_kernels_get */
+	NULL,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -980,6 +984,8 @@ static struct cpu_kernels k_avx512 = {
 	dot_q5_1_avx2,
 	dot_iq4_nl_avx2,
 	widen_legacy_avx2,
+	NULL, /* filled in by cpu_kernels_get */
+	NULL,
 };
 #endif
 
@@ -1161,6 +1167,9 @@ cpu_kernels_get(void)
 	k_avx2.gemm_q6_kx8 = gemm_q6_kx8_avx2;
 	k_avx512.gemm_q6_kx8 = gemm_q6_kx8_avx512;
 	k_avx2.widen_q6_kx8 = k_avx512.widen_q6_kx8 = widen_q6_kx8_avx2;
+	k_avx2.gemm_iq4_xsx8 = gemm_iq4_xsx8_avx2;
+	k_avx512.gemm_iq4_xsx8 = gemm_iq4_xsx8_avx512;
+	k_avx2.repack_iq4x8 = k_avx512.repack_iq4x8 = iq4x8_repack_avx2;
 	if (avx512)
 		return &k_avx512;
 	if (avx2)

@@ -330,6 +330,11 @@ struct cpu_kernels {
 	float (*dot_iq4_nl)(const void *w, const struct block_q8 *x, size_t nb);
 	void (*widen_legacy)(uint32_t type, const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd,
 			     float *wmin);
+	/* IQ4_XS repacked 8 rows to a group (cpu_iq4_xsx8.c), NULL (no
+	 * repack) where there is no SIMD kernel: as gemm_q6_kx8 */
+	void (*gemm_iq4_xsx8)(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			      size_t ldy);
+	void (*repack_iq4x8)(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -379,6 +384,8 @@ void widen_q3_k_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsu
 float dot_iq4_xs_q8k_scalar(const void *w, const struct block_q8k *x, size_t nsb);
 float (*dot_iq4_xs_q8k_simd(int avx512))(const void *, const struct block_q8k *, size_t);
 void widen_iq4_xs_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+/* IQ4_NL's sixteen levels, IQ4_XS's too (cpu_dot_iq4.c) */
+extern const int8_t iq4_nl_levels[16];
 float dot_q4_1_scalar(const void *w, const struct block_q8 *x, size_t nb);
 float dot_q5_0_scalar(const void *w, const struct block_q8 *x, size_t nb);
 float dot_q5_1_scalar(const void *w, const struct block_q8 *x, size_t nb);
@@ -480,6 +487,27 @@ void widen_q6_kx8_avx2(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_
 void gemm_q6_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
 void gemm_q6_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
+#endif
+
+/* cpu_iq4_xsx8.c: IQ4_XS rows in groups of 8; bytes per super-block of a
+ * group (8 x 136); as the Q6_K ones.  widen_iq4_xsx8: a group's nsb
+ * super-blocks as widen (widen_iq4_xs) makes of its 8 file rows, row r's
+ * blocks at dst + r * dst_row_bytes, its sums and scales at wsum + r * ld
+ * and wd + r * ld */
+#define IQ4X8_BLOCK 1088
+void iq4x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+void iq4x8_unpack(const uint8_t *grp, int r, uint8_t *blk);
+void iq4x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out);
+void gemm_iq4_xsx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			  size_t ldy);
+void widen_iq4_xsx8(void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), const uint8_t *grp,
+		    size_t nsb, uint8_t *dst, size_t dst_row_bytes, int32_t *wsum, float *wd, size_t ld);
+#if defined(__x86_64__)
+void gemm_iq4_xsx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			size_t ldy);
+void gemm_iq4_xsx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			  size_t ldy);
+void iq4x8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 #endif
 
 /* cpu_widen.c */

@@ -20,7 +20,7 @@
 
 #define IQ4XS_BYTES 136
 
-static const int8_t iq4_levels[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+const int8_t iq4_nl_levels[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
 
 /* Sub-block j's scale less 32. */
 static inline int
@@ -37,7 +37,7 @@ iq4_xs_value(const uint8_t *b, int j, int l)
 {
 	uint8_t q = b[8 + 16 * j + l % 16];
 
-	return iq4_levels[l < 16 ? q & 0xf : q >> 4];
+	return iq4_nl_levels[l < 16 ? q & 0xf : q >> 4];
 }
 
 /* IQ4_NL against 32-value activation blocks: d * dx * sum(level[q] * xq) */
@@ -50,7 +50,8 @@ dot_iq4_nl_scalar(const void *w, const struct block_q8 *x, size_t nb)
 	for (size_t i = 0; i < nb; i++, b += 18) {
 		int32_t acc = 0;
 		for (int j = 0; j < 16; j++)
-			acc += iq4_levels[b[2 + j] & 0xf] * x[i].q[j] + iq4_levels[b[2 + j] >> 4] * x[i].q[j + 16];
+			acc += iq4_nl_levels[b[2 + j] & 0xf] * x[i].q[j] +
+			       iq4_nl_levels[b[2 + j] >> 4] * x[i].q[j + 16];
 		s += f16_at(b) * x[i].d * (float)acc;
 	}
 	return s;
@@ -64,7 +65,7 @@ widen_iq4_nl_scalar(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, 
 	for (size_t i = 0; i < nb; i++, src += 18, dst += 34) {
 		int32_t sum = 0;
 		for (int j = 0; j < 32; j++) {
-			int v = iq4_levels[j < 16 ? src[2 + j] & 0xf : src[2 + j - 16] >> 4];
+			int v = iq4_nl_levels[j < 16 ? src[2 + j] & 0xf : src[2 + j - 16] >> 4];
 			dst[2 + j] = (uint8_t)(int8_t)v;
 			sum += v;
 		}
@@ -153,7 +154,7 @@ iq4_xs_levels(const uint8_t *b, int j, __m256i table)
 	TARGET static float dot_iq4_xs_q8k_##SUFFIX(const void *w, const struct block_q8k *x, size_t nsb)              \
 	{                                                                                                              \
 		const uint8_t *b = w;                                                                                  \
-		const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_levels));       \
+		const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_nl_levels));    \
 		const __m256i low = _mm256_set1_epi8(0xf), pick[4] = Q6_SCALE_PICK;                                    \
 		__m256 acc = _mm256_setzero_ps();                                                                      \
 		for (size_t i = 0; i < nsb; i++, b += IQ4XS_BYTES, x++) {                                              \
@@ -190,7 +191,7 @@ DEFINE_IQ4_XS_Q8K_DOT(avx512, AVX512, MADD16_VNNI)
 AVX2 void
 widen_iq4_xs_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd)
 {
-	const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_levels));
+	const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_nl_levels));
 
 	for (size_t sb = 0; sb < nb / 8; sb++, src += IQ4XS_BYTES) {
 		float d = f16c_load(src);
@@ -213,7 +214,7 @@ AVX2 float
 dot_iq4_nl_avx2(const void *w, const struct block_q8 *x, size_t nb)
 {
 	const uint8_t *b = w;
-	const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_levels));
+	const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_nl_levels));
 	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
 
 	for (size_t i = 0; i < nb; i++, b += 18) {
@@ -231,7 +232,7 @@ dot_iq4_nl_avx2(const void *w, const struct block_q8 *x, size_t nb)
 AVX2 void
 widen_iq4_nl_avx2(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd)
 {
-	const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_levels));
+	const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_nl_levels));
 
 	for (size_t i = 0; i < nb; i++, src += 18, dst += 34) {
 		__m256i v = _mm256_shuffle_epi8(table, unpack_nibbles(src + 2));

@@ -34,6 +34,7 @@
 #define X8_CHUNK_BYTES 32768  /* 8-row groups a chunk when several passes of tokens read them (L1) */
 #define QUANTIZE_INLINE 16384 /* activations quantized on the calling thread up to this many values */
 #define GEMM8_MIN_TOKENS 8    /* and from 8 for the types with only per-token dots (gemm_min_tokens) */
+#define IQ4X8_GEMM_TOKENS 56  /* and from 56 for IQ4_XS's 8-row groups (gemm_min_tokens) */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -153,6 +154,12 @@ mm_widen(struct mm_job *j, struct thread_scratch *ts, int64_t rb, int nr, size_t
 			j->im->k->widen_q6_kx8(j->x8 + (size_t)((rb + r) / 8) * (size_t)(nb / 8) * Q6X8_BLOCK,
 					       (size_t)nb / 8, ts->wrows + (size_t)r * *row_bytes, *row_bytes,
 					       wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb, 2 * (size_t)nb);
+	} else if (j->x8 != NULL && w->type == TT_IQ4_XS) { /* each super-block back to the file's layout */
+		for (int r = 0; r < nr; r += 8)
+			widen_iq4_xsx8(j->im->k->widen_iq4_xs,
+				       j->x8 + (size_t)((rb + r) / 8) * (size_t)(nb / 8) * IQ4X8_BLOCK, (size_t)nb / 8,
+				       ts->wrows + (size_t)r * *row_bytes, *row_bytes, wsum + (size_t)r * nb,
+				       wd + (size_t)r * nb, (size_t)nb);
 	} else if (j->x8 != NULL) { /* Q4_K, Q5_K: each super-block back to the file's layout */
 		int five = w->type == TT_Q5_K;
 		void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
@@ -444,17 +451,23 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 		return 144;
 	if (x8 && type == TT_Q5_K)
 		return 96;
+	/* IQ4_XS in 8-row groups (llama.cpp's IQ4_XS file, two rounds,
+	 * tok/s groups / GEMM): pp48 225/233 and 210/236, pp56 222/233 and
+	 * 229/218, pp64 263/220 and 258/237 */
+	if (x8 && type == TT_IQ4_XS)
+		return IQ4X8_GEMM_TOKENS;
 	/* Q6_K in 8-row groups as well (Zen 4, four alternating rounds):
 	 * pp48 on the groups 110-184 against the rows' 107-119, pp64 the
 	 * GEMM 124-180 against the groups' 95-166 */
 	if (type == TT_Q6_K && k->dots_q6_k_q8k != NULL)
 		return 56;
-	/* the types without a kernel for several tokens at once (Q3_K,
-	 * IQ4_XS and the older 32-value ones) gain nothing from a decode
-	 * batch on their dots; the GEMM, a tile half empty, wins from 8
-	 * sequences (bench -p 16 -d 64 -n 16 -b B, tok/s all sequences
-	 * together, dots against GEMM: IQ4_XS b2 30.6/15.5, b4 42.5/35.5, b8
-	 * 46.3/69.4; Q3_K_M b8 64.3/67.3; Q5_0 b4 26.4/28.8, b8 25.7/55.3) */
+	/* the types without a kernel for several tokens at once (Q2_K,
+	 * Q3_K, the older 32-value ones, IQ4_XS where its rows were not
+	 * grouped) gain nothing from a decode batch on their dots; the GEMM,
+	 * a tile half empty, wins from 8 sequences (bench -p 16 -d 64 -n 16
+	 * -b B, tok/s all sequences together, dots against GEMM: IQ4_XS b2
+	 * 30.6/15.5, b4 42.5/35.5, b8 46.3/69.4; Q3_K_M b8 64.3/67.3; Q5_0 b4
+	 * 26.4/28.8, b8 25.7/55.3) */
 	if (q8k_only(type) || legacy(type))
 		return GEMM8_MIN_TOKENS;
 	return GEMM_TOKENS;
@@ -575,13 +588,16 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 		}
 		return;
 	}
-	if (j->x8 != NULL && w->type != TT_Q4_0) { /* Q4_K, Q5_K, Q6_K; r0, r1: multiples of 8 */
+	if (j->x8 != NULL && w->type != TT_Q4_0) { /* Q4_K, Q5_K, Q6_K, IQ4_XS; r0, r1: multiples of 8 */
 		int five = w->type == TT_Q5_K;
 		void (*gemm)(const uint8_t *, int, const struct block_q8k *, size_t, int, float *, size_t) =
-			w->type == TT_Q6_K ? k->gemm_q6_kx8
-			: five             ? k->gemm_q5_kx8
-					   : k->gemm_q4_kx8;
-		size_t group = (size_t)(nb / 8) * (w->type == TT_Q6_K ? Q6X8_BLOCK : KX8_BLOCK(five));
+			w->type == TT_Q6_K     ? k->gemm_q6_kx8
+			: w->type == TT_IQ4_XS ? k->gemm_iq4_xsx8
+			: five                 ? k->gemm_q5_kx8
+					       : k->gemm_q4_kx8;
+		size_t group = (size_t)(nb / 8) * (w->type == TT_Q6_K     ? Q6X8_BLOCK
+						   : w->type == TT_IQ4_XS ? IQ4X8_BLOCK
+									  : KX8_BLOCK(five));
 		int64_t g1 = r1 / 8, per = x8_chunk_groups(j->n, group, g1 - r0 / 8);
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
 			int ng = (int)(g1 - g0 < per ? g1 - g0 : per);
@@ -955,7 +971,7 @@ static int
 repacks(const struct cpu_kernels *k, const struct weight *w)
 {
 	return w->type == TT_Q4_0 || w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K ||
-	       q8_0_repacks(k, w);
+	       w->type == TT_IQ4_XS || q8_0_repacks(k, w);
 }
 
 /* What prepare_weight() left in aux: the 8-row groups, or Q8_0's block
@@ -1010,7 +1026,8 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 	if (j->p.q8k && cpu_ensure((void **)&im->xk, &im->xk_len,
 				   (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0) {
 		j->p.q8k = 0; /* out of memory: the 32-value blocks, already sized */
-		if ((w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K) && !j->p.gemm)
+		if ((w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K || w->type == TT_IQ4_XS) &&
+		    !j->p.gemm)
 			j->x8 = NULL; /* and the file's rows (the repacked groups take Q8_K) */
 		if (q8k_only(w->type) && !j->p.gemm)
 			j->p.quantized = 0; /* no 32-value dot: rows dequantized to float */
@@ -1136,6 +1153,9 @@ cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 		else if (w->type == TT_Q6_K && x8 != NULL)
 			q6x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * Q6X8_BLOCK,
 					    (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
+		else if (w->type == TT_IQ4_XS && x8 != NULL)
+			iq4x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * IQ4X8_BLOCK,
+					     (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
 		else if ((w->type == TT_Q4_K || w->type == TT_Q5_K) && cw->aux != NULL)
 			kx8_dequantize_row((const uint8_t *)cw->aux + (size_t)(r / 8) * (size_t)(w->cols / 256) *
 									      KX8_BLOCK(w->type == TT_Q5_K),
@@ -1168,13 +1188,15 @@ repack_worker(void *arg, int ith, int nth)
 		q4_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
 	else if (j->src->type == TT_Q6_K)
 		q6x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
+	else if (j->src->type == TT_IQ4_XS)
+		j->k->repack_iq4x8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
 	else
 		j->k->repack_kx8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256,
 				 j->src->type == TT_Q5_K, j->dst);
 }
 
-/* Q8_0, Q4_0, Q4_K, Q5_K and Q6_K rows in groups of 8 (cpu_q8_0x8.c, cpu_q4_0x8.c, cpu_kquants_x8.c,
- * cpu_q6_kx8.c) where
+/* Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and IQ4_XS rows in groups of 8 (cpu_q8_0x8.c, cpu_q4_0x8.c,
+ * cpu_kquants_x8.c, cpu_q6_kx8.c, cpu_iq4_xsx8.c) where
  * the CPU has the kernels and the rows divide, repacked by the pool (a 70B
  * model is ~38 GB).  Every use reads the copy afterwards, get_rows too, so
  * the file's pages are handed back: the resident size stays about the
@@ -1187,11 +1209,12 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 	size_t bytes = (size_t)src->rows * ((size_t)src->cols / ti->block_elems) * ti->block_bytes;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	void *packed = NULL;
-	int kernels = src->type == TT_Q8_0   ? im->k->gemm_q8_0x8 != NULL
-		      : src->type == TT_Q4_0 ? im->k->gemm_q4_0x8 != NULL
-		      : src->type == TT_Q4_K ? im->k->gemm_q4_kx8 != NULL
-		      : src->type == TT_Q5_K ? im->k->gemm_q5_kx8 != NULL
-					     : im->k->gemm_q6_kx8 != NULL;
+	int kernels = src->type == TT_Q8_0     ? im->k->gemm_q8_0x8 != NULL
+		      : src->type == TT_Q4_0   ? im->k->gemm_q4_0x8 != NULL
+		      : src->type == TT_Q4_K   ? im->k->gemm_q4_kx8 != NULL
+		      : src->type == TT_Q5_K   ? im->k->gemm_q5_kx8 != NULL
+		      : src->type == TT_IQ4_XS ? im->k->gemm_iq4_xsx8 != NULL && im->k->repack_iq4x8 != NULL
+					       : im->k->gemm_q6_kx8 != NULL;
 
 	if (!kernels || src->rows % 8 != 0 || src->cols % ti->block_elems != 0)
 		return PRIVAI_OK;
@@ -1263,7 +1286,7 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	 * 8-row groups (prepare_weight) */
 	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL, q4x8 = type == TT_Q4_0 && k->gemm_q4_0x8 != NULL;
 	int kx8 = (type == TT_Q4_K && k->gemm_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemm_q5_kx8 != NULL) ||
-		  (type == TT_Q6_K && k->gemm_q6_kx8 != NULL);
+		  (type == TT_Q6_K && k->gemm_q6_kx8 != NULL) || (type == TT_IQ4_XS && k->gemm_iq4_xsx8 != NULL);
 	mm_plan(k, type, type == TT_Q8_0 && !q8x8, q8x8 || q4x8 || kx8, n_tokens, &p);
 	if (p.amx && !(p.onednn && cpu_onednn_forced()))
 		return type == TT_F16 ? "AMX bfloat16 tiles, weights and tokens split in two (three products)"

@@ -1,0 +1,232 @@
+/*
+ * IQ4_XS weights repacked at load, 8 rows interleaved, for decode.
+ *
+ * An IQ4_XS super-block (256 weights, 136 bytes) is an fp16 d, the high
+ * two bits of its eight sub-block scales (scales_h, 16 bits), their low
+ * four (scales_l, 4 bytes) and 128 bytes of 4-bit indices into IQ4_NL's
+ * sixteen int8 levels: sub-block j's 16 bytes hold its values l in the low
+ * nibbles and l + 16 in the high ones (cpu_dot_iq4.c).  The per-row dot
+ * takes a table lookup, a sign trick and a scale shuffle for every 32
+ * values and decoded at 41-47 % of the bandwidth bound on 2 threads.
+ * With 8 rows side by side, one row per 32-bit lane, a vpdpbusd with 4
+ * activation bytes broadcast advances all 8 rows by 4 values, and the
+ * eight rows' scales are unpacked at once, as Q4_K's groups do
+ * (cpu_kquants_x8.c).
+ *
+ * An 8-row group stores, per super-block (IQ4X8_BLOCK, 8 x 136 bytes):
+ *   0    d of the 8 rows (fp16)
+ *   16   scales_h of the 8 rows (16 bits each)
+ *   32   scales_l of the 8 rows (row r's four bytes in bytes 4r..4r+3)
+ *   64 + 32w, w < 32: the file's index word w (bytes 8 + 4w..) of the 8
+ *        rows, row r in bytes 4r..4r+3: words 4j..4j+3 are sub-block j's
+ * Prompts unpack a group's super-blocks back to the file's layout and
+ * widen them as they widen file rows; get_rows and the scalar reference
+ * do the same.
+ */
+#include <string.h>
+
+#include "privai/tensor_type.h"
+#include "cpu_dot.h"
+
+#define IQ4XS_SB_BYTES 136
+#define IQ4X8_SCALES_H 16
+#define IQ4X8_SCALES_L 32
+#define IQ4X8_QUANTS 64
+
+void
+iq4x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst)
+{
+	dst += (size_t)g0 * nsb * IQ4X8_BLOCK;
+	for (int64_t g = g0; g < g1; g++)
+		for (size_t i = 0; i < nsb; i++, dst += IQ4X8_BLOCK)
+			for (int r = 0; r < 8; r++) {
+				const uint8_t *b = src + (size_t)(8 * g + r) * row_bytes + i * IQ4XS_SB_BYTES;
+				memcpy(dst + 2 * r, b, 2);
+				memcpy(dst + IQ4X8_SCALES_H + 2 * r, b + 2, 2);
+				memcpy(dst + IQ4X8_SCALES_L + 4 * r, b + 4, 4);
+				for (int w = 0; w < 32; w++)
+					memcpy(dst + IQ4X8_QUANTS + 32 * w + 4 * r, b + 8 + 4 * w, 4);
+			}
+}
+
+void
+iq4x8_unpack(const uint8_t *grp, int r, uint8_t *blk)
+{
+	memcpy(blk, grp + 2 * r, 2);
+	memcpy(blk + 2, grp + IQ4X8_SCALES_H + 2 * r, 2);
+	memcpy(blk + 4, grp + IQ4X8_SCALES_L + 4 * r, 4);
+	for (int w = 0; w < 32; w++)
+		memcpy(blk + 8 + 4 * w, grp + IQ4X8_QUANTS + 32 * w + 4 * r, 4);
+}
+
+void
+iq4x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out)
+{
+	uint8_t blk[IQ4XS_SB_BYTES];
+
+	for (size_t i = 0; i < nsb; i++, grp += IQ4X8_BLOCK, out += 256) {
+		iq4x8_unpack(grp, r, blk);
+		tensor_dequantize_row(TT_IQ4_XS, blk, out, 256);
+	}
+}
+
+/* Row r of a group's super-block times a token's. */
+static float
+iq4x8_row_dot(const uint8_t *block, int r, const struct block_q8k *x, int unused)
+{
+	uint8_t blk[IQ4XS_SB_BYTES];
+
+	(void)unused;
+	iq4x8_unpack(block, r, blk);
+	return dot_iq4_xs_q8k_scalar(blk, x, 1);
+}
+
+void
+gemm_iq4_xsx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	gemm_groups_q8k_scalar(grp, ng, IQ4X8_BLOCK, iq4x8_row_dot, 0, x, nsb, nt, y, ldy);
+}
+
+/* Rows [rb, rb + nr) of groups (nr a multiple of 8) as widen_iq4_xs makes
+ * of the file's rows: each super-block unpacked first. */
+void
+widen_iq4_xsx8(void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), const uint8_t *grp, size_t nsb,
+	       uint8_t *dst, size_t dst_row_bytes, int32_t *wsum, float *wd, size_t ld)
+{
+	uint8_t blk[IQ4XS_SB_BYTES];
+
+	for (size_t i = 0; i < nsb; i++, grp += IQ4X8_BLOCK)
+		for (int r = 0; r < 8; r++) {
+			iq4x8_unpack(grp, r, blk);
+			widen(blk, dst + (size_t)r * dst_row_bytes + i * 8 * 34, 8, wsum + (size_t)r * ld + 8 * i,
+			      wd + (size_t)r * ld + 8 * i);
+		}
+}
+
+#if defined(__x86_64__)
+#include "cpu_x86.h"
+
+/* The products of a chunk of levels (signed) with 4 broadcast activation
+ * bytes a lane.  vpdpbusd takes the levels + 128 as unsigned bytes (the
+ * lookup table holds them so), and the sum starts 128 x the activations'
+ * sum lower (IQ4X8_OFFSET); vpmaddubsw would saturate 2 x 241 x 127 in
+ * int16, so AVX2 multiplies |level| by the activation with the level's
+ * sign (levels are never 0), at most 2 x 127 x 127. */
+#define IQ4X8_ACC_VNNI(acc, v, x) _mm256_dpbusd_epi32(acc, v, x)
+#define IQ4X8_ACC_AVX2(acc, v, x) U8I8_ACC_AVX2(acc, _mm256_abs_epi8(v), _mm256_sign_epi8(x, v))
+
+/* nt tokens (1..8, a constant where inlined; tokens' super-blocks nsb
+ * apart from x) times one 8-row group, y[t * ldy + r].  Sub-block j's
+ * sum starts at -OFF x (its activations' sum, from Q8_K's 16-value sums),
+ * takes its four index words (low nibbles against activations 32j + 4s..,
+ * high ones against 32j + 16 + 4s..), and is multiplied by the 8 rows'
+ * scales less 32: exact in int32 (8 x 31 x 32 x 127 x 241 at most), then
+ * scaled once a super-block by d x d_x as the per-row dot does.  The same
+ * steps for every nt: a token's outputs are the same bits alone or in a
+ * batch.  Up to 4 tokens keep two chains a sub-block each, so vpdpbusd's
+ * latency stays hidden; more would not fit the registers. */
+#define DEFINE_GEMM_IQ4X8_NT(NAME, TARGET, ACC, OFF)                                                                   \
+	TARGET static inline __attribute__((always_inline)) void NAME(const uint8_t *grp, const struct block_q8k *x,   \
+								      size_t nsb, int nt, float *y, size_t ldy)        \
+	{                                                                                                              \
+		const __m256i table =                                                                                  \
+			_mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_nl_levels)),  \
+					_mm256_set1_epi8((char)(OFF)));                                                \
+		const __m256i low = _mm256_set1_epi8(0xf), two = _mm256_set1_epi32(3), four = _mm256_set1_epi32(0xf);  \
+		__m256 acc[8];                                                                                         \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
+		for (size_t i = 0; i < nsb; i++, grp += IQ4X8_BLOCK) {                                                 \
+			GROUP_PREFETCH(grp, IQ4X8_BLOCK, nt);                                                          \
+			__m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(grp + IQ4X8_SCALES_H)));  \
+			__m256i sl = _mm256_loadu_si256((const __m256i *)(grp + IQ4X8_SCALES_L));                      \
+			__m256i isum[8];                                                                               \
+			_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) isum[t] = _mm256_setzero_si256();         \
+			_Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)                                            \
+			{                                                                                              \
+				/* nibble j of scales_l, bits 2j.. of scales_h */                                      \
+				__m256i sc = _mm256_sub_epi32(                                                         \
+					_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), four),          \
+							_mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh,       \
+													     2 * j),   \
+											   two),                       \
+									  4)),                                         \
+					_mm256_set1_epi32(32));                                                        \
+				__m256i a0[8], a1[8];                                                                  \
+				_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                                   \
+				{                                                                                      \
+					const struct block_q8k *xb = x + (size_t)t * nsb + i;                          \
+					a0[t] = _mm256_set1_epi32(-(OFF) * (xb->bsum[2 * j] + xb->bsum[2 * j + 1]));   \
+					a1[t] = _mm256_setzero_si256();                                                \
+				}                                                                                      \
+				_Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)                                    \
+				{                                                                                      \
+					__m256i c = _mm256_loadu_si256(                                                \
+						(const __m256i *)(grp + IQ4X8_QUANTS + 128 * j + 32 * s));             \
+					__m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(c, low));             \
+					__m256i hi =                                                                   \
+						_mm256_shuffle_epi8(table,                                             \
+								    _mm256_and_si256(_mm256_srli_epi16(c, 4), low));   \
+					_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                           \
+					{                                                                              \
+						const int8_t *xq = x[(size_t)t * nsb + i].q + 32 * j + 4 * s;          \
+						a0[t] = ACC(a0[t], lo, BCAST4_256(xq));                                \
+						if (nt <= 4)                                                           \
+							a1[t] = ACC(a1[t], hi, BCAST4_256(xq + 16));                   \
+						else                                                                   \
+							a0[t] = ACC(a0[t], hi, BCAST4_256(xq + 16));                   \
+					}                                                                              \
+				}                                                                                      \
+				_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) isum[t] =                         \
+					_mm256_add_epi32(isum[t],                                                      \
+							 _mm256_mullo_epi32(nt <= 4 ? _mm256_add_epi32(a0[t], a1[t])   \
+										    : a0[t],                           \
+									    sc));                                      \
+			}                                                                                              \
+			__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));                            \
+			_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)                                           \
+			{                                                                                              \
+				__m256 xd = _mm256_set1_ps(x[(size_t)t * nsb + i].d);                                  \
+				acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, xd), _mm256_cvtepi32_ps(isum[t]), acc[t]);  \
+			}                                                                                              \
+		}                                                                                                      \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) _mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);    \
+	}
+
+#define DEFINE_GEMM_IQ4X8(NAME, TARGET, ACC, OFF)                                                                      \
+	DEFINE_GEMM_IQ4X8_NT(NAME##_nt, TARGET, ACC, OFF)                                                              \
+	TARGET void NAME(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,          \
+			 size_t ldy)                                                                                   \
+	{                                                                                                              \
+		X8_GROUPS_BY_NT(NAME##_nt, grp, ng, nsb *IQ4X8_BLOCK, x, nsb, nt, y, ldy);                             \
+	}
+
+DEFINE_GEMM_IQ4X8(gemm_iq4_xsx8_avx2, AVX2, IQ4X8_ACC_AVX2, 0)
+DEFINE_GEMM_IQ4X8(gemm_iq4_xsx8_avx512, AVX512, IQ4X8_ACC_VNNI, 128)
+
+/* iq4x8_repack with the index words of 8 rows transposed in registers, a
+ * 32-byte chunk of each row at a time: 4-byte copies made loading a
+ * model several times slower (cpu_kquants_x8.c). */
+AVX2 void
+iq4x8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst)
+{
+	dst += (size_t)g0 * nsb * IQ4X8_BLOCK;
+	for (int64_t g = g0; g < g1; g++)
+		for (size_t i = 0; i < nsb; i++, dst += IQ4X8_BLOCK) {
+			const uint8_t *sb = src + (size_t)(8 * g) * row_bytes + i * IQ4XS_SB_BYTES, *b = sb;
+			for (int r = 0; r < 8; r++, b += row_bytes) {
+				memcpy(dst + 2 * r, b, 2);
+				memcpy(dst + IQ4X8_SCALES_H + 2 * r, b + 2, 2);
+				memcpy(dst + IQ4X8_SCALES_L + 4 * r, b + 4, 4);
+			}
+			for (int p = 0; p < 4; p++) {
+				__m256i v[8];
+				for (int r = 0; r < 8; r++)
+					v[r] = _mm256_loadu_si256(
+						(const __m256i *)(sb + (size_t)r * row_bytes + 8 + 32 * p));
+				transpose8x8(v); /* v[s] lane r: row r's word 8p + s */
+				for (int s = 0; s < 8; s++)
+					_mm256_storeu_si256((__m256i *)(dst + IQ4X8_QUANTS + 256 * p + 32 * s), v[s]);
+			}
+		}
+}
+#endif
