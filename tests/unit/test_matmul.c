@@ -32,7 +32,8 @@
 /* and one prompt past the packed float GEMM's token pass, on 70 rows of
  * COLS2 (x and y hold it) */
 #define LONG_TOKENS (GEMM_PK_TOKENS + 8)
-_Static_assert(LONG_TOKENS *COLS2 <= MAX_TOKENS * AMX_COLS && LONG_TOKENS * 70 <= MAX_TOKENS * MAX_ROWS,
+_Static_assert(LONG_TOKENS *COLS2 <= MAX_TOKENS * AMX_COLS && LONG_TOKENS * 70 <= MAX_TOKENS * MAX_ROWS &&
+		       LONG_TOKENS * QCOLS <= MAX_TOKENS * AMX_COLS && LONG_TOKENS * 64 <= MAX_TOKENS * MAX_ROWS,
 	       "x and y hold the long prompt");
 
 static float x[MAX_TOKENS * AMX_COLS], y[MAX_TOKENS * MAX_ROWS];
@@ -173,6 +174,19 @@ check_long(struct compute *c, uint32_t type, const char *mode)
 	check_weight(c, type, 70, COLS2, ns, 1, 1e-5, mode);
 }
 
+/* A quantized weight of 8-row groups (where its type is repacked) under
+ * the long prompt: past every type's crossover from the groups to the
+ * GEMM, whose rows come widened from the groups (Q3_K's at 176). */
+static void
+check_long_quantized(struct compute *c, uint32_t type, const char *mode)
+{
+	static const int ns[] = { LONG_TOKENS };
+
+	for (int i = 0; i < LONG_TOKENS * QCOLS; i++)
+		x[i] = value((unsigned)i * 7u + 3u, 2.0f);
+	check_weight(c, type, 64, QCOLS, ns, 1, 2e-3, mode);
+}
+
 /* matmul_n (Q, K and V; gate and up in one call) gives each weight
  * exactly what matmul gives it: three weights of `type` (64, 16 and 24
  * rows, 8-row groups where the type is repacked) and one of another type
@@ -300,6 +314,7 @@ check_level(const char *simd)
 	check_long(c, TT_F16, compute_cpu_simd_name());
 	for (size_t i = 0; i < nq; i++) {
 		check_type(c, quantized[i], QCOLS, compute_cpu_simd_name());
+		check_long_quantized(c, quantized[i], compute_cpu_simd_name());
 		check_fused(c, quantized[i], quantized[(i + 1) % nq], QCOLS);
 	}
 	check_fused(c, TT_F16, TT_BF16, COLS2);

@@ -1096,6 +1096,116 @@ test_iq4x8(const struct cpu_kernels *k)
 	CHECK(bad_ext == 0, "%s IQ4_XS group kernel at the extremes: %d of 16 sums off", k->name, bad_ext);
 }
 
+/* Q3_K repacked 8 rows to a group, as test_iq4x8.  Then the extremes:
+ * u 0 and 7 (w -4 and 3) by rows, scales -32 and 31 by turns, activations
+ * of 127 and -127. */
+static void
+test_q3x8(const struct cpu_kernels *k)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { ROWS = GROUP_ROWS, COLS = GROUP_COLS, NSB = GROUP_NSB, NT = GROUP_NT, SB = 110 };
+	static float w[ROWS * COLS], x[NT * COLS];
+	static uint8_t wq[ROWS * NSB * SB], packed[ROWS * NSB * SB];
+	static struct block_q8k xk[NT * NSB];
+	int bad_row = 0;
+
+	if (k->gemm_q3_kx8 == NULL || k->repack_q3x8 == NULL) {
+		SKIP("%s: no repacked Q3_K kernel", k->name);
+		return;
+	}
+	group_inputs(w, ROWS, COLS, x, NT, xk);
+	tensor_quantize_row(TT_Q3_K, w, wq, ROWS * COLS);
+	/* in two calls, as threads repack their shares */
+	q3x8_repack(wq, NSB * SB, 1, ROWS / 8, NSB, packed);
+	q3x8_repack(wq, NSB * SB, 0, 1, NSB, packed);
+	CHECK(memcmp(wq, packed, sizeof(wq)) != 0, "the repacked Q3_K layout differs from the file's");
+	{
+		static uint8_t again[ROWS * NSB * SB];
+		k->repack_q3x8(wq, NSB * SB, 0, 2, NSB, again);
+		k->repack_q3x8(wq, NSB * SB, 2, ROWS / 8, NSB, again);
+		CHECK(memcmp(again, packed, sizeof(again)) == 0, "%s repack_q3x8 equals the scalar repack", k->name);
+	}
+	for (int r = 0; r < ROWS; r++) {
+		float row[COLS], deq[COLS];
+		uint8_t blk[SB];
+		q3x8_dequantize_row(packed + (size_t)(r / 8) * NSB * Q3X8_BLOCK, NSB, r % 8, row);
+		tensor_dequantize_row(TT_Q3_K, wq + (size_t)r * NSB * SB, deq, COLS);
+		bad_row += memcmp(row, deq, sizeof(row)) != 0;
+		for (int i = 0; i < NSB; i++) {
+			q3x8_unpack(packed + (size_t)(r / 8) * NSB * Q3X8_BLOCK + (size_t)i * Q3X8_BLOCK, r % 8, blk);
+			bad_row += memcmp(blk, wq + (size_t)r * NSB * SB + (size_t)i * SB, SB) != 0;
+		}
+	}
+	CHECK(bad_row == 0, "Q3_K rows read back from the repacked groups are the file's bytes and values (%d differ)",
+	      bad_row);
+	/* prefill widens the groups as widen_q3_k widens the file's rows */
+	{
+		enum { NB = NSB * 8, LD = 2 * NB, RB = NB * 34 };
+		static uint8_t wr[2][ROWS * RB];
+		static int32_t ws[2][ROWS * LD];
+		static float wd[2][ROWS * LD];
+		memset(wr, 0, sizeof(wr));
+		for (int r = 0; r < ROWS; r++)
+			ref->widen_q3_k(wq + (size_t)r * NSB * SB, wr[0] + r * RB, NB, ws[0] + r * LD, wd[0] + r * LD);
+		for (int g = 0; g < ROWS / 8; g++)
+			widen_q3_kx8(k->widen_q3_k, packed + (size_t)g * NSB * Q3X8_BLOCK, NSB, wr[1] + 8 * g * RB, RB,
+				     ws[1] + 8 * g * LD, wd[1] + 8 * g * LD, LD);
+		CHECK(memcmp(wr[0], wr[1], sizeof(wr[0])) == 0 && memcmp(ws[0], ws[1], sizeof(ws[0])) == 0 &&
+			      memcmp(wd[0], wd[1], sizeof(wd[0])) == 0,
+		      "%s Q3_K groups widen as the file's rows do", k->name);
+	}
+	char what[64];
+	snprintf(what, sizeof(what), "%s Q3_K", k->name);
+	check_group_kernel(what, k->gemm_q3_kx8, gemm_q3_kx8_scalar, ref->dot_q3_k_q8k, wq, NSB * SB, packed, xk);
+	/* even rows every u 0 (hmask and quants clear), odd rows every u 7;
+	 * scale bytes giving 0 and 63 (less 32: -32 and 31) by turns, d 1 */
+	uint8_t ext[8 * SB], eg[Q3X8_BLOCK];
+	uint16_t one = f32_to_fp16(1.0f);
+	struct block_q8k xe[2];
+	memset(xe, 0, sizeof(xe));
+	for (int r = 0; r < 8; r++) {
+		uint8_t *b = ext + r * SB;
+		memset(b, r % 2 ? 0xff : 0, 96);
+		for (int j = 0; j < 8; j++)
+			b[96 + j] = (uint8_t)(((j + r) % 2 ? 0x0f : 0) | ((j + r) % 2 ? 0 : 0xf0));
+		for (int j = 0; j < 4; j++)
+			b[104 + j] = (uint8_t)((r % 2) ? 0x33 : 0xcc);
+		memcpy(b + 108, &one, 2);
+	}
+	for (int i = 0; i < 256; i++) {
+		xe[0].q[i] = (int8_t)((i / 16) % 2 ? -127 : 127);
+		xe[1].q[i] = 127;
+	}
+	for (int t = 0; t < 2; t++) {
+		xe[t].d = 1.0f;
+		for (int j = 0; j < 16; j++) {
+			int sum = 0;
+			for (int l = 0; l < 16; l++)
+				sum += xe[t].q[16 * j + l];
+			xe[t].bsum[j] = (int16_t)sum;
+		}
+	}
+	q3x8_repack(ext, SB, 0, 1, 1, eg);
+	int bad_ext = 0, seen_low = 0, seen_high = 0;
+	for (int t = 0; t < 2; t++) {
+		float ye[8], deq[256];
+		k->gemm_q3_kx8(eg, 1, xe + t, 1, 1, ye, 8);
+		for (int r = 0; r < 8; r++) {
+			double exact = 0;
+			tensor_dequantize_row(TT_Q3_K, ext + r * SB, deq, 256);
+			for (int i = 0; i < 256; i++) {
+				exact += (double)deq[i] * xe[t].q[i];
+				seen_low += deq[i] == 128.0f; /* -32 x -4 */
+				seen_high += deq[i] == 93.0f; /* 31 x 3 */
+			}
+			bad_ext += fabs(ye[r] - exact) > 1e-6 * fabs(exact);
+		}
+	}
+	CHECK(seen_low > 0 && seen_high > 0, "the Q3_K extremes reach -32 x -4 and 31 x 3 (%d, %d values)", seen_low,
+	      seen_high);
+	CHECK(bad_ext == 0, "%s Q3_K group kernel at the extremes: %d of 16 sums off", k->name, bad_ext);
+}
+
 /* The float register tile against the scalar dot on odd shapes: a full
  * tile, fewer rows, fewer tokens, one of each, and lengths that are not a
  * multiple of the vector width (the masked tail). */
@@ -1632,6 +1742,7 @@ test_simd(const struct cpu_kernels *best)
 	test_kx8(best);
 	test_q6x8(best);
 	test_iq4x8(best);
+	test_q3x8(best);
 	test_dot4(best);
 	test_pack_half_panel(best, 0);
 	test_pack_half_panel(best, 1);
@@ -1644,6 +1755,7 @@ test_simd(const struct cpu_kernels *best)
 		test_kx8(cpu_kernels_avx2());
 		test_q6x8(cpu_kernels_avx2());
 		test_iq4x8(cpu_kernels_avx2());
+		test_q3x8(cpu_kernels_avx2());
 	}
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());

@@ -189,6 +189,8 @@ static const struct cpu_kernels k_scalar = {
 	widen_legacy_scalar,
 	NULL, /* no IQ4_XS repack: the file's layout */
 	NULL,
+	NULL, /* nor Q3_K */
+	NULL,
 };
 
 void
@@ -517,6 +519,8 @@ static struct cpu_kernels k_avx2 = {
 	dot_iq4_nl_avx2,
 	widen_legacy_avx2,
 	NULL, /* filled in by cpu_kernels_get */
+	NULL,
+	NULL,
 	NULL,
 };
 
@@ -986,6 +990,8 @@ static struct cpu_kernels k_avx512 = {
 	widen_legacy_avx2,
 	NULL, /* filled in by cpu_kernels_get */
 	NULL,
+	NULL,
+	NULL,
 };
 #endif
 
@@ -1170,6 +1176,9 @@ cpu_kernels_get(void)
 	k_avx2.gemm_iq4_xsx8 = gemm_iq4_xsx8_avx2;
 	k_avx512.gemm_iq4_xsx8 = gemm_iq4_xsx8_avx512;
 	k_avx2.repack_iq4x8 = k_avx512.repack_iq4x8 = iq4x8_repack_avx2;
+	k_avx2.gemm_q3_kx8 = gemm_q3_kx8_avx2;
+	k_avx512.gemm_q3_kx8 = gemm_q3_kx8_avx512;
+	k_avx2.repack_q3x8 = k_avx512.repack_q3x8 = q3x8_repack_avx2;
 	if (avx512)
 		return &k_avx512;
 	if (avx2)

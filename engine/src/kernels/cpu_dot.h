@@ -335,6 +335,10 @@ struct cpu_kernels {
 	void (*gemm_iq4_xsx8)(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			      size_t ldy);
 	void (*repack_iq4x8)(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+	/* Q3_K repacked 8 rows to a group (cpu_q3_kx8.c), as gemm_q6_kx8 */
+	void (*gemm_q3_kx8)(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			    size_t ldy);
+	void (*repack_q3x8)(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -508,6 +512,24 @@ void gemm_iq4_xsx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, s
 void gemm_iq4_xsx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			  size_t ldy);
 void iq4x8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+#endif
+
+/* cpu_q3_kx8.c: Q3_K rows in groups of 8; bytes per super-block of a group
+ * (8 x 110); as the IQ4_XS ones (widen: widen_q3_k, two sums and scales a
+ * block) */
+#define Q3X8_BLOCK 880
+void q3x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+void q3x8_unpack(const uint8_t *grp, int r, uint8_t *blk);
+void q3x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out);
+void gemm_q3_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			size_t ldy);
+void widen_q3_kx8(void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), const uint8_t *grp, size_t nsb,
+		  uint8_t *dst, size_t dst_row_bytes, int32_t *wsum, float *wd, size_t ld);
+#if defined(__x86_64__)
+void gemm_q3_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
+void gemm_q3_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			size_t ldy);
+void q3x8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 #endif
 
 /* cpu_widen.c */

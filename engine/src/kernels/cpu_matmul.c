@@ -35,6 +35,7 @@
 #define QUANTIZE_INLINE 16384 /* activations quantized on the calling thread up to this many values */
 #define GEMM8_MIN_TOKENS 8    /* and from 8 for the types with only per-token dots (gemm_min_tokens) */
 #define IQ4X8_GEMM_TOKENS 56  /* and from 56 for IQ4_XS's 8-row groups (gemm_min_tokens) */
+#define Q3X8_GEMM_TOKENS 176  /* and from 176 for Q3_K's (gemm_min_tokens) */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -154,6 +155,12 @@ mm_widen(struct mm_job *j, struct thread_scratch *ts, int64_t rb, int nr, size_t
 			j->im->k->widen_q6_kx8(j->x8 + (size_t)((rb + r) / 8) * (size_t)(nb / 8) * Q6X8_BLOCK,
 					       (size_t)nb / 8, ts->wrows + (size_t)r * *row_bytes, *row_bytes,
 					       wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb, 2 * (size_t)nb);
+	} else if (j->x8 != NULL && w->type == TT_Q3_K) { /* as below, two sums and scales a block */
+		for (int r = 0; r < nr; r += 8)
+			widen_q3_kx8(j->im->k->widen_q3_k,
+				     j->x8 + (size_t)((rb + r) / 8) * (size_t)(nb / 8) * Q3X8_BLOCK, (size_t)nb / 8,
+				     ts->wrows + (size_t)r * *row_bytes, *row_bytes, wsum + (size_t)r * 2 * nb,
+				     wd + (size_t)r * 2 * nb, 2 * (size_t)nb);
 	} else if (j->x8 != NULL && w->type == TT_IQ4_XS) { /* each super-block back to the file's layout */
 		for (int r = 0; r < nr; r += 8)
 			widen_iq4_xsx8(j->im->k->widen_iq4_xs,
@@ -452,10 +459,16 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	if (x8 && type == TT_Q5_K)
 		return 96;
 	/* IQ4_XS in 8-row groups (llama.cpp's IQ4_XS file, two rounds,
-	 * tok/s groups / GEMM): pp48 225/233 and 210/236, pp56 222/233 and
+	 * tok/s GEMM / groups): pp48 225/233 and 210/236, pp56 222/233 and
 	 * 229/218, pp64 263/220 and 258/237 */
 	if (x8 && type == TT_IQ4_XS)
 		return IQ4X8_GEMM_TOKENS;
+	/* Q3_K in 8-row groups against the GEMM on its rows widened to
+	 * Q6_K's (privai's Q3_K_M mix, two rounds, tok/s GEMM / groups): pp64 171/228 and
+	 * 169/235, pp128 210/233 and 212/227, pp160 237/247 and 240/249,
+	 * pp192 252/247 and 242/245 */
+	if (x8 && type == TT_Q3_K)
+		return Q3X8_GEMM_TOKENS;
 	/* Q6_K in 8-row groups as well (Zen 4, four alternating rounds):
 	 * pp48 on the groups 110-184 against the rows' 107-119, pp64 the
 	 * GEMM 124-180 against the groups' 95-166 */
@@ -593,10 +606,12 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 		void (*gemm)(const uint8_t *, int, const struct block_q8k *, size_t, int, float *, size_t) =
 			w->type == TT_Q6_K     ? k->gemm_q6_kx8
 			: w->type == TT_IQ4_XS ? k->gemm_iq4_xsx8
+			: w->type == TT_Q3_K   ? k->gemm_q3_kx8
 			: five                 ? k->gemm_q5_kx8
 					       : k->gemm_q4_kx8;
 		size_t group = (size_t)(nb / 8) * (w->type == TT_Q6_K     ? Q6X8_BLOCK
 						   : w->type == TT_IQ4_XS ? IQ4X8_BLOCK
+						   : w->type == TT_Q3_K   ? Q3X8_BLOCK
 									  : KX8_BLOCK(five));
 		int64_t g1 = r1 / 8, per = x8_chunk_groups(j->n, group, g1 - r0 / 8);
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
@@ -964,14 +979,14 @@ q8_0_repacks(const struct cpu_kernels *k, const struct weight *w)
 	return w->type == TT_Q8_0 && k->gemm_q8_0x8 != NULL && w->rows % 8 == 0;
 }
 
-/* The weights prepare_weight() hands to prepare_repacked(): Q4_0 and the
- * K-quants always (their aux is NULL where it kept the file's rows), Q8_0
+/* The weights prepare_weight() hands to prepare_repacked(): Q4_0, IQ4_XS
+ * and the K-quants but Q2_K always (their aux is NULL where it kept the file's rows), Q8_0
  * where q8_0_repacks() says. */
 static int
 repacks(const struct cpu_kernels *k, const struct weight *w)
 {
 	return w->type == TT_Q4_0 || w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K ||
-	       w->type == TT_IQ4_XS || q8_0_repacks(k, w);
+	       w->type == TT_IQ4_XS || w->type == TT_Q3_K || q8_0_repacks(k, w);
 }
 
 /* What prepare_weight() left in aux: the 8-row groups, or Q8_0's block
@@ -1026,7 +1041,8 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 	if (j->p.q8k && cpu_ensure((void **)&im->xk, &im->xk_len,
 				   (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0) {
 		j->p.q8k = 0; /* out of memory: the 32-value blocks, already sized */
-		if ((w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K || w->type == TT_IQ4_XS) &&
+		if ((w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K || w->type == TT_IQ4_XS ||
+		     w->type == TT_Q3_K) &&
 		    !j->p.gemm)
 			j->x8 = NULL; /* and the file's rows (the repacked groups take Q8_K) */
 		if (q8k_only(w->type) && !j->p.gemm)
@@ -1153,6 +1169,9 @@ cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 		else if (w->type == TT_Q6_K && x8 != NULL)
 			q6x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * Q6X8_BLOCK,
 					    (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
+		else if (w->type == TT_Q3_K && x8 != NULL)
+			q3x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * Q3X8_BLOCK,
+					    (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
 		else if (w->type == TT_IQ4_XS && x8 != NULL)
 			iq4x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * IQ4X8_BLOCK,
 					     (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
@@ -1188,6 +1207,8 @@ repack_worker(void *arg, int ith, int nth)
 		q4_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
 	else if (j->src->type == TT_Q6_K)
 		q6x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
+	else if (j->src->type == TT_Q3_K)
+		j->k->repack_q3x8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
 	else if (j->src->type == TT_IQ4_XS)
 		j->k->repack_iq4x8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
 	else
@@ -1195,8 +1216,8 @@ repack_worker(void *arg, int ith, int nth)
 				 j->src->type == TT_Q5_K, j->dst);
 }
 
-/* Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and IQ4_XS rows in groups of 8 (cpu_q8_0x8.c, cpu_q4_0x8.c,
- * cpu_kquants_x8.c, cpu_q6_kx8.c, cpu_iq4_xsx8.c) where
+/* Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q3_K and IQ4_XS rows in groups of 8 (cpu_q8_0x8.c,
+ * cpu_q4_0x8.c, cpu_kquants_x8.c, cpu_q6_kx8.c, cpu_q3_kx8.c, cpu_iq4_xsx8.c) where
  * the CPU has the kernels and the rows divide, repacked by the pool (a 70B
  * model is ~38 GB).  Every use reads the copy afterwards, get_rows too, so
  * the file's pages are handed back: the resident size stays about the
@@ -1213,6 +1234,7 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 		      : src->type == TT_Q4_0   ? im->k->gemm_q4_0x8 != NULL
 		      : src->type == TT_Q4_K   ? im->k->gemm_q4_kx8 != NULL
 		      : src->type == TT_Q5_K   ? im->k->gemm_q5_kx8 != NULL
+		      : src->type == TT_Q3_K   ? im->k->gemm_q3_kx8 != NULL && im->k->repack_q3x8 != NULL
 		      : src->type == TT_IQ4_XS ? im->k->gemm_iq4_xsx8 != NULL && im->k->repack_iq4x8 != NULL
 					       : im->k->gemm_q6_kx8 != NULL;
 
@@ -1286,7 +1308,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	 * 8-row groups (prepare_weight) */
 	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL, q4x8 = type == TT_Q4_0 && k->gemm_q4_0x8 != NULL;
 	int kx8 = (type == TT_Q4_K && k->gemm_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemm_q5_kx8 != NULL) ||
-		  (type == TT_Q6_K && k->gemm_q6_kx8 != NULL) || (type == TT_IQ4_XS && k->gemm_iq4_xsx8 != NULL);
+		  (type == TT_Q6_K && k->gemm_q6_kx8 != NULL) || (type == TT_IQ4_XS && k->gemm_iq4_xsx8 != NULL) ||
+		  (type == TT_Q3_K && k->gemm_q3_kx8 != NULL);
 	mm_plan(k, type, type == TT_Q8_0 && !q8x8, q8x8 || q4x8 || kx8, n_tokens, &p);
 	if (p.amx && !(p.onednn && cpu_onednn_forced()))
 		return type == TT_F16 ? "AMX bfloat16 tiles, weights and tokens split in two (three products)"
