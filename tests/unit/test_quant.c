@@ -987,191 +987,98 @@ test_q6x8(const struct cpu_kernels *k)
 	CHECK(bad_ext == 0, "%s Q6_K group kernel at the extremes: %d of 16 sums off", k->name, bad_ext);
 }
 
-/* IQ4_XS repacked 8 rows to a group, as test_q6x8: the SIMD repack is the
- * scalar one, rows read back are the file's bytes and values, groups
- * widen for prompts as the file's rows do, and the group kernel (SIMD and
- * scalar) equals each row's dot.  Then the extremes: levels -127 and 113,
- * scales -32 and 31 (ls 0 and 63), activations of 127 and -127, where the
- * offset levels (up to 241) would saturate an int16 pair sum. */
-static void
-test_iq4x8(const struct cpu_kernels *k)
-{
-	const struct cpu_kernels *ref = cpu_kernels_scalar();
-	enum { ROWS = GROUP_ROWS, COLS = GROUP_COLS, NSB = GROUP_NSB, NT = GROUP_NT, SB = 136 };
-	static float w[ROWS * COLS], x[NT * COLS];
-	static uint8_t wq[ROWS * NSB * SB], packed[ROWS * NSB * SB], again[ROWS * NSB * SB];
-	static struct block_q8k xk[NT * NSB];
-	int bad_row = 0;
+/* What a repacked group type is checked through (test_groups) */
+struct group_type {
+	uint32_t type;
+	size_t sb, block; /* bytes per super-block: a file row's, a group's */
+	void (*repack)(const uint8_t *, size_t, int64_t, int64_t, size_t, uint8_t *);
+	void (*unpack)(const uint8_t *grp, int r, uint8_t *blk);
+	void (*dequantize_row)(const uint8_t *grp, size_t nsb, int r, float *out);
+	group_gemm_fn scalar;
+	/* the file's rows widened for the GEMM (NULL: no GEMM), and a group's */
+	void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *);
+	void (*widen_x8)(void (*)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), const uint8_t *, size_t,
+			 uint8_t *, size_t, int32_t *, float *, size_t);
+	int sums; /* sums and scales a 32-value block: 2 for 16-value sub-blocks */
+	/* the extremes: super-block bytes of row r of 8, and the weight values
+	 * at the extremes (w_lo, w_hi) that must occur in them */
+	void (*extreme)(int r, uint8_t *b);
+	float w_lo, w_hi;
+};
 
-	if (k->gemm_iq4_xsx8 == NULL || k->repack_iq4x8 == NULL) {
-		SKIP("%s: no repacked IQ4_XS kernel", k->name);
-		return;
-	}
-	group_inputs(w, ROWS, COLS, x, NT, xk);
-	tensor_quantize_row(TT_IQ4_XS, w, wq, ROWS * COLS);
-	/* in two calls, as threads repack their shares */
-	iq4x8_repack(wq, NSB * SB, 1, ROWS / 8, NSB, packed);
-	iq4x8_repack(wq, NSB * SB, 0, 1, NSB, packed);
-	CHECK(memcmp(wq, packed, sizeof(wq)) != 0, "the repacked IQ4_XS layout differs from the file's");
-	k->repack_iq4x8(wq, NSB * SB, 0, 2, NSB, again);
-	k->repack_iq4x8(wq, NSB * SB, 2, ROWS / 8, NSB, again);
-	CHECK(memcmp(again, packed, sizeof(again)) == 0, "%s repack_iq4x8 equals the scalar repack", k->name);
-	for (int r = 0; r < ROWS; r++) {
-		float row[COLS], deq[COLS];
-		uint8_t blk[SB];
-		iq4x8_dequantize_row(packed + (size_t)(r / 8) * NSB * IQ4X8_BLOCK, NSB, r % 8, row);
-		tensor_dequantize_row(TT_IQ4_XS, wq + (size_t)r * NSB * SB, deq, COLS);
-		bad_row += memcmp(row, deq, sizeof(row)) != 0;
-		for (int i = 0; i < NSB; i++) {
-			iq4x8_unpack(packed + (size_t)(r / 8) * NSB * IQ4X8_BLOCK + (size_t)i * IQ4X8_BLOCK, r % 8,
-				     blk);
-			bad_row += memcmp(blk, wq + (size_t)r * NSB * SB + (size_t)i * SB, SB) != 0;
-		}
-	}
-	CHECK(bad_row == 0,
-	      "IQ4_XS rows read back from the repacked groups are the file's bytes and values (%d differ)", bad_row);
-	/* prefill widens the groups as widen_iq4_xs widens the file's rows */
-	{
-		enum { NB = NSB * 8, RB = NB * 34 };
-		static uint8_t wr[2][ROWS * RB];
-		static int32_t ws[2][ROWS * NB];
-		static float wd[2][ROWS * NB];
-		memset(wr, 0, sizeof(wr));
-		for (int r = 0; r < ROWS; r++)
-			ref->widen_iq4_xs(wq + (size_t)r * NSB * SB, wr[0] + r * RB, NB, ws[0] + r * NB,
-					  wd[0] + r * NB);
-		for (int g = 0; g < ROWS / 8; g++)
-			widen_iq4_xsx8(k->widen_iq4_xs, packed + (size_t)g * NSB * IQ4X8_BLOCK, NSB, wr[1] + 8 * g * RB,
-				       RB, ws[1] + 8 * g * NB, wd[1] + 8 * g * NB, NB);
-		CHECK(memcmp(wr[0], wr[1], sizeof(wr[0])) == 0 && memcmp(ws[0], ws[1], sizeof(ws[0])) == 0 &&
-			      memcmp(wd[0], wd[1], sizeof(wd[0])) == 0,
-		      "%s IQ4_XS groups widen as the file's rows do", k->name);
-	}
+/* A group type against the file's rows (as test_q6x8): the layout is not
+ * the file's, the kernel set's repack is the scalar one, rows read back
+ * are the file's bytes and values, groups widen for prompts as the file's
+ * rows do, and the group kernel (SIMD and scalar) equals each row's dot.
+ * Then one group at the extremes, 127 and -127 activations, against the
+ * dequantized sums in double. */
+static void
+test_groups(const struct cpu_kernels *k, const struct group_type *gt, group_gemm_fn gemm,
+	    void (*repack)(const uint8_t *, size_t, int64_t, int64_t, size_t, uint8_t *),
+	    float (*row_dot)(const void *, const struct block_q8k *, size_t))
+{
+	enum { ROWS = GROUP_ROWS, COLS = GROUP_COLS, NSB = GROUP_NSB, NT = GROUP_NT, MAX_SB = 136 };
+	static float w[ROWS * COLS], x[NT * COLS];
+	static uint8_t wq[ROWS * NSB * MAX_SB], packed[ROWS * NSB * MAX_SB], again[ROWS * NSB * MAX_SB];
+	static struct block_q8k xk[NT * NSB];
+	const char *name = tensor_type_name(gt->type);
+	size_t sb = gt->sb, bytes = ROWS * NSB * sb;
+	int bad_row = 0;
 	char what[64];
-	snprintf(what, sizeof(what), "%s IQ4_XS", k->name);
-	check_group_kernel(what, k->gemm_iq4_xsx8, gemm_iq4_xsx8_scalar, ref->dot_iq4_xs_q8k, wq, NSB * SB, packed, xk);
-	/* row r: every index 0 (level -127) in even rows, 15 (113) in odd
-	 * ones; sub-block scales ls 0 and 63 by turns (-32 and 31), d 1 */
-	uint8_t ext[8 * SB], eg[IQ4X8_BLOCK];
-	uint16_t one = f32_to_fp16(1.0f);
-	struct block_q8k xe[2];
-	memset(xe, 0, sizeof(xe));
-	for (int r = 0; r < 8; r++) {
-		uint8_t *b = ext + r * SB;
-		memcpy(b, &one, 2);
-		uint16_t sh = 0;
-		for (int j = 0; j < 8; j++)
-			sh |= (uint16_t)(((j + r) % 2 ? 3 : 0) << (2 * j));
-		memcpy(b + 2, &sh, 2);
-		for (int j = 0; j < 4; j++)
-			b[4 + j] = (uint8_t)(((2 * j + r) % 2 ? 0xf : 0) | ((2 * j + 1 + r) % 2 ? 0xf0 : 0));
-		memset(b + 8, r % 2 ? 0xff : 0, 128);
-	}
-	for (int i = 0; i < 256; i++) {
-		xe[0].q[i] = (int8_t)((i / 16) % 2 ? -127 : 127);
-		xe[1].q[i] = 127;
-	}
-	for (int t = 0; t < 2; t++) {
-		xe[t].d = 1.0f;
-		for (int j = 0; j < 16; j++) {
-			int sum = 0;
-			for (int l = 0; l < 16; l++)
-				sum += xe[t].q[16 * j + l];
-			xe[t].bsum[j] = (int16_t)sum;
-		}
-	}
-	iq4x8_repack(ext, SB, 0, 1, 1, eg);
-	int bad_ext = 0;
-	for (int t = 0; t < 2; t++) {
-		float ye[8], deq[256];
-		k->gemm_iq4_xsx8(eg, 1, xe + t, 1, 1, ye, 8);
-		for (int r = 0; r < 8; r++) {
-			double exact = 0;
-			tensor_dequantize_row(TT_IQ4_XS, ext + r * SB, deq, 256);
-			for (int i = 0; i < 256; i++)
-				exact += (double)deq[i] * xe[t].q[i];
-			bad_ext += fabs(ye[r] - exact) > 1e-6 * fabs(exact);
-		}
-	}
-	CHECK(bad_ext == 0, "%s IQ4_XS group kernel at the extremes: %d of 16 sums off", k->name, bad_ext);
-}
 
-/* Q3_K repacked 8 rows to a group, as test_iq4x8.  Then the extremes:
- * u 0 and 7 (w -4 and 3) by rows, scales -32 and 31 by turns, activations
- * of 127 and -127. */
-static void
-test_q3x8(const struct cpu_kernels *k)
-{
-	const struct cpu_kernels *ref = cpu_kernels_scalar();
-	enum { ROWS = GROUP_ROWS, COLS = GROUP_COLS, NSB = GROUP_NSB, NT = GROUP_NT, SB = 110 };
-	static float w[ROWS * COLS], x[NT * COLS];
-	static uint8_t wq[ROWS * NSB * SB], packed[ROWS * NSB * SB];
-	static struct block_q8k xk[NT * NSB];
-	int bad_row = 0;
-
-	if (k->gemm_q3_kx8 == NULL || k->repack_q3x8 == NULL) {
-		SKIP("%s: no repacked Q3_K kernel", k->name);
+	snprintf(what, sizeof(what), "%s %s", k->name, name);
+	if (gemm == NULL || repack == NULL) {
+		SKIP("%s: no repacked %s kernel", k->name, name);
 		return;
 	}
 	group_inputs(w, ROWS, COLS, x, NT, xk);
-	tensor_quantize_row(TT_Q3_K, w, wq, ROWS * COLS);
-	/* in two calls, as threads repack their shares */
-	q3x8_repack(wq, NSB * SB, 1, ROWS / 8, NSB, packed);
-	q3x8_repack(wq, NSB * SB, 0, 1, NSB, packed);
-	CHECK(memcmp(wq, packed, sizeof(wq)) != 0, "the repacked Q3_K layout differs from the file's");
-	{
-		static uint8_t again[ROWS * NSB * SB];
-		k->repack_q3x8(wq, NSB * SB, 0, 2, NSB, again);
-		k->repack_q3x8(wq, NSB * SB, 2, ROWS / 8, NSB, again);
-		CHECK(memcmp(again, packed, sizeof(again)) == 0, "%s repack_q3x8 equals the scalar repack", k->name);
-	}
+	tensor_quantize_row(gt->type, w, wq, ROWS * COLS);
+	/* in two calls each, as threads repack their shares */
+	gt->repack(wq, NSB * sb, 1, ROWS / 8, NSB, packed);
+	gt->repack(wq, NSB * sb, 0, 1, NSB, packed);
+	CHECK(memcmp(wq, packed, bytes) != 0, "the repacked %s layout differs from the file's", name);
+	repack(wq, NSB * sb, 0, 2, NSB, again);
+	repack(wq, NSB * sb, 2, ROWS / 8, NSB, again);
+	CHECK(memcmp(again, packed, bytes) == 0, "%s: the kernel set's repack equals the scalar one", what);
 	for (int r = 0; r < ROWS; r++) {
 		float row[COLS], deq[COLS];
-		uint8_t blk[SB];
-		q3x8_dequantize_row(packed + (size_t)(r / 8) * NSB * Q3X8_BLOCK, NSB, r % 8, row);
-		tensor_dequantize_row(TT_Q3_K, wq + (size_t)r * NSB * SB, deq, COLS);
+		uint8_t blk[MAX_SB];
+		const uint8_t *grp = packed + (size_t)(r / 8) * NSB * gt->block;
+		gt->dequantize_row(grp, NSB, r % 8, row);
+		tensor_dequantize_row(gt->type, wq + (size_t)r * NSB * sb, deq, COLS);
 		bad_row += memcmp(row, deq, sizeof(row)) != 0;
 		for (int i = 0; i < NSB; i++) {
-			q3x8_unpack(packed + (size_t)(r / 8) * NSB * Q3X8_BLOCK + (size_t)i * Q3X8_BLOCK, r % 8, blk);
-			bad_row += memcmp(blk, wq + (size_t)r * NSB * SB + (size_t)i * SB, SB) != 0;
+			gt->unpack(grp + (size_t)i * gt->block, r % 8, blk);
+			bad_row += memcmp(blk, wq + (size_t)r * NSB * sb + (size_t)i * sb, sb) != 0;
 		}
 	}
-	CHECK(bad_row == 0, "Q3_K rows read back from the repacked groups are the file's bytes and values (%d differ)",
-	      bad_row);
-	/* prefill widens the groups as widen_q3_k widens the file's rows */
-	{
+	CHECK(bad_row == 0, "%s rows read back from the repacked groups are the file's bytes and values (%d differ)",
+	      name, bad_row);
+	if (gt->widen != NULL) {
 		enum { NB = NSB * 8, LD = 2 * NB, RB = NB * 34 };
 		static uint8_t wr[2][ROWS * RB];
 		static int32_t ws[2][ROWS * LD];
 		static float wd[2][ROWS * LD];
+		size_t ld = (size_t)gt->sums * NB;
 		memset(wr, 0, sizeof(wr));
+		memset(ws, 0, sizeof(ws));
+		memset(wd, 0, sizeof(wd));
 		for (int r = 0; r < ROWS; r++)
-			ref->widen_q3_k(wq + (size_t)r * NSB * SB, wr[0] + r * RB, NB, ws[0] + r * LD, wd[0] + r * LD);
+			gt->widen(wq + (size_t)r * NSB * sb, wr[0] + r * RB, NB, ws[0] + r * ld, wd[0] + r * ld);
 		for (int g = 0; g < ROWS / 8; g++)
-			widen_q3_kx8(k->widen_q3_k, packed + (size_t)g * NSB * Q3X8_BLOCK, NSB, wr[1] + 8 * g * RB, RB,
-				     ws[1] + 8 * g * LD, wd[1] + 8 * g * LD, LD);
+			gt->widen_x8(gt->widen, packed + (size_t)g * NSB * gt->block, NSB, wr[1] + 8 * g * RB, RB,
+				     ws[1] + 8 * g * ld, wd[1] + 8 * g * ld, ld);
 		CHECK(memcmp(wr[0], wr[1], sizeof(wr[0])) == 0 && memcmp(ws[0], ws[1], sizeof(ws[0])) == 0 &&
 			      memcmp(wd[0], wd[1], sizeof(wd[0])) == 0,
-		      "%s Q3_K groups widen as the file's rows do", k->name);
+		      "%s groups widen as the file's rows do", what);
 	}
-	char what[64];
-	snprintf(what, sizeof(what), "%s Q3_K", k->name);
-	check_group_kernel(what, k->gemm_q3_kx8, gemm_q3_kx8_scalar, ref->dot_q3_k_q8k, wq, NSB * SB, packed, xk);
-	/* even rows every u 0 (hmask and quants clear), odd rows every u 7;
-	 * scale bytes giving 0 and 63 (less 32: -32 and 31) by turns, d 1 */
-	uint8_t ext[8 * SB], eg[Q3X8_BLOCK];
-	uint16_t one = f32_to_fp16(1.0f);
+	check_group_kernel(what, gemm, gt->scalar, row_dot, wq, NSB * sb, packed, xk);
+
+	uint8_t ext[8 * MAX_SB], eg[8 * MAX_SB];
 	struct block_q8k xe[2];
 	memset(xe, 0, sizeof(xe));
-	for (int r = 0; r < 8; r++) {
-		uint8_t *b = ext + r * SB;
-		memset(b, r % 2 ? 0xff : 0, 96);
-		for (int j = 0; j < 8; j++)
-			b[96 + j] = (uint8_t)(((j + r) % 2 ? 0x0f : 0) | ((j + r) % 2 ? 0 : 0xf0));
-		for (int j = 0; j < 4; j++)
-			b[104 + j] = (uint8_t)((r % 2) ? 0x33 : 0xcc);
-		memcpy(b + 108, &one, 2);
-	}
+	for (int r = 0; r < 8; r++)
+		gt->extreme(r, ext + r * sb);
 	for (int i = 0; i < 256; i++) {
 		xe[0].q[i] = (int8_t)((i / 16) % 2 ? -127 : 127);
 		xe[1].q[i] = 127;
@@ -1185,25 +1092,126 @@ test_q3x8(const struct cpu_kernels *k)
 			xe[t].bsum[j] = (int16_t)sum;
 		}
 	}
-	q3x8_repack(ext, SB, 0, 1, 1, eg);
-	int bad_ext = 0, seen_low = 0, seen_high = 0;
+	gt->repack(ext, sb, 0, 1, 1, eg);
+	int bad_ext = 0, seen_lo = 0, seen_hi = 0;
 	for (int t = 0; t < 2; t++) {
 		float ye[8], deq[256];
-		k->gemm_q3_kx8(eg, 1, xe + t, 1, 1, ye, 8);
+		gemm(eg, 1, xe + t, 1, 1, ye, 8);
 		for (int r = 0; r < 8; r++) {
 			double exact = 0;
-			tensor_dequantize_row(TT_Q3_K, ext + r * SB, deq, 256);
+			tensor_dequantize_row(gt->type, ext + r * sb, deq, 256);
 			for (int i = 0; i < 256; i++) {
 				exact += (double)deq[i] * xe[t].q[i];
-				seen_low += deq[i] == 128.0f; /* -32 x -4 */
-				seen_high += deq[i] == 93.0f; /* 31 x 3 */
+				seen_lo += deq[i] == gt->w_lo;
+				seen_hi += deq[i] == gt->w_hi;
 			}
 			bad_ext += fabs(ye[r] - exact) > 1e-6 * fabs(exact);
 		}
 	}
-	CHECK(seen_low > 0 && seen_high > 0, "the Q3_K extremes reach -32 x -4 and 31 x 3 (%d, %d values)", seen_low,
-	      seen_high);
-	CHECK(bad_ext == 0, "%s Q3_K group kernel at the extremes: %d of 16 sums off", k->name, bad_ext);
+	CHECK(seen_lo > 0 && seen_hi > 0, "the %s extremes reach %g and %g (%d, %d values)", name, gt->w_lo, gt->w_hi,
+	      seen_lo, seen_hi);
+	CHECK(bad_ext == 0, "%s group kernel at the extremes: %d of 16 sums off", what, bad_ext);
+}
+
+/* IQ4_XS: every index 0 (level -127) in even rows, 15 (113) in odd ones;
+ * sub-block scales ls 0 and 63 by turns (-32 and 31), d 1: where the
+ * offset levels (up to 241) would saturate an int16 pair sum */
+static void
+iq4_xs_extreme(int r, uint8_t *b)
+{
+	uint16_t one = f32_to_fp16(1.0f), sh = 0;
+
+	memcpy(b, &one, 2);
+	for (int j = 0; j < 8; j++)
+		sh |= (uint16_t)(((j + r) % 2 ? 3 : 0) << (2 * j));
+	memcpy(b + 2, &sh, 2);
+	for (int j = 0; j < 4; j++)
+		b[4 + j] = (uint8_t)(((2 * j + r) % 2 ? 0xf : 0) | ((2 * j + 1 + r) % 2 ? 0xf0 : 0));
+	memset(b + 8, r % 2 ? 0xff : 0, 128);
+}
+
+/* Q3_K: even rows every u 0 (hmask and quants clear), odd rows every u 7;
+ * scale bytes giving 0 and 63 (less 32: -32 and 31) by turns, d 1 */
+static void
+q3_k_extreme(int r, uint8_t *b)
+{
+	uint16_t one = f32_to_fp16(1.0f);
+
+	memset(b, r % 2 ? 0xff : 0, 96);
+	for (int j = 0; j < 8; j++)
+		b[96 + j] = (uint8_t)((j + r) % 2 ? 0x0f : 0xf0);
+	for (int j = 0; j < 4; j++)
+		b[104 + j] = (uint8_t)(r % 2 ? 0x33 : 0xcc);
+	memcpy(b + 108, &one, 2);
+}
+
+/* Q2_K: every q 3, scales 15 with mins 0 and scales 0 with mins 15 by
+ * turns, d and dmin 1 */
+static void
+q2_k_extreme(int r, uint8_t *b)
+{
+	uint16_t one = f32_to_fp16(1.0f);
+
+	for (int j = 0; j < 16; j++)
+		b[j] = (uint8_t)((j + r) % 2 ? 0x0f : 0xf0);
+	memset(b + 16, 0xff, 64);
+	memcpy(b + 80, &one, 2);
+	memcpy(b + 82, &one, 2);
+}
+
+static void
+test_iq4x8(const struct cpu_kernels *k)
+{
+	static const struct group_type gt = { TT_IQ4_XS,
+					      136,
+					      IQ4X8_BLOCK,
+					      iq4x8_repack,
+					      iq4x8_unpack,
+					      iq4x8_dequantize_row,
+					      gemm_iq4_xsx8_scalar,
+					      NULL,
+					      widen_iq4_xsx8,
+					      1,
+					      iq4_xs_extreme,
+					      -127.0f * -32,
+					      113.0f * 31 };
+	struct group_type g = gt;
+
+	g.widen = cpu_kernels_scalar()->widen_iq4_xs;
+	test_groups(k, &g, k->gemm_iq4_xsx8, k->repack_iq4x8, cpu_kernels_scalar()->dot_iq4_xs_q8k);
+}
+
+static void
+test_q3x8(const struct cpu_kernels *k)
+{
+	static const struct group_type gt = { TT_Q3_K,
+					      110,
+					      Q3X8_BLOCK,
+					      q3x8_repack,
+					      q3x8_unpack,
+					      q3x8_dequantize_row,
+					      gemm_q3_kx8_scalar,
+					      NULL,
+					      widen_q3_kx8,
+					      2,
+					      q3_k_extreme,
+					      -4.0f * -32,
+					      3.0f * 31 };
+	struct group_type g = gt;
+
+	g.widen = cpu_kernels_scalar()->widen_q3_k;
+	test_groups(k, &g, k->gemm_q3_kx8, k->repack_q3x8, cpu_kernels_scalar()->dot_q3_k_q8k);
+}
+
+static void
+test_q2x8(const struct cpu_kernels *k)
+{
+	static const struct group_type gt = {
+		TT_Q2_K, 84, Q2X8_BLOCK,   q2x8_repack, q2x8_unpack, q2x8_dequantize_row, gemm_q2_kx8_scalar, NULL,
+		NULL,    1,  q2_k_extreme, -15.0f,      45.0f
+	};
+
+	test_groups(k, &gt, k->gemm_q2_kx8, k->repack_q2x8, cpu_kernels_scalar()->dot_q2_k_q8k);
 }
 
 /* The float register tile against the scalar dot on odd shapes: a full
@@ -1743,6 +1751,7 @@ test_simd(const struct cpu_kernels *best)
 	test_q6x8(best);
 	test_iq4x8(best);
 	test_q3x8(best);
+	test_q2x8(best);
 	test_dot4(best);
 	test_pack_half_panel(best, 0);
 	test_pack_half_panel(best, 1);
@@ -1756,6 +1765,7 @@ test_simd(const struct cpu_kernels *best)
 		test_q6x8(cpu_kernels_avx2());
 		test_iq4x8(cpu_kernels_avx2());
 		test_q3x8(cpu_kernels_avx2());
+		test_q2x8(cpu_kernels_avx2());
 	}
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());

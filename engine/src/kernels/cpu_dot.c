@@ -191,6 +191,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL, /* nor Q3_K */
 	NULL,
+	NULL, /* nor Q2_K */
+	NULL,
 };
 
 void
@@ -519,6 +521,8 @@ static struct cpu_kernels k_avx2 = {
 	dot_iq4_nl_avx2,
 	widen_legacy_avx2,
 	NULL, /* filled in by cpu_kernels_get */
+	NULL,
+	NULL,
 	NULL,
 	NULL,
 	NULL,
@@ -992,6 +996,8 @@ static struct cpu_kernels k_avx512 = {
 	NULL,
 	NULL,
 	NULL,
+	NULL,
+	NULL,
 };
 #endif
 
@@ -1179,6 +1185,9 @@ cpu_kernels_get(void)
 	k_avx2.gemm_q3_kx8 = gemm_q3_kx8_avx2;
 	k_avx512.gemm_q3_kx8 = gemm_q3_kx8_avx512;
 	k_avx2.repack_q3x8 = k_avx512.repack_q3x8 = q3x8_repack_avx2;
+	k_avx2.gemm_q2_kx8 = gemm_q2_kx8_avx2;
+	k_avx512.gemm_q2_kx8 = gemm_q2_kx8_avx512;
+	k_avx2.repack_q2x8 = k_avx512.repack_q2x8 = q2x8_repack_avx2;
 	if (avx512)
 		return &k_avx512;
 	if (avx2)

@@ -339,6 +339,10 @@ struct cpu_kernels {
 	void (*gemm_q3_kx8)(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			    size_t ldy);
 	void (*repack_q3x8)(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+	/* Q2_K repacked 8 rows to a group (cpu_q2_kx8.c), as gemm_q6_kx8 */
+	void (*gemm_q2_kx8)(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			    size_t ldy);
+	void (*repack_q2x8)(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -530,6 +534,21 @@ void gemm_q3_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, siz
 void gemm_q3_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
 void q3x8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+#endif
+
+/* cpu_q2_kx8.c: Q2_K rows in groups of 8; bytes per super-block of a group
+ * (8 x 84); as the Q3_K ones (no widening: Q2_K has no GEMM) */
+#define Q2X8_BLOCK 672
+void q2x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+void q2x8_unpack(const uint8_t *grp, int r, uint8_t *blk);
+void q2x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out);
+void gemm_q2_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			size_t ldy);
+#if defined(__x86_64__)
+void gemm_q2_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
+void gemm_q2_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			size_t ldy);
+void q2x8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 #endif
 
 /* cpu_widen.c */

@@ -607,11 +607,13 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 			w->type == TT_Q6_K     ? k->gemm_q6_kx8
 			: w->type == TT_IQ4_XS ? k->gemm_iq4_xsx8
 			: w->type == TT_Q3_K   ? k->gemm_q3_kx8
+			: w->type == TT_Q2_K   ? k->gemm_q2_kx8
 			: five                 ? k->gemm_q5_kx8
 					       : k->gemm_q4_kx8;
 		size_t group = (size_t)(nb / 8) * (w->type == TT_Q6_K     ? Q6X8_BLOCK
 						   : w->type == TT_IQ4_XS ? IQ4X8_BLOCK
 						   : w->type == TT_Q3_K   ? Q3X8_BLOCK
+						   : w->type == TT_Q2_K   ? Q2X8_BLOCK
 									  : KX8_BLOCK(five));
 		int64_t g1 = r1 / 8, per = x8_chunk_groups(j->n, group, g1 - r0 / 8);
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
@@ -980,13 +982,13 @@ q8_0_repacks(const struct cpu_kernels *k, const struct weight *w)
 }
 
 /* The weights prepare_weight() hands to prepare_repacked(): Q4_0, IQ4_XS
- * and the K-quants but Q2_K always (their aux is NULL where it kept the file's rows), Q8_0
+ * and the K-quants always (their aux is NULL where it kept the file's rows), Q8_0
  * where q8_0_repacks() says. */
 static int
 repacks(const struct cpu_kernels *k, const struct weight *w)
 {
 	return w->type == TT_Q4_0 || w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K ||
-	       w->type == TT_IQ4_XS || w->type == TT_Q3_K || q8_0_repacks(k, w);
+	       w->type == TT_IQ4_XS || w->type == TT_Q3_K || w->type == TT_Q2_K || q8_0_repacks(k, w);
 }
 
 /* What prepare_weight() left in aux: the 8-row groups, or Q8_0's block
@@ -1042,7 +1044,7 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 				   (size_t)n * (size_t)(w->cols / 256) * sizeof(struct block_q8k)) < 0) {
 		j->p.q8k = 0; /* out of memory: the 32-value blocks, already sized */
 		if ((w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K || w->type == TT_IQ4_XS ||
-		     w->type == TT_Q3_K) &&
+		     w->type == TT_Q3_K || w->type == TT_Q2_K) &&
 		    !j->p.gemm)
 			j->x8 = NULL; /* and the file's rows (the repacked groups take Q8_K) */
 		if (q8k_only(w->type) && !j->p.gemm)
@@ -1169,6 +1171,9 @@ cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 		else if (w->type == TT_Q6_K && x8 != NULL)
 			q6x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * Q6X8_BLOCK,
 					    (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
+		else if (w->type == TT_Q2_K && x8 != NULL)
+			q2x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * Q2X8_BLOCK,
+					    (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
 		else if (w->type == TT_Q3_K && x8 != NULL)
 			q3x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * Q3X8_BLOCK,
 					    (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
@@ -1207,6 +1212,8 @@ repack_worker(void *arg, int ith, int nth)
 		q4_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
 	else if (j->src->type == TT_Q6_K)
 		q6x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
+	else if (j->src->type == TT_Q2_K)
+		j->k->repack_q2x8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
 	else if (j->src->type == TT_Q3_K)
 		j->k->repack_q3x8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
 	else if (j->src->type == TT_IQ4_XS)
@@ -1216,8 +1223,8 @@ repack_worker(void *arg, int ith, int nth)
 				 j->src->type == TT_Q5_K, j->dst);
 }
 
-/* Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q3_K and IQ4_XS rows in groups of 8 (cpu_q8_0x8.c,
- * cpu_q4_0x8.c, cpu_kquants_x8.c, cpu_q6_kx8.c, cpu_q3_kx8.c, cpu_iq4_xsx8.c) where
+/* Q8_0, Q4_0, IQ4_XS and the K-quants in groups of 8 rows (cpu_q8_0x8.c,
+ * cpu_q4_0x8.c, cpu_iq4_xsx8.c, cpu_kquants_x8.c, cpu_q6_kx8.c, cpu_q3_kx8.c, cpu_q2_kx8.c) where
  * the CPU has the kernels and the rows divide, repacked by the pool (a 70B
  * model is ~38 GB).  Every use reads the copy afterwards, get_rows too, so
  * the file's pages are handed back: the resident size stays about the
@@ -1235,6 +1242,7 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 		      : src->type == TT_Q4_K   ? im->k->gemm_q4_kx8 != NULL
 		      : src->type == TT_Q5_K   ? im->k->gemm_q5_kx8 != NULL
 		      : src->type == TT_Q3_K   ? im->k->gemm_q3_kx8 != NULL && im->k->repack_q3x8 != NULL
+		      : src->type == TT_Q2_K   ? im->k->gemm_q2_kx8 != NULL && im->k->repack_q2x8 != NULL
 		      : src->type == TT_IQ4_XS ? im->k->gemm_iq4_xsx8 != NULL && im->k->repack_iq4x8 != NULL
 					       : im->k->gemm_q6_kx8 != NULL;
 
@@ -1309,7 +1317,7 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL, q4x8 = type == TT_Q4_0 && k->gemm_q4_0x8 != NULL;
 	int kx8 = (type == TT_Q4_K && k->gemm_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemm_q5_kx8 != NULL) ||
 		  (type == TT_Q6_K && k->gemm_q6_kx8 != NULL) || (type == TT_IQ4_XS && k->gemm_iq4_xsx8 != NULL) ||
-		  (type == TT_Q3_K && k->gemm_q3_kx8 != NULL);
+		  (type == TT_Q3_K && k->gemm_q3_kx8 != NULL) || (type == TT_Q2_K && k->gemm_q2_kx8 != NULL);
 	mm_plan(k, type, type == TT_Q8_0 && !q8x8, q8x8 || q4x8 || kx8, n_tokens, &p);
 	if (p.amx && !(p.onednn && cpu_onednn_forced()))
 		return type == TT_F16 ? "AMX bfloat16 tiles, weights and tokens split in two (three products)"
