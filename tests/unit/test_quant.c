@@ -992,14 +992,16 @@ struct group_type {
 	uint32_t type;
 	size_t sb, block; /* bytes per super-block: a file row's, a group's */
 	void (*repack)(const uint8_t *, size_t, int64_t, int64_t, size_t, uint8_t *);
-	void (*unpack)(const uint8_t *grp, int r, uint8_t *blk);
-	void (*dequantize_row)(const uint8_t *grp, size_t nsb, int r, float *out);
+	group_unpack_fn unpack;
 	group_gemm_fn scalar;
-	/* the file's rows widened for the GEMM (NULL: no GEMM), and a group's */
+	/* the kernel set's group kernel and repack, the per-row reference dot */
+	group_gemm_fn gemm;
+	void (*repack_k)(const uint8_t *, size_t, int64_t, int64_t, size_t, uint8_t *);
+	float (*row_dot)(const void *, const struct block_q8k *, size_t);
+	/* the file's rows widened for the GEMM (NULL: no GEMM), with sums
+	 * sums and scales a 32-value block (2 for 16-value sub-blocks) */
 	void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *);
-	void (*widen_x8)(void (*)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), const uint8_t *, size_t,
-			 uint8_t *, size_t, int32_t *, float *, size_t);
-	int sums; /* sums and scales a 32-value block: 2 for 16-value sub-blocks */
+	int sums;
 	/* the extremes: super-block bytes of row r of 8, and the weight values
 	 * at the extremes (w_lo, w_hi) that must occur in them */
 	void (*extreme)(int r, uint8_t *b);
@@ -1013,10 +1015,9 @@ struct group_type {
  * Then one group at the extremes, 127 and -127 activations, against the
  * dequantized sums in double. */
 static void
-test_groups(const struct cpu_kernels *k, const struct group_type *gt, group_gemm_fn gemm,
-	    void (*repack)(const uint8_t *, size_t, int64_t, int64_t, size_t, uint8_t *),
-	    float (*row_dot)(const void *, const struct block_q8k *, size_t))
+test_groups(const struct cpu_kernels *k, const struct group_type *gt)
 {
+	group_gemm_fn gemm = gt->gemm;
 	enum { ROWS = GROUP_ROWS, COLS = GROUP_COLS, NSB = GROUP_NSB, NT = GROUP_NT, MAX_SB = 136 };
 	static float w[ROWS * COLS], x[NT * COLS];
 	static uint8_t wq[ROWS * NSB * MAX_SB], packed[ROWS * NSB * MAX_SB], again[ROWS * NSB * MAX_SB];
@@ -1027,7 +1028,7 @@ test_groups(const struct cpu_kernels *k, const struct group_type *gt, group_gemm
 	char what[64];
 
 	snprintf(what, sizeof(what), "%s %s", k->name, name);
-	if (gemm == NULL || repack == NULL) {
+	if (gemm == NULL || gt->repack_k == NULL) {
 		SKIP("%s: no repacked %s kernel", k->name, name);
 		return;
 	}
@@ -1037,14 +1038,14 @@ test_groups(const struct cpu_kernels *k, const struct group_type *gt, group_gemm
 	gt->repack(wq, NSB * sb, 1, ROWS / 8, NSB, packed);
 	gt->repack(wq, NSB * sb, 0, 1, NSB, packed);
 	CHECK(memcmp(wq, packed, bytes) != 0, "the repacked %s layout differs from the file's", name);
-	repack(wq, NSB * sb, 0, 2, NSB, again);
-	repack(wq, NSB * sb, 2, ROWS / 8, NSB, again);
+	gt->repack_k(wq, NSB * sb, 0, 2, NSB, again);
+	gt->repack_k(wq, NSB * sb, 2, ROWS / 8, NSB, again);
 	CHECK(memcmp(again, packed, bytes) == 0, "%s: the kernel set's repack equals the scalar one", what);
 	for (int r = 0; r < ROWS; r++) {
 		float row[COLS], deq[COLS];
 		uint8_t blk[MAX_SB];
 		const uint8_t *grp = packed + (size_t)(r / 8) * NSB * gt->block;
-		gt->dequantize_row(grp, NSB, r % 8, row);
+		groups_dequantize_row(grp, NSB, gt->block, gt->unpack, gt->type, r % 8, row);
 		tensor_dequantize_row(gt->type, wq + (size_t)r * NSB * sb, deq, COLS);
 		bad_row += memcmp(row, deq, sizeof(row)) != 0;
 		for (int i = 0; i < NSB; i++) {
@@ -1066,13 +1067,13 @@ test_groups(const struct cpu_kernels *k, const struct group_type *gt, group_gemm
 		for (int r = 0; r < ROWS; r++)
 			gt->widen(wq + (size_t)r * NSB * sb, wr[0] + r * RB, NB, ws[0] + r * ld, wd[0] + r * ld);
 		for (int g = 0; g < ROWS / 8; g++)
-			gt->widen_x8(gt->widen, packed + (size_t)g * NSB * gt->block, NSB, wr[1] + 8 * g * RB, RB,
-				     ws[1] + 8 * g * ld, wd[1] + 8 * g * ld, ld);
+			groups_widen(gt->widen, gt->unpack, packed + (size_t)g * NSB * gt->block, NSB, gt->block,
+				     gt->sums, wr[1] + 8 * g * RB, RB, ws[1] + 8 * g * ld, wd[1] + 8 * g * ld, ld);
 		CHECK(memcmp(wr[0], wr[1], sizeof(wr[0])) == 0 && memcmp(ws[0], ws[1], sizeof(ws[0])) == 0 &&
 			      memcmp(wd[0], wd[1], sizeof(wd[0])) == 0,
 		      "%s groups widen as the file's rows do", what);
 	}
-	check_group_kernel(what, gemm, gt->scalar, row_dot, wq, NSB * sb, packed, xk);
+	check_group_kernel(what, gemm, gt->scalar, gt->row_dot, wq, NSB * sb, packed, xk);
 
 	uint8_t ext[8 * MAX_SB], eg[8 * MAX_SB];
 	struct block_q8k xe[2];
@@ -1159,59 +1160,56 @@ q2_k_extreme(int r, uint8_t *b)
 	memcpy(b + 82, &one, 2);
 }
 
+/* IQ4_XS, Q3_K and Q2_K in their groups (the scalar kernel set has none) */
 static void
-test_iq4x8(const struct cpu_kernels *k)
+test_group_types(const struct cpu_kernels *k)
 {
-	static const struct group_type gt = { TT_IQ4_XS,
-					      136,
-					      IQ4X8_BLOCK,
-					      iq4x8_repack,
-					      iq4x8_unpack,
-					      iq4x8_dequantize_row,
-					      gemm_iq4_xsx8_scalar,
-					      NULL,
-					      widen_iq4_xsx8,
-					      1,
-					      iq4_xs_extreme,
-					      -127.0f * -32,
-					      113.0f * 31 };
-	struct group_type g = gt;
-
-	g.widen = cpu_kernels_scalar()->widen_iq4_xs;
-	test_groups(k, &g, k->gemm_iq4_xsx8, k->repack_iq4x8, cpu_kernels_scalar()->dot_iq4_xs_q8k);
-}
-
-static void
-test_q3x8(const struct cpu_kernels *k)
-{
-	static const struct group_type gt = { TT_Q3_K,
-					      110,
-					      Q3X8_BLOCK,
-					      q3x8_repack,
-					      q3x8_unpack,
-					      q3x8_dequantize_row,
-					      gemm_q3_kx8_scalar,
-					      NULL,
-					      widen_q3_kx8,
-					      2,
-					      q3_k_extreme,
-					      -4.0f * -32,
-					      3.0f * 31 };
-	struct group_type g = gt;
-
-	g.widen = cpu_kernels_scalar()->widen_q3_k;
-	test_groups(k, &g, k->gemm_q3_kx8, k->repack_q3x8, cpu_kernels_scalar()->dot_q3_k_q8k);
-}
-
-static void
-test_q2x8(const struct cpu_kernels *k)
-{
-	static const struct group_type gt = {
-		TT_Q2_K, 84, Q2X8_BLOCK,   q2x8_repack, q2x8_unpack, q2x8_dequantize_row, gemm_q2_kx8_scalar, NULL,
-		NULL,    1,  q2_k_extreme, -15.0f,      45.0f
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	const struct group_type types[] = {
+		{ .type = TT_IQ4_XS,
+		  .sb = 136,
+		  .block = IQ4X8_BLOCK,
+		  .repack = iq4x8_repack,
+		  .unpack = iq4x8_unpack,
+		  .scalar = gemm_iq4_xsx8_scalar,
+		  .gemm = k->gemm_iq4_xsx8,
+		  .repack_k = k->repack_iq4x8,
+		  .row_dot = ref->dot_iq4_xs_q8k,
+		  .widen = ref->widen_iq4_xs,
+		  .sums = 1,
+		  .extreme = iq4_xs_extreme,
+		  .w_lo = -127.0f * -32,
+		  .w_hi = 113.0f * 31 },
+		{ .type = TT_Q3_K,
+		  .sb = 110,
+		  .block = Q3X8_BLOCK,
+		  .repack = q3x8_repack,
+		  .unpack = q3x8_unpack,
+		  .scalar = gemm_q3_kx8_scalar,
+		  .gemm = k->gemm_q3_kx8,
+		  .repack_k = k->repack_q3x8,
+		  .row_dot = ref->dot_q3_k_q8k,
+		  .widen = ref->widen_q3_k,
+		  .sums = 2,
+		  .extreme = q3_k_extreme,
+		  .w_lo = -4.0f * -32,
+		  .w_hi = 3.0f * 31 },
+		{ .type = TT_Q2_K,
+		  .sb = 84,
+		  .block = Q2X8_BLOCK,
+		  .repack = q2x8_repack,
+		  .unpack = q2x8_unpack,
+		  .scalar = gemm_q2_kx8_scalar,
+		  .gemm = k->gemm_q2_kx8,
+		  .repack_k = k->repack_q2x8,
+		  .row_dot = ref->dot_q2_k_q8k,
+		  .extreme = q2_k_extreme,
+		  .w_lo = -15.0f,
+		  .w_hi = 45.0f },
 	};
 
-	test_groups(k, &gt, k->gemm_q2_kx8, k->repack_q2x8, cpu_kernels_scalar()->dot_q2_k_q8k);
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+		test_groups(k, &types[i]);
 }
 
 /* The float register tile against the scalar dot on odd shapes: a full
@@ -1749,9 +1747,7 @@ test_simd(const struct cpu_kernels *best)
 	test_legacy(best);
 	test_kx8(best);
 	test_q6x8(best);
-	test_iq4x8(best);
-	test_q3x8(best);
-	test_q2x8(best);
+	test_group_types(best);
 	test_dot4(best);
 	test_pack_half_panel(best, 0);
 	test_pack_half_panel(best, 1);
@@ -1763,9 +1759,7 @@ test_simd(const struct cpu_kernels *best)
 		test_legacy(cpu_kernels_avx2());
 		test_kx8(cpu_kernels_avx2());
 		test_q6x8(cpu_kernels_avx2());
-		test_iq4x8(cpu_kernels_avx2());
-		test_q3x8(cpu_kernels_avx2());
-		test_q2x8(cpu_kernels_avx2());
+		test_group_types(cpu_kernels_avx2());
 	}
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());

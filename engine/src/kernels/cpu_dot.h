@@ -453,6 +453,26 @@ void gemm_q8_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, si
 void widen_q8_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes);
 #endif
 
+/* Row r of a group's super-block back to the file's bytes (blk holds
+ * GROUP_SB_MAX) */
+typedef void (*group_unpack_fn)(const uint8_t *grp, int r, uint8_t *blk);
+#define GROUP_SB_MAX 210
+/* A group's (or a file row's) 32-bit word at p: 4 values a byte-lane */
+static inline uint32_t
+group_word(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return v;
+}
+
+static inline void
+group_word_put(uint8_t *p, uint32_t v)
+{
+	memcpy(p, &v, 4);
+}
+
 /* cpu_kquants_x8.c: Q4_K (five 0) and Q5_K (five 1) rows in groups of 8;
  * bytes per super-block of a group: 8 x 144 or 8 x 176 */
 #define KX8_BLOCK(five) ((five) ? 1408 : 1152)
@@ -461,12 +481,22 @@ void widen_q8_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_r
 void kx8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five, uint8_t *dst);
 void kx8_unpack(const uint8_t *grp, int r, int five, uint8_t *blk);
 void kx8_dequantize_row(const uint8_t *grp, size_t nsb, int r, int five, float *out);
-/* the K-quant groups' scalar reference: y[t * ldy + 8 * g + r] = the sum
- * over super-blocks i of row_dot(group g's block i, r, token t's block
- * i, arg), blocks block_bytes apart */
-void gemm_groups_q8k_scalar(const uint8_t *grp, int ng, size_t block_bytes,
-			    float (*row_dot)(const uint8_t *block, int r, const struct block_q8k *x, int arg), int arg,
-			    const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
+/* the groups' scalar reference: y[t * ldy + 8 * g + r] = the sum over
+ * super-blocks i (block_bytes apart) of dot(row r of group g's block i
+ * unpacked, token t's block i) */
+void gemm_groups_q8k_scalar(const uint8_t *grp, int ng, size_t block_bytes, group_unpack_fn unpack,
+			    float (*dot)(const void *, const struct block_q8k *, size_t), const struct block_q8k *x,
+			    size_t nsb, int nt, float *y, size_t ldy);
+/* Row r of a type's groups (nsb super-blocks, block_bytes each) as
+ * floats, each super-block unpacked to the file's layout first */
+void groups_dequantize_row(const uint8_t *grp, size_t nsb, size_t block_bytes, group_unpack_fn unpack, uint32_t type,
+			   int r, float *out);
+/* A group's nsb super-blocks as widen makes of its 8 file rows (8 *
+ * sums sums and scales a super-block): row r's blocks at dst + r *
+ * dst_row_bytes, its sums and scales at wsum + r * ld and wd + r * ld */
+void groups_widen(void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), group_unpack_fn unpack,
+		  const uint8_t *grp, size_t nsb, size_t block_bytes, int sums, uint8_t *dst, size_t dst_row_bytes,
+		  int32_t *wsum, float *wd, size_t ld);
 void gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, int five, float *y,
 		     size_t ldy);
 #if defined(__x86_64__)
@@ -498,18 +528,12 @@ void gemm_q6_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, s
 #endif
 
 /* cpu_iq4_xsx8.c: IQ4_XS rows in groups of 8; bytes per super-block of a
- * group (8 x 136); as the Q6_K ones.  widen_iq4_xsx8: a group's nsb
- * super-blocks as widen (widen_iq4_xs) makes of its 8 file rows, row r's
- * blocks at dst + r * dst_row_bytes, its sums and scales at wsum + r * ld
- * and wd + r * ld */
+ * group (8 x 136); as the Q6_K ones */
 #define IQ4X8_BLOCK 1088
 void iq4x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 void iq4x8_unpack(const uint8_t *grp, int r, uint8_t *blk);
-void iq4x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out);
 void gemm_iq4_xsx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			  size_t ldy);
-void widen_iq4_xsx8(void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), const uint8_t *grp,
-		    size_t nsb, uint8_t *dst, size_t dst_row_bytes, int32_t *wsum, float *wd, size_t ld);
 #if defined(__x86_64__)
 void gemm_iq4_xsx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
@@ -519,16 +543,12 @@ void iq4x8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t
 #endif
 
 /* cpu_q3_kx8.c: Q3_K rows in groups of 8; bytes per super-block of a group
- * (8 x 110); as the IQ4_XS ones (widen: widen_q3_k, two sums and scales a
- * block) */
+ * (8 x 110); as the IQ4_XS ones */
 #define Q3X8_BLOCK 880
 void q3x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 void q3x8_unpack(const uint8_t *grp, int r, uint8_t *blk);
-void q3x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out);
 void gemm_q3_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
-void widen_q3_kx8(void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), const uint8_t *grp, size_t nsb,
-		  uint8_t *dst, size_t dst_row_bytes, int32_t *wsum, float *wd, size_t ld);
 #if defined(__x86_64__)
 void gemm_q3_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
 void gemm_q3_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
@@ -541,7 +561,6 @@ void q3x8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t 
 #define Q2X8_BLOCK 672
 void q2x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 void q2x8_unpack(const uint8_t *grp, int r, uint8_t *blk);
-void q2x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out);
 void gemm_q2_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
 #if defined(__x86_64__)

@@ -60,47 +60,9 @@ iq4x8_unpack(const uint8_t *grp, int r, uint8_t *blk)
 }
 
 void
-iq4x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out)
-{
-	uint8_t blk[IQ4XS_SB_BYTES];
-
-	for (size_t i = 0; i < nsb; i++, grp += IQ4X8_BLOCK, out += 256) {
-		iq4x8_unpack(grp, r, blk);
-		tensor_dequantize_row(TT_IQ4_XS, blk, out, 256);
-	}
-}
-
-/* Row r of a group's super-block times a token's. */
-static float
-iq4x8_row_dot(const uint8_t *block, int r, const struct block_q8k *x, int unused)
-{
-	uint8_t blk[IQ4XS_SB_BYTES];
-
-	(void)unused;
-	iq4x8_unpack(block, r, blk);
-	return dot_iq4_xs_q8k_scalar(blk, x, 1);
-}
-
-void
 gemm_iq4_xsx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
 {
-	gemm_groups_q8k_scalar(grp, ng, IQ4X8_BLOCK, iq4x8_row_dot, 0, x, nsb, nt, y, ldy);
-}
-
-/* Rows [rb, rb + nr) of groups (nr a multiple of 8) as widen_iq4_xs makes
- * of the file's rows: each super-block unpacked first. */
-void
-widen_iq4_xsx8(void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), const uint8_t *grp, size_t nsb,
-	       uint8_t *dst, size_t dst_row_bytes, int32_t *wsum, float *wd, size_t ld)
-{
-	uint8_t blk[IQ4XS_SB_BYTES];
-
-	for (size_t i = 0; i < nsb; i++, grp += IQ4X8_BLOCK)
-		for (int r = 0; r < 8; r++) {
-			iq4x8_unpack(grp, r, blk);
-			widen(blk, dst + (size_t)r * dst_row_bytes + i * 8 * 34, 8, wsum + (size_t)r * ld + 8 * i,
-			      wd + (size_t)r * ld + 8 * i);
-		}
+	gemm_groups_q8k_scalar(grp, ng, IQ4X8_BLOCK, iq4x8_unpack, dot_iq4_xs_q8k_scalar, x, nsb, nt, y, ldy);
 }
 
 #if defined(__x86_64__)

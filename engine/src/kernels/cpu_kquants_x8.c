@@ -75,48 +75,82 @@ kx8_unpack(const uint8_t *grp, int r, int five, uint8_t *blk)
 			       4);
 }
 
+/* kx8_unpack for each type, as a group_unpack_fn */
+static void
+kx8_unpack4(const uint8_t *grp, int r, uint8_t *blk)
+{
+	kx8_unpack(grp, r, 0, blk);
+}
+
+static void
+kx8_unpack5(const uint8_t *grp, int r, uint8_t *blk)
+{
+	kx8_unpack(grp, r, 1, blk);
+}
+
 void
 kx8_dequantize_row(const uint8_t *grp, size_t nsb, int r, int five, float *out)
 {
-	uint8_t blk[176];
+	groups_dequantize_row(grp, nsb, KX8_BLOCK(five), five ? kx8_unpack5 : kx8_unpack4, five ? TT_Q5_K : TT_Q4_K, r,
+			      out);
+}
 
-	for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(five), out += 256) {
-		kx8_unpack(grp, r, five, blk);
-		tensor_dequantize_row(five ? TT_Q5_K : TT_Q4_K, blk, out, 256);
+void
+groups_dequantize_row(const uint8_t *grp, size_t nsb, size_t block_bytes, group_unpack_fn unpack, uint32_t type, int r,
+		      float *out)
+{
+	uint8_t blk[GROUP_SB_MAX];
+
+	for (size_t i = 0; i < nsb; i++, grp += block_bytes, out += 256) {
+		unpack(grp, r, blk);
+		tensor_dequantize_row(type, blk, out, 256);
 	}
 }
 
 void
-gemm_groups_q8k_scalar(const uint8_t *grp, int ng, size_t block_bytes,
-		       float (*row_dot)(const uint8_t *block, int r, const struct block_q8k *x, int arg), int arg,
-		       const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
+groups_widen(void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), group_unpack_fn unpack,
+	     const uint8_t *grp, size_t nsb, size_t block_bytes, int sums, uint8_t *dst, size_t dst_row_bytes,
+	     int32_t *wsum, float *wd, size_t ld)
 {
+	uint8_t blk[GROUP_SB_MAX];
+
+	for (size_t i = 0; i < nsb; i++, grp += block_bytes)
+		for (int r = 0; r < 8; r++) {
+			size_t at = (size_t)r * ld + 8 * (size_t)sums * i;
+			unpack(grp, r, blk);
+			widen(blk, dst + (size_t)r * dst_row_bytes + i * 8 * 34, 8, wsum + at, wd + at);
+		}
+}
+
+/* The groups' scalar reference: y[t * ldy + 8 * g + r] = the sum over
+ * super-blocks i of row r of group g's block i, unpacked, times token t's
+ * block i by the type's scalar dot */
+void
+gemm_groups_q8k_scalar(const uint8_t *grp, int ng, size_t block_bytes, group_unpack_fn unpack,
+		       float (*dot)(const void *, const struct block_q8k *, size_t), const struct block_q8k *x,
+		       size_t nsb, int nt, float *y, size_t ldy)
+{
+	uint8_t blk[GROUP_SB_MAX];
+
 	for (int g = 0; g < ng; g++, grp += nsb * block_bytes)
 		for (int t = 0; t < nt; t++) {
 			float *yt = y + (size_t)t * ldy + 8 * (size_t)g;
 			for (int r = 0; r < 8; r++)
 				yt[r] = 0.0f;
 			for (size_t i = 0; i < nsb; i++)
-				for (int r = 0; r < 8; r++)
-					yt[r] += row_dot(grp + i * block_bytes, r, x + (size_t)t * nsb + i, arg);
+				for (int r = 0; r < 8; r++) {
+					unpack(grp + i * block_bytes, r, blk);
+					yt[r] += dot(blk, x + (size_t)t * nsb + i, 1);
+				}
 		}
-}
-
-/* Row r of a group's super-block (Q5_K where five) times a token's. */
-static float
-kx8_row_dot(const uint8_t *block, int r, const struct block_q8k *x, int five)
-{
-	uint8_t blk[176];
-
-	kx8_unpack(block, r, five, blk);
-	return five ? dot_q5_k_q8k_scalar(blk, x, 1) : dot_q4_k_q8k_scalar(blk, x, 1);
 }
 
 void
 gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, int five, float *y,
 		size_t ldy)
 {
-	gemm_groups_q8k_scalar(grp, ng, KX8_BLOCK(five), kx8_row_dot, five, x, nsb, nt, y, ldy);
+	gemm_groups_q8k_scalar(grp, ng, KX8_BLOCK(five), five ? kx8_unpack5 : kx8_unpack4,
+			       five ? dot_q5_k_q8k_scalar : dot_q4_k_q8k_scalar, x, nsb, nt, y, ldy);
 }
 
 #if defined(__x86_64__)
@@ -234,11 +268,6 @@ DEFINE_GEMV_KX8(gemv_q4_kx8_avx2, AVX2, U8I8_ACC_AVX2, 0)
 DEFINE_GEMV_KX8(gemv_q4_kx8_avx512, AVX512, U8I8_ACC_VNNI, 0)
 DEFINE_GEMV_KX8(gemv_q5_kx8_avx2, AVX2, U8I8_ACC_AVX2, 1)
 DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
-
-/* I16_ACC(acc, a, b): acc + the two int16 products of each 32-bit lane
- * (vpdpwssd with VNNI, vpmaddwd and an add without). */
-#define I16_ACC_AVX2(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
-#define I16_ACC_VNNI(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
 
 /* nt tokens (2..8, a constant where inlined; tokens' super-blocks nsb
  * apart from x) times one 8-row group, y[t * ldy + r].  A decode batch

@@ -157,16 +157,16 @@ mm_widen(struct mm_job *j, struct thread_scratch *ts, int64_t rb, int nr, size_t
 					       wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb, 2 * (size_t)nb);
 	} else if (j->x8 != NULL && w->type == TT_Q3_K) { /* as below, two sums and scales a block */
 		for (int r = 0; r < nr; r += 8)
-			widen_q3_kx8(j->im->k->widen_q3_k,
+			groups_widen(j->im->k->widen_q3_k, q3x8_unpack,
 				     j->x8 + (size_t)((rb + r) / 8) * (size_t)(nb / 8) * Q3X8_BLOCK, (size_t)nb / 8,
-				     ts->wrows + (size_t)r * *row_bytes, *row_bytes, wsum + (size_t)r * 2 * nb,
-				     wd + (size_t)r * 2 * nb, 2 * (size_t)nb);
+				     Q3X8_BLOCK, 2, ts->wrows + (size_t)r * *row_bytes, *row_bytes,
+				     wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb, 2 * (size_t)nb);
 	} else if (j->x8 != NULL && w->type == TT_IQ4_XS) { /* each super-block back to the file's layout */
 		for (int r = 0; r < nr; r += 8)
-			widen_iq4_xsx8(j->im->k->widen_iq4_xs,
-				       j->x8 + (size_t)((rb + r) / 8) * (size_t)(nb / 8) * IQ4X8_BLOCK, (size_t)nb / 8,
-				       ts->wrows + (size_t)r * *row_bytes, *row_bytes, wsum + (size_t)r * nb,
-				       wd + (size_t)r * nb, (size_t)nb);
+			groups_widen(j->im->k->widen_iq4_xs, iq4x8_unpack,
+				     j->x8 + (size_t)((rb + r) / 8) * (size_t)(nb / 8) * IQ4X8_BLOCK, (size_t)nb / 8,
+				     IQ4X8_BLOCK, 1, ts->wrows + (size_t)r * *row_bytes, *row_bytes,
+				     wsum + (size_t)r * nb, wd + (size_t)r * nb, (size_t)nb);
 	} else if (j->x8 != NULL) { /* Q4_K, Q5_K: each super-block back to the file's layout */
 		int five = w->type == TT_Q5_K;
 		void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *, float *) =
@@ -1152,12 +1152,24 @@ cpu_matmul_n(struct compute *c, const struct compute_weight *const *cw, int nw, 
 			cpu_matmul(c, cw[i], x, n, y[i]);
 }
 
+/* The 8-row groups the generic helpers read (cpu_kquants_x8.c): their
+ * bytes per super-block and how a row's is unpacked; 0 for other types */
+static int
+unpacked_groups(uint32_t type, size_t *block, group_unpack_fn *unpack)
+{
+	*block = type == TT_Q2_K ? Q2X8_BLOCK : type == TT_Q3_K ? Q3X8_BLOCK : IQ4X8_BLOCK;
+	*unpack = type == TT_Q2_K ? q2x8_unpack : type == TT_Q3_K ? q3x8_unpack : iq4x8_unpack;
+	return type == TT_Q2_K || type == TT_Q3_K || type == TT_IQ4_XS;
+}
+
 void
 cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 {
 	const struct compute_batch *b = &impl_of(c)->batch;
 	const struct weight *w = &cw->w;
 	const uint8_t *x8 = weight_x8(impl_of(c)->k, cw);
+	size_t block;
+	group_unpack_fn unpack;
 
 	for (int t = 0; t < b->n; t++) {
 		int64_t r = b->tokens[t];
@@ -1171,15 +1183,10 @@ cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 		else if (w->type == TT_Q6_K && x8 != NULL)
 			q6x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * Q6X8_BLOCK,
 					    (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
-		else if (w->type == TT_Q2_K && x8 != NULL)
-			q2x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * Q2X8_BLOCK,
-					    (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
-		else if (w->type == TT_Q3_K && x8 != NULL)
-			q3x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * Q3X8_BLOCK,
-					    (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
-		else if (w->type == TT_IQ4_XS && x8 != NULL)
-			iq4x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * IQ4X8_BLOCK,
-					     (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
+		else if (x8 != NULL && unpacked_groups(w->type, &block, &unpack))
+			groups_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * block,
+					      (size_t)w->cols / 256, block, unpack, w->type, (int)(r % 8),
+					      out + (int64_t)t * w->cols);
 		else if ((w->type == TT_Q4_K || w->type == TT_Q5_K) && cw->aux != NULL)
 			kx8_dequantize_row((const uint8_t *)cw->aux + (size_t)(r / 8) * (size_t)(w->cols / 256) *
 									      KX8_BLOCK(w->type == TT_Q5_K),

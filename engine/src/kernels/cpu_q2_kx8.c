@@ -32,21 +32,6 @@
 #define Q2X8_SCALES 32
 #define Q2X8_QUANTS 160
 
-static inline uint32_t
-load32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return v;
-}
-
-static inline void
-store32(uint8_t *p, uint32_t v)
-{
-	memcpy(p, &v, 4);
-}
-
 void
 q2x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst)
 {
@@ -64,11 +49,11 @@ q2x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t
 					for (int c = 0; c < 2; c++) {
 						uint32_t v = 0;
 						for (int m = 0; m < 4; m++)
-							v |= ((load32(b + 16 + 32 * (p / 4) + 16 * c + 4 * m) >>
+							v |= ((group_word(b + 16 + 32 * (p / 4) + 16 * c + 4 * m) >>
 							       (2 * (p % 4))) &
 							      0x03030303)
 							     << (2 * m);
-						store32(dst + Q2X8_QUANTS + 64 * p + 32 * c + 4 * r, v);
+						group_word_put(dst + Q2X8_QUANTS + 64 * p + 32 * c + 4 * r, v);
 					}
 			}
 }
@@ -79,10 +64,10 @@ q2x8_unpack(const uint8_t *grp, int r, uint8_t *blk)
 	memset(blk + 16, 0, 64);
 	for (int p = 0; p < 8; p++)
 		for (int c = 0; c < 2; c++) {
-			uint32_t v = load32(grp + Q2X8_QUANTS + 64 * p + 32 * c + 4 * r);
+			uint32_t v = group_word(grp + Q2X8_QUANTS + 64 * p + 32 * c + 4 * r);
 			for (int m = 0; m < 4; m++) {
 				uint8_t *q = blk + 16 + 32 * (p / 4) + 16 * c + 4 * m;
-				store32(q, load32(q) | ((v >> (2 * m)) & 0x03030303) << (2 * (p % 4)));
+				group_word_put(q, group_word(q) | ((v >> (2 * m)) & 0x03030303) << (2 * (p % 4)));
 			}
 		}
 	for (int w = 0; w < 4; w++)
@@ -92,38 +77,13 @@ q2x8_unpack(const uint8_t *grp, int r, uint8_t *blk)
 }
 
 void
-q2x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out)
-{
-	uint8_t blk[Q2K_SB_BYTES];
-
-	for (size_t i = 0; i < nsb; i++, grp += Q2X8_BLOCK, out += 256) {
-		q2x8_unpack(grp, r, blk);
-		tensor_dequantize_row(TT_Q2_K, blk, out, 256);
-	}
-}
-
-static float
-q2x8_row_dot(const uint8_t *block, int r, const struct block_q8k *x, int unused)
-{
-	uint8_t blk[Q2K_SB_BYTES];
-
-	(void)unused;
-	q2x8_unpack(block, r, blk);
-	return dot_q2_k_q8k_scalar(blk, x, 1);
-}
-
-void
 gemm_q2_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
 {
-	gemm_groups_q8k_scalar(grp, ng, Q2X8_BLOCK, q2x8_row_dot, 0, x, nsb, nt, y, ldy);
+	gemm_groups_q8k_scalar(grp, ng, Q2X8_BLOCK, q2x8_unpack, dot_q2_k_q8k_scalar, x, nsb, nt, y, ldy);
 }
 
 #if defined(__x86_64__)
 #include "cpu_x86.h"
-
-/* I16_ACC(acc, a, b): acc + the two int16 products of each 32-bit lane */
-#define Q2X8_I16_ACC_AVX2(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
-#define Q2X8_I16_ACC_VNNI(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
 
 /* nt tokens (1..8, a constant where inlined; tokens' super-blocks nsb
  * apart from x) times one 8-row group, y[t * ldy + r].  Each sub-block's
@@ -213,8 +173,8 @@ gemm_q2_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t
 		X8_GROUPS_BY_NT(NAME##_nt, grp, ng, nsb *Q2X8_BLOCK, x, nsb, nt, y, ldy);                              \
 	}
 
-DEFINE_GEMM_Q2X8(gemm_q2_kx8_avx2, AVX2, U8I8_ACC_AVX2, Q2X8_I16_ACC_AVX2)
-DEFINE_GEMM_Q2X8(gemm_q2_kx8_avx512, AVX512, U8I8_ACC_VNNI, Q2X8_I16_ACC_VNNI)
+DEFINE_GEMM_Q2X8(gemm_q2_kx8_avx2, AVX2, U8I8_ACC_AVX2, I16_ACC_AVX2)
+DEFINE_GEMM_Q2X8(gemm_q2_kx8_avx512, AVX512, U8I8_ACC_VNNI, I16_ACC_VNNI)
 
 /* q2x8_repack with the 8 rows' quant words transposed in registers, a
  * row a lane (as q3x8_repack_avx2). */

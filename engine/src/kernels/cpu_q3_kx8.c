@@ -34,21 +34,6 @@
 #define Q3X8_SCALES 16
 #define Q3X8_QUANTS 112
 
-static inline uint32_t
-load32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return v;
-}
-
-static inline void
-store32(uint8_t *p, uint32_t v)
-{
-	memcpy(p, &v, 4);
-}
-
 /* The file's values 32p + 4m .. 32p + 4m + 3 (m < 8) of super-block b, a
  * byte each: value 128h + 32k + l is bits 2k of quant byte 32h + l and
  * bit 4h + k of hmask byte l (p = 4h + k). */
@@ -57,8 +42,8 @@ q3_word(const uint8_t *b, int p, int m)
 {
 	int h = p / 4, k = p % 4;
 
-	return ((load32(b + 32 + 32 * h + 4 * m) >> (2 * k)) & 0x03030303) |
-	       ((load32(b + 4 * m) >> (4 * h + k)) & 0x01010101) << 2;
+	return ((group_word(b + 32 + 32 * h + 4 * m) >> (2 * k)) & 0x03030303) |
+	       ((group_word(b + 4 * m) >> (4 * h + k)) & 0x01010101) << 2;
 }
 
 void
@@ -77,10 +62,10 @@ q3x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t
 					for (int m = 0; m < 8; m++)
 						u[m] = q3_word(b, p, m);
 					uint8_t *w = dst + Q3X8_QUANTS + 96 * p + 4 * r;
-					store32(w, u[0] | u[1] << 3 | (u[6] & 0x03030303) << 6);
-					store32(w + 32, u[2] | u[3] << 3 | (u[7] & 0x03030303) << 6);
-					store32(w + 64, u[4] | u[5] << 3 | ((u[6] >> 2) & 0x01010101) << 6 |
-								((u[7] >> 2) & 0x01010101) << 7);
+					group_word_put(w, u[0] | u[1] << 3 | (u[6] & 0x03030303) << 6);
+					group_word_put(w + 32, u[2] | u[3] << 3 | (u[7] & 0x03030303) << 6);
+					group_word_put(w + 64, u[4] | u[5] << 3 | ((u[6] >> 2) & 0x01010101) << 6 |
+								       ((u[7] >> 2) & 0x01010101) << 7);
 				}
 			}
 }
@@ -91,7 +76,7 @@ q3x8_unpack(const uint8_t *grp, int r, uint8_t *blk)
 	memset(blk, 0, 96);
 	for (int p = 0; p < 8; p++) {
 		const uint8_t *w = grp + Q3X8_QUANTS + 96 * p + 4 * r;
-		uint32_t w0 = load32(w), w1 = load32(w + 32), w2 = load32(w + 64);
+		uint32_t w0 = group_word(w), w1 = group_word(w + 32), w2 = group_word(w + 64);
 		uint32_t u[8] = {
 			w0 & 0x07070707,
 			(w0 >> 3) & 0x07070707,
@@ -105,8 +90,8 @@ q3x8_unpack(const uint8_t *grp, int r, uint8_t *blk)
 		int h = p / 4, k = p % 4;
 		for (int m = 0; m < 8; m++) {
 			uint8_t *q = blk + 32 + 32 * h + 4 * m, *hm = blk + 4 * m;
-			store32(q, load32(q) | (u[m] & 0x03030303) << (2 * k));
-			store32(hm, load32(hm) | ((u[m] >> 2) & 0x01010101) << (4 * h + k));
+			group_word_put(q, group_word(q) | (u[m] & 0x03030303) << (2 * k));
+			group_word_put(hm, group_word(hm) | ((u[m] >> 2) & 0x01010101) << (4 * h + k));
 		}
 	}
 	for (int k = 0; k < 3; k++)
@@ -115,44 +100,9 @@ q3x8_unpack(const uint8_t *grp, int r, uint8_t *blk)
 }
 
 void
-q3x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out)
-{
-	uint8_t blk[Q3K_SB_BYTES];
-
-	for (size_t i = 0; i < nsb; i++, grp += Q3X8_BLOCK, out += 256) {
-		q3x8_unpack(grp, r, blk);
-		tensor_dequantize_row(TT_Q3_K, blk, out, 256);
-	}
-}
-
-static float
-q3x8_row_dot(const uint8_t *block, int r, const struct block_q8k *x, int unused)
-{
-	uint8_t blk[Q3K_SB_BYTES];
-
-	(void)unused;
-	q3x8_unpack(block, r, blk);
-	return dot_q3_k_q8k_scalar(blk, x, 1);
-}
-
-void
 gemm_q3_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
 {
-	gemm_groups_q8k_scalar(grp, ng, Q3X8_BLOCK, q3x8_row_dot, 0, x, nsb, nt, y, ldy);
-}
-
-void
-widen_q3_kx8(void (*widen)(const uint8_t *, uint8_t *, size_t, int32_t *, float *), const uint8_t *grp, size_t nsb,
-	     uint8_t *dst, size_t dst_row_bytes, int32_t *wsum, float *wd, size_t ld)
-{
-	uint8_t blk[Q3K_SB_BYTES];
-
-	for (size_t i = 0; i < nsb; i++, grp += Q3X8_BLOCK)
-		for (int r = 0; r < 8; r++) {
-			q3x8_unpack(grp, r, blk);
-			widen(blk, dst + (size_t)r * dst_row_bytes + i * 8 * 34, 8, wsum + (size_t)r * ld + 16 * i,
-			      wd + (size_t)r * ld + 16 * i);
-		}
+	gemm_groups_q8k_scalar(grp, ng, Q3X8_BLOCK, q3x8_unpack, dot_q3_k_q8k_scalar, x, nsb, nt, y, ldy);
 }
 
 #if defined(__x86_64__)

@@ -121,28 +121,13 @@ q6x8_unpack(const uint8_t *grp, int r, uint8_t *blk)
 void
 q6x8_dequantize_row(const uint8_t *grp, size_t nsb, int r, float *out)
 {
-	uint8_t blk[Q6_SB_BYTES];
-
-	for (size_t i = 0; i < nsb; i++, grp += Q6X8_BLOCK, out += 256) {
-		q6x8_unpack(grp, r, blk);
-		tensor_dequantize_row(TT_Q6_K, blk, out, 256);
-	}
-}
-
-static float
-q6x8_row_dot(const uint8_t *block, int r, const struct block_q8k *x, int unused)
-{
-	uint8_t blk[Q6_SB_BYTES];
-
-	(void)unused;
-	q6x8_unpack(block, r, blk);
-	return dot_q6_k_q8k_scalar(blk, x, 1);
+	groups_dequantize_row(grp, nsb, Q6X8_BLOCK, q6x8_unpack, TT_Q6_K, r, out);
 }
 
 void
 gemm_q6_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
 {
-	gemm_groups_q8k_scalar(grp, ng, Q6X8_BLOCK, q6x8_row_dot, 0, x, nsb, nt, y, ldy);
+	gemm_groups_q8k_scalar(grp, ng, Q6X8_BLOCK, q6x8_unpack, dot_q6_k_q8k_scalar, x, nsb, nt, y, ldy);
 }
 
 void

@@ -24,6 +24,10 @@
 #define U8I8_ACC_AVX2(acc, a, b)                                                                                       \
 	_mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)))
 #define U8I8_ACC_VNNI(acc, a, b) _mm256_dpbusd_epi32(acc, a, b)
+/* acc + the two int16 products of each 32-bit lane (vpdpwssd with VNNI,
+ * vpmaddwd and an add without) */
+#define I16_ACC_AVX2(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+#define I16_ACC_VNNI(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
 
 /* The 4 bytes at p in every 32-bit lane, loaded by the broadcast itself.
  * Written as set1 of an int the compilers go through a general register,
