@@ -1588,6 +1588,83 @@ test_q4_0x8(const struct cpu_kernels *k)
 	CHECK(bad_widen == 0, "%s widen_q4_0x8 (and scalar) equal widening each row", k->name);
 }
 
+/* IQ4_NL in Q4_0's groups, as test_q4_0x8: rows read back exactly, the
+ * kernel for 1..8 tokens equals the scalar reference bit for bit and the
+ * per-row dot within rounding, a token alone gives the bits it gives in a
+ * batch, and groups widen as the file's rows do.  Every fourth weight
+ * row is all level -127 or all 113 (indices 0 and 15) and activations
+ * reach 127 and -127, where the VNNI kernel's offset levels (up to 241)
+ * and AVX2's int16 pair sums are at their largest. */
+static void
+test_iq4_nlx8(const struct cpu_kernels *k)
+{
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { ROWS = 24, COLS = 256, NB = COLS / 32, NT = 8 };
+	static float w[ROWS * COLS], x[NT * COLS], y[NT * ROWS], ys[NT * ROWS], y1[ROWS];
+	static uint8_t wq[ROWS * NB * 18], packed[ROWS * NB * 18];
+	static struct block_q8 xq[NT * NB];
+	int bad = 0, bad_ref = 0, bad_alone = 0, bad_row = 0;
+
+	if (k->gemm_iq4_nlx8 == NULL) {
+		SKIP("%s: no IQ4_NL group kernel", k->name);
+		return;
+	}
+	for (int i = 0; i < ROWS * COLS; i++)
+		w[i] = sinf((float)i * 0.71f) * (1 + (float)(i % 7));
+	for (int i = 0; i < NT * COLS; i++)
+		x[i] = i % 32 == 7 ? -9.0f : i % 32 == 9 ? 9.0f : cosf((float)i * 0.3f) * 2;
+	tensor_quantize_row(TT_IQ4_NL, w, wq, ROWS * COLS);
+	for (int r = 0; r < ROWS; r += 4)
+		for (int b = 0; b < NB; b++)
+			memset(wq + (size_t)r * NB * 18 + (size_t)b * 18 + 2, r % 8 ? 0xff : 0, 16);
+	ref->quantize_q8(x, xq, NT * COLS);
+	q4_0x8_repack(wq, NB * 18, 0, 1, NB, packed); /* in two calls, as threads do it */
+	q4_0x8_repack(wq, NB * 18, 1, ROWS / 8, NB, packed);
+	for (int r = 0; r < ROWS; r++) {
+		float row[COLS], deq[COLS];
+		groups_dequantize_row(packed + (size_t)(r / 8) * NB * Q4_0X8_BLOCK, 1, 8 * Q4_0X8_BLOCK,
+				      iq4_nlx8_unpack8, TT_IQ4_NL, r % 8, row);
+		tensor_dequantize_row(TT_IQ4_NL, wq + (size_t)r * NB * 18, deq, COLS);
+		bad_row += memcmp(row, deq, sizeof(row)) != 0;
+	}
+	CHECK(bad_row == 0, "IQ4_NL rows read back from the groups are the file's rows (%d differ)", bad_row);
+	for (int nt = 1; nt <= NT; nt++) {
+		k->gemm_iq4_nlx8(packed, ROWS / 8, xq, NB, nt, y, ROWS);
+		gemm_iq4_nlx8_scalar(packed, ROWS / 8, xq, NB, nt, ys, ROWS);
+		bad += memcmp(y, ys, (size_t)nt * ROWS * sizeof(float)) != 0;
+	}
+	for (int t = 0; t < NT; t++) {
+		k->gemm_iq4_nlx8(packed, ROWS / 8, xq + t * NB, NB, 1, y1, ROWS);
+		bad_alone += memcmp(y1, y + t * ROWS, sizeof(y1)) != 0;
+		for (int r = 0; r < ROWS; r++) {
+			float d = ref->dot_iq4_nl(wq + (size_t)r * NB * 18, xq + t * NB, NB);
+			bad_ref += !(fabsf(y[t * ROWS + r] - d) <= 1e-5f * fabsf(d) + 1e-4f);
+		}
+	}
+	{
+		enum { RB = NB * 34 };
+		static uint8_t wr[2][ROWS * RB];
+		static int32_t ws[2][ROWS * NB];
+		static float wd[2][ROWS * NB];
+		memset(wr, 0, sizeof(wr));
+		for (int r = 0; r < ROWS; r++)
+			ref->widen_iq4_nl(wq + (size_t)r * NB * 18, wr[0] + r * RB, NB, ws[0] + r * NB, wd[0] + r * NB);
+		for (int g = 0; g < ROWS / 8; g++)
+			groups_widen(k->widen_iq4_nl, iq4_nlx8_unpack8, packed + (size_t)g * NB * Q4_0X8_BLOCK, 1,
+				     8 * Q4_0X8_BLOCK, 1, wr[1] + 8 * g * RB, RB, ws[1] + 8 * g * NB,
+				     wd[1] + 8 * g * NB, NB);
+		CHECK(memcmp(wr[0], wr[1], sizeof(wr[0])) == 0 && memcmp(ws[0], ws[1], sizeof(ws[0])) == 0 &&
+			      memcmp(wd[0], wd[1], sizeof(wd[0])) == 0,
+		      "%s IQ4_NL groups widen as the file's rows do", k->name);
+	}
+	CHECK(bad == 0, "%s gemm_iq4_nlx8 for 1..8 tokens equals the scalar reference bit for bit: %d passes differ",
+	      k->name, bad);
+	CHECK(bad_alone == 0, "%s gemm_iq4_nlx8: a token alone gives what it gives among 8 (%d differ)", k->name,
+	      bad_alone);
+	CHECK(bad_ref == 0, "%s gemm_iq4_nlx8 equals the per-row dot within rounding: %d of %d off", k->name, bad_ref,
+	      ROWS * NT);
+}
+
 /* Q8_0 repacked 8 rows to a group: rows read back exactly; the kernel,
  * for 1 to 8 tokens, equals the scalar reference bit for bit and the
  * per-row dot within rounding, and a token's result does not depend on
@@ -1748,6 +1825,7 @@ test_simd(const struct cpu_kernels *best)
 	test_kx8(best);
 	test_q6x8(best);
 	test_group_types(best);
+	test_iq4_nlx8(best);
 	test_dot4(best);
 	test_pack_half_panel(best, 0);
 	test_pack_half_panel(best, 1);
@@ -1760,6 +1838,7 @@ test_simd(const struct cpu_kernels *best)
 		test_kx8(cpu_kernels_avx2());
 		test_q6x8(cpu_kernels_avx2());
 		test_group_types(cpu_kernels_avx2());
+		test_iq4_nlx8(cpu_kernels_avx2());
 	}
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());

@@ -193,6 +193,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL, /* nor Q2_K */
 	NULL,
+	NULL, /* nor IQ4_NL */
+	widen_iq4_nl_scalar,
 };
 
 void
@@ -526,6 +528,8 @@ static struct cpu_kernels k_avx2 = {
 	NULL,
 	NULL,
 	NULL,
+	NULL,
+	widen_iq4_nl_avx2,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -998,6 +1002,8 @@ static struct cpu_kernels k_avx512 = {
 	NULL,
 	NULL,
 	NULL,
+	NULL,
+	widen_iq4_nl_avx2,
 };
 #endif
 
@@ -1188,6 +1194,8 @@ cpu_kernels_get(void)
 	k_avx2.gemm_q2_kx8 = gemm_q2_kx8_avx2;
 	k_avx512.gemm_q2_kx8 = gemm_q2_kx8_avx512;
 	k_avx2.repack_q2x8 = k_avx512.repack_q2x8 = q2x8_repack_avx2;
+	k_avx2.gemm_iq4_nlx8 = gemm_iq4_nlx8_avx2;
+	k_avx512.gemm_iq4_nlx8 = gemm_iq4_nlx8_avx512;
 	if (avx512)
 		return &k_avx512;
 	if (avx2)

@@ -343,6 +343,11 @@ struct cpu_kernels {
 	void (*gemm_q2_kx8)(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			    size_t ldy);
 	void (*repack_q2x8)(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+	/* IQ4_NL in Q4_0's groups (q4_0x8_repack; cpu_iq4_xsx8.c), as
+	 * gemm_q4_0x8; its rows widened as widen_legacy does them */
+	void (*gemm_iq4_nlx8)(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,
+			      size_t ldy);
+	void (*widen_iq4_nl)(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -532,12 +537,18 @@ void gemm_q6_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, s
 #define IQ4X8_BLOCK 1088
 void iq4x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 void iq4x8_unpack(const uint8_t *grp, int r, uint8_t *blk);
+void gemm_iq4_nlx8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,
+			  size_t ldy);
+void iq4_nlx8_unpack8(const uint8_t *grp, int r, uint8_t *blk);
 void gemm_iq4_xsx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			  size_t ldy);
 #if defined(__x86_64__)
 void gemm_iq4_xsx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
 void gemm_iq4_xsx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			  size_t ldy);
+void gemm_iq4_nlx8_avx2(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
+void gemm_iq4_nlx8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,
 			  size_t ldy);
 void iq4x8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
 #endif

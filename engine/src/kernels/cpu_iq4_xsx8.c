@@ -1,5 +1,7 @@
 /*
- * IQ4_XS weights repacked at load, 8 rows interleaved, for decode.
+ * IQ4_XS weights repacked at load, 8 rows interleaved, for decode; and
+ * IQ4_NL's, in Q4_0's groups (cpu_q4_0x8.c: its blocks have Q4_0's bytes,
+ * the nibbles indices into the levels rather than q + 8).
  *
  * An IQ4_XS super-block (256 weights, 136 bytes) is an fp16 d, the high
  * two bits of its eight sub-block scales (scales_h, 16 bits), their low
@@ -57,6 +59,39 @@ iq4x8_unpack(const uint8_t *grp, int r, uint8_t *blk)
 	memcpy(blk + 4, grp + IQ4X8_SCALES_L + 4 * r, 4);
 	for (int w = 0; w < 32; w++)
 		memcpy(blk + 8 + 4 * w, grp + IQ4X8_QUANTS + 32 * w + 4 * r, 4);
+}
+
+/* IQ4_NL in Q4_0's groups: row r of a block times the activations */
+static int32_t
+iq4_nlx8_block_sum(const uint8_t *blk, int r, const int8_t *xq)
+{
+	int32_t s = 0;
+
+	for (int k = 0; k < 4; k++)
+		for (int i = 0; i < 4; i++) {
+			uint8_t byte = blk[16 + 32 * k + 4 * r + i];
+			s += iq4_nl_levels[byte & 0xf] * xq[4 * k + i] + iq4_nl_levels[byte >> 4] * xq[16 + 4 * k + i];
+		}
+	return s;
+}
+
+void
+gemm_iq4_nlx8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy)
+{
+	gemm_x8_scalar(grp, ng, Q4_0X8_BLOCK, iq4_nlx8_block_sum, x, nb, nt, y, ldy);
+}
+
+/* Row r of 8 consecutive blocks of IQ4_NL groups as the file's 8 x 18
+ * bytes: a 256-value unit for the group helpers (groups_widen,
+ * groups_dequantize_row) */
+void
+iq4_nlx8_unpack8(const uint8_t *grp, int r, uint8_t *blk)
+{
+	for (int b = 0; b < 8; b++, grp += Q4_0X8_BLOCK, blk += 18) {
+		memcpy(blk, grp + 2 * r, 2);
+		for (int s = 0; s < 4; s++)
+			memcpy(blk + 2 + 4 * s, grp + 16 + 32 * s + 4 * r, 4);
+	}
 }
 
 void
@@ -164,6 +199,42 @@ gemm_iq4_xsx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size
 
 DEFINE_GEMM_IQ4X8(gemm_iq4_xsx8_avx2, AVX2, IQ4X8_ACC_AVX2, 0)
 DEFINE_GEMM_IQ4X8(gemm_iq4_xsx8_avx512, AVX512, IQ4X8_ACC_VNNI, 128)
+
+/* IQ4_NL: nt tokens times one of Q4_0's groups, the nibbles looked up
+ * once for every token (X8_BLOCK_TOKENS), the levels + OFF as above */
+#define DEFINE_GEMM_IQ4_NLX8(NAME, TARGET, ACC, OFF)                                                                   \
+	TARGET static inline                                                                                           \
+		__attribute__((always_inline)) void NAME##_nt(const uint8_t *grp, const struct block_q8 *x, size_t nb, \
+							      int nt, float *y, size_t ldy)                            \
+	{                                                                                                              \
+		const __m256i table =                                                                                  \
+			_mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_nl_levels)),  \
+					_mm256_set1_epi8((char)(OFF)));                                                \
+		const __m256i low = _mm256_set1_epi8(0x0f);                                                            \
+		__m256 acc[8];                                                                                         \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
+		for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK) {                                                 \
+			STREAM_PREFETCH_NT(grp, Q4_0X8_BLOCK, nt);                                                     \
+			__m256i c[8];                                                                                  \
+			_Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)                                            \
+			{                                                                                              \
+				__m256i v = _mm256_loadu_si256((const __m256i *)(grp + 16 + 32 * s));                  \
+				c[s] = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low));                           \
+				c[s + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low)); \
+			}                                                                                              \
+			__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));                            \
+			X8_BLOCK_TOKENS(ACC, c, dw, x, nb, b, nt, OFF, acc);                                           \
+		}                                                                                                      \
+		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) _mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);    \
+	}                                                                                                              \
+	TARGET void NAME(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,            \
+			 size_t ldy)                                                                                   \
+	{                                                                                                              \
+		X8_GROUPS_BY_NT(NAME##_nt, grp, ng, nb *Q4_0X8_BLOCK, x, nb, nt, y, ldy);                              \
+	}
+
+DEFINE_GEMM_IQ4_NLX8(gemm_iq4_nlx8_avx2, AVX2, IQ4X8_ACC_AVX2, 0)
+DEFINE_GEMM_IQ4_NLX8(gemm_iq4_nlx8_avx512, AVX512, IQ4X8_ACC_VNNI, 128)
 
 /* iq4x8_repack with the index words of 8 rows transposed in registers, a
  * 32-byte chunk of each row at a time: 4-byte copies made loading a

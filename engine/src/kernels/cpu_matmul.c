@@ -36,6 +36,7 @@
 #define GEMM8_MIN_TOKENS 8    /* and from 8 for the types with only per-token dots (gemm_min_tokens) */
 #define IQ4X8_GEMM_TOKENS 56  /* and from 56 for IQ4_XS's 8-row groups (gemm_min_tokens) */
 #define Q3X8_GEMM_TOKENS 176  /* and from 176 for Q3_K's (gemm_min_tokens) */
+#define IQ4_NLX8_GEMM_TOKENS 56 /* and from 56 for IQ4_NL's (gemm_min_tokens) */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -161,6 +162,12 @@ mm_widen(struct mm_job *j, struct thread_scratch *ts, int64_t rb, int nr, size_t
 				     j->x8 + (size_t)((rb + r) / 8) * (size_t)(nb / 8) * Q3X8_BLOCK, (size_t)nb / 8,
 				     Q3X8_BLOCK, 2, ts->wrows + (size_t)r * *row_bytes, *row_bytes,
 				     wsum + (size_t)r * 2 * nb, wd + (size_t)r * 2 * nb, 2 * (size_t)nb);
+	} else if (j->x8 != NULL && w->type == TT_IQ4_NL) { /* 8 blocks at a time back to the file's layout */
+		for (int r = 0; r < nr; r += 8)
+			groups_widen(j->im->k->widen_iq4_nl, iq4_nlx8_unpack8,
+				     j->x8 + (size_t)((rb + r) / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb / 8,
+				     8 * Q4_0X8_BLOCK, 1, ts->wrows + (size_t)r * *row_bytes, *row_bytes,
+				     wsum + (size_t)r * nb, wd + (size_t)r * nb, (size_t)nb);
 	} else if (j->x8 != NULL && w->type == TT_IQ4_XS) { /* each super-block back to the file's layout */
 		for (int r = 0; r < nr; r += 8)
 			groups_widen(j->im->k->widen_iq4_xs, iq4x8_unpack,
@@ -452,6 +459,11 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	 * and 93/71, pp48 112/74, pp64 113/69 */
 	if (type == TT_Q6_K && k->gemm_q6_amx != NULL)
 		return AMX_Q6_GEMM_TOKENS;
+	/* IQ4_NL in Q4_0's groups (llama.cpp's IQ4_NL file, two rounds, tok/s
+	 * GEMM / groups): pp48 186/203 and 187/197, pp64 212/196 and
+	 * 208/203 */
+	if (x8 && type == TT_IQ4_NL)
+		return IQ4_NLX8_GEMM_TOKENS;
 	if (x8 && (type == TT_Q8_0 || type == TT_Q4_0))
 		return X8_GEMM_TOKENS;
 	if (x8 && type == TT_Q4_K)
@@ -474,8 +486,8 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	 * GEMM 124-180 against the groups' 95-166 */
 	if (type == TT_Q6_K && k->dots_q6_k_q8k != NULL)
 		return 56;
-	/* the types without a kernel for several tokens at once (Q2_K,
-	 * Q3_K, the older 32-value ones, IQ4_XS where its rows were not
+	/* the types without a kernel for several tokens at once (Q4_1,
+	 * Q5_0, Q5_1; Q3_K, IQ4_XS and IQ4_NL where their rows were not
 	 * grouped) gain nothing from a decode batch on their dots; the GEMM,
 	 * a tile half empty, wins from 8 sequences (bench -p 16 -d 64 -n 16
 	 * -b B, tok/s all sequences together, dots against GEMM: IQ4_XS b2
@@ -587,9 +599,12 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 								      : w->type == TT_IQ4_NL ? k->dot_iq4_nl
 											     : k->dot_q6_k;
 
-	if (j->x8 != NULL && (w->type == TT_Q8_0 || w->type == TT_Q4_0)) { /* r0, r1: multiples of 8 */
+	if (j->x8 != NULL && (w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_IQ4_NL)) {
+		/* r0, r1: multiples of 8; IQ4_NL in Q4_0's groups */
 		void (*gemm)(const uint8_t *, int, const struct block_q8 *, size_t, int, float *, size_t) =
-			w->type == TT_Q8_0 ? k->gemm_q8_0x8 : k->gemm_q4_0x8;
+			w->type == TT_Q8_0   ? k->gemm_q8_0x8
+			: w->type == TT_Q4_0 ? k->gemm_q4_0x8
+					     : k->gemm_iq4_nlx8;
 		size_t group = (size_t)nb * (w->type == TT_Q8_0 ? Q8_0X8_BLOCK : Q4_0X8_BLOCK);
 		int64_t g1 = r1 / 8, per = x8_chunk_groups(j->n, group, g1 - r0 / 8);
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
@@ -988,7 +1003,8 @@ static int
 repacks(const struct cpu_kernels *k, const struct weight *w)
 {
 	return w->type == TT_Q4_0 || w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K ||
-	       w->type == TT_IQ4_XS || w->type == TT_Q3_K || w->type == TT_Q2_K || q8_0_repacks(k, w);
+	       w->type == TT_IQ4_XS || w->type == TT_Q3_K || w->type == TT_Q2_K || w->type == TT_IQ4_NL ||
+	       q8_0_repacks(k, w);
 }
 
 /* What prepare_weight() left in aux: the 8-row groups, or Q8_0's block
@@ -1157,9 +1173,15 @@ cpu_matmul_n(struct compute *c, const struct compute_weight *const *cw, int nw, 
 static int
 unpacked_groups(uint32_t type, size_t *block, group_unpack_fn *unpack)
 {
-	*block = type == TT_Q2_K ? Q2X8_BLOCK : type == TT_Q3_K ? Q3X8_BLOCK : IQ4X8_BLOCK;
-	*unpack = type == TT_Q2_K ? q2x8_unpack : type == TT_Q3_K ? q3x8_unpack : iq4x8_unpack;
-	return type == TT_Q2_K || type == TT_Q3_K || type == TT_IQ4_XS;
+	*block = type == TT_Q2_K     ? Q2X8_BLOCK
+		 : type == TT_Q3_K   ? Q3X8_BLOCK
+		 : type == TT_IQ4_NL ? 8 * Q4_0X8_BLOCK /* 8 blocks: 256 values */
+				     : IQ4X8_BLOCK;
+	*unpack = type == TT_Q2_K     ? q2x8_unpack
+		  : type == TT_Q3_K   ? q3x8_unpack
+		  : type == TT_IQ4_NL ? iq4_nlx8_unpack8
+				      : iq4x8_unpack;
+	return type == TT_Q2_K || type == TT_Q3_K || type == TT_IQ4_XS || type == TT_IQ4_NL;
 }
 
 void
@@ -1215,7 +1237,7 @@ repack_worker(void *arg, int ith, int nth)
 	split(j->src->rows / 8, ith, nth, &lo, &hi);
 	if (j->src->type == TT_Q8_0)
 		q8_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
-	else if (j->src->type == TT_Q4_0)
+	else if (j->src->type == TT_Q4_0 || j->src->type == TT_IQ4_NL) /* the same bytes a block */
 		q4_0x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32, j->dst);
 	else if (j->src->type == TT_Q6_K)
 		q6x8_repack(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
@@ -1250,10 +1272,13 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 		      : src->type == TT_Q5_K   ? im->k->gemm_q5_kx8 != NULL
 		      : src->type == TT_Q3_K   ? im->k->gemm_q3_kx8 != NULL && im->k->repack_q3x8 != NULL
 		      : src->type == TT_Q2_K   ? im->k->gemm_q2_kx8 != NULL && im->k->repack_q2x8 != NULL
+		      : src->type == TT_IQ4_NL ? im->k->gemm_iq4_nlx8 != NULL
 		      : src->type == TT_IQ4_XS ? im->k->gemm_iq4_xsx8 != NULL && im->k->repack_iq4x8 != NULL
 					       : im->k->gemm_q6_kx8 != NULL;
 
-	if (!kernels || src->rows % 8 != 0 || src->cols % ti->block_elems != 0)
+	/* IQ4_NL's groups are read back and widened 256 values at a time */
+	if (!kernels || src->rows % 8 != 0 || src->cols % ti->block_elems != 0 ||
+	    (src->type == TT_IQ4_NL && src->cols % 256 != 0))
 		return PRIVAI_OK;
 	if (posix_memalign(&packed, (size_t)2 << 20, bytes) != 0)
 		return PRIVAI_ENOMEM;
@@ -1321,7 +1346,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return NULL;
 	/* Q8_0 has its block sums where it keeps the file's rows, else its
 	 * 8-row groups (prepare_weight) */
-	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL, q4x8 = type == TT_Q4_0 && k->gemm_q4_0x8 != NULL;
+	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL,
+	    q4x8 = (type == TT_Q4_0 && k->gemm_q4_0x8 != NULL) || (type == TT_IQ4_NL && k->gemm_iq4_nlx8 != NULL);
 	int kx8 = (type == TT_Q4_K && k->gemm_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemm_q5_kx8 != NULL) ||
 		  (type == TT_Q6_K && k->gemm_q6_kx8 != NULL) || (type == TT_IQ4_XS && k->gemm_iq4_xsx8 != NULL) ||
 		  (type == TT_Q3_K && k->gemm_q3_kx8 != NULL) || (type == TT_Q2_K && k->gemm_q2_kx8 != NULL);
