@@ -616,7 +616,7 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 		}
 		return;
 	}
-	if (j->x8 != NULL && w->type != TT_Q4_0) { /* Q4_K, Q5_K, Q6_K, IQ4_XS; r0, r1: multiples of 8 */
+	if (j->x8 != NULL && w->type != TT_Q4_0) { /* the K-quants, IQ4_XS; r0, r1: multiples of 8 */
 		int five = w->type == TT_Q5_K;
 		void (*gemm)(const uint8_t *, int, const struct block_q8k *, size_t, int, float *, size_t) =
 			w->type == TT_Q6_K     ? k->gemm_q6_kx8
@@ -996,8 +996,8 @@ q8_0_repacks(const struct cpu_kernels *k, const struct weight *w)
 	return w->type == TT_Q8_0 && k->gemm_q8_0x8 != NULL && w->rows % 8 == 0;
 }
 
-/* The weights prepare_weight() hands to prepare_repacked(): Q4_0, IQ4_XS
- * and the K-quants always (their aux is NULL where it kept the file's rows), Q8_0
+/* The weights prepare_weight() hands to prepare_repacked(): Q4_0, IQ4_NL,
+ * IQ4_XS and the K-quants always (their aux is NULL where it kept the file's rows), Q8_0
  * where q8_0_repacks() says. */
 static int
 repacks(const struct cpu_kernels *k, const struct weight *w)
@@ -1252,7 +1252,7 @@ repack_worker(void *arg, int ith, int nth)
 				 j->src->type == TT_Q5_K, j->dst);
 }
 
-/* Q8_0, Q4_0, IQ4_XS and the K-quants in groups of 8 rows (cpu_q8_0x8.c,
+/* Q8_0, Q4_0, IQ4_NL, IQ4_XS and the K-quants in groups of 8 rows (cpu_q8_0x8.c,
  * cpu_q4_0x8.c, cpu_iq4_xsx8.c, cpu_kquants_x8.c, cpu_q6_kx8.c, cpu_q3_kx8.c, cpu_q2_kx8.c) where
  * the CPU has the kernels and the rows divide, repacked by the pool (a 70B
  * model is ~38 GB).  Every use reads the copy afterwards, get_rows too, so
