@@ -6,7 +6,7 @@
  * scales (low nibble) and mins (high nibble) for its 16-value sub-blocks,
  * 64 bytes of two-bit quants in Q6_K's order (cpu_dot_lowbit.c), an fp16
  * d and dmin: w = d * sc_j * q - dmin * m_j.  The per-row dot decoded at
- * 40 % of the bandwidth bound on 2 threads, and prompts ran it a token at
+ * 47-50 % of the bandwidth bound on 2 threads, and prompts ran it a token at
  * a time (Q2_K has no GEMM).  Repacked, the 32 values of sub-blocks 2p and
  * 2p + 1 of 8 rows are two 32-byte words, row r in bytes 4r..4r+3 of each
  * (as the other groups), four values a byte: one shift and one mask on all
