@@ -1,7 +1,8 @@
 /*
  * IQ4_XS weights repacked at load, 8 rows interleaved, for decode; and
- * IQ4_NL's, in Q4_0's groups (cpu_q4_0x8.c: its blocks have Q4_0's bytes,
- * the nibbles indices into the levels rather than q + 8).
+ * the scalar reference and read-back of IQ4_NL's, which take Q4_0's
+ * groups and kernel (cpu_q4_0x8.c: its blocks have Q4_0's bytes, the
+ * nibbles indices into the levels rather than q + 8).
  *
  * An IQ4_XS super-block (256 weights, 136 bytes) is an fp16 d, the high
  * two bits of its eight sub-block scales (scales_h, 16 bits), their low
@@ -103,15 +104,6 @@ gemm_iq4_xsx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size
 #if defined(__x86_64__)
 #include "cpu_x86.h"
 
-/* The products of a chunk of levels (signed) with 4 broadcast activation
- * bytes a lane.  vpdpbusd takes the levels + 128 as unsigned bytes (the
- * lookup table holds them so), and the sum starts 128 x the activations'
- * sum lower (IQ4X8_OFFSET); vpmaddubsw would saturate 2 x 241 x 127 in
- * int16, so AVX2 multiplies |level| by the activation with the level's
- * sign (levels are never 0), at most 2 x 127 x 127. */
-#define IQ4X8_ACC_VNNI(acc, v, x) _mm256_dpbusd_epi32(acc, v, x)
-#define IQ4X8_ACC_AVX2(acc, v, x) U8I8_ACC_AVX2(acc, _mm256_abs_epi8(v), _mm256_sign_epi8(x, v))
-
 /* nt tokens (1..8, a constant where inlined; tokens' super-blocks nsb
  * apart from x) times one 8-row group, y[t * ldy + r].  Sub-block j's
  * sum starts at -OFF x (its activations' sum, from Q8_K's 16-value sums),
@@ -199,42 +191,6 @@ gemm_iq4_xsx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size
 
 DEFINE_GEMM_IQ4X8(gemm_iq4_xsx8_avx2, AVX2, IQ4X8_ACC_AVX2, 0)
 DEFINE_GEMM_IQ4X8(gemm_iq4_xsx8_avx512, AVX512, IQ4X8_ACC_VNNI, 128)
-
-/* IQ4_NL: nt tokens times one of Q4_0's groups, the nibbles looked up
- * once for every token (X8_BLOCK_TOKENS), the levels + OFF as above */
-#define DEFINE_GEMM_IQ4_NLX8(NAME, TARGET, ACC, OFF)                                                                   \
-	TARGET static inline                                                                                           \
-		__attribute__((always_inline)) void NAME##_nt(const uint8_t *grp, const struct block_q8 *x, size_t nb, \
-							      int nt, float *y, size_t ldy)                            \
-	{                                                                                                              \
-		const __m256i table =                                                                                  \
-			_mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_nl_levels)),  \
-					_mm256_set1_epi8((char)(OFF)));                                                \
-		const __m256i low = _mm256_set1_epi8(0x0f);                                                            \
-		__m256 acc[8];                                                                                         \
-		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
-		for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK) {                                                 \
-			STREAM_PREFETCH_NT(grp, Q4_0X8_BLOCK, nt);                                                     \
-			__m256i c[8];                                                                                  \
-			_Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)                                            \
-			{                                                                                              \
-				__m256i v = _mm256_loadu_si256((const __m256i *)(grp + 16 + 32 * s));                  \
-				c[s] = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low));                           \
-				c[s + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low)); \
-			}                                                                                              \
-			__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));                            \
-			X8_BLOCK_TOKENS(ACC, c, dw, x, nb, b, nt, OFF, acc);                                           \
-		}                                                                                                      \
-		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) _mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);    \
-	}                                                                                                              \
-	TARGET void NAME(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,            \
-			 size_t ldy)                                                                                   \
-	{                                                                                                              \
-		X8_GROUPS_BY_NT(NAME##_nt, grp, ng, nb *Q4_0X8_BLOCK, x, nb, nt, y, ldy);                              \
-	}
-
-DEFINE_GEMM_IQ4_NLX8(gemm_iq4_nlx8_avx2, AVX2, IQ4X8_ACC_AVX2, 0)
-DEFINE_GEMM_IQ4_NLX8(gemm_iq4_nlx8_avx512, AVX512, IQ4X8_ACC_VNNI, 128)
 
 /* iq4x8_repack with the index words of 8 rows transposed in registers, a
  * 32-byte chunk of each row at a time: 4-byte copies made loading a

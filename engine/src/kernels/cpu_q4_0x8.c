@@ -17,6 +17,8 @@
  *
  * Prompts of X8_GEMM_TOKENS and more widen the groups back to 34-byte
  * int8 rows (an 8 x 8 transpose of 32-bit words) for the int8 GEMM.
+ * IQ4_NL's blocks are the same bytes: its rows take these groups, and
+ * the kernel below with the nibbles looked up as levels.
  */
 #include <string.h>
 
@@ -101,15 +103,18 @@ gemm_q4_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t 
 
 /* nt tokens (a constant where inlined) times one group: the block's
  * nibbles unpacked once, low ones elements 4s.., high ones 16+4s.., and
- * used by every token (cpu_x86.h); q - 8 comes off as 8 * sum(x). */
-#define DEFINE_GEMM_Q4_0X8(SUFFIX, TARGET, U8I8_ACC, STORAGE)                                                          \
+ * used by every token (cpu_x86.h); VALUE(n) turns a chunk of nibbles into
+ * the unsigned values the products take, BIAS * sum(x) comes off: q - 8
+ * for Q4_0; for IQ4_NL, whose blocks are Q4_0's bytes, the levels looked
+ * up in table (IQ4X8_ACC says how each instruction set takes them). */
+#define DEFINE_GEMM_NIBBLE_X8(NAME, TARGET, ACC, STORAGE, TABLE, VALUE, BIAS)                                          \
 	TARGET static inline                                                                                           \
-		__attribute__((always_inline)) void gemm_q4_0x8_nt_##SUFFIX(const uint8_t *grp,                        \
-									    const struct block_q8 *x, size_t nb,       \
-									    int nt, float *y, size_t ldy)              \
+		__attribute__((always_inline)) void NAME##_nt(const uint8_t *grp, const struct block_q8 *x, size_t nb, \
+							      int nt, float *y, size_t ldy)                            \
 	{                                                                                                              \
-		const __m256i low = _mm256_set1_epi8(0x0f);                                                            \
+		const __m256i low = _mm256_set1_epi8(0x0f), table = TABLE;                                             \
 		__m256 acc[8];                                                                                         \
+		(void)table;                                                                                           \
 		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
 		for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK) {                                                 \
 			STREAM_PREFETCH_NT(grp, Q4_0X8_BLOCK, nt);                                                     \
@@ -117,23 +122,32 @@ gemm_q4_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t 
 			_Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)                                            \
 			{                                                                                              \
 				__m256i v = _mm256_loadu_si256((const __m256i *)(grp + 16 + 32 * s));                  \
-				c[s] = _mm256_and_si256(v, low);                                                       \
-				c[s + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                             \
+				c[s] = VALUE(_mm256_and_si256(v, low));                                                \
+				c[s + 4] = VALUE(_mm256_and_si256(_mm256_srli_epi16(v, 4), low));                      \
 			}                                                                                              \
 			__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));                            \
-			X8_BLOCK_TOKENS(U8I8_ACC, c, dw, x, nb, b, nt, 8, acc);                                        \
+			X8_BLOCK_TOKENS(ACC, c, dw, x, nb, b, nt, BIAS, acc);                                          \
 		}                                                                                                      \
 		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) _mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);    \
 	}                                                                                                              \
-	TARGET STORAGE void gemm_q4_0x8_##SUFFIX(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb,      \
-						 int nt, float *y, size_t ldy)                                         \
+	TARGET STORAGE void NAME(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,    \
+				 size_t ldy)                                                                           \
 	{                                                                                                              \
-		X8_GROUPS_BY_NT(gemm_q4_0x8_nt_##SUFFIX, grp, ng, nb *Q4_0X8_BLOCK, x, nb, nt, y, ldy);                \
+		X8_GROUPS_BY_NT(NAME##_nt, grp, ng, nb *Q4_0X8_BLOCK, x, nb, nt, y, ldy);                              \
 	}
 
+#define NIBBLE_AS_IS(n) (n)
+#define NIBBLE_LEVEL(n) _mm256_shuffle_epi8(table, n)
+/* IQ4_NL's levels + off in both 128-bit lanes */
+#define IQ4_NL_TABLE(off)                                                                                              \
+	_mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_nl_levels)),                  \
+			_mm256_set1_epi8((char)(off)))
+
 /* AVX-512: the 8-row kernel serves decode batches and odd groups */
-DEFINE_GEMM_Q4_0X8(avx2, AVX2, U8I8_ACC_AVX2, )
-DEFINE_GEMM_Q4_0X8(groups_avx512, AVX512, U8I8_ACC_VNNI, static)
+DEFINE_GEMM_NIBBLE_X8(gemm_q4_0x8_avx2, AVX2, U8I8_ACC_AVX2, , low, NIBBLE_AS_IS, 8)
+DEFINE_GEMM_NIBBLE_X8(gemm_q4_0x8_groups_avx512, AVX512, U8I8_ACC_VNNI, static, low, NIBBLE_AS_IS, 8)
+DEFINE_GEMM_NIBBLE_X8(gemm_iq4_nlx8_avx2, AVX2, IQ4X8_ACC_AVX2, , IQ4_NL_TABLE(0), NIBBLE_LEVEL, 0)
+DEFINE_GEMM_NIBBLE_X8(gemm_iq4_nlx8_avx512, AVX512, IQ4X8_ACC_VNNI, , IQ4_NL_TABLE(128), NIBBLE_LEVEL, 128)
 
 /*
  * One token (generation) times two groups at once in 512-bit vectors,

@@ -24,6 +24,15 @@
 #define U8I8_ACC_AVX2(acc, a, b)                                                                                       \
 	_mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)))
 #define U8I8_ACC_VNNI(acc, a, b) _mm256_dpbusd_epi32(acc, a, b)
+/* IQ4_NL's and IQ4_XS's levels (cpu_iq4_xsx8.c, cpu_q4_0x8.c): the
+ * products of a chunk of levels (signed) with 4 broadcast activation
+ * bytes a lane.  vpdpbusd takes the levels + 128 as unsigned bytes (the
+ * lookup table holds them so), and the sum starts 128 x the activations'
+ * sum lower (IQ4X8_OFFSET); vpmaddubsw would saturate 2 x 241 x 127 in
+ * int16, so AVX2 multiplies |level| by the activation with the level's
+ * sign (levels are never 0), at most 2 x 127 x 127. */
+#define IQ4X8_ACC_VNNI(acc, v, x) _mm256_dpbusd_epi32(acc, v, x)
+#define IQ4X8_ACC_AVX2(acc, v, x) U8I8_ACC_AVX2(acc, _mm256_abs_epi8(v), _mm256_sign_epi8(x, v))
 /* acc + the two int16 products of each 32-bit lane (vpdpwssd with VNNI,
  * vpmaddwd and an add without) */
 #define I16_ACC_AVX2(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
