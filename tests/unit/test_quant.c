@@ -1665,6 +1665,129 @@ test_iq4_nlx8(const struct cpu_kernels *k)
 	      ROWS * NT);
 }
 
+/* Q4_1, Q5_0 and Q5_1 in 8-row groups (cpu_legacy_x8.c), as test_q4_0x8:
+ * every block read back is the file's bytes and rows dequantize as the
+ * file's; the kernel for 1..8 tokens equals the scalar reference bit for
+ * bit and the per-row dot within rounding; a token alone gives the bits
+ * it gives in a batch; groups widen as the file's rows do.  Some rows are
+ * all 31 (every nibble and fifth bit set: the largest products the AVX2
+ * pair sums take) or all 0, with offsets, and activations reach +-127. */
+static void
+test_legacy_x8(const struct cpu_kernels *k)
+{
+	static const uint32_t types[] = { TT_Q4_1, TT_Q5_0, TT_Q5_1 };
+	const struct cpu_kernels *ref = cpu_kernels_scalar();
+	enum { ROWS = 24, COLS = 96 + 256, NB = COLS / 32, NT = 8, BMAX = 24 };
+	static float w[ROWS * COLS], x[NT * COLS], y[NT * ROWS], ys[NT * ROWS], y1[ROWS];
+	static uint8_t wq[ROWS * NB * BMAX], packed[ROWS * NB * BMAX];
+	static struct block_q8 xq[NT * NB];
+
+	if (k->gemm_q4_1x8 == NULL) {
+		SKIP("%s: no Q4_1, Q5_0, Q5_1 group kernels", k->name);
+		return;
+	}
+	for (int i = 0; i < ROWS * COLS; i++)
+		w[i] = sinf((float)i * 0.71f) * (1 + (float)(i % 7));
+	for (int i = 0; i < NT * COLS; i++)
+		x[i] = i % 32 == 7 ? -9.0f : i % 32 == 9 ? 9.0f : cosf((float)i * 0.3f) * 2;
+	ref->quantize_q8(x, xq, NT * COLS);
+	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+		uint32_t type = types[ti];
+		struct legacy_layout l = legacy_layout(type);
+		size_t rb = (size_t)NB * (size_t)l.bytes, group = NB * LEGACY_X8_BLOCK(type);
+		float (*dot)(const void *, const struct block_q8 *, size_t) = type == TT_Q4_1   ? ref->dot_q4_1
+									      : type == TT_Q5_0 ? ref->dot_q5_0
+												: ref->dot_q5_1;
+		void (*gemm)(const uint8_t *, int, const struct block_q8 *, size_t, int, float *, size_t) =
+			type == TT_Q4_1   ? k->gemm_q4_1x8
+			: type == TT_Q5_0 ? k->gemm_q5_0x8
+					  : k->gemm_q5_1x8;
+		void (*gemm_ref)(const uint8_t *, int, const struct block_q8 *, size_t, int, float *, size_t) =
+			type == TT_Q4_1   ? gemm_q4_1x8_scalar
+			: type == TT_Q5_0 ? gemm_q5_0x8_scalar
+					  : gemm_q5_1x8_scalar;
+		const char *name = tensor_type_name(type);
+		int bad = 0, bad_ref = 0, bad_alone = 0, bad_row = 0, bad_blk = 0;
+
+		tensor_quantize_row(type, w, wq, ROWS * COLS);
+		for (int r = 0; r < ROWS; r += 4) /* q = 31 (15) in rows 0, 8, 16; 0 in rows 4, 12, 20 */
+			for (int b = 0; b < NB; b++) {
+				uint8_t *blk = wq + (size_t)r * rb + (size_t)b * (size_t)l.bytes;
+				memset(blk + l.qs, r % 8 ? 0 : 0xff, 16);
+				if (l.qh >= 0)
+					memset(blk + l.qh, r % 8 ? 0 : 0xff, 4);
+			}
+		legacy_x8_repack(type, wq, rb, 0, 1, NB, packed); /* in two calls, as threads do it */
+		legacy_x8_repack(type, wq, rb, 1, ROWS / 8, NB, packed);
+		CHECK(memcmp(wq, packed, (size_t)ROWS * rb) != 0, "%s: the groups' layout differs from the file's",
+		      name);
+		for (int r = 0; r < ROWS; r++) {
+			float row[COLS], deq[COLS];
+			for (int b = 0; b < NB; b++) {
+				uint8_t blk[BMAX];
+				legacy_x8_unpack(type,
+						 packed + (size_t)(r / 8) * group + (size_t)b * LEGACY_X8_BLOCK(type),
+						 r % 8, blk);
+				bad_blk += memcmp(blk, wq + (size_t)r * rb + (size_t)b * (size_t)l.bytes,
+						  (size_t)l.bytes) != 0;
+			}
+			legacy_x8_dequantize_row(type, packed + (size_t)(r / 8) * group, NB, r % 8, row);
+			tensor_dequantize_row(type, wq + (size_t)r * rb, deq, COLS);
+			bad_row += memcmp(row, deq, sizeof(row)) != 0;
+		}
+		CHECK(bad_blk == 0 && bad_row == 0,
+		      "%s: blocks read back from the groups are the file's (%d differ), rows dequantize as its (%d "
+		      "differ)",
+		      name, bad_blk, bad_row);
+		for (int nt = 1; nt <= NT; nt++) {
+			gemm(packed, ROWS / 8, xq, NB, nt, y, ROWS);
+			gemm_ref(packed, ROWS / 8, xq, NB, nt, ys, ROWS);
+			bad += memcmp(y, ys, (size_t)nt * ROWS * sizeof(float)) != 0;
+		}
+		for (int t = 0; t < NT; t++) {
+			gemm(packed, ROWS / 8, xq + t * NB, NB, 1, y1, ROWS);
+			bad_alone += memcmp(y1, y + t * ROWS, sizeof(y1)) != 0;
+			for (int r = 0; r < ROWS; r++) {
+				float d = dot(wq + (size_t)r * rb, xq + t * NB, NB);
+				bad_ref += !(fabsf(y[t * ROWS + r] - d) <= 1e-5f * fabsf(d) + 1e-4f);
+			}
+		}
+		CHECK(bad == 0, "%s %s groups for 1..8 tokens equal the scalar reference bit for bit: %d passes differ",
+		      k->name, name, bad);
+		CHECK(bad_alone == 0, "%s %s groups: a token alone gives what it gives among 8 (%d differ)", k->name,
+		      name, bad_alone);
+		CHECK(bad_ref == 0, "%s %s groups equal the per-row dot within rounding: %d of %d off", k->name, name,
+		      bad_ref, ROWS * NT);
+		{
+			enum { RB34 = NB * 34 };
+			static uint8_t wr[2][ROWS * RB34];
+			static int32_t ws[2][ROWS * NB];
+			static float wd[2][ROWS * NB], wm[2][ROWS * NB];
+			memset(wr, 0, sizeof(wr));
+			memset(wm, 0, sizeof(wm));
+			for (int r = 0; r < ROWS; r++)
+				ref->widen_legacy(type, wq + (size_t)r * rb, wr[0] + r * RB34, NB, ws[0] + r * NB,
+						  wd[0] + r * NB, wm[0] + r * NB);
+			/* the kernels' widening and the scalar one */
+			for (int v = 0; v < 2; v++) {
+				memset(wr[1], 0, sizeof(wr[1]));
+				memset(wm[1], 0, sizeof(wm[1]));
+				for (int g = 0; g < ROWS / 8; g++)
+					(v ? widen_legacy_x8_scalar
+					   : k->widen_legacy_x8)(type, packed + (size_t)g * group, NB,
+								 wr[1] + 8 * g * RB34, RB34, ws[1] + 8 * g * NB,
+								 wd[1] + 8 * g * NB, wm[1] + 8 * g * NB, NB);
+				CHECK(memcmp(wr[0], wr[1], sizeof(wr[0])) == 0 &&
+					      memcmp(ws[0], ws[1], sizeof(ws[0])) == 0 &&
+					      memcmp(wd[0], wd[1], sizeof(wd[0])) == 0 &&
+					      memcmp(wm[0], wm[1], sizeof(wm[0])) == 0,
+				      "%s %s groups widen (%s) as the file's rows do", k->name, name,
+				      v ? "scalar" : "the kernels'");
+			}
+		}
+	}
+}
+
 /* Q8_0 repacked 8 rows to a group: rows read back exactly; the kernel,
  * for 1 to 8 tokens, equals the scalar reference bit for bit and the
  * per-row dot within rounding, and a token's result does not depend on
@@ -1826,6 +1949,7 @@ test_simd(const struct cpu_kernels *best)
 	test_q6x8(best);
 	test_group_types(best);
 	test_iq4_nlx8(best);
+	test_legacy_x8(best);
 	test_dot4(best);
 	test_pack_half_panel(best, 0);
 	test_pack_half_panel(best, 1);
@@ -1839,6 +1963,7 @@ test_simd(const struct cpu_kernels *best)
 		test_q6x8(cpu_kernels_avx2());
 		test_group_types(cpu_kernels_avx2());
 		test_iq4_nlx8(cpu_kernels_avx2());
+		test_legacy_x8(cpu_kernels_avx2());
 	}
 	if (strcmp(best->name, "avx512-vnni") == 0)
 		test_kernels(cpu_kernels_avx2());

@@ -195,6 +195,10 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL, /* nor IQ4_NL */
 	widen_iq4_nl_scalar,
+	NULL, /* nor Q4_1, Q5_0, Q5_1 */
+	NULL,
+	NULL,
+	widen_legacy_x8_scalar,
 };
 
 void
@@ -530,6 +534,10 @@ static struct cpu_kernels k_avx2 = {
 	NULL,
 	NULL,
 	widen_iq4_nl_avx2,
+	gemm_q4_1x8_avx2,
+	gemm_q5_0x8_avx2,
+	gemm_q5_1x8_avx2,
+	widen_legacy_x8_avx2,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -1004,6 +1012,10 @@ static struct cpu_kernels k_avx512 = {
 	NULL,
 	NULL,
 	widen_iq4_nl_avx2,
+	gemm_q4_1x8_avx512,
+	gemm_q5_0x8_avx512,
+	gemm_q5_1x8_avx512,
+	widen_legacy_x8_avx2,
 };
 #endif
 

@@ -27,6 +27,26 @@ f16_at(const uint8_t *p)
 	return fp16_to_f32(h);
 }
 
+/* Where a Q4_1, Q5_0 or Q5_1 block keeps its parts: its size, the offset
+ * m (or -1), the fifth bits (or -1) and the nibbles (cpu_dot_legacy.c,
+ * cpu_legacy_x8.c). */
+struct legacy_layout {
+	int bytes, m, qh, qs;
+};
+
+static inline struct legacy_layout
+legacy_layout(uint32_t type)
+{
+	switch (type) {
+	case TT_Q4_1:
+		return (struct legacy_layout){ 20, 2, -1, 4 };
+	case TT_Q5_0:
+		return (struct legacy_layout){ 22, -1, 2, 6 };
+	default: /* TT_Q5_1 */
+		return (struct legacy_layout){ 24, 2, 4, 8 };
+	}
+}
+
 struct block_q8 {
 	float d;     /* scale: x ~= d * q */
 	int32_t sum; /* sum of q, for weight types with an offset (Q4_0) */
@@ -348,6 +368,19 @@ struct cpu_kernels {
 	void (*gemm_iq4_nlx8)(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,
 			      size_t ldy);
 	void (*widen_iq4_nl)(const uint8_t *src, uint8_t *dst, size_t nb, int32_t *wsum, float *wd);
+	/* Q4_1, Q5_0 and Q5_1 repacked 8 rows to a group (cpu_legacy_x8.c),
+	 * NULL (no repack) where there is no SIMD kernel: as gemm_q4_0x8 */
+	void (*gemm_q4_1x8)(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,
+			    size_t ldy);
+	void (*gemm_q5_0x8)(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,
+			    size_t ldy);
+	void (*gemm_q5_1x8)(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,
+			    size_t ldy);
+	/* a group's nb blocks as widen_legacy makes of its 8 file rows: row
+	 * r's at dst + r * dst_row_bytes, its sums, scales and offsets at
+	 * wsum, wd and wmin + r * ld (wmin untouched for Q5_0) */
+	void (*widen_legacy_x8)(uint32_t type, const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes,
+				int32_t *wsum, float *wd, float *wmin, size_t ld);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -551,6 +584,29 @@ void gemm_iq4_nlx8_avx2(const uint8_t *grp, int ng, const struct block_q8 *x, si
 void gemm_iq4_nlx8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y,
 			  size_t ldy);
 void iq4x8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, uint8_t *dst);
+#endif
+
+/* cpu_legacy_x8.c: Q4_1, Q5_0 and Q5_1 rows in groups of 8; a group's
+ * block is 8 of the file's (160, 176 or 192 bytes) */
+#define LEGACY_X8_BLOCK(type) (8 * (size_t)legacy_layout(type).bytes)
+void legacy_x8_repack(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nb,
+		      uint8_t *dst);
+void legacy_x8_unpack(uint32_t type, const uint8_t *blk8, int r, uint8_t *blk);
+void legacy_x8_dequantize_row(uint32_t type, const uint8_t *grp, size_t nb, int r, float *out);
+void widen_legacy_x8_scalar(uint32_t type, const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes,
+			    int32_t *wsum, float *wd, float *wmin, size_t ld);
+void gemm_q4_1x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
+void gemm_q5_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
+void gemm_q5_1x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
+#if defined(__x86_64__)
+void widen_legacy_x8_avx2(uint32_t type, const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes,
+			  int32_t *wsum, float *wd, float *wmin, size_t ld);
+void gemm_q4_1x8_avx2(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
+void gemm_q5_0x8_avx2(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
+void gemm_q5_1x8_avx2(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
+void gemm_q4_1x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
+void gemm_q5_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
+void gemm_q5_1x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 #endif
 
 /* cpu_q3_kx8.c: Q3_K rows in groups of 8; bytes per super-block of a group

@@ -11,31 +11,14 @@
  *   Q5_1: w = d * q + m, q in 0..31      as Q4_1
  * (a fifth bit j of a 32-bit qh for value j; value j and j + 16 in byte j's
  * nibbles).  The scalar versions are the reference the SIMD ones are
- * tested against.
+ * tested against.  Where a SIMD level has them, the rows are repacked in
+ * 8-row groups at load (cpu_legacy_x8.c) and these dots serve only
+ * matrices whose rows do not come in eights.
  */
 #include <string.h>
 
 #include "privai/tensor_type.h"
 #include "cpu_dot.h"
-
-/* Where a block's parts are: its size, the offset m (or none), the fifth
- * bits (or none) and the nibbles. */
-struct legacy_layout {
-	int bytes, m, qh, qs;
-};
-
-static struct legacy_layout
-legacy_layout(uint32_t type)
-{
-	switch (type) {
-	case TT_Q4_1:
-		return (struct legacy_layout){ 20, 2, -1, 4 };
-	case TT_Q5_0:
-		return (struct legacy_layout){ 22, -1, 2, 6 };
-	default: /* TT_Q5_1 */
-		return (struct legacy_layout){ 24, 2, 4, 8 };
-	}
-}
 
 /* Value j (0..31) of a block, before the offset: 0..15 or 0..31. */
 static inline int

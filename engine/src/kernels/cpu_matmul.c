@@ -36,7 +36,8 @@
 #define GEMM8_MIN_TOKENS 8    /* and from 8 for the types with only per-token dots (gemm_min_tokens) */
 #define IQ4X8_GEMM_TOKENS 56  /* and from 56 for IQ4_XS's 8-row groups (gemm_min_tokens) */
 #define Q3X8_GEMM_TOKENS 176  /* and from 176 for Q3_K's (gemm_min_tokens) */
-#define IQ4_NLX8_GEMM_TOKENS 56 /* and from 56 for IQ4_NL's (gemm_min_tokens) */
+#define IQ4_NLX8_GEMM_TOKENS 56  /* and from 56 for IQ4_NL's (gemm_min_tokens) */
+#define LEGACY_X8_GEMM_TOKENS 48 /* and from 48 for Q4_1's, Q5_0's and Q5_1's */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -81,6 +82,17 @@ static int
 legacy(uint32_t type)
 {
 	return type == TT_Q4_1 || type == TT_Q5_0 || type == TT_Q5_1 || type == TT_IQ4_NL;
+}
+
+/* The group kernel of Q4_1, Q5_0 or Q5_1 (cpu_legacy_x8.c), NULL for other
+ * types and where there is none */
+static void (*legacy_x8_gemm(const struct cpu_kernels *k, uint32_t type))(const uint8_t *, int, const struct block_q8 *,
+									  size_t, int, float *, size_t)
+{
+	return type == TT_Q4_1   ? k->gemm_q4_1x8
+	       : type == TT_Q5_0 ? k->gemm_q5_0x8
+	       : type == TT_Q5_1 ? k->gemm_q5_1x8
+				 : NULL;
 }
 
 /* Q6_K and Q3_K widen to blocks of two 16-value halves, each with its
@@ -168,6 +180,16 @@ mm_widen(struct mm_job *j, struct thread_scratch *ts, int64_t rb, int nr, size_t
 				     j->x8 + (size_t)((rb + r) / 8) * (size_t)nb * Q4_0X8_BLOCK, (size_t)nb / 8,
 				     8 * Q4_0X8_BLOCK, 1, ts->wrows + (size_t)r * *row_bytes, *row_bytes,
 				     wsum + (size_t)r * nb, wd + (size_t)r * nb, (size_t)nb);
+	} else if (j->x8 != NULL && legacy(w->type)) { /* Q4_1, Q5_0, Q5_1: blocks back to the file's layout */
+		if (w->type != TT_Q5_0)
+			*wmin = ts->wmin;
+		for (int r = 0; r < nr; r += 8)
+			j->im->k->widen_legacy_x8(w->type,
+						  j->x8 + (size_t)((rb + r) / 8) * (size_t)nb *
+								  LEGACY_X8_BLOCK(w->type),
+						  (size_t)nb, ts->wrows + (size_t)r * *row_bytes, *row_bytes,
+						  wsum + (size_t)r * nb, wd + (size_t)r * nb, ts->wmin + (size_t)r * nb,
+						  (size_t)nb);
 	} else if (j->x8 != NULL && w->type == TT_IQ4_XS) { /* each super-block back to the file's layout */
 		for (int r = 0; r < nr; r += 8)
 			groups_widen(j->im->k->widen_iq4_xs, iq4x8_unpack,
@@ -464,6 +486,13 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	 * 208/203 */
 	if (x8 && type == TT_IQ4_NL)
 		return IQ4_NLX8_GEMM_TOKENS;
+	/* Q4_1, Q5_0 and Q5_1 in 8-row groups (1B-class files privai made,
+	 * two rounds, tok/s groups / GEMM): Q4_1 pp40 252/206 and 230/186,
+	 * pp48 210/200 and 220/224, pp56 237/263 and 259/266; Q5_0 pp40
+	 * 256/234 and 255/238, pp48 223/261 and 262/280; Q5_1 pp40 234/216
+	 * and 224/213, pp48 232/257 and 231/221, pp56 216/236 and 198/253 */
+	if (x8 && legacy(type))
+		return LEGACY_X8_GEMM_TOKENS;
 	if (x8 && (type == TT_Q8_0 || type == TT_Q4_0))
 		return X8_GEMM_TOKENS;
 	if (x8 && type == TT_Q4_K)
@@ -486,8 +515,8 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	 * GEMM 124-180 against the groups' 95-166 */
 	if (type == TT_Q6_K && k->dots_q6_k_q8k != NULL)
 		return 56;
-	/* the types without a kernel for several tokens at once (Q4_1,
-	 * Q5_0, Q5_1; Q3_K, IQ4_XS and IQ4_NL where their rows were not
+	/* the types without a kernel for several tokens at once (Q3_K,
+	 * IQ4_XS and the older 32-value types where their rows were not
 	 * grouped) gain nothing from a decode batch on their dots; the GEMM,
 	 * a tile half empty, wins from 8 sequences (bench -p 16 -d 64 -n 16
 	 * -b B, tok/s all sequences together, dots against GEMM: IQ4_XS b2
@@ -599,13 +628,16 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 								      : w->type == TT_IQ4_NL ? k->dot_iq4_nl
 											     : k->dot_q6_k;
 
-	if (j->x8 != NULL && (w->type == TT_Q8_0 || w->type == TT_Q4_0 || w->type == TT_IQ4_NL)) {
+	if (j->x8 != NULL && (w->type == TT_Q8_0 || w->type == TT_Q4_0 || legacy(w->type))) {
 		/* r0, r1: multiples of 8; IQ4_NL in Q4_0's groups */
 		void (*gemm)(const uint8_t *, int, const struct block_q8 *, size_t, int, float *, size_t) =
-			w->type == TT_Q8_0   ? k->gemm_q8_0x8
-			: w->type == TT_Q4_0 ? k->gemm_q4_0x8
-					     : k->gemm_iq4_nlx8;
-		size_t group = (size_t)nb * (w->type == TT_Q8_0 ? Q8_0X8_BLOCK : Q4_0X8_BLOCK);
+			w->type == TT_Q8_0     ? k->gemm_q8_0x8
+			: w->type == TT_Q4_0   ? k->gemm_q4_0x8
+			: w->type == TT_IQ4_NL ? k->gemm_iq4_nlx8
+					       : legacy_x8_gemm(k, w->type);
+		size_t group = (size_t)nb * (w->type == TT_Q8_0                           ? Q8_0X8_BLOCK
+					     : w->type == TT_Q4_0 || w->type == TT_IQ4_NL ? Q4_0X8_BLOCK
+											  : LEGACY_X8_BLOCK(w->type));
 		int64_t g1 = r1 / 8, per = x8_chunk_groups(j->n, group, g1 - r0 / 8);
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
 			int ng = (int)(g1 - g0 < per ? g1 - g0 : per);
@@ -996,14 +1028,14 @@ q8_0_repacks(const struct cpu_kernels *k, const struct weight *w)
 	return w->type == TT_Q8_0 && k->gemm_q8_0x8 != NULL && w->rows % 8 == 0;
 }
 
-/* The weights prepare_weight() hands to prepare_repacked(): Q4_0, IQ4_NL,
- * IQ4_XS and the K-quants always (their aux is NULL where it kept the file's rows), Q8_0
+/* The weights prepare_weight() hands to prepare_repacked(): Q4_0, the
+ * other 32-value types but Q8_0, IQ4_XS and the K-quants always (their aux is NULL where it kept the file's rows), Q8_0
  * where q8_0_repacks() says. */
 static int
 repacks(const struct cpu_kernels *k, const struct weight *w)
 {
 	return w->type == TT_Q4_0 || w->type == TT_Q4_K || w->type == TT_Q5_K || w->type == TT_Q6_K ||
-	       w->type == TT_IQ4_XS || w->type == TT_Q3_K || w->type == TT_Q2_K || w->type == TT_IQ4_NL ||
+	       w->type == TT_IQ4_XS || w->type == TT_Q3_K || w->type == TT_Q2_K || legacy(w->type) ||
 	       q8_0_repacks(k, w);
 }
 
@@ -1205,6 +1237,11 @@ cpu_get_rows(struct compute *c, const struct compute_weight *cw, float *out)
 		else if (w->type == TT_Q6_K && x8 != NULL)
 			q6x8_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * Q6X8_BLOCK,
 					    (size_t)w->cols / 256, (int)(r % 8), out + (int64_t)t * w->cols);
+		else if (x8 != NULL && legacy(w->type) && w->type != TT_IQ4_NL)
+			legacy_x8_dequantize_row(w->type,
+						 x8 + (size_t)(r / 8) * (size_t)(w->cols / 32) *
+								 LEGACY_X8_BLOCK(w->type),
+						 (size_t)w->cols / 32, (int)(r % 8), out + (int64_t)t * w->cols);
 		else if (x8 != NULL && unpacked_groups(w->type, &block, &unpack))
 			groups_dequantize_row(x8 + (size_t)(r / 8) * (size_t)(w->cols / 256) * block,
 					      (size_t)w->cols / 256, block, unpack, w->type, (int)(r % 8),
@@ -1245,6 +1282,9 @@ repack_worker(void *arg, int ith, int nth)
 		j->k->repack_q2x8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
 	else if (j->src->type == TT_Q3_K)
 		j->k->repack_q3x8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
+	else if (legacy(j->src->type))
+		legacy_x8_repack(j->src->type, j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 32,
+				 j->dst);
 	else if (j->src->type == TT_IQ4_XS)
 		j->k->repack_iq4x8(j->src->data, j->src->row_bytes, lo, hi, (size_t)j->src->cols / 256, j->dst);
 	else
@@ -1274,6 +1314,7 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 		      : src->type == TT_Q2_K   ? im->k->gemm_q2_kx8 != NULL && im->k->repack_q2x8 != NULL
 		      : src->type == TT_IQ4_NL ? im->k->gemm_iq4_nlx8 != NULL
 		      : src->type == TT_IQ4_XS ? im->k->gemm_iq4_xsx8 != NULL && im->k->repack_iq4x8 != NULL
+		      : legacy(src->type)      ? legacy_x8_gemm(im->k, src->type) != NULL
 					       : im->k->gemm_q6_kx8 != NULL;
 
 	/* IQ4_NL's groups are read back and widened 256 values at a time */
@@ -1346,8 +1387,9 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return NULL;
 	/* Q8_0 has its block sums where it keeps the file's rows, else its
 	 * 8-row groups (prepare_weight) */
-	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL,
-	    q4x8 = (type == TT_Q4_0 && k->gemm_q4_0x8 != NULL) || (type == TT_IQ4_NL && k->gemm_iq4_nlx8 != NULL);
+	int q8x8 = type == TT_Q8_0 && k->gemm_q8_0x8 != NULL, q4x8 = (type == TT_Q4_0 && k->gemm_q4_0x8 != NULL) ||
+								     (type == TT_IQ4_NL && k->gemm_iq4_nlx8 != NULL) ||
+								     legacy_x8_gemm(k, type) != NULL;
 	int kx8 = (type == TT_Q4_K && k->gemm_q4_kx8 != NULL) || (type == TT_Q5_K && k->gemm_q5_kx8 != NULL) ||
 		  (type == TT_Q6_K && k->gemm_q6_kx8 != NULL) || (type == TT_IQ4_XS && k->gemm_iq4_xsx8 != NULL) ||
 		  (type == TT_Q3_K && k->gemm_q3_kx8 != NULL) || (type == TT_Q2_K && k->gemm_q2_kx8 != NULL);
