@@ -60,7 +60,7 @@ vocab=$(sed -n 's/^vocabulary: *\([0-9]*\).*/\1/p' "$T/info")
 
 # synthetic models of both architectures, quantized, actually run
 "$E" synth -o "$T/f16.gguf" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type F16 2>/dev/null && ok || bad "synth F16"
-for q in Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS; do
+for q in Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS Q4_1 Q5_0 Q5_1 IQ4_NL; do
 	"$E" quantize "$T/f16.gguf" "$T/$q.gguf" $q && "$E" run -m "$T/$q.gguf" -p "the" -n 4 >/dev/null 2>&1 &&
 		"$E" info -m "$T/$q.gguf" | grep -q "$q x" && ok || bad "quantize to $q"
 done
@@ -97,7 +97,7 @@ expect_fail "token id outside vocab" "outside the vocabulary" "$E" eval -m "$DEM
 expect_fail "bad ids" "comma-separated" "$E" eval -m "$DEMO" --prompt-ids 1,x --dump-logits "$T/x"
 expect_fail "top-p out of range" "top_p" "$E" run -m "$DEMO" -p hi --top-p 2
 expect_fail "n not a number" "integer" "$E" run -m "$DEMO" -p hi -n lots
-expect_fail "quantize target" "cannot quantize" "$E" quantize "$DEMO" "$T/o.gguf" Q5_0
+expect_fail "quantize target" "cannot quantize" "$E" quantize "$DEMO" "$T/o.gguf" IQ2_XXS
 expect_fail "unknown command" "unknown command" "$E" frobnicate
 expect_fail "synth bad shape" "divide" "$E" synth -o "$T/s.gguf" --dim 100 --heads 3
 expect_fail "invalid utf-8 prompt" "invalid UTF-8" "$E" tokenize -m "$DEMO" "$(printf 'a\377b')"

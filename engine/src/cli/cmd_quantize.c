@@ -1,7 +1,8 @@
 /*
  * privai-engine quantize IN OUT TYPE: convert the F32/F16/BF16 weight
  * matrices of a model to Q8_0, Q4_0, one of the K-quants (Q2_K to Q6_K, each
- * alone: the mixes come from `synth`) or IQ4_XS (no importance matrix).  Vectors (norms, biases)
+ * alone: the mixes come from `synth`), IQ4_XS or IQ4_NL (no importance
+ * matrix), or the older Q4_1, Q5_0 and Q5_1.  Vectors (norms, biases)
  * stay as they are; a matrix whose rows are not a whole number of the
  * target's blocks falls back to Q8_0 and is named on stderr.  Metadata is
  * copied, with general.file_type updated.
@@ -34,6 +35,14 @@ file_type_of(uint32_t t)
 		return 18;
 	case TT_IQ4_XS:
 		return 30;
+	case TT_Q4_1:
+		return 3;
+	case TT_Q5_0:
+		return 8;
+	case TT_Q5_1:
+		return 9;
+	case TT_IQ4_NL:
+		return 25;
 	}
 	return 0;
 }
@@ -86,7 +95,8 @@ convert(const struct gguf_file *in, struct gguf_writer *w, uint32_t target, char
 int
 cmd_quantize(int argc, char **argv)
 {
-	static const uint32_t targets[] = { TT_Q8_0, TT_Q4_0, TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K, TT_IQ4_XS };
+	static const uint32_t targets[] = { TT_Q8_0, TT_Q4_0, TT_Q2_K, TT_Q3_K, TT_Q4_K,   TT_Q5_K,
+					    TT_Q6_K, TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_IQ4_XS, TT_IQ4_NL };
 	char err[PRIVAI_ERR_LEN];
 	struct gguf_file *in = NULL;
 	struct gguf_writer *w = NULL;
@@ -95,7 +105,7 @@ cmd_quantize(int argc, char **argv)
 
 	if (argc == 2 && strcmp(argv[1], "--help") == 0) {
 		puts("usage: privai-engine quantize IN.gguf OUT.gguf TYPE   (TYPE: Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K "
-		     "Q6_K)");
+		     "Q6_K Q4_1 Q5_0 Q5_1 IQ4_XS IQ4_NL)");
 		return 0;
 	}
 	if (argc != 4)
@@ -105,8 +115,8 @@ cmd_quantize(int argc, char **argv)
 			target = targets[i];
 	if (target == TT_COUNT)
 		return cli_error("quantize",
-				 "cannot quantize to '%s' (Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS can be "
-				 "made)",
+				 "cannot quantize to '%s' (Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_1, Q5_0, Q5_1, "
+				 "IQ4_XS and IQ4_NL can be made)",
 				 argv[3]);
 	if (gguf_open(argv[1], &in, err) < 0) {
 		cli_error("quantize", "%s: %s", argv[1], err);
