@@ -2,7 +2,7 @@
  * Q4_1, Q5_0 and Q5_1 weights repacked at load, 8 rows interleaved, as
  * Q4_0's are (cpu_q4_0x8.c).
  *
- * Their per-row dots (cpu_dot_legacy.c) decoded at 39-43 % of the memory
+ * Their per-row dots (cpu_dot_legacy.c) decoded at 26-43 % of the memory
  * bound: every block spent its instructions on one row, and Q5's fifth
  * bits took a shuffle, a test and a select to put in place.  Here a
  * group's block holds the 8 rows' scales d together (one vcvtph2ps), then

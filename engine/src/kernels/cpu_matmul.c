@@ -1028,9 +1028,9 @@ q8_0_repacks(const struct cpu_kernels *k, const struct weight *w)
 	return w->type == TT_Q8_0 && k->gemm_q8_0x8 != NULL && w->rows % 8 == 0;
 }
 
-/* The weights prepare_weight() hands to prepare_repacked(): Q4_0, the
- * other 32-value types but Q8_0, IQ4_XS and the K-quants always (their aux is NULL where it kept the file's rows), Q8_0
- * where q8_0_repacks() says. */
+/* The weights prepare_weight() hands to prepare_repacked(): every
+ * quantized type but Q8_0 always (their aux is NULL where it kept the
+ * file's rows), Q8_0 where q8_0_repacks() says. */
 static int
 repacks(const struct cpu_kernels *k, const struct weight *w)
 {
