@@ -115,6 +115,13 @@ check_weight(struct compute *c, uint32_t type, int rows, int cols, const int *ns
 		CHECK(0, "prepare_weight %s", tensor_type_name(type));
 		return -1;
 	}
+	/* float matrices are streamed from a copy in 2 MB pages (their rows
+	 * as the file has them), no longer from the file's 4 KB ones */
+	if ((type == TT_F16 || type == TT_BF16) && rows > 1)
+		CHECK(cw.w.data != w.data && (uintptr_t)cw.w.data % ((uintptr_t)2 << 20) == 0 &&
+			      memcmp(cw.w.data, w.data, (size_t)rows * w.row_bytes) == 0,
+		      "%s %s %d x %d: the weight is a copy in 2 MB pages with the file's bytes", mode,
+		      tensor_type_name(type), rows, cols);
 	/* the embedding lookup reads the same prepared copy (8-row groups
 	 * where the type is repacked): the rows the file has, last one first */
 	{
