@@ -21,6 +21,7 @@
 #include "privai/status.h"
 #include "privai/tensor_type.h"
 #include "kernels/cpu_dot.h"
+#include "kernels/cpu_impl.h"
 #include "kernels/cpu_onednn.h"
 
 #define COLS 96                /* half types: 6 vectors, not a multiple of 64 */
@@ -414,9 +415,38 @@ check_amx(void)
 	unsetenv("PRIVAI_AMX_F16");
 }
 
+/* The matmul's parts (split_falling): every unit in exactly one part, in
+ * order, the sizes never growing (within rounding), the first more than
+ * an equal share but at most two, the last at most 1/n of one. */
+static void
+check_falling_parts(void)
+{
+	static const int64_t totals[] = { 0, 1, 5, 16, 17, 64, 255, 4096, 250000 };
+	static const int parts[] = { 1, 2, 8, 12, 64 };
+
+	for (size_t t = 0; t < sizeof(totals) / sizeof(totals[0]); t++)
+		for (size_t p = 0; p < sizeof(parts) / sizeof(parts[0]); p++) {
+			int64_t total = totals[t], end = 0, prev = total, lo, hi;
+			int n = parts[p], ok = 1;
+			for (int i = 0; i < n && ok; i++) {
+				split_falling(total, i, n, &lo, &hi);
+				ok = lo == end && hi >= lo && hi - lo <= prev + 1 &&
+				     (i > 0 || (hi - lo <= 2 * total / n + 1 &&
+						(n == 1 || total < (int64_t)n * n || hi - lo > total / n))) &&
+				     (i < n - 1 || hi - lo <= total / ((int64_t)n * n) + 1);
+				prev = hi - lo;
+				end = hi;
+			}
+			CHECK(ok && end == total, "%d falling parts of %lld: part ending at %lld, %lld long, %s", n,
+			      (long long)total, (long long)end, (long long)prev,
+			      ok ? "short of the end" : "out of order");
+		}
+}
+
 int
 main(void)
 {
+	check_falling_parts();
 	check_level("scalar");
 	check_level("avx2");
 	check_level("best");

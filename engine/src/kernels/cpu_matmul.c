@@ -957,8 +957,9 @@ mm_worker(void *arg, int ith, int nth)
 	struct mm_job *j = arg;
 	int64_t lo, hi, unit = mm_unit(j);
 
-	split(j->w->rows / unit, ith, nth, &lo, &hi);
-	mm_rows(j, lo * unit, hi * unit);
+	split_falling(j->w->rows / unit, ith, nth, &lo, &hi);
+	if (lo < hi)
+		mm_rows(j, lo * unit, hi * unit);
 }
 
 /* Several weights times the same activations, as one pool job: the
@@ -978,7 +979,7 @@ mm_multi_worker(void *arg, int ith, int nth)
 
 	for (int k = 0; k < m->n_jobs; k++)
 		total += m->jobs[k].w->rows / m->unit;
-	split(total, ith, nth, &lo, &hi);
+	split_falling(total, ith, nth, &lo, &hi);
 	for (int k = 0, off = 0; k < m->n_jobs && off < hi; off += (int)(m->jobs[k].w->rows / m->unit), k++) {
 		int64_t units = m->jobs[k].w->rows / m->unit;
 		int64_t a = lo > off ? lo : off, b = hi < off + units ? hi : off + units;
