@@ -499,6 +499,21 @@ compute_cpu_threads_active(const struct compute *c)
 	return c->ops == &cpu_ops ? threadpool_width(((const struct cpu_impl *)c->impl)->pool) : 0;
 }
 
+/* PRIVAI_MATMUL_INLINE: a byte count replacing MATMUL_INLINE_BYTES (0:
+ * every matmul through the pool); anything else leaves the default. */
+static size_t
+matmul_inline_bytes(void)
+{
+	const char *v = getenv("PRIVAI_MATMUL_INLINE");
+	char *end;
+	unsigned long long n;
+
+	if (v == NULL || *v == '\0')
+		return MATMUL_INLINE_BYTES;
+	n = strtoull(v, &end, 10);
+	return *end == '\0' && v[0] != '-' ? (size_t)n : MATMUL_INLINE_BYTES;
+}
+
 int
 compute_cpu_new(const struct compute_params *p, struct compute **ret, char *err)
 {
@@ -519,6 +534,7 @@ compute_cpu_new(const struct compute_params *p, struct compute **ret, char *err)
 	c->ops = &cpu_ops;
 	c->impl = im;
 	im->k = choose_kernels();
+	im->inline_bytes = matmul_inline_bytes();
 	if ((r = threadpool_new(n_threads < 1 ? 1 : n_threads, &im->pool)) < 0) {
 		cpu_destroy(c);
 		return privai_fail(err, r, "cannot start %d compute threads", n_threads);

@@ -34,9 +34,21 @@ struct thread_scratch {
  * before they are stored, so that each line of y is written once. */
 #define Y_STAGE_ROWS 16
 
+/* A matmul on 8-row groups whose weight bytes times tokens come under
+ * this runs on the calling thread: handing it to the pool and collecting
+ * it costs more than the second thread saves.  The Q8_0 fixture's layers
+ * (4 of width 256, matrices of 70-418 KB) decoded 5970-6250 tokens/s on 2
+ * threads so, 5280-5860 through the pool (alternating); 1 MB and 3 MB
+ * read the same as 512 KB (docs/performance.md).  A 1B-class model's
+ * smallest job, its fused q, k and v, is 6.7 MB in Q8_0.
+ * PRIVAI_MATMUL_INLINE (bytes) overrides it, for the tests of the pool's
+ * parts. */
+#define MATMUL_INLINE_BYTES (512 * 1024)
+
 struct cpu_impl {
 	struct threadpool *pool;
 	const struct cpu_kernels *k;
+	size_t inline_bytes;       /* MATMUL_INLINE_BYTES */
 	struct thread_scratch *ts; /* one per pool thread */
 	size_t row_buf_len;        /* columns each ts[i].row holds */
 	int ystage_tokens;         /* tokens each ts[i].ystage holds */
