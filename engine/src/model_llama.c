@@ -200,6 +200,7 @@ reserve_buffers(struct engine_ctx *c, double mem_fraction, char *err)
 		.kv_rows = (int64_t)c->n_kv_blocks * ENGINE_KV_BLOCK,
 		.kv_dim = (int)kvd,
 		.block_size = ENGINE_KV_BLOCK,
+		.head_dim = hp->head_dim,
 	};
 	float **bufs[] = CTX_BUFFERS(c);
 	size_t floats[] = { nb * hp->n_embd, nb * wide,     nb * qd,

@@ -251,7 +251,7 @@ new_backend(void)
 	struct compute_params p = { .n_threads = 2 };
 	struct compute *c;
 	char err[PRIVAI_ERR_LEN] = "reserve() failed";
-	struct compute_shape s = { AMX_COLS > MAX_ROWS ? AMX_COLS : MAX_ROWS, LONG_TOKENS, 16, 1, 16, 0, 8, 16 };
+	struct compute_shape s = { AMX_COLS > MAX_ROWS ? AMX_COLS : MAX_ROWS, LONG_TOKENS, 16, 1, 16, 0, 8, 16, 0 };
 	size_t kv_bytes;
 
 	if (compute_new("cpu", &p, &c, err) != PRIVAI_OK)

@@ -44,7 +44,8 @@ struct compute_shape {
 			   * 0: as many as mem_fraction leaves room for, set by reserve() */
 	double mem_fraction; /* of the device's memory this process may hold, when kv_rows is 0 */
 	int kv_dim;          /* K (and V) values per position (KV heads x head_dim), */
-	int block_size;      /* positions per KV block, a power of two */
+	int block_size;      /* positions per KV block, a power of two, */
+	int head_dim;        /* values per KV head (a divisor of kv_dim; 0: kv_dim, one head) */
 };
 
 /* The tokens of one forward pass, in host memory.  Token i is tokens[i]

@@ -135,10 +135,26 @@ cpu_rope(struct compute *c, float *x, int n_heads, int head_dim, int n_rot, cons
 
 #define ATT_PREFETCH_TOKENS 16 /* batches up to this size prefetch the KV rows */
 
+/* Where value d of a position's K (or V) row lies in layer `layer` of
+ * the cache: the position's pool row `row` in its head's region (struct
+ * cpu_impl.k_cache).  With a position's heads side by side (one region
+ * of kv_dim-wide rows, the layout before), a head's rows were kv_dim
+ * values apart, 128 bytes read in every 1 KB; each region now holds one
+ * head's rows back to back, and Q4_0 generation at a depth of 2048 (Zen
+ * 4, 2 threads, three alternating rounds) went from 43.1-51.0 to
+ * 55.8-63.7 tok/s (docs/performance.md). */
+static size_t
+kv_index(const struct cpu_impl *im, int layer, int64_t row, size_t d)
+{
+	size_t khd = (size_t)im->kv_head_dim, region = (size_t)layer * (size_t)(im->kv_dim / im->kv_head_dim) + d / khd;
+
+	return (region * (size_t)im->kv_rows + (size_t)row) * khd + d % khd;
+}
+
 struct att_job {
 	const struct cpu_impl *im;
 	const float *q;
-	const uint16_t *k, *v; /* this layer's pools */
+	int layer;
 	int n_head, n_head_kv, head_dim;
 	int heads_per_item; /* query heads of one KV head served by one cpu_attend_f16 call */
 	int tile;           /* tokens an item: a prompt's run of them shares each cache read */
@@ -174,7 +190,8 @@ att_worker(void *arg, int ith, int nth)
 			for (nt = 1; t + nt < t1 && continues_run(b, t + nt); nt++)
 				;
 			size_t at = (size_t)t * stride + (size_t)h0 * (size_t)hd;
-			struct kv_view kv = { j->k + (size_t)kvh * hd, j->v + (size_t)kvh * hd, (size_t)im->kv_dim,
+			size_t at0 = kv_index(im, j->layer, 0, (size_t)kvh * hd);
+			struct kv_view kv = { im->k_cache + at0, im->v_cache + at0, (size_t)im->kv_head_dim,
 					      b->table[t], im->block_shift };
 			/* a decode batch: each sequence's rows are read by one token */
 			unsigned flags =
@@ -184,27 +201,23 @@ att_worker(void *arg, int ith, int nth)
 	}
 }
 
-static size_t
-kv_offset(const struct cpu_impl *im, int layer, const int32_t *table, int pos)
-{
-	int64_t row =
-		((int64_t)table[pos >> im->block_shift] << im->block_shift) + (pos & ((1 << im->block_shift) - 1));
-
-	return ((size_t)layer * (size_t)im->kv_rows + (size_t)row) * (size_t)im->kv_dim;
-}
-
 static void
 cpu_kv_write(struct compute *c, int layer, const float *k, const float *v)
 {
 	struct cpu_impl *im = impl_of(c);
 	const struct compute_batch *b = &im->batch;
-	size_t dim = (size_t)im->kv_dim;
+	size_t dim = (size_t)im->kv_dim, khd = (size_t)im->kv_head_dim;
 
 	assert(layer < im->n_layer);
 	for (int t = 0; t < b->n; t++) {
-		size_t off = kv_offset(im, layer, b->table[t], b->pos[t]);
-		im->k->f32_to_f16(k + (size_t)t * dim, im->k_cache + off, dim);
-		im->k->f32_to_f16(v + (size_t)t * dim, im->v_cache + off, dim);
+		int pos = b->pos[t];
+		int64_t row = ((int64_t)b->table[t][pos >> im->block_shift] << im->block_shift) +
+			      (pos & ((1 << im->block_shift) - 1));
+		for (size_t d = 0; d < dim; d += khd) {
+			size_t at = kv_index(im, layer, row, d);
+			im->k->f32_to_f16(k + (size_t)t * dim + d, im->k_cache + at, khd);
+			im->k->f32_to_f16(v + (size_t)t * dim + d, im->v_cache + at, khd);
+		}
 	}
 }
 
@@ -246,7 +259,6 @@ static void
 cpu_attention(struct compute *c, int layer, const float *q, int n_head, int n_head_kv, int head_dim, float *out)
 {
 	struct cpu_impl *im = impl_of(c);
-	size_t layer_off = (size_t)layer * (size_t)im->kv_rows * (size_t)im->kv_dim;
 	/* the threads at work now, not the pool's size: narrowed on busy
 	 * CPUs (threadpool_adapt.h) one thread reads each KV head's rows once
 	 * for all its query heads, where splitting them for two threads read
@@ -257,8 +269,7 @@ cpu_attention(struct compute *c, int layer, const float *q, int n_head, int n_he
 	struct att_job j = {
 		.im = im,
 		.q = q,
-		.k = im->k_cache + layer_off,
-		.v = im->v_cache + layer_off,
+		.layer = layer,
 		.n_head = n_head,
 		.n_head_kv = n_head_kv,
 		.head_dim = head_dim,
@@ -268,6 +279,7 @@ cpu_attention(struct compute *c, int layer, const float *q, int n_head, int n_he
 	};
 
 	assert(layer < im->n_layer && n_head_kv * head_dim == im->kv_dim && n_head % n_head_kv == 0);
+	assert(im->kv_head_dim % head_dim == 0);
 	assert(head_dim <= ATT_HEAD_DIM_MAX);
 	threadpool_run(im->pool, att_worker, &j);
 }
@@ -417,14 +429,13 @@ compute_cpu_onednn(void)
 
 /*
  * A KV pool: zeroed pages as they are first written, in 2 MB pages where
- * the kernel's transparent huge pages allow it.  Attention reads a KV
- * head's rows kv_dim halves apart, every row of the context every step:
- * 64 MB a token of the 1B-class model at a depth of 2048, 16K pages of
- * 4 KB, more than the L2 TLB covers, so each page was a table walk.  In
- * 2 MB pages, Q4_0 generation at that depth on Zen 4 went from 33.5 to
- * 37.8 tok/s (means of six alternating rounds; prompts the same).
- * Under ASan, on the heap, where it sees a row written past the end.
- */
+ * the kernel's transparent huge pages allow it.  Attention reads every
+ * row of the context every step: 64 MB a token of the 1B-class model at
+ * a depth of 2048, 16K pages of 4 KB, more than the L2 TLB covers, so
+ * each page was a table walk.  In 2 MB pages, Q4_0 generation at that
+ * depth on Zen 4 went from 33.5 to 37.8 tok/s (means of six alternating
+ * rounds; prompts the same).
+ * Under ASan, on the heap, where it sees a row written past the end. */
 static uint16_t *
 kv_pool_alloc(size_t bytes)
 {
@@ -560,6 +571,7 @@ cpu_reserve_kv(struct cpu_impl *im, const struct compute_shape *s)
 	im->n_layer = s->n_layer;
 	im->kv_rows = s->kv_rows;
 	im->kv_dim = s->kv_dim;
+	im->kv_head_dim = s->head_dim > 0 && s->kv_dim % s->head_dim == 0 ? s->head_dim : s->kv_dim;
 	im->kv_bytes = (n ? n : 1) * sizeof(uint16_t);
 	im->k_cache = kv_pool_alloc(im->kv_bytes);
 	im->v_cache = kv_pool_alloc(im->kv_bytes);

@@ -65,10 +65,12 @@ struct cpu_impl {
 	float *xpk; /* a prompt's tokens packed 8 to a column for the packed float GEMM, grown on first use */
 	size_t xpk_len;
 
-	struct compute_batch batch;  /* set_batch(): read in place */
-	uint16_t *k_cache, *v_cache; /* fp16, n_layer x kv_rows x kv_dim each */
-	size_t kv_bytes;             /* of each pool: kv_pool_free() unmaps that many */
-	int n_layer, kv_dim;
+	struct compute_batch batch; /* set_batch(): read in place */
+	/* fp16, n_layer x (kv_dim / kv_head_dim) x kv_rows x kv_head_dim each:
+	 * a KV head's rows side by side, so that attention streams them */
+	uint16_t *k_cache, *v_cache;
+	size_t kv_bytes; /* of each pool: kv_pool_free() unmaps that many */
+	int n_layer, kv_dim, kv_head_dim;
 	int64_t kv_rows;
 	int block_shift; /* log2(positions per KV block) */
 };
