@@ -1330,6 +1330,20 @@ hand_back(const void *data, size_t bytes)
 		(void)madvise((void *)from, to - from, MADV_PAGEOUT);
 }
 
+/* A weight's copy: aligned to 2 MB and asking for transparent huge pages
+ * (a hint: THP may be off), for fewer faults and TLB misses; NULL when
+ * out of memory.  Freed with free(). */
+static void *
+huge_alloc(size_t bytes)
+{
+	void *p = NULL;
+
+	if (posix_memalign(&p, (size_t)2 << 20, bytes) != 0)
+		return NULL;
+	(void)madvise(p, bytes, MADV_HUGEPAGE);
+	return p;
+}
+
 /* Q8_0, Q4_0, IQ4_NL, IQ4_XS and the K-quants in groups of 8 rows (cpu_q8_0x8.c,
  * cpu_q4_0x8.c, cpu_iq4_xsx8.c, cpu_kquants_x8.c, cpu_q6_kx8.c, cpu_q3_kx8.c, cpu_q2_kx8.c) where
  * the CPU has the kernels and the rows divide, repacked by the pool (a 70B
@@ -1342,7 +1356,7 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 {
 	const struct tensor_type_info *ti = tensor_type_get(src->type);
 	size_t bytes = (size_t)src->rows * ((size_t)src->cols / ti->block_elems) * ti->block_bytes;
-	void *packed = NULL;
+	void *packed;
 	int kernels = src->type == TT_Q8_0     ? im->k->gemm_q8_0x8 != NULL
 		      : src->type == TT_Q4_0   ? im->k->gemm_q4_0x8 != NULL
 		      : src->type == TT_Q4_K   ? im->k->gemm_q4_kx8 != NULL
@@ -1358,9 +1372,8 @@ prepare_repacked(const struct cpu_impl *im, const struct weight *src, struct com
 	if (!kernels || src->rows % 8 != 0 || src->cols % ti->block_elems != 0 ||
 	    (src->type == TT_IQ4_NL && src->cols % 256 != 0))
 		return PRIVAI_OK;
-	if (posix_memalign(&packed, (size_t)2 << 20, bytes) != 0)
+	if ((packed = huge_alloc(bytes)) == NULL)
 		return PRIVAI_ENOMEM;
-	(void)madvise(packed, bytes, MADV_HUGEPAGE); /* a hint: THP may be off */
 	struct repack_job j = { im->k, src, packed };
 	threadpool_run(im->pool, repack_worker, &j);
 	hand_back(src->data, bytes);
@@ -1393,11 +1406,10 @@ static int
 prepare_copied(const struct cpu_impl *im, const struct weight *src, struct compute_weight *dst)
 {
 	size_t bytes = (size_t)src->rows * src->row_bytes;
-	void *copy = NULL;
+	void *copy;
 
-	if (posix_memalign(&copy, (size_t)2 << 20, bytes) != 0)
+	if ((copy = huge_alloc(bytes)) == NULL)
 		return PRIVAI_ENOMEM;
-	(void)madvise(copy, bytes, MADV_HUGEPAGE);
 	struct copy_job j = { src, copy };
 	threadpool_run(im->pool, copy_worker, &j);
 	hand_back(src->data, bytes);
