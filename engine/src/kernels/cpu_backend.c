@@ -151,6 +151,20 @@ kv_index(const struct cpu_impl *im, int layer, int64_t row, size_t d)
 	return (region * (size_t)im->kv_rows + (size_t)row) * khd + d % khd;
 }
 
+/* The same for K, which the cache holds in tiles of ATT_CHUNK rows
+ * stored value by value (struct kv_view): the tile of `row` starts where
+ * its first row would, and a head's tile within it (several heads to a
+ * region) where that head's values would in the tile's first row, times
+ * ATT_CHUNK. */
+static size_t
+kv_k_index(const struct cpu_impl *im, int layer, int64_t row, size_t d)
+{
+	size_t first = (size_t)row - (size_t)row % ATT_CHUNK, khd = (size_t)im->kv_head_dim;
+	size_t at = kv_index(im, layer, (int64_t)first, d - d % khd);
+
+	return at + (d % khd) * ATT_CHUNK + (size_t)row % ATT_CHUNK;
+}
+
 struct att_job {
 	const struct cpu_impl *im;
 	const float *q;
@@ -190,12 +204,11 @@ att_worker(void *arg, int ith, int nth)
 			for (nt = 1; t + nt < t1 && continues_run(b, t + nt); nt++)
 				;
 			size_t at = (size_t)t * stride + (size_t)h0 * (size_t)hd;
-			size_t at0 = kv_index(im, j->layer, 0, (size_t)kvh * hd);
-			struct kv_view kv = { im->k_cache + at0, im->v_cache + at0, (size_t)im->kv_head_dim,
-					      b->table[t], im->block_shift };
+			size_t v0 = kv_index(im, j->layer, 0, (size_t)kvh * hd);
+			struct kv_view kv = { im->k_cache + kv_k_index(im, j->layer, 0, (size_t)kvh * hd),
+					      im->v_cache + v0, (size_t)im->kv_head_dim, b->table[t], im->block_shift };
 			/* a decode batch: each sequence's rows are read by one token */
-			unsigned flags =
-				(b->n <= ATT_PREFETCH_TOKENS ? ATT_PREFETCH : 0) | (j->tile > 1 ? ATT_PROMPT : 0);
+			unsigned flags = b->n <= ATT_PREFETCH_TOKENS ? ATT_PREFETCH : 0;
 			cpu_attend_f16(im->k, &kv, b->pos[t] + 1, nt, j->q + at, stride, hpi, hd, flags, j->out + at);
 		}
 	}
@@ -214,9 +227,15 @@ cpu_kv_write(struct compute *c, int layer, const float *k, const float *v)
 		int64_t row = ((int64_t)b->table[t][pos >> im->block_shift] << im->block_shift) +
 			      (pos & ((1 << im->block_shift) - 1));
 		for (size_t d = 0; d < dim; d += khd) {
-			size_t at = kv_index(im, layer, row, d);
-			im->k->f32_to_f16(k + (size_t)t * dim + d, im->k_cache + at, khd);
-			im->k->f32_to_f16(v + (size_t)t * dim + d, im->v_cache + at, khd);
+			uint16_t half[ATT_HEAD_DIM_MAX];
+			size_t at = kv_k_index(im, layer, row, d);
+			for (size_t d1 = 0; d1 < khd; d1 += ATT_HEAD_DIM_MAX) { /* K: a value every ATT_CHUNK */
+				size_t n = khd - d1 < ATT_HEAD_DIM_MAX ? khd - d1 : ATT_HEAD_DIM_MAX;
+				im->k->f32_to_f16(k + (size_t)t * dim + d + d1, half, n);
+				for (size_t i = 0; i < n; i++)
+					im->k_cache[at + (d1 + i) * ATT_CHUNK] = half[i];
+			}
+			im->k->f32_to_f16(v + (size_t)t * dim + d, im->v_cache + kv_index(im, layer, row, d), khd);
 		}
 	}
 }
@@ -566,7 +585,8 @@ cpu_reserve_kv(struct cpu_impl *im, const struct compute_shape *s)
 
 	while ((1 << shift) < s->block_size)
 		shift++;
-	assert((1 << shift) == s->block_size && im->k_cache == NULL);
+	/* K's tiles (struct kv_view) lie whole in a block */
+	assert((1 << shift) == s->block_size && s->block_size % ATT_CHUNK == 0 && im->k_cache == NULL);
 	im->block_shift = shift;
 	im->n_layer = s->n_layer;
 	im->kv_rows = s->kv_rows;

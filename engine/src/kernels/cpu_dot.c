@@ -143,9 +143,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	quantize_q8k_scalar,
 	dot_q6_k_q8k_scalar,
-	NULL, /* attention a position at a time */
-	NULL,
-	NULL,
+	att_scores_tile_scalar,
+	NULL, /* attention's values a position at a time */
 	NULL,
 	NULL, /* the row-tile float GEMM */
 	NULL,
@@ -480,9 +479,8 @@ static struct cpu_kernels k_avx2 = {
 	NULL,
 	quantize_q8k_avx2,
 	NULL, /* filled in by cpu_kernels_get */
-	NULL, /* attention a position at a time */
-	NULL,
-	NULL,
+	att_scores_tile_avx2,
+	NULL, /* attention's values a position at a time */
 	NULL,
 	NULL, /* the row-tile float GEMM */
 	NULL,
@@ -960,9 +958,8 @@ static struct cpu_kernels k_avx512 = {
 	NULL,
 	quantize_q8k_avx2,
 	NULL, /* filled in by cpu_kernels_get */
-	att_scores_f16_avx512,
+	att_scores_tile_avx512,
 	att_pv_f16_avx512,
-	att_scores_rows_f16_avx512,
 	att_softmax_avx512,
 	pack_f32_panel_avx512,
 	gemm_f32_packed_avx512,

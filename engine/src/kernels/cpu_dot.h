@@ -203,18 +203,19 @@ struct cpu_kernels {
 	void (*quantize_q8k)(const float *x, struct block_q8k *out, size_t n);
 	float (*dot_q6_k_q8k)(const void *w, const struct block_q8k *x, size_t nsb);
 	/* Attention over one chunk of nc <= ATT_CHUNK cached positions for nh
-	 * query rows of hd values (hd a multiple of 16; NULL where there is
-	 * no kernel, cpu_attend_f16 then goes a position at a time).
-	 * scores: s[g * ATT_CHUNK + i] = scale * qh[g] . K row kr[i].
-	 * pv: out[g] = c[g] * out[g] + sum over i of s[g * ATT_CHUNK + i] * V row vr[i]. */
-	void (*att_scores_f16)(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale,
-			       float *s);
+	 * query rows of hd values.
+	 * scores: s[r * ATT_CHUNK + i] = scale * qh[r] . K row i of a tile of
+	 * ATT_CHUNK positions stored value by value (kt[d * ATT_CHUNK + i],
+	 * struct kv_view), for all ATT_CHUNK positions and any nr and hd; each
+	 * row sums its even and its odd values apart, then adds the two, in
+	 * every kernel set, so a row's scores do not depend on the rows beside
+	 * it (a prompt's result does not depend on how its batch was cut).
+	 * pv (hd a multiple of 16; NULL where there is none, axpy_f16 then
+	 * goes a position at a time): out[g] = c[g] * out[g] + sum over i of
+	 * s[g * ATT_CHUNK + i] * V row vr[i]. */
+	void (*att_scores_tile)(const uint16_t *kt, const float *qh, int nr, int hd, float scale, float *s);
 	void (*att_pv_f16)(const uint16_t *const *vr, int nc, const float *s, const float *c, int nh, int hd,
 			   float *out);
-	/* scores again, for prompts: the chunk transposed once, no sums
-	 * across lanes (NULL where there is none) */
-	void (*att_scores_rows_f16)(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,
-				    float *s);
 	/* The online softmax step over a chunk's scores (NULL: in C): row r
 	 * sees seen[r] <= ATT_CHUNK positions (none if <= 0; the rest are
 	 * zeroed), s[r] becomes exp(s[r] - m[r]) with the running maximum
@@ -446,9 +447,11 @@ void quantize_q8k_avx2(const float *x, struct block_q8k *out, size_t n);
 /* cpu_attention.c */
 void f32_to_f16_scalar(const float *src, uint16_t *dst, size_t n);
 void axpy_f16_scalar(float a, const uint16_t *x, float *y, size_t n);
+void att_scores_tile_scalar(const uint16_t *kt, const float *qh, int nr, int hd, float scale, float *s);
 #if defined(__x86_64__)
 void f32_to_f16_avx2(const float *src, uint16_t *dst, size_t n);
 void axpy_f16_avx2(float a, const uint16_t *x, float *y, size_t n);
+void att_scores_tile_avx2(const uint16_t *kt, const float *qh, int nr, int hd, float scale, float *s);
 void axpy_f16_avx512(float a, const uint16_t *x, float *y, size_t n);
 #endif
 
@@ -680,9 +683,7 @@ void gemm_q8_amx(const struct amx_q8_wblock *w, size_t nb, int has_min, const st
 void gemm_q6_amx(const struct amx_q8_wblock *w, size_t nb, const struct amx_q8_xblock *x, int ntokens, float *y,
 		 size_t ldy, int nr);
 /* cpu_attention.c */
-void att_scores_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nh, int hd, float scale, float *s);
-void att_scores_rows_f16_avx512(const uint16_t *const *kr, int nc, const float *qh, int nr, int hd, float scale,
-				float *s);
+void att_scores_tile_avx512(const uint16_t *kt, const float *qh, int nr, int hd, float scale, float *s);
 void att_pv_f16_avx512(const uint16_t *const *vr, int nc, const float *s, const float *c, int nh, int hd, float *out);
 void pack_f32_panel_avx512(const float *w, size_t ldw, int nr, size_t kc, float *a);
 void pack_f16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a);
@@ -697,8 +698,15 @@ void gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int nrows, const int32
 #endif
 
 /* One KV head's cached keys and values for one sequence: position p is
- * row blocks[p >> block_shift] * 2^block_shift + p % 2^block_shift,
- * its K values at k + row * stride (head_dim fp16), V likewise. */
+ * row blocks[p >> block_shift] * 2^block_shift + p % 2^block_shift
+ * (block_shift >= 4: a block holds whole tiles).  V: row r's head_dim
+ * fp16 values at v + r * stride.  K in tiles of ATT_CHUNK rows stored
+ * value by value: value d of row r at k[(r - r % ATT_CHUNK) * stride +
+ * d * ATT_CHUNK + r % ATT_CHUNK], so that a chunk's scores take one load
+ * of ATT_CHUNK positions a value and no sums across vector lanes (with
+ * stride = head_dim a tile is ATT_CHUNK * head_dim values in a row; with
+ * the rows of several heads side by side, stride = heads * head_dim, head
+ * h's tile starts h * ATT_CHUNK * head_dim values into the rows' span). */
 struct kv_view {
 	const uint16_t *k, *v;
 	size_t stride;
@@ -720,12 +728,8 @@ struct kv_view {
  * one token's heads do.  nh <= ATT_HEADS_MAX, nt * nh <= ATT_ROWS_MAX,
  * hd <= ATT_HEAD_DIM_MAX, len >= 1.
  * flags: ATT_PREFETCH asks for the cache rows a chunk ahead (decode,
- * where no other token of the batch reads them); ATT_PROMPT takes the
- * scores kernel for many rows even for a run of one token, so that in a
- * prompt batch a row's result does not depend on how the batch was cut
- * (a prefix in the cache gives the logits of a full run). */
+ * where no other token of the batch reads them). */
 #define ATT_PREFETCH 1u
-#define ATT_PROMPT 2u
 void cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, int nt, const float *q,
 		    size_t stride, int nh, int hd, unsigned flags, float *out);
 
