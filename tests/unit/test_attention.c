@@ -95,7 +95,7 @@ test_attend(const struct cpu_kernels *k)
 						q[i] = rnd(&seed) * 3;
 						out[i] = NAN;
 					}
-					cpu_attend_f16(k, &kv, len, nt, q, qs, nh, hd, c & 1 ? ATT_PREFETCH : 0, out);
+					cpu_attend_f16(k, &kv, len, nt, q, qs, nh, hd, out);
 					for (int t = 0; t < nt; t++) {
 						for (int g = 0; g < nh; g++) {
 							const float *o = out + t * qs + (size_t)g * hd;

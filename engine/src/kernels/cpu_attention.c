@@ -144,29 +144,47 @@ exp512(__m512 x)
 /* The online softmax step of a chunk, a row in one vector: row r's
  * scores past seen[r] are masked, the row maximum m[r] and sum l[r]
  * carried on, and c[r] set to the factor the output summed so far is
- * rescaled by (1 where the maximum held). */
+ * rescaled by (1 where the maximum held).  Four rows go through each
+ * phase together: a row alone is a chain of dependent reductions and
+ * exponentials, and one after the other the rows of a decode step's
+ * chunk took a fifth of its attention (Zen 4). */
 AVX512 void
 att_softmax_avx512(float *s, int nr, const int *seen, float *m, float *l, float *c)
 {
-	for (int r = 0; r < nr; r++) {
-		float *row = s + (size_t)r * ATT_CHUNK;
-		if (seen[r] <= 0) {
-			_mm512_storeu_ps(row, _mm512_setzero_ps());
+	for (int r0 = 0; r0 < nr; r0 += 4) {
+		int n = nr - r0 < 4 ? nr - r0 : 4;
+		__mmask16 in[4];
+		__m512 v[4];
+		float mx[4];
+#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++) {
+			if (j >= n)
+				break;
+			int sn = seen[r0 + j]; /* none seen: every lane masked, the row zeros, c 1 */
+			in[j] = (__mmask16)(sn >= ATT_CHUNK ? 0xffff : sn <= 0 ? 0 : (1u << sn) - 1);
+			v[j] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), in[j], s + (size_t)(r0 + j) * ATT_CHUNK);
+			mx[j] = _mm512_reduce_max_ps(v[j]);
+		}
+#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++) {
+			if (j >= n)
+				break;
+			int r = r0 + j;
 			c[r] = 1.0f;
-			continue;
+			if (mx[j] > m[r]) {
+				c[r] = expf(m[r] - mx[j]);
+				l[r] *= c[r];
+				m[r] = mx[j];
+			}
+			v[j] = _mm512_maskz_mov_ps(in[j], exp512(_mm512_sub_ps(v[j], _mm512_set1_ps(m[r]))));
 		}
-		__mmask16 in = (__mmask16)(seen[r] >= ATT_CHUNK ? 0xffff : (1u << seen[r]) - 1);
-		__m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), in, row);
-		float mx = _mm512_reduce_max_ps(v);
-		c[r] = 1.0f;
-		if (mx > m[r]) {
-			c[r] = expf(m[r] - mx);
-			l[r] *= c[r];
-			m[r] = mx;
+#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++) {
+			if (j >= n)
+				break;
+			l[r0 + j] += _mm512_reduce_add_ps(v[j]);
+			_mm512_storeu_ps(s + (size_t)(r0 + j) * ATT_CHUNK, v[j]);
 		}
-		__m512 e = _mm512_maskz_mov_ps(in, exp512(_mm512_sub_ps(v, _mm512_set1_ps(m[r]))));
-		l[r] += _mm512_reduce_add_ps(e);
-		_mm512_storeu_ps(row, e);
 	}
 }
 
@@ -337,7 +355,7 @@ chunk_values(const struct cpu_kernels *k, const uint16_t *const *vr, int nc, flo
 
 void
 cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, int nt, const float *q, size_t stride,
-	       int nh, int hd, unsigned flags, float *out)
+	       int nh, int hd, float *out)
 {
 	float qh[ATT_ROWS_MAX * ATT_HEAD_DIM_MAX], o[ATT_ROWS_MAX * ATT_HEAD_DIM_MAX], s[ATT_ROWS_MAX][ATT_CHUNK];
 	float m[ATT_ROWS_MAX], l[ATT_ROWS_MAX], c[ATT_ROWS_MAX], scale = 1.0f / sqrtf((float)hd);
@@ -363,27 +381,14 @@ cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, i
 		size_t row0 = kv_row(kv, p0); /* a chunk is one tile of one block */
 		for (int i = 0; i < nc; i++)
 			vr[i] = kv->v + (row0 + (size_t)i) * kv->stride;
-		/* Ask for the next chunk's tile and rows while this one
-		 * computes (in prefill the other tokens have brought them),
-		 * into L2.  Where a head's rows were a stride apart (the rows of
-		 * all heads side by side, the layout before) the hardware
-		 * prefetcher did not follow them, and generation at a depth of
-		 * 2048 (Q4_0, Zen 4, five alternating rounds) read 31.5-35.2
-		 * tok/s against 35.0-46.8 asking; into L1 the chunk's 64 lines
-		 * waited on its few miss buffers.  With a head's rows back to
-		 * back asking read the same as not (55.8-63.7 against 56.7-63.1
-		 * tok/s). */
-		if ((flags & ATT_PREFETCH) && p0 + ATT_CHUNK < end) {
-			size_t next = kv_row(kv, p0 + ATT_CHUNK);
-			const char *kt = (const char *)(kv->k + next * kv->stride);
-			for (size_t off = 0; off < (size_t)hd * ATT_CHUNK * sizeof(uint16_t); off += 64)
-				__builtin_prefetch(kt + off, 0, 2);
-			for (int i = 0; i < ATT_CHUNK && p0 + ATT_CHUNK + i < end; i++)
-				for (size_t off = 0; off < (size_t)hd * sizeof(uint16_t); off += 64)
-					__builtin_prefetch((const char *)(kv->v + (next + (size_t)i) * kv->stride) +
-								   off,
-							   0, 2);
-		}
+		/* No software prefetch: a head's tiles and rows lie back to
+		 * back, which the hardware prefetchers follow.  Asking for the
+		 * next chunk's lines into L2 mattered when a head's rows were a
+		 * stride apart (the heads of a position side by side: Q4_0
+		 * generation at a depth of 2048, Zen 4, read 31.5-35.2 tok/s
+		 * without against 35.0-46.8); with the tiles its 64 prefetches a
+		 * chunk cost a decode step's attention a quarter of its time
+		 * (one thread, 8192 positions: 15 ms a token against 12). */
 		/* all 16 positions of the tile: those past nc are masked below */
 		k->att_scores_tile(kv->k + row0 * kv->stride, qh, nr, hd, scale, &s[0][0]);
 		for (int r = 0; r < nr; r++) { /* token r / nh sees positions up to len + r / nh - 1 */

@@ -133,8 +133,6 @@ cpu_rope(struct compute *c, float *x, int n_heads, int head_dim, int n_rot, cons
 	}
 }
 
-#define ATT_PREFETCH_TOKENS 16 /* batches up to this size prefetch the KV rows */
-
 /* Where value d of a position's K (or V) row lies in layer `layer` of
  * the cache: the position's pool row `row` in its head's region (struct
  * cpu_impl.k_cache).  With a position's heads side by side (one region
@@ -207,9 +205,7 @@ att_worker(void *arg, int ith, int nth)
 			size_t v0 = kv_index(im, j->layer, 0, (size_t)kvh * hd);
 			struct kv_view kv = { im->k_cache + kv_k_index(im, j->layer, 0, (size_t)kvh * hd),
 					      im->v_cache + v0, (size_t)im->kv_head_dim, b->table[t], im->block_shift };
-			/* a decode batch: each sequence's rows are read by one token */
-			unsigned flags = b->n <= ATT_PREFETCH_TOKENS ? ATT_PREFETCH : 0;
-			cpu_attend_f16(im->k, &kv, b->pos[t] + 1, nt, j->q + at, stride, hpi, hd, flags, j->out + at);
+			cpu_attend_f16(im->k, &kv, b->pos[t] + 1, nt, j->q + at, stride, hpi, hd, j->out + at);
 		}
 	}
 }

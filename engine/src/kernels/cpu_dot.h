@@ -726,12 +726,9 @@ struct kv_view {
  * Every cached row a chunk brings in serves all nt x nh query rows, so a
  * prompt's tokens share the reads and conversions of the cache the way
  * one token's heads do.  nh <= ATT_HEADS_MAX, nt * nh <= ATT_ROWS_MAX,
- * hd <= ATT_HEAD_DIM_MAX, len >= 1.
- * flags: ATT_PREFETCH asks for the cache rows a chunk ahead (decode,
- * where no other token of the batch reads them). */
-#define ATT_PREFETCH 1u
+ * hd <= ATT_HEAD_DIM_MAX, len >= 1. */
 void cpu_attend_f16(const struct cpu_kernels *k, const struct kv_view *kv, int len, int nt, const float *q,
-		    size_t stride, int nh, int hd, unsigned flags, float *out);
+		    size_t stride, int nh, int hd, float *out);
 
 /* The best kernels this CPU runs (never NULL). */
 const struct cpu_kernels *cpu_kernels_get(void);
