@@ -91,35 +91,52 @@ axpy_f16_avx2(float a, const uint16_t *x, float *y, size_t n)
 		y[i] += a * _cvtsh_ss(x[i]);
 }
 
-/* One value's 16 positions of a tile as two vectors of 8, into a row's
- * two accumulators. */
-#define TILE_FMA_AVX2(acc, kt, d, qd)                                                                                  \
+/* One value's 16 positions of a tile as two vectors of 8, converted
+ * once, into the accumulators of nb rows. */
+#define TILE_FMA_AVX2(nb, acc, kt, d, q, hd)                                                                           \
 	do {                                                                                                           \
 		const __m128i *p_ = (const __m128i *)((kt) + (d)*ATT_CHUNK);                                           \
-		__m256 q_ = _mm256_set1_ps(qd);                                                                        \
-		(acc)[0] = _mm256_fmadd_ps(q_, _mm256_cvtph_ps(_mm_loadu_si128(p_)), (acc)[0]);                        \
-		(acc)[1] = _mm256_fmadd_ps(q_, _mm256_cvtph_ps(_mm_loadu_si128(p_ + 1)), (acc)[1]);                    \
+		__m256 k0_ = _mm256_cvtph_ps(_mm_loadu_si128(p_)), k1_ = _mm256_cvtph_ps(_mm_loadu_si128(p_ + 1));     \
+		for (int b_ = 0; b_ < (nb); b_++) {                                                                    \
+			__m256 q_ = _mm256_set1_ps((q)[b_ * (hd) + (d)]);                                              \
+			(acc)[b_][0] = _mm256_fmadd_ps(q_, k0_, (acc)[b_][0]);                                         \
+			(acc)[b_][1] = _mm256_fmadd_ps(q_, k1_, (acc)[b_][1]);                                         \
+		}                                                                                                      \
 	} while (0)
 
-/* A row at a time: the even values and the odd ones each into a tile's
- * 16 positions in two vectors of 8. */
+/* nb rows (1 or 2) against a K tile, each into its even and its odd
+ * accumulators (8 of AVX2's 16 registers at two rows). */
+#define ATT_TILE_AVX2(nb)                                                                                              \
+	AVX2 static void att_tile##nb##_avx2(const uint16_t *kt, const float *q, int hd, float scale, float *s)        \
+	{                                                                                                              \
+		__m256 even[nb][2], odd[nb][2];                                                                        \
+		for (int b = 0; b < nb; b++)                                                                           \
+			even[b][0] = even[b][1] = odd[b][0] = odd[b][1] = _mm256_setzero_ps();                         \
+		int d = 0;                                                                                             \
+		for (; d + 2 <= hd; d += 2) {                                                                          \
+			TILE_FMA_AVX2(nb, even, kt, d, q, hd);                                                         \
+			TILE_FMA_AVX2(nb, odd, kt, d + 1, q, hd);                                                      \
+		}                                                                                                      \
+		if (d < hd)                                                                                            \
+			TILE_FMA_AVX2(nb, even, kt, d, q, hd);                                                         \
+		for (int b = 0; b < nb; b++)                                                                           \
+			for (int h = 0; h < 2; h++)                                                                    \
+				_mm256_storeu_ps(s + b * ATT_CHUNK + 8 * h,                                            \
+						 _mm256_mul_ps(_mm256_add_ps(even[b][h], odd[b][h]),                   \
+							       _mm256_set1_ps(scale)));                                \
+	}
+ATT_TILE_AVX2(2)
+ATT_TILE_AVX2(1)
+
 AVX2 void
 att_scores_tile_avx2(const uint16_t *kt, const float *qh, int nr, int hd, float scale, float *s)
 {
-	for (int r = 0; r < nr; r++) {
-		const float *q = qh + (size_t)r * hd;
-		__m256 even[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() }, odd[2] = { even[0], even[1] };
-		int d = 0;
-		for (; d + 2 <= hd; d += 2) {
-			TILE_FMA_AVX2(even, kt, d, q[d]);
-			TILE_FMA_AVX2(odd, kt, d + 1, q[d + 1]);
-		}
-		if (d < hd)
-			TILE_FMA_AVX2(even, kt, d, q[d]);
-		for (int h = 0; h < 2; h++)
-			_mm256_storeu_ps(s + (size_t)r * ATT_CHUNK + 8 * h,
-					 _mm256_mul_ps(_mm256_add_ps(even[h], odd[h]), _mm256_set1_ps(scale)));
-	}
+	int r = 0;
+
+	for (; r + 2 <= nr; r += 2)
+		att_tile2_avx2(kt, qh + (size_t)r * hd, hd, scale, s + (size_t)r * ATT_CHUNK);
+	if (r < nr)
+		att_tile1_avx2(kt, qh + (size_t)r * hd, hd, scale, s + (size_t)r * ATT_CHUNK);
 }
 
 AVX512 static __m512
