@@ -44,6 +44,9 @@ printf 'the model\nthe data\n' | "$E" run -m "$DEMO" -p "hello" -n 8 -i >"$T/cha
 ids=$("$E" tokenize -m "$DEMO" "the data keeps")
 [ -n "$ids" ] && ok || bad "tokenize printed nothing"
 "$E" info -m "$DEMO" >"$T/info" && grep -q "architecture:   llama" "$T/info" && grep -q "KV cache" "$T/info" && ok || bad "info"
+# 4 layers x 4 KV heads x 32 values x K and V x 2 bytes (the cache is f16)
+grep -q "KV cache:       2048 bytes/token (f16), 8.0 MiB at context 4096" "$T/info" && ok ||
+	bad "info: KV cache size: $(grep 'KV cache' "$T/info")"
 
 "$E" eval -m "$DEMO" --prompt-ids "$(echo "$ids" | tr ' ' ',')" --dump-logits "$T/l.f32" && ok || bad "eval"
 n=$(echo "$ids" | wc -w)

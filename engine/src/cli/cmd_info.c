@@ -53,7 +53,8 @@ cmd_info(int argc, char **argv)
 	}
 	if (n_ctx == 0)
 		n_ctx = hp->n_ctx_train;
-	uint64_t kv_tok = 2ull * hp->n_layer * hp->n_head_kv * hp->head_dim * sizeof(float);
+	/* K and V in half precision, as every backend keeps them */
+	uint64_t kv_tok = 2ull * hp->n_layer * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
 	const char *name = NULL;
 	gguf_get_str(f, "general.name", &name, NULL);
 	printf("file:           %s (GGUF v%u, %llu tensors, %llu metadata keys)\n", path, f->version,
@@ -78,7 +79,7 @@ cmd_info(int argc, char **argv)
 		if (count[t])
 			printf(" %s x%llu", tensor_type_name((uint32_t)t), (unsigned long long)count[t]);
 	printf("\nweights:        %.1f MiB\n", (double)e.model->weight_bytes / (1 << 20));
-	printf("KV cache:       %llu bytes/token (f32), %.1f MiB at context %d\n", (unsigned long long)kv_tok,
+	printf("KV cache:       %llu bytes/token (f16), %.1f MiB at context %d\n", (unsigned long long)kv_tok,
 	       (double)kv_tok * n_ctx / (1 << 20), n_ctx);
 	printf("memory needed:  %.1f MiB (weights + KV cache at context %d)\n",
 	       (double)(e.model->weight_bytes + kv_tok * (uint64_t)n_ctx) / (1 << 20), n_ctx);
