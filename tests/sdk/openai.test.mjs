@@ -158,7 +158,11 @@ async function lora(tmp) {
     check(ids.join() === 'tiny<,ad<tiny', 'models.list names the adapter with its parent', ids.join());
     const [withAd, prefixed, plain, ref] = await Promise.all([greedy(ca, 'ad'), greedy(ca, 'tiny:ad'), greedy(ca, 'tiny'),
       greedy(cb, 'tiny')]);
-    check(same(withAd, ref) && same(prefixed, ref) && !same(plain, ref, 0.1),
+    // 5e-3: this synthetic adapter's second token moves by up to 2.3e-3
+    // between kernel sets of one commit (scalar -4.4938, AVX2 -4.4961,
+    // AVX-512 -4.4958 at 827f1a7; -4.4930 with K in tiles), and the merged
+    // model's weights are rounded to f16 once more; the base is 8 away.
+    check(same(withAd, ref, 5e-3) && same(prefixed, ref, 5e-3) && !same(plain, ref, 0.1),
       'the adapter answers as the merged model, the base does not', show(withAd, ref, plain));
   } finally {
     a.proc.kill('SIGTERM');
