@@ -1304,7 +1304,46 @@ def test_stream_interval():
     check(ev[-2].get("usage", {}).get("completion_tokens") == 1000 and len(at) >= 2 and
           (len(at) >= 3 or at[-1] - at[0] < 0.65) and all(g >= 0.2 for g in gaps[:-1]),
           "1000 tokens in %d writes, %s s apart" % (len(at), " ".join("%.3f" % g for g in gaps)))
+    # past its first token a stream's thread waits for a free CPU when it
+    # wakes (SCHED_BATCH), and preempts again once the stream has ended,
+    # the connection still open for its next request
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120 * SLOW)
+    c.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    first = r.readline()
+    # the thread changes its policy after the write the client just read,
+    # then waits out the 300 ms interval: look within that wait (a
+    # deadline, not a timing)
+    deadline = time.monotonic() + 0.25
+    during = connection_policies(s.p.pid)
+    while during != [os.SCHED_BATCH] and time.monotonic() < deadline:
+        time.sleep(0.005)
+        during = connection_policies(s.p.pid)
+    rest = r.read().decode()
+    took = time.monotonic() - deadline + 0.25
+    after = connection_policies(s.p.pid)
+    c.close()
+    seen = during == [os.SCHED_BATCH]
+    if not seen and took < 0.3:
+        # a device fast enough to end the stream within the interval
+        print("SKIP: the stream ended in %.3f s, before a second write: its policy was not seen" % took)
+    check(first.startswith(b"data: ") and (seen or took < 0.3) and "[DONE]" in rest and after == [os.SCHED_OTHER],
+          "a stream's thread: SCHED_BATCH past its first token (%s), SCHED_OTHER after it (%s)" % (during, after))
     check(s.stop() == 0, "exit 0 after SIGTERM")
+
+
+def connection_policies(pid):
+    """The scheduling policy of each of pid's connection threads."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() == "MHD-connection":
+                    out.append(os.sched_getscheduler(int(tid)))
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return out
 
 
 def test_keys_and_drain():

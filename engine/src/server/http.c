@@ -8,6 +8,8 @@
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +86,35 @@ http_client_gone(struct MHD_Connection *c)
 	 * yields 0 bytes (or an error) means the peer closed it */
 	ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/*
+ * A stream's connection thread wakes once a stream interval to write the
+ * tokens that came.  Woken on a CPU where the forward pass runs (the
+ * kernel puts it back where it last ran, and the pool fills every CPU it
+ * may use), it preempted a thread of that pass: the step waited for the
+ * write, and the pool's other threads, finding no work, went to sleep and
+ * had to be woken again.  Under SCHED_BATCH a waking thread preempts no
+ * one: it runs when a CPU comes free (another thread of the pool sleeps)
+ * or at the next tick, a few milliseconds at most, which a write of
+ * buffered tokens can afford.  The request's parse and its first token
+ * stay SCHED_OTHER: they are the time to first token.
+ */
+int
+http_thread_defer(int on)
+{
+	static _Thread_local int deferred;
+	struct sched_param sp = { 0 };
+	int rc;
+
+	if (on == deferred)
+		return 0;
+	if ((rc = pthread_setschedparam(pthread_self(), on ? SCHED_BATCH : SCHED_OTHER, &sp)) != 0) {
+		errno = rc;
+		return -1;
+	}
+	deferred = on;
+	return 0;
 }
 
 static int

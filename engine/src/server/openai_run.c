@@ -727,6 +727,24 @@ wait_some(struct job *j, int ms, int end_only)
 	return 1;
 }
 
+static int
+tokens_taken(const struct job *j)
+{
+	for (int i = 0; i < j->n_ch; i++)
+		if (j->ch[i].seen > 0)
+			return 1;
+	return 0;
+}
+
+/* A stream's last read: its thread, which may serve the connection's
+ * next request, preempts again when it wakes. */
+static ssize_t
+stream_end(ssize_t how)
+{
+	(void)http_thread_defer(0);
+	return how;
+}
+
 static ssize_t
 stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -741,9 +759,9 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 			return (ssize_t)n;
 		}
 		if (strbuf_failed(&j->pending))
-			return MHD_CONTENT_READER_END_WITH_ERROR;
+			return stream_end(MHD_CONTENT_READER_END_WITH_ERROR);
 		if (j->tail_sent)
-			return MHD_CONTENT_READER_END_OF_STREAM;
+			return stream_end(MHD_CONTENT_READER_END_OF_STREAM);
 		j->pending.len = j->pending_off = 0;
 		if (!j->hold && produce(j)) {
 			/* the interval runs from this write (the first token may
@@ -753,7 +771,11 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 			continue;
 		}
 		if (http_client_gone(j->conn))
-			return MHD_CONTENT_READER_END_WITH_ERROR;
+			return stream_end(MHD_CONTENT_READER_END_WITH_ERROR);
+		/* the first token written, later writes wait for a free CPU
+		 * rather than stop a forward pass (http.c); a hint */
+		if (tokens_taken(j))
+			(void)http_thread_defer(1);
 		j->hold = !wait_some(j, 100, 0);
 	}
 }
@@ -761,6 +783,8 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 static void
 stream_free(void *cls)
 {
+	/* a write that failed ends the stream without a last read */
+	(void)http_thread_defer(0);
 	job_free(cls);
 }
 
