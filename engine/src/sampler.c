@@ -12,12 +12,7 @@
 
 #include "privai/sampler.h"
 #include "privai/status.h"
-
-struct cand {
-	int32_t id;
-	float logit;
-	float p;
-};
+#include "sampler_filter.h"
 
 #define DRAW_BLOCK 64 /* the unfiltered draw's terms a block sum covers: 8 vectors */
 _Static_assert(DRAW_BLOCK == 64, "sample_unsorted takes a block as 8 vectors");
@@ -26,7 +21,8 @@ struct sampler {
 	struct sampler_params p;
 	int n_vocab;
 	struct cand *cand; /* (n_vocab) */
-	float *prob;       /* (n_vocab) the unfiltered draw's terms */
+	float *work;       /* (n_vocab) the logits after the bias and the penalties */
+	float *prob;       /* (n_vocab) the softmax's terms */
 	float *block_sum;  /* (n_vocab / DRAW_BLOCK + 1) their sums, a block at a time */
 	int32_t *recent;   /* ring of the last repeat_last_n tokens */
 	int n_recent, recent_head;
@@ -101,11 +97,13 @@ sampler_new(const struct sampler_params *p, int n_vocab, struct sampler **ret)
 	s->p = *p;
 	s->n_vocab = n_vocab;
 	s->cand = malloc((size_t)n_vocab * sizeof(*s->cand));
+	s->work = malloc((size_t)n_vocab * sizeof(float));
 	s->prob = malloc((size_t)n_vocab * sizeof(float));
 	s->block_sum = malloc(((size_t)n_vocab / DRAW_BLOCK + 1) * sizeof(float));
 	s->count = calloc((size_t)n_vocab, sizeof(int32_t));
 	s->recent = malloc((size_t)(p->repeat_last_n > 0 ? p->repeat_last_n : 1) * sizeof(int32_t));
-	if (s->cand == NULL || s->prob == NULL || s->block_sum == NULL || s->count == NULL || s->recent == NULL) {
+	if (s->cand == NULL || s->work == NULL || s->prob == NULL || s->block_sum == NULL || s->count == NULL ||
+	    s->recent == NULL) {
 		sampler_free(s);
 		return PRIVAI_ENOMEM;
 	}
@@ -136,6 +134,7 @@ sampler_free(struct sampler *s)
 	if (s == NULL)
 		return;
 	free(s->cand);
+	free(s->work);
 	free(s->prob);
 	free(s->block_sum);
 	free(s->count);
@@ -169,44 +168,6 @@ sampler_accept(struct sampler *s, int32_t id)
 		s->n_recent++;
 	}
 	s->count[id]++;
-}
-
-static int
-cmp_cand_desc(const void *a, const void *b)
-{
-	float x = ((const struct cand *)a)->logit, y = ((const struct cand *)b)->logit;
-
-	return (x < y) - (x > y);
-}
-
-/* Move the k largest candidates to the front, in order. */
-static void
-partial_sort(struct cand *c, int n, int k)
-{
-	int lo = 0, hi = n - 1;
-
-	while (lo < hi) { /* quickselect for the k-th largest */
-		float pivot = c[(lo + hi) / 2].logit;
-		int i = lo, j = hi;
-		while (i <= j) {
-			while (c[i].logit > pivot)
-				i++;
-			while (c[j].logit < pivot)
-				j--;
-			if (i <= j) {
-				struct cand t = c[i];
-				c[i++] = c[j];
-				c[j--] = t;
-			}
-		}
-		if (k - 1 <= j)
-			hi = j;
-		else if (k - 1 >= i)
-			lo = i;
-		else
-			break;
-	}
-	qsort(c, (size_t)k, sizeof(*c), cmp_cand_desc);
 }
 
 /* exp(x) for softmax terms, where x = logit - max <= 0: below -87 the
@@ -417,25 +378,20 @@ draw_avx512_usable(void)
 }
 #endif
 
-/* No filter needs the order (the OpenAI defaults: no top-k, top-p 1,
- * min-p 0): draw from the tempered softmax of all n logits (after the
- * penalties) as they are, which spares sorting the whole vocabulary for
- * every token.  Token i is logit i; each clone computes the terms in its
- * own vector instructions. */
+/* The softmax's terms exp((logit - max) / t) of n logits into s->prob,
+ * their sums a block at a time into s->block_sum (*ret_nb of them);
+ * returns the terms' sum.  Each clone computes the terms in its own
+ * vector instructions. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-static int32_t
-sample_unsorted(struct sampler *s, const float *logit, int n)
+static float
+softmax_terms(struct sampler *s, const float *logit, int n, float max, float t, int *ret_nb)
 {
-	const struct sampler_params *p = &s->p;
-	float max, sum = 0.0f, *pr = s->prob, *bs = s->block_sum, t = p->temperature;
+	float sum = 0.0f, *pr = s->prob, *bs = s->block_sum;
 	v8f acc = { 0 };
 	int i, b, nb = 0;
 
-	max = logits_max(logit, n);
-	if (!(max > -INFINITY))
-		return 0; /* every token masked: nothing to draw from */
 	/* the terms, and their sums a block at a time, so that the draw
 	 * walks blocks and then one block's terms: whole blocks, then the
 	 * rest 8 at a time (the sums in the same order either way).  32000
@@ -502,6 +458,24 @@ sample_unsorted(struct sampler *s, const float *logit, int n)
 	}
 	for (b = 0; b < nb; b++)
 		sum += bs[b];
+	*ret_nb = nb;
+	return sum;
+}
+
+/* No filter needs the order (the OpenAI defaults: no top-k, top-p 1,
+ * min-p 0): draw from the tempered softmax of all n logits (after the
+ * penalties) as they are, which spares sorting the whole vocabulary for
+ * every token.  Token i is logit i. */
+static int32_t
+sample_unsorted(struct sampler *s, const float *logit, int n)
+{
+	const float *pr = s->prob, *bs = s->block_sum;
+	float max = logits_max(logit, n);
+	int i, b, nb;
+
+	if (!(max > -INFINITY))
+		return 0; /* every token masked: nothing to draw from */
+	float sum = softmax_terms(s, logit, n, max, s->p.temperature, &nb);
 	float r = next_unit(&s->rng) * sum;
 	for (b = 0; b < nb && !(r < bs[b]); b++)
 		r -= bs[b];
@@ -519,82 +493,92 @@ sample_unsorted(struct sampler *s, const float *logit, int n)
 	return i;
 }
 
+/* The logits after the bias (first, as a logits processor would) and the
+ * penalties over the recent tokens, in s->work. */
+static const float *
+penalized(struct sampler *s, const float *logits)
+{
+	const struct sampler_params *p = &s->p;
+	float *l = s->work;
+	int n = s->n_vocab;
+
+	memcpy(l, logits, (size_t)n * sizeof(float));
+	for (int b = 0; b < s->n_bias; b++)
+		if (s->bias_ids[b] >= 0 && s->bias_ids[b] < n)
+			l[s->bias_ids[b]] += s->bias[b];
+	for (int i = 0; i < n; i++) {
+		int32_t c = s->count[i];
+		if (c > 0) {
+			float v = l[i] > 0 ? l[i] / p->repeat_penalty : l[i] * p->repeat_penalty;
+			l[i] = v - ((float)c * p->frequency_penalty + p->presence_penalty);
+		}
+	}
+	return l;
+}
+
+/* top_p, then min_p, over the k candidates top_k kept (in order from the
+ * largest), each against the softmax at temperature 1 of those k; returns
+ * how many are left. */
+static int
+top_p_min_p_sorted(const struct sampler_params *p, struct cand *c, int n)
+{
+	float max = c[0].logit, sum = 0.0f, cum = 0.0f;
+	int keep = n;
+
+	for (int i = 0; i < n; i++) {
+		c[i].p = softmax_exp(c[i].logit - max);
+		sum += c[i].p;
+	}
+	for (int i = 0; i < n; i++) {
+		c[i].p /= sum;
+		cum += c[i].p;
+		if (cum >= p->top_p && i + 1 < keep) {
+			keep = i + 1;
+			break;
+		}
+	}
+	for (int i = 1; i < keep; i++)
+		if (c[i].p < p->min_p * c[0].p)
+			return i;
+	return keep;
+}
+
 int32_t
 sampler_sample(struct sampler *s, const float *logits)
 {
 	const struct sampler_params *p = &s->p;
-	int n = s->n_vocab, k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+	int n = s->n_vocab, k = p->top_k > 0 && p->top_k < n ? p->top_k : n, m, nb;
 	int unsorted = p->temperature > 0.0f && k == n && p->top_p >= 1.0f && p->min_p <= 0.0f;
 
 	/* without penalties or a bias (the OpenAI defaults) the logits are the
 	 * candidates */
 	int plain = s->n_bias == 0 && p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
 		    p->presence_penalty == 0.0f;
-	if (plain && p->temperature <= 0.0f)
-		return greedy(logits, n);
-	if (unsorted && plain)
-		return sample_unsorted(s, logits, n);
-	for (int i = 0; i < n; i++)
-		s->cand[i] = (struct cand){ i, logits[i], 0.0f };
-	/* the bias first, as a logits processor would, then the penalties */
-	for (int b = 0; b < s->n_bias; b++)
-		if (s->bias_ids[b] >= 0 && s->bias_ids[b] < n)
-			s->cand[s->bias_ids[b]].logit += s->bias[b];
-	for (int i = 0; i < n; i++) {
-		int32_t c = s->count[i];
-		if (c > 0) {
-			float l = s->cand[i].logit;
-			l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
-			s->cand[i].logit = l - ((float)c * p->frequency_penalty + p->presence_penalty);
-		}
-	}
-	if (p->temperature <= 0.0f) {
-		int best = 0;
-		for (int i = 1; i < n; i++)
-			if (s->cand[i].logit > s->cand[best].logit)
-				best = i;
-		return s->cand[best].id;
-	}
-	if (unsorted) {
-		for (int i = 0; i < n; i++)
-			s->prob[i] = s->cand[i].logit; /* cand[i].id is i until sorted */
-		return sample_unsorted(s, s->prob, n);
-	}
-	partial_sort(s->cand, n, k);
-	n = k;
-	/* softmax at temperature 1 for the p-based filters */
-	float max = s->cand[0].logit, sum = 0.0f;
-	for (int i = 0; i < n; i++) {
-		s->cand[i].p = softmax_exp(s->cand[i].logit - max);
-		sum += s->cand[i].p;
-	}
-	float cum = 0.0f;
-	int keep = n;
-	for (int i = 0; i < n; i++) {
-		s->cand[i].p /= sum;
-		cum += s->cand[i].p;
-		if (cum >= p->top_p && i + 1 < keep) {
-			keep = i + 1;
-			break;
-		}
-	}
-	n = keep;
-	for (int i = 1; i < n; i++)
-		if (s->cand[i].p < p->min_p * s->cand[0].p) {
-			n = i;
-			break;
-		}
+	const float *l = plain ? logits : penalized(s, logits);
+	if (p->temperature <= 0.0f)
+		return greedy(l, n);
+	if (unsorted)
+		return sample_unsorted(s, l, n);
+	float max = logits_max(l, n);
+	if (!(max > -INFINITY))
+		return 0; /* every token masked */
+	/* the filters' terms, at temperature 1 */
+	float sum = softmax_terms(s, l, n, max, 1.0f, &nb);
+	if (k < n)
+		m = top_p_min_p_sorted(p, s->cand, filter_top_k(l, s->prob, n, k, s->cand));
+	else
+		m = filter_top_p(l, s->prob, n, sum, p->top_p, p->min_p, s->cand);
 	/* temperature, renormalised over what is left */
 	sum = 0.0f;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < m; i++) {
 		s->cand[i].p = softmax_exp((s->cand[i].logit - max) / p->temperature);
 		sum += s->cand[i].p;
 	}
 	float r = next_unit(&s->rng) * sum;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < m; i++) {
 		r -= s->cand[i].p;
 		if (r < 0.0f)
 			return s->cand[i].id;
 	}
-	return s->cand[n - 1].id;
+	return s->cand[m - 1].id;
 }

@@ -662,7 +662,12 @@ def test_bench_tool(s):
     r = subprocess.run([bench, "--temperature", "2.5"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "--temperature must be a number from 0 to 2" in r.stderr,
           "privai-bench refuses a temperature out of range")
-    # what it sends: the temperature when given, none otherwise
+    r = subprocess.run([bench, "--top-p", "0"], capture_output=True, text=True, timeout=60)
+    r2 = subprocess.run([bench, "--top-k", "-1"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--top-p must be a number from 0 (not included) to 1" in r.stderr and
+          r2.returncode == 2 and "--top-k must be an integer from 0" in r2.stderr,
+          "privai-bench refuses top_p 0 and top_k -1: %r %r" % (r.stderr.strip(), r2.stderr.strip()))
+    # what it sends: the sampling settings when given, none otherwise
     bodies = []
     lst = socket.socket()
     lst.bind(("127.0.0.1", 0))
@@ -680,13 +685,14 @@ def test_bench_tool(s):
             c.close()
     t = threading.Thread(target=take, args=(2,), daemon=True)
     t.start()
-    for extra in (["--temperature", "0"], []):
+    for extra in (["--temperature", "0", "--top-p", "0.9", "--top-k", "40"], []):
         subprocess.run([bench, "--url", "http://127.0.0.1:%d" % lst.getsockname()[1], "--requests", "1", "--warmup",
                         "0", *extra], capture_output=True, text=True, timeout=60)
     t.join(30)
     lst.close()
-    check(len(bodies) == 2 and bodies[0].get("temperature") == 0 and "temperature" not in bodies[1],
-          "privai-bench sends --temperature, and nothing without it: %s" % bodies)
+    check(len(bodies) == 2 and bodies[0].get("temperature") == 0 and bodies[0].get("top_p") == 0.9 and
+          bodies[0].get("top_k") == 40 and not {"temperature", "top_p", "top_k"} & set(bodies[1]),
+          "privai-bench sends --temperature, --top-p and --top-k, and nothing without them: %s" % bodies)
 
 
 MODEL_ID = "tiny-llama-spm-f16.gguf"

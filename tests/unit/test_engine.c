@@ -16,6 +16,7 @@
 #include "privai/tensor_type.h"
 #include "privai/threadpool.h"
 #include "privai/tokenizer.h"
+#include "sampler_filter.h"
 
 /* Sampling without filters (the OpenAI defaults) at temperature t. */
 static void
@@ -233,6 +234,185 @@ test_sampler(void)
 	sampler_params_default(&p);
 	p.temperature = -1;
 	CHECK(sampler_params_validate(&p, err) < 0 && strstr(err, "temperature"), "negative temperature refused");
+}
+
+/* The reference for the filters: every candidate sorted (larger logits
+ * first, equal ones by id), top_k, then top_p and min_p over the softmax
+ * of what top_k kept, in doubles.  Fills order[] and returns how many
+ * are kept; *lo and *hi how many a goal moved by 1e-5 of the mass would
+ * keep (the filters sum in floats, in other orders). */
+static const float *ref_logit;
+
+static int
+ref_cmp(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+
+	if (ref_logit[x] != ref_logit[y])
+		return ref_logit[x] < ref_logit[y] ? 1 : -1;
+	return (x > y) - (x < y);
+}
+
+static int
+ref_filter(const float *l, int n, int top_k, double top_p, double min_p, int *order, int *lo, int *hi)
+{
+	int m = 0;
+
+	for (int i = 0; i < n; i++)
+		if (l[i] > -INFINITY)
+			order[m++] = i;
+	ref_logit = l;
+	qsort(order, (size_t)m, sizeof(*order), ref_cmp);
+	if (top_k > 0 && top_k < m)
+		m = top_k;
+	double sum = 0, cum = 0, max = l[order[0]];
+	for (int i = 0; i < m; i++)
+		sum += exp((double)l[order[i]] - max);
+	int keep[3] = { m, m, m };
+	const double goal[3] = { top_p * sum, (top_p - 1e-5) * sum, (top_p + 1e-5) * sum };
+	for (int i = 0; i < m; i++) {
+		cum += exp((double)l[order[i]] - max);
+		for (int g = 0; g < 3; g++)
+			if (top_p < 1 && keep[g] == m && cum >= goal[g])
+				keep[g] = i + 1;
+	}
+	for (int g = 0; g < 3; g++)
+		for (int i = 1; i < keep[g]; i++)
+			if (exp((double)l[order[i]] - max) < min_p) {
+				keep[g] = i;
+				break;
+			}
+	*lo = keep[1];
+	*hi = keep[2];
+	return keep[0];
+}
+
+/* Top-k and top-p without a sort of the vocabulary (sampler_filter.c)
+ * against the reference: the same tokens kept, on odd sizes, ties,
+ * masked tokens (-inf and NaN), flat and peaked logits, and every
+ * filter alone and together; then draws that follow the nucleus. */
+static void
+test_sampler_filters(void)
+{
+	enum { NMAX = 5003 };
+	static float l[NMAX], e[NMAX];
+	static int order[NMAX];
+	static struct cand out[NMAX];
+	static const int sizes[] = { 1, 2, 17, 64, 65, 1000, NMAX };
+	static const float spreads[] = { 0.3f, 2.0f, 6.0f, 40.0f };
+	static const float top_ps[] = { 0.05f, 0.5f, 0.9f, 0.99f, 1.0f };
+	static const float min_ps[] = { 0.0f, 0.05f, 0.5f };
+	static const int top_ks[] = { 1, 5, 40, 999 };
+	uint64_t st = 99;
+	int cases = 0, same = 0, cases_k = 0, same_k = 0;
+
+	for (unsigned si = 0; si < sizeof(sizes) / sizeof(*sizes); si++)
+		for (unsigned sp = 0; sp < sizeof(spreads) / sizeof(*spreads); sp++)
+			for (int variant = 0; variant < 4; variant++) {
+				int n = sizes[si];
+				float max = -INFINITY;
+				for (int i = 0; i < n; i++) {
+					st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+					float u = (float)(st >> 40) / 16777216.0f;
+					l[i] = (u - 0.5f) * spreads[sp];
+					if (variant == 1) /* many ties */
+						l[i] = roundf(l[i]);
+					if (variant == 2 && i % 3 == 1) /* a constraint's mask */
+						l[i] = i % 6 == 1 ? -INFINITY : NAN;
+					if (variant == 3 && i % 97 == 5) /* a few far ahead */
+						l[i] += 12.0f;
+				}
+				if (variant == 2)
+					l[0] = 0.25f; /* at least one token left */
+				for (int i = 0; i < n; i++)
+					max = l[i] > max ? l[i] : max;
+				float sum = 0;
+				for (int i = 0; i < n; i++) {
+					float x = l[i] - max;
+					e[i] = x >= -87.0f ? expf(x) : 0.0f; /* as the sampler's terms: NaN to 0 */
+					sum += e[i];
+				}
+				for (unsigned pi = 0; pi < sizeof(top_ps) / sizeof(*top_ps); pi++)
+					for (unsigned mi = 0; mi < sizeof(min_ps) / sizeof(*min_ps); mi++) {
+						int lo, hi,
+							want = ref_filter(l, n, 0, top_ps[pi], min_ps[mi], order, &lo,
+									  &hi);
+						int m = filter_top_p(l, e, n, sum, top_ps[pi], min_ps[mi], out);
+						/* the same set: every kept token among the
+						 * reference's first m, each once */
+						int ok = m >= lo && m <= hi && m >= 1;
+						for (int i = 0; ok && i < m; i++) {
+							int at = 0;
+							while (at < m && order[at] != out[i].id)
+								at++;
+							ok = at < m && out[i].logit == l[out[i].id] &&
+							     out[i].p == e[out[i].id];
+							for (int j = 0; ok && j < i; j++)
+								ok = out[j].id != out[i].id;
+						}
+						if (!ok && cases - same < 3)
+							fprintf(stderr,
+								"  n %d spread %g variant %d top_p %g min_p %g: kept "
+								"%d, "
+								"reference %d (%d-%d)\n",
+								n, spreads[sp], variant, top_ps[pi], min_ps[mi], m,
+								want, lo, hi);
+						cases++;
+						same += ok;
+					}
+				for (unsigned ki = 0; ki < sizeof(top_ks) / sizeof(*top_ks); ki++) {
+					int lo, hi, want = ref_filter(l, n, top_ks[ki], 1.0, 0.0, order, &lo, &hi);
+					int m = filter_top_k(l, e, n, top_ks[ki], out);
+					/* the same tokens in the same order */
+					int ok = m == want;
+					for (int i = 0; ok && i < m; i++)
+						ok = out[i].id == order[i] && out[i].logit == l[order[i]];
+					if (!ok && cases_k - same_k < 3)
+						fprintf(stderr,
+							"  n %d spread %g variant %d top_k %d: kept %d, reference %d\n",
+							n, spreads[sp], variant, top_ks[ki], m, want);
+					cases_k++;
+					same_k += ok;
+				}
+			}
+	CHECK(same == cases, "top_p and min_p keep the reference's tokens (%d of %d cases)", same, cases);
+	CHECK(same_k == cases_k, "top_k keeps the reference's tokens in its order (%d of %d cases)", same_k, cases_k);
+
+	/* draws: six tokens ahead of 4997 others; top_p 0.8 keeps the first
+	 * three of them (softmax at temperature 1: 0.50, 0.30, 0.11, then
+	 * 0.04 ...), and they are drawn at temperature 0.7 renormalised */
+	{
+		static const float head[6] = { 8.0f, 7.5f, 6.5f, 5.5f, 5.4f, 5.3f };
+		struct sampler_params p;
+		struct sampler *a;
+		int cnt[3] = { 0 }, outside = 0;
+		double z = 0, worst = 0, tail = 0;
+		for (int i = 0; i < NMAX; i++)
+			l[i] = (float)(i % 13) * 0.1f - 4.0f; /* [-4, -2.8] */
+		for (int i = 0; i < 6; i++)
+			l[800 * i + 7] = head[i];
+		for (int i = 0; i < NMAX; i++)
+			tail += exp(l[i] - 8.0);
+		double first3 = (exp(0) + exp(-0.5) + exp(-1.5)) / tail, first2 = (exp(0) + exp(-0.5)) / tail;
+		unfiltered(&p, 0.7f, 21);
+		p.top_p = 0.8f;
+		sampler_new(&p, NMAX, &a);
+		for (int i = 0; i < 40000; i++) {
+			int32_t t = sampler_sample(a, l);
+			if (t == 7 || t == 807 || t == 1607)
+				cnt[t / 800]++;
+			else
+				outside++;
+		}
+		sampler_free(a);
+		for (int i = 0; i < 3; i++)
+			z += exp(head[i] / 0.7);
+		for (int i = 0; i < 3; i++)
+			worst = fmax(worst, fabs(cnt[i] / 40000.0 - exp(head[i] / 0.7) / z));
+		CHECK(first2 < 0.8 && first3 >= 0.8 && outside == 0 && worst < 0.01,
+		      "top_p 0.8 draws the nucleus of 3 (mass %.3f) at temperature 0.7 (worst %.4f), %d outside",
+		      first3, worst, outside);
+	}
 }
 
 /* The unfiltered draw on AVX-512 and in portable vectors: with the same
@@ -556,6 +736,7 @@ main(void)
 	test_sampler(); /* and in portable vectors */
 	unsetenv("PRIVAI_SIMD");
 	test_draw_paths();
+	test_sampler_filters();
 	test_threadpool();
 	test_model_errors();
 	test_stream();

@@ -28,6 +28,8 @@ struct opts {
 	int in_mean, in_std, out_tokens, requests, levels[32], n_levels, warmup;
 	unsigned seed;
 	double temperature; /* < 0: not sent (the server's default) */
+	double top_p;       /* < 0: not sent */
+	int top_k;          /* < 0: not sent */
 };
 
 struct sample {
@@ -99,6 +101,10 @@ request_body(const struct opts *o, int chat, int idx)
 	cJSON_AddBoolToObject(b, "ignore_eos", 1);
 	if (o->temperature >= 0)
 		cJSON_AddNumberToObject(b, "temperature", o->temperature);
+	if (o->top_p >= 0)
+		cJSON_AddNumberToObject(b, "top_p", o->top_p);
+	if (o->top_k >= 0)
+		cJSON_AddNumberToObject(b, "top_k", o->top_k);
 	cJSON_AddBoolToObject(b, "stream", 1);
 	cJSON *so = cJSON_AddObjectToObject(b, "stream_options");
 	cJSON_AddBoolToObject(so, "include_usage", 1);
@@ -318,6 +324,8 @@ usage(FILE *fp)
 	      "  --seed N               prompt seed (default 1)\n"
 	      "  --temperature F        sampling temperature to send, 0 to 2 (default: none sent, the\n"
 	      "                         server's own; OpenAI servers use 1)\n"
+	      "  --top-p F              top_p to send, above 0 and at most 1 (default: none sent)\n"
+	      "  --top-k N              top_k to send, 0 for none (default: none sent)\n"
 	      "  --json FILE            append one JSON object per level\n"
 	      "  --csv FILE             write one CSV row per level\n",
 	      fp);
@@ -343,6 +351,22 @@ parse_int_opt(const char *name, const char *v, int lo, int hi, int *out)
 	return 0;
 }
 
+/* A number in [lo, hi], or in (lo, hi] when open_lo. */
+static int
+parse_float_opt(const char *name, const char *v, double lo, double hi, int open_lo, double *out)
+{
+	char *end;
+	double x = strtod(v, &end);
+
+	if (*end != '\0' || end == v || !(open_lo ? x > lo : x >= lo) || !(x <= hi)) {
+		fprintf(stderr, "privai-bench: %s must be a number from %g%s to %g, got '%s'\n", name, lo,
+			open_lo ? " (not included)" : "", hi, v);
+		return -1;
+	}
+	*out = x;
+	return 0;
+}
+
 static int
 parse_args(int argc, char **argv, struct opts *o)
 {
@@ -355,7 +379,9 @@ parse_args(int argc, char **argv, struct opts *o)
 			    .levels = { 1 },
 			    .n_levels = 1,
 			    .warmup = 1,
-			    .temperature = -1 };
+			    .temperature = -1,
+			    .top_p = -1,
+			    .top_k = -1 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int rc = 0;
@@ -391,15 +417,13 @@ parse_args(int argc, char **argv, struct opts *o)
 			rc = parse_int_opt(a, v, 0, 1000, &o->warmup);
 		else if (strcmp(a, "--seed") == 0)
 			rc = parse_int_opt(a, v, 0, 1 << 30, &seed);
-		else if (strcmp(a, "--temperature") == 0) {
-			char *end;
-			o->temperature = strtod(v, &end);
-			if (*end != '\0' || end == v || !(o->temperature >= 0 && o->temperature <= 2)) {
-				fprintf(stderr, "privai-bench: --temperature must be a number from 0 to 2, got '%s'\n",
-					v);
-				rc = -1;
-			}
-		} else if (strcmp(a, "--concurrency") == 0) {
+		else if (strcmp(a, "--temperature") == 0)
+			rc = parse_float_opt(a, v, 0, 2, 0, &o->temperature);
+		else if (strcmp(a, "--top-p") == 0)
+			rc = parse_float_opt(a, v, 0, 1, 1, &o->top_p);
+		else if (strcmp(a, "--top-k") == 0)
+			rc = parse_int_opt(a, v, 0, 1 << 20, &o->top_k);
+		else if (strcmp(a, "--concurrency") == 0) {
 			if ((rc = parse_levels(v, o)) < 0)
 				fprintf(stderr, "privai-bench: --concurrency must list integers 1..4096, got '%s'\n",
 					v);
