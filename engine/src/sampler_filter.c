@@ -131,15 +131,14 @@ filter_top_p(const float *logit, const float *e, int n, float sum, float top_p, 
 	uint32_t b;
 	int m, n_b;
 
+	if (top_p >= 1.0f) /* min_p alone: every term over it */
+		return gather(logit, e, n, 1, min_p, out, &n_b) + n_b;
 	for (int i = 0; i < n; i++)
 		mass[term_key(e[i])] += e[i];
 	/* the first bucket from the top where the mass reaches the goal */
-	for (b = N_KEYS - 1; b > 0; b--) {
-		if (top_p < 1.0f && cum + mass[b] >= goal)
-			break;
+	for (b = N_KEYS - 1; b > 0 && cum + mass[b] < goal; b--)
 		cum += mass[b];
-	}
-	if (b == 0) /* top_p 1, or the sums' rounding: every bucket with a term */
+	if (b == 0) /* the sums' rounding: every bucket with a term */
 		return gather(logit, e, n, 1, min_p, out, &n_b) + n_b;
 	m = gather(logit, e, n, b, min_p, out, &n_b);
 	for (;;) {
