@@ -74,6 +74,12 @@ engine_ctx_threads_active(const struct engine_ctx *c)
 }
 
 void
+engine_ctx_parallel(struct engine_ctx *c, void (*fn)(void *arg, int part, int parts), void *arg)
+{
+	compute_cpu_parallel(c->compute, fn, arg);
+}
+
+void
 engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info)
 {
 	info->n_ctx = c->n_ctx;

@@ -20,9 +20,10 @@ struct seq {
 	int n_computed;
 	struct sampler *smp;
 	/* this step */
-	int chunk;  /* tokens in the batch */
-	int row0;   /* batch row of its first token */
-	int sample; /* the chunk ends at its last token: sample after */
+	int chunk;    /* tokens in the batch */
+	int row0;     /* batch row of its first token */
+	int sample;   /* the chunk ends at its last token: sample after */
+	int32_t next; /* the token sampled after it (pick_tokens), for publish */
 };
 
 struct scheduler {
@@ -54,6 +55,8 @@ struct scheduler {
 	int n_running;
 	struct seq **preempted; /* oldest first; resumed before the queue */
 	int n_preempted;
+	struct seq **picks; /* those sampling after this step (pick_tokens) */
+	int n_picks;
 	int32_t *eog;
 	int n_eog;
 	int32_t *b_tok, *b_pos, *b_rows;

@@ -322,11 +322,26 @@ note_token_time(struct scheduler *s, struct sched_request *r)
 	return now;
 }
 
-/* Under the lock: sample the next token from logits row L (which the masks
- * modify), publish it, and finish the request when it is done.  Returns 1
- * when the request finished (q must then be freed). */
+/* The logits row a sequence samples from after this step, its chunk's
+ * last (the rows of its prompt come back too while it asks for their
+ * logprobs); -1 when it does not sample. */
 static int
-sample_and_emit(struct scheduler *s, struct seq *q, float *L)
+sample_row(const struct seq *q)
+{
+	const struct sched_request *r = q->req;
+
+	if (q->chunk == 0 || !q->sample || r->pooling != SCHED_POOL_NONE)
+		return -1;
+	return q->row0 + (r->prompt_logprobs && q->n_computed < r->n_prompt ? q->chunk : 1) - 1;
+}
+
+/* Without the lock: the next token from logits row L (which the masks
+ * modify) into q->next, its logprobs into the request's arrays at n_out
+ * (no reader looks there before publish moves n_out, under the lock),
+ * and the sampler and the constraint advanced past it.  Reads and
+ * writes nothing another sequence's does. */
+static void
+pick_token(const struct scheduler *s, struct seq *q, float *L)
 {
 	struct sched_request *r = q->req;
 	int V = s->n_vocab, k = r->n_out, ntop = r->top_logprobs > 0 ? r->top_logprobs : 0;
@@ -348,8 +363,50 @@ sample_and_emit(struct scheduler *s, struct seq *q, float *L)
 		r->constraint->accept(r->constraint->state, tok);
 	if (r->top_logprobs >= 0)
 		r->out_logprob[k] = L[tok] - lse; /* a sampled token was not masked */
-	r->out[k] = tok;
-	r->n_out = k + 1;
+	q->next = tok;
+}
+
+static void
+pick_worker(void *arg, int part, int parts)
+{
+	struct scheduler *s = arg;
+	int lo = (int)((int64_t)s->n_picks * part / parts), hi = (int)((int64_t)s->n_picks * (part + 1) / parts);
+
+	for (int i = lo; i < hi; i++) {
+		struct seq *q = s->picks[i];
+		pick_token(s, q, s->logits + (size_t)sample_row(q) * (size_t)s->n_vocab);
+	}
+}
+
+/* Without the lock, after the forward pass: each sequence's next token,
+ * on the engine's threads side by side.  A draw with top_p over Llama 3's
+ * vocabulary takes up to a millisecond; one after another under the lock
+ * they held up the step and every HTTP thread waiting on the lock.  Only
+ * this thread changes the running list, so it needs no lock to read. */
+static void
+pick_tokens(struct scheduler *s)
+{
+	s->n_picks = 0;
+	for (int i = 0; i < s->n_running; i++)
+		if (sample_row(s->running[i]) >= 0)
+			s->picks[s->n_picks++] = s->running[i];
+	if (s->n_picks == 1) /* no hand-off for one */
+		pick_worker(s, 0, 1);
+	else if (s->n_picks > 1)
+		engine_ctx_parallel(s->ctx, pick_worker, s);
+}
+
+/* Under the lock: publish the token pick_tokens() chose, and finish the
+ * request when it is done.  Returns 1 when the request finished (q must
+ * then be freed). */
+static int
+emit_token(struct scheduler *s, struct seq *q)
+{
+	struct sched_request *r = q->req;
+	int32_t tok = q->next;
+
+	r->out[r->n_out] = tok;
+	r->n_out++;
 	q->tokens[q->n_tokens++] = tok;
 	if (note_token_time(s, r) >= r->wake_after)
 		pthread_cond_broadcast(&r->cond);
@@ -419,7 +476,6 @@ static void
 publish(struct scheduler *s, const struct step_batch *b)
 {
 	float *logits = s->logits;
-	int V = s->n_vocab;
 
 	if (s->p.observer.forward != NULL)
 		s->p.observer.forward(s->p.observer.arg, b->n);
@@ -447,8 +503,7 @@ publish(struct scheduler *s, const struct step_batch *b)
 			kv_seq_commit(s->pool, &q->kv, q->tokens, q->n_computed);
 		if (!q->sample)
 			continue;
-		float *L = logits + (size_t)(q->row0 + n_rows - 1) * V;
-		if (sample_and_emit(s, q, L)) {
+		if (emit_token(s, q)) {
 			remove_at(s->running, &s->n_running, i--);
 			s->n_active--;
 			seq_free(s, q);
@@ -544,6 +599,8 @@ sched_step(struct scheduler *s)
 	int rc = b.n > 0 ? engine_forward_ex(s->ctx, &eb, b.adapter ? s->b_adapter : NULL, s->logits,
 					     b.hidden ? s->hidden : NULL, err)
 			 : PRIVAI_OK;
+	if (rc >= 0)
+		pick_tokens(s);
 
 	pthread_mutex_lock(&s->mu);
 	s->in_forward = 0;

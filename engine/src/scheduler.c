@@ -352,6 +352,7 @@ scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok, const struct 
 	/* arrays of pointers: sizeof(struct seq *) is meant (NOLINT: clang-tidy 14 takes it for a mistake) */
 	s->running = calloc((size_t)s->p.max_seqs, sizeof(*s->running));     /* NOLINT(bugprone-sizeof-expression) */
 	s->preempted = calloc((size_t)s->p.max_seqs, sizeof(*s->preempted)); /* NOLINT(bugprone-sizeof-expression) */
+	s->picks = calloc((size_t)s->p.max_seqs, sizeof(*s->picks));         /* NOLINT(bugprone-sizeof-expression) */
 	s->b_tok = calloc((size_t)ci.n_batch, sizeof(int32_t));
 	s->b_pos = calloc((size_t)ci.n_batch, sizeof(int32_t));
 	s->b_rows = calloc((size_t)ci.n_batch, sizeof(int32_t));
@@ -362,8 +363,8 @@ scheduler_new(struct engine_ctx *ctx, const struct tokenizer *tok, const struct 
 	s->hidden = calloc((size_t)ci.n_batch * (size_t)ci.n_embd, sizeof(float));
 	s->b_adapter = calloc((size_t)ci.n_batch, sizeof(int32_t));
 	if (s->logits == NULL || s->hidden == NULL || s->b_adapter == NULL || s->running == NULL ||
-	    s->preempted == NULL || s->b_tok == NULL || s->b_pos == NULL || s->b_rows == NULL || s->b_table == NULL ||
-	    s->eog == NULL || kv_pool_new(ci.n_kv_blocks, ENGINE_KV_BLOCK, &s->pool) < 0) {
+	    s->preempted == NULL || s->picks == NULL || s->b_tok == NULL || s->b_pos == NULL || s->b_rows == NULL ||
+	    s->b_table == NULL || s->eog == NULL || kv_pool_new(ci.n_kv_blocks, ENGINE_KV_BLOCK, &s->pool) < 0) {
 		scheduler_free(s);
 		return privai_fail(err, PRIVAI_ENOMEM, "out of memory for the scheduler");
 	}
@@ -397,6 +398,7 @@ scheduler_free(struct scheduler *s)
 	kv_pool_free(s->pool);
 	free(s->running);
 	free(s->preempted);
+	free(s->picks);
 	free(s->b_tok);
 	free(s->logits);
 	free(s->hidden);

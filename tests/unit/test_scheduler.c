@@ -78,7 +78,7 @@ fresh_metrics(void)
 /* Run all NREQ requests at once on a scheduler; out[i] gets their tokens. */
 static int
 run_all(const struct engine_model *m, const struct tokenizer *tok, int n_blocks, int max_seqs, int32_t out[NREQ][GEN],
-	int *preemptions, float temperature)
+	int *preemptions, float temperature, float top_p)
 {
 	struct engine_ctx_params cp = {
 		.n_ctx = 128, .n_batch = 32, .n_threads = 2, .n_kv_blocks = n_blocks, .device = test_device()
@@ -99,7 +99,7 @@ run_all(const struct engine_model *m, const struct tokenizer *tok, int n_blocks,
 		if (r[i] != NULL && temperature > 0) { /* the OpenAI defaults: the unfiltered draw */
 			r[i]->sampling.temperature = temperature;
 			r[i]->sampling.top_k = 0;
-			r[i]->sampling.top_p = 1;
+			r[i]->sampling.top_p = top_p; /* below 1: the filtered draw */
 			r[i]->sampling.min_p = 0;
 			r[i]->sampling.seed = 100 + (uint64_t)i;
 		}
@@ -463,10 +463,10 @@ main(void)
 	}
 	CHECK(plen[0] > 16 && plen[1] > 16, "golden prompts");
 
-	CHECK(run_all(m, tok, 64, 1, seq_out, &pre_seq, 0) == 0, "one at a time");
-	CHECK(run_all(m, tok, 64, 8, par_out, &pre_par, 0) == 0, "all at once");
+	CHECK(run_all(m, tok, 64, 1, seq_out, &pre_seq, 0, 1) == 0, "one at a time");
+	CHECK(run_all(m, tok, 64, 8, par_out, &pre_par, 0, 1) == 0, "all at once");
 	/* 8 blocks = one 128-token context: at most 2 of these fit together */
-	CHECK(run_all(m, tok, 8, 8, small_out, &pre_small, 0) == 0, "all at once in a small pool");
+	CHECK(run_all(m, tok, 8, 8, small_out, &pre_small, 0, 1) == 0, "all at once in a small pool");
 	int same_par = 0, same_small = 0;
 	for (int i = 0; i < NREQ; i++) {
 		same_par += memcmp(seq_out[i], par_out[i], sizeof(seq_out[i])) == 0;
@@ -480,12 +480,23 @@ main(void)
 	 * batch each request still draws what it draws alone (its own
 	 * sampler; the batch's logits differ from one token's by rounding
 	 * only, which moves a draw about once in a million) */
-	CHECK(run_all(m, tok, 64, 1, seq_out, &pre_seq, 1.0f) == 0, "sampled, one at a time");
-	CHECK(run_all(m, tok, 64, 8, par_out, &pre_par, 1.0f) == 0, "sampled, all at once");
+	CHECK(run_all(m, tok, 64, 1, seq_out, &pre_seq, 1.0f, 1.0f) == 0, "sampled, one at a time");
+	CHECK(run_all(m, tok, 64, 8, par_out, &pre_par, 1.0f, 1.0f) == 0, "sampled, all at once");
 	same_par = 0;
 	for (int i = 0; i < NREQ; i++)
 		same_par += memcmp(seq_out[i], par_out[i], sizeof(seq_out[i])) == 0;
 	CHECK(same_par == NREQ, "batched sampling equals sequential for %d of %d", same_par, NREQ);
+	/* the same with top_p 0.9: the batch's draws run side by side on the
+	 * pool's threads (pick_tokens), each on its own row and sampler */
+	CHECK(run_all(m, tok, 64, 1, seq_out, &pre_seq, 1.0f, 0.9f) == 0, "top_p 0.9, one at a time");
+	CHECK(run_all(m, tok, 64, 8, par_out, &pre_par, 1.0f, 0.9f) == 0, "top_p 0.9, all at once");
+	same_par = 0;
+	int differs = 0;
+	for (int i = 0; i < NREQ; i++) {
+		same_par += memcmp(seq_out[i], par_out[i], sizeof(seq_out[i])) == 0;
+		differs |= i > 0 && memcmp(par_out[i], par_out[0], sizeof(par_out[i])) != 0;
+	}
+	CHECK(same_par == NREQ && differs, "batched top_p sampling equals sequential for %d of %d", same_par, NREQ);
 
 	test_prefix_logprobs_cancel(dir, m, tok);
 	test_chunked_prefill(m, tok);

@@ -160,6 +160,11 @@ void compute_free(struct compute *c);
 /* The CPU backend's threads, and those of them at work now (threadpool_width()). */
 int compute_cpu_threads(const struct compute *c);
 int compute_cpu_threads_active(const struct compute *c);
+/* fn(arg, part, parts) for every part, on the CPU backend's threads as a
+ * job of its pool (threadpool_run()); on another backend, on the caller
+ * as one part.  From the thread that runs the forward passes, between
+ * them. */
+void compute_cpu_parallel(struct compute *c, void (*fn)(void *arg, int part, int parts), void *arg);
 /* Which SIMD level the CPU backend picked ("avx512-vnni", "avx2", "scalar"). */
 const char *compute_cpu_simd_name(void);
 /* Whether its decode kernels prefetch the weights they stream: on for

@@ -121,6 +121,11 @@ void engine_ctx_free(struct engine_ctx *c);
 void engine_ctx_info(const struct engine_ctx *c, struct engine_ctx_info *info);
 /* n_threads_active alone, callable from any thread (a relaxed read). */
 int engine_ctx_threads_active(const struct engine_ctx *c);
+/* Host work between forward passes (the scheduler's sampling) on the
+ * context's CPU threads: fn(arg, part, parts) for every part, in
+ * parallel where the backend is the CPU's, else on the caller.  From the
+ * thread that runs the forward passes. */
+void engine_ctx_parallel(struct engine_ctx *c, void (*fn)(void *arg, int part, int parts), void *arg);
 
 /* One forward pass over tokens of any number of sequences, described by
  * a struct compute_batch (compute.h): token i is tokens[i] at position

@@ -525,6 +525,15 @@ compute_cpu_threads_active(const struct compute *c)
 	return c->ops == &cpu_ops ? threadpool_width(((const struct cpu_impl *)c->impl)->pool) : 0;
 }
 
+void
+compute_cpu_parallel(struct compute *c, void (*fn)(void *arg, int part, int parts), void *arg)
+{
+	if (c->ops == &cpu_ops)
+		threadpool_run(impl_of(c)->pool, fn, arg);
+	else
+		fn(arg, 0, 1);
+}
+
 /* PRIVAI_MATMUL_INLINE: a byte count replacing MATMUL_INLINE_BYTES (0:
  * every matmul through the pool); anything else leaves the default. */
 static size_t
