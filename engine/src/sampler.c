@@ -309,6 +309,84 @@ first_equal(const float *logit, int n, float v)
 	return n;
 }
 
+/* Of 16 logits from l (m of them, m < 16 the tail: 0 past it), their
+ * terms exp(x - max) summed into acc. */
+static inline __attribute__((always_inline)) void
+add_terms16(const float *l, int m, float max, v16f *acc)
+{
+	v16f x;
+
+	if (m == 16) {
+		memcpy(&x, l, sizeof(x));
+	} else {
+		float t[16];
+		for (int i = 0; i < 16; i++)
+			t[i] = i < m ? l[i] : -INFINITY; /* a term of 0 */
+		memcpy(&x, t, sizeof(x));
+	}
+	x = x - max;
+	exp_neg16n(&x, 1);
+	*acc += x;
+}
+
+/* The logprobs' normalizer.  A double exp() a logit took 0.9 ms a token
+ * over Llama 3's 128256 logits, and the scheduler ran it for every token
+ * of a prompt whose logprobs were asked (echo): the polynomial of the
+ * draw instead, its sums a block of 1024 at a time in doubles. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+float
+logits_log_sum_exp(const float *logits, int n)
+{
+	float max = logits_max(logits, n);
+	double sum = 0.0;
+
+	if (!(max > -INFINITY))
+		return max; /* every logit -inf (or NaN): nothing to normalise */
+	for (int b = 0; b < n; b += 1024) {
+		v16f acc = { 0 };
+		int end = b + 1024 < n ? b + 1024 : n;
+		for (int i = b; i < end; i += 16)
+			add_terms16(logits + i, end - i < 16 ? end - i : 16, max, &acc);
+		for (int j = 0; j < 16; j++)
+			sum += acc[j];
+	}
+	return max + (float)log(sum);
+}
+
+/* Whether logit a (id ia) ranks before logit b (id ib). */
+static inline int
+ranks_before(float a, int32_t ia, float b, int32_t ib)
+{
+	if (isnan(a) || isnan(b))
+		return !isnan(a) || (isnan(b) && ia < ib);
+	return a > b || (a == b && ia < ib);
+}
+
+/* One pass, the k best so far in order: a pass over the logits for each
+ * of k took 0.7 ms a token for 5 over 128256 logits, 2.8 ms for 20. */
+void
+logits_top_n(const float *logits, int n, int k, int32_t *ids)
+{
+	int have = 0;
+
+	if (k > n)
+		k = n;
+	for (int32_t v = 0; v < n && k > 0; v++) {
+		float x = logits[v];
+		/* ids rise: v ranks after an equal logit already in */
+		if (have == k && !ranks_before(x, v, logits[ids[k - 1]], ids[k - 1]))
+			continue;
+		int at = have < k ? have++ : k - 1;
+		while (at > 0 && ranks_before(x, v, logits[ids[at - 1]], ids[at - 1])) {
+			ids[at] = ids[at - 1];
+			at--;
+		}
+		ids[at] = v;
+	}
+}
+
 /* Greedy decoding with no bias or penalty: the first token with the
  * largest logit, as the scan over the candidates below finds it, from
  * the vector maximum and then its first place.  Building the 32000

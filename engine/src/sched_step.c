@@ -265,38 +265,18 @@ build_batch(struct scheduler *s, struct step_batch *b)
 	}
 }
 
-static float
-log_sum_exp(const float *L, int V)
-{
-	float max = -INFINITY;
-	double sum = 0;
-
-	assert(V > 0);
-	for (int v = 0; v < V; v++)
-		max = L[v] > max ? L[v] : max;
-	for (int v = 0; v < V; v++)
-		sum += exp((double)(L[v] - max));
-	return max + (float)log(sum);
-}
-
-/* The n most likely entries of row L, best first (n is at most 20, so a
- * pass per entry costs less than a sort of the vocabulary). */
+/* The n most likely entries of row L, best first, as logprobs (lse the
+ * row's logits_log_sum_exp()). */
 static void
 top_n(const float *L, int V, float lse, int n, struct token_logprob *top)
 {
+	int32_t ids[SCHED_TOP_MAX];
+
+	assert(n <= SCHED_TOP_MAX);
+	logits_top_n(L, V, n, ids);
 	for (int k = 0; k < n; k++) {
-		int32_t best = -1;
-		for (int v = 0; v < V; v++) {
-			if (best >= 0 && !(L[v] > L[best]))
-				continue;
-			int taken = 0;
-			for (int j = 0; j < k && !taken; j++)
-				taken = top[j].id == v;
-			if (!taken)
-				best = v;
-		}
-		top[k].id = best;
-		top[k].logprob = L[best] - lse;
+		top[k].id = ids[k];
+		top[k].logprob = L[ids[k]] - lse;
 	}
 }
 
@@ -349,7 +329,7 @@ pick_token(const struct scheduler *s, struct seq *q, float *L)
 
 	/* logprobs are of the model's own distribution, before any mask */
 	if (r->top_logprobs >= 0) {
-		lse = log_sum_exp(L, V);
+		lse = logits_log_sum_exp(L, V);
 		top_n(L, V, lse, ntop, r->out_top + (size_t)k * ntop);
 	}
 	if (k < r->min_tokens)
@@ -366,6 +346,34 @@ pick_token(const struct scheduler *s, struct seq *q, float *L)
 	q->next = tok;
 }
 
+/* Whether the chunk's rows hold logprobs of its prompt tokens to record. */
+static int
+prompt_rows(const struct seq *q)
+{
+	const struct sched_request *r = q->req;
+
+	return q->chunk > 0 && r->pooling == SCHED_POOL_NONE && r->prompt_logprobs && q->n_computed < r->n_prompt;
+}
+
+/* Without the lock, as pick_token(): logprobs of the prompt tokens this
+ * chunk's rows predict (no reader looks at them before the request ends). */
+static void
+record_prompt_logprobs(struct scheduler *s, struct seq *q, const float *logits)
+{
+	struct sched_request *r = q->req;
+	int V = s->n_vocab, ntop = r->top_logprobs > 0 ? r->top_logprobs : 0;
+
+	for (int t = 0; t < q->chunk; t++) {
+		int p = q->n_computed + t + 1; /* the prompt token this row predicts */
+		if (p >= r->n_prompt)
+			break;
+		const float *L = logits + (size_t)(q->row0 + t) * V;
+		float lse = logits_log_sum_exp(L, V);
+		r->prompt_logprob[p] = L[r->prompt[p]] - lse;
+		top_n(L, V, lse, ntop, r->prompt_top + (size_t)p * ntop);
+	}
+}
+
 static void
 pick_worker(void *arg, int part, int parts)
 {
@@ -374,12 +382,16 @@ pick_worker(void *arg, int part, int parts)
 
 	for (int i = lo; i < hi; i++) {
 		struct seq *q = s->picks[i];
-		pick_token(s, q, s->logits + (size_t)sample_row(q) * (size_t)s->n_vocab);
+		int row = sample_row(q);
+		if (prompt_rows(q))
+			record_prompt_logprobs(s, q, s->logits);
+		if (row >= 0)
+			pick_token(s, q, s->logits + (size_t)row * (size_t)s->n_vocab);
 	}
 }
 
-/* Without the lock, after the forward pass: each sequence's next token,
- * on the engine's threads side by side.  A draw with top_p over Llama 3's
+/* Without the lock, after the forward pass: each sequence's next token
+ * and its prompt's logprobs, on the engine's threads side by side.  A draw with top_p over Llama 3's
  * vocabulary takes up to a millisecond; one after another under the lock
  * they held up the step and every HTTP thread waiting on the lock.  Only
  * this thread changes the running list, so it needs no lock to read. */
@@ -388,7 +400,7 @@ pick_tokens(struct scheduler *s)
 {
 	s->n_picks = 0;
 	for (int i = 0; i < s->n_running; i++)
-		if (sample_row(s->running[i]) >= 0)
+		if (sample_row(s->running[i]) >= 0 || prompt_rows(s->running[i]))
 			s->picks[s->n_picks++] = s->running[i];
 	if (s->n_picks == 1) /* no hand-off for one */
 		pick_worker(s, 0, 1);
@@ -424,24 +436,6 @@ emit_token(struct scheduler *s, struct seq *q)
 	return 1;
 }
 
-/* Under the lock: logprobs of prompt tokens from the rows of this chunk. */
-static void
-record_prompt_logprobs(struct scheduler *s, struct seq *q, const float *logits)
-{
-	struct sched_request *r = q->req;
-	int V = s->n_vocab, ntop = r->top_logprobs > 0 ? r->top_logprobs : 0;
-
-	for (int t = 0; t < q->chunk; t++) {
-		int p = q->n_computed + t + 1; /* the prompt token this row predicts */
-		if (p >= r->n_prompt)
-			break;
-		const float *L = logits + (size_t)(q->row0 + t) * V;
-		float lse = log_sum_exp(L, V);
-		r->prompt_logprob[p] = L[r->prompt[p]] - lse;
-		top_n(L, V, lse, ntop, r->prompt_top + (size_t)p * ntop);
-	}
-}
-
 /* Under the lock: an embedding request's rows of this chunk, summed for
  * mean pooling or taken when last; 1 when the request is done. */
 static int
@@ -475,8 +469,6 @@ pool_rows(struct scheduler *s, struct seq *q)
 static void
 publish(struct scheduler *s, const struct step_batch *b)
 {
-	float *logits = s->logits;
-
 	if (s->p.observer.forward != NULL)
 		s->p.observer.forward(s->p.observer.arg, b->n);
 	for (int i = 0; i < s->n_running; i++) {
@@ -494,10 +486,6 @@ publish(struct scheduler *s, const struct step_batch *b)
 			}
 			continue;
 		}
-		int n_rows =
-			q->req->prompt_logprobs && q->n_computed < q->req->n_prompt ? q->chunk : (q->sample ? 1 : 0);
-		if (n_rows == q->chunk && q->req->prompt_logprobs)
-			record_prompt_logprobs(s, q, logits);
 		q->n_computed += q->chunk;
 		if (q->req->adapter == 0) /* an adapter's blocks are not for others */
 			kv_seq_commit(s->pool, &q->kv, q->tokens, q->n_computed);

@@ -152,6 +152,9 @@ scheduler_submit(struct scheduler *s, struct sched_request *r, char *err)
 
 	if (r->n_prompt < 1)
 		return privai_fail(err, PRIVAI_EINVAL, "the prompt is empty");
+	if (r->top_logprobs > SCHED_TOP_MAX)
+		return privai_fail(err, PRIVAI_EINVAL, "top_logprobs is %d; at most %d", r->top_logprobs,
+				   SCHED_TOP_MAX);
 	if (r->max_tokens < 1 || r->n_prompt > s->n_ctx - r->max_tokens)
 		return privai_fail(err, PRIVAI_EINVAL,
 				   "this model's maximum context length is %d tokens; the prompt has %d and max_tokens "

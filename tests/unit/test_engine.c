@@ -13,6 +13,7 @@
 #include "privai/gguf.h"
 #include "privai/model.h"
 #include "privai/sampler.h"
+#include "privai/scheduler.h"
 #include "privai/tensor_type.h"
 #include "privai/threadpool.h"
 #include "privai/tokenizer.h"
@@ -415,6 +416,78 @@ test_sampler_filters(void)
 	}
 }
 
+/* logits_log_sum_exp and logits_top_n against double precision and a
+ * full sort (larger first, equal ones by id, NaN last), on odd sizes,
+ * ties, -inf and NaN. */
+static int
+rank_cmp(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	float lx = ref_logit[x], ly = ref_logit[y];
+
+	if (isnan(lx) != isnan(ly))
+		return isnan(lx) ? 1 : -1;
+	if (!isnan(lx) && lx != ly)
+		return lx < ly ? 1 : -1;
+	return (x > y) - (x < y);
+}
+
+static void
+test_logprob_helpers(void)
+{
+	enum { NMAX = 32003 };
+	static float l[NMAX];
+	static int order[NMAX];
+	static const int sizes[] = { 1, 2, 15, 16, 17, 1023, 1025, NMAX };
+	uint64_t st = 7;
+	int cases = 0, lse_ok = 0, top_ok = 0;
+	double worst = 0;
+
+	for (unsigned si = 0; si < sizeof(sizes) / sizeof(*sizes); si++)
+		for (int variant = 0; variant < 4; variant++) {
+			int n = sizes[si];
+			for (int i = 0; i < n; i++) {
+				st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+				l[i] = ((float)(st >> 40) / 16777216.0f - 0.5f) * 30.0f;
+				if (variant == 1)
+					l[i] = roundf(l[i] / 5.0f); /* ties */
+				if (variant == 2 && i % 5 == 3)
+					l[i] = i % 10 == 3 ? -INFINITY : NAN;
+				if (variant == 3 && i % 7 == 0)
+					l[i] -= 200.0f; /* terms under e^-87 */
+			}
+			double max = -INFINITY, sum = 1.0; /* the largest's term, exp(0) */
+			int at_max = -1;
+			for (int i = 0; i < n; i++)
+				if (l[i] > max) {
+					max = l[i];
+					at_max = i;
+				}
+			for (int i = 0; i < n; i++)
+				sum += isnan(l[i]) || i == at_max ? 0.0 : exp((double)l[i] - max);
+			double want = max + log(sum), got = logits_log_sum_exp(l, n);
+			double err = fabs(got - want) / fmax(1.0, fabs(want));
+			worst = fmax(worst, err);
+			lse_ok += err < 1e-6;
+			for (int i = 0; i < n; i++)
+				order[i] = i;
+			ref_logit = l;
+			qsort(order, (size_t)n, sizeof(*order), rank_cmp);
+			int32_t ids[SCHED_TOP_MAX];
+			int k = n < SCHED_TOP_MAX ? n : SCHED_TOP_MAX, same = 1;
+			logits_top_n(l, n, k, ids);
+			for (int i = 0; i < k; i++)
+				same &= ids[i] == order[i];
+			ids[0] = -7;
+			logits_top_n(l, n, 0, ids); /* none asked: nothing read or written */
+			top_ok += same && ids[0] == -7;
+			cases++;
+		}
+	CHECK(lse_ok == cases, "log-sum-exp within 1e-6 of double precision in %d of %d cases (worst %.2e)", lse_ok,
+	      cases, worst);
+	CHECK(top_ok == cases, "the top 20 logits in a full sort's order in %d of %d cases", top_ok, cases);
+}
+
 /* The unfiltered draw on AVX-512 and in portable vectors: with the same
  * seed over the same 32000 logits they draw the same tokens, but where a
  * draw falls within the two's rounding of a boundary (1 or 2 of 20000
@@ -737,6 +810,7 @@ main(void)
 	unsetenv("PRIVAI_SIMD");
 	test_draw_paths();
 	test_sampler_filters();
+	test_logprob_helpers();
 	test_threadpool();
 	test_model_errors();
 	test_stream();

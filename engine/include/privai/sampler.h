@@ -38,6 +38,13 @@ struct sampler;
 int sampler_new(const struct sampler_params *p, int n_vocab, struct sampler **ret);
 void sampler_free(struct sampler *s);
 
+/* log(sum(exp(logits))) over n > 0 logits: a logprob is a logit less it.
+ * In vectors, terms summed in doubles; -inf when every logit is. */
+float logits_log_sum_exp(const float *logits, int n);
+/* The ids of the k (>= 0) largest of n logits, largest first, equal ones
+ * by id; a NaN ranks below -inf.  One pass over the logits. */
+void logits_top_n(const float *logits, int n, int k, int32_t *ids);
+
 /* Pick a token from logits (n_vocab floats; not modified). */
 int32_t sampler_sample(struct sampler *s, const float *logits);
 /* Record a token of the context (prompt or generated) for the penalties. */

@@ -45,6 +45,9 @@ struct token_constraint {
 
 enum { SCHED_POOL_NONE, SCHED_POOL_MEAN, SCHED_POOL_LAST };
 
+/* The most top logprobs a request may ask for (OpenAI's limit). */
+#define SCHED_TOP_MAX 20
+
 struct sched_request {
 	/* set by the client before submit, read-only afterwards */
 	int32_t *prompt;
@@ -55,7 +58,7 @@ struct sched_request {
 	struct sampler_params sampling; /* its logit_bias arrays: bias_ids, bias below */
 	int32_t *bias_ids;              /* logit_bias, owned (freed with the request) */
 	float *bias;
-	int top_logprobs;    /* -1: none; else logprob of each token and the top N */
+	int top_logprobs;    /* -1: none; else logprob of each token and the top N (<= SCHED_TOP_MAX) */
 	int prompt_logprobs; /* also for prompt tokens 1.. (echo); no prefix cache then */
 	struct token_constraint *constraint;
 	/* an embedding of the prompt instead of generation: SCHED_POOL_MEAN
