@@ -371,11 +371,18 @@ logits_top_n(const float *logits, int n, int k, int32_t *ids)
 {
 	int have = 0;
 
+	/* once full, a logit enters only above the last one kept (ids rise:
+	 * v ranks after an equal logit already in); below is -inf while
+	 * not full or while the last is a NaN, which any logit but a NaN
+	 * passes */
+	float below = -INFINITY;
+
 	if (k > n)
 		k = n;
 	for (int32_t v = 0; v < n && k > 0; v++) {
 		float x = logits[v];
-		/* ids rise: v ranks after an equal logit already in */
+		if (have == k && !(x > below) && !(x == -INFINITY && below == -INFINITY))
+			continue;
 		if (have == k && !ranks_before(x, v, logits[ids[k - 1]], ids[k - 1]))
 			continue;
 		int at = have < k ? have++ : k - 1;
@@ -384,6 +391,8 @@ logits_top_n(const float *logits, int n, int k, int32_t *ids)
 			at--;
 		}
 		ids[at] = v;
+		if (have == k)
+			below = isnan(logits[ids[k - 1]]) ? -INFINITY : logits[ids[k - 1]];
 	}
 }
 
