@@ -103,7 +103,6 @@ gather(const float *logit, const float *e, int n, uint32_t b, float min_p, struc
 int
 filter_top_k(const float *logit, const float *e, int n, int k, struct cand *out)
 {
-	static const float no_min_p = 0.0f;
 	uint32_t count[N_KEYS] = { 0 };
 	int above = 0, n_b;
 	uint32_t b;
@@ -112,8 +111,8 @@ filter_top_k(const float *logit, const float *e, int n, int k, struct cand *out)
 		count[term_key(e[i])]++;
 	for (b = N_KEYS - 1; b > 0 && above + (int)count[b] < k; b--)
 		above += (int)count[b];
-	int m = gather(logit, e, n, b, no_min_p, out, &n_b);
-	if (n_b > k - m) { /* the boundary's largest make up k */
+	int m = gather(logit, e, n, b, 0.0f, out, &n_b); /* no min_p */
+	if (n_b > k - m) {                               /* the boundary's largest make up k */
 		cand_partial_sort(out + m, n_b, k - m);
 		n_b = k - m;
 	}

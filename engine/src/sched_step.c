@@ -302,6 +302,15 @@ note_token_time(struct scheduler *s, struct sched_request *r)
 	return now;
 }
 
+/* Whether the chunk's rows hold logprobs of its prompt tokens to record. */
+static int
+prompt_rows(const struct seq *q)
+{
+	const struct sched_request *r = q->req;
+
+	return q->chunk > 0 && r->pooling == SCHED_POOL_NONE && r->prompt_logprobs && q->n_computed < r->n_prompt;
+}
+
 /* The logits row a sequence samples from after this step, its chunk's
  * last (the rows of its prompt come back too while it asks for their
  * logprobs); -1 when it does not sample. */
@@ -312,7 +321,7 @@ sample_row(const struct seq *q)
 
 	if (q->chunk == 0 || !q->sample || r->pooling != SCHED_POOL_NONE)
 		return -1;
-	return q->row0 + (r->prompt_logprobs && q->n_computed < r->n_prompt ? q->chunk : 1) - 1;
+	return q->row0 + (prompt_rows(q) ? q->chunk : 1) - 1;
 }
 
 /* Without the lock: the next token from logits row L (which the masks
@@ -344,15 +353,6 @@ pick_token(const struct scheduler *s, struct seq *q, float *L)
 	if (r->top_logprobs >= 0)
 		r->out_logprob[k] = L[tok] - lse; /* a sampled token was not masked */
 	q->next = tok;
-}
-
-/* Whether the chunk's rows hold logprobs of its prompt tokens to record. */
-static int
-prompt_rows(const struct seq *q)
-{
-	const struct sched_request *r = q->req;
-
-	return q->chunk > 0 && r->pooling == SCHED_POOL_NONE && r->prompt_logprobs && q->n_computed < r->n_prompt;
 }
 
 /* Without the lock, as pick_token(): logprobs of the prompt tokens this
