@@ -231,13 +231,17 @@ scheduler_wait_after(struct scheduler *s, struct sched_request *r, int seen, dou
 	int n;
 
 	pthread_mutex_lock(&s->mu);
-	r->wake_after = not_before;
 	while (r->finish == FINISH_NONE) {
 		double now = sched_now();
 		if ((r->n_out > seen && now >= not_before) || now >= deadline)
 			break;
-		/* the scheduler does not wake us for a token before not_before:
-		 * the timer does, then takes what came meanwhile */
+		/* Before not_before our own timer wakes us and takes what came
+		 * meanwhile: a token does not (HUGE_VAL), for the scheduler's
+		 * wake-up of a sleeping thread is a system call and, in a VM, an
+		 * interrupt to another CPU: 27 us of its step on this one's
+		 * hypervisor, where the timer would wake us a moment later
+		 * anyway.  Past not_before the next token wakes us. */
+		r->wake_after = now < not_before ? HUGE_VAL : 0;
 		struct timespec ts = monotonic_at(now < not_before && not_before < deadline ? not_before : deadline);
 		pthread_cond_timedwait(&r->cond, &s->mu, &ts);
 	}

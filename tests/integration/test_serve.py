@@ -1337,6 +1337,41 @@ def test_stream_interval():
     check(first.startswith(b"data: ") and (seen or took < 0.3) and "[DONE]" in rest and after == [os.SCHED_OTHER],
           "a stream's thread: SCHED_BATCH past its first token (%s), SCHED_OTHER after it (%s)" % (during, after))
     check(s.stop() == 0, "exit 0 after SIGTERM")
+    # a client gone while its stream waits out a 1 s interval: no write
+    # fails to tell, so the thread's look at the socket between writes
+    # must (every 100 ms): 8 choices of 1000 tokens last longer than that
+    # here (and a second, the next write, without the look)
+    s = Server("--stream-interval-ms", "1000", "--ctx", "1024")
+    check(s.wait_ready(), "server with --stream-interval-ms 1000 ready")
+    aborted, completed = finished_as(s, "abort"), finished_as(s, "length")
+    sock = socket.create_connection(("127.0.0.1", s.port))
+    held = json.dumps(dict(body, stream=True, n=8))
+    sock.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  "Content-Length: %d\r\n\r\n%s" % (len(held), held)).encode())
+    got = sock.recv(4096)
+    sock.close()
+    closed = time.time()
+    while time.time() < closed + 30 * SLOW and s.metric("vllm:num_requests_running") != 0:
+        time.sleep(0.02)
+    ended = time.time() - closed
+    if finished_as(s, "length") == completed + 8:
+        # a device that generates them before the first look (a GPU)
+        print("SKIP: the 8 x 1000 tokens ended %.3f s after the client left, before it was looked for" % ended)
+    else:
+        # noticed by the look, not by the next write a second on (a
+        # deadline, not a timing)
+        check(b" 200 OK" in got and finished_as(s, "abort") == aborted + 8 and ended < 0.8 and
+              s.metric("vllm:kv_cache_usage_perc") == 0,
+              "a client gone during a stream's interval is noticed (after %.3f s): its 8 sequences aborted, "
+              "their blocks freed" % ended)
+    check(s.stop() == 0, "exit 0 after SIGTERM")
+
+
+def finished_as(s, reason):
+    """vllm:request_success_total for one finish reason."""
+    _, text = s.request("GET", "/metrics")
+    m = re.search(r'^vllm:request_success_total\{[^}]*finished_reason="%s"\} (\S+)$' % reason, text, re.M)
+    return float(m.group(1)) if m else None
 
 
 def connection_policies(pid):

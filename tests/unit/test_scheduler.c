@@ -318,10 +318,20 @@ test_wait_after(const struct engine_model *m, const struct tokenizer *tok)
 	double back = scheduler_clock();
 	CHECK(back >= not_before && got > n, "the wait ended %.4f s after not_before with tokens %d -> %d",
 	      back - not_before, n, got);
+	/* past not_before the next tokens wake the wait, not its timeout or
+	 * the request's end: it returns with the request still running (the
+	 * 200 tokens take longer than 21 of them; the end would come with
+	 * all 200, a missed wake-up after a minute) */
+	double t0 = scheduler_clock();
+	n = got;
+	got = scheduler_wait_after(s, a, n + 20, t0, 60000, &f);
+	CHECK(f == FINISH_NONE && got > n + 20 && got < 200 && scheduler_clock() - t0 < 30,
+	      "tokens past not_before end the wait: %d -> %d tokens, finish %d, after %.1f s", n, got, (int)f,
+	      scheduler_clock() - t0);
 	/* with not_before and the timeout far ahead, the request's end still
 	 * ends the wait: it comes within seconds even under a sanitizer; a
 	 * wait that missed it would last the whole minute */
-	double t0 = scheduler_clock();
+	t0 = scheduler_clock();
 	got = scheduler_wait_after(s, a, got, t0 + 3600, 60000, &f);
 	CHECK(f == FINISH_LENGTH && got == 200 && scheduler_clock() - t0 < 30,
 	      "the end ends the wait: %d tokens, finish %d, after %.1f s", got, (int)f, scheduler_clock() - t0);

@@ -116,6 +116,7 @@ struct job {
 	size_t pending_off;
 	double last_taken; /* scheduler_clock() when tokens were last taken */
 	int hold;          /* a stream wrote; the next write waits for the interval */
+	int wrote;         /* the stream's last read returned bytes */
 	struct MHD_Connection *conn;
 };
 
@@ -756,6 +757,7 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 			n = n < max ? n : max;
 			memcpy(buf, j->pending.s + j->pending_off, n);
 			j->pending_off += n;
+			j->wrote = 1;
 			return (ssize_t)n;
 		}
 		if (strbuf_failed(&j->pending))
@@ -770,8 +772,13 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 			j->last_taken = scheduler_clock();
 			continue;
 		}
-		if (http_client_gone(j->conn))
+		/* a client gone makes the next write fail, which ends the
+		 * stream: the look costs a system call, so it is for a wait
+		 * that wrote nothing (a long prompt, an interval above the
+		 * wait's 100 ms) */
+		if (!j->wrote && http_client_gone(j->conn))
 			return stream_end(MHD_CONTENT_READER_END_WITH_ERROR);
+		j->wrote = 0;
 		/* the first token written, later writes wait for a free CPU
 		 * rather than stop a forward pass (http.c); a hint */
 		if (tokens_taken(j))
