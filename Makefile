@@ -123,7 +123,7 @@ $(LIB): $(ENGINE_OBJ)
 $(ENGINE_BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ENG)
 
-$(BENCH_BIN): $(BUILD)/engine/src/bench/privai_bench.o
+$(BENCH_BIN): $(BUILD)/engine/src/bench/privai_bench.o $(BUILD)/engine/src/thread_sched.o
 	$(CC) $(CFLAGS_ALL) $^ -o $@ -lcurl -lcjson -lm -pthread
 
 # the admin store's migrations, carried in the binary as strings

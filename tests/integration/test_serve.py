@@ -9,6 +9,7 @@ disconnects mid-stream, API keys with SIGHUP reload, malformed input of many
 kinds, thousands of dropped connections, a full queue, and SIGTERM drain.
 Standard library only.  Prints "N passed, N failed".
 """
+import ctypes
 import http.client
 import json
 import math
@@ -693,6 +694,25 @@ def test_bench_tool(s):
     check(len(bodies) == 2 and bodies[0].get("temperature") == 0 and bodies[0].get("top_p") == 0.9 and
           bodies[0].get("top_k") == 40 and not {"temperature", "top_p", "top_k"} & set(bodies[1]),
           "privai-bench sends --temperature, --top-p and --top-k, and nothing without them: %s" % bodies)
+    # its client threads ask for a short slice, so that a chunk's arrival
+    # runs them at once on CPUs the server's threads fill: looked at while
+    # a request waits on a server that does not answer
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    b = subprocess.Popen([bench, "--url", "http://127.0.0.1:%d" % lst.getsockname()[1], "--requests", "1",
+                          "--warmup", "0", "--concurrency", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    c, _ = lst.accept()
+    c.recv(65536)
+    slices = thread_slices(b.pid)
+    c.sendall(b"HTTP/1.1 500 Nope\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    c.close()
+    lst.close()
+    b.wait(60)
+    if not custom_slices():
+        print("SKIP: this kernel takes no thread's own slice (Linux 6.12 on): privai-bench's not checked")
+    else:
+        check(100000 in slices, "privai-bench's client thread asks for a 100 us slice: %s" % slices)
 
 
 MODEL_ID = "tiny-llama-spm-f16.gguf"
@@ -1336,6 +1356,17 @@ def test_stream_interval():
         print("SKIP: the stream ended in %.3f s, before a second write: its policy was not seen" % took)
     check(first.startswith(b"data: ") and (seen or took < 0.3) and "[DONE]" in rest and after == [os.SCHED_OTHER],
           "a stream's thread: SCHED_BATCH past its first token (%s), SCHED_OTHER after it (%s)" % (during, after))
+    # and with the short slice it asked for at the request's start, so that
+    # its first token's write preempts the engine's threads
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60 * SLOW)
+    c.request("GET", "/health")
+    c.getresponse().read()
+    slices = thread_slices(s.p.pid, "MHD-connection")
+    c.close()
+    if not custom_slices():
+        print("SKIP: this kernel takes no thread's own slice (Linux 6.12 on): the connection's not checked")
+    else:
+        check(slices == [100000], "a connection thread asks for a 100 us slice: %s" % slices)
     check(s.stop() == 0, "exit 0 after SIGTERM")
     # a client gone while its stream waits out a 1 s interval: no write
     # fails to tell, so the thread's look at the socket between writes
@@ -1385,6 +1416,47 @@ def connection_policies(pid):
         except (FileNotFoundError, ProcessLookupError):
             pass  # a thread that ended meanwhile
     return out
+
+
+def thread_slices(pid, comm=None):
+    """se.slice (ns) of each of pid's threads (those named comm)."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if comm is not None and f.read().strip() != comm:
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/sched") as f:
+                m = re.search(r"^se\.slice\s*:\s*(\d+)", f.read(), re.M)
+            if m:
+                out.append(int(m.group(1)))
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return out
+
+
+def custom_slices():
+    """Whether this kernel takes a thread's own slice (sched_setattr's
+    runtime, Linux 6.12 on): tried on a thread of this process."""
+    res = []
+    if os.uname().machine != "x86_64":
+        return False  # the system call's number below is x86-64's
+
+    def probe():
+        libc = ctypes.CDLL(None, use_errno=True)
+        attr = ctypes.create_string_buffer(56)
+        struct.pack_into("IIQiIQQQII", attr, 0, 56, 0, 0, 0, 0, 100000, 0, 0, 0, 0)
+        ok = libc.syscall(314, 0, attr, 0) == 0  # SYS_sched_setattr on x86-64
+        try:
+            with open("/proc/self/task/%d/sched" % threading.get_native_id()) as f:
+                m = re.search(r"^se\.slice\s*:\s*(\d+)", f.read(), re.M)
+        except FileNotFoundError:
+            m = None
+        res.append(ok and m is not None and int(m.group(1)) == 100000)
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    return res[0]
 
 
 def test_keys_and_drain():

@@ -88,9 +88,10 @@ struct cJSON *http_body_object(struct MHD_Connection *c, const char *body, size_
 /* 1 when the client has closed its end of the connection. */
 int http_client_gone(struct MHD_Connection *c);
 /* Whether the calling connection thread, when it wakes, waits for a free
- * CPU (or the next tick) instead of preempting the engine's threads
- * (http.c says why a stream's writes do).  A hint: 0 once set, -1 with
- * errno where the policy cannot be changed. */
+ * CPU (or the next tick) instead of preempting the engine's threads (on:
+ * a stream's writes past its first), or preempts them at once (off: a
+ * request's parse and first token, with a short slice); http.c says why.
+ * A hint: 0 once set, -1 with errno where the policy cannot be changed. */
 int http_thread_defer(int on);
 
 /* Endpoints in openai_*.c */

@@ -1,0 +1,24 @@
+/*
+ * The calling thread's scheduling policy and slice (sched_setattr).
+ *
+ * Under EEVDF (Linux 6.6 on) a thread that wakes with the default slice
+ * waits for the running thread to use up its own before it may preempt
+ * it; one that asks for a short slice (its runtime, Linux 6.12 on; older
+ * kernels ignore it) preempts at once and runs little before it may be
+ * preempted in turn.  A thread that waits for the network and answers in
+ * microseconds (a connection's first token, a benchmark client's clock)
+ * wants the short one; the engine's compute threads keep the default.
+ */
+#ifndef PRIVAI_THREAD_SCHED_H
+#define PRIVAI_THREAD_SCHED_H
+
+#include <stdint.h>
+
+#define THREAD_SLICE_SHORT_NS 100000ULL /* the smallest slice Linux takes */
+
+/* policy (SCHED_OTHER, SCHED_BATCH) and slice_ns (0: the kernel's
+ * default) for the calling thread, its nice value kept.  0, or -1 with
+ * errno. */
+int thread_sched_set(int policy, uint64_t slice_ns);
+
+#endif
