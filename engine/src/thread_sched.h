@@ -21,4 +21,12 @@
  * errno. */
 int thread_sched_set(int policy, uint64_t slice_ns);
 
+/* For a thread that serves a network peer (thread_sched.c says why): on,
+ * woken it waits for a free CPU or the next tick (SCHED_BATCH: a stream's
+ * writes past its first); off, it preempts at once (a short slice: a
+ * request's parse and first answer).  Asks the kernel only when it
+ * differs from what the calling thread last asked.  A hint: 0, or -1
+ * with errno where the policy cannot be changed. */
+int thread_sched_defer(int on);
+
 #endif

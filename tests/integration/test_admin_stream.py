@@ -28,7 +28,20 @@ def ask(what):
     return {"messages": [{"role": "user", "content": what}], "stream": True}
 
 
-def test_gated(c, fdir):
+def connection_policies(pid):
+    """The scheduling policy of each of pid's connection threads."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() == "MHD-connection":
+                    out.append(os.sched_getscheduler(int(tid)))
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return out
+
+
+def test_gated(c, fdir, pid):
     r = c.open_stream(CHAT, ask("gated"))
     check(r.status == 200 and r.getheader("Content-Type") == "text/event-stream", "a stream is relayed as one",
           (r.status, r.getheaders()))
@@ -37,9 +50,13 @@ def test_gated(c, fdir):
     first = next_event(r)
     check(first is not None and '"first"' in first, "the first event arrives while the engine holds the next", first)
     check(metric(c, "privai_admin_proxy_streams") == 1, "the admin's metrics count one answer being relayed")
+    # past its first bytes the relay's thread waits for a free CPU when
+    # the engine's next ones come, rather than preempt its threads
+    during = wait_for(lambda: os.SCHED_BATCH in connection_policies(pid), timeout=10)
     open(os.path.join(fdir, "gate"), "w").close()
     text, n, _, done = stream_text(r)
     check(text == "after-gate" and n == 1 and done, "the rest follows once the client had the first", (text, n, done))
+    check(during, "the relay's thread runs under SCHED_BATCH while the engine holds its next event")
     with open(os.path.join(fdir, "auth")) as f:
         check(f.read().startswith("Bearer "), "the proxy sent the engine the admin's key")
     os.unlink(os.path.join(fdir, "gate"))
@@ -133,7 +150,7 @@ def run(tmp, engine, tls):
             c.get("/api/v1/deployments/1").json), timeout=60)
         check(d is not None, f"[{adm.scheme}] the fake engine's deployment is ready", d)
         if d is not None:
-            test_gated(c, fdir)
+            test_gated(c, fdir, adm.proc.pid)
             test_broken(c)
             test_gone(c, fdir)
             test_big(c)

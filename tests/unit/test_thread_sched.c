@@ -1,8 +1,8 @@
 /*
- * thread_sched_set (thread_sched.h): the calling thread's policy and slice
- * change, its nice value stays, and the kernel's own view says so
- * (sched_getscheduler, getpriority, /proc's se.slice where the kernel
- * keeps a thread's own slice).
+ * thread_sched_set and thread_sched_defer (thread_sched.h): the calling
+ * thread's policy and slice change, its nice value stays, and the
+ * kernel's own view says so (sched_getscheduler, getpriority, /proc's
+ * se.slice where the kernel keeps a thread's own slice).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -61,6 +61,12 @@ run(void *arg)
 		      shorter, THREAD_SLICE_SHORT_NS, def);
 	CHECK(thread_sched_set(SCHED_OTHER, 0) == 0 && (def < 0 || own_slice() == def),
 	      "slice 0 gives the kernel's default back: %lld, default %lld", own_slice(), def);
+	/* a network thread's two modes */
+	CHECK(thread_sched_defer(1) == 0 && sched_getscheduler(0) == SCHED_BATCH, "deferred: SCHED_BATCH (%d)",
+	      sched_getscheduler(0));
+	CHECK(thread_sched_defer(0) == 0 && sched_getscheduler(0) == SCHED_OTHER &&
+		      (def < 0 || shorter == def || own_slice() == (long long)THREAD_SLICE_SHORT_NS),
+	      "not deferred: SCHED_OTHER (%d), the short slice (%lld)", sched_getscheduler(0), own_slice());
 	return NULL;
 }
 

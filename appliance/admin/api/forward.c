@@ -23,6 +23,7 @@
 #include "admin.h"
 #include "api/deployments.h"
 #include "http/httpd.h"
+#include "thread_sched.h"
 
 #define RELAY_MAX_PENDING (1 << 20)
 #define RELAY_CHUNK (32 << 10)
@@ -135,6 +136,7 @@ relay_free(void *arg)
 
 	if (u == NULL)
 		return;
+	(void)thread_sched_defer(0); /* a relay that ended without a last read */
 	if (u->streams != NULL)
 		atomic_fetch_sub(u->streams, 1);
 	if (u->m != NULL && u->c != NULL)
@@ -181,7 +183,10 @@ relay_read(void *arg, uint64_t pos, char *out, size_t max)
 {
 	struct relay *u = arg;
 
-	(void)pos;
+	/* past the first bytes, the engine's next ones wait for a free CPU
+	 * here rather than preempt its threads (thread_sched.c; a hint) */
+	if (pos > 0)
+		(void)thread_sched_defer(1);
 	relay_fill(u);
 	if (u->off < u->len) {
 		size_t n = u->len - u->off < max ? u->len - u->off : max;
@@ -189,6 +194,7 @@ relay_read(void *arg, uint64_t pos, char *out, size_t max)
 		u->off += n;
 		return (ssize_t)n;
 	}
+	(void)thread_sched_defer(0); /* the connection's next request preempts again */
 	/* an upstream that broke off mid-answer ends the client's answer
 	 * broken too (no last chunk), so it is not taken for a whole one */
 	return u->rc == CURLE_OK ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;

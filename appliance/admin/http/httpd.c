@@ -23,6 +23,7 @@
 #include "log.h"
 #include "http/httpd.h"
 #include "http/tls_live.h"
+#include "thread_sched.h"
 
 #define MAX_JSON_BODY (1 << 20)
 #define MAX_REPLY_HEADERS 4
@@ -529,6 +530,9 @@ static enum MHD_Result
 access_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
 	       const char *upload_data, size_t *upload_data_size, void **con_cls)
 {
+	/* woken by a peer, preempt the engines at once (a hint; a relayed
+	 * stream's later writes wait for a free CPU: api/forward.c) */
+	(void)thread_sched_defer(0);
 	enum MHD_Result rc = handle(cls, c, url, method, upload_data, upload_data_size, con_cls);
 
 	log_set_request(NULL);

@@ -9,7 +9,6 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,42 +86,6 @@ http_client_gone(struct MHD_Connection *c)
 	 * yields 0 bytes (or an error) means the peer closed it */
 	ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-/*
- * A stream's connection thread wakes once a stream interval to write the
- * tokens that came.  Woken on a CPU where the forward pass runs (the
- * kernel puts it back where it last ran, and the pool fills every CPU it
- * may use), it preempted a thread of that pass: the step waited for the
- * write, and the pool's other threads, finding no work, went to sleep and
- * had to be woken again.  Under SCHED_BATCH a waking thread preempts no
- * one: it runs when a CPU comes free (another thread of the pool sleeps)
- * or at the next tick, a few milliseconds at most, which a write of
- * buffered tokens can afford.
- *
- * The request's parse and its first token are the time to first token,
- * and there the opposite holds.  Under EEVDF (Linux 6.6 on) a woken
- * thread with the default slice waits for the running one to use up its
- * own before it may preempt it, and the pool's threads run without a
- * break while a request decodes: the first token's write waited for one
- * of them, up to 4-5 ms on 2 CPUs where the prompt took 0.7 (the fixture
- * model; a client beside it measured 1.7-5.5 ms for half the requests).
- * Outside its deferred writes a connection thread asks for a short slice
- * (thread_sched.h), and woken it preempts at once.
- */
-int
-http_thread_defer(int on)
-{
-	/* 0 as the thread was created, 1 a short slice, 2 deferred */
-	static _Thread_local int mode;
-	int want = on ? 2 : 1;
-
-	if (mode == want)
-		return 0;
-	if (thread_sched_set(on ? SCHED_BATCH : SCHED_OTHER, on ? 0 : THREAD_SLICE_SHORT_NS) != 0)
-		return -1;
-	mode = want;
-	return 0;
 }
 
 static int
@@ -396,7 +359,7 @@ access_handler(void *cls, struct MHD_Connection *c, const char *url, const char 
 
 	if (st == NULL) {
 		/* a request's parse and first token: preempt when woken (a hint) */
-		(void)http_thread_defer(0);
+		(void)thread_sched_defer(0);
 		if ((st = calloc(1, sizeof(*st))) == NULL)
 			return MHD_NO;
 		strbuf_init(&st->body);

@@ -18,6 +18,7 @@
 #include "server/regex_constraint.h"
 #include "server/openai.h"
 #include "server/server.h"
+#include "thread_sched.h"
 
 /* Where a scan of a JSON array's text has got to: the elements at depth
  * 1 that have closed are the calls of tool_choice required. */
@@ -742,7 +743,7 @@ tokens_taken(const struct job *j)
 static ssize_t
 stream_end(ssize_t how)
 {
-	(void)http_thread_defer(0);
+	(void)thread_sched_defer(0);
 	return how;
 }
 
@@ -782,7 +783,7 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 		/* the first token written, later writes wait for a free CPU
 		 * rather than stop a forward pass (http.c); a hint */
 		if (tokens_taken(j))
-			(void)http_thread_defer(1);
+			(void)thread_sched_defer(1);
 		j->hold = !wait_some(j, 100, 0);
 	}
 }
@@ -791,7 +792,7 @@ static void
 stream_free(void *cls)
 {
 	/* a write that failed ends the stream without a last read */
-	(void)http_thread_defer(0);
+	(void)thread_sched_defer(0);
 	job_free(cls);
 }
 

@@ -87,12 +87,6 @@ int http_send_error(struct MHD_Connection *c, unsigned status, const char *type,
 struct cJSON *http_body_object(struct MHD_Connection *c, const char *body, size_t len, int *rc);
 /* 1 when the client has closed its end of the connection. */
 int http_client_gone(struct MHD_Connection *c);
-/* Whether the calling connection thread, when it wakes, waits for a free
- * CPU (or the next tick) instead of preempting the engine's threads (on:
- * a stream's writes past its first), or preempts them at once (off: a
- * request's parse and first token, with a short slice); http.c says why.
- * A hint: 0 once set, -1 with errno where the policy cannot be changed. */
-int http_thread_defer(int on);
 
 /* Endpoints in openai_*.c */
 int api_completions(struct server *s, struct MHD_Connection *c, const char *body, size_t len, int chat);
