@@ -51,6 +51,9 @@ thread_sched_set(int policy, uint64_t slice_ns)
 	/* read first: sched_setattr sets the nice value too */
 	if (syscall(SYS_sched_getattr, 0, &a, (unsigned)sizeof(a), 0) != 0)
 		return -1;
+	/* a real-time or idle policy is the operator's choice: kept */
+	if (a.policy != SCHED_OTHER && a.policy != SCHED_BATCH)
+		return 0;
 	a.size = sizeof(a);
 	a.policy = (uint32_t)policy;
 	a.flags = 0;

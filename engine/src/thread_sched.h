@@ -17,8 +17,9 @@
 #define THREAD_SLICE_SHORT_NS 100000ULL /* the smallest slice Linux takes */
 
 /* policy (SCHED_OTHER, SCHED_BATCH) and slice_ns (0: the kernel's
- * default) for the calling thread, its nice value kept.  0, or -1 with
- * errno. */
+ * default) for the calling thread, its nice value kept; a thread under
+ * another policy (real-time, SCHED_IDLE: chosen by whoever started it)
+ * keeps it.  0, or -1 with errno. */
 int thread_sched_set(int policy, uint64_t slice_ns);
 
 /* For a thread that serves a network peer (thread_sched.c says why): on,

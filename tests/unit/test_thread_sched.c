@@ -67,6 +67,12 @@ run(void *arg)
 	CHECK(thread_sched_defer(0) == 0 && sched_getscheduler(0) == SCHED_OTHER &&
 		      (def < 0 || shorter == def || own_slice() == (long long)THREAD_SLICE_SHORT_NS),
 	      "not deferred: SCHED_OTHER (%d), the short slice (%lld)", sched_getscheduler(0), own_slice());
+	/* a policy someone else chose stays (last: leaving SCHED_IDLE may take
+	 * a privilege) */
+	struct sched_param none = { 0 };
+	CHECK(pthread_setschedparam(pthread_self(), SCHED_IDLE, &none) == 0 &&
+		      thread_sched_set(SCHED_OTHER, THREAD_SLICE_SHORT_NS) == 0 && sched_getscheduler(0) == SCHED_IDLE,
+	      "SCHED_IDLE is kept: %d", sched_getscheduler(0));
 	return NULL;
 }
 
