@@ -262,3 +262,17 @@ def leader_and_node_b(build, tmp, password, demo, leader_ports, b_ports):
     node = wait_for(lambda: [n for n in a.get("/api/v1/nodes").json["data"] if n["name"] == "node-b"], 15)
     check(node and node[0]["state"] == "ready", "node-b joined", node)
     return adm, b, a, o, v, node[0]["id"] if node else None
+
+
+def connection_policies(pid):
+    """The scheduling policy of each of pid's libmicrohttpd connection
+    threads (the engine's and the admin's alike)."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() == "MHD-connection":
+                    out.append(os.sched_getscheduler(int(tid)))
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return out

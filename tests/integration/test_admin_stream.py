@@ -15,7 +15,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from adminlib import Admin, check, clean_up, next_event, stream_text, summary, wait_for  # noqa: E402
+from adminlib import (Admin, check, clean_up, connection_policies, next_event, stream_text, summary,  # noqa: E402
+                      wait_for)
 from fake_engine import big_body  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
@@ -26,19 +27,6 @@ CHAT = "/api/v1/deployments/1/v1/chat/completions"
 
 def ask(what):
     return {"messages": [{"role": "user", "content": what}], "stream": True}
-
-
-def connection_policies(pid):
-    """The scheduling policy of each of pid's connection threads."""
-    out = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if f.read().strip() == "MHD-connection":
-                    out.append(os.sched_getscheduler(int(tid)))
-        except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile
-    return out
 
 
 def test_gated(c, fdir, pid):

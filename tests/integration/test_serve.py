@@ -25,6 +25,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from adminlib import connection_policies  # noqa: E402
+
 BUILD = os.environ.get("BUILD", "build")
 ENGINE = os.path.join(BUILD, "privai-engine")
 FIX = os.environ.get("PRIVAI_FIXTURES", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures"))
@@ -1403,19 +1406,6 @@ def finished_as(s, reason):
     _, text = s.request("GET", "/metrics")
     m = re.search(r'^vllm:request_success_total\{[^}]*finished_reason="%s"\} (\S+)$' % reason, text, re.M)
     return float(m.group(1)) if m else None
-
-
-def connection_policies(pid):
-    """The scheduling policy of each of pid's connection threads."""
-    out = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if f.read().strip() == "MHD-connection":
-                    out.append(os.sched_getscheduler(int(tid)))
-        except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile
-    return out
 
 
 def thread_slices(pid, comm=None):
