@@ -264,15 +264,26 @@ def leader_and_node_b(build, tmp, password, demo, leader_ports, b_ports):
     return adm, b, a, o, v, node[0]["id"] if node else None
 
 
-def connection_policies(pid):
-    """The scheduling policy of each of pid's libmicrohttpd connection
-    threads (the engine's and the admin's alike)."""
+def thread_ids(pid, comm=None):
+    """The ids of pid's threads (those named comm), as /proc lists them."""
     out = []
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if f.read().strip() == "MHD-connection":
-                    out.append(os.sched_getscheduler(int(tid)))
+                if comm is None or f.read().strip() == comm:
+                    out.append(int(tid))
         except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return out
+
+
+def connection_policies(pid):
+    """The scheduling policy of each of pid's libmicrohttpd connection
+    threads (the engine's and the admin's alike)."""
+    out = []
+    for tid in thread_ids(pid, "MHD-connection"):
+        try:
+            out.append(os.sched_getscheduler(tid))
+        except ProcessLookupError:
             pass  # a thread that ended meanwhile
     return out

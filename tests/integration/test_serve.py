@@ -26,7 +26,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from adminlib import connection_policies  # noqa: E402
+from adminlib import connection_policies, thread_ids  # noqa: E402
 
 BUILD = os.environ.get("BUILD", "build")
 ENGINE = os.path.join(BUILD, "privai-engine")
@@ -1408,21 +1408,20 @@ def finished_as(s, reason):
     return float(m.group(1)) if m else None
 
 
+def se_slice(sched_path):
+    """se.slice (ns) in a thread's /proc .../sched, or None."""
+    try:
+        with open(sched_path) as f:
+            m = re.search(r"^se\.slice\s*:\s*(\d+)", f.read(), re.M)
+    except FileNotFoundError:
+        return None  # a thread that ended meanwhile
+    return int(m.group(1)) if m else None
+
+
 def thread_slices(pid, comm=None):
     """se.slice (ns) of each of pid's threads (those named comm)."""
-    out = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if comm is not None and f.read().strip() != comm:
-                    continue
-            with open(f"/proc/{pid}/task/{tid}/sched") as f:
-                m = re.search(r"^se\.slice\s*:\s*(\d+)", f.read(), re.M)
-            if m:
-                out.append(int(m.group(1)))
-        except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile
-    return out
+    slices = (se_slice(f"/proc/{pid}/task/{tid}/sched") for tid in thread_ids(pid, comm))
+    return [x for x in slices if x is not None]
 
 
 def custom_slices():
@@ -1437,12 +1436,7 @@ def custom_slices():
         attr = ctypes.create_string_buffer(56)
         struct.pack_into("IIQiIQQQII", attr, 0, 56, 0, 0, 0, 0, 100000, 0, 0, 0, 0)
         ok = libc.syscall(314, 0, attr, 0) == 0  # SYS_sched_setattr on x86-64
-        try:
-            with open("/proc/self/task/%d/sched" % threading.get_native_id()) as f:
-                m = re.search(r"^se\.slice\s*:\s*(\d+)", f.read(), re.M)
-        except FileNotFoundError:
-            m = None
-        res.append(ok and m is not None and int(m.group(1)) == 100000)
+        res.append(ok and se_slice("/proc/self/task/%d/sched" % threading.get_native_id()) == 100000)
     t = threading.Thread(target=probe)
     t.start()
     t.join()
