@@ -121,8 +121,13 @@ else
 	expect_fail "run on a missing CUDA" "$(echo "$why" | cut -c1-30)" "$E" run -m "$DEMO" -p hi --device cuda
 fi
 # which kernel path each weight type takes on this CPU, from the backend's own decision
-echo "$feat" | grep -q '"cpu_paths":{.*"Q8_0":{"decode":"int8[, ][^"]*","prefill":"int8 [^"]*"}' && ok ||
-	bad "features --json lacks Q8_0's integer paths: $feat"
+echo "$feat" | grep -q '"cpu_paths":{.*"Q8_0":{"decode":"int8[, ][^"]*","prefill":"int8 [^"]*","batch":"int8[, ][^"]*"}' &&
+	ok || bad "features --json lacks Q8_0's integer paths: $feat"
+# a decode batch of Q4_0 takes two tokens a vector where there are 512-bit ones
+if echo "$feat" | grep -q '"cpu_simd":"avx512'; then
+	echo "$feat" | grep -q '"Q4_0":{[^}]*"batch":"[^"]*two tokens a 512-bit vector"' && ok ||
+		bad "features --json: Q4_0's decode batches not on pairs of tokens: $feat"
+fi
 echo "$feat" | grep -q '"F16":{"decode":"fused half-to-float dot"' && ok || bad "features --json lacks F16's decode path"
 expect_fail "CUDA library named but absent" "installed without its CUDA backend" \
 	env PRIVAI_CUDA_LIBRARY="$T/nope.so" "$E" run -m "$DEMO" -p hi --device cuda

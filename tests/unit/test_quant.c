@@ -4,6 +4,7 @@
  * then dequantize round trips within each type's error bound, and the SIMD
  * dot kernels against the portable ones.
  */
+#include <assert.h>
 #include <math.h>
 
 #include "testlib.h"
@@ -1514,6 +1515,33 @@ test_gemm_q6_amx(void)
 	CHECK(wild == 0, "gemm_q6_amx writes only the rows and tokens asked for: %d others written", wild);
 }
 
+/* A group kernel on pairs of tokens (gemm_q4_0x8_pairs and its kind)
+ * against the one-token-a-lane reference, ng groups of nb blocks, for 2
+ * to 8 tokens: how many passes differ in a bit or write past their
+ * tokens (an odd count's last pair holds its token twice). */
+typedef void (*pairs_gemm_fn)(const uint8_t *, int, const struct q8_pair *, size_t, int, float *, size_t);
+typedef void (*x8_gemm_fn)(const uint8_t *, int, const struct block_q8 *, size_t, int, float *, size_t);
+
+static int
+pairs_differ(pairs_gemm_fn pairs, x8_gemm_fn ref, const uint8_t *packed, int ng, const struct block_q8 *xq, size_t nb)
+{
+	enum { NT = 8, LDY = 40 };
+	static struct q8_pair xp[NT / 2 * 16];
+	float y[NT * LDY], ys[NT * LDY];
+	int bad = 0;
+
+	assert(nb <= 16 && 8 * ng <= LDY);
+	for (int nt = 2; nt <= NT; nt++) {
+		for (int i = 0; i < NT * LDY; i++)
+			y[i] = ys[i] = -7.0f;
+		q8_pair_pack(xq, nt, nb, xp);
+		pairs(packed, ng, xp, nb, nt, y, LDY);
+		ref(packed, ng, xq, nb, nt, ys, LDY);
+		bad += memcmp(y, ys, sizeof(y)) != 0;
+	}
+	return bad;
+}
+
 /* Q4_0 repacked 8 rows to a group: rows read back exactly; the kernel,
  * for 1 to 8 tokens and for several groups in one call, equals the
  * scalar reference bit for bit and the per-row dot within rounding, and
@@ -1586,6 +1614,10 @@ test_q4_0x8(const struct cpu_kernels *k)
 	CHECK(bad_ref == 0, "%s gemm_q4_0x8 equals the per-row dot within rounding: %d of %d off", k->name, bad_ref,
 	      ROWS * NT);
 	CHECK(bad_widen == 0, "%s widen_q4_0x8 (and scalar) equal widening each row", k->name);
+	if (k->gemm_q4_0x8_pairs != NULL)
+		CHECK((bad = pairs_differ(k->gemm_q4_0x8_pairs, gemm_q4_0x8_scalar, packed, ROWS / 8, xq, NB)) == 0,
+		      "%s gemm_q4_0x8_pairs for 2..8 tokens equals the scalar reference bit for bit: %d passes differ",
+		      k->name, bad);
 }
 
 /* IQ4_NL in Q4_0's groups, as test_q4_0x8: rows read back exactly, the
@@ -1663,6 +1695,11 @@ test_iq4_nlx8(const struct cpu_kernels *k)
 	      bad_alone);
 	CHECK(bad_ref == 0, "%s gemm_iq4_nlx8 equals the per-row dot within rounding: %d of %d off", k->name, bad_ref,
 	      ROWS * NT);
+	if (k->gemm_iq4_nlx8_pairs != NULL)
+		CHECK((bad = pairs_differ(k->gemm_iq4_nlx8_pairs, gemm_iq4_nlx8_scalar, packed, ROWS / 8, xq, NB)) == 0,
+		      "%s gemm_iq4_nlx8_pairs for 2..8 tokens equals the scalar reference bit for bit: %d passes "
+		      "differ",
+		      k->name, bad);
 }
 
 /* Q4_1, Q5_0 and Q5_1 in 8-row groups (cpu_legacy_x8.c), as test_q4_0x8:

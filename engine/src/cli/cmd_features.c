@@ -30,8 +30,9 @@ json_pair(int comma, const char *key, const char *value)
 }
 
 /* How each weight type is multiplied on this CPU, for a decode step (one
- * token) and a prompt (128 tokens): the CPU issue's "which path each type
- * takes", from the same decision the backend acts on. */
+ * token), a decode batch (8 sequences' tokens) and a prompt (128 tokens):
+ * the CPU issue's "which path each type takes", from the same decision
+ * the backend acts on. */
 #define MAX_TYPE_ID 64
 static void
 print_paths(int json)
@@ -39,12 +40,16 @@ print_paths(int json)
 	int k = 0;
 
 	for (uint32_t t = 0; t < MAX_TYPE_ID; t++) {
-		const char *dec = compute_cpu_path(t, 1), *pre = compute_cpu_path(t, 128);
-		if (dec == NULL || pre == NULL)
+		const char *dec = compute_cpu_path(t, 1), *pre = compute_cpu_path(t, 128),
+			   *batch = compute_cpu_path(t, 8);
+		if (dec == NULL || pre == NULL || batch == NULL)
 			continue;
 		if (json)
-			printf("%s\"%s\":{\"decode\":\"%s\",\"prefill\":\"%s\"}", k++ ? "," : "", tensor_type_name(t),
-			       dec, pre);
+			printf("%s\"%s\":{\"decode\":\"%s\",\"prefill\":\"%s\",\"batch\":\"%s\"}", k++ ? "," : "",
+			       tensor_type_name(t), dec, pre, batch);
+		else if (strcmp(batch, dec) != 0)
+			printf("  %-7s decode: %s; a batch of 8: %s; prefill: %s\n", tensor_type_name(t), dec, batch,
+			       pre);
 		else
 			printf("  %-7s decode: %s; prefill: %s\n", tensor_type_name(t), dec, pre);
 	}

@@ -198,6 +198,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL,
 	widen_legacy_x8_scalar,
+	NULL, /* no pairs of tokens a vector */
+	NULL,
 };
 
 void
@@ -229,6 +231,23 @@ q8_tile8_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile8 *out)
 					t->q[s][4 * j + k] = (uint8_t)((src ? src->q[4 * s + k] : 0) + 128);
 		}
 	}
+}
+
+void
+q8_pair_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_pair *out)
+{
+	for (int p = 0; p < (nt + 1) / 2; p++)
+		for (size_t b = 0; b < nb; b++) {
+			struct q8_pair *o = &out[(size_t)p * nb + b];
+			for (int u = 0; u < 2; u++) {
+				int t = 2 * p + u < nt ? 2 * p + u : 2 * p;
+				const struct block_q8 *src = &x[(size_t)t * nb + b];
+				o->d[u] = src->d;
+				o->sum[u] = src->sum;
+				for (int s = 0; s < 8; s++)
+					memcpy(o->q + 8 * s + 4 * u, src->q + 4 * s, 4);
+			}
+		}
 }
 
 #if defined(__x86_64__)
@@ -536,6 +555,8 @@ static struct cpu_kernels k_avx2 = {
 	gemm_q5_0x8_avx2,
 	gemm_q5_1x8_avx2,
 	widen_legacy_x8_avx2,
+	NULL, /* no pairs of tokens a vector */
+	NULL,
 };
 
 /* --------------------------------------------------------- AVX-512 VNNI */
@@ -1013,6 +1034,8 @@ static struct cpu_kernels k_avx512 = {
 	gemm_q5_0x8_avx512,
 	gemm_q5_1x8_avx512,
 	widen_legacy_x8_avx2,
+	gemm_q4_0x8_pairs_avx512,
+	gemm_iq4_nlx8_pairs_avx512,
 };
 #endif
 

@@ -91,6 +91,23 @@ struct q8_tile8 {
 
 void q8_tile8_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile8 *out);
 
+/* Two tokens' activations for one block, for the 8-row groups' kernels
+ * that take a pair of tokens in one 512-bit vector (gemm_q4_0x8_pairs):
+ * q holds, for each 4-byte unit s of the block, token 0's bytes 4s..4s+3
+ * and then token 1's, so that one 8-byte broadcast gives every row's
+ * lane pair both tokens' units; d and sum as struct block_q8's, a token
+ * each. */
+struct q8_pair {
+	float d[2];
+	int32_t sum[2];
+	int8_t q[64];
+};
+
+/* nt tokens' blocks (x, token-major, nb a token) as (nt + 1) / 2 pairs of
+ * nb blocks each, pair p holding tokens 2p and 2p + 1; an odd count's
+ * last pair holds its token twice. */
+void q8_pair_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_pair *out);
+
 /* The AMX int8 GEMM's operands (cpu_amx.c), a 32-value block each: 16
  * weight rows as tdpbssd's B tile (row k: bytes 4k..4k+3 of each row,
  * signed), their scales and K-quant offsets; and 16 tokens as its A tile
@@ -382,6 +399,13 @@ struct cpu_kernels {
 	 * wsum, wd and wmin + r * ld (wmin untouched for Q5_0) */
 	void (*widen_legacy_x8)(uint32_t type, const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes,
 				int32_t *wsum, float *wd, float *wmin, size_t ld);
+	/* gemm_q4_0x8 and gemm_iq4_nlx8 for 2 to 8 tokens on their pairs
+	 * (q8_pair_pack; pair p at x + p * nb), the same bits; NULL where
+	 * there are no 512-bit vectors */
+	void (*gemm_q4_0x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+				  size_t ldy);
+	void (*gemm_iq4_nlx8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+				    size_t ldy);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -474,6 +498,10 @@ void widen_q4_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst
 #if defined(__x86_64__)
 void gemm_q4_0x8_avx2(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void gemm_q4_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
+void gemm_q4_0x8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+			      size_t ldy);
+void gemm_iq4_nlx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+				size_t ldy);
 void widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums);
 #endif
 

@@ -36,8 +36,10 @@
 #define GEMM8_MIN_TOKENS 8    /* and from 8 for the types with only per-token dots (gemm_min_tokens) */
 #define IQ4X8_GEMM_TOKENS 56  /* and from 56 for IQ4_XS's 8-row groups (gemm_min_tokens) */
 #define Q3X8_GEMM_TOKENS 176  /* and from 176 for Q3_K's (gemm_min_tokens) */
-#define IQ4_NLX8_GEMM_TOKENS 56  /* and from 56 for IQ4_NL's (gemm_min_tokens) */
-#define LEGACY_X8_GEMM_TOKENS 48 /* and from 48 for Q4_1's, Q5_0's and Q5_1's */
+#define IQ4_NLX8_GEMM_TOKENS 56      /* and from 56 for IQ4_NL's (gemm_min_tokens) */
+#define LEGACY_X8_GEMM_TOKENS 48     /* and from 48 for Q4_1's, Q5_0's and Q5_1's */
+#define Q4_0_PAIRS_GEMM_TOKENS 512   /* Q4_0's from 512 where its groups take two tokens a vector */
+#define IQ4_NL_PAIRS_GEMM_TOKENS 256 /* and IQ4_NL's from 256 */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -56,6 +58,7 @@ struct mm_plan {
 	int amx;       /* F16 or BF16 weights on AMX tiles (cpu_amx.c; the flags above are the fallback) */
 	int amx8;      /* the int8 GEMM (gemm set) on AMX tiles: tiles hold struct amx_q8_xblock */
 	int packed;    /* float weights: the packed float GEMM on tokens packed once (xpk; mm_prepare) */
+	int pairs;     /* 8-row groups: two tokens a 512-bit vector (xp; mm_prepare) */
 };
 
 struct mm_job {
@@ -484,6 +487,16 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	/* IQ4_NL in Q4_0's groups (llama.cpp's IQ4_NL file, two rounds, tok/s
 	 * GEMM / groups): pp48 186/203 and 187/197, pp64 212/196 and
 	 * 208/203 */
+	/* Q4_0's and IQ4_NL's groups two tokens a 512-bit vector against the
+	 * GEMM (Zen 5, 1B-class files, two alternating rounds, tok/s pairs /
+	 * GEMM): Q4_0 pp128 350/317 and 352/308, pp256 327/315 and 390/328,
+	 * pp512 377/369 and 344/361, pp1024 357/350 and 325/327; IQ4_NL
+	 * pp64 370/283 and 376/199, pp128 377/336 and 324/242, pp256 347/366
+	 * and 355/354, pp512 250/359 and 343/367 */
+	if (x8 && type == TT_Q4_0 && k->gemm_q4_0x8_pairs != NULL)
+		return Q4_0_PAIRS_GEMM_TOKENS;
+	if (x8 && type == TT_IQ4_NL && k->gemm_iq4_nlx8_pairs != NULL)
+		return IQ4_NL_PAIRS_GEMM_TOKENS;
 	if (x8 && type == TT_IQ4_NL)
 		return IQ4_NLX8_GEMM_TOKENS;
 	/* Q4_1, Q5_0 and Q5_1 in 8-row groups (1B-class files privai made,
@@ -591,6 +604,12 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	 * memory-bound on the dot) */
 	p->gemm8 = !p->gemm && !grouped && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) &&
 		   k->gemm8_q8_0 != NULL && n >= 2 && n < GEMM_TOKENS;
+	/* a decode batch or a short prompt on Q4_0's groups: two tokens a
+	 * 512-bit vector, where the 8-row kernel takes one a 256-bit one
+	 * (gemm_q4_0x8_pairs) */
+	p->pairs = x8 && !p->gemm && n >= 2 &&
+		   ((type == TT_Q4_0 && k->gemm_q4_0x8_pairs != NULL) ||
+		    (type == TT_IQ4_NL && k->gemm_iq4_nlx8_pairs != NULL));
 	/* K-quant decode: one scale per 256 activations, integer sums per
 	 * super-block (docs/performance.md: Q6_K tg32 +7-23 %) */
 	p->q8k = p->quantized && !p->gemm &&
@@ -638,13 +657,23 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 		size_t group = (size_t)nb * (w->type == TT_Q8_0                           ? Q8_0X8_BLOCK
 					     : w->type == TT_Q4_0 || w->type == TT_IQ4_NL ? Q4_0X8_BLOCK
 											  : LEGACY_X8_BLOCK(w->type));
+		void (*pairs)(const uint8_t *, int, const struct q8_pair *, size_t, int, float *, size_t) =
+			!j->p.pairs          ? NULL
+			: w->type == TT_Q4_0 ? k->gemm_q4_0x8_pairs
+					     : k->gemm_iq4_nlx8_pairs;
 		int64_t g1 = r1 / 8, per = x8_chunk_groups(j->n, group, g1 - r0 / 8);
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
 			int ng = (int)(g1 - g0 < per ? g1 - g0 : per);
-			for (int t0 = 0; t0 < j->n; t0 += 8)
-				gemm(j->x8 + (size_t)g0 * group, ng, j->im->xq + (int64_t)t0 * nb, (size_t)nb,
-				     j->n - t0 < 8 ? j->n - t0 : 8, j->y + (int64_t)t0 * w->rows + 8 * g0,
-				     (size_t)w->rows);
+			for (int t0 = 0; t0 < j->n; t0 += 8) {
+				int nt = j->n - t0 < 8 ? j->n - t0 : 8;
+				float *y = j->y + (int64_t)t0 * w->rows + 8 * g0;
+				if (pairs != NULL && nt >= 2) /* t0 is even: its pair is t0 / 2 */
+					pairs(j->x8 + (size_t)g0 * group, ng, j->im->xp + (int64_t)t0 / 2 * nb,
+					      (size_t)nb, nt, y, (size_t)w->rows);
+				else
+					gemm(j->x8 + (size_t)g0 * group, ng, j->im->xq + (int64_t)t0 * nb, (size_t)nb,
+					     nt, y, (size_t)w->rows);
+			}
 		}
 		return;
 	}
@@ -1119,6 +1148,13 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 		threadpool_run(im->pool, mm_quantize_x, j);
 	if (j->p.gemm)
 		threadpool_run(im->pool, mm_pack_tiles, j);
+	if (j->p.pairs) {
+		size_t nb = (size_t)w->cols / 32;
+		if (cpu_ensure((void **)&im->xp, &im->xp_len, (size_t)(n + 1) / 2 * nb * sizeof(struct q8_pair)) < 0)
+			j->p.pairs = 0; /* out of memory: the 8-row kernel, a token a vector */
+		else
+			q8_pair_pack(im->xq, n, nb, im->xp);
+	}
 	if (j->p.bf16)
 		threadpool_run(im->pool, mm_pack_bf16, j);
 	else if (w->type == TT_BF16 && half_dot(w->type, n) && im->k->dot_bf16_bf16 != NULL)
@@ -1490,6 +1526,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return bf16_path;
 	}
 	/* Q8_0 and Q4_0 with the repack kernels (and rows in eights, as every model's are) */
+	if (p.pairs)
+		return "int8, 8 rows interleaved at load, two tokens a 512-bit vector";
 	if ((q8x8 || q4x8) && !p.gemm)
 		return "int8, 8 rows interleaved at load";
 	if (kx8 && p.q8k)

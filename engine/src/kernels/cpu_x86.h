@@ -44,6 +44,8 @@
  * slower a token that way (docs/performance.md). */
 #define BCAST4_256(p) _mm256_broadcastd_epi32(_mm_loadu_si32(p))
 #define BCAST4_512(p) _mm512_broadcastd_epi32(_mm_loadu_si32(p))
+/* the 8 bytes at p in every 64-bit lane, a load alone (vpbroadcastq) */
+#define BCAST8_512(p) _mm512_broadcastq_epi64(_mm_loadu_si64(p))
 
 /* Decode reads each weight once, in one stream a thread: ask for the
  * bytes a block spans STREAM_AHEAD ahead of it, a line per 64 bytes.
