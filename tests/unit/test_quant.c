@@ -1904,6 +1904,10 @@ test_q8_0x8(const struct cpu_kernels *k)
 	CHECK(bad_ref == 0, "%s gemm_q8_0x8 equals the per-row dot within rounding: %d of %d off", k->name, bad_ref,
 	      ROWS * NT);
 	CHECK(bad_widen == 0, "%s widen_q8_0x8 (and scalar) give back the file's rows", k->name);
+	if (k->gemm_q8_0x8_pairs != NULL)
+		CHECK((bad = pairs_differ(k->gemm_q8_0x8_pairs, gemm_q8_0x8_scalar, packed, ROWS / 8, xq, NB)) == 0,
+		      "%s gemm_q8_0x8_pairs for 2..8 tokens equals the scalar reference bit for bit: %d passes differ",
+		      k->name, bad);
 }
 
 /* The bfloat16 GEMM against double sums of the same bfloat16 values (the

@@ -200,6 +200,7 @@ static const struct cpu_kernels k_scalar = {
 	widen_legacy_x8_scalar,
 	NULL, /* no pairs of tokens a vector */
 	NULL,
+	NULL,
 };
 
 void
@@ -556,6 +557,7 @@ static struct cpu_kernels k_avx2 = {
 	gemm_q5_1x8_avx2,
 	widen_legacy_x8_avx2,
 	NULL, /* no pairs of tokens a vector */
+	NULL,
 	NULL,
 };
 
@@ -1036,6 +1038,7 @@ static struct cpu_kernels k_avx512 = {
 	widen_legacy_x8_avx2,
 	gemm_q4_0x8_pairs_avx512,
 	gemm_iq4_nlx8_pairs_avx512,
+	gemm_q8_0x8_pairs_avx512,
 };
 #endif
 

@@ -399,13 +399,15 @@ struct cpu_kernels {
 	 * wsum, wd and wmin + r * ld (wmin untouched for Q5_0) */
 	void (*widen_legacy_x8)(uint32_t type, const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes,
 				int32_t *wsum, float *wd, float *wmin, size_t ld);
-	/* gemm_q4_0x8 and gemm_iq4_nlx8 for 2 to 8 tokens on their pairs
+	/* gemm_q4_0x8, gemm_iq4_nlx8 and gemm_q8_0x8 for 2 to 8 tokens on their pairs
 	 * (q8_pair_pack; pair p at x + p * nb), the same bits; NULL where
 	 * there are no 512-bit vectors */
 	void (*gemm_q4_0x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 				  size_t ldy);
 	void (*gemm_iq4_nlx8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 				    size_t ldy);
+	void (*gemm_q8_0x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+				  size_t ldy);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -499,6 +501,8 @@ void widen_q4_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst
 void gemm_q4_0x8_avx2(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void gemm_q4_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void gemm_q4_0x8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+			      size_t ldy);
+void gemm_q8_0x8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 			      size_t ldy);
 void gemm_iq4_nlx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 				size_t ldy);

@@ -98,6 +98,17 @@ static void (*legacy_x8_gemm(const struct cpu_kernels *k, uint32_t type))(const 
 				 : NULL;
 }
 
+/* The kernel of a type's 8-row groups on pairs of tokens, NULL for other
+ * types and where there is none */
+static void (*pairs_kernel(const struct cpu_kernels *k, uint32_t type))(const uint8_t *, int, const struct q8_pair *,
+									size_t, int, float *, size_t)
+{
+	return type == TT_Q4_0     ? k->gemm_q4_0x8_pairs
+	       : type == TT_IQ4_NL ? k->gemm_iq4_nlx8_pairs
+	       : type == TT_Q8_0   ? k->gemm_q8_0x8_pairs
+				   : NULL;
+}
+
 /* Q6_K and Q3_K widen to blocks of two 16-value halves, each with its
  * own scale and sum (gemm_q6_k) */
 static int
@@ -604,12 +615,10 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	 * memory-bound on the dot) */
 	p->gemm8 = !p->gemm && !grouped && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) &&
 		   k->gemm8_q8_0 != NULL && n >= 2 && n < GEMM_TOKENS;
-	/* a decode batch or a short prompt on Q4_0's groups: two tokens a
+	/* a decode batch or a short prompt on Q4_0's, IQ4_NL's or Q8_0's groups: two tokens a
 	 * 512-bit vector, where the 8-row kernel takes one a 256-bit one
 	 * (gemm_q4_0x8_pairs) */
-	p->pairs = x8 && !p->gemm && n >= 2 &&
-		   ((type == TT_Q4_0 && k->gemm_q4_0x8_pairs != NULL) ||
-		    (type == TT_IQ4_NL && k->gemm_iq4_nlx8_pairs != NULL));
+	p->pairs = x8 && !p->gemm && n >= 2 && pairs_kernel(k, type) != NULL;
 	/* K-quant decode: one scale per 256 activations, integer sums per
 	 * super-block (docs/performance.md: Q6_K tg32 +7-23 %) */
 	p->q8k = p->quantized && !p->gemm &&
@@ -658,9 +667,7 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 					     : w->type == TT_Q4_0 || w->type == TT_IQ4_NL ? Q4_0X8_BLOCK
 											  : LEGACY_X8_BLOCK(w->type));
 		void (*pairs)(const uint8_t *, int, const struct q8_pair *, size_t, int, float *, size_t) =
-			!j->p.pairs          ? NULL
-			: w->type == TT_Q4_0 ? k->gemm_q4_0x8_pairs
-					     : k->gemm_iq4_nlx8_pairs;
+			j->p.pairs ? pairs_kernel(k, w->type) : NULL;
 		int64_t g1 = r1 / 8, per = x8_chunk_groups(j->n, group, g1 - r0 / 8);
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
 			int ng = (int)(g1 - g0 < per ? g1 - g0 : per);

@@ -156,17 +156,16 @@ DEFINE_GEMM_NIBBLE_X8(gemm_iq4_nlx8_avx512, AVX512, IQ4X8_ACC_VNNI, , IQ4_NL_TAB
  * block, was compute-bound at 8 tokens.  Each row's chunk of nibbles is
  * widened to a lane pair (row r in lanes 2r and 2r + 1, one vpermd a
  * chunk for all tokens) and a pair of tokens' 4-byte units comes in one
- * 8-byte broadcast (struct q8_pair): lane 2r sums row r with the pair's
- * first token, lane 2r + 1 with its second.  The integer sums are exact
- * and the float steps the 8-row kernel's, so the results are its bits.
+ * 8-byte broadcast (struct q8_pair; X8_PAIR_BLOCK): lane 2r sums row r
+ * with the pair's first token, lane 2r + 1 with its second.  The results
+ * are the 8-row kernel's bits.
  */
 #define DEFINE_GEMM_NIBBLE_PAIRS(NAME, TABLE, VALUE, BIAS_SHIFT)                                                       \
 	AVX512 static inline                                                                                           \
 		__attribute__((always_inline)) void NAME##_nt(const uint8_t *grp, const struct q8_pair *x, size_t nb,  \
 							      int nt, float *y, size_t ldy)                            \
 	{                                                                                                              \
-		const __m512i low = _mm512_set1_epi8(0x0f), table = TABLE;                                             \
-		const __m512i pairs = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);                \
+		const __m512i low = _mm512_set1_epi8(0x0f), table = TABLE, lanes = X8_PAIR_LANES;                      \
 		const int np = (nt + 1) / 2;                                                                           \
 		__m512 acc[4];                                                                                         \
 		(void)table;                                                                                           \
@@ -176,43 +175,17 @@ DEFINE_GEMM_NIBBLE_X8(gemm_iq4_nlx8_avx512, AVX512, IQ4X8_ACC_VNNI, , IQ4_NL_TAB
 			__m512i c[8];                                                                                  \
 			_Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)                                            \
 			{                                                                                              \
-				__m512i v = _mm512_permutexvar_epi32(pairs,                                            \
+				__m512i v = _mm512_permutexvar_epi32(lanes,                                            \
 								     _mm512_castsi256_si512(_mm256_loadu_si256(        \
 									     (const __m256i *)(grp + 16 + 32 * s))));  \
 				c[s] = VALUE(_mm512_and_si512(v, low));                                                \
 				c[s + 4] = VALUE(_mm512_and_si512(_mm512_srli_epi16(v, 4), low));                      \
 			}                                                                                              \
-			__m512 dw = _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(_mm256_cvtph_ps(               \
+			__m512 dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(               \
 									 _mm_loadu_si128((const __m128i *)grp))));     \
-			_Pragma("GCC unroll 4") for (int p = 0; p < np; p++)                                           \
-			{                                                                                              \
-				const struct q8_pair *xb = x + (size_t)p * nb + b;                                     \
-				__m512i p0 = _mm512_sub_epi32(_mm512_setzero_si512(),                                  \
-							      _mm512_slli_epi32(BCAST8_512(xb->sum), BIAS_SHIFT));     \
-				__m512i p1 = _mm512_setzero_si512(), p2 = p1, p3 = p1;                                 \
-				p0 = _mm512_dpbusd_epi32(p0, c[0], BCAST8_512(xb->q));                                 \
-				p1 = _mm512_dpbusd_epi32(p1, c[1], BCAST8_512(xb->q + 8));                             \
-				p2 = _mm512_dpbusd_epi32(p2, c[2], BCAST8_512(xb->q + 16));                            \
-				p3 = _mm512_dpbusd_epi32(p3, c[3], BCAST8_512(xb->q + 24));                            \
-				p0 = _mm512_dpbusd_epi32(p0, c[4], BCAST8_512(xb->q + 32));                            \
-				p1 = _mm512_dpbusd_epi32(p1, c[5], BCAST8_512(xb->q + 40));                            \
-				p2 = _mm512_dpbusd_epi32(p2, c[6], BCAST8_512(xb->q + 48));                            \
-				p3 = _mm512_dpbusd_epi32(p3, c[7], BCAST8_512(xb->q + 56));                            \
-				__m512i sum = _mm512_add_epi32(_mm512_add_epi32(p0, p1), _mm512_add_epi32(p2, p3));    \
-				__m512 dx = _mm512_castsi512_ps(BCAST8_512(xb->d));                                    \
-				acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(sum), acc[p]);      \
-			}                                                                                              \
+			X8_PAIR_BLOCK(c, dw, x, nb, b, np, BIAS_SHIFT, acc);                                           \
 		}                                                                                                      \
-		/* lanes 2r to token 2p's row r, lanes 2r + 1 to token 2p + 1's */                                     \
-		const __m512i apart = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);          \
-		_Pragma("GCC unroll 4") for (int p = 0; p < np; p++)                                                   \
-		{                                                                                                      \
-			__m512 a = _mm512_permutexvar_ps(apart, acc[p]);                                               \
-			_mm256_storeu_ps(y + (size_t)(2 * p) * ldy, _mm512_castps512_ps256(a));                        \
-			if (2 * p + 1 < nt)                                                                            \
-				_mm256_storeu_ps(y + (size_t)(2 * p + 1) * ldy,                                        \
-						 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));    \
-		}                                                                                                      \
+		X8_PAIRS_STORE(acc, np, nt, y, ldy);                                                                   \
 	}                                                                                                              \
 	AVX512 void NAME(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y, size_t ldy) \
 	{                                                                                                              \

@@ -144,6 +144,38 @@ gemm_q8_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t 
 	X8_GROUPS_BY_NT(gemm_q8_0x8_nt, grp, ng, nb * Q8_0X8_BLOCK, x, nb, nt, y, ldy);
 }
 
+/* Two tokens a 512-bit vector, as gemm_q4_0x8_pairs (cpu_q4_0x8.c): each
+ * chunk widened to lane pairs once a block for every pair of tokens. */
+AVX512 static inline __attribute__((always_inline)) void
+gemm_q8_0x8_pairs_nt(const uint8_t *grp, const struct q8_pair *x, size_t nb, int nt, float *y, size_t ldy)
+{
+	const __m512i lanes = X8_PAIR_LANES;
+	const int np = (nt + 1) / 2;
+	__m512 acc[4];
+
+#pragma GCC unroll 4
+	for (int p = 0; p < np; p++)
+		acc[p] = _mm512_setzero_ps();
+	for (size_t b = 0; b < nb; b++, grp += Q8_0X8_BLOCK) {
+		STREAM_PREFETCH_NT(grp, Q8_0X8_BLOCK, nt);
+		__m512i c[8];
+#pragma GCC unroll 8
+		for (int s = 0; s < 8; s++)
+			c[s] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(_mm256_loadu_si256(
+								       (const __m256i *)(grp + 16 + 32 * s))));
+		__m512 dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(
+								 _mm_loadu_si128((const __m128i *)grp))));
+		X8_PAIR_BLOCK(c, dw, x, nb, b, np, 7, acc);
+	}
+	X8_PAIRS_STORE(acc, np, nt, y, ldy);
+}
+
+AVX512 void
+gemm_q8_0x8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y, size_t ldy)
+{
+	X8_GROUPS_BY_NT(gemm_q8_0x8_pairs_nt, grp, ng, nb * Q8_0X8_BLOCK, x, nb, nt, y, ldy);
+}
+
 AVX2 void
 widen_q8_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes)
 {

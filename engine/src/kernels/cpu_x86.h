@@ -125,6 +125,48 @@
 		acc[t_] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb_->d)), _mm256_cvtepi32_ps(p_), acc[t_]); \
 	}
 
+/*
+ * The same two tokens a 512-bit vector (struct q8_pair; np pairs, nb
+ * blocks apart from x + b): c[s] holds chunk s with row r's 4 bytes in
+ * lanes 2r and 2r + 1 (X8_PAIR_LANES), dw row r's scale in both, and
+ * acc[p] gathers row r of token 2p in lane 2r and of token 2p + 1 in lane
+ * 2r + 1; bias is 1 << bias_shift.  The integer sums are exact and the
+ * float steps X8_BLOCK_TOKENS's, so each token's sums are its bits.
+ */
+#define X8_PAIR_LANES _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0)
+#define X8_PAIR_BLOCK(c, dw, x, nb, b, np, bias_shift, acc)                                                            \
+	_Pragma("GCC unroll 4") for (int p_ = 0; p_ < (np); p_++)                                                      \
+	{                                                                                                              \
+		const struct q8_pair *xb_ = (x) + (size_t)p_ * (nb) + (b);                                             \
+		__m512i p0_ =                                                                                          \
+			_mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(BCAST8_512(xb_->sum), bias_shift)); \
+		__m512i p1_ = _mm512_setzero_si512(), p2_ = p1_, p3_ = p1_;                                            \
+		p0_ = _mm512_dpbusd_epi32(p0_, c[0], BCAST8_512(xb_->q));                                              \
+		p1_ = _mm512_dpbusd_epi32(p1_, c[1], BCAST8_512(xb_->q + 8));                                          \
+		p2_ = _mm512_dpbusd_epi32(p2_, c[2], BCAST8_512(xb_->q + 16));                                         \
+		p3_ = _mm512_dpbusd_epi32(p3_, c[3], BCAST8_512(xb_->q + 24));                                         \
+		p0_ = _mm512_dpbusd_epi32(p0_, c[4], BCAST8_512(xb_->q + 32));                                         \
+		p1_ = _mm512_dpbusd_epi32(p1_, c[5], BCAST8_512(xb_->q + 40));                                         \
+		p2_ = _mm512_dpbusd_epi32(p2_, c[6], BCAST8_512(xb_->q + 48));                                         \
+		p3_ = _mm512_dpbusd_epi32(p3_, c[7], BCAST8_512(xb_->q + 56));                                         \
+		__m512i s_ = _mm512_add_epi32(_mm512_add_epi32(p0_, p1_), _mm512_add_epi32(p2_, p3_));                 \
+		__m512 dx_ = _mm512_castsi512_ps(BCAST8_512(xb_->d));                                                  \
+		acc[p_] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx_), _mm512_cvtepi32_ps(s_), acc[p_]);                    \
+	}
+/* acc[p] of X8_PAIR_BLOCK to rows y of tokens 2p and 2p + 1 (< nt) */
+#define X8_PAIRS_STORE(acc, np, nt, y, ldy)                                                                            \
+	do {                                                                                                           \
+		const __m512i apart_ = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);         \
+		_Pragma("GCC unroll 4") for (int p_ = 0; p_ < (np); p_++)                                              \
+		{                                                                                                      \
+			__m512 a_ = _mm512_permutexvar_ps(apart_, acc[p_]);                                            \
+			_mm256_storeu_ps((y) + (size_t)(2 * p_) * (ldy), _mm512_castps512_ps256(a_));                  \
+			if (2 * p_ + 1 < (nt))                                                                         \
+				_mm256_storeu_ps((y) + (size_t)(2 * p_ + 1) * (ldy),                                   \
+						 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a_), 1)));   \
+		}                                                                                                      \
+	} while (0)
+
 /* ng consecutive groups (bytes_per_group apart) through GROUP_NT(grp, x,
  * nb, NT, y, ldy), the token count a constant in each loop so the sums
  * stay in registers; the groups are one stream, which the hardware
