@@ -56,8 +56,7 @@ struct cpu_impl {
 	size_t xq_len;
 	struct block_q8k *xk; /* the same in 256-value blocks (k-quant decode), grown on first use */
 	size_t xk_len;
-	struct q8_pair
-		*xp; /* the same two tokens a block (q8_pair_pack), for 512-bit group kernels; grown on first use */
+	struct q8_pair *xp; /* the same, two tokens a block (q8_pair_pack), grown on first use */
 	size_t xp_len;
 	struct q8_tile *tiles; /* the same, packed 16 tokens a tile, for the GEMM */
 	size_t tiles_len;

@@ -131,6 +131,20 @@ mm_quantize_x(void *arg, int ith, int nth)
 			j->im->k->quantize_q8(j->x + t * j->w->cols, j->im->xq + t * nb, (size_t)j->w->cols);
 }
 
+/* The quantized tokens two to a block (q8_pair_pack), pairs split
+ * between the threads */
+static void
+mm_pack_pairs(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int64_t lo, hi, nb = j->w->cols / 32;
+
+	split((j->n + 1) / 2, ith, nth, &lo, &hi);
+	if (lo < hi)
+		q8_pair_pack(j->im->xq + 2 * lo * nb, (int)(2 * hi < j->n ? 2 * (hi - lo) : j->n - 2 * lo), (size_t)nb,
+			     j->im->xp + lo * nb);
+}
+
 static void
 mm_pack_tiles(void *arg, int ith, int nth)
 {
@@ -495,9 +509,6 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	 * and 93/71, pp48 112/74, pp64 113/69 */
 	if (type == TT_Q6_K && k->gemm_q6_amx != NULL)
 		return AMX_Q6_GEMM_TOKENS;
-	/* IQ4_NL in Q4_0's groups (llama.cpp's IQ4_NL file, two rounds, tok/s
-	 * GEMM / groups): pp48 186/203 and 187/197, pp64 212/196 and
-	 * 208/203 */
 	/* Q4_0's and IQ4_NL's groups two tokens a 512-bit vector against the
 	 * GEMM (Zen 5, 1B-class files, two alternating rounds, tok/s pairs /
 	 * GEMM): Q4_0 pp128 350/317 and 352/308, pp256 327/315 and 390/328,
@@ -508,6 +519,9 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 		return Q4_0_PAIRS_GEMM_TOKENS;
 	if (x8 && type == TT_IQ4_NL && k->gemm_iq4_nlx8_pairs != NULL)
 		return IQ4_NL_PAIRS_GEMM_TOKENS;
+	/* IQ4_NL in Q4_0's groups (llama.cpp's IQ4_NL file, two rounds, tok/s
+	 * GEMM / groups): pp48 186/203 and 187/197, pp64 212/196 and
+	 * 208/203 */
 	if (x8 && type == TT_IQ4_NL)
 		return IQ4_NLX8_GEMM_TOKENS;
 	/* Q4_1, Q5_0 and Q5_1 in 8-row groups (1B-class files privai made,
@@ -1159,8 +1173,10 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 		size_t nb = (size_t)w->cols / 32;
 		if (cpu_ensure((void **)&im->xp, &im->xp_len, (size_t)(n + 1) / 2 * nb * sizeof(struct q8_pair)) < 0)
 			j->p.pairs = 0; /* out of memory: the 8-row kernel, a token a vector */
+		else if (n <= 8)        /* a decode batch: as a step's quantizing, not worth the pool */
+			mm_pack_pairs(j, 0, 1);
 		else
-			q8_pair_pack(im->xq, n, nb, im->xp);
+			threadpool_run(im->pool, mm_pack_pairs, j);
 	}
 	if (j->p.bf16)
 		threadpool_run(im->pool, mm_pack_bf16, j);
