@@ -835,6 +835,28 @@ gemm_q5_kx8_ref(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 	gemm_kx8_scalar(grp, ng, x, nsb, nt, 1, y, ldy);
 }
 
+/* The K-quant groups' kernels on pairs of tokens against the same
+ * groups' kernel a token a lane, for 2..GROUP_NT tokens: how many passes
+ * differ in a bit or write past their tokens. */
+typedef void (*kpairs_gemm_fn)(const uint8_t *, int, const struct q8k_pair *, size_t, int, float *, size_t);
+static int
+kpairs_differ(kpairs_gemm_fn pairs, group_gemm_fn gemm, const uint8_t *packed, const struct block_q8k *xk)
+{
+	static struct q8k_pair xp[GROUP_NT / 2 * GROUP_NSB];
+	float y[GROUP_NT * GROUP_ROWS], ys[GROUP_NT * GROUP_ROWS];
+	int bad = 0;
+
+	for (int nt = 2; nt <= GROUP_NT; nt++) {
+		for (int i = 0; i < GROUP_NT * GROUP_ROWS; i++)
+			y[i] = ys[i] = -7.0f;
+		q8k_pair_pack(xk, nt, GROUP_NSB, xp);
+		pairs(packed, GROUP_ROWS / 8, xp, GROUP_NSB, nt, y, GROUP_ROWS);
+		gemm(packed, GROUP_ROWS / 8, xk, GROUP_NSB, nt, ys, GROUP_ROWS);
+		bad += memcmp(y, ys, sizeof(y)) != 0;
+	}
+	return bad;
+}
+
 /* Q4_K and Q5_K repacked 8 rows to a group: rows read back are the
  * file's, the kernel's repack equals the scalar one, and the group dot
  * (SIMD and scalar) equals each row's dot on Q8_K activations; 16 rows of
@@ -880,6 +902,12 @@ test_kx8(const struct cpu_kernels *k)
 		snprintf(what, sizeof(what), "%s %s", k->name, tensor_type_name(type));
 		check_group_kernel(what, gemm, five ? gemm_q5_kx8_ref : gemm_q4_kx8_ref,
 				   five ? ref->dot_q5_k_q8k : ref->dot_q4_k_q8k, wq, NSB * sb, packed, xk);
+		kpairs_gemm_fn pairs = five ? k->gemm_q5_kx8_pairs : k->gemm_q4_kx8_pairs;
+		int bad;
+		if (pairs != NULL)
+			CHECK((bad = kpairs_differ(pairs, gemm, packed, xk)) == 0,
+			      "%s on pairs of tokens for 2..%d tokens gives the group kernel's bits: %d passes differ",
+			      what, GROUP_NT, bad);
 	}
 }
 

@@ -506,6 +506,7 @@ cpu_destroy(struct compute *c)
 		free(im->xpk);
 		free(im->xk);
 		free(im->xp);
+		free(im->xkp);
 		kv_pool_free(im->k_cache, im->kv_bytes);
 		kv_pool_free(im->v_cache, im->kv_bytes);
 		threadpool_free(im->pool);

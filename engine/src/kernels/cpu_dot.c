@@ -201,6 +201,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL, /* no pairs of tokens a vector */
 	NULL,
 	NULL,
+	NULL,
+	NULL,
 };
 
 void
@@ -246,6 +248,24 @@ q8_pair_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_pair *out)
 				o->d[u] = src->d;
 				o->sum[u] = src->sum;
 				for (int s = 0; s < 8; s++)
+					memcpy(o->q + 8 * s + 4 * u, src->q + 4 * s, 4);
+			}
+		}
+}
+
+void
+q8k_pair_pack(const struct block_q8k *x, int nt, size_t nsb, struct q8k_pair *out)
+{
+	for (int p = 0; p < (nt + 1) / 2; p++)
+		for (size_t b = 0; b < nsb; b++) {
+			struct q8k_pair *o = &out[(size_t)p * nsb + b];
+			for (int u = 0; u < 2; u++) {
+				int t = 2 * p + u < nt ? 2 * p + u : 2 * p;
+				const struct block_q8k *src = &x[(size_t)t * nsb + b];
+				o->d[u] = src->d;
+				for (int j = 0; j < 8; j++)
+					memcpy(o->bsum + 4 * j + 2 * u, src->bsum + 2 * j, 2 * sizeof(int16_t));
+				for (int s = 0; s < 64; s++)
 					memcpy(o->q + 8 * s + 4 * u, src->q + 4 * s, 4);
 			}
 		}
@@ -557,6 +577,8 @@ static struct cpu_kernels k_avx2 = {
 	gemm_q5_1x8_avx2,
 	widen_legacy_x8_avx2,
 	NULL, /* no pairs of tokens a vector */
+	NULL,
+	NULL,
 	NULL,
 	NULL,
 };
@@ -1039,6 +1061,8 @@ static struct cpu_kernels k_avx512 = {
 	gemm_q4_0x8_pairs_avx512,
 	gemm_iq4_nlx8_pairs_avx512,
 	gemm_q8_0x8_pairs_avx512,
+	gemm_q4_kx8_pairs_avx512,
+	gemm_q5_kx8_pairs_avx512,
 };
 #endif
 

@@ -108,6 +108,18 @@ struct q8_pair {
  * last pair holds its token twice. */
 void q8_pair_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_pair *out);
 
+/* The same for Q8_K's 256-value blocks (gemm_q4_kx8_pairs): q for each
+ * 4-byte unit token 0's bytes, then token 1's; bsum for each 32-value
+ * sub-block j token 0's two 16-value sums (2j, 2j + 1), then token 1's;
+ * d a token each.  q8k_pair_pack as q8_pair_pack. */
+struct q8k_pair {
+	float d[2];
+	int16_t bsum[32];
+	int8_t q[512];
+};
+
+void q8k_pair_pack(const struct block_q8k *x, int nt, size_t nsb, struct q8k_pair *out);
+
 /* The AMX int8 GEMM's operands (cpu_amx.c), a 32-value block each: 16
  * weight rows as tdpbssd's B tile (row k: bytes 4k..4k+3 of each row,
  * signed), their scales and K-quant offsets; and 16 tokens as its A tile
@@ -408,6 +420,12 @@ struct cpu_kernels {
 				    size_t ldy);
 	void (*gemm_q8_0x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 				  size_t ldy);
+	/* gemm_q4_kx8 and gemm_q5_kx8 for 2 to 8 tokens on their pairs
+	 * (q8k_pair_pack; pair p at x + p * nsb), the same bits */
+	void (*gemm_q4_kx8_pairs)(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
+				  size_t ldy);
+	void (*gemm_q5_kx8_pairs)(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
+				  size_t ldy);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -577,6 +595,10 @@ void gemm_q4_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, siz
 void gemm_q4_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
 void gemm_q5_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
+void gemm_q4_kx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
+			      size_t ldy);
+void gemm_q5_kx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
+			      size_t ldy);
 void gemm_q5_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
 void kx8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five, uint8_t *dst);

@@ -58,6 +58,8 @@ struct cpu_impl {
 	size_t xk_len;
 	struct q8_pair *xp; /* the same, two tokens a block (q8_pair_pack), grown on first use */
 	size_t xp_len;
+	struct q8k_pair *xkp; /* xk two tokens a block (q8k_pair_pack), grown on first use */
+	size_t xkp_len;
 	struct q8_tile *tiles; /* the same, packed 16 tokens a tile, for the GEMM */
 	size_t tiles_len;
 	uint32_t *xbf; /* bfloat16 activation tiles (struct cpu_kernels.pack_bf16_tile; for AMX hi, then lo) */

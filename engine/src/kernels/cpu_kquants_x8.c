@@ -364,6 +364,107 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 		X8_GROUPS_BY_NT(NAME##_nt, grp, ng, nsb *KX8_BLOCK(FIVE), x, nsb, nt, y, ldy);                         \
 	}
 
+/*
+ * Two tokens a 512-bit vector (struct q8k_pair), as gemm_q4_0x8_pairs
+ * (cpu_q4_0x8.c): the chunks, fifth bits, scales, mins and row scales
+ * widened to lane pairs (row r in lanes 2r and 2r + 1) once a super-block
+ * for every pair of tokens.  The integer sums are exact and the float
+ * steps the kernels' above, so the results are their bits.
+ */
+#define KX8_BYTE_512(v, sh) _mm512_and_si512(_mm512_srli_epi32(v, sh), _mm512_set1_epi32(0xff))
+#define KX8_BIT4_512(h, bit)                                                                                           \
+	((bit) <= 4 ? _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8((char)(1 << (bit)))),                     \
+					(bit) <= 4 ? 4 - (bit) : 0)                                                    \
+		    : _mm512_srli_epi16(_mm512_and_si512(h, _mm512_set1_epi8((char)(1 << (bit)))),                     \
+					(bit) > 4 ? (bit)-4 : 0))
+/* 32 bytes at p, row r's 4 in lanes 2r and 2r + 1 */
+#define KX8_LOAD_PAIRS(p, lanes)                                                                                       \
+	_mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p))))
+
+#define DEFINE_GEMM_KX8_PAIRS(NAME, FIVE)                                                                              \
+	AVX512 static inline                                                                                           \
+		__attribute__((always_inline)) void NAME##_nt(const uint8_t *grp, const struct q8k_pair *x,            \
+							      size_t nsb, int nt, float *y, size_t ldy)                \
+	{                                                                                                              \
+		const __m512i low = _mm512_set1_epi8(0xf), lanes = X8_PAIR_LANES;                                      \
+		const __m256i six = _mm256_set1_epi8(0x3f), top = _mm256_set1_epi8(0x30),                              \
+			      low8 = _mm256_set1_epi8(0xf);                                                            \
+		const int np = (nt + 1) / 2;                                                                           \
+		__m512 acc[4], mins[4];                                                                                \
+		_Pragma("GCC unroll 4") for (int p = 0; p < np; p++) acc[p] = mins[p] = _mm512_setzero_ps();           \
+		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE)) {                                             \
+			GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), nt);                                                      \
+			__m256i sc8[2], mn8[2];                                                                        \
+			KX8_SCALES_MINS(grp, six, low8, top, sc8, mn8);                                                \
+			__m512i sc[2];                                                                                 \
+			sc[0] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(sc8[0]));                       \
+			sc[1] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(sc8[1]));                       \
+			__m512i dot[4];                                                                                \
+			_Pragma("GCC unroll 4") for (int p = 0; p < np; p++) dot[p] = _mm512_setzero_si512();          \
+			_Pragma("GCC unroll 4") for (int q = 0; q < 4; q++)                                            \
+			{                                                                                              \
+				const uint8_t *c = grp + GROUP_QS(FIVE) + 256 * q;                                     \
+				__m512i a[4], b[4];                                                                    \
+				_Pragma("GCC unroll 4") for (int p = 0; p < np; p++) a[p] = b[p] =                     \
+					_mm512_setzero_si512();                                                        \
+				_Pragma("GCC unroll 8") for (int s = 0; s < 8; s++)                                    \
+				{                                                                                      \
+					__m512i v = KX8_LOAD_PAIRS(c + 32 * s, lanes);                                 \
+					__m512i l = _mm512_and_si512(v, low);                                          \
+					__m512i h = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);                    \
+					if (FIVE) {                                                                    \
+						__m512i f = KX8_LOAD_PAIRS(grp + 128 + 32 * s, lanes);                 \
+						l = _mm512_or_si512(l, KX8_BIT4_512(f, 2 * q));                        \
+						h = _mm512_or_si512(h, KX8_BIT4_512(f, 2 * q + 1));                    \
+					}                                                                              \
+					_Pragma("GCC unroll 4") for (int p = 0; p < np; p++)                           \
+					{                                                                              \
+						const int8_t *xq = x[(size_t)p * nsb + i].q + 128 * q + 8 * s;         \
+						a[p] = _mm512_dpbusd_epi32(a[p], l, BCAST8_512(xq));                   \
+						b[p] = _mm512_dpbusd_epi32(b[p], h, BCAST8_512(xq + 64));              \
+					}                                                                              \
+				}                                                                                      \
+				int sh = 16 * (q & 1);                                                                 \
+				__m512i sa = KX8_BYTE_512(sc[q / 2], sh), sb = KX8_BYTE_512(sc[q / 2], sh + 8);        \
+				_Pragma("GCC unroll 4") for (int p = 0; p < np; p++) dot[p] =                          \
+					_mm512_add_epi32(dot[p], _mm512_add_epi32(_mm512_mullo_epi32(a[p], sa),        \
+										  _mm512_mullo_epi32(b[p], sb)));      \
+			}                                                                                              \
+			__m512 dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(               \
+									 _mm_loadu_si128((const __m128i *)grp))));     \
+			__m512 dm =                                                                                    \
+				_mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(                   \
+								     _mm_loadu_si128((const __m128i *)(grp + 16)))));  \
+			__m512i mn[2];                                                                                 \
+			mn[0] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(mn8[0]));                       \
+			mn[1] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(mn8[1]));                       \
+			_Pragma("GCC unroll 4") for (int p = 0; p < np; p++)                                           \
+			{                                                                                              \
+				const struct q8k_pair *xp = x + (size_t)p * nsb + i;                                   \
+				__m512i msum = _mm512_setzero_si512();                                                 \
+				_Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)                                    \
+				{                                                                                      \
+					__m512i m = KX8_BYTE_512(mn[j / 4], 8 * (j % 4));                              \
+					m = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));                              \
+					msum = _mm512_dpwssd_epi32(msum, m, BCAST8_512(xp->bsum + 4 * j));             \
+				}                                                                                      \
+				__m512 xd = _mm512_castsi512_ps(BCAST8_512(xp->d));                                    \
+				acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, xd), _mm512_cvtepi32_ps(dot[p]), acc[p]);   \
+				mins[p] = _mm512_fmadd_ps(_mm512_mul_ps(dm, xd), _mm512_cvtepi32_ps(msum), mins[p]);   \
+			}                                                                                              \
+		}                                                                                                      \
+		_Pragma("GCC unroll 4") for (int p = 0; p < np; p++) acc[p] = _mm512_sub_ps(acc[p], mins[p]);          \
+		X8_PAIRS_STORE(acc, np, nt, y, ldy);                                                                   \
+	}                                                                                                              \
+	AVX512 void NAME(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,           \
+			 size_t ldy)                                                                                   \
+	{                                                                                                              \
+		X8_GROUPS_BY_NT(NAME##_nt, grp, ng, nsb *KX8_BLOCK(FIVE), x, nsb, nt, y, ldy);                         \
+	}
+
+DEFINE_GEMM_KX8_PAIRS(gemm_q4_kx8_pairs_avx512, 0)
+DEFINE_GEMM_KX8_PAIRS(gemm_q5_kx8_pairs_avx512, 1)
+
 DEFINE_GEMM_KX8(gemm_q4_kx8_avx2, AVX2, U8I8_ACC_AVX2, I16_ACC_AVX2, 0, gemv_q4_kx8_avx2)
 DEFINE_GEMM_KX8(gemm_q4_kx8_avx512, AVX512, U8I8_ACC_VNNI, I16_ACC_VNNI, 0, gemv_q4_kx8_avx512)
 DEFINE_GEMM_KX8(gemm_q5_kx8_avx2, AVX2, U8I8_ACC_AVX2, I16_ACC_AVX2, 1, gemv_q5_kx8_avx2)

@@ -109,6 +109,13 @@ static void (*pairs_kernel(const struct cpu_kernels *k, uint32_t type))(const ui
 				   : NULL;
 }
 
+/* The same for the K-quants' groups, on Q8_K activations */
+static void (*kpairs_kernel(const struct cpu_kernels *k, uint32_t type))(const uint8_t *, int, const struct q8k_pair *,
+									 size_t, int, float *, size_t)
+{
+	return type == TT_Q4_K ? k->gemm_q4_kx8_pairs : type == TT_Q5_K ? k->gemm_q5_kx8_pairs : NULL;
+}
+
 /* Q6_K and Q3_K widen to blocks of two 16-value halves, each with its
  * own scale and sum (gemm_q6_k) */
 static int
@@ -140,9 +147,13 @@ mm_pack_pairs(void *arg, int ith, int nth)
 	int64_t lo, hi, nb = j->w->cols / 32;
 
 	split((j->n + 1) / 2, ith, nth, &lo, &hi);
-	if (lo < hi)
-		q8_pair_pack(j->im->xq + 2 * lo * nb, (int)(2 * hi < j->n ? 2 * (hi - lo) : j->n - 2 * lo), (size_t)nb,
-			     j->im->xp + lo * nb);
+	if (lo >= hi)
+		return;
+	int nt = (int)(2 * hi < j->n ? 2 * (hi - lo) : j->n - 2 * lo);
+	if (j->p.q8k)
+		q8k_pair_pack(j->im->xk + 2 * lo * (nb / 8), nt, (size_t)nb / 8, j->im->xkp + lo * (nb / 8));
+	else
+		q8_pair_pack(j->im->xq + 2 * lo * nb, nt, (size_t)nb, j->im->xp + lo * nb);
 }
 
 static void
@@ -632,7 +643,7 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	/* a decode batch or a short prompt on Q4_0's, IQ4_NL's or Q8_0's groups: two tokens a
 	 * 512-bit vector, where the 8-row kernel takes one a 256-bit one
 	 * (gemm_q4_0x8_pairs) */
-	p->pairs = x8 && !p->gemm && n >= 2 && pairs_kernel(k, type) != NULL;
+	p->pairs = x8 && !p->gemm && n >= 2 && (pairs_kernel(k, type) != NULL || kpairs_kernel(k, type) != NULL);
 	/* K-quant decode: one scale per 256 activations, integer sums per
 	 * super-block (docs/performance.md: Q6_K tg32 +7-23 %) */
 	p->q8k = p->quantized && !p->gemm &&
@@ -712,13 +723,21 @@ mm_rows_q8(struct mm_job *j, int64_t r0, int64_t r1)
 						   : w->type == TT_Q3_K   ? Q3X8_BLOCK
 						   : w->type == TT_Q2_K   ? Q2X8_BLOCK
 									  : KX8_BLOCK(five));
+		void (*pairs)(const uint8_t *, int, const struct q8k_pair *, size_t, int, float *, size_t) =
+			j->p.pairs ? kpairs_kernel(k, w->type) : NULL;
 		int64_t g1 = r1 / 8, per = x8_chunk_groups(j->n, group, g1 - r0 / 8);
 		for (int64_t g0 = r0 / 8; g0 < g1; g0 += per) {
 			int ng = (int)(g1 - g0 < per ? g1 - g0 : per);
-			for (int t0 = 0; t0 < j->n; t0 += 8)
-				gemm(j->x8 + (size_t)g0 * group, ng, j->im->xk + (int64_t)t0 * (nb / 8), (size_t)nb / 8,
-				     j->n - t0 < 8 ? j->n - t0 : 8, j->y + (int64_t)t0 * w->rows + 8 * g0,
-				     (size_t)w->rows);
+			for (int t0 = 0; t0 < j->n; t0 += 8) {
+				int nt = j->n - t0 < 8 ? j->n - t0 : 8;
+				float *y = j->y + (int64_t)t0 * w->rows + 8 * g0;
+				if (pairs != NULL && nt >= 2)
+					pairs(j->x8 + (size_t)g0 * group, ng, j->im->xkp + (int64_t)t0 / 2 * (nb / 8),
+					      (size_t)nb / 8, nt, y, (size_t)w->rows);
+				else
+					gemm(j->x8 + (size_t)g0 * group, ng, j->im->xk + (int64_t)t0 * (nb / 8),
+					     (size_t)nb / 8, nt, y, (size_t)w->rows);
+			}
 		}
 		return;
 	}
@@ -1170,8 +1189,10 @@ mm_prepare(struct cpu_impl *im, const struct compute_weight *cw, const float *x,
 	if (j->p.gemm)
 		threadpool_run(im->pool, mm_pack_tiles, j);
 	if (j->p.pairs) {
-		size_t nb = (size_t)w->cols / 32;
-		if (cpu_ensure((void **)&im->xp, &im->xp_len, (size_t)(n + 1) / 2 * nb * sizeof(struct q8_pair)) < 0)
+		size_t nb = (size_t)w->cols / 32, pairs = (size_t)(n + 1) / 2;
+		if (j->x8 == NULL || (kpairs_kernel(im->k, w->type) != NULL && !j->p.q8k) ||
+		    (j->p.q8k ? cpu_ensure((void **)&im->xkp, &im->xkp_len, pairs * nb / 8 * sizeof(struct q8k_pair))
+			      : cpu_ensure((void **)&im->xp, &im->xp_len, pairs * nb * sizeof(struct q8_pair))) < 0)
 			j->p.pairs = 0; /* out of memory: the 8-row kernel, a token a vector */
 		else if (n <= 8)        /* a decode batch: as a step's quantizing, not worth the pool */
 			mm_pack_pairs(j, 0, 1);
@@ -1549,6 +1570,8 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return bf16_path;
 	}
 	/* Q8_0 and Q4_0 with the repack kernels (and rows in eights, as every model's are) */
+	if (p.pairs && p.q8k)
+		return "int8, 8 rows interleaved at load, activations in 256-value blocks, two tokens a 512-bit vector";
 	if (p.pairs)
 		return "int8, 8 rows interleaved at load, two tokens a 512-bit vector";
 	if ((q8x8 || q4x8) && !p.gemm)
