@@ -40,6 +40,7 @@
 #define LEGACY_X8_GEMM_TOKENS 48     /* and from 48 for Q4_1's, Q5_0's and Q5_1's */
 #define Q4_0_PAIRS_GEMM_TOKENS 512   /* Q4_0's from 512 where its groups take two tokens a vector */
 #define IQ4_NL_PAIRS_GEMM_TOKENS 256 /* and IQ4_NL's from 256 */
+#define KX8_PAIRS_GEMM_TOKENS 512    /* and Q4_K's and Q5_K's from 512 */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -544,6 +545,15 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 		return LEGACY_X8_GEMM_TOKENS;
 	if (x8 && (type == TT_Q8_0 || type == TT_Q4_0))
 		return X8_GEMM_TOKENS;
+	/* Q4_K's and Q5_K's groups two tokens a 512-bit vector against the
+	 * GEMM (Zen 5, 1B-class Q4_K_M and Q5_K_M files, two alternating
+	 * rounds, tok/s pairs / GEMM): Q4_K_M pp256 365/289 and 374/313,
+	 * pp512 348/288 and 352/310, pp1024 304/308 and 304/289; Q5_K_M
+	 * pp128 329/249 and 317/269, pp512 307/262 and 292/291.  Both take
+	 * the GEMM from 512, where test_matmul's long prompt still reaches
+	 * it. */
+	if (x8 && (type == TT_Q4_K || type == TT_Q5_K) && kpairs_kernel(k, type) != NULL)
+		return KX8_PAIRS_GEMM_TOKENS;
 	if (x8 && type == TT_Q4_K)
 		return 144;
 	if (x8 && type == TT_Q5_K)
