@@ -975,6 +975,12 @@ test_q6x8(const struct cpu_kernels *k)
 	char what[64];
 	snprintf(what, sizeof(what), "%s Q6_K", k->name);
 	check_group_kernel(what, k->gemm_q6_kx8, gemm_q6_kx8_scalar, ref->dot_q6_k_q8k, wq, NSB * SB, packed, xk);
+	if (k->gemm_q6_kx8_pairs != NULL) {
+		int bad;
+		CHECK((bad = kpairs_differ(k->gemm_q6_kx8_pairs, k->gemm_q6_kx8, packed, xk)) == 0,
+		      "%s on pairs of tokens for 2..%d tokens gives the group kernel's bits: %d passes differ", what,
+		      GROUP_NT, bad);
+	}
 	/* every value 63, scales 127 and -128 by turns, d 1; activations of
 	 * 127 then -127 a sub-block at a time, and all 127 */
 	uint8_t ext[8 * SB], eg[Q6X8_BLOCK];
@@ -1014,6 +1020,15 @@ test_q6x8(const struct cpu_kernels *k)
 		}
 	}
 	CHECK(bad_ext == 0, "%s Q6_K group kernel at the extremes: %d of 16 sums off", k->name, bad_ext);
+	if (k->gemm_q6_kx8_pairs != NULL) { /* the two extreme tokens as a pair */
+		struct q8k_pair xp;
+		float ye[2 * 8], yp[2 * 8];
+		q8k_pair_pack(xe, 2, 1, &xp);
+		k->gemm_q6_kx8(eg, 1, xe, 1, 2, ye, 8);
+		k->gemm_q6_kx8_pairs(eg, 1, &xp, 1, 2, yp, 8);
+		CHECK(memcmp(ye, yp, sizeof(ye)) == 0, "%s Q6_K pairs at the extremes give the group kernel's bits",
+		      k->name);
+	}
 }
 
 /* What a repacked group type is checked through (test_groups) */

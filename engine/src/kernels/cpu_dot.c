@@ -203,6 +203,7 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL,
 	NULL,
+	NULL,
 };
 
 void
@@ -577,6 +578,7 @@ static struct cpu_kernels k_avx2 = {
 	gemm_q5_1x8_avx2,
 	widen_legacy_x8_avx2,
 	NULL, /* no pairs of tokens a vector */
+	NULL,
 	NULL,
 	NULL,
 	NULL,
@@ -1063,6 +1065,7 @@ static struct cpu_kernels k_avx512 = {
 	gemm_q8_0x8_pairs_avx512,
 	gemm_q4_kx8_pairs_avx512,
 	gemm_q5_kx8_pairs_avx512,
+	gemm_q6_kx8_pairs_avx512,
 };
 #endif
 

@@ -420,11 +420,13 @@ struct cpu_kernels {
 				    size_t ldy);
 	void (*gemm_q8_0x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 				  size_t ldy);
-	/* gemm_q4_kx8 and gemm_q5_kx8 for 2 to 8 tokens on their pairs
+	/* gemm_q4_kx8, gemm_q5_kx8 and gemm_q6_kx8 for 2 to 8 tokens on their pairs
 	 * (q8k_pair_pack; pair p at x + p * nsb), the same bits */
 	void (*gemm_q4_kx8_pairs)(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
 				  size_t ldy);
 	void (*gemm_q5_kx8_pairs)(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
+				  size_t ldy);
+	void (*gemm_q6_kx8_pairs)(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
 				  size_t ldy);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
@@ -595,6 +597,8 @@ void gemm_q4_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, siz
 void gemm_q4_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
 void gemm_q5_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
+void gemm_q6_kx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
+			      size_t ldy);
 void gemm_q4_kx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
 			      size_t ldy);
 void gemm_q5_kx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,

@@ -114,7 +114,10 @@ static void (*pairs_kernel(const struct cpu_kernels *k, uint32_t type))(const ui
 static void (*kpairs_kernel(const struct cpu_kernels *k, uint32_t type))(const uint8_t *, int, const struct q8k_pair *,
 									 size_t, int, float *, size_t)
 {
-	return type == TT_Q4_K ? k->gemm_q4_kx8_pairs : type == TT_Q5_K ? k->gemm_q5_kx8_pairs : NULL;
+	return type == TT_Q4_K   ? k->gemm_q4_kx8_pairs
+	       : type == TT_Q5_K ? k->gemm_q5_kx8_pairs
+	       : type == TT_Q6_K ? k->gemm_q6_kx8_pairs
+				 : NULL;
 }
 
 /* Q6_K and Q3_K widen to blocks of two 16-value halves, each with its

@@ -232,6 +232,78 @@ widen_q6_kx8_scalar(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_row
 DEFINE_GEMM_Q6X8(gemm_q6_kx8_avx2, AVX2, U8I8_ACC_AVX2, Q6X8_VALUE_AVX2, Q6X8_TOP_AVX2, 1)
 DEFINE_GEMM_Q6X8(gemm_q6_kx8_avx512, AVX512, U8I8_ACC_VNNI, Q6X8_VALUE_AVX512, Q6X8_TOP_AVX512, 4)
 
+/*
+ * Two tokens a 512-bit vector (struct q8k_pair), as gemm_q4_kx8_pairs: a
+ * sub-block's four chunks and scales widened to lane pairs once for every
+ * pair of tokens.  The -32 QS * sum of each 16 activations is one
+ * vpdpwssd of the pair's sums (token 0's two in even lanes, token 1's in
+ * odd ones) with (-32 QS, 0) or (0, -32 QS); d_x / QS is d_x * (1 / QS),
+ * the same float for a power of two.  The results are the bits of the
+ * kernel above.
+ */
+AVX512 static inline __attribute__((always_inline)) void
+gemm_q6_kx8_pairs_nt(const uint8_t *grp, const struct q8k_pair *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	const __m512i lanes = X8_PAIR_LANES;
+	/* (-32 QS, 0) and (0, -32 QS) as int16 pairs, QS = 4 */
+	const __m512i bias[2] = { _mm512_set1_epi32(0xffff & -128), _mm512_set1_epi32(-128 * 65536) };
+	const int np = (nt + 1) / 2;
+	__m512 acc[4];
+
+#pragma GCC unroll 4
+	for (int p = 0; p < np; p++)
+		acc[p] = _mm512_setzero_ps();
+	for (size_t i = 0; i < nsb; i++, grp += Q6X8_BLOCK) {
+		GROUP_PREFETCH(grp, Q6X8_BLOCK, nt);
+		__m512i isum[4];
+#pragma GCC unroll 4
+		for (int p = 0; p < np; p++)
+			isum[p] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+		for (int j = 0; j < 16; j++) {
+			const uint8_t *w = grp + Q6X8_QUANTS + 96 * j;
+			__m256i p0 = _mm256_loadu_si256((const __m256i *)w);
+			__m256i p1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+			__m256i p2 = _mm256_loadu_si256((const __m256i *)(w + 64));
+			__m512i c[4];
+			c[3] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(Q6X8_TOP_AVX512(p0, p1, p2)));
+			c[0] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(Q6X8_VALUE_AVX512(p0)));
+			c[1] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(Q6X8_VALUE_AVX512(p1)));
+			c[2] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(Q6X8_VALUE_AVX512(p2)));
+			__m512i sc =
+				_mm512_permutexvar_epi32(lanes,
+							 _mm512_castsi256_si512(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+								 (const __m128i *)(grp + Q6X8_SCALES + 8 * j)))));
+#pragma GCC unroll 4
+			for (int p = 0; p < np; p++) {
+				const struct q8k_pair *xb = x + (size_t)p * nsb + i;
+				__m512i a = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+								BCAST8_512(xb->bsum + 4 * (j / 2)), bias[j % 2]);
+				a = _mm512_dpbusd_epi32(a, c[0], BCAST8_512(xb->q + 32 * j));
+				a = _mm512_dpbusd_epi32(a, c[1], BCAST8_512(xb->q + 32 * j + 8));
+				a = _mm512_dpbusd_epi32(a, c[2], BCAST8_512(xb->q + 32 * j + 16));
+				a = _mm512_dpbusd_epi32(a, c[3], BCAST8_512(xb->q + 32 * j + 24));
+				isum[p] = _mm512_add_epi32(isum[p], _mm512_mullo_epi32(a, sc));
+			}
+		}
+		__m512 dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(
+								 _mm_loadu_si128((const __m128i *)grp))));
+#pragma GCC unroll 4
+		for (int p = 0; p < np; p++) {
+			__m512 xd = _mm512_mul_ps(_mm512_castsi512_ps(BCAST8_512(x[(size_t)p * nsb + i].d)),
+						  _mm512_set1_ps(1.0f / 4));
+			acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, xd), _mm512_cvtepi32_ps(isum[p]), acc[p]);
+		}
+	}
+	X8_PAIRS_STORE(acc, np, nt, y, ldy);
+}
+
+AVX512 void
+gemm_q6_kx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	X8_GROUPS_BY_NT(gemm_q6_kx8_pairs_nt, grp, ng, nsb * Q6X8_BLOCK, x, nsb, nt, y, ldy);
+}
+
 /* widen_q6_kx8 (cpu_dot.h): a 32-value block of the 8 rows is sub-blocks
  * 2b and 2b+1's four chunks, eight words with row r in lane r; one 8 x 8
  * transpose gives each row its 32 values. */
