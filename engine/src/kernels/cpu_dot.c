@@ -237,39 +237,49 @@ q8_tile8_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_tile8 *out)
 	}
 }
 
+/* The token in place u (0, 1) of pair p: an odd count's last pair holds
+ * its token twice */
+static int
+pair_token(int p, int u, int nt)
+{
+	return 2 * p + u < nt ? 2 * p + u : 2 * p;
+}
+
+/* units 4-byte units of one token's values into place u of a pair's */
+static void
+pair_units(int8_t *dst, const int8_t *src, int units, int u)
+{
+	for (int s = 0; s < units; s++)
+		memcpy(dst + 8 * s + 4 * u, src + 4 * s, 4);
+}
+
 void
 q8_pair_pack(const struct block_q8 *x, int nt, size_t nb, struct q8_pair *out)
 {
 	for (int p = 0; p < (nt + 1) / 2; p++)
-		for (size_t b = 0; b < nb; b++) {
-			struct q8_pair *o = &out[(size_t)p * nb + b];
+		for (size_t b = 0; b < nb; b++)
 			for (int u = 0; u < 2; u++) {
-				int t = 2 * p + u < nt ? 2 * p + u : 2 * p;
-				const struct block_q8 *src = &x[(size_t)t * nb + b];
+				const struct block_q8 *src = &x[(size_t)pair_token(p, u, nt) * nb + b];
+				struct q8_pair *o = &out[(size_t)p * nb + b];
 				o->d[u] = src->d;
 				o->sum[u] = src->sum;
-				for (int s = 0; s < 8; s++)
-					memcpy(o->q + 8 * s + 4 * u, src->q + 4 * s, 4);
+				pair_units(o->q, src->q, 8, u);
 			}
-		}
 }
 
 void
 q8k_pair_pack(const struct block_q8k *x, int nt, size_t nsb, struct q8k_pair *out)
 {
 	for (int p = 0; p < (nt + 1) / 2; p++)
-		for (size_t b = 0; b < nsb; b++) {
-			struct q8k_pair *o = &out[(size_t)p * nsb + b];
+		for (size_t b = 0; b < nsb; b++)
 			for (int u = 0; u < 2; u++) {
-				int t = 2 * p + u < nt ? 2 * p + u : 2 * p;
-				const struct block_q8k *src = &x[(size_t)t * nsb + b];
+				const struct block_q8k *src = &x[(size_t)pair_token(p, u, nt) * nsb + b];
+				struct q8k_pair *o = &out[(size_t)p * nsb + b];
 				o->d[u] = src->d;
-				for (int j = 0; j < 8; j++)
+				for (int j = 0; j < 8; j++) /* sub-block j's two 16-value sums */
 					memcpy(o->bsum + 4 * j + 2 * u, src->bsum + 2 * j, 2 * sizeof(int16_t));
-				for (int s = 0; s < 64; s++)
-					memcpy(o->q + 8 * s + 4 * u, src->q + 4 * s, 4);
+				pair_units(o->q, src->q, 64, u);
 			}
-		}
 }
 
 #if defined(__x86_64__)
