@@ -41,6 +41,7 @@
 #define Q4_0_PAIRS_GEMM_TOKENS 512   /* Q4_0's from 512 where its groups take two tokens a vector */
 #define IQ4_NL_PAIRS_GEMM_TOKENS 256 /* and IQ4_NL's from 256 */
 #define KX8_PAIRS_GEMM_TOKENS 512    /* and Q4_K's and Q5_K's from 512 */
+#define Q6_K_PAIRS_GEMM_TOKENS 256   /* and Q6_K's from 256 */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -572,6 +573,13 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	 * pp192 252/247 and 242/245 */
 	if (x8 && type == TT_Q3_K)
 		return Q3X8_GEMM_TOKENS;
+	/* Q6_K's groups two tokens a 512-bit vector against the GEMM (Zen 5,
+	 * a 1B-class Q6_K file, alternating rounds, tok/s pairs / GEMM): pp64
+	 * 305/238 and 263/203, pp128 295/261 and 275/228, pp256 295/278 and
+	 * 293/258, then, the bus slower, 199/219 and 205/218; pp320 207/213
+	 * and 230/236, pp384 209/246 and 191/213 */
+	if (type == TT_Q6_K && x8 && kpairs_kernel(k, type) != NULL)
+		return Q6_K_PAIRS_GEMM_TOKENS;
 	/* Q6_K in 8-row groups as well (Zen 4, four alternating rounds):
 	 * pp48 on the groups 110-184 against the rows' 107-119, pp64 the
 	 * GEMM 124-180 against the groups' 95-166 */
