@@ -1751,7 +1751,8 @@ test_iq4_nlx8(const struct cpu_kernels *k)
  * bit and the per-row dot within rounding; a token alone gives the bits
  * it gives in a batch; groups widen as the file's rows do.  Some rows are
  * all 31 (every nibble and fifth bit set: the largest products the AVX2
- * pair sums take) or all 0, with offsets, and activations reach +-127. */
+ * pair sums take) or all 0, with offsets, and activations reach +-127.
+ * Where there are 512-bit vectors, the pairs of tokens give the same bits. */
 static void
 test_legacy_x8(const struct cpu_kernels *k)
 {
@@ -1838,6 +1839,14 @@ test_legacy_x8(const struct cpu_kernels *k)
 		      name, bad_alone);
 		CHECK(bad_ref == 0, "%s %s groups equal the per-row dot within rounding: %d of %d off", k->name, name,
 		      bad_ref, ROWS * NT);
+		pairs_gemm_fn pairs = type == TT_Q4_1   ? k->gemm_q4_1x8_pairs
+				      : type == TT_Q5_0 ? k->gemm_q5_0x8_pairs
+							: k->gemm_q5_1x8_pairs;
+		if (pairs != NULL)
+			CHECK((bad = pairs_differ(pairs, gemm_ref, packed, ROWS / 8, xq, NB)) == 0,
+			      "%s %s groups' pairs for 2..8 tokens equal the scalar reference bit for bit: %d passes "
+			      "differ",
+			      k->name, name, bad);
 		{
 			enum { RB34 = NB * 34 };
 			static uint8_t wr[2][ROWS * RB34];

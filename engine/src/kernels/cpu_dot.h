@@ -428,6 +428,13 @@ struct cpu_kernels {
 				  size_t ldy);
 	void (*gemm_q6_kx8_pairs)(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
 				  size_t ldy);
+	/* gemm_q4_1x8, gemm_q5_0x8 and gemm_q5_1x8 the same way (as gemm_q4_0x8_pairs) */
+	void (*gemm_q4_1x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+				  size_t ldy);
+	void (*gemm_q5_0x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+				  size_t ldy);
+	void (*gemm_q5_1x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+				  size_t ldy);
 };
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
@@ -521,6 +528,12 @@ void widen_q4_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst
 void gemm_q4_0x8_avx2(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void gemm_q4_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void gemm_q4_0x8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+			      size_t ldy);
+void gemm_q4_1x8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+			      size_t ldy);
+void gemm_q5_0x8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+			      size_t ldy);
+void gemm_q5_1x8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 			      size_t ldy);
 void gemm_q8_0x8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 			      size_t ldy);

@@ -42,6 +42,8 @@
 #define IQ4_NL_PAIRS_GEMM_TOKENS 256 /* and IQ4_NL's from 256 */
 #define KX8_PAIRS_GEMM_TOKENS 512    /* and Q4_K's and Q5_K's from 512 */
 #define Q6_K_PAIRS_GEMM_TOKENS 256   /* and Q6_K's from 256 */
+#define Q4_1_PAIRS_GEMM_TOKENS 256   /* and Q4_1's from 256 */
+#define Q5_PAIRS_GEMM_TOKENS 128     /* and Q5_0's and Q5_1's from 128 */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -108,6 +110,9 @@ static void (*pairs_kernel(const struct cpu_kernels *k, uint32_t type))(const ui
 	return type == TT_Q4_0     ? k->gemm_q4_0x8_pairs
 	       : type == TT_IQ4_NL ? k->gemm_iq4_nlx8_pairs
 	       : type == TT_Q8_0   ? k->gemm_q8_0x8_pairs
+	       : type == TT_Q4_1   ? k->gemm_q4_1x8_pairs
+	       : type == TT_Q5_0   ? k->gemm_q5_0x8_pairs
+	       : type == TT_Q5_1   ? k->gemm_q5_1x8_pairs
 				   : NULL;
 }
 
@@ -544,7 +549,16 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	 * two rounds, tok/s groups / GEMM): Q4_1 pp40 252/206 and 230/186,
 	 * pp48 210/200 and 220/224, pp56 237/263 and 259/266; Q5_0 pp40
 	 * 256/234 and 255/238, pp48 223/261 and 262/280; Q5_1 pp40 234/216
-	 * and 224/213, pp48 232/257 and 231/221, pp56 216/236 and 198/253 */
+	 * and 224/213, pp48 232/257 and 231/221, pp56 216/236 and 198/253.
+	 * Their groups two tokens a 512-bit vector against the GEMM (Zen 5,
+	 * 1B-class files, two alternating rounds, tok/s pairs / GEMM): Q4_1
+	 * pp64 294/225 and 319/264, pp128 387/261 and 324/294, pp256 365/338
+	 * and 312/303, pp384 307/337 and 302/304; Q5_0 pp64 317/283 and
+	 * 301/280, pp128 281/282 and 305/301, pp256 289/298 and 319/343; Q5_1
+	 * pp64 296/253 and 320/269, pp128 287/287 and 289/307, pp256 274/289
+	 * and 314/333 */
+	if (x8 && legacy(type) && pairs_kernel(k, type) != NULL)
+		return type == TT_Q4_1 ? Q4_1_PAIRS_GEMM_TOKENS : Q5_PAIRS_GEMM_TOKENS;
 	if (x8 && legacy(type))
 		return LEGACY_X8_GEMM_TOKENS;
 	if (x8 && (type == TT_Q8_0 || type == TT_Q4_0))
@@ -661,8 +675,9 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	 * memory-bound on the dot) */
 	p->gemm8 = !p->gemm && !grouped && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) &&
 		   k->gemm8_q8_0 != NULL && n >= 2 && n < GEMM_TOKENS;
-	/* a decode batch or a short prompt on Q4_0's, IQ4_NL's or Q8_0's groups: two tokens a
-	 * 512-bit vector, where the 8-row kernel takes one a 256-bit one
+	/* a decode batch or a short prompt on the groups of Q4_0, IQ4_NL,
+	 * Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K: two tokens a 512-bit
+	 * vector, where the 8-row kernel takes one a 256-bit one
 	 * (gemm_q4_0x8_pairs) */
 	p->pairs = x8 && !p->gemm && n >= 2 && (pairs_kernel(k, type) != NULL || kpairs_kernel(k, type) != NULL);
 	/* K-quant decode: one scale per 256 activations, integer sums per

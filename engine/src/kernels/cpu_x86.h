@@ -130,7 +130,8 @@
  * blocks apart from x + b): c[s] holds chunk s with row r's 4 bytes in
  * lanes 2r and 2r + 1 (X8_PAIR_LANES), dw row r's scale in both, and
  * acc[p] gathers row r of token 2p in lane 2r and of token 2p + 1 in lane
- * 2r + 1; bias is 1 << bias_shift.  The integer sums are exact and the
+ * 2r + 1; bias is 1 << bias_shift, none where bias_shift is negative
+ * (a constant, so the test folds away).  The integer sums are exact and the
  * float steps X8_BLOCK_TOKENS's, so each token's sums are its bits.
  */
 #define X8_PAIR_LANES _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0)
@@ -138,8 +139,11 @@
 	_Pragma("GCC unroll 4") for (int p_ = 0; p_ < (np); p_++)                                                      \
 	{                                                                                                              \
 		const struct q8_pair *xb_ = (x) + (size_t)p_ * (nb) + (b);                                             \
-		__m512i p0_ =                                                                                          \
-			_mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(BCAST8_512(xb_->sum), bias_shift)); \
+		__m512i p0_ = (bias_shift) < 0                                                                         \
+				      ? _mm512_setzero_si512()                                                         \
+				      : _mm512_sub_epi32(_mm512_setzero_si512(),                                       \
+							 _mm512_slli_epi32(BCAST8_512(xb_->sum),                       \
+									   (bias_shift) < 0 ? 0 : (bias_shift)));      \
 		__m512i p1_ = _mm512_setzero_si512(), p2_ = p1_, p3_ = p1_;                                            \
 		p0_ = _mm512_dpbusd_epi32(p0_, c[0], BCAST8_512(xb_->q));                                              \
 		p1_ = _mm512_dpbusd_epi32(p1_, c[1], BCAST8_512(xb_->q + 8));                                          \
