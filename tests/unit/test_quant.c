@@ -1050,6 +1050,8 @@ struct group_type {
 	 * at the extremes (w_lo, w_hi) that must occur in them */
 	void (*extreme)(int r, uint8_t *b);
 	float w_lo, w_hi;
+	/* the kernel set's two tokens a vector, NULL where it has none */
+	kpairs_gemm_fn pairs;
 };
 
 /* A group type against the file's rows (as test_q6x8): the layout is not
@@ -1057,7 +1059,8 @@ struct group_type {
  * are the file's bytes and values, groups widen for prompts as the file's
  * rows do, and the group kernel (SIMD and scalar) equals each row's dot.
  * Then one group at the extremes, 127 and -127 activations, against the
- * dequantized sums in double. */
+ * dequantized sums in double.  Where the kernel set takes two tokens a
+ * vector, they give the group kernel's bits, at the extremes too. */
 static void
 test_groups(const struct cpu_kernels *k, const struct group_type *gt)
 {
@@ -1118,6 +1121,11 @@ test_groups(const struct cpu_kernels *k, const struct group_type *gt)
 		      "%s groups widen as the file's rows do", what);
 	}
 	check_group_kernel(what, gemm, gt->scalar, gt->row_dot, wq, NSB * sb, packed, xk);
+	if (gt->pairs != NULL) {
+		int bad;
+		CHECK((bad = kpairs_differ(gt->pairs, gemm, packed, xk)) == 0,
+		      "%s pairs for 2..%d tokens give the group kernel's bits: %d passes differ", what, NT, bad);
+	}
 
 	uint8_t ext[8 * MAX_SB], eg[8 * MAX_SB];
 	struct block_q8k xe[2];
@@ -1139,9 +1147,17 @@ test_groups(const struct cpu_kernels *k, const struct group_type *gt)
 	}
 	gt->repack(ext, sb, 0, 1, 1, eg);
 	int bad_ext = 0, seen_lo = 0, seen_hi = 0;
+	float yp[2 * 8];
+	if (gt->pairs != NULL) {
+		struct q8k_pair xpe;
+		q8k_pair_pack(xe, 2, 1, &xpe);
+		gt->pairs(eg, 1, &xpe, 1, 2, yp, 8);
+	}
 	for (int t = 0; t < 2; t++) {
 		float ye[8], deq[256];
 		gemm(eg, 1, xe + t, 1, 1, ye, 8);
+		if (gt->pairs != NULL)
+			bad_ext += memcmp(ye, yp + 8 * t, sizeof(ye)) != 0;
 		for (int r = 0; r < 8; r++) {
 			double exact = 0;
 			tensor_dequantize_row(gt->type, ext + r * sb, deq, 256);
@@ -1155,7 +1171,7 @@ test_groups(const struct cpu_kernels *k, const struct group_type *gt)
 	}
 	CHECK(seen_lo > 0 && seen_hi > 0, "the %s extremes reach %g and %g (%d, %d values)", name, gt->w_lo, gt->w_hi,
 	      seen_lo, seen_hi);
-	CHECK(bad_ext == 0, "%s group kernel at the extremes: %d of 16 sums off", what, bad_ext);
+	CHECK(bad_ext == 0, "%s group kernel at the extremes: %d of 16 sums off or not the pairs' bits", what, bad_ext);
 }
 
 /* IQ4_XS: every index 0 (level -127) in even rows, 15 (113) in odd ones;
@@ -1223,7 +1239,8 @@ test_group_types(const struct cpu_kernels *k)
 		  .sums = 1,
 		  .extreme = iq4_xs_extreme,
 		  .w_lo = -127.0f * -32,
-		  .w_hi = 113.0f * 31 },
+		  .w_hi = 113.0f * 31,
+		  .pairs = k->gemm_iq4_xsx8_pairs },
 		{ .type = TT_Q3_K,
 		  .sb = 110,
 		  .block = Q3X8_BLOCK,

@@ -192,6 +192,88 @@ gemm_iq4_xsx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size
 DEFINE_GEMM_IQ4X8(gemm_iq4_xsx8_avx2, AVX2, IQ4X8_ACC_AVX2, 0)
 DEFINE_GEMM_IQ4X8(gemm_iq4_xsx8_avx512, AVX512, IQ4X8_ACC_VNNI, 128)
 
+/*
+ * The same two tokens a 512-bit vector (struct q8k_pair), for decode
+ * batches and short prompts, as Q4_K's groups take them
+ * (cpu_kquants_x8.c): each chunk's indices are widened to lane pairs
+ * (X8_PAIR_LANES) and looked up once a block for every pair, and one
+ * vpdpbusd sums row r with token 2p in lane 2r and with token 2p + 1 in
+ * lane 2r + 1.  The sums are exact and the float steps the ones above, so
+ * the results are their bits.
+ */
+AVX512 static inline __attribute__((always_inline)) void
+gemm_iq4_xsx8_pairs_nt(const uint8_t *grp, const struct q8k_pair *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	const __m512i table = _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)iq4_nl_levels)),
+					      _mm512_set1_epi8((char)128));
+	const __m512i low = _mm512_set1_epi8(0xf), lanes = X8_PAIR_LANES, off = _mm512_set1_epi16(-128);
+	const __m256i two = _mm256_set1_epi32(3), four = _mm256_set1_epi32(0xf);
+	const int np = (nt + 1) / 2;
+	__m512 acc[4];
+
+#pragma GCC unroll 4
+	for (int p = 0; p < np; p++)
+		acc[p] = _mm512_setzero_ps();
+	for (size_t i = 0; i < nsb; i++, grp += IQ4X8_BLOCK) {
+		GROUP_PREFETCH(grp, IQ4X8_BLOCK, nt);
+		__m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(grp + IQ4X8_SCALES_H)));
+		__m256i sl = _mm256_loadu_si256((const __m256i *)(grp + IQ4X8_SCALES_L));
+		__m512i isum[4];
+#pragma GCC unroll 4
+		for (int p = 0; p < np; p++)
+			isum[p] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++) {
+			__m256i sc8 = _mm256_sub_epi32(
+				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), four),
+						_mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * j), two),
+								  4)),
+				_mm256_set1_epi32(32));
+			__m512i sc = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(sc8));
+			__m512i a0[4], a1[4];
+#pragma GCC unroll 4
+			for (int p = 0; p < np; p++) { /* -128 x each token's sum of sub-block j */
+				a0[p] = _mm512_madd_epi16(BCAST8_512(x[(size_t)p * nsb + i].bsum + 4 * j), off);
+				a1[p] = _mm512_setzero_si512();
+			}
+#pragma GCC unroll 4
+			for (int s = 0; s < 4; s++) {
+				__m512i c =
+					_mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(_mm256_loadu_si256(
+										(const __m256i *)(grp + IQ4X8_QUANTS +
+												  128 * j + 32 * s))));
+				__m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(c, low));
+				__m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(c, 4), low));
+#pragma GCC unroll 4
+				for (int p = 0; p < np; p++) {
+					const int8_t *xq = x[(size_t)p * nsb + i].q + 8 * (8 * j + s);
+					a0[p] = _mm512_dpbusd_epi32(a0[p], lo, BCAST8_512(xq));
+					a1[p] = _mm512_dpbusd_epi32(a1[p], hi, BCAST8_512(xq + 32));
+				}
+			}
+#pragma GCC unroll 4
+			for (int p = 0; p < np; p++)
+				isum[p] = _mm512_add_epi32(isum[p],
+							   _mm512_mullo_epi32(_mm512_add_epi32(a0[p], a1[p]), sc));
+		}
+		__m512 dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(
+								 _mm_loadu_si128((const __m128i *)grp))));
+#pragma GCC unroll 4
+		for (int p = 0; p < np; p++) {
+			__m512 xd = _mm512_castsi512_ps(BCAST8_512(x[(size_t)p * nsb + i].d));
+			acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, xd), _mm512_cvtepi32_ps(isum[p]), acc[p]);
+		}
+	}
+	X8_PAIRS_STORE(acc, np, nt, y, ldy);
+}
+
+AVX512 void
+gemm_iq4_xsx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
+			   size_t ldy)
+{
+	X8_GROUPS_BY_NT(gemm_iq4_xsx8_pairs_nt, grp, ng, nsb * IQ4X8_BLOCK, x, nsb, nt, y, ldy);
+}
+
 /* iq4x8_repack with the index words of 8 rows transposed in registers, a
  * 32-byte chunk of each row at a time: 4-byte copies made loading a
  * model several times slower (cpu_kquants_x8.c). */

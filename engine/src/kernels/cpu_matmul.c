@@ -44,6 +44,7 @@
 #define Q6_K_PAIRS_GEMM_TOKENS 256   /* and Q6_K's from 256 */
 #define Q4_1_PAIRS_GEMM_TOKENS 256   /* and Q4_1's from 256 */
 #define Q5_PAIRS_GEMM_TOKENS 128     /* and Q5_0's and Q5_1's from 128 */
+#define IQ4_XS_PAIRS_GEMM_TOKENS 256 /* and IQ4_XS's from 256 */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -120,10 +121,11 @@ static void (*pairs_kernel(const struct cpu_kernels *k, uint32_t type))(const ui
 static void (*kpairs_kernel(const struct cpu_kernels *k, uint32_t type))(const uint8_t *, int, const struct q8k_pair *,
 									 size_t, int, float *, size_t)
 {
-	return type == TT_Q4_K   ? k->gemm_q4_kx8_pairs
-	       : type == TT_Q5_K ? k->gemm_q5_kx8_pairs
-	       : type == TT_Q6_K ? k->gemm_q6_kx8_pairs
-				 : NULL;
+	return type == TT_Q4_K     ? k->gemm_q4_kx8_pairs
+	       : type == TT_Q5_K   ? k->gemm_q5_kx8_pairs
+	       : type == TT_Q6_K   ? k->gemm_q6_kx8_pairs
+	       : type == TT_IQ4_XS ? k->gemm_iq4_xsx8_pairs
+				   : NULL;
 }
 
 /* Q6_K and Q3_K widen to blocks of two 16-value halves, each with its
@@ -578,7 +580,13 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 		return 96;
 	/* IQ4_XS in 8-row groups (llama.cpp's IQ4_XS file, two rounds,
 	 * tok/s GEMM / groups): pp48 225/233 and 210/236, pp56 222/233 and
-	 * 229/218, pp64 263/220 and 258/237 */
+	 * 229/218, pp64 263/220 and 258/237.  Two tokens a 512-bit vector
+	 * against the GEMM (Zen 5, a 1B-class file privai wrote, two
+	 * alternating rounds, tok/s pairs / GEMM): pp32 297/295 and 327/322,
+	 * pp64 347/270 and 339/244, pp128 327/322 and 354/307, pp256 316/310
+	 * and 336/354 */
+	if (x8 && type == TT_IQ4_XS && kpairs_kernel(k, type) != NULL)
+		return IQ4_XS_PAIRS_GEMM_TOKENS;
 	if (x8 && type == TT_IQ4_XS)
 		return IQ4X8_GEMM_TOKENS;
 	/* Q3_K in 8-row groups against the GEMM on its rows widened to
@@ -676,7 +684,7 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	p->gemm8 = !p->gemm && !grouped && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) &&
 		   k->gemm8_q8_0 != NULL && n >= 2 && n < GEMM_TOKENS;
 	/* a decode batch or a short prompt on the groups of Q4_0, IQ4_NL,
-	 * Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K: two tokens a 512-bit
+	 * Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K or IQ4_XS: two tokens a 512-bit
 	 * vector, where the 8-row kernel takes one a 256-bit one
 	 * (gemm_q4_0x8_pairs) */
 	p->pairs = x8 && !p->gemm && n >= 2 && (pairs_kernel(k, type) != NULL || kpairs_kernel(k, type) != NULL);
