@@ -184,9 +184,10 @@ check_long(struct compute *c, uint32_t type, const char *mode)
 
 /* A quantized weight of 8-row groups (where its type is repacked) under
  * the long prompt: past every type's crossover from the groups to the
- * GEMM, whose rows come widened from the groups (Q3_K's at 176; where
- * the groups take two tokens a vector, Q5_0's and Q5_1's at 128, Q4_1's,
- * Q6_K's and IQ4_XS's at 256, Q4_0's, Q4_K's and Q5_K's at 512). */
+ * GEMM, whose rows come widened from the groups (where the groups take
+ * two tokens a vector, Q5_0's and Q5_1's at 128, Q4_1's, Q6_K's and
+ * IQ4_XS's at 256, Q4_0's, Q4_K's, Q5_K's and Q3_K's at 512; else Q3_K's
+ * at 176). */
 static void
 check_long_quantized(struct compute *c, uint32_t type, const char *mode)
 {

@@ -1254,7 +1254,8 @@ test_group_types(const struct cpu_kernels *k)
 		  .sums = 2,
 		  .extreme = q3_k_extreme,
 		  .w_lo = -4.0f * -32,
-		  .w_hi = 3.0f * 31 },
+		  .w_hi = 3.0f * 31,
+		  .pairs = k->gemm_q3_kx8_pairs },
 		{ .type = TT_Q2_K,
 		  .sb = 84,
 		  .block = Q2X8_BLOCK,
@@ -1266,7 +1267,8 @@ test_group_types(const struct cpu_kernels *k)
 		  .row_dot = ref->dot_q2_k_q8k,
 		  .extreme = q2_k_extreme,
 		  .w_lo = -15.0f,
-		  .w_hi = 45.0f },
+		  .w_hi = 45.0f,
+		  .pairs = k->gemm_q2_kx8_pairs },
 	};
 
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)

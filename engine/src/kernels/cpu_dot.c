@@ -208,6 +208,8 @@ static const struct cpu_kernels k_scalar = {
 	NULL,
 	NULL,
 	NULL,
+	NULL,
+	NULL,
 };
 
 void
@@ -592,6 +594,8 @@ static struct cpu_kernels k_avx2 = {
 	gemm_q5_1x8_avx2,
 	widen_legacy_x8_avx2,
 	NULL, /* no pairs of tokens a vector */
+	NULL,
+	NULL,
 	NULL,
 	NULL,
 	NULL,
@@ -1085,6 +1089,8 @@ static struct cpu_kernels k_avx512 = {
 	gemm_q5_kx8_pairs_avx512,
 	gemm_q6_kx8_pairs_avx512,
 	gemm_iq4_xsx8_pairs_avx512,
+	gemm_q3_kx8_pairs_avx512,
+	gemm_q2_kx8_pairs_avx512,
 	gemm_q4_1x8_pairs_avx512,
 	gemm_q5_0x8_pairs_avx512,
 	gemm_q5_1x8_pairs_avx512,

@@ -428,9 +428,13 @@ struct cpu_kernels {
 				  size_t ldy);
 	void (*gemm_q6_kx8_pairs)(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
 				  size_t ldy);
-	/* gemm_iq4_xsx8 the same way (as gemm_q4_kx8_pairs) */
+	/* gemm_iq4_xsx8, gemm_q3_kx8 and gemm_q2_kx8 the same way (as gemm_q4_kx8_pairs) */
 	void (*gemm_iq4_xsx8_pairs)(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
 				    size_t ldy);
+	void (*gemm_q3_kx8_pairs)(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
+				  size_t ldy);
+	void (*gemm_q2_kx8_pairs)(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
+				  size_t ldy);
 	/* gemm_q4_1x8, gemm_q5_0x8 and gemm_q5_1x8 the same way (as gemm_q4_0x8_pairs) */
 	void (*gemm_q4_1x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 				  size_t ldy);
@@ -531,6 +535,10 @@ void widen_q4_0x8_scalar(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst
 void gemm_q4_0x8_avx2(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void gemm_q4_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy);
 void gemm_q4_0x8_pairs_avx512(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
+			      size_t ldy);
+void gemm_q3_kx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
+			      size_t ldy);
+void gemm_q2_kx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
 			      size_t ldy);
 void gemm_iq4_xsx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y,
 				size_t ldy);

@@ -45,6 +45,7 @@
 #define Q4_1_PAIRS_GEMM_TOKENS 256   /* and Q4_1's from 256 */
 #define Q5_PAIRS_GEMM_TOKENS 128     /* and Q5_0's and Q5_1's from 128 */
 #define IQ4_XS_PAIRS_GEMM_TOKENS 256 /* and IQ4_XS's from 256 */
+#define Q3_K_PAIRS_GEMM_TOKENS 512   /* and Q3_K's from 512 */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -125,6 +126,8 @@ static void (*kpairs_kernel(const struct cpu_kernels *k, uint32_t type))(const u
 	       : type == TT_Q5_K   ? k->gemm_q5_kx8_pairs
 	       : type == TT_Q6_K   ? k->gemm_q6_kx8_pairs
 	       : type == TT_IQ4_XS ? k->gemm_iq4_xsx8_pairs
+	       : type == TT_Q3_K   ? k->gemm_q3_kx8_pairs
+	       : type == TT_Q2_K   ? k->gemm_q2_kx8_pairs
 				   : NULL;
 }
 
@@ -592,7 +595,13 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	/* Q3_K in 8-row groups against the GEMM on its rows widened to
 	 * Q6_K's (privai's Q3_K_M mix, two rounds, tok/s GEMM / groups): pp64 171/228 and
 	 * 169/235, pp128 210/233 and 212/227, pp160 237/247 and 240/249,
-	 * pp192 252/247 and 242/245 */
+	 * pp192 252/247 and 242/245; two tokens a 512-bit vector (Zen 5, a
+	 * 1B-class Q3_K_M file, two alternating rounds, tok/s pairs / GEMM):
+	 * pp192 283/207 and 334/235, pp256 261/225 and 281/227, pp384 276/226
+	 * and 313/239.  From 512 as Q4_K's, where test_matmul's long prompt
+	 * still reaches the GEMM. */
+	if (x8 && type == TT_Q3_K && kpairs_kernel(k, type) != NULL)
+		return Q3_K_PAIRS_GEMM_TOKENS;
 	if (x8 && type == TT_Q3_K)
 		return Q3X8_GEMM_TOKENS;
 	/* Q6_K's groups two tokens a 512-bit vector against the GEMM (Zen 5,
@@ -684,7 +693,7 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 	p->gemm8 = !p->gemm && !grouped && ((type == TT_Q8_0 && has_bsum) || type == TT_Q4_0) &&
 		   k->gemm8_q8_0 != NULL && n >= 2 && n < GEMM_TOKENS;
 	/* a decode batch or a short prompt on the groups of Q4_0, IQ4_NL,
-	 * Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K or IQ4_XS: two tokens a 512-bit
+	 * Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K or Q2_K: two tokens a 512-bit
 	 * vector, where the 8-row kernel takes one a 256-bit one
 	 * (gemm_q4_0x8_pairs) */
 	p->pairs = x8 && !p->gemm && n >= 2 && (pairs_kernel(k, type) != NULL || kpairs_kernel(k, type) != NULL);

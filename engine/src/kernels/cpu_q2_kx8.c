@@ -176,6 +176,82 @@ gemm_q2_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t
 DEFINE_GEMM_Q2X8(gemm_q2_kx8_avx2, AVX2, U8I8_ACC_AVX2, I16_ACC_AVX2)
 DEFINE_GEMM_Q2X8(gemm_q2_kx8_avx512, AVX512, U8I8_ACC_VNNI, I16_ACC_VNNI)
 
+/*
+ * The same two tokens a 512-bit vector (struct q8k_pair), for decode
+ * batches and short prompts, as Q4_K's groups take them
+ * (cpu_kquants_x8.c): the quants and scale words widened to lane pairs
+ * (X8_PAIR_LANES) once a block for every pair, and one vpdpbusd sums row
+ * r with token 2p in lane 2r and token 2p + 1 in lane 2r + 1; the mins
+ * take each token's two 16-value sums in its lane.  The sums are exact
+ * and the float steps the ones above: the results are their bits.
+ */
+AVX512 static inline __attribute__((always_inline)) void
+gemm_q2_kx8_pairs_nt(const uint8_t *grp, const struct q8k_pair *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	const __m512i three = _mm512_set1_epi8(3), low = _mm512_set1_epi32(0xf);
+	const int np = (nt + 1) / 2;
+	__m512 acc[4];
+
+#pragma GCC unroll 4
+	for (int p = 0; p < np; p++)
+		acc[p] = _mm512_setzero_ps();
+	for (size_t i = 0; i < nsb; i++, grp += Q2X8_BLOCK) {
+		GROUP_PREFETCH(grp, Q2X8_BLOCK, nt);
+		__m512i isum[4], msum[4], sw[4];
+#pragma GCC unroll 4
+		for (int p = 0; p < np; p++)
+			isum[p] = msum[p] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+		for (int k = 0; k < 4; k++)
+			sw[k] = X8_LOAD_PAIRS(grp + Q2X8_SCALES + 32 * k);
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++) {
+			/* scale bytes 2j and 2j + 1: bits 16 (j % 2).. of word j / 2 */
+			__m512i s = _mm512_srli_epi32(sw[j / 2], 16 * (j % 2));
+			__m512i sa = _mm512_and_si512(s, low), sb = _mm512_and_si512(_mm512_srli_epi32(s, 8), low);
+			__m512i mt = _mm512_srli_epi32(s, 4);
+			__m512i mp =
+				_mm512_or_si512(_mm512_and_si512(mt, low),
+						_mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(mt, 8), low), 16));
+			__m512i w0 = X8_LOAD_PAIRS(grp + Q2X8_QUANTS + 64 * j);
+			__m512i w1 = X8_LOAD_PAIRS(grp + Q2X8_QUANTS + 64 * j + 32);
+			__m512i u[8] = {
+				_mm512_and_si512(w0, three),
+				_mm512_and_si512(_mm512_srli_epi16(w0, 2), three),
+				_mm512_and_si512(_mm512_srli_epi16(w0, 4), three),
+				_mm512_and_si512(_mm512_srli_epi16(w0, 6), three),
+				_mm512_and_si512(w1, three),
+				_mm512_and_si512(_mm512_srli_epi16(w1, 2), three),
+				_mm512_and_si512(_mm512_srli_epi16(w1, 4), three),
+				_mm512_and_si512(_mm512_srli_epi16(w1, 6), three),
+			};
+#pragma GCC unroll 4
+			for (int p = 0; p < np; p++) {
+				const struct q8k_pair *xb = x + (size_t)p * nsb + i;
+				__m512i a = _mm512_setzero_si512(), b = a;
+				X8_PAIR_SUBBLOCKS(a, b, u, xb->q + 8 * (8 * j));
+				isum[p] = _mm512_add_epi32(isum[p], _mm512_add_epi32(_mm512_mullo_epi32(a, sa),
+										     _mm512_mullo_epi32(b, sb)));
+				msum[p] = _mm512_dpwssd_epi32(msum[p], mp, BCAST8_512(xb->bsum + 4 * j));
+			}
+		}
+		__m512 dw = X8_HALVES_PAIRS(grp), dm = X8_HALVES_PAIRS(grp + 16);
+#pragma GCC unroll 4
+		for (int p = 0; p < np; p++) {
+			__m512 xd = _mm512_castsi512_ps(BCAST8_512(x[(size_t)p * nsb + i].d));
+			acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, xd), _mm512_cvtepi32_ps(isum[p]), acc[p]);
+			acc[p] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, xd), _mm512_cvtepi32_ps(msum[p]), acc[p]);
+		}
+	}
+	X8_PAIRS_STORE(acc, np, nt, y, ldy);
+}
+
+AVX512 void
+gemm_q2_kx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	X8_GROUPS_BY_NT(gemm_q2_kx8_pairs_nt, grp, ng, nsb * Q2X8_BLOCK, x, nsb, nt, y, ldy);
+}
+
 /* q2x8_repack with the 8 rows' quant words transposed in registers, a
  * row a lane (as q3x8_repack_avx2). */
 AVX2 void

@@ -210,6 +210,94 @@ gemm_q3_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t
 DEFINE_GEMM_Q3X8(gemm_q3_kx8_avx2, AVX2, U8I8_ACC_AVX2)
 DEFINE_GEMM_Q3X8(gemm_q3_kx8_avx512, AVX512, U8I8_ACC_VNNI)
 
+/*
+ * The same two tokens a 512-bit vector (struct q8k_pair), as Q2_K's
+ * groups take them (cpu_q2_kx8.c): the quants and scale words widened to
+ * lane pairs once a block for every pair; each sub-block's -4 x sum comes
+ * from the pair's 16-value sums, token 0's in the even lanes.  The sums
+ * are exact and the float steps the ones above: the results are their
+ * bits.
+ */
+AVX512 static inline __attribute__((always_inline)) void
+gemm_q3_kx8_pairs_nt(const uint8_t *grp, const struct q8k_pair *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	const __m512i seven = _mm512_set1_epi8(7), three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+	const __m512i lo4 = _mm512_set1_epi8(0xf), hi2 = _mm512_set1_epi8(3), byte = _mm512_set1_epi32(0xff);
+	/* a token's two 16-bit sums (first, second) times (-4, 0) or (0, -4) */
+	const __m512i first = _mm512_set1_epi32(0x0000fffc), second = _mm512_set1_epi32((int)0xfffc0000u);
+	const int np = (nt + 1) / 2;
+	__m512 acc[4];
+
+#pragma GCC unroll 4
+	for (int p = 0; p < np; p++)
+		acc[p] = _mm512_setzero_ps();
+	for (size_t i = 0; i < nsb; i++, grp += Q3X8_BLOCK) {
+		GROUP_PREFETCH(grp, Q3X8_BLOCK, nt);
+		__m512i s0 = X8_LOAD_PAIRS(grp + Q3X8_SCALES), s1 = X8_LOAD_PAIRS(grp + Q3X8_SCALES + 32),
+			s2 = X8_LOAD_PAIRS(grp + Q3X8_SCALES + 64);
+		__m512i aux[4] = {
+			_mm512_or_si512(_mm512_and_si512(s0, lo4), _mm512_slli_epi32(_mm512_and_si512(s2, hi2), 4)),
+			_mm512_or_si512(_mm512_and_si512(s1, lo4),
+					_mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s2, 2), hi2), 4)),
+			_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s0, 4), lo4),
+					_mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s2, 4), hi2), 4)),
+			_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s1, 4), lo4),
+					_mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s2, 6), hi2), 4)),
+		};
+		__m512i isum[4];
+#pragma GCC unroll 4
+		for (int p = 0; p < np; p++)
+			isum[p] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++) {
+			const uint8_t *w = grp + Q3X8_QUANTS + 96 * j;
+			__m512i w0 = X8_LOAD_PAIRS(w), w1 = X8_LOAD_PAIRS(w + 32), w2 = X8_LOAD_PAIRS(w + 64);
+			__m512i u[8] = {
+				_mm512_and_si512(w0, seven),
+				_mm512_and_si512(_mm512_srli_epi16(w0, 3), seven),
+				_mm512_and_si512(w1, seven),
+				_mm512_and_si512(_mm512_srli_epi16(w1, 3), seven),
+				_mm512_and_si512(w2, seven),
+				_mm512_and_si512(_mm512_srli_epi16(w2, 3), seven),
+				_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(w0, 6), three),
+						_mm512_and_si512(_mm512_srli_epi16(w2, 4), four)),
+				_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(w1, 6), three),
+						_mm512_and_si512(_mm512_srli_epi16(w2, 5), four)),
+			};
+			/* scale bytes (2j) % 4 and (2j + 1) % 4 of aux[j / 2], less 32 */
+			__m512i sa = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(aux[j / 2], 8 * ((2 * j) % 4)),
+								       byte),
+						      _mm512_set1_epi32(32));
+			__m512i sb =
+				_mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(aux[j / 2], 8 * ((2 * j + 1) % 4)),
+								  byte),
+						 _mm512_set1_epi32(32));
+#pragma GCC unroll 4
+			for (int p = 0; p < np; p++) {
+				const struct q8k_pair *xb = x + (size_t)p * nsb + i;
+				__m512i sums = BCAST8_512(xb->bsum + 4 * j);
+				__m512i a = _mm512_madd_epi16(sums, first), b = _mm512_madd_epi16(sums, second);
+				X8_PAIR_SUBBLOCKS(a, b, u, xb->q + 8 * (8 * j));
+				isum[p] = _mm512_add_epi32(isum[p], _mm512_add_epi32(_mm512_mullo_epi32(a, sa),
+										     _mm512_mullo_epi32(b, sb)));
+			}
+		}
+		__m512 dw = X8_HALVES_PAIRS(grp);
+#pragma GCC unroll 4
+		for (int p = 0; p < np; p++) {
+			__m512 xd = _mm512_castsi512_ps(BCAST8_512(x[(size_t)p * nsb + i].d));
+			acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, xd), _mm512_cvtepi32_ps(isum[p]), acc[p]);
+		}
+	}
+	X8_PAIRS_STORE(acc, np, nt, y, ldy);
+}
+
+AVX512 void
+gemm_q3_kx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	X8_GROUPS_BY_NT(gemm_q3_kx8_pairs_nt, grp, ng, nsb * Q3X8_BLOCK, x, nsb, nt, y, ldy);
+}
+
 /* q3x8_repack with the 8 rows' words transposed in registers, a row a
  * lane: the values u of all 8 rows then come out of whole vectors (the
  * word-at-a-time repack added a third to a 1B-class model's load). */

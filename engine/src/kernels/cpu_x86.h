@@ -157,6 +157,29 @@
 		__m512 dx_ = _mm512_castsi512_ps(BCAST8_512(xb_->d));                                                  \
 		acc[p_] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx_), _mm512_cvtepi32_ps(s_), acc[p_]);                    \
 	}
+/* Two 16-value sub-blocks of a pair of tokens (xq: its q at the first's
+ * value 0, struct q8k_pair) against u[0..3] (the first's) and u[4..7],
+ * each 4 values of a row a lane pair, as X8_PAIR_BLOCK: a and b gather the
+ * two sub-blocks' sums. */
+#define X8_PAIR_SUBBLOCKS(a, b, u, xq)                                                                                 \
+	do {                                                                                                           \
+		a = _mm512_dpbusd_epi32(a, u[0], BCAST8_512(xq));                                                      \
+		b = _mm512_dpbusd_epi32(b, u[4], BCAST8_512((xq) + 32));                                               \
+		a = _mm512_dpbusd_epi32(a, u[1], BCAST8_512((xq) + 8));                                                \
+		b = _mm512_dpbusd_epi32(b, u[5], BCAST8_512((xq) + 40));                                               \
+		a = _mm512_dpbusd_epi32(a, u[2], BCAST8_512((xq) + 16));                                               \
+		b = _mm512_dpbusd_epi32(b, u[6], BCAST8_512((xq) + 48));                                               \
+		a = _mm512_dpbusd_epi32(a, u[3], BCAST8_512((xq) + 24));                                               \
+		b = _mm512_dpbusd_epi32(b, u[7], BCAST8_512((xq) + 56));                                               \
+	} while (0)
+/* 32 bytes at p, row r's 4 in lanes 2r and 2r + 1 */
+#define X8_LOAD_PAIRS(p)                                                                                               \
+	_mm512_permutexvar_epi32(X8_PAIR_LANES, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p))))
+/* 8 fp16 at p, row r's in lanes 2r and 2r + 1 */
+#define X8_HALVES_PAIRS(p)                                                                                             \
+	_mm512_permutexvar_ps(X8_PAIR_LANES,                                                                           \
+			      _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))))
+
 /* acc[p] of X8_PAIR_BLOCK to rows y of tokens 2p and 2p + 1 (< nt) */
 #define X8_PAIRS_STORE(acc, np, nt, y, ldy)                                                                            \
 	do {                                                                                                           \
