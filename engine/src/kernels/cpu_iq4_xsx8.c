@@ -238,10 +238,7 @@ gemm_iq4_xsx8_pairs_nt(const uint8_t *grp, const struct q8k_pair *x, size_t nsb,
 			}
 #pragma GCC unroll 4
 			for (int s = 0; s < 4; s++) {
-				__m512i c =
-					_mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(_mm256_loadu_si256(
-										(const __m256i *)(grp + IQ4X8_QUANTS +
-												  128 * j + 32 * s))));
+				__m512i c = X8_LOAD_PAIRS(grp + IQ4X8_QUANTS + 128 * j + 32 * s);
 				__m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(c, low));
 				__m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(c, 4), low));
 #pragma GCC unroll 4
@@ -256,13 +253,8 @@ gemm_iq4_xsx8_pairs_nt(const uint8_t *grp, const struct q8k_pair *x, size_t nsb,
 				isum[p] = _mm512_add_epi32(isum[p],
 							   _mm512_mullo_epi32(_mm512_add_epi32(a0[p], a1[p]), sc));
 		}
-		__m512 dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(
-								 _mm_loadu_si128((const __m128i *)grp))));
-#pragma GCC unroll 4
-		for (int p = 0; p < np; p++) {
-			__m512 xd = _mm512_castsi512_ps(BCAST8_512(x[(size_t)p * nsb + i].d));
-			acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, xd), _mm512_cvtepi32_ps(isum[p]), acc[p]);
-		}
+		__m512 dw = X8_HALVES_PAIRS(grp);
+		X8K_PAIRS_SCALE(acc, isum, dw, x, nsb, i, np);
 	}
 	X8_PAIRS_STORE(acc, np, nt, y, ldy);
 }

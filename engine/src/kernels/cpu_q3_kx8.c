@@ -283,11 +283,7 @@ gemm_q3_kx8_pairs_nt(const uint8_t *grp, const struct q8k_pair *x, size_t nsb, i
 			}
 		}
 		__m512 dw = X8_HALVES_PAIRS(grp);
-#pragma GCC unroll 4
-		for (int p = 0; p < np; p++) {
-			__m512 xd = _mm512_castsi512_ps(BCAST8_512(x[(size_t)p * nsb + i].d));
-			acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, xd), _mm512_cvtepi32_ps(isum[p]), acc[p]);
-		}
+		X8K_PAIRS_SCALE(acc, isum, dw, x, nsb, i, np);
 	}
 	X8_PAIRS_STORE(acc, np, nt, y, ldy);
 }

@@ -180,6 +180,15 @@
 	_mm512_permutexvar_ps(X8_PAIR_LANES,                                                                           \
 			      _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))))
 
+/* acc[p] += dw x (the pair's d_x) x isum[p], super-block i of np pairs
+ * of Q8_K activations nsb apart from x: the one-token kernels' last step */
+#define X8K_PAIRS_SCALE(acc, isum, dw, x, nsb, i, np)                                                                  \
+	_Pragma("GCC unroll 4") for (int p_ = 0; p_ < (np); p_++)                                                      \
+	{                                                                                                              \
+		__m512 xd_ = _mm512_castsi512_ps(BCAST8_512((x)[(size_t)p_ * (nsb) + (i)].d));                         \
+		acc[p_] = _mm512_fmadd_ps(_mm512_mul_ps(dw, xd_), _mm512_cvtepi32_ps(isum[p_]), acc[p_]);              \
+	}
+
 /* acc[p] of X8_PAIR_BLOCK to rows y of tokens 2p and 2p + 1 (< nt) */
 #define X8_PAIRS_STORE(acc, np, nt, y, ldy)                                                                            \
 	do {                                                                                                           \
