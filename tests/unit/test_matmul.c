@@ -33,11 +33,15 @@
 /* and one prompt past the packed float GEMM's token pass, on 70 rows of
  * COLS2 (x and y hold it) */
 #define LONG_TOKENS (GEMM_PK_TOKENS + 8)
-_Static_assert(LONG_TOKENS *COLS2 <= MAX_TOKENS * AMX_COLS && LONG_TOKENS * 70 <= MAX_TOKENS * MAX_ROWS &&
-		       LONG_TOKENS * QCOLS <= MAX_TOKENS * AMX_COLS && LONG_TOKENS * 64 <= MAX_TOKENS * MAX_ROWS,
-	       "x and y hold the long prompt");
+/* and one past every quantized type's crossover from its groups to the
+ * GEMM (the last at 1024 tokens), on 64 rows of QCOLS */
+#define LONG_Q_TOKENS 1032
+#define X_FLOATS (LONG_Q_TOKENS * QCOLS > MAX_TOKENS * AMX_COLS ? LONG_Q_TOKENS * QCOLS : MAX_TOKENS * AMX_COLS)
+_Static_assert(LONG_TOKENS *COLS2 <= X_FLOATS && LONG_TOKENS * 70 <= MAX_TOKENS * MAX_ROWS &&
+		       LONG_Q_TOKENS * 64 <= MAX_TOKENS * MAX_ROWS && LONG_Q_TOKENS > LONG_TOKENS,
+	       "x and y hold the long prompts");
 
-static float x[MAX_TOKENS * AMX_COLS], y[MAX_TOKENS * MAX_ROWS];
+static float x[X_FLOATS], y[MAX_TOKENS * MAX_ROWS];
 static float wf[MAX_ROWS * AMX_COLS]; /* the weights as the kernels see them */
 static uint8_t wbytes[MAX_ROWS * AMX_COLS * sizeof(float)];
 
@@ -183,17 +187,25 @@ check_long(struct compute *c, uint32_t type, const char *mode)
 }
 
 /* A quantized weight of 8-row groups (where its type is repacked) under
- * the long prompt: past every type's crossover from the groups to the
+ * a long prompt: past every type's crossover from the groups to the
  * GEMM, whose rows come widened from the groups (where the groups take
  * two tokens a vector, Q5_0's and Q5_1's at 128, Q4_1's, Q6_K's and
- * IQ4_XS's at 256, Q4_0's, Q4_K's, Q5_K's and Q3_K's at 512; else Q3_K's
- * at 176). */
+ * IQ4_XS's at 256, Q4_0's and Q5_K's at 512, Q4_K's and Q3_K's at 1024;
+ * else Q3_K's at 176). */
 static void
 check_long_quantized(struct compute *c, uint32_t type, const char *mode)
 {
-	static const int ns[] = { LONG_TOKENS };
+	static const int ns[] = { LONG_Q_TOKENS };
 
-	for (int i = 0; i < LONG_TOKENS * QCOLS; i++)
+	/* where this kernel set has a GEMM for the type (a prompt of a million
+	 * tokens takes it), the long prompt takes it too */
+	char far[256];
+	snprintf(far, sizeof(far), "%s", compute_cpu_path(type, 1 << 20));
+	if (strstr(far, "GEMM") != NULL)
+		CHECK(strstr(compute_cpu_path(type, LONG_Q_TOKENS), "GEMM") != NULL,
+		      "%s %s: %d tokens take the GEMM (%s)", mode, tensor_type_name(type), LONG_Q_TOKENS,
+		      compute_cpu_path(type, LONG_Q_TOKENS));
+	for (int i = 0; i < LONG_Q_TOKENS * QCOLS; i++)
 		x[i] = value((unsigned)i * 7u + 3u, 2.0f);
 	check_weight(c, type, 64, QCOLS, ns, 1, 2e-3, mode);
 }
@@ -254,7 +266,7 @@ new_backend(void)
 	struct compute_params p = { .n_threads = 2 };
 	struct compute *c;
 	char err[PRIVAI_ERR_LEN] = "reserve() failed";
-	struct compute_shape s = { AMX_COLS > MAX_ROWS ? AMX_COLS : MAX_ROWS, LONG_TOKENS, 16, 1, 16, 0, 8, 16, 0 };
+	struct compute_shape s = { AMX_COLS > MAX_ROWS ? AMX_COLS : MAX_ROWS, LONG_Q_TOKENS, 16, 1, 16, 0, 8, 16, 0 };
 	size_t kv_bytes;
 
 	if (compute_new("cpu", &p, &c, err) != PRIVAI_OK)

@@ -40,12 +40,13 @@
 #define LEGACY_X8_GEMM_TOKENS 48     /* and from 48 for Q4_1's, Q5_0's and Q5_1's */
 #define Q4_0_PAIRS_GEMM_TOKENS 512   /* Q4_0's from 512 where its groups take two tokens a vector */
 #define IQ4_NL_PAIRS_GEMM_TOKENS 256 /* and IQ4_NL's from 256 */
-#define KX8_PAIRS_GEMM_TOKENS 512    /* and Q4_K's and Q5_K's from 512 */
+#define Q4_K_PAIRS_GEMM_TOKENS 1024  /* and Q4_K's from 1024 */
+#define Q5_K_PAIRS_GEMM_TOKENS 512   /* and Q5_K's from 512 */
 #define Q6_K_PAIRS_GEMM_TOKENS 256   /* and Q6_K's from 256 */
 #define Q4_1_PAIRS_GEMM_TOKENS 256   /* and Q4_1's from 256 */
 #define Q5_PAIRS_GEMM_TOKENS 128     /* and Q5_0's and Q5_1's from 128 */
 #define IQ4_XS_PAIRS_GEMM_TOKENS 256 /* and IQ4_XS's from 256 */
-#define Q3_K_PAIRS_GEMM_TOKENS 512   /* and Q3_K's from 512 */
+#define Q3_K_PAIRS_GEMM_TOKENS 1024  /* and Q3_K's from 1024 */
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -571,12 +572,12 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	/* Q4_K's and Q5_K's groups two tokens a 512-bit vector against the
 	 * GEMM (Zen 5, 1B-class Q4_K_M and Q5_K_M files, two alternating
 	 * rounds, tok/s pairs / GEMM): Q4_K_M pp256 365/289 and 374/313,
-	 * pp512 348/288 and 352/310, pp1024 304/308 and 304/289; Q5_K_M
-	 * pp128 329/249 and 317/269, pp512 307/262 and 292/291.  Both take
-	 * the GEMM from 512, where test_matmul's long prompt still reaches
-	 * it. */
+	 * pp512 348/288 and 352/310, then 353/328 and 338/307, pp768 339/322
+	 * and 326/303, pp1024 304/308 and 304/289; Q5_K_M pp128 329/249 and
+	 * 317/269, pp512 307/262 and 292/291, pp768 281/316 and 277/293.
+	 * Q4_K takes the GEMM from 1024, Q5_K from 512. */
 	if (x8 && (type == TT_Q4_K || type == TT_Q5_K) && kpairs_kernel(k, type) != NULL)
-		return KX8_PAIRS_GEMM_TOKENS;
+		return type == TT_Q4_K ? Q4_K_PAIRS_GEMM_TOKENS : Q5_K_PAIRS_GEMM_TOKENS;
 	if (x8 && type == TT_Q4_K)
 		return 144;
 	if (x8 && type == TT_Q5_K)
@@ -598,8 +599,8 @@ gemm_min_tokens(const struct cpu_kernels *k, uint32_t type, int x8)
 	 * pp192 252/247 and 242/245; two tokens a 512-bit vector (Zen 5, a
 	 * 1B-class Q3_K_M file, two alternating rounds, tok/s pairs / GEMM):
 	 * pp192 283/207 and 334/235, pp256 261/225 and 281/227, pp384 276/226
-	 * and 313/239.  From 512 as Q4_K's, where test_matmul's long prompt
-	 * still reaches the GEMM. */
+	 * and 313/239, pp512 324/266 and 325/276, pp768 310/265 and 270/269:
+	 * the GEMM from 1024, as Q4_K's. */
 	if (x8 && type == TT_Q3_K && kpairs_kernel(k, type) != NULL)
 		return Q3_K_PAIRS_GEMM_TOKENS;
 	if (x8 && type == TT_Q3_K)
