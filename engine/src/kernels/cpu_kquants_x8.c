@@ -377,9 +377,6 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 					(bit) <= 4 ? 4 - (bit) : 0)                                                    \
 		    : _mm512_srli_epi16(_mm512_and_si512(h, _mm512_set1_epi8((char)(1 << (bit)))),                     \
 					(bit) > 4 ? (bit)-4 : 0))
-/* 32 bytes at p, row r's 4 in lanes 2r and 2r + 1 */
-#define KX8_LOAD_PAIRS(p, lanes)                                                                                       \
-	_mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p))))
 
 #define DEFINE_GEMM_KX8_PAIRS(NAME, FIVE)                                                                              \
 	AVX512 static inline                                                                                           \
@@ -409,11 +406,11 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 					_mm512_setzero_si512();                                                        \
 				_Pragma("GCC unroll 8") for (int s = 0; s < 8; s++)                                    \
 				{                                                                                      \
-					__m512i v = KX8_LOAD_PAIRS(c + 32 * s, lanes);                                 \
+					__m512i v = X8_LOAD_PAIRS(c + 32 * s);                                         \
 					__m512i l = _mm512_and_si512(v, low);                                          \
 					__m512i h = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);                    \
 					if (FIVE) {                                                                    \
-						__m512i f = KX8_LOAD_PAIRS(grp + 128 + 32 * s, lanes);                 \
+						__m512i f = X8_LOAD_PAIRS(grp + 128 + 32 * s);                         \
 						l = _mm512_or_si512(l, KX8_BIT4_512(f, 2 * q));                        \
 						h = _mm512_or_si512(h, KX8_BIT4_512(f, 2 * q + 1));                    \
 					}                                                                              \
@@ -430,11 +427,7 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 					_mm512_add_epi32(dot[p], _mm512_add_epi32(_mm512_mullo_epi32(a[p], sa),        \
 										  _mm512_mullo_epi32(b[p], sb)));      \
 			}                                                                                              \
-			__m512 dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(               \
-									 _mm_loadu_si128((const __m128i *)grp))));     \
-			__m512 dm =                                                                                    \
-				_mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(                   \
-								     _mm_loadu_si128((const __m128i *)(grp + 16)))));  \
+			__m512 dw = X8_HALVES_PAIRS(grp), dm = X8_HALVES_PAIRS(grp + 16);                              \
 			__m512i mn[2];                                                                                 \
 			mn[0] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(mn8[0]));                       \
 			mn[1] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(mn8[1]));                       \

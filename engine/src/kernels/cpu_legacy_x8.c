@@ -301,21 +301,16 @@ DEFINE_GEMM_LEGACY_X8(gemm_q5_1x8_avx512, AVX512, U8I8_ACC_VNNI, FIFTH_OR_AVX512
  * bytes in lanes 2r and 2r + 1 */
 #define LEGACY_X8_UNPACK_PAIRS(c, grp, H, QS)                                                                          \
 	do {                                                                                                           \
-		const __m512i low_ = _mm512_set1_epi8(0x0f), five_ = _mm512_set1_epi8(0x10), lanes_ = X8_PAIR_LANES;   \
+		const __m512i low_ = _mm512_set1_epi8(0x0f), five_ = _mm512_set1_epi8(0x10);                           \
 		(void)five_;                                                                                           \
 		_Pragma("GCC unroll 4") for (int s_ = 0; s_ < 4; s_++)                                                 \
 		{                                                                                                      \
-			__m512i v_ =                                                                                   \
-				_mm512_permutexvar_epi32(lanes_, _mm512_castsi256_si512(_mm256_loadu_si256(            \
-									 (const __m256i *)((grp) + (QS) + 32 * s_)))); \
+			__m512i v_ = X8_LOAD_PAIRS((grp) + (QS) + 32 * s_);                                            \
 			c[s_] = _mm512_and_si512(v_, low_);                                                            \
 			c[s_ + 4] = _mm512_and_si512(_mm512_srli_epi16(v_, 4), low_);                                  \
 		}                                                                                                      \
 		if ((H) >= 0) {                                                                                        \
-			__m512i h_ =                                                                                   \
-				_mm512_permutexvar_epi32(lanes_,                                                       \
-							 _mm512_castsi256_si512(_mm256_loadu_si256(                    \
-								 (const __m256i *)((grp) + ((H) >= 0 ? (H) : 0)))));   \
+			__m512i h_ = X8_LOAD_PAIRS((grp) + ((H) >= 0 ? (H) : 0));                                      \
 			c[0] = _mm512_ternarylogic_epi32(c[0], _mm512_slli_epi16(h_, 4), five_, 0xf8);                 \
 			c[1] = _mm512_ternarylogic_epi32(c[1], _mm512_slli_epi16(h_, 3), five_, 0xf8);                 \
 			c[2] = _mm512_ternarylogic_epi32(c[2], _mm512_slli_epi16(h_, 2), five_, 0xf8);                 \
@@ -335,41 +330,36 @@ DEFINE_GEMM_LEGACY_X8(gemm_q5_1x8_avx512, AVX512, U8I8_ACC_VNNI, FIFTH_OR_AVX512
  * same float steps: the results are its bits.  BIAS_SHIFT: Q5_0's 16 is
  * 1 << 4; -1 for none.
  */
-#define DEFINE_GEMM_LEGACY_PAIRS(NAME, M, H, QS, BLOCK, BIAS_SHIFT)                                                     \
-	AVX512 static inline                                                                                            \
-		__attribute__((always_inline)) void NAME##_nt(const uint8_t *grp, const struct q8_pair *x, size_t nb,   \
-							      int nt, float *y, size_t ldy)                             \
-	{                                                                                                               \
-		const __m512i lanes = X8_PAIR_LANES;                                                                    \
-		const int np = (nt + 1) / 2;                                                                            \
-		__m512 acc[4];                                                                                          \
-		_Pragma("GCC unroll 4") for (int p = 0; p < np; p++) acc[p] = _mm512_setzero_ps();                      \
-		for (size_t b = 0; b < nb; b++, grp += (BLOCK)) {                                                       \
-			STREAM_PREFETCH_NT(grp, (BLOCK), nt);                                                           \
-			__m512i c[8];                                                                                   \
-			LEGACY_X8_UNPACK_PAIRS(c, grp, H, QS);                                                          \
-			__m512 dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(                \
-									 _mm_loadu_si128((const __m128i *)grp))));      \
-			X8_PAIR_BLOCK(c, dw, x, nb, b, np, BIAS_SHIFT, acc);                                            \
-			if ((M) >= 0) {                                                                                 \
-				__m512 mw =                                                                             \
-					_mm512_permutexvar_ps(lanes,                                                    \
-							      _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((  \
-								      const __m128i *)(grp + ((M) >= 0 ? (M) : 0)))))); \
-				_Pragma("GCC unroll 4") for (int p = 0; p < np; p++)                                    \
-				{                                                                                       \
-					const struct q8_pair *xb = x + (size_t)p * nb + b;                              \
-					__m512 dsum = _mm512_mul_ps(_mm512_castsi512_ps(BCAST8_512(xb->d)),             \
-								    _mm512_cvtepi32_ps(BCAST8_512(xb->sum)));           \
-					acc[p] = _mm512_fmadd_ps(mw, dsum, acc[p]);                                     \
-				}                                                                                       \
-			}                                                                                               \
-		}                                                                                                       \
-		X8_PAIRS_STORE(acc, np, nt, y, ldy);                                                                    \
-	}                                                                                                               \
-	AVX512 void NAME(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y, size_t ldy)  \
-	{                                                                                                               \
-		X8_GROUPS_BY_NT(NAME##_nt, grp, ng, nb *(BLOCK), x, nb, nt, y, ldy);                                    \
+#define DEFINE_GEMM_LEGACY_PAIRS(NAME, M, H, QS, BLOCK, BIAS_SHIFT)                                                    \
+	AVX512 static inline                                                                                           \
+		__attribute__((always_inline)) void NAME##_nt(const uint8_t *grp, const struct q8_pair *x, size_t nb,  \
+							      int nt, float *y, size_t ldy)                            \
+	{                                                                                                              \
+		const int np = (nt + 1) / 2;                                                                           \
+		__m512 acc[4];                                                                                         \
+		_Pragma("GCC unroll 4") for (int p = 0; p < np; p++) acc[p] = _mm512_setzero_ps();                     \
+		for (size_t b = 0; b < nb; b++, grp += (BLOCK)) {                                                      \
+			STREAM_PREFETCH_NT(grp, (BLOCK), nt);                                                          \
+			__m512i c[8];                                                                                  \
+			LEGACY_X8_UNPACK_PAIRS(c, grp, H, QS);                                                         \
+			__m512 dw = X8_HALVES_PAIRS(grp);                                                              \
+			X8_PAIR_BLOCK(c, dw, x, nb, b, np, BIAS_SHIFT, acc);                                           \
+			if ((M) >= 0) {                                                                                \
+				__m512 mw = X8_HALVES_PAIRS(grp + ((M) >= 0 ? (M) : 0));                               \
+				_Pragma("GCC unroll 4") for (int p = 0; p < np; p++)                                   \
+				{                                                                                      \
+					const struct q8_pair *xb = x + (size_t)p * nb + b;                             \
+					__m512 dsum = _mm512_mul_ps(_mm512_castsi512_ps(BCAST8_512(xb->d)),            \
+								    _mm512_cvtepi32_ps(BCAST8_512(xb->sum)));          \
+					acc[p] = _mm512_fmadd_ps(mw, dsum, acc[p]);                                    \
+				}                                                                                      \
+			}                                                                                              \
+		}                                                                                                      \
+		X8_PAIRS_STORE(acc, np, nt, y, ldy);                                                                   \
+	}                                                                                                              \
+	AVX512 void NAME(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y, size_t ldy) \
+	{                                                                                                              \
+		X8_GROUPS_BY_NT(NAME##_nt, grp, ng, nb *(BLOCK), x, nb, nt, y, ldy);                                   \
 	}
 
 DEFINE_GEMM_LEGACY_PAIRS(gemm_q4_1x8_pairs_avx512, 16, -1, 32, 160, -1)

@@ -181,8 +181,7 @@ DEFINE_GEMM_NIBBLE_X8(gemm_iq4_nlx8_avx512, AVX512, IQ4X8_ACC_VNNI, , IQ4_NL_TAB
 				c[s] = VALUE(_mm512_and_si512(v, low));                                                \
 				c[s + 4] = VALUE(_mm512_and_si512(_mm512_srli_epi16(v, 4), low));                      \
 			}                                                                                              \
-			__m512 dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(               \
-									 _mm_loadu_si128((const __m128i *)grp))));     \
+			__m512 dw = X8_HALVES_PAIRS(grp);                                                              \
 			X8_PAIR_BLOCK(c, dw, x, nb, b, np, BIAS_SHIFT, acc);                                           \
 		}                                                                                                      \
 		X8_PAIRS_STORE(acc, np, nt, y, ldy);                                                                   \

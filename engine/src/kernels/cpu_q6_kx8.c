@@ -286,8 +286,7 @@ gemm_q6_kx8_pairs_nt(const uint8_t *grp, const struct q8k_pair *x, size_t nsb, i
 				isum[p] = _mm512_add_epi32(isum[p], _mm512_mullo_epi32(a, sc));
 			}
 		}
-		__m512 dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(
-								 _mm_loadu_si128((const __m128i *)grp))));
+		__m512 dw = X8_HALVES_PAIRS(grp);
 #pragma GCC unroll 4
 		for (int p = 0; p < np; p++) {
 			__m512 xd = _mm512_mul_ps(_mm512_castsi512_ps(BCAST8_512(x[(size_t)p * nsb + i].d)),

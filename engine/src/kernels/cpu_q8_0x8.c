@@ -163,8 +163,7 @@ gemm_q8_0x8_pairs_nt(const uint8_t *grp, const struct q8_pair *x, size_t nb, int
 		for (int s = 0; s < 8; s++)
 			c[s] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(_mm256_loadu_si256(
 								       (const __m256i *)(grp + 16 + 32 * s))));
-		__m512 dw = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(_mm256_cvtph_ps(
-								 _mm_loadu_si128((const __m128i *)grp))));
+		__m512 dw = X8_HALVES_PAIRS(grp);
 		X8_PAIR_BLOCK(c, dw, x, nb, b, np, 7, acc);
 	}
 	X8_PAIRS_STORE(acc, np, nt, y, ldy);
