@@ -165,7 +165,7 @@ DEFINE_GEMM_NIBBLE_X8(gemm_iq4_nlx8_avx512, AVX512, IQ4X8_ACC_VNNI, , IQ4_NL_TAB
 		__attribute__((always_inline)) void NAME##_nt(const uint8_t *grp, const struct q8_pair *x, size_t nb,  \
 							      int nt, float *y, size_t ldy)                            \
 	{                                                                                                              \
-		const __m512i low = _mm512_set1_epi8(0x0f), table = TABLE, lanes = X8_PAIR_LANES;                      \
+		const __m512i low = _mm512_set1_epi8(0x0f), table = TABLE;                                             \
 		const int np = (nt + 1) / 2;                                                                           \
 		__m512 acc[4];                                                                                         \
 		(void)table;                                                                                           \
@@ -175,9 +175,7 @@ DEFINE_GEMM_NIBBLE_X8(gemm_iq4_nlx8_avx512, AVX512, IQ4X8_ACC_VNNI, , IQ4_NL_TAB
 			__m512i c[8];                                                                                  \
 			_Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)                                            \
 			{                                                                                              \
-				__m512i v = _mm512_permutexvar_epi32(lanes,                                            \
-								     _mm512_castsi256_si512(_mm256_loadu_si256(        \
-									     (const __m256i *)(grp + 16 + 32 * s))));  \
+				__m512i v = X8_LOAD_PAIRS(grp + 16 + 32 * s);                                          \
 				c[s] = VALUE(_mm512_and_si512(v, low));                                                \
 				c[s + 4] = VALUE(_mm512_and_si512(_mm512_srli_epi16(v, 4), low));                      \
 			}                                                                                              \

@@ -149,7 +149,6 @@ gemm_q8_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t 
 AVX512 static inline __attribute__((always_inline)) void
 gemm_q8_0x8_pairs_nt(const uint8_t *grp, const struct q8_pair *x, size_t nb, int nt, float *y, size_t ldy)
 {
-	const __m512i lanes = X8_PAIR_LANES;
 	const int np = (nt + 1) / 2;
 	__m512 acc[4];
 
@@ -161,8 +160,7 @@ gemm_q8_0x8_pairs_nt(const uint8_t *grp, const struct q8_pair *x, size_t nb, int
 		__m512i c[8];
 #pragma GCC unroll 8
 		for (int s = 0; s < 8; s++)
-			c[s] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(_mm256_loadu_si256(
-								       (const __m256i *)(grp + 16 + 32 * s))));
+			c[s] = X8_LOAD_PAIRS(grp + 16 + 32 * s);
 		__m512 dw = X8_HALVES_PAIRS(grp);
 		X8_PAIR_BLOCK(c, dw, x, nb, b, np, 7, acc);
 	}
