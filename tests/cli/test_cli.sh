@@ -123,10 +123,28 @@ fi
 # which kernel path each weight type takes on this CPU, from the backend's own decision
 echo "$feat" | grep -q '"cpu_paths":{.*"Q8_0":{"decode":"int8[, ][^"]*","prefill":"int8 [^"]*","batch":"int8[, ][^"]*"}' &&
 	ok || bad "features --json lacks Q8_0's integer paths: $feat"
-# a decode batch of Q4_0 takes two tokens a vector where there are 512-bit ones
+# a decode batch of Q4_0 takes two tokens a vector where 512-bit vpdpbusd
+# does 1.5x a 256-bit one's products (measured at start, "cpu_vnni512_speedup"),
+# or where PRIVAI_PAIRS=1 says; PRIVAI_PAIRS=0 keeps a token a vector
 if echo "$feat" | grep -q '"cpu_simd":"avx512'; then
-	echo "$feat" | grep -q '"Q4_0":{[^}]*"batch":"[^"]*two tokens a 512-bit vector"' && ok ||
-		bad "features --json: Q4_0's decode batches not on pairs of tokens: $feat"
+	ratio=$(echo "$feat" | sed -n 's/.*"cpu_vnni512_speedup":\([0-9.]*\).*/\1/p')
+	want=false
+	[ -n "$ratio" ] && awk "BEGIN { exit !($ratio >= 1.5) }" && want=true
+	echo "$feat" | grep -q "\"cpu_pairs\":$want," && ok ||
+		bad "features --json: a 512-bit vpdpbusd at ${ratio}x, but pairs not $want: $feat"
+	for v in 0 1; do
+		f=$(PRIVAI_PAIRS=$v "$E" features --json)
+		has=0
+		echo "$f" | grep -q '"Q4_0":{[^}]*"batch":"[^"]*two tokens a 512-bit vector"' && has=1
+		[ $has = $v ] && echo "$f" | grep -q "\"cpu_pairs\":$([ $v = 1 ] && echo true || echo false)," && ok ||
+			bad "PRIVAI_PAIRS=$v: Q4_0's decode batches on pairs: $has: $f"
+	done
+	# measured again by this run: the figure, not the same one
+	"$E" features | grep -q "^cpu pairs: .*vpdpbusd does [0-9]*\.[0-9][0-9]x" && ok ||
+		bad "features does not show the 512-bit vpdpbusd's speed: $("$E" features | grep pairs)"
+else
+	echo "$feat" | grep -q '"cpu_pairs":false,"cpu_vnni512_speedup":0.00' && ok ||
+		bad "features --json: pairs without 512-bit vectors: $feat"
 fi
 echo "$feat" | grep -q '"F16":{"decode":"fused half-to-float dot"' && ok || bad "features --json lacks F16's decode path"
 expect_fail "CUDA library named but absent" "installed without its CUDA backend" \

@@ -381,6 +381,54 @@ check_bf16_paths(void)
 	unsetenv("PRIVAI_AMX");
 }
 
+/* The 8-row groups take two tokens a 512-bit vector where this CPU's
+ * 512-bit vpdpbusd measured 1.5x a 256-bit one's products
+ * (cpu_kernels_get), a token a 256-bit vector elsewhere (a Zen 4): both,
+ * with PRIVAI_PAIRS deciding, on any CPU with 512-bit vectors, against
+ * the same references. */
+static void
+check_pairs_paths(void)
+{
+	static const uint32_t grouped[] = { TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q5_K, TT_Q6_K,   TT_Q3_K,
+					    TT_Q2_K, TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_IQ4_NL, TT_IQ4_XS };
+	double speedup;
+
+	setenv("PRIVAI_SIMD", "best", 1);
+	setenv("PRIVAI_AMX", "0", 1); /* AMX tiles take prompts from 16 tokens: the paths of CPUs without */
+	int measured = compute_cpu_pairs(&speedup);
+	if (speedup <= 0) {
+		SKIP("no 512-bit vectors on this CPU: no pairs of tokens a vector");
+		CHECK(!measured, "pairs without 512-bit vectors");
+		unsetenv("PRIVAI_AMX");
+		return;
+	}
+	/* 64 byte pairs an instruction against 32: about 1 where a 512-bit
+	 * one takes two halves' turns or one port of a 256-bit one's two,
+	 * 2 where the units are 512 bits wide (Zen 5); the rest is noise */
+	CHECK(speedup > 0.4 && speedup < 2.5, "a 512-bit vpdpbusd at %.2fx a 256-bit one's products", speedup);
+	CHECK(measured == (speedup >= COMPUTE_CPU_PAIRS_MIN_SPEEDUP),
+	      "a 512-bit vpdpbusd at %.2fx a 256-bit one's products: pairs %s", speedup, measured ? "on" : "off");
+	for (int v = 0; v < 2; v++) {
+		setenv("PRIVAI_PAIRS", v ? "1" : "0", 1);
+		struct compute *c = new_backend();
+		if (c == NULL)
+			break;
+		char label[64];
+		snprintf(label, sizeof(label), "PRIVAI_PAIRS=%d", v);
+		CHECK(compute_cpu_pairs(&speedup) == v, "%s: compute_cpu_pairs says %d", label, !v);
+		for (size_t i = 0; i < sizeof(grouped) / sizeof(grouped[0]); i++) {
+			const char *path = compute_cpu_path(grouped[i], 8);
+			CHECK((strstr(path, "two tokens a 512-bit vector") != NULL) == v, "%s: %s 8 tokens: %s", label,
+			      tensor_type_get(grouped[i])->name, path);
+			check_type(c, grouped[i], QCOLS, label);
+			check_long_quantized(c, grouped[i], label);
+		}
+		compute_free(c);
+	}
+	unsetenv("PRIVAI_PAIRS");
+	unsetenv("PRIVAI_AMX");
+}
+
 /* BF16 prompts, and F16 ones where PRIVAI_AMX_F16=1, on AMX tiles where the CPU has them: each shape
  * against the reference (F16 splits weights and tokens into two bfloat16
  * each, so within 1e-5 of the float sums as well), and a token's outputs
@@ -469,6 +517,7 @@ main(void)
 	check_level("avx2");
 	check_level("best");
 	check_bf16_paths();
+	check_pairs_paths();
 	check_amx();
 
 	/* oneDNN forced where our own GEMM would win */

@@ -2090,7 +2090,13 @@ main(void)
 	test_halfs();
 	test_blocks();
 	test_round_trips();
+	/* the pair kernels wherever there are 512-bit vectors, whatever
+	 * this CPU's 512-bit vpdpbusd measured (cpu_kernels_get): their bits
+	 * are checked here, their speed decides elsewhere */
+	setenv("PRIVAI_PAIRS", "1", 1);
 	const struct cpu_kernels *best = cpu_kernels_get();
+	CHECK(strcmp(best->name, "avx512-vnni") != 0 || best->gemm_q4_0x8_pairs != NULL,
+	      "PRIVAI_PAIRS=1 gives the pair kernels on this AVX-512 CPU");
 	/* with decode's software prefetch off and on (cpu_stream_prefetch):
 	 * only the speed may differ */
 	for (int pf = 0; pf < 2; pf++) {

@@ -174,6 +174,16 @@ int compute_cpu_prefetch(void);
  * decode batches (3 tokens and more) for their weights: on unless
  * PRIVAI_PREFETCH=0. */
 int compute_cpu_wide_prefetch(void);
+/* Whether the CPU backend's 8-row groups take two tokens a 512-bit
+ * vector (decode batches, short prompts): where a 512-bit vpdpbusd does
+ * COMPUTE_CPU_PAIRS_MIN_SPEEDUP times a 256-bit one's products on this
+ * CPU, unless PRIVAI_PAIRS=0 or 1 says; *speedup gets that measured
+ * ratio, 0 where there are no 512-bit vectors.  The pairs pay where the
+ * ratio is about 2 (Zen 5: 2.00, units 512 bits wide); where it is about
+ * 1 (a 512-bit instruction in two halves' turns, Zen 4) they would widen
+ * chunks for no gain, and the 8-row kernels measured there stay. */
+#define COMPUTE_CPU_PAIRS_MIN_SPEEDUP 1.5
+int compute_cpu_pairs(double *speedup);
 /* How the CPU backend multiplies weights of `type` (a GGUF type id) by a
  * pass of n_tokens on this CPU ("int8 GEMM, 16-token tiles", "float
  * register tile", ...); NULL for a type it cannot read. */

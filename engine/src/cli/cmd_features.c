@@ -59,6 +59,7 @@ int
 cmd_features(int argc, char **argv)
 {
 	int json = 0;
+	double speedup;
 
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--json") == 0) {
@@ -93,6 +94,8 @@ cmd_features(int argc, char **argv)
 		printf("},\"cpu_simd\":\"%s\",\"cpu_decode_prefetch\":%s,\"cpu_wide_prefetch\":%s",
 		       compute_cpu_simd_name(), compute_cpu_prefetch() ? "true" : "false",
 		       compute_cpu_wide_prefetch() ? "true" : "false");
+		int pairs = compute_cpu_pairs(&speedup);
+		printf(",\"cpu_pairs\":%s,\"cpu_vnni512_speedup\":%.2f", pairs ? "true" : "false", speedup);
 		json_pair(1, "cpu_onednn", compute_cpu_onednn());
 		fputs(",\"cpu_paths\":{", stdout);
 		print_paths(1);
@@ -122,6 +125,16 @@ cmd_features(int argc, char **argv)
 	printf("cpu decode prefetch: one token, quantized %s; float rows and batches %s\n",
 	       compute_cpu_prefetch() ? "on (weights asked for 4 KB ahead)" : "off (left to the hardware prefetcher)",
 	       compute_cpu_wide_prefetch() ? "on" : "off");
+	int pairs = compute_cpu_pairs(&speedup);
+	if (speedup <= 0)
+		puts("cpu pairs: off, no 512-bit vectors");
+	else if (pairs || speedup >= COMPUTE_CPU_PAIRS_MIN_SPEEDUP)
+		printf("cpu pairs: %s (a 512-bit vpdpbusd does %.2fx a 256-bit one's products here)\n",
+		       pairs ? "two tokens a 512-bit vector in the 8-row groups" : "off, PRIVAI_PAIRS=0", speedup);
+	else
+		printf("cpu pairs: off, a token a 256-bit vector in the 8-row groups (a 512-bit vpdpbusd does %.2fx a "
+		       "256-bit one's products here, the pairs take %.1fx; PRIVAI_PAIRS=1 forces them)\n",
+		       speedup, COMPUTE_CPU_PAIRS_MIN_SPEEDUP);
 	puts("cpu paths:");
 	print_paths(0);
 	fputs("chat templates:", stdout);

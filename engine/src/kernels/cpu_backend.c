@@ -430,6 +430,15 @@ compute_cpu_wide_prefetch(void)
 	return cpu_wide_prefetch > 0;
 }
 
+int
+compute_cpu_pairs(double *speedup)
+{
+	const struct cpu_kernels *k = choose_kernels(); /* decides it */
+
+	*speedup = strcmp(k->name, "avx512-vnni") == 0 ? cpu_pairs_speedup : 0;
+	return k->gemm_q4_0x8_pairs != NULL;
+}
+
 const char *
 compute_cpu_path(uint32_t type, int n_tokens)
 {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "privai/compute.h"
 #include "privai/tensor_type.h"
 #include "cpu_dot.h"
 
@@ -1082,18 +1083,18 @@ static struct cpu_kernels k_avx512 = {
 	gemm_q5_0x8_avx512,
 	gemm_q5_1x8_avx512,
 	widen_legacy_x8_avx2,
-	gemm_q4_0x8_pairs_avx512,
-	gemm_iq4_nlx8_pairs_avx512,
-	gemm_q8_0x8_pairs_avx512,
-	gemm_q4_kx8_pairs_avx512,
-	gemm_q5_kx8_pairs_avx512,
-	gemm_q6_kx8_pairs_avx512,
-	gemm_iq4_xsx8_pairs_avx512,
-	gemm_q3_kx8_pairs_avx512,
-	gemm_q2_kx8_pairs_avx512,
-	gemm_q4_1x8_pairs_avx512,
-	gemm_q5_0x8_pairs_avx512,
-	gemm_q5_1x8_pairs_avx512,
+	NULL, /* the pairs: filled in by cpu_kernels_get */
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
 };
 #endif
 
@@ -1143,6 +1144,7 @@ detect(int *avx2, int *avx512, int *bf16)
 
 int cpu_stream_prefetch = -1;
 int cpu_wide_prefetch = -1;
+double cpu_pairs_speedup = 0;
 
 #if defined(__x86_64__)
 /* An Emerald Rapids Xeon's generation gained 30-60 % from software
@@ -1171,6 +1173,39 @@ wide_prefetch_wanted(void)
 	const char *force = getenv("PRIVAI_PREFETCH");
 
 	return force == NULL || strcmp(force, "0") != 0;
+}
+
+/* Two tokens a 512-bit vector where PRIVAI_PAIRS=1, none where 0, else
+ * where a 512-bit vpdpbusd does COMPUTE_CPU_PAIRS_MIN_SPEEDUP times a
+ * 256-bit one's products here; read on every cpu_kernels_get() so that
+ * a test can take both paths. */
+static int
+pairs_wanted(double speedup)
+{
+	const char *force = getenv("PRIVAI_PAIRS");
+
+	if (force != NULL && (strcmp(force, "0") == 0 || strcmp(force, "1") == 0))
+		return force[0] == '1';
+	return speedup >= COMPUTE_CPU_PAIRS_MIN_SPEEDUP;
+}
+
+/* The 8-row groups' kernels on pairs of tokens, or none (the 8-row
+ * kernels then take every token a 256-bit vector) */
+static void
+set_pair_kernels(struct cpu_kernels *k, int on)
+{
+	k->gemm_q4_0x8_pairs = on ? gemm_q4_0x8_pairs_avx512 : NULL;
+	k->gemm_iq4_nlx8_pairs = on ? gemm_iq4_nlx8_pairs_avx512 : NULL;
+	k->gemm_q8_0x8_pairs = on ? gemm_q8_0x8_pairs_avx512 : NULL;
+	k->gemm_q4_1x8_pairs = on ? gemm_q4_1x8_pairs_avx512 : NULL;
+	k->gemm_q5_0x8_pairs = on ? gemm_q5_0x8_pairs_avx512 : NULL;
+	k->gemm_q5_1x8_pairs = on ? gemm_q5_1x8_pairs_avx512 : NULL;
+	k->gemm_q4_kx8_pairs = on ? gemm_q4_kx8_pairs_avx512 : NULL;
+	k->gemm_q5_kx8_pairs = on ? gemm_q5_kx8_pairs_avx512 : NULL;
+	k->gemm_q6_kx8_pairs = on ? gemm_q6_kx8_pairs_avx512 : NULL;
+	k->gemm_iq4_xsx8_pairs = on ? gemm_iq4_xsx8_pairs_avx512 : NULL;
+	k->gemm_q3_kx8_pairs = on ? gemm_q3_kx8_pairs_avx512 : NULL;
+	k->gemm_q2_kx8_pairs = on ? gemm_q2_kx8_pairs_avx512 : NULL;
 }
 
 /* PRIVAI_AMX=0 keeps the AVX-512 kernels on a CPU with AMX; read on
@@ -1202,7 +1237,7 @@ const struct cpu_kernels *
 cpu_kernels_get(void)
 {
 #if defined(__x86_64__)
-	static double bf16_speedup = -1; /* measured once */
+	static double bf16_speedup = -1, pairs_speedup = -1; /* measured once */
 	int avx2, avx512, bf16;
 
 	if (cpu_stream_prefetch < 0)
@@ -1212,6 +1247,10 @@ cpu_kernels_get(void)
 	detect(&avx2, &avx512, &bf16);
 	if (bf16 && bf16_speedup < 0)
 		bf16_speedup = bf16_dot_speedup_avx512();
+	if (avx512 && pairs_speedup < 0)
+		pairs_speedup = vnni512_speedup_avx512();
+	cpu_pairs_speedup = avx512 ? pairs_speedup : 0;
+	set_pair_kernels(&k_avx512, avx512 && pairs_wanted(pairs_speedup));
 	if (bf16) {
 		/* Zen 4 does 1.8 times the products with vdpbf16ps, an Emerald
 		 * Rapids Xeon (no AMX in its VM) half: there the GEMM on rows

@@ -413,7 +413,9 @@ struct cpu_kernels {
 				int32_t *wsum, float *wd, float *wmin, size_t ld);
 	/* gemm_q4_0x8, gemm_iq4_nlx8 and gemm_q8_0x8 for 2 to 8 tokens on their pairs
 	 * (q8_pair_pack; pair p at x + p * nb), the same bits; NULL where
-	 * there are no 512-bit vectors */
+	 * there are no 512-bit vectors, or where a 512-bit vpdpbusd does less
+	 * than COMPUTE_CPU_PAIRS_MIN_SPEEDUP times a 256-bit one's products (cpu_pairs_speedup;
+	 * PRIVAI_PAIRS=0 or 1 decides instead; cpu_kernels_get) */
 	void (*gemm_q4_0x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 				  size_t ldy);
 	void (*gemm_iq4_nlx8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
@@ -443,6 +445,7 @@ struct cpu_kernels {
 	void (*gemm_q5_1x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 				  size_t ldy);
 };
+
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
 /* The AMX GEMM's blocking (cpu_amx.c says why) */
@@ -750,7 +753,10 @@ void gemm_bf16_avx512(const uint16_t *w, size_t ldw, int nrows, const uint32_t *
 void f32_to_bf16_avx512(const float *x, uint16_t *out, size_t n);
 float dot_bf16_bf16_avx512(const uint16_t *w, const uint16_t *x, size_t n);
 void dot4_bf16_bf16_avx512(const uint16_t *w, size_t ldw, const uint16_t *x, size_t n, float *y);
+/* cpu_probe.c (callable only where CPUID reports AVX-512 VNNI, and BF16
+ * for the first) */
 double bf16_dot_speedup_avx512(void);
+double vnni512_speedup_avx512(void);
 /* cpu_amx.c (callable only where cpu_amx_usable()) */
 void amx_pack_lo(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo);
 void amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl, int ntokens,
@@ -829,6 +835,11 @@ extern int cpu_stream_prefetch;
  * 48-87 % without) and decode batches' weight streams (STREAM_PREFETCH_NT,
  * cpu_x86.h). */
 extern int cpu_wide_prefetch;
+/* What the pair kernels were decided on: a 512-bit vpdpbusd's products a
+ * second over a 256-bit one's (vnni512_speedup_avx512), measured once by
+ * cpu_kernels_get; 0 where there are no 512-bit vectors.  `privai-engine
+ * features` shows it. */
+extern double cpu_pairs_speedup;
 /* The portable kernels (for tests comparing SIMD with scalar). */
 const struct cpu_kernels *cpu_kernels_scalar(void);
 /* The AVX2 kernels; only valid where cpu_kernels_get() picked AVX2 or better. */

@@ -11,7 +11,6 @@
  * llama.cpp does for bfloat16 models; the sums stay float.
  */
 #include <string.h>
-#include <time.h>
 
 #include "privai/tensor_type.h"
 #include "cpu_dot.h"
@@ -153,49 +152,5 @@ dot4_bf16_bf16_avx512(const uint16_t *w, size_t ldw, const uint16_t *x, size_t n
 			s += bf16_to_f32(w[(size_t)r * ldw + j]) * bf16_to_f32(x[j]);
 		y[r] = s;
 	}
-}
-/* 12 independent chains of OP on zmm registers, STEPS steps: the
- * seconds it took.  The empty asm keeps the chains alive, in registers
- * (an array of them would go through memory every step). */
-#define TIME_CHAINS(OP, secs)                                                                                          \
-	do {                                                                                                           \
-		struct timespec t0_, t1_;                                                                              \
-		clock_gettime(CLOCK_MONOTONIC, &t0_);                                                                  \
-		for (int n_ = 0; n_ < STEPS; n_++) {                                                                   \
-			a0 = OP(a0), a1 = OP(a1), a2 = OP(a2), a3 = OP(a3), a4 = OP(a4), a5 = OP(a5);                  \
-			a6 = OP(a6), a7 = OP(a7), a8 = OP(a8), a9 = OP(a9), a10 = OP(a10), a11 = OP(a11);              \
-			__asm__ volatile(""                                                                            \
-					 : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6),       \
-					   "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));                        \
-		}                                                                                                      \
-		clock_gettime(CLOCK_MONOTONIC, &t1_);                                                                  \
-		secs = (double)(t1_.tv_sec - t0_.tv_sec) + (double)(t1_.tv_nsec - t0_.tv_nsec) * 1e-9;                 \
-	} while (0)
-
-/* How many times the products a second vdpbf16ps does over float FMAs
- * (32 pairs an instruction against 16), on this core now: about 1.8 on
- * Zen 4, 0.5 on an Emerald Rapids Xeon.  Each timed five times, a few
- * microseconds a time, interleaved, the fastest kept: a preemption slows
- * one run, not the best of five. */
-BF16 double
-bf16_dot_speedup_avx512(void)
-{
-	enum { STEPS = 2000 };
-	__m512 b = _mm512_set1_ps(1.0f), c = _mm512_setzero_ps();
-	__m512 a0 = c, a1 = c, a2 = c, a3 = c, a4 = c, a5 = c, a6 = c, a7 = c, a8 = c, a9 = c, a10 = c, a11 = c;
-	__m512bh h = (__m512bh)_mm512_set1_epi16(0x3f80); /* bfloat16 1.0 */
-	double fma = 1e9, dp = 1e9, t;
-
-#define FMA_STEP(a) _mm512_fmadd_ps(a, b, c)
-#define DP_STEP(a) _mm512_dpbf16_ps(a, h, h)
-	for (int rep = 0; rep < 5; rep++) {
-		TIME_CHAINS(FMA_STEP, t);
-		fma = t < fma ? t : fma;
-		TIME_CHAINS(DP_STEP, t);
-		dp = t < dp ? t : dp;
-	}
-#undef FMA_STEP
-#undef DP_STEP
-	return dp > 0 ? 2.0 * fma / dp : 2.0;
 }
 #endif
