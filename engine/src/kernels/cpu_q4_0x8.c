@@ -117,7 +117,7 @@ gemm_q4_0x8_scalar(const uint8_t *grp, int ng, const struct block_q8 *x, size_t 
 		(void)table;                                                                                           \
 		_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();                     \
 		for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK) {                                                 \
-			STREAM_PREFETCH_NT(grp, Q4_0X8_BLOCK, nt);                                                     \
+			X8_STREAM_PREFETCH(grp, b, Q4_0X8_BLOCK, nt);                                                  \
 			__m256i c[8];                                                                                  \
 			_Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)                                            \
 			{                                                                                              \
@@ -171,7 +171,7 @@ DEFINE_GEMM_NIBBLE_X8(gemm_iq4_nlx8_avx512, AVX512, IQ4X8_ACC_VNNI, , IQ4_NL_TAB
 		(void)table;                                                                                           \
 		_Pragma("GCC unroll 4") for (int p = 0; p < np; p++) acc[p] = _mm512_setzero_ps();                     \
 		for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK) {                                                 \
-			STREAM_PREFETCH_NT(grp, Q4_0X8_BLOCK, nt);                                                     \
+			X8_STREAM_PREFETCH(grp, b, Q4_0X8_BLOCK, nt);                                                  \
 			__m512i c[8];                                                                                  \
 			_Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)                                            \
 			{                                                                                              \

@@ -125,7 +125,7 @@ gemm_q8_0x8_nt(const uint8_t *grp, const struct block_q8 *x, size_t nb, int nt, 
 	for (int t = 0; t < nt; t++)
 		acc[t] = _mm256_setzero_ps();
 	for (size_t b = 0; b < nb; b++, grp += Q8_0X8_BLOCK) {
-		STREAM_PREFETCH_NT(grp, Q8_0X8_BLOCK, nt);
+		X8_STREAM_PREFETCH(grp, b, Q8_0X8_BLOCK, nt);
 		__m256i c[8];
 #pragma GCC unroll 8
 		for (int s = 0; s < 8; s++)
@@ -156,7 +156,7 @@ gemm_q8_0x8_pairs_nt(const uint8_t *grp, const struct q8_pair *x, size_t nb, int
 	for (int p = 0; p < np; p++)
 		acc[p] = _mm512_setzero_ps();
 	for (size_t b = 0; b < nb; b++, grp += Q8_0X8_BLOCK) {
-		STREAM_PREFETCH_NT(grp, Q8_0X8_BLOCK, nt);
+		X8_STREAM_PREFETCH(grp, b, Q8_0X8_BLOCK, nt);
 		__m512i c[8];
 #pragma GCC unroll 8
 		for (int s = 0; s < 8; s++)

@@ -80,6 +80,29 @@
 					_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T0);             \
 			}                                                                                              \
 	} while (0)
+/* The 8-row groups of Q4_0, IQ4_NL and Q8_0 (block b of `bytes`): a
+ * block's lines where STREAM_PREFETCH_NT asks; elsewhere one line
+ * SPARSE_AHEAD ahead every SPARSE_BLOCKS blocks, some SPARSE_PERIOD bytes
+ * of the stream.  On a Zen 5, one token on 2 threads, four alternating
+ * rounds: Q4_0 50-90 tok/s without it, 64-109 with a line 8 KB ahead
+ * every 16 blocks (2304 bytes), Q8_0 29-44 against 49-62.  A line every
+ * 8 or 4 blocks gained less or nothing; one at the first block past
+ * every 2048-byte boundary, at the same place in every page, gained
+ * less than every 2304 bytes; every line lost a quarter.  Q4_1's and
+ * Q5_0's groups, with more arithmetic a byte, lost 8-13 % to it when the
+ * bus was fast and keep STREAM_PREFETCH_NT (docs/performance.md).  The
+ * hardware prefetcher keeps the stream; a line well ahead now and then
+ * keeps it going. */
+#define SPARSE_AHEAD 8192
+#define SPARSE_PERIOD 2304
+#define SPARSE_BLOCKS(bytes) ((bytes) >= SPARSE_PERIOD ? 1 : SPARSE_PERIOD / (bytes))
+#define X8_STREAM_PREFETCH(p, b, bytes, nt)                                                                            \
+	do {                                                                                                           \
+		if (STREAM_PREFETCH_WANTED(nt))                                                                        \
+			STREAM_PREFETCH_NT(p, bytes, nt);                                                              \
+		else if ((b) % SPARSE_BLOCKS(bytes) == 0)                                                              \
+			_mm_prefetch((const char *)(p) + SPARSE_AHEAD, _MM_HINT_T0);                                   \
+	} while (0)
 /* The K-quants' 8-row groups (cpu_kquants_x8.c, cpu_q6_kx8.c): a block's
  * lines where STREAM_PREFETCH_NT asks; elsewhere one line 4 KB ahead,
  * which a Zen 4 measured faster on Q4_K groups both than none (69.0
