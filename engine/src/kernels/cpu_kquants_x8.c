@@ -205,14 +205,23 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 		}                                                                                                      \
 	} while (0)
 
-/* One 8-row group times one Q8_K token, for FIVE = 0 (Q4_K) or 1 (Q5_K). */
+/* One 8-row group times one Q8_K token, for FIVE = 0 (Q4_K) or 1 (Q5_K).
+ * The prefetch is chosen once a call (SPARSE: X8_STREAM_PREFETCH's line
+ * 8 KB ahead every other super-block; else GROUP_PREFETCH's): with the
+ * choice made in the loop, a Zen 5's Q4_K_M decode did not gain from the
+ * sparse line (docs/performance.md). */
 #define DEFINE_GEMV_KX8(NAME, TARGET, U8I8_ACC, FIVE)                                                                  \
-	TARGET static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
+	TARGET static inline                                                                                           \
+		__attribute__((always_inline)) void NAME##_pf(const uint8_t *grp, const struct block_q8k *x,           \
+							      size_t nsb, float *y, int sparse)                        \
 	{                                                                                                              \
 		const __m256i low = _mm256_set1_epi8(0xf), six = _mm256_set1_epi8(0x3f), top = _mm256_set1_epi8(0x30); \
 		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
-			GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), 1);                                                       \
+			if (!sparse)                                                                                   \
+				GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), 1);                                               \
+			else if (i % SPARSE_BLOCKS(KX8_BLOCK(FIVE)) == 0)                                              \
+				_mm_prefetch((const char *)grp + SPARSE_AHEAD, _MM_HINT_T0);                           \
 			__m256i sc[2], mn[2];                                                                          \
 			KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                   \
 			/* sub-block j's activation sum, 16 values at a time in Q8_K */                                \
@@ -262,6 +271,13 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 					       _mm256_cvtepi32_ps(msum), mins);                                        \
 		}                                                                                                      \
 		_mm256_storeu_ps(y, _mm256_sub_ps(acc, mins));                                                         \
+	}                                                                                                              \
+	TARGET static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
+	{                                                                                                              \
+		if (STREAM_PREFETCH_WANTED(1))                                                                         \
+			NAME##_pf(grp, x, nsb, y, 0);                                                                  \
+		else                                                                                                   \
+			NAME##_pf(grp, x, nsb, y, 1);                                                                  \
 	}
 
 DEFINE_GEMV_KX8(gemv_q4_kx8_avx2, AVX2, U8I8_ACC_AVX2, 0)
