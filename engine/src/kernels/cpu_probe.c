@@ -62,40 +62,28 @@ bf16_dot_speedup_avx512(void)
 	return dp > 0 ? 2.0 * fma / dp : 2.0;
 }
 
-/* 512-bit vpdpbusd chains, then 256-bit ones: the fastest of REPS each */
-PROBE_AVX512 static double
-vnni_chains_zmm(void)
-{
-	__m512i b = _mm512_set1_epi8(1), z = _mm512_setzero_si512();
-	__m512i a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z, a8 = z, a9 = z, a10 = z, a11 = z;
-	double best = 1e9, t;
-
+/* NAME(): chains of STEP (a vpdpbusd of a with b) on VEC registers, SET1
+ * and ZERO making the operands; the fastest of REPS runs */
+#define DEFINE_VNNI_CHAINS(NAME, VEC, SET1, ZERO, STEP)                                                                \
+	PROBE_AVX512 static double NAME(void)                                                                          \
+	{                                                                                                              \
+		VEC b = SET1(1), z = ZERO();                                                                           \
+		VEC a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z, a8 = z, a9 = z, a10 = z, a11 = z;  \
+		double best = 1e9, t;                                                                                  \
+		for (int rep = 0; rep < REPS; rep++) {                                                                 \
+			TIME_CHAINS(STEP, t);                                                                          \
+			best = t < best ? t : best;                                                                    \
+		}                                                                                                      \
+		return best;                                                                                           \
+	}
 #define DP512_STEP(a) _mm512_dpbusd_epi32(a, b, b)
-	for (int rep = 0; rep < REPS; rep++) {
-		TIME_CHAINS(DP512_STEP, t);
-		best = t < best ? t : best;
-	}
-#undef DP512_STEP
-	return best;
-}
-
-PROBE_AVX512 static double
-vnni_chains_ymm(void)
-{
-	__m256i b = _mm256_set1_epi8(1), z = _mm256_setzero_si256();
-	__m256i a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z, a8 = z, a9 = z, a10 = z, a11 = z;
-	double best = 1e9, t;
-
 #define DP256_STEP(a) _mm256_dpbusd_epi32(a, b, b)
-	for (int rep = 0; rep < REPS; rep++) {
-		TIME_CHAINS(DP256_STEP, t);
-		best = t < best ? t : best;
-	}
+DEFINE_VNNI_CHAINS(vnni_chains_zmm, __m512i, _mm512_set1_epi8, _mm512_setzero_si512, DP512_STEP)
+DEFINE_VNNI_CHAINS(vnni_chains_ymm, __m256i, _mm256_set1_epi8, _mm256_setzero_si256, DP256_STEP)
+#undef DP512_STEP
 #undef DP256_STEP
-	return best;
-}
 
-/* How many times the products a second a 512-bit vpdpbusd does over a
+/* The products a second of a 512-bit vpdpbusd over those of a
  * 256-bit one (64 byte pairs an instruction against 32), on this core
  * now: 2.00 on a Zen 5, whose units are 512 bits wide; about 1 where a
  * 512-bit instruction takes two halves' turns (Zen 4) or fewer ports
