@@ -445,7 +445,6 @@ struct cpu_kernels {
 	void (*gemm_q5_1x8_pairs)(const uint8_t *grp, int ng, const struct q8_pair *x, size_t nb, int nt, float *y,
 				  size_t ldy);
 };
-
 #define AMX_Q8_ROWS 16 /* rows a step of gemm_q8_amx */
 
 /* The AMX GEMM's blocking (cpu_amx.c says why) */

@@ -206,10 +206,11 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 	} while (0)
 
 /* One 8-row group times one Q8_K token, for FIVE = 0 (Q4_K) or 1 (Q5_K).
- * The prefetch is chosen once a call (SPARSE: X8_STREAM_PREFETCH's line
- * 8 KB ahead every other super-block; else GROUP_PREFETCH's): with the
- * choice made in the loop, a Zen 5's Q4_K_M decode did not gain from the
- * sparse line (docs/performance.md). */
+ * The prefetch is chosen once a call: a line SPARSE_AHEAD ahead every
+ * SPARSE_BLOCKS super-blocks (every other one of Q4_K's, every one of
+ * Q5_K's) as X8_STREAM_PREFETCH asks, or GROUP_PREFETCH's where a dense
+ * prefetch is on.  With the choice made in the loop, a Zen 5's Q4_K_M
+ * decode did not gain from the sparse line (docs/performance.md). */
 #define DEFINE_GEMV_KX8(NAME, TARGET, U8I8_ACC, FIVE)                                                                  \
 	TARGET static inline                                                                                           \
 		__attribute__((always_inline)) void NAME##_pf(const uint8_t *grp, const struct block_q8k *x,           \
