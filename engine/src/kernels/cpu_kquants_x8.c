@@ -221,8 +221,8 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
 			if (!sparse)                                                                                   \
 				GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), 1);                                               \
-			else if (i % SPARSE_BLOCKS(KX8_BLOCK(FIVE)) == 0)                                              \
-				_mm_prefetch((const char *)grp + SPARSE_AHEAD, _MM_HINT_T0);                           \
+			else                                                                                           \
+				SPARSE_PREFETCH(grp, i, KX8_BLOCK(FIVE));                                              \
 			__m256i sc[2], mn[2];                                                                          \
 			KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                   \
 			/* sub-block j's activation sum, 16 values at a time in Q8_K */                                \

@@ -96,12 +96,18 @@
 #define SPARSE_AHEAD 8192
 #define SPARSE_PERIOD 2304
 #define SPARSE_BLOCKS(bytes) ((bytes) >= SPARSE_PERIOD ? 1 : SPARSE_PERIOD / (bytes))
+/* the sparse line alone, for block b at p */
+#define SPARSE_PREFETCH(p, b, bytes)                                                                                   \
+	do {                                                                                                           \
+		if ((b) % SPARSE_BLOCKS(bytes) == 0)                                                                   \
+			_mm_prefetch((const char *)(p) + SPARSE_AHEAD, _MM_HINT_T0);                                   \
+	} while (0)
 #define X8_STREAM_PREFETCH(p, b, bytes, nt)                                                                            \
 	do {                                                                                                           \
 		if (STREAM_PREFETCH_WANTED(nt))                                                                        \
 			STREAM_PREFETCH_NT(p, bytes, nt);                                                              \
-		else if ((b) % SPARSE_BLOCKS(bytes) == 0)                                                              \
-			_mm_prefetch((const char *)(p) + SPARSE_AHEAD, _MM_HINT_T0);                                   \
+		else                                                                                                   \
+			SPARSE_PREFETCH(p, b, bytes);                                                                  \
 	} while (0)
 /* The K-quants' 8-row groups (cpu_kquants_x8.c, cpu_q6_kx8.c): a block's
  * lines where STREAM_PREFETCH_NT asks; elsewhere one line 4 KB ahead,
