@@ -58,6 +58,19 @@ vocab=$(sed -n 's/^vocabulary: *\([0-9]*\).*/\1/p' "$T/info")
 # -b: sequences side by side, each in its own blocks, past a KV block (16)
 "$E" bench -m "$DEMO" -p 8 -d 20 -n 4 -b 3 -r 1 --json --no-bandwidth >"$T/bench3" &&
 	grep -q '"parallel":3,' "$T/bench3" && ! grep -q '"tg_tokens_per_s":0.00' "$T/bench3" && ok || bad "bench -b 3"
+# the bound: bandwidth measured before and after each repetition's
+# generation, and the mean share of its own bound each one reached
+"$E" bench -m "$DEMO" -p 8 -n 4 -r 3 --json >"$T/benchbw" && python3 - "$T/benchbw" <<'EOF2' && ok || bad "bench's bound: $(cat "$T/benchbw")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+tg, bw = d["tg_reps"], d["read_bandwidth_reps"]
+assert len(tg) == 3 and len(bw) == 3 and all(b > 0 and a > 0 for b, a in bw), d
+mean = lambda v: sum(v) / len(v)
+assert abs(d["tg_tokens_per_s"] - mean(tg)) <= 0.01, d
+assert abs(d["read_bandwidth_gb_s"] - mean([(b + a) / 2 for b, a in bw])) <= 0.01, d
+share = mean([t * d["weight_bytes_per_token"] / ((b + a) / 2 * 1e9) for t, (b, a) in zip(tg, bw)])
+assert abs(d["tg_fraction_of_bound"] - share) <= 0.001 + 0.001 * share, (share, d)
+EOF2
 "$E" bench -m "$DEMO" -b 0 2>"$T/bench0" && bad "bench -b 0 was taken" || grep -q -- "-b" "$T/bench0" && ok ||
 	bad "bench -b 0: $(cat "$T/bench0")"
 

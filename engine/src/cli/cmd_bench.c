@@ -7,19 +7,19 @@
  * generation runs B sequences side by side, one token of each a forward
  * pass, as a server does at concurrency B (llama-batched-bench's -npl);
  * its rate counts the tokens of all B.
- * It also measures read bandwidth by summing a buffer of the model's
- * size (at most BW_PROBE_MAX) in 2 MB pages with the same number of
- * threads, and reports the generation bound that implies: bandwidth /
- * bytes of weights read per token.
+ * It also measures read bandwidth (bench_bandwidth.h) just before and
+ * just after every repetition's generation, and reports the bound that
+ * implies, bandwidth / bytes of weights read per token, and the share
+ * of it each repetition's generation reached, their mean and spread.
  */
 #include <getopt.h>
 #include <math.h>
-#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bench_bandwidth.h"
 #include "cli.h"
 #include "privai/threadpool.h"
 
@@ -30,103 +30,6 @@ now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-struct bw_job {
-	const uint8_t *base;
-	size_t bytes;
-	int sparse; /* a line 8 KB ahead every 2304 bytes, as the decode kernels ask (cpu_x86.h) */
-	uint64_t sums[256];
-};
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-
-/* 256-bit loads, as the kernels use: a scalar loop cannot keep up with
- * the memory and would measure itself.  With sparse, a line 8 KB ahead
- * every 18 steps of 128 bytes, as the 8-row groups' decode asks for
- * (X8_STREAM_PREFETCH): on a Zen 5 that decode read more than these
- * loads alone did. */
-__attribute__((target("avx2"))) static uint64_t
-sum_avx2(const uint8_t *p, size_t lo, size_t hi, int sparse)
-{
-	__m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-
-	for (size_t i = lo, k = 0; i + 128 <= hi; i += 128, k++) {
-		if (sparse && k % 18 == 0)
-			_mm_prefetch((const char *)(p + i) + 8192, _MM_HINT_T0);
-		a = _mm256_add_epi64(a, _mm256_loadu_si256((const __m256i *)(p + i)));
-		b = _mm256_add_epi64(b, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
-		c = _mm256_add_epi64(c, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
-		d = _mm256_add_epi64(d, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
-	}
-	a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
-	return (uint64_t)_mm256_extract_epi64(a, 0) + (uint64_t)_mm256_extract_epi64(a, 3);
-}
-#endif
-
-static void
-bw_worker(void *arg, int ith, int nth)
-{
-	struct bw_job *j = arg;
-	size_t lo = j->bytes * (size_t)ith / (size_t)nth, hi = j->bytes * (size_t)(ith + 1) / (size_t)nth;
-	uint64_t s[8] = { 0 };
-
-#if defined(__x86_64__)
-	if (__builtin_cpu_supports("avx2")) {
-		j->sums[ith % 256] = sum_avx2(j->base, lo, hi, j->sparse);
-		return;
-	}
-#endif
-	for (size_t i = lo; i + 64 <= hi; i += 64)
-		for (int k = 0; k < 8; k++) {
-			uint64_t v;
-			memcpy(&v, j->base + i + 8 * k, 8);
-			s[k] += v;
-		}
-	j->sums[ith % 256] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
-}
-
-/* Read bandwidth in GB/s with a pool of the same size, over a buffer of
- * the model's weights' size in 2 MB pages, as the repacked weights
- * decode streams are.  It read the file's own mapping before; the repack
- * hands those pages back, and a run where the page cache had let them go
- * measured the disk: 12 GB/s, decode at 188 % of its "bound"
- * (docs/performance.md).  At most BW_PROBE_MAX: far past every cache,
- * and a 70B model's size in memory a second time would not fit. */
-#define BW_PROBE_MAX ((size_t)1 << 30)
-static double
-read_bandwidth(const struct gguf_file *f, int threads)
-{
-	struct threadpool *pool;
-	size_t bytes = f->map_size - f->data_offset;
-	void *buf = NULL;
-	double best = 0;
-
-	if (bytes > BW_PROBE_MAX)
-		bytes = BW_PROBE_MAX;
-	bytes &= ~(size_t)127;
-	if (bytes == 0 || posix_memalign(&buf, (size_t)2 << 20, bytes) != 0)
-		return 0;
-	(void)madvise(buf, bytes, MADV_HUGEPAGE); /* a hint: THP may be off */
-	memset(buf, 1, bytes);
-	struct bw_job j = { buf, bytes, 0, { 0 } };
-	if (threadpool_new(threads, &pool) < 0) {
-		free(buf);
-		return 0;
-	}
-	/* the loads alone and with the decode's prefetch, alternating: the
-	 * faster bounds what a decode can read */
-	for (int rep = 0; rep < 8; rep++) {
-		j.sparse = rep % 2;
-		double t0 = now();
-		threadpool_run(pool, bw_worker, &j);
-		double gbs = j.bytes / (now() - t0) / 1e9;
-		best = gbs > best ? gbs : best;
-	}
-	threadpool_free(pool);
-	free(buf);
-	return best;
 }
 
 static void
@@ -270,6 +173,7 @@ cmd_bench(int argc, char **argv)
 	struct par_seqs ps = { 0 };
 	struct cli_tp tp = { .size = 1 };
 	struct coll_stats tg0 = { 0 }, tg1 = { 0 };
+	struct bw_probe probe = { 0 };
 	char err[PRIVAI_ERR_LEN];
 	struct cli_engine e;
 
@@ -365,13 +269,21 @@ cmd_bench(int argc, char **argv)
 	int32_t *toks = malloc((size_t)n_fill * sizeof(int32_t));
 	float *logits = malloc((size_t)V * n_seq * sizeof(float));
 	double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
-	if (toks == NULL || logits == NULL || pp == NULL || tg == NULL ||
-	    (n_seq > 1 && par_init(&ps, n_seq, cp.n_ctx) < 0)) {
+	double *bw = calloc((size_t)reps, sizeof(double)), *frac = calloc((size_t)reps, sizeof(double));
+	double *probes = calloc((size_t)reps * 2, sizeof(double)); /* GB/s before and after each */
+	if (toks == NULL || logits == NULL || pp == NULL || tg == NULL || bw == NULL || frac == NULL ||
+	    probes == NULL || (n_seq > 1 && par_init(&ps, n_seq, cp.n_ctx) < 0)) {
 		cli_error("bench", "out of memory");
 		goto out;
 	}
 	for (int i = 0; i < n_fill; i++)
 		toks[i] = (int32_t)((i * 7919u + 17) % (unsigned)V);
+	/* generation reads every weight once per token, except the embedding table */
+	double bytes_tok = (double)e.model->weight_bytes;
+	if (e.model->output.data != e.model->tok_embd.data)
+		bytes_tok -= (double)e.model->tok_embd.row_bytes * e.model->tok_embd.rows;
+	if (measure_bw && bw_probe_open(&probe, e.model->file->map_size - e.model->file->data_offset, nth) < 0)
+		measure_bw = 0;                 /* no memory for it: the rates alone */
 	for (int rep = -1; rep < reps; rep++) { /* rep -1 warms up */
 		if (fill_depth(e.ctx, toks, n_fill, depth, logits, err) < 0)
 			goto fail;
@@ -391,6 +303,7 @@ cmd_bench(int argc, char **argv)
 		}
 		if (fill_depth(e.ctx, toks, n_fill, depth, logits, err) < 0)
 			goto fail;
+		double bw0 = measure_bw ? bw_probe_run(&probe) : 0;
 		double t2 = now();
 		if (tp.group != NULL)
 			tg0 = tp.group->stats;
@@ -400,19 +313,27 @@ cmd_bench(int argc, char **argv)
 		double t3 = now();
 		if (tp.group != NULL)
 			tg1 = tp.group->stats;
+		double bw1 = measure_bw ? bw_probe_run(&probe) : 0;
 		if (rep >= 0) {
 			pp[rep] = n_pp / (t1 - t0);
 			tg[rep] = n_tg / (t3 - t2);
+			probes[2 * rep] = bw0;
+			probes[2 * rep + 1] = bw1;
+			bw[rep] = (bw0 + bw1) / 2;
+			frac[rep] = bw[rep] > 0 ? tg[rep] * bytes_tok / (bw[rep] * 1e9) : 0;
 		}
 	}
-	double pp_m, pp_sd, tg_m, tg_sd;
+	if (measure_bw && n_seq > 1) /* no share of a bound for these: the bus once */
+		for (int rep = 0; rep < reps; rep++)
+			probes[2 * rep] = probes[2 * rep + 1] = bw[rep] = rep == 0 ? bw_probe_run(&probe) : bw[0];
+	double pp_m, pp_sd, tg_m, tg_sd, bw_m, bw_sd, fr_m, fr_sd;
 	stats(pp, reps, &pp_m, &pp_sd);
 	stats(tg, reps, &tg_m, &tg_sd);
-	/* generation reads every weight once per token, except the embedding table */
-	double bytes_tok = (double)e.model->weight_bytes;
-	if (e.model->output.data != e.model->tok_embd.data)
-		bytes_tok -= (double)e.model->tok_embd.row_bytes * e.model->tok_embd.rows;
-	double bw = measure_bw ? read_bandwidth(e.model->file, nth) : 0, bound = bw > 0 ? bw * 1e9 / bytes_tok : 0;
+	stats(bw, reps, &bw_m, &bw_sd);
+	stats(frac, reps, &fr_m, &fr_sd);
+	double bound = bw_m > 0 ? bw_m * 1e9 / bytes_tok : 0;
+	if (n_seq > 1)
+		fr_m = fr_sd = 0;
 	/* what the group's all-reduces cost a generated token (the last rep) */
 	double ar_n = (double)(tg1.n_allreduce - tg0.n_allreduce) / n_tg;
 	double ar_bytes = (double)(tg1.allreduce_bytes - tg0.allreduce_bytes) / n_tg;
@@ -422,10 +343,19 @@ cmd_bench(int argc, char **argv)
 		       "\"parallel\":%d,"
 		       "\"reps\":%d,"
 		       "\"pp_tokens_per_s\":%.2f,\"pp_stddev\":%.2f,\"tg_tokens_per_s\":%.2f,\"tg_stddev\":%.2f,"
-		       "\"weight_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
-		       "\"tg_bound_tokens_per_s\":%.2f,\"tg_fraction_of_bound\":%.3f",
+		       "\"weight_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,\"read_bandwidth_stddev\":%.2f,"
+		       "\"tg_bound_tokens_per_s\":%.2f,\"tg_fraction_of_bound\":%.3f,"
+		       "\"tg_fraction_of_bound_stddev\":%.3f",
 		       path, nth, compute_cpu_simd_name(), n_pp, n_tg, depth, n_seq, reps, pp_m, pp_sd, tg_m, tg_sd,
-		       bytes_tok, bw, bound, bound > 0 && n_seq == 1 ? tg_m / bound : 0);
+		       bytes_tok, bw_m, bw_sd, bound, fr_m, fr_sd);
+		/* every repetition's figures, for a reader to check the means by */
+		printf(",\"tg_reps\":[");
+		for (int rep = 0; rep < reps; rep++)
+			printf("%s%.2f", rep ? "," : "", tg[rep]);
+		printf("],\"read_bandwidth_reps\":[");
+		for (int rep = 0; rep < reps; rep++)
+			printf("%s[%.2f,%.2f]", rep ? "," : "", probes[2 * rep], probes[2 * rep + 1]);
+		printf("]");
 		if (tp.group != NULL)
 			printf(",\"tp\":%d,\"tp_transport\":\"%s\",\"tp_allreduce_per_token\":%g,"
 			       "\"tp_allreduce_bytes_per_token\":%.0f,\"tp_allreduce_ms_per_token\":%.4f,"
@@ -444,10 +374,11 @@ cmd_bench(int argc, char **argv)
 		       pp_sd);
 		printf("| %s | %d | %s | tg%d%s%s | %.2f ± %.2f |\n", path, nth, compute_cpu_simd_name(), n_tg, par, at,
 		       tg_m, tg_sd);
-		if (bw > 0 && n_seq == 1)
-			printf("\nread bandwidth %.1f GB/s; %.1f MB of weights per token; tg bound %.2f tokens/s; "
-			       "tg reaches %.0f%% of it\n",
-			       bw, bytes_tok / 1e6, bound, 100 * tg_m / bound);
+		if (bw_m > 0 && n_seq == 1)
+			printf("\nread bandwidth %.1f ± %.1f GB/s around the repetitions; %.1f MB of weights per "
+			       "token; tg bound %.2f tokens/s; each repetition's tg reached %.0f ± %.0f%% of its "
+			       "own\n",
+			       bw_m, bw_sd, bytes_tok / 1e6, bound, 100 * fr_m, 100 * fr_sd);
 		if (tp.group != NULL)
 			printf("\ntensor parallel: %d ranks over %s; a generated token takes %g all-reduces of %.1f "
 			       "KiB "
@@ -465,6 +396,10 @@ out:
 	free(logits);
 	free(pp);
 	free(tg);
+	free(bw);
+	free(probes);
+	free(frac);
+	bw_probe_close(&probe);
 	par_free(&ps);
 	cli_engine_close(&e);
 	cli_tp_leave(&tp);

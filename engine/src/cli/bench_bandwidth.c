@@ -1,0 +1,132 @@
+/*
+ * The read bandwidth bench's generation bound comes from (bench_bandwidth.h).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "bench_bandwidth.h"
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct bw_job {
+	const uint8_t *base;
+	size_t bytes;
+	int sparse; /* a line 8 KB ahead every 2304 bytes, as the decode kernels ask (cpu_x86.h) */
+	uint64_t sums[256];
+};
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* 256-bit loads, as the kernels use: a scalar loop cannot keep up with
+ * the memory and would measure itself.  With sparse, a line 8 KB ahead
+ * every 18 steps of 128 bytes, as the 8-row groups' decode asks for
+ * (X8_STREAM_PREFETCH): on a Zen 5 that decode read more than these
+ * loads alone did. */
+__attribute__((target("avx2"))) static uint64_t
+sum_avx2(const uint8_t *p, size_t lo, size_t hi, int sparse)
+{
+	__m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+
+	for (size_t i = lo, k = 0; i + 128 <= hi; i += 128, k++) {
+		if (sparse && k % 18 == 0)
+			_mm_prefetch((const char *)(p + i) + 8192, _MM_HINT_T0);
+		a = _mm256_add_epi64(a, _mm256_loadu_si256((const __m256i *)(p + i)));
+		b = _mm256_add_epi64(b, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
+		c = _mm256_add_epi64(c, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
+		d = _mm256_add_epi64(d, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
+	}
+	a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+	return (uint64_t)_mm256_extract_epi64(a, 0) + (uint64_t)_mm256_extract_epi64(a, 3);
+}
+#endif
+
+static void
+bw_worker(void *arg, int ith, int nth)
+{
+	struct bw_job *j = arg;
+	size_t lo = j->bytes * (size_t)ith / (size_t)nth, hi = j->bytes * (size_t)(ith + 1) / (size_t)nth;
+	uint64_t s[8] = { 0 };
+
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("avx2")) {
+		j->sums[ith % 256] = sum_avx2(j->base, lo, hi, j->sparse);
+		return;
+	}
+#endif
+	for (size_t i = lo; i + 64 <= hi; i += 64)
+		for (int k = 0; k < 8; k++) {
+			uint64_t v;
+			memcpy(&v, j->base + i + 8 * k, 8);
+			s[k] += v;
+		}
+	j->sums[ith % 256] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+/* The buffer is in 2 MB pages, as the repacked weights decode streams
+ * are.  The probe read the file's own mapping before; the repack hands
+ * those pages back, and a run where the page cache had let them go
+ * measured the disk: 12 GB/s, decode at 188 % of its "bound"
+ * (docs/performance.md).  At most BW_PROBE_MAX: far past every cache,
+ * and a 70B model's size in memory a second time would not fit. */
+#define BW_PROBE_MAX ((size_t)1 << 30)
+/* passes a probe: half plain loads, half with the sparse line */
+#define BW_PROBE_PASSES 4
+
+int
+bw_probe_open(struct bw_probe *p, size_t model_bytes, int threads)
+{
+	size_t bytes = model_bytes < BW_PROBE_MAX ? model_bytes : BW_PROBE_MAX;
+
+	memset(p, 0, sizeof(*p));
+	bytes &= ~(size_t)127;
+	if (bytes == 0 || posix_memalign(&p->buf, (size_t)2 << 20, bytes) != 0) {
+		p->buf = NULL;
+		return -1;
+	}
+	(void)madvise(p->buf, bytes, MADV_HUGEPAGE); /* a hint: THP may be off */
+	memset(p->buf, 1, bytes);
+	p->bytes = bytes;
+	if (threadpool_new(threads, &p->pool) < 0) {
+		bw_probe_close(p);
+		return -1;
+	}
+	return 0;
+}
+
+double
+bw_probe_run(struct bw_probe *p)
+{
+	struct bw_job j = { p->buf, p->bytes, 0, { 0 } };
+	double best = 0;
+
+	/* the loads alone and with the decode's prefetch, alternating: the
+	 * faster bounds what a decode can read */
+	for (int pass = 0; pass < BW_PROBE_PASSES; pass++) {
+		j.sparse = pass % 2;
+		double t0 = now();
+		threadpool_run(p->pool, bw_worker, &j);
+		double gbs = (double)j.bytes / (now() - t0) / 1e9;
+		best = gbs > best ? gbs : best;
+	}
+	return best;
+}
+
+void
+bw_probe_close(struct bw_probe *p)
+{
+	if (p->pool != NULL)
+		threadpool_free(p->pool);
+	free(p->buf);
+	memset(p, 0, sizeof(*p));
+}
