@@ -159,7 +159,18 @@ else
 	echo "$feat" | grep -q '"cpu_pairs":false,"cpu_vnni512_speedup":0.00' && ok ||
 		bad "features --json: pairs without 512-bit vectors: $feat"
 fi
-echo "$feat" | grep -q '"F16":{"decode":"fused half-to-float dot"' && ok || bad "features --json lacks F16's decode path"
+echo "$feat" | grep -q '"F16":{"decode":"fused half-to-float dot[",]' && ok || bad "features --json lacks F16's decode path"
+# float decode a row at a time, the token in L1, where the AVX-512 kernels
+# run without the dense prefetch; four rows a pass where it is on
+if echo "$feat" | grep -q '"cpu_simd":"avx512'; then
+	for pf in 0 1; do
+		f=$(PRIVAI_PREFETCH=$pf "$E" features --json)
+		one=0
+		echo "$f" | grep -q '"F16":{"decode":"fused half-to-float dot, rows one at a time up to 4096 values' &&
+			echo "$f" | grep -q '"BF16":{"decode":"[^"]*rows one at a time up to 8192 values' && one=1
+		[ $one = $((1 - pf)) ] && ok || bad "PRIVAI_PREFETCH=$pf: float decode a row at a time: $one: $f"
+	done
+fi
 expect_fail "CUDA library named but absent" "installed without its CUDA backend" \
 	env PRIVAI_CUDA_LIBRARY="$T/nope.so" "$E" run -m "$DEMO" -p hi --device cuda
 expect_fail "CUDA library that is something else" "not a privai CUDA backend" \

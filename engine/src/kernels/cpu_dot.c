@@ -633,6 +633,8 @@ dot_f16_avx512(const uint16_t *w, const float *x, size_t n)
 	size_t i = 0;
 
 	for (; i + 32 <= n; i += 32) {
+		if (cpu_stream_prefetch == 0) /* a line (32 values) a step: HALF_ROWS_ONE_AT_A_TIME */
+			SPARSE_PREFETCH(w + i, i / 32, 64);
 		s0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))),
 				     _mm512_loadu_ps(x + i), s0);
 		s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16))),
@@ -642,13 +644,19 @@ dot_f16_avx512(const uint16_t *w, const float *x, size_t n)
 }
 
 /* As dot4_f16_avx2 (the next four rows' lines asked for as there), each
- * row summed as dot_f16_avx512 sums it. */
+ * row summed as dot_f16_avx512 sums it, or the rows one at a time where
+ * HALF_ROWS_ONE_AT_A_TIME says so (cpu_x86.h). */
 AVX512 static void
 dot4_f16_avx512(const uint16_t *w, size_t ldw, const float *x, size_t n, float *y)
 {
 	__m512 s[4][2];
 	size_t i = 0;
 
+	if (HALF_ROWS_ONE_AT_A_TIME(n * sizeof(float))) {
+		for (int r = 0; r < 4; r++)
+			y[r] = dot_f16_avx512(w + (size_t)r * ldw, x, n);
+		return;
+	}
 	for (int r = 0; r < 4; r++)
 		s[r][0] = s[r][1] = _mm512_setzero_ps();
 	for (; i + 32 <= n; i += 32) {

@@ -834,6 +834,10 @@ extern int cpu_stream_prefetch;
  * 48-87 % without) and decode batches' weight streams (STREAM_PREFETCH_NT,
  * cpu_x86.h). */
 extern int cpu_wide_prefetch;
+/* The AVX-512 four-row float decode kernels (dot4_f16, dot4_bf16_bf16)
+ * take their rows one at a time where cpu_stream_prefetch is off and a
+ * token takes at most HALF_ROW_TOKEN_MAX bytes (cpu_x86.h says why). */
+#define HALF_ROW_TOKEN_MAX 16384
 /* What the pair kernels were decided on: a 512-bit vpdpbusd's products a
  * second over a 256-bit one's (vnni512_speedup_avx512), measured once by
  * cpu_kernels_get; 0 where there are no 512-bit vectors.  `privai-engine

@@ -100,6 +100,8 @@ dot_bf16_bf16_avx512(const uint16_t *w, const uint16_t *x, size_t n)
 	size_t i = 0;
 
 	for (; i + 128 <= n; i += 128) {
+		if (cpu_stream_prefetch == 0) /* 4 lines a step: HALF_ROWS_ONE_AT_A_TIME */
+			SPARSE_PREFETCH(w + i, i / 128, 256);
 		a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + i), (__m512bh)_mm512_loadu_si512(x + i));
 		a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + i + 32),
 				      (__m512bh)_mm512_loadu_si512(x + i + 32));
@@ -119,13 +121,19 @@ dot_bf16_bf16_avx512(const uint16_t *w, const uint16_t *x, size_t n)
 /* Four rows a pass, as dot4_f16 (cpu_dot.c): the token's 16 KB of
  * bfloat16 (ffn_down) loaded once for four rows.  Each row sums as
  * dot_bf16_bf16_avx512 does, so a row gets the same bits either way, and
- * the next four rows' lines are asked for as there. */
+ * the next four rows' lines are asked for as there.  Or the rows one at
+ * a time where HALF_ROWS_ONE_AT_A_TIME says so (cpu_x86.h). */
 BF16 void
 dot4_bf16_bf16_avx512(const uint16_t *w, size_t ldw, const uint16_t *x, size_t n, float *y)
 {
 	__m512 a[4][4];
 	size_t i = 0;
 
+	if (HALF_ROWS_ONE_AT_A_TIME(n * sizeof(uint16_t))) {
+		for (int r = 0; r < 4; r++)
+			y[r] = dot_bf16_bf16_avx512(w + (size_t)r * ldw, x, n);
+		return;
+	}
 	for (int r = 0; r < 4; r++)
 		a[r][0] = a[r][1] = a[r][2] = a[r][3] = _mm512_setzero_ps();
 	for (; i + 128 <= n; i += 128) {

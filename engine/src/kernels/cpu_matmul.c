@@ -1597,7 +1597,7 @@ const char *
 cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 {
 	static char onednn_path[96];
-	static char bf16_path[160];
+	static char bf16_path[160], half_path[160]; /* the paths with a figure in them */
 	struct mm_plan p;
 
 	if (tensor_type_get(type) == NULL || !tensor_type_get(type)->can_dequant)
@@ -1644,8 +1644,24 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return "int8 dot per token, activations in 256-value blocks";
 	if (p.quantized)
 		return "int8 dot per token";
-	if (type == TT_BF16 && half_dot(type, n_tokens) && k->dot_bf16_bf16 != NULL)
-		return "bfloat16 dot (vdpbf16ps), activations rounded to bfloat16";
+	/* HALF_ROWS_ONE_AT_A_TIME (cpu_x86.h) */
+	int one_row = strcmp(k->name, "avx512-vnni") == 0 && cpu_stream_prefetch == 0;
+	if (type == TT_BF16 && half_dot(type, n_tokens) && k->dot_bf16_bf16 != NULL) {
+		if (!one_row)
+			return "bfloat16 dot (vdpbf16ps), activations rounded to bfloat16";
+		snprintf(half_path, sizeof(half_path),
+			 "bfloat16 dot (vdpbf16ps), activations rounded to bfloat16, rows one at a time up to %d "
+			 "values (the token in L1), four a pass past that",
+			 HALF_ROW_TOKEN_MAX / 2);
+		return half_path;
+	}
+	if (half_dot(type, n_tokens) && type == TT_F16 && one_row) {
+		snprintf(half_path, sizeof(half_path),
+			 "fused half-to-float dot, rows one at a time up to %d values (the token in L1), four a "
+			 "pass past that",
+			 HALF_ROW_TOKEN_MAX / 4);
+		return half_path;
+	}
 	if (half_dot(type, n_tokens))
 		return "fused half-to-float dot";
 	if (packed_f32(k, type, n_tokens) && type == TT_BF16 && k->dot_bf16_bf16 != NULL) { /* mm_round_bf16 */

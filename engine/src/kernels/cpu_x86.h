@@ -120,6 +120,19 @@
 		else                                                                                                   \
 			_mm_prefetch((const char *)(p) + 4096, _MM_HINT_T0);                                           \
 	} while (0)
+/* Float decode (F16, BF16) a row at a time rather than four rows a
+ * pass where no dense prefetch is on and the token takes at most
+ * HALF_ROW_TOKEN_MAX bytes, half of a 32 KB L1, so that it stays there
+ * from row to row: the rows follow each other in memory, one stream
+ * that the sparse line keeps going (SPARSE_PREFETCH), where four rows a
+ * pass are four streams that each cross a 4 KB page every row of 2048
+ * values.  On a Zen 5, 2 threads, three alternating rounds: F16
+ * generation 22.8-23.3 tok/s four rows a pass, 27.7-28.7 this way;
+ * BF16 24.0-24.5 against 28.2-28.3 (docs/performance.md).  ffn_down's
+ * float token (32 KB) gained nothing from it and keeps four rows a pass;
+ * its bfloat16 token (16 KB) goes a row at a time.  The AVX2 kernels
+ * (PRIVAI_SIMD=avx2) gained nothing from it: 20.2-21.3 tok/s either way. */
+#define HALF_ROWS_ONE_AT_A_TIME(token_bytes) (cpu_stream_prefetch == 0 && (token_bytes) <= HALF_ROW_TOKEN_MAX)
 /* The next group of four rows' line at p, into L2 (dot4_f16 says why),
  * where cpu_wide_prefetch says so. */
 #define ROWS_PREFETCH(p)                                                                                               \
