@@ -633,6 +633,10 @@ void gemm_q5_kx8_pairs_avx512(const uint8_t *grp, int ng, const struct q8k_pair 
 			      size_t ldy);
 void gemm_q5_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
+void gemm_q5_kx8_wide_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			     size_t ldy);
+void gemm_q4_kx8_wide_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			     size_t ldy);
 void kx8_repack_avx2(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t nsb, int five, uint8_t *dst);
 #endif
 

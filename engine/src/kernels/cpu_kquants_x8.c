@@ -205,6 +205,34 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 		}                                                                                                      \
 	} while (0)
 
+/* Part p's sums of sub-blocks 2p (a) and 2p+1 (b) of the 8 rows times
+ * their scales into dot, and their mins times the token's sums of those
+ * sub-blocks (xs) into msum: bytes 2p % 4 and the next of sc and mn. */
+#define KX8_PART_SUMS(a, b, p, sc, mn, xs, dot, msum)                                                                  \
+	do {                                                                                                           \
+		int sh_ = 16 * ((p)&1);                                                                                \
+		(dot) = _mm256_add_epi32((dot),                                                                        \
+					 _mm256_add_epi32(_mm256_mullo_epi32(a, KX8_BYTE((sc)[(p) / 2], sh_)),         \
+							  _mm256_mullo_epi32(b, KX8_BYTE((sc)[(p) / 2], sh_ + 8))));   \
+		(msum) = _mm256_add_epi32((msum),                                                                      \
+					  _mm256_add_epi32(_mm256_mullo_epi32(KX8_BYTE((mn)[(p) / 2], sh_),            \
+									      _mm256_set1_epi32((xs)[2 * (p)])),       \
+							   _mm256_mullo_epi32(KX8_BYTE((mn)[(p) / 2], sh_ + 8),        \
+									      _mm256_set1_epi32((xs)[2 * (p) + 1])))); \
+	} while (0)
+
+/* A super-block's integer sums into the float ones: the rows' d and dmin
+ * (fp16, at grp and grp + 16) times the token's d. */
+#define KX8_BLOCK_FLOATS(grp, xd, dot, msum, acc, mins)                                                                \
+	do {                                                                                                           \
+		(acc) = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(grp))), xd),   \
+					_mm256_cvtepi32_ps(dot), (acc));                                               \
+		(mins) =                                                                                               \
+			_mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((grp) + 16))), \
+						      xd),                                                             \
+					_mm256_cvtepi32_ps(msum), (mins));                                             \
+	} while (0)
+
 /* One 8-row group times one Q8_K token, for FIVE = 0 (Q4_K) or 1 (Q5_K).
  * The prefetch is chosen once a call: a line SPARSE_AHEAD ahead every
  * SPARSE_BLOCKS super-blocks (every other one of Q4_K's, every one of
@@ -245,31 +273,10 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 					b0 = U8I8_ACC(b0, h0, BCAST4_256(xq + 32 + 4 * s));                            \
 					b1 = U8I8_ACC(b1, h1, BCAST4_256(xq + 36 + 4 * s));                            \
 				}                                                                                      \
-				/* sub-blocks 2p and 2p+1: bytes 2p % 4 and the next */                                \
-				int sh = 16 * (p & 1);                                                                 \
-				dot = _mm256_add_epi32(dot,                                                            \
-						       _mm256_add_epi32(_mm256_mullo_epi32(_mm256_add_epi32(a0, a1),   \
-											   KX8_BYTE(sc[p / 2], sh)),   \
-									_mm256_mullo_epi32(_mm256_add_epi32(b0, b1),   \
-											   KX8_BYTE(sc[p / 2],         \
-												    sh + 8))));        \
-				msum = _mm256_add_epi32(msum,                                                          \
-							_mm256_add_epi32(_mm256_mullo_epi32(KX8_BYTE(mn[p / 2], sh),   \
-											    _mm256_set1_epi32(         \
-												    xs[2 * p])),       \
-									 _mm256_mullo_epi32(KX8_BYTE(mn[p / 2],        \
-												     sh + 8),          \
-											    _mm256_set1_epi32(         \
-												    xs[2 * p + 1])))); \
+				KX8_PART_SUMS(_mm256_add_epi32(a0, a1), _mm256_add_epi32(b0, b1), p, sc, mn, xs, dot,  \
+					      msum);                                                                   \
 			}                                                                                              \
-			__m256 xd = _mm256_set1_ps(x->d);                                                              \
-			acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp)),    \
-							    xd),                                                       \
-					      _mm256_cvtepi32_ps(dot), acc);                                           \
-			mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtph_ps(                                          \
-								     _mm_loadu_si128((const __m128i *)(grp + 16))),    \
-							     xd),                                                      \
-					       _mm256_cvtepi32_ps(msum), mins);                                        \
+			KX8_BLOCK_FLOATS(grp, _mm256_set1_ps(x->d), dot, msum, acc, mins);                             \
 		}                                                                                                      \
 		_mm256_storeu_ps(y, _mm256_sub_ps(acc, mins));                                                         \
 	}                                                                                                              \
@@ -285,6 +292,84 @@ DEFINE_GEMV_KX8(gemv_q4_kx8_avx2, AVX2, U8I8_ACC_AVX2, 0)
 DEFINE_GEMV_KX8(gemv_q4_kx8_avx512, AVX512, U8I8_ACC_VNNI, 0)
 DEFINE_GEMV_KX8(gemv_q5_kx8_avx2, AVX2, U8I8_ACC_AVX2, 1)
 DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
+
+/* KX8_BYTE and KX8_BIT4 on 512-bit vectors */
+#define KX8_BYTE_512(v, sh) _mm512_and_si512(_mm512_srli_epi32(v, sh), _mm512_set1_epi32(0xff))
+#define KX8_BIT4_512(h, bit)                                                                                           \
+	((bit) <= 4 ? _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8((char)(1 << (bit)))),                     \
+					(bit) <= 4 ? 4 - (bit) : 0)                                                    \
+		    : _mm512_srli_epi16(_mm512_and_si512(h, _mm512_set1_epi8((char)(1 << (bit)))),                     \
+					(bit) > 4 ? (bit)-4 : 0))
+
+/* The one-token kernel with two chunks a 512-bit vector: chunks s and
+ * s + 1 of a part are 64 bytes side by side, so one load, one mask and
+ * one vpdpbusd take both, the token's bytes 4s.. in the low 8 lanes and
+ * 4s + 4.. in the high ones (X8_TWO_CHUNKS_X), and the halves are added
+ * once a part.  Half the instructions of the 256-bit kernel a byte; the
+ * integer sums are exact and the float steps that kernel's, so the
+ * results are its bits.  Where 512-bit vectors run whole
+ * (cpu_pairs_speedup, as the pair kernels). */
+#define X8_TWO_CHUNKS_X(xq, sel)                                                                                       \
+	_mm512_permutexvar_epi32(sel, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(xq))))
+#define DEFINE_GEMV_KX8_512(NAME, FIVE)                                                                                \
+	AVX512 static inline                                                                                           \
+		__attribute__((always_inline)) void NAME##_pf(const uint8_t *grp, const struct block_q8k *x,           \
+							      size_t nsb, float *y, int sparse)                        \
+	{                                                                                                              \
+		const __m256i low8 = _mm256_set1_epi8(0xf), six = _mm256_set1_epi8(0x3f),                              \
+			      top = _mm256_set1_epi8(0x30);                                                            \
+		const __m512i low = _mm512_set1_epi8(0xf),                                                             \
+			      sel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);                  \
+		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
+		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
+			if (!sparse)                                                                                   \
+				GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), 1);                                               \
+			else                                                                                           \
+				SPARSE_PREFETCH(grp, i, KX8_BLOCK(FIVE));                                              \
+			__m256i sc[2], mn[2];                                                                          \
+			KX8_SCALES_MINS(grp, six, low8, top, sc, mn);                                                  \
+			int32_t xs[8];                                                                                 \
+			for (int j = 0; j < 8; j++)                                                                    \
+				xs[j] = x->bsum[2 * j] + x->bsum[2 * j + 1];                                           \
+			__m256i dot = _mm256_setzero_si256(), msum = dot;                                              \
+			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
+			{                                                                                              \
+				const uint8_t *c = grp + GROUP_QS(FIVE) + 256 * p;                                     \
+				const int8_t *xq = x->q + 64 * p;                                                      \
+				__m512i a2 = _mm512_setzero_si512(), b2 = a2;                                          \
+				_Pragma("GCC unroll 4") for (int s = 0; s < 8; s += 2)                                 \
+				{                                                                                      \
+					__m512i v = _mm512_loadu_si512(c + 32 * s);                                    \
+					__m512i l = _mm512_and_si512(v, low);                                          \
+					__m512i h = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);                    \
+					if (FIVE) {                                                                    \
+						__m512i f = _mm512_loadu_si512(grp + 128 + 32 * s);                    \
+						l = _mm512_or_si512(l, KX8_BIT4_512(f, 2 * p));                        \
+						h = _mm512_or_si512(h, KX8_BIT4_512(f, 2 * p + 1));                    \
+					}                                                                              \
+					a2 = _mm512_dpbusd_epi32(a2, l, X8_TWO_CHUNKS_X(xq + 4 * s, sel));             \
+					b2 = _mm512_dpbusd_epi32(b2, h, X8_TWO_CHUNKS_X(xq + 32 + 4 * s, sel));        \
+				}                                                                                      \
+				__m256i a = _mm256_add_epi32(_mm512_castsi512_si256(a2),                               \
+							     _mm512_extracti64x4_epi64(a2, 1));                        \
+				__m256i b = _mm256_add_epi32(_mm512_castsi512_si256(b2),                               \
+							     _mm512_extracti64x4_epi64(b2, 1));                        \
+				KX8_PART_SUMS(a, b, p, sc, mn, xs, dot, msum);                                         \
+			}                                                                                              \
+			KX8_BLOCK_FLOATS(grp, _mm256_set1_ps(x->d), dot, msum, acc, mins);                             \
+		}                                                                                                      \
+		_mm256_storeu_ps(y, _mm256_sub_ps(acc, mins));                                                         \
+	}                                                                                                              \
+	AVX512 static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
+	{                                                                                                              \
+		if (STREAM_PREFETCH_WANTED(1))                                                                         \
+			NAME##_pf(grp, x, nsb, y, 0);                                                                  \
+		else                                                                                                   \
+			NAME##_pf(grp, x, nsb, y, 1);                                                                  \
+	}
+
+DEFINE_GEMV_KX8_512(gemv_q4_kx8_wide_avx512, 0)
+DEFINE_GEMV_KX8_512(gemv_q5_kx8_wide_avx512, 1)
 
 /* nt tokens (2..8, a constant where inlined; tokens' super-blocks nsb
  * apart from x) times one 8-row group, y[t * ldy + r].  A decode batch
@@ -388,12 +473,6 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
  * for every pair of tokens.  The integer sums are exact and the float
  * steps the kernels' above, so the results are their bits.
  */
-#define KX8_BYTE_512(v, sh) _mm512_and_si512(_mm512_srli_epi32(v, sh), _mm512_set1_epi32(0xff))
-#define KX8_BIT4_512(h, bit)                                                                                           \
-	((bit) <= 4 ? _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8((char)(1 << (bit)))),                     \
-					(bit) <= 4 ? 4 - (bit) : 0)                                                    \
-		    : _mm512_srli_epi16(_mm512_and_si512(h, _mm512_set1_epi8((char)(1 << (bit)))),                     \
-					(bit) > 4 ? (bit)-4 : 0))
 
 #define DEFINE_GEMM_KX8_PAIRS(NAME, FIVE)                                                                              \
 	AVX512 static inline                                                                                           \
@@ -479,6 +558,23 @@ DEFINE_GEMM_KX8(gemm_q4_kx8_avx2, AVX2, U8I8_ACC_AVX2, I16_ACC_AVX2, 0, gemv_q4_
 DEFINE_GEMM_KX8(gemm_q4_kx8_avx512, AVX512, U8I8_ACC_VNNI, I16_ACC_VNNI, 0, gemv_q4_kx8_avx512)
 DEFINE_GEMM_KX8(gemm_q5_kx8_avx2, AVX2, U8I8_ACC_AVX2, I16_ACC_AVX2, 1, gemv_q5_kx8_avx2)
 DEFINE_GEMM_KX8(gemm_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, I16_ACC_VNNI, 1, gemv_q5_kx8_avx512)
+
+/* The same with one token on the 512-bit kernel (DEFINE_GEMV_KX8_512):
+ * set_pair_kernels (cpu_dot.c) puts them in the table where it puts the
+ * pairs. */
+#define DEFINE_GEMM_KX8_WIDE(NAME, FIVE, GEMM, GEMV)                                                                   \
+	AVX512 void NAME(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,          \
+			 size_t ldy)                                                                                   \
+	{                                                                                                              \
+		if (nt != 1) {                                                                                         \
+			GEMM(grp, ng, x, nsb, nt, y, ldy);                                                             \
+			return;                                                                                        \
+		}                                                                                                      \
+		for (int g = 0; g < ng; g++)                                                                           \
+			GEMV(grp + (size_t)g * nsb * KX8_BLOCK(FIVE), x, nsb, y + 8 * (size_t)g);                      \
+	}
+DEFINE_GEMM_KX8_WIDE(gemm_q4_kx8_wide_avx512, 0, gemm_q4_kx8_avx512, gemv_q4_kx8_wide_avx512)
+DEFINE_GEMM_KX8_WIDE(gemm_q5_kx8_wide_avx512, 1, gemm_q5_kx8_avx512, gemv_q5_kx8_wide_avx512)
 
 /* kx8_repack with each chunk's 8 x 8 words transposed in registers: the
  * 4-byte copies made loading a model several times slower. */

@@ -1630,6 +1630,10 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return "int8, 8 rows interleaved at load, two tokens a 512-bit vector";
 	if ((q8x8 || q4x8) && !p.gemm)
 		return "int8, 8 rows interleaved at load";
+	/* one token of Q4_K and Q5_K two chunks a vector where the pairs go (set_pair_kernels) */
+	if (kx8 && p.q8k && n_tokens == 1 && (type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q4_kx8_pairs != NULL)
+		return "int8, 8 rows interleaved at load, activations in 256-value blocks, two chunks a 512-bit "
+		       "vector";
 	if (kx8 && p.q8k)
 		return "int8, 8 rows interleaved at load, activations in 256-value blocks";
 	if (type == TT_Q6_K && p.q8k && n_tokens > 1 && k->dots_q6_k_q8k != NULL)
