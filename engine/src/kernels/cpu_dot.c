@@ -1214,6 +1214,7 @@ set_pair_kernels(struct cpu_kernels *k, int on)
 	/* one token two chunks a vector (DEFINE_GEMV_KX8_512) */
 	k->gemm_q4_kx8 = on ? gemm_q4_kx8_wide_avx512 : gemm_q4_kx8_avx512;
 	k->gemm_q5_kx8 = on ? gemm_q5_kx8_wide_avx512 : gemm_q5_kx8_avx512;
+	k->gemm_q4_0x8 = on ? gemm_q4_0x8_wide_avx512 : gemm_q4_0x8_avx512;
 	k->gemm_q6_kx8_pairs = on ? gemm_q6_kx8_pairs_avx512 : NULL;
 	k->gemm_iq4_xsx8_pairs = on ? gemm_iq4_xsx8_pairs_avx512 : NULL;
 	k->gemm_q3_kx8_pairs = on ? gemm_q3_kx8_pairs_avx512 : NULL;

@@ -1628,6 +1628,9 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		return "int8, 8 rows interleaved at load, activations in 256-value blocks, two tokens a 512-bit vector";
 	if (p.pairs)
 		return "int8, 8 rows interleaved at load, two tokens a 512-bit vector";
+	/* and Q4_0's where no dense prefetch is on (gemm_q4_0x8_wide_avx512) */
+	if (type == TT_Q4_0 && n_tokens == 1 && k->gemm_q4_0x8_pairs != NULL && cpu_stream_prefetch == 0)
+		return "int8, 8 rows interleaved at load, two chunks a 512-bit vector";
 	if ((q8x8 || q4x8) && !p.gemm)
 		return "int8, 8 rows interleaved at load";
 	/* one token of Q4_K and Q5_K two chunks a vector where the pairs go (set_pair_kernels) */

@@ -266,6 +266,63 @@ gemm_q4_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t 
 		gemm_q4_0x8_groups_avx512(grp + (size_t)g * bytes, ng - g, x, nb, nt, y + 8 * (size_t)g, ldy);
 }
 
+/*
+ * One token times one group with two chunks a 512-bit vector, where
+ * 512-bit vectors run whole and no dense prefetch is on (set_pair_kernels,
+ * cpu_dot.c): chunks s and s + 1 are 64 bytes side by side, so two loads
+ * take a block's nibbles, the token's bytes for each half come in one
+ * vpermd of its 32 (X8_TWO_CHUNKS_X), the high nibbles are taken in place
+ * as in the pair above, and the halves are added once a block.  Four
+ * vpdpbusd a block where the 8-row kernel takes eight; one stream, as
+ * that kernel's.  The integer sum is exact and the float step the 8-row
+ * kernel's: the results are its bits.
+ */
+AVX512 static void
+gemv_q4_0x8_wide_avx512(const uint8_t *grp, const struct block_q8 *x, size_t nb, float *y)
+{
+	const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8((char)0xf0);
+	const __m512i word[4] = {
+		_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+		_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+		_mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+		_mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),
+	};
+	__m256 acc = _mm256_setzero_ps();
+
+	for (size_t b = 0; b < nb; b++, grp += Q4_0X8_BLOCK, x++) {
+		SPARSE_PREFETCH(grp, b, Q4_0X8_BLOCK);
+		__m512i v01 = _mm512_loadu_si512(grp + 16), v23 = _mm512_loadu_si512(grp + 80);
+		__m512i xw = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x->q));
+		/* elements 0..15 in p0, p1; 16 x elements 16..31 in p2, p3 */
+		__m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v01, low),
+						 _mm512_permutexvar_epi32(word[0], xw));
+		__m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v23, low),
+						 _mm512_permutexvar_epi32(word[1], xw));
+		__m512i p2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v01, high),
+						 _mm512_permutexvar_epi32(word[2], xw));
+		__m512i p3 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v23, high),
+						 _mm512_permutexvar_epi32(word[3], xw));
+		__m512i p = _mm512_add_epi32(_mm512_add_epi32(p0, p1), _mm512_srai_epi32(_mm512_add_epi32(p2, p3), 4));
+		__m256i s =
+			_mm256_add_epi32(_mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64(p, 1)),
+					 _mm256_set1_epi32(-8 * x->sum));
+		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));
+		acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x->d)), _mm256_cvtepi32_ps(s), acc);
+	}
+	_mm256_storeu_ps(y, acc);
+}
+
+AVX512 void
+gemm_q4_0x8_wide_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t nb, int nt, float *y, size_t ldy)
+{
+	if (nt != 1 || cpu_stream_prefetch > 0) {
+		gemm_q4_0x8_avx512(grp, ng, x, nb, nt, y, ldy);
+		return;
+	}
+	for (int g = 0; g < ng; g++)
+		gemv_q4_0x8_wide_avx512(grp + (size_t)g * nb * Q4_0X8_BLOCK, x, nb, y + 8 * (size_t)g);
+}
+
 AVX2 void
 widen_q4_0x8_avx2(const uint8_t *grp, size_t nb, uint8_t *dst, size_t dst_row_bytes, int16_t *sums)
 {
