@@ -233,6 +233,20 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 					_mm256_cvtepi32_ps(msum), (mins));                                             \
 	} while (0)
 
+/* A super-block's start in the one-token kernels: the prefetch (sparse or
+ * GROUP_PREFETCH's), the 8 rows' scales and mins, and the token's sum of
+ * each 32-value sub-block (Q8_K keeps them 16 values at a time). */
+#define KX8_GEMV_BLOCK_START(grp, x, i, FIVE, sparse, six, low, top, sc, mn, xs)                                       \
+	do {                                                                                                           \
+		if (!(sparse))                                                                                         \
+			GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), 1);                                                       \
+		else                                                                                                   \
+			SPARSE_PREFETCH(grp, i, KX8_BLOCK(FIVE));                                                      \
+		KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                           \
+		for (int j_ = 0; j_ < 8; j_++)                                                                         \
+			(xs)[j_] = (x)->bsum[2 * j_] + (x)->bsum[2 * j_ + 1];                                          \
+	} while (0)
+
 /* One 8-row group times one Q8_K token, for FIVE = 0 (Q4_K) or 1 (Q5_K).
  * The prefetch is chosen once a call: a line SPARSE_AHEAD ahead every
  * SPARSE_BLOCKS super-blocks (every other one of Q4_K's, every one of
@@ -247,16 +261,9 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 		const __m256i low = _mm256_set1_epi8(0xf), six = _mm256_set1_epi8(0x3f), top = _mm256_set1_epi8(0x30); \
 		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
-			if (!sparse)                                                                                   \
-				GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), 1);                                               \
-			else                                                                                           \
-				SPARSE_PREFETCH(grp, i, KX8_BLOCK(FIVE));                                              \
 			__m256i sc[2], mn[2];                                                                          \
-			KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                   \
-			/* sub-block j's activation sum, 16 values at a time in Q8_K */                                \
 			int32_t xs[8];                                                                                 \
-			for (int j = 0; j < 8; j++)                                                                    \
-				xs[j] = x->bsum[2 * j] + x->bsum[2 * j + 1];                                           \
+			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, sparse, six, low, top, sc, mn, xs);                      \
 			__m256i dot = _mm256_setzero_si256(), msum = dot;                                              \
 			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
 			{                                                                                              \
@@ -322,15 +329,9 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 			      sel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);                  \
 		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
-			if (!sparse)                                                                                   \
-				GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), 1);                                               \
-			else                                                                                           \
-				SPARSE_PREFETCH(grp, i, KX8_BLOCK(FIVE));                                              \
 			__m256i sc[2], mn[2];                                                                          \
-			KX8_SCALES_MINS(grp, six, low8, top, sc, mn);                                                  \
 			int32_t xs[8];                                                                                 \
-			for (int j = 0; j < 8; j++)                                                                    \
-				xs[j] = x->bsum[2 * j] + x->bsum[2 * j + 1];                                           \
+			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, sparse, six, low8, top, sc, mn, xs);                     \
 			__m256i dot = _mm256_setzero_si256(), msum = dot;                                              \
 			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
 			{                                                                                              \
