@@ -9,8 +9,8 @@
 
 #include "bench_bandwidth.h"
 
-static double
-now(void)
+double
+bench_now(void)
 {
 	struct timespec ts;
 
@@ -114,9 +114,9 @@ bw_probe_run(struct bw_probe *p)
 	 * faster bounds what a decode can read */
 	for (int pass = 0; pass < BW_PROBE_PASSES; pass++) {
 		j.sparse = pass % 2;
-		double t0 = now();
+		double t0 = bench_now();
 		threadpool_run(p->pool, bw_worker, &j);
-		double gbs = (double)j.bytes / (now() - t0) / 1e9;
+		double gbs = (double)j.bytes / (bench_now() - t0) / 1e9;
 		best = gbs > best ? gbs : best;
 	}
 	return best;

@@ -25,5 +25,7 @@ int bw_probe_open(struct bw_probe *p, size_t model_bytes, int threads);
  * the decode kernels' sparse line alternating. */
 double bw_probe_run(struct bw_probe *p);
 void bw_probe_close(struct bw_probe *p);
+/* Seconds on the monotonic clock, for bench's timings and the probe's. */
+double bench_now(void);
 
 #endif

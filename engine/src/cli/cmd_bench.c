@@ -17,20 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_bandwidth.h"
 #include "cli.h"
-#include "privai/threadpool.h"
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void
 stats(const double *v, int n, double *mean, double *sd)
@@ -119,7 +108,7 @@ par_generate(struct engine_ctx *ctx, struct par_seqs *ps, const int32_t *toks, i
 	for (int s = 0; s < ps->n_seq; s++)
 		if (par_fill(ctx, ps, s, toks, n, depth, logits, err) < 0)
 			return -1;
-	double t0 = now();
+	double t0 = bench_now();
 	for (int i = 0; i < n_tg; i++) {
 		for (int s = 0; s < ps->n_seq; s++) {
 			ps->tok[s] = toks[(i + s) % n];
@@ -134,7 +123,7 @@ par_generate(struct engine_ctx *ctx, struct par_seqs *ps, const int32_t *toks, i
 		if (engine_forward(ctx, &b, logits, err) < 0)
 			return -1;
 	}
-	return now() - t0;
+	return bench_now() - t0;
 }
 
 /* An empty cache, then `depth` tokens in batches of up to n: what a
@@ -287,10 +276,10 @@ cmd_bench(int argc, char **argv)
 	for (int rep = -1; rep < reps; rep++) { /* rep -1 warms up */
 		if (fill_depth(e.ctx, toks, n_fill, depth, logits, err) < 0)
 			goto fail;
-		double t0 = now();
+		double t0 = bench_now();
 		if (engine_decode(e.ctx, toks, n_pp, 0, logits, err) < 0)
 			goto fail;
-		double t1 = now();
+		double t1 = bench_now();
 		if (n_seq > 1) {
 			double dt = par_generate(e.ctx, &ps, toks, n_fill, depth, n_tg, logits, err);
 			if (dt < 0)
@@ -304,13 +293,13 @@ cmd_bench(int argc, char **argv)
 		if (fill_depth(e.ctx, toks, n_fill, depth, logits, err) < 0)
 			goto fail;
 		double bw0 = measure_bw ? bw_probe_run(&probe) : 0;
-		double t2 = now();
+		double t2 = bench_now();
 		if (tp.group != NULL)
 			tg0 = tp.group->stats;
 		for (int i = 0; i < n_tg; i++)
 			if (engine_decode(e.ctx, &toks[i % n_pp], 1, 0, logits, err) < 0)
 				goto fail;
-		double t3 = now();
+		double t3 = bench_now();
 		if (tp.group != NULL)
 			tg1 = tp.group->stats;
 		double bw1 = measure_bw ? bw_probe_run(&probe) : 0;

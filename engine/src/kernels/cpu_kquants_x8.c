@@ -247,6 +247,16 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 			(xs)[j_] = (x)->bsum[2 * j_] + (x)->bsum[2 * j_ + 1];                                          \
 	} while (0)
 
+/* A one-token kernel's entry: its prefetch chosen once a call */
+#define KX8_GEMV_ENTRY(NAME, TARGET)                                                                                   \
+	TARGET static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
+	{                                                                                                              \
+		if (STREAM_PREFETCH_WANTED(1))                                                                         \
+			NAME##_pf(grp, x, nsb, y, 0);                                                                  \
+		else                                                                                                   \
+			NAME##_pf(grp, x, nsb, y, 1);                                                                  \
+	}
+
 /* One 8-row group times one Q8_K token, for FIVE = 0 (Q4_K) or 1 (Q5_K).
  * The prefetch is chosen once a call: a line SPARSE_AHEAD ahead every
  * SPARSE_BLOCKS super-blocks (every other one of Q4_K's, every one of
@@ -287,13 +297,7 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 		}                                                                                                      \
 		_mm256_storeu_ps(y, _mm256_sub_ps(acc, mins));                                                         \
 	}                                                                                                              \
-	TARGET static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
-	{                                                                                                              \
-		if (STREAM_PREFETCH_WANTED(1))                                                                         \
-			NAME##_pf(grp, x, nsb, y, 0);                                                                  \
-		else                                                                                                   \
-			NAME##_pf(grp, x, nsb, y, 1);                                                                  \
-	}
+	KX8_GEMV_ENTRY(NAME, TARGET)
 
 DEFINE_GEMV_KX8(gemv_q4_kx8_avx2, AVX2, U8I8_ACC_AVX2, 0)
 DEFINE_GEMV_KX8(gemv_q4_kx8_avx512, AVX512, U8I8_ACC_VNNI, 0)
@@ -361,13 +365,7 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 		}                                                                                                      \
 		_mm256_storeu_ps(y, _mm256_sub_ps(acc, mins));                                                         \
 	}                                                                                                              \
-	AVX512 static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
-	{                                                                                                              \
-		if (STREAM_PREFETCH_WANTED(1))                                                                         \
-			NAME##_pf(grp, x, nsb, y, 0);                                                                  \
-		else                                                                                                   \
-			NAME##_pf(grp, x, nsb, y, 1);                                                                  \
-	}
+	KX8_GEMV_ENTRY(NAME, AVX512)
 
 DEFINE_GEMV_KX8_512(gemv_q4_kx8_wide_avx512, 0)
 DEFINE_GEMV_KX8_512(gemv_q5_kx8_wide_avx512, 1)
