@@ -1197,9 +1197,9 @@ pairs_wanted(double speedup)
 	return speedup >= COMPUTE_CPU_PAIRS_MIN_SPEEDUP;
 }
 
-/* The 8-row groups' kernels on pairs of tokens and Q4_K's and Q5_K's
- * one token on 512-bit vectors, or neither (the 8-row kernels then take
- * every token a 256-bit vector) */
+/* The 8-row groups' kernels on pairs of tokens, and Q4_K's, Q5_K's and
+ * Q4_0's one token on 512-bit vectors, or neither (the 8-row kernels then
+ * take every token a 256-bit vector) */
 static void
 set_pair_kernels(struct cpu_kernels *k, int on)
 {
@@ -1211,7 +1211,7 @@ set_pair_kernels(struct cpu_kernels *k, int on)
 	k->gemm_q5_1x8_pairs = on ? gemm_q5_1x8_pairs_avx512 : NULL;
 	k->gemm_q4_kx8_pairs = on ? gemm_q4_kx8_pairs_avx512 : NULL;
 	k->gemm_q5_kx8_pairs = on ? gemm_q5_kx8_pairs_avx512 : NULL;
-	/* one token two chunks a vector (DEFINE_GEMV_KX8_512) */
+	/* one token two chunks a vector (DEFINE_GEMV_KX8_512, gemv_q4_0x8_wide_avx512) */
 	k->gemm_q4_kx8 = on ? gemm_q4_kx8_wide_avx512 : gemm_q4_kx8_avx512;
 	k->gemm_q5_kx8 = on ? gemm_q5_kx8_wide_avx512 : gemm_q5_kx8_avx512;
 	k->gemm_q4_0x8 = on ? gemm_q4_0x8_wide_avx512 : gemm_q4_0x8_avx512;

@@ -271,7 +271,7 @@ gemm_q4_0x8_avx512(const uint8_t *grp, int ng, const struct block_q8 *x, size_t 
  * 512-bit vectors run whole and no dense prefetch is on (set_pair_kernels,
  * cpu_dot.c): chunks s and s + 1 are 64 bytes side by side, so two loads
  * take a block's nibbles, the token's bytes for each half come in one
- * vpermd of its 32 (X8_TWO_CHUNKS_X), the high nibbles are taken in place
+ * vpermd of its 32 (word[k]: dwords 2k and 2k + 1), the high nibbles are taken in place
  * as in the pair above, and the halves are added once a block.  Four
  * vpdpbusd a block where the 8-row kernel takes eight; one stream, as
  * that kernel's.  The integer sum is exact and the float step the 8-row
