@@ -112,6 +112,11 @@ struct admin {
 	atomic_long proxy_ok, proxy_failed; /* requests passed to an engine: answered, or 502 */
 	atomic_long proxy_streams;          /* answers being relayed now (api/forward.c) */
 
+	/* MIG changes this node made (gpu/mig_apply.c), counted so that a
+	 * report of its GPUs read before one is not stored over what the
+	 * change read back (cluster/nodes.h) */
+	atomic_uint_least64_t gpu_epoch;
+
 	/* threads and parts with locks of their own */
 	struct MHD_Daemon *daemon;
 	struct ratelimit login_limit;

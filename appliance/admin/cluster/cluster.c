@@ -352,8 +352,9 @@ watch(struct admin *a)
 }
 
 struct own_report {
-	int64_t node_id;
-	const cJSON *report;
+	struct admin *a;
+	cJSON *report;
+	uint64_t epoch; /* a->gpu_epoch when the report was read */
 };
 
 static int
@@ -361,17 +362,21 @@ store_own_report(sqlite3 *db, void *arg, char *err)
 {
 	const struct own_report *o = arg;
 
-	return node_store_report(db, o->node_id, o->report, admin_now(), err);
+	(void)db;
+	return node_store_own_report(o->a, o->report, o->epoch, err);
 }
 
-/* This node's own report, into its own store. */
+/* This node's own report, into its own store.  It is read without the
+ * store's mutex (host health may wait on the fabric's socket), so a MIG
+ * change may come between the read and the store. */
 static void
 report_self(struct admin *a)
 {
 	char err[APP_ERR_LEN];
+	uint64_t epoch = atomic_load(&a->gpu_epoch);
 	cJSON *r = node_report_json(a);
 
-	struct own_report o = { a->self_node_id, r };
+	struct own_report o = { a, r, epoch };
 
 	pthread_mutex_lock(&a->db_mu);
 	if (r != NULL && db_transaction(a->db, store_own_report, &o, err) != APP_OK)

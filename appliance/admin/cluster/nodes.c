@@ -149,6 +149,29 @@ out:
 }
 
 int
+node_store_own_report(struct admin *a, cJSON *report, uint64_t epoch, char *err)
+{
+	char note[APP_ERR_LEN];
+	cJSON *gpus;
+
+	/* a MIG change since the read stored the GPUs as it read them back;
+	 * the report's are older and would undo it, so they are read again
+	 * here, where no change can come between (one holds this mutex) */
+	if (atomic_load(&a->gpu_epoch) != epoch && cJSON_HasObjectItem(report, "gpus")) {
+		if ((gpus = gpu_inventory_json(note)) == NULL)
+			return app_fail(err, APP_ENOMEM, "out of memory");
+		if (note[0] != '\0') { /* NVML gone meanwhile: the GPUs stay as stored */
+			cJSON_Delete(gpus);
+			cJSON_DeleteItemFromObjectCaseSensitive(report, "gpus");
+		} else if (!cJSON_ReplaceItemInObjectCaseSensitive(report, "gpus", gpus)) {
+			cJSON_Delete(gpus);
+			return app_fail(err, APP_ENOMEM, "out of memory");
+		}
+	}
+	return node_store_report(a->db, a->self_node_id, report, admin_now(), err);
+}
+
+int
 node_self_register(struct admin *a, char *err)
 {
 	cJSON *report = node_report_json(a);

@@ -24,6 +24,11 @@ cJSON *node_report_json(const struct admin *a);
  * bad field in err. */
 int node_store_report(sqlite3 *db, int64_t node_id, const cJSON *report, int64_t now, char *err);
 
+/* This node's own report, read since a->gpu_epoch was epoch, into its
+ * store.  Its GPUs are read again first when a MIG change came since.
+ * The caller holds the store's mutex inside a transaction. */
+int node_store_own_report(struct admin *a, cJSON *report, uint64_t epoch, char *err);
+
 /* Register or refresh this node (the row with is_self = 1) and set
  * a->self_node_id.  Takes the store's mutex. */
 int node_self_register(struct admin *a, char *err);

@@ -190,6 +190,9 @@ apply(struct admin *a, int64_t gpu_id, int only_if_different, char *err)
 	}
 	free(g.instances);
 	rc = nvml_apply_layout(g.uuid, want, n, err);
+	/* after NVML is done, so a report read since shows the change; one
+	 * read before is read again when stored (cluster/nodes.h) */
+	atomic_fetch_add(&a->gpu_epoch, 1);
 	record(a->db, gpu_id, rc == APP_OK ? "applied" : "failed", rc == APP_OK ? NULL : err);
 	refresh_inventory(a);
 	return rc;
