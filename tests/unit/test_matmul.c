@@ -420,12 +420,14 @@ check_pairs_paths(void)
 			const char *path = compute_cpu_path(grouped[i], 8);
 			CHECK((strstr(path, "two tokens a 512-bit vector") != NULL) == v, "%s: %s 8 tokens: %s", label,
 			      tensor_type_get(grouped[i])->name, path);
-			/* and one token of Q4_K and Q5_K two chunks a vector, and of
-			 * Q4_0 where no dense prefetch is on */
+			/* and one token of Q4_K and Q5_K two chunks a vector, of Q6_K
+			 * two sub-blocks, and of Q4_0 where no dense prefetch is on */
 			int wide = grouped[i] == TT_Q4_K || grouped[i] == TT_Q5_K ||
 				   (grouped[i] == TT_Q4_0 && !compute_cpu_prefetch());
+			int six = grouped[i] == TT_Q6_K;
 			path = compute_cpu_path(grouped[i], 1);
-			CHECK((strstr(path, "two chunks a 512-bit vector") != NULL) == (v && wide),
+			CHECK((strstr(path, "two chunks a 512-bit vector") != NULL) == (v && wide) &&
+				      (strstr(path, "two sub-blocks a 512-bit vector") != NULL) == (v && six),
 			      "%s: %s 1 token: %s", label, tensor_type_get(grouped[i])->name, path);
 			check_type(c, grouped[i], QCOLS, label);
 			check_long_quantized(c, grouped[i], label);

@@ -1197,8 +1197,8 @@ pairs_wanted(double speedup)
 	return speedup >= COMPUTE_CPU_PAIRS_MIN_SPEEDUP;
 }
 
-/* The 8-row groups' kernels on pairs of tokens, and Q4_K's, Q5_K's and
- * Q4_0's one token on 512-bit vectors, or neither (the 8-row kernels then
+/* The 8-row groups' kernels on pairs of tokens, and Q4_K's, Q5_K's,
+ * Q6_K's and Q4_0's one token on 512-bit vectors, or neither (the 8-row kernels then
  * take every token a 256-bit vector) */
 static void
 set_pair_kernels(struct cpu_kernels *k, int on)
@@ -1211,10 +1211,12 @@ set_pair_kernels(struct cpu_kernels *k, int on)
 	k->gemm_q5_1x8_pairs = on ? gemm_q5_1x8_pairs_avx512 : NULL;
 	k->gemm_q4_kx8_pairs = on ? gemm_q4_kx8_pairs_avx512 : NULL;
 	k->gemm_q5_kx8_pairs = on ? gemm_q5_kx8_pairs_avx512 : NULL;
-	/* one token two chunks a vector (DEFINE_GEMV_KX8_512, gemv_q4_0x8_wide_avx512) */
+	/* one token two chunks a vector (DEFINE_GEMV_KX8_512, gemv_q4_0x8_wide_avx512,
+	 * gemv_q6_kx8_wide_avx512) */
 	k->gemm_q4_kx8 = on ? gemm_q4_kx8_wide_avx512 : gemm_q4_kx8_avx512;
 	k->gemm_q5_kx8 = on ? gemm_q5_kx8_wide_avx512 : gemm_q5_kx8_avx512;
 	k->gemm_q4_0x8 = on ? gemm_q4_0x8_wide_avx512 : gemm_q4_0x8_avx512;
+	k->gemm_q6_kx8 = on ? gemm_q6_kx8_wide_avx512 : gemm_q6_kx8_avx512;
 	k->gemm_q6_kx8_pairs = on ? gemm_q6_kx8_pairs_avx512 : NULL;
 	k->gemm_iq4_xsx8_pairs = on ? gemm_iq4_xsx8_pairs_avx512 : NULL;
 	k->gemm_q3_kx8_pairs = on ? gemm_q3_kx8_pairs_avx512 : NULL;
@@ -1324,8 +1326,7 @@ cpu_kernels_get(void)
 	k_avx2.dot_iq4_xs_q8k = dot_iq4_xs_q8k_simd(0);
 	k_avx512.dot_iq4_xs_q8k = dot_iq4_xs_q8k_simd(1);
 	k_avx2.widen_iq4_xs = k_avx512.widen_iq4_xs = widen_iq4_xs_avx2;
-	k_avx2.gemm_q6_kx8 = gemm_q6_kx8_avx2;
-	k_avx512.gemm_q6_kx8 = gemm_q6_kx8_avx512;
+	k_avx2.gemm_q6_kx8 = gemm_q6_kx8_avx2; /* AVX-512's: set_pair_kernels */
 	k_avx2.widen_q6_kx8 = k_avx512.widen_q6_kx8 = widen_q6_kx8_avx2;
 	k_avx2.gemm_iq4_xsx8 = gemm_iq4_xsx8_avx2;
 	k_avx512.gemm_iq4_xsx8 = gemm_iq4_xsx8_avx512;

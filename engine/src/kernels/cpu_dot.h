@@ -658,6 +658,8 @@ void widen_q6_kx8_avx2(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_
 void gemm_q6_kx8_avx2(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy);
 void gemm_q6_kx8_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
 			size_t ldy);
+void gemm_q6_kx8_wide_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,
+			     size_t ldy);
 #endif
 
 /* cpu_iq4_xsx8.c: IQ4_XS rows in groups of 8; bytes per super-block of a

@@ -1637,6 +1637,10 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 	if (kx8 && p.q8k && n_tokens == 1 && (type == TT_Q4_K || type == TT_Q5_K) && k->gemm_q4_kx8_pairs != NULL)
 		return "int8, 8 rows interleaved at load, activations in 256-value blocks, two chunks a 512-bit "
 		       "vector";
+	/* and of Q6_K two sub-blocks a vector (gemv_q6_kx8_wide_avx512) */
+	if (kx8 && p.q8k && n_tokens == 1 && type == TT_Q6_K && k->gemm_q6_kx8_pairs != NULL)
+		return "int8, 8 rows interleaved at load, activations in 256-value blocks, two sub-blocks a 512-bit "
+		       "vector";
 	if (kx8 && p.q8k)
 		return "int8, 8 rows interleaved at load, activations in 256-value blocks";
 	if (type == TT_Q6_K && p.q8k && n_tokens > 1 && k->dots_q6_k_q8k != NULL)

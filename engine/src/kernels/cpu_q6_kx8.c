@@ -17,9 +17,12 @@
  * An 8-row group stores, per super-block (Q6X8_BLOCK, 8 x 210 bytes):
  *   0            d of the 8 rows (fp16)
  *   16 + 8j      sub-block j's int8 scale of the 8 rows (j < 16)
- *   144 + 96j + 32c, c < 3: word c of sub-block j:
+ *   Q6X8_WORD(j, c) = 144 + 192 (j / 2) + 64c + 32 (j % 2), c < 3:
+ *                word c of sub-block j,
  *                byte 4r + e = q[16j + 4c + e] << 2 | (q[16j + 12 + e] >> 2c) & 3
  * with q the row's values 0..63 in the order the dequantizer writes them.
+ * Word c of sub-blocks j and j + 1 (j even) are 64 bytes side by side, so
+ * that one token takes both in one 512-bit vector (gemv_q6_kx8_wide).
  * Prompts widen the groups straight into the int8 GEMM's blocks
  * (widen_q6_kx8, the bytes widen_q6_k makes of the file's rows); get_rows
  * and the scalar reference unpack a row back to the file's layout
@@ -33,6 +36,7 @@
 #define Q6_SB_BYTES 210
 #define Q6X8_SCALES 16
 #define Q6X8_QUANTS 144
+#define Q6X8_WORD(j, c) (Q6X8_QUANTS + 192 * ((j) / 2) + 64 * (c) + 32 * ((j) % 2))
 
 /* A file super-block's 256 values (0..63) in the dequantizer's order, four
  * at a time in 32-bit words (no value carries into its neighbour). */
@@ -77,7 +81,7 @@ q6x8_repack(const uint8_t *src, size_t row_bytes, int64_t g0, int64_t g1, size_t
 						uint32_t w;
 						memcpy(&w, q + 16 * j + 4 * c, 4);
 						w = w << 2 | ((top >> (2 * c)) & 0x03030303);
-						memcpy(dst + Q6X8_QUANTS + 96 * j + 32 * c + 4 * r, &w, 4);
+						memcpy(dst + Q6X8_WORD(j, c) + 4 * r, &w, 4);
 					}
 				}
 			}
@@ -92,7 +96,7 @@ q6x8_unpack(const uint8_t *grp, int r, uint8_t *blk)
 		uint32_t top = 0;
 		for (int c = 0; c < 3; c++) {
 			uint32_t w;
-			memcpy(&w, grp + Q6X8_QUANTS + 96 * j + 32 * c + 4 * r, 4);
+			memcpy(&w, grp + Q6X8_WORD(j, c) + 4 * r, 4);
 			top |= (w & 0x03030303) << (2 * c);
 			w = (w >> 2) & 0x3f3f3f3f;
 			memcpy(q + 16 * j + 4 * c, &w, 4);
@@ -155,14 +159,16 @@ widen_q6_kx8_scalar(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_row
  * 252 x 127 would saturate: it takes q (at most 2 x 63 x 127).  A 16-bit
  * shift carries a byte's top bits into its neighbour's bottom ones; the
  * masks drop them. */
-#define Q6X8_VALUE_AVX512(p) _mm256_and_si256(p, _mm256_set1_epi8((char)0xfc))
-#define Q6X8_TOP_AVX512(p0, p1, p2)                                                                                    \
-	_mm256_ternarylogic_epi32(_mm256_slli_epi16(p2, 6), _mm256_set1_epi8((char)0xc0),                              \
-				  _mm256_ternarylogic_epi32(_mm256_slli_epi16(p1, 4), _mm256_set1_epi8(0x30),          \
-							    _mm256_and_si256(_mm256_slli_epi16(p0, 2),                 \
-									     _mm256_set1_epi8(0x0c)),                  \
-							    0xea),                                                     \
-				  0xea)
+#define Q6X8_VALUE_VNNI(W, p) _mm##W##_and_si##W(p, _mm##W##_set1_epi8((char)0xfc))
+#define Q6X8_TOP_VNNI(W, p0, p1, p2)                                                                                   \
+	_mm##W##_ternarylogic_epi32(_mm##W##_slli_epi16(p2, 6), _mm##W##_set1_epi8((char)0xc0),                        \
+				    _mm##W##_ternarylogic_epi32(_mm##W##_slli_epi16(p1, 4), _mm##W##_set1_epi8(0x30),  \
+								_mm##W##_and_si##W(_mm##W##_slli_epi16(p0, 2),         \
+										   _mm##W##_set1_epi8(0x0c)),          \
+								0xea),                                                 \
+				    0xea)
+#define Q6X8_VALUE_AVX512(p) Q6X8_VALUE_VNNI(256, p)
+#define Q6X8_TOP_AVX512(p0, p1, p2) Q6X8_TOP_VNNI(256, p0, p1, p2)
 #define Q6X8_VALUE_AVX2(p) _mm256_and_si256(_mm256_srli_epi16(p, 2), _mm256_set1_epi8(0x3f))
 #define Q6X8_TOP_AVX2(p0, p1, p2)                                                                                      \
 	_mm256_or_si256(_mm256_or_si256(_mm256_and_si256(p0, _mm256_set1_epi8(0x03)),                                  \
@@ -190,10 +196,10 @@ widen_q6_kx8_scalar(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_row
 			_Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) isum[t] = _mm256_setzero_si256();         \
 			_Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)                                          \
 			{                                                                                              \
-				const uint8_t *w = grp + Q6X8_QUANTS + 96 * j;                                         \
+				const uint8_t *w = grp + Q6X8_WORD(j, 0);                                              \
 				__m256i p0 = _mm256_loadu_si256((const __m256i *)w);                                   \
-				__m256i p1 = _mm256_loadu_si256((const __m256i *)(w + 32));                            \
-				__m256i p2 = _mm256_loadu_si256((const __m256i *)(w + 64));                            \
+				__m256i p1 = _mm256_loadu_si256((const __m256i *)(w + 64));                            \
+				__m256i p2 = _mm256_loadu_si256((const __m256i *)(w + 128));                           \
 				__m256i v3 = TOP(p0, p1, p2);                                                          \
 				p0 = VALUE(p0);                                                                        \
 				p1 = VALUE(p1);                                                                        \
@@ -233,6 +239,74 @@ DEFINE_GEMM_Q6X8(gemm_q6_kx8_avx2, AVX2, U8I8_ACC_AVX2, Q6X8_VALUE_AVX2, Q6X8_TO
 DEFINE_GEMM_Q6X8(gemm_q6_kx8_avx512, AVX512, U8I8_ACC_VNNI, Q6X8_VALUE_AVX512, Q6X8_TOP_AVX512, 4)
 
 /*
+ * One token with sub-blocks j and j + 1 (j even) a 512-bit vector: their
+ * words c are 64 bytes side by side (Q6X8_WORD), so one load, the same
+ * masks and one vpdpbusd take both.  The token's bytes for each half come
+ * from one vpermd of its 32 bytes for the two, the two sub-blocks' scales
+ * are 16 bytes widened at once, and the -32 QS * sums are one vpdpwssd
+ * of the two int16 sums with (-32 QS, 0) in the low lanes and (0, -32 QS)
+ * in the high ones.  In L2 one core took 80-95 GB/s of weights where the
+ * 256-bit kernel took 50.  The halves are added once a super-block; the
+ * integer sums are exact and the float steps the 256-bit kernel's, so the
+ * results are its bits.  Where 512-bit vectors run whole
+ * (set_pair_kernels, cpu_dot.c).
+ */
+AVX512 static void
+gemv_q6_kx8_wide_avx512(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)
+{
+	const __m512i sel[4] = {
+		_mm512_set_epi32(4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0),
+		_mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 1, 1, 1, 1, 1, 1, 1, 1),
+		_mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 2, 2, 2, 2, 2, 2, 2, 2),
+		_mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 3, 3, 3, 3, 3, 3, 3, 3),
+	};
+	/* (-32 QS, 0) and (0, -32 QS) as int16 pairs, QS = 4 */
+	const __m512i bias =
+		_mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(0xffff & -128), _mm512_set1_epi32(-128 * 65536));
+	__m256 acc = _mm256_setzero_ps();
+
+	for (size_t i = 0; i < nsb; i++, grp += Q6X8_BLOCK, x++) {
+		GROUP_PREFETCH(grp, Q6X8_BLOCK, 1);
+		__m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+		for (int j = 0; j < 16; j += 2) {
+			const uint8_t *w = grp + Q6X8_WORD(j, 0);
+			__m512i p0 = _mm512_loadu_si512(w);
+			__m512i p1 = _mm512_loadu_si512(w + 64);
+			__m512i p2 = _mm512_loadu_si512(w + 128);
+			__m512i v3 = Q6X8_TOP_VNNI(512, p0, p1, p2);
+			__m512i xq = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x->q + 16 * j)));
+			__m512i sc =
+				_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(grp + Q6X8_SCALES + 8 * j)));
+			int32_t sums;
+			memcpy(&sums, x->bsum + j, 4);
+			__m512i a = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(sums), bias);
+			a = _mm512_dpbusd_epi32(a, Q6X8_VALUE_VNNI(512, p0), _mm512_permutexvar_epi32(sel[0], xq));
+			a = _mm512_dpbusd_epi32(a, Q6X8_VALUE_VNNI(512, p1), _mm512_permutexvar_epi32(sel[1], xq));
+			a = _mm512_dpbusd_epi32(a, Q6X8_VALUE_VNNI(512, p2), _mm512_permutexvar_epi32(sel[2], xq));
+			a = _mm512_dpbusd_epi32(a, v3, _mm512_permutexvar_epi32(sel[3], xq));
+			isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(a, sc));
+		}
+		__m256i sum = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));
+		acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x->d / 4)), _mm256_cvtepi32_ps(sum), acc);
+	}
+	_mm256_storeu_ps(y, acc);
+}
+
+/* gemm_q6_kx8_avx512 with one token on the kernel above */
+AVX512 void
+gemm_q6_kx8_wide_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
+{
+	if (nt != 1) {
+		gemm_q6_kx8_avx512(grp, ng, x, nsb, nt, y, ldy);
+		return;
+	}
+	for (int g = 0; g < ng; g++)
+		gemv_q6_kx8_wide_avx512(grp + (size_t)g * nsb * Q6X8_BLOCK, x, nsb, y + 8 * (size_t)g);
+}
+
+/*
  * Two tokens a 512-bit vector (struct q8k_pair), as gemm_q4_kx8_pairs: a
  * sub-block's four chunks and scales widened to lane pairs once for every
  * pair of tokens.  The -32 QS * sum of each 16 activations is one
@@ -261,10 +335,10 @@ gemm_q6_kx8_pairs_nt(const uint8_t *grp, const struct q8k_pair *x, size_t nsb, i
 			isum[p] = _mm512_setzero_si512();
 #pragma GCC unroll 16
 		for (int j = 0; j < 16; j++) {
-			const uint8_t *w = grp + Q6X8_QUANTS + 96 * j;
+			const uint8_t *w = grp + Q6X8_WORD(j, 0);
 			__m256i p0 = _mm256_loadu_si256((const __m256i *)w);
-			__m256i p1 = _mm256_loadu_si256((const __m256i *)(w + 32));
-			__m256i p2 = _mm256_loadu_si256((const __m256i *)(w + 64));
+			__m256i p1 = _mm256_loadu_si256((const __m256i *)(w + 64));
+			__m256i p2 = _mm256_loadu_si256((const __m256i *)(w + 128));
 			__m512i c[4];
 			c[3] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(Q6X8_TOP_AVX512(p0, p1, p2)));
 			c[0] = _mm512_permutexvar_epi32(lanes, _mm512_castsi256_si512(Q6X8_VALUE_AVX512(p0)));
@@ -318,10 +392,10 @@ widen_q6_kx8_avx2(const uint8_t *grp, size_t nsb, uint8_t *dst, size_t dst_row_b
 		for (int b = 0; b < 8; b++) {
 			__m256i v[8];
 			for (int h = 0; h < 2; h++) {
-				const uint8_t *w = grp + Q6X8_QUANTS + 96 * (2 * b + h);
+				const uint8_t *w = grp + Q6X8_WORD(2 * b + h, 0);
 				__m256i p0 = _mm256_loadu_si256((const __m256i *)w);
-				__m256i p1 = _mm256_loadu_si256((const __m256i *)(w + 32));
-				__m256i p2 = _mm256_loadu_si256((const __m256i *)(w + 64));
+				__m256i p1 = _mm256_loadu_si256((const __m256i *)(w + 64));
+				__m256i p2 = _mm256_loadu_si256((const __m256i *)(w + 128));
 				v[4 * h + 3] = Q6X8_TOP_AVX2(p0, p1, p2);
 				v[4 * h] = Q6X8_VALUE_AVX2(p0);
 				v[4 * h + 1] = Q6X8_VALUE_AVX2(p1);
