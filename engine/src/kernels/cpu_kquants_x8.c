@@ -233,12 +233,15 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 					_mm256_cvtepi32_ps(msum), (mins));                                             \
 	} while (0)
 
-/* A super-block's start in the one-token kernels: the prefetch (sparse or
- * GROUP_PREFETCH's), the 8 rows' scales and mins, and the token's sum of
- * each 32-value sub-block (Q8_K keeps them 16 values at a time). */
+/* A super-block's start in the one-token kernels: the prefetch (sparse > 0
+ * sparse, 0 GROUP_PREFETCH's, < 0 every line), the 8 rows' scales and
+ * mins, and the token's sum of each 32-value sub-block (Q8_K keeps them
+ * 16 values at a time). */
 #define KX8_GEMV_BLOCK_START(grp, x, i, FIVE, sparse, six, low, top, sc, mn, xs)                                       \
 	do {                                                                                                           \
-		if (!(sparse))                                                                                         \
+		if ((sparse) < 0)                                                                                      \
+			DENSE_PREFETCH(grp, KX8_BLOCK(FIVE));                                                          \
+		else if (!(sparse))                                                                                    \
 			GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), 1);                                                       \
 		else                                                                                                   \
 			SPARSE_PREFETCH(grp, i, KX8_BLOCK(FIVE));                                                      \
@@ -319,7 +322,11 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
  * once a part.  Half the instructions of the 256-bit kernel a byte; the
  * integer sums are exact and the float steps that kernel's, so the
  * results are its bits.  Where 512-bit vectors run whole
- * (cpu_pairs_speedup, as the pair kernels). */
+ * (cpu_pairs_speedup, as the pair kernels).  Q5_K's asks for every line
+ * of a block ahead, whatever cpu_stream_prefetch says, as Q6_K's does
+ * (gemv_q6_kx8_wide_avx512): on a Zen 5 at 73-82 GB/s Q5_K_M took 3 %
+ * more with it, while Q4_K's lost (Q4_K_M 70-81 tok/s against 90-96)
+ * and keeps the sparse line. */
 #define X8_TWO_CHUNKS_X(xq, sel)                                                                                       \
 	_mm512_permutexvar_epi32(sel, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(xq))))
 #define DEFINE_GEMV_KX8_512(NAME, FIVE)                                                                                \
@@ -335,7 +342,7 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
 			__m256i sc[2], mn[2];                                                                          \
 			int32_t xs[8];                                                                                 \
-			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, sparse, six, low8, top, sc, mn, xs);                     \
+			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, (FIVE) ? -1 : (sparse), six, low8, top, sc, mn, xs);     \
 			__m256i dot = _mm256_setzero_si256(), msum = dot;                                              \
 			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
 			{                                                                                              \

@@ -80,6 +80,12 @@
 					_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T0);             \
 			}                                                                                              \
 	} while (0)
+/* every line of a block STREAM_AHEAD ahead, whatever cpu_stream_prefetch says */
+#define DENSE_PREFETCH(p, bytes)                                                                                       \
+	do {                                                                                                           \
+		for (int pf_ = 0; pf_ < (bytes); pf_ += 64)                                                            \
+			_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T0);                             \
+	} while (0)
 /* The 8-row groups of Q4_0, IQ4_NL and Q8_0 (block b of `bytes`): a
  * block's lines where STREAM_PREFETCH_NT asks; elsewhere one line
  * SPARSE_AHEAD ahead every SPARSE_BLOCKS blocks, some SPARSE_PERIOD bytes
