@@ -565,22 +565,9 @@ DEFINE_GEMM_KX8(gemm_q4_kx8_avx512, AVX512, U8I8_ACC_VNNI, I16_ACC_VNNI, 0, gemv
 DEFINE_GEMM_KX8(gemm_q5_kx8_avx2, AVX2, U8I8_ACC_AVX2, I16_ACC_AVX2, 1, gemv_q5_kx8_avx2)
 DEFINE_GEMM_KX8(gemm_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, I16_ACC_VNNI, 1, gemv_q5_kx8_avx512)
 
-/* The same with one token on the 512-bit kernel (DEFINE_GEMV_KX8_512):
- * set_pair_kernels (cpu_dot.c) puts them in the table where it puts the
- * pairs. */
-#define DEFINE_GEMM_KX8_WIDE(NAME, FIVE, GEMM, GEMV)                                                                   \
-	AVX512 void NAME(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,          \
-			 size_t ldy)                                                                                   \
-	{                                                                                                              \
-		if (nt != 1) {                                                                                         \
-			GEMM(grp, ng, x, nsb, nt, y, ldy);                                                             \
-			return;                                                                                        \
-		}                                                                                                      \
-		for (int g = 0; g < ng; g++)                                                                           \
-			GEMV(grp + (size_t)g * nsb * KX8_BLOCK(FIVE), x, nsb, y + 8 * (size_t)g);                      \
-	}
-DEFINE_GEMM_KX8_WIDE(gemm_q4_kx8_wide_avx512, 0, gemm_q4_kx8_avx512, gemv_q4_kx8_wide_avx512)
-DEFINE_GEMM_KX8_WIDE(gemm_q5_kx8_wide_avx512, 1, gemm_q5_kx8_avx512, gemv_q5_kx8_wide_avx512)
+/* The same with one token on the 512-bit kernel (DEFINE_GEMV_KX8_512) */
+DEFINE_GEMM_X8_WIDE(gemm_q4_kx8_wide_avx512, KX8_BLOCK(0), gemm_q4_kx8_avx512, gemv_q4_kx8_wide_avx512)
+DEFINE_GEMM_X8_WIDE(gemm_q5_kx8_wide_avx512, KX8_BLOCK(1), gemm_q5_kx8_avx512, gemv_q5_kx8_wide_avx512)
 
 /* kx8_repack with each chunk's 8 x 8 words transposed in registers: the
  * 4-byte copies made loading a model several times slower. */

@@ -298,16 +298,7 @@ gemv_q6_kx8_wide_avx512(const uint8_t *grp, const struct block_q8k *x, size_t ns
 }
 
 /* gemm_q6_kx8_avx512 with one token on the kernel above */
-AVX512 void
-gemm_q6_kx8_wide_avx512(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y, size_t ldy)
-{
-	if (nt != 1) {
-		gemm_q6_kx8_avx512(grp, ng, x, nsb, nt, y, ldy);
-		return;
-	}
-	for (int g = 0; g < ng; g++)
-		gemv_q6_kx8_wide_avx512(grp + (size_t)g * nsb * Q6X8_BLOCK, x, nsb, y + 8 * (size_t)g);
-}
+DEFINE_GEMM_X8_WIDE(gemm_q6_kx8_wide_avx512, Q6X8_BLOCK, gemm_q6_kx8_avx512, gemv_q6_kx8_wide_avx512)
 
 /*
  * Two tokens a 512-bit vector (struct q8k_pair), as gemm_q4_kx8_pairs: a

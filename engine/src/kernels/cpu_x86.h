@@ -126,6 +126,21 @@
 		else                                                                                                   \
 			_mm_prefetch((const char *)(p) + 4096, _MM_HINT_T0);                                           \
 	} while (0)
+/* A group kernel with one token on its 512-bit one-token kernel GEMV
+ * (groups of BLOCK bytes a super-block) and every other count of tokens
+ * on GEMM: set_pair_kernels (cpu_dot.c) puts it in the table where it
+ * puts the pairs. */
+#define DEFINE_GEMM_X8_WIDE(NAME, BLOCK, GEMM, GEMV)                                                                   \
+	AVX512 void NAME(const uint8_t *grp, int ng, const struct block_q8k *x, size_t nsb, int nt, float *y,          \
+			 size_t ldy)                                                                                   \
+	{                                                                                                              \
+		if (nt != 1) {                                                                                         \
+			GEMM(grp, ng, x, nsb, nt, y, ldy);                                                             \
+			return;                                                                                        \
+		}                                                                                                      \
+		for (int g = 0; g < ng; g++)                                                                           \
+			GEMV(grp + (size_t)g * nsb * (BLOCK), x, nsb, y + 8 * (size_t)g);                              \
+	}
 /* Float decode (F16, BF16) a row at a time rather than four rows a
  * pass where no dense prefetch is on and the token takes at most
  * HALF_ROW_TOKEN_MAX bytes, half of a 32 KB L1, so that it stays there
