@@ -187,6 +187,43 @@ expect_fail "--lora without NAME=" "NAME=PATH" "$E" serve -m "$DEMO" --port 0 --
 expect_fail "lora merge without an adapter" "merge needs" "$E" lora merge -m "$DEMO" -o /tmp/never.gguf
 expect_fail "unknown device" "no compute backend 'tpu'" "$E" eval -m "$DEMO" --prompt-ids 1,2 --dump-logits "$T/x" --device tpu
 
+# make bench's side-by-side at depth where llama-bench has no -d: the
+# llama-batched-bench beside it, two prompts alternating, the median
+# difference of each pair as 512 tokens at depth.  Stand-ins print fixed
+# rows (their pairs' differences 1, 4 and 2 s: 256 tok/s), the demo model
+# stands in for the 1B one.
+mkdir -p "$T/lb" "$T/bb/bench"
+ln -s "$PWD/$E" "$T/bb/privai-engine"
+ln -s "$PWD/$DEMO" "$T/bb/bench/llama1b-q8_0.gguf"
+cat >"$T/lb/llama-bench" <<'EOF'
+#!/bin/sh
+case "$*" in *--help*) echo "usage: llama-bench [-p N] [-n N]"; exit 0 ;; esac
+echo '{"n_prompt": 128, "n_gen": 0, "avg_ts": 100.0}'
+echo '{"n_prompt": 0, "n_gen": 32, "avg_ts": 10.0}'
+EOF
+cat >"$T/lb/llama-batched-bench" <<'EOF'
+#!/bin/sh
+echo "$*" >"$(dirname "$0")/args"
+i=0
+for t in 1.0 2.0 1.0 5.0 1.0 3.0; do
+	[ $((i % 2)) -eq 0 ] && pp=64 && tg=$((10 * (i / 2 + 1))) || { pp=576; tg=1; }
+	echo "{\"pp\": $pp, \"tg\": 32, \"pl\": 1, \"t_pp\": $t, \"speed_tg\": $tg}"
+	i=$((i + 1))
+done
+EOF
+chmod +x "$T/lb/llama-bench" "$T/lb/llama-batched-bench"
+BUILD="$T/bb" TYPES=Q8_0 REPS=1 DEPTH=64 LLAMA_BENCH="$T/lb/llama-bench" scripts/bench.sh >"$T/bench.out" 2>&1
+side=$(cat "$T/bb/bench/side-by-side.txt" 2>/dev/null)
+grep -q -- "-ub 512 -npp 64,576,64,576,64,576 -ntg 32 -npl 1" "$T/lb/args" 2>/dev/null && ok ||
+	bad "bench.sh at depth: batched-bench's arguments: $(cat "$T/lb/args" 2>/dev/null)"
+echo "$side" | awk '$2 == "pp512@d64" && $4 == 256 { f = 1 } END { exit !f }' && ok ||
+	bad "bench.sh at depth: pp512 from the median pair's difference: $side $(cat "$T/bench.out")"
+echo "$side" | awk '$2 == "tg32@d64" && $4 == 20 { f = 1 } END { exit !f }' && ok ||
+	bad "bench.sh at depth: tg32 from the short prompts' median: $side"
+echo "$side" | awk '$2 == "pp128" && $4 == 100 { f = 1 } END { exit !f }' && ok ||
+	bad "bench.sh: pp128 from llama-bench: $side"
+grep -q "| Q8_0 | pp512@d64 | " "$T/bench.out" && ok || bad "bench.sh at depth: no table row: $(cat "$T/bench.out")"
+
 echo "cli: $pass checks"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
