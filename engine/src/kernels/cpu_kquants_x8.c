@@ -342,7 +342,7 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
 			__m256i sc[2], mn[2];                                                                          \
 			int32_t xs[8];                                                                                 \
-			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, (FIVE) ? -1 : (sparse), six, low8, top, sc, mn, xs);     \
+			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, sparse, six, low8, top, sc, mn, xs);                     \
 			__m256i dot = _mm256_setzero_si256(), msum = dot;                                              \
 			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
 			{                                                                                              \
@@ -372,7 +372,15 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 		}                                                                                                      \
 		_mm256_storeu_ps(y, _mm256_sub_ps(acc, mins));                                                         \
 	}                                                                                                              \
-	KX8_GEMV_ENTRY(NAME, AVX512)
+	AVX512 static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
+	{                                                                                                              \
+		if (FIVE) /* every line, whatever is asked: one copy */                                                \
+			NAME##_pf(grp, x, nsb, y, -1);                                                                 \
+		else if (STREAM_PREFETCH_WANTED(1))                                                                    \
+			NAME##_pf(grp, x, nsb, y, 0);                                                                  \
+		else                                                                                                   \
+			NAME##_pf(grp, x, nsb, y, 1);                                                                  \
+	}
 
 DEFINE_GEMV_KX8_512(gemv_q4_kx8_wide_avx512, 0)
 DEFINE_GEMV_KX8_512(gemv_q5_kx8_wide_avx512, 1)
