@@ -62,8 +62,13 @@ test_sampler(void)
 			if (round % 5 == 1)
 				for (int i = 0; i < n; i++)
 					l[i] = -INFINITY;
-			if (round % 5 == 2)
-				l[round % n] = NAN;
+			if (round % 5 == 2 && n >= 128) { /* a NaN in lane j of chain c of a 4-chain, 16-lane kernel */
+				int c = round / 5 % 4, j = n % 16;
+				l[16 * c + j] = 9.5f; /* the largest, which a NaN after it there must not hide */
+				l[64 + 16 * c + j] = NAN;
+			} else if (round % 5 == 2) {
+				l[(round * 53 + n * 29) % n] = NAN;
+			}
 			if (round % 5 == 3)
 				l[0] = NAN;
 			int want = 0;
