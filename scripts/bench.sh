@@ -69,8 +69,9 @@ EOF
 
 # llama-batched-bench at depth (see the top): a line for pp and one for tg.
 # The two prompts alternate DEPTH_PAIRS times and the median of the
-# differences of each adjacent pair counts: each prompt runs once, and
-# the bus this machine shares moves by a tenth within a minute.
+# differences of each adjacent pair counts: llama-batched-bench runs each
+# prompt once, and the bus this machine shares moves by a tenth within a
+# minute.
 batched_at_depth() { # type model pp tg depth privai-json
 	npp=
 	i=0

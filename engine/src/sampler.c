@@ -283,7 +283,8 @@ logits_max_vec(const float *logit, int n)
 /* logits_max_vec on AVX-512: vmaxps keeps its second operand unless the
  * first is greater, as that compare and blend do (a NaN never wins), in
  * one instruction a vector of 16 where they take four a vector of 8.
- * Over 32000 logits in L2: 0.6 us against 1.8. */
+ * Greedy over 32000 logits in L2 (this and first_equal): 0.79 us a token
+ * against 1.76. */
 __attribute__((target("avx512f"))) static float
 logits_max_avx512(const float *logit, int n)
 {
