@@ -532,6 +532,7 @@ def test_deployments(adm, a, o, v, demo_id, up_id):
                         ({"name": "d", "model": demo_id, "placement": {"kind": "gpu"}}, "placement.gpus"),
                         ({"name": "d", "model": demo_id, "placement": {"kind": "cpu", "threads": 100000}}, "threads"),
                         ({"name": "d", "model": 999}, "model"),
+                        ({"name": "d", "model": 1e300}, "model"), ({"name": "d", "model": 1.5}, "model"),
                         ({"name": "d", "model": demo_id, "options": {"chat_template": "nope"}}, "options.chat_template"),
                         ({"name": "d", "model": demo_id, "options": {"ctx": -1}}, "options.ctx"),
                         ({"name": "d/x", "model": demo_id}, "name")):

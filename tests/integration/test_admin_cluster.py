@@ -214,6 +214,9 @@ def test_join_rest(adm, a, o, tmp):
     now = int(time.time())
     for rows, says in (("x", "array"), ([["gpu:GPU-1", "Temp", now, 1]], "metrics[0]"),
                        ([["gpu:GPU-1", "temp_c", now + 0.5, 1]], "metrics[0]"),
+                       # beyond int64_t: once cast before any range check
+                       ([["gpu:GPU-1", "temp_c", 1e300, 1]], "metrics[0]"),
+                       ([["gpu:GPU-1", "temp_c", -1e300, 1]], "metrics[0]"),
                        ([["node:1", "cpu_pct", now, 1]], "is not node:self"),
                        ([["gpu:GPU 1", "temp_c", now, 1]], "is not node:self")):
         r = anon.post(hb, {"metrics": rows}, headers={"X-Privai-Node-Secret": secret})

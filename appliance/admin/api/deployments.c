@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "jsonnum.h"
 #include "status.h"
 #include "admin.h"
 #include "store/db.h"
@@ -374,8 +375,16 @@ model_field(struct req *r, const cJSON *j)
 	sqlite3_stmt *st;
 	int64_t id = -1;
 
+	int64_t by_id = 0;
+
 	if (!cJSON_IsString(m) && !cJSON_IsNumber(m)) {
 		reply_error(r, 422, "missing_field", "model", "model (a model's id or name) is required");
+		return APP_EINVAL;
+	}
+	/* an id is a whole number (1.5 was taken as model 1, 1e300 cast out of range) */
+	if (cJSON_IsNumber(m) && json_int_in(m, 1, INT64_MAX, &by_id) != APP_OK) {
+		reply_error(r, 422, "invalid_field", "model",
+			    "model must be a model's id (a whole number from 1) or name");
 		return APP_EINVAL;
 	}
 	if (sqlite3_prepare_v2(r->a->db,
@@ -386,7 +395,7 @@ model_field(struct req *r, const cJSON *j)
 		return APP_EINVAL;
 	}
 	if (cJSON_IsNumber(m))
-		sqlite3_bind_int64(st, 1, (int64_t)m->valuedouble);
+		sqlite3_bind_int64(st, 1, by_id);
 	else
 		sqlite3_bind_text(st, 2, m->valuestring, -1, SQLITE_TRANSIENT);
 	if (sqlite3_step(st) == SQLITE_ROW) {

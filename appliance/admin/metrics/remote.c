@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "jsonnum.h"
 #include "status.h"
 #include "metrics/remote.h"
 
@@ -111,7 +112,7 @@ metrics_store_remote(sqlite3 *db, int64_t node_id, const cJSON *rows, int64_t no
 		const cJSON *ts = cJSON_GetArrayItem(row, 2), *v = cJSON_GetArrayItem(row, 3);
 		if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != 4 || subj == NULL || name == NULL ||
 		    !cJSON_IsNumber(ts) || !cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !name_ok(name) ||
-		    ts->valuedouble != (double)(int64_t)ts->valuedouble) {
+		    !json_is_whole(ts->valuedouble) || fabs(ts->valuedouble) > 9007199254740992.0) {
 			sqlite3_finalize(st);
 			return app_fail(err, APP_EINVAL,
 					"metrics[%d] must be [subject, name of a-z0-9_, integer time, finite value]",

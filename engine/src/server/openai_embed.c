@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <sodium.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +55,9 @@ add_input(struct server *s, struct MHD_Connection *c, const cJSON *in, int i, st
 		if ((ids = malloc((size_t)cJSON_GetArraySize(in) * sizeof(int32_t))) == NULL)
 			return http_send_error(c, 503, "server_error", "out_of_memory", NULL, "out of memory"), -1;
 		cJSON_ArrayForEach (t, in) {
-			if (!cJSON_IsNumber(t) || t->valuedouble != (double)(int32_t)t->valuedouble ||
-			    t->valuedouble < 0 || t->valuedouble >= V) {
+			/* the range first: a cast of a double beyond int32_t is undefined */
+			if (!cJSON_IsNumber(t) || !(t->valuedouble >= 0 && t->valuedouble < V) ||
+			    t->valuedouble != floor(t->valuedouble)) {
 				free(ids);
 				return http_send_error(c, 400, "invalid_request_error", NULL, "input",
 						       "input[%d] holds something that is not a token id", i),

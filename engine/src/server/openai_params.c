@@ -684,8 +684,9 @@ check_unsupported(struct gen_params *g, const cJSON *j)
 	v = cJSON_GetObjectItem(j, "best_of");
 	g->best_of = g->n;
 	if (!is_empty(v)) {
-		if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble || v->valuedouble < g->n ||
-		    v->valuedouble > GEN_MAX_BEST_OF)
+		/* the range first: a cast of a double beyond int is undefined */
+		if (!cJSON_IsNumber(v) || !(v->valuedouble >= g->n && v->valuedouble <= GEN_MAX_BEST_OF) ||
+		    v->valuedouble != floor(v->valuedouble))
 			return bad(g, "best_of", "best_of must be a whole number from n (%d) to %d", g->n,
 				   GEN_MAX_BEST_OF);
 		g->best_of = (int)v->valuedouble;
