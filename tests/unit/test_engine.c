@@ -549,7 +549,7 @@ job(void *ctx, int ith, int nth)
  * thread it would wait on parts queued behind it on its own thread and
  * never finish; with parts handed out as threads come free it does. */
 struct waiter {
-	atomic_int done, bad_self;
+	atomic_int done, bad_self, gave_up;
 	int n_threads;
 };
 
@@ -565,9 +565,51 @@ wait_for_others(void *ctx, int ith, int nth)
 		/* a deadlock guard, not a timing: 10 s is far beyond any schedule */
 		for (int i = 0; i < 10000 && atomic_load(&w->done) < nth - 1; i++)
 			usleep(1000);
+		atomic_store(&w->gave_up, atomic_load(&w->done) < nth - 1);
 		return;
 	}
 	atomic_fetch_add(&w->done, 1);
+}
+
+/* Each thread's first part, with no thread taking a second before every
+ * thread has taken one: each starts on its own run. */
+struct first_parts {
+	atomic_int arrived;
+	int n_threads, first[8];
+};
+
+static void
+record_first(void *ctx, int ith, int nth)
+{
+	struct first_parts *f = ctx;
+	int self = threadpool_self();
+
+	(void)nth;
+	if (self < 0 || self >= f->n_threads || f->first[self] >= 0)
+		return;
+	f->first[self] = ith;
+	atomic_fetch_add(&f->arrived, 1);
+	/* a deadlock guard, not a timing: 10 s is far beyond any schedule */
+	for (int i = 0; i < 10000 && atomic_load(&f->arrived) < f->n_threads; i++)
+		usleep(1000);
+}
+
+static void
+test_threadpool_runs(void)
+{
+	struct threadpool *p;
+	struct first_parts f = { .n_threads = 3 };
+
+	CHECK(threadpool_new(3, &p) == 0, "pool of 3");
+	CHECK(threadpool_parts(p) == 3 * THREADPOOL_PARTS_PER_THREAD, "a run of parts a thread (%d parts)",
+	      threadpool_parts(p));
+	for (int t = 0; t < 3; t++)
+		f.first[t] = -1;
+	threadpool_run(p, record_first, &f);
+	for (int t = 0; t < 3; t++)
+		CHECK(f.first[t] == t * THREADPOOL_PARTS_PER_THREAD, "thread %d started on its own run: part %d", t,
+		      f.first[t]);
+	threadpool_free(p);
 }
 
 static void
@@ -589,9 +631,9 @@ test_threadpool(void)
 	CHECK(atomic_load(&sum) == 2001 * want, "sleeping workers wake");
 	struct waiter w = { .n_threads = 3 };
 	threadpool_run(p, wait_for_others, &w);
-	CHECK(atomic_load(&w.done) == parts - 1,
-	      "parts go to free threads: one part waited on all the others (%d of %d)", atomic_load(&w.done),
-	      parts - 1);
+	CHECK(atomic_load(&w.done) == parts - 1 && !atomic_load(&w.gave_up),
+	      "parts go to free threads, its own run's too: one part waited on all the others (%d of %d)",
+	      atomic_load(&w.done), parts - 1);
 	CHECK(!atomic_load(&w.bad_self), "threadpool_self() names a thread of the pool");
 	threadpool_free(p);
 	CHECK(threadpool_new(0, &p) == PRIVAI_EINVAL, "zero threads refused");
@@ -817,6 +859,7 @@ main(void)
 	test_sampler_filters();
 	test_logprob_helpers();
 	test_threadpool();
+	test_threadpool_runs();
 	test_model_errors();
 	test_stream();
 	return test_summary();

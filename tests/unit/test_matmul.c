@@ -488,24 +488,33 @@ check_amx(void)
 }
 
 /* The matmul's parts (split_falling): every unit in exactly one part, in
- * order, the sizes never growing (within rounding), the first more than
- * an equal share but at most two, the last at most 1/n of one. */
+ * order; the pool's runs of parts (THREADPOOL_PARTS_PER_THREAD, one run
+ * where nth is not a multiple) each cut an equal share; within a run the
+ * sizes never grow (within rounding), the first is more than an equal
+ * share of the run but at most two, the last at most 1/k of one. */
 static void
 check_falling_parts(void)
 {
 	static const int64_t totals[] = { 0, 1, 5, 16, 17, 64, 255, 4096, 250000 };
-	static const int parts[] = { 1, 2, 8, 12, 64 };
+	static const int parts[] = { 1, 2, 8, 12, 16, 24, 64 };
 
 	for (size_t t = 0; t < sizeof(totals) / sizeof(totals[0]); t++)
 		for (size_t p = 0; p < sizeof(parts) / sizeof(parts[0]); p++) {
-			int64_t total = totals[t], end = 0, prev = total, lo, hi;
+			int64_t total = totals[t], end = 0, prev = 0, share = 0, lo, hi;
 			int n = parts[p], ok = 1;
+			int k = n % THREADPOOL_PARTS_PER_THREAD == 0 ? THREADPOOL_PARTS_PER_THREAD : n, runs = n / k;
 			for (int i = 0; i < n && ok; i++) {
+				int r = i / k, j = i % k;
 				split_falling(total, i, n, &lo, &hi);
-				ok = lo == end && hi >= lo && hi - lo <= prev + 1 &&
-				     (i > 0 || (hi - lo <= 2 * total / n + 1 &&
-						(n == 1 || total < (int64_t)n * n || hi - lo > total / n))) &&
-				     (i < n - 1 || hi - lo <= total / ((int64_t)n * n) + 1);
+				if (j == 0) {
+					ok = lo == total * r / runs;
+					share = total * (r + 1) / runs - lo;
+					prev = share;
+				}
+				ok = ok && lo == end && hi >= lo && hi - lo <= prev + 1 &&
+				     (j > 0 || (hi - lo <= 2 * share / k + 1 &&
+						(k == 1 || share < (int64_t)k * k || hi - lo > share / k))) &&
+				     (j < k - 1 || hi - lo <= share / ((int64_t)k * k) + 1);
 				prev = hi - lo;
 				end = hi;
 			}

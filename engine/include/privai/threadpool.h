@@ -9,6 +9,11 @@
  * so a thread the kernel has descheduled (the CPUs are shared with other
  * engines and services) delays one part, not a fixed share of every job.
  * A part that needs per-thread scratch indexes it with threadpool_self().
+ * The parts come in runs of THREADPOOL_PARTS_PER_THREAD, one a thread:
+ * thread t takes the parts of run t (parts t * THREADPOOL_PARTS_PER_THREAD
+ * on) first, in order, then what is left of the other runs, so a job that
+ * lays a run's parts side by side has each thread work through one
+ * stretch of its data.
  * Workers spin a few tens of microseconds between jobs, because a decode
  * step issues hundreds of short jobs and waking a sleeping thread costs
  * more than most of them, and then sleep, so an idle engine uses no CPU.
@@ -17,6 +22,9 @@
 #define PRIVAI_THREADPOOL_H
 
 typedef void (*threadpool_fn)(void *ctx, int ith, int nth);
+
+/* A run's parts (nth is a multiple of it, or 1) */
+#define THREADPOOL_PARTS_PER_THREAD 4
 
 struct threadpool;
 

@@ -93,20 +93,28 @@ split(int64_t total, int ith, int nth, int64_t *lo, int64_t *hi)
 	*hi = total * (ith + 1) / nth;
 }
 
-/* Part ith of nth of [0, total), the parts' sizes falling linearly from
- * about 2/nth of the total to 1/nth^2 of it (part i's is proportional to
- * 2(nth - i) - 1; the last ones may be empty).  The pool hands parts out
- * in order, so the threads start on the large ones and finish on small
- * ones: with equal parts the thread that finished first waited on
- * average half a part at the end of every matmul, 7-13 % of a decode
- * step's time on 2 threads; with these, 2-3 % (docs/performance.md). */
+/* Part ith of nth of [0, total), for the pool's runs of parts
+ * (privai/threadpool.h): run r's parts cut the r-th equal share of the
+ * total, side by side, their sizes falling linearly from about 2/k of the
+ * share to 1/k^2 of it, k parts a run (part j's is proportional to
+ * 2(k - j) - 1; the last ones may be empty).  nth not a multiple of
+ * THREADPOOL_PARTS_PER_THREAD is one run.  A thread takes its own run's
+ * parts in order, so it streams its share from end to end, starting on
+ * the large parts and finishing on small ones, and the thread that ends
+ * first takes the others' last small ones: with equal parts the thread
+ * that finished first waited on average half a part at the end of every
+ * matmul, 7-13 % of a decode step's time on 2 threads; with falling ones
+ * 2-3 % (docs/performance.md). */
 static inline void
 split_falling(int64_t total, int ith, int nth, int64_t *lo, int64_t *hi)
 {
-	int64_t nn = (int64_t)nth * nth, a = nth - ith, b = nth - ith - 1;
+	int k = nth % THREADPOOL_PARTS_PER_THREAD == 0 ? THREADPOOL_PARTS_PER_THREAD : nth;
+	int64_t runs = nth / k, r = ith / k, j = ith % k;
+	int64_t first = total * r / runs, share = total * (r + 1) / runs - first;
+	int64_t kk = (int64_t)k * k, a = k - j, b = k - j - 1;
 
-	*lo = total - total * a * a / nn;
-	*hi = total - total * b * b / nn;
+	*lo = first + share - share * a * a / kk;
+	*hi = first + share - share * b * b / kk;
 }
 
 /* cpu_backend.c: grow a scratch buffer to need bytes; returns 0 or -1
