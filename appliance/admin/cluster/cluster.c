@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "jsonnum.h"
 #include "status.h"
 #include "strfmt.h"
 #include "admin.h"
@@ -230,12 +231,20 @@ apply_planned(struct cluster *c, const cJSON *item)
 		cJSON_ArrayForEach (e, list) {
 			if (n == MIG_MAX_INSTANCES)
 				break;
+			int64_t start;
 			in[n].profile = mig_profile_find(t, cJSON_GetStringValue(cJSON_GetObjectItem(e, "profile")));
-			in[n].start = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "start"));
 			if (in[n].profile == NULL) {
 				snprintf(err, sizeof(err), "unknown profile for %s", t->name);
 				break;
 			}
+			/* another node's number: checked before the cast (a missing
+			 * one reads as NaN, a cast of which is undefined) */
+			if (json_int_in(cJSON_GetObjectItem(e, "start"), 0, 64, &start) != APP_OK) {
+				snprintf(err, sizeof(err), "instance %d's start must be a whole number from 0 to 64",
+					 n);
+				break;
+			}
+			in[n].start = (int)start;
 			n++;
 		}
 	}

@@ -5,6 +5,7 @@
  * a recursive schema becomes a cycle in the graph.
  */
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,7 +119,8 @@ literal_has_type(const cJSON *v, const char *t)
 	if (t == NULL)
 		return 1;
 	if (strcmp(t, "integer") == 0)
-		return cJSON_IsNumber(v) && v->valuedouble == (double)(long long)v->valuedouble;
+		/* no cast: one of a double beyond long long is undefined */
+		return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble);
 	return (strcmp(t, "number") == 0 && cJSON_IsNumber(v)) || (strcmp(t, "string") == 0 && cJSON_IsString(v)) ||
 	       (strcmp(t, "boolean") == 0 && cJSON_IsBool(v)) || (strcmp(t, "null") == 0 && cJSON_IsNull(v)) ||
 	       (strcmp(t, "object") == 0 && cJSON_IsObject(v)) || (strcmp(t, "array") == 0 && cJSON_IsArray(v));
