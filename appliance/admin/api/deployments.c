@@ -373,9 +373,7 @@ model_field(struct req *r, const cJSON *j)
 {
 	const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model");
 	sqlite3_stmt *st;
-	int64_t id = -1;
-
-	int64_t by_id = 0;
+	int64_t id = -1, by_id = 0;
 
 	if (!cJSON_IsString(m) && !cJSON_IsNumber(m)) {
 		reply_error(r, 422, "missing_field", "model", "model (a model's id or name) is required");

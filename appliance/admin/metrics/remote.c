@@ -110,9 +110,10 @@ metrics_store_remote(sqlite3 *db, int64_t node_id, const cJSON *rows, int64_t no
 		const char *subj = cJSON_GetStringValue(cJSON_GetArrayItem(row, 0));
 		const char *name = cJSON_GetStringValue(cJSON_GetArrayItem(row, 1));
 		const cJSON *ts = cJSON_GetArrayItem(row, 2), *v = cJSON_GetArrayItem(row, 3);
+		int64_t t = 0;
 		if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != 4 || subj == NULL || name == NULL ||
-		    !cJSON_IsNumber(ts) || !cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !name_ok(name) ||
-		    !json_is_whole(ts->valuedouble) || fabs(ts->valuedouble) > 9007199254740992.0) {
+		    !cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !name_ok(name) ||
+		    json_int_in(ts, -((int64_t)1 << 53), (int64_t)1 << 53, &t) != APP_OK) {
 			sqlite3_finalize(st);
 			return app_fail(err, APP_EINVAL,
 					"metrics[%d] must be [subject, name of a-z0-9_, integer time, finite value]",
@@ -130,7 +131,6 @@ metrics_store_remote(sqlite3 *db, int64_t node_id, const cJSON *rows, int64_t no
 					"gpu: or mig:",
 					i, subj);
 		}
-		int64_t t = (int64_t)ts->valuedouble;
 		i++;
 		/* too old to keep, from the future, or not this node's deployment: left out */
 		if (t < now - (int64_t)keep_hours * 3600 || t > now + 300 ||
