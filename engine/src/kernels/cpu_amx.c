@@ -1,7 +1,6 @@
 /*
- * Prompt GEMMs on AMX tiles (Sapphire Rapids and later Xeons): BF16
- * weights, F16 ones where PRIVAI_AMX_F16=1 (cpu_dot.c says why not by
- * default), and the int8 GEMM of the quantized types (below).  One
+ * Prompt GEMMs on AMX tiles (Sapphire Rapids and later Xeons): BF16 and
+ * F16 weights, and the int8 GEMM of the quantized types (below).  One
  * tdpbf16ps multiplies a 16 x 32 bfloat16 tile by a 32 x 16 one into
  * 16 x 16 float sums, 8192 products an instruction, where an AVX-512 FMA
  * does 16.
@@ -16,12 +15,16 @@
  * decode dot and llama.cpp do.  F16 weights carry 11 significant bits,
  * bfloat16 only 8, so each F16 weight is split exactly into hi + lo (two
  * bfloat16s whose sum is the fp16 value) and each activation x into
- * hi = bf16(x), lo = bf16(x - hi), and the product is taken as
- * wh*xh + wh*xl + wl*xh: three tile products, about 2^-16 relative from
- * the float product (the dropped wl*xl is 2^-18 of it), against 2^-9 for
- * one product of rounded values, which the F16 golden tolerance (2e-3 on
- * the logits) does not allow.
- *
+ * three: hi = bf16(x), lo = bf16(x - hi), lo2 = bf16(x - hi - lo), 24
+ * bits, a float's.  The product is taken as
+ * wh*xl2 + wh*xl + wh*xh + wl*xh + wl*xl (the small ones first): five
+ * tile products, which leave out only wl*xl2 and what the three pieces
+ * leave of x, each under 2^-24 of the product: float rounding, as the
+ * float GEMM's.  Three products (without wh*xl2 and wl*xl) were 2^-16
+ * off and moved a LoRA adapter applied on the fly 2.4e-3 in
+ * log-probability from its model merged in float32, beyond the 2e-3 the
+ * tests hold it to; one product of rounded values would be 2^-9 off.
+
  * Blocking: tokens a chunk of AMX_TOKENS at a time; within it the rows in
  * super-blocks of AMX_SB_ROWS whose sums stay in the thread's buffer
  * while the columns pass AMX_KC at a time, so that the chunk's tokens for
@@ -123,6 +126,21 @@ tiles_configure(const uint8_t rows[8], const uint16_t colsb[8])
 	__asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
+/* 32 bfloat16 (h, as _mm512_cvtne2ps_pbh packs them) back to float:
+ * elements 0-15 and 16-31, widened and shifted */
+AMX static inline __attribute__((always_inline)) __m512
+bf16_low_half(__m512bh h)
+{
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256((__m512i)h)), 16));
+}
+
+AMX static inline __attribute__((always_inline)) __m512
+bf16_high_half(__m512bh h)
+{
+	return _mm512_castsi512_ps(
+		_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64((__m512i)h, 1)), 16));
+}
+
 /* 32 floats, a (elements 0-15) and b (16-31), rounded to bfloat16 in
  * order (h; as 32-bit lanes the pairs (2i, 2i + 1)), and what rounding
  * left of each rounded again (l, the same order). */
@@ -130,30 +148,36 @@ AMX static inline __attribute__((always_inline)) void
 bf16_split(__m512 a, __m512 b, __m512bh *h, __m512bh *l)
 {
 	*h = _mm512_cvtne2ps_pbh(b, a);
-	/* back to float: 16 bfloat16 a half, widened and shifted */
-	__m512 ha =
-		_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256((__m512i)*h)), 16));
-	__m512 hb = _mm512_castsi512_ps(
-		_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64((__m512i)*h, 1)), 16));
-	*l = _mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha));
+	*l = _mm512_cvtne2ps_pbh(_mm512_sub_ps(b, bf16_high_half(*h)), _mm512_sub_ps(a, bf16_low_half(*h)));
 }
 
-/* The remainders of pack_bf16_tile's rounding, in its layout: pair kp of
+/* What pack_bf16_tile's rounding left of each value, rounded (lo), and
+ * what that left, rounded again (lo2), both in its layout: pair kp of
  * token j at lo[kp * 16 + j], zeros past nt; cols a multiple of 32. */
 AMX void
-amx_pack_lo(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo)
+amx_pack_lo(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo, uint32_t *lo2)
 {
-	uint32_t pl[16];
+	uint32_t pl[16], pl2[16];
 
 	for (int j = 0; j < GEMM_BF16_TOKENS; j++) {
 		const float *xr = x + (size_t)j * ldx;
 		for (size_t k = 0; k < cols; k += 32) {
-			__m512bh h, l = (__m512bh)_mm512_setzero_si512();
-			if (j < nt)
-				bf16_split(_mm512_loadu_ps(xr + k), _mm512_loadu_ps(xr + k + 16), &h, &l);
+			__m512bh h, l = (__m512bh)_mm512_setzero_si512(), l2 = l;
+			if (j < nt) {
+				__m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xr + k + 16);
+				bf16_split(a, b, &h, &l);
+				/* x - hi - lo is exact in float: both steps take
+				 * off a rounding of what is left */
+				__m512 ra = _mm512_sub_ps(_mm512_sub_ps(a, bf16_low_half(h)), bf16_low_half(l));
+				__m512 rb = _mm512_sub_ps(_mm512_sub_ps(b, bf16_high_half(h)), bf16_high_half(l));
+				l2 = _mm512_cvtne2ps_pbh(rb, ra);
+			}
 			_mm512_storeu_si512(pl, (__m512i)l);
-			for (int i = 0; i < 16; i++)
+			_mm512_storeu_si512(pl2, (__m512i)l2);
+			for (int i = 0; i < 16; i++) {
 				lo[(k / 2 + (size_t)i) * GEMM_BF16_TOKENS + (size_t)j] = pl[i];
+				lo2[(k / 2 + (size_t)i) * GEMM_BF16_TOKENS + (size_t)j] = pl2[i];
+			}
 		}
 	}
 }
@@ -205,8 +229,9 @@ prefetch_step(struct prefetch *pf)
 }
 
 /* Rows 0-15 and 16-31 of a weight block (a0, a1, sa bytes a row; NULL:
- * tiles 4-5 still hold them) times one or two token tiles (x0, x1) into
- * the sums, tiles 0 and 2 for x0, 1 and 3 for x1. */
+ * tiles 4-5 still hold them) times one or two token tiles (x0, x1; NULL:
+ * tiles 6-7 still hold them) into the sums, tiles 0 and 2 for x0, 1 and
+ * 3 for x1. */
 AMX static inline __attribute__((always_inline)) void
 tile_products(const uint16_t *a0, const uint16_t *a1, size_t sa, const uint32_t *x0, const uint32_t *x1, int two)
 {
@@ -214,9 +239,11 @@ tile_products(const uint16_t *a0, const uint16_t *a1, size_t sa, const uint32_t 
 		_tile_loadd(4, a0, sa);
 		_tile_loadd(5, a1, sa);
 	}
-	_tile_loadd(6, x0, 64);
-	if (two)
-		_tile_loadd(7, x1, 64);
+	if (x0 != NULL) {
+		_tile_loadd(6, x0, 64);
+		if (two)
+			_tile_loadd(7, x1, 64);
+	}
 	_tile_dpbf16ps(0, 4, 6);
 	_tile_dpbf16ps(2, 5, 6);
 	if (two) {
@@ -229,11 +256,11 @@ tile_products(const uint16_t *a0, const uint16_t *a1, size_t sa, const uint32_t 
  * 16-token groups over kc columns: the sums in acc (rows lda floats
  * apart), zeroed first when zero; tiles 0 and 2 the first group's, 1 and
  * 3 the second's.  wh/wl: the rows' bfloat16 (wl NULL for BF16 weights),
- * ldw values apart; xh/xl: the groups' tiles at the block's first column,
- * group_stride uint32 apart (xl NULL but for F16). */
+ * ldw values apart; x: the groups' hi, lo and lo2 tiles at the block's
+ * first column, group_stride uint32 apart (lo and lo2 NULL but for F16). */
 AMX static inline __attribute__((always_inline)) void
-block(const uint16_t *wh, const uint16_t *wl, size_t ldw, const uint32_t *xh, const uint32_t *xl, size_t group_stride,
-      size_t kc, float *acc, size_t lda, int zero, int two, struct prefetch *pf)
+block(const uint16_t *wh, const uint16_t *wl, size_t ldw, const uint32_t *const x[3], size_t group_stride, size_t kc,
+      float *acc, size_t lda, int zero, int two, struct prefetch *pf)
 {
 	size_t sa = ldw * sizeof(uint16_t), sc = lda * sizeof(float);
 
@@ -253,15 +280,21 @@ block(const uint16_t *wh, const uint16_t *wl, size_t ldw, const uint32_t *xh, co
 		}
 	}
 	for (size_t k = 0; k < kc; k += 32) {
-		const uint32_t *b0 = xh + k / 2 * GEMM_BF16_TOKENS, *b1 = b0 + group_stride;
+		const uint32_t *h0 = x[0] + k / 2 * GEMM_BF16_TOKENS;
 		prefetch_step(pf);
-		tile_products(wh + k, wh + 16 * ldw + k, sa, b0, b1, two);
-		if (wl == NULL)
+		if (wl == NULL) {
+			tile_products(wh + k, wh + 16 * ldw + k, sa, h0, h0 + group_stride, two);
 			continue;
-		/* F16: wh * xl (the weight tiles still hold wh), then wl * xh */
-		const uint32_t *l0 = xl + k / 2 * GEMM_BF16_TOKENS;
+		}
+		/* F16, the small products first: wh * xl2, wh * xl, wh * xh
+		 * (the weight tiles loaded once), then wl * xh (the token
+		 * tiles still loaded) and wl * xl */
+		const uint32_t *l0 = x[1] + k / 2 * GEMM_BF16_TOKENS, *m0 = x[2] + k / 2 * GEMM_BF16_TOKENS;
+		tile_products(wh + k, wh + 16 * ldw + k, sa, m0, m0 + group_stride, two);
 		tile_products(NULL, NULL, sa, l0, l0 + group_stride, two);
-		tile_products(wl + k, wl + 16 * ldw + k, sa, b0, b1, two);
+		tile_products(NULL, NULL, sa, h0, h0 + group_stride, two);
+		tile_products(wl + k, wl + 16 * ldw + k, sa, NULL, NULL, two);
+		tile_products(NULL, NULL, sa, l0, l0 + group_stride, two);
 	}
 	_tile_stored(0, acc, sc);
 	_tile_stored(2, acc + 16 * lda, sc);
@@ -320,8 +353,8 @@ next_block(const uint16_t *w, size_t ldw, int nrows, size_t cols, int s0, int ns
 }
 
 AMX void
-amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl, int ntokens,
-	 size_t cols, float *y, size_t ldy, void *scratch)
+amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *const x[3], int ntokens, size_t cols,
+	 float *y, size_t ldy, void *scratch)
 {
 	size_t group = cols / 2 * GEMM_BF16_TOKENS; /* uint32 a token group */
 	float *acc = scratch;                       /* AMX_SB_ROWS x AMX_TOKENS */
@@ -338,8 +371,7 @@ amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, 
 		int nt = ntokens - t0 < AMX_TOKENS ? ntokens - t0 : AMX_TOKENS;
 		int ng = (nt + GEMM_BF16_TOKENS - 1) / GEMM_BF16_TOKENS;
 		size_t lda = (size_t)ng * GEMM_BF16_TOKENS;
-		const uint32_t *gh = xh + (size_t)(t0 / GEMM_BF16_TOKENS) * group;
-		const uint32_t *gl = xl != NULL ? xl + (size_t)(t0 / GEMM_BF16_TOKENS) * group : NULL;
+		size_t at = (size_t)(t0 / GEMM_BF16_TOKENS) * group;
 		for (int s0 = 0; s0 < nrows; s0 += AMX_SB_ROWS) {
 			int ns = nrows - s0 < AMX_SB_ROWS ? nrows - s0 : AMX_SB_ROWS;
 			for (size_t k0 = 0; k0 < cols; k0 += AMX_KC) {
@@ -355,16 +387,15 @@ amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, 
 					}
 					float *a = acc + (size_t)rb * lda;
 					for (int g = 0; g < ng; g += 2) {
-						const uint32_t *bh = gh + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS;
-						const uint32_t *bl =
-							gl != NULL ? gl + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS
-								   : NULL;
+						size_t o = at + (size_t)g * group + k0 / 2 * GEMM_BF16_TOKENS;
+						const uint32_t *const b[3] = { x[0] + o, f16 ? x[1] + o : NULL,
+									       f16 ? x[2] + o : NULL };
 						if (g + 2 <= ng)
-							block(wh, al, AMX_LDA, bh, bl, group, kc,
-							      a + g * GEMM_BF16_TOKENS, lda, k0 == 0, 1, &pf);
+							block(wh, al, AMX_LDA, b, group, kc, a + g * GEMM_BF16_TOKENS,
+							      lda, k0 == 0, 1, &pf);
 						else /* a chunk's odd last group */
-							block(wh, al, AMX_LDA, bh, bl, group, kc,
-							      a + g * GEMM_BF16_TOKENS, lda, k0 == 0, 0, &pf);
+							block(wh, al, AMX_LDA, b, group, kc, a + g * GEMM_BF16_TOKENS,
+							      lda, k0 == 0, 0, &pf);
 					}
 				}
 			}

@@ -671,11 +671,11 @@ cpu_reserve(struct compute *c, struct compute_shape *s, size_t *kv_bytes)
 	for (int i = 0; i < nth && im->k->amx_gemm != NULL; i++)
 		if (im->ts[i].amx == NULL && (im->ts[i].amx = malloc(AMX_SCRATCH_BYTES)) == NULL)
 			return PRIVAI_ENOMEM;
-	/* AMX keeps two such tiles a group for F16 (the values and their
+	/* AMX keeps three such tiles a group for F16 (the values and two
 	 * remainders) */
 	if (im->k->gemm_bf16 != NULL &&
 	    cpu_ensure((void **)&im->xbf, &im->xbf_len,
-		       (im->k->amx_gemm != NULL ? 2 : 1) * (size_t)(max_tokens / GEMM_BF16_TOKENS + 1) *
+		       (im->k->amx_gemm != NULL ? 3 : 1) * (size_t)(max_tokens / GEMM_BF16_TOKENS + 1) *
 			       GEMM_BF16_TOKENS * (size_t)(max_cols / 2 + 1) * sizeof(uint32_t)) < 0)
 		return PRIVAI_ENOMEM;
 	return cpu_reserve_kv(im, s);

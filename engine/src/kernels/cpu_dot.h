@@ -309,15 +309,17 @@ struct cpu_kernels {
 	double bf16_speedup;
 	/* F16 and BF16 prompts on AMX tiles (cpu_amx.c), NULL where the CPU
 	 * or its kernel has none.  pack_lo: what pack_bf16_tile's rounding
-	 * left of each value, rounded again, in its layout (F16's second
-	 * token tiles; cols a multiple of 32).  gemm: y[t * ldy + r] = row r . token t for
-	 * nrows (a multiple of AMX_ROW_BLOCK) F16 (f16 1: each weight split
-	 * into two bfloat16, three products) or BF16 rows ldw values apart,
-	 * ntokens tokens packed 16 a group (xh, and xl for F16), cols a
-	 * multiple of 32; scratch: AMX_SCRATCH_BYTES, the thread's own */
-	void (*amx_pack_lo)(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo);
-	void (*amx_gemm)(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl,
-			 int ntokens, size_t cols, float *y, size_t ldy, void *scratch);
+	 * left of each value, rounded again (lo), and what that left (lo2),
+	 * in its layout (F16's second and third token tiles; cols a multiple
+	 * of 32).  gemm: y[t * ldy + r] = row r . token t for nrows (a
+	 * multiple of AMX_ROW_BLOCK) F16 (f16 1: each weight split into two
+	 * bfloat16, five products) or BF16 rows ldw values apart, ntokens
+	 * tokens packed 16 a group (x[0] hi, and x[1] lo and x[2] lo2 for
+	 * F16), cols a multiple of 32; scratch: AMX_SCRATCH_BYTES, the
+	 * thread's own */
+	void (*amx_pack_lo)(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo, uint32_t *lo2);
+	void (*amx_gemm)(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *const x[3], int ntokens,
+			 size_t cols, float *y, size_t ldy, void *scratch);
 	/* The int8 GEMM on AMX tiles (cpu_amx.c), gemm_q8_0's bits; NULL
 	 * where there are none.  stage_x8 (stage_q4x8): 16 rows from two
 	 * Q8_0 (Q4_0) 8-row groups (g1 NULL: 8 rows); stage_rows: nr (<= 16) rows of Q8_0
@@ -334,8 +336,7 @@ struct cpu_kernels {
 				  const float *wmin, struct amx_q8_wblock *s);
 	void (*gemm_q8_amx)(const struct amx_q8_wblock *w, size_t nb, int has_min, const struct amx_q8_xblock *x,
 			    int ntokens, float *y, size_t ldy, int nr);
-	/* F16 prompts take amx_gemm too (PRIVAI_AMX_F16=1; cpu_dot.c says
-	 * why not by default) */
+	/* F16 prompts take amx_gemm too (unless PRIVAI_AMX_F16=0) */
 	int amx_f16;
 	/* widened Q6_K rows, two scales a block (wd: 2 * nb a row) */
 	void (*amx_q6_stage_rows)(const uint8_t *rows, size_t row_bytes, int nr, size_t nb, const float *wd,
@@ -452,6 +453,9 @@ struct cpu_kernels {
 #define AMX_SB_ROWS 256  /* rows whose sums stay in the thread's buffer while the columns pass */
 #define AMX_TOKENS 128   /* tokens a pass over the weights */
 #define AMX_KC 1024      /* columns a pass */
+/* F16 prompts take the tiles from this many tokens (pp8 30 tok/s against
+ * the float GEMM's 37, pp16 57-59 against 56, pp32 94-98 against 81) */
+#define AMX_F16_TOKENS 16
 /* Rows of a block as the tiles read them: AMX_LDA values apart, not the
  * model's 2^k columns, whose 16 rows a tile reads would all fall in one
  * set of L1 (4 KB apart) and evict each other. */
@@ -765,9 +769,9 @@ void dot4_bf16_bf16_avx512(const uint16_t *w, size_t ldw, const uint16_t *x, siz
 double bf16_dot_speedup_avx512(void);
 double vnni512_speedup_avx512(void);
 /* cpu_amx.c (callable only where cpu_amx_usable()) */
-void amx_pack_lo(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo);
-void amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *xh, const uint32_t *xl, int ntokens,
-	      size_t cols, float *y, size_t ldy, void *scratch);
+void amx_pack_lo(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo, uint32_t *lo2);
+void amx_gemm(int f16, const uint16_t *w, size_t ldw, int nrows, const uint32_t *const x[3], int ntokens, size_t cols,
+	      float *y, size_t ldy, void *scratch);
 void amx_q8_stage_x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
 void amx_q8_stage_q4x8(const uint8_t *g0, const uint8_t *g1, size_t nb, struct amx_q8_wblock *s);
 void amx_q8_stage_kx8(const uint8_t *g0, const uint8_t *g1, size_t nsb, int five, struct amx_q8_wblock *s);

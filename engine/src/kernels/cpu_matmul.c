@@ -455,7 +455,7 @@ mm_rows_bf16(struct mm_job *j, int64_t r0, int64_t r1)
 
 /* The AMX GEMM's activations: pack_bf16_tile's 16-token tiles (hi), and
  * for F16 weights their remainders (lo) after the hi tiles of every
- * group. */
+ * group, and what those left (lo2) after the lo tiles. */
 static void
 mm_pack_amx(void *arg, int ith, int nth)
 {
@@ -471,7 +471,8 @@ mm_pack_amx(void *arg, int ith, int nth)
 									     : GEMM_BF16_TOKENS;
 		j->im->k->pack_bf16_tile(xg, (size_t)cols, nt, (size_t)cols, j->im->xbf + (size_t)g * group);
 		if (xl != NULL)
-			j->im->k->amx_pack_lo(xg, (size_t)cols, nt, (size_t)cols, xl + (size_t)g * group);
+			j->im->k->amx_pack_lo(xg, (size_t)cols, nt, (size_t)cols, xl + (size_t)g * group,
+					      xl + (size_t)(groups + g) * group);
 	}
 }
 
@@ -483,10 +484,12 @@ mm_rows_amx(struct mm_job *j, int64_t r0, int64_t r1)
 	size_t group = (size_t)(w->cols / 2) * GEMM_BF16_TOKENS;
 	int f16 = w->type == TT_F16;
 
+	const uint32_t *const x[3] = { j->im->xbf, f16 ? j->im->xbf + groups * group : NULL,
+				       f16 ? j->im->xbf + 2 * groups * group : NULL };
+
 	if (r1 > r0)
-		j->im->k->amx_gemm(f16, (const uint16_t *)w->data + r0 * (int64_t)ldw, ldw, (int)(r1 - r0), j->im->xbf,
-				   f16 ? j->im->xbf + groups * group : NULL, j->n, (size_t)w->cols, j->y + r0,
-				   (size_t)w->rows, j->im->ts[threadpool_self()].amx);
+		j->im->k->amx_gemm(f16, (const uint16_t *)w->data + r0 * (int64_t)ldw, ldw, (int)(r1 - r0), x, j->n,
+				   (size_t)w->cols, j->y + r0, (size_t)w->rows, j->im->ts[threadpool_self()].amx);
 }
 
 /* Weights the AMX GEMM takes whole: 32-row blocks of 32-column steps. */
@@ -664,9 +667,11 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 		    (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !has_bf16);
 	/* AMX tiles wherever the packed float GEMM would run (packed_f32: one
 	 * path for every prompt), ahead of everything else: BF16 pp128 2.7
-	 * times the float GEMM's (docs/performance.md).  mm_prepare() falls
-	 * back where a weight's shape does not fit the tiles. */
-	p->amx = (type == TT_BF16 || (type == TT_F16 && k->amx_f16)) && k->amx_gemm != NULL && n > 2;
+	 * times the float GEMM's (docs/performance.md).  F16's five products
+	 * a block only from AMX_F16_TOKENS: fewer tokens are faster on the
+	 * float GEMM.  mm_prepare() falls back where a weight's shape does
+	 * not fit the tiles. */
+	p->amx = (type == TT_BF16 ? n > 2 : type == TT_F16 && k->amx_f16 && n >= AMX_F16_TOKENS) && k->amx_gemm != NULL;
 	/* Q2_K, Q3_K and IQ4_XS have only the Q8_K dots (and Q3_K and IQ4_XS
 	 * the GEMM) */
 	int q8k_dot = (type == TT_Q2_K && k->dot_q2_k_q8k != NULL) || (type == TT_Q3_K && k->dot_q3_k_q8k != NULL) ||
@@ -1612,8 +1617,9 @@ cpu_matmul_path(const struct cpu_kernels *k, uint32_t type, int n_tokens)
 		  (type == TT_Q3_K && k->gemm_q3_kx8 != NULL) || (type == TT_Q2_K && k->gemm_q2_kx8 != NULL);
 	mm_plan(k, type, type == TT_Q8_0 && !q8x8, q8x8 || q4x8 || kx8, n_tokens, &p);
 	if (p.amx && !(p.onednn && cpu_onednn_forced()))
-		return type == TT_F16 ? "AMX bfloat16 tiles, weights and tokens split in two (three products)"
-				      : "AMX bfloat16 tiles, activations rounded to bfloat16";
+		return type == TT_F16
+			       ? "AMX bfloat16 tiles, weights split in two bfloat16, tokens in three (five products)"
+			       : "AMX bfloat16 tiles, activations rounded to bfloat16";
 	if (p.onednn) {
 		snprintf(onednn_path, sizeof(onednn_path), "oneDNN bfloat16 matmul (%s)", cpu_onednn_bf16());
 		return onednn_path;
