@@ -24,7 +24,7 @@
  * off and moved a LoRA adapter applied on the fly 2.4e-3 in
  * log-probability from its model merged in float32, beyond the 2e-3 the
  * tests hold it to; one product of rounded values would be 2^-9 off.
-
+ *
  * Blocking: tokens a chunk of AMX_TOKENS at a time; within it the rows in
  * super-blocks of AMX_SB_ROWS whose sums stay in the thread's buffer
  * while the columns pass AMX_KC at a time, so that the chunk's tokens for
