@@ -1373,7 +1373,9 @@ def test_stream_interval():
     if not custom_slices():
         print("SKIP: this kernel takes no thread's own slice (Linux 6.12 on): the connection's not checked")
     else:
-        check(slices == [100000], "a connection thread asks for a 100 us slice: %s" % slices)
+        # the stream's connection thread may still be ending (seen twice in
+        # the sanitizer build): every connection thread there must ask
+        check(slices and set(slices) == {100000}, "a connection thread asks for a 100 us slice: %s" % slices)
     check(s.stop() == 0, "exit 0 after SIGTERM")
     # a client gone while its stream waits out a 1 s interval: no write
     # fails to tell, so the thread's look at the socket between writes

@@ -453,9 +453,6 @@ struct cpu_kernels {
 #define AMX_SB_ROWS 256  /* rows whose sums stay in the thread's buffer while the columns pass */
 #define AMX_TOKENS 128   /* tokens a pass over the weights */
 #define AMX_KC 1024      /* columns a pass */
-/* F16 prompts take the tiles from this many tokens (pp8 30 tok/s against
- * the float GEMM's 37, pp16 57-59 against 56, pp32 94-98 against 81) */
-#define AMX_F16_TOKENS 16
 /* Rows of a block as the tiles read them: AMX_LDA values apart, not the
  * model's 2^k columns, whose 16 rows a tile reads would all fall in one
  * set of L1 (4 KB apart) and evict each other. */

@@ -667,11 +667,13 @@ mm_plan(const struct cpu_kernels *k, uint32_t type, int has_bsum, int x8, int n,
 		    (dn = cpu_onednn_bf16()) != NULL && (cpu_onednn_forced() || !has_bf16);
 	/* AMX tiles wherever the packed float GEMM would run (packed_f32: one
 	 * path for every prompt), ahead of everything else: BF16 pp128 2.7
-	 * times the float GEMM's (docs/performance.md).  F16's five products
-	 * a block only from AMX_F16_TOKENS: fewer tokens are faster on the
-	 * float GEMM.  mm_prepare() falls back where a weight's shape does
-	 * not fit the tiles. */
-	p->amx = (type == TT_BF16 ? n > 2 : type == TT_F16 && k->amx_f16 && n >= AMX_F16_TOKENS) && k->amx_gemm != NULL;
+	 * times the float GEMM's (docs/performance.md).  F16 too from 3
+	 * tokens, though 3 to 15 run faster on the float GEMM (pp8 37 tok/s
+	 * against 30): one path for every prompt keeps a token's outputs the
+	 * same bits whatever the batch around it (a prompt cut by the prefix
+	 * cache, an embedding alone or in a batch).  mm_prepare() falls back
+	 * where a weight's shape does not fit the tiles. */
+	p->amx = (type == TT_BF16 || (type == TT_F16 && k->amx_f16)) && k->amx_gemm != NULL && n > 2;
 	/* Q2_K, Q3_K and IQ4_XS have only the Q8_K dots (and Q3_K and IQ4_XS
 	 * the GEMM) */
 	int q8k_dot = (type == TT_Q2_K && k->dot_q2_k_q8k != NULL) || (type == TT_Q3_K && k->dot_q3_k_q8k != NULL) ||
