@@ -164,13 +164,15 @@ amx_pack_lo(const float *x, size_t ldx, int nt, size_t cols, uint32_t *lo, uint3
 		for (size_t k = 0; k < cols; k += 32) {
 			__m512bh h, l = (__m512bh)_mm512_setzero_si512(), l2 = l;
 			if (j < nt) {
+				/* each remainder is exact in float: it takes off a
+				 * rounding of what was left */
 				__m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xr + k + 16);
-				bf16_split(a, b, &h, &l);
-				/* x - hi - lo is exact in float: both steps take
-				 * off a rounding of what is left */
-				__m512 ra = _mm512_sub_ps(_mm512_sub_ps(a, bf16_low_half(h)), bf16_low_half(l));
-				__m512 rb = _mm512_sub_ps(_mm512_sub_ps(b, bf16_high_half(h)), bf16_high_half(l));
-				l2 = _mm512_cvtne2ps_pbh(rb, ra);
+				h = _mm512_cvtne2ps_pbh(b, a);
+				a = _mm512_sub_ps(a, bf16_low_half(h));
+				b = _mm512_sub_ps(b, bf16_high_half(h));
+				l = _mm512_cvtne2ps_pbh(b, a);
+				l2 = _mm512_cvtne2ps_pbh(_mm512_sub_ps(b, bf16_high_half(l)),
+							 _mm512_sub_ps(a, bf16_low_half(l)));
 			}
 			_mm512_storeu_si512(pl, (__m512i)l);
 			_mm512_storeu_si512(pl2, (__m512i)l2);
