@@ -233,8 +233,9 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 					_mm256_cvtepi32_ps(msum), (mins));                                             \
 	} while (0)
 
-/* A super-block's start in the one-token kernels: the prefetch (sparse > 0
- * sparse, 0 GROUP_PREFETCH's, < 0 every line), the 8 rows' scales and
+/* A super-block's start in the one-token kernels: the prefetch (sparse 1
+ * sparse, 0 GROUP_PREFETCH's, < 0 every line, 2 none here: the kernel
+ * asks part by part, PART_PREFETCH), the 8 rows' scales and
  * mins, and the token's sum of each 32-value sub-block (Q8_K keeps them
  * 16 values at a time). */
 #define KX8_GEMV_BLOCK_START(grp, x, i, FIVE, sparse, six, low, top, sc, mn, xs)                                       \
@@ -243,7 +244,7 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 			DENSE_PREFETCH(grp, KX8_BLOCK(FIVE));                                                          \
 		else if (!(sparse))                                                                                    \
 			GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), 1);                                                       \
-		else                                                                                                   \
+		else if ((sparse) == 1)                                                                                \
 			SPARSE_PREFETCH(grp, i, KX8_BLOCK(FIVE));                                                      \
 		KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                           \
 		for (int j_ = 0; j_ < 8; j_++)                                                                         \
@@ -322,11 +323,12 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
  * once a part.  Half the instructions of the 256-bit kernel a byte; the
  * integer sums are exact and the float steps that kernel's, so the
  * results are its bits.  Where 512-bit vectors run whole
- * (cpu_pairs_speedup, as the pair kernels).  Q5_K's asks for every line
- * of a block ahead, whatever cpu_stream_prefetch says, as Q6_K's does
- * (gemv_q6_kx8_wide_avx512): on a Zen 5 at 73-82 GB/s Q5_K_M took 3 %
- * more with it, while Q4_K's lost (Q4_K_M 70-81 tok/s against 90-96)
- * and keeps the sparse line. */
+ * (cpu_pairs_speedup, as the pair kernels).  Where cpu_stream_prefetch
+ * is on (the Xeons), both ask for a part's lines as they reach it
+ * (PART_PREFETCH).  Elsewhere Q5_K's asks for every line of a block
+ * ahead, as Q6_K's does (gemv_q6_kx8_wide_avx512): on a Zen 5 at 73-82
+ * GB/s Q5_K_M took 3 % more with it, while Q4_K's lost (Q4_K_M 70-81
+ * tok/s against 90-96) and keeps the sparse line. */
 #define X8_TWO_CHUNKS_X(xq, sel)                                                                                       \
 	_mm512_permutexvar_epi32(sel, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(xq))))
 #define DEFINE_GEMV_KX8_512(NAME, FIVE)                                                                                \
@@ -348,6 +350,8 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 			{                                                                                              \
 				const uint8_t *c = grp + GROUP_QS(FIVE) + 256 * p;                                     \
 				const int8_t *xq = x->q + 64 * p;                                                      \
+				if (sparse == 2)                                                                       \
+					PART_PREFETCH(grp, KX8_BLOCK(FIVE), p, 4);                                     \
 				__m512i a2 = _mm512_setzero_si512(), b2 = a2;                                          \
 				_Pragma("GCC unroll 4") for (int s = 0; s < 8; s += 2)                                 \
 				{                                                                                      \
@@ -374,10 +378,10 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 	}                                                                                                              \
 	AVX512 static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
 	{                                                                                                              \
-		if (FIVE) /* every line, whatever is asked: one copy */                                                \
+		if (STREAM_PREFETCH_WANTED(1)) /* part by part into L2 */                                              \
+			NAME##_pf(grp, x, nsb, y, 2);                                                                  \
+		else if (FIVE) /* every line, whatever is asked: one copy */                                           \
 			NAME##_pf(grp, x, nsb, y, -1);                                                                 \
-		else if (STREAM_PREFETCH_WANTED(1))                                                                    \
-			NAME##_pf(grp, x, nsb, y, 0);                                                                  \
 		else                                                                                                   \
 			NAME##_pf(grp, x, nsb, y, 1);                                                                  \
 	}

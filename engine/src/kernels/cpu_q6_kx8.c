@@ -249,10 +249,13 @@ DEFINE_GEMM_Q6X8(gemm_q6_kx8_avx512, AVX512, U8I8_ACC_VNNI, Q6X8_VALUE_AVX512, Q
  * 256-bit kernel took 50.  The halves are added once a super-block; the
  * integer sums are exact and the float steps the 256-bit kernel's, so the
  * results are its bits.  Where 512-bit vectors run whole
- * (set_pair_kernels, cpu_dot.c).
+ * (set_pair_kernels, cpu_dot.c).  parts (a constant once inlined): the
+ * lines of each pair of sub-blocks asked for as the kernel reaches them
+ * (PART_PREFETCH, where cpu_stream_prefetch is on), else every line of
+ * a block at its start.
  */
-AVX512 static void
-gemv_q6_kx8_wide_avx512(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)
+AVX512 static inline __attribute__((always_inline)) void
+gemv_q6_kx8_wide_pf(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y, int parts)
 {
 	const __m512i sel[4] = {
 		_mm512_set_epi32(4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0),
@@ -266,13 +269,17 @@ gemv_q6_kx8_wide_avx512(const uint8_t *grp, const struct block_q8k *x, size_t ns
 	__m256 acc = _mm256_setzero_ps();
 
 	for (size_t i = 0; i < nsb; i++, grp += Q6X8_BLOCK, x++) {
-		/* every line, whatever cpu_stream_prefetch says: on a Zen 5 at
-		 * 73-82 GB/s, 68.6-72.5 tok/s against 58.2-59.3 with
-		 * GROUP_PREFETCH's one line (docs/performance.md) */
-		DENSE_PREFETCH(grp, Q6X8_BLOCK);
+		/* elsewhere every line at the block's start, though
+		 * cpu_stream_prefetch is off: on a Zen 5 at 73-82 GB/s,
+		 * 68.6-72.5 tok/s against 58.2-59.3 with GROUP_PREFETCH's
+		 * one line (docs/performance.md) */
+		if (!parts)
+			DENSE_PREFETCH(grp, Q6X8_BLOCK);
 		__m512i isum = _mm512_setzero_si512();
 #pragma GCC unroll 8
 		for (int j = 0; j < 16; j += 2) {
+			if (parts)
+				PART_PREFETCH(grp, Q6X8_BLOCK, j / 2, 8);
 			const uint8_t *w = grp + Q6X8_WORD(j, 0);
 			__m512i p0 = _mm512_loadu_si512(w);
 			__m512i p1 = _mm512_loadu_si512(w + 64);
@@ -295,6 +302,15 @@ gemv_q6_kx8_wide_avx512(const uint8_t *grp, const struct block_q8k *x, size_t ns
 		acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x->d / 4)), _mm256_cvtepi32_ps(sum), acc);
 	}
 	_mm256_storeu_ps(y, acc);
+}
+
+AVX512 static void
+gemv_q6_kx8_wide_avx512(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)
+{
+	if (cpu_stream_prefetch > 0)
+		gemv_q6_kx8_wide_pf(grp, x, nsb, y, 1);
+	else
+		gemv_q6_kx8_wide_pf(grp, x, nsb, y, 0);
 }
 
 /* gemm_q6_kx8_avx512 with one token on the kernel above */

@@ -48,7 +48,8 @@
 #define BCAST8_512(p) _mm512_broadcastq_epi64(_mm_loadu_si64(p))
 
 /* Decode reads each weight once, in one stream a thread: ask for the
- * bytes a block spans STREAM_AHEAD ahead of it, a line per 64 bytes.
+ * bytes a block spans ahead of it, a line per 64 bytes (ONE_TOKEN_AHEAD
+ * for one or two tokens, STREAM_AHEAD for a batch).
  * Where cpu_stream_prefetch says so (cpu_dot.h): on an Emerald Rapids
  * Xeon, whose prefetcher stops at every 4 KB page, generation went from
  * 52-65 % of the memory bound to 78-98 % with it; on Zen 4, with 2 KB,
@@ -69,16 +70,36 @@
  * pushed out; 8 tokens of Q8_0 groups took 63-69 cycles a block against
  * 85-115 (the same Zen 4, three rounds), 4 tokens 47-55 against 49-60. */
 #define BATCH_PREFETCH_TOKENS 3
+/* One or two tokens' stream, where cpu_stream_prefetch asks for it (the
+ * Xeons): 2 KB ahead and into L2.  On an AMX Xeon, one thread over 256
+ * MB of 8-row groups, GB/s against 4 KB ahead into L1: Q4_K 14.4
+ * against 8.6, Q6_K 13.9 against 9.2, Q5_K 12.7 against 9.0, Q8_0 16.0
+ * against 13.8, Q4_0 14.0 against 13.7; Q4_K 2 KB ahead into L1 13.2-13.9,
+ * 4 KB into L2 12.4, 1 KB 13.4.  Decode on 2 threads: Q4_K_M 38.4-39.1
+ * tok/s against 24.4-25.7, Q6_K 27.4-27.8 against 19.4-19.9, Q8_0
+ * 24.5-25.1 against 21.3-21.8 (docs/performance.md).  The kernels with
+ * the most arithmetic a byte had read the least. */
+#define ONE_TOKEN_AHEAD 2048
 #define STREAM_PREFETCH_WANTED(nt) (cpu_stream_prefetch > 0 || ((nt) >= BATCH_PREFETCH_TOKENS && cpu_wide_prefetch > 0))
 #define STREAM_PREFETCH_NT(p, bytes, nt)                                                                               \
 	do {                                                                                                           \
 		if (STREAM_PREFETCH_WANTED(nt))                                                                        \
-			for (int pf_ = 0; pf_ < (bytes); pf_ += 64) {                                                  \
-				if ((nt) >= BATCH_PREFETCH_TOKENS)                                                     \
-					_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T1);             \
-				else                                                                                   \
-					_mm_prefetch((const char *)(p) + STREAM_AHEAD + pf_, _MM_HINT_T0);             \
-			}                                                                                              \
+			for (int pf_ = 0; pf_ < (bytes); pf_ += 64)                                                    \
+				_mm_prefetch((const char *)(p) +                                                       \
+						     ((nt) >= BATCH_PREFETCH_TOKENS ? STREAM_AHEAD                     \
+										    : ONE_TOKEN_AHEAD) +               \
+						     pf_,                                                              \
+					     _MM_HINT_T1);                                                             \
+	} while (0)
+/* Part k of n of a one-token kernel's block of `bytes` at p: the lines
+ * of that part, ONE_TOKEN_AHEAD ahead into L2, asked for as the kernel
+ * reaches it.  The K-quants' blocks are 18-26 lines: all of them at a
+ * block's start read 3-7 % less on the Xeon above (Q4_K 13.2-13.6 GB/s
+ * against 14.3-14.5). */
+#define PART_PREFETCH(p, bytes, k, n)                                                                                  \
+	do {                                                                                                           \
+		for (int pf_ = (k) * (bytes) / (n) & ~63; pf_ < ((k) + 1) * (bytes) / (n); pf_ += 64)                  \
+			_mm_prefetch((const char *)(p) + ONE_TOKEN_AHEAD + pf_, _MM_HINT_T1);                          \
 	} while (0)
 /* every line of a block STREAM_AHEAD ahead, whatever cpu_stream_prefetch says */
 #define DENSE_PREFETCH(p, bytes)                                                                                       \
