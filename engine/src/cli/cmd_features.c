@@ -123,7 +123,7 @@ cmd_features(int argc, char **argv)
 	for (const char *const *t = coll_transports(); *t != NULL; t++)
 		printf("tp/%-4s %s\n", *t, coll_probe(*t, why[0]) == PRIVAI_OK ? "available" : why[0]);
 	printf("cpu decode prefetch: one token, quantized %s; float rows and batches %s\n",
-	       compute_cpu_prefetch() ? "on (weights asked for 4 KB ahead)"
+	       compute_cpu_prefetch() ? "on (weights asked for 2 KB ahead, into L2)"
 				      : "sparse (a line 8 KB ahead every 2 KB or so, the hardware prefetcher between)",
 	       compute_cpu_wide_prefetch() ? "on" : "off");
 	int pairs = compute_cpu_pairs(&speedup);
