@@ -75,10 +75,11 @@
  * MB of 8-row groups, GB/s against 4 KB ahead into L1: Q4_K 14.4
  * against 8.6, Q6_K 13.9 against 9.2, Q5_K 12.7 against 9.0, Q8_0 16.0
  * against 13.8, Q4_0 14.0 against 13.7; Q4_K 2 KB ahead into L1 13.2-13.9,
- * 4 KB into L2 12.4, 1 KB 13.4.  Decode on 2 threads: Q4_K_M 38.4-39.1
+ * 4 KB into L2 12.4, 1 KB 13.4-14.3.  Decode on 2 threads: Q4_K_M 38.4-39.1
  * tok/s against 24.4-25.7, Q6_K 27.4-27.8 against 19.4-19.9, Q8_0
- * 24.5-25.1 against 21.3-21.8 (docs/performance.md).  The kernels with
- * the most arithmetic a byte had read the least. */
+ * 24.5-25.1 against 21.3-21.8 (docs/performance.md).  Why 4 KB into L1
+ * held back the K-quants most is not known: this VM has no hardware
+ * counters. */
 #define ONE_TOKEN_AHEAD 2048
 #define STREAM_PREFETCH_WANTED(nt) (cpu_stream_prefetch > 0 || ((nt) >= BATCH_PREFETCH_TOKENS && cpu_wide_prefetch > 0))
 #define STREAM_PREFETCH_NT(p, bytes, nt)                                                                               \
@@ -94,8 +95,8 @@
 /* Part k of n of a one-token kernel's block of `bytes` at p: the lines
  * of that part, ONE_TOKEN_AHEAD ahead into L2, asked for as the kernel
  * reaches it.  The K-quants' blocks are 18-26 lines: all of them at a
- * block's start read 3-7 % less on the Xeon above (Q4_K 13.2-13.6 GB/s
- * against 14.3-14.5). */
+ * block's start read about 6 % less on the Xeon above (Q4_K 13.2-13.6
+ * GB/s against 14.1-14.5). */
 #define PART_PREFETCH(p, bytes, k, n)                                                                                  \
 	do {                                                                                                           \
 		for (int pf_ = (k) * (bytes) / (n) & ~63; pf_ < ((k) + 1) * (bytes) / (n); pf_ += 64)                  \
