@@ -94,10 +94,19 @@ def test_split(o, bc):
           [(k["rank"], k["node"]) for k in r.json["ranks"]] == [(0, "leader"), (1, "node-b")],
           "split deployment created: rank 0 here, rank 1 on node-b, a rendezvous port", r)
     dep = r.json["id"]
-    d = wait_for(lambda: (lambda j: j if j and j["state"] in ("ready", "failed") and j["ranks"][1]["state"] == "ready"
-                          else None)(dep_of(o, dep)), 120 * SLOW)
+    seen = [None]  # the last state read, for the failure's message
+
+    def split_up():
+        seen[0] = j = dep_of(o, dep)
+        return j if j and j["state"] in ("ready", "failed") and j["ranks"][1]["state"] == "ready" else None
+    d = wait_for(split_up, 120 * SLOW)
     check(d and d["state"] == "ready" and d["ranks"][1]["state"] == "ready" and
-          d["ranks"][1]["reason"] == "follows rank 0", "both ranks up: rank 0 ready, node-b's follower running", d)
+          d["ranks"][1]["reason"] == "follows rank 0", "both ranks up: rank 0 ready, node-b's follower running",
+          d or seen[0])
+    if d is None:  # what each rank's engine said, for whoever reads the failure
+        for rank in (0, 1):
+            r = o.get(f"/api/v1/deployments/{dep}/logs?rank={rank}&lines=40")
+            print(f"   --- rank {rank}'s log ({r.status})\n" + r.body.decode(errors="replace")[-3000:], file=sys.stderr)
     f = follower_of(bc, dep)
     check(f and f["pid"] and f["placement"].get("rank") == 1 and f["placement"].get("tp") == 2 and
           f["placement"].get("dist_init", "").endswith(":%d" % d["placement"]["dist_port"]),
