@@ -233,18 +233,23 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 					_mm256_cvtepi32_ps(msum), (mins));                                             \
 	} while (0)
 
-/* A super-block's start in the one-token kernels: the prefetch (sparse 1
- * sparse, 0 GROUP_PREFETCH's, < 0 every line, 2 none here: the kernel
- * asks part by part, PART_PREFETCH), the 8 rows' scales and
+/* How a one-token kernel asks for its stream, chosen once a call (a
+ * constant in its inlined body): every line of a block at its start
+ * (DENSE_PREFETCH), GROUP_PREFETCH's, SPARSE_PREFETCH's line, or each
+ * part's lines as the kernel reaches it (PART_PREFETCH). */
+enum { KX8_PF_DENSE, KX8_PF_GROUP, KX8_PF_SPARSE, KX8_PF_PARTS };
+
+/* A super-block's start in the one-token kernels: the prefetch pf asks
+ * for there (none for KX8_PF_PARTS), the 8 rows' scales and
  * mins, and the token's sum of each 32-value sub-block (Q8_K keeps them
  * 16 values at a time). */
-#define KX8_GEMV_BLOCK_START(grp, x, i, FIVE, sparse, six, low, top, sc, mn, xs)                                       \
+#define KX8_GEMV_BLOCK_START(grp, x, i, FIVE, pf, six, low, top, sc, mn, xs)                                           \
 	do {                                                                                                           \
-		if ((sparse) < 0)                                                                                      \
+		if ((pf) == KX8_PF_DENSE)                                                                              \
 			DENSE_PREFETCH(grp, KX8_BLOCK(FIVE));                                                          \
-		else if (!(sparse))                                                                                    \
+		else if ((pf) == KX8_PF_GROUP)                                                                         \
 			GROUP_PREFETCH(grp, KX8_BLOCK(FIVE), 1);                                                       \
-		else if ((sparse) == 1)                                                                                \
+		else if ((pf) == KX8_PF_SPARSE)                                                                        \
 			SPARSE_PREFETCH(grp, i, KX8_BLOCK(FIVE));                                                      \
 		KX8_SCALES_MINS(grp, six, low, top, sc, mn);                                                           \
 		for (int j_ = 0; j_ < 8; j_++)                                                                         \
@@ -256,9 +261,9 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 	TARGET static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
 	{                                                                                                              \
 		if (STREAM_PREFETCH_WANTED(1))                                                                         \
-			NAME##_pf(grp, x, nsb, y, 0);                                                                  \
+			NAME##_pf(grp, x, nsb, y, KX8_PF_GROUP);                                                       \
 		else                                                                                                   \
-			NAME##_pf(grp, x, nsb, y, 1);                                                                  \
+			NAME##_pf(grp, x, nsb, y, KX8_PF_SPARSE);                                                      \
 	}
 
 /* One 8-row group times one Q8_K token, for FIVE = 0 (Q4_K) or 1 (Q5_K).
@@ -270,14 +275,14 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 #define DEFINE_GEMV_KX8(NAME, TARGET, U8I8_ACC, FIVE)                                                                  \
 	TARGET static inline                                                                                           \
 		__attribute__((always_inline)) void NAME##_pf(const uint8_t *grp, const struct block_q8k *x,           \
-							      size_t nsb, float *y, int sparse)                        \
+							      size_t nsb, float *y, int pf)                            \
 	{                                                                                                              \
 		const __m256i low = _mm256_set1_epi8(0xf), six = _mm256_set1_epi8(0x3f), top = _mm256_set1_epi8(0x30); \
 		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
 			__m256i sc[2], mn[2];                                                                          \
 			int32_t xs[8];                                                                                 \
-			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, sparse, six, low, top, sc, mn, xs);                      \
+			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, pf, six, low, top, sc, mn, xs);                          \
 			__m256i dot = _mm256_setzero_si256(), msum = dot;                                              \
 			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
 			{                                                                                              \
@@ -334,7 +339,7 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 #define DEFINE_GEMV_KX8_512(NAME, FIVE)                                                                                \
 	AVX512 static inline                                                                                           \
 		__attribute__((always_inline)) void NAME##_pf(const uint8_t *grp, const struct block_q8k *x,           \
-							      size_t nsb, float *y, int sparse)                        \
+							      size_t nsb, float *y, int pf)                            \
 	{                                                                                                              \
 		const __m256i low8 = _mm256_set1_epi8(0xf), six = _mm256_set1_epi8(0x3f),                              \
 			      top = _mm256_set1_epi8(0x30);                                                            \
@@ -344,13 +349,13 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
 			__m256i sc[2], mn[2];                                                                          \
 			int32_t xs[8];                                                                                 \
-			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, sparse, six, low8, top, sc, mn, xs);                     \
+			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, pf, six, low8, top, sc, mn, xs);                         \
 			__m256i dot = _mm256_setzero_si256(), msum = dot;                                              \
 			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
 			{                                                                                              \
 				const uint8_t *c = grp + GROUP_QS(FIVE) + 256 * p;                                     \
 				const int8_t *xq = x->q + 64 * p;                                                      \
-				if (sparse == 2)                                                                       \
+				if (pf == KX8_PF_PARTS)                                                                \
 					PART_PREFETCH(grp, KX8_BLOCK(FIVE), p, 4);                                     \
 				__m512i a2 = _mm512_setzero_si512(), b2 = a2;                                          \
 				_Pragma("GCC unroll 4") for (int s = 0; s < 8; s += 2)                                 \
@@ -379,11 +384,11 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 	AVX512 static void NAME(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)                   \
 	{                                                                                                              \
 		if (STREAM_PREFETCH_WANTED(1)) /* part by part into L2 */                                              \
-			NAME##_pf(grp, x, nsb, y, 2);                                                                  \
+			NAME##_pf(grp, x, nsb, y, KX8_PF_PARTS);                                                       \
 		else if (FIVE) /* every line, whatever is asked: one copy */                                           \
-			NAME##_pf(grp, x, nsb, y, -1);                                                                 \
+			NAME##_pf(grp, x, nsb, y, KX8_PF_DENSE);                                                       \
 		else                                                                                                   \
-			NAME##_pf(grp, x, nsb, y, 1);                                                                  \
+			NAME##_pf(grp, x, nsb, y, KX8_PF_SPARSE);                                                      \
 	}
 
 DEFINE_GEMV_KX8_512(gemv_q4_kx8_wide_avx512, 0)

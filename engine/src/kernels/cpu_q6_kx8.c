@@ -307,7 +307,7 @@ gemv_q6_kx8_wide_pf(const uint8_t *grp, const struct block_q8k *x, size_t nsb, f
 AVX512 static void
 gemv_q6_kx8_wide_avx512(const uint8_t *grp, const struct block_q8k *x, size_t nsb, float *y)
 {
-	if (cpu_stream_prefetch > 0)
+	if (STREAM_PREFETCH_WANTED(1))
 		gemv_q6_kx8_wide_pf(grp, x, nsb, y, 1);
 	else
 		gemv_q6_kx8_wide_pf(grp, x, nsb, y, 0);
