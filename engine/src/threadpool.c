@@ -26,7 +26,7 @@
  *          sleep until the last part's thread signals.
  * worker:  wait for a new generation in state (spin briefly, then sleep),
  *          take parts until none is left in any run, done++ after each.
- * Spins are short (tens of microseconds): long enough to bridge the gap
+ * Spins are short (SPIN_NS, 100 us): long enough to bridge the gaps
  * between the back-to-back jobs of a decode step, short enough that a
  * thread waiting on a descheduled peer gives its CPU back to that peer.
  *
@@ -44,13 +44,24 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "privai/status.h"
 #include "privai/threadpool.h"
 #include "threadpool_adapt.h"
 
-#define SPIN_ITERS 2000 /* pause instructions: about 20-100 us */
+/* How long a waiting thread spins before it sleeps, in time: a pause
+ * instruction takes 11 ns on the AMX Xeon and less on many other CPUs,
+ * so 2000 pauses, what this was, spun 22 us there.  A decode step's
+ * waits outlast that (the other thread's last part, the serial steps
+ * between jobs): Q8_0 decode on the 1B-class model switched threads 27
+ * times a token, 3 with 100 us, and the fixture served 7-10 % faster
+ * (docs/performance.md). */
+#ifndef SPIN_NS
+#define SPIN_NS 100000
+#endif
+#define SPIN_CLOCK_EVERY 32 /* pauses between reads of the clock */
 
 /* A run's counter, alone on its cache line */
 struct run {
@@ -85,6 +96,28 @@ struct threadpool {
 };
 
 static _Thread_local int self_index;
+
+static int64_t
+spin_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* 1 while a spin that has made *spins turns since *since may go on;
+ * both start at 0, and the first turn reads the clock. */
+static int
+spin_on(int *spins, int64_t *since)
+{
+	if ((*spins)++ % SPIN_CLOCK_EVERY != 0)
+		return 1;
+	int64_t now = spin_now_ns();
+	if (*spins == 1)
+		*since = now;
+	return now - *since < SPIN_NS;
+}
 
 static void
 cpu_relax(void)
@@ -186,8 +219,9 @@ worker_main(void *arg)
 	for (;;) {
 		uint32_t g;
 		int spins = 0;
+		int64_t since = 0;
 		while ((g = generation(p)) == seen) {
-			if (++spins < SPIN_ITERS) {
+			if (spin_on(&spins, &since)) {
 				cpu_relax();
 				continue;
 			}
@@ -228,9 +262,11 @@ static void
 wait_done(struct threadpool *p)
 {
 	int parts = atomic_load_explicit(&p->parts, memory_order_relaxed);
+	int spins = 0;
+	int64_t since = 0;
 
-	for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < parts; spins++) {
-		if (spins < SPIN_ITERS) {
+	while (atomic_load_explicit(&p->done, memory_order_acquire) < parts) {
+		if (spin_on(&spins, &since)) {
 			cpu_relax();
 			continue;
 		}

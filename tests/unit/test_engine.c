@@ -626,7 +626,13 @@ test_threadpool(void)
 	for (int i = 0; i < 2000; i++)
 		threadpool_run(p, job, &sum);
 	CHECK(atomic_load(&sum) == 2000 * want, "every part of every job ran once");
+	struct timespec c0, c1;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
 	usleep(300000); /* let workers fall asleep, then wake them */
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+	double idle_cpu = (double)(c1.tv_sec - c0.tv_sec) + (c1.tv_nsec - c0.tv_nsec) * 1e-9;
+	/* two workers spinning through the 0.3 s would use 0.6 s of CPU */
+	CHECK(idle_cpu < 0.1, "an idle pool's workers sleep: %.3f s of CPU in 0.3 s", idle_cpu);
 	threadpool_run(p, job, &sum);
 	CHECK(atomic_load(&sum) == 2001 * want, "sleeping workers wake");
 	struct waiter w = { .n_threads = 3 };

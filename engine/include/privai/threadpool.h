@@ -14,7 +14,7 @@
  * on) first, in order, then what is left of the other runs, so a job that
  * lays a run's parts side by side has each thread work through one
  * stretch of its data.
- * Workers spin a few tens of microseconds between jobs, because a decode
+ * Workers spin up to 100 us between jobs, because a decode
  * step issues hundreds of short jobs and waking a sleeping thread costs
  * more than most of them, and then sleep, so an idle engine uses no CPU.
  */
