@@ -21,8 +21,8 @@ struct bw_probe {
 
 /* 0, or -1 where the buffer or the pool could not be had (no bound then). */
 int bw_probe_open(struct bw_probe *p, size_t model_bytes, int threads);
-/* GB/s now: the best of a few passes, plain loads and loads that ask for
- * the decode kernels' sparse line alternating. */
+/* GB/s now: the best of a few passes, plain loads and loads that ask
+ * for lines ahead as each CPU's decode kernels do, in turn. */
 double bw_probe_run(struct bw_probe *p);
 void bw_probe_close(struct bw_probe *p);
 /* Seconds on the monotonic clock, for bench's timings and the probe's. */
