@@ -44,7 +44,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "privai/status.h"
@@ -97,15 +96,6 @@ struct threadpool {
 
 static _Thread_local int self_index;
 
-static int64_t
-spin_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* 1 while a spin that has made *spins turns since *since may go on;
  * both start at 0, and the first turn reads the clock. */
 static int
@@ -113,7 +103,7 @@ spin_on(int *spins, int64_t *since)
 {
 	if ((*spins)++ % SPIN_CLOCK_EVERY != 0)
 		return 1;
-	int64_t now = spin_now_ns();
+	int64_t now = pool_now_ns();
 	if (*spins == 1)
 		*since = now;
 	return now - *since < SPIN_NS;

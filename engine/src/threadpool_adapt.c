@@ -108,8 +108,8 @@ pool_adapt_decide(struct pool_adapt *a, int64_t now, double share, double rate)
 	return a->width;
 }
 
-static int64_t
-now_ns(void)
+int64_t
+pool_now_ns(void)
 {
 	struct timespec ts;
 
@@ -221,7 +221,7 @@ pool_adapt_width(struct pool_adapt *a, const atomic_int *tids)
 
 	if (a->width_max == 1 || ++a->runs % ADAPT_EVERY != 0)
 		return a->width;
-	int64_t now = now_ns();
+	int64_t now = pool_now_ns();
 	int self = (int)syscall(SYS_gettid);
 	if (self != a->caller) { /* another thread runs jobs now: start over */
 		if (a->caller_fd >= 0)

@@ -71,6 +71,8 @@ struct pool_adapt {
 	int per_cpu;           /* the cap counts CPUs, not cores (threadpool_count_cpus) */
 };
 
+/* The monotonic clock in ns: the windows' and the pool's spins' */
+int64_t pool_now_ns(void);
 /* width_max >= 1.  Returns 0, or -1 out of memory. */
 int pool_adapt_init(struct pool_adapt *a, int width_max);
 void pool_adapt_free(struct pool_adapt *a);
