@@ -33,6 +33,8 @@ struct bw_job {
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "kernels/cpu_x86.h" /* the kernels' distances: SPARSE_*, ONE_TOKEN_AHEAD */
+
 /* 256-bit loads, as the kernels use: a scalar loop cannot keep up with
  * the memory and would measure itself.  BW_SPARSE asks for a line 8 KB
  * ahead every 18 steps of 128 bytes, as the 8-row groups' decode does
@@ -47,11 +49,11 @@ sum_avx2(const uint8_t *p, size_t lo, size_t hi, int ask)
 	__m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
 
 	for (size_t i = lo, k = 0; i + 128 <= hi; i += 128, k++) {
-		if (ask == BW_SPARSE && k % 18 == 0)
-			_mm_prefetch((const char *)(p + i) + 8192, _MM_HINT_T0);
+		if (ask == BW_SPARSE && k % (SPARSE_PERIOD / 128) == 0)
+			_mm_prefetch((const char *)(p + i) + SPARSE_AHEAD, _MM_HINT_T0);
 		if (ask == BW_DENSE_L2) {
-			_mm_prefetch((const char *)(p + i) + 2048, _MM_HINT_T1);
-			_mm_prefetch((const char *)(p + i) + 2048 + 64, _MM_HINT_T1);
+			_mm_prefetch((const char *)(p + i) + ONE_TOKEN_AHEAD, _MM_HINT_T1);
+			_mm_prefetch((const char *)(p + i) + ONE_TOKEN_AHEAD + 64, _MM_HINT_T1);
 		}
 		a = _mm256_add_epi64(a, _mm256_loadu_si256((const __m256i *)(p + i)));
 		b = _mm256_add_epi64(b, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
