@@ -1157,7 +1157,8 @@ double cpu_pairs_speedup = 0;
 #if defined(__x86_64__)
 /* An Emerald Rapids Xeon's generation gained 30-60 % from software
  * prefetch 4 KB ahead (its prefetcher stops at every 4 KB page), an AMX
- * Xeon's more again 2 KB ahead into L2 (ONE_TOKEN_AHEAD, cpu_x86.h); a
+ * Xeon's more again 2-3 KB ahead into L2 and 1 KB into L1 (ONE_TOKEN_AHEAD
+ * and ONE_TOKEN_NEAR, cpu_x86.h); a
  * Zen 4 lost 5-15 % to it, 2 KB ahead into L1, when its bus was fast. */
 static int
 stream_prefetch_wanted(void)

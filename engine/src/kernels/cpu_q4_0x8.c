@@ -222,11 +222,12 @@ gemm_q4_0x8_pair_avx512(const uint8_t *g0, size_t group_bytes, const struct bloc
 
 	for (size_t b = 0; b < nb; b++, g0 += Q4_0X8_BLOCK, g1 += Q4_0X8_BLOCK) {
 		/* g1's lines ahead run on into g2, the next pair's first
-		 * group; g0's, near its end, into g1, which is already being
-		 * read, so they skip to g3, the next pair's second, which
-		 * started cold every pair otherwise */
-		STREAM_PREFETCH(g0 + (b * Q4_0X8_BLOCK + ONE_TOKEN_AHEAD >= group_bytes ? 2 * group_bytes : 0),
-				Q4_0X8_BLOCK);
+		 * group; g0's L2 stream, near its end, into g1, which is
+		 * already being read, so it skips to g3, the next pair's
+		 * second, which started cold every pair otherwise */
+		STREAM_PREFETCH_NEAR_FAR(g0,
+					 g0 + (b * Q4_0X8_BLOCK + ONE_TOKEN_AHEAD >= group_bytes ? 2 * group_bytes : 0),
+					 Q4_0X8_BLOCK, 1);
 		STREAM_PREFETCH(g1, Q4_0X8_BLOCK);
 		__m512i c[8];
 #pragma GCC unroll 4

@@ -71,36 +71,60 @@
  * 85-115 (the same Zen 4, three rounds), 4 tokens 47-55 against 49-60. */
 #define BATCH_PREFETCH_TOKENS 3
 /* One or two tokens' stream, where cpu_stream_prefetch asks for it (the
- * Xeons): 2 KB ahead and into L2.  On an AMX Xeon, one thread over 256
- * MB of 8-row groups, GB/s against 4 KB ahead into L1: Q4_K 14.4
- * against 8.6, Q6_K 13.9 against 9.2, Q5_K 12.7 against 9.0, Q8_0 16.0
- * against 13.8, Q4_0 14.0 against 13.7; Q4_K 2 KB ahead into L1 13.2-13.9,
- * 4 KB into L2 12.4, 1 KB 13.4-14.3.  Decode on 2 threads: Q4_K_M 38.4-39.1
- * tok/s against 24.4-25.7, Q6_K 27.4-27.8 against 19.4-19.9, Q8_0
- * 24.5-25.1 against 21.3-21.8 (docs/performance.md).  Why 4 KB into L1
- * held back the K-quants most is not known: this VM has no hardware
- * counters. */
-#define ONE_TOKEN_AHEAD 2048
+ * Xeons): each line asked for twice, ONE_TOKEN_AHEAD ahead into L2 and
+ * ONE_TOKEN_NEAR ahead into L1.  On an AMX Xeon, one thread over 256 MB
+ * of 8-row groups, GB/s with the L2 request alone, 2 KB ahead, against 4
+ * KB ahead into L1: Q4_K 14.4 against 8.6, Q6_K 13.9 against 9.2, Q5_K
+ * 12.7 against 9.0, Q8_0 16.0 against 13.8, Q4_0 14.0 against 13.7; Q4_K
+ * 2 KB ahead into L1 13.2-13.9, 4 KB into L2 12.4, 1 KB 13.4-14.3.  The
+ * line brought on from L2 to L1 as well takes back what the kernels'
+ * arithmetic still cost: two threads of a scratch loop over 512 MB, each
+ * line loaded and put through four vpdpbusd, read 29.6 GB/s with the L2
+ * request alone (3 KB ahead), 34.6 with both, as fast as the loads alone
+ * with both (34.7; 33.5 with the L2 request alone, 28.8 with none).
+ * Decode on 2 threads, tok/s, two alternating rounds, the L2 request
+ * alone 2 KB ahead against both, 3 KB and 1 KB: Q4_K_M 39.0-41.4 against
+ * 43.0-45.1, Q6_K 29.5-30.1 against 33.1-33.4, Q5_K_M 34.2-34.3 against
+ * 37.4-37.7, Q8_0 26.5-27.5 against 28.0-28.4, Q4_0 41.2-45.9 against
+ * 50.3-51.7 (docs/performance.md).  1 KB into L1 read the same as 768
+ * bytes and 1.5 KB, and better than 512 and 256; 3 KB into L2 a little
+ * better than 2 KB and 4 KB, with the L1 request. */
+#ifndef ONE_TOKEN_AHEAD
+#define ONE_TOKEN_AHEAD 3072
+#endif
+#ifndef ONE_TOKEN_NEAR
+#define ONE_TOKEN_NEAR 1024
+#endif
 #define STREAM_PREFETCH_WANTED(nt) (cpu_stream_prefetch > 0 || ((nt) >= BATCH_PREFETCH_TOKENS && cpu_wide_prefetch > 0))
-#define STREAM_PREFETCH_NT(p, bytes, nt)                                                                               \
+/* The lines of a block of `bytes`, for nt tokens: near's ONE_TOKEN_NEAR
+ * ahead into L1 (one or two tokens) and far's ahead into L2; near and
+ * far are the same block but where a kernel's far stream skips ahead
+ * (gemm_q4_0x8_pair_avx512). */
+#define STREAM_PREFETCH_NEAR_FAR(near, far, bytes, nt)                                                                 \
 	do {                                                                                                           \
 		if (STREAM_PREFETCH_WANTED(nt))                                                                        \
-			for (int pf_ = 0; pf_ < (bytes); pf_ += 64)                                                    \
-				_mm_prefetch((const char *)(p) +                                                       \
+			for (int pf_ = 0; pf_ < (bytes); pf_ += 64) {                                                  \
+				_mm_prefetch((const char *)(far) +                                                     \
 						     ((nt) >= BATCH_PREFETCH_TOKENS ? STREAM_AHEAD                     \
 										    : ONE_TOKEN_AHEAD) +               \
 						     pf_,                                                              \
 					     _MM_HINT_T1);                                                             \
+				if ((nt) < BATCH_PREFETCH_TOKENS)                                                      \
+					_mm_prefetch((const char *)(near) + ONE_TOKEN_NEAR + pf_, _MM_HINT_T0);        \
+			}                                                                                              \
 	} while (0)
+#define STREAM_PREFETCH_NT(p, bytes, nt) STREAM_PREFETCH_NEAR_FAR(p, p, bytes, nt)
 /* Part k of n of a one-token kernel's block of `bytes` at p: the lines
- * of that part, ONE_TOKEN_AHEAD ahead into L2, asked for as the kernel
- * reaches it.  The K-quants' blocks are 18-26 lines: all of them at a
- * block's start read about 6 % less on the Xeon above (Q4_K 13.2-13.6
- * GB/s against 14.1-14.5). */
+ * of that part, ONE_TOKEN_AHEAD ahead into L2 and ONE_TOKEN_NEAR ahead
+ * into L1, asked for as the kernel reaches it.  The K-quants' blocks are
+ * 18-26 lines: all of them at a block's start read about 6 % less on the
+ * Xeon above (Q4_K 13.2-13.6 GB/s against 14.1-14.5). */
 #define PART_PREFETCH(p, bytes, k, n)                                                                                  \
 	do {                                                                                                           \
-		for (int pf_ = (k) * (bytes) / (n) & ~63; pf_ < ((k) + 1) * (bytes) / (n); pf_ += 64)                  \
+		for (int pf_ = (k) * (bytes) / (n) & ~63; pf_ < ((k) + 1) * (bytes) / (n); pf_ += 64) {                \
 			_mm_prefetch((const char *)(p) + ONE_TOKEN_AHEAD + pf_, _MM_HINT_T1);                          \
+			_mm_prefetch((const char *)(p) + ONE_TOKEN_NEAR + pf_, _MM_HINT_T0);                           \
+		}                                                                                                      \
 	} while (0)
 /* every line of a block STREAM_AHEAD ahead, whatever cpu_stream_prefetch says */
 #define DENSE_PREFETCH(p, bytes)                                                                                       \
