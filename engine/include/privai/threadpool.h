@@ -23,8 +23,12 @@
 
 typedef void (*threadpool_fn)(void *ctx, int ith, int nth);
 
-/* A run's parts (nth is a multiple of it, or 1) */
-#define THREADPOOL_PARTS_PER_THREAD 4
+/* A run's parts (nth is a multiple of it, or 1).  Eight, not four: a
+ * traced build of the 1B-class decode on 2 threads had its threads
+ * waiting for each other's last part 1.5 % of the matmul jobs' time
+ * (Q8_0; Q4_K_M 2.2 %) against 3.8 % (4.6 %) with four
+ * (docs/performance.md). */
+#define THREADPOOL_PARTS_PER_THREAD 8
 
 struct threadpool;
 

@@ -103,8 +103,8 @@ split(int64_t total, int ith, int nth, int64_t *lo, int64_t *hi)
  * the large parts and finishing on small ones, and the thread that ends
  * first takes the others' last small ones: with equal parts the thread
  * that finished first waited on average half a part at the end of every
- * matmul, 7-13 % of a decode step's time on 2 threads; with falling ones
- * 2-3 % (docs/performance.md). */
+ * matmul, 7-13 % of a decode step's time on 2 threads; with four falling
+ * ones 2-3 %, with eight 1.5-2.3 % (docs/performance.md). */
 static inline void
 split_falling(int64_t total, int ith, int nth, int64_t *lo, int64_t *hi)
 {
