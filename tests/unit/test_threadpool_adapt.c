@@ -117,6 +117,9 @@ hog(void *arg)
 	return NULL;
 }
 
+/* The most threads whose parts fit in the bits of a tally's mask */
+#define MAX_TALLY_THREADS (63 / THREADPOOL_PARTS_PER_THREAD)
+
 struct tally {
 	atomic_int ran;     /* parts run in this job */
 	atomic_int nth;     /* the parts the job was cut into */
@@ -254,7 +257,8 @@ move_process(const cpu_set_t *set)
 
 /* Jobs on `p` until its width has read `want` for 200 jobs and at least
  * `busy` threads ran parts of those after the first 100 (bit 30: one of
- * them was not cut into 4 parts a thread of `want`), or 20 s pass (a
+ * them was not cut into THREADPOOL_PARTS_PER_THREAD parts a thread of
+ * `want`), or 20 s pass (a
  * deadline, not a timing: the width follows the CPUs at the next 100 ms
  * window).  Returns the threads (bits) that ran parts of those jobs, or
  * -1 when the width never settled. */
@@ -272,7 +276,7 @@ run_until_width(struct threadpool *p, int want, int busy, long *jobs, long *whol
 		*whole += atomic_load(&t.ran) == nth && atomic_load(&t.mask) == (1L << nth) - 1;
 		if (threadpool_width(p) != want)
 			settled = ran = 0;
-		else if (++settled > 100 && nth == (want > 1 ? 4 * want : 1)) /* 4 parts a thread taking part */
+		else if (++settled > 100 && nth == (want > 1 ? THREADPOOL_PARTS_PER_THREAD * want : 1))
 			ran |= atomic_load(&t.threads);
 		else if (settled > 100)
 			ran |= 1 << 30; /* cut for another width */
@@ -283,8 +287,8 @@ run_until_width(struct threadpool *p, int want, int busy, long *jobs, long *whol
 /* A pool one thread wider than the process's cores runs only as many
  * threads as they are, the others asleep; moved onto one CPU, the
  * calling thread alone; moved back, as many as the cores again; every
- * job whole throughout.  (Up to 15 threads: a job's 4 parts a thread are
- * bits of a long.) */
+ * job whole throughout.  (Up to MAX_TALLY_THREADS threads: a job's parts
+ * are bits of a long.) */
 static void
 test_follows_cpus(void)
 {
@@ -292,7 +296,7 @@ test_follows_cpus(void)
 	cpu_set_t all, one;
 	long jobs = 0, whole = 0;
 	int first = -1, cores = threadpool_default_threads();
-	int n = cores + 1 < 15 ? cores + 1 : 15, full = cores < n ? cores : n;
+	int n = cores + 1 < MAX_TALLY_THREADS ? cores + 1 : MAX_TALLY_THREADS, full = cores < n ? cores : n;
 
 	if (access("/proc/thread-self/schedstat", R_OK) != 0) {
 		SKIP("this kernel has no schedstat");
