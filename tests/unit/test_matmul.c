@@ -92,8 +92,12 @@ make_weights(uint32_t type, int rows, int cols)
 	int bad = 0;
 
 	for (int r = 0; r < rows; r++) {
+		/* each 32-value sub-block of a row at its own magnitude: with
+		 * one magnitude for all, every K-quant sub-block got the same
+		 * 6-bit scale, and a kernel that took one sub-block's scale for
+		 * another's gave the right products */
 		for (int c = 0; c < cols; c++)
-			row[c] = value((unsigned)(r * cols + c), 1.0f);
+			row[c] = value((unsigned)(r * cols + c), 1.0f) * (0.25f + 0.125f * (float)((c / 32 + r) % 7));
 		bad += tensor_quantize_row(type, row, wbytes + (size_t)r * row_bytes, (size_t)cols) != PRIVAI_OK;
 		bad += tensor_dequantize_row(type, wbytes + (size_t)r * row_bytes, wf + (size_t)r * cols,
 					     (size_t)cols) != PRIVAI_OK;

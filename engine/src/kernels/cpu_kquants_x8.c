@@ -206,20 +206,46 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 	} while (0)
 
 /* Part p's sums of sub-blocks 2p (a) and 2p+1 (b) of the 8 rows times
- * their scales into dot, and their mins times the token's sums of those
- * sub-blocks (xs) into msum: bytes 2p % 4 and the next of sc and mn. */
-#define KX8_PART_SUMS(a, b, p, sc, mn, xs, dot, msum)                                                                  \
+ * their scales into dot: bytes 2p % 4 and the next of sc. */
+#define KX8_PART_DOT(a, b, p, sc, dot)                                                                                 \
 	do {                                                                                                           \
 		int sh_ = 16 * ((p)&1);                                                                                \
 		(dot) = _mm256_add_epi32((dot),                                                                        \
 					 _mm256_add_epi32(_mm256_mullo_epi32(a, KX8_BYTE((sc)[(p) / 2], sh_)),         \
 							  _mm256_mullo_epi32(b, KX8_BYTE((sc)[(p) / 2], sh_ + 8))));   \
+	} while (0)
+
+/* KX8_PART_DOT, and the mins of those sub-blocks (mn) times the token's
+ * sums of them (xs) into msum */
+#define KX8_PART_SUMS(a, b, p, sc, mn, xs, dot, msum)                                                                  \
+	do {                                                                                                           \
+		int sm_ = 16 * ((p)&1);                                                                                \
+		KX8_PART_DOT(a, b, p, sc, dot);                                                                        \
 		(msum) = _mm256_add_epi32((msum),                                                                      \
-					  _mm256_add_epi32(_mm256_mullo_epi32(KX8_BYTE((mn)[(p) / 2], sh_),            \
+					  _mm256_add_epi32(_mm256_mullo_epi32(KX8_BYTE((mn)[(p) / 2], sm_),            \
 									      _mm256_set1_epi32((xs)[2 * (p)])),       \
-							   _mm256_mullo_epi32(KX8_BYTE((mn)[(p) / 2], sh_ + 8),        \
+							   _mm256_mullo_epi32(KX8_BYTE((mn)[(p) / 2], sm_ + 8),        \
 									      _mm256_set1_epi32((xs)[2 * (p) + 1])))); \
 	} while (0)
+
+/* All 8 sub-blocks' mins (mn) times the token's sums of them (xs), in
+ * four vpdpwssd: the mins of sub-blocks 4k and 4k + 2 as the two 16-bit
+ * halves of each row's lane against those sums (|xs| <= 32 x 128) side by
+ * side, then 4k + 1 and 4k + 3; eight vpmulld (two uops each) and byte
+ * extracts a super-block otherwise. */
+#define KX8_MINS_ONCE(mn, xs, msum)                                                                                    \
+	do {                                                                                                           \
+		const __m256i bw_ = _mm256_set1_epi32(0x00ff00ff);                                                     \
+		(msum) = _mm256_setzero_si256();                                                                       \
+		for (int k_ = 0; k_ < 2; k_++) {                                                                       \
+			__m256i ev_ = _mm256_and_si256((mn)[k_], bw_);                                                 \
+			__m256i od_ = _mm256_and_si256(_mm256_srli_epi32((mn)[k_], 8), bw_);                           \
+			(msum) = _mm256_dpwssd_epi32((msum), ev_, _mm256_set1_epi32(XS_PAIR(xs, 4 * k_, 4 * k_ + 2))); \
+			(msum) = _mm256_dpwssd_epi32((msum), od_,                                                      \
+						     _mm256_set1_epi32(XS_PAIR(xs, 4 * k_ + 1, 4 * k_ + 3)));          \
+		}                                                                                                      \
+	} while (0)
+#define XS_PAIR(xs, i, j) ((int32_t)((uint32_t)(uint16_t)(xs)[i] | (uint32_t)(xs)[j] << 16))
 
 /* A super-block's integer sums into the float ones: the rows' d and dmin
  * (fp16, at grp and grp + 16) times the token's d. */
@@ -324,16 +350,24 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 /* The one-token kernel with two chunks a 512-bit vector: chunks s and
  * s + 1 of a part are 64 bytes side by side, so one load, one mask and
  * one vpdpbusd take both, the token's bytes 4s.. in the low 8 lanes and
- * 4s + 4.. in the high ones (X8_TWO_CHUNKS_X), and the halves are added
- * once a part.  Half the instructions of the 256-bit kernel a byte; the
- * integer sums are exact and the float steps that kernel's, so the
- * results are its bits.  Where 512-bit vectors run whole
- * (cpu_pairs_speedup, as the pair kernels).  Where cpu_stream_prefetch
- * is on (the Xeons), both ask for a part's lines as they reach it
- * (PART_PREFETCH).  Elsewhere Q5_K's asks for every line of a block
- * ahead, as Q6_K's does (gemv_q6_kx8_wide_avx512): on a Zen 5 at 73-82
- * GB/s Q5_K_M took 3 % more with it, while Q4_K's lost (Q4_K_M 70-81
- * tok/s against 90-96) and keeps the sparse line. */
+ * 4s + 4.. in the high ones (X8_TWO_CHUNKS_X).  Half the instructions of
+ * the 256-bit kernel a byte.  Q4_K's half sums, 16 values of a sub-block
+ * each, are at most 16 x 15 x 128 < 2^15 in magnitude: a part's two
+ * sub-blocks go as the 16-bit halves of one vector (a low, b high), one
+ * vpdpwssd takes both times their scales (sc_w: each row's pair for part
+ * p, from a widening and a permute a super-block), and the halves are
+ * added once a super-block.  Q5_K's reach 16 x 31 x 128: its halves are
+ * added once a part and the sums multiplied by the scales (KX8_PART_DOT).
+ * The mins go once a super-block (KX8_MINS_ONCE).  On the AMX Xeon, one
+ * thread on weights in L2, Q4_K read 36.2 GB/s against 30.3 with
+ * KX8_PART_SUMS' steps once a part.  The integer sums are exact and the
+ * float steps the 256-bit kernel's, so the results are its bits.  Where
+ * 512-bit vectors run whole (cpu_pairs_speedup, as the pair kernels).
+ * Where cpu_stream_prefetch is on (the Xeons), both ask for a part's
+ * lines as they reach it (PART_PREFETCH).  Elsewhere Q5_K's asks for
+ * every line of a block ahead, as Q6_K's does (gemv_q6_kx8_wide_avx512):
+ * on a Zen 5 at 73-82 GB/s Q5_K_M took 3 % more with it, while Q4_K's
+ * lost (Q4_K_M 70-81 tok/s against 90-96) and keeps the sparse line. */
 #define X8_TWO_CHUNKS_X(xq, sel)                                                                                       \
 	_mm512_permutexvar_epi32(sel, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(xq))))
 #define DEFINE_GEMV_KX8_512(NAME, FIVE)                                                                                \
@@ -343,14 +377,23 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 	{                                                                                                              \
 		const __m256i low8 = _mm256_set1_epi8(0xf), six = _mm256_set1_epi8(0x3f),                              \
 			      top = _mm256_set1_epi8(0x30);                                                            \
-		const __m512i low = _mm512_set1_epi8(0xf),                                                             \
-			      sel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);                  \
+		const __m512i low = _mm512_set1_epi8(0xf), low_words = _mm512_set1_epi32(0xffff),                      \
+			      sel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),                  \
+			      even = _mm512_set_epi32(14, 12, 10, 8, 6, 4, 2, 0, 14, 12, 10, 8, 6, 4, 2, 0),           \
+			      odd = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1);            \
 		__m256 acc = _mm256_setzero_ps(), mins = acc;                                                          \
 		for (size_t i = 0; i < nsb; i++, grp += KX8_BLOCK(FIVE), x++) {                                        \
-			__m256i sc[2], mn[2];                                                                          \
+			__m256i sc[2], mn[2], dot = _mm256_setzero_si256(), msum;                                      \
+			__m512i sc_w[4], dot2 = _mm512_setzero_si512();                                                \
 			int32_t xs[8];                                                                                 \
 			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, pf, six, low8, top, sc, mn, xs);                         \
-			__m256i dot = _mm256_setzero_si256(), msum = dot;                                              \
+			if (!FIVE) { /* words 4r.. of sc_w01: row r's scales of sub-blocks 0..3 */                     \
+				__m512i sc_w01 = _mm512_cvtepu8_epi16(sc[0]), sc_w23 = _mm512_cvtepu8_epi16(sc[1]);    \
+				sc_w[0] = _mm512_permutexvar_epi32(even, sc_w01);                                      \
+				sc_w[1] = _mm512_permutexvar_epi32(odd, sc_w01);                                       \
+				sc_w[2] = _mm512_permutexvar_epi32(even, sc_w23);                                      \
+				sc_w[3] = _mm512_permutexvar_epi32(odd, sc_w23);                                       \
+			}                                                                                              \
 			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
 			{                                                                                              \
 				const uint8_t *c = grp + GROUP_QS(FIVE) + 256 * p;                                     \
@@ -371,12 +414,22 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 					a2 = _mm512_dpbusd_epi32(a2, l, X8_TWO_CHUNKS_X(xq + 4 * s, sel));             \
 					b2 = _mm512_dpbusd_epi32(b2, h, X8_TWO_CHUNKS_X(xq + 32 + 4 * s, sel));        \
 				}                                                                                      \
-				__m256i a = _mm256_add_epi32(_mm512_castsi512_si256(a2),                               \
-							     _mm512_extracti64x4_epi64(a2, 1));                        \
-				__m256i b = _mm256_add_epi32(_mm512_castsi512_si256(b2),                               \
-							     _mm512_extracti64x4_epi64(b2, 1));                        \
-				KX8_PART_SUMS(a, b, p, sc, mn, xs, dot, msum);                                         \
+				if (FIVE) {                                                                            \
+					__m256i a = _mm256_add_epi32(_mm512_castsi512_si256(a2),                       \
+								     _mm512_extracti64x4_epi64(a2, 1));                \
+					__m256i b = _mm256_add_epi32(_mm512_castsi512_si256(b2),                       \
+								     _mm512_extracti64x4_epi64(b2, 1));                \
+					KX8_PART_DOT(a, b, p, sc, dot);                                                \
+				} else { /* (a & 0xffff) | b << 16: 0xec is A & C | B */                               \
+					__m512i ab_ = _mm512_ternarylogic_epi32(a2, _mm512_slli_epi32(b2, 16),         \
+										low_words, 0xec);                      \
+					dot2 = _mm512_dpwssd_epi32(dot2, ab_, sc_w[p]);                                \
+				}                                                                                      \
 			}                                                                                              \
+			if (!FIVE)                                                                                     \
+				dot = _mm256_add_epi32(_mm512_castsi512_si256(dot2),                                   \
+						       _mm512_extracti64x4_epi64(dot2, 1));                            \
+			KX8_MINS_ONCE(mn, xs, msum);                                                                   \
 			KX8_BLOCK_FLOATS(grp, _mm256_set1_ps(x->d), dot, msum, acc, mins);                             \
 		}                                                                                                      \
 		_mm256_storeu_ps(y, _mm256_sub_ps(acc, mins));                                                         \
