@@ -215,34 +215,20 @@ gemm_kx8_scalar(const uint8_t *grp, int ng, const struct block_q8k *x, size_t ns
 							  _mm256_mullo_epi32(b, KX8_BYTE((sc)[(p) / 2], sh_ + 8))));   \
 	} while (0)
 
-/* KX8_PART_DOT, and the mins of those sub-blocks (mn) times the token's
- * sums of them (xs) into msum */
-#define KX8_PART_SUMS(a, b, p, sc, mn, xs, dot, msum)                                                                  \
-	do {                                                                                                           \
-		int sm_ = 16 * ((p)&1);                                                                                \
-		KX8_PART_DOT(a, b, p, sc, dot);                                                                        \
-		(msum) = _mm256_add_epi32((msum),                                                                      \
-					  _mm256_add_epi32(_mm256_mullo_epi32(KX8_BYTE((mn)[(p) / 2], sm_),            \
-									      _mm256_set1_epi32((xs)[2 * (p)])),       \
-							   _mm256_mullo_epi32(KX8_BYTE((mn)[(p) / 2], sm_ + 8),        \
-									      _mm256_set1_epi32((xs)[2 * (p) + 1])))); \
-	} while (0)
-
 /* All 8 sub-blocks' mins (mn) times the token's sums of them (xs), in
  * four vpdpwssd: the mins of sub-blocks 4k and 4k + 2 as the two 16-bit
  * halves of each row's lane against those sums (|xs| <= 32 x 128) side by
  * side, then 4k + 1 and 4k + 3; eight vpmulld (two uops each) and byte
  * extracts a super-block otherwise. */
-#define KX8_MINS_ONCE(mn, xs, msum)                                                                                    \
+#define KX8_MINS_ONCE(I16_ACC, mn, xs, msum)                                                                           \
 	do {                                                                                                           \
 		const __m256i bw_ = _mm256_set1_epi32(0x00ff00ff);                                                     \
 		(msum) = _mm256_setzero_si256();                                                                       \
 		for (int k_ = 0; k_ < 2; k_++) {                                                                       \
 			__m256i ev_ = _mm256_and_si256((mn)[k_], bw_);                                                 \
 			__m256i od_ = _mm256_and_si256(_mm256_srli_epi32((mn)[k_], 8), bw_);                           \
-			(msum) = _mm256_dpwssd_epi32((msum), ev_, _mm256_set1_epi32(XS_PAIR(xs, 4 * k_, 4 * k_ + 2))); \
-			(msum) = _mm256_dpwssd_epi32((msum), od_,                                                      \
-						     _mm256_set1_epi32(XS_PAIR(xs, 4 * k_ + 1, 4 * k_ + 3)));          \
+			(msum) = I16_ACC((msum), ev_, _mm256_set1_epi32(XS_PAIR(xs, 4 * k_, 4 * k_ + 2)));             \
+			(msum) = I16_ACC((msum), od_, _mm256_set1_epi32(XS_PAIR(xs, 4 * k_ + 1, 4 * k_ + 3)));         \
 		}                                                                                                      \
 	} while (0)
 #define XS_PAIR(xs, i, j) ((int32_t)((uint32_t)(uint16_t)(xs)[i] | (uint32_t)(xs)[j] << 16))
@@ -298,7 +284,7 @@ enum { KX8_PF_DENSE, KX8_PF_GROUP, KX8_PF_SPARSE, KX8_PF_PARTS };
  * Q5_K's) as X8_STREAM_PREFETCH asks, or GROUP_PREFETCH's where a dense
  * prefetch is on.  With the choice made in the loop, a Zen 5's Q4_K_M
  * decode did not gain from the sparse line (docs/performance.md). */
-#define DEFINE_GEMV_KX8(NAME, TARGET, U8I8_ACC, FIVE)                                                                  \
+#define DEFINE_GEMV_KX8(NAME, TARGET, U8I8_ACC, I16_ACC, FIVE)                                                         \
 	TARGET static inline                                                                                           \
 		__attribute__((always_inline)) void NAME##_pf(const uint8_t *grp, const struct block_q8k *x,           \
 							      size_t nsb, float *y, int pf)                            \
@@ -309,7 +295,7 @@ enum { KX8_PF_DENSE, KX8_PF_GROUP, KX8_PF_SPARSE, KX8_PF_PARTS };
 			__m256i sc[2], mn[2];                                                                          \
 			int32_t xs[8];                                                                                 \
 			KX8_GEMV_BLOCK_START(grp, x, i, FIVE, pf, six, low, top, sc, mn, xs);                          \
-			__m256i dot = _mm256_setzero_si256(), msum = dot;                                              \
+			__m256i dot = _mm256_setzero_si256(), msum;                                                    \
 			_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)                                            \
 			{                                                                                              \
 				const uint8_t *c = grp + GROUP_QS(FIVE) + 256 * p;                                     \
@@ -325,19 +311,19 @@ enum { KX8_PF_DENSE, KX8_PF_GROUP, KX8_PF_SPARSE, KX8_PF_PARTS };
 					b0 = U8I8_ACC(b0, h0, BCAST4_256(xq + 32 + 4 * s));                            \
 					b1 = U8I8_ACC(b1, h1, BCAST4_256(xq + 36 + 4 * s));                            \
 				}                                                                                      \
-				KX8_PART_SUMS(_mm256_add_epi32(a0, a1), _mm256_add_epi32(b0, b1), p, sc, mn, xs, dot,  \
-					      msum);                                                                   \
+				KX8_PART_DOT(_mm256_add_epi32(a0, a1), _mm256_add_epi32(b0, b1), p, sc, dot);          \
 			}                                                                                              \
+			KX8_MINS_ONCE(I16_ACC, mn, xs, msum);                                                          \
 			KX8_BLOCK_FLOATS(grp, _mm256_set1_ps(x->d), dot, msum, acc, mins);                             \
 		}                                                                                                      \
 		_mm256_storeu_ps(y, _mm256_sub_ps(acc, mins));                                                         \
 	}                                                                                                              \
 	KX8_GEMV_ENTRY(NAME, TARGET)
 
-DEFINE_GEMV_KX8(gemv_q4_kx8_avx2, AVX2, U8I8_ACC_AVX2, 0)
-DEFINE_GEMV_KX8(gemv_q4_kx8_avx512, AVX512, U8I8_ACC_VNNI, 0)
-DEFINE_GEMV_KX8(gemv_q5_kx8_avx2, AVX2, U8I8_ACC_AVX2, 1)
-DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
+DEFINE_GEMV_KX8(gemv_q4_kx8_avx2, AVX2, U8I8_ACC_AVX2, I16_ACC_AVX2, 0)
+DEFINE_GEMV_KX8(gemv_q4_kx8_avx512, AVX512, U8I8_ACC_VNNI, I16_ACC_VNNI, 0)
+DEFINE_GEMV_KX8(gemv_q5_kx8_avx2, AVX2, U8I8_ACC_AVX2, I16_ACC_AVX2, 1)
+DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, I16_ACC_VNNI, 1)
 
 /* KX8_BYTE and KX8_BIT4 on 512-bit vectors */
 #define KX8_BYTE_512(v, sh) _mm512_and_si512(_mm512_srli_epi32(v, sh), _mm512_set1_epi32(0xff))
@@ -359,9 +345,10 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
  * added once a super-block.  Q5_K's reach 16 x 31 x 128: its halves are
  * added once a part and the sums multiplied by the scales (KX8_PART_DOT).
  * The mins go once a super-block (KX8_MINS_ONCE).  On the AMX Xeon, one
- * thread on weights in L2, Q4_K read 36.2 GB/s against 30.3 with
- * KX8_PART_SUMS' steps once a part.  The integer sums are exact and the
- * float steps the 256-bit kernel's, so the results are its bits.  Where
+ * thread on weights in L2, Q4_K read 35.7-36.2 GB/s against 30.3 with
+ * the scales and mins multiplied by vpmulld once a part, Q5_K 31.9
+ * against 29.4.  The integer sums are exact and the float steps the
+ * 256-bit kernel's, so the results are its bits.  Where
  * 512-bit vectors run whole (cpu_pairs_speedup, as the pair kernels).
  * Where cpu_stream_prefetch is on (the Xeons), both ask for a part's
  * lines as they reach it (PART_PREFETCH).  Elsewhere Q5_K's asks for
@@ -429,7 +416,7 @@ DEFINE_GEMV_KX8(gemv_q5_kx8_avx512, AVX512, U8I8_ACC_VNNI, 1)
 			if (!FIVE)                                                                                     \
 				dot = _mm256_add_epi32(_mm512_castsi512_si256(dot2),                                   \
 						       _mm512_extracti64x4_epi64(dot2, 1));                            \
-			KX8_MINS_ONCE(mn, xs, msum);                                                                   \
+			KX8_MINS_ONCE(I16_ACC_VNNI, mn, xs, msum);                                                     \
 			KX8_BLOCK_FLOATS(grp, _mm256_set1_ps(x->d), dot, msum, acc, mins);                             \
 		}                                                                                                      \
 		_mm256_storeu_ps(y, _mm256_sub_ps(acc, mins));                                                         \
