@@ -57,6 +57,7 @@ narrow(struct pool_adapt *a, int64_t now)
 	a->width = 1;
 	a->narrow_n = 0;
 	a->narrow_rate = 0;
+	a->narrow_share = 0;
 	a->probe_at = now + a->probe_ns;
 }
 
@@ -70,6 +71,22 @@ pool_adapt_cap(struct pool_adapt *a, int cap)
 	a->narrow_at = 0;
 }
 
+/* The width a probe that waited for CPUs keeps: full, when its judged
+ * windows ran enough more jobs a second than the narrow ones did. */
+static int
+probe_wins(const struct pool_adapt *a)
+{
+	if (a->narrow_n == 0)
+		return 0;
+	double wide = a->probe_rate / (ADAPT_PROBE_WINDOWS - 1);
+	double narrow = a->narrow_rate / a->narrow_n;
+	/* a lone thread that waited itself: the CPUs were oversubscribed
+	 * before this pool widened, so more threads only claim their share */
+	double gain = a->narrow_share / a->narrow_n > ADAPT_CONTENDED ? ADAPT_WIDE_GAIN_SHARED : ADAPT_WIDE_GAIN;
+
+	return wide > gain * narrow;
+}
+
 int
 pool_adapt_decide(struct pool_adapt *a, int64_t now, double share, double rate)
 {
@@ -79,12 +96,19 @@ pool_adapt_decide(struct pool_adapt *a, int64_t now, double share, double rate)
 		return a->width = 1;
 	if (a->width == a->width_cap) {
 		if (a->probing) {
-			a->probing = 0;
 			if (!contended) { /* the CPUs are free again */
+				a->probing = 0;
 				a->probe_ns = ADAPT_RETRY_MIN_NS;
 				return a->width;
 			}
-			if (a->narrow_n > 0 && rate > ADAPT_WIDE_GAIN * a->narrow_rate / a->narrow_n) {
+			/* the first window is not judged: threads woken from
+			 * sleep start out of step with the others' time slices */
+			if (a->probing++ > 1)
+				a->probe_rate += rate;
+			if (a->probing <= ADAPT_PROBE_WINDOWS)
+				return a->width;
+			a->probing = 0;
+			if (probe_wins(a)) {
 				/* contended, and faster for it: the others on these CPUs
 				 * do not yield, and more threads get more of them */
 				a->narrow_at = now + a->narrow_ns;
@@ -100,10 +124,12 @@ pool_adapt_decide(struct pool_adapt *a, int64_t now, double share, double rate)
 		return a->width;
 	}
 	a->narrow_rate += rate;
+	a->narrow_share += share;
 	a->narrow_n++;
 	if (now >= a->probe_at) {
 		a->width = a->width_cap;
 		a->probing = 1;
+		a->probe_rate = 0;
 	}
 	return a->width;
 }

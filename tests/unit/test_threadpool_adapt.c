@@ -34,6 +34,15 @@ feed(struct pool_adapt *a, int64_t *t, int n, double share, double rate)
 	return w;
 }
 
+/* A probe's windows, all waiting `share`: the first runs `first` jobs a
+ * second (it is not judged), the rest `rate`; returns the width after. */
+static int
+probe(struct pool_adapt *a, int64_t *t, double share, double first, double rate)
+{
+	feed(a, t, 1, share, first);
+	return feed(a, t, ADAPT_PROBE_WINDOWS - 1, share, rate);
+}
+
 static void
 test_decide(void)
 {
@@ -49,19 +58,22 @@ test_decide(void)
 	CHECK(feed(&a, &t, 1, 0.45, 60) == 1, "one window waiting 45 %%: the caller alone");
 	CHECK(feed(&a, &t, 9, 0.0, 80) == 1, "narrow and free for 0.9 s: stays narrow");
 	CHECK(feed(&a, &t, 1, 0.0, 80) == 4 && a.probing, "after 1 s narrow, a probe at full width");
+	CHECK(feed(&a, &t, ADAPT_PROBE_WINDOWS - 1, 0.40, 70) == 4 && a.probing,
+	      "a probe that waits runs %d windows before it is judged", ADAPT_PROBE_WINDOWS);
 	CHECK(feed(&a, &t, 1, 0.40, 70) == 1,
 	      "the probe waits (the other engine is still there) and is slower: narrow");
 	CHECK(feed(&a, &t, 19, 0.0, 80) == 1, "the next probe waits twice as long (2 s)");
 	CHECK(feed(&a, &t, 1, 0.0, 80) == 4 && a.probing, "probe after 2 s");
-	CHECK(feed(&a, &t, 1, 0.35, 80) == 1, "waits again, no faster: narrow");
+	CHECK(probe(&a, &t, 0.35, 80, 100) == 1 && a.probe_ns == 4 * S,
+	      "25 %% faster, where the lone thread ran free, is within the margin (%.2f): narrow", ADAPT_WIDE_GAIN);
 	for (int i = 0; i < 10; i++) { /* 4 s, then 8 s, and no further */
-		feed(&a, &t, 1, 0.30, 80);
 		feed(&a, &t, (int)(a.probe_ns / W), 0.0, 80);
+		probe(&a, &t, 0.30, 80, 80);
 	}
 	CHECK(a.probe_ns == ADAPT_RETRY_MAX_NS, "probes back off to 8 s (%lld)", (long long)a.probe_ns);
-	CHECK(a.width == 4 && a.probing, "a probe is due");
+	CHECK(feed(&a, &t, (int)(a.probe_ns / W), 0.0, 80) == 4 && a.probing, "a probe is due");
 	/* the other engine left: the probe finds free CPUs and full width stays */
-	CHECK(feed(&a, &t, 1, 0.02, 100) == 4 && !a.probing, "the probe is free: full width again");
+	CHECK(feed(&a, &t, 1, 0.02, 100) == 4 && !a.probing, "the probe is free: full width again at once");
 	CHECK(a.probe_ns == ADAPT_RETRY_MIN_NS, "and the probe interval starts over at 1 s");
 	CHECK(feed(&a, &t, 100, 0.02, 100) == 4, "and stays");
 
@@ -70,24 +82,36 @@ test_decide(void)
 	CHECK(feed(&a, &t, 1, 0.50, 150) == 1, "contended: narrow");
 	CHECK(feed(&a, &t, 9, 0.33, 100) == 1, "a lone thread waiting a third of the time is no reason to widen");
 	CHECK(feed(&a, &t, 1, 0.33, 100) == 4 && a.probing, "the probe after 1 s");
-	CHECK(feed(&a, &t, 1, 0.50, 150) == 4 && !a.probing && a.narrow_ns == 2 * S,
+	CHECK(probe(&a, &t, 0.50, 150, 150) == 4 && !a.probing && a.narrow_ns == 2 * S,
 	      "it waits half the time but runs 1.5x the jobs: full width stays, and narrowing backs off");
 	CHECK(feed(&a, &t, 9, 0.50, 150) == 4, "contended at full width, but narrowing is not retried for 1 s");
 	CHECK(feed(&a, &t, 1, 0.50, 150) == 1, "after 1 s it is tried again");
 	CHECK(feed(&a, &t, 9, 0.33, 100) == 1 && feed(&a, &t, 1, 0.33, 100) == 4 && a.probing, "probe after 1 s");
-	CHECK(feed(&a, &t, 1, 0.50, 125) == 1 && a.narrow_ns == ADAPT_RETRY_MIN_NS && a.probe_ns == 2 * S,
-	      "25 %% faster is within the margin (%.2f): narrow, and the next probe in 2 s", ADAPT_WIDE_GAIN);
+	CHECK(probe(&a, &t, 0.50, 60, 125) == 4 && a.narrow_ns == 4 * S,
+	      "a slow first window is not judged, and 25 %% faster beside a lone thread that waited a "
+	      "third of the time clears the margin for oversubscribed CPUs (%.2f): full width",
+	      ADAPT_WIDE_GAIN_SHARED);
+	CHECK(feed(&a, &t, 20, 0.50, 125) == 1, "narrowing tried again after 2 s");
+	CHECK(feed(&a, &t, 9, 0.33, 100) == 1 && feed(&a, &t, 1, 0.33, 100) == 4 && a.probing, "probe after 1 s");
+	CHECK(probe(&a, &t, 0.50, 200, 105) == 1 && a.narrow_ns == ADAPT_RETRY_MIN_NS && a.probe_ns == 2 * S,
+	      "a fast first window is not judged either, and 5 %% faster is within even that margin: "
+	      "narrow, and the next probe in 2 s");
 
 	/* beside busy processes, short jobs (a small model): narrow is faster */
 	CHECK(feed(&a, &t, 19, 0.33, 100) == 1 && feed(&a, &t, 1, 0.33, 100) == 4 && a.probing, "probe after 2 s");
-	CHECK(feed(&a, &t, 1, 0.50, 72) == 1 && a.probe_ns == 4 * S, "the probe ran 72 %% of the jobs: narrow");
+	CHECK(probe(&a, &t, 0.50, 72, 72) == 1 && a.probe_ns == 4 * S, "the probe ran 72 %% of the jobs: narrow");
 	/* a lone thread's rate moves from window to window as the scheduler
 	 * hands out slices: the mean of the narrow windows is the yardstick */
 	for (int i = 0; i < 39; i++)
 		feed(&a, &t, 1, i % 2 ? 0.50 : 0.0, i % 2 ? 60 : 140);
 	CHECK(a.width == 1 && feed(&a, &t, 1, 0.0, 100) == 4 && a.probing,
 	      "probe after 4 s of 60 and 140 jobs a second");
-	CHECK(feed(&a, &t, 1, 0.40, 135) == 4, "135 against a mean of 101: wide");
+	CHECK(probe(&a, &t, 0.40, 135, 135) == 4, "135 against a mean of 101: wide");
+	/* the busy processes go and another engine comes: the narrow windows
+	 * run free, and the probe is judged by the wide margin again */
+	CHECK(feed(&a, &t, 10, 0.45, 60) == 1, "contended: narrow after the 1 s it was not retried");
+	CHECK(feed(&a, &t, 40, 0.0, 80) == 4 && a.probing, "probe after 4 s of free windows");
+	CHECK(probe(&a, &t, 0.40, 100, 100) == 1, "25 %% faster, the lone thread free this time: narrow");
 
 	/* its CPUs shrink to 2 cores: at most 2, and contention narrows
 	 * and probes within those */
