@@ -25,7 +25,10 @@
 
 /* A panel from rows of floats (LOAD16 of a float pointer), of F16 or of
  * bfloat16 (converted as loaded): 16 columns of 16 rows at a time,
- * transposed. */
+ * transposed.  The packs are flattened (transpose16 inlined) and a whole
+ * block's stores unrolled, so that its 16 vectors stay in registers: a
+ * call and stores in a loop of run-time length went through the stack,
+ * 1-2 % of an F16 prompt on the float path (docs/performance.md). */
 #define PACK_PANEL(W, LOAD16)                                                                                          \
 	do {                                                                                                           \
 		for (size_t k0 = 0; k0 < kc; k0 += 16) {                                                               \
@@ -38,8 +41,13 @@
 					v[i] = r < nr ? LOAD16(m, (W) + (size_t)r * ldw + k0) : _mm512_setzero_ps();   \
 				}                                                                                      \
 				transpose16(v);                                                                        \
-				for (size_t i = 0; i < 16 && k0 + i < kc; i++)                                         \
-					_mm512_storeu_ps(a + (k0 + i) * GEMM_PK_ROWS + 16 * g, v[i]);                  \
+				if (k0 + 16 <= kc) {                                                                   \
+					_Pragma("GCC unroll 16") for (int i = 0; i < 16; i++)                          \
+						_mm512_storeu_ps(a + (k0 + i) * GEMM_PK_ROWS + 16 * g, v[i]);          \
+				} else {                                                                               \
+					for (size_t i = 0; k0 + i < kc; i++)                                           \
+						_mm512_storeu_ps(a + (k0 + i) * GEMM_PK_ROWS + 16 * g, v[i]);          \
+				}                                                                                      \
 			}                                                                                              \
 		}                                                                                                      \
 	} while (0)
@@ -50,7 +58,7 @@
 #define LOAD16_BF16(m, p)                                                                                              \
 	_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16))
 
-AVX512 void
+AVX512 __attribute__((flatten)) void
 pack_f32_panel_avx512(const float *w, size_t ldw, int nr, size_t kc, float *a)
 {
 	PACK_PANEL(w, LOAD16_F32);
@@ -59,14 +67,14 @@ pack_f32_panel_avx512(const float *w, size_t ldw, int nr, size_t kc, float *a)
 /* F16 rows packed as they are converted: converting them into a row
  * buffer first and packing that took 24 % of an F16 prompt between the
  * two (docs/performance.md). */
-AVX512 void
+AVX512 __attribute__((flatten)) void
 pack_f16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a)
 {
 	PACK_PANEL(w, LOAD16_F16);
 }
 
 /* And bfloat16 rows, where BF16 prompts take the float GEMM. */
-AVX512 void
+AVX512 __attribute__((flatten)) void
 pack_bf16_panel_avx512(const uint16_t *w, size_t ldw, int nr, size_t kc, float *a)
 {
 	PACK_PANEL(w, LOAD16_BF16);
