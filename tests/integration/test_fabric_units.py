@@ -180,8 +180,17 @@ def test_serve(xdg, trees, tmp):
             return
         check(oct(os.stat(sock).st_mode & 0o777) in ("0o600", "0o660"), "serve: the socket is not world-writable",
               oct(os.stat(sock).st_mode))
-        ready = wait_for(lambda: json.loads(get(sock, "/status")[1])["fabric_manager"]["verdict"] == "ready",
-                         timeout=20)
+        def verdict_is(want):
+            try:
+                return json.loads(get(sock, "/status")[1])["fabric_manager"]["verdict"] == want
+            except OSError:
+                return False  # not answering: reported below with its exit status and log
+        ready = wait_for(lambda: verdict_is("ready"), timeout=20)
+        if not ready:
+            # once a CI run saw the socket refuse connections here, and no log
+            check(False, "serve answers GET /status and says ready",
+                  "exit status %r; log: %s" % (proc.poll(), open(os.path.join(tmp, "serve.log")).read()[-3000:]))
+            return
         code, body = get(sock, "/status")
         doc = json.loads(body)
         check(code == 200 and ready and doc["fabric_manager"]["ready"] is True,
