@@ -171,6 +171,10 @@ def test_serve(xdg, trees, tmp):
     sock = os.path.join(tmp, "fabric.sock")
     env = env_for(xdg, hgx, PRIVAI_FABRIC_STATUS_SOCKET=sock, PRIVAI_FABRIC_INTERVAL="1",
                   PRIVAI_FABRIC_NCCL_TOPO_FILE="/etc/privai/nccl-topo.xml")
+    # a run that stopped between its bind and its rename left this
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(sock + ".new")
+    stale.close()
     log = open(os.path.join(tmp, "serve.log"), "w")
     proc = subprocess.Popen([FABRIC, "serve"], env=env, stdout=log, stderr=log)
     try:
@@ -178,6 +182,16 @@ def test_serve(xdg, trees, tmp):
         check(up, "serve: the status socket appears", open(os.path.join(tmp, "serve.log")).read())
         if not up:
             return
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(sock)
+            accepted = True
+        except OSError as e:
+            accepted = e
+        probe.close()
+        check(accepted is True and not os.path.exists(sock + ".new"),
+              "serve: the socket listens as soon as its path appears (bound as .new, renamed), a stale .new replaced",
+              accepted)
         check(oct(os.stat(sock).st_mode & 0o777) in ("0o600", "0o660"), "serve: the socket is not world-writable",
               oct(os.stat(sock).st_mode))
         def verdict_is(want):

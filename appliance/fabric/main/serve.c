@@ -80,6 +80,10 @@ answer(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 	return ret;
 }
 
+/* The status socket, listening before its path appears: bound and set
+ * listening under PATH.new, then renamed over PATH, so that a client that
+ * waits for the path (the admin's heartbeat, a test) never finds a socket
+ * that refuses connections for want of listen(). */
 static int
 listen_unix(const char *path, char *err, size_t errsize)
 {
@@ -88,17 +92,20 @@ listen_unix(const char *path, char *err, size_t errsize)
 	struct group *g;
 	int fd;
 
-	if (strlen(path) >= sizeof(a.sun_path)) {
+	if (snprintf(a.sun_path, sizeof(a.sun_path), "%s.new", path) >= (int)sizeof(a.sun_path)) {
 		snprintf(err, errsize, "%s: path too long for a socket", path);
 		return APP_EIO;
 	}
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-	if (lstat(path, &st) == 0) {
+	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+		snprintf(err, errsize, "%s exists and is not a socket: not replaced", path);
+		return APP_EIO;
+	}
+	if (lstat(a.sun_path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
-			snprintf(err, errsize, "%s exists and is not a socket: not replaced", path);
+			snprintf(err, errsize, "%s exists and is not a socket: not replaced", a.sun_path);
 			return APP_EIO;
 		}
-		unlink(path); /* a previous run's */
+		unlink(a.sun_path); /* a run that stopped before its rename */
 	}
 	/* created 0600 (a umask for the bind alone, before any other thread
 	 * starts): the socket is never open wider than it ends up, where a
@@ -108,16 +115,24 @@ listen_unix(const char *path, char *err, size_t errsize)
 		    bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
 	umask(old_mask);
 	if (!bound || listen(fd, 16) < 0) {
-		snprintf(err, errsize, "%s: %s", path, strerror(errno));
+		snprintf(err, errsize, "%s: %s", a.sun_path, strerror(errno));
+		if (bound)
+			unlink(a.sun_path);
 		if (fd >= 0)
 			close(fd);
 		return APP_EIO;
 	}
 	/* privai-admin reads it as the privai group; nobody else needs to */
-	if ((g = getgrnam("privai")) != NULL && chown(path, (uid_t)-1, g->gr_gid) == 0)
-		chmod(path, 0660);
+	if ((g = getgrnam("privai")) != NULL && chown(a.sun_path, (uid_t)-1, g->gr_gid) == 0)
+		chmod(a.sun_path, 0660);
 	else
-		chmod(path, 0600);
+		chmod(a.sun_path, 0600);
+	if (rename(a.sun_path, path) != 0) { /* replaces a previous run's */
+		snprintf(err, errsize, "%s: %s", path, strerror(errno));
+		unlink(a.sun_path);
+		close(fd);
+		return APP_EIO;
+	}
 	return fd;
 }
 
