@@ -254,6 +254,13 @@ def test_serve(xdg, trees, tmp):
     r = fabric(env, "serve", timeout=20)
     check(r.returncode == 2 and "not a socket" in r.stderr and open(sock).read() == "not a socket",
           "serve with a regular file at the socket path: refused, the file left alone", r.stderr)
+    os.unlink(sock)
+    with open(sock + ".new", "w") as f:
+        f.write("not a socket")
+    r = fabric(env, "serve", timeout=20)
+    check(r.returncode == 2 and "fabric.sock.new exists and is not a socket" in r.stderr and
+          open(sock + ".new").read() == "not a socket" and not os.path.exists(sock),
+          "serve with a regular file where it binds (PATH.new): refused, the file left alone", r.stderr)
     remove_unit(xdg)
 
 
