@@ -160,6 +160,16 @@ else
 		bad "features --json: pairs without 512-bit vectors: $feat"
 fi
 echo "$feat" | grep -q '"F16":{"decode":"fused half-to-float dot[",]' && ok || bad "features --json lacks F16's decode path"
+# the decode prefetch's distances, as the kernels have them, in both forms
+l2=$(echo "$feat" | sed -n 's/.*"cpu_prefetch_l2_ahead":\([0-9]*\).*/\1/p')
+l1=$(echo "$feat" | sed -n 's/.*"cpu_prefetch_l1_ahead":\([0-9]*\).*/\1/p')
+if echo "$feat" | grep -q '"cpu_simd":"avx'; then
+	[ -n "$l2" ] && [ -n "$l1" ] && [ "$l2" -gt "$l1" ] && [ "$l1" -gt 0 ] && ok ||
+		bad "features --json: prefetch distances L2 '$l2', L1 '$l1': $feat"
+	PRIVAI_PREFETCH=1 "$E" features |
+		grep -q "^cpu decode prefetch: one token, quantized on (each line asked for $l2 bytes ahead into L2 and $l1 into L1)" &&
+		ok || bad "features' prefetch line disagrees with --json ($l2, $l1): $(PRIVAI_PREFETCH=1 "$E" features | grep prefetch)"
+fi
 # float decode a row at a time, the token in L1, where the AVX-512 kernels
 # run without the dense prefetch; four rows a pass where it is on
 if echo "$feat" | grep -q '"cpu_simd":"avx512'; then

@@ -170,6 +170,8 @@ const char *compute_cpu_simd_name(void);
 /* Whether its decode kernels prefetch the weights they stream: on for
  * Intel CPUs, off for others; PRIVAI_PREFETCH=0 or 1 decides instead. */
 int compute_cpu_prefetch(void);
+/* How far ahead it asks for each line, in bytes, into L2 and into L1. */
+void compute_cpu_prefetch_ahead(int *l2_bytes, int *l1_bytes);
 /* Whether its float decode kernels ask for the next rows' lines and its
  * decode batches (3 tokens and more) for their weights: on unless
  * PRIVAI_PREFETCH=0. */

@@ -58,7 +58,7 @@ print_paths(int json)
 int
 cmd_features(int argc, char **argv)
 {
-	int json = 0;
+	int json = 0, l2_ahead, l1_ahead;
 	double speedup;
 
 	for (int i = 1; i < argc; i++) {
@@ -72,6 +72,7 @@ cmd_features(int argc, char **argv)
 			return cli_error("features", "unknown option '%s'", argv[i]);
 		}
 	}
+	compute_cpu_prefetch_ahead(&l2_ahead, &l1_ahead);
 	/* a backend is listed only when it can run here; the others say why */
 	const char *const *b = compute_backends();
 	char info[8][128], why[8][PRIVAI_ERR_LEN];
@@ -91,8 +92,9 @@ cmd_features(int argc, char **argv)
 		for (int i = 0, k = 0; i < n; i++)
 			if (!ok[i])
 				json_pair(k++, b[i], why[i]);
-		printf("},\"cpu_simd\":\"%s\",\"cpu_decode_prefetch\":%s,\"cpu_wide_prefetch\":%s",
-		       compute_cpu_simd_name(), compute_cpu_prefetch() ? "true" : "false",
+		printf("},\"cpu_simd\":\"%s\",\"cpu_decode_prefetch\":%s,\"cpu_prefetch_l2_ahead\":%d,"
+		       "\"cpu_prefetch_l1_ahead\":%d,\"cpu_wide_prefetch\":%s",
+		       compute_cpu_simd_name(), compute_cpu_prefetch() ? "true" : "false", l2_ahead, l1_ahead,
 		       compute_cpu_wide_prefetch() ? "true" : "false");
 		int pairs = compute_cpu_pairs(&speedup);
 		printf(",\"cpu_pairs\":%s,\"cpu_vnni512_speedup\":%.2f", pairs ? "true" : "false", speedup);
@@ -122,10 +124,14 @@ cmd_features(int argc, char **argv)
 	printf("onednn %s\n", compute_cpu_onednn());
 	for (const char *const *t = coll_transports(); *t != NULL; t++)
 		printf("tp/%-4s %s\n", *t, coll_probe(*t, why[0]) == PRIVAI_OK ? "available" : why[0]);
-	printf("cpu decode prefetch: one token, quantized %s; float rows and batches %s\n",
-	       compute_cpu_prefetch() ? "on (weights asked for 2 KB ahead, into L2)"
-				      : "sparse (a line 8 KB ahead every 2 KB or so, the hardware prefetcher between)",
-	       compute_cpu_wide_prefetch() ? "on" : "off");
+	if (compute_cpu_prefetch())
+		printf("cpu decode prefetch: one token, quantized on (each line asked for %d bytes ahead into L2 "
+		       "and %d into L1)",
+		       l2_ahead, l1_ahead);
+	else
+		printf("cpu decode prefetch: one token, quantized sparse (a line 8 KB ahead every 2 KB or so, the "
+		       "hardware prefetcher between)");
+	printf("; float rows and batches %s\n", compute_cpu_wide_prefetch() ? "on" : "off");
 	int pairs = compute_cpu_pairs(&speedup);
 	if (speedup <= 0)
 		puts("cpu pairs: off, no 512-bit vectors");

@@ -423,6 +423,13 @@ compute_cpu_prefetch(void)
 	return cpu_stream_prefetch > 0;
 }
 
+void
+compute_cpu_prefetch_ahead(int *l2_bytes, int *l1_bytes)
+{
+	*l2_bytes = cpu_prefetch_l2_ahead;
+	*l1_bytes = cpu_prefetch_l1_ahead;
+}
+
 int
 compute_cpu_wide_prefetch(void)
 {

@@ -1152,6 +1152,11 @@ detect(int *avx2, int *avx512, int *bf16)
 
 int cpu_stream_prefetch = -1;
 int cpu_wide_prefetch = -1;
+#if defined(__x86_64__)
+const int cpu_prefetch_l2_ahead = ONE_TOKEN_AHEAD, cpu_prefetch_l1_ahead = ONE_TOKEN_NEAR;
+#else
+const int cpu_prefetch_l2_ahead = 0, cpu_prefetch_l1_ahead = 0;
+#endif
 double cpu_pairs_speedup = 0;
 
 #if defined(__x86_64__)

@@ -837,6 +837,10 @@ const struct cpu_kernels *cpu_kernels_get(void);
  * (measured on one of each, docs/performance.md), PRIVAI_PREFETCH=0 or 1
  * deciding instead.  Only speed depends on it, never a result. */
 extern int cpu_stream_prefetch;
+/* How far ahead that prefetch asks for a line, in bytes: into L2 and into
+ * L1 (ONE_TOKEN_AHEAD and ONE_TOKEN_NEAR, cpu_x86.h); 0 where the
+ * kernels never prefetch (no x86 kernels in the build). */
+extern const int cpu_prefetch_l2_ahead, cpu_prefetch_l1_ahead;
 /* The prefetches every CPU measured gained from, set as PRIVAI_PREFETCH
  * says and else on: the float decode dots' next four rows (ROWS_PREFETCH;
  * a Zen 4's F16 generation read 63-100 % of the memory bound with it,
