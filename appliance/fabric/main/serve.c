@@ -80,6 +80,19 @@ answer(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 	return ret;
 }
 
+/* 1 (and err says why) where something other than a socket is at p:
+ * never replaced, whoever put it there. */
+static int
+other_than_socket(const char *p, char *err, size_t errsize)
+{
+	struct stat st;
+
+	if (lstat(p, &st) != 0 || S_ISSOCK(st.st_mode))
+		return 0;
+	snprintf(err, errsize, "%s exists and is not a socket: not replaced", p);
+	return 1;
+}
+
 /* The status socket, listening before its path appears: bound and set
  * listening under PATH.new, then renamed over PATH, so that a client that
  * waits for the path (the admin's heartbeat, a test) never finds a socket
@@ -88,7 +101,6 @@ static int
 listen_unix(const char *path, char *err, size_t errsize)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	struct stat st;
 	struct group *g;
 	int fd;
 
@@ -96,17 +108,9 @@ listen_unix(const char *path, char *err, size_t errsize)
 		snprintf(err, errsize, "%s: path too long for a socket", path);
 		return APP_EIO;
 	}
-	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
-		snprintf(err, errsize, "%s exists and is not a socket: not replaced", path);
+	if (other_than_socket(path, err, errsize) || other_than_socket(a.sun_path, err, errsize))
 		return APP_EIO;
-	}
-	if (lstat(a.sun_path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			snprintf(err, errsize, "%s exists and is not a socket: not replaced", a.sun_path);
-			return APP_EIO;
-		}
-		unlink(a.sun_path); /* a run that stopped before its rename */
-	}
+	unlink(a.sun_path); /* a run that stopped before its rename left it, if anything */
 	/* created 0600 (a umask for the bind alone, before any other thread
 	 * starts): the socket is never open wider than it ends up, where a
 	 * chmod after the bind left it the umask's mode for a moment */
